@@ -1,0 +1,92 @@
+/* config.h — the run configuration (DESIGN.md §3): one table drives defaults, YAML
+ * parsing, --set overrides, validation and printing. */
+#ifndef PP_CONFIG_H
+#define PP_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common.h"
+
+#define PP_NAME_MAX 32
+#define PP_SPLIT_MAX 512 /* text of pipeline.split */
+
+typedef struct {
+    /* model: */
+    char arch[PP_NAME_MAX];          /* "gpt2" (the only family so far) */
+    int vocab_size;                  /* V, required */
+    int padded_vocab_size;           /* Vp; 0 in the file = round V up to a multiple of 128 */
+    int max_seq_len;                 /* maxT, required */
+    int n_layers;                    /* L, required */
+    int n_heads;                     /* NH, required */
+    int dim;                         /* C, required */
+    int tie_embeddings;              /* bool */
+    char init_from[PP_PATH_MAX];     /* "" = none (YAML null) */
+    float init_std;
+    /* pipeline: */
+    int stages;                      /* P, pipeline ranks */
+    int virtual_stages;              /* v, chunks per rank */
+    char schedule[PP_NAME_MAX];      /* gpipe | 1f1b | interleaved-1f1b */
+    char schedule_file[PP_PATH_MAX]; /* "" = none; one line per rank of actions in text form */
+    int microbatches;                /* M */
+    char split[PP_SPLIT_MAX];        /* "auto", or a flow sequence as text: "[4, 4]" or
+                                        "[\"layers.4\"]" (interpreted by the partition) */
+    /* train: */
+    int batch_size;                  /* B, sequences per optimizer step (global) */
+    int seq_len;                     /* T */
+    int steps;
+    uint64_t seed;
+    float grad_clip;                 /* 0 disables */
+    char optimizer[PP_NAME_MAX];     /* train.optimizer.name: adamw | sgd */
+    float lr, beta1, beta2, eps, weight_decay;
+    float momentum;                  /* train.optimizer.momentum (sgd) */
+    int warmup_steps;                /* train.lr_schedule.warmup_steps */
+    char decay[PP_NAME_MAX];         /* train.lr_schedule.decay: constant | linear | cosine */
+    float min_lr_ratio;
+    /* data: */
+    char train_path[PP_PATH_MAX];    /* data.train */
+    char val_path[PP_PATH_MAX];      /* data.val, "" = none */
+    int val_every;
+    int val_batches;                 /* data.val_batches: batches per validation pass */
+    /* output: */
+    char out_dir[PP_PATH_MAX];       /* output.dir */
+    int log_every;
+    int checkpoint_every;
+    int checkpoint_keep;
+    int compression_level;
+    int trace;                       /* bool */
+    /* runtime: */
+    char device[PP_NAME_MAX];        /* auto | cpu | cuda */
+    char precision[PP_NAME_MAX];     /* fp32 | tf32 | bf16 */
+    char transport[PP_NAME_MAX];     /* auto | socket | nccl */
+    int threads;                     /* 0 = cores / local ranks */
+    int timeout_s;
+} Config;
+
+/* Fill every key with its default (required keys get 0 / ""). */
+void config_defaults(Config *c);
+
+/* Read a YAML file over the current values. On error returns PP_EUSAGE with a message
+ * naming the file, line and column, the key and what was expected ("did you mean ..."
+ * for unknown keys). */
+int config_load_file(Config *c, const char *path, char *err, size_t errlen);
+
+/* Apply one "a.b=v" override (the value is parsed as YAML scalar or flow sequence). */
+int config_set(Config *c, const char *assignment, char *err, size_t errlen);
+
+/* Resolve derived values (padded_vocab_size 0 -> round up to 128) and check every
+ * key and the cross-field rules. Returns PP_OK or PP_EUSAGE with a message. */
+int config_finalize(Config *c, char *err, size_t errlen);
+
+/* Print the effective config as YAML that config_load_file reads back to the same
+ * config. */
+void config_print(const Config *c, FILE *f);
+
+/* FNV-1a hash of the printed config; `model_only` hashes only the model-defining
+ * keys (model.*), for checkpoint compatibility checks. */
+uint64_t config_hash(const Config *c, int model_only);
+
+/* Name of the first key whose value differs between a and b, or NULL if none. */
+const char *config_first_diff(const Config *a, const Config *b);
+
+#endif
