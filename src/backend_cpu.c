@@ -1,0 +1,310 @@
+/* backend_cpu.c — the reference backend: GEMMs through OpenBLAS sgemm, everything else
+ * in OpenMP loops. Every other backend is tested against these ops. */
+#include "backend.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "fastmath.h"
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+#define LN_EPS 1e-5f
+#define ATT_BLOCK 64 /* query rows per causal block: skips the masked upper triangle */
+
+void backend_cpu_set_threads(int n) {
+    if (n <= 0) return;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
+                            int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < B * T; n++) {
+        const float *we = wte + (size_t)inp[n] * C, *pe = wpe + (size_t)(n % T) * C;
+        float *o = out + (size_t)n * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+    }
+}
+
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
+                             int B, int T, int C) {
+    /* Threads own disjoint channel ranges, so rows with the same token never race and
+     * the summation order (row order) is fixed. */
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int c0 = (int)((long)C * id / nt), c1 = (int)((long)C * (id + 1) / nt);
+        for (int n = 0; n < B * T; n++) {
+            const float *d = dout + (size_t)n * C;
+            float *dw = dwte + (size_t)inp[n] * C, *dp = dwpe + (size_t)(n % T) * C;
+            for (int c = c0; c < c1; c++) {
+                dw[c] += d[c];
+                dp[c] += d[c];
+            }
+        }
+    }
+}
+
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < C; c++) s += x[c];
+        float m = s / C, v = 0.0f;
+#pragma omp simd reduction(+ : v)
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        float r = 1.0f / sqrtf(v / C + LN_EPS);
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *mean, const float *rstd,
+                               const float *w, int N, int C) {
+    int nt = omp_get_max_threads();
+    float *part = pp_calloc((size_t)nt * 2 * C, sizeof(float)); /* per-thread dw, db */
+#pragma omp parallel
+    {
+        int id = omp_get_thread_num();
+        float *pdw = part + (size_t)id * 2 * C, *pdb = pdw + C;
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C;
+            float m = mean[n], r = rstd[n], sd = 0.0f, sdx = 0.0f;
+#pragma omp simd reduction(+ : sd, sdx)
+            for (int c = 0; c < C; c++) {
+                float xhat = (x[c] - m) * r, dn = w[c] * d[c];
+                sd += dn;
+                sdx += dn * xhat;
+            }
+            sd /= C;
+            sdx /= C;
+#pragma omp simd
+            for (int c = 0; c < C; c++) {
+                float xhat = (x[c] - m) * r, dn = w[c] * d[c];
+                pdb[c] += d[c];
+                pdw[c] += d[c] * xhat;
+                dx[c] += r * (dn - sd - xhat * sdx); /* d/dx of (x-m)*rstd, both paths */
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) { /* fixed order: deterministic for a thread count */
+        const float *pdw = part + (size_t)t * 2 * C, *pdb = pdw + C;
+        for (int c = 0; c < C; c++) {
+            dw[c] += pdw[c];
+            db[c] += pdb[c];
+        }
+    }
+    free(part);
+}
+
+static void matmul_forward(float *out, const float *inp, const float *w, const float *b,
+                           int N, int C, int OC) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f,
+                out, OC);
+    if (!b) return;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * OC;
+#pragma omp simd
+        for (int k = 0; k < OC; k++) o[k] += b[k];
+    }
+}
+
+static void matmul_backward(float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC) {
+    if (dinp) /* dinp[N,C] = dout[N,OC] @ w[OC,C] */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
+                    0.0f, dinp, C);
+    /* dw[OC,C] += dout^T @ inp */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+                1.0f, dw, C);
+    if (!db) return;
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int k0 = (int)((long)OC * id / nt), k1 = (int)((long)OC * (id + 1) / nt);
+        for (int n = 0; n < N; n++) {
+            const float *d = dout + (size_t)n * OC;
+#pragma omp simd
+            for (int k = k0; k < k1; k++) db[k] += d[k];
+        }
+    }
+}
+
+/* Softmax of row t (columns 0..t) of the scaled scores, in place; columns t+1..end-1
+ * are zeroed so a block's P @ V may use whole rows. */
+static void causal_softmax_row(float *row, int t, int end) {
+    float mx = -INFINITY, s = 0.0f;
+    for (int j = 0; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j <= t; j++) {
+        row[j] = pp_expf(row[j] - mx);
+        s += row[j];
+    }
+    float inv = 1.0f / s;
+#pragma omp simd
+    for (int j = 0; j <= t; j++) row[j] *= inv;
+    for (int j = t + 1; j < end; j++) row[j] = 0.0f;
+}
+
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH) {
+    int hs = C / NH, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * ld + h * hs, *k = q + C, *v = q + 2 * C;
+        float *P = att + (size_t)bh * T * T, *y = out + (size_t)b * T * C + h * hs;
+        for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+            int m = T - i0 < ATT_BLOCK ? T - i0 : ATT_BLOCK, i1 = i0 + m;
+            /* S[i0:i1, 0:i1] = scale * Q[i0:i1] @ K[0:i1]^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, hs, scale,
+                        q + (size_t)i0 * ld, ld, k, ld, 0.0f, P + (size_t)i0 * T, T);
+            for (int t = i0; t < i1; t++) causal_softmax_row(P + (size_t)t * T, t, i1);
+            /* Y[i0:i1] = P[i0:i1, 0:i1] @ V[0:i1] */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, i1, 1.0f,
+                        P + (size_t)i0 * T, T, v, ld, 0.0f, y + (size_t)i0 * C, C);
+        }
+    }
+}
+
+static void attention_backward(float *dqkv, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH) {
+    int hs = C / NH, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel
+    {
+        float *dS = pp_malloc((size_t)ATT_BLOCK * T * sizeof(float)); /* one block of dP */
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            size_t base = (size_t)b * T * ld + h * hs;
+            const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
+            float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
+            const float *P = att + (size_t)bh * T * T, *dy = dout + (size_t)b * T * C + h * hs;
+            for (int t = 0; t < T; t++) { /* dk, dv accumulate over blocks */
+                memset(dk + (size_t)t * ld, 0, hs * sizeof(float));
+                memset(dv + (size_t)t * ld, 0, hs * sizeof(float));
+            }
+            for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+                int m = T - i0 < ATT_BLOCK ? T - i0 : ATT_BLOCK, i1 = i0 + m;
+                const float *Pb = P + (size_t)i0 * T;
+                /* dP = dY[i0:i1] @ V[0:i1]^T;  dV[0:i1] += P^T @ dY[i0:i1] */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, hs, 1.0f,
+                            dy + (size_t)i0 * C, C, v, ld, 0.0f, dS, T);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, m, 1.0f, Pb, T,
+                            dy + (size_t)i0 * C, C, 1.0f, dv, ld);
+                /* softmax backward: dS = P * (dP - sum_j P dP) * scale, causal part only */
+                for (int r = 0; r < m; r++) {
+                    const float *p = Pb + (size_t)r * T;
+                    float *d = dS + (size_t)r * T, dot = 0.0f;
+                    int t = i0 + r;
+#pragma omp simd reduction(+ : dot)
+                    for (int j = 0; j <= t; j++) dot += p[j] * d[j];
+#pragma omp simd
+                    for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - dot) * scale;
+                    for (int j = t + 1; j < i1; j++) d[j] = 0.0f;
+                }
+                /* dQ[i0:i1] = dS @ K[0:i1];  dK[0:i1] += dS^T @ Q[i0:i1] */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, i1, 1.0f, dS, T,
+                            k, ld, 0.0f, dq + (size_t)i0 * ld, ld);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, m, 1.0f, dS, T,
+                            q + (size_t)i0 * ld, ld, 1.0f, dk, ld);
+            }
+        }
+        free(dS);
+    }
+}
+
+static void gelu_forward(float *out, const float *inp, size_t count) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < count; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + pp_tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    }
+}
+
+static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t count) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < count; i++) {
+        float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = pp_tanhf(u), sech2 = 1.0f - th * th;
+        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = g * dout[i];
+    }
+}
+
+static void add_inplace(float *dst, const float *src, size_t count) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < count; i++) dst[i] += src[i];
+}
+
+/* One row of softmax cross-entropy: returns -log p[target]; with want_grad the row
+ * becomes (p - onehot) * dloss, else it holds unnormalized exponentials. */
+static float crossentropy_row(float *x, int target, float dloss, int V, int Vp, int want_grad) {
+    float mx = -INFINITY, s = 0.0f;
+    for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    float xt = x[target];
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < V; j++) {
+        x[j] = pp_expf(x[j] - mx);
+        s += x[j];
+    }
+    if (want_grad) {
+        float k = dloss / s;
+#pragma omp simd
+        for (int j = 0; j < V; j++) x[j] *= k;
+        for (int j = V; j < Vp; j++) x[j] = 0.0f;
+        x[target] -= dloss;
+    }
+    return logf(s) - (xt - mx);
+}
+
+static void crossentropy_forward_backward(float *logits, float *losses, const int *targets,
+                                          float dloss, int N, int V, int Vp) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        losses[n] = crossentropy_row(logits + (size_t)n * Vp, targets[n], dloss, V, Vp, 1);
+}
+
+static void crossentropy_forward(float *logits, float *losses, const int *targets, int N, int V,
+                                 int Vp) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        losses[n] = crossentropy_row(logits + (size_t)n * Vp, targets[n], 0.0f, V, Vp, 0);
+}
+
+static const Backend cpu_backend = {
+    .name = "cpu",
+    .encoder_forward = encoder_forward,
+    .encoder_backward = encoder_backward,
+    .layernorm_forward = layernorm_forward,
+    .layernorm_backward = layernorm_backward,
+    .matmul_forward = matmul_forward,
+    .matmul_backward = matmul_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .gelu_forward = gelu_forward,
+    .gelu_backward = gelu_backward,
+    .crossentropy_forward_backward = crossentropy_forward_backward,
+    .crossentropy_forward = crossentropy_forward,
+    .add_inplace = add_inplace,
+};
+
+const Backend *backend_cpu(void) { return &cpu_backend; }

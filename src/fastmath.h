@@ -1,0 +1,36 @@
+/* fastmath.h — a vectorizable expf for the CPU backend's elementwise loops.
+ *
+ * glibc's expf does not vectorize without -ffast-math, which the reference path must
+ * not use. This one is accurate to about 1 ulp on [-87, 88] (range reduction by
+ * ln 2 in two parts, then a degree-6 polynomial for e^r on |r| <= ln2/2 — the
+ * classic Cody–Waite scheme) and is plain arithmetic, so `omp simd` loops vectorize. */
+#ifndef PP_FASTMATH_H
+#define PP_FASTMATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline float pp_expf(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    /* n = round(x / ln2) via the 1.5*2^23 trick (exact for |x/ln2| < 2^22). */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f;          /* ln2 high part (exact in float) */
+    r = r - n * -2.12194440e-4f;             /* ln2 low part */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23; /* 2^n */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* tanh(u) = 1 - 2 / (1 + e^{2u}); saturates correctly at both ends. */
+static inline float pp_tanhf(float u) { return 1.0f - 2.0f / (1.0f + pp_expf(2.0f * u)); }
+
+#endif

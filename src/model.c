@@ -1,0 +1,391 @@
+/* model.c — GPT-2 stages: the parameter table, initialisation, activation slots and
+ * forward/backward of a chunk of decoder layers on one microbatch. */
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+static const char *layer_names[P_NLAYER] = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+                                            "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"};
+
+/* Shape of per-layer tensor kind k: rows x cols (cols 0 = a vector). */
+static void layer_shape(int k, int C, int *rows, int *cols) {
+    static const int r[P_NLAYER] = {1, 1, 3, 3, 1, 1, 1, 1, 4, 4, 1, 1}; /* x C */
+    static const int c[P_NLAYER] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4, 0}; /* x C */
+    *rows = r[k] * C;
+    *cols = c[k] * C;
+}
+
+size_t model_total_params(const ModelDims *d) {
+    size_t C = d->C, per_layer = 12 * C * C + 13 * C;
+    size_t n = (size_t)d->Vp * C + (size_t)d->maxT * C + d->L * per_layer + 2 * C;
+    return d->tied ? n : n + (size_t)d->Vp * C;
+}
+
+int model_find(const Model *m, const char *name) {
+    for (int i = 0; i < m->ntensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* Append a tensor to the table unless this rank already holds it. */
+static void add_tensor(Model *m, int cap, const char *name, int rows, int cols, int decay) {
+    if (model_find(m, name) >= 0) return;
+    PP_CHECK(m->ntensors < cap);
+    ParamTensor *t = &m->tensors[m->ntensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = cols ? 2 : 1;
+    t->shape[0] = rows;
+    t->shape[1] = cols;
+    t->numel = (size_t)rows * (cols ? cols : 1);
+    t->offset = m->nparams;
+    t->decay = decay;
+    m->nparams += t->numel;
+}
+
+static float *tensor_ptr(Model *m, float *base, const char *name) {
+    int i = model_find(m, name);
+    return i < 0 ? NULL : base + m->tensors[i].offset;
+}
+
+static void build_table(Model *m) {
+    const ModelDims *d = &m->d;
+    int cap = 4 + d->L * P_NLAYER + 2;
+    char name[32];
+    m->tensors = pp_calloc(cap, sizeof(ParamTensor));
+    for (int c = 0; c < m->nchunks; c++) {
+        const Chunk *ck = &m->chunks[c];
+        if (ck->first) {
+            add_tensor(m, cap, "wte", d->Vp, d->C, 1);
+            add_tensor(m, cap, "wpe", d->maxT, d->C, 1);
+        }
+        for (int l = ck->l0; l < ck->l1; l++)
+            for (int k = 0; k < P_NLAYER; k++) {
+                int rows, cols;
+                layer_shape(k, d->C, &rows, &cols);
+                snprintf(name, sizeof name, "h.%d.%s", l, layer_names[k]);
+                add_tensor(m, cap, name, rows, cols, cols != 0);
+            }
+        if (ck->last) {
+            add_tensor(m, cap, "lnfw", d->C, 0, 0);
+            add_tensor(m, cap, "lnfb", d->C, 0, 0);
+            add_tensor(m, cap, d->tied ? "wte" : "lm_head", d->Vp, d->C, 1);
+        }
+    }
+}
+
+/* Point the per-layer and global pointers of params (or grads) into base. */
+static void bind(Model *m, float *base, LayerParams *lp, float **wte, float **wpe,
+                 float **lnfw, float **lnfb, float **head) {
+    char name[32];
+    for (int l = 0; l < m->d.L; l++) {
+        float **f = (float **)&lp[l];
+        for (int k = 0; k < P_NLAYER; k++) {
+            snprintf(name, sizeof name, "h.%d.%s", l, layer_names[k]);
+            f[k] = tensor_ptr(m, base, name);
+        }
+    }
+    *wte = tensor_ptr(m, base, "wte");
+    *wpe = tensor_ptr(m, base, "wpe");
+    *lnfw = tensor_ptr(m, base, "lnfw");
+    *lnfb = tensor_ptr(m, base, "lnfb");
+    *head = tensor_ptr(m, base, m->d.tied ? "wte" : "lm_head");
+}
+
+static float *act_alloc(Model *m, size_t n) {
+    m->act_bytes += n * sizeof(float);
+    return pp_malloc(n * sizeof(float));
+}
+
+static void slot_init(Model *m, const Chunk *ck, ActSlot *a) {
+    size_t N = (size_t)m->B * m->T, C = m->d.C, NH = m->d.NH, T = m->T;
+    memset(a, 0, sizeof *a);
+    a->input = act_alloc(m, N * C);
+    a->grad = act_alloc(m, N * C);
+    a->tokens = pp_calloc(N, sizeof(int));
+    a->targets = pp_calloc(N, sizeof(int));
+    a->layers = pp_calloc(ck->l1 - ck->l0, sizeof(LayerActs));
+    for (int l = 0; l < ck->l1 - ck->l0; l++) {
+        LayerActs *la = &a->layers[l];
+        la->ln1 = act_alloc(m, N * C);
+        la->ln1_mean = act_alloc(m, N);
+        la->ln1_rstd = act_alloc(m, N);
+        la->qkv = act_alloc(m, N * 3 * C);
+        la->atty = act_alloc(m, N * C);
+        la->att = act_alloc(m, (size_t)m->B * NH * T * T);
+        la->res2 = act_alloc(m, N * C);
+        la->ln2 = act_alloc(m, N * C);
+        la->ln2_mean = act_alloc(m, N);
+        la->ln2_rstd = act_alloc(m, N);
+        la->fch = act_alloc(m, N * 4 * C);
+        la->fch_gelu = act_alloc(m, N * 4 * C);
+        la->res3 = act_alloc(m, N * C);
+    }
+    if (ck->last) {
+        a->lnf = act_alloc(m, N * C);
+        a->lnf_mean = act_alloc(m, N);
+        a->lnf_rstd = act_alloc(m, N);
+        a->dlnf = act_alloc(m, N * C);
+    }
+}
+
+static void slot_free(const Chunk *ck, ActSlot *a) {
+    free(a->input), free(a->grad), free(a->tokens), free(a->targets);
+    for (int l = 0; l < ck->l1 - ck->l0; l++) {
+        float **f = (float **)&a->layers[l];
+        for (size_t k = 0; k < sizeof(LayerActs) / sizeof(float *); k++) free(f[k]);
+    }
+    free(a->layers);
+    free(a->lnf), free(a->lnf_mean), free(a->lnf_rstd), free(a->dlnf);
+}
+
+void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunks, int B,
+                int T, const Backend *be) {
+    PP_CHECK(nchunks >= 1 && nchunks <= PP_MAX_CHUNKS);
+    memset(m, 0, sizeof *m);
+    m->d = *d;
+    m->B = B;
+    m->T = T;
+    m->be = be;
+    m->nchunks = nchunks;
+    int any_last = 0;
+    for (int c = 0; c < nchunks; c++) {
+        Chunk *ck = &m->chunks[c];
+        ck->stage = specs[c].stage;
+        ck->l0 = specs[c].l0;
+        ck->l1 = specs[c].l1;
+        ck->first = specs[c].first;
+        ck->last = specs[c].last;
+        ck->nslots = specs[c].nslots;
+        any_last |= ck->last;
+    }
+    build_table(m);
+    m->params = pp_calloc(m->nparams, sizeof(float));
+    m->grads = pp_calloc(m->nparams, sizeof(float));
+    m->lp = pp_calloc(d->L, sizeof(LayerParams));
+    m->lg = pp_calloc(d->L, sizeof(LayerParams));
+    bind(m, m->params, m->lp, &m->wte, &m->wpe, &m->lnfw, &m->lnfb, &m->head);
+    bind(m, m->grads, m->lg, &m->dwte, &m->dwpe, &m->dlnfw, &m->dlnfb, &m->dhead);
+    for (int c = 0; c < nchunks; c++) {
+        Chunk *ck = &m->chunks[c];
+        ck->slots = pp_calloc(ck->nslots, sizeof(ActSlot));
+        for (int s = 0; s < ck->nslots; s++) slot_init(m, ck, &ck->slots[s]);
+    }
+    size_t N = (size_t)B * T, C = d->C;
+    m->dbig = pp_malloc(N * 4 * C * sizeof(float));
+    m->dmid = pp_malloc(N * C * sizeof(float));
+    m->dqkv = pp_malloc(N * 3 * C * sizeof(float));
+    m->losses = pp_malloc(N * sizeof(float));
+    m->logits = any_last ? pp_malloc(N * d->Vp * sizeof(float)) : NULL;
+}
+
+void model_free(Model *m) {
+    for (int c = 0; c < m->nchunks; c++) {
+        for (int s = 0; s < m->chunks[c].nslots; s++) slot_free(&m->chunks[c], &m->chunks[c].slots[s]);
+        free(m->chunks[c].slots);
+    }
+    free(m->tensors), free(m->params), free(m->grads), free(m->lp), free(m->lg);
+    free(m->dbig), free(m->dmid), free(m->dqkv), free(m->losses), free(m->logits);
+    memset(m, 0, sizeof *m);
+}
+
+void model_zero_grads(Model *m) { memset(m->grads, 0, m->nparams * sizeof(float)); }
+
+/* splitmix64: the per-tensor random stream. */
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t name_seed(uint64_t seed, const char *name) {
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (; *name; name++) h = (h ^ (unsigned char)*name) * 1099511628211ull;
+    return h;
+}
+
+static void fill_normal(float *x, size_t n, float std, uint64_t seed) {
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i += 2) { /* Box–Muller: two normals per two uniforms */
+        double u1 = ((splitmix64(&s) >> 11) + 1.0) * 0x1.0p-53, u2 = (splitmix64(&s) >> 11) * 0x1.0p-53;
+        double r = sqrt(-2.0 * log(u1));
+        x[i] = (float)(std * r * cos(2.0 * M_PI * u2));
+        if (i + 1 < n) x[i + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
+    }
+}
+
+void model_init_weights(Model *m, uint64_t seed, float std) {
+    float proj_std = std / sqrtf(2.0f * m->d.L);
+    for (int i = 0; i < m->ntensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        float *p = m->params + t->offset;
+        const char *kind = strrchr(t->name, '.') ? strrchr(t->name, '.') + 1 : t->name;
+        if (t->ndim == 2) {
+            int proj = !strcmp(kind, "attprojw") || !strcmp(kind, "fcprojw");
+            fill_normal(p, t->numel, proj ? proj_std : std, name_seed(seed, t->name));
+        } else {
+            float v = (!strcmp(kind, "ln1w") || !strcmp(kind, "ln2w") || !strcmp(kind, "lnfw")) ? 1.0f : 0.0f;
+            for (size_t j = 0; j < t->numel; j++) p[j] = v;
+        }
+        if (!strcmp(t->name, "wte") || !strcmp(t->name, "lm_head")) /* padded rows: 0 */
+            memset(p + (size_t)m->d.V * m->d.C, 0, (size_t)(m->d.Vp - m->d.V) * m->d.C * sizeof(float));
+    }
+}
+
+float *model_chunk_output(Model *m, int c, int s) {
+    const Chunk *ck = &m->chunks[c];
+    ActSlot *a = &ck->slots[s];
+    return ck->l1 > ck->l0 ? a->layers[ck->l1 - ck->l0 - 1].res3 : a->input;
+}
+
+static void layer_forward(Model *m, const LayerParams *p, LayerActs *a, const float *x) {
+    const Backend *be = m->be;
+    int B = m->B, T = m->T, N = B * T, C = m->d.C, NH = m->d.NH;
+    be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
+    be->matmul_forward(a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
+    be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
+    be->matmul_forward(a->res2, a->atty, p->attprojw, p->attprojb, N, C, C);
+    be->add_inplace(a->res2, x, (size_t)N * C); /* res2 = x + attn(ln1(x)) */
+    be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
+    be->matmul_forward(a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
+    be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    be->matmul_forward(a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C);
+    be->add_inplace(a->res3, a->res2, (size_t)N * C); /* res3 = res2 + mlp(ln2(res2)) */
+}
+
+/* dres[N,C]: in d(layer output), out d(layer input x); weight grads accumulate in g. */
+static void layer_backward(Model *m, LayerParams *g, float *dres, const LayerActs *a,
+                           const LayerParams *p, const float *x) {
+    const Backend *be = m->be;
+    int B = m->B, T = m->T, N = B * T, C = m->d.C, NH = m->d.NH;
+    float *dbig = m->dbig, *dmid = m->dmid;
+    be->matmul_backward(dbig, g->fcprojw, g->fcprojb, dres, a->fch_gelu, p->fcprojw, N, 4 * C, C);
+    be->gelu_backward(dbig, a->fch, dbig, (size_t)N * 4 * C);
+    be->matmul_backward(dmid, g->fcw, g->fcb, dbig, a->ln2, p->fcw, N, C, 4 * C);
+    /* the MLP branch's gradient joins the residual path: dres = d(res2) */
+    be->layernorm_backward(dres, g->ln2w, g->ln2b, dmid, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C);
+    be->matmul_backward(dmid, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C, C);
+    be->attention_backward(m->dqkv, dmid, a->qkv, a->att, B, T, C, NH);
+    be->matmul_backward(dmid, g->qkvw, g->qkvb, m->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
+    /* the attention branch's gradient joins too: dres = d(x) */
+    be->layernorm_backward(dres, g->ln1w, g->ln1b, dmid, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C);
+}
+
+static double head_forward(Model *m, ActSlot *a, const float *x, float dloss, int want_grad) {
+    const Backend *be = m->be;
+    int N = m->B * m->T, C = m->d.C, V = m->d.V, Vp = m->d.Vp;
+    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, m->lnfw, m->lnfb, N, C);
+    be->matmul_forward(m->logits, a->lnf, m->head, NULL, N, C, Vp);
+    if (want_grad) {
+        /* [Note: fused head] the last stage's forward already turns the logits into
+         * d(loss)/d(logits) and pushes them through the head, so only dlnf [N,C]
+         * survives until backward, not [N,Vp] logits per in-flight microbatch. */
+        be->crossentropy_forward_backward(m->logits, m->losses, a->targets, dloss, N, V, Vp);
+        be->matmul_backward(a->dlnf, m->dhead, NULL, m->logits, a->lnf, m->head, N, C, Vp);
+    } else {
+        be->crossentropy_forward(m->logits, m->losses, a->targets, N, V, Vp);
+    }
+    double sum = 0.0;
+    for (int n = 0; n < N; n++) sum += m->losses[n];
+    return sum;
+}
+
+static const float *layer_input(const ActSlot *a, int li) {
+    return li == 0 ? a->input : a->layers[li - 1].res3;
+}
+
+double model_forward(Model *m, int c, int s, float dloss, int want_grad) {
+    const Chunk *ck = &m->chunks[c];
+    ActSlot *a = &ck->slots[s];
+    if (ck->first)
+        m->be->encoder_forward(a->input, a->tokens, m->wte, m->wpe, m->B, m->T, m->d.C);
+    for (int l = ck->l0; l < ck->l1; l++)
+        layer_forward(m, &m->lp[l], &a->layers[l - ck->l0], layer_input(a, l - ck->l0));
+    if (!ck->last) return 0.0;
+    return head_forward(m, a, layer_input(a, ck->l1 - ck->l0), dloss, want_grad);
+}
+
+void model_backward(Model *m, int c, int s) {
+    const Chunk *ck = &m->chunks[c];
+    ActSlot *a = &ck->slots[s];
+    int N = m->B * m->T, C = m->d.C, nl = ck->l1 - ck->l0;
+    if (ck->last) {
+        memset(a->grad, 0, (size_t)N * C * sizeof(float));
+        m->be->layernorm_backward(a->grad, m->dlnfw, m->dlnfb, a->dlnf, layer_input(a, nl),
+                                  a->lnf_mean, a->lnf_rstd, m->lnfw, N, C);
+    }
+    for (int l = ck->l1 - 1; l >= ck->l0; l--) {
+        int li = l - ck->l0;
+        layer_backward(m, &m->lg[l], a->grad, &a->layers[li], &m->lp[l], layer_input(a, li));
+    }
+    if (ck->first)
+        m->be->encoder_backward(m->dwte, m->dwpe, a->grad, a->tokens, m->B, m->T, C);
+}
+
+/* ---- llm.c fp32 checkpoint (DESIGN.md §6) ---- */
+
+#define LLMC_MAGIC 20240326
+#define LLMC_VERSION 3
+
+static int read_at(FILE *f, long off, float *dst, size_t n) {
+    return fseek(f, off, SEEK_SET) == 0 && fread(dst, sizeof(float), n, f) == n;
+}
+
+int model_load_llmc(Model *m, const char *path, char *err, size_t errlen) {
+    const ModelDims *d = &m->d;
+    int h[256];
+    FILE *f = fopen(path, "rb");
+    if (!f) return pp_errf(err, errlen, PP_EUSAGE, "model.init_from: cannot open '%s': %m", path);
+    if (fread(h, sizeof(int), 256, f) != 256) {
+        fclose(f);
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: shorter than the 1024-byte llm.c header", path);
+    }
+    if (h[0] != LLMC_MAGIC || h[1] != LLMC_VERSION) {
+        fclose(f);
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s: not an llm.c fp32 GPT-2 checkpoint (magic %d version %d, expected %d "
+                       "version %d; bf16 files are version 5 and are not supported)",
+                       path, h[0], h[1], LLMC_MAGIC, LLMC_VERSION);
+    }
+    int fT = h[2], fV = h[3], fL = h[4], fNH = h[5], fC = h[6], fVp = h[7];
+    if (fV != d->V || fL != d->L || fNH != d->NH || fC != d->C || fT < d->maxT || fVp < fV) {
+        fclose(f);
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s: model shape V=%d L=%d NH=%d C=%d maxT=%d does not match the config's "
+                       "V=%d L=%d NH=%d C=%d maxT=%d (maxT may be larger in the file)",
+                       path, fV, fL, fNH, fC, fT, d->V, d->L, d->NH, d->C, d->maxT);
+    }
+    size_t C = fC, L = fL, expect = 1024 + 4 * ((size_t)fVp * C + (size_t)fT * C + L * (12 * C * C + 13 * C) + 2 * C);
+    if (fseek(f, 0, SEEK_END) != 0 || (size_t)ftell(f) != expect) {
+        long got = ftell(f);
+        fclose(f);
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: file has %ld bytes, its header implies %zu (truncated?)",
+                       path, got, expect);
+    }
+    /* File layout: wte[Vp,C], wpe[maxT,C], then each per-layer kind stacked over L,
+     * then lnfw, lnfb. */
+    long off = 1024, ok = 1;
+    if (m->wte) ok &= read_at(f, off, m->wte, (size_t)d->V * C);
+    if (m->head && !d->tied) ok &= read_at(f, off, m->head, (size_t)d->V * C);
+    off += 4L * fVp * C;
+    if (m->wpe) ok &= read_at(f, off, m->wpe, (size_t)d->maxT * C);
+    off += 4L * fT * C;
+    for (int k = 0; k < P_NLAYER; k++) {
+        int rows, cols;
+        layer_shape(k, fC, &rows, &cols);
+        size_t n = (size_t)rows * (cols ? cols : 1);
+        for (int l = 0; l < fL; l++) {
+            float *dst = ((float **)&m->lp[l])[k];
+            if (dst) ok &= read_at(f, off + 4L * l * n, dst, n);
+        }
+        off += 4L * fL * n;
+    }
+    if (m->lnfw) ok &= read_at(f, off, m->lnfw, C) && read_at(f, off + 4L * C, m->lnfb, C);
+    fclose(f);
+    if (!ok) return pp_errf(err, errlen, PP_EUSAGE, "%s: read failed", path);
+    return PP_OK;
+}

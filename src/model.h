@@ -1,0 +1,144 @@
+/* model.h — a rank's share of a GPT-2 model: the parameters of the stages (chunks) it
+ * owns in one flat buffer with a table of globally named tensors, their activation
+ * slots, and forward/backward of one chunk on one microbatch. */
+#ifndef PP_MODEL_H
+#define PP_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#define PP_MAX_CHUNKS 64
+
+typedef struct {
+    int V, Vp, maxT, L, NH, C; /* vocab, padded vocab, max positions, layers, heads, channels */
+    int tied;                  /* the head is wte (else a separate "lm_head" [Vp,C]) */
+} ModelDims;
+
+/* Per-layer parameter kinds, in llm.c's order (DESIGN.md §6). */
+enum {
+    P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB, P_LN2W, P_LN2B,
+    P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_NLAYER
+};
+
+typedef struct {
+    char name[32];   /* global name: "wte", "wpe", "h.7.qkvw", "lnfw", ... */
+    int ndim;
+    int shape[2];
+    size_t offset;   /* into Model.params / grads, in floats */
+    size_t numel;
+    int decay;       /* AdamW weight decay applies (2-D weight matrices only) */
+} ParamTensor;
+
+/* One layer's parameters (or gradients): pointers into the flat buffer. */
+typedef struct {
+    float *ln1w, *ln1b;         /* [C] */
+    float *qkvw, *qkvb;         /* [3C,C], [3C] */
+    float *attprojw, *attprojb; /* [C,C], [C] */
+    float *ln2w, *ln2b;         /* [C] */
+    float *fcw, *fcb;           /* [4C,C], [4C] */
+    float *fcprojw, *fcprojb;   /* [C,4C], [C] */
+} LayerParams;
+
+/* One layer's saved activations for one microbatch (N = B*T rows). */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
+    float *qkv;                       /* [N,3C] */
+    float *atty;                      /* [N,C] */
+    float *att;                       /* [B,NH,T,T] */
+    float *res2;                      /* [N,C] residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
+    float *fch, *fch_gelu;            /* [N,4C] */
+    float *res3;                      /* [N,C] layer output */
+} LayerActs;
+
+/* The activations one chunk keeps for one in-flight microbatch. */
+typedef struct {
+    float *input;       /* [N,C] stage input: received, or the embedding output */
+    float *grad;        /* [N,C] in: d(stage output) (zero on the last stage); out, after
+                           backward: d(stage input). The residual stream's gradient is
+                           accumulated in place here. */
+    int *tokens;        /* [N] first stage: input ids */
+    int *targets;       /* [N] last stage: target ids */
+    LayerActs *layers;  /* [nlayers of the chunk] */
+    float *lnf, *lnf_mean, *lnf_rstd; /* last stage: [N,C], [N], [N] */
+    float *dlnf;        /* last stage: [N,C] d(loss)/d(lnf output), computed in forward */
+} ActSlot;
+
+typedef struct {
+    int stage;          /* global stage index */
+    int l0, l1;         /* global layers [l0, l1) */
+    int first, last;    /* holds the embeddings / the final norm, head and loss */
+    int nslots;         /* activation slots (peak in-flight microbatches) */
+    ActSlot *slots;
+} Chunk;
+
+typedef struct {
+    ModelDims d;
+    int B, T;                 /* microbatch sequences and length the slots are sized for */
+    const Backend *be;
+    int nchunks;
+    Chunk chunks[PP_MAX_CHUNKS];
+    /* Parameters of every chunk of this rank; each global tensor at most once (the
+     * tied wte is shared by a first and a last chunk on the same rank). */
+    size_t nparams;
+    float *params, *grads;
+    int ntensors;
+    ParamTensor *tensors;
+    float *wte, *wpe, *lnfw, *lnfb, *head;  /* NULL when this rank holds none; head is */
+    float *dwte, *dwpe, *dlnfw, *dlnfb, *dhead; /* wte when tied, else lm_head */
+    LayerParams *lp, *lg;     /* [L] indexed by global layer; zeroed when not owned */
+    /* Scratch shared by all chunks (one op runs at a time). */
+    float *logits;            /* [N,Vp] last stage */
+    float *losses;            /* [N] */
+    float *dbig;              /* [N,4C] */
+    float *dmid;              /* [N,C] */
+    float *dqkv;              /* [N,3C] */
+    size_t act_bytes;         /* activation slot bytes, for the build report */
+} Model;
+
+typedef struct {
+    int stage, l0, l1, first, last, nslots;
+} ChunkSpec;
+
+/* Build the tensor table and allocate parameters, gradients, slots and scratch for
+ * the given chunks (stages) of this rank, microbatch B x T. Dies on out of memory. */
+void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunks, int B,
+                int T, const Backend *be);
+void model_free(Model *m);
+
+/* GPT-2 initialisation, independent of the split: each tensor is drawn from its own
+ * stream seeded by (seed, global name). Weights ~ N(0, std), the residual projections
+ * (attprojw, fcprojw) with std/sqrt(2L); biases 0; LayerNorm weights 1. Padded
+ * vocabulary rows of wte are 0. */
+void model_init_weights(Model *m, uint64_t seed, float std);
+
+/* Index of the tensor with this global name, or -1. */
+int model_find(const Model *m, const char *name);
+
+/* Forward of chunk c on slot s. The first stage embeds s->tokens; other stages read
+ * s->input. On the last stage it computes the loss against s->targets and returns the
+ * SUM of per-token losses; with want_grad it also computes d(loss)/d(lnf output) into
+ * s->dlnf and the head's contribution to dwte, scaling every token's loss by dloss
+ * (1/(global tokens), so the microbatches add up to the mean). Other stages return 0.
+ * The stage output is chunk_output(). */
+double model_forward(Model *m, int c, int s, float dloss, int want_grad);
+/* Backward of chunk c on slot s. Reads s->grad as d(stage output) (ignored on the last
+ * stage, which starts from s->dlnf) and leaves d(stage input) in s->grad (the first
+ * stage instead accumulates into the embedding gradients). Weight grads accumulate. */
+void model_backward(Model *m, int c, int s);
+/* The [N,C] output activation of chunk c, slot s (not for the last stage). */
+float *model_chunk_output(Model *m, int c, int s);
+
+void model_zero_grads(Model *m);
+
+/* Load llm.c's fp32 GPT-2 checkpoint (DESIGN.md §6) into the tensors this rank holds.
+ * The file's V, L, NH, C must equal the config's; its maxT must be >= maxT; any padded
+ * vocabulary. Returns PP_OK, or PP_EUSAGE with a message naming the file. */
+int model_load_llmc(Model *m, const char *path, char *err, size_t errlen);
+
+/* Number of parameters of the whole model (all stages) for these dims. */
+size_t model_total_params(const ModelDims *d);
+
+#endif

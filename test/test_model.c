@@ -1,0 +1,363 @@
+/* test_model.c — every op's backward against central finite differences, whole-model
+ * gradients, and stage boundaries that reproduce the whole model exactly. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "fastmath.h"
+#include "model.h"
+
+static uint64_t rng = 42;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+static float *rand_buf(size_t n, float scale) {
+    float *x = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
+    return x;
+}
+static double dot(const float *a, const float *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+/* |a-b| <= atol + rtol*|b| for all, with the first failure reported. */
+static void assert_close(const char *what, const float *a, const double *b, size_t n, double atol,
+                         double rtol) {
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabs(a[i] - b[i]) <= atol + rtol * fabs(b[i]),
+                      "%s[%zu]: analytic %.7g vs numeric %.7g", what, i, a[i], b[i]);
+}
+
+/* Central differences of f(x) = <R, op(x)> with respect to every element of x. */
+typedef double (*LossFn)(void *ctx);
+static double *numgrad(LossFn f, void *ctx, float *x, size_t n, float eps) {
+    double *g = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        float save = x[i];
+        x[i] = save + eps;
+        double lp = f(ctx);
+        x[i] = save - eps;
+        double lm = f(ctx);
+        x[i] = save;
+        g[i] = (lp - lm) / (2.0 * eps);
+    }
+    return g;
+}
+
+START_TEST(test_expf_accuracy) {
+    double worst = 0;
+    for (float x = -80.0f; x < 80.0f; x += 0.0137f) {
+        double rel = fabs(pp_expf(x) - exp((double)x)) / exp((double)x);
+        worst = rel > worst ? rel : worst;
+    }
+    ck_assert_msg(worst < 3e-7, "pp_expf worst relative error %g", worst);
+    ck_assert_float_eq(pp_tanhf(30.0f), 1.0f);
+    ck_assert_float_eq(pp_tanhf(-30.0f), -1.0f);
+    ck_assert(fabsf(pp_tanhf(0.5f) - tanhf(0.5f)) < 2e-7f);
+}
+END_TEST
+
+/* ---- layernorm ---- */
+typedef struct { float *out, *mean, *rstd, *x, *w, *b, *R; int N, C; } LnCtx;
+static double ln_loss(void *p) {
+    LnCtx *c = p;
+    backend_cpu()->layernorm_forward(c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C);
+    return dot(c->out, c->R, (size_t)c->N * c->C);
+}
+START_TEST(test_layernorm_grad) {
+    const Backend *be = backend_cpu();
+    int N = 5, C = 24;
+    LnCtx c = {malloc(N * C * 4), malloc(N * 4), malloc(N * 4), rand_buf(N * C, 2), rand_buf(C, 1),
+               rand_buf(C, 1), rand_buf(N * C, 1), N, C};
+    ln_loss(&c);
+    float *dx = calloc(N * C, 4), *dw = calloc(C, 4), *db = calloc(C, 4);
+    for (int i = 0; i < N * C; i++) dx[i] = 0.25f; /* accumulates: starts from 0.25 */
+    be->layernorm_backward(dx, dw, db, c.R, c.x, c.mean, c.rstd, c.w, N, C);
+    double *gx = numgrad(ln_loss, &c, c.x, N * C, 1e-2f), *gw = numgrad(ln_loss, &c, c.w, C, 1e-2f);
+    double *gb = numgrad(ln_loss, &c, c.b, C, 1e-2f);
+    for (int i = 0; i < N * C; i++) gx[i] += 0.25;
+    assert_close("dx", dx, gx, N * C, 2e-3, 2e-3);
+    assert_close("dw", dw, gw, C, 2e-3, 2e-3);
+    assert_close("db", db, gb, C, 2e-3, 2e-3);
+}
+END_TEST
+
+/* ---- matmul ---- */
+typedef struct { float *out, *x, *w, *b, *R; int N, C, OC; } MmCtx;
+static double mm_loss(void *p) {
+    MmCtx *c = p;
+    backend_cpu()->matmul_forward(c->out, c->x, c->w, c->b, c->N, c->C, c->OC);
+    return dot(c->out, c->R, (size_t)c->N * c->OC);
+}
+START_TEST(test_matmul_grad) {
+    int N = 6, C = 9, OC = 7;
+    MmCtx c = {malloc(N * OC * 4), rand_buf(N * C, 1), rand_buf(OC * C, 1), rand_buf(OC, 1),
+               rand_buf(N * OC, 1), N, C, OC};
+    float *dx = malloc(N * C * 4), *dw = calloc(OC * C, 4), *db = calloc(OC, 4);
+    for (int i = 0; i < OC * C; i++) dw[i] = 1.0f; /* weight grads accumulate */
+    for (int i = 0; i < N * C; i++) dx[i] = 99.0f; /* input grad is overwritten */
+    backend_cpu()->matmul_backward(dx, dw, db, c.R, c.x, c.w, N, C, OC);
+    double *gx = numgrad(mm_loss, &c, c.x, N * C, 1e-2f), *gw = numgrad(mm_loss, &c, c.w, OC * C, 1e-2f);
+    double *gb = numgrad(mm_loss, &c, c.b, OC, 1e-2f);
+    for (int i = 0; i < OC * C; i++) gw[i] += 1.0;
+    assert_close("dx", dx, gx, N * C, 1e-3, 1e-3);
+    assert_close("dw", dw, gw, OC * C, 1e-3, 1e-3);
+    assert_close("db", db, gb, OC, 1e-3, 1e-3);
+}
+END_TEST
+
+/* ---- attention ---- */
+typedef struct { float *out, *att, *qkv, *R; int B, T, C, NH; } AttCtx;
+static double att_loss(void *p) {
+    AttCtx *c = p;
+    backend_cpu()->attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+    return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
+}
+static void check_attention(int B, int T, int C, int NH) {
+    AttCtx c = {malloc((size_t)B * T * C * 4), malloc((size_t)B * NH * T * T * 4),
+                rand_buf((size_t)B * T * 3 * C, 1), rand_buf((size_t)B * T * C, 1), B, T, C, NH};
+    att_loss(&c);
+    float *dqkv = malloc((size_t)B * T * 3 * C * 4);
+    backend_cpu()->attention_backward(dqkv, c.R, c.qkv, c.att, B, T, C, NH);
+    double *g = numgrad(att_loss, &c, c.qkv, (size_t)B * T * 3 * C, 1e-2f);
+    assert_close("dqkv", dqkv, g, (size_t)B * T * 3 * C, 2e-3, 2e-3);
+    /* causality: output row t must not depend on positions > t */
+    float *out0 = malloc((size_t)B * T * C * 4);
+    memcpy(out0, c.out, (size_t)B * T * C * 4);
+    for (int i = 0; i < 3 * C; i++) c.qkv[(size_t)(T - 1) * 3 * C + i] += 1.0f;
+    att_loss(&c);
+    ck_assert_mem_eq(out0, c.out, (size_t)(T - 1) * C * 4);
+}
+START_TEST(test_attention_grad) { check_attention(2, 5, 8, 2); }
+END_TEST
+START_TEST(test_attention_grad_blocks) { check_attention(1, 70, 4, 2); } /* > one causal block */
+END_TEST
+
+/* ---- gelu ---- */
+typedef struct { float *out, *x, *R; int n; } GeluCtx;
+static double gelu_loss(void *p) {
+    GeluCtx *c = p;
+    backend_cpu()->gelu_forward(c->out, c->x, c->n);
+    return dot(c->out, c->R, c->n);
+}
+START_TEST(test_gelu_grad) {
+    int n = 64;
+    GeluCtx c = {malloc(n * 4), rand_buf(n, 4), rand_buf(n, 1), n};
+    gelu_loss(&c);
+    /* reference values: gelu_tanh(1) = 0.8411920, gelu_tanh(-2) = -0.0454023 */
+    float x2[2] = {1.0f, -2.0f}, y2[2];
+    backend_cpu()->gelu_forward(y2, x2, 2);
+    ck_assert(fabsf(y2[0] - 0.8411920f) < 1e-6f && fabsf(y2[1] + 0.0454023f) < 1e-6f);
+    float *dx = malloc(n * 4);
+    backend_cpu()->gelu_backward(dx, c.x, c.R, n);
+    double *g = numgrad(gelu_loss, &c, c.x, n, 1e-2f);
+    assert_close("dx", dx, g, n, 1e-3, 1e-3);
+}
+END_TEST
+
+/* ---- encoder ---- */
+START_TEST(test_encoder) {
+    int B = 2, T = 3, C = 4, V = 5;
+    int inp[6] = {1, 4, 1, 0, 1, 3};
+    float *wte = rand_buf(V * C, 1), *wpe = rand_buf(T * C, 1), out[24], dout[24];
+    backend_cpu()->encoder_forward(out, inp, wte, wpe, B, T, C);
+    for (int n = 0; n < B * T; n++)
+        for (int c = 0; c < C; c++) ck_assert_float_eq(out[n * C + c], wte[inp[n] * C + c] + wpe[(n % T) * C + c]);
+    for (int i = 0; i < 24; i++) dout[i] = (float)i;
+    float dwte[20] = {0}, dwpe[12] = {0};
+    backend_cpu()->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    /* token 1 appears at rows 0, 2, 4 */
+    for (int c = 0; c < C; c++) {
+        ck_assert_float_eq(dwte[1 * C + c], dout[0 * C + c] + dout[2 * C + c] + dout[4 * C + c]);
+        ck_assert_float_eq(dwpe[1 * C + c], dout[1 * C + c] + dout[4 * C + c]);
+        ck_assert_float_eq(dwte[2 * C + c], 0.0f);
+    }
+}
+END_TEST
+
+/* ---- cross-entropy ---- */
+typedef struct { float *logits, *work, *losses; int *targets, N, V, Vp; } CeCtx;
+static double ce_loss(void *p) {
+    CeCtx *c = p;
+    memcpy(c->work, c->logits, (size_t)c->N * c->Vp * 4);
+    backend_cpu()->crossentropy_forward(c->work, c->losses, c->targets, c->N, c->V, c->Vp);
+    double s = 0;
+    for (int n = 0; n < c->N; n++) s += c->losses[n];
+    return s / c->N;
+}
+START_TEST(test_crossentropy_grad) {
+    int N = 4, V = 11, Vp = 16, targets[4] = {0, 3, 10, 7};
+    CeCtx c = {rand_buf(N * Vp, 3), malloc(N * Vp * 4), malloc(N * 4), targets, N, V, Vp};
+    for (int n = 0; n < N; n++) /* padded columns must be ignored whatever they hold */
+        for (int j = V; j < Vp; j++) c.logits[n * Vp + j] = 50.0f;
+    double loss = ce_loss(&c);
+    /* reference loss in double */
+    double ref = 0;
+    for (int n = 0; n < N; n++) {
+        double mx = -1e30, s = 0;
+        for (int j = 0; j < V; j++) mx = fmax(mx, c.logits[n * Vp + j]);
+        for (int j = 0; j < V; j++) s += exp(c.logits[n * Vp + j] - mx);
+        ref += log(s) - (c.logits[n * Vp + targets[n]] - mx);
+    }
+    ck_assert_msg(fabs(loss - ref / N) < 1e-5, "loss %g vs %g", loss, ref / N);
+    float *d = malloc(N * Vp * 4);
+    memcpy(d, c.logits, N * Vp * 4);
+    backend_cpu()->crossentropy_forward_backward(d, c.losses, targets, 1.0f / N, N, V, Vp);
+    double *g = numgrad(ce_loss, &c, c.logits, N * Vp, 1e-2f);
+    assert_close("dlogits", d, g, N * Vp, 1e-4, 2e-3);
+    for (int n = 0; n < N; n++)
+        for (int j = V; j < Vp; j++) ck_assert_float_eq(d[n * Vp + j], 0.0f);
+}
+END_TEST
+
+/* ---- whole model ---- */
+static const ModelDims tiny = {.V = 13, .Vp = 16, .maxT = 8, .L = 4, .NH = 2, .C = 8, .tied = 1};
+
+static void setup_model(Model *m, const ChunkSpec *specs, int n, int B, int T, uint64_t seed) {
+    model_init(m, &tiny, specs, n, B, T, backend_cpu());
+    model_init_weights(m, seed, 0.3f); /* large std: gradients well above rounding */
+}
+static void fill_tokens(Model *m, int c, int slot, int B, int T) {
+    ActSlot *a = &m->chunks[c].slots[slot];
+    for (int i = 0; i < B * T; i++) {
+        a->tokens[i] = (i * 7 + 3) % tiny.V;
+        a->targets[i] = (i * 5 + 1) % tiny.V;
+    }
+}
+
+typedef struct { Model *m; int B, T; } WholeCtx;
+static double whole_loss(void *p) {
+    WholeCtx *c = p;
+    return model_forward(c->m, 0, 0, 0.0f, 0) / (c->B * c->T);
+}
+
+START_TEST(test_model_gradcheck) {
+    int B = 2, T = 5;
+    ChunkSpec spec = {0, 0, tiny.L, 1, 1, 1};
+    Model m;
+    setup_model(&m, &spec, 1, B, T, 7);
+    fill_tokens(&m, 0, 0, B, T);
+    model_zero_grads(&m);
+    model_forward(&m, 0, 0, 1.0f / (B * T), 1);
+    model_backward(&m, 0, 0);
+    WholeCtx c = {&m, B, T};
+    int checked = 0;
+    for (int i = 0; i < m.ntensors; i++) { /* a few elements of every tensor */
+        const ParamTensor *t = &m.tensors[i];
+        for (size_t j = 0; j < t->numel; j += 1 + t->numel / 5) {
+            float *x = m.params + t->offset + j;
+            if (!strcmp(t->name, "wte") && j >= (size_t)tiny.V * tiny.C) continue;
+            double g = *numgrad(whole_loss, &c, x, 1, 1e-2f);
+            float a = m.grads[t->offset + j];
+            ck_assert_msg(fabs(a - g) <= 2e-4 + 2e-2 * fabs(g), "%s[%zu]: analytic %g numeric %g",
+                          t->name, j, a, g);
+            checked++;
+        }
+    }
+    ck_assert_int_gt(checked, 50);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(test_loss_at_init) {
+    ModelDims d = {.V = 256, .Vp = 256, .maxT = 16, .L = 2, .NH = 2, .C = 32, .tied = 1};
+    ChunkSpec spec = {0, 0, d.L, 1, 1, 1};
+    Model m;
+    model_init(&m, &d, &spec, 1, 4, 16, backend_cpu());
+    model_init_weights(&m, 1337, 0.02f);
+    ActSlot *a = &m.chunks[0].slots[0];
+    for (int i = 0; i < 64; i++) a->tokens[i] = (i * 37) % 256, a->targets[i] = (i * 11) % 256;
+    double loss = model_forward(&m, 0, 0, 0.0f, 0) / 64;
+    ck_assert_msg(fabs(loss - log(256.0)) < 0.05, "loss at init %g, ln V = %g", loss, log(256.0));
+    model_free(&m);
+}
+END_TEST
+
+/* A stage with layers 2..3 fed the output of a stage with 0..1 reproduces the whole
+ * model's forward and backward bit for bit. */
+START_TEST(test_stage_split_exact) {
+    int B = 2, T = 6, N = B * T, C = tiny.C;
+    ChunkSpec whole = {0, 0, 4, 1, 1, 1}, s0 = {0, 0, 2, 1, 0, 1}, s1 = {1, 2, 4, 0, 1, 1};
+    Model w, a, b;
+    setup_model(&w, &whole, 1, B, T, 11);
+    setup_model(&a, &s0, 1, B, T, 11);
+    setup_model(&b, &s1, 1, B, T, 11);
+    ck_assert_int_eq(model_find(&a, "lnfw"), -1); /* a stage holds only its own tensors */
+    ck_assert_int_eq(model_find(&b, "wpe"), -1);
+    ck_assert_int_ge(model_find(&b, "wte"), 0);   /* tied head on the last stage */
+    ck_assert_int_eq(model_find(&b, "h.1.qkvw"), -1);
+    fill_tokens(&w, 0, 0, B, T);
+    fill_tokens(&a, 0, 0, B, T);
+    fill_tokens(&b, 0, 0, B, T);
+    float dloss = 1.0f / N;
+    double lw = model_forward(&w, 0, 0, dloss, 1);
+    model_forward(&a, 0, 0, dloss, 1);
+    memcpy(b.chunks[0].slots[0].input, model_chunk_output(&a, 0, 0), (size_t)N * C * 4);
+    double lb = model_forward(&b, 0, 0, dloss, 1);
+    ck_assert(lw == lb);
+    model_backward(&w, 0, 0);
+    model_backward(&b, 0, 0);
+    memcpy(a.chunks[0].slots[0].grad, b.chunks[0].slots[0].grad, (size_t)N * C * 4);
+    model_backward(&a, 0, 0);
+    /* every tensor's gradient equals the whole model's; wte's is the sum of both stages' */
+    for (int i = 0; i < w.ntensors; i++) {
+        const ParamTensor *t = &w.tensors[i];
+        int ia = model_find(&a, t->name), ib = model_find(&b, t->name);
+        ck_assert_msg(ia >= 0 || ib >= 0, "%s held by no stage", t->name);
+        for (size_t j = 0; j < t->numel; j++) {
+            float g = (ia >= 0 ? a.grads[a.tensors[ia].offset + j] : 0.0f) +
+                      (ib >= 0 ? b.grads[b.tensors[ib].offset + j] : 0.0f);
+            ck_assert_msg(g == w.grads[t->offset + j], "%s[%zu]: %g vs %g", t->name, j, g,
+                          w.grads[t->offset + j]);
+        }
+    }
+    model_free(&w), model_free(&a), model_free(&b);
+}
+END_TEST
+
+/* Weights do not depend on the split: each tensor has its own random stream. */
+START_TEST(test_init_split_independent) {
+    ChunkSpec whole = {0, 0, 4, 1, 1, 1}, s1 = {1, 2, 4, 0, 1, 1};
+    Model w, b;
+    setup_model(&w, &whole, 1, 1, 4, 5);
+    setup_model(&b, &s1, 1, 1, 4, 5);
+    for (int i = 0; i < b.ntensors; i++) {
+        int iw = model_find(&w, b.tensors[i].name);
+        ck_assert_mem_eq(b.params + b.tensors[i].offset, w.params + w.tensors[iw].offset,
+                         b.tensors[i].numel * 4);
+    }
+    ck_assert_uint_eq(w.nparams, model_total_params(&tiny));
+    model_free(&w), model_free(&b);
+}
+END_TEST
+
+int main(void) {
+    backend_cpu_set_threads(2);
+    Suite *s = suite_create("model");
+    TCase *ops = tcase_create("ops");
+    tcase_add_test(ops, test_expf_accuracy);
+    tcase_add_test(ops, test_layernorm_grad);
+    tcase_add_test(ops, test_matmul_grad);
+    tcase_add_test(ops, test_attention_grad);
+    tcase_add_test(ops, test_attention_grad_blocks);
+    tcase_add_test(ops, test_gelu_grad);
+    tcase_add_test(ops, test_encoder);
+    tcase_add_test(ops, test_crossentropy_grad);
+    suite_add_tcase(s, ops);
+    TCase *model = tcase_create("model");
+    tcase_set_timeout(model, 60);
+    tcase_add_test(model, test_model_gradcheck);
+    tcase_add_test(model, test_loss_at_init);
+    tcase_add_test(model, test_stage_split_exact);
+    tcase_add_test(model, test_init_split_independent);
+    suite_add_tcase(s, model);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
