@@ -1,0 +1,115 @@
+/* partition.c — layers to stages: explicit counts, split points, or a cost-balanced
+ * contiguous split. */
+#include "partition.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+/* Per-token forward flops of one decoder layer: four weight matmuls (2·12·C²) and
+ * attention's QKᵀ and PV (2·2·T·C). */
+static double layer_cost(int C, int T) { return 24.0 * C * C + 4.0 * T * C; }
+
+/* Read the list "[a, b, ...]" into ints (kind 'n') or layer.N points (kind 'p'). */
+static int parse_list(const char *s, int *vals, int max, int *count, char *kind, char *err,
+                      size_t errlen) {
+    const char *p = s;
+    *count = 0;
+    *kind = 0;
+    while (isspace((unsigned char)*p)) p++;
+    if (*p++ != '[') return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split: expected auto or a list, got '%s'", s);
+    for (;;) {
+        while (isspace((unsigned char)*p) || *p == ',') p++;
+        if (*p == ']') break;
+        if (*count >= max) return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split: too many entries in '%s'", s);
+        char k = 'n';
+        if (*p == '"' || *p == '\'') p++;
+        if (strncmp(p, "layers.", 7) == 0) k = 'p', p += 7;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split: cannot read an entry of '%s'", s);
+        if (*kind && *kind != k)
+            return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split: mixes layer counts and split points in '%s'", s);
+        *kind = k;
+        vals[(*count)++] = (int)v;
+        p = end;
+        if (*p == '"' || *p == '\'') p++;
+    }
+    return PP_OK;
+}
+
+/* Contiguous split of L layers into S stages (each >= 1 layer) minimising the most
+ * expensive stage; the last stage also carries the head. Dynamic programme over
+ * (stages used, layers used). */
+static void balance(Partition *p, int L, int S, double lc, double head) {
+    double *best = pp_malloc(sizeof(double) * (S + 1) * (L + 1));
+    int *cut = pp_malloc(sizeof(int) * (S + 1) * (L + 1));
+#define AT(a, b) ((a) * (L + 1) + (b))
+    for (int s = 0; s <= S; s++)
+        for (int l = 0; l <= L; l++) best[AT(s, l)] = 1e300;
+    best[AT(0, 0)] = 0;
+    for (int s = 1; s <= S; s++)
+        for (int l = s; l <= L - (S - s); l++)
+            for (int k = s - 1; k < l; k++) { /* stage s-1 holds layers [k, l) */
+                double c = (l - k) * lc + (s == S ? head : 0);
+                double v = best[AT(s - 1, k)] > c ? best[AT(s - 1, k)] : c;
+                if (v < best[AT(s, l)] - 1e-9) best[AT(s, l)] = v, cut[AT(s, l)] = k;
+            }
+    for (int s = S, l = L; s >= 1; s--) {
+        p->l1[s - 1] = l;
+        l = p->l0[s - 1] = cut[AT(s, l)];
+    }
+#undef AT
+    free(best);
+    free(cut);
+}
+
+int partition_build(Partition *p, const char *split, int L, int S, int C, int Vp, int T,
+                    char *err, size_t errlen) {
+    memset(p, 0, sizeof *p);
+    if (S < 1 || S > PP_MAX_STAGES) return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages is out of range 1..%d", S, PP_MAX_STAGES);
+    if (S > L)
+        return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages (stages x virtual_stages) but only %d layers: every stage needs a layer", S, L);
+    p->S = S;
+    double lc = layer_cost(C, T), head = 2.0 * Vp * C;
+    if (strcmp(split, "auto") == 0) {
+        balance(p, L, S, lc, head);
+    } else {
+        int vals[PP_MAX_STAGES], n;
+        char kind;
+        int rc = parse_list(split, vals, PP_MAX_STAGES, &n, &kind, err, errlen);
+        if (rc) return rc;
+        if (kind == 'n') {
+            if (n != S) return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split %s lists %d stages, but stages x virtual_stages = %d", split, n, S);
+            int at = 0;
+            for (int s = 0; s < S; s++) {
+                if (vals[s] < 1) return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split %s: stage %d would be empty (every stage needs at least one layer)", split, s);
+                p->l0[s] = at;
+                p->l1[s] = at += vals[s];
+            }
+            if (at != L) return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split %s adds up to %d layers, but model.n_layers = %d", split, at, L);
+        } else {
+            if (n != S - 1) return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split %s gives %d split points; %d stages need %d", split, n, S, S - 1);
+            for (int s = 0; s < S; s++) {
+                p->l0[s] = s == 0 ? 0 : vals[s - 1];
+                p->l1[s] = s == S - 1 ? L : vals[s];
+                if (p->l1[s] <= p->l0[s] || p->l1[s] > L)
+                    return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split %s: split points must increase strictly within 1..%d (stage %d would hold layers %d..%d)", split, L - 1, s, p->l0[s], p->l1[s] - 1);
+            }
+        }
+    }
+    for (int s = 0; s < S; s++) p->cost[s] = (p->l1[s] - p->l0[s]) * lc + (s == S - 1 ? head : 0);
+    return PP_OK;
+}
+
+void partition_print(const Partition *p, int P, FILE *f) {
+    double total = 0;
+    for (int s = 0; s < p->S; s++) total += p->cost[s];
+    fprintf(f, "partition (%d stages on %d ranks):\n", p->S, P);
+    for (int s = 0; s < p->S; s++)
+        fprintf(f, "  stage %d on rank %d: layers %d-%d%s%s  (%.1f%% of the estimated cost)\n", s, s % P,
+                p->l0[s], p->l1[s] - 1, s == 0 ? " +embeddings" : "", s == p->S - 1 ? " +final norm, head, loss" : "",
+                100.0 * p->cost[s] / total);
+}
