@@ -1,0 +1,825 @@
+/* config.c — the run configuration: one field table drives defaults, YAML parsing
+ * (libyaml's event API), --set overrides, validation, printing and hashing. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+/* ------------------------------------------------------------------------------------
+ * The field table
+ * ---------------------------------------------------------------------------------- */
+
+typedef enum {
+    T_INT,    /* int, limits lo..hi inclusive */
+    T_U64,    /* uint64_t, any value */
+    T_FLOAT,  /* float, limits lo..hi; OPEN_LO / OPEN_HI exclude the limit itself */
+    T_BOOL,   /* int 0/1 from true/false (also yes/no, on/off) */
+    T_STRING, /* char[size], non-empty */
+    T_PATH,   /* char[size]; YAML null (or no value) stores "" */
+    T_ENUM,   /* char[size], one of `choices` */
+    T_SPLIT,  /* char[size]: "auto", "[4, 4]" or "[\"layers.4\"]" (see read_split) */
+} FieldType;
+
+enum { OPEN_LO = 1, OPEN_HI = 2 };
+
+typedef struct {
+    const char *key;     /* dotted name, e.g. "train.optimizer.lr" */
+    FieldType type;
+    size_t off, size;    /* where the value lives in Config, and its size in bytes */
+    const char *def;     /* default as YAML text; NULL = required, no default */
+    double lo, hi;       /* T_INT / T_FLOAT limits */
+    unsigned open;       /* OPEN_LO | OPEN_HI for T_FLOAT */
+    const char *choices; /* T_ENUM: allowed values separated by '|' */
+    const char *help;    /* one line: what the key means */
+} Field;
+
+#define AT(m) offsetof(Config, m), sizeof(((Config *)0)->m)
+#define INT(k, m, d, lo, hi, h) {k, T_INT, AT(m), d, lo, hi, 0, NULL, h}
+#define FLT(k, m, d, lo, hi, o, h) {k, T_FLOAT, AT(m), d, lo, hi, o, NULL, h}
+#define ENUM(k, m, d, ch, h) {k, T_ENUM, AT(m), d, 0, 0, 0, ch, h}
+#define OTHER(k, t, m, d, h) {k, t, AT(m), d, 0, 0, 0, NULL, h}
+#define IMAX INT_MAX
+
+/* Order = DESIGN.md §3 = the order config_print writes and config_first_diff scans. */
+static const Field k_fields[] = {
+    ENUM("model.arch", arch, "gpt2", "gpt2", "decoder block family"),
+    INT("model.vocab_size", vocab_size, NULL, 1, 65536, "vocabulary size V; token files hold uint16 ids"),
+    INT("model.padded_vocab_size", padded_vocab_size, "0", 0, IMAX,
+        "Vp, rows of the embedding table; 0 = V rounded up to a multiple of 128"),
+    INT("model.max_seq_len", max_seq_len, NULL, 1, IMAX, "maxT, rows of the position table"),
+    INT("model.n_layers", n_layers, NULL, 1, IMAX, "L, decoder blocks"),
+    INT("model.n_heads", n_heads, NULL, 1, IMAX, "NH, attention heads per block"),
+    INT("model.dim", dim, NULL, 1, IMAX, "C, channels; a multiple of n_heads"),
+    OTHER("model.tie_embeddings", T_BOOL, tie_embeddings, "true", "lm_head shares wte"),
+    OTHER("model.init_from", T_PATH, init_from, "null", "llm.c fp32 GPT-2 checkpoint to start from"),
+    FLT("model.init_std", init_std, "0.02", 0, INFINITY, OPEN_LO, "std of the random init"),
+    INT("pipeline.stages", stages, "1", 1, IMAX, "P, pipeline ranks (= processes launched)"),
+    INT("pipeline.virtual_stages", virtual_stages, "1", 1, IMAX, "model chunks per rank"),
+    ENUM("pipeline.schedule", schedule, "1f1b", "gpipe|1f1b|interleaved-1f1b", "the schedule"),
+    OTHER("pipeline.schedule_file", T_PATH, schedule_file, "null",
+          "a schedule as text, one line of actions per rank"),
+    INT("pipeline.microbatches", microbatches, "4", 1, IMAX, "M, microbatches per step"),
+    OTHER("pipeline.split", T_SPLIT, split, "auto", "how layers are divided into chunks"),
+    INT("train.batch_size", batch_size, "8", 1, IMAX, "B, sequences per optimizer step (global)"),
+    INT("train.seq_len", seq_len, "64", 1, IMAX, "T, tokens per sequence"),
+    INT("train.steps", steps, "100", 1, IMAX, "optimizer steps of the run"),
+    OTHER("train.seed", T_U64, seed, "1337", "seed of the random init"),
+    FLT("train.grad_clip", grad_clip, "1.0", 0, INFINITY, 0, "max global grad L2 norm; 0 = off"),
+    ENUM("train.optimizer.name", optimizer, "adamw", "adamw|sgd", "the optimizer"),
+    FLT("train.optimizer.lr", lr, "3.0e-4", 0, INFINITY, OPEN_LO, "peak learning rate"),
+    FLT("train.optimizer.beta1", beta1, "0.9", 0, 1, OPEN_HI, "AdamW first-moment decay"),
+    FLT("train.optimizer.beta2", beta2, "0.95", 0, 1, OPEN_HI, "AdamW second-moment decay"),
+    FLT("train.optimizer.eps", eps, "1.0e-8", 0, INFINITY, OPEN_LO, "AdamW denominator epsilon"),
+    FLT("train.optimizer.weight_decay", weight_decay, "0.1", 0, INFINITY, 0,
+        "decoupled weight decay of the 2-D weights"),
+    FLT("train.optimizer.momentum", momentum, "0.9", 0, 1, OPEN_HI, "SGD momentum"),
+    INT("train.lr_schedule.warmup_steps", warmup_steps, "0", 0, IMAX, "linear warmup steps"),
+    ENUM("train.lr_schedule.decay", decay, "cosine", "constant|linear|cosine", "decay after warmup"),
+    FLT("train.lr_schedule.min_lr_ratio", min_lr_ratio, "0.1", 0, 1, 0, "final lr / peak lr"),
+    OTHER("data.train", T_STRING, train_path, "data/tiny/train.bin", "training token file"),
+    OTHER("data.val", T_PATH, val_path, "null", "validation token file"),
+    INT("data.val_every", val_every, "0", 0, IMAX, "steps between validations; 0 = never"),
+    INT("data.val_batches", val_batches, "4", 1, IMAX, "batches per validation pass"),
+    OTHER("output.dir", T_STRING, out_dir, "runs/gpt-tiny", "directory of all outputs"),
+    INT("output.log_every", log_every, "1", 1, IMAX, "steps between progress lines"),
+    INT("output.checkpoint_every", checkpoint_every, "0", 0, IMAX,
+        "steps between checkpoints; 0 = at the end and on SIGTERM/SIGUSR1 only"),
+    INT("output.checkpoint_keep", checkpoint_keep, "2", 1, IMAX, "checkpoints kept on disk"),
+    INT("output.compression_level", compression_level, "6", 0, 9, "zlib level of checkpoints"),
+    OTHER("output.trace", T_BOOL, trace, "false", "write trace.json"),
+    ENUM("runtime.device", device, "auto", "auto|cpu|cuda", "where the model runs"),
+    ENUM("runtime.precision", precision, "fp32", "fp32|tf32|bf16", "GPU math precision"),
+    ENUM("runtime.transport", transport, "auto", "auto|socket|nccl", "point-to-point transport"),
+    INT("runtime.threads", threads, "0", 0, IMAX, "CPU threads per rank; 0 = cores / local ranks"),
+    INT("runtime.timeout_s", timeout_s, "300", 1, IMAX, "seconds a silent peer is tolerated"),
+};
+#define N_FIELDS (sizeof k_fields / sizeof k_fields[0])
+
+/* The mappings that group the fields. */
+static const char *const k_sections[] = {"model", "pipeline", "train", "train.optimizer",
+                                         "train.lr_schedule", "data", "output", "runtime"};
+#define N_SECTIONS (sizeof k_sections / sizeof k_sections[0])
+
+#define KEY_MAX 96   /* longest dotted key a user can write that we look at */
+#define WANT_MAX 256 /* "what was expected" text */
+
+static const Field *field_find(const char *key) {
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (strcmp(k_fields[i].key, key) == 0) return &k_fields[i];
+    return NULL;
+}
+
+/* The table's own spelling of a field or section key (stable pointer), or NULL. */
+static const char *key_canonical(const char *key) {
+    const Field *f = field_find(key);
+    if (f) return f->key;
+    for (size_t i = 0; i < N_SECTIONS; i++)
+        if (strcmp(k_sections[i], key) == 0) return k_sections[i];
+    return NULL;
+}
+
+static const char *last_component(const char *key) {
+    const char *dot = strrchr(key, '.');
+    return dot ? dot + 1 : key;
+}
+
+static void *field_ptr(const Field *f, const Config *c) { return (char *)c + f->off; }
+
+/* ------------------------------------------------------------------------------------
+ * Scalars: parse, check, describe, format
+ * ---------------------------------------------------------------------------------- */
+
+static int is_null(const char *s) {
+    return !*s || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL") ||
+           !strcmp(s, "~");
+}
+
+static int all_digits(const char *s) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s)) return 0;
+    return 1;
+}
+
+static int in_limits(const Field *f, double v) {
+    int lo_ok = (f->open & OPEN_LO) ? v > f->lo : v >= f->lo;
+    int hi_ok = (f->open & OPEN_HI) ? v < f->hi : v <= f->hi;
+    return lo_ok && hi_ok;
+}
+
+/* A decimal integer: optional sign, digits only (no 1e3, 0x10, 2.0). */
+static int parse_int(const Field *f, const char *s, int *out) {
+    const char *digits = s + (*s == '+' || *s == '-');
+    if (!all_digits(digits)) return 0;
+    errno = 0;
+    long long v = strtoll(s, NULL, 10);
+    if (errno || v < INT_MIN || v > INT_MAX || !in_limits(f, (double)v)) return 0;
+    *out = (int)v;
+    return 1;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    if (!all_digits(s)) return 0;
+    errno = 0;
+    unsigned long long v = strtoull(s, NULL, 10);
+    if (errno) return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
+/* A finite decimal number that fits a float: 0.02, 3.0e-4, 1, -5 (no inf, nan, hex). */
+static int parse_float(const Field *f, const char *s, float *out) {
+    if (!*s || strspn(s, "0123456789+-.eE") != strlen(s) || !strpbrk(s, "0123456789"))
+        return 0;
+    char *end;
+    float v = strtof(s, &end);
+    if (*end || !isfinite(v) || !in_limits(f, v)) return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_bool(const char *s, int *out) {
+    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+    for (int i = 0; i < 3; i++) {
+        if (!strcasecmp(s, yes[i]) || !strcasecmp(s, no[i])) {
+            *out = !strcasecmp(s, yes[i]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int in_choices(const char *choices, const char *s) {
+    size_t n = strlen(s);
+    for (const char *p = choices; *p;) {
+        size_t len = strcspn(p, "|");
+        if (len == n && !strncmp(p, s, n)) return 1;
+        p += len + (p[len] == '|');
+    }
+    return 0;
+}
+
+/* Copy s into a char[size] field, zeroing the rest (so equal configs memcmp equal). */
+static int set_text(char *dst, size_t size, const char *s) {
+    if (strlen(s) >= size) return 0;
+    memset(dst, 0, size);
+    memcpy(dst, s, strlen(s));
+    return 1;
+}
+
+/* What a value of f must look like, e.g. "an integer in [0, 9]". */
+static void field_expected(const Field *f, char *buf, size_t n) {
+    switch (f->type) {
+    case T_INT:
+        if (f->hi >= IMAX) snprintf(buf, n, "an integer >= %.0f", f->lo);
+        else snprintf(buf, n, "an integer in [%.0f, %.0f]", f->lo, f->hi);
+        break;
+    case T_FLOAT:
+        if (isinf(f->hi)) snprintf(buf, n, "a number %s %g", f->open & OPEN_LO ? ">" : ">=", f->lo);
+        else snprintf(buf, n, "a number in %c%g, %g%c", f->open & OPEN_LO ? '(' : '[', f->lo,
+                      f->hi, f->open & OPEN_HI ? ')' : ']');
+        break;
+    case T_U64: snprintf(buf, n, "an unsigned 64-bit integer"); break;
+    case T_BOOL: snprintf(buf, n, "true or false"); break;
+    case T_STRING: snprintf(buf, n, "a non-empty path of at most %zu bytes", f->size - 1); break;
+    case T_PATH: snprintf(buf, n, "a path of at most %zu bytes, or null", f->size - 1); break;
+    case T_SPLIT:
+        snprintf(buf, n, "auto, a list of layer counts like [4, 4] or a list of split points "
+                         "like [\"layers.4\"]");
+        break;
+    case T_ENUM: { /* "a|b|c" -> "one of a, b, c" */
+        size_t len = (size_t)snprintf(buf, n, "one of ");
+        for (const char *p = f->choices; *p && len + 3 < n; p++) {
+            if (*p == '|') buf[len++] = ',', buf[len++] = ' ';
+            else buf[len++] = *p;
+        }
+        buf[len] = '\0';
+        break;
+    }
+    }
+}
+
+/* Store the YAML scalar `s` (`plain`: written without quotes) into field f of c.
+ * Numbers and booleans must be plain; null is a value of T_PATH keys only. On failure
+ * c is unchanged, `want` says what was expected and PP_EUSAGE is returned. */
+static int field_parse(const Field *f, Config *c, const char *s, int plain, char *want,
+                       size_t n) {
+    void *dst = field_ptr(f, c);
+    int ok = 0;
+    switch (f->type) {
+    case T_INT: ok = plain && parse_int(f, s, dst); break;
+    case T_U64: ok = plain && parse_u64(s, dst); break;
+    case T_FLOAT: ok = plain && parse_float(f, s, dst); break;
+    case T_BOOL: ok = plain && parse_bool(s, dst); break;
+    case T_STRING: ok = *s && !(plain && is_null(s)) && set_text(dst, f->size, s); break;
+    case T_PATH: ok = set_text(dst, f->size, plain && is_null(s) ? "" : s); break;
+    case T_ENUM: ok = in_choices(f->choices, s) && set_text(dst, f->size, s); break;
+    case T_SPLIT: ok = !strcmp(s, "auto") && set_text(dst, f->size, s); break;
+    }
+    if (ok) return PP_OK;
+    field_expected(f, want, n);
+    const char *digits = s + (*s == '+' || *s == '-');
+    if (f->type == T_INT && f->hi >= IMAX && all_digits(digits) && strlen(digits) >= 10)
+        strncat(want, " and <= 2147483647", n - strlen(want) - 1); /* beyond a 32-bit int */
+    return PP_EUSAGE;
+}
+
+/* Whether a string may be printed without quotes and still read back as itself. */
+static int plain_safe(const char *s) {
+    if (is_null(s) || !(isalnum((unsigned char)*s) || strchr("_./", *s))) return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr("_./+-", *s)) return 0;
+    return 1;
+}
+
+/* A double-quoted YAML scalar with '"', '\\' and control bytes escaped. */
+static void quote(const char *s, char *buf, size_t n) {
+    size_t len = (size_t)snprintf(buf, n, "\"");
+    for (; *s && len + 5 < n; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') len += (size_t)snprintf(buf + len, n - len, "\\%c", ch);
+        else if (ch < 0x20 || ch == 0x7f) len += (size_t)snprintf(buf + len, n - len, "\\x%02x", ch);
+        else buf[len++] = (char)ch;
+    }
+    snprintf(buf + len, n - len, "\"");
+}
+
+/* The shortest decimal that reads back (strtof) to exactly v, with ".0" on integers. */
+static void format_float(float v, char *buf, size_t n) {
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(buf, n, "%.*g", digits, (double)v);
+        if (strtof(buf, NULL) == v) break;
+    }
+    if (!strpbrk(buf, ".e")) strncat(buf, ".0", n - strlen(buf) - 1);
+}
+
+#define VALUE_MAX (4 * PP_PATH_MAX + 8) /* a path with every byte escaped, quoted */
+
+/* The value of f in c as YAML text that field_parse / read_split read back. */
+static void format_value(const Field *f, const Config *c, char *buf, size_t n) {
+    const void *p = field_ptr(f, c);
+    switch (f->type) {
+    case T_INT: snprintf(buf, n, "%d", *(const int *)p); break;
+    case T_U64: snprintf(buf, n, "%" PRIu64, *(const uint64_t *)p); break;
+    case T_FLOAT: format_float(*(const float *)p, buf, n); break;
+    case T_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
+    case T_PATH:
+        if (!*(const char *)p) {
+            snprintf(buf, n, "null");
+            break;
+        }
+        /* fall through */
+    case T_STRING:
+    case T_ENUM:
+        if (plain_safe(p)) snprintf(buf, n, "%s", (const char *)p);
+        else quote(p, buf, n);
+        break;
+    case T_SPLIT: snprintf(buf, n, "%s", (const char *)p); break;
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * Unknown keys: the nearest known key by edit distance
+ * ---------------------------------------------------------------------------------- */
+
+/* Levenshtein distance over the first 63 bytes of each string. */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a) < 63 ? strlen(a) : 63, lb = strlen(b) < 63 ? strlen(b) : 63;
+    int row[64];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+static int candidate_distance(const char *key, const char *cand) {
+    int full = edit_distance(key, cand);
+    int last = edit_distance(last_component(key), last_component(cand));
+    return full < last ? full : last;
+}
+
+/* The known key nearest to `key` (over full dotted names and over last components), or
+ * NULL when nothing is close enough to be a plausible typo. */
+static const char *key_suggest(const char *key) {
+    const char *best = NULL;
+    int bestd = INT_MAX;
+    for (size_t i = 0; i < N_FIELDS + N_SECTIONS; i++) {
+        const char *cand = i < N_FIELDS ? k_fields[i].key : k_sections[i - N_FIELDS];
+        int d = candidate_distance(key, cand);
+        if (d < bestd) bestd = d, best = cand;
+    }
+    int len = (int)strlen(last_component(key));
+    int limit = len / 3 > 2 ? len / 3 : 2;
+    return bestd <= limit && bestd < len ? best : NULL;
+}
+
+/* ------------------------------------------------------------------------------------
+ * The YAML reader (files and --set values)
+ * ---------------------------------------------------------------------------------- */
+
+#define SEEN_MAX (N_FIELDS + N_SECTIONS)
+
+typedef struct {
+    yaml_parser_t yp;
+    Config *c;              /* the staging copy being written */
+    const char *file;       /* the config file, or NULL while reading a --set value */
+    const char *assignment; /* the --set argument */
+    char *err;
+    size_t errlen;
+    const char *seen[SEEN_MAX]; /* canonical keys given so far (duplicates are errors) */
+    size_t seen_line[SEEN_MAX];
+    size_t nseen;
+} Reader;
+
+/* Format "FILE:LINE:COL: message" (or "--set A=V: message") into r->err. */
+__attribute__((format(printf, 3, 4))) static int fail(Reader *r, const yaml_mark_t *m,
+                                                      const char *fmt, ...) {
+    char msg[PP_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!r->file) return pp_errf(r->err, r->errlen, PP_EUSAGE, "--set %s: %s", r->assignment, msg);
+    return pp_errf(r->err, r->errlen, PP_EUSAGE, "%s:%zu:%zu: %s", r->file, m->line + 1,
+                   m->column + 1, msg);
+}
+
+/* "KEY: expected WANT, got 'VALUE'" at the value's position. */
+static int fail_value(Reader *r, const char *key, const yaml_event_t *ev, const char *want) {
+    if (ev->type == YAML_MAPPING_START_EVENT)
+        return fail(r, &ev->start_mark, "%s: expected %s, got a mapping", key, want);
+    if (ev->type != YAML_SCALAR_EVENT)
+        return fail(r, &ev->start_mark, "%s: expected %s, got a list", key, want);
+    const char *v = (const char *)ev->data.scalar.value;
+    if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
+        return fail(r, &ev->start_mark, "%s: expected %s, got '%.200s'", key, want, v);
+    return fail(r, &ev->start_mark, "%s: expected %s, got '\"%.200s\"' (a quoted string)", key,
+                want, v);
+}
+
+static int fail_unknown(Reader *r, const yaml_mark_t *m, const char *key) {
+    const char *near = key_suggest(key);
+    if (near) return fail(r, m, "unknown key '%s' (did you mean '%s'?)", key, near);
+    return fail(r, m, "unknown key '%s' (docs/config.md lists the keys)", key);
+}
+
+/* Next event; a libyaml error becomes "FILE:LINE:COL: YAML syntax error: problem". */
+static int next_event(Reader *r, yaml_event_t *ev) {
+    const yaml_parser_t *p = &r->yp;
+    if (!yaml_parser_parse(&r->yp, ev)) {
+        const char *problem = p->problem ? p->problem : "malformed YAML";
+        if (p->error == YAML_READER_ERROR)
+            return fail(r, &p->problem_mark, "cannot read the YAML text: %s at byte %zu", problem,
+                        p->problem_offset);
+        if (p->context)
+            return fail(r, &p->problem_mark, "YAML syntax error: %s (%s at line %zu, column %zu)",
+                        problem, p->context, p->context_mark.line + 1,
+                        p->context_mark.column + 1);
+        return fail(r, &p->problem_mark, "YAML syntax error: %s", problem);
+    }
+    if (ev->type == YAML_ALIAS_EVENT) {
+        int rc = fail(r, &ev->start_mark, "YAML aliases (*%s) are not supported in configs",
+                      (const char *)ev->data.alias.anchor);
+        yaml_event_delete(ev);
+        return rc;
+    }
+    return PP_OK;
+}
+
+static int read_mapping(Reader *r, const char *prefix);
+
+/* Append one list entry of pipeline.split to `text` as canonical YAML. *kind records
+ * what the first entry was (1 = layer count, 2 = split point "layers.N"). */
+static int split_entry(Reader *r, const char *key, const yaml_event_t *ev, int *kind, char *text,
+                       size_t size) {
+    char want[WANT_MAX], item[64];
+    int count = 0;
+    const char *s = ev->type == YAML_SCALAR_EVENT ? (const char *)ev->data.scalar.value : "";
+    int plain = ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    Field positive = {.lo = 1, .hi = IMAX};
+    int this_kind = 0;
+    if (plain && parse_int(&positive, s, &count)) {
+        this_kind = 1;
+        snprintf(item, sizeof item, "%d", count);
+    } else if (!strncmp(s, "layers.", 7) && all_digits(s + 7) &&
+               parse_int(&positive, s + 7, &count)) {
+        this_kind = 2;
+        snprintf(item, sizeof item, "\"layers.%d\"", count);
+    }
+    if (!this_kind || (*kind && this_kind != *kind)) {
+        if (!this_kind) snprintf(want, sizeof want, "a layer count > 0 or a split point "
+                                                    "\"layers.N\" as list entry");
+        else snprintf(want, sizeof want, "every list entry to be a %s like the first",
+                      *kind == 1 ? "layer count" : "split point \"layers.N\"");
+        return fail_value(r, key, ev, want);
+    }
+    size_t len = strlen(text);
+    if (len + strlen(item) + 4 > size)
+        return fail(r, &ev->start_mark, "%s: the list is too long (at most %zu characters)", key,
+                    size - 1);
+    snprintf(text + len, size - len, "%s%s", *kind ? ", " : "", item);
+    *kind = this_kind;
+    return PP_OK;
+}
+
+/* Read the rest of a YAML sequence (its start event consumed) into pipeline.split as
+ * canonical text "[4, 4]" or "[\"layers.4\", \"layers.8\"]". */
+static int read_split(Reader *r, const Field *f) {
+    char text[PP_SPLIT_MAX] = "[";
+    int kind = 0, rc = PP_OK;
+    for (;;) {
+        yaml_event_t ev;
+        if (next_event(r, &ev)) return PP_EUSAGE;
+        if (ev.type == YAML_SEQUENCE_END_EVENT) {
+            if (!kind) rc = fail(r, &ev.start_mark, "%s: expected auto or a non-empty list, "
+                                                    "got an empty list", f->key);
+            yaml_event_delete(&ev);
+            break;
+        }
+        rc = split_entry(r, f->key, &ev, &kind, text, sizeof text);
+        yaml_event_delete(&ev);
+        if (rc) return rc;
+    }
+    if (rc) return rc;
+    strcat(text, "]");
+    set_text(field_ptr(f, r->c), f->size, text);
+    return PP_OK;
+}
+
+/* Apply the value event `ev` to `key` (a field, or a section taking a mapping). */
+static int read_value(Reader *r, const char *key, const yaml_event_t *ev) {
+    const Field *f = field_find(key);
+    char want[WANT_MAX];
+    if (!f) { /* a section */
+        if (ev->type == YAML_MAPPING_START_EVENT) return read_mapping(r, key);
+        if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+            is_null((const char *)ev->data.scalar.value))
+            return PP_OK; /* "train:" with nothing under it */
+        return fail_value(r, key, ev, "a mapping of keys");
+    }
+    if (ev->type == YAML_SCALAR_EVENT) {
+        int plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+        if (field_parse(f, r->c, (const char *)ev->data.scalar.value, plain, want, sizeof want))
+            return fail_value(r, key, ev, want);
+        return PP_OK;
+    }
+    if (ev->type == YAML_SEQUENCE_START_EVENT && f->type == T_SPLIT) return read_split(r, f);
+    field_expected(f, want, sizeof want);
+    return fail_value(r, key, ev, want);
+}
+
+/* One "key: value" pair inside the mapping `prefix` ("" at the top); `kev` is the key. */
+static int read_entry(Reader *r, const char *prefix, const yaml_event_t *kev) {
+    const char *k = (const char *)kev->data.scalar.value;
+    char key[KEY_MAX];
+    if (strchr(k, '.'))
+        return fail(r, &kev->start_mark, "key '%s': write nested keys as nested mappings "
+                                         "('train:' then '  steps: 20'), not with dots", k);
+    snprintf(key, sizeof key, "%s%s%.60s", prefix, *prefix ? "." : "", k);
+    const char *canon = key_canonical(key);
+    if (!canon) return fail_unknown(r, &kev->start_mark, key);
+    for (size_t i = 0; i < r->nseen; i++)
+        if (r->seen[i] == canon)
+            return fail(r, &kev->start_mark, "duplicate key '%s' (first given at line %zu)", key,
+                        r->seen_line[i]);
+    r->seen[r->nseen] = canon;
+    r->seen_line[r->nseen++] = kev->start_mark.line + 1;
+
+    yaml_event_t ev;
+    if (next_event(r, &ev)) return PP_EUSAGE;
+    int rc = read_value(r, key, &ev);
+    yaml_event_delete(&ev);
+    return rc;
+}
+
+/* Read the entries of a mapping (its start event consumed) under `prefix`. */
+static int read_mapping(Reader *r, const char *prefix) {
+    for (;;) {
+        yaml_event_t kev;
+        if (next_event(r, &kev)) return PP_EUSAGE;
+        if (kev.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&kev);
+            return PP_OK;
+        }
+        int rc = kev.type == YAML_SCALAR_EVENT
+                     ? read_entry(r, prefix, &kev)
+                     : fail(r, &kev.start_mark, "%s: expected a key name, got a %s",
+                            *prefix ? prefix : "top level",
+                            kev.type == YAML_MAPPING_START_EVENT ? "mapping" : "list");
+        yaml_event_delete(&kev);
+        if (rc) return rc;
+    }
+}
+
+/* The top of a config file: a mapping of sections, or nothing at all. */
+static int read_root(Reader *r, const yaml_event_t *ev) {
+    if (ev->type == YAML_MAPPING_START_EVENT) return read_mapping(r, "");
+    if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+        is_null((const char *)ev->data.scalar.value))
+        return PP_OK;
+    return fail_value(r, "top level", ev, "a mapping of sections (model:, pipeline:, train:, "
+                                          "data:, output:, runtime:)");
+}
+
+/* Expect an event of `type` (anything else is reported as `what`). */
+static int expect(Reader *r, yaml_event_type_t type, const char *what) {
+    yaml_event_t ev;
+    if (next_event(r, &ev)) return PP_EUSAGE;
+    int rc = ev.type == type ? PP_OK : fail(r, &ev.start_mark, "%s", what);
+    yaml_event_delete(&ev);
+    return rc;
+}
+
+/* Read a whole YAML stream of at most one document: a config file (set_key NULL) or the
+ * value of `--set set_key=...` (an empty value is read as a plain empty scalar). */
+static int read_stream(Reader *r, const char *set_key) {
+    yaml_event_t ev;
+    int rc = expect(r, YAML_STREAM_START_EVENT, "expected the start of a YAML stream");
+    if (rc || (rc = next_event(r, &ev))) return rc;
+    if (ev.type == YAML_STREAM_END_EVENT) {
+        yaml_event_delete(&ev);
+        if (!set_key) return PP_OK; /* an empty file */
+        yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)"", 0, 1, 1,
+                                     YAML_PLAIN_SCALAR_STYLE);
+        rc = read_value(r, set_key, &ev);
+        yaml_event_delete(&ev);
+        return rc;
+    }
+    yaml_event_delete(&ev); /* DOCUMENT_START */
+    if ((rc = next_event(r, &ev))) return rc;
+    rc = set_key ? read_value(r, set_key, &ev) : read_root(r, &ev);
+    yaml_event_delete(&ev);
+    if (!rc) rc = expect(r, YAML_DOCUMENT_END_EVENT, "expected the end of the document");
+    if (!rc) rc = expect(r, YAML_STREAM_END_EVENT, "expected a single YAML document, got a "
+                                                    "second one");
+    return rc;
+}
+
+/* Parse `len` bytes of YAML into a copy of *c; *c changes only if all of it is valid. */
+static int read_text(Config *c, const char *text, size_t len, const char *file,
+                     const char *assignment, const char *set_key, char *err, size_t errlen) {
+    Config staged = *c;
+    Reader r = {.c = &staged, .file = file, .assignment = assignment, .err = err,
+                .errlen = errlen};
+    PP_CHECK(yaml_parser_initialize(&r.yp));
+    yaml_parser_set_input_string(&r.yp, (const unsigned char *)text, len);
+    int rc = read_stream(&r, set_key);
+    yaml_parser_delete(&r.yp);
+    if (rc == PP_OK) *c = staged;
+    return rc;
+}
+
+/* The whole file in a malloc'd buffer (*out, *len), or PP_EUSAGE naming the file. */
+static int read_file(const char *path, char **out, size_t *len, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return pp_errf(err, errlen, PP_EUSAGE, "%s: cannot open config file: %s", path,
+                           strerror(errno));
+    size_t cap = 4096, n = 0, got;
+    char *buf = malloc(cap);
+    PP_CHECK(buf);
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            PP_CHECK(buf);
+        }
+    }
+    int failed = ferror(f), e = errno;
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: cannot read config file: %s", path,
+                       strerror(e));
+    }
+    *out = buf;
+    *len = n;
+    return PP_OK;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Public API
+ * ---------------------------------------------------------------------------------- */
+
+void config_defaults(Config *c) {
+    char want[WANT_MAX];
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (k_fields[i].def) PP_CHECK(field_parse(&k_fields[i], c, k_fields[i].def, 1, want,
+                                                  sizeof want) == PP_OK);
+}
+
+int config_load_file(Config *c, const char *path, char *err, size_t errlen) {
+    char *text = NULL;
+    size_t len = 0;
+    if (read_file(path, &text, &len, err, errlen)) return PP_EUSAGE;
+    int rc = read_text(c, text, len, path, NULL, NULL, err, errlen);
+    free(text);
+    return rc;
+}
+
+int config_set(Config *c, const char *assignment, char *err, size_t errlen) {
+    const char *eq = strchr(assignment, '=');
+    char key[KEY_MAX];
+    if (!eq || eq == assignment)
+        return pp_errf(err, errlen, PP_EUSAGE, "--set %s: expected KEY=VALUE, e.g. --set "
+                                               "train.steps=20", assignment);
+    snprintf(key, sizeof key, "%.*s", (int)(eq - assignment < 60 ? eq - assignment : 60),
+             assignment);
+    if (!key_canonical(key)) {
+        Reader r = {.assignment = assignment, .err = err, .errlen = errlen};
+        return fail_unknown(&r, NULL, key);
+    }
+    return read_text(c, eq + 1, strlen(eq + 1), NULL, assignment, key, err, errlen);
+}
+
+/* A field's value as a number (T_INT / T_FLOAT) for limit checks. */
+static double field_number(const Field *f, const Config *c) {
+    return f->type == T_INT ? *(const int *)field_ptr(f, c) : *(const float *)field_ptr(f, c);
+}
+
+/* Every value within its table limits (values set directly in the struct included). */
+static int check_fields(const Config *c, char *err, size_t errlen) {
+    char want[WANT_MAX], value[VALUE_MAX];
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const Field *f = &k_fields[i];
+        const char *s = field_ptr(f, c);
+        int ok = 1;
+        if (f->type == T_INT || f->type == T_FLOAT) ok = in_limits(f, field_number(f, c));
+        else if (f->type == T_ENUM) ok = in_choices(f->choices, s);
+        else if (f->type == T_STRING || f->type == T_SPLIT) ok = *s != '\0';
+        if (ok) continue;
+        if (!f->def && field_number(f, c) == 0)
+            return pp_errf(err, errlen, PP_EUSAGE, "missing required key %s (%s): add it under "
+                           "'%.*s:' in the config or pass --set %s=...", f->key, f->help,
+                           (int)(last_component(f->key) - f->key - 1), f->key, f->key);
+        field_expected(f, want, sizeof want);
+        format_value(f, c, value, sizeof value);
+        return pp_errf(err, errlen, PP_EUSAGE, "%s (%s) is %s: expected %s", f->key, f->help,
+                       value, want);
+    }
+    return PP_OK;
+}
+
+/* The rules that join several keys; each message says what to change. */
+static int check_cross(const Config *c, char *err, size_t errlen) {
+#define REJECT(...) return pp_errf(err, errlen, PP_EUSAGE, __VA_ARGS__)
+    if (c->vocab_size > c->padded_vocab_size)
+        REJECT("model.padded_vocab_size (%d) is smaller than model.vocab_size (%d): set it to 0 "
+               "(round up to a multiple of 128) or to at least %d", c->padded_vocab_size,
+               c->vocab_size, c->vocab_size);
+    if (c->dim % c->n_heads)
+        REJECT("model.dim (%d) is not a multiple of model.n_heads (%d): each head gets dim / "
+               "n_heads channels; change one of them", c->dim, c->n_heads);
+    if (c->seq_len > c->max_seq_len)
+        REJECT("train.seq_len (%d) exceeds model.max_seq_len (%d): lower train.seq_len or raise "
+               "model.max_seq_len", c->seq_len, c->max_seq_len);
+    if (c->batch_size % c->microbatches)
+        REJECT("train.batch_size (%d) is not a multiple of pipeline.microbatches (%d): the batch "
+               "is split into equal microbatches; pick microbatches that divide batch_size",
+               c->batch_size, c->microbatches);
+    if ((long long)c->stages * c->virtual_stages > c->n_layers)
+        REJECT("pipeline.stages x pipeline.virtual_stages (%d x %d) exceeds model.n_layers (%d): "
+               "every model chunk needs at least one layer; use fewer stages or virtual stages",
+               c->stages, c->virtual_stages, c->n_layers);
+    int interleaved = !strcmp(c->schedule, "interleaved-1f1b");
+    if (c->virtual_stages > 1 && !interleaved)
+        REJECT("pipeline.virtual_stages is %d but pipeline.schedule is %s: more than one model "
+               "chunk per rank needs schedule interleaved-1f1b (or set virtual_stages: 1)",
+               c->virtual_stages, c->schedule);
+    if (interleaved && c->virtual_stages < 2)
+        REJECT("pipeline.schedule interleaved-1f1b needs pipeline.virtual_stages >= 2 (got %d): "
+               "set virtual_stages to 2 or more, or use schedule 1f1b", c->virtual_stages);
+    return PP_OK;
+#undef REJECT
+}
+
+int config_finalize(Config *c, char *err, size_t errlen) {
+    if (c->padded_vocab_size == 0) c->padded_vocab_size = (c->vocab_size + 127) / 128 * 128;
+    int rc = check_fields(c, err, errlen);
+    return rc ? rc : check_cross(c, err, errlen);
+}
+
+/* Whether the section path h[0..n) is `open`, i.e. `open` is it or lies inside it. */
+static int inside(const char *open, const char *h, size_t n) {
+    return !strncmp(open, h, n) && (open[n] == '\0' || open[n] == '.');
+}
+
+/* Print a "name:" header line for each section on the path `parent` (e.g.
+ * "train.optimizer") that is not already open in `prev`, the previous field's parent. */
+static void print_headers(FILE *out, const char *prev, const char *parent) {
+    size_t start = 0;
+    int depth = 0;
+    for (size_t i = 0;; i++) {
+        if (parent[i] && parent[i] != '.') continue;
+        if (!inside(prev, parent, i))
+            fprintf(out, "%*s%.*s:\n", 2 * depth, "", (int)(i - start), parent + start);
+        if (!parent[i]) break;
+        start = i + 1;
+        depth++;
+    }
+}
+
+/* Write the fields (all, or those of one top-level section) as block YAML. */
+static void print_fields(const Config *c, FILE *out, const char *section) {
+    char prev[KEY_MAX] = "", parent[KEY_MAX], value[VALUE_MAX];
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const Field *f = &k_fields[i];
+        const char *last = last_component(f->key);
+        if (section && (strncmp(f->key, section, strlen(section)) ||
+                        f->key[strlen(section)] != '.'))
+            continue;
+        snprintf(parent, sizeof parent, "%.*s", (int)(last - f->key - 1), f->key);
+        print_headers(out, prev, parent);
+        snprintf(prev, sizeof prev, "%s", parent);
+        int depth = 0;
+        for (const char *p = f->key; *p; p++) depth += *p == '.';
+        format_value(f, c, value, sizeof value);
+        fprintf(out, "%*s%s: %s\n", 2 * depth, "", last, value);
+    }
+}
+
+void config_print(const Config *c, FILE *f) { print_fields(c, f, NULL); }
+
+uint64_t config_hash(const Config *c, int model_only) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    PP_CHECK(f);
+    print_fields(c, f, model_only ? "model" : NULL);
+    PP_CHECK(fclose(f) == 0);
+    uint64_t h = 14695981039346656037ULL; /* FNV-1a 64 offset basis */
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)text[i];
+        h *= 1099511628211ULL; /* FNV 64 prime */
+    }
+    free(text);
+    return h;
+}
+
+const char *config_first_diff(const Config *a, const Config *b) {
+    char va[VALUE_MAX], vb[VALUE_MAX];
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        format_value(&k_fields[i], a, va, sizeof va);
+        format_value(&k_fields[i], b, vb, sizeof vb);
+        if (strcmp(va, vb)) return k_fields[i].key;
+    }
+    return NULL;
+}

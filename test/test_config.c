@@ -1,0 +1,680 @@
+/* test_config.c — config: defaults, shipped configs, print/load round trip, every error
+ * path with its FILE:LINE:COL message, --set, cross-field rules, hash and first_diff.
+ * Run from the repository root (reads configs/ and docs/config.md). */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+static const char *const k_shipped[] = {
+    "configs/gpt-tiny.yaml",       "configs/gpt2-124m.yaml",     "configs/tutorial.yaml",
+    "configs/bench-124m-t256.yaml", "configs/bench-124m-t64.yaml", "configs/bench-small.yaml",
+};
+#define N_SHIPPED (sizeof k_shipped / sizeof k_shipped[0])
+
+/* The model part every valid test config starts from. */
+static const char *const k_model =
+    "model:\n  vocab_size: 256\n  max_seq_len: 64\n  n_layers: 4\n  n_heads: 4\n  dim: 64\n";
+
+static char g_path[64]; /* the temp file of the current test (each test is its own fork) */
+
+/* Write `text` to a fresh temp file; returns its path (g_path). */
+static const char *write_tmp(const char *text) {
+    strcpy(g_path, "/tmp/test_config_XXXXXX.yaml");
+    int fd = mkstemps(g_path, 5);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+    return g_path;
+}
+
+/* Load YAML text over c via a temp file (removed again); returns the status. */
+static int load_text(Config *c, const char *text, char *err, size_t errlen) {
+    const char *path = write_tmp(text);
+    int rc = config_load_file(c, path, err, errlen);
+    unlink(path);
+    return rc;
+}
+
+static void assert_has(const char *s, const char *sub) {
+    ck_assert_msg(strstr(s, sub) != NULL, "expected '%s' in message: %s", sub, s);
+}
+
+/* Defaults + k_model, finalized: a valid starting point. */
+static void valid_config(Config *c) {
+    char err[PP_ERR_MAX];
+    config_defaults(c);
+    ck_assert_int_eq(load_text(c, k_model, err, sizeof err), PP_OK);
+}
+
+static void set_ok(Config *c, const char *assignment) {
+    char err[PP_ERR_MAX] = "";
+    ck_assert_msg(config_set(c, assignment, err, sizeof err) == PP_OK, "--set %s: %s",
+                  assignment, err);
+}
+
+/* ---- defaults ------------------------------------------------------------------- */
+
+START_TEST(test_defaults) {
+    Config c;
+    config_defaults(&c);
+    ck_assert_str_eq(c.arch, "gpt2");
+    ck_assert_int_eq(c.vocab_size, 0);
+    ck_assert_int_eq(c.padded_vocab_size, 0);
+    ck_assert_int_eq(c.max_seq_len + c.n_layers + c.n_heads + c.dim, 0);
+    ck_assert_int_eq(c.tie_embeddings, 1);
+    ck_assert_str_eq(c.init_from, "");
+    ck_assert_float_eq(c.init_std, 0.02f);
+    ck_assert_int_eq(c.stages, 1);
+    ck_assert_int_eq(c.virtual_stages, 1);
+    ck_assert_str_eq(c.schedule, "1f1b");
+    ck_assert_str_eq(c.schedule_file, "");
+    ck_assert_int_eq(c.microbatches, 4);
+    ck_assert_str_eq(c.split, "auto");
+    ck_assert_int_eq(c.batch_size, 8);
+    ck_assert_int_eq(c.seq_len, 64);
+    ck_assert_int_eq(c.steps, 100);
+    ck_assert_uint_eq(c.seed, 1337);
+    ck_assert_float_eq(c.grad_clip, 1.0f);
+    ck_assert_str_eq(c.optimizer, "adamw");
+    ck_assert_float_eq(c.lr, 3.0e-4f);
+    ck_assert_float_eq(c.beta1, 0.9f);
+    ck_assert_float_eq(c.beta2, 0.95f);
+    ck_assert_float_eq(c.eps, 1.0e-8f);
+    ck_assert_float_eq(c.weight_decay, 0.1f);
+    ck_assert_float_eq(c.momentum, 0.9f);
+    ck_assert_int_eq(c.warmup_steps, 0);
+    ck_assert_str_eq(c.decay, "cosine");
+    ck_assert_float_eq(c.min_lr_ratio, 0.1f);
+    ck_assert_str_eq(c.train_path, "data/tiny/train.bin");
+    ck_assert_str_eq(c.val_path, "");
+    ck_assert_int_eq(c.val_every, 0);
+    ck_assert_int_eq(c.val_batches, 4);
+    ck_assert_str_eq(c.out_dir, "runs/gpt-tiny");
+    ck_assert_int_eq(c.log_every, 1);
+    ck_assert_int_eq(c.checkpoint_every, 0);
+    ck_assert_int_eq(c.checkpoint_keep, 2);
+    ck_assert_int_eq(c.compression_level, 6);
+    ck_assert_int_eq(c.trace, 0);
+    ck_assert_str_eq(c.device, "auto");
+    ck_assert_str_eq(c.precision, "fp32");
+    ck_assert_str_eq(c.transport, "auto");
+    ck_assert_int_eq(c.threads, 0);
+    ck_assert_int_eq(c.timeout_s, 300);
+}
+END_TEST
+
+/* Each required key, when it alone is missing, is named by finalize. */
+START_TEST(test_required_keys) {
+    static const char *const keys[] = {"vocab_size", "max_seq_len", "n_layers", "n_heads", "dim"};
+    static const char *const values[] = {"256", "64", "4", "4", "64"};
+    char err[PP_ERR_MAX], arg[64], want[64];
+    for (int missing = 0; missing < 5; missing++) {
+        Config c;
+        config_defaults(&c);
+        for (int k = 0; k < 5; k++) {
+            if (k == missing) continue;
+            snprintf(arg, sizeof arg, "model.%s=%s", keys[k], values[k]);
+            set_ok(&c, arg);
+        }
+        ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
+        snprintf(want, sizeof want, "missing required key model.%s", keys[missing]);
+        assert_has(err, want);
+    }
+    Config c;
+    valid_config(&c);
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_OK);
+}
+END_TEST
+
+/* ---- shipped configs -------------------------------------------------------------- */
+
+static void load_shipped(Config *c, const char *path) {
+    char err[PP_ERR_MAX] = "";
+    config_defaults(c);
+    ck_assert_msg(config_load_file(c, path, err, sizeof err) == PP_OK, "%s", err);
+    ck_assert_msg(config_finalize(c, err, sizeof err) == PP_OK, "%s: %s", path, err);
+}
+
+START_TEST(test_shipped_configs_load) {
+    Config c;
+    for (size_t i = 0; i < N_SHIPPED; i++) load_shipped(&c, k_shipped[i]);
+
+    load_shipped(&c, "configs/gpt-tiny.yaml");
+    ck_assert_int_eq(c.vocab_size, 256);
+    ck_assert_int_eq(c.padded_vocab_size, 256);
+    ck_assert_int_eq(c.n_layers * 1000 + c.n_heads * 100 + c.dim, 4464);
+    ck_assert_int_eq(c.stages, 2);
+    ck_assert_int_eq(c.microbatches, 4);
+    ck_assert_int_eq(c.steps, 200);
+    ck_assert_float_eq(c.lr, 1.0e-3f);
+    ck_assert_int_eq(c.warmup_steps, 10);
+    ck_assert_str_eq(c.val_path, "data/tiny/val.bin");
+    ck_assert_int_eq(c.val_every, 50);
+    ck_assert_int_eq(c.log_every, 10);
+    ck_assert_int_eq(c.threads, 1);
+
+    load_shipped(&c, "configs/gpt2-124m.yaml");
+    ck_assert_int_eq(c.padded_vocab_size, 50304);
+    ck_assert_int_eq(c.stages, 4);
+    ck_assert_int_eq(c.seq_len, 1024);
+    ck_assert_str_eq(c.train_path, "data/tinyshakespeare/tiny_shakespeare_train.bin");
+
+    load_shipped(&c, "configs/tutorial.yaml");
+    ck_assert_str_eq(c.split, "[\"layers.4\"]");
+    ck_assert_str_eq(c.schedule, "gpipe");
+    ck_assert_str_eq(c.optimizer, "sgd");
+    ck_assert_int_eq(c.batch_size * 1000 + c.seq_len, 32500);
+
+    load_shipped(&c, "configs/bench-124m-t64.yaml");
+    ck_assert_int_eq(c.seq_len, 64);
+    ck_assert_int_eq(c.stages * 10 + c.microbatches, 11);
+    ck_assert_str_eq(c.out_dir, "runs/bench-124m-t64");
+    load_shipped(&c, "configs/bench-small.yaml");
+    ck_assert_int_eq(c.microbatches, 8);
+    ck_assert_int_eq(c.steps, 5);
+}
+END_TEST
+
+/* ---- print / load round trip ------------------------------------------------------- */
+
+/* Print c (finalized) to a file, load that into fresh defaults, finalize: identical. */
+static void assert_round_trip(const Config *c, const char *what) {
+    char err[PP_ERR_MAX] = "";
+    const char *path = write_tmp("");
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    config_print(c, f);
+    fclose(f);
+    Config back;
+    config_defaults(&back);
+    int rc = config_load_file(&back, path, err, sizeof err);
+    unlink(path);
+    ck_assert_msg(rc == PP_OK, "%s: reading the printed config: %s", what, err);
+    ck_assert_msg(config_finalize(&back, err, sizeof err) == PP_OK, "%s: %s", what, err);
+    ck_assert_msg(config_first_diff(c, &back) == NULL, "%s: %s differs", what,
+                  config_first_diff(c, &back));
+    ck_assert_msg(memcmp(c, &back, sizeof back) == 0, "%s: not memcmp-equal", what);
+    ck_assert_uint_eq(config_hash(c, 0), config_hash(&back, 0));
+}
+
+START_TEST(test_round_trip_shipped) {
+    for (size_t i = 0; i < N_SHIPPED; i++) {
+        Config c;
+        load_shipped(&c, k_shipped[i]);
+        assert_round_trip(&c, k_shipped[i]);
+    }
+}
+END_TEST
+
+/* Values that need quoting or all float digits still read back to the same bytes. */
+START_TEST(test_round_trip_tricky) {
+    Config c;
+    char err[PP_ERR_MAX] = "";
+    valid_config(&c);
+    const char *text = "model:\n  init_from: \"null\"\n  init_std: 0.0123456789\n"
+                       "  tie_embeddings: no\n"
+                       "pipeline:\n  split: [1, 1, 2]\n  schedule_file: '~/plans/a b.txt'\n"
+                       "train:\n  seed: 18446744073709551615\n  grad_clip: 0\n"
+                       "  optimizer:\n    lr: 1e-45\n    eps: 3.4e38\n    beta1: 0.999999\n"
+                       "data:\n  train: \"we:ird #path \\\"q\\\" \\\\ \\t end\"\n"
+                       "  val: \"-leading dash\"\n"
+                       "output:\n  dir: 'runs/x: y'\n  trace: on\n";
+    ck_assert_msg(load_text(&c, text, err, sizeof err) == PP_OK, "%s", err);
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_OK);
+    ck_assert_str_eq(c.init_from, "null");
+    ck_assert_str_eq(c.schedule_file, "~/plans/a b.txt");
+    ck_assert_uint_eq(c.seed, UINT64_MAX);
+    ck_assert_str_eq(c.train_path, "we:ird #path \"q\" \\ \t end");
+    ck_assert_str_eq(c.split, "[1, 1, 2]");
+    ck_assert_int_eq(c.tie_embeddings, 0);
+    ck_assert_int_eq(c.trace, 1);
+    assert_round_trip(&c, "tricky");
+    set_ok(&c, "pipeline.split=[\"layers.1\", layers.3]");
+    assert_round_trip(&c, "split points");
+}
+END_TEST
+
+START_TEST(test_print_layout) {
+    Config c;
+    char *text = NULL;
+    size_t len = 0;
+    valid_config(&c);
+    FILE *f = open_memstream(&text, &len);
+    config_print(&c, f);
+    fclose(f);
+    static const char *const order[] = {
+        "model:\n  arch: gpt2\n", "\npipeline:\n  stages: 1\n", "\ntrain:\n  batch_size: 8\n",
+        "\n  optimizer:\n    name: adamw\n", "\n  lr_schedule:\n    warmup_steps: 0\n",
+        "\ndata:\n  train: data/tiny/train.bin\n", "\noutput:\n", "\nruntime:\n"};
+    const char *prev = text;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        const char *at = strstr(text, order[i]);
+        ck_assert_msg(at && at >= prev, "'%s' missing or out of order in:\n%s", order[i], text);
+        prev = at;
+    }
+    assert_has(text, "    momentum: 0.9\n");
+    assert_has(text, "  init_from: null\n");
+    assert_has(text, "  seed: 1337\n");
+    free(text);
+}
+END_TEST
+
+/* ---- errors in files ---------------------------------------------------------------- */
+
+typedef struct {
+    const char *yaml;   /* after k_model */
+    const char *where;  /* ":LINE:COL: " counting k_model's 6 lines */
+    const char *key;
+    const char *wanted; /* what was expected / what is wrong */
+} FileError;
+
+static const FileError k_file_errors[] = {
+    {"train:\n  steps: many\n", ":8:10: ", "train.steps: ", "expected an integer >= 1, got 'many'"},
+    {"train:\n  steps: 2.5\n", ":8:10: ", "train.steps: ", "expected an integer >= 1, got '2.5'"},
+    {"train:\n  steps: \"20\"\n", ":8:10: ", "train.steps: ", "got '\"20\"' (a quoted string)"},
+    {"train:\n  steps: null\n", ":8:10: ", "train.steps: ", "got 'null'"},
+    {"train:\n  steps: 99999999999\n", ":8:10: ", "train.steps: ", "<= 2147483647"},
+    {"output:\n  compression_level: 12\n", ":8:22: ", "output.compression_level: ",
+     "expected an integer in [0, 9], got '12'"},
+    {"output:\n  trace: maybe\n", ":8:10: ", "output.trace: ", "expected true or false"},
+    {"train:\n  seed: -1\n", ":8:9: ", "train.seed: ", "expected an unsigned 64-bit integer"},
+    {"train:\n  optimizer: {lr: fast}\n", ":8:19: ", "train.optimizer.lr: ",
+     "expected a number > 0, got 'fast'"},
+    {"train:\n  optimizer:\n    beta2: 1.0\n", ":9:12: ", "train.optimizer.beta2: ",
+     "expected a number in [0, 1), got '1.0'"},
+    {"train:\n  optimizer:\n    lr: 1e39\n", ":9:9: ", "train.optimizer.lr: ", "got '1e39'"},
+    {"train:\n  optimizer:\n    lr: .inf\n", ":9:9: ", "train.optimizer.lr: ", "got '.inf'"},
+    {"pipeline:\n  schedule: zigzag\n", ":8:13: ", "pipeline.schedule: ",
+     "expected one of gpipe, 1f1b, interleaved-1f1b, got 'zigzag'"},
+    {"data:\n  train: null\n", ":8:10: ", "data.train: ", "expected a non-empty path"},
+    {"train:\n  steps: {a: 1}\n", ":8:10: ", "train.steps: ", "got a mapping"},
+    {"train:\n  steps: [1]\n", ":8:10: ", "train.steps: ", "got a list"},
+    {"train: 5\n", ":7:8: ", "train: ", "expected a mapping of keys, got '5'"},
+    {"pipeline:\n  split: [4, layers.4]\n", ":8:14: ", "pipeline.split: ",
+     "like the first, got 'layers.4'"},
+    {"pipeline:\n  split: [0, 4]\n", ":8:11: ", "pipeline.split: ", "got '0'"},
+    {"pipeline:\n  split: [layers.x]\n", ":8:11: ", "pipeline.split: ", "got 'layers.x'"},
+    {"pipeline:\n  split: ['4']\n", ":8:11: ", "pipeline.split: ", "(a quoted string)"},
+    {"pipeline:\n  split: []\n", ":8:11: ", "pipeline.split: ", "got an empty list"},
+    {"pipeline:\n  split: [[1]]\n", ":8:11: ", "pipeline.split: ", "got a list"},
+    {"pipeline:\n  split: even\n", ":8:10: ", "pipeline.split: ",
+     "expected auto, a list of layer counts like [4, 4]"},
+    {"train:\n  steps: 1\n  steps: 2\n", ":9:3: ", "duplicate key 'train.steps'",
+     "first given at line 8"},
+    {"model:\n  dim: 8\n", ":7:1: ", "duplicate key 'model'", "first given at line 1"},
+    {"train:\n  stepz: 20\n", ":8:3: ", "unknown key 'train.stepz'",
+     "(did you mean 'train.steps'?)"},
+    {"train.steps: 3\n", ":7:1: ", "key 'train.steps'", "nested mappings"},
+    {"x: &a 1\n", ":7:1: ", "unknown key 'x'", "docs/config.md"},
+    {"train:\n  steps: &n 5\n  seed: *n\n", ":9:9: ", "aliases", "not supported"},
+    {"train: {}\n---\ntrain: {}\n", ":8:1: ", "single YAML document", "second one"},
+    {"train:\n  steps: 4\n bad: 1\n", ":9:2: ", "YAML syntax error",
+     "did not find expected key (while parsing a block mapping at line 1, column 1)"},
+    {"train: {steps: 4\n", ":8:1: ", "YAML syntax error", "did not find expected ',' or '}'"},
+    {"train:\n  steps: 4: 5\n", ":8:11: ", "YAML syntax error", "mapping values are not allowed"},
+};
+
+START_TEST(test_file_errors) {
+    const FileError *e = &k_file_errors[_i];
+    char text[1024], err[PP_ERR_MAX] = "", where[PP_PATH_MAX];
+    snprintf(text, sizeof text, "%s%s", k_model, e->yaml);
+    Config c, before;
+    config_defaults(&c);
+    set_ok(&c, "train.steps=77");
+    before = c;
+    ck_assert_int_eq(load_text(&c, text, err, sizeof err), PP_EUSAGE);
+    snprintf(where, sizeof where, "%s%s", g_path, e->where);
+    ck_assert_msg(strncmp(err, where, strlen(where)) == 0, "expected '%s' at the start of: %s",
+                  where, err);
+    assert_has(err, e->key);
+    assert_has(err, e->wanted);
+    ck_assert_msg(memcmp(&c, &before, sizeof c) == 0, "a failed load changed the config");
+}
+END_TEST
+
+START_TEST(test_top_level_not_mapping) {
+    Config c;
+    char err[PP_ERR_MAX] = "";
+    config_defaults(&c);
+    ck_assert_int_eq(load_text(&c, "- model\n", err, sizeof err), PP_EUSAGE);
+    assert_has(err, ":1:1: top level: expected a mapping of sections");
+    ck_assert_int_eq(load_text(&c, "# only a comment\n", err, sizeof err), PP_OK);
+    ck_assert_int_eq(load_text(&c, "model:\ntrain: ~\n", err, sizeof err), PP_OK);
+    ck_assert_int_eq(load_text(&c, "model:\n  dim: \xff\n", err, sizeof err), PP_EUSAGE);
+    assert_has(err, "cannot read the YAML text");
+    assert_has(err, "UTF-8");
+}
+END_TEST
+
+START_TEST(test_missing_and_unreadable_files) {
+    Config c;
+    char err[PP_ERR_MAX] = "";
+    config_defaults(&c);
+    ck_assert_int_eq(config_load_file(&c, "/nonexistent/dir/x.yaml", err, sizeof err), PP_EUSAGE);
+    assert_has(err, "/nonexistent/dir/x.yaml: cannot open config file: No such file");
+    ck_assert_int_eq(config_load_file(&c, "/tmp", err, sizeof err), PP_EUSAGE);
+    assert_has(err, "/tmp: cannot read config file: Is a directory");
+}
+END_TEST
+
+/* ---- did you mean ------------------------------------------------------------------- */
+
+START_TEST(test_did_you_mean) {
+    static const char *const cases[][2] = {
+        {"train:\n  stepz: 20\n", "'train.steps'"},          /* typo in the last part */
+        {"modle:\n  dim: 8\n", "'model'"},                   /* typo in a section */
+        {"train:\n  lr: 0.1\n", "'train.optimizer.lr'"},     /* right name, wrong section */
+        {"model:\n  layers: 4\n", "'model.n_layers'"},
+        {"output:\n  compresion_level: 4\n", "'output.compression_level'"},
+        {"steps: 20\n", "'train.steps'"},                    /* top level */
+        {"train:\n  optimizer: {nmae: sgd}\n", "'train.optimizer.name'"},
+    };
+    char err[PP_ERR_MAX] = "", want[128];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Config c;
+        config_defaults(&c);
+        ck_assert_int_eq(load_text(&c, cases[i][0], err, sizeof err), PP_EUSAGE);
+        snprintf(want, sizeof want, "(did you mean %s?)", cases[i][1]);
+        assert_has(err, want);
+    }
+    Config c;
+    config_defaults(&c);
+    ck_assert_int_eq(load_text(&c, "train:\n  quux: 1\n", err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_null(strstr(err, "did you mean"));
+    assert_has(err, "unknown key 'train.quux'");
+}
+END_TEST
+
+/* ---- --set -------------------------------------------------------------------------- */
+
+START_TEST(test_set_overrides) {
+    Config c;
+    valid_config(&c);
+    set_ok(&c, "train.steps=20");
+    set_ok(&c, "pipeline.schedule=gpipe");
+    set_ok(&c, "pipeline.split=[4, 4]");
+    ck_assert_str_eq(c.split, "[4, 4]");
+    set_ok(&c, "pipeline.split=[layers.2,'layers.3']");
+    ck_assert_str_eq(c.split, "[\"layers.2\", \"layers.3\"]");
+    set_ok(&c, "pipeline.split=auto");
+    ck_assert_str_eq(c.split, "auto");
+    set_ok(&c, "train.optimizer.name=sgd");
+    set_ok(&c, "train.optimizer.lr=0.5");
+    set_ok(&c, "train.lr_schedule={warmup_steps: 7, decay: linear}");
+    set_ok(&c, "train.optimizer={momentum: 0.5, weight_decay: 0}");
+    set_ok(&c, "model.init_from=gpt2_124M.bin");
+    ck_assert_str_eq(c.init_from, "gpt2_124M.bin");
+    set_ok(&c, "model.init_from=null");
+    set_ok(&c, "data.val=");
+    set_ok(&c, "output.dir=runs/a=b");
+    set_ok(&c, "train.seed=42");
+    set_ok(&c, "output.trace=true");
+    ck_assert_int_eq(c.steps, 20);
+    ck_assert_str_eq(c.schedule, "gpipe");
+    ck_assert_str_eq(c.optimizer, "sgd");
+    ck_assert_float_eq(c.lr, 0.5f);
+    ck_assert_int_eq(c.warmup_steps, 7);
+    ck_assert_str_eq(c.decay, "linear");
+    ck_assert_float_eq(c.momentum, 0.5f);
+    ck_assert_float_eq(c.weight_decay, 0.0f);
+    ck_assert_str_eq(c.init_from, "");
+    ck_assert_str_eq(c.val_path, "");
+    ck_assert_str_eq(c.out_dir, "runs/a=b");
+    ck_assert_uint_eq(c.seed, 42);
+    ck_assert_int_eq(c.trace, 1);
+    ck_assert_int_eq(c.vocab_size, 256); /* untouched keys keep their values */
+
+    /* A file read after --set values changes only the keys it names. */
+    char err[PP_ERR_MAX] = "";
+    ck_assert_int_eq(load_text(&c, "train:\n  steps: 5\n", err, sizeof err), PP_OK);
+    ck_assert_int_eq(c.steps, 5);
+    ck_assert_str_eq(c.schedule, "gpipe");
+}
+END_TEST
+
+START_TEST(test_set_errors) {
+    static const char *const cases[][2] = {
+        {"train.stepz=20", "--set train.stepz=20: unknown key 'train.stepz' (did you mean "
+                           "'train.steps'?)"},
+        {"train.steps=abc", "--set train.steps=abc: train.steps: expected an integer >= 1, "
+                            "got 'abc'"},
+        {"train.steps=", "--set train.steps=: train.steps: expected an integer >= 1, got ''"},
+        {"train.steps=2.5", "got '2.5'"},
+        {"pipeline.split=[4, x]", "--set pipeline.split=[4, x]: pipeline.split: "},
+        {"pipeline.split=[4, 4", "--set pipeline.split=[4, 4: YAML syntax error"},
+        {"train.optimizer={lr: 0.1, lr: 0.2}", "duplicate key 'train.optimizer.lr'"},
+        {"train.optimizer={lrr: 0.1}", "(did you mean 'train.optimizer.lr'?)"},
+        {"train.optimizer=sgd", "train.optimizer: expected a mapping of keys, got 'sgd'"},
+        {"model.dim=[1]", "model.dim: expected an integer >= 1, got a list"},
+        {"train.steps", "--set train.steps: expected KEY=VALUE"},
+        {"=3", "--set =3: expected KEY=VALUE"},
+    };
+    char err[PP_ERR_MAX];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Config c, before;
+        valid_config(&c);
+        before = c;
+        err[0] = '\0';
+        ck_assert_msg(config_set(&c, cases[i][0], err, sizeof err) == PP_EUSAGE, "%s accepted",
+                      cases[i][0]);
+        assert_has(err, cases[i][1]);
+        ck_assert_msg(memcmp(&c, &before, sizeof c) == 0, "failed --set %s changed the config",
+                      cases[i][0]);
+    }
+}
+END_TEST
+
+/* ---- finalize ----------------------------------------------------------------------- */
+
+START_TEST(test_padded_vocab) {
+    static const int cases[][3] = {/* vocab, padded in, padded out */
+                                   {256, 0, 256}, {129, 0, 256}, {50257, 0, 50304},
+                                   {1, 0, 128},   {65536, 0, 65536}, {50257, 50260, 50260}};
+    char err[PP_ERR_MAX], arg[64];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Config c;
+        valid_config(&c);
+        snprintf(arg, sizeof arg, "model.vocab_size=%d", cases[i][0]);
+        set_ok(&c, arg);
+        snprintf(arg, sizeof arg, "model.padded_vocab_size=%d", cases[i][1]);
+        set_ok(&c, arg);
+        ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s", err);
+        ck_assert_int_eq(c.padded_vocab_size, cases[i][2]);
+    }
+}
+END_TEST
+
+/* Each row: overrides (';'-separated) on a valid config, then a phrase of the error. */
+static const char *const k_cross[][2] = {
+    {"model.dim=66", "model.dim (66) is not a multiple of model.n_heads (4)"},
+    {"train.seq_len=65", "train.seq_len (65) exceeds model.max_seq_len (64)"},
+    {"pipeline.microbatches=3", "train.batch_size (8) is not a multiple of pipeline.microbatches"},
+    {"pipeline.stages=5", "pipeline.stages x pipeline.virtual_stages (5 x 1) exceeds "
+                          "model.n_layers (4)"},
+    {"pipeline.stages=2;pipeline.virtual_stages=3;pipeline.schedule=interleaved-1f1b",
+     "(2 x 3) exceeds model.n_layers (4)"},
+    {"model.vocab_size=300;model.padded_vocab_size=256",
+     "model.padded_vocab_size (256) is smaller than model.vocab_size (300)"},
+    {"pipeline.virtual_stages=2", "needs schedule interleaved-1f1b"},
+    {"pipeline.schedule=interleaved-1f1b", "interleaved-1f1b needs pipeline.virtual_stages >= 2"},
+};
+
+START_TEST(test_cross_field_errors) {
+    char err[PP_ERR_MAX] = "", list[256];
+    Config c;
+    valid_config(&c);
+    snprintf(list, sizeof list, "%s", k_cross[_i][0]);
+    for (char *save, *a = strtok_r(list, ";", &save); a; a = strtok_r(NULL, ";", &save))
+        set_ok(&c, a);
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
+    assert_has(err, k_cross[_i][1]);
+}
+END_TEST
+
+START_TEST(test_cross_field_valid_edges) {
+    static const char *const ok[] = {
+        "pipeline.stages=2;pipeline.virtual_stages=2;pipeline.schedule=interleaved-1f1b",
+        "pipeline.stages=4;train.seq_len=64;pipeline.microbatches=8",
+        "model.vocab_size=65536;model.dim=4;model.n_heads=4",
+    };
+    char err[PP_ERR_MAX] = "", list[256];
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        Config c;
+        valid_config(&c);
+        snprintf(list, sizeof list, "%s", ok[i]);
+        for (char *save, *a = strtok_r(list, ";", &save); a; a = strtok_r(NULL, ";", &save))
+            set_ok(&c, a);
+        ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s: %s", ok[i], err);
+    }
+}
+END_TEST
+
+/* Values written straight into the struct are checked against the same limits. */
+START_TEST(test_finalize_checks_direct_values) {
+    char err[PP_ERR_MAX] = "";
+    Config c;
+    valid_config(&c);
+    c.compression_level = 12;
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
+    assert_has(err, "output.compression_level");
+    assert_has(err, "is 12: expected an integer in [0, 9]");
+    valid_config(&c);
+    c.lr = 0;
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
+    assert_has(err, "train.optimizer.lr");
+    assert_has(err, "expected a number > 0");
+    valid_config(&c);
+    strcpy(c.arch, "llama");
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
+    assert_has(err, "model.arch");
+    assert_has(err, "expected one of gpt2");
+    valid_config(&c);
+    c.vocab_size = 70000;
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
+    assert_has(err, "model.vocab_size");
+    assert_has(err, "[1, 65536]");
+}
+END_TEST
+
+/* ---- hash and first_diff --------------------------------------------------------------- */
+
+START_TEST(test_hash) {
+    char err[PP_ERR_MAX] = "";
+    Config a, b;
+    valid_config(&a);
+    config_defaults(&b); /* the same config reached through --set instead of a file */
+    const char *sets[] = {"model.vocab_size=256", "model.max_seq_len=64", "model.n_layers=4",
+                          "model.n_heads=4", "model.dim=64"};
+    for (int i = 0; i < 5; i++) set_ok(&b, sets[i]);
+    ck_assert_int_eq(config_finalize(&a, err, sizeof err), PP_OK);
+    ck_assert_int_eq(config_finalize(&b, err, sizeof err), PP_OK);
+    ck_assert_uint_eq(config_hash(&a, 0), config_hash(&b, 0));
+    ck_assert_uint_eq(config_hash(&a, 1), config_hash(&b, 1));
+    ck_assert_uint_ne(config_hash(&a, 0), config_hash(&a, 1));
+
+    set_ok(&b, "train.steps=101"); /* not a model key: only the full hash changes */
+    ck_assert_uint_ne(config_hash(&a, 0), config_hash(&b, 0));
+    ck_assert_uint_eq(config_hash(&a, 1), config_hash(&b, 1));
+    set_ok(&b, "train.steps=100");
+    ck_assert_uint_eq(config_hash(&a, 0), config_hash(&b, 0));
+    set_ok(&b, "model.init_std=0.021");
+    ck_assert_uint_ne(config_hash(&a, 1), config_hash(&b, 1));
+    ck_assert_uint_ne(config_hash(&a, 0), config_hash(&b, 0));
+}
+END_TEST
+
+START_TEST(test_first_diff) {
+    Config a, b;
+    valid_config(&a);
+    b = a;
+    ck_assert_ptr_null(config_first_diff(&a, &b));
+    set_ok(&b, "train.optimizer.lr=0.001");
+    ck_assert_str_eq(config_first_diff(&a, &b), "train.optimizer.lr");
+    set_ok(&b, "pipeline.split=[2, 2]");
+    ck_assert_str_eq(config_first_diff(&a, &b), "pipeline.split");
+    set_ok(&b, "model.n_heads=2");
+    ck_assert_str_eq(config_first_diff(&a, &b), "model.n_heads");
+    b = a;
+    set_ok(&b, "runtime.timeout_s=5");
+    ck_assert_str_eq(config_first_diff(&a, &b), "runtime.timeout_s");
+    b = a;
+    set_ok(&b, "train.seed=1338");
+    ck_assert_str_eq(config_first_diff(&b, &a), "train.seed");
+}
+END_TEST
+
+/* ---- docs ------------------------------------------------------------------------------ */
+
+/* Every key config_print writes is documented in docs/config.md as `dotted.key`. */
+START_TEST(test_docs_cover_every_key) {
+    FILE *f = fopen("docs/config.md", "r");
+    ck_assert_msg(f != NULL, "docs/config.md not found (run from the repository root)");
+    static char docs[1 << 16];
+    size_t n = fread(docs, 1, sizeof docs - 1, f);
+    fclose(f);
+    docs[n] = '\0';
+
+    Config c;
+    char *text = NULL, path[3][64], want[160];
+    size_t len = 0, keys = 0;
+    valid_config(&c);
+    FILE *m = open_memstream(&text, &len);
+    config_print(&c, m);
+    fclose(m);
+    for (char *save, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        int depth = (int)(strspn(line, " ") / 2);
+        ck_assert_int_lt(depth, 3);
+        char *name = line + 2 * depth, *colon = strchr(name, ':');
+        snprintf(path[depth], sizeof path[depth], "%.*s", (int)(colon - name), name);
+        if (colon[1] == '\0') continue; /* a section header */
+        int k = snprintf(want, sizeof want, "`");
+        for (int d = 0; d <= depth; d++)
+            k += snprintf(want + k, sizeof want - k, "%s%s", d ? "." : "", path[d]);
+        snprintf(want + k, sizeof want - k, "`");
+        ck_assert_msg(strstr(docs, want), "docs/config.md does not document %s", want);
+        keys++;
+    }
+    ck_assert_uint_eq(keys, 46);
+    free(text);
+}
+END_TEST
+
+static Suite *config_suite(void) {
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("config");
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_required_keys);
+    tcase_add_test(tc, test_shipped_configs_load);
+    tcase_add_test(tc, test_round_trip_shipped);
+    tcase_add_test(tc, test_round_trip_tricky);
+    tcase_add_test(tc, test_print_layout);
+    tcase_add_loop_test(tc, test_file_errors, 0, sizeof k_file_errors / sizeof k_file_errors[0]);
+    tcase_add_test(tc, test_top_level_not_mapping);
+    tcase_add_test(tc, test_missing_and_unreadable_files);
+    tcase_add_test(tc, test_did_you_mean);
+    tcase_add_test(tc, test_set_overrides);
+    tcase_add_test(tc, test_set_errors);
+    tcase_add_test(tc, test_padded_vocab);
+    tcase_add_loop_test(tc, test_cross_field_errors, 0, sizeof k_cross / sizeof k_cross[0]);
+    tcase_add_test(tc, test_cross_field_valid_edges);
+    tcase_add_test(tc, test_finalize_checks_direct_values);
+    tcase_add_test(tc, test_hash);
+    tcase_add_test(tc, test_first_diff);
+    tcase_add_test(tc, test_docs_cover_every_key);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(config_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
