@@ -1,0 +1,814 @@
+/* sched.c — pipeline schedules as data: action IR, generators, lowering, validator. */
+#include "sched.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ======================================================================= IR === */
+
+static const char *const TYPE_NAMES[ACT_NTYPES] = {
+    [ACT_F] = "F",           [ACT_B] = "B",           [ACT_SEND_F] = "SEND_F",
+    [ACT_RECV_F] = "RECV_F", [ACT_SEND_B] = "SEND_B", [ACT_RECV_B] = "RECV_B",
+    [ACT_I] = "I",           [ACT_W] = "W",
+};
+
+const char *sched_type_name(int type) {
+    return (type >= 0 && type < ACT_NTYPES) ? TYPE_NAMES[type] : "?";
+}
+
+int sched_action_format(Action a, char *buf, size_t n) {
+    int len = snprintf(buf, n, "%d%s%d", a.stage, sched_type_name(a.type), (int)a.mb);
+    return len < 0 ? 0 : len;
+}
+
+/* Read a canonical decimal (no sign, no leading zero) of at most `max` at *p. */
+static int parse_decimal(const char **p, long max, long *out) {
+    const char *q = *p;
+    long v = 0;
+    if (!isdigit((unsigned char)*q)) return 0;
+    if (*q == '0' && isdigit((unsigned char)q[1])) return 0;
+    for (; isdigit((unsigned char)*q); q++) {
+        v = v * 10 + (*q - '0');
+        if (v > max) return 0;
+    }
+    *p = q;
+    *out = v;
+    return 1;
+}
+
+int sched_action_parse(const char *text, Action *a) {
+    const char *p = text, *name;
+    long stage, mb;
+    if (!parse_decimal(&p, SCHED_MAX_STAGES - 1, &stage)) return PP_EUSAGE;
+    for (name = p; isupper((unsigned char)*p) || *p == '_'; p++) {}
+    size_t name_len = (size_t)(p - name);
+    int type = -1;
+    for (int t = 0; t < ACT_NTYPES; t++)
+        if (strlen(TYPE_NAMES[t]) == name_len && !strncmp(name, TYPE_NAMES[t], name_len))
+            type = t;
+    if (type < 0 || !parse_decimal(&p, INT32_MAX, &mb) || *p) return PP_EUSAGE;
+    a->type = (uint8_t)type;
+    a->stage = (int16_t)stage;
+    a->mb = (int32_t)mb;
+    return PP_OK;
+}
+
+static Action act(int type, int stage, int mb) {
+    Action a = {(uint8_t)type, (int16_t)stage, (int32_t)mb};
+    return a;
+}
+
+static int is_compute(int type) { return type == ACT_F || type == ACT_B; }
+
+/* ================================================================ placement === */
+
+int sched_stage_rank(int stage, int P) { return stage % P; }
+int sched_stage_chunk(int stage, int P) { return stage / P; }
+
+/* ================================================================ container === */
+
+int sched_init(Schedule *s, const char *name, int P, int v, int M, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    if (P < 1 || v < 1 || M < 1)
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "pipeline needs stages >= 1, virtual_stages >= 1 and microbatches >= 1"
+                       " (got P=%d, v=%d, M=%d)", P, v, M);
+    if ((long)P * v > SCHED_MAX_STAGES)
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "P*v = %ld stages is more than the %d a schedule can hold",
+                       (long)P * v, SCHED_MAX_STAGES);
+    s->P = P, s->v = v, s->M = M, s->S = P * v;
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->len = pp_calloc((size_t)P, sizeof *s->len);
+    s->cap = pp_calloc((size_t)P, sizeof *s->cap);
+    s->acts = pp_calloc((size_t)P, sizeof *s->acts);
+    return PP_OK;
+}
+
+void sched_append(Schedule *s, int rank, Action a) {
+    if (s->len[rank] == s->cap[rank]) {
+        int cap = s->cap[rank] ? 2 * s->cap[rank] : 16;
+        Action *grown = pp_malloc((size_t)cap * sizeof *grown);
+        if (s->len[rank]) memcpy(grown, s->acts[rank], (size_t)s->len[rank] * sizeof *grown);
+        free(s->acts[rank]);
+        s->acts[rank] = grown;
+        s->cap[rank] = cap;
+    }
+    s->acts[rank][s->len[rank]++] = a;
+}
+
+void sched_free(Schedule *s) {
+    if (s->acts)
+        for (int r = 0; r < s->P; r++) free(s->acts[r]);
+    free(s->acts);
+    free(s->len);
+    free(s->cap);
+    memset(s, 0, sizeof *s);
+}
+
+/* =============================================================== generators === */
+
+/* [Note: the 1F1B family]
+ * GPipe, 1F1B and interleaved 1F1B all give each rank the same three phases:
+ * `warmup` forwards, then alternately one forward and one backward until the
+ * forwards run out, then the remaining backwards. They differ only in the warm-up
+ * count and in the order in which a rank visits its (chunk, microbatch) pairs:
+ *  - GPipe: warmup = all v*M forwards (all forwards, then all backwards).
+ *  - 1F1B (PipeDream-Flush, Narayanan et al. 2019/2021): warmup = P-1-r on rank r.
+ *  - interleaved (Megatron-LM, Narayanan et al. SC'21, §2.2.2): microbatches go in
+ *    groups of P; within a group the rank runs the forwards of chunk 0 for every
+ *    microbatch of the group, then those of chunk 1, ...; backwards visit the chunks
+ *    in the reverse order. warmup = (v-1)*G + 2*(P-1-r), G the group size: the last
+ *    rank starts its first backward right after its last chunk's forward of the
+ *    group's first microbatch, and each rank further away needs two more forwards
+ *    to cover the round trip of that gradient. With v = 1 this is exactly 1F1B (as
+ *    in Megatron, which runs the non-interleaved schedule then).
+ *    When P does not divide M (torch and Megatron allow it) the last group also
+ *    takes the remainder, and G in the warm-up is that largest group (M when
+ *    M < 2P). A group smaller than P would make chunk c+1's forward wait for the
+ *    same microbatch to travel around all P ranks while the rank is held in the
+ *    1F1B steady state: that deadlocks (e.g. P=4, v=3, M=5 with a trailing group of
+ *    one). With these rules every P, v, M >= 1 lowers without deadlock (the tests
+ *    check P <= 8, v <= 4, M <= 32) and for M >= P the makespan meets the published
+ *    bubble (P-1)/(v*M+P-1); only M < P with v > 1 leaves a larger bubble. */
+
+/* k-th forward (backward when `backward`) of a rank in grouped order. */
+static void grouped_order(int P, int v, int M, int k, int backward, int *chunk, int *mb) {
+    int groups = M / P > 1 ? M / P : 1; /* the last group takes the remainder */
+    int g = k / (v * P) < groups - 1 ? k / (v * P) : groups - 1;
+    int first = g * P;
+    int size = g == groups - 1 ? M - first : P;
+    int off = k - first * v;
+    int c = off / size;
+    *chunk = backward ? v - 1 - c : c;
+    *mb = first + off % size;
+}
+
+static void emit_compute(Schedule *s, int r, int type, int k) {
+    int chunk, mb;
+    grouped_order(s->P, s->v, s->M, k, type == ACT_B, &chunk, &mb);
+    sched_append(s, r, act(type, r + chunk * s->P, mb));
+}
+
+/* Rank r's compute list: warm-up forwards, 1F1B steady state, cool-down backwards. */
+static void emit_1f1b_family(Schedule *s, int r, int warmup) {
+    int total = s->v * s->M, nf = 0, nb = 0;
+    if (warmup > total) warmup = total;
+    if (warmup < 0) warmup = 0;
+    while (nf < warmup) emit_compute(s, r, ACT_F, nf++);
+    while (nf < total) {
+        emit_compute(s, r, ACT_F, nf++);
+        emit_compute(s, r, ACT_B, nb++);
+    }
+    while (nb < total) emit_compute(s, r, ACT_B, nb++);
+}
+
+static void gen_gpipe(Schedule *s) {
+    for (int r = 0; r < s->P; r++) emit_1f1b_family(s, r, s->v * s->M);
+}
+
+static void gen_1f1b(Schedule *s) {
+    for (int r = 0; r < s->P; r++) emit_1f1b_family(s, r, s->P - 1 - r);
+}
+
+static void gen_interleaved(Schedule *s) {
+    int G = s->M < 2 * s->P ? s->M : s->P + s->M % s->P; /* largest group: the last */
+    for (int r = 0; r < s->P; r++) {
+        int warmup = s->v == 1 ? s->P - 1 - r : (s->v - 1) * G + 2 * (s->P - 1 - r);
+        emit_1f1b_family(s, r, warmup);
+    }
+}
+
+static int check_one_chunk(const char *kind, int P, int v, int M, char *err, size_t errlen) {
+    if (v == 1) return PP_OK;
+    return pp_errf(err, errlen, PP_EUSAGE,
+                   "schedule %s runs one stage per rank, so pipeline.virtual_stages must be 1"
+                   " (got %d); use interleaved-1f1b for several chunks per rank", kind, v);
+}
+
+static int check_any(const char *kind, int P, int v, int M, char *err, size_t errlen) {
+    return PP_OK; /* interleaved: every P, v, M >= 1 is valid (see the tests) */
+}
+
+/* Bubble fraction = idle / (P * makespan) with uniform F, B and free transfers. */
+static double bubble_flat(int P, int v, int M, const char **formula) {
+    if (formula) *formula = "(P-1)/(M+P-1)";
+    return (double)(P - 1) / (M + P - 1);
+}
+
+static double bubble_interleaved(int P, int v, int M, const char **formula) {
+    if (formula) *formula = "(P-1)/(v*M+P-1)";
+    if (v > 1 && M < P) return -1; /* chunk c+1 waits for chunk c to cross all ranks */
+    return (double)(P - 1) / ((double)v * M + P - 1);
+}
+
+typedef struct {
+    const char *name;
+    int (*check)(const char *kind, int P, int v, int M, char *err, size_t errlen);
+    void (*generate)(Schedule *s); /* s initialised and empty; fills compute lists */
+    double (*bubble)(int P, int v, int M, const char **formula);
+} SchedKind;
+
+static const SchedKind KINDS[] = {
+    {"gpipe", check_one_chunk, gen_gpipe, bubble_flat},
+    {"1f1b", check_one_chunk, gen_1f1b, bubble_flat},
+    {"interleaved-1f1b", check_any, gen_interleaved, bubble_interleaved},
+};
+#define NKINDS ((int)(sizeof KINDS / sizeof KINDS[0]))
+
+const char *const *sched_kinds(void) {
+    static const char *const names[] = {"gpipe", "1f1b", "interleaved-1f1b", NULL};
+    return names;
+}
+
+static const SchedKind *find_kind(const char *name) {
+    for (int i = 0; i < NKINDS; i++)
+        if (!strcmp(KINDS[i].name, name)) return &KINDS[i];
+    return NULL;
+}
+
+int sched_generate(Schedule *s, const char *kind, int P, int v, int M, char *err,
+                   size_t errlen) {
+    const SchedKind *k = find_kind(kind);
+    memset(s, 0, sizeof *s);
+    if (!k)
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "unknown schedule '%s' (known: gpipe, 1f1b, interleaved-1f1b)", kind);
+    int rc = sched_init(s, kind, P, v, M, err, errlen);
+    if (rc == PP_OK) rc = k->check(kind, P, v, M, err, errlen);
+    if (rc != PP_OK) {
+        sched_free(s);
+        return rc;
+    }
+    k->generate(s);
+    return PP_OK;
+}
+
+double sched_bubble_closed_form(const Schedule *s, const char **formula) {
+    const SchedKind *k = s->forward_only ? NULL : find_kind(s->name);
+    if (formula) *formula = "";
+    return k ? k->bubble(s->P, s->v, s->M, formula) : -1;
+}
+
+/* ============================================================ action checks === */
+
+/* Append printf-style text to a message buffer, truncating silently. */
+static void msg_append(char *err, size_t n, const char *fmt, ...) {
+    size_t used = err ? strlen(err) : 0;
+    if (!err || used + 1 >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err + used, n - used, fmt, ap);
+    va_end(ap);
+}
+
+/* Where each action sits: pos[type][s*M + m] = its index in its rank's list or -1.
+ * Only the six implemented types are indexed. mark[r] flags the offending action of
+ * rank r for the grid (-1: none). */
+typedef struct {
+    const Schedule *s;
+    int *pos[ACT_RECV_B + 1];
+    int *mark;
+    char *err;
+    size_t errlen;
+} Check;
+
+static void check_init(Check *c, const Schedule *s, char *err, size_t errlen) {
+    size_t n = (size_t)s->S * s->M;
+    c->s = s, c->err = err, c->errlen = errlen;
+    for (int t = 0; t <= ACT_RECV_B; t++) {
+        c->pos[t] = pp_malloc(n * sizeof(int));
+        for (size_t i = 0; i < n; i++) c->pos[t][i] = -1;
+    }
+    c->mark = pp_malloc((size_t)s->P * sizeof(int));
+    for (int r = 0; r < s->P; r++) c->mark[r] = -1;
+    if (err && errlen) err[0] = '\0';
+}
+
+static void check_free(Check *c) {
+    for (int t = 0; t <= ACT_RECV_B; t++) free(c->pos[t]);
+    free(c->mark);
+}
+
+/* Record a failure at (rank, idx): "rank R step I (ACTION): why". */
+static int check_fail(Check *c, int rank, int idx, const char *fmt, ...) {
+    char text[SCHED_ACTION_TEXT_MAX];
+    sched_action_format(c->s->acts[rank][idx], text, sizeof text);
+    c->mark[rank] = idx;
+    if (c->err && c->errlen) {
+        int n = snprintf(c->err, c->errlen, "rank %d step %d (%s): ", rank, idx, text);
+        if (n > 0 && (size_t)n < c->errlen) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return PP_EUSAGE;
+}
+
+/* Why action a (on rank r) cannot exist, or NULL if its stage and peer are fine. */
+static const char *placement_error(const Schedule *s, int r, Action a) {
+    int st = a.stage, P = s->P;
+    if (a.type == ACT_I || a.type == ACT_W)
+        return "I/W actions are reserved for zero-bubble schedules and not supported yet";
+    if (a.type >= ACT_NTYPES) return "unknown action type";
+    if (st < 0 || st >= s->S) return "stage out of range (0 <= stage < P*v)";
+    if (a.mb < 0 || a.mb >= s->M) return "microbatch out of range (0 <= mb < M)";
+    if (sched_stage_rank(st, P) != r) return "its stage lives on another rank (stage mod P)";
+    if (s->forward_only && (a.type == ACT_B || a.type == ACT_SEND_B || a.type == ACT_RECV_B))
+        return "a forward-only schedule has no backward actions";
+    int peer = a.type == ACT_SEND_F || a.type == ACT_RECV_B ? st + 1
+             : a.type == ACT_RECV_F || a.type == ACT_SEND_B ? st - 1 : st;
+    if (peer < 0 || peer >= s->S) return "there is no stage on the other end";
+    if (!is_compute(a.type) && sched_stage_rank(peer, P) == r)
+        return "the neighbouring stage is on the same rank (handed over locally, no transfer)";
+    return NULL;
+}
+
+/* Ranges, placement, duplicates; fills c->pos. `lowered`: transfers allowed. */
+static int check_index(Check *c, int lowered) {
+    const Schedule *s = c->s;
+    for (int r = 0; r < s->P; r++)
+        for (int i = 0; i < s->len[r]; i++) {
+            Action a = s->acts[r][i];
+            const char *why = placement_error(s, r, a);
+            if (why) return check_fail(c, r, i, "%s", why);
+            if (!lowered && !is_compute(a.type))
+                return check_fail(c, r, i, "transfer in a schedule being lowered");
+            int *slot = &c->pos[a.type][a.stage * s->M + a.mb];
+            if (*slot >= 0)
+                return check_fail(c, r, i, "appears twice (first at step %d)", *slot);
+            *slot = i;
+        }
+    return PP_OK;
+}
+
+/* Position of the type-t action on (stage, mb) in its rank's list, -1 if absent. */
+static int at(const Check *c, int t, int stage, int mb) {
+    return c->pos[t][stage * c->s->M + mb];
+}
+
+static int cross(const Schedule *s, int a, int b) {
+    return sched_stage_rank(a, s->P) != sched_stage_rank(b, s->P);
+}
+
+/* Every F and B present once; with `lowered`, every cross-rank edge has its SEND
+ * and its RECV. A missing action is reported at the one it belongs with. */
+static int check_complete(Check *c, int lowered) {
+    const Schedule *s = c->s;
+    for (int st = 0; st < s->S; st++)
+        for (int m = 0; m < s->M; m++) {
+            int r = sched_stage_rank(st, s->P), f = at(c, ACT_F, st, m), b = at(c, ACT_B, st, m);
+            int to_next = st + 1 < s->S && cross(s, st, st + 1);
+            int to_prev = !s->forward_only && st > 0 && cross(s, st, st - 1);
+            if (f < 0)
+                return pp_errf(c->err, c->errlen, PP_EUSAGE,
+                               "rank %d has no %dF%d: every stage runs every microbatch", r, st, m);
+            if (!s->forward_only && b < 0)
+                return check_fail(c, r, f, "has no backward %dB%d", st, m);
+            if (!lowered) continue;
+            if (to_next && at(c, ACT_SEND_F, st, m) < 0)
+                return check_fail(c, r, f, "output never sent (no %dSEND_F%d)", st, m);
+            if (to_next && at(c, ACT_RECV_F, st + 1, m) < 0)
+                return check_fail(c, r, at(c, ACT_SEND_F, st, m), "never received (no %dRECV_F%d)",
+                                  st + 1, m);
+            if (to_prev && at(c, ACT_SEND_B, st, m) < 0)
+                return check_fail(c, r, b, "gradient never sent (no %dSEND_B%d)", st, m);
+            if (to_prev && at(c, ACT_RECV_B, st - 1, m) < 0)
+                return check_fail(c, r, at(c, ACT_SEND_B, st, m), "never received (no %dRECV_B%d)",
+                                  st - 1, m);
+        }
+    return PP_OK;
+}
+
+/* On one rank: each action after the ones it needs (local producer or receive) and
+ * each SEND after the compute that made its tensor. Absent transfers are -1. */
+static int check_order(Check *c) {
+    const Schedule *s = c->s;
+    for (int st = 0; st < s->S; st++)
+        for (int m = 0; m < s->M; m++) {
+            int r = sched_stage_rank(st, s->P), f = at(c, ACT_F, st, m), b = at(c, ACT_B, st, m);
+            int local_prev = st > 0 && !cross(s, st, st - 1);
+            int local_next = st + 1 < s->S && !cross(s, st, st + 1);
+            int send_f = at(c, ACT_SEND_F, st, m), send_b = at(c, ACT_SEND_B, st, m);
+            if (local_prev && at(c, ACT_F, st - 1, m) > f)
+                return check_fail(c, r, f, "runs before its input %dF%d", st - 1, m);
+            if (at(c, ACT_RECV_F, st, m) > f)
+                return check_fail(c, r, f, "runs before its input is received (%dRECV_F%d)", st, m);
+            if (send_f >= 0 && send_f < f)
+                return check_fail(c, r, send_f, "sends before %dF%d computed it", st, m);
+            if (s->forward_only) continue;
+            if (b < f) return check_fail(c, r, b, "runs before its forward %dF%d", st, m);
+            if (local_next && at(c, ACT_B, st + 1, m) > b)
+                return check_fail(c, r, b, "runs before the gradient from %dB%d", st + 1, m);
+            if (at(c, ACT_RECV_B, st, m) > b)
+                return check_fail(c, r, b, "runs before its gradient is received (%dRECV_B%d)",
+                                  st, m);
+            if (send_b >= 0 && send_b < b)
+                return check_fail(c, r, send_b, "sends before %dB%d computed it", st, m);
+        }
+    return PP_OK;
+}
+
+/* Sender stage and direction of the message a transfer action carries:
+ * SEND_F(s)/RECV_F(s+1) carry F-message s; SEND_B(s)/RECV_B(s-1) carry B-message s. */
+static int msg_stage(Action a) {
+    return a.type == ACT_RECV_F ? a.stage - 1 : a.type == ACT_RECV_B ? a.stage + 1 : a.stage;
+}
+static int msg_is_b(Action a) { return a.type == ACT_SEND_B || a.type == ACT_RECV_B; }
+static int is_send(int t) { return t == ACT_SEND_F || t == ACT_SEND_B; }
+static int is_recv(int t) { return t == ACT_RECV_F || t == ACT_RECV_B; }
+/* Rank on the other end of a transfer. */
+static int peer_rank(const Schedule *s, Action a) {
+    int st = a.type == ACT_SEND_F || a.type == ACT_RECV_B ? a.stage + 1 : a.stage - 1;
+    return sched_stage_rank(st, s->P);
+}
+
+/* Index of rank `from`'s n-th transfer of kind send/recv with rank `to`. */
+static int nth_transfer(const Schedule *s, int from, int to, int send, int n) {
+    for (int i = 0; i < s->len[from]; i++) {
+        Action a = s->acts[from][i];
+        if ((send ? is_send(a.type) : is_recv(a.type)) && peer_rank(s, a) == to && n-- == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* FIFO per ordered rank pair: the k-th receive on b from a carries a's k-th send to b
+ * ([Note: FIFO send order]). Ordinals are numbered per pair, F and B together. */
+static int check_fifo(Check *c) {
+    const Schedule *s = c->s;
+    size_t n = (size_t)s->S * s->M;
+    int *ord = pp_malloc(2 * n * sizeof(int)); /* [is_b][msg stage * M + mb] */
+    int *count = pp_malloc((size_t)s->P * sizeof(int));
+    int rc = PP_OK;
+    for (int pass = 0; pass < 2 && rc == PP_OK; pass++) /* 0: sends, 1: receives */
+        for (int r = 0; r < s->P && rc == PP_OK; r++) {
+            memset(count, 0, (size_t)s->P * sizeof(int));
+            for (int i = 0; i < s->len[r] && rc == PP_OK; i++) {
+                Action a = s->acts[r][i];
+                if (!(pass ? is_recv(a.type) : is_send(a.type))) continue;
+                int peer = peer_rank(s, a), k = count[peer]++;
+                size_t slot = (size_t)msg_is_b(a) * n + (size_t)msg_stage(a) * s->M + a.mb;
+                if (!pass) {
+                    ord[slot] = k;
+                } else if (ord[slot] != k) {
+                    int j = nth_transfer(s, peer, r, 1, k);
+                    char other[SCHED_ACTION_TEXT_MAX] = "nothing";
+                    if (j >= 0) sched_action_format(s->acts[peer][j], other, sizeof other);
+                    if (j >= 0) c->mark[peer] = j;
+                    rc = check_fail(c, r, i,
+                                    "is receive #%d from rank %d, but rank %d's send #%d to rank %d"
+                                    " is %s: each rank pair must receive in the order of the sends",
+                                    k, peer, peer, k, r, other);
+                }
+            }
+        }
+    free(ord);
+    free(count);
+    return rc;
+}
+
+/* Replay all ranks with blocking receives: a RECV proceeds only once its SEND ran.
+ * Fails if every unfinished rank is stuck (a wait cycle). */
+static int check_no_wait_cycle(Check *c) {
+    const Schedule *s = c->s;
+    size_t n = (size_t)s->S * s->M;
+    uint8_t *sent = pp_calloc(2 * n, 1);
+    int *ptr = pp_calloc((size_t)s->P, sizeof(int));
+    int left = 0, rc = PP_OK;
+    for (int r = 0; r < s->P; r++) left += s->len[r];
+    while (left > 0) {
+        int progressed = 0;
+        for (int r = 0; r < s->P; r++)
+            for (; ptr[r] < s->len[r]; ptr[r]++, left--, progressed = 1) {
+                Action a = s->acts[r][ptr[r]];
+                size_t slot = (size_t)msg_is_b(a) * n + (size_t)msg_stage(a) * s->M + a.mb;
+                if (is_recv(a.type) && !sent[slot]) break;
+                if (is_send(a.type)) sent[slot] = 1;
+            }
+        if (progressed) continue;
+        for (int r = 0; r < s->P; r++) c->mark[r] = ptr[r] < s->len[r] ? ptr[r] : -1;
+        rc = pp_errf(c->err, c->errlen, PP_EUSAGE,
+                     "deadlock: every unfinished rank waits in a RECV whose SEND comes after"
+                     " something that waits for it (the marked actions)");
+        break;
+    }
+    free(sent);
+    free(ptr);
+    return rc;
+}
+
+/* Validate; on failure print the grid and leave the first marked rank in *where. */
+static int validate_at(const Schedule *s, char *err, size_t errlen, FILE *grid, int *where) {
+    Check c;
+    check_init(&c, s, err, errlen);
+    int rc = check_index(&c, 1);
+    if (rc == PP_OK) rc = check_complete(&c, 1);
+    if (rc == PP_OK) rc = check_order(&c);
+    if (rc == PP_OK) rc = check_fifo(&c);
+    if (rc == PP_OK) rc = check_no_wait_cycle(&c);
+    if (where) *where = -1;
+    if (rc != PP_OK) {
+        for (int r = 0; r < s->P && where; r++)
+            if (c.mark[r] >= 0 && *where < 0) *where = r;
+        if (grid) sched_print_grid(s, c.mark, grid);
+    }
+    check_free(&c);
+    return rc;
+}
+
+int sched_validate(const Schedule *s, char *err, size_t errlen, FILE *grid) {
+    return validate_at(s, err, errlen, grid, NULL);
+}
+
+/* ================================================================= lowering === */
+
+/* What the lowering knows, per (stage, microbatch) k = s*M + m. */
+typedef struct {
+    uint8_t *input;  /* [S*M] F(s,m)'s input is on stage s's rank */
+    uint8_t *grad;   /* [S*M] the gradient of stage s's output is on its rank */
+    uint8_t *fdone;  /* [S*M] F(s,m) emitted */
+} LowerState;
+
+static int lower_ready(const Schedule *s, const LowerState *st, Action a) {
+    int k = a.stage * s->M + a.mb;
+    return a.type == ACT_F ? st->input[k] : st->fdone[k] && st->grad[k];
+}
+
+/* Emit compute action a on rank r into out, and the transfers its result needs. */
+static void lower_emit(Schedule *out, LowerState *st, int r, Action a) {
+    int M = out->M, k = a.stage * M + a.mb;
+    sched_append(out, r, a);
+    if (a.type == ACT_F) {
+        st->fdone[k] = 1;
+        if (a.stage == out->S - 1) {
+            st->grad[k] = 1; /* the loss gives the last stage its output gradient */
+            return;
+        }
+        int to = sched_stage_rank(a.stage + 1, out->P);
+        if (to != r) {
+            sched_append(out, r, act(ACT_SEND_F, a.stage, a.mb));
+            sched_append(out, to, act(ACT_RECV_F, a.stage + 1, a.mb));
+        }
+        st->input[k + M] = 1;
+    } else if (a.stage > 0) {
+        int to = sched_stage_rank(a.stage - 1, out->P);
+        if (to != r) {
+            sched_append(out, r, act(ACT_SEND_B, a.stage, a.mb));
+            sched_append(out, to, act(ACT_RECV_B, a.stage - 1, a.mb));
+        }
+        st->grad[k - M] = 1;
+    }
+}
+
+/* Message for ranks stuck at pos[r]; marks them. */
+static int lower_stuck(const Schedule *s, const LowerState *st, const int *pos, int *mark,
+                       char *err, size_t errlen) {
+    pp_errf(err, errlen, PP_EUSAGE, "deadlock: no rank can run its next action:");
+    for (int r = 0; r < s->P; r++) {
+        mark[r] = pos[r] < s->len[r] ? pos[r] : -1;
+        if (mark[r] < 0) continue;
+        Action a = s->acts[r][pos[r]];
+        char text[SCHED_ACTION_TEXT_MAX];
+        sched_action_format(a, text, sizeof text);
+        const char *why = a.type == ACT_F ? "for its input from the previous stage"
+                        : !st->fdone[a.stage * s->M + a.mb] ? "for its own forward"
+                        : "for the gradient from the next stage";
+        msg_append(err, errlen, " rank %d waits at %s %s;", r, text, why);
+    }
+    return PP_EUSAGE;
+}
+
+/* Lower s into out (initialised, empty); on deadlock mark[r] flags rank r's stuck action. */
+static int lower_into(const Schedule *s, Schedule *out, int *mark, char *err, size_t errlen) {
+    size_t n = (size_t)s->S * s->M;
+    LowerState st = {pp_calloc(n, 1), pp_calloc(n, 1), pp_calloc(n, 1)};
+    int *pos = pp_calloc((size_t)s->P, sizeof(int));
+    int left = 0, rc = PP_OK;
+    for (int m = 0; m < s->M; m++) st.input[m] = 1; /* stage 0 reads the tokens */
+    for (int r = 0; r < s->P; r++) left += s->len[r];
+    while (left > 0 && rc == PP_OK) {
+        int progressed = 0;
+        for (int r = 0; r < s->P; r++) { /* lock step: one compute action per rank */
+            if (pos[r] == s->len[r] || !lower_ready(s, &st, s->acts[r][pos[r]])) continue;
+            lower_emit(out, &st, r, s->acts[r][pos[r]++]);
+            left--, progressed = 1;
+        }
+        if (!progressed) rc = lower_stuck(s, &st, pos, mark, err, errlen);
+    }
+    free(st.input), free(st.grad), free(st.fdone), free(pos);
+    return rc;
+}
+
+static int lower_at(Schedule *s, char *err, size_t errlen, FILE *grid, int *where) {
+    Check c;
+    Schedule out;
+    if (where) *where = -1;
+    if (s->lowered) return pp_errf(err, errlen, PP_EUSAGE, "schedule is already lowered");
+    check_init(&c, s, err, errlen);
+    int rc = check_index(&c, 0);
+    if (rc == PP_OK) rc = check_complete(&c, 0);
+    if (rc == PP_OK) rc = check_order(&c);
+    if (rc == PP_OK) {
+        sched_init(&out, s->name, s->P, s->v, s->M, NULL, 0);
+        out.forward_only = s->forward_only;
+        rc = lower_into(s, &out, c.mark, err, errlen);
+        if (rc == PP_OK) {
+            sched_free(s);
+            *s = out;
+            s->lowered = 1;
+        } else {
+            sched_free(&out);
+        }
+    }
+    if (rc != PP_OK) {
+        for (int r = 0; r < s->P && where; r++)
+            if (c.mark[r] >= 0 && *where < 0) *where = r;
+        if (grid) sched_print_grid(s, c.mark, grid);
+    }
+    check_free(&c);
+    return rc;
+}
+
+int sched_lower(Schedule *s, char *err, size_t errlen, FILE *grid) {
+    return lower_at(s, err, errlen, grid, NULL);
+}
+
+/* =================================================================== builds === */
+
+/* Lower and validate a freshly generated schedule; failures here are bugs. */
+static int finish_generated(Schedule *s, char *err, size_t errlen) {
+    char why[PP_ERR_MAX];
+    int rc = sched_lower(s, why, sizeof why, stderr);
+    if (rc == PP_OK) rc = sched_validate(s, why, sizeof why, stderr);
+    if (rc == PP_OK) return PP_OK;
+    pp_errf(err, errlen, PP_ERUNTIME, "internal error: generated schedule %s (P=%d v=%d M=%d)"
+            " is invalid: %s", s->name, s->P, s->v, s->M, why);
+    sched_free(s);
+    return PP_ERUNTIME;
+}
+
+int sched_build(Schedule *s, const char *kind, int P, int v, int M, char *err,
+                size_t errlen) {
+    int rc = sched_generate(s, kind, P, v, M, err, errlen);
+    return rc == PP_OK ? finish_generated(s, err, errlen) : rc;
+}
+
+int sched_build_forward_only(Schedule *s, int P, int v, int M, char *err, size_t errlen) {
+    int rc = sched_init(s, "forward-only", P, v, M, err, errlen);
+    if (rc != PP_OK) return rc;
+    s->forward_only = 1;
+    for (int r = 0; r < P; r++)
+        for (int k = 0; k < v * M; k++) emit_compute(s, r, ACT_F, k);
+    return finish_generated(s, err, errlen);
+}
+
+/* =============================================================== properties === */
+
+static int peak_replay(const Schedule *s, int rank, int stage /* -1: all */) {
+    int cur = 0, peak = 0;
+    for (int i = 0; i < s->len[rank]; i++) {
+        Action a = s->acts[rank][i];
+        if (stage >= 0 && a.stage != stage) continue;
+        if (a.type == ACT_F) cur++;
+        if (cur > peak) peak = cur;
+        if (a.type == ACT_B || (a.type == ACT_F && s->forward_only)) cur--;
+    }
+    return peak;
+}
+
+int sched_peak_inflight(const Schedule *s, int stage) {
+    return peak_replay(s, sched_stage_rank(stage, s->P), stage);
+}
+
+int sched_peak_inflight_rank(const Schedule *s, int rank) { return peak_replay(s, rank, -1); }
+
+/* =============================================================== text files === */
+
+void sched_write(const Schedule *s, FILE *f) {
+    char text[SCHED_ACTION_TEXT_MAX];
+    fprintf(f, "# pptrain schedule %s: P=%d ranks, v=%d chunks per rank, M=%d microbatches%s\n",
+            s->name, s->P, s->v, s->M, s->lowered ? " (lowered)" : " (compute only)");
+    for (int r = 0; r < s->P; r++) {
+        fprintf(f, "rank %d:", r);
+        for (int i = 0; i < s->len[r]; i++) {
+            sched_action_format(s->acts[r][i], text, sizeof text);
+            fprintf(f, " %s", text);
+        }
+        fputc('\n', f);
+    }
+}
+
+/* Parse one rank's line (comment already cut) into s; 1-based `line` for messages. */
+static int load_line(Schedule *s, char *text, int rank, const char *origin, int line,
+                     char *err, size_t errlen) {
+    char *p = text, *save = NULL;
+    long named;
+    while (isspace((unsigned char)*p)) p++;
+    if (!strncmp(p, "rank", 4) && isspace((unsigned char)p[4])) {
+        char *end;
+        named = strtol(p + 4, &end, 10);
+        if (end == p + 4 || *end != ':')
+            return pp_errf(err, errlen, PP_EUSAGE, "%s:%d: expected 'rank %d:'", origin, line,
+                           rank);
+        if (named != rank)
+            return pp_errf(err, errlen, PP_EUSAGE, "%s:%d: line says rank %ld, but it is the line"
+                           " of rank %d (one line per rank, in order)", origin, line, named, rank);
+        p = end + 1;
+    }
+    for (char *tok = strtok_r(p, " \t\r\n,", &save); tok; tok = strtok_r(NULL, " \t\r\n,", &save)) {
+        Action a;
+        if (sched_action_parse(tok, &a) != PP_OK)
+            return pp_errf(err, errlen, PP_EUSAGE, "%s:%d: bad action '%s' (expected <stage><TYPE>"
+                           "<microbatch>, e.g. 1F0, 2B3, 0SEND_F1, 3RECV_B2)", origin, line, tok);
+        const char *why = placement_error(s, rank, a);
+        if (why)
+            return pp_errf(err, errlen, PP_EUSAGE, "%s:%d: action %s on rank %d: %s (P=%d, v=%d,"
+                           " M=%d)", origin, line, tok, rank, why, s->P, s->v, s->M);
+        sched_append(s, rank, a);
+        if (!is_compute(a.type)) s->lowered = 1;
+    }
+    return PP_OK;
+}
+
+/* Split text into rank lines; lines[r] is the 1-based line number of rank r. */
+static int load_lines(Schedule *s, const char *text, const char *origin, int *lines,
+                      char *err, size_t errlen) {
+    char *copy = strdup(text), *next = copy;
+    int rank = 0, line = 0, rc = PP_OK;
+    PP_CHECK(copy != NULL);
+    while (next && rc == PP_OK) {
+        char *p = next;
+        next = strchr(p, '\n');
+        if (next) *next++ = '\0';
+        line++;
+        char *hash = strchr(p, '#');
+        if (hash) *hash = '\0';
+        if (strspn(p, " \t\r,") == strlen(p)) continue; /* blank or comment only */
+        if (rank >= s->P) {
+            rc = pp_errf(err, errlen, PP_EUSAGE, "%s:%d: more rank lines than pipeline.stages=%d",
+                         origin, line, s->P);
+            break;
+        }
+        lines[rank] = line;
+        rc = load_line(s, p, rank++, origin, line, err, errlen);
+    }
+    free(copy);
+    if (rc == PP_OK && rank != s->P)
+        rc = pp_errf(err, errlen, PP_EUSAGE, "%s: %d rank line%s, but pipeline.stages=%d (one line"
+                     " of actions per rank)", origin, rank, rank == 1 ? "" : "s", s->P);
+    return rc;
+}
+
+int sched_load_text(Schedule *s, const char *text, const char *origin, int P, int v, int M,
+                    char *err, size_t errlen, FILE *grid) {
+    char why[PP_ERR_MAX];
+    int rc = sched_init(s, "file", P, v, M, err, errlen), where = -1;
+    if (rc != PP_OK) return rc;
+    int *lines = pp_calloc((size_t)P, sizeof(int));
+    rc = load_lines(s, text, origin, lines, err, errlen);
+    if (rc == PP_OK) { /* lowering and validation report a rank: name its line */
+        if (!s->lowered) rc = lower_at(s, why, sizeof why, grid, &where);
+        if (rc == PP_OK) rc = validate_at(s, why, sizeof why, grid, &where);
+        if (rc != PP_OK && where >= 0)
+            pp_errf(err, errlen, rc, "%s:%d: %s", origin, lines[where], why);
+        else if (rc != PP_OK)
+            pp_errf(err, errlen, rc, "%s: %s", origin, why);
+    }
+    free(lines);
+    if (rc != PP_OK) sched_free(s);
+    return rc;
+}
+
+int sched_load_file(Schedule *s, const char *path, int P, int v, int M, char *err,
+                    size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    memset(s, 0, sizeof *s);
+    if (!f)
+        return pp_errf(err, errlen, PP_EUSAGE, "pipeline.schedule_file: cannot open %s: %s",
+                       path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *text = pp_malloc(cap);
+    for (size_t got; (got = fread(text + n, 1, cap - n - 1, f)) > 0;) {
+        n += got;
+        if (n + 1 == cap) {
+            char *grown = pp_malloc(cap * 2);
+            memcpy(grown, text, n);
+            free(text);
+            text = grown, cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    text[n] = '\0';
+    int rc = bad ? pp_errf(err, errlen, PP_EUSAGE, "pipeline.schedule_file: cannot read %s", path)
+                 : sched_load_text(s, text, path, P, v, M, err, errlen, stderr);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,194 @@
+/* sched.h — pipeline schedules as data: the action IR, one generator per schedule,
+ * the lowering pass that adds communication, and the validator. */
+#ifndef PP_SCHED_H
+#define PP_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common.h"
+
+/* [Note: stages and placement]
+ * A model of S = P*v stages runs on P ranks, v chunks per rank, with looped
+ * placement: stage s lives on rank s mod P as its chunk s / P (so chunk c of rank r
+ * is stage r + c*P). Activations flow from stage s to s+1, gradients from s+1 to s.
+ * Two adjacent stages on the same rank (P = 1, or v > 1 at the wrap) hand tensors
+ * over locally: no SEND/RECV is ever emitted between them. */
+
+/* [Note: action semantics]
+ * An action names the stage ON THE RANK THAT EXECUTES IT (torch's convention):
+ *   F(s,m)       forward of stage s on microbatch m; needs its input (microbatch m's
+ *                tokens when s = 0, else stage s-1's output of m, received or local).
+ *   B(s,m)       full backward of stage s on m (input grad and weight grad); needs
+ *                F(s,m) done and the gradient of the stage output (from the loss when
+ *                s = S-1, else from stage s+1, received or local).
+ *   SEND_F(s,m)  send stage s's output of m to stage s+1 (another rank).
+ *   RECV_F(s,m)  receive stage s's input of m from stage s-1 (another rank).
+ *   SEND_B(s,m)  send the gradient of stage s's input of m to stage s-1.
+ *   RECV_B(s,m)  receive the gradient of stage s's output of m from stage s+1.
+ *   I, W         reserved for zero-bubble schedules (input-grad / weight-grad halves
+ *                of B); no generator emits them and the validator rejects them.
+ * So SEND_F(s,m) on rank(s) pairs with RECV_F(s+1,m) on rank(s+1), and SEND_B(s,m)
+ * on rank(s) pairs with RECV_B(s-1,m) on rank(s-1).
+ * Runtime contract for a lowered schedule that passed sched_validate:
+ *  - a SEND must not block the sender's compute (post it, complete it later);
+ *  - a RECV may block until its data arrives, or post a receive that the compute
+ *    consuming it waits for: both are deadlock-free, because the validator proves a
+ *    global order exists in which every RECV comes after its SEND;
+ *  - between any two ranks, messages are received in the order they were sent
+ *    ([Note: FIFO send order]), so a transport may match them by arrival order. */
+
+/* [Note: FIFO send order]
+ * The lowering walks all ranks in lock step; when a rank emits a compute action
+ * whose output goes to another rank, it appends the SEND to its own list and the
+ * matching RECV to the receiver's list at that same moment. Receives of every rank
+ * pair therefore occur in the order of the sends by construction, and a compute
+ * action is emitted only once its input has been received. */
+
+typedef enum {
+    ACT_F = 0,
+    ACT_B,
+    ACT_SEND_F,
+    ACT_RECV_F,
+    ACT_SEND_B,
+    ACT_RECV_B,
+    ACT_I, /* reserved: backward to the input only (zero-bubble) */
+    ACT_W, /* reserved: backward to the weights only (zero-bubble) */
+    ACT_NTYPES
+} ActType;
+
+typedef struct {
+    uint8_t type;  /* ActType */
+    int16_t stage; /* global stage index s, 0 <= s < S */
+    int32_t mb;    /* microbatch m, 0 <= m < M */
+} Action;
+
+#define SCHED_NAME_MAX 32
+#define SCHED_ACTION_TEXT_MAX 32 /* enough for any formatted action */
+#define SCHED_MAX_STAGES 32767   /* stage is an int16_t */
+
+/* One ordered action list per rank. Owned by the struct; sched_free releases it. */
+typedef struct {
+    int P, v, M, S;             /* ranks, chunks per rank, microbatches, S = P*v stages */
+    char name[SCHED_NAME_MAX];  /* schedule kind, or "file" for a loaded one */
+    int lowered;                /* 1 once SEND/RECV actions are in the lists */
+    int forward_only;           /* 1: F (and its transfers) only, no backward */
+    int *len;                   /* [P] actions in each rank's list */
+    int *cap;                   /* [P] allocated entries */
+    Action **acts;              /* [P][len[r]] */
+} Schedule;
+
+/* ---- action IR ---------------------------------------------------------------- */
+
+/* Name of an action type as it appears in the text form ("F", "SEND_F", ...). */
+const char *sched_type_name(int type);
+
+/* Write the text form of a, e.g. "1F0", "0SEND_F1", "3RECV_B2", into buf (n bytes,
+ * SCHED_ACTION_TEXT_MAX always suffices). Returns the length written. */
+int sched_action_format(Action a, char *buf, size_t n);
+
+/* Parse one whole action in text form: <stage><TYPE><microbatch>, decimal numbers
+ * without sign or leading zeros, so that format(parse(t)) == t for every accepted t
+ * and parse(format(a)) == a for every action. Returns PP_OK, or PP_EUSAGE with *a
+ * untouched. */
+int sched_action_parse(const char *text, Action *a);
+
+/* ---- placement ---------------------------------------------------------------- */
+
+/* Rank that holds stage `stage` out of P ranks: stage mod P ([Note: stages and
+ * placement]). */
+int sched_stage_rank(int stage, int P);
+/* Chunk index of stage `stage` on its rank: stage / P. */
+int sched_stage_chunk(int stage, int P);
+
+/* ---- schedules ---------------------------------------------------------------- */
+
+/* Names of the generators, NULL-terminated: "gpipe", "1f1b", "interleaved-1f1b". */
+const char *const *sched_kinds(void);
+
+/* Initialise an empty schedule (no actions) for P ranks, v chunks, M microbatches.
+ * Returns PP_EUSAGE with a message if the sizes are out of range. */
+int sched_init(Schedule *s, const char *name, int P, int v, int M, char *err, size_t errlen);
+
+/* Append action a to rank r's list (grows the list; dies only on out of memory). */
+void sched_append(Schedule *s, int rank, Action a);
+
+/* Release the lists and zero the struct. Safe on a zeroed or already freed struct. */
+void sched_free(Schedule *s);
+
+/* Run generator `kind` alone: compute-only lists (F and B in each rank's order).
+ * On error returns PP_EUSAGE with a message saying which combination is impossible
+ * and why, and leaves s empty. */
+int sched_generate(Schedule *s, const char *kind, int P, int v, int M, char *err,
+                   size_t errlen);
+
+/* Generate, lower and validate: the lists the runtime executes. On error returns
+ * PP_EUSAGE (bad kind or combination) with a message; a schedule that fails to lower
+ * or validate is a bug, reported as PP_ERUNTIME with the grid on stderr. s is left
+ * empty on error. */
+int sched_build(Schedule *s, const char *kind, int P, int v, int M, char *err,
+                size_t errlen);
+
+/* A lowered forward-only schedule (F and its transfers, no B) for validation passes;
+ * each rank runs its forwards in the interleaved order (chunk-major groups of P
+ * microbatches), which cannot deadlock. */
+int sched_build_forward_only(Schedule *s, int P, int v, int M, char *err, size_t errlen);
+
+/* Replace compute-only lists by lowered lists ([Note: FIFO send order]). Checks the
+ * compute actions first (ranges, placement, each F and B exactly once). If no rank
+ * can run its next action, returns PP_EUSAGE naming the stuck actions and prints the
+ * grid with them marked to `grid` (may be NULL). s is unchanged on error. */
+int sched_lower(Schedule *s, char *err, size_t errlen, FILE *grid);
+
+/* Check a lowered schedule: every action in range and on the rank of its stage;
+ * exactly one F and one B per (stage, microbatch) (no B if forward_only); F(s,m)
+ * after its input is available; B(s,m) after F(s,m) and after the gradient from
+ * s+1; every SEND has exactly one matching RECV and vice versa; per rank pair the
+ * receives come in the order of the sends; and no rank waits forever, even when a
+ * RECV blocks. Returns PP_OK, or PP_EUSAGE with a message naming the rank and step
+ * and the grid printed to `grid` (may be NULL) with the offending action(s) marked. */
+int sched_validate(const Schedule *s, char *err, size_t errlen, FILE *grid);
+
+/* Print the lists as a grid, one row per step (list index) and one column per rank;
+ * mark[r] (or NULL) is the index on rank r to flag with '*', -1 for none. */
+void sched_print_grid(const Schedule *s, const int *mark, FILE *f);
+
+/* ---- text files (pipeline.schedule_file) -------------------------------------- */
+
+/* Write the schedule in the file form sched_load_text reads back: a '#' header
+ * comment, then one line per rank: "rank R: <action> <action> ...". */
+void sched_write(const Schedule *s, FILE *f);
+
+/* Parse a schedule from text: one line per rank (blank lines and '#' comments are
+ * skipped, an optional "rank R:" prefix must match the line's rank), actions
+ * separated by spaces or commas, compute-only (then lowered here) or already
+ * lowered (any SEND/RECV present). The result is validated. Errors return PP_EUSAGE
+ * with "origin:line: what is wrong"; validation failures also print the grid to
+ * `grid` (may be NULL). s is left empty on error. */
+int sched_load_text(Schedule *s, const char *text, const char *origin, int P, int v,
+                    int M, char *err, size_t errlen, FILE *grid);
+
+/* sched_load_text on the contents of `path` (grid to stderr). A file that cannot be
+ * read is PP_EUSAGE with the path and the system's reason. */
+int sched_load_file(Schedule *s, const char *path, int P, int v, int M, char *err,
+                    size_t errlen);
+
+/* ---- properties --------------------------------------------------------------- */
+
+/* Most microbatches whose activations stage `stage` holds at once, by replaying its
+ * rank's list in order: F(stage,m) acquires a slot, B(stage,m) releases it. In a
+ * forward-only schedule each forward releases its slot at once (peak 1). This sizes
+ * the runtime's activation pool for that stage. */
+int sched_peak_inflight(const Schedule *s, int stage);
+
+/* The same over all stages of rank r together (chunk activations held at once). */
+int sched_peak_inflight_rank(const Schedule *s, int rank);
+
+/* Published bubble fraction (idle / total time, F and B uniform, free transfers)
+ * of the schedule's kind for its P, v, M, and its formula as text in *formula
+ * (may be NULL); returns -1 when no closed form is known (e.g. loaded files, or
+ * interleaved with M not a multiple of P). */
+double sched_bubble_closed_form(const Schedule *s, const char **formula);
+
+#endif

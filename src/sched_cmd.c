@@ -1,0 +1,140 @@
+/* sched_cmd.c — `pptrain schedule`: build, simulate and show a schedule. */
+#include "sched_cmd.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched.h"
+#include "sched_show.h"
+#include "sim.h"
+
+typedef struct {
+    int text, json;
+    const char *svg; /* path or NULL */
+    SimCosts costs;
+} SchedCmdOpts;
+
+static int usage(const char *why) {
+    if (why) pp_error("%s", why);
+    fprintf(stderr,
+            "usage: pptrain schedule --config FILE [--set key=value ...] [--text | --json]\n"
+            "                        [--svg FILE] [--costs F,B[,X]]\n"
+            "  --text          per-rank action lists, text timeline and summary (default)\n"
+            "  --json          one JSON object for tools instead of the text\n"
+            "  --svg FILE      also draw the timeline as an SVG picture\n"
+            "  --costs F,B,X   time of one forward, one backward and one transfer (1,2,0)\n");
+    return PP_EUSAGE;
+}
+
+/* "F,B" or "F,B,X": F, B > 0 and X >= 0, all finite. */
+static int parse_costs(const char *text, SimCosts *c) {
+    double v[3] = {0, 0, 0};
+    const char *p = text;
+    int n = 0;
+    while (n < 3) {
+        char *end;
+        errno = 0;
+        v[n] = strtod(p, &end);
+        if (end == p || errno || !isfinite(v[n]) || v[n] < 0) return PP_EUSAGE;
+        n++, p = end;
+        if (*p != ',' || n == 3) break;
+        p++;
+    }
+    if (*p || n < 2 || v[0] <= 0 || v[1] <= 0) return PP_EUSAGE;
+    c->F = v[0], c->B = v[1], c->X = v[2];
+    return PP_OK;
+}
+
+static int parse_opts(int argc, char **argv, SchedCmdOpts *o) {
+    memset(o, 0, sizeof *o);
+    sim_costs_default(&o->costs);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (!strcmp(a, "--text")) {
+            o->text = 1;
+        } else if (!strcmp(a, "--json")) {
+            o->json = 1;
+        } else if (!strcmp(a, "--svg") && has_value) {
+            o->svg = argv[++i];
+        } else if (!strcmp(a, "--costs") && has_value) {
+            if (parse_costs(argv[++i], &o->costs) != PP_OK)
+                return usage("--costs wants F,B or F,B,X: forward and backward > 0, transfer >= 0");
+        } else if ((!strcmp(a, "--config") || !strcmp(a, "--set")) && has_value) {
+            i++; /* applied by main */
+        } else if (!strncmp(a, "--config=", 9) || !strncmp(a, "--set=", 6)) {
+            continue;
+        } else {
+            char why[PP_ERR_MAX];
+            snprintf(why, sizeof why, "schedule: unknown option or missing value: '%s'", a);
+            return usage(why);
+        }
+    }
+    if (o->text && o->json) return usage("--text and --json are alternatives: pick one");
+    return PP_OK;
+}
+
+/* [partition] What each stage holds ("layers 0-5"), [S] strings. The partition is
+ * decided by the runtime issue; until it exists there is nothing to show. */
+static const char *const *stage_layers(const Config *cfg, const Schedule *s) {
+    return NULL;
+}
+
+static int write_svg(const char *path, const Schedule *s, const SimResult *res,
+                     const SimCosts *c) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        pp_error("cannot write SVG to %s: %s", path, strerror(errno));
+        return PP_ERUNTIME;
+    }
+    sched_show_svg(s, res, c, f);
+    if (fclose(f) != 0) {
+        pp_error("writing SVG to %s failed: %s", path, strerror(errno));
+        return PP_ERUNTIME;
+    }
+    return PP_OK;
+}
+
+static int load_schedule(const Config *cfg, Schedule *s) {
+    char err[PP_ERR_MAX];
+    int rc = cfg->schedule_file[0]
+                 ? sched_load_file(s, cfg->schedule_file, cfg->stages, cfg->virtual_stages,
+                                   cfg->microbatches, err, sizeof err)
+                 : sched_build(s, cfg->schedule, cfg->stages, cfg->virtual_stages,
+                               cfg->microbatches, err, sizeof err);
+    if (rc != PP_OK) pp_error("%s", err);
+    return rc;
+}
+
+int sched_cmd_main(const Config *cfg, int argc, char **argv) {
+    SchedCmdOpts o;
+    Schedule s;
+    SimResult res;
+    char err[PP_ERR_MAX];
+    int rc = parse_opts(argc, argv, &o);
+    if (rc != PP_OK) return rc;
+    if ((rc = load_schedule(cfg, &s)) != PP_OK) return rc;
+    rc = sim_run(&s, &o.costs, &res, err, sizeof err, stderr);
+    if (rc != PP_OK) {
+        pp_error("%s", err);
+        rc = PP_ERUNTIME;
+    } else if (o.json) {
+        sched_show_json(&s, &res, &o.costs, stage_layers(cfg, &s), stdout);
+    } else {
+        printf("per-rank actions (lowered; text form <stage><action><microbatch>):\n");
+        sched_write(&s, stdout);
+        printf("\n");
+        sched_show_timeline(&s, &res, stdout);
+        printf("\n");
+        sched_show_summary(&s, &res, &o.costs, stage_layers(cfg, &s), stdout);
+    }
+    if (rc == PP_OK && o.svg) {
+        rc = write_svg(o.svg, &s, &res, &o.costs);
+        if (rc == PP_OK && !o.json) printf("\nwrote the timeline picture to %s\n", o.svg);
+    }
+    sim_result_free(&res);
+    sched_free(&s);
+    return rc;
+}

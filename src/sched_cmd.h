@@ -1,0 +1,20 @@
+/* sched_cmd.h — `pptrain schedule`: plan a pipeline without training (lists,
+ * timeline, bubble, peak activations, JSON, SVG). */
+#ifndef PP_SCHED_CMD_H
+#define PP_SCHED_CMD_H
+
+#include "config.h"
+
+/* Run the schedule subcommand. cfg is the finalized config (pipeline.stages,
+ * virtual_stages, microbatches, schedule, schedule_file are used); argv[0] is
+ * "schedule" and the rest are the subcommand's options:
+ *   --text            per-rank lowered lists, text timeline and summary (default)
+ *   --json            only one JSON object on stdout (see sched_show_json)
+ *   --svg FILE        also draw the timeline as SVG into FILE
+ *   --costs F,B[,X]   per-action forward, backward and transfer time (1,2,0)
+ * --config/--set (and their values) are skipped: main has applied them.
+ * Returns an exit code: 0 done; 1 simulation or I/O failure; 2 bad usage (with a
+ * usage message on stderr) or an impossible schedule/config combination. */
+int sched_cmd_main(const Config *cfg, int argc, char **argv);
+
+#endif

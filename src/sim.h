@@ -1,0 +1,52 @@
+/* sim.h — dry-run simulator: replays a lowered schedule on all ranks at once with
+ * per-action costs; reports makespan, busy/idle time, bubble fraction and peak
+ * in-flight activations, and detects deadlocks. */
+#ifndef PP_SIM_H
+#define PP_SIM_H
+
+#include <stdio.h>
+
+#include "sched.h"
+
+/* Per-action costs in any time unit. A rank runs one compute action at a time;
+ * transfers cost the sender nothing (sends are posted, [Note: action semantics]):
+ * a message sent at time t arrives at t + X, and the compute that consumes it waits
+ * for it. Precedence for a compute action's duration: action_cost (if set), then
+ * F_stage/B_stage (if set), then F/B. For a SEND, action_cost (if set) gives the
+ * transfer time, else X. */
+typedef struct {
+    double F, B, X;         /* defaults 1, 2, 0 */
+    const double *F_stage;  /* [S] forward cost of each stage, or NULL */
+    const double *B_stage;  /* [S] backward cost of each stage, or NULL */
+    double (*action_cost)(void *ctx, int rank, Action a); /* or NULL, e.g. measured */
+    void *ctx;
+} SimCosts;
+
+typedef struct {
+    int P, S;
+    double makespan;        /* end of the last action on any rank */
+    double *busy;           /* [P] time spent in F/B */
+    double *idle;           /* [P] makespan - busy */
+    double bubble;          /* sum(idle) / (P * makespan) */
+    int *stage_peak;        /* [S] sched_peak_inflight of each stage */
+    int *rank_peak;         /* [P] sched_peak_inflight_rank of each rank */
+    double **start, **end;  /* [P][len[r]] when each action ran (transfers: end=start) */
+} SimResult;
+
+/* F=1, B=2, X=0, no per-stage costs, no callback. */
+void sim_costs_default(SimCosts *c);
+
+/* Replay lowered schedule s with costs c (NULL: defaults) into res (owned by the
+ * caller, release with sim_result_free; filled even on failure where possible).
+ * Returns PP_OK; PP_EUSAGE if s is not lowered or an action is out of range;
+ * PP_ERUNTIME on deadlock, with the stuck actions named in err and marked in the grid
+ * printed to `grid` (may be NULL). s need not have passed sched_validate: the replay
+ * checks every dependency itself (a compute waits for its local producer or for a
+ * posted RECV whose SEND has run), so dependencies that cannot be met show up as a
+ * deadlock. */
+int sim_run(const Schedule *s, const SimCosts *c, SimResult *res, char *err, size_t errlen,
+            FILE *grid);
+
+void sim_result_free(SimResult *res);
+
+#endif

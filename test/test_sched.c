@@ -1,0 +1,877 @@
+/* test_sched.c — schedules: IR round trip, generators against closed forms,
+ * lowering, validator and simulator on broken plans, file loading, CLI output. */
+#include <check.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "sched.h"
+#include "sched_cmd.h"
+#include "sched_show.h"
+#include "sim.h"
+
+#define ERRLEN 2048
+
+/* ------------------------------------------------------------------ helpers --- */
+
+static Action mk(int type, int stage, int mb) {
+    Action a = {(uint8_t)type, (int16_t)stage, (int32_t)mb};
+    return a;
+}
+
+/* Whole text of a memstream / file after the fact. */
+typedef struct {
+    char *buf;
+    size_t len;
+    FILE *f;
+} Capture;
+
+static void cap_open(Capture *c) {
+    c->buf = NULL, c->len = 0;
+    c->f = open_memstream(&c->buf, &c->len);
+    ck_assert_ptr_nonnull(c->f);
+}
+
+static const char *cap_text(Capture *c) {
+    fflush(c->f);
+    return c->buf ? c->buf : "";
+}
+
+static void cap_close(Capture *c) {
+    fclose(c->f);
+    free(c->buf);
+}
+
+static char *read_all(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)n + 1);
+    size_t got = fread(text, 1, (size_t)n, f);
+    text[got] = '\0';
+    fclose(f);
+    return text;
+}
+
+static int action_eq(Action a, Action b) {
+    return a.type == b.type && a.stage == b.stage && a.mb == b.mb;
+}
+
+static int same_lists(const Schedule *a, const Schedule *b) {
+    if (a->P != b->P || a->S != b->S || a->M != b->M) return 0;
+    for (int r = 0; r < a->P; r++) {
+        if (a->len[r] != b->len[r]) return 0;
+        for (int i = 0; i < a->len[r]; i++)
+            if (!action_eq(a->acts[r][i], b->acts[r][i])) return 0;
+    }
+    return 1;
+}
+
+static char *write_to_string(const Schedule *s) {
+    Capture c;
+    cap_open(&c);
+    sched_write(s, c.f);
+    char *text = strdup(cap_text(&c));
+    cap_close(&c);
+    return text;
+}
+
+/* ------------------------------------------------------------------- the IR --- */
+
+START_TEST(test_action_text_examples) {
+    struct { const char *text; Action a; } cases[] = {
+        {"1F0", mk(ACT_F, 1, 0)},           {"2B3", mk(ACT_B, 2, 3)},
+        {"0SEND_F1", mk(ACT_SEND_F, 0, 1)}, {"3RECV_B2", mk(ACT_RECV_B, 3, 2)},
+        {"4RECV_F10", mk(ACT_RECV_F, 4, 10)}, {"12SEND_B7", mk(ACT_SEND_B, 12, 7)},
+        {"1I0", mk(ACT_I, 1, 0)},           {"5W31", mk(ACT_W, 5, 31)},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Action a;
+        char buf[SCHED_ACTION_TEXT_MAX];
+        ck_assert_int_eq(sched_action_parse(cases[i].text, &a), PP_OK);
+        ck_assert_int_eq(a.type, cases[i].a.type);
+        ck_assert_int_eq(a.stage, cases[i].a.stage);
+        ck_assert_int_eq(a.mb, cases[i].a.mb);
+        sched_action_format(cases[i].a, buf, sizeof buf);
+        ck_assert_str_eq(buf, cases[i].text);
+    }
+}
+END_TEST
+
+START_TEST(test_action_text_rejects) {
+    const char *bad[] = {"", "F0", "1F", "01F0", "1F01", "1X0", "1f0", "1F0 ", " 1F0", "-1F0",
+                         "1SEND_F", "1SENDF0", "1F+2", "32767F0", "1F2147483648", "1F0x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        Action a = mk(ACT_B, 9, 9);
+        ck_assert_msg(sched_action_parse(bad[i], &a) == PP_EUSAGE, "accepted '%s'", bad[i]);
+        ck_assert_int_eq(a.stage, 9); /* untouched */
+    }
+    Action a;
+    ck_assert_int_eq(sched_action_parse("32766F2147483647", &a), PP_OK);
+    ck_assert_int_eq(a.stage, 32766);
+    ck_assert_int_eq(a.mb, 2147483647);
+}
+END_TEST
+
+START_TEST(test_placement) {
+    /* looped: stage s on rank s mod P as chunk s / P */
+    ck_assert_int_eq(sched_stage_rank(0, 4), 0);
+    ck_assert_int_eq(sched_stage_rank(5, 4), 1);
+    ck_assert_int_eq(sched_stage_chunk(5, 4), 1);
+    ck_assert_int_eq(sched_stage_rank(11, 4), 3);
+    ck_assert_int_eq(sched_stage_chunk(11, 4), 2);
+    ck_assert_int_eq(sched_stage_rank(3, 1), 0);
+    ck_assert_int_eq(sched_stage_chunk(3, 1), 3);
+}
+END_TEST
+
+/* -------------------------------------------------------- the big sweep --- */
+
+/* Published peak in-flight (activation sets held at once) on rank r, with F=B
+ * uniform; each schedule's source:
+ *  - GPipe (Huang et al. 2019): every rank keeps all M microbatches: M.
+ *  - 1F1B / PipeDream-Flush (Narayanan et al. 2021, "Memory-Efficient Pipeline-
+ *    Parallel DNN Training", §3): rank r warms up with P-1-r forwards, so it holds
+ *    min(P-r, M).
+ *  - interleaved (Narayanan et al. SC'21 §2.2.2; Megatron-LM schedules.py,
+ *    forward_backward_pipelining_with_interleaving): num_warmup = (P-r-1)*2 +
+ *    (v-1)*P capped at v*M, and one more forward enters before the first backward:
+ *    min(v*M, (v-1)*P + 2*(P-1-r) + 1) chunk activations. (Megatron also runs all
+ *    warm-up when M == P; we keep the formula there.) For M not a multiple of P the
+ *    group size P becomes our largest group G (M if M < 2P, else P + M mod P);
+ *    with v = 1 the schedule is plain 1F1B. */
+static int expected_rank_peak(const char *kind, int P, int v, int M, int r) {
+    if (!strcmp(kind, "gpipe")) return M;
+    if (!strcmp(kind, "1f1b") || v == 1) return P - r < M ? P - r : M;
+    int G = M % P == 0 ? P : M < 2 * P ? M : P + M % P;
+    int peak = (v - 1) * G + 2 * (P - 1 - r) + 1;
+    return peak < v * M ? peak : v * M;
+}
+
+/* Check's ck_assert records every passing assertion through a pipe in fork mode;
+ * the sweep runs millions of checks, so it only calls into Check on failure. */
+#define REQUIRE(cond, ...)                                                              \
+    do {                                                                                \
+        if (!(cond)) ck_abort_msg(__VA_ARGS__);                                         \
+    } while (0)
+#define REQUIRE_NEAR(x, want, what)                                                     \
+    REQUIRE(fabs((x) - (want)) <= 1e-12, "%s P=%d v=%d M=%d: %s = %.17g, want %.17g",    \
+            kind, P, v, M, what, (double)(x), (double)(want))
+
+/* Every action prints and parses back, each rank runs 2vM compute actions, and the
+ * whole schedule written as text loads back to the same lists. */
+static void check_text_round_trip(const char *kind, const Schedule *s, int P, int v, int M) {
+    char err[ERRLEN];
+    Schedule back;
+    for (int r = 0; r < P; r++) {
+        int compute = 0;
+        for (int i = 0; i < s->len[r]; i++) {
+            char text[SCHED_ACTION_TEXT_MAX];
+            Action a;
+            sched_action_format(s->acts[r][i], text, sizeof text);
+            REQUIRE(sched_action_parse(text, &a) == PP_OK && action_eq(a, s->acts[r][i]),
+                    "%s does not round-trip", text);
+            compute += a.type == ACT_F || a.type == ACT_B;
+        }
+        REQUIRE(compute == 2 * v * M, "%s P=%d v=%d M=%d: rank %d runs %d compute actions",
+                kind, P, v, M, r, compute);
+    }
+    char *text = write_to_string(s);
+    REQUIRE(sched_load_text(&back, text, "gen", P, v, M, err, sizeof err, NULL) == PP_OK,
+            "%s", err);
+    REQUIRE(same_lists(s, &back), "%s P=%d v=%d M=%d: text does not load back", kind, P, v, M);
+    sched_free(&back);
+    free(text);
+}
+
+/* Simulated time and memory against the closed forms, F = B = 1, free transfers. */
+static void check_unit_costs(const char *kind, const Schedule *s, int P, int v, int M) {
+    char err[ERRLEN];
+    SimResult res;
+    SimCosts unit;
+    sim_costs_default(&unit);
+    unit.B = 1;
+    REQUIRE(sim_run(s, &unit, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+    int flat = strcmp(kind, "interleaved-1f1b") != 0 || v == 1;
+    if (flat) { /* GPipe and 1F1B: 2(M+P-1) units, bubble (P-1)/(M+P-1) */
+        REQUIRE_NEAR(res.makespan, 2.0 * (M + P - 1), "makespan");
+        REQUIRE_NEAR(res.bubble, (P - 1.0) / (M + P - 1), "bubble");
+    } else if (M >= P) { /* published for M a multiple of P; ours meets it for M >= P */
+        REQUIRE_NEAR(res.makespan, 2.0 * (v * M + P - 1), "makespan");
+        REQUIRE_NEAR(res.bubble, (P - 1.0) / (v * M + P - 1), "bubble");
+    }
+    double closed = sched_bubble_closed_form(s, NULL);
+    if (closed >= 0) REQUIRE_NEAR(res.bubble, closed, "bubble vs closed form");
+    for (int r = 0; r < P; r++) {
+        REQUIRE_NEAR(res.busy[r], 2.0 * v * M, "busy");
+        REQUIRE_NEAR(res.idle[r], res.makespan - res.busy[r], "idle");
+        int want = expected_rank_peak(kind, P, v, M, r);
+        REQUIRE(res.rank_peak[r] == want && sched_peak_inflight_rank(s, r) == want,
+                "%s P=%d v=%d M=%d: rank %d peak %d, want %d", kind, P, v, M, r,
+                res.rank_peak[r], want);
+    }
+    for (int st = 0; st < s->S; st++) {
+        int peak = res.stage_peak[st];
+        REQUIRE(peak == sched_peak_inflight(s, st) && peak >= 1 && peak <= M,
+                "%s P=%d v=%d M=%d: stage %d peak %d", kind, P, v, M, st, peak);
+        REQUIRE(v > 1 || peak == res.rank_peak[st], "stage %d peak %d", st, peak);
+    }
+    sim_result_free(&res);
+}
+
+/* Invariants of one generated schedule. */
+static void check_generated(const char *kind, int P, int v, int M) {
+    char err[ERRLEN];
+    Schedule s;
+    SimResult res;
+    SimCosts dflt;
+    REQUIRE(sched_build(&s, kind, P, v, M, err, sizeof err) == PP_OK, "%s", err);
+    REQUIRE(sched_validate(&s, err, sizeof err, NULL) == PP_OK, "%s", err);
+    REQUIRE(s.lowered, "not lowered");
+    check_text_round_trip(kind, &s, P, v, M);
+    check_unit_costs(kind, &s, P, v, M);
+    sim_costs_default(&dflt); /* F=1, B=2: (M+P-1)(F+B) resp. (vM+P-1)(F+B) */
+    REQUIRE(sim_run(&s, &dflt, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+    int flat = strcmp(kind, "interleaved-1f1b") != 0 || v == 1;
+    if (flat) REQUIRE_NEAR(res.makespan, 3.0 * (M + P - 1), "makespan (F=1, B=2)");
+    if (!flat && M >= P) REQUIRE_NEAR(res.makespan, 3.0 * (v * M + P - 1), "makespan (F=1, B=2)");
+    sim_result_free(&res);
+    sched_free(&s);
+}
+
+static void sweep(const char *kind) {
+    for (int P = 1; P <= 8; P++)
+        for (int v = 1; v <= 4; v++)
+            for (int M = 1; M <= 32; M++) {
+                char err[ERRLEN];
+                Schedule s;
+                int accepted = !strcmp(kind, "interleaved-1f1b") || v == 1;
+                int rc = sched_build(&s, kind, P, v, M, err, sizeof err);
+                if (!accepted) { /* one stage per rank: the message says why */
+                    REQUIRE(rc == PP_EUSAGE && strstr(err, "virtual_stages must be 1"), "%s", err);
+                    continue;
+                }
+                REQUIRE(rc == PP_OK, "%s P=%d v=%d M=%d: %s", kind, P, v, M, err);
+                sched_free(&s);
+                check_generated(kind, P, v, M);
+            }
+}
+
+START_TEST(test_sweep_gpipe) { sweep("gpipe"); }
+END_TEST
+START_TEST(test_sweep_1f1b) { sweep("1f1b"); }
+END_TEST
+START_TEST(test_sweep_interleaved) { sweep("interleaved-1f1b"); }
+END_TEST
+
+START_TEST(test_compute_order_shapes) {
+    /* The generators' compute orders for hand-checked small cases. */
+    char err[ERRLEN];
+    Schedule s;
+    ck_assert_int_eq(sched_generate(&s, "1f1b", 3, 1, 4, err, sizeof err), PP_OK);
+    char *text = write_to_string(&s);
+    ck_assert_ptr_nonnull(strstr(text, "rank 0: 0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3\n"));
+    ck_assert_ptr_nonnull(strstr(text, "rank 1: 1F0 1F1 1B0 1F2 1B1 1F3 1B2 1B3\n"));
+    ck_assert_ptr_nonnull(strstr(text, "rank 2: 2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3\n"));
+    free(text);
+    sched_free(&s);
+    ck_assert_int_eq(sched_generate(&s, "gpipe", 2, 1, 3, err, sizeof err), PP_OK);
+    text = write_to_string(&s);
+    ck_assert_ptr_nonnull(strstr(text, "rank 1: 1F0 1F1 1F2 1B0 1B1 1B2\n"));
+    free(text);
+    sched_free(&s);
+    /* interleaved P=2 v=2 M=4: groups of 2, chunk-major within a group; the last
+     * rank warms up (v-1)*P = 2 forwards, rank 0 two more. */
+    ck_assert_int_eq(sched_generate(&s, "interleaved-1f1b", 2, 2, 4, err, sizeof err), PP_OK);
+    text = write_to_string(&s);
+    ck_assert_ptr_nonnull(strstr(text, "rank 0: 0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 "
+                                       "2B2 2B3 0B2 0B3\n"));
+    ck_assert_ptr_nonnull(strstr(text, "rank 1: 1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 "
+                                       "3F3 3B3 1B2 1B3\n"));
+    free(text);
+    sched_free(&s);
+}
+END_TEST
+
+START_TEST(test_build_errors) {
+    char err[ERRLEN];
+    Schedule s;
+    ck_assert_int_eq(sched_build(&s, "zero-bubble", 2, 1, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "unknown schedule 'zero-bubble'"));
+    ck_assert_ptr_nonnull(strstr(err, "interleaved-1f1b"));
+    ck_assert_int_eq(sched_build(&s, "1f1b", 0, 1, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "P=0"));
+    ck_assert_int_eq(sched_build(&s, "gpipe", 2, 1, 0, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "M=0"));
+    ck_assert_int_eq(sched_build(&s, "interleaved-1f1b", 200, 200, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "40000 stages"));
+    ck_assert_int_eq(sched_build(&s, "gpipe", 2, 2, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "use interleaved-1f1b"));
+    ck_assert_ptr_null(s.acts); /* left empty */
+    sched_free(&s);             /* and freeing it again is harmless */
+}
+END_TEST
+
+/* ------------------------------------------------------------- golden files --- */
+
+static void golden_path(char *buf, size_t n, const char *name) {
+    const char *dir = getenv("PP_GOLDEN_DIR");
+    if (dir) {
+        snprintf(buf, n, "%s/%s", dir, name);
+        return;
+    }
+    const char *slash = strrchr(__FILE__, '/'); /* test/golden next to this file */
+    snprintf(buf, n, "%.*sgolden/%s", slash ? (int)(slash - __FILE__ + 1) : 0, __FILE__, name);
+}
+
+/* Lowered schedules in file form for small cases; PP_UPDATE_GOLDEN=1 rewrites them
+ * (review the diff before committing). */
+START_TEST(test_golden) {
+    struct { const char *kind; int P, v, M; const char *file; } cases[] = {
+        {"gpipe", 2, 1, 3, "gpipe_P2_M3.txt"},
+        {"1f1b", 3, 1, 4, "1f1b_P3_M4.txt"},
+        {"interleaved-1f1b", 2, 2, 4, "interleaved_P2_v2_M4.txt"},
+        {"interleaved-1f1b", 3, 2, 4, "interleaved_P3_v2_M4.txt"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[ERRLEN], path[1024];
+        Schedule s;
+        ck_assert_int_eq(sched_build(&s, cases[i].kind, cases[i].P, cases[i].v, cases[i].M, err,
+                                     sizeof err), PP_OK);
+        char *got = write_to_string(&s);
+        golden_path(path, sizeof path, cases[i].file);
+        if (getenv("PP_UPDATE_GOLDEN")) {
+            FILE *f = fopen(path, "w");
+            ck_assert_ptr_nonnull(f);
+            fputs(got, f);
+            fclose(f);
+        }
+        char *want = read_all(path);
+        ck_assert_msg(want != NULL, "missing golden file %s", path);
+        ck_assert_str_eq(got, want);
+        free(got), free(want);
+        sched_free(&s);
+    }
+}
+END_TEST
+
+/* --------------------------------------------------------- broken schedules --- */
+
+/* Load text that must be rejected; check the message and the marked grid cells. */
+static void expect_rejected(const char *text, int P, int v, int M, const char *msg,
+                            const char *mark1, const char *mark2) {
+    char err[ERRLEN];
+    Schedule s;
+    Capture grid;
+    cap_open(&grid);
+    ck_assert_int_eq(sched_load_text(&s, text, "plan.txt", P, v, M, err, sizeof err, grid.f),
+                     PP_EUSAGE);
+    ck_assert_msg(strstr(err, msg) != NULL, "message '%s' lacks '%s'", err, msg);
+    ck_assert_msg(!strncmp(err, "plan.txt:", 9), "message '%s' does not name the file", err);
+    const char *g = cap_text(&grid);
+    if (mark1) {
+        ck_assert_msg(strstr(g, "as a grid") != NULL, "no grid printed for '%s'", err);
+        ck_assert_msg(strstr(g, mark1) != NULL, "grid lacks %s:\n%s", mark1, g);
+    }
+    if (mark2) ck_assert_msg(strstr(g, mark2) != NULL, "grid lacks %s:\n%s", mark2, g);
+    ck_assert_ptr_null(s.acts);
+    cap_close(&grid);
+}
+
+START_TEST(test_reject_missing_backward) {
+    expect_rejected("rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1B0 1F1\n", 2, 1, 2,
+                    "has no backward 1B1", "*1F1*", NULL);
+    /* the same in a lowered plan */
+    expect_rejected("0F0 0SEND_F0 0RECV_B0 0B0\n1RECV_F0 1F0 1SEND_B0\n", 2, 1, 1,
+                    "plan.txt:2: rank 1 step 1 (1F0): has no backward 1B0", "*1F0*", NULL);
+}
+END_TEST
+
+START_TEST(test_reject_swapped_sends) {
+    /* rank 0 sends microbatch 1 before 0; rank 1 receives 0 first */
+    expect_rejected("rank 0: 0F0 0F1 0SEND_F1 0SEND_F0 0RECV_B0 0B0 0RECV_B1 0B1\n"
+                    "rank 1: 1RECV_F0 1RECV_F1 1F0 1B0 1SEND_B0 1F1 1B1 1SEND_B1\n",
+                    2, 1, 2, "order of the sends", "*0SEND_F1*", "*1RECV_F0*");
+}
+END_TEST
+
+START_TEST(test_reject_cycle) {
+    /* rank 0's 0B0 needs 1B0, which rank 1 runs after 1F1, which needs 0F1, which
+     * rank 0 runs after 0B0: no order of actions can satisfy both ranks */
+    expect_rejected("0F0 0B0 0F1 0B1\n1F1 1B1 1F0 1B0\n", 2, 1, 2, "deadlock", "*0B0*", "*1F1*");
+    /* a lowered plan whose receives block before their sends can happen */
+    expect_rejected("0RECV_B0 0F0 0SEND_F0 0B0\n1RECV_F0 1F0 1B0 1SEND_B0\n", 2, 1, 1,
+                    "deadlock", "*0RECV_B0*", "*1RECV_F0*");
+}
+END_TEST
+
+START_TEST(test_reject_local_order_and_ranges) {
+    expect_rejected("0B0 0F0\n", 1, 1, 1, "runs before its forward 0F0", "*0B0*", NULL);
+    /* two chunks on one rank hand over locally, in order */
+    expect_rejected("1F0 0F0 1B0 0B0\n", 1, 2, 1, "runs before its input 0F0", "*1F0*", NULL);
+    expect_rejected("0F0 1F0 0B0 1B0\n", 1, 2, 1, "runs before the gradient from 1B0", "*0B0*",
+                    NULL);
+}
+END_TEST
+
+START_TEST(test_reject_text_errors) {
+    struct { const char *text; int P, v, M; const char *msg; } cases[] = {
+        {"0F0 0xF1\n", 1, 1, 2, "plan.txt:1: bad action '0xF1'"},
+        {"# header\n\n0F0 0B0\n1F0 1B0\n", 1, 1, 1, "plan.txt:4: more rank lines than"},
+        {"0F0 0B0\n", 2, 1, 1, "1 rank line, but pipeline.stages=2"},
+        {"rank 1: 0F0 0B0\n", 1, 1, 1, "line says rank 1"},
+        {"0F0 0B0\n1F0 0B0\n", 2, 1, 1, "plan.txt:2: action 0B0 on rank 1: its stage lives on"},
+        {"0F0 0B0 0F5 0B5\n", 1, 1, 2, "microbatch out of range"},
+        {"0F0 0B0 2F0\n", 1, 2, 1, "stage out of range"},
+        {"0F0 0I0 0W0\n", 1, 1, 1, "reserved for zero-bubble"},
+        {"0F0 0SEND_F0 1F0 1B0 0B0\n", 1, 2, 1, "handed over locally"},
+        {"0F0 0SEND_F0 0B0\n", 1, 1, 1, "no stage on the other end"},
+        {"0F0 0F0 0B0\n", 1, 1, 1, "appears twice"},
+        {"0F0 1F0 1B0 0B0\n0F1\n", 2, 1, 1, "its stage lives on another rank"},
+        /* lowered plans: each action after what it needs on its own rank */
+        {"0F0 0SEND_F0 0RECV_B0 0B0\n1F0 1RECV_F0 1B0 1SEND_B0\n", 2, 1, 1,
+         "plan.txt:2: rank 1 step 0 (1F0): runs before its input is received (1RECV_F0)"},
+        {"0SEND_F0 0F0 0RECV_B0 0B0\n1RECV_F0 1F0 1B0 1SEND_B0\n", 2, 1, 1,
+         "plan.txt:1: rank 0 step 0 (0SEND_F0): sends before 0F0 computed it"},
+        {"0F0 0SEND_F0 0B0 0RECV_B0\n1RECV_F0 1F0 1B0 1SEND_B0\n", 2, 1, 1,
+         "runs before its gradient is received (0RECV_B0)"},
+        {"0F0 0SEND_F0 0RECV_B0 0B0\n1RECV_F0 1F0 1SEND_B0 1B0\n", 2, 1, 1,
+         "sends before 1B0 computed it"},
+        {"0F0 0SEND_F0 0RECV_B0 0B0\n1RECV_F0 1F0 1B0\n", 2, 1, 1, "gradient never sent"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_rejected(cases[i].text, cases[i].P, cases[i].v, cases[i].M, cases[i].msg, NULL, NULL);
+}
+END_TEST
+
+START_TEST(test_validate_direct) {
+    /* sched_validate on a hand-built lowered schedule: missing RECV for a SEND */
+    char err[ERRLEN];
+    Schedule s;
+    Capture grid;
+    ck_assert_int_eq(sched_init(&s, "hand", 2, 1, 1, err, sizeof err), PP_OK);
+    s.lowered = 1;
+    Action r0[] = {mk(ACT_F, 0, 0), mk(ACT_SEND_F, 0, 0), mk(ACT_RECV_B, 0, 0), mk(ACT_B, 0, 0)};
+    Action r1[] = {mk(ACT_F, 1, 0), mk(ACT_B, 1, 0), mk(ACT_SEND_B, 1, 0)};
+    for (int i = 0; i < 4; i++) sched_append(&s, 0, r0[i]);
+    for (int i = 0; i < 3; i++) sched_append(&s, 1, r1[i]);
+    cap_open(&grid);
+    ck_assert_int_eq(sched_validate(&s, err, sizeof err, grid.f), PP_EUSAGE);
+    ck_assert_str_eq(err, "rank 0 step 1 (0SEND_F0): never received (no 1RECV_F0)");
+    ck_assert_ptr_nonnull(strstr(cap_text(&grid), "*0SEND_F0*"));
+    cap_close(&grid);
+    sched_free(&s);
+}
+END_TEST
+
+/* ------------------------------------------------------------ file loading --- */
+
+START_TEST(test_load_compute_only_and_lowered) {
+    char err[ERRLEN];
+    Schedule gen, built, loaded;
+    ck_assert_int_eq(sched_generate(&gen, "interleaved-1f1b", 3, 2, 5, err, sizeof err), PP_OK);
+    ck_assert_int_eq(sched_build(&built, "interleaved-1f1b", 3, 2, 5, err, sizeof err), PP_OK);
+    char *compute = write_to_string(&gen), *lowered = write_to_string(&built);
+    /* a compute-only file goes through the same lowering as the generator's output */
+    ck_assert_msg(sched_load_text(&loaded, compute, "c.txt", 3, 2, 5, err, sizeof err, NULL) == PP_OK,
+                  "%s", err);
+    ck_assert(same_lists(&loaded, &built));
+    ck_assert_str_eq(loaded.name, "file");
+    sched_free(&loaded);
+    /* commas, comments, blank lines and no "rank R:" prefix are fine too */
+    ck_assert_int_eq(sched_load_text(&loaded, "# one rank, two chunks\n\n  0F0, 1F0,1B0\t0B0 # all\n\n",
+                                     "t", 1, 2, 1, err, sizeof err, NULL), PP_OK);
+    ck_assert_int_eq(loaded.len[0], 4);
+    ck_assert_int_eq(loaded.acts[0][2].type, ACT_B);
+    ck_assert_int_eq(loaded.acts[0][2].stage, 1);
+    sched_free(&loaded);
+    /* through a real file */
+    char path[] = "/tmp/test_sched_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, lowered, strlen(lowered)), (ssize_t)strlen(lowered));
+    close(fd);
+    ck_assert_msg(sched_load_file(&loaded, path, 3, 2, 5, err, sizeof err) == PP_OK, "%s", err);
+    ck_assert(same_lists(&loaded, &built));
+    sched_free(&loaded);
+    /* the file's sizes must be those of the config */
+    ck_assert_int_eq(sched_load_file(&loaded, path, 3, 2, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, path));
+    ck_assert_ptr_nonnull(strstr(err, "microbatch out of range"));
+    unlink(path);
+    ck_assert_int_eq(sched_load_file(&loaded, path, 3, 2, 5, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "cannot open"));
+    ck_assert_ptr_nonnull(strstr(err, path));
+    free(compute), free(lowered);
+    sched_free(&gen), sched_free(&built);
+}
+END_TEST
+
+START_TEST(test_lower_is_fifo_and_local) {
+    /* P = 1: everything is local, lowering adds nothing */
+    char err[ERRLEN];
+    Schedule s;
+    ck_assert_int_eq(sched_build(&s, "interleaved-1f1b", 1, 3, 2, err, sizeof err), PP_OK);
+    for (int i = 0; i < s.len[0]; i++)
+        ck_assert(s.acts[0][i].type == ACT_F || s.acts[0][i].type == ACT_B);
+    ck_assert_int_eq(s.len[0], 12);
+    sched_free(&s);
+    /* lowering twice is refused */
+    ck_assert_int_eq(sched_build(&s, "1f1b", 2, 1, 2, err, sizeof err), PP_OK);
+    ck_assert_int_eq(sched_lower(&s, err, sizeof err, NULL), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "already lowered"));
+    /* each SEND is immediately followed by nothing else of its rank's compute before
+     * the receiver's RECV exists: RECV comes after the SEND in a global order, which
+     * is what the no-wait-cycle check proves; the per-pair order is FIFO */
+    ck_assert_int_eq(sched_validate(&s, err, sizeof err, NULL), PP_OK);
+    sched_free(&s);
+}
+END_TEST
+
+/* ------------------------------------------------------------ forward-only --- */
+
+START_TEST(test_forward_only) {
+    char err[ERRLEN];
+    for (int P = 1; P <= 4; P++)
+        for (int v = 1; v <= 3; v++)
+            for (int M = 1; M <= 9; M += 4) {
+                Schedule s;
+                SimResult res;
+                ck_assert_msg(sched_build_forward_only(&s, P, v, M, err, sizeof err) == PP_OK, "%s", err);
+                ck_assert(s.forward_only && s.lowered);
+                for (int r = 0; r < P; r++) {
+                    int nf = 0;
+                    for (int i = 0; i < s.len[r]; i++) {
+                        int t = s.acts[r][i].type;
+                        ck_assert(t == ACT_F || t == ACT_SEND_F || t == ACT_RECV_F);
+                        nf += t == ACT_F;
+                    }
+                    ck_assert_int_eq(nf, v * M);
+                }
+                for (int st = 0; st < s.S; st++) ck_assert_int_eq(sched_peak_inflight(&s, st), 1);
+                ck_assert_int_eq(sim_run(&s, NULL, &res, err, sizeof err, NULL), PP_OK);
+                if (v == 1) ck_assert_double_eq(res.makespan, M + P - 1.0); /* F = 1 */
+                ck_assert_double_eq(sched_bubble_closed_form(&s, NULL), -1);
+                sim_result_free(&res);
+                sched_free(&s);
+            }
+}
+END_TEST
+
+/* --------------------------------------------------------------- simulator --- */
+
+static double cost_by_stage(void *ctx, int rank, Action a) {
+    const double *per_stage = ctx;
+    if (a.type == ACT_SEND_F || a.type == ACT_SEND_B) return 0.25;
+    return a.type == ACT_F ? per_stage[a.stage] : 2 * per_stage[a.stage];
+}
+
+START_TEST(test_sim_costs) {
+    char err[ERRLEN];
+    Schedule s;
+    SimResult res;
+    SimCosts c;
+    /* one microbatch through P stages: P(F+B) + 2(P-1)X */
+    ck_assert_int_eq(sched_build(&s, "gpipe", 4, 1, 1, err, sizeof err), PP_OK);
+    sim_costs_default(&c);
+    c.F = 1.5, c.B = 2.5, c.X = 0.5;
+    ck_assert_int_eq(sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
+    ck_assert_double_eq_tol(res.makespan, 4 * 4.0 + 2 * 3 * 0.5, 1e-12);
+    ck_assert_double_eq_tol(res.busy[2], 4.0, 1e-12);
+    sim_result_free(&res);
+    /* per-stage arrays: the slowest stage sets the pace of GPipe */
+    double fs[4] = {1, 1, 3, 1}, bs[4] = {1, 1, 3, 1};
+    sim_costs_default(&c);
+    c.F_stage = fs, c.B_stage = bs;
+    sched_free(&s);
+    ck_assert_int_eq(sched_build(&s, "gpipe", 4, 1, 5, err, sizeof err), PP_OK);
+    ck_assert_int_eq(sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
+    /* forward: 2 + 5*3 + 1 = 18 until the last F ends; backward mirrors it: 18 */
+    ck_assert_double_eq_tol(res.makespan, 36, 1e-12);
+    ck_assert_double_eq_tol(res.busy[2], 30, 1e-12);
+    sim_result_free(&res);
+    /* a callback overrides everything, transfers included */
+    sim_costs_default(&c);
+    c.action_cost = cost_by_stage, c.ctx = fs;
+    sched_free(&s);
+    ck_assert_int_eq(sched_build(&s, "1f1b", 4, 1, 1, err, sizeof err), PP_OK);
+    ck_assert_int_eq(sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
+    ck_assert_double_eq_tol(res.makespan, 6 + 12 + 6 * 0.25, 1e-12);
+    sim_result_free(&res);
+    sched_free(&s);
+}
+END_TEST
+
+START_TEST(test_sim_deadlock) {
+    /* lowered, never validated: rank 1 computes microbatch 1 first, rank 0 needs
+     * microbatch 0's gradient before it sends microbatch 1 */
+    char err[ERRLEN];
+    Schedule s;
+    SimResult res;
+    Capture grid;
+    ck_assert_int_eq(sched_init(&s, "cycle", 2, 1, 2, err, sizeof err), PP_OK);
+    s.lowered = 1;
+    const char *r0[] = {"0F0", "0SEND_F0", "0RECV_B0", "0B0", "0F1", "0SEND_F1", "0RECV_B1", "0B1"};
+    const char *r1[] = {"1RECV_F0", "1RECV_F1", "1F1", "1B1", "1SEND_B1", "1F0", "1B0", "1SEND_B0"};
+    for (int i = 0; i < 8; i++) {
+        Action a;
+        ck_assert_int_eq(sched_action_parse(r0[i], &a), PP_OK);
+        sched_append(&s, 0, a);
+        ck_assert_int_eq(sched_action_parse(r1[i], &a), PP_OK);
+        sched_append(&s, 1, a);
+    }
+    cap_open(&grid);
+    ck_assert_int_eq(sim_run(&s, NULL, &res, err, sizeof err, grid.f), PP_ERUNTIME);
+    ck_assert_ptr_nonnull(strstr(err, "deadlock"));
+    ck_assert_ptr_nonnull(strstr(err, "rank 0 stuck at step 3 (0B0)"));
+    ck_assert_ptr_nonnull(strstr(err, "rank 1 stuck at step 2 (1F1)"));
+    ck_assert_ptr_nonnull(strstr(cap_text(&grid), "*0B0*"));
+    ck_assert_ptr_nonnull(strstr(cap_text(&grid), "*1F1*"));
+    sim_result_free(&res);
+    /* the validator rejects it too (the gradients come back out of order) */
+    ck_assert_int_eq(sched_validate(&s, err, sizeof err, NULL), PP_EUSAGE);
+    cap_close(&grid);
+    sched_free(&s);
+    /* a compute-only multi-rank schedule cannot be simulated */
+    ck_assert_int_eq(sched_generate(&s, "1f1b", 2, 1, 2, err, sizeof err), PP_OK);
+    ck_assert_int_eq(sim_run(&s, NULL, &res, err, sizeof err, NULL), PP_EUSAGE);
+    sim_result_free(&res);
+    sched_free(&s);
+}
+END_TEST
+
+START_TEST(test_sim_posted_receives) {
+    /* A receive listed early is only posted: the simulator runs a plan the
+     * validator rejects for blocking receives (see sched.h's runtime contract). */
+    char err[ERRLEN];
+    Schedule s;
+    SimResult res;
+    ck_assert_int_eq(sched_init(&s, "early", 2, 1, 1, err, sizeof err), PP_OK);
+    s.lowered = 1;
+    const char *r0[] = {"0RECV_B0", "0F0", "0SEND_F0", "0B0"};
+    const char *r1[] = {"1RECV_F0", "1F0", "1B0", "1SEND_B0"};
+    for (int i = 0; i < 4; i++) {
+        Action a;
+        sched_action_parse(r0[i], &a), sched_append(&s, 0, a);
+        sched_action_parse(r1[i], &a), sched_append(&s, 1, a);
+    }
+    ck_assert_int_eq(sim_run(&s, NULL, &res, err, sizeof err, NULL), PP_OK);
+    ck_assert_double_eq(res.makespan, 6);
+    ck_assert_int_eq(sched_validate(&s, err, sizeof err, NULL), PP_EUSAGE);
+    sim_result_free(&res);
+    sched_free(&s);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- display --- */
+
+START_TEST(test_timeline_text) {
+    char err[ERRLEN];
+    Schedule s;
+    SimResult res;
+    SimCosts c;
+    Capture out;
+    ck_assert_int_eq(sched_build(&s, "gpipe", 2, 1, 2, err, sizeof err), PP_OK);
+    sim_costs_default(&c);
+    c.B = 1;
+    ck_assert_int_eq(sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
+    cap_open(&out);
+    sched_show_timeline(&s, &res, out.f);
+    ck_assert_str_eq(cap_text(&out),
+                     "timeline (one column = 1 time unit, '.' = idle):\n"
+                     "time    0              5\n"
+                     "rank 0  F0 F1 .  .  B0 B1\n"
+                     "rank 1  .  F0 F1 B0 B1 .\n");
+    cap_close(&out);
+    sim_result_free(&res);
+    sched_free(&s);
+}
+END_TEST
+
+START_TEST(test_json_and_svg) {
+    char err[ERRLEN];
+    Schedule s;
+    SimResult res;
+    SimCosts c;
+    Capture out;
+    ck_assert_int_eq(sched_build(&s, "interleaved-1f1b", 2, 2, 4, err, sizeof err), PP_OK);
+    sim_costs_default(&c);
+    ck_assert_int_eq(sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
+    cap_open(&out);
+    const char *layers[4] = {"layers 0-1", "layers 2-3", "layers 4-5", "layers \"6-7\""};
+    sched_show_json(&s, &res, &c, layers, out.f);
+    const char *j = cap_text(&out);
+    const char *keys[] = {"\"schedule\": \"interleaved-1f1b\"", "\"ranks\": 2", "\"virtual_stages\": 2",
+                          "\"microbatches\": 4", "\"makespan\": 27", "\"bubble_fraction\": 0.1111111111",
+                          "\"per_rank\": [", "{\"rank\": 1, \"busy\": 24, \"idle\": 3, \"peak_inflight\": 3,"
+                          " \"actions\": [\"1RECV_F0\", \"1F0\", \"1SEND_F0\"",
+                          "\"layers\": \"layers \\\"6-7\\\"\""};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        ck_assert_msg(strstr(j, keys[i]) != NULL, "JSON lacks %s:\n%s", keys[i], j);
+    ck_assert_int_eq(j[0], '{');
+    ck_assert_str_eq(j + strlen(j) - 2, "}\n");
+    cap_close(&out);
+    cap_open(&out);
+    sched_show_svg(&s, &res, &c, out.f);
+    const char *svg = cap_text(&out);
+    ck_assert(!strncmp(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\"", 39));
+    ck_assert_str_eq(svg + strlen(svg) - 7, "</svg>\n");
+    ck_assert_ptr_nonnull(strstr(svg, "rank 1</text>"));
+    ck_assert_ptr_nonnull(strstr(svg, "url(#idle)"));
+    ck_assert_ptr_nonnull(strstr(svg, "<title>3B3: "));
+    cap_close(&out);
+    sim_result_free(&res);
+    sched_free(&s);
+}
+END_TEST
+
+/* -------------------------------------------------------------------- CLI --- */
+
+static Config cmd_config(const char *kind, int P, int v, int M) {
+    Config c;
+    memset(&c, 0, sizeof c);
+    c.stages = P, c.virtual_stages = v, c.microbatches = M;
+    snprintf(c.schedule, sizeof c.schedule, "%s", kind);
+    return c;
+}
+
+/* Run sched_cmd_main with stdout and stderr captured into *out (malloc'd). */
+static int run_cmd(const Config *cfg, char **out, int argc, char **argv) {
+    char path[] = "/tmp/test_sched_out_XXXXXX";
+    int fd = mkstemp(path), saved_out = dup(1), saved_err = dup(2);
+    ck_assert_int_ge(fd, 0);
+    fflush(stdout), fflush(stderr);
+    dup2(fd, 1), dup2(fd, 2);
+    int rc = sched_cmd_main(cfg, argc, argv);
+    fflush(stdout), fflush(stderr);
+    dup2(saved_out, 1), dup2(saved_err, 2);
+    close(fd), close(saved_out), close(saved_err);
+    *out = read_all(path);
+    unlink(path);
+    return rc;
+}
+
+START_TEST(test_cmd_default_and_json) {
+    Config cfg = cmd_config("gpipe", 2, 1, 4);
+    char *out, *argv1[] = {"schedule", "--costs", "1,1,0"};
+    ck_assert_int_eq(run_cmd(&cfg, &out, 3, argv1), 0);
+    const char *want[] = {"rank 0: 0F0 0SEND_F0", "timeline", "rank 1  .  F0 F1 F2 F3 B0",
+                          "makespan 10, bubble fraction 0.2000 (closed form (P-1)/(M+P-1) = 0.2000",
+                          "peak_inflight"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(out, want[i]) != NULL, "output lacks '%s':\n%s", want[i], out);
+    free(out);
+    char *argv2[] = {"schedule", "--json", "--config", "x.yaml", "--set", "a=b"};
+    ck_assert_int_eq(run_cmd(&cfg, &out, 6, argv2), 0);
+    ck_assert_int_eq(out[0], '{');
+    ck_assert_ptr_nonnull(strstr(out, "\"makespan\": 15"));
+    ck_assert_ptr_null(strstr(out, "timeline"));
+    free(out);
+}
+END_TEST
+
+START_TEST(test_cmd_svg) {
+    Config cfg = cmd_config("interleaved-1f1b", 4, 2, 8);
+    char path[] = "/tmp/test_sched_svg_XXXXXX";
+    close(mkstemp(path));
+    char *out, *argv[] = {"schedule", "--svg", path};
+    ck_assert_int_eq(run_cmd(&cfg, &out, 3, argv), 0);
+    ck_assert_ptr_nonnull(strstr(out, "wrote the timeline picture to"));
+    ck_assert_ptr_nonnull(strstr(out, "bubble fraction 0.1579"));
+    free(out);
+    char *svg = read_all(path);
+    ck_assert_ptr_nonnull(svg);
+    ck_assert_ptr_nonnull(strstr(svg, "</svg>"));
+    free(svg);
+    unlink(path);
+    char *argv2[] = {"schedule", "--svg", "/nonexistent-dir/x.svg"};
+    ck_assert_int_eq(run_cmd(&cfg, &out, 3, argv2), 1);
+    ck_assert_ptr_nonnull(strstr(out, "cannot write SVG"));
+    free(out);
+}
+END_TEST
+
+START_TEST(test_cmd_errors) {
+    Config cfg = cmd_config("1f1b", 2, 1, 4);
+    struct { int argc; char *argv[4]; const char *msg; } cases[] = {
+        {2, {"schedule", "--bogus"}, "unknown option"},
+        {2, {"schedule", "--svg"}, "missing value: '--svg'"},
+        {3, {"schedule", "--text", "--json"}, "alternatives"},
+        {3, {"schedule", "--costs", "1"}, "--costs wants"},
+        {3, {"schedule", "--costs", "1,0,0"}, "--costs wants"},
+        {3, {"schedule", "--costs", "1,2,3,"}, "--costs wants"},
+        {3, {"schedule", "--costs", "1,2,-1"}, "--costs wants"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out;
+        ck_assert_int_eq(run_cmd(&cfg, &out, cases[i].argc, cases[i].argv), 2);
+        ck_assert_msg(strstr(out, cases[i].msg) && strstr(out, "usage: pptrain schedule"),
+                      "case %zu: %s", i, out);
+        free(out);
+    }
+    char *out, *argv[] = {"schedule"};
+    cfg.virtual_stages = 2;
+    ck_assert_int_eq(run_cmd(&cfg, &out, 1, argv), 2);
+    ck_assert_ptr_nonnull(strstr(out, "virtual_stages must be 1 (got 2)"));
+    free(out);
+    cfg = cmd_config("1f1b", 2, 1, 4);
+    snprintf(cfg.schedule_file, sizeof cfg.schedule_file, "/nonexistent/plan.txt");
+    ck_assert_int_eq(run_cmd(&cfg, &out, 1, argv), 2);
+    ck_assert_ptr_nonnull(strstr(out, "/nonexistent/plan.txt"));
+    free(out);
+}
+END_TEST
+
+/* -------------------------------------------------------------------------- */
+
+static Suite *sched_suite(void) {
+    Suite *s = suite_create("sched");
+    struct { const char *name; const TTest *fn; } tests[] = {
+        {"action_text_examples", test_action_text_examples},
+        {"action_text_rejects", test_action_text_rejects},
+        {"placement", test_placement},
+        {"sweep_gpipe", test_sweep_gpipe},
+        {"sweep_1f1b", test_sweep_1f1b},
+        {"sweep_interleaved", test_sweep_interleaved},
+        {"compute_order_shapes", test_compute_order_shapes},
+        {"build_errors", test_build_errors},
+        {"golden", test_golden},
+        {"reject_missing_backward", test_reject_missing_backward},
+        {"reject_swapped_sends", test_reject_swapped_sends},
+        {"reject_cycle", test_reject_cycle},
+        {"reject_local_order_and_ranges", test_reject_local_order_and_ranges},
+        {"reject_text_errors", test_reject_text_errors},
+        {"validate_direct", test_validate_direct},
+        {"load_compute_only_and_lowered", test_load_compute_only_and_lowered},
+        {"lower_is_fifo_and_local", test_lower_is_fifo_and_local},
+        {"forward_only", test_forward_only},
+        {"sim_costs", test_sim_costs},
+        {"sim_deadlock", test_sim_deadlock},
+        {"sim_posted_receives", test_sim_posted_receives},
+        {"timeline_text", test_timeline_text},
+        {"json_and_svg", test_json_and_svg},
+        {"cmd_default_and_json", test_cmd_default_and_json},
+        {"cmd_svg", test_cmd_svg},
+        {"cmd_errors", test_cmd_errors},
+    };
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        TCase *tc = tcase_create(tests[i].name);
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, tests[i].fn);
+        suite_add_tcase(s, tc);
+    }
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(sched_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
