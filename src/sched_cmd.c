@@ -1,6 +1,8 @@
 /* sched_cmd.c — `pptrain schedule`: build, simulate and show a schedule. */
 #include "sched_cmd.h"
 
+#include "partition.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -78,8 +80,28 @@ static int parse_opts(int argc, char **argv, SchedCmdOpts *o) {
 
 /* [partition] What each stage holds ("layers 0-5"), [S] strings. The partition is
  * decided by the runtime issue; until it exists there is nothing to show. */
-static const char *const *stage_layers(const Config *cfg, const Schedule *s) {
-    return NULL;
+/* "layers a-b" per stage from the partition (pipeline.split), or NULL with a message
+ * when the split does not fit the model. Free with free_layers. */
+static char **stage_layers(const Config *cfg, const Schedule *s) {
+    Partition part;
+    char err[PP_ERR_MAX];
+    if (partition_build(&part, cfg->split, cfg->n_layers, s->S, cfg->dim, cfg->padded_vocab_size,
+                        cfg->seq_len, err, sizeof err) != PP_OK) {
+        pp_error("%s", err);
+        return NULL;
+    }
+    char **names = pp_calloc(s->S, sizeof(char *));
+    for (int st = 0; st < s->S; st++) {
+        names[st] = pp_malloc(48);
+        snprintf(names[st], 48, "layers %d-%d%s%s", part.l0[st], part.l1[st] - 1, st == 0 ? " +emb" : "",
+                 st == s->S - 1 ? " +head" : "");
+    }
+    return names;
+}
+
+static void free_layers(char **names, int S) {
+    for (int st = 0; names && st < S; st++) free(names[st]);
+    free(names);
 }
 
 static int write_svg(const char *path, const Schedule *s, const SimResult *res,
@@ -116,25 +138,31 @@ int sched_cmd_main(const Config *cfg, int argc, char **argv) {
     int rc = parse_opts(argc, argv, &o);
     if (rc != PP_OK) return rc;
     if ((rc = load_schedule(cfg, &s)) != PP_OK) return rc;
+    char **layers = stage_layers(cfg, &s);
+    if (!layers) {
+        sched_free(&s);
+        return PP_EUSAGE;
+    }
     rc = sim_run(&s, &o.costs, &res, err, sizeof err, stderr);
     if (rc != PP_OK) {
         pp_error("%s", err);
         rc = PP_ERUNTIME;
     } else if (o.json) {
-        sched_show_json(&s, &res, &o.costs, stage_layers(cfg, &s), stdout);
+        sched_show_json(&s, &res, &o.costs, (const char *const *)layers, stdout);
     } else {
         printf("per-rank actions (lowered; text form <stage><action><microbatch>):\n");
         sched_write(&s, stdout);
         printf("\n");
         sched_show_timeline(&s, &res, stdout);
         printf("\n");
-        sched_show_summary(&s, &res, &o.costs, stage_layers(cfg, &s), stdout);
+        sched_show_summary(&s, &res, &o.costs, (const char *const *)layers, stdout);
     }
     if (rc == PP_OK && o.svg) {
         rc = write_svg(o.svg, &s, &res, &o.costs);
         if (rc == PP_OK && !o.json) printf("\nwrote the timeline picture to %s\n", o.svg);
     }
     sim_result_free(&res);
+    free_layers(layers, s.S);
     sched_free(&s);
     return rc;
 }

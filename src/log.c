@@ -1,0 +1,75 @@
+/* log.c — progress lines and losses.csv. */
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+#define CSV_HEADER "step,loss,lr,grad_norm,tokens_per_s,step_ms"
+
+/* Keep the header and the rows with step <= last of an existing csv. */
+static int truncate_after(const char *path, int last, char *err, size_t errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f) return PP_OK; /* nothing to keep */
+    char tmp[PP_PATH_MAX + 32], line[512];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *o = fopen(tmp, "w");
+    if (!o) {
+        fclose(f);
+        return pp_errf(err, errlen, PP_ERUNTIME, "cannot write %s: %m", tmp);
+    }
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "step,", 5) || atoi(line) <= last) fputs(line, o);
+    fclose(f);
+    if (fclose(o) != 0 || rename(tmp, path) != 0)
+        return pp_errf(err, errlen, PP_ERUNTIME, "cannot rewrite %s: %m", path);
+    return PP_OK;
+}
+
+int log_open(Log *l, const char *dir, int steps, int first_step, int append, char *err, size_t errlen) {
+    char path[PP_PATH_MAX + 16];
+    memset(l, 0, sizeof *l);
+    l->steps = steps;
+    l->first_step = first_step;
+    l->t_start = pp_now();
+    snprintf(path, sizeof path, "%s/losses.csv", dir);
+    if (append) {
+        int rc = truncate_after(path, first_step, err, errlen);
+        if (rc) return rc;
+    }
+    l->csv = fopen(path, append ? "a" : "w");
+    if (!l->csv) return pp_errf(err, errlen, PP_ERUNTIME, "cannot open %s for writing: %m (check output.dir)", path);
+    if (ftell(l->csv) == 0) fprintf(l->csv, CSV_HEADER "\n");
+    fflush(l->csv);
+    return PP_OK;
+}
+
+static void fmt_eta(double s, char *buf, size_t n) {
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+void log_step(Log *l, int step, double loss, float lr, double grad_norm, double tokens_per_s, double step_ms) {
+    if (!l->csv) return;
+    fprintf(l->csv, "%d,%.6f,%.6e,%.6f,%.1f,%.3f\n", step, loss, lr, grad_norm, tokens_per_s, step_ms);
+    fflush(l->csv);
+    char eta[32];
+    double per = (pp_now() - l->t_start) / (step - l->first_step);
+    fmt_eta(per * (l->steps - step), eta, sizeof eta);
+    printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms | eta %s\n",
+           (int)snprintf(NULL, 0, "%d", l->steps), step, l->steps, loss, lr, grad_norm, tokens_per_s, step_ms, eta);
+    fflush(stdout);
+}
+
+void log_val(Log *l, int step, double loss) {
+    if (!l->csv) return;
+    printf("step %d | val loss %.4f\n", step, loss);
+    fflush(stdout);
+}
+
+void log_close(Log *l) {
+    if (l->csv) fclose(l->csv);
+    l->csv = NULL;
+}

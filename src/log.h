@@ -1,0 +1,27 @@
+/* log.h — progress lines on stdout and losses.csv, written by the last stage's rank. */
+#ifndef PP_LOG_H
+#define PP_LOG_H
+
+#include <stdio.h>
+
+typedef struct {
+    FILE *csv;        /* NULL on ranks that do not log */
+    int steps;        /* total steps, for the ETA */
+    double t_start;   /* when logging started (for the ETA) */
+    int first_step;   /* first step of this run (resume starts later) */
+} Log;
+
+/* Open `dir`/losses.csv: truncated with the header `step,loss,lr,grad_norm,tokens_per_s,
+ * step_ms`, or on resume (`append`) kept up to and including step `first_step`
+ * (rows after it are dropped, since this run writes them again). Returns PP_OK, or
+ * PP_ERUNTIME with a message. */
+int log_open(Log *l, const char *dir, int steps, int first_step, int append, char *err,
+             size_t errlen);
+/* One row and one progress line for step (1-based `step`). */
+void log_step(Log *l, int step, double loss, float lr, double grad_norm, double tokens_per_s,
+              double step_ms);
+/* A validation line. */
+void log_val(Log *l, int step, double loss);
+void log_close(Log *l);
+
+#endif

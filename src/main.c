@@ -1,0 +1,179 @@
+/* main.c — the pptrain command line: wires config, transport, runtime and log. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "comm.h"
+#include "config.h"
+#include "data.h"
+#include "dist.h"
+#include "log.h"
+#include "runtime.h"
+#include "sched_cmd.h"
+#include "trace.h"
+
+static const char *usage =
+    "usage: pptrain --config FILE [--set key=value ...] [--trace] [--print-config]\n"
+    "       pptrain schedule --config FILE [--set key=value ...] [--text] [--json] [--svg FILE] [--costs F,B,X]\n"
+    "       pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]\n"
+    "Trains a GPT-2 style model with pipeline parallelism; see README.md.\n";
+
+typedef struct {
+    Config cfg;
+    int print_config;
+    int rest_argc;     /* arguments not consumed here (for subcommands) */
+    char **rest_argv;
+} Cli;
+
+/* Parse --config, --set and --trace (and collect the rest), then finalize the config.
+ * Returns PP_OK or PP_EUSAGE (message printed). */
+static int cli_parse(Cli *cli, int argc, char **argv) {
+    char err[PP_ERR_MAX];
+    const char *path = NULL;
+    int trace = 0;
+    config_defaults(&cli->cfg);
+    cli->rest_argv = calloc(argc + 1, sizeof(char *));
+    cli->rest_argc = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--set")) {
+            if (i + 1 >= argc) return pp_error("%s needs a value\n%s", argv[i], usage), PP_EUSAGE;
+            if (!strcmp(argv[i], "--config")) path = argv[++i];
+            else i++;
+        } else if (!strcmp(argv[i], "--trace")) {
+            trace = 1;
+        } else if (!strcmp(argv[i], "--print-config")) {
+            cli->print_config = 1;
+        } else {
+            cli->rest_argv[cli->rest_argc++] = argv[i];
+        }
+    }
+    if (!path) return pp_error("--config FILE is required\n%s", usage), PP_EUSAGE;
+    if (config_load_file(&cli->cfg, path, err, sizeof err)) return pp_error("%s", err), PP_EUSAGE;
+    for (int i = 0; i + 1 < argc; i++) /* --set in command-line order, after the file */
+        if (!strcmp(argv[i], "--set") && config_set(&cli->cfg, argv[++i], err, sizeof err))
+            return pp_error("%s", err), PP_EUSAGE;
+    if (trace) cli->cfg.trace = 1;
+    if (config_finalize(&cli->cfg, err, sizeof err)) return pp_error("%s", err), PP_EUSAGE;
+    return PP_OK;
+}
+
+static int mkdir_p(const char *dir) {
+    char p[PP_PATH_MAX];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+            *s = '/';
+        }
+    return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static char *config_text(const Config *c) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    config_print(c, f);
+    fclose(f);
+    return buf;
+}
+
+/* Build report: what this rank holds and allocated. */
+static void report_build(const Runtime *rt) {
+    const Model *m = &rt->model;
+    size_t pbytes = m->nparams * sizeof(float);
+    int nstate = (rt->opt_m != NULL) + (rt->opt_v != NULL);
+    printf("rank %d: stages", rt->rank);
+    for (int c = 0; c < m->nchunks; c++)
+        printf(" %d (layers %d-%d, %d slots)", m->chunks[c].stage, m->chunks[c].l0, m->chunks[c].l1 - 1, m->chunks[c].nslots);
+    printf(" | params %zu (%.1f MB) + grads %.1f MB + optimizer %.1f MB + activations %.1f MB\n", m->nparams,
+           pbytes / 1e6, pbytes / 1e6, nstate * pbytes / 1e6, m->act_bytes / 1e6);
+}
+
+static int train(const Config *cfg, const DistEnv *env) {
+    char err[PP_ERR_MAX];
+    int rc, rank = env->rank;
+    if (mkdir_p(cfg->out_dir) != 0) return pp_error("cannot create output.dir '%s': %m", cfg->out_dir), PP_ERUNTIME;
+    char *text = config_text(cfg);
+    Comm *comm = NULL;
+    rc = comm_create(env, text, cfg->timeout_s, &comm, err, sizeof err);
+    free(text);
+    if (rc) return pp_error("%s", err), rc;
+    Trace *trace = cfg->trace ? trace_create(cfg->out_dir, rank) : NULL;
+    Runtime rt;
+    Log log = {0};
+    if ((rc = runtime_init(&rt, cfg, comm, trace, err, sizeof err))) goto out;
+    report_build(&rt);
+    int logger = rt.chunk_of[rt.S - 1] >= 0;
+    if (logger && (rc = log_open(&log, cfg->out_dir, cfg->steps, 0, 0, err, sizeof err))) goto out;
+    double busy = 0, wall = 0, tokens = (double)cfg->batch_size * cfg->seq_len;
+    for (int step = 0; step < cfg->steps; step++) {
+        StepResult r;
+        if ((rc = runtime_step(&rt, step, &r, err, sizeof err))) goto out;
+        if (step > 0) busy += rt.busy_s, wall += rt.step_s; /* step 0 warms caches */
+        if ((step + 1) % cfg->log_every == 0 || step + 1 == cfg->steps)
+            log_step(&log, step + 1, r.loss, r.lr, r.grad_norm, tokens / rt.step_s, rt.step_s * 1e3);
+        if (rt.has_val && cfg->val_every > 0 && ((step + 1) % cfg->val_every == 0 || step + 1 == cfg->steps)) {
+            double vl;
+            if ((rc = runtime_validate(&rt, cfg->val_batches, &vl, err, sizeof err))) goto out;
+            log_val(&log, step + 1, vl);
+        }
+        if (trace) trace_flush(trace);
+    }
+    if (cfg->steps > 1)
+        printf("rank %d: per step %.1f ms, busy %.1f ms, idle (bubble) %.1f ms = %.1f%%\n", rank,
+               wall / (cfg->steps - 1) * 1e3, busy / (cfg->steps - 1) * 1e3, (wall - busy) / (cfg->steps - 1) * 1e3,
+               wall > 0 ? 100.0 * (wall - busy) / wall : 0.0);
+    if (trace) {
+        if (comm_barrier(comm) != PP_OK) {
+            rc = pp_errf(err, sizeof err, PP_ERUNTIME, "barrier before merging the trace: %s", comm_error(comm));
+            goto out;
+        }
+        if (rank == 0 && trace_merge(cfg->out_dir, env->world) == 0) printf("wrote %s/trace.json\n", cfg->out_dir);
+    }
+out:
+    if (rc) pp_error("%s", err);
+    log_close(&log);
+    if (rt.cfg) runtime_free(&rt);
+    trace_destroy(trace);
+    comm_destroy(comm);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc >= 2 && !strcmp(argv[1], "prepare-data")) return data_prepare_main(argc - 1, argv + 1);
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? PP_EUSAGE : PP_OK;
+    }
+    int sub = !strcmp(argv[1], "schedule");
+    Cli cli = {0};
+    if (cli_parse(&cli, argc - 1 - sub, argv + 1 + sub)) return PP_EUSAGE;
+    if (sub) {
+        cli.rest_argv[cli.rest_argc] = NULL;
+        memmove(cli.rest_argv + 1, cli.rest_argv, (cli.rest_argc + 1) * sizeof(char *));
+        cli.rest_argv[0] = "schedule";
+        return sched_cmd_main(&cli.cfg, cli.rest_argc + 1, cli.rest_argv);
+    }
+    if (cli.print_config) return config_print(&cli.cfg, stdout), PP_OK;
+    if (cli.rest_argc > 0) return pp_error("unknown argument '%s'\n%s", cli.rest_argv[0], usage), PP_EUSAGE;
+    char err[PP_ERR_MAX];
+    DistEnv env;
+    if (dist_env_read(&env, err, sizeof err)) return pp_error("%s", err), PP_EUSAGE;
+    if (env.world > 1) pp_set_rank(env.rank);
+    int threads = cli.cfg.threads;
+    if (threads <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int)(cores / (env.local_world > 0 ? env.local_world : 1));
+        threads = threads < 1 ? 1 : threads;
+    }
+    backend_cpu_set_threads(threads);
+    int rc = train(&cli.cfg, &env);
+    free(cli.rest_argv);
+    return rc;
+}

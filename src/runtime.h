@@ -1,0 +1,67 @@
+/* runtime.h — one rank of a pipeline: builds its stages, then interprets its lowered
+ * action list each step (forward, backward, send, receive), syncs tied embeddings and
+ * the gradient norm, and steps the optimizer. The only module that joins model,
+ * schedule, transport and data. */
+#ifndef PP_RUNTIME_H
+#define PP_RUNTIME_H
+
+#include "comm.h"
+#include "config.h"
+#include "data.h"
+#include "model.h"
+#include "partition.h"
+#include "sched.h"
+#include "trace.h"
+
+/* Bookkeeping of one activation slot of a local chunk. */
+typedef struct {
+    int mb;              /* microbatch held, -1 when free */
+    int busy;            /* holds live activations (acquired, not yet released) */
+    CommReq *send[2];    /* outstanding sends reading this slot (output, input grad) */
+    CommReq *recv;       /* outstanding receive into this slot */
+} SlotState;
+
+typedef struct {
+    const Config *cfg;
+    int rank, P, v, S, M;
+    int B, T, Bmb;             /* global batch, sequence length, sequences per microbatch */
+    Partition part;
+    Schedule sched, fwd;       /* training and forward-only (validation) schedules */
+    Model model;
+    int chunk_of[PP_MAX_STAGES]; /* local chunk index of a stage, -1 if remote */
+    SlotState *slots[PP_MAX_CHUNKS];
+    Comm *comm;
+    DataSet train, val;
+    int has_val;
+    int *inputs, *targets;     /* [B*T] the global batch (first / last rank only) */
+    float *opt_m, *opt_v;      /* optimizer state, same layout as the parameters */
+    int tied_peer;             /* rank holding the other copy of wte, -1 if none */
+    Trace *trace;
+    double busy_s, step_s;     /* of the last step: compute time and wall time */
+} Runtime;
+
+/* Build this rank's part of the run: partition, schedules, model (only its stages;
+ * slots sized by replaying its action list), optimizer state, data. comm is borrowed.
+ * Returns PP_OK, or PP_EUSAGE / PP_ERUNTIME with a message. */
+int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err,
+                 size_t errlen);
+void runtime_free(Runtime *rt);
+
+/* Result of one training step (the same on every rank). */
+typedef struct {
+    double loss;       /* mean over every token of the global batch */
+    double grad_norm;  /* global L2 norm before clipping */
+    float lr;
+} StepResult;
+
+/* One optimizer step (0-based `step`): batch `step` of the training data. Returns
+ * PP_OK or PP_ERUNTIME (transport failure, non-finite loss) with a message. */
+int runtime_step(Runtime *rt, int step, StepResult *res, char *err, size_t errlen);
+
+/* Mean loss over `batches` batches of the validation set (forward only). */
+int runtime_validate(Runtime *rt, int batches, double *loss, char *err, size_t errlen);
+
+/* Slots the schedule needs on local chunk c (exposed for tests). */
+int runtime_pool_size(const Schedule *s, int rank, int stage);
+
+#endif
