@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -387,5 +388,35 @@ int model_load_llmc(Model *m, const char *path, char *err, size_t errlen) {
     if (m->lnfw) ok &= read_at(f, off, m->lnfw, C) && read_at(f, off + 4L * C, m->lnfb, C);
     fclose(f);
     if (!ok) return pp_errf(err, errlen, PP_EUSAGE, "%s: read failed", path);
+    return PP_OK;
+}
+
+int model_save_llmc(const Model *m, const char *path, char *err, size_t errlen) {
+    const ModelDims *d = &m->d;
+    for (int l = 0; l < d->L; l++)
+        if (!m->lp[l].qkvw) return pp_errf(err, errlen, PP_ERUNTIME, "model_save_llmc needs every layer; layer %d is not held", l);
+    if (!m->wte || !m->wpe || !m->lnfw)
+        return pp_errf(err, errlen, PP_ERUNTIME, "model_save_llmc needs the embeddings and the final norm");
+    char tmp[PP_PATH_MAX + 16];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return pp_errf(err, errlen, PP_ERUNTIME, "cannot write %s: %m", tmp);
+    int h[256] = {LLMC_MAGIC, LLMC_VERSION, d->maxT, d->V, d->L, d->NH, d->C, d->Vp};
+    size_t C = d->C, ok = fwrite(h, sizeof h, 1, f) == 1;
+    ok &= fwrite(m->wte, sizeof(float), (size_t)d->Vp * C, f) == (size_t)d->Vp * C;
+    ok &= fwrite(m->wpe, sizeof(float), (size_t)d->maxT * C, f) == (size_t)d->maxT * C;
+    for (int k = 0; k < P_NLAYER; k++) {
+        int rows, cols;
+        layer_shape(k, d->C, &rows, &cols);
+        size_t n = (size_t)rows * (cols ? cols : 1);
+        for (int l = 0; l < d->L; l++) ok &= fwrite(((float *const *)&m->lp[l])[k], sizeof(float), n, f) == n;
+    }
+    ok &= fwrite(m->lnfw, sizeof(float), C, f) == C && fwrite(m->lnfb, sizeof(float), C, f) == C;
+    ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        return pp_errf(err, errlen, PP_ERUNTIME, "writing %s failed: %m", path);
+    }
     return PP_OK;
 }

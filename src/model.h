@@ -138,6 +138,11 @@ void model_zero_grads(Model *m);
  * vocabulary. Returns PP_OK, or PP_EUSAGE with a message naming the file. */
 int model_load_llmc(Model *m, const char *path, char *err, size_t errlen);
 
+/* Write the tensors of a model that holds every stage (a 1-rank, all-layer model) as
+ * llm.c's fp32 checkpoint, padded vocabulary Vp. tmp file + rename. Returns PP_OK or
+ * PP_ERUNTIME with a message. The inverse of model_load_llmc. */
+int model_save_llmc(const Model *m, const char *path, char *err, size_t errlen);
+
 /* Number of parameters of the whole model (all stages) for these dims. */
 size_t model_total_params(const ModelDims *d);
 

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "fastmath.h"
@@ -335,6 +336,43 @@ START_TEST(test_init_split_independent) {
 }
 END_TEST
 
+/* init_from round trip: save a whole model in llm.c's format, load it into a split
+ * model with another padded vocabulary size: every held tensor equal. */
+START_TEST(test_llmc_roundtrip) {
+    ChunkSpec whole = {0, 0, 4, 1, 1, 1}, s1 = {1, 2, 4, 0, 1, 1};
+    ModelDims d2 = tiny;
+    d2.Vp = 32;
+    Model w, b;
+    char err[256], path[] = "/tmp/pptrain_test_llmc_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    setup_model(&w, &whole, 1, 1, 4, 5);
+    ck_assert_int_eq(model_save_llmc(&w, path, err, sizeof err), 0);
+    model_init(&b, &d2, &s1, 1, 1, 4, backend_cpu());
+    ck_assert_int_eq(model_load_llmc(&b, path, err, sizeof err), 0);
+    for (int i = 0; i < b.ntensors; i++) {
+        int iw = model_find(&w, b.tensors[i].name);
+        size_t n = strcmp(b.tensors[i].name, "wte") ? b.tensors[i].numel : (size_t)tiny.V * tiny.C;
+        ck_assert_mem_eq(b.params + b.tensors[i].offset, w.params + w.tensors[iw].offset, n * 4);
+    }
+    /* a wrong shape is refused with the file's name */
+    ModelDims d3 = tiny;
+    d3.C = 16;
+    Model c;
+    model_init(&c, &d3, &whole, 1, 1, 4, backend_cpu());
+    ck_assert_int_eq(model_load_llmc(&c, path, err, sizeof err), 2);
+    ck_assert_ptr_nonnull(strstr(err, path));
+    ck_assert_ptr_nonnull(strstr(err, "does not match"));
+    /* a truncated file too */
+    ck_assert_int_eq(truncate(path, 2000), 0);
+    ck_assert_int_eq(model_load_llmc(&b, path, err, sizeof err), 2);
+    ck_assert_ptr_nonnull(strstr(err, "truncated"));
+    unlink(path);
+    model_free(&w), model_free(&b), model_free(&c);
+}
+END_TEST
+
 int main(void) {
     backend_cpu_set_threads(2);
     Suite *s = suite_create("model");
@@ -354,6 +392,7 @@ int main(void) {
     tcase_add_test(model, test_loss_at_init);
     tcase_add_test(model, test_stage_split_exact);
     tcase_add_test(model, test_init_split_independent);
+    tcase_add_test(model, test_llmc_roundtrip);
     suite_add_tcase(s, model);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
