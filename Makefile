@@ -15,7 +15,7 @@ else
 endif
 
 # No -ffast-math: the CPU backend is the numerical reference.
-CFLAGS  += -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter -Wshadow -MMD -MP \
+CFLAGS  += -std=gnu11 -fopenmp -fno-math-errno -Wall -Wextra -Wno-unused-parameter -Wshadow -MMD -MP \
            -I$(BLASDIR:/usr/lib/%=/usr/include/%) -iquote src $(OPT) \
            $(shell pkg-config --cflags yaml-0.1 zlib 2>/dev/null)
 LDFLAGS += -fopenmp $(filter -fsanitize=%,$(OPT)) -L$(BLASDIR) -Wl,-rpath,$(BLASDIR)

@@ -364,8 +364,8 @@ void runtime_free(Runtime *rt) {
     model_free(&rt->model);
     sched_free(&rt->sched);
     sched_free(&rt->fwd);
-    if (rt->train.map) data_close(&rt->train);
-    if (rt->val.map) data_close(&rt->val);
+    data_close(&rt->train);
+    data_close(&rt->val);
     free(rt->inputs), free(rt->targets), free(rt->opt_m), free(rt->opt_v);
     memset(rt, 0, sizeof *rt);
 }

@@ -1,0 +1,80 @@
+/* data.h — token files in llm.c's .bin format: open and validate, batch access,
+ * atomic writing, and the `pptrain prepare-data` plain-text preparer. */
+#ifndef PP_DATA_H
+#define PP_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+
+/* File layout (DESIGN.md §6), little-endian:
+ *   header  int32[256]: [0] = DATA_MAGIC, [1] = DATA_VERSION, [2] = token count N,
+ *                       the rest zero
+ *   body    uint16[N]:  the tokens
+ * so a valid file is exactly DATA_HEADER_BYTES + 2*N bytes long. */
+#define DATA_MAGIC 20240520
+#define DATA_VERSION 1
+#define DATA_HEADER_INTS 256
+#define DATA_HEADER_BYTES (DATA_HEADER_INTS * 4)
+
+/* An open token file. The tokens are mapped read-only from the file (shared page
+ * cache, nothing copied); a file replaced on disk by data_write's rename does not
+ * change an open DataSet. */
+typedef struct {
+    char path[PP_PATH_MAX];
+    const uint16_t *tokens; /* [ntok], points into the mapping */
+    size_t ntok;
+    void *map;              /* the whole file's mapping (header included) */
+    size_t map_bytes;
+} DataSet;
+
+/* Open `path`, map it and validate it: magic, version, file size ==
+ * DATA_HEADER_BYTES + 2*count, and (if vocab_size > 0) every token < vocab_size.
+ * Returns PP_OK, or PP_EUSAGE (a bad or missing data file is a config problem) with a
+ * message in err that names the file, what is wrong (expected vs actual size; the
+ * index, byte offset and value of the first out-of-range token) and how to fix it.
+ * On error *d is left empty, so data_close(d) is safe either way. */
+int data_open(DataSet *d, const char *path, int vocab_size, char *err, size_t errlen);
+
+/* Unmap and zero *d. Safe on a zeroed or already closed DataSet. */
+void data_close(DataSet *d);
+
+/* Batches per pass over the file: floor((ntok - 1) / (B*T)), 0 when the file has
+ * fewer than B*T + 1 tokens (one batch reads B*T inputs plus one more target). */
+long data_num_batches(const DataSet *d, int B, int T);
+
+/* PP_OK if the file holds at least one B x T batch (B*T + 1 tokens), else PP_EUSAGE
+ * with a message naming the file, its token count and what one batch needs. Callers
+ * of data_batch must check this first. */
+int data_check_batch(const DataSet *d, int B, int T, char *err, size_t errlen);
+
+/* Batch n (0-based, any n >= 0) in llm.c's order, no shuffle: with nb =
+ * data_num_batches, start = (n mod nb) * B*T, and for i < B*T
+ *   inputs[i] = tokens[start + i],  targets[i] = tokens[start + i + 1].
+ * Row b of the B x T batch is inputs[b*T .. b*T+T). Stateless in n, so resuming at
+ * step n needs no saved position. inputs, targets: [B*T], written. */
+void data_batch(const DataSet *d, long n, int B, int T, int *inputs, int *targets);
+
+/* Write n tokens to `path` atomically: a temporary file in the same directory is
+ * written, fsynced and renamed over `path`, so readers see the old file or the
+ * complete new one. n must fit the int32 count. Returns PP_OK or PP_ERUNTIME with a
+ * message naming the file (the temporary file is removed on error). */
+int data_write(const char *path, const uint16_t *tok, size_t n, char *err, size_t errlen);
+
+/* The validation file name that prepare-data derives from the --out name: the last
+ * "train" in the file name (not the directories) becomes "val"; otherwise a trailing
+ * ".bin" is dropped and "_val.bin" appended ("a/x.bin" -> "a/x_val.bin",
+ * "a/x" -> "a/x_val.bin"). Returns PP_OK, or PP_EUSAGE if it does not fit in n. */
+int data_val_path(const char *out, char *val, size_t n);
+
+/* `pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]` (argv[0] is
+ * "prepare-data"; options also as --opt=value). Byte-level tokenization: vocab 256,
+ * token = byte value. With F in [0, 1), the last floor(F * bytes) bytes go to the
+ * validation file named by data_val_path and the rest to --out; F = 0 (the default)
+ * writes only --out. Creates missing output directories and prints what it wrote.
+ * Returns PP_OK; PP_EUSAGE with a usage line on bad arguments (or a split leaving a
+ * file empty); PP_ERUNTIME with the file's name on I/O errors. */
+int data_prepare_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,538 @@
+/* test_data.c — data: token-file round trip, every kind of bad file, batch order and
+ * wrap-around, atomic writes, and `prepare-data` end to end. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <ftw.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data.h"
+
+static char g_dir[256]; /* a fresh temporary directory per test (checked fixture) */
+
+static void setup(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/pp_test_data.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *f) {
+    return remove(path);
+}
+
+static void teardown(void) { nftw(g_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* g_dir + "/" + name, in a ring of 16 buffers: the result stays valid for the next
+ * 15 calls (copy it to keep it longer). */
+static const char *tmp(const char *name) {
+    static char buf[16][512];
+    static int k;
+    k = (k + 1) % 16;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static long long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+/* Write a raw file: header {magic, version, count}, then ntok tokens, then `extra`
+ * zero bytes; a hand-made file independent of data_write. */
+static void write_raw(const char *path, int32_t magic, int32_t version, int32_t count,
+                      const uint16_t *tok, size_t ntok, size_t extra) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    int32_t h[DATA_HEADER_INTS] = {magic, version, count};
+    ck_assert_uint_eq(fwrite(h, 4, DATA_HEADER_INTS, f), DATA_HEADER_INTS);
+    if (ntok) ck_assert_uint_eq(fwrite(tok, 2, ntok, f), ntok);
+    for (size_t i = 0; i < extra; i++) fputc(0, f);
+    fclose(f);
+}
+
+/* Tokens t[i] = (7 i + 3) mod 50. */
+static uint16_t *make_tokens(size_t n) {
+    uint16_t *t = malloc(n * sizeof *t);
+    for (size_t i = 0; i < n; i++) t[i] = (uint16_t)((7 * i + 3) % 50);
+    return t;
+}
+
+/* Open must fail with PP_EUSAGE, leave *d empty, and the message contain each of the
+ * NULL-terminated strings. */
+static void expect_open_error(const char *path, int vocab, ...) {
+    DataSet d;
+    char err[PP_ERR_MAX] = "";
+    ck_assert_int_eq(data_open(&d, path, vocab, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_null(d.map);
+    ck_assert_uint_eq(d.ntok, 0);
+    data_close(&d); /* safe on a failed open */
+    ck_assert_ptr_nonnull(strstr(err, path));
+    va_list ap;
+    va_start(ap, vocab);
+    for (const char *want; (want = va_arg(ap, const char *));)
+        ck_assert_msg(strstr(err, want), "message lacks '%s': %s", want, err);
+    va_end(ap);
+}
+
+/* ---- files ------------------------------------------------------------------- */
+
+START_TEST(test_round_trip) {
+    size_t n = 1000;
+    uint16_t *t = make_tokens(n);
+    char err[PP_ERR_MAX] = "";
+    const char *path = tmp("tok.bin");
+    ck_assert_int_eq(data_write(path, t, n, err, sizeof err), PP_OK);
+    ck_assert_int_eq(file_size(path), DATA_HEADER_BYTES + 2 * (long long)n);
+    FILE *f = fopen(path, "rb");
+    int32_t h[3];
+    ck_assert_uint_eq(fread(h, 4, 3, f), 3);
+    fclose(f);
+    ck_assert(h[0] == 20240520 && h[1] == 1 && h[2] == 1000);
+
+    DataSet d;
+    ck_assert_int_eq(data_open(&d, path, 50, err, sizeof err), PP_OK);
+    ck_assert_uint_eq(d.ntok, n);
+    ck_assert_str_eq(d.path, path);
+    ck_assert_mem_eq(d.tokens, t, n * sizeof *t);
+    data_close(&d);
+    ck_assert_ptr_null(d.tokens);
+    data_close(&d); /* twice is safe */
+    /* nothing but the file is left behind: the temporary was renamed */
+    ck_assert(!file_exists(tmp("tok.bin.tmp")));
+    char tmpname[600];
+    snprintf(tmpname, sizeof tmpname, "%s.tmp.%ld", path, (long)getpid());
+    ck_assert(!file_exists(tmpname));
+    free(t);
+}
+END_TEST
+
+/* Overwriting replaces the file; a DataSet opened before still sees the old tokens
+ * (rename swaps the inode, the mapping keeps the old one). */
+START_TEST(test_write_replaces_atomically) {
+    uint16_t a[5] = {1, 2, 3, 4, 5}, b[3] = {9, 8, 7};
+    char err[PP_ERR_MAX];
+    const char *path = tmp("x.bin");
+    ck_assert_int_eq(data_write(path, a, 5, err, sizeof err), PP_OK);
+    DataSet old, cur;
+    ck_assert_int_eq(data_open(&old, path, 256, err, sizeof err), PP_OK);
+    ck_assert_int_eq(data_write(path, b, 3, err, sizeof err), PP_OK);
+    ck_assert_int_eq(data_open(&cur, path, 256, err, sizeof err), PP_OK);
+    ck_assert_uint_eq(old.ntok, 5);
+    ck_assert_mem_eq(old.tokens, a, sizeof a);
+    ck_assert_uint_eq(cur.ntok, 3);
+    ck_assert_mem_eq(cur.tokens, b, sizeof b);
+    data_close(&old);
+    data_close(&cur);
+}
+END_TEST
+
+START_TEST(test_write_error_names_file) {
+    uint16_t a[2] = {1, 2};
+    char err[PP_ERR_MAX] = "";
+    const char *path = tmp("no/such/dir/x.bin");
+    ck_assert_int_eq(data_write(path, a, 2, err, sizeof err), PP_ERUNTIME);
+    ck_assert_ptr_nonnull(strstr(err, "no/such/dir/x.bin"));
+}
+END_TEST
+
+START_TEST(test_empty_file_is_valid) {
+    char err[PP_ERR_MAX];
+    const char *path = tmp("empty.bin");
+    ck_assert_int_eq(data_write(path, NULL, 0, err, sizeof err), PP_OK);
+    DataSet d;
+    ck_assert_int_eq(data_open(&d, path, 256, err, sizeof err), PP_OK);
+    ck_assert_uint_eq(d.ntok, 0);
+    ck_assert_int_eq(data_num_batches(&d, 1, 1), 0);
+    data_close(&d);
+}
+END_TEST
+
+START_TEST(test_bad_magic) {
+    uint16_t t[4] = {1, 2, 3, 4};
+    write_raw(tmp("m.bin"), 20240326, 1, 4, t, 4, 0); /* a GPT-2 weights magic */
+    expect_open_error(tmp("m.bin"), 256, "magic number is 20240326", "20240520",
+                      "prepare-data", NULL);
+}
+END_TEST
+
+START_TEST(test_bad_version) {
+    uint16_t t[4] = {1, 2, 3, 4};
+    write_raw(tmp("v.bin"), DATA_MAGIC, 2, 4, t, 4, 0);
+    expect_open_error(tmp("v.bin"), 256, "version 2", "reads version 1", NULL);
+}
+END_TEST
+
+/* Header says 100 tokens: 1024 + 200 = 1224 bytes expected. */
+START_TEST(test_truncated) {
+    uint16_t *t = make_tokens(100);
+    write_raw(tmp("t.bin"), DATA_MAGIC, 1, 100, t, 99, 0);
+    expect_open_error(tmp("t.bin"), 256, "truncated", "1222 bytes", "= 1224 bytes", NULL);
+    free(t);
+}
+END_TEST
+
+START_TEST(test_trailing_bytes) {
+    uint16_t *t = make_tokens(100);
+    write_raw(tmp("t.bin"), DATA_MAGIC, 1, 100, t, 100, 3);
+    expect_open_error(tmp("t.bin"), 256, "3 trailing bytes", "1227 bytes", "= 1224 bytes",
+                      NULL);
+    free(t);
+}
+END_TEST
+
+START_TEST(test_shorter_than_header) {
+    FILE *f = fopen(tmp("s.bin"), "wb");
+    for (int i = 0; i < 100; i++) fputc(1, f);
+    fclose(f);
+    expect_open_error(tmp("s.bin"), 256, "100 bytes", "1024-byte header", NULL);
+}
+END_TEST
+
+START_TEST(test_negative_count) {
+    write_raw(tmp("n.bin"), DATA_MAGIC, 1, -5, NULL, 0, 0);
+    expect_open_error(tmp("n.bin"), 256, "negative token count", NULL);
+}
+END_TEST
+
+START_TEST(test_missing_file) {
+    expect_open_error(tmp("absent.bin"), 256, "cannot open", "No such file", "prepare-data",
+                      NULL);
+}
+END_TEST
+
+/* Token 37 = 60 with vocab 50: byte offset 1024 + 2*37 = 1098. */
+START_TEST(test_token_out_of_range) {
+    uint16_t *t = make_tokens(100);
+    t[37] = 60;
+    t[80] = 51;
+    write_raw(tmp("r.bin"), DATA_MAGIC, 1, 100, t, 100, 0);
+    expect_open_error(tmp("r.bin"), 50, "token 37 ", "byte offset 1098", "is 60",
+                      "model.vocab_size = 50", NULL);
+    /* vocab_size 0 disables the check; 61 admits every token */
+    DataSet d;
+    char err[PP_ERR_MAX];
+    ck_assert_int_eq(data_open(&d, tmp("r.bin"), 0, err, sizeof err), PP_OK);
+    data_close(&d);
+    ck_assert_int_eq(data_open(&d, tmp("r.bin"), 61, err, sizeof err), PP_OK);
+    data_close(&d);
+    free(t);
+}
+END_TEST
+
+/* A file big enough for the parallel scan still reports the first bad token. */
+START_TEST(test_token_out_of_range_parallel) {
+    size_t n = 200000;
+    uint16_t *t = make_tokens(n);
+    t[199999] = 50;
+    t[150000] = 50;
+    t[150001] = 65535;
+    write_raw(tmp("p.bin"), DATA_MAGIC, 1, (int32_t)n, t, n, 0);
+    omp_set_num_threads(2);
+    expect_open_error(tmp("p.bin"), 50, "token 150000 ", "byte offset 301024", "is 50,",
+                      NULL);
+    free(t);
+}
+END_TEST
+
+/* ---- batches ------------------------------------------------------------------- */
+
+/* 1000 tokens, B = 2, T = 5: nb = floor(999 / 10) = 99 batches at 0, 10, ..., 980. */
+START_TEST(test_batches_and_wraparound) {
+    size_t n = 1000;
+    uint16_t *t = make_tokens(n);
+    char err[PP_ERR_MAX];
+    ck_assert_int_eq(data_write(tmp("b.bin"), t, n, err, sizeof err), PP_OK);
+    DataSet d;
+    ck_assert_int_eq(data_open(&d, tmp("b.bin"), 50, err, sizeof err), PP_OK);
+    ck_assert_int_eq(data_num_batches(&d, 2, 5), 99);
+    ck_assert_int_eq(data_check_batch(&d, 2, 5, err, sizeof err), PP_OK);
+    int in[10], tg[10], in2[10], tg2[10];
+    long cases[4] = {0, 1, 50, 98};
+    for (int k = 0; k < 4; k++) {
+        data_batch(&d, cases[k], 2, 5, in, tg);
+        for (int i = 0; i < 10; i++) {
+            ck_assert_int_eq(in[i], t[cases[k] * 10 + i]);
+            ck_assert_int_eq(tg[i], t[cases[k] * 10 + i + 1]);
+        }
+    }
+    /* the last batch's last target is token 980 + 10 = 990 */
+    data_batch(&d, 98, 2, 5, in, tg);
+    ck_assert_int_eq(tg[9], t[990]);
+    /* batch 99 wraps to batch 0, batch 99 * 3 + 7 is batch 7 */
+    data_batch(&d, 0, 2, 5, in, tg);
+    data_batch(&d, 99, 2, 5, in2, tg2);
+    ck_assert_mem_eq(in, in2, sizeof in);
+    ck_assert_mem_eq(tg, tg2, sizeof tg);
+    data_batch(&d, 7, 2, 5, in, tg);
+    data_batch(&d, 99 * 3 + 7, 2, 5, in2, tg2);
+    ck_assert_mem_eq(in, in2, sizeof in);
+    ck_assert_mem_eq(tg, tg2, sizeof tg);
+    data_close(&d);
+    free(t);
+}
+END_TEST
+
+/* The batch count at its edges: 21 tokens hold exactly 2 batches of 10 (the last
+ * target is the last token), 20 tokens only 1, 11 tokens 1, 10 tokens none. */
+START_TEST(test_batch_count_edges) {
+    uint16_t *t = make_tokens(21);
+    char err[PP_ERR_MAX] = "";
+    size_t sizes[4] = {21, 20, 11, 10};
+    long want[4] = {2, 1, 1, 0};
+    for (int k = 0; k < 4; k++) {
+        DataSet d;
+        ck_assert_int_eq(data_write(tmp("e.bin"), t, sizes[k], err, sizeof err), PP_OK);
+        ck_assert_int_eq(data_open(&d, tmp("e.bin"), 50, err, sizeof err), PP_OK);
+        ck_assert_int_eq(data_num_batches(&d, 2, 5), want[k]);
+        if (k == 0) {
+            int in[10], tg[10];
+            data_batch(&d, 1, 2, 5, in, tg);
+            ck_assert_int_eq(tg[9], t[20]);
+        }
+        data_close(&d);
+    }
+    free(t);
+}
+END_TEST
+
+START_TEST(test_file_shorter_than_batch) {
+    uint16_t *t = make_tokens(10);
+    char err[PP_ERR_MAX] = "";
+    ck_assert_int_eq(data_write(tmp("small.bin"), t, 10, err, sizeof err), PP_OK);
+    DataSet d;
+    ck_assert_int_eq(data_open(&d, tmp("small.bin"), 50, err, sizeof err), PP_OK);
+    ck_assert_int_eq(data_check_batch(&d, 2, 5, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, tmp("small.bin")));
+    ck_assert_ptr_nonnull(strstr(err, "has 10 tokens"));
+    ck_assert_ptr_nonnull(strstr(err, "= 11"));
+    ck_assert_int_eq(data_check_batch(&d, 3, 3, err, sizeof err), PP_OK); /* 9 + 1 */
+    data_close(&d);
+    free(t);
+}
+END_TEST
+
+/* Runs without the fixture (exit skips the teardown): the file is removed before the
+ * call that dies, the mapping keeps its tokens. */
+START_TEST(test_batch_without_check_dies) {
+    setup();
+    uint16_t t[4] = {1, 2, 3, 4};
+    char err[PP_ERR_MAX];
+    DataSet d;
+    ck_assert_int_eq(data_write(tmp("tiny.bin"), t, 4, err, sizeof err), PP_OK);
+    ck_assert_int_eq(data_open(&d, tmp("tiny.bin"), 50, err, sizeof err), PP_OK);
+    teardown();
+    ck_assert(!file_exists(g_dir));
+    ck_assert_ptr_nonnull(freopen("/dev/null", "w", stderr)); /* expected message */
+    int in[8], tg[8];
+    data_batch(&d, 0, 2, 4, in, tg); /* needs 9 tokens: a bug, dies with PP_ERUNTIME */
+}
+END_TEST
+
+/* ---- prepare-data -------------------------------------------------------------- */
+
+START_TEST(test_val_path) {
+    char v[64];
+    ck_assert_int_eq(data_val_path("data/tiny/train.bin", v, sizeof v), PP_OK);
+    ck_assert_str_eq(v, "data/tiny/val.bin");
+    ck_assert_int_eq(data_val_path("fw_train_000.bin", v, sizeof v), PP_OK);
+    ck_assert_str_eq(v, "fw_val_000.bin");
+    ck_assert_int_eq(data_val_path("train/train_train.bin", v, sizeof v), PP_OK);
+    ck_assert_str_eq(v, "train/train_val.bin"); /* last one, file name only */
+    ck_assert_int_eq(data_val_path("train/corpus.bin", v, sizeof v), PP_OK);
+    ck_assert_str_eq(v, "train/corpus_val.bin");
+    ck_assert_int_eq(data_val_path("corpus", v, sizeof v), PP_OK);
+    ck_assert_str_eq(v, "corpus_val.bin");
+    ck_assert_int_eq(data_val_path("corpus.bin", v, 8), PP_EUSAGE);
+}
+END_TEST
+
+/* Run prepare-data with a NULL-terminated argument list (argv[0] = "prepare-data"),
+ * its stdout and stderr going to files in g_dir. */
+static int run_prepare(const char *first, ...) {
+    char *argv[16] = {"prepare-data"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a && argc < 15; a = va_arg(ap, const char *))
+        argv[argc++] = (char *)a;
+    va_end(ap);
+    fflush(stdout);
+    fflush(stderr);
+    ck_assert_ptr_nonnull(freopen(tmp("stdout.txt"), "w", stdout));
+    ck_assert_ptr_nonnull(freopen(tmp("stderr.txt"), "w", stderr));
+    int rc = data_prepare_main(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    return rc;
+}
+
+/* The whole of a small file, NUL-terminated (empty string if absent). */
+static const char *slurp(const char *path) {
+    static char buf[4096];
+    buf[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return buf;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* A 1000-byte text with every byte value (0 and 255 included). */
+static void write_text(const char *path, unsigned char *bytes, size_t n) {
+    for (size_t i = 0; i < n; i++) bytes[i] = (unsigned char)((i * 37 + 11) % 256);
+    FILE *f = fopen(path, "wb");
+    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+}
+
+static void expect_tokens(const char *path, const unsigned char *bytes, size_t n) {
+    DataSet d;
+    char err[PP_ERR_MAX] = "";
+    ck_assert_msg(data_open(&d, path, 256, err, sizeof err) == PP_OK, "%s", err);
+    ck_assert_uint_eq(d.ntok, n);
+    for (size_t i = 0; i < n; i++) ck_assert_uint_eq(d.tokens[i], bytes[i]);
+    data_close(&d);
+}
+
+/* 1000 bytes, --val-fraction 0.1: the first 900 bytes train, the last 100 val, into
+ * directories that do not exist yet. */
+START_TEST(test_prepare_with_val_split) {
+    unsigned char bytes[1000];
+    write_text(tmp("corpus.txt"), bytes, 1000);
+    int rc = run_prepare("--text", tmp("corpus.txt"), "--out", tmp("a/b/train.bin"),
+                         "--val-fraction", "0.1", NULL);
+    ck_assert_msg(rc == PP_OK, "rc %d: %s", rc, slurp(tmp("stderr.txt")));
+    expect_tokens(tmp("a/b/train.bin"), bytes, 900);
+    expect_tokens(tmp("a/b/val.bin"), bytes + 900, 100);
+    const char *out = slurp(tmp("stdout.txt"));
+    ck_assert_ptr_nonnull(strstr(out, "wrote 900 tokens"));
+    ck_assert_ptr_nonnull(strstr(out, "wrote 100 tokens"));
+    ck_assert_ptr_nonnull(strstr(out, "a/b/val.bin"));
+}
+END_TEST
+
+/* --opt=value form, no split: only --out is written; non-"train" names get _val.bin */
+START_TEST(test_prepare_no_split_and_val_name) {
+    unsigned char bytes[1000];
+    write_text(tmp("c.txt"), bytes, 1000);
+    char text_arg[600], out_arg[600];
+    snprintf(text_arg, sizeof text_arg, "--text=%s", tmp("c.txt"));
+    snprintf(out_arg, sizeof out_arg, "--out=%s", tmp("corpus.bin"));
+    ck_assert_int_eq(run_prepare(text_arg, out_arg, NULL), PP_OK);
+    expect_tokens(tmp("corpus.bin"), bytes, 1000);
+    ck_assert(!file_exists(tmp("corpus_val.bin")));
+    /* floor(0.25 * 1000) = 250 bytes of validation */
+    ck_assert_int_eq(run_prepare(text_arg, out_arg, "--val-fraction=0.25", NULL), PP_OK);
+    expect_tokens(tmp("corpus.bin"), bytes, 750);
+    expect_tokens(tmp("corpus_val.bin"), bytes + 750, 250);
+}
+END_TEST
+
+START_TEST(test_prepare_bad_args) {
+    unsigned char bytes[1000];
+    write_text(tmp("c.txt"), bytes, 1000);
+    char t[512], o[512];
+    snprintf(t, sizeof t, "%s", tmp("c.txt"));
+    snprintf(o, sizeof o, "%s", tmp("o.bin"));
+    ck_assert_int_eq(run_prepare(NULL), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "usage: pptrain prepare-data"));
+    ck_assert_int_eq(run_prepare("--text", t, NULL), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "--out"));
+    ck_assert_int_eq(run_prepare("--out", o, NULL), PP_EUSAGE);
+    ck_assert_int_eq(run_prepare("--text", t, "--out", o, "--bogus", "1", NULL), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "--bogus"));
+    ck_assert_int_eq(run_prepare("--text", t, "--out", o, "extra", NULL), PP_EUSAGE);
+    ck_assert_int_eq(run_prepare("--text", t, "--out", NULL), PP_EUSAGE);
+    const char *bad[5] = {"1", "-0.1", "abc", "0.5x", "nan"};
+    for (int k = 0; k < 5; k++) {
+        ck_assert_int_eq(run_prepare("--text", t, "--out", o, "--val-fraction", bad[k], NULL),
+                         PP_EUSAGE);
+        ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "[0, 1)"));
+    }
+    ck_assert(!file_exists(o)); /* nothing written on usage errors */
+    ck_assert_int_eq(run_prepare("--help", NULL), PP_OK);
+    ck_assert_ptr_nonnull(strstr(slurp(tmp("stdout.txt")), "usage:"));
+}
+END_TEST
+
+START_TEST(test_prepare_bad_inputs) {
+    /* missing text file: an I/O error naming it */
+    ck_assert_int_eq(run_prepare("--text", tmp("nope.txt"), "--out", tmp("o.bin"), NULL),
+                     PP_ERUNTIME);
+    ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "nope.txt"));
+    /* empty text: nothing to tokenize */
+    FILE *f = fopen(tmp("empty.txt"), "wb");
+    fclose(f);
+    ck_assert_int_eq(run_prepare("--text", tmp("empty.txt"), "--out", tmp("o.bin"), NULL),
+                     PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "empty"));
+    /* 5 bytes with --val-fraction 0.1: floor(0.5) = 0 bytes of validation */
+    f = fopen(tmp("five.txt"), "wb");
+    fputs("hello", f);
+    fclose(f);
+    ck_assert_int_eq(run_prepare("--text", tmp("five.txt"), "--out", tmp("o.bin"),
+                                 "--val-fraction", "0.1", NULL),
+                     PP_EUSAGE);
+    ck_assert(!file_exists(tmp("o.bin")));
+    /* output directory blocked by a regular file: an I/O error naming it */
+    ck_assert_int_eq(run_prepare("--text", tmp("five.txt"), "--out", tmp("five.txt/o.bin"),
+                                 NULL),
+                     PP_ERUNTIME);
+    ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "five.txt"));
+}
+END_TEST
+
+static Suite *data_suite(void) {
+    Suite *s = suite_create("data");
+    TCase *tc = tcase_create("files");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_round_trip);
+    tcase_add_test(tc, test_write_replaces_atomically);
+    tcase_add_test(tc, test_write_error_names_file);
+    tcase_add_test(tc, test_empty_file_is_valid);
+    tcase_add_test(tc, test_bad_magic);
+    tcase_add_test(tc, test_bad_version);
+    tcase_add_test(tc, test_truncated);
+    tcase_add_test(tc, test_trailing_bytes);
+    tcase_add_test(tc, test_shorter_than_header);
+    tcase_add_test(tc, test_negative_count);
+    tcase_add_test(tc, test_missing_file);
+    tcase_add_test(tc, test_token_out_of_range);
+    tcase_add_test(tc, test_token_out_of_range_parallel);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("batches");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_batches_and_wraparound);
+    tcase_add_test(tc, test_batch_count_edges);
+    tcase_add_test(tc, test_file_shorter_than_batch);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("misuse"); /* no fixture: the test exits */
+    tcase_add_exit_test(tc, test_batch_without_check_dies, PP_ERUNTIME);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("prepare");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_val_path);
+    tcase_add_test(tc, test_prepare_with_val_split);
+    tcase_add_test(tc, test_prepare_no_split_and_val_name);
+    tcase_add_test(tc, test_prepare_bad_args);
+    tcase_add_test(tc, test_prepare_bad_inputs);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(data_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
