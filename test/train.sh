@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# train.sh — end-to-end single-process runs of the real binary: the loss falls, the
+# output files have the documented form, and bad usage exits 2 with a clear message.
+set -u
+PPTRAIN=${PPTRAIN:-./pptrain}
+tmp=$(mktemp -d /tmp/pptrain-train.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+
+# 1. gpt-tiny on one process: the loss falls well below its start (ln 256 = 5.55).
+$PPTRAIN --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set train.steps=120 \
+  --set output.dir="$tmp/tiny" --set data.val_every=60 >"$tmp/tiny.out" 2>&1
+check "gpt-tiny exits 0" "[ $? -eq 0 ]"
+check "losses.csv header" "[ \"\$(head -n1 $tmp/tiny/losses.csv)\" = step,loss,lr,grad_norm,tokens_per_s,step_ms ]"
+check "losses.csv has one row per logged step" "[ \$(tail -n +2 $tmp/tiny/losses.csv | wc -l) -eq 12 ]"
+first=$(sed -n 2p "$tmp/tiny/losses.csv" | cut -d, -f2)
+last=$(tail -n1 "$tmp/tiny/losses.csv" | cut -d, -f2)
+check "loss falls: $first -> $last" "python3 -c 'import sys; sys.exit(not ($first > 4.0 and $last < 2.6))'"
+check "progress line format" "grep -Eq '^step 120/120 \\| loss [0-9.]+ \\| lr .* tok/s .* eta' $tmp/tiny.out"
+check "validation line" "grep -Eq '^step 120 \\| val loss [0-9.]+' $tmp/tiny.out"
+
+# 2. --print-config round-trips through the loader.
+$PPTRAIN --config configs/gpt-tiny.yaml --set train.steps=7 --print-config >"$tmp/eff.yaml"
+$PPTRAIN --config "$tmp/eff.yaml" --print-config >"$tmp/eff2.yaml"
+check "--print-config loads back to the same config" "cmp -s $tmp/eff.yaml $tmp/eff2.yaml && grep -q 'steps: 7' $tmp/eff.yaml"
+
+# 3. Usage and config errors: exit 2, message names the problem.
+expect2() { # name, grep pattern, args...
+  local name=$1 pat=$2; shift 2
+  "$PPTRAIN" "$@" >"$tmp/err.out" 2>&1
+  local rc=$?
+  if [ $rc -eq 2 ] && grep -q -- "$pat" "$tmp/err.out"; then ok "$name"; else bad "$name (rc=$rc: $(head -c 300 "$tmp/err.out"))"; fi
+}
+printf 'model:\n  vocab_size: 256\n  max_seq_len: 64\n  n_layers: 2\n  n_heads: 2\n  dim: 32\ntrain:\n  stepz: 3\n' >"$tmp/typo.yaml"
+expect2 "unknown key names file:line:col and the nearest key" "typo.yaml:8:3: .*did you mean 'train.steps'" --config "$tmp/typo.yaml"
+expect2 "missing config file" "nonexistent.yaml" --config "$tmp/nonexistent.yaml"
+expect2 "no arguments prints usage" "usage: pptrain"
+expect2 "no --config" "--config FILE is required" --trace
+expect2 "bad --set value" "train.steps" --config configs/gpt-tiny.yaml --set train.steps=abc
+expect2 "cross-field check" "microbatches" --config configs/gpt-tiny.yaml --set pipeline.microbatches=3
+expect2 "stages must match the process count" "2 processes\|launch exactly\|pipeline.stages" --config configs/gpt-tiny.yaml --set output.dir="$tmp/x"
+expect2 "unknown argument" "unknown argument" --config configs/gpt-tiny.yaml --bogus
+printf 'not a token file at all, just text\n' >"$tmp/bad.bin"
+expect2 "bad token file names the file" "bad.bin" --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set data.train="$tmp/bad.bin" --set output.dir="$tmp/x"
+expect2 "vocab too small for the tokens" "train.bin" --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set model.vocab_size=100 --set output.dir="$tmp/x"
+
+echo "train.sh: $pass passed, $fail failed"
+[ $fail -eq 0 ]
