@@ -50,12 +50,12 @@ pptrain: $(LIB_OBJ) $(MAIN_OBJ)
 	@echo "  LD    $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%.o: src/%.c
+$(BUILD)/%.o: src/%.c Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/test/%.o: test/%.c
+$(BUILD)/test/%.o: test/%.c Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	$(Q)$(CC) $(CFLAGS) $(shell pkg-config --cflags check 2>/dev/null) -c -o $@ $<
