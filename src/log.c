@@ -53,7 +53,7 @@ static void fmt_eta(double s, char *buf, size_t n) {
 
 void log_step(Log *l, int step, double loss, float lr, double grad_norm, double tokens_per_s, double step_ms) {
     if (!l->csv) return;
-    fprintf(l->csv, "%d,%.6f,%.6e,%.6f,%.1f,%.3f\n", step, loss, lr, grad_norm, tokens_per_s, step_ms);
+    fprintf(l->csv, "%d,%.17g,%.9g,%.17g,%.1f,%.3f\n", step, loss, lr, grad_norm, tokens_per_s, step_ms);
     fflush(l->csv);
     char eta[32];
     double per = (pp_now() - l->t_start) / (step - l->first_step);
