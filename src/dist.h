@@ -1,0 +1,96 @@
+/* dist.h — who am I (rank, world, master address from the environment) and the TCP
+ * rendezvous that connects every pair of ranks. See docs/launching.md. */
+#ifndef PP_DIST_H
+#define PP_DIST_H
+
+#include <stddef.h>
+
+#include "common.h"
+
+#define DIST_DEFAULT_PORT 29500 /* MASTER_PORT when the environment does not set it */
+#define DIST_HOST_MAX 256
+#define DIST_CONFIG_MAX (1 << 20) /* longest config text a rank may send */
+
+/* Where the identity came from. */
+typedef enum { DIST_SRC_NONE, DIST_SRC_TORCHRUN, DIST_SRC_SLURM } DistSource;
+
+typedef struct {
+    int rank, world;             /* this process's global rank, number of ranks P */
+    int local_rank, local_world; /* rank among, and number of, the ranks on this node */
+    char master_addr[DIST_HOST_MAX]; /* rank 0's host; "" only when world == 1 */
+    int master_port;             /* MASTER_PORT, DIST_DEFAULT_PORT when unset */
+    int rdzv_port;               /* the port pptrain's rendezvous uses (see dist_env_read) */
+    int under_torchrun;          /* TORCHELASTIC_RUN_ID is set */
+    DistSource source;
+} DistEnv;
+
+/* Read the identity of this process from the environment, first found wins
+ * (DESIGN.md §2):
+ *   1. torchrun-style RANK, WORLD_SIZE (both required if either is set), LOCAL_RANK,
+ *      LOCAL_WORLD_SIZE (default: RANK, WORLD_SIZE, i.e. one node), MASTER_ADDR,
+ *      MASTER_PORT;
+ *   2. SLURM: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the tasks on this node
+ *      (SLURM_NODEID) from SLURM_STEP_TASKS_PER_NODE, else SLURM_NTASKS_PER_NODE
+ *      (forms "4", "4(x2),2"); MASTER_ADDR must be exported by the batch script;
+ *   3. nothing: rank 0 of 1.
+ * MASTER_ADDR is required when world > 1; MASTER_PORT defaults to DIST_DEFAULT_PORT.
+ * rdzv_port = PPTRAIN_RDZV_PORT if set, else MASTER_PORT + 1 under torchrun (its own
+ * TCPStore already listens on MASTER_PORT), else MASTER_PORT.
+ * Returns PP_OK, or PP_EUSAGE with a message naming the variable and the fix when a
+ * value is not a number, out of range or inconsistent (RANK >= WORLD_SIZE, ...). */
+int dist_env_read(DistEnv *env, char *err, size_t errlen);
+
+/* Parse a SLURM tasks-per-node list ("4", "2,3", "4(x2),2") and return the count of
+ * node `node` (0-based) in *ntasks. A single plain count ("4") applies to every node.
+ * Returns PP_OK or PP_EUSAGE (malformed list, node out of range). */
+int dist_parse_tasks_per_node(const char *s, int node, int *ntasks, char *err,
+                              size_t errlen);
+
+/* Compare two printed configs (YAML, two spaces of indent per level) line by line.
+ * Returns 0 when they are equal; else 1 and writes the first difference into `where`
+ * as "<dotted key>: <value in a> vs <value in b>", e.g. "train.steps: 20 vs 10"
+ * (a missing line reads "(missing)"; differing keys are both written in full). */
+int dist_config_diff(const char *a, const char *b, char *where, size_t n);
+
+/* The connections between this rank and every other: two TCP streams per pair
+ * ([Note: socket transport] in comm_socket.c). fds of this rank itself are -1. */
+typedef struct {
+    int rank, world;
+    int *data_fd; /* [world] point-to-point messages */
+    int *coll_fd; /* [world] collectives */
+} DistMesh;
+
+/* Rendezvous at MASTER_ADDR:rdzv_port and connect every pair of ranks.
+ * Rank 0 listens there (SO_REUSEADDR; on the MASTER_ADDR's address when all ranks are
+ * on one node, else on every address); the others connect with retries and backoff for
+ * up to timeout_s, each listening on an ephemeral port of the address it reaches rank
+ * 0 from; rank 0 sends everyone the table of listen addresses and the ranks connect
+ * to each other directly (IPv4 or IPv6). Every rank sends `config_text` (the printed
+ * effective config) and its WORLD_SIZE; rank 0 compares them with its own and on any
+ * difference every rank fails with the same message, e.g. "rank 1's config differs
+ * from rank 0's at train.steps: 20 vs 10 — ...".
+ * On success the mesh owns world*2-2 connected TCP sockets (TCP_NODELAY, non-blocking)
+ * and returns PP_OK; release them with dist_mesh_close (or hand them to
+ * comm_socket_create). Errors: PP_EUSAGE for a config/world mismatch or duplicate
+ * rank, PP_ERUNTIME for network failures and timeouts; nothing is left open. */
+int dist_connect(const DistEnv *env, const char *config_text, double timeout_s,
+                 DistMesh *mesh, char *err, size_t errlen);
+
+/* Close every socket of the mesh and free its arrays (safe on a zeroed mesh). */
+void dist_mesh_close(DistMesh *mesh);
+
+/* Results of dist_xfer. */
+#define DIST_IO_OK 0
+#define DIST_IO_CLOSED (-1)  /* the peer closed the connection or reset it */
+#define DIST_IO_TIMEOUT (-2) /* nothing moved for timeout_s */
+#define DIST_IO_ERROR (-3)   /* another socket error (see `why`) */
+
+/* Send `sn` bytes of `sbuf` and receive `rn` bytes into `rbuf` on socket `fd` at the
+ * same time (full duplex, so two ranks exchanging large buffers cannot deadlock on
+ * full socket buffers); either side may be empty. Fails with DIST_IO_TIMEOUT only
+ * when no byte moved in either direction for timeout_s. Never raises SIGPIPE. On
+ * failure `why` (may be NULL) gets the system's reason. */
+int dist_xfer(int fd, const void *sbuf, size_t sn, void *rbuf, size_t rn,
+              double timeout_s, char *why, size_t whylen);
+
+#endif

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# pprun.sh — scripts/pprun with tiny bash children: the environment each rank gets,
+# "[rank R] " prefixes on whole lines, stdout and stderr kept apart, --log-dir, a failing
+# rank's exit code and the quick stop of the others (SIGTERM, then SIGKILL after
+# --grace), and SIGTERM/SIGUSR1 forwarding. Exits non-zero on any failure.
+set -u
+PPRUN_BIN="$(cd "$(dirname "$0")/.." && pwd)/scripts/pprun"
+TMP=$(mktemp -d)
+failures=0
+
+# Ranks of the signal test record their PIDs here; each leads its own process group,
+# which cleanup kills should a broken pprun leave one behind.
+cleanup() {
+  for f in "$TMP"/pid.*; do [ -e "$f" ] && kill -KILL -- "-$(cat "$f")" 2>/dev/null; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# A broken pprun must fail this test, not hang it.
+PPRUN() { timeout -k 2 20 "$PPRUN_BIN" "$@"; }
+# check WHAT COMMAND...: report whether COMMAND succeeds.
+check() {
+  local what=$1
+  shift
+  if "$@"; then echo "ok:   $what"; else echo "FAIL: $what" >&2; failures=$((failures + 1)); fi
+}
+now_ms() { local t=${EPOCHREALTIME/[.,]/}; echo $((t / 1000)); } # bash 5
+has_line() { grep -qxF -- "$1" "$2"; }                            # has_line LINE FILE
+lacks() { ! grep -qF -- "$1" "$2"; }                               # lacks TEXT FILE
+between() { [ "$1" -ge "$2" ] && [ "$1" -lt "$3" ]; }              # between X LO HI
+
+# --help documents the options; usage errors exit 2.
+PPRUN --help >"$TMP/help" 2>&1
+check "--help exits 0" [ $? -eq 0 ]
+for opt in --nproc-per-node --nnodes --node-rank --master-addr --master-port --log-dir \
+           --grace; do
+  check "--help documents $opt" grep -q -- "$opt" "$TMP/help"
+done
+PPRUN --nnodes 2 --node-rank 2 --master-addr h --master-port 1 true 2>/dev/null
+check "bad --node-rank exits 2" [ $? -eq 2 ]
+PPRUN --nnodes 2 true 2>/dev/null
+check "--nnodes 2 without --master-addr/--master-port exits 2" [ $? -eq 2 ]
+
+# Environment, prefixes, stdout and stderr apart, --log-dir, a last line without "\n".
+PPRUN --nproc-per-node 3 --log-dir "$TMP/logs" bash -c \
+  'echo "env $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT"
+   echo "to-stderr $RANK" >&2; printf "no-newline"' >"$TMP/out" 2>"$TMP/err"
+check "all ranks exit 0 -> pprun exits 0" [ $? -eq 0 ]
+port=$(sed -n 's/^\[rank 0\] env .* 127\.0\.0\.1 \([0-9]*\)$/\1/p' "$TMP/out")
+check "a MASTER_PORT was picked (${port:-none})" [ -n "$port" ]
+for r in 0 1 2; do
+  check "rank $r: environment" has_line "[rank $r] env $r $r 3 3 127.0.0.1 ${port:-x}" "$TMP/out"
+  check "rank $r: stderr line on stderr" has_line "[rank $r] to-stderr $r" "$TMP/err"
+  check "rank $r: partial last line" has_line "[rank $r] no-newline" "$TMP/out"
+  check "rank $r: log file, stdout" has_line "env $r $r 3 3 127.0.0.1 ${port:-x}" \
+    "$TMP/logs/rank_$r.log"
+  check "rank $r: log file, stderr" has_line "to-stderr $r" "$TMP/logs/rank_$r.log"
+done
+check "no stderr line in stdout" lacks "to-stderr" "$TMP/out"
+check "no stdout line in stderr" lacks "env" "$TMP/err"
+
+# Whole lines only, even when two ranks write fast.
+PPRUN --nproc-per-node 2 bash -c \
+  'x=$(printf "x%.0s" {1..48}); for i in $(seq 1 3000); do echo "line $i $x"; done' >"$TMP/many"
+good=$(grep -cE '^\[rank [01]\] line [0-9]+ x{48}$' "$TMP/many")
+check "6000 whole lines ($good good of $(wc -l <"$TMP/many"))" \
+  [ "$good" -eq 6000 -a "$(wc -l <"$TMP/many")" -eq 6000 ]
+
+# A failing rank: its code propagates and the sleeping rank is stopped at once.
+t0=$(now_ms)
+PPRUN --nproc-per-node 2 --grace 3 bash -c \
+  'if [ "$RANK" = 1 ]; then sleep 0.3; exit 7; fi; sleep 30' >/dev/null 2>"$TMP/err"
+rc=$?
+t=$(($(now_ms) - t0))
+check "the failing rank's exit code 7 (got $rc)" [ $rc -eq 7 ]
+check "the other rank stopped by SIGTERM ($t ms)" between "$t" 0 2500
+check "a message names the failing rank" grep -q "rank 1 exited with code 7" "$TMP/err"
+
+# A rank killed by a signal is the cause even when another rank's exit (its
+# consequence) is seen first: rank 0 exits 1 just before rank 1 is SIGKILLed.
+PPRUN --nproc-per-node 2 bash -c \
+  'if [ "$RANK" = 0 ]; then sleep 0.3; exit 1; fi; sleep 0.35; kill -KILL $$' >/dev/null 2>&1
+rc=$?
+check "the SIGKILLed rank's code 137 wins (got $rc)" [ $rc -eq 137 ]
+
+# A rank that ignores SIGTERM is killed after --grace.
+t0=$(now_ms)
+PPRUN --nproc-per-node 2 --grace 1 bash -c \
+  'if [ "$RANK" = 0 ]; then sleep 0.3; exit 5; fi; trap "" TERM; sleep 30' >/dev/null 2>&1
+rc=$?
+t=$(($(now_ms) - t0))
+check "exit code 5 with a rank ignoring SIGTERM (got $rc)" [ $rc -eq 5 ]
+check "that rank SIGKILLed after --grace 1 ($t ms)" between "$t" 1000 3500
+
+# SIGUSR1 and SIGTERM sent to pprun reach every rank; they exit 0, so does pprun.
+"$PPRUN_BIN" --nproc-per-node 2 bash -c \
+  'echo $$ >"$0/pid.$RANK"
+   trap "echo got-USR1" USR1; trap "echo got-TERM; kill \$pid; exit 0" TERM
+   echo ready; while :; do sleep 30 & pid=$!; wait $pid; done' "$TMP" >"$TMP/sig" 2>&1 &
+pp=$!
+wait_for() { # wait_for PATTERN COUNT: until COUNT lines of $TMP/sig match (5 s at most)
+  for _ in $(seq 1 100); do
+    [ "$(grep -c "$1" "$TMP/sig" 2>/dev/null)" -ge "$2" ] 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+check "both ranks started" wait_for ready 2
+kill -USR1 $pp
+check "SIGUSR1 forwarded to both ranks" wait_for got-USR1 2
+t0=$(now_ms)
+kill -TERM $pp
+for _ in $(seq 1 100); do kill -0 $pp 2>/dev/null || break; sleep 0.05; done
+kill -0 $pp 2>/dev/null && kill -KILL $pp
+wait $pp
+rc=$?
+t=$(($(now_ms) - t0))
+check "SIGTERM forwarded to rank 0" has_line "[rank 0] got-TERM" "$TMP/sig"
+check "SIGTERM forwarded to rank 1" has_line "[rank 1] got-TERM" "$TMP/sig"
+check "ranks exiting 0 after SIGTERM -> pprun exits 0 (got $rc)" [ $rc -eq 0 ]
+check "pprun finished $t ms after SIGTERM" between "$t" 0 2000
+
+if [ $failures -ne 0 ]; then
+  echo "pprun.sh: $failures failure(s)" >&2
+  exit 1
+fi
+echo "pprun.sh: all passed"

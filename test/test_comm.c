@@ -1,0 +1,898 @@
+/* test_comm.c — the process-group layer: environment parsing, the rendezvous and its
+ * config check, the socket transport between real forked processes on loopback, and
+ * the 1-rank local transport. Children report through exit codes and stderr. */
+#include <check.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "dist.h"
+
+/* ------------------------------------------------------------------- harness -- */
+
+#define MAXP 8
+
+static const char *BASE_CFG = "model:\n  n_layers: 4\n  dim: 64\n"
+                              "train:\n  steps: 10\n  optimizer:\n    name: adamw\n"
+                              "    lr: 0.0003\n  seed: 1337\npipeline:\n  stages: 2\n";
+
+static const char *KIND_NAMES[] = {"activation", "gradient"};
+
+/* In a child: print what is wrong and make the child fail. */
+#define CHILD_CHECK(cond)                                                              \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            fprintf(stderr, "child %d: %s:%d: check failed: %s\n", (int)getpid(),      \
+                    __FILE__, __LINE__, #cond);                                        \
+            return 1;                                                                  \
+        }                                                                              \
+    } while (0)
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+static int free_port(void) {
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static DistEnv make_env(int rank, int world, int port, const char *addr) {
+    DistEnv e;
+    memset(&e, 0, sizeof e);
+    e.rank = e.local_rank = rank;
+    e.world = e.local_world = world;
+    snprintf(e.master_addr, sizeof e.master_addr, "%s", addr ? addr : "127.0.0.1");
+    e.master_port = e.rdzv_port = port;
+    e.source = DIST_SRC_TORCHRUN;
+    return e;
+}
+
+typedef int (*ChildMain)(int rank, int port, void *arg); /* returns the exit code */
+
+/* Fork P children running fn(rank, port, arg); wait at most limit_s for all of them.
+ * status[r] = exit code, 128+signal if killed, or -1 if it hung (then killed). */
+static void spawn(int P, ChildMain fn, void *arg, double limit_s, int *status) {
+    pid_t pid[MAXP];
+    int port = free_port(), left = P;
+    double end = pp_now() + limit_s;
+    fflush(stdout);
+    fflush(stderr);
+    for (int r = 0; r < P; r++) {
+        pid[r] = fork();
+        ck_assert_int_ge(pid[r], 0);
+        if (pid[r] == 0) _exit(fn(r, port, arg));
+        status[r] = -1;
+    }
+    while (left > 0 && pp_now() < end) {
+        for (int r = 0; r < P; r++) {
+            int st;
+            if (pid[r] > 0 && waitpid(pid[r], &st, WNOHANG) == pid[r]) {
+                status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+                pid[r] = 0;
+                left--;
+            }
+        }
+        sleep_s(0.005);
+    }
+    for (int r = 0; r < P; r++)
+        if (pid[r] > 0) { /* hung: the test fails on status -1 */
+            kill(pid[r], SIGKILL);
+            waitpid(pid[r], NULL, 0);
+        }
+}
+
+typedef int (*RankBody)(Comm *c, void *arg);
+
+typedef struct {
+    int world;
+    double timeout_s;
+    const char *addr; /* NULL = 127.0.0.1 */
+    double root_delay_s; /* rank 0 starts this late (the others must retry) */
+    RankBody body;
+    void *arg;
+} Job;
+
+static int job_main(int rank, int port, void *arg) {
+    const Job *j = arg;
+    DistEnv e = make_env(rank, j->world, port, j->addr);
+    char err[PP_ERR_MAX];
+    Comm *c;
+    int rc;
+    if (rank == 0 && j->root_delay_s > 0) sleep_s(j->root_delay_s);
+    rc = comm_create(&e, BASE_CFG, j->timeout_s, &c, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "rank %d: comm_create: %s\n", rank, err);
+        return 100 + rc;
+    }
+    c->kind_names = KIND_NAMES;
+    c->n_kind_names = 2;
+    rc = j->body(c, j->arg);
+    comm_destroy(c);
+    return rc;
+}
+
+/* Run a job and require every rank to exit 0 within limit_s. */
+static void run_job_ok(const Job *j, double limit_s) {
+    int st[MAXP];
+    spawn(j->world, job_main, (void *)j, limit_s, st);
+    for (int r = 0; r < j->world; r++)
+        ck_assert_msg(st[r] == 0, "rank %d of %d exited with %d (-1 = hung)", r, j->world,
+                      st[r]);
+}
+
+/* Bytes every rank can predict: message `seq` from src to dst, byte i. */
+static uint8_t pattern(int src, int dst, int seq, size_t i) {
+    uint32_t x = (uint32_t)src * 0x9E3779B1u ^ (uint32_t)dst * 0x85EBCA77u ^
+                 (uint32_t)seq * 0xC2B2AE3Du ^ (uint32_t)(i >> 2) * 0x27D4EB2Fu;
+    x ^= x >> 15;
+    x *= 0x2C1B3C6Du;
+    x ^= x >> 12;
+    return (uint8_t)(x >> (8 * (i & 3)));
+}
+
+static void fill(uint8_t *b, size_t n, int src, int dst, int seq) {
+    for (size_t i = 0; i < n; i++) b[i] = pattern(src, dst, seq, i);
+}
+
+static size_t count_wrong(const uint8_t *b, size_t n, int src, int dst, int seq) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += b[i] != pattern(src, dst, seq, i);
+    if (bad) fprintf(stderr, "message %d from %d to %d: %zu of %zu bytes wrong\n", seq, src,
+                     dst, bad, n);
+    return bad;
+}
+
+/* -------------------------------------------------------- point-to-point tests -- */
+
+/* Ring (to rank+1, from rank-1) for 3 rounds, then every pair at once; sizes differ per
+ * (src, dst, round) so that mixed-up messages cannot pass. */
+static int body_ring_allpairs(Comm *c, void *arg) {
+    int P = c->world, me = c->rank, next = (me + 1) % P, prev = (me + P - 1) % P;
+    size_t wrong = 0;
+    uint8_t *sb[MAXP], *rb[MAXP];
+    CommReq *sr[MAXP], *rr[MAXP];
+    for (int round = 0; round < 3; round++) {
+        size_t ns = 1000 + 17 * me + round, nr = 1000 + 17 * prev + round;
+        uint8_t *s = malloc(ns), *r = malloc(nr);
+        fill(s, ns, me, next, round);
+        CHILD_CHECK(comm_irecv(c, prev, &(CommTag){round, prev, 0, 0}, r, nr, &rr[0]) == 0);
+        CHILD_CHECK(comm_isend(c, next, &(CommTag){round, me, 0, 0}, s, ns, &sr[0]) == 0);
+        CHILD_CHECK(comm_wait(c, sr[0]) == 0);
+        CHILD_CHECK(comm_wait(c, rr[0]) == 0);
+        wrong += count_wrong(r, nr, prev, me, round);
+        free(s);
+        free(r);
+    }
+    for (int p = 0; p < P; p++) {
+        size_t ns = 4096 + 100 * me + p, nr = 4096 + 100 * p + me;
+        if (p == me) continue;
+        sb[p] = malloc(ns);
+        rb[p] = malloc(nr);
+        fill(sb[p], ns, me, p, 7);
+        CHILD_CHECK(comm_isend(c, p, &(CommTag){7, me, p, 1}, sb[p], ns, &sr[p]) == 0);
+        CHILD_CHECK(comm_irecv(c, p, &(CommTag){7, p, me, 1}, rb[p], nr, &rr[p]) == 0);
+    }
+    for (int p = 0; p < P; p++) {
+        if (p == me) continue;
+        CHILD_CHECK(comm_wait(c, rr[p]) == 0);
+        CHILD_CHECK(comm_wait(c, sr[p]) == 0);
+        wrong += count_wrong(rb[p], 4096 + 100 * p + me, p, me, 7);
+        free(sb[p]);
+        free(rb[p]);
+    }
+    return wrong != 0;
+}
+
+START_TEST(test_ring_allpairs) {
+    Job j = {_i, 5.0, NULL, 0, body_ring_allpairs, NULL};
+    run_job_ok(&j, 20);
+}
+END_TEST
+
+/* Whether ::1 can be bound here (containers often run without IPv6). */
+static int have_ipv6_loopback(void) {
+    struct sockaddr_in6 a;
+    int fd = socket(AF_INET6, SOCK_STREAM, 0), ok;
+    memset(&a, 0, sizeof a);
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_loopback;
+    ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+/* Over IPv6 loopback, with rank 0 starting late so the others must retry. */
+START_TEST(test_ipv6_late_root) {
+    Job j = {3, 5.0, "::1", 0.4, body_ring_allpairs, NULL};
+    if (!have_ipv6_loopback()) {
+        fprintf(stderr, "note: no IPv6 loopback here; test_ipv6_late_root uses 127.0.0.1\n");
+        j.addr = NULL;
+    }
+    run_job_ok(&j, 20);
+}
+END_TEST
+
+/* Both ranks send 64 MiB + 3 bytes to each other before either receives; rank 1 posts
+ * its receive late, so the message arrives before it (the early path). */
+static int body_big(Comm *c, void *arg) {
+    size_t n = (64u << 20) + 3;
+    int me = c->rank, peer = 1 - me;
+    uint8_t *s = malloc(n), *r = malloc(n);
+    CommReq *sr, *rr;
+    size_t wrong;
+    CHILD_CHECK(s && r);
+    fill(s, n, me, peer, 1);
+    CHILD_CHECK(comm_isend(c, peer, &(CommTag){0, 0, 0, 0}, s, n, &sr) == 0);
+    if (me == 1) sleep_s(0.3);
+    CHILD_CHECK(comm_irecv(c, peer, &(CommTag){0, 0, 0, 0}, r, n, &rr) == 0);
+    CHILD_CHECK(comm_wait(c, rr) == 0);
+    CHILD_CHECK(comm_wait(c, sr) == 0);
+    wrong = count_wrong(r, n, peer, me, 1);
+    free(s);
+    free(r);
+    return wrong != 0;
+}
+
+START_TEST(test_big_message) {
+    Job j = {2, 10.0, NULL, 0, body_big, NULL};
+    run_job_ok(&j, 30);
+}
+END_TEST
+
+#define NSMALL 300
+
+static size_t small_size(int i) { return (size_t)((i * 7919) % 20011) * (i % 5 != 0); }
+
+/* Rank 0 sends NSMALL messages of mixed sizes (zero included); rank 1 posts the first
+ * 100 receives before they arrive, the rest after (early messages), and completes
+ * some with comm_test. FIFO order and every byte are checked. */
+static int body_fifo(Comm *c, void *arg) {
+    CommReq *req[NSMALL];
+    uint8_t *buf[NSMALL];
+    size_t wrong = 0;
+    for (int i = 0; i < NSMALL; i++) buf[i] = malloc(small_size(i) + 1);
+    if (c->rank == 0) {
+        for (int i = 0; i < NSMALL; i++) {
+            fill(buf[i], small_size(i), 0, 1, i);
+            CHILD_CHECK(comm_isend(c, 1, &(CommTag){i, 1, i % 4, 0}, buf[i], small_size(i),
+                                   &req[i]) == 0);
+        }
+        for (int i = 0; i < NSMALL; i++) CHILD_CHECK(comm_wait(c, req[i]) == 0);
+    } else {
+        for (int i = 0; i < NSMALL; i++) {
+            if (i == 100) sleep_s(0.3);
+            CHILD_CHECK(comm_irecv(c, 0, &(CommTag){i, 1, i % 4, 0}, buf[i], small_size(i),
+                                   &req[i]) == 0);
+        }
+        for (int i = 0; i < NSMALL; i++) {
+            int done = 0;
+            if (i % 3 == 0) {
+                double end = pp_now() + 5;
+                while (!done && pp_now() < end) CHILD_CHECK(comm_test(c, req[i], &done) == 0);
+                CHILD_CHECK(done);
+            } else {
+                CHILD_CHECK(comm_wait(c, req[i]) == 0);
+            }
+            wrong += count_wrong(buf[i], small_size(i), 0, 1, i);
+        }
+    }
+    for (int i = 0; i < NSMALL; i++) free(buf[i]);
+    return wrong != 0;
+}
+
+START_TEST(test_fifo_mixed_sizes) {
+    Job j = {2, 5.0, NULL, 0, body_fifo, NULL};
+    run_job_ok(&j, 20);
+}
+END_TEST
+
+/* Rank 0 sends two messages; rank 1 expects other tags: once posted before the message
+ * arrives (the wait fails), once after (the irecv fails). Both name both tags. */
+static int body_mismatch(Comm *c, void *arg) {
+    char a[16] = {0}, b[16];
+    CommReq *r;
+    if (c->rank == 0) {
+        CHILD_CHECK(comm_isend(c, 1, &(CommTag){5, 1, 3, 0}, a, 16, &r) == 0);
+        CHILD_CHECK(comm_wait(c, r) == 0);
+        return 0;
+    }
+    sleep_s(0.2); /* the message is there when irecv is called */
+    CHILD_CHECK(comm_irecv(c, 0, &(CommTag){5, 1, 4, 0}, b, 16, &r) == PP_ERUNTIME);
+    CHILD_CHECK(r == NULL);
+    fprintf(stderr, "(expected) %s\n", comm_error(c));
+    CHILD_CHECK(strstr(comm_error(c), "rank 0 sent (step 5, stage 1, microbatch 3, activation"));
+    CHILD_CHECK(strstr(comm_error(c), "rank 1 expected (step 5, stage 1, microbatch 4, "
+                                      "activation; 16 bytes)"));
+    return 0;
+}
+
+static int body_mismatch_posted(Comm *c, void *arg) {
+    char a[16] = {0}, b[24];
+    CommReq *r;
+    if (c->rank == 0) {
+        CHILD_CHECK(comm_barrier(c) == 0);
+        CHILD_CHECK(comm_isend(c, 1, &(CommTag){6, 1, 0, 1}, a, 16, &r) == 0);
+        CHILD_CHECK(comm_wait(c, r) == 0);
+        return 0;
+    }
+    CHILD_CHECK(comm_irecv(c, 0, &(CommTag){6, 1, 0, 1}, b, 24, &r) == 0);
+    CHILD_CHECK(comm_barrier(c) == 0);
+    CHILD_CHECK(comm_wait(c, r) == PP_ERUNTIME);
+    fprintf(stderr, "(expected) %s\n", comm_error(c));
+    CHILD_CHECK(strstr(comm_error(c), "rank 0 sent (step 6, stage 1, microbatch 0, gradient; "
+                                      "16 bytes) but rank 1 expected (step 6, stage 1, "
+                                      "microbatch 0, gradient; 24 bytes)"));
+    return 0;
+}
+
+START_TEST(test_tag_mismatch) {
+    Job j = {2, 5.0, NULL, 0, _i ? body_mismatch_posted : body_mismatch, NULL};
+    run_job_ok(&j, 20);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- collectives -- */
+
+/* Rank r's allreduce input: the rank order of the additions changes the result
+ * (1e16 + 1 rounds back to 1e16), so only the rank-ordered sum passes. */
+static double ar_input(int r, int i) {
+    static const double v[4] = {1e16, 1.0, -1e16, 1.0};
+    return i == 0 ? v[r % 4] : (r + 1) * 0.1 + i * 1e-3;
+}
+
+/* Rank r's pair-sum input, with NaNs of different payloads on the two ranks (which
+ * one would survive depends on the operand order: the transport makes it canonical). */
+static float ps_input(int r, size_t i) {
+    uint32_t bits = 0x7fc00000u | (uint32_t)(r + 1);
+    float f;
+    if (i % 100000 == 7) {
+        memcpy(&f, &bits, sizeof f);
+        return f;
+    }
+    return (float)sin((double)i * 0.001 + r) * (float)(r + 1);
+}
+
+typedef struct {
+    double t0; /* pp_now() before the children were forked */
+} CollArg;
+
+static int check_allreduce(Comm *c) {
+    double v[5], want[5];
+    for (int i = 0; i < 5; i++) {
+        v[i] = ar_input(c->rank, i);
+        want[i] = ar_input(0, i);
+        for (int r = 1; r < c->world; r++) want[i] += ar_input(r, i);
+    }
+    CHILD_CHECK(comm_allreduce_sum_f64(c, v, 5) == 0);
+    CHILD_CHECK(memcmp(v, want, sizeof v) == 0);
+    CHILD_CHECK(c->world != 4 || v[0] == 1.0); /* ((1e16 + 1) - 1e16) + 1 */
+    return 0;
+}
+
+static int check_pair_sum(Comm *c) {
+    size_t n = 600001; /* several chunks */
+    int peer = c->rank ^ 1, lo = c->rank < peer ? c->rank : peer, hi = lo + 1;
+    uint32_t canon_bits = 0x7fc00000u;
+    float *b = malloc(n * sizeof *b), canon;
+    memcpy(&canon, &canon_bits, sizeof canon);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) b[i] = ps_input(c->rank, i);
+    CHILD_CHECK(comm_pair_sum_f32(c, peer, b, n) == 0);
+    for (size_t i = 0; i < n; i++) {
+        float want = ps_input(lo, i) + ps_input(hi, i);
+        if (isnan(want)) want = canon;
+        if (memcmp(&b[i], &want, sizeof want) != 0 && wrong++ < 3)
+            fprintf(stderr, "rank %d: pair sum [%zu] = %a, want %a\n", c->rank, i, b[i], want);
+    }
+    free(b);
+    CHILD_CHECK(wrong == 0);
+    return 0;
+}
+
+static int body_collectives(Comm *c, void *arg) {
+    const CollArg *a = arg;
+    uint8_t bc[1000], *big = malloc(4 << 20), *got = malloc(4 << 20);
+    CommReq *r = NULL;
+    /* A point-to-point message in flight across the collectives must not confuse them. */
+    if (c->rank == 0) fill(big, 4 << 20, 0, 1, 9);
+    if (c->rank == 0) CHILD_CHECK(comm_isend(c, 1, &(CommTag){9, 0, 0, 0}, big, 4 << 20, &r) == 0);
+    if (check_allreduce(c)) return 1;
+    if (check_pair_sum(c)) return 1;
+    if (c->rank == 2) fill(bc, sizeof bc, 2, 2, 3);
+    CHILD_CHECK(comm_broadcast(c, 2, bc, sizeof bc) == 0);
+    CHILD_CHECK(count_wrong(bc, sizeof bc, 2, 2, 3) == 0);
+    /* Barrier: rank r arrives r*0.15 s late; nobody leaves before the last arrives. */
+    sleep_s(0.15 * c->rank);
+    CHILD_CHECK(comm_barrier(c) == 0);
+    CHILD_CHECK(pp_now() - a->t0 >= 0.15 * (c->world - 1));
+    if (c->rank == 1) CHILD_CHECK(comm_irecv(c, 0, &(CommTag){9, 0, 0, 0}, got, 4 << 20, &r) == 0);
+    if (r) CHILD_CHECK(comm_wait(c, r) == 0);
+    if (c->rank == 1) CHILD_CHECK(count_wrong(got, 4 << 20, 0, 1, 9) == 0);
+    free(big);
+    free(got);
+    return 0;
+}
+
+START_TEST(test_collectives) {
+    CollArg a = {pp_now()};
+    Job j = {4, 5.0, NULL, 0, body_collectives, &a};
+    run_job_ok(&j, 30);
+}
+END_TEST
+
+/* Rank 0 calls a barrier while rank 1 calls an allreduce: both fail and say so. */
+static int body_coll_mismatch(Comm *c, void *arg) {
+    double v = 1;
+    int rc = c->rank == 0 ? comm_barrier(c) : comm_allreduce_sum_f64(c, &v, 1);
+    CHILD_CHECK(rc == PP_ERUNTIME);
+    fprintf(stderr, "(expected) %s\n", comm_error(c));
+    CHILD_CHECK(strstr(comm_error(c), "rank 1 called allreduce #0"));
+    CHILD_CHECK(strstr(comm_error(c), "rank 0 called barrier #0"));
+    return 0;
+}
+
+START_TEST(test_collective_mismatch) {
+    Job j = {2, 3.0, NULL, 0, body_coll_mismatch, NULL};
+    run_job_ok(&j, 20);
+}
+END_TEST
+
+/* ------------------------------------------------------------------- failures -- */
+
+/* Rank 2 dies with SIGKILL; ranks 0 and 1, waiting on it, fail promptly (well within
+ * the timeout) naming rank 2 and the tag, and sending to it fails without SIGPIPE. */
+static int body_killed(Comm *c, void *arg) {
+    char buf[64] = {0};
+    static char big[8 << 20];
+    CommReq *r;
+    double t;
+    int rc;
+    if (c->rank == 2) {
+        sleep_s(0.2);
+        raise(SIGKILL);
+    }
+    CHILD_CHECK(comm_irecv(c, 2, &(CommTag){4, 2, 7, 0}, buf, sizeof buf, &r) == 0);
+    t = pp_now();
+    CHILD_CHECK(comm_wait(c, r) == PP_ERUNTIME);
+    CHILD_CHECK(pp_now() - t < 2.0);
+    fprintf(stderr, "(expected) %s\n", comm_error(c));
+    CHILD_CHECK(strstr(comm_error(c), "lost connection to rank 2 while waiting to receive "
+                                      "(step 4, stage 2, microbatch 7, activation)"));
+    rc = comm_isend(c, 2, &(CommTag){4, 1, 7, 1}, big, sizeof big, &r);
+    if (rc == PP_OK) rc = comm_wait(c, r);
+    CHILD_CHECK(rc == PP_ERUNTIME && strstr(comm_error(c), "rank 2"));
+    /* The survivors still talk to each other. */
+    CHILD_CHECK(comm_isend(c, 1 - c->rank, &(CommTag){5, 0, 0, 0}, buf, 8, &r) == 0);
+    CHILD_CHECK(comm_wait(c, r) == 0);
+    CHILD_CHECK(comm_irecv(c, 1 - c->rank, &(CommTag){5, 0, 0, 0}, buf, 8, &r) == 0);
+    CHILD_CHECK(comm_wait(c, r) == 0);
+    return 0;
+}
+
+START_TEST(test_peer_killed) {
+    Job j = {3, 5.0, NULL, 0, body_killed, NULL};
+    int st[MAXP];
+    spawn(3, job_main, &j, 20, st);
+    ck_assert_int_eq(st[0], 0);
+    ck_assert_int_eq(st[1], 0);
+    ck_assert_int_eq(st[2], 128 + SIGKILL);
+}
+END_TEST
+
+/* Rank 1 stays alive but silent for 3 s; rank 0's receive and then its barrier each
+ * time out after the 1 s timeout, naming rank 1. */
+static int body_silent(Comm *c, void *arg) {
+    char buf[8];
+    CommReq *r;
+    double t;
+    if (c->rank == 1) {
+        sleep_s(3.0);
+        return 0;
+    }
+    CHILD_CHECK(comm_irecv(c, 1, &(CommTag){2, 1, 1, 1}, buf, sizeof buf, &r) == 0);
+    t = pp_now();
+    CHILD_CHECK(comm_wait(c, r) == PP_ERUNTIME);
+    t = pp_now() - t;
+    fprintf(stderr, "(expected, after %.2f s) %s\n", t, comm_error(c));
+    CHILD_CHECK(t > 0.9 && t < 1.8);
+    CHILD_CHECK(strstr(comm_error(c), "timed out waiting for rank 1 (step 2, stage 1, "
+                                      "microbatch 1, gradient)"));
+    t = pp_now();
+    CHILD_CHECK(comm_barrier(c) == PP_ERUNTIME);
+    t = pp_now() - t;
+    fprintf(stderr, "(expected, after %.2f s) %s\n", t, comm_error(c));
+    CHILD_CHECK(t > 0.9 && t < 1.8);
+    CHILD_CHECK(strstr(comm_error(c), "timed out in barrier #0: rank 1 sent nothing"));
+    return 0;
+}
+
+START_TEST(test_silent_peer) {
+    Job j = {2, 1.0, NULL, 0, body_silent, NULL};
+    run_job_ok(&j, 20);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- rendezvous -- */
+
+typedef struct {
+    const char *cfg[MAXP];  /* per-rank config text (NULL = BASE_CFG) */
+    int claim_rank[MAXP];   /* the rank each process claims */
+    int claim_world[MAXP];  /* the world size each process claims */
+    int want_status;        /* what comm_create must return on every rank */
+    const char *want_msg;   /* ... with this in its message */
+} RdzvArg;
+
+static int rdzv_main(int rank, int port, void *arg) {
+    const RdzvArg *a = arg;
+    DistEnv e = make_env(a->claim_rank[rank], a->claim_world[rank], port, NULL);
+    char err[PP_ERR_MAX] = "";
+    Comm *c = NULL;
+    int rc = comm_create(&e, a->cfg[rank] ? a->cfg[rank] : BASE_CFG, 5.0, &c, err, sizeof err);
+    if (rc == PP_OK) comm_destroy(c);
+    fprintf(stderr, "(expected) process %d: %s\n", rank, err);
+    CHILD_CHECK(rc == a->want_status);
+    CHILD_CHECK(strstr(err, a->want_msg));
+    return 0;
+}
+
+static void run_rdzv(int P, const RdzvArg *a) {
+    int st[MAXP];
+    double t = pp_now();
+    spawn(P, rdzv_main, (void *)a, 20, st);
+    for (int r = 0; r < P; r++) ck_assert_msg(st[r] == 0, "process %d exited %d", r, st[r]);
+    ck_assert_msg(pp_now() - t < 4.0, "the verdict took %.1f s", pp_now() - t);
+}
+
+START_TEST(test_config_mismatch) {
+    /* Ranks 1 and 2 both differ; every rank reports the lowest one. */
+    RdzvArg a = {{NULL,
+                  "model:\n  n_layers: 4\n  dim: 64\ntrain:\n  steps: 10\n  optimizer:\n"
+                  "    name: adamw\n    lr: 0.001\n  seed: 1337\npipeline:\n  stages: 2\n",
+                  "model:\n  n_layers: 4\n  dim: 64\ntrain:\n  steps: 20\n"},
+                 {0, 1, 2}, {3, 3, 3}, PP_EUSAGE,
+                 "rank 1's config differs from rank 0's at train.optimizer.lr: 0.001 vs "
+                 "0.0003 — launch every rank with the same config and --set flags"};
+    run_rdzv(3, &a);
+}
+END_TEST
+
+START_TEST(test_config_mismatch_steps) {
+    RdzvArg a = {{NULL, "model:\n  n_layers: 4\n  dim: 64\ntrain:\n  steps: 20\n"},
+                 {0, 1}, {2, 2}, PP_EUSAGE,
+                 "rank 1's config differs from rank 0's at train.steps: 20 vs 10"};
+    run_rdzv(2, &a);
+}
+END_TEST
+
+START_TEST(test_world_mismatch) {
+    RdzvArg a = {{NULL}, {0, 1}, {2, 3}, PP_EUSAGE,
+                 "rank 1 was launched with WORLD_SIZE=3 but rank 0 with WORLD_SIZE=2"};
+    run_rdzv(2, &a);
+}
+END_TEST
+
+START_TEST(test_duplicate_rank) {
+    RdzvArg a = {{NULL}, {0, 1, 1}, {3, 3, 3}, PP_EUSAGE, "two processes claim rank 1"};
+    run_rdzv(3, &a);
+}
+END_TEST
+
+/* Alone, rank 0 times out waiting for rank 1, and rank 1 for rank 0. */
+START_TEST(test_rendezvous_timeout) {
+    int port = free_port();
+    DistEnv e0 = make_env(0, 2, port, NULL), e1 = make_env(1, 2, port, NULL);
+    DistMesh m;
+    char err[PP_ERR_MAX];
+    double t = pp_now();
+    ck_assert_int_eq(dist_connect(&e0, BASE_CFG, 0.5, &m, err, sizeof err), PP_ERUNTIME);
+    ck_assert_msg(strstr(err, "waiting for rank(s) 1 to join"), "%s", err);
+    ck_assert_int_eq(dist_connect(&e1, BASE_CFG, 0.5, &m, err, sizeof err), PP_ERUNTIME);
+    ck_assert_msg(strstr(err, "could not reach rank 0 at 127.0.0.1:"), "%s", err);
+    ck_assert(pp_now() - t < 2.5);
+}
+END_TEST
+
+/* ---------------------------------------------------------- local transport -- */
+
+START_TEST(test_local) {
+    Comm *c = comm_local_create();
+    int a[4] = {1, 2, 3, 4}, b[4] = {0}, x[4] = {0}, done;
+    double v[2] = {1.5, -2};
+    CommReq *s, *r, *r2;
+    ck_assert_int_eq(c->world, 1);
+    /* Send first, then receive; receive first, then send. */
+    ck_assert_int_eq(comm_isend(c, 0, &(CommTag){0, 0, 0, 0}, a, sizeof a, &s), 0);
+    ck_assert_int_eq(comm_wait(c, s), 0);
+    ck_assert_int_eq(comm_irecv(c, 0, &(CommTag){0, 0, 0, 0}, b, sizeof b, &r), 0);
+    ck_assert_int_eq(comm_wait(c, r), 0);
+    ck_assert_int_eq(memcmp(a, b, sizeof a), 0);
+    ck_assert_int_eq(comm_irecv(c, 0, &(CommTag){1, 0, 0, 0}, x, sizeof x, &r), 0);
+    ck_assert_int_eq(comm_test(c, r, &done), 0);
+    ck_assert_int_eq(done, 0);
+    ck_assert_int_eq(comm_isend(c, 0, &(CommTag){1, 0, 0, 0}, a, sizeof a, &s), 0);
+    ck_assert_int_eq(comm_test(c, r, &done), 0);
+    ck_assert_int_eq(done, 1);
+    ck_assert_int_eq(comm_wait(c, s), 0);
+    ck_assert_int_eq(memcmp(a, x, sizeof a), 0);
+    /* A receive nothing can satisfy fails at once instead of hanging. */
+    ck_assert_int_eq(comm_irecv(c, 0, &(CommTag){2, 0, 5, 1}, x, sizeof x, &r2), 0);
+    ck_assert_int_eq(comm_wait(c, r2), PP_ERUNTIME);
+    ck_assert_msg(strstr(comm_error(c), "(step 2, stage 0, microbatch 5, kind 1) can never "
+                                        "complete"), "%s", comm_error(c));
+    /* A mismatched tag is named. */
+    ck_assert_int_eq(comm_isend(c, 0, &(CommTag){3, 0, 0, 0}, a, sizeof a, &s), 0);
+    ck_assert_int_eq(comm_irecv(c, 0, &(CommTag){3, 0, 1, 0}, x, sizeof x, &r), PP_ERUNTIME);
+    ck_assert_ptr_null(r);
+    ck_assert_msg(strstr(comm_error(c), "does not match"), "%s", comm_error(c));
+    ck_assert_int_eq(comm_wait(c, s), 0);
+    ck_assert_int_eq(comm_allreduce_sum_f64(c, v, 2), 0);
+    ck_assert(v[0] == 1.5 && v[1] == -2);
+    ck_assert_int_eq(comm_barrier(c), 0);
+    ck_assert_int_eq(comm_broadcast(c, 0, a, sizeof a), 0);
+    ck_assert_int_eq(comm_pair_sum_f32(c, 0, (float *)v, 1), PP_ERUNTIME);
+    ck_assert_int_eq(comm_isend(c, 1, &(CommTag){0, 0, 0, 0}, a, 4, &s), PP_ERUNTIME);
+    /* Requests never waited for, and messages never received, are freed by destroy
+     * (valgrind/ASan check this). */
+    ck_assert_int_eq(comm_irecv(c, 0, &(CommTag){5, 0, 0, 0}, x, sizeof x, &r), 0);
+    comm_destroy(c);
+    c = comm_local_create();
+    ck_assert_int_eq(comm_isend(c, 0, &(CommTag){4, 0, 0, 0}, a, sizeof a, &s), 0);
+    comm_destroy(c);
+}
+END_TEST
+
+/* --------------------------------------------------------------- environment -- */
+
+static const char *ENV_VARS[] = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID", "PPTRAIN_RDZV_PORT", "SLURM_PROCID", "SLURM_NTASKS",
+    "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE",
+};
+
+/* Start from a clean environment, then set NAME=VALUE pairs (NULL-terminated). Each
+ * test runs in its own forked process, so nothing leaks between tests. */
+static void env_set(const char *first, ...) {
+    va_list ap;
+    for (size_t i = 0; i < sizeof ENV_VARS / sizeof *ENV_VARS; i++) unsetenv(ENV_VARS[i]);
+    va_start(ap, first);
+    for (const char *k = first; k; k = va_arg(ap, const char *))
+        setenv(k, va_arg(ap, const char *), 1);
+    va_end(ap);
+}
+
+START_TEST(test_env_none) {
+    DistEnv e;
+    char err[PP_ERR_MAX];
+    env_set(NULL);
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
+    ck_assert_int_eq(e.rank, 0);
+    ck_assert_int_eq(e.world, 1);
+    ck_assert_int_eq(e.local_rank, 0);
+    ck_assert_int_eq(e.local_world, 1);
+    ck_assert_int_eq(e.source, DIST_SRC_NONE);
+    ck_assert_int_eq(e.master_port, DIST_DEFAULT_PORT);
+}
+END_TEST
+
+START_TEST(test_env_torchrun) {
+    DistEnv e;
+    char err[PP_ERR_MAX];
+    env_set("RANK", "5", "WORLD_SIZE", "8", "LOCAL_RANK", "1", "LOCAL_WORLD_SIZE", "4",
+            "MASTER_ADDR", "node7", "MASTER_PORT", "1234", "SLURM_PROCID", "0",
+            "SLURM_NTASKS", "2", NULL); /* torchrun-style wins over SLURM */
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
+    ck_assert_int_eq(e.source, DIST_SRC_TORCHRUN);
+    ck_assert_int_eq(e.rank, 5);
+    ck_assert_int_eq(e.world, 8);
+    ck_assert_int_eq(e.local_rank, 1);
+    ck_assert_int_eq(e.local_world, 4);
+    ck_assert_str_eq(e.master_addr, "node7");
+    ck_assert_int_eq(e.master_port, 1234);
+    ck_assert_int_eq(e.rdzv_port, 1234);
+    ck_assert_int_eq(e.under_torchrun, 0);
+    /* Without LOCAL_*: one node. */
+    env_set("RANK", "1", "WORLD_SIZE", "2", "MASTER_ADDR", "::1", NULL);
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
+    ck_assert_int_eq(e.local_rank, 1);
+    ck_assert_int_eq(e.local_world, 2);
+    ck_assert_int_eq(e.master_port, DIST_DEFAULT_PORT);
+}
+END_TEST
+
+START_TEST(test_env_torchrun_ports) {
+    DistEnv e;
+    char err[PP_ERR_MAX];
+    env_set("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "127.0.0.1", "MASTER_PORT", "29400",
+            "TORCHELASTIC_RUN_ID", "abc", NULL);
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
+    ck_assert_int_eq(e.under_torchrun, 1);
+    ck_assert_int_eq(e.master_port, 29400);
+    ck_assert_int_eq(e.rdzv_port, 29401); /* torchrun's TCPStore has MASTER_PORT */
+    setenv("PPTRAIN_RDZV_PORT", "31000", 1);
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
+    ck_assert_int_eq(e.rdzv_port, 31000);
+}
+END_TEST
+
+START_TEST(test_env_slurm) {
+    DistEnv e;
+    char err[PP_ERR_MAX];
+    env_set("SLURM_PROCID", "9", "SLURM_NTASKS", "10", "SLURM_LOCALID", "1", "SLURM_NODEID",
+            "2", "SLURM_STEP_TASKS_PER_NODE", "4(x2),2", "SLURM_NTASKS_PER_NODE", "4",
+            "MASTER_ADDR", "n0", NULL);
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
+    ck_assert_int_eq(e.source, DIST_SRC_SLURM);
+    ck_assert_int_eq(e.rank, 9);
+    ck_assert_int_eq(e.world, 10);
+    ck_assert_int_eq(e.local_rank, 1);
+    ck_assert_int_eq(e.local_world, 2); /* the step's list wins: node 2 has 2 */
+    ck_assert_int_eq(e.master_port, DIST_DEFAULT_PORT);
+    ck_assert_int_eq(e.rdzv_port, DIST_DEFAULT_PORT);
+    unsetenv("SLURM_STEP_TASKS_PER_NODE");
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
+    ck_assert_int_eq(e.local_world, 4); /* "4" applies to every node */
+    unsetenv("MASTER_ADDR");
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_EUSAGE);
+    ck_assert_msg(strstr(err, "MASTER_ADDR is not set") && strstr(err, "scontrol show hostnames"),
+                  "%s", err);
+}
+END_TEST
+
+START_TEST(test_tasks_per_node) {
+    static const struct {
+        const char *s;
+        int node, want; /* want -1 = error */
+    } cases[] = {
+        {"4", 0, 4},        {"4", 5, 4},        {"4(x2),2", 0, 4}, {"4(x2),2", 1, 4},
+        {"4(x2),2", 2, 2},  {"4(x2),2", 3, -1}, {"2,3", 1, 3},     {"1(x3)", 2, 1},
+        {"1(x3)", 3, -1},   {"", 0, -1},        {"x", 0, -1},      {"4(x", 0, -1},
+        {"4(x0)", 0, -1},   {"0", 0, -1},       {"4,", 0, -1},     {"4(2)", 0, -1},
+        {"-1", 0, -1},      {"3,2(x2)", 2, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int n = -7;
+        char err[PP_ERR_MAX];
+        int rc = dist_parse_tasks_per_node(cases[i].s, cases[i].node, &n, err, sizeof err);
+        if (cases[i].want < 0)
+            ck_assert_msg(rc == PP_EUSAGE, "\"%s\" node %d: accepted (%d)", cases[i].s,
+                          cases[i].node, n);
+        else
+            ck_assert_msg(rc == PP_OK && n == cases[i].want, "\"%s\" node %d: %d (%s)",
+                          cases[i].s, cases[i].node, n, rc ? err : "ok");
+    }
+}
+END_TEST
+
+/* Set the variables of "NAME=VALUE NAME=VALUE ..." on a clean environment. */
+static void env_set_str(const char *vars) {
+    char buf[512], *save = NULL;
+    env_set(NULL);
+    snprintf(buf, sizeof buf, "%s", vars);
+    for (char *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(kv, '=');
+        *eq = '\0';
+        setenv(kv, eq + 1, 1);
+    }
+}
+
+START_TEST(test_env_bad) {
+    static const struct {
+        const char *vars; /* "NAME=VALUE ..." */
+        const char *want; /* in the message */
+    } cases[] = {
+        {"RANK=2 WORLD_SIZE=2 MASTER_ADDR=h", "RANK=2 is not below WORLD_SIZE=2"},
+        {"RANK=abc WORLD_SIZE=2 MASTER_ADDR=h", "RANK=abc is not a whole number"},
+        {"RANK=0 WORLD_SIZE=0", "WORLD_SIZE=0 is not a whole number"},
+        {"RANK=-1 WORLD_SIZE=2", "RANK=-1"},
+        {"RANK=1", "RANK is set but WORLD_SIZE is not"},
+        {"WORLD_SIZE=2", "WORLD_SIZE is set but RANK is not"},
+        {"RANK=1 WORLD_SIZE=2", "MASTER_ADDR is not set"},
+        {"RANK=0 WORLD_SIZE=2 MASTER_ADDR=h MASTER_PORT=70000", "MASTER_PORT=70000"},
+        {"RANK=0 WORLD_SIZE=2 MASTER_ADDR=h MASTER_PORT=12x", "MASTER_PORT=12x"},
+        {"RANK=0 WORLD_SIZE=4 LOCAL_RANK=2 LOCAL_WORLD_SIZE=2", "local rank 2 of 2"},
+        {"SLURM_PROCID=3 SLURM_NTASKS=2 MASTER_ADDR=h",
+         "SLURM_PROCID=3 is not below SLURM_NTASKS=2"},
+        {"SLURM_PROCID=0", "SLURM_NTASKS is not"},
+        {"SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_NODEID=1 SLURM_STEP_TASKS_PER_NODE=4",
+         "MASTER_ADDR is not set"}, /* the control: everything else is valid */
+        {"SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_NODEID=1 SLURM_STEP_TASKS_PER_NODE=4(x1)",
+         "SLURM_STEP_TASKS_PER_NODE: tasks-per-node list \"4(x1)\" has no entry for node 1"},
+        {"RANK=0 WORLD_SIZE=2 MASTER_ADDR=h PPTRAIN_RDZV_PORT=0", "PPTRAIN_RDZV_PORT=0"},
+        {"RANK=0 WORLD_SIZE=2 MASTER_ADDR=h MASTER_PORT=65535 TORCHELASTIC_RUN_ID=x",
+         "MASTER_PORT=65535 leaves no port"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        DistEnv e;
+        char err[PP_ERR_MAX] = "";
+        int rc;
+        env_set_str(cases[i].vars);
+        rc = dist_env_read(&e, err, sizeof err);
+        ck_assert_msg(rc == PP_EUSAGE, "case %zu (%s): accepted", i, cases[i].vars);
+        ck_assert_msg(strstr(err, cases[i].want), "case %zu: \"%s\" lacks \"%s\"", i, err,
+                      cases[i].want);
+    }
+}
+END_TEST
+
+START_TEST(test_config_diff) {
+    char w[256];
+    const char *a = "model:\n  dim: 64\ntrain:\n  steps: 10\n  optimizer:\n    lr: 0.1\n"
+                    "    eps: 1e-8\n  seed: 1\n";
+    ck_assert_int_eq(dist_config_diff(a, a, w, sizeof w), 0);
+    ck_assert_int_eq(dist_config_diff(a, "model:\n  dim: 64\ntrain:\n  steps: 10\n"
+                                         "  optimizer:\n    lr: 0.1\n    eps: 1e-8\n"
+                                         "  seed: 2\n", w, sizeof w), 1);
+    ck_assert_str_eq(w, "train.seed: 1 vs 2"); /* back at level 2 after optimizer.* */
+    ck_assert_int_eq(dist_config_diff(a, "model:\n  dim: 64\ntrain:\n  steps: 10\n"
+                                         "  optimizer:\n    lr: 0.2\n", w, sizeof w), 1);
+    ck_assert_str_eq(w, "train.optimizer.lr: 0.1 vs 0.2");
+    ck_assert_int_eq(dist_config_diff("model:\n  dim: 64\n", "model:\n  dim: 64\n  x: 1\n",
+                                      w, sizeof w), 1);
+    ck_assert_str_eq(w, "model.x: (missing) vs 1");
+    ck_assert_int_eq(dist_config_diff("a:\n  b: 1\n", "a:\n  c: 1\n", w, sizeof w), 1);
+    ck_assert_str_eq(w, "a.b: 1 vs a.c: 1");
+    ck_assert_int_eq(dist_config_diff("a:\n  b: 1\r\n", "a:\n  b: 1", w, sizeof w), 0);
+}
+END_TEST
+
+static Suite *comm_suite(void) {
+    Suite *s = suite_create("comm");
+    TCase *env = tcase_create("env"), *p2p = tcase_create("p2p"), *fail = tcase_create("fail");
+    tcase_add_test(env, test_env_none);
+    tcase_add_test(env, test_env_torchrun);
+    tcase_add_test(env, test_env_torchrun_ports);
+    tcase_add_test(env, test_env_slurm);
+    tcase_add_test(env, test_tasks_per_node);
+    tcase_add_test(env, test_env_bad);
+    tcase_add_test(env, test_config_diff);
+    tcase_add_test(env, test_local);
+    tcase_set_timeout(p2p, 60);
+    tcase_add_loop_test(p2p, test_ring_allpairs, 2, 5); /* P = 2, 3, 4 */
+    tcase_add_test(p2p, test_ipv6_late_root);
+    tcase_add_test(p2p, test_big_message);
+    tcase_add_test(p2p, test_fifo_mixed_sizes);
+    tcase_add_loop_test(p2p, test_tag_mismatch, 0, 2);
+    tcase_add_test(p2p, test_collectives);
+    tcase_add_test(p2p, test_collective_mismatch);
+    tcase_set_timeout(fail, 60);
+    tcase_add_test(fail, test_peer_killed);
+    tcase_add_test(fail, test_silent_peer);
+    tcase_add_test(fail, test_config_mismatch);
+    tcase_add_test(fail, test_config_mismatch_steps);
+    tcase_add_test(fail, test_world_mismatch);
+    tcase_add_test(fail, test_duplicate_rank);
+    tcase_add_test(fail, test_rendezvous_timeout);
+    suite_add_tcase(s, env);
+    suite_add_tcase(s, p2p);
+    suite_add_tcase(s, fail);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(comm_suite());
+    int failed;
+    signal(SIGPIPE, SIG_DFL); /* prove the transport never raises it */
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
