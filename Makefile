@@ -74,7 +74,7 @@ data/tiny/train.bin: data/tiny.txt pptrain
 
 run: deps
 	$(Q)$(MAKE) --no-print-directory all data
-	./pptrain --config configs/gpt-tiny.yaml
+	scripts/pprun --nproc-per-node 2 ./pptrain --config configs/gpt-tiny.yaml
 
 unit-tests: all data $(TESTS)
 	@set -e; fail=0; for t in $(TESTS); do \

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# pipeline.sh — K real processes over real sockets (scripts/pprun) train exactly what one
+# process trains: losses bitwise equal across schedules with the same split and M, and
+# within 1e-5 relative of the 1-process run; failures end every rank, never a hang.
+set -u
+PPTRAIN=${PPTRAIN:-./pptrain}
+tmp=$(mktemp -d /tmp/pptrain-pipe.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+
+# run NAME CONFIG P [--set ...]: train into $tmp/NAME; the losses column is $tmp/NAME.loss
+run() {
+  local name=$1 cfg=$2 P=$3; shift 3
+  timeout 120 scripts/pprun --nproc-per-node "$P" "$PPTRAIN" --config "$cfg" \
+    --set pipeline.stages="$P" --set output.dir="$tmp/$name" --set output.log_every=1 "$@" \
+    >"$tmp/$name.out" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ]; then bad "$name exited $rc: $(tail -n 5 "$tmp/$name.out")"; return 1; fi
+  tail -n +2 "$tmp/$name/losses.csv" | cut -d, -f2 >"$tmp/$name.loss"
+}
+same() { # bitwise equal loss columns
+  if cmp -s "$tmp/$1.loss" "$tmp/$2.loss"; then ok "$1 == $2 (bitwise)"; else bad "$1 != $2: $(paste -d' ' "$tmp/$1.loss" "$tmp/$2.loss" | head -n 3 | tr '\n' ';')"; fi
+}
+close() { # within 1e-5 relative, 10 rows
+  if python3 - "$tmp/$1.loss" "$tmp/$2.loss" <<'PY'
+import sys
+a = [float(x) for x in open(sys.argv[1])]; b = [float(x) for x in open(sys.argv[2])]
+assert len(a) == len(b) == 10, (len(a), len(b))
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+print("   worst relative difference %.2e" % worst)
+sys.exit(worst > 1e-5)
+PY
+  then ok "$1 ~ $2 (1e-5)"; else bad "$1 vs $2 differ by more than 1e-5"; fi
+}
+
+cfg=test/configs/pipe8.yaml
+run ref8 "$cfg" 1
+# P=2 and P=4: gpipe and 1f1b share a split, so their losses are bitwise equal;
+# interleaved (2 chunks per rank) splits differently and is compared with 1 process.
+for P in 2 4; do
+  for M in 1 2 4 8; do
+    m="--set pipeline.microbatches=$M"
+    run "gpipe-P$P-M$M" "$cfg" "$P" $m --set pipeline.schedule=gpipe &&
+    run "1f1b-P$P-M$M" "$cfg" "$P" $m --set pipeline.schedule=1f1b &&
+      same "gpipe-P$P-M$M" "1f1b-P$P-M$M" && close "1f1b-P$P-M$M" ref8
+    run "inter-P$P-M$M" "$cfg" "$P" $m --set pipeline.schedule=interleaved-1f1b \
+      --set pipeline.virtual_stages=2 && close "inter-P$P-M$M" ref8
+  done
+done
+# The same 4-stage split on 2 ranks x 2 chunks (interleaved) and on 4 ranks (1f1b):
+# the same math, bitwise (without clipping, whose norm is summed in another grouping).
+run inter-split "$cfg" 2 --set pipeline.schedule=interleaved-1f1b --set pipeline.virtual_stages=2 \
+  --set pipeline.microbatches=4 --set 'pipeline.split=[2, 2, 2, 2]' --set train.grad_clip=0
+run 1f1b-split "$cfg" 4 --set pipeline.microbatches=4 --set 'pipeline.split=[2, 2, 2, 2]' --set train.grad_clip=0
+same inter-split 1f1b-split
+
+# An uneven split: 5 layers on 2 ranks (3 + 2), SGD with momentum.
+set5=(--set model.n_layers=5 --set train.optimizer.name=sgd --set train.optimizer.lr=0.05)
+run ref5 "$cfg" 1 "${set5[@]}"
+for M in 2 8; do
+  run "gpipe5-M$M" "$cfg" 2 "${set5[@]}" --set pipeline.schedule=gpipe --set pipeline.microbatches=$M &&
+  run "1f1b5-M$M" "$cfg" 2 "${set5[@]}" --set pipeline.schedule=1f1b --set pipeline.microbatches=$M &&
+    same "gpipe5-M$M" "1f1b5-M$M" && close "1f1b5-M$M" ref5
+done
+grep -q 'stages 0 (layers 0-2' "$tmp/1f1b5-M2.out" && grep -q 'stages 1 (layers 3-4' "$tmp/1f1b5-M2.out" &&
+  ok "5 layers split 3 + 2" || bad "5 layers not split 3 + 2: $(grep 'stages' "$tmp/1f1b5-M2.out")"
+
+# A rank never allocates another rank's parameters: the two halves add up to the whole.
+total=$(sed -n 's/.*params \([0-9]*\) .*/\1/p' "$tmp/ref8.out")
+halves=$(sed -n 's/.*params \([0-9]*\) .*/\1/p' "$tmp/1f1b-P2-M4.out" | python3 -c 'import sys; print(sum(int(x) for x in sys.stdin))')
+wte=$((256 * 32))  # the tied embedding is held by both the first and the last rank
+if [ "$halves" -eq $((total + wte)) ]; then ok "ranks hold only their own parameters ($halves = $total + wte)"; else bad "params per rank $halves vs total $total + $wte"; fi
+
+# start P ranks by hand (no launcher), so the test knows every PID; env RANK etc.
+start_rank() { # rank world port args...
+  local r=$1 P=$2 port=$3; shift 3
+  RANK=$r WORLD_SIZE=$P LOCAL_RANK=$r LOCAL_WORLD_SIZE=$P MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$PPTRAIN" "$@" >"$tmp/r$r.out" 2>&1 &
+  pids+=($!)
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# A rank killed with SIGKILL mid-run: the other exits non-zero within the timeout,
+# naming the lost rank and what it was waiting for.
+port=$(free_port)
+pids=()
+for r in 0 1; do
+  start_rank $r 2 "$port" --config "$cfg" --set pipeline.stages=2 --set train.steps=100000 \
+    --set runtime.timeout_s=5 --set output.dir="$tmp/kill"
+done
+sleep 2
+kill -9 "${pids[1]}" 2>/dev/null
+t0=$(date +%s)
+wait "${pids[0]}"
+rc=$?
+dt=$(($(date +%s) - t0))
+if [ $rc -ne 0 ] && [ $dt -le 7 ] && grep -q 'rank 1' "$tmp/r0.out" && grep -Eq 'stage [0-9]+ microbatch [0-9]+' "$tmp/r0.out"; then
+  ok "SIGKILL of rank 1: rank 0 exits $rc after ${dt}s: $(grep -m1 error "$tmp/r0.out" | head -c 200)"
+else
+  bad "SIGKILL of rank 1: rank 0 rc=$rc after ${dt}s: $(tail -n 3 "$tmp/r0.out")"
+fi
+wait "${pids[1]}" 2>/dev/null
+
+# A rank that stops answering (SIGSTOP): the other fails within runtime.timeout_s.
+port=$(free_port)
+pids=()
+for r in 0 1; do
+  start_rank $r 2 "$port" --config "$cfg" --set pipeline.stages=2 --set train.steps=100000 \
+    --set runtime.timeout_s=3 --set output.dir="$tmp/stop"
+done
+sleep 2
+kill -STOP "${pids[1]}"
+t0=$(date +%s)
+wait "${pids[0]}"
+rc=$?
+dt=$(($(date +%s) - t0))
+kill -9 "${pids[1]}"
+wait "${pids[1]}" 2>/dev/null
+if [ $rc -eq 1 ] && [ $dt -le 6 ] && grep -q 'rank 1' "$tmp/r0.out"; then
+  ok "silent rank 1: rank 0 exits 1 after ${dt}s: $(grep -m1 error "$tmp/r0.out" | head -c 200)"
+else
+  bad "silent rank 1: rank 0 rc=$rc after ${dt}s: $(tail -n 3 "$tmp/r0.out")"
+fi
+
+# A rank started with a different config fails at start, naming the rank and the key.
+port=$(free_port)
+pids=()
+start_rank 0 2 "$port" --config "$cfg" --set pipeline.stages=2 --set output.dir="$tmp/mm"
+start_rank 1 2 "$port" --config "$cfg" --set pipeline.stages=2 --set output.dir="$tmp/mm" --set train.steps=11
+wait "${pids[0]}"; rc0=$?
+wait "${pids[1]}"; rc1=$?
+if [ $rc0 -eq 2 ] && [ $rc1 -eq 2 ] && grep -q "rank 1's config differs from rank 0's at train.steps" "$tmp/r0.out"; then
+  ok "config mismatch stops both ranks at start (exit 2)"
+else
+  bad "config mismatch: rc $rc0/$rc1: $(cat "$tmp/r0.out" | head -c 300)"
+fi
+pids=()
+
+echo "pipeline.sh: $pass passed, $fail failed"
+[ $fail -eq 0 ]
