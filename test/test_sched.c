@@ -737,6 +737,9 @@ static Config cmd_config(const char *kind, int P, int v, int M) {
     memset(&c, 0, sizeof c);
     c.stages = P, c.virtual_stages = v, c.microbatches = M;
     snprintf(c.schedule, sizeof c.schedule, "%s", kind);
+    /* the model the partition column splits: one layer per stage at least */
+    c.n_layers = 2 * P * v, c.dim = 64, c.padded_vocab_size = 256, c.seq_len = 64;
+    snprintf(c.split, sizeof c.split, "auto");
     return c;
 }
 
