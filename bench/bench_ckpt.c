@@ -142,12 +142,10 @@ static long long dir_bytes(const char *dir) {
 }
 
 typedef struct {
-    double save_s, load_s, stall_first_ms, stall_ms, async_s;
-    double ratio;
+    double save_s, load_s, ratio;
 } Result;
 
-/* One synchronous save + commit, a full load checked against the source, and two
- * asynchronous saves (first and reused staging buffers). */
+/* One synchronous save + commit and a full load checked against the source. */
 static Result run_one(const Model *m, const char *root, const CkptOptions *o, long step,
                       float *back) {
     char err[PP_ERR_MAX], dir[PP_PATH_MAX], path[PP_PATH_MAX];
@@ -177,21 +175,40 @@ static Result run_one(const Model *m, const char *root, const CkptOptions *o, lo
     ckpt_close(r);
     if (total != m->nparams || memcmp(back, m->flat, total * sizeof(float)) != 0)
         PP_DIE("loaded values differ from the saved ones");
+    return res;
+}
+
+/* Two asynchronous saves: the submit stall (the copy into the staging buffers, first
+ * into fresh memory, then reused) and the time until the second save is on disk. */
+static void run_async(const Model *m, const char *root, const CkptOptions *o) {
+    char err[PP_ERR_MAX], path[PP_PATH_MAX];
+    double stall[2], total = 0;
     CkptWriter *w = ckpt_writer_create(o);
     for (int k = 0; k < 2; k++) {
         if (snprintf(path, sizeof path, "%s/async_%d.ckpt", root, k) >= (int)sizeof path)
             PP_DIE("path too long: %s", root);
-        t0 = pp_now();
+        double t0 = pp_now();
         if (ckpt_writer_submit(w, path, NULL, m->t, m->n, err, sizeof err) != PP_OK)
             PP_DIE("submit failed: %s", err);
-        double stall = (pp_now() - t0) * 1e3;
+        stall[k] = (pp_now() - t0) * 1e3;
         if (ckpt_writer_wait(w, err, sizeof err) != PP_OK) PP_DIE("async save: %s", err);
-        if (k == 0) res.stall_first_ms = stall;
-        else res.stall_ms = stall, res.async_s = pp_now() - t0;
+        total = pp_now() - t0;
         unlink(path);
     }
     ckpt_writer_destroy(w);
-    return res;
+    printf("\nasync writer (level %d, shuffle %s, %s): submit stall %.1f ms first (fresh "
+           "staging memory), %.1f ms reused (%.1f GB/s copy); save done %.2f s after submit\n",
+           o->level, o->shuffle ? "yes" : "no", o->strategy == CKPT_RLE ? "rle" : "default",
+           stall[0], stall[1], (double)m->nparams * 4 / 1e6 / stall[1], total);
+}
+
+static char g_root[PP_PATH_MAX]; /* the temporary directory, removed at exit */
+
+static void remove_root(void) {
+    char cmd[PP_PATH_MAX + 16];
+    if (!g_root[0]) return;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
+    if (system(cmd) != 0) fprintf(stderr, "bench_ckpt: could not remove %s\n", g_root);
 }
 
 int main(int argc, char **argv) {
@@ -211,9 +228,11 @@ int main(int argc, char **argv) {
     if (weights) load_llmc(&m, weights);
     else synthesize(&m);
     name_tensors(&m);
-    char root[PP_PATH_MAX], cmd[PP_PATH_MAX + 16];
+    char root[PP_PATH_MAX];
     snprintf(root, sizeof root, "%s/bench_ckpt.XXXXXX", base);
     if (!mkdtemp(root)) PP_DIE("cannot create a directory under %s", base);
+    snprintf(g_root, sizeof g_root, "%s", root);
+    atexit(remove_root); /* also when a check below dies */
     double mb = (double)m.nparams * 4 / 1e6;
     printf("bench_ckpt: GPT-2 dims L=%d C=%d Vp=%d maxT=%d: %d tensors, %zu params "
            "(%.1f MB fp32)\n", m.d.L, m.d.C, m.d.Vp, m.d.maxT, m.n, m.nparams, mb);
@@ -221,23 +240,24 @@ int main(int argc, char **argv) {
            "weights 1 + N(0, 0.05)): ratios are indicative; pass --weights for real ones");
     printf("threads: %d (compression and decompression), dir: %s, 4 MiB chunks, warm page "
            "cache for loads\n\n", threads, root);
-    printf("level shuffle  save MB/s  load MB/s  compressed/raw  submit stall ms "
-           "(first, reused)  async save s\n");
+    printf("level shuffle strategy  save MB/s  load MB/s  compressed/raw\n");
     float *back = pp_malloc(m.nparams * sizeof(float));
-    long step = 0;
-    for (int level = 1; level <= 6; level += 5)
-        for (int shuffle = 0; shuffle <= 1; shuffle++) {
-            CkptOptions o;
-            ckpt_options_default(&o);
-            o.level = level, o.shuffle = shuffle, o.threads = threads;
-            Result r = run_one(&m, root, &o, step++, back);
-            printf("%5d %7s  %9.1f  %9.1f  %14.4f  %11.1f, %7.1f  %12.2f\n", level,
-                   shuffle ? "yes" : "no", mb / r.save_s, mb / r.load_s, r.ratio,
-                   r.stall_first_ms, r.stall_ms, r.async_s);
-            fflush(stdout);
-        }
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0) fprintf(stderr, "bench_ckpt: could not remove %s\n", root);
+    /* levels 1 and 6 with and without shuffle, then the RLE strategy */
+    static const int cfg[][3] = {{1, 0, CKPT_DEFLATE}, {1, 1, CKPT_DEFLATE},
+                                 {6, 0, CKPT_DEFLATE}, {6, 1, CKPT_DEFLATE},
+                                 {1, 1, CKPT_RLE}};
+    for (int c = 0; c < (int)(sizeof cfg / sizeof cfg[0]); c++) {
+        CkptOptions o;
+        ckpt_options_default(&o);
+        o.level = cfg[c][0], o.shuffle = cfg[c][1], o.threads = threads;
+        o.strategy = (CkptStrategy)cfg[c][2];
+        Result r = run_one(&m, root, &o, c, back);
+        printf("%5d %7s %8s  %9.1f  %9.1f  %14.4f\n", o.level, o.shuffle ? "yes" : "no",
+               o.strategy == CKPT_RLE ? "rle" : "default", mb / r.save_s, mb / r.load_s,
+               r.ratio);
+        fflush(stdout);
+        if (c == 4) run_async(&m, root, &o);
+    }
     free(back);
     free(m.flat);
     return 0;

@@ -47,3 +47,25 @@ print("%-22s %7s %10.0f %10.1f %8.1f%% %8.1f" % (os.path.basename(cfg), t, tok, 
 PY
   done
 done
+
+echo "== pipeline: 2 ranks x 1 thread vs 1 rank x 1 thread (configs/bench-small.yaml, M=8)"
+cfg=configs/bench-small.yaml
+common=(--set runtime.threads=1 --set pipeline.microbatches=8 --set data.val=null)
+./pptrain --config "$cfg" "${common[@]}" --set pipeline.stages=1 --set output.dir="$out/p1" >"$out/p1.log" 2>&1 || { cat "$out/p1.log"; exit 1; }
+ms1=$(sed -n 's/.*per step \([0-9.]*\) ms.*/\1/p' "$out/p1.log")
+read -r B T < <(./pptrain --config "$cfg" --print-config | awk '/^  batch_size:/{b=$2} /^  seq_len:/{t=$2} END{print b, t}')
+echo "1 rank:  $(python3 -c "print('%.0f' % ($B*$T/($ms1/1e3)))") tok/s ($ms1 ms/step)"
+for sched in 1f1b gpipe; do
+  log="$out/p2-$sched.log"
+  scripts/pprun --nproc-per-node 2 ./pptrain --config "$cfg" "${common[@]}" --set pipeline.stages=2 \
+    --set pipeline.schedule=$sched --set output.dir="$out/p2" >"$log" 2>&1 || { cat "$log"; exit 1; }
+  ms=$(sed -n 's/^\[rank 0\] rank 0: per step \([0-9.]*\) ms.*/\1/p' "$log")
+  python3 - "$sched" "$ms1" "$ms" "$B" "$T" <<'PY'
+import sys
+s, ms1, ms, B, T = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+M = 8; ideal = 2 * M / (M + 1); sp = ms1 / ms
+print("%-6s 2 ranks: %.0f tok/s (%.1f ms/step), speedup %.2fx of ideal %.2fx = %.0f%%" % (s, B * T / (ms / 1e3), ms, sp, ideal, 100 * sp / ideal))
+PY
+  grep -E 'pipeline: simulated' "$log" | sed 's/^\[rank 0\] /       /'
+  grep -E 'rank [01]: per step' "$log" | sed 's/^\[rank [01]\] /       /'
+done

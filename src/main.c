@@ -110,11 +110,11 @@ static int train(const Config *cfg, const DistEnv *env) {
     report_build(&rt);
     int logger = rt.chunk_of[rt.S - 1] >= 0;
     if (logger && (rc = log_open(&log, cfg->out_dir, cfg->steps, 0, 0, err, sizeof err))) goto out;
-    double busy = 0, wall = 0, tokens = (double)cfg->batch_size * cfg->seq_len;
+    double tokens = (double)cfg->batch_size * cfg->seq_len;
     for (int step = 0; step < cfg->steps; step++) {
         StepResult r;
         if ((rc = runtime_step(&rt, step, &r, err, sizeof err))) goto out;
-        if (step > 0) busy += rt.busy_s, wall += rt.step_s; /* step 0 warms caches */
+        if (step > 0 || cfg->steps == 1) runtime_measure(&rt); /* step 0 warms caches */
         if ((step + 1) % cfg->log_every == 0 || step + 1 == cfg->steps)
             log_step(&log, step + 1, r.loss, r.lr, r.grad_norm, tokens / rt.step_s, rt.step_s * 1e3);
         if (rt.has_val && cfg->val_every > 0 && ((step + 1) % cfg->val_every == 0 || step + 1 == cfg->steps)) {
@@ -124,10 +124,7 @@ static int train(const Config *cfg, const DistEnv *env) {
         }
         if (trace) trace_flush(trace);
     }
-    if (cfg->steps > 1)
-        printf("rank %d: per step %.1f ms, busy %.1f ms, idle (bubble) %.1f ms = %.1f%%\n", rank,
-               wall / (cfg->steps - 1) * 1e3, busy / (cfg->steps - 1) * 1e3, (wall - busy) / (cfg->steps - 1) * 1e3,
-               wall > 0 ? 100.0 * (wall - busy) / wall : 0.0);
+    if ((rc = runtime_report(&rt, err, sizeof err))) goto out;
     if (trace) {
         if (comm_barrier(comm) != PP_OK) {
             rc = pp_errf(err, sizeof err, PP_ERUNTIME, "barrier before merging the trace: %s", comm_error(comm));

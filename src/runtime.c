@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/resource.h>
+
 #include "optim.h"
+#include "sim.h"
 
 enum { KIND_ACT = 1, KIND_GRAD = 2, KIND_VAL_ACT = 3 };
 static const char *const kind_names[] = {"?", "activation", "gradient", "validation activation"};
@@ -130,6 +133,7 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     x->loss_sum += model_forward(&rt->model, c, i, x->dloss, !x->fwd_only);
     double t1 = trace_now_us();
     rt->busy_s += (t1 - t0) * 1e-6;
+    if (!x->fwd_only) rt->cur_f[s] += (t1 - t0) * 1e-6;
     if (rt->trace) trace_add(rt->trace, "F", "compute", t0, t1, s, m, x->step);
     if (x->fwd_only && s == rt->S - 1) slot_release(rt, c, i);
     return PP_OK;
@@ -150,6 +154,7 @@ static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     model_backward(&rt->model, c, i);
     double t1 = trace_now_us();
     rt->busy_s += (t1 - t0) * 1e-6;
+    rt->cur_b[s] += (t1 - t0) * 1e-6;
     if (rt->trace) trace_add(rt->trace, "B", "compute", t0, t1, s, m, x->step);
     if (s == 0) slot_release(rt, c, i);
     return PP_OK;
@@ -244,11 +249,14 @@ int runtime_step(Runtime *rt, int step, StepResult *res, char *err, size_t errle
     Comm *cm = rt->comm;
     double t0 = pp_now();
     rt->busy_s = 0;
+    memset(rt->cur_f, 0, sizeof rt->cur_f);
+    memset(rt->cur_b, 0, sizeof rt->cur_b);
     load_batch(rt, &rt->train, step);
     model_zero_grads(m);
     StepCtx x = {.step = step, .kind_act = KIND_ACT, .dloss = 1.0f / ((float)rt->B * rt->T)};
     int rc = run_actions(rt, &rt->sched, &x, err, errlen);
     if (rc) return rc;
+    rt->pipe_s = pp_now() - t0;
     double ts = trace_now_us();
     /* [Note: tied embeddings] stage 0 and stage S-1 each hold wte; when they are on
      * different ranks, both add the other's gradient (pair_sum returns the same bits on
@@ -368,4 +376,55 @@ void runtime_free(Runtime *rt) {
     data_close(&rt->val);
     free(rt->inputs), free(rt->targets), free(rt->opt_m), free(rt->opt_v);
     memset(rt, 0, sizeof *rt);
+}
+
+void runtime_measure(Runtime *rt) {
+    rt->measured++;
+    rt->sum_step_s += rt->step_s;
+    rt->sum_pipe_s += rt->pipe_s;
+    rt->sum_busy_s += rt->busy_s;
+    for (int s = 0; s < rt->S; s++) rt->sum_f[s] += rt->cur_f[s], rt->sum_b[s] += rt->cur_b[s];
+}
+
+int runtime_report(Runtime *rt, char *err, size_t errlen) {
+    int n = rt->measured, S = rt->S, M = rt->M;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    if (n == 0) return PP_OK;
+    double step = rt->sum_step_s / n, busy = rt->sum_busy_s / n;
+    printf("rank %d: per step %.1f ms (pipeline %.1f ms), busy %.1f ms, idle (bubble) %.1f ms = %.1f%% | peak RSS %.1f MB\n",
+           rt->rank, step * 1e3, rt->sum_pipe_s / n * 1e3, busy * 1e3, (step - busy) * 1e3,
+           100.0 * (step - busy) / step, ru.ru_maxrss / 1024.0);
+    /* mean per-action times of every stage (each rank contributes its own), and the
+     * slowest rank's pipeline time: the step ends when the last rank finishes */
+    double *v = pp_calloc(2 * S + 1, sizeof(double));
+    for (int s = 0; s < S; s++)
+        if (rt->chunk_of[s] >= 0) v[s] = rt->sum_f[s] / ((double)n * M), v[S + s] = rt->sum_b[s] / ((double)n * M);
+    v[2 * S] = rt->rank == 0 ? rt->sum_pipe_s / n : 0.0; /* rank 0 starts first and ends last */
+    int rc = comm_allreduce_sum_f64(rt->comm, v, 2 * S + 1);
+    if (rc != PP_OK) {
+        free(v);
+        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the timing report: %s", comm_error(rt->comm));
+    }
+    if (rt->rank == 0) {
+        SimCosts c;
+        SimResult res;
+        char serr[PP_ERR_MAX];
+        sim_costs_default(&c);
+        c.F_stage = v;
+        c.B_stage = v + S;
+        c.X = 0.0;
+        if (sim_run(&rt->sched, &c, &res, serr, sizeof serr, NULL) == PP_OK) {
+            const char *formula;
+            double cf = sched_bubble_closed_form(&rt->sched, &formula);
+            printf("pipeline: simulated makespan %.1f ms from the measured F/B times, measured %.1f ms: "
+                   "efficiency %.1f%%; simulated bubble %.1f%%", res.makespan * 1e3, v[2 * S] * 1e3,
+                   100.0 * res.makespan / v[2 * S], 100.0 * res.bubble);
+            if (cf >= 0) printf(" (closed form %s = %.1f%%)", formula, 100.0 * cf);
+            printf("\n");
+            sim_result_free(&res);
+        }
+    }
+    free(v);
+    return PP_OK;
 }

@@ -38,6 +38,12 @@ typedef struct {
     int tied_peer;             /* rank holding the other copy of wte, -1 if none */
     Trace *trace;
     double busy_s, step_s;     /* of the last step: compute time and wall time */
+    double pipe_s;             /* of the last step: the action list (no optimizer) */
+    double cur_f[PP_MAX_STAGES], cur_b[PP_MAX_STAGES]; /* of the last step, per stage */
+    /* Sums over measured steps (runtime_measure), for runtime_report. */
+    int measured;
+    double sum_step_s, sum_pipe_s, sum_busy_s;
+    double sum_f[PP_MAX_STAGES], sum_b[PP_MAX_STAGES]; /* per local stage, seconds */
 } Runtime;
 
 /* Build this rank's part of the run: partition, schedules, model (only its stages;
@@ -60,6 +66,16 @@ int runtime_step(Runtime *rt, int step, StepResult *res, char *err, size_t errle
 
 /* Mean loss over `batches` batches of the validation set (forward only). */
 int runtime_validate(Runtime *rt, int batches, double *loss, char *err, size_t errlen);
+
+/* Count the last step in the performance report (call after runtime_step; the first
+ * steps, which warm caches and fault pages in, are best left out). */
+void runtime_measure(Runtime *rt);
+
+/* Collective (every rank calls it): print this rank's busy/idle split and peak RSS and,
+ * on rank 0, the pipeline efficiency: the simulator's makespan of this schedule with
+ * the measured mean F and B time of every stage, over the measured time of the action
+ * list (the step without the optimizer). */
+int runtime_report(Runtime *rt, char *err, size_t errlen);
 
 /* Slots the schedule needs on local chunk c (exposed for tests). */
 int runtime_pool_size(const Schedule *s, int rank, int stage);
