@@ -70,7 +70,7 @@ static const Field k_fields[] = {
     OTHER("pipeline.split", T_SPLIT, split, "auto", "how layers are divided into chunks"),
     INT("train.batch_size", batch_size, "8", 1, IMAX, "B, sequences per optimizer step (global)"),
     INT("train.seq_len", seq_len, "64", 1, IMAX, "T, tokens per sequence"),
-    INT("train.steps", steps, "100", 1, IMAX, "optimizer steps of the run"),
+    INT("train.steps", steps, "100", 0, IMAX, "optimizer steps of the run (0: build, load init_from, save a checkpoint)"),
     OTHER("train.seed", T_U64, seed, "1337", "seed of the random init"),
     FLT("train.grad_clip", grad_clip, "1.0", 0, INFINITY, 0, "max global grad L2 norm; 0 = off"),
     ENUM("train.optimizer.name", optimizer, "adamw", "adamw|sgd", "the optimizer"),

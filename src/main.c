@@ -1,5 +1,6 @@
 /* main.c — the pptrain command line: wires config, transport, runtime and log. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "checkpoint.h"
 #include "comm.h"
 #include "config.h"
 #include "data.h"
@@ -19,12 +21,15 @@
 static const char *usage =
     "usage: pptrain --config FILE [--set key=value ...] [--trace] [--print-config]\n"
     "       pptrain schedule --config FILE [--set key=value ...] [--text] [--json] [--svg FILE] [--costs F,B,X]\n"
+    "       pptrain --config FILE --resume [CHECKPOINT]   (default: output.dir/checkpoints/latest)\n"
     "       pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]\n"
+    "       pptrain export --checkpoint DIR --out model.bin\n"
     "Trains a GPT-2 style model with pipeline parallelism; see README.md.\n";
 
 typedef struct {
     Config cfg;
     int print_config;
+    const char *resume;  /* NULL: fresh run; "": the latest checkpoint; else a path */
     int rest_argc;     /* arguments not consumed here (for subcommands) */
     char **rest_argv;
 } Cli;
@@ -45,6 +50,8 @@ static int cli_parse(Cli *cli, int argc, char **argv) {
             else i++;
         } else if (!strcmp(argv[i], "--trace")) {
             trace = 1;
+        } else if (!strcmp(argv[i], "--resume")) {
+            cli->resume = (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) ? argv[++i] : "";
         } else if (!strcmp(argv[i], "--print-config")) {
             cli->print_config = 1;
         } else {
@@ -94,37 +101,97 @@ static void report_build(const Runtime *rt) {
            pbytes / 1e6, pbytes / 1e6, nstate * pbytes / 1e6, m->act_bytes / 1e6);
 }
 
-static int train(const Config *cfg, const DistEnv *env) {
+/* [Note: stopping on a signal] SIGTERM and SIGUSR1 (SLURM's --signal=USR1@120
+ * preemption notice) and a first SIGINT only set a flag; the flag rides on every
+ * step's all-reduce, so all ranks see it after the same step, save a checkpoint
+ * together and exit (0; 130 for SIGINT). A second SIGINT exits at once. */
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_signal(int sig) {
+    if (sig == SIGINT && g_stop_signal == SIGINT) _exit(130);
+    g_stop_signal = sig;
+}
+
+static void install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+enum { CTL_STOP, CTL_SAVED, CTL_N };
+
+/* The training loop from step `start` on; checkpoints as configured. */
+static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log, int start, char *err, size_t errlen) {
+    double tokens = (double)cfg->batch_size * cfg->seq_len;
+    int rc = PP_OK, step;
+    for (step = start; step < cfg->steps; step++) {
+        StepResult r;
+        double ctl[CTL_N] = {g_stop_signal != 0, ck->pending >= 0 && checkpoint_idle(ck)};
+        if ((rc = runtime_step(rt, step, ctl, CTL_N, &r, err, errlen))) return rc;
+        if (step > start || cfg->steps - start == 1) runtime_measure(rt); /* the first step warms up */
+        if ((step + 1) % cfg->log_every == 0 || step + 1 == cfg->steps)
+            log_step(log, step + 1, r.loss, r.lr, r.grad_norm, tokens / rt->step_s, rt->step_s * 1e3);
+        if (rt->has_val && cfg->val_every > 0 && ((step + 1) % cfg->val_every == 0 || step + 1 == cfg->steps)) {
+            double vl;
+            if ((rc = runtime_validate(rt, cfg->val_batches, &vl, err, errlen))) return rc;
+            log_val(log, step + 1, vl);
+        }
+        if (rt->trace) trace_flush(rt->trace);
+        if (ctl[CTL_SAVED] == rt->P && (rc = checkpoint_finish(ck, rt, err, errlen))) return rc;
+        if (ctl[CTL_STOP] > 0) {
+            if (rt->rank == 0) printf("stopping on a signal after step %d: saving a checkpoint\n", step + 1);
+            rc = checkpoint_save(ck, rt, step + 1, 1, err, errlen);
+            return rc ? rc : g_stop_signal == SIGINT ? 130 : PP_OK;
+        }
+        if (cfg->checkpoint_every > 0 && (step + 1) % cfg->checkpoint_every == 0 && step + 1 < cfg->steps &&
+            (rc = checkpoint_save(ck, rt, step + 1, 0, err, errlen)))
+            return rc;
+    }
+    /* the end of the run: a final checkpoint, unless resumed at the end already */
+    if (start < cfg->steps || (cfg->steps == 0 && start == 0)) /* steps 0: convert init_from */
+        return checkpoint_save(ck, rt, cfg->steps, 1, err, errlen);
+    return checkpoint_finish(ck, rt, err, errlen);
+}
+
+static int train(const Config *cfg, const DistEnv *env, const char *resume) {
     char err[PP_ERR_MAX];
     int rc, rank = env->rank;
     if (mkdir_p(cfg->out_dir) != 0) return pp_error("cannot create output.dir '%s': %m", cfg->out_dir), PP_ERUNTIME;
     char *text = config_text(cfg);
     Comm *comm = NULL;
     rc = comm_create(env, text, cfg->timeout_s, &comm, err, sizeof err);
-    free(text);
-    if (rc) return pp_error("%s", err), rc;
+    if (rc) {
+        free(text);
+        return pp_error("%s", err), rc;
+    }
+    install_signals();
     Trace *trace = cfg->trace ? trace_create(cfg->out_dir, rank) : NULL;
     Runtime rt;
+    Checkpointer ck = {0};
     Log log = {0};
+    long start = 0;
     if ((rc = runtime_init(&rt, cfg, comm, trace, err, sizeof err))) goto out;
     report_build(&rt);
-    int logger = rt.chunk_of[rt.S - 1] >= 0;
-    if (logger && (rc = log_open(&log, cfg->out_dir, cfg->steps, 0, 0, err, sizeof err))) goto out;
-    double tokens = (double)cfg->batch_size * cfg->seq_len;
-    for (int step = 0; step < cfg->steps; step++) {
-        StepResult r;
-        if ((rc = runtime_step(&rt, step, &r, err, sizeof err))) goto out;
-        if (step > 0 || cfg->steps == 1) runtime_measure(&rt); /* step 0 warms caches */
-        if ((step + 1) % cfg->log_every == 0 || step + 1 == cfg->steps)
-            log_step(&log, step + 1, r.loss, r.lr, r.grad_norm, tokens / rt.step_s, rt.step_s * 1e3);
-        if (rt.has_val && cfg->val_every > 0 && ((step + 1) % cfg->val_every == 0 || step + 1 == cfg->steps)) {
-            double vl;
-            if ((rc = runtime_validate(&rt, cfg->val_batches, &vl, err, sizeof err))) goto out;
-            log_val(&log, step + 1, vl);
-        }
-        if (trace) trace_flush(trace);
+    checkpoint_init(&ck, &rt, text);
+    if (resume) {
+        char root[PP_PATH_MAX + 16];
+        snprintf(root, sizeof root, "%s/checkpoints", cfg->out_dir);
+        rc = checkpoint_load(&rt, resume[0] ? resume : root, &start, err, sizeof err);
+        if ((rc = checkpoint_agree(&rt, rc, err, sizeof err))) goto out;
+        if (rank == 0) printf("resumed from %s at step %ld\n", resume[0] ? resume : root, start);
     }
-    if ((rc = runtime_report(&rt, err, sizeof err))) goto out;
+    if (rt.chunk_of[rt.S - 1] >= 0 && (rc = log_open(&log, cfg->out_dir, cfg->steps, (int)start, resume != NULL, err, sizeof err)))
+        goto out;
+    if ((rc = train_loop(cfg, &rt, &ck, &log, (int)start, err, sizeof err)) && rc != 130) goto out;
+    int rc2 = runtime_report(&rt, err, sizeof err);
+    if (rc2) {
+        rc = rc2;
+        goto out;
+    }
     if (trace) {
         if (comm_barrier(comm) != PP_OK) {
             rc = pp_errf(err, sizeof err, PP_ERUNTIME, "barrier before merging the trace: %s", comm_error(comm));
@@ -133,17 +200,20 @@ static int train(const Config *cfg, const DistEnv *env) {
         if (rank == 0 && trace_merge(cfg->out_dir, env->world) == 0) printf("wrote %s/trace.json\n", cfg->out_dir);
     }
 out:
-    if (rc) pp_error("%s", err);
+    if (rc && rc != 130) pp_error("%s", err);
     log_close(&log);
+    if (ck.writer) checkpoint_free(&ck);
     if (rt.cfg) runtime_free(&rt);
     trace_destroy(trace);
     comm_destroy(comm);
+    free(text);
     return rc;
 }
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 2 && !strcmp(argv[1], "prepare-data")) return data_prepare_main(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "export")) return checkpoint_export_main(argc - 1, argv + 1);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? PP_EUSAGE : PP_OK;
@@ -170,7 +240,7 @@ int main(int argc, char **argv) {
         threads = threads < 1 ? 1 : threads;
     }
     backend_cpu_set_threads(threads);
-    int rc = train(&cli.cfg, &env);
+    int rc = train(&cli.cfg, &env, cli.resume);
     free(cli.rest_argv);
     return rc;
 }

@@ -243,7 +243,8 @@ static double local_sumsq(const Runtime *rt) {
     return s;
 }
 
-int runtime_step(Runtime *rt, int step, StepResult *res, char *err, size_t errlen) {
+int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, char *err,
+                 size_t errlen) {
     const Config *cfg = rt->cfg;
     Model *m = &rt->model;
     Comm *cm = rt->comm;
@@ -264,9 +265,12 @@ int runtime_step(Runtime *rt, int step, StepResult *res, char *err, size_t errle
      * the two chunks share a single tensor. */
     if (rt->tied_peer >= 0 && comm_pair_sum_f32(cm, rt->tied_peer, m->dwte, (size_t)m->d.Vp * m->d.C) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "summing tied embedding gradients with rank %d: %s", rt->tied_peer, comm_error(cm));
-    double red[2] = {x.loss_sum, local_sumsq(rt)};
-    if (comm_allreduce_sum_f64(cm, red, 2) != PP_OK)
+    double red[2 + RUNTIME_MAX_CTL] = {x.loss_sum, local_sumsq(rt)};
+    PP_CHECK(nctl >= 0 && nctl <= RUNTIME_MAX_CTL);
+    for (int i = 0; i < nctl; i++) red[2 + i] = ctl[i];
+    if (comm_allreduce_sum_f64(cm, red, 2 + nctl) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of loss and gradient norm at step %d: %s", step, comm_error(cm));
+    for (int i = 0; i < nctl; i++) ctl[i] = red[2 + i];
     res->loss = red[0] / ((double)rt->B * rt->T);
     res->grad_norm = sqrt(red[1]);
     res->lr = optim_lr(cfg, step);

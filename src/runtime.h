@@ -39,6 +39,7 @@ typedef struct {
     Trace *trace;
     double busy_s, step_s;     /* of the last step: compute time and wall time */
     double pipe_s;             /* of the last step: the action list (no optimizer) */
+    double save_stall_s;       /* of the last checkpoint: how long the step stalled */
     double cur_f[PP_MAX_STAGES], cur_b[PP_MAX_STAGES]; /* of the last step, per stage */
     /* Sums over measured steps (runtime_measure), for runtime_report. */
     int measured;
@@ -60,9 +61,16 @@ typedef struct {
     float lr;
 } StepResult;
 
-/* One optimizer step (0-based `step`): batch `step` of the training data. Returns
- * PP_OK or PP_ERUNTIME (transport failure, non-finite loss) with a message. */
-int runtime_step(Runtime *rt, int step, StepResult *res, char *err, size_t errlen);
+#define RUNTIME_MAX_CTL 4
+
+/* One optimizer step (0-based `step`): batch `step` of the training data. ctl[nctl]
+ * (nctl <= RUNTIME_MAX_CTL, ctl may be NULL when nctl is 0) rides on the step's one
+ * all-reduce: each rank passes its values and gets the sums over all ranks back, so
+ * that decisions (stop on a signal, a checkpoint written everywhere) are the same on
+ * every rank. Returns PP_OK or PP_ERUNTIME (transport failure, non-finite loss) with
+ * a message. */
+int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, char *err,
+                 size_t errlen);
 
 /* Mean loss over `batches` batches of the validation set (forward only). */
 int runtime_validate(Runtime *rt, int batches, double *loss, char *err, size_t errlen);

@@ -275,8 +275,8 @@ typedef struct {
 } FileError;
 
 static const FileError k_file_errors[] = {
-    {"train:\n  steps: many\n", ":8:10: ", "train.steps: ", "expected an integer >= 1, got 'many'"},
-    {"train:\n  steps: 2.5\n", ":8:10: ", "train.steps: ", "expected an integer >= 1, got '2.5'"},
+    {"train:\n  steps: many\n", ":8:10: ", "train.steps: ", "expected an integer >= 0, got 'many'"},
+    {"train:\n  steps: 2.5\n", ":8:10: ", "train.steps: ", "expected an integer >= 0, got '2.5'"},
     {"train:\n  steps: \"20\"\n", ":8:10: ", "train.steps: ", "got '\"20\"' (a quoted string)"},
     {"train:\n  steps: null\n", ":8:10: ", "train.steps: ", "got 'null'"},
     {"train:\n  steps: 99999999999\n", ":8:10: ", "train.steps: ", "<= 2147483647"},
@@ -442,9 +442,9 @@ START_TEST(test_set_errors) {
     static const char *const cases[][2] = {
         {"train.stepz=20", "--set train.stepz=20: unknown key 'train.stepz' (did you mean "
                            "'train.steps'?)"},
-        {"train.steps=abc", "--set train.steps=abc: train.steps: expected an integer >= 1, "
+        {"train.steps=abc", "--set train.steps=abc: train.steps: expected an integer >= 0, "
                             "got 'abc'"},
-        {"train.steps=", "--set train.steps=: train.steps: expected an integer >= 1, got ''"},
+        {"train.steps=", "--set train.steps=: train.steps: expected an integer >= 0, got ''"},
         {"train.steps=2.5", "got '2.5'"},
         {"pipeline.split=[4, x]", "--set pipeline.split=[4, x]: pipeline.split: "},
         {"pipeline.split=[4, 4", "--set pipeline.split=[4, 4: YAML syntax error"},

@@ -1,0 +1,206 @@
+/* checkpoint.c — the run's state to and from the checkpoint store. */
+#include "checkpoint.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+/* [Note: checkpoint names] Parameters are stored under their global names (model.h),
+ * optimizer state as "<name>.opt_m" and "<name>.opt_v" (AdamW moments; SGD keeps its
+ * momentum in opt_m). The tied wte is held by the first and the last stage's rank with
+ * identical values ([Note: tied embeddings]); only the rank of stage 0 stores it, and
+ * both load it from there. The manifest holds the model's dimensions ("model") and the
+ * printed config ("config"). */
+
+#define MAX_TENSORS_PER_PARAM 3
+
+static int stores_tensor(const Runtime *rt, const ParamTensor *t) {
+    return !(rt->tied_peer >= 0 && rt->chunk_of[0] < 0 && !strcmp(t->name, "wte"));
+}
+
+static void model_string(const Runtime *rt, char *buf, size_t n) {
+    const ModelDims *d = &rt->model.d;
+    snprintf(buf, n, "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d", d->V, d->Vp, d->maxT, d->L, d->NH, d->C, d->tied);
+}
+
+void checkpoint_init(Checkpointer *c, const Runtime *rt, const char *config_text) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->root, sizeof c->root, "%s/checkpoints", rt->cfg->out_dir);
+    CkptOptions o;
+    ckpt_options_default(&o);
+    o.level = rt->cfg->compression_level;
+    o.threads = 1; /* one background thread: training keeps the cores busy */
+    c->writer = ckpt_writer_create(&o);
+    c->pending = -1;
+    c->config_text = strdup(config_text);
+}
+
+void checkpoint_free(Checkpointer *c) {
+    ckpt_writer_destroy(c->writer);
+    free(c->config_text);
+    memset(c, 0, sizeof *c);
+}
+
+int checkpoint_idle(const Checkpointer *c) { return !ckpt_writer_busy(c->writer); }
+
+/* Sum `ok` (1/0) over the ranks; PP_OK only if every rank is ok. */
+static int agree(Runtime *rt, int ok, const char *what, char *err, size_t errlen) {
+    double v = ok ? 1.0 : 0.0;
+    if (comm_allreduce_sum_f64(rt->comm, &v, 1) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s: %s", what, comm_error(rt->comm));
+    if (v != rt->P && ok)
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s failed on another rank (see its message)", what);
+    return ok ? PP_OK : PP_ERUNTIME;
+}
+
+/* The tensors this rank stores: parameters and optimizer state. */
+static int collect(const Runtime *rt, CkptTensor *out, char (*names)[64]) {
+    const Model *m = &rt->model;
+    int n = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        if (!stores_tensor(rt, t)) continue;
+        const float *src[3] = {m->params + t->offset, rt->opt_m ? rt->opt_m + t->offset : NULL,
+                               rt->opt_v ? rt->opt_v + t->offset : NULL};
+        const char *suffix[3] = {"", ".opt_m", ".opt_v"};
+        for (int k = 0; k < 3; k++) {
+            if (!src[k]) continue;
+            snprintf(names[n], 64, "%s%s", t->name, suffix[k]);
+            out[n] = (CkptTensor){.name = names[n], .dtype = CKPT_F32, .ndim = t->ndim, .data = src[k]};
+            out[n].shape[0] = t->shape[0];
+            out[n].shape[1] = t->shape[1];
+            n++;
+        }
+    }
+    return n;
+}
+
+int checkpoint_save(Checkpointer *c, Runtime *rt, long step, int wait, char *err, size_t errlen) {
+    char dir[PP_PATH_MAX], path[PP_PATH_MAX + 32], model[128];
+    int rc = checkpoint_finish(c, rt, err, errlen);
+    if (rc) return rc;
+    if (rt->rank == 0) rc = ckpt_stage_dir(c->root, step, dir, sizeof dir, err, errlen);
+    if ((rc = agree(rt, rc == PP_OK, "preparing the checkpoint directory", err, errlen))) return rc;
+    ckpt_dir_path(c->root, step, 1, dir, sizeof dir);
+    ckpt_shard_path(dir, rt->rank, path, sizeof path);
+    int cap = rt->model.ntensors * MAX_TENSORS_PER_PARAM;
+    CkptTensor *t = pp_calloc(cap, sizeof *t);
+    char(*names)[64] = pp_calloc(cap, 64);
+    int n = collect(rt, t, names);
+    CkptMeta *meta = ckpt_meta_create();
+    model_string(rt, model, sizeof model);
+    ckpt_meta_set_u64(meta, "step", (uint64_t)step);
+    ckpt_meta_set_u64(meta, "rank", (uint64_t)rt->rank);
+    ckpt_meta_set_u64(meta, "world", (uint64_t)rt->P);
+    ckpt_meta_set_u64(meta, "seed", rt->cfg->seed);
+    ckpt_meta_set_u64(meta, "data_batch", (uint64_t)step); /* the next batch to read */
+    ckpt_meta_set_str(meta, "model", model);
+    double t0 = pp_now();
+    rc = ckpt_writer_submit(c->writer, path, meta, t, n, err, errlen);
+    rt->save_stall_s = pp_now() - t0;
+    ckpt_meta_destroy(meta);
+    free(t);
+    free(names);
+    if (rc) return rc;
+    c->pending = step;
+    return wait ? checkpoint_finish(c, rt, err, errlen) : PP_OK;
+}
+
+int checkpoint_finish(Checkpointer *c, Runtime *rt, char *err, size_t errlen) {
+    if (c->pending < 0) return PP_OK;
+    char model[128], step[32];
+    int rc = ckpt_writer_wait(c->writer, err, errlen);
+    if ((rc = agree(rt, rc == PP_OK, "writing the checkpoint shards", err, errlen))) return rc;
+    if (rt->rank == 0) {
+        model_string(rt, model, sizeof model);
+        CkptKV kv[] = {{"model", model}, {"config", c->config_text}};
+        rc = ckpt_commit(c->root, c->pending, rt->P, kv, 2, rt->cfg->checkpoint_keep, err, errlen);
+    }
+    if ((rc = agree(rt, rc == PP_OK, "committing the checkpoint", err, errlen))) return rc;
+    snprintf(step, sizeof step, "%07ld", c->pending);
+    if (rt->chunk_of[rt->S - 1] >= 0) printf("saved checkpoint %s/step_%s\n", c->root, step);
+    c->pending = -1;
+    return PP_OK;
+}
+
+int checkpoint_load(Runtime *rt, const char *path, long *step, char *err, size_t errlen) {
+    char dir[PP_PATH_MAX], model[128], name[80];
+    int rc = ckpt_resolve(path, dir, sizeof dir, err, errlen);
+    if (rc) return rc;
+    CkptReader *r = ckpt_open(dir, err, errlen);
+    if (!r) return PP_ERUNTIME;
+    model_string(rt, model, sizeof model);
+    const char *theirs = ckpt_extra(r, "model");
+    if (!theirs || strcmp(theirs, model) != 0) {
+        ckpt_close(r);
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s holds another model (%s) than this config (%s): resume with "
+                       "the model config it was written with", dir, theirs ? theirs : "no model entry", model);
+    }
+    const Model *m = &rt->model;
+    for (int i = 0; i < m->ntensors && rc == PP_OK; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        int64_t shape[2] = {t->shape[0], t->shape[1]};
+        float *dst[3] = {m->params + t->offset, rt->opt_m ? rt->opt_m + t->offset : NULL,
+                         rt->opt_v ? rt->opt_v + t->offset : NULL};
+        const char *suffix[3] = {"", ".opt_m", ".opt_v"};
+        for (int k = 0; k < 3 && rc == PP_OK; k++) {
+            if (!dst[k]) continue;
+            snprintf(name, sizeof name, "%s%s", t->name, suffix[k]);
+            if (ckpt_find(r, name, NULL) != 0) {
+                rc = pp_errf(err, errlen, PP_ERUNTIME, "%s has no tensor '%s'%s", dir, name,
+                             k ? ": it was written with another optimizer (train.optimizer.name)" : "");
+                break;
+            }
+            rc = ckpt_read(r, name, dst[k], shape, t->ndim, err, errlen);
+        }
+    }
+    *step = ckpt_step(r);
+    ckpt_close(r);
+    return rc;
+}
+
+/* ---- export ------------------------------------------------------------------- */
+
+int checkpoint_export_main(int argc, char **argv) {
+    const char *in = NULL, *out = NULL;
+    char err[PP_ERR_MAX], dir[PP_PATH_MAX];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) in = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else return pp_error("export: unknown argument '%s'\nusage: pptrain export --checkpoint DIR --out model.bin", argv[i]), PP_EUSAGE;
+    }
+    if (!in || !out) return pp_error("usage: pptrain export --checkpoint DIR --out model.bin"), PP_EUSAGE;
+    if (ckpt_resolve(in, dir, sizeof dir, err, sizeof err)) return pp_error("%s", err), PP_ERUNTIME;
+    CkptReader *r = ckpt_open(dir, err, sizeof err);
+    if (!r) return pp_error("%s", err), PP_ERUNTIME;
+    ModelDims d;
+    const char *ms = ckpt_extra(r, "model");
+    if (!ms || sscanf(ms, "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d", &d.V, &d.Vp, &d.maxT, &d.L, &d.NH, &d.C, &d.tied) != 7) {
+        ckpt_close(r);
+        return pp_error("%s: the manifest has no model entry; not a pptrain checkpoint", dir), PP_ERUNTIME;
+    }
+    if (!d.tied) {
+        ckpt_close(r);
+        return pp_error("%s: untied embeddings (model.tie_embeddings: false) cannot be written in llm.c's format", dir), PP_EUSAGE;
+    }
+    ChunkSpec all = {0, 0, d.L, 1, 1, 0};
+    Model m;
+    model_init(&m, &d, &all, 1, 1, 1, backend_cpu());
+    int rc = PP_OK;
+    for (int i = 0; i < m.ntensors && rc == PP_OK; i++) {
+        const ParamTensor *t = &m.tensors[i];
+        int64_t shape[2] = {t->shape[0], t->shape[1]};
+        rc = ckpt_read(r, t->name, m.params + t->offset, shape, t->ndim, err, sizeof err);
+    }
+    ckpt_close(r);
+    if (rc == PP_OK) rc = model_save_llmc(&m, out, err, sizeof err);
+    if (rc == PP_OK) printf("exported %s (%zu parameters) to %s\n", dir, m.nparams, out);
+    else pp_error("%s", err);
+    model_free(&m);
+    return rc;
+}
+
+int checkpoint_agree(Runtime *rt, int status, char *err, size_t errlen) {
+    return agree(rt, status == PP_OK, "loading the checkpoint", err, errlen);
+}

@@ -1,0 +1,53 @@
+/* checkpoint.h — saving and resuming a run: a rank's parameters and optimizer state
+ * under global tensor names through the checkpoint store (ckpt.h), written in the
+ * background and committed by rank 0 once every rank's shard is on disk; loading into
+ * any split; export to llm.c's format. */
+#ifndef PP_CHECKPOINT_H
+#define PP_CHECKPOINT_H
+
+#include "ckpt.h"
+#include "runtime.h"
+
+typedef struct {
+    CkptWriter *writer;
+    char root[PP_PATH_MAX + 16]; /* output.dir/checkpoints */
+    long pending;            /* step submitted but not yet committed, -1 if none */
+    char *config_text;       /* the printed config, stored in the manifest */
+} Checkpointer;
+
+/* Prepare saving for this rank (starts the writer thread). */
+void checkpoint_init(Checkpointer *c, const Runtime *rt, const char *config_text);
+/* Finish a pending save (collectively) is the caller's job; this only frees. */
+void checkpoint_free(Checkpointer *c);
+
+/* Collective: save the state after `step` optimizer steps. Rank 0 prepares the
+ * staging directory; every rank hands its shard to the background writer (the step
+ * stalls only for the copy) and returns. A pending earlier save is finished first.
+ * With `wait`, the save is also finished (written and committed) before returning.
+ * Returns PP_OK or PP_ERUNTIME with a message. */
+int checkpoint_save(Checkpointer *c, Runtime *rt, long step, int wait, char *err,
+                    size_t errlen);
+
+/* 1 when this rank has no save in progress (its part of a pending save is written). */
+int checkpoint_idle(const Checkpointer *c);
+
+/* Collective: wait for this rank's shard, agree that every rank's shard is written,
+ * then rank 0 commits (manifest, rename, `latest`, pruning to output.checkpoint_keep).
+ * No-op without a pending save. */
+int checkpoint_finish(Checkpointer *c, Runtime *rt, char *err, size_t errlen);
+
+/* Load the checkpoint at `path` (a checkpoint root, its `latest`, or a step directory)
+ * into this rank's tensors and optimizer state, whatever split wrote it: tensors are
+ * found by global name. *step is the number of steps it had done. Errors (PP_ERUNTIME)
+ * name the file and the tensor; nothing is loaded partially into a run that then
+ * continues: the caller exits on error. */
+int checkpoint_load(Runtime *rt, const char *path, long *step, char *err, size_t errlen);
+
+/* Collective: PP_OK when every rank's status is PP_OK; otherwise PP_ERUNTIME (with the
+ * local message kept when this rank failed, else one naming another rank). */
+int checkpoint_agree(Runtime *rt, int status, char *err, size_t errlen);
+
+/* `pptrain export --checkpoint DIR --out model.bin`: write llm.c's fp32 GPT-2 file. */
+int checkpoint_export_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# checkpoint.sh — checkpoints through the real binary: exact resume for every schedule,
+# resharding into other splits, export -> init_from, corrupt checkpoints refused without
+# touching anything, a rank killed mid-save, and SIGTERM -> checkpoint -> exact resume.
+set -u
+PPTRAIN=${PPTRAIN:-./pptrain}
+tmp=$(mktemp -d /tmp/pptrain-ckpt.XXXXXX)
+bgpid=
+cleanup() { [ -n "$bgpid" ] && kill -9 "$bgpid" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+cfg=test/configs/pipe8.yaml
+
+# run NAME P [--set ...]: output.dir $tmp/NAME (reused, so --resume finds it)
+run() {
+  local name=$1 P=$2; shift 2
+  timeout 120 scripts/pprun --nproc-per-node "$P" "$PPTRAIN" --config "$cfg" --set pipeline.stages="$P" \
+    --set output.dir="$tmp/$name" --set output.log_every=1 --set output.checkpoint_keep=10 "$@" >"$tmp/$name.out" 2>&1
+}
+rows() { tail -n +2 "$tmp/$1/losses.csv" | cut -d, -f1,2 | sed -n "$2"; }  # NAME sed-range
+same_rows() { # name-a name-b range label
+  if [ -n "$(rows "$1" "$3")" ] && [ "$(rows "$1" "$3")" = "$(rows "$2" "$3")" ]; then ok "$4"; else bad "$4: $(rows "$1" "$3" | head -n 2 | tr '\n' ' ') vs $(rows "$2" "$3" | head -n 2 | tr '\n' ' ')"; fi
+}
+close_rows() { # name-a name-b range label
+  if python3 - <(rows "$1" "$3") <(rows "$2" "$3") <<'PY'
+import sys
+a = [float(l.split(",")[1]) for l in open(sys.argv[1])]; b = [float(l.split(",")[1]) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 5, (len(a), len(b))
+w = max(abs(x - y) / abs(y) for x, y in zip(a, b)); print("   worst relative difference %.2e" % w); sys.exit(w > 1e-5)
+PY
+  then ok "$4"; else bad "$4"; fi
+}
+
+# 1. Exact resume on 2 ranks, for every schedule: a run stopped after 5 of 10 steps and
+#    resumed gives the losses of the run that never stopped, bit for bit.
+declare -A extra=([gpipe]="--set pipeline.schedule=gpipe" [1f1b]="--set pipeline.schedule=1f1b"
+  [inter]="--set pipeline.schedule=interleaved-1f1b --set pipeline.virtual_stages=2")
+for s in gpipe 1f1b inter; do
+  run "full-$s" 2 ${extra[$s]} --set pipeline.microbatches=4 --set output.checkpoint_every=5 || bad "full-$s run failed: $(tail -n 3 "$tmp/full-$s.out")"
+  cp -r "$tmp/full-$s" "$tmp/res-$s"
+  run "res-$s" 2 ${extra[$s]} --set pipeline.microbatches=4 --resume "$tmp/res-$s/checkpoints/step_0000005" ||
+    bad "res-$s failed: $(tail -n 3 "$tmp/res-$s.out")"
+  same_rows "full-$s" "res-$s" '6,10p' "resume $s at step 5: steps 6-10 bitwise equal"
+done
+
+# 2. Reshard: the 2-rank 1f1b checkpoint of step 5 continues under other splits with the
+#    losses the old split would have produced (1e-5). 1 -> 4 ranks and 4 -> 1 as well.
+for target in "P4 4" "inter2 2 --set pipeline.schedule=interleaved-1f1b --set pipeline.virtual_stages=2" "P1 1"; do
+  set -- $target
+  name=reshard-$1 P=$2; shift 2
+  mkdir -p "$tmp/$name" && cp "$tmp/full-1f1b/losses.csv" "$tmp/$name/"
+  run "$name" "$P" --set pipeline.microbatches=4 "$@" --resume "$tmp/full-1f1b/checkpoints/step_0000005" ||
+    bad "$name failed: $(tail -n 3 "$tmp/$name.out")"
+  close_rows "$name" full-1f1b '6,10p' "reshard 2 ranks (1f1b) -> $name: steps 6-10 within 1e-5"
+done
+run one 1 --set output.checkpoint_every=5 || bad "one: $(tail -n 3 "$tmp/one.out")"
+mkdir -p "$tmp/one-to-4" "$tmp/four" && cp "$tmp/one/losses.csv" "$tmp/one-to-4/"
+run one-to-4 4 --set pipeline.microbatches=4 --resume "$tmp/one/checkpoints/step_0000005" && close_rows one-to-4 one '6,10p' "reshard 1 -> 4 ranks"
+run four 4 --set pipeline.microbatches=4 --set output.checkpoint_every=5
+mkdir -p "$tmp/four-to-1" && cp "$tmp/four/losses.csv" "$tmp/four-to-1/"
+run four-to-1 1 --resume "$tmp/four/checkpoints/step_0000005" && close_rows four-to-1 four '6,10p' "reshard 4 -> 1 rank"
+
+# 3. export -> init_from: exporting, loading the export (train.steps=0 saves it again) and
+#    exporting that gives the same bytes.
+"$PPTRAIN" export --checkpoint "$tmp/full-1f1b/checkpoints/latest" --out "$tmp/m1.bin" >/dev/null &&
+  run init 2 --set train.steps=0 --set model.init_from="$tmp/m1.bin" &&
+  "$PPTRAIN" export --checkpoint "$tmp/init/checkpoints" --out "$tmp/m2.bin" >/dev/null &&
+  cmp -s "$tmp/m1.bin" "$tmp/m2.bin" && ok "export -> init_from -> export is byte-identical" || bad "export/init_from round trip"
+head -c 8 "$tmp/m1.bin" | od -An -tu4 | grep -q '20240326 *3' && ok "export writes llm.c's header (magic 20240326, version 3)" || bad "export header"
+
+# 4. Corrupt checkpoints: resume exits 1 naming the file (and tensor), nothing changes.
+corrupt() { # label, grep pattern, a command that damages $tmp/bad/checkpoints/step_0000010
+  local label=$1 pat=$2 damage=$3
+  rm -rf "$tmp/bad" && cp -r "$tmp/full-1f1b" "$tmp/bad"
+  eval "$damage"
+  local before; before=$(cd "$tmp/bad" && find . -type f -o -type l | sort | xargs md5sum 2>/dev/null)
+  run bad 2 --set pipeline.microbatches=4 --set train.steps=12 --resume
+  local rc=$?
+  local after; after=$(cd "$tmp/bad" && find . -type f -o -type l | sort | grep -v -e losses.csv | xargs md5sum 2>/dev/null)
+  if [ $rc -eq 1 ] && grep -q -- "$pat" "$tmp/bad.out" && [ "$(grep -v losses.csv <<<"$before")" = "$after" ]; then
+    ok "$label: exit 1, $(grep -m1 'error' "$tmp/bad.out" | cut -c1-150)"
+  else bad "$label: rc=$rc $(grep -m1 error "$tmp/bad.out")"; fi
+}
+shard=checkpoints/step_0000010/shard_00001.ckpt
+corrupt "truncated shard" "shard_00001" "truncate -s 3000 $tmp/bad/$shard"
+corrupt "flipped byte" "shard_00001" "printf '\\xff' | dd of=$tmp/bad/$shard bs=1 seek=2000 conv=notrunc 2>/dev/null"
+corrupt "missing shard" "shard_00001" "rm $tmp/bad/$shard"
+rm -rf "$tmp/bad" && cp -r "$tmp/full-1f1b" "$tmp/bad"
+run bad 2 --set pipeline.microbatches=4 --set model.dim=64 --resume
+[ $? -eq 1 ] && grep -q 'another model' "$tmp/bad.out" && ok "a checkpoint of another model is refused" || bad "other model: $(grep error "$tmp/bad.out")"
+
+# 5. A rank killed with SIGKILL while checkpoints are being written (every step):
+#    `latest` always names a complete checkpoint that resumes.
+for delay in 0.7 1.1 1.6; do
+  rm -rf "$tmp/kill"
+  RANK=0 WORLD_SIZE=1 "$PPTRAIN" --config "$cfg" --set output.dir="$tmp/kill" --set train.steps=100000 \
+    --set output.checkpoint_every=1 --set model.dim=64 >"$tmp/kill.out" 2>&1 &
+  bgpid=$!
+  sleep "$delay"
+  kill -9 "$bgpid"; wait "$bgpid" 2>/dev/null; bgpid=
+  latest=$(readlink "$tmp/kill/checkpoints/latest")
+  step=$((10#${latest#step_}))
+  "$PPTRAIN" --config "$cfg" --set output.dir="$tmp/kill" --set train.steps=$((step + 1)) --set model.dim=64 --resume >"$tmp/kill2.out" 2>&1 &&
+    ok "killed during saves after ${delay}s: latest=$latest resumes" || bad "killed after ${delay}s: latest=$latest: $(grep error "$tmp/kill2.out")"
+done
+
+# 6. SIGTERM mid-run: all ranks finish the step, checkpoint, exit 0; the resumed run
+#    produces exactly the losses of a run that never stopped.
+run term-full 2 --set train.steps=400 --set model.dim=64
+timeout 120 scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config "$cfg" --set pipeline.stages=2 --set output.dir="$tmp/term" \
+  --set output.log_every=1 --set train.steps=400 --set model.dim=64 >"$tmp/term.out" 2>&1 &
+bgpid=$!
+for _ in $(seq 200); do # until 20 steps are done (at most 20 s)
+  [ "$(tail -n +2 "$tmp/term/losses.csv" 2>/dev/null | wc -l)" -ge 20 ] && break
+  sleep 0.1
+done
+kill -TERM "$bgpid"
+wait "$bgpid"; rc=$?; bgpid=
+stopped=$(tail -n +2 "$tmp/term/losses.csv" | wc -l)
+if [ $rc -eq 0 ] && [ "$stopped" -lt 400 ] && grep -q 'stopping on a signal' "$tmp/term.out"; then ok "SIGTERM after step $stopped: checkpoint and exit 0"; else bad "SIGTERM: rc=$rc rows=$stopped"; fi
+run term 2 --set train.steps=400 --set model.dim=64 --resume || bad "resume after SIGTERM: $(tail -n 3 "$tmp/term.out")"
+same_rows term-full term '1,400p' "SIGTERM, resume: all 400 losses bitwise equal to the uninterrupted run"
+
+echo "checkpoint.sh: $pass passed, $fail failed"
+[ $fail -eq 0 ]
