@@ -69,3 +69,16 @@ PY
   grep -E 'pipeline: simulated' "$log" | sed 's/^\[rank 0\] /       /'
   grep -E 'rank [01]: per step' "$log" | sed 's/^\[rank [01]\] /       /'
 done
+
+echo "== checkpoints: the training-step stall per save (GPT-2 124M shape, T=64, 2 threads)"
+./pptrain --config configs/bench-124m-t64.yaml --set output.dir="$out/ck" --set train.steps=4 \
+  --set output.checkpoint_every=1 --set output.compression_level=1 --set data.val=null >"$out/ck.log" 2>&1 || { cat "$out/ck.log"; exit 1; }
+grep -E 'saved checkpoint|per step' "$out/ck.log" | sed 's/^/  /'
+
+echo "== checkpoints: trained weights (gpt-tiny after 200 steps), compressed/raw"
+scripts/pprun --nproc-per-node 2 ./pptrain --config configs/gpt-tiny.yaml --set output.dir="$out/tiny" >"$out/tiny.log" 2>&1 &&
+  ./pptrain export --checkpoint "$out/tiny/checkpoints" --out "$out/tiny.bin" >/dev/null &&
+  "$build/bench_ckpt" --weights "$out/tiny.bin" --dir "$out" | grep -Ei 'level|ratio|raw' | sed 's/^/  /'
+
+echo "== checkpoints: GPT-2 124M-sized shard (save/load MB/s, stall, ratio)"
+"$build/bench_ckpt" --dir "$out" | sed 's/^/  /'

@@ -119,7 +119,9 @@ int checkpoint_finish(Checkpointer *c, Runtime *rt, char *err, size_t errlen) {
     }
     if ((rc = agree(rt, rc == PP_OK, "committing the checkpoint", err, errlen))) return rc;
     snprintf(step, sizeof step, "%07ld", c->pending);
-    if (rt->chunk_of[rt->S - 1] >= 0) printf("saved checkpoint %s/step_%s\n", c->root, step);
+    if (rt->chunk_of[rt->S - 1] >= 0)
+        printf("saved checkpoint %s/step_%s (the training step stalled %.1f ms for the copy)\n", c->root, step,
+               rt->save_stall_s * 1e3);
     c->pending = -1;
     return PP_OK;
 }
@@ -132,10 +134,11 @@ int checkpoint_load(Runtime *rt, const char *path, long *step, char *err, size_t
     if (!r) return PP_ERUNTIME;
     model_string(rt, model, sizeof model);
     const char *theirs = ckpt_extra(r, "model");
-    if (!theirs || strcmp(theirs, model) != 0) {
+    if (!theirs || strcmp(theirs, model) != 0) { /* theirs lives in r: format first */
+        pp_errf(err, errlen, PP_ERUNTIME, "%s holds another model (%s) than this config (%s): resume with the "
+                "model config it was written with", dir, theirs ? theirs : "no model entry", model);
         ckpt_close(r);
-        return pp_errf(err, errlen, PP_ERUNTIME, "%s holds another model (%s) than this config (%s): resume with "
-                       "the model config it was written with", dir, theirs ? theirs : "no model entry", model);
+        return PP_ERUNTIME;
     }
     const Model *m = &rt->model;
     for (int i = 0; i < m->ntensors && rc == PP_OK; i++) {

@@ -41,7 +41,7 @@ static int cli_parse(Cli *cli, int argc, char **argv) {
     const char *path = NULL;
     int trace = 0;
     config_defaults(&cli->cfg);
-    cli->rest_argv = calloc(argc + 1, sizeof(char *));
+    cli->rest_argv = calloc(argc + 2, sizeof(char *)); /* + "schedule" + NULL */
     cli->rest_argc = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--set")) {
@@ -210,6 +210,29 @@ out:
     return rc;
 }
 
+/* Run what the parsed command line asks for; returns the exit code. */
+static int dispatch(Cli *cli, int sub) {
+    if (sub) {
+        memmove(cli->rest_argv + 1, cli->rest_argv, (cli->rest_argc + 1) * sizeof(char *));
+        cli->rest_argv[0] = "schedule";
+        return sched_cmd_main(&cli->cfg, cli->rest_argc + 1, cli->rest_argv);
+    }
+    if (cli->print_config) return config_print(&cli->cfg, stdout), PP_OK;
+    if (cli->rest_argc > 0) return pp_error("unknown argument '%s'\n%s", cli->rest_argv[0], usage), PP_EUSAGE;
+    char err[PP_ERR_MAX];
+    DistEnv env;
+    if (dist_env_read(&env, err, sizeof err)) return pp_error("%s", err), PP_EUSAGE;
+    if (env.world > 1) pp_set_rank(env.rank);
+    int threads = cli->cfg.threads;
+    if (threads <= 0) { /* the cores shared by the ranks of this node */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int)(cores / (env.local_world > 0 ? env.local_world : 1));
+        threads = threads < 1 ? 1 : threads;
+    }
+    backend_cpu_set_threads(threads);
+    return train(&cli->cfg, &env, cli->resume);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 2 && !strcmp(argv[1], "prepare-data")) return data_prepare_main(argc - 1, argv + 1);
@@ -220,27 +243,8 @@ int main(int argc, char **argv) {
     }
     int sub = !strcmp(argv[1], "schedule");
     Cli cli = {0};
-    if (cli_parse(&cli, argc - 1 - sub, argv + 1 + sub)) return PP_EUSAGE;
-    if (sub) {
-        cli.rest_argv[cli.rest_argc] = NULL;
-        memmove(cli.rest_argv + 1, cli.rest_argv, (cli.rest_argc + 1) * sizeof(char *));
-        cli.rest_argv[0] = "schedule";
-        return sched_cmd_main(&cli.cfg, cli.rest_argc + 1, cli.rest_argv);
-    }
-    if (cli.print_config) return config_print(&cli.cfg, stdout), PP_OK;
-    if (cli.rest_argc > 0) return pp_error("unknown argument '%s'\n%s", cli.rest_argv[0], usage), PP_EUSAGE;
-    char err[PP_ERR_MAX];
-    DistEnv env;
-    if (dist_env_read(&env, err, sizeof err)) return pp_error("%s", err), PP_EUSAGE;
-    if (env.world > 1) pp_set_rank(env.rank);
-    int threads = cli.cfg.threads;
-    if (threads <= 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = (int)(cores / (env.local_world > 0 ? env.local_world : 1));
-        threads = threads < 1 ? 1 : threads;
-    }
-    backend_cpu_set_threads(threads);
-    int rc = train(&cli.cfg, &env, cli.resume);
+    int rc = cli_parse(&cli, argc - 1 - sub, argv + 1 + sub);
+    if (rc == PP_OK) rc = dispatch(&cli, sub);
     free(cli.rest_argv);
     return rc;
 }

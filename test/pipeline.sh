@@ -98,7 +98,7 @@ t0=$(date +%s)
 wait "${pids[0]}"
 rc=$?
 dt=$(($(date +%s) - t0))
-if [ $rc -ne 0 ] && [ $dt -le 7 ] && grep -q 'rank 1' "$tmp/r0.out" && grep -Eq 'stage [0-9]+ microbatch [0-9]+' "$tmp/r0.out"; then
+if [ $rc -ne 0 ] && [ $dt -le 7 ] && grep -q 'lost connection to rank 1' "$tmp/r0.out" && grep -Eq 'stage [0-9]+ microbatch [0-9]+|tied embedding|all-reduce' "$tmp/r0.out"; then
   ok "SIGKILL of rank 1: rank 0 exits $rc after ${dt}s: $(grep -m1 error "$tmp/r0.out" | head -c 200)"
 else
   bad "SIGKILL of rank 1: rank 0 rc=$rc after ${dt}s: $(tail -n 3 "$tmp/r0.out")"
