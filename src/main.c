@@ -188,6 +188,7 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume) {
         goto out;
     if ((rc = train_loop(cfg, &rt, &ck, &log, (int)start, err, sizeof err)) && rc != 130) goto out;
     int rc2 = runtime_report(&rt, err, sizeof err);
+    if (rc2 == PP_OK) rc2 = runtime_check_tied(&rt, err, sizeof err);
     if (rc2) {
         rc = rc2;
         goto out;

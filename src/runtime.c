@@ -432,3 +432,24 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
     free(v);
     return PP_OK;
 }
+
+int runtime_check_tied(Runtime *rt, char *err, size_t errlen) {
+    /* a 32-bit FNV-1a hash of each copy, exact in a double: rank of stage 0 adds it, the
+     * rank of stage S-1 subtracts it, every other rank adds 0 */
+    double h = 0.0;
+    if (rt->tied_peer >= 0) {
+        const unsigned char *p = (const unsigned char *)rt->model.wte;
+        size_t n = (size_t)rt->model.d.Vp * rt->model.d.C * sizeof(float);
+        uint32_t x = 2166136261u;
+        for (size_t i = 0; i < n; i++) x = (x ^ p[i]) * 16777619u;
+        h = rt->chunk_of[0] >= 0 ? (double)x : -(double)x;
+    }
+    if (comm_allreduce_sum_f64(rt->comm, &h, 1) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the tied embedding check: %s", comm_error(rt->comm));
+    if (h != 0.0)
+        return pp_errf(err, errlen, PP_ERUNTIME, "the tied embedding copies on the first and the last stage's ranks "
+                       "differ (a bug: please report it with the config)");
+    if (rt->tied_peer >= 0 && rt->chunk_of[0] >= 0)
+        printf("tied embeddings: the copies on ranks %d and %d are bitwise identical\n", rt->rank, rt->tied_peer);
+    return PP_OK;
+}

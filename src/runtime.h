@@ -85,6 +85,10 @@ void runtime_measure(Runtime *rt);
  * list (the step without the optimizer). */
 int runtime_report(Runtime *rt, char *err, size_t errlen);
 
+/* Collective: check that the two copies of the tied wte (first and last stage's ranks)
+ * are bitwise identical ([Note: tied embeddings]); PP_ERUNTIME (a bug) if not. */
+int runtime_check_tied(Runtime *rt, char *err, size_t errlen);
+
 /* Slots the schedule needs on local chunk c (exposed for tests). */
 int runtime_pool_size(const Schedule *s, int rank, int stage);
 

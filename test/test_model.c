@@ -10,13 +10,29 @@
 #include "fastmath.h"
 #include "model.h"
 
+/* Test allocations, freed together at the end of each test (LeakSanitizer-clean). */
+static void *allocs[4096];
+static int nallocs;
+static void *talloc(size_t n) {
+    ck_assert_int_lt(nallocs, 4096);
+    return allocs[nallocs++] = malloc(n);
+}
+static void *tcalloc(size_t c, size_t n) {
+    void *p = talloc(c * n);
+    memset(p, 0, c * n);
+    return p;
+}
+static void tfree_all(void) {
+    while (nallocs) free(allocs[--nallocs]);
+}
+
 static uint64_t rng = 42;
 static float frand(void) { /* uniform in [-1, 1) */
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
 }
 static float *rand_buf(size_t n, float scale) {
-    float *x = malloc(n * sizeof(float));
+    float *x = talloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
     return x;
 }
@@ -36,7 +52,7 @@ static void assert_close(const char *what, const float *a, const double *b, size
 /* Central differences of f(x) = <R, op(x)> with respect to every element of x. */
 typedef double (*LossFn)(void *ctx);
 static double *numgrad(LossFn f, void *ctx, float *x, size_t n, float eps) {
-    double *g = malloc(n * sizeof(double));
+    double *g = talloc(n * sizeof(double));
     for (size_t i = 0; i < n; i++) {
         float save = x[i];
         x[i] = save + eps;
@@ -59,6 +75,7 @@ START_TEST(test_expf_accuracy) {
     ck_assert_float_eq(pp_tanhf(30.0f), 1.0f);
     ck_assert_float_eq(pp_tanhf(-30.0f), -1.0f);
     ck_assert(fabsf(pp_tanhf(0.5f) - tanhf(0.5f)) < 2e-7f);
+    tfree_all();
 }
 END_TEST
 
@@ -72,10 +89,10 @@ static double ln_loss(void *p) {
 START_TEST(test_layernorm_grad) {
     const Backend *be = backend_cpu();
     int N = 5, C = 24;
-    LnCtx c = {malloc(N * C * 4), malloc(N * 4), malloc(N * 4), rand_buf(N * C, 2), rand_buf(C, 1),
+    LnCtx c = {talloc(N * C * 4), talloc(N * 4), talloc(N * 4), rand_buf(N * C, 2), rand_buf(C, 1),
                rand_buf(C, 1), rand_buf(N * C, 1), N, C};
     ln_loss(&c);
-    float *dx = calloc(N * C, 4), *dw = calloc(C, 4), *db = calloc(C, 4);
+    float *dx = tcalloc(N * C, 4), *dw = tcalloc(C, 4), *db = tcalloc(C, 4);
     for (int i = 0; i < N * C; i++) dx[i] = 0.25f; /* accumulates: starts from 0.25 */
     be->layernorm_backward(dx, dw, db, c.R, c.x, c.mean, c.rstd, c.w, N, C);
     double *gx = numgrad(ln_loss, &c, c.x, N * C, 1e-2f), *gw = numgrad(ln_loss, &c, c.w, C, 1e-2f);
@@ -84,6 +101,7 @@ START_TEST(test_layernorm_grad) {
     assert_close("dx", dx, gx, N * C, 2e-3, 2e-3);
     assert_close("dw", dw, gw, C, 2e-3, 2e-3);
     assert_close("db", db, gb, C, 2e-3, 2e-3);
+    tfree_all();
 }
 END_TEST
 
@@ -96,9 +114,9 @@ static double mm_loss(void *p) {
 }
 START_TEST(test_matmul_grad) {
     int N = 6, C = 9, OC = 7;
-    MmCtx c = {malloc(N * OC * 4), rand_buf(N * C, 1), rand_buf(OC * C, 1), rand_buf(OC, 1),
+    MmCtx c = {talloc(N * OC * 4), rand_buf(N * C, 1), rand_buf(OC * C, 1), rand_buf(OC, 1),
                rand_buf(N * OC, 1), N, C, OC};
-    float *dx = malloc(N * C * 4), *dw = calloc(OC * C, 4), *db = calloc(OC, 4);
+    float *dx = talloc(N * C * 4), *dw = tcalloc(OC * C, 4), *db = tcalloc(OC, 4);
     for (int i = 0; i < OC * C; i++) dw[i] = 1.0f; /* weight grads accumulate */
     for (int i = 0; i < N * C; i++) dx[i] = 99.0f; /* input grad is overwritten */
     backend_cpu()->matmul_backward(dx, dw, db, c.R, c.x, c.w, N, C, OC);
@@ -108,6 +126,7 @@ START_TEST(test_matmul_grad) {
     assert_close("dx", dx, gx, N * C, 1e-3, 1e-3);
     assert_close("dw", dw, gw, OC * C, 1e-3, 1e-3);
     assert_close("db", db, gb, OC, 1e-3, 1e-3);
+    tfree_all();
 }
 END_TEST
 
@@ -119,15 +138,15 @@ static double att_loss(void *p) {
     return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 static void check_attention(int B, int T, int C, int NH) {
-    AttCtx c = {malloc((size_t)B * T * C * 4), malloc((size_t)B * NH * T * T * 4),
+    AttCtx c = {talloc((size_t)B * T * C * 4), talloc((size_t)B * NH * T * T * 4),
                 rand_buf((size_t)B * T * 3 * C, 1), rand_buf((size_t)B * T * C, 1), B, T, C, NH};
     att_loss(&c);
-    float *dqkv = malloc((size_t)B * T * 3 * C * 4);
+    float *dqkv = talloc((size_t)B * T * 3 * C * 4);
     backend_cpu()->attention_backward(dqkv, c.R, c.qkv, c.att, B, T, C, NH);
     double *g = numgrad(att_loss, &c, c.qkv, (size_t)B * T * 3 * C, 1e-2f);
     assert_close("dqkv", dqkv, g, (size_t)B * T * 3 * C, 2e-3, 2e-3);
     /* causality: output row t must not depend on positions > t */
-    float *out0 = malloc((size_t)B * T * C * 4);
+    float *out0 = talloc((size_t)B * T * C * 4);
     memcpy(out0, c.out, (size_t)B * T * C * 4);
     for (int i = 0; i < 3 * C; i++) c.qkv[(size_t)(T - 1) * 3 * C + i] += 1.0f;
     att_loss(&c);
@@ -147,16 +166,17 @@ static double gelu_loss(void *p) {
 }
 START_TEST(test_gelu_grad) {
     int n = 64;
-    GeluCtx c = {malloc(n * 4), rand_buf(n, 4), rand_buf(n, 1), n};
+    GeluCtx c = {talloc(n * 4), rand_buf(n, 4), rand_buf(n, 1), n};
     gelu_loss(&c);
     /* reference values: gelu_tanh(1) = 0.8411920, gelu_tanh(-2) = -0.0454023 */
     float x2[2] = {1.0f, -2.0f}, y2[2];
     backend_cpu()->gelu_forward(y2, x2, 2);
     ck_assert(fabsf(y2[0] - 0.8411920f) < 1e-6f && fabsf(y2[1] + 0.0454023f) < 1e-6f);
-    float *dx = malloc(n * 4);
+    float *dx = talloc(n * 4);
     backend_cpu()->gelu_backward(dx, c.x, c.R, n);
     double *g = numgrad(gelu_loss, &c, c.x, n, 1e-2f);
     assert_close("dx", dx, g, n, 1e-3, 1e-3);
+    tfree_all();
 }
 END_TEST
 
@@ -177,6 +197,7 @@ START_TEST(test_encoder) {
         ck_assert_float_eq(dwpe[1 * C + c], dout[1 * C + c] + dout[4 * C + c]);
         ck_assert_float_eq(dwte[2 * C + c], 0.0f);
     }
+    tfree_all();
 }
 END_TEST
 
@@ -192,7 +213,7 @@ static double ce_loss(void *p) {
 }
 START_TEST(test_crossentropy_grad) {
     int N = 4, V = 11, Vp = 16, targets[4] = {0, 3, 10, 7};
-    CeCtx c = {rand_buf(N * Vp, 3), malloc(N * Vp * 4), malloc(N * 4), targets, N, V, Vp};
+    CeCtx c = {rand_buf(N * Vp, 3), talloc(N * Vp * 4), talloc(N * 4), targets, N, V, Vp};
     for (int n = 0; n < N; n++) /* padded columns must be ignored whatever they hold */
         for (int j = V; j < Vp; j++) c.logits[n * Vp + j] = 50.0f;
     double loss = ce_loss(&c);
@@ -205,13 +226,14 @@ START_TEST(test_crossentropy_grad) {
         ref += log(s) - (c.logits[n * Vp + targets[n]] - mx);
     }
     ck_assert_msg(fabs(loss - ref / N) < 1e-5, "loss %g vs %g", loss, ref / N);
-    float *d = malloc(N * Vp * 4);
+    float *d = talloc(N * Vp * 4);
     memcpy(d, c.logits, N * Vp * 4);
     backend_cpu()->crossentropy_forward_backward(d, c.losses, targets, 1.0f / N, N, V, Vp);
     double *g = numgrad(ce_loss, &c, c.logits, N * Vp, 1e-2f);
     assert_close("dlogits", d, g, N * Vp, 1e-4, 2e-3);
     for (int n = 0; n < N; n++)
         for (int j = V; j < Vp; j++) ck_assert_float_eq(d[n * Vp + j], 0.0f);
+    tfree_all();
 }
 END_TEST
 
@@ -261,6 +283,46 @@ START_TEST(test_model_gradcheck) {
     }
     ck_assert_int_gt(checked, 50);
     model_free(&m);
+    tfree_all();
+}
+END_TEST
+
+/* A middle stage (layers 1..2: no embeddings, no head) alone: its input gradient and
+ * weight gradients against finite differences of <R, stage output>. */
+typedef struct { Model *m; const float *R; size_t n; } MidCtx;
+static double mid_loss(void *p) {
+    MidCtx *c = p;
+    model_forward(c->m, 0, 0, 0.0f, 0);
+    return dot(model_chunk_output(c->m, 0, 0), c->R, c->n);
+}
+START_TEST(test_middle_stage_gradcheck) {
+    int B = 2, T = 4, N = B * T, C = tiny.C;
+    ChunkSpec mid = {1, 1, 3, 0, 0, 1};
+    Model m;
+    setup_model(&m, &mid, 1, B, T, 3);
+    ck_assert_int_eq(model_find(&m, "wte"), -1);
+    ActSlot *a = &m.chunks[0].slots[0];
+    float *x = rand_buf((size_t)N * C, 1), *R = rand_buf((size_t)N * C, 1);
+    memcpy(a->input, x, (size_t)N * C * 4);
+    MidCtx c = {&m, R, (size_t)N * C};
+    model_zero_grads(&m);
+    model_forward(&m, 0, 0, 0.0f, 1);
+    memcpy(a->grad, R, (size_t)N * C * 4); /* d(output) = R */
+    model_backward(&m, 0, 0);
+    float *dx = talloc((size_t)N * C * 4);
+    memcpy(dx, a->grad, (size_t)N * C * 4);
+    double *gx = numgrad(mid_loss, &c, a->input, (size_t)N * C, 1e-2f);
+    assert_close("d(stage input)", dx, gx, (size_t)N * C, 2e-3, 2e-2);
+    for (int i = 0; i < m.ntensors; i++) {
+        const ParamTensor *t = &m.tensors[i];
+        for (size_t j = 0; j < t->numel; j += 1 + t->numel / 4) {
+            double g = *numgrad(mid_loss, &c, m.params + t->offset + j, 1, 1e-2f);
+            float an = m.grads[t->offset + j];
+            ck_assert_msg(fabs(an - g) <= 2e-3 + 2e-2 * fabs(g), "%s[%zu]: analytic %g numeric %g", t->name, j, an, g);
+        }
+    }
+    model_free(&m);
+    tfree_all();
 }
 END_TEST
 
@@ -275,6 +337,7 @@ START_TEST(test_loss_at_init) {
     double loss = model_forward(&m, 0, 0, 0.0f, 0) / 64;
     ck_assert_msg(fabs(loss - log(256.0)) < 0.05, "loss at init %g, ln V = %g", loss, log(256.0));
     model_free(&m);
+    tfree_all();
 }
 END_TEST
 
@@ -317,6 +380,7 @@ START_TEST(test_stage_split_exact) {
         }
     }
     model_free(&w), model_free(&a), model_free(&b);
+    tfree_all();
 }
 END_TEST
 
@@ -333,6 +397,7 @@ START_TEST(test_init_split_independent) {
     }
     ck_assert_uint_eq(w.nparams, model_total_params(&tiny));
     model_free(&w), model_free(&b);
+    tfree_all();
 }
 END_TEST
 
@@ -370,6 +435,7 @@ START_TEST(test_llmc_roundtrip) {
     ck_assert_ptr_nonnull(strstr(err, "truncated"));
     unlink(path);
     model_free(&w), model_free(&b), model_free(&c);
+    tfree_all();
 }
 END_TEST
 
@@ -390,6 +456,7 @@ int main(void) {
     tcase_set_timeout(model, 60);
     tcase_add_test(model, test_model_gradcheck);
     tcase_add_test(model, test_loss_at_init);
+    tcase_add_test(model, test_middle_stage_gradcheck);
     tcase_add_test(model, test_stage_split_exact);
     tcase_add_test(model, test_init_split_independent);
     tcase_add_test(model, test_llmc_roundtrip);
