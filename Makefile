@@ -37,6 +37,7 @@ TESTS    := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC))
 TEST_UTIL:= $(patsubst test/%.c,$(BUILD)/test/%.o,$(filter-out $(TEST_SRC),$(wildcard test/*.c)))
 
 .PHONY: all deps run test unit-tests bench clean data cuda-note
+.SECONDARY:  # keep the test objects between runs
 
 all: cuda-note pptrain
 

@@ -250,18 +250,6 @@ int dist_config_diff(const char *a, const char *b, char *where, size_t n) {
 
 /* ------------------------------------------------------------- socket helpers -- */
 
-static int io_fail(char *why, size_t n, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int io_fail(char *why, size_t n, int code, const char *fmt, ...) {
-    if (why && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, n, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 /* A poll() timeout for `left` seconds, at most one second (callers loop). */
 static int poll_ms(double left) {
     return left > 1.0 ? 1000 : left > 0 ? (int)(left * 1000) + 1 : 0;
@@ -271,7 +259,7 @@ static int io_again(void) { return errno == EAGAIN || errno == EWOULDBLOCK || er
 
 static int io_errno(char *why, size_t n) {
     int closed = errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN;
-    return io_fail(why, n, closed ? DIST_IO_CLOSED : DIST_IO_ERROR, "%s", strerror(errno));
+    return pp_errf(why, n, closed ? DIST_IO_CLOSED : DIST_IO_ERROR, "%s", strerror(errno));
 }
 
 int dist_xfer(int fd, const void *sbuf, size_t sn, void *rbuf, size_t rn,
@@ -285,14 +273,14 @@ int dist_xfer(int fd, const void *sbuf, size_t sn, void *rbuf, size_t rn,
         double left = last + timeout_s - pp_now();
         int r;
         if (left <= 0)
-            return io_fail(why, whylen, DIST_IO_TIMEOUT, "nothing arrived for %g s", timeout_s);
+            return pp_errf(why, whylen, DIST_IO_TIMEOUT, "nothing arrived for %g s", timeout_s);
         r = poll(&pfd, 1, poll_ms(left));
         if (r < 0 && errno != EINTR) return io_errno(why, whylen);
         if (r <= 0) continue;
         if (ro < rn && (pfd.revents & (POLLIN | POLLHUP | POLLERR))) {
             ssize_t k = recv(fd, rp + ro, rn - ro, MSG_DONTWAIT);
             if (k == 0)
-                return io_fail(why, whylen, DIST_IO_CLOSED, "connection closed by the peer");
+                return pp_errf(why, whylen, DIST_IO_CLOSED, "connection closed by the peer");
             if (k < 0 && !io_again()) return io_errno(why, whylen);
             if (k > 0) ro += (size_t)k, last = pp_now();
         }
