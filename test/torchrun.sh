@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# torchrun.sh — the real torchrun launches pptrain (--no-python): 2 ranks train and the
+# losses equal those of pprun's launch. Skipped (and says so) where torchrun is absent;
+# point TORCHRUN at one to run it (e.g. a venv with torch installed).
+set -u
+PPTRAIN=${PPTRAIN:-./pptrain}
+TORCHRUN=${TORCHRUN:-$(command -v torchrun || true)}
+if [ -z "$TORCHRUN" ]; then echo "torchrun.sh: skipped: torchrun not found (set TORCHRUN=...)"; exit 0; fi
+tmp=$(mktemp -d /tmp/pptrain-torchrun.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+args=(--config test/configs/pipe8.yaml --set pipeline.stages=2 --set pipeline.microbatches=4 --set output.log_every=1)
+timeout 120 "$TORCHRUN" --nproc-per-node 2 --no-python "$PPTRAIN" "${args[@]}" --set output.dir="$tmp/t" >"$tmp/t.out" 2>&1
+rc=$?
+timeout 120 scripts/pprun --nproc-per-node 2 "$PPTRAIN" "${args[@]}" --set output.dir="$tmp/p" >"$tmp/p.out" 2>&1
+if [ $rc -eq 0 ] && cmp -s <(cut -d, -f1,2 "$tmp/t/losses.csv") <(cut -d, -f1,2 "$tmp/p/losses.csv"); then
+  echo "ok   torchrun --no-python: 2 ranks, losses equal to pprun's"; echo "torchrun.sh: 1 passed, 0 failed"
+else
+  echo "FAIL torchrun: rc=$rc $(tail -n 5 "$tmp/t.out")"; echo "torchrun.sh: 0 passed, 1 failed"; exit 1
+fi
