@@ -25,8 +25,9 @@ printf "%-22s %7s %10s %10s %9s %8s\n" config threads tok/s GFLOP/s sgemm% ms/st
 for cfg in configs/bench-124m-t256.yaml configs/bench-124m-t64.yaml configs/bench-small.yaml; do
   for t in 1 "$cores"; do
     log="$out/$(basename "$cfg" .yaml)-$t.log"
+    # level 0: the final checkpoint is written uncompressed, not to slow the benchmark
     ./pptrain --config "$cfg" --set runtime.threads="$t" --set pipeline.stages=1 --set pipeline.microbatches=1 \
-      --set output.dir="$out/run" --set data.val=null >"$log" 2>&1 || { cat "$log"; exit 1; }
+      --set output.dir="$out/run" --set data.val=null --set output.compression_level=0 >"$log" 2>&1 || { cat "$log"; exit 1; }
     ms=$(sed -n 's/.*per step \([0-9.]*\) ms.*/\1/p' "$log" | head -n1)
     read -r L C Vp T B < <(./pptrain --config "$cfg" --print-config | python3 -c '
 import sys
@@ -48,18 +49,27 @@ PY
   done
 done
 
-echo "== pipeline: 2 ranks x 1 thread vs 1 rank x 1 thread (configs/bench-small.yaml, M=8)"
+echo "== pipeline: 2 ranks x 1 thread vs 1 rank x 1 thread (configs/bench-small.yaml, M=8, best of 3 runs each)"
 cfg=configs/bench-small.yaml
 common=(--set runtime.threads=1 --set pipeline.microbatches=8 --set data.val=null)
-./pptrain --config "$cfg" "${common[@]}" --set pipeline.stages=1 --set output.dir="$out/p1" >"$out/p1.log" 2>&1 || { cat "$out/p1.log"; exit 1; }
-ms1=$(sed -n 's/.*per step \([0-9.]*\) ms.*/\1/p' "$out/p1.log")
+ms1=
+for rep in 1 2 3; do # the machine is shared: the fastest of three runs
+  ./pptrain --config "$cfg" "${common[@]}" --set pipeline.stages=1 --set output.dir="$out/p1" >"$out/p1.log" 2>&1 || { cat "$out/p1.log"; exit 1; }
+  ms=$(sed -n 's/.*per step \([0-9.]*\) ms.*/\1/p' "$out/p1.log")
+  ms1=$(python3 -c "print(min(float('$ms'), float('${ms1:-1e30}')))")
+done
 read -r B T < <(./pptrain --config "$cfg" --print-config | awk '/^  batch_size:/{b=$2} /^  seq_len:/{t=$2} END{print b, t}')
 echo "1 rank:  $(python3 -c "print('%.0f' % ($B*$T/($ms1/1e3)))") tok/s ($ms1 ms/step)"
 for sched in 1f1b gpipe; do
+  best=
+  for rep in 1 2 3; do
+    scripts/pprun --nproc-per-node 2 ./pptrain --config "$cfg" "${common[@]}" --set pipeline.stages=2 \
+      --set pipeline.schedule=$sched --set output.dir="$out/p2" >"$out/try.log" 2>&1 || { cat "$out/try.log"; exit 1; }
+    ms=$(sed -n 's/^\[rank 0\] rank 0: per step \([0-9.]*\) ms.*/\1/p' "$out/try.log")
+    if [ -z "$best" ] || python3 -c "import sys; sys.exit(not $ms < $best)"; then best=$ms; cp "$out/try.log" "$out/p2-$sched.log"; fi
+  done
   log="$out/p2-$sched.log"
-  scripts/pprun --nproc-per-node 2 ./pptrain --config "$cfg" "${common[@]}" --set pipeline.stages=2 \
-    --set pipeline.schedule=$sched --set output.dir="$out/p2" >"$log" 2>&1 || { cat "$log"; exit 1; }
-  ms=$(sed -n 's/^\[rank 0\] rank 0: per step \([0-9.]*\) ms.*/\1/p' "$log")
+  ms=$best
   python3 - "$sched" "$ms1" "$ms" "$B" "$T" <<'PY'
 import sys
 s, ms1, ms, B, T = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
@@ -78,7 +88,7 @@ grep -E 'saved checkpoint|per step' "$out/ck.log" | sed 's/^/  /'
 echo "== checkpoints: trained weights (gpt-tiny after 200 steps), compressed/raw"
 scripts/pprun --nproc-per-node 2 ./pptrain --config configs/gpt-tiny.yaml --set output.dir="$out/tiny" >"$out/tiny.log" 2>&1 &&
   ./pptrain export --checkpoint "$out/tiny/checkpoints" --out "$out/tiny.bin" >/dev/null &&
-  "$build/bench_ckpt" --weights "$out/tiny.bin" --dir "$out" | grep -Ei 'level|ratio|raw' | sed 's/^/  /'
+  "$build/bench_ckpt" --weights "$out/tiny.bin" --dir "$out" | grep -v "^$" | sed "s/^/  /"
 
 echo "== checkpoints: GPT-2 124M-sized shard (save/load MB/s, stall, ratio)"
 "$build/bench_ckpt" --dir "$out" | sed 's/^/  /'

@@ -30,6 +30,10 @@ void checkpoint_init(Checkpointer *c, const Runtime *rt, const char *config_text
     CkptOptions o;
     ckpt_options_default(&o);
     o.level = rt->cfg->compression_level;
+    /* Level 1 is "fastest": on byte-shuffled floats zlib's run-length strategy is both
+     * faster and smaller than level-1 deflate (bench_ckpt: 0.86 vs 0.88 of the raw size
+     * on trained weights). Levels 2-9 are deflate at that level. */
+    o.strategy = o.level == 1 ? CKPT_RLE : CKPT_DEFLATE;
     o.threads = 1; /* one background thread: training keeps the cores busy */
     c->writer = ckpt_writer_create(&o);
     c->pending = -1;
