@@ -24,40 +24,6 @@ static void model_string(const Runtime *rt, char *buf, size_t n) {
     snprintf(buf, n, "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d", d->V, d->Vp, d->maxT, d->L, d->NH, d->C, d->tied);
 }
 
-void checkpoint_init(Checkpointer *c, const Runtime *rt, const char *config_text) {
-    memset(c, 0, sizeof *c);
-    snprintf(c->root, sizeof c->root, "%s/checkpoints", rt->cfg->out_dir);
-    CkptOptions o;
-    ckpt_options_default(&o);
-    o.level = rt->cfg->compression_level;
-    /* Level 1 is "fastest": on byte-shuffled floats zlib's run-length strategy is both
-     * faster and smaller than level-1 deflate (bench_ckpt: 0.86 vs 0.88 of the raw size
-     * on trained weights). Levels 2-9 are deflate at that level. */
-    o.strategy = o.level == 1 ? CKPT_RLE : CKPT_DEFLATE;
-    o.threads = 1; /* one background thread: training keeps the cores busy */
-    c->writer = ckpt_writer_create(&o);
-    c->pending = -1;
-    c->config_text = strdup(config_text);
-}
-
-void checkpoint_free(Checkpointer *c) {
-    ckpt_writer_destroy(c->writer);
-    free(c->config_text);
-    memset(c, 0, sizeof *c);
-}
-
-int checkpoint_idle(const Checkpointer *c) { return !ckpt_writer_busy(c->writer); }
-
-/* Sum `ok` (1/0) over the ranks; PP_OK only if every rank is ok. */
-static int agree(Runtime *rt, int ok, const char *what, char *err, size_t errlen) {
-    double v = ok ? 1.0 : 0.0;
-    if (comm_allreduce_sum_f64(rt->comm, &v, 1) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "%s: %s", what, comm_error(rt->comm));
-    if (v != rt->P && ok)
-        return pp_errf(err, errlen, PP_ERUNTIME, "%s failed on another rank (see its message)", what);
-    return ok ? PP_OK : PP_ERUNTIME;
-}
-
 /* The tensors this rank stores: parameters and optimizer state. */
 static int collect(const Runtime *rt, CkptTensor *out, char (*names)[64]) {
     const Model *m = &rt->model;
@@ -80,8 +46,49 @@ static int collect(const Runtime *rt, CkptTensor *out, char (*names)[64]) {
     return n;
 }
 
+void checkpoint_init(Checkpointer *c, const Runtime *rt, const char *config_text) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->root, sizeof c->root, "%s/checkpoints", rt->cfg->out_dir);
+    CkptOptions o;
+    ckpt_options_default(&o);
+    o.level = rt->cfg->compression_level;
+    /* Level 1 is "fastest": on byte-shuffled floats zlib's run-length strategy is both
+     * faster and smaller than level-1 deflate (bench_ckpt: 0.86 vs 0.88 of the raw size
+     * on trained weights). Levels 2-9 are deflate at that level. */
+    o.strategy = o.level == 1 ? CKPT_RLE : CKPT_DEFLATE;
+    o.threads = 1; /* one background thread: training keeps the cores busy */
+    c->writer = ckpt_writer_create(&o);
+    c->pending = -1;
+    int cap = rt->model.ntensors * MAX_TENSORS_PER_PARAM;
+    CkptTensor *t = pp_calloc(cap, sizeof *t);
+    char(*names)[64] = pp_calloc(cap, 64);
+    ckpt_writer_reserve(c->writer, t, collect(rt, t, names));
+    free(t);
+    free(names);
+    c->config_text = strdup(config_text);
+}
+
+void checkpoint_free(Checkpointer *c) {
+    ckpt_writer_destroy(c->writer);
+    free(c->config_text);
+    memset(c, 0, sizeof *c);
+}
+
+int checkpoint_idle(const Checkpointer *c) { return !ckpt_writer_busy(c->writer); }
+
+/* Sum `ok` (1/0) over the ranks; PP_OK only if every rank is ok. */
+static int agree(Runtime *rt, int ok, const char *what, char *err, size_t errlen) {
+    double v = ok ? 1.0 : 0.0;
+    if (comm_allreduce_sum_f64(rt->comm, &v, 1) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s: %s", what, comm_error(rt->comm));
+    if (v != rt->P && ok)
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s failed on another rank (see its message)", what);
+    return ok ? PP_OK : PP_ERUNTIME;
+}
+
 int checkpoint_save(Checkpointer *c, Runtime *rt, long step, int wait, char *err, size_t errlen) {
     char dir[PP_PATH_MAX], path[PP_PATH_MAX + 32], model[128];
+    double t0 = pp_now(); /* the stall: waiting for an earlier save, then the copy */
     int rc = checkpoint_finish(c, rt, err, errlen);
     if (rc) return rc;
     if (rt->rank == 0) rc = ckpt_stage_dir(c->root, step, dir, sizeof dir, err, errlen);
@@ -100,7 +107,6 @@ int checkpoint_save(Checkpointer *c, Runtime *rt, long step, int wait, char *err
     ckpt_meta_set_u64(meta, "seed", rt->cfg->seed);
     ckpt_meta_set_u64(meta, "data_batch", (uint64_t)step); /* the next batch to read */
     ckpt_meta_set_str(meta, "model", model);
-    double t0 = pp_now();
     rc = ckpt_writer_submit(c->writer, path, meta, t, n, err, errlen);
     rt->save_stall_s = pp_now() - t0;
     ckpt_meta_destroy(meta);
@@ -124,7 +130,7 @@ int checkpoint_finish(Checkpointer *c, Runtime *rt, char *err, size_t errlen) {
     if ((rc = agree(rt, rc == PP_OK, "committing the checkpoint", err, errlen))) return rc;
     snprintf(step, sizeof step, "%07ld", c->pending);
     if (rt->chunk_of[rt->S - 1] >= 0)
-        printf("saved checkpoint %s/step_%s (the training step stalled %.1f ms for the copy)\n", c->root, step,
+        printf("saved checkpoint %s/step_%s (training stalled %.1f ms to hand it over)\n", c->root, step,
                rt->save_stall_s * 1e3);
     c->pending = -1;
     return PP_OK;

@@ -234,6 +234,11 @@ int ckpt_writer_submit(CkptWriter *w, const char *path, const CkptMeta *meta,
  * success); the status is then collected. Call it before ckpt_commit's barrier. */
 int ckpt_writer_wait(CkptWriter *w, char *err, size_t errlen);
 
+/* Size the staging buffers for saves of these tensors (their descriptions only; the
+ * data is not read) and touch the memory, so that the first submit stalls only for the
+ * copy and not for page faults. Optional. */
+void ckpt_writer_reserve(CkptWriter *w, const CkptTensor *tensors, int ntensors);
+
 /* 1 while a submitted save is still being written, else 0. Does not block. */
 int ckpt_writer_busy(CkptWriter *w);
 

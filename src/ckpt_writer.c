@@ -65,6 +65,23 @@ CkptWriter *ckpt_writer_create(const CkptOptions *opt) {
     return w;
 }
 
+static void wait_idle(CkptWriter *w);
+
+void ckpt_writer_reserve(CkptWriter *w, const CkptTensor *t, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += ((size_t)ckpt_numel(t[i].ndim, t[i].shape) * 4 + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+    pthread_mutex_lock(&w->mu);
+    wait_idle(w);
+    if (total > w->stage_cap) {
+        free(w->stage);
+        w->stage = pp_malloc(total);
+        w->stage_cap = total;
+        memset(w->stage, 0, total); /* fault the pages in now, not during a step */
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
 /* Wait until no save is in progress; called with w->mu held. */
 static void wait_idle(CkptWriter *w) {
     while (w->busy) pthread_cond_wait(&w->cv, &w->mu);
