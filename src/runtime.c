@@ -383,6 +383,7 @@ void runtime_free(Runtime *rt) {
 }
 
 void runtime_measure(Runtime *rt) {
+    rt->min_step_s = rt->measured == 0 || rt->step_s < rt->min_step_s ? rt->step_s : rt->min_step_s;
     rt->measured++;
     rt->sum_step_s += rt->step_s;
     rt->sum_pipe_s += rt->pipe_s;
@@ -396,9 +397,9 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
     getrusage(RUSAGE_SELF, &ru);
     if (n == 0) return PP_OK;
     double step = rt->sum_step_s / n, busy = rt->sum_busy_s / n;
-    printf("rank %d: per step %.1f ms (pipeline %.1f ms), busy %.1f ms, idle (bubble) %.1f ms = %.1f%% | peak RSS %.1f MB\n",
-           rt->rank, step * 1e3, rt->sum_pipe_s / n * 1e3, busy * 1e3, (step - busy) * 1e3,
-           100.0 * (step - busy) / step, ru.ru_maxrss / 1024.0);
+    printf("rank %d: per step %.1f ms (fastest %.1f, pipeline %.1f ms), busy %.1f ms, idle (bubble) %.1f ms = %.1f%% "
+           "| peak RSS %.1f MB\n", rt->rank, step * 1e3, rt->min_step_s * 1e3, rt->sum_pipe_s / n * 1e3, busy * 1e3,
+           (step - busy) * 1e3, 100.0 * (step - busy) / step, ru.ru_maxrss / 1024.0);
     /* mean per-action times of every stage (each rank contributes its own), and the
      * slowest rank's pipeline time: the step ends when the last rank finishes */
     double *v = pp_calloc(2 * S + 1, sizeof(double));

@@ -43,7 +43,7 @@ typedef struct {
     double cur_f[PP_MAX_STAGES], cur_b[PP_MAX_STAGES]; /* of the last step, per stage */
     /* Sums over measured steps (runtime_measure), for runtime_report. */
     int measured;
-    double sum_step_s, sum_pipe_s, sum_busy_s;
+    double sum_step_s, sum_pipe_s, sum_busy_s, min_step_s;
     double sum_f[PP_MAX_STAGES], sum_b[PP_MAX_STAGES]; /* per local stage, seconds */
 } Runtime;
 
