@@ -56,7 +56,6 @@ void checkpoint_init(Checkpointer *c, const Runtime *rt, const char *config_text
      * faster and smaller than level-1 deflate (bench_ckpt: 0.86 vs 0.88 of the raw size
      * on trained weights). Levels 2-9 are deflate at that level. */
     o.strategy = o.level == 1 ? CKPT_RLE : CKPT_DEFLATE;
-    o.threads = 1; /* one background thread: training keeps the cores busy */
     c->writer = ckpt_writer_create(&o);
     c->pending = -1;
     int cap = rt->model.ntensors * MAX_TENSORS_PER_PARAM;
@@ -107,6 +106,9 @@ int checkpoint_save(Checkpointer *c, Runtime *rt, long step, int wait, char *err
     ckpt_meta_set_u64(meta, "seed", rt->cfg->seed);
     ckpt_meta_set_u64(meta, "data_batch", (uint64_t)step); /* the next batch to read */
     ckpt_meta_set_str(meta, "model", model);
+    /* a save the run waits for (the end, a signal) may use every core; one written
+     * while training goes on gets one thread, so the steps keep theirs */
+    ckpt_writer_set_threads(c->writer, wait ? 0 : 1);
     rc = ckpt_writer_submit(c->writer, path, meta, t, n, err, errlen);
     rt->save_stall_s = pp_now() - t0;
     ckpt_meta_destroy(meta);

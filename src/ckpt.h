@@ -239,6 +239,10 @@ int ckpt_writer_wait(CkptWriter *w, char *err, size_t errlen);
  * copy and not for page faults. Optional. */
 void ckpt_writer_reserve(CkptWriter *w, const CkptTensor *tensors, int ntensors);
 
+/* Threads for the copy and compression of the next saves (<= 0: all cores); waits for
+ * a save in progress first. */
+void ckpt_writer_set_threads(CkptWriter *w, int threads);
+
 /* 1 while a submitted save is still being written, else 0. Does not block. */
 int ckpt_writer_busy(CkptWriter *w);
 

@@ -167,6 +167,13 @@ int ckpt_writer_submit(CkptWriter *w, const char *path, const CkptMeta *meta,
     return PP_OK;
 }
 
+void ckpt_writer_set_threads(CkptWriter *w, int threads) {
+    pthread_mutex_lock(&w->mu);
+    wait_idle(w); /* the running save keeps the options it started with */
+    w->opt.threads = threads;
+    pthread_mutex_unlock(&w->mu);
+}
+
 int ckpt_writer_wait(CkptWriter *w, char *err, size_t errlen) {
     pthread_mutex_lock(&w->mu);
     wait_idle(w);
