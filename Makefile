@@ -76,6 +76,7 @@ data/tiny/train.bin: data/tiny.txt pptrain
 
 run: deps
 	$(Q)$(MAKE) --no-print-directory all data
+	rm -rf runs/gpt-tiny  # the demo starts afresh (pptrain refuses to overwrite a run's checkpoints)
 	scripts/pprun --nproc-per-node 2 ./pptrain --config configs/gpt-tiny.yaml
 
 unit-tests: all data $(TESTS)

@@ -28,7 +28,7 @@ for cfg in configs/bench-124m-t256.yaml configs/bench-124m-t64.yaml configs/benc
     log="$out/$(basename "$cfg" .yaml)-$t.log"
     # level 0: the final checkpoint is written uncompressed, not to slow the benchmark
     ./pptrain --config "$cfg" --set runtime.threads="$t" --set pipeline.stages=1 --set pipeline.microbatches=1 \
-      --set output.dir="$out/run" --set data.val=null --set output.compression_level=0 >"$log" 2>&1 || { cat "$log"; exit 1; }
+      --set output.dir="$out/run-$(basename "$cfg" .yaml)-$t" --set data.val=null --set output.compression_level=0 >"$log" 2>&1 || { cat "$log"; exit 1; }
     ms=$(sed -n 's/.*(fastest \([0-9.]*\),.*/\1/p' "$log" | head -n1)  # the machine is shared: best step
     read -r L C Vp T B < <(./pptrain --config "$cfg" --print-config | python3 -c '
 import sys
@@ -55,7 +55,7 @@ cfg=configs/bench-small.yaml
 common=(--set runtime.threads=1 --set pipeline.microbatches=8 --set data.val=null)
 ms1=
 for rep in 1 2 3; do # the machine is shared: the fastest of three runs
-  ./pptrain --config "$cfg" "${common[@]}" --set pipeline.stages=1 --set output.dir="$out/p1" >"$out/p1.log" 2>&1 || { cat "$out/p1.log"; exit 1; }
+  ./pptrain --config "$cfg" "${common[@]}" --set pipeline.stages=1 --set output.dir="$out/p1-$rep" >"$out/p1.log" 2>&1 || { cat "$out/p1.log"; exit 1; }
   ms=$(sed -n 's/.*per step \([0-9.]*\) ms.*/\1/p' "$out/p1.log")
   ms1=$(python3 -c "print(min(float('$ms'), float('${ms1:-1e30}')))")
 done
@@ -65,7 +65,7 @@ for sched in 1f1b gpipe; do
   best=
   for rep in 1 2 3; do
     scripts/pprun --nproc-per-node 2 ./pptrain --config "$cfg" "${common[@]}" --set pipeline.stages=2 \
-      --set pipeline.schedule=$sched --set output.dir="$out/p2" >"$out/try.log" 2>&1 || { cat "$out/try.log"; exit 1; }
+      --set pipeline.schedule=$sched --set output.dir="$out/p2-$sched-$rep" >"$out/try.log" 2>&1 || { cat "$out/try.log"; exit 1; }
     ms=$(sed -n 's/^\[rank 0\] rank 0: per step \([0-9.]*\) ms.*/\1/p' "$out/try.log")
     if [ -z "$best" ] || python3 -c "import sys; sys.exit(not $ms < $best)"; then best=$ms; cp "$out/try.log" "$out/p2-$sched.log"; fi
   done

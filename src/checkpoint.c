@@ -2,6 +2,7 @@
 #include "checkpoint.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #include "common.h"
@@ -218,4 +219,16 @@ int checkpoint_export_main(int argc, char **argv) {
 
 int checkpoint_agree(Runtime *rt, int status, char *err, size_t errlen) {
     return agree(rt, status == PP_OK, "loading the checkpoint", err, errlen);
+}
+
+int checkpoint_refuse_existing(Checkpointer *c, Runtime *rt, char *err, size_t errlen) {
+    char latest[PP_PATH_MAX + 32];
+    struct stat st;
+    snprintf(latest, sizeof latest, "%s/latest", c->root);
+    int found = lstat(latest, &st) == 0;
+    if (found)
+        pp_errf(err, errlen, PP_EUSAGE, "output.dir '%s' already holds the checkpoints of a run (%s): pass --resume "
+                "to continue it, or choose another output.dir (or delete it) to start afresh", rt->cfg->out_dir, latest);
+    int rc = agree(rt, !found, "checking output.dir for earlier checkpoints", err, errlen);
+    return rc ? PP_EUSAGE : PP_OK;
 }

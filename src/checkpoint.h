@@ -43,6 +43,11 @@ int checkpoint_finish(Checkpointer *c, Runtime *rt, char *err, size_t errlen);
  * continues: the caller exits on error. */
 int checkpoint_load(Runtime *rt, const char *path, long *step, char *err, size_t errlen);
 
+/* Collective: a fresh run (no --resume) must not take over the checkpoints of another
+ * run in the same output.dir (its first commits would move `latest` and prune them).
+ * Returns PP_OK, or PP_EUSAGE on every rank when any rank sees ROOT/latest. */
+int checkpoint_refuse_existing(Checkpointer *c, Runtime *rt, char *err, size_t errlen);
+
 /* Collective: PP_OK when every rank's status is PP_OK; otherwise PP_ERUNTIME (with the
  * local message kept when this rank failed, else one naming another rank). */
 int checkpoint_agree(Runtime *rt, int status, char *err, size_t errlen);

@@ -135,7 +135,7 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
         if (step > start || cfg->steps - start == 1) runtime_measure(rt); /* the first step warms up */
         if ((step + 1) % cfg->log_every == 0 || step + 1 == cfg->steps)
             log_step(log, step + 1, r.loss, r.lr, r.grad_norm, tokens / rt->step_s, rt->step_s * 1e3);
-        if (rt->has_val && cfg->val_every > 0 && ((step + 1) % cfg->val_every == 0 || step + 1 == cfg->steps)) {
+        if (rt->has_val && ((step + 1) % cfg->val_every == 0 || step + 1 == cfg->steps)) {
             double vl;
             if ((rc = runtime_validate(rt, cfg->val_batches, &vl, err, errlen))) return rc;
             log_val(log, step + 1, vl);
@@ -177,6 +177,7 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume) {
     if ((rc = runtime_init(&rt, cfg, comm, trace, err, sizeof err))) goto out;
     report_build(&rt);
     checkpoint_init(&ck, &rt, text);
+    if (!resume && (rc = checkpoint_refuse_existing(&ck, &rt, err, sizeof err))) goto out;
     if (resume) {
         char root[PP_PATH_MAX + 16];
         snprintf(root, sizeof root, "%s/checkpoints", cfg->out_dir);
@@ -203,10 +204,10 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume) {
 out:
     if (rc && rc != 130) pp_error("%s", err);
     log_close(&log);
+    comm_destroy(comm); /* first: its thread may still write into posted receive buffers */
     if (ck.writer) checkpoint_free(&ck);
     if (rt.cfg) runtime_free(&rt);
     trace_destroy(trace);
-    comm_destroy(comm);
     free(text);
     return rc;
 }

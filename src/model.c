@@ -170,6 +170,10 @@ void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunk
     m->lg = pp_calloc(d->L, sizeof(LayerParams));
     bind(m, m->params, m->lp, &m->wte, &m->wpe, &m->lnfw, &m->lnfb, &m->head);
     bind(m, m->grads, m->lg, &m->dwte, &m->dwpe, &m->dlnfw, &m->dlnfb, &m->dhead);
+    if (d->tied && m->dhead && m->wpe) { /* first and last stage on this rank */
+        m->dhead_tied = pp_calloc((size_t)d->Vp * d->C, sizeof(float));
+        m->dhead = m->dhead_tied;
+    }
     for (int c = 0; c < nchunks; c++) {
         Chunk *ck = &m->chunks[c];
         ck->slots = pp_calloc(ck->nslots, sizeof(ActSlot));
@@ -189,11 +193,18 @@ void model_free(Model *m) {
         free(m->chunks[c].slots);
     }
     free(m->tensors), free(m->params), free(m->grads), free(m->lp), free(m->lg);
-    free(m->dbig), free(m->dmid), free(m->dqkv), free(m->losses), free(m->logits);
+    free(m->dbig), free(m->dmid), free(m->dqkv), free(m->losses), free(m->logits), free(m->dhead_tied);
     memset(m, 0, sizeof *m);
 }
 
-void model_zero_grads(Model *m) { memset(m->grads, 0, m->nparams * sizeof(float)); }
+void model_zero_grads(Model *m) {
+    memset(m->grads, 0, m->nparams * sizeof(float));
+    if (m->dhead_tied) memset(m->dhead_tied, 0, (size_t)m->d.Vp * m->d.C * sizeof(float));
+}
+
+void model_fold_tied_grad(Model *m) {
+    if (m->dhead_tied) m->be->add_inplace(m->dwte, m->dhead_tied, (size_t)m->d.Vp * m->d.C);
+}
 
 /* splitmix64: the per-tensor random stream. */
 static uint64_t splitmix64(uint64_t *s) {
@@ -356,9 +367,9 @@ int model_load_llmc(Model *m, const char *path, char *err, size_t errlen) {
     if (fV != d->V || fL != d->L || fNH != d->NH || fC != d->C || fT < d->maxT || fVp < fV) {
         fclose(f);
         return pp_errf(err, errlen, PP_EUSAGE,
-                       "%s: model shape V=%d L=%d NH=%d C=%d maxT=%d does not match the config's "
-                       "V=%d L=%d NH=%d C=%d maxT=%d (maxT may be larger in the file)",
-                       path, fV, fL, fNH, fC, fT, d->V, d->L, d->NH, d->C, d->maxT);
+                       "%s: model shape V=%d Vp=%d L=%d NH=%d C=%d maxT=%d does not match the config's "
+                       "V=%d L=%d NH=%d C=%d maxT=%d (maxT may be larger in the file, and Vp >= V)",
+                       path, fV, fVp, fL, fNH, fC, fT, d->V, d->L, d->NH, d->C, d->maxT);
     }
     size_t C = fC, L = fL, expect = 1024 + 4 * ((size_t)fVp * C + (size_t)fT * C + L * (12 * C * C + 13 * C) + 2 * C);
     if (fseek(f, 0, SEEK_END) != 0 || (size_t)ftell(f) != expect) {
@@ -387,7 +398,7 @@ int model_load_llmc(Model *m, const char *path, char *err, size_t errlen) {
     }
     if (m->lnfw) ok &= read_at(f, off, m->lnfw, C) && read_at(f, off + 4L * C, m->lnfb, C);
     fclose(f);
-    if (!ok) return pp_errf(err, errlen, PP_EUSAGE, "%s: read failed", path);
+    if (!ok) return pp_errf(err, errlen, PP_ERUNTIME, "%s: read failed: %m", path);
     return PP_OK;
 }
 
@@ -397,6 +408,9 @@ int model_save_llmc(const Model *m, const char *path, char *err, size_t errlen) 
         if (!m->lp[l].qkvw) return pp_errf(err, errlen, PP_ERUNTIME, "model_save_llmc needs every layer; layer %d is not held", l);
     if (!m->wte || !m->wpe || !m->lnfw)
         return pp_errf(err, errlen, PP_ERUNTIME, "model_save_llmc needs the embeddings and the final norm");
+    if (!d->tied)
+        return pp_errf(err, errlen, PP_EUSAGE, "llm.c's format has no separate lm_head: untied embeddings "
+                       "(model.tie_embeddings: false) cannot be written to %s", path);
     char tmp[PP_PATH_MAX + 16];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");

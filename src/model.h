@@ -89,6 +89,8 @@ typedef struct {
     float *wte, *wpe, *lnfw, *lnfb, *head;  /* NULL when this rank holds none; head is */
     float *dwte, *dwpe, *dlnfw, *dlnfb, *dhead; /* wte when tied, else lm_head */
     LayerParams *lp, *lg;     /* [L] indexed by global layer; zeroed when not owned */
+    float *dhead_tied;        /* [Vp,C] the head's share of d(wte) when this rank holds both
+                                 the first and the last stage ([Note: tied gradient order]) */
     /* Scratch shared by all chunks (one op runs at a time). */
     float *logits;            /* [N,Vp] last stage */
     float *losses;            /* [N] */
@@ -132,6 +134,14 @@ void model_backward(Model *m, int c, int s);
 float *model_chunk_output(Model *m, int c, int s);
 
 void model_zero_grads(Model *m);
+
+/* [Note: tied gradient order] d(wte) has two parts: the embedding's (stage 0's
+ * backward) and the head's (the last stage's forward). Where both stages are on one
+ * rank they are accumulated apart and added once per step, embedding part first:
+ * the same order as the pair sum of two ranks, and independent of how a schedule
+ * interleaves forwards and backwards, so every schedule gives the same bits. Call
+ * after the step's last backward; no-op when the rank does not hold both. */
+void model_fold_tied_grad(Model *m);
 
 /* Load llm.c's fp32 GPT-2 checkpoint (DESIGN.md §6) into the tensors this rank holds.
  * The file's V, L, NH, C must equal the config's; its maxT must be >= maxT; any padded

@@ -40,7 +40,7 @@ static int releases(const Schedule *s, int rank, const Action *a, int stage) {
 
 int runtime_pool_size(const Schedule *s, int rank, int stage) {
     int held = 0, peak = 0;
-    char *have = calloc(s->M, 1);
+    char *have = pp_calloc(s->M, 1);
     for (int i = 0; i < s->len[rank]; i++) {
         const Action *a = &s->acts[rank][i];
         if ((a->type == ACT_RECV_F || a->type == ACT_F) && a->stage == stage && !have[a->mb]) {
@@ -81,7 +81,7 @@ static int slot_acquire(Runtime *rt, int c, int mb, int step, int *out, char *er
         SlotState *st = &rt->slots[c][i];
         if (st->busy) continue;
         for (int k = 0; k < 2; k++) {
-            int rc = wait_req(rt, &st->send[k], "send wait", stage, st->mb, step, err, errlen);
+            int rc = wait_req(rt, &st->send[k], "an earlier send", stage, st->mb, step, err, errlen);
             if (rc) return rc;
         }
         st->busy = 1;
@@ -220,7 +220,7 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
             SlotState *st = &rt->slots[c][i];
             PP_CHECK(!st->busy && !st->recv); /* the schedule released everything */
             for (int k = 0; k < 2 && rc == PP_OK; k++)
-                rc = wait_req(rt, &st->send[k], "send wait", rt->model.chunks[c].stage, st->mb, x->step, err, errlen);
+                rc = wait_req(rt, &st->send[k], "a send to complete", rt->model.chunks[c].stage, st->mb, x->step, err, errlen);
         }
     return rc;
 }
@@ -259,6 +259,7 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     if (rc) return rc;
     rt->pipe_s = pp_now() - t0;
     double ts = trace_now_us();
+    model_fold_tied_grad(m);
     /* [Note: tied embeddings] stage 0 and stage S-1 each hold wte; when they are on
      * different ranks, both add the other's gradient (pair_sum returns the same bits on
      * both), so the identical optimizer update keeps the copies identical. On one rank
@@ -275,8 +276,9 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     res->grad_norm = sqrt(red[1]);
     res->lr = optim_lr(cfg, step);
     if (!isfinite(res->loss) || !isfinite(res->grad_norm))
-        return pp_errf(err, errlen, PP_ERUNTIME, "step %d: loss %g, gradient norm %g are not finite: lower train.optimizer.lr "
-                       "or enable train.grad_clip", step + 1, res->loss, res->grad_norm);
+        return pp_errf(err, errlen, PP_ERUNTIME, "step %d: loss %g, gradient norm %g are not finite: lower "
+                       "train.optimizer.lr%s, or resume from an earlier checkpoint", step + 1, res->loss, res->grad_norm,
+                       cfg->grad_clip > 0 ? "" : " or enable train.grad_clip");
     float scale = optim_clip_scale(red[1], cfg->grad_clip);
     for (int i = 0; i < m->ntensors; i++) {
         const ParamTensor *t = &m->tensors[i];
@@ -307,11 +309,13 @@ int runtime_validate(Runtime *rt, int batches, double *loss, char *err, size_t e
 
 static int open_data(Runtime *rt, char *err, size_t errlen) {
     const Config *c = rt->cfg;
-    if (rt->chunk_of[0] < 0 && rt->chunk_of[rt->S - 1] < 0) return PP_OK; /* middle ranks read nothing */
+    /* every rank takes part in validation (it is collective); only the ranks of the
+     * first and last stage read tokens */
+    rt->has_val = c->val_path[0] != 0 && c->val_every > 0;
+    if (rt->chunk_of[0] < 0 && rt->chunk_of[rt->S - 1] < 0) return PP_OK;
     int rc = data_open(&rt->train, c->train_path, c->vocab_size, err, errlen);
     if (!rc) rc = data_check_batch(&rt->train, rt->B, rt->T, err, errlen);
-    if (rc || !c->val_path[0]) return rc;
-    rt->has_val = 1;
+    if (rc || !rt->has_val) return rc;
     rc = data_open(&rt->val, c->val_path, c->vocab_size, err, errlen);
     return rc ? rc : data_check_batch(&rt->val, rt->B, rt->T, err, errlen);
 }
@@ -342,6 +346,9 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
         return pp_errf(err, errlen, PP_EUSAGE, "pipeline.stages is %d but %d processes were launched: launch exactly "
                        "pipeline.stages ranks (e.g. scripts/pprun --nproc-per-node %d) or change pipeline.stages",
                        rt->P, comm->world, rt->P);
+    if (rt->v > PP_MAX_CHUNKS)
+        return pp_errf(err, errlen, PP_EUSAGE, "pipeline.virtual_stages %d is more than this build supports (%d)", rt->v,
+                       PP_MAX_CHUNKS);
     ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, cfg->n_layers, cfg->n_heads, cfg->dim,
                    cfg->tie_embeddings};
     int rc = partition_build(&rt->part, cfg->split, d.L, rt->S, d.C, d.Vp, rt->T, err, errlen);

@@ -32,7 +32,7 @@ typedef struct {
     SlotState *slots[PP_MAX_CHUNKS];
     Comm *comm;
     DataSet train, val;
-    int has_val;
+    int has_val;               /* data.val set and data.val_every > 0 (every rank) */
     int *inputs, *targets;     /* [B*T] the global batch (first / last rank only) */
     float *opt_m, *opt_v;      /* optimizer state, same layout as the parameters */
     int tied_peer;             /* rank holding the other copy of wte, -1 if none */
@@ -72,7 +72,8 @@ typedef struct {
 int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, char *err,
                  size_t errlen);
 
-/* Mean loss over `batches` batches of the validation set (forward only). */
+/* Collective (every rank calls it): mean loss over `batches` batches of the
+ * validation set (forward only). */
 int runtime_validate(Runtime *rt, int batches, double *loss, char *err, size_t errlen);
 
 /* Count the last step in the performance report (call after runtime_step; the first
@@ -89,7 +90,8 @@ int runtime_report(Runtime *rt, char *err, size_t errlen);
  * are bitwise identical ([Note: tied embeddings]); PP_ERUNTIME (a bug) if not. */
 int runtime_check_tied(Runtime *rt, char *err, size_t errlen);
 
-/* Slots the schedule needs on local chunk c (exposed for tests). */
+/* Activation slots this rank needs for `stage` when it runs schedule s
+ * ([Note: activation slots]). */
 int runtime_pool_size(const Schedule *s, int rank, int stage);
 
 #endif

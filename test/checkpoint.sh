@@ -62,6 +62,13 @@ run four 4 --set pipeline.microbatches=4 --set output.checkpoint_every=5
 mkdir -p "$tmp/four-to-1" && cp "$tmp/four/losses.csv" "$tmp/four-to-1/"
 run four-to-1 1 --resume "$tmp/four/checkpoints/step_0000005" && close_rows four-to-1 four '6,10p' "reshard 4 -> 1 rank"
 
+# A fresh run (no --resume) refuses an output.dir that holds another run's checkpoints.
+before=$(ls -l "$tmp/full-1f1b/checkpoints")
+run full-1f1b 2 --set pipeline.microbatches=4
+rc=$?
+if [ $rc -eq 2 ] && grep -q 'already holds the checkpoints of a run' "$tmp/full-1f1b.out" && [ "$before" = "$(ls -l "$tmp/full-1f1b/checkpoints")" ]; then
+  ok "a fresh run does not take over an output.dir with checkpoints (exit 2)"; else bad "fresh run into a used output.dir: rc=$rc"; fi
+
 # 3. export -> init_from: exporting, loading the export (train.steps=0 saves it again) and
 #    exporting that gives the same bytes.
 "$PPTRAIN" export --checkpoint "$tmp/full-1f1b/checkpoints/latest" --out "$tmp/m1.bin" >/dev/null &&

@@ -52,6 +52,20 @@ PY
 
 cfg=test/configs/pipe8.yaml
 run ref8 "$cfg" 1
+# one rank holding every stage: the schedules still agree bit for bit
+run gpipe-P1-M4 "$cfg" 1 --set pipeline.microbatches=4 --set pipeline.schedule=gpipe &&
+  run 1f1b-P1-M4 "$cfg" 1 --set pipeline.microbatches=4 --set pipeline.schedule=1f1b &&
+  same gpipe-P1-M4 1f1b-P1-M4
+# validation is collective: 4 stages (two middle ranks) validate every 5 steps
+run val-P4 "$cfg" 4 --set pipeline.microbatches=4 --set data.val=data/tiny/val.bin --set data.val_every=5 --set data.val_batches=2 &&
+  run val-P1 "$cfg" 1 --set pipeline.microbatches=4 --set data.val=data/tiny/val.bin --set data.val_every=5 --set data.val_batches=2 &&
+  if python3 - "$tmp/val-P4.out" "$tmp/val-P1.out" <<'PY'
+import re, sys
+v = [[float(x) for x in re.findall(r"val loss ([0-9.]+)", open(p).read())] for p in sys.argv[1:]]
+print("   validation losses", v)
+sys.exit(not (len(v[0]) == len(v[1]) == 2 and all(abs(a - b) <= 1e-4 * b for a, b in zip(*v))))
+PY
+  then ok "validation with 4 stages equals 1 rank's"; else bad "validation with 4 stages"; fi
 # P=2 and P=4: gpipe and 1f1b share a split, so their losses are bitwise equal;
 # interleaved (2 chunks per rank) splits differently and is compared with 1 process.
 for P in 2 4; do

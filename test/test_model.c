@@ -267,6 +267,7 @@ START_TEST(test_model_gradcheck) {
     model_zero_grads(&m);
     model_forward(&m, 0, 0, 1.0f / (B * T), 1);
     model_backward(&m, 0, 0);
+    model_fold_tied_grad(&m);
     WholeCtx c = {&m, B, T};
     int checked = 0;
     for (int i = 0; i < m.ntensors; i++) { /* a few elements of every tensor */
@@ -367,6 +368,7 @@ START_TEST(test_stage_split_exact) {
     model_backward(&b, 0, 0);
     memcpy(a.chunks[0].slots[0].grad, b.chunks[0].slots[0].grad, (size_t)N * C * 4);
     model_backward(&a, 0, 0);
+    model_fold_tied_grad(&w);
     /* every tensor's gradient equals the whole model's; wte's is the sum of both stages' */
     for (int i = 0; i < w.ntensors; i++) {
         const ParamTensor *t = &w.tensors[i];
