@@ -97,8 +97,9 @@ static void report_build(const Runtime *rt) {
     printf("rank %d: stages", rt->rank);
     for (int c = 0; c < m->nchunks; c++)
         printf(" %d (layers %d-%d, %d slots)", m->chunks[c].stage, m->chunks[c].l0, m->chunks[c].l1 - 1, m->chunks[c].nslots);
-    printf(" | params %zu (%.1f MB) + grads %.1f MB + optimizer %.1f MB + activations %.1f MB\n", m->nparams,
-           pbytes / 1e6, pbytes / 1e6, nstate * pbytes / 1e6, m->act_bytes / 1e6);
+    printf(" | params %zu (%.1f MB) + grads %.1f MB + optimizer %.1f MB + activations %.1f MB + receive buffers "
+           "%.1f MB\n", m->nparams, pbytes / 1e6, pbytes / 1e6, nstate * pbytes / 1e6, m->act_bytes / 1e6,
+           rt->recv_bytes / 1e6);
 }
 
 /* [Note: stopping on a signal] SIGTERM and SIGUSR1 (SLURM's --signal=USR1@120

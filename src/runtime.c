@@ -16,13 +16,15 @@ static const char *const kind_names[] = {"?", "activation", "gradient", "validat
 
 /* ---- slot pool ----------------------------------------------------------------
  * [Note: activation slots] A local chunk keeps one slot per microbatch it holds. A
- * slot is taken at RECV_F (or F when the input is local) and given back when nothing
- * will read it again: in training after B(s,m) on stage 0, after SEND_B(s,m) was
- * posted, or after the local stage s-1 copied the input gradient out in B(s-1,m);
- * in a forward-only pass after F on the last stage, after SEND_F, or after F(s+1,m)
+ * slot is taken at F and given back when nothing will read it again: in training
+ * after B(s,m) when s is stage 0 or stage s-1 is local (B pushes the input gradient
+ * into stage s-1's slot), else after SEND_B(s,m) was posted; in a forward-only pass after F on the last stage, after SEND_F, or after F(s+1,m)
  * copied the output. A given-back slot may still be read by a posted send; taking it
  * again first waits for that send. runtime_pool_size replays the list by these same
- * rules, so the pool is exactly as large as the schedule needs. */
+ * rules, so the pool is exactly as large as the schedule needs (sched_peak_inflight).
+ * A RECV_F, which the lowering may place well before its F, receives into a small
+ * [N,C] buffer that F then swaps into the slot it takes: a received microbatch does not
+ * hold a whole slot of activations while it waits. */
 
 static int stage_local(const Schedule *s, int rank, int stage) {
     return stage >= 0 && stage < s->S && sched_stage_rank(stage, s->P) == rank;
@@ -34,8 +36,8 @@ static int releases(const Schedule *s, int rank, const Action *a, int stage) {
     if (fwd) return (t == ACT_F && a->stage == stage && stage == s->S - 1) ||
                     (t == ACT_SEND_F && a->stage == stage) ||
                     (t == ACT_F && a->stage == stage + 1 && stage_local(s, rank, stage + 1));
-    return (t == ACT_B && a->stage == stage && stage == 0) || (t == ACT_SEND_B && a->stage == stage) ||
-           (t == ACT_B && a->stage == stage - 1 && stage_local(s, rank, stage - 1));
+    return (t == ACT_B && a->stage == stage && (stage == 0 || stage_local(s, rank, stage - 1))) ||
+           (t == ACT_SEND_B && a->stage == stage);
 }
 
 int runtime_pool_size(const Schedule *s, int rank, int stage) {
@@ -43,7 +45,7 @@ int runtime_pool_size(const Schedule *s, int rank, int stage) {
     char *have = pp_calloc(s->M, 1);
     for (int i = 0; i < s->len[rank]; i++) {
         const Action *a = &s->acts[rank][i];
-        if ((a->type == ACT_RECV_F || a->type == ACT_F) && a->stage == stage && !have[a->mb]) {
+        if (a->type == ACT_F && a->stage == stage && !have[a->mb]) {
             have[a->mb] = 1;
             peak = ++held > peak ? held : peak;
         }
@@ -53,6 +55,17 @@ int runtime_pool_size(const Schedule *s, int rank, int stage) {
         }
     }
     free(have);
+    return peak;
+}
+
+int runtime_recv_pool_size(const Schedule *s, int rank, int stage) {
+    int held = 0, peak = 0;
+    for (int i = 0; i < s->len[rank]; i++) {
+        const Action *a = &s->acts[rank][i];
+        if (a->stage != stage) continue;
+        if (a->type == ACT_RECV_F) peak = ++held > peak ? held : peak;
+        if (a->type == ACT_F && held > 0 && stage > 0 && !stage_local(s, rank, stage - 1)) held--;
+    }
     return peak;
 }
 
@@ -95,6 +108,12 @@ static int slot_acquire(Runtime *rt, int c, int mb, int step, int *out, char *er
 
 static void slot_release(Runtime *rt, int c, int i) { rt->slots[c][i].busy = 0; }
 
+static RecvBuf *recv_find(Runtime *rt, int c, int mb) {
+    for (int i = 0; i < rt->nrbufs[c]; i++)
+        if (rt->rbufs[c][i].mb == mb) return &rt->rbufs[c][i];
+    return NULL;
+}
+
 /* ---- the interpreter ---------------------------------------------------------- */
 
 typedef struct {
@@ -119,9 +138,16 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = slot_find(rt, c, m), rc;
     size_t NC = (size_t)rt->Bmb * rt->T * rt->model.d.C, rows = (size_t)m * rt->Bmb * rt->T;
     if (i < 0 && (rc = slot_acquire(rt, c, m, x->step, &i, err, errlen))) return rc;
-    SlotState *st = &rt->slots[c][i];
     ActSlot *as = &rt->model.chunks[c].slots[i];
-    if ((rc = wait_req(rt, &st->recv, "recv activation", s, m, x->step, err, errlen))) return rc;
+    if (s > 0 && rt->chunk_of[s - 1] < 0) { /* take over the received input */
+        RecvBuf *rb = recv_find(rt, c, m);
+        if (!rb) PP_DIE("stage %d: no receive posted for microbatch %d (schedule bug)", s, m);
+        if ((rc = wait_req(rt, &rb->req, "recv activation", s, m, x->step, err, errlen))) return rc;
+        float *t = as->input;
+        as->input = rb->buf;
+        rb->buf = t;
+        rb->mb = -1;
+    }
     if (s == 0) memcpy(as->tokens, rt->inputs + rows, rt->Bmb * rt->T * sizeof(int));
     if (s == rt->S - 1) memcpy(as->targets, rt->targets + rows, rt->Bmb * rt->T * sizeof(int));
     if (s > 0 && rt->chunk_of[s - 1] >= 0) { /* local handover from stage s-1 */
@@ -145,18 +171,17 @@ static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     SlotState *st = &rt->slots[c][i];
     ActSlot *as = &rt->model.chunks[c].slots[i];
     if ((rc = wait_req(rt, &st->recv, "recv gradient", s, m, x->step, err, errlen))) return rc;
-    if (s < rt->S - 1 && rt->chunk_of[s + 1] >= 0) { /* local handover from stage s+1 */
-        int nc = rt->chunk_of[s + 1], ni = held_slot(rt, nc, m);
-        memcpy(as->grad, rt->model.chunks[nc].slots[ni].grad, NC * sizeof(float));
-        slot_release(rt, nc, ni);
-    }
     double t0 = trace_now_us();
     model_backward(&rt->model, c, i);
     double t1 = trace_now_us();
     rt->busy_s += (t1 - t0) * 1e-6;
     rt->cur_b[s] += (t1 - t0) * 1e-6;
     if (rt->trace) trace_add(rt->trace, "B", "compute", t0, t1, s, m, x->step);
-    if (s == 0) slot_release(rt, c, i);
+    if (s > 0 && rt->chunk_of[s - 1] >= 0) { /* local handover: push d(input) to stage s-1 */
+        int pc = rt->chunk_of[s - 1];
+        memcpy(rt->model.chunks[pc].slots[held_slot(rt, pc, m)].grad, as->grad, NC * sizeof(float));
+    }
+    if (s == 0 || rt->chunk_of[s - 1] >= 0) slot_release(rt, c, i);
     return PP_OK;
 }
 
@@ -175,12 +200,15 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
         if (x->fwd_only) slot_release(rt, c, i);
         what = "send activation";
         break;
-    case ACT_RECV_F:
-        if ((rc = slot_acquire(rt, c, m, x->step, &i, err, errlen))) return rc;
+    case ACT_RECV_F: {
+        RecvBuf *rb = recv_find(rt, c, -1);
+        if (!rb) PP_DIE("stage %d: all %d receive buffers busy at microbatch %d (a bug)", s, rt->nrbufs[c], m);
+        rb->mb = m;
         tag = tag_of(x->step, s - 1, m, x->kind_act);
-        rc = comm_irecv(cm, sched_stage_rank(s - 1, rt->P), &tag, rt->model.chunks[c].slots[i].input, bytes, &rt->slots[c][i].recv);
+        rc = comm_irecv(cm, sched_stage_rank(s - 1, rt->P), &tag, rb->buf, bytes, &rb->req);
         what = "post recv activation";
         break;
+    }
     case ACT_SEND_B:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, KIND_GRAD);
@@ -215,13 +243,15 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
         default: rc = exec_transfer(rt, a, x, err, errlen); break;
         }
     }
-    for (int c = 0; c < rt->model.nchunks && rc == PP_OK; c++)
+    for (int c = 0; c < rt->model.nchunks && rc == PP_OK; c++) {
+        for (int i = 0; i < rt->nrbufs[c]; i++) PP_CHECK(rt->rbufs[c][i].mb < 0); /* every F ran */
         for (int i = 0; i < rt->model.chunks[c].nslots && rc == PP_OK; i++) {
             SlotState *st = &rt->slots[c][i];
             PP_CHECK(!st->busy && !st->recv); /* the schedule released everything */
             for (int k = 0; k < 2 && rc == PP_OK; k++)
                 rc = wait_req(rt, &st->send[k], "a send to complete", rt->model.chunks[c].stage, st->mb, x->step, err, errlen);
         }
+    }
     return rc;
 }
 
@@ -362,9 +392,18 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
         rt->chunk_of[s] = c;
     }
     model_init(&rt->model, &d, specs, rt->v, rt->Bmb, rt->T, backend_cpu());
+    size_t NC = (size_t)rt->Bmb * rt->T * d.C;
     for (int c = 0; c < rt->v; c++) {
+        int s = specs[c].stage, nr = runtime_recv_pool_size(&rt->sched, rt->rank, s);
+        int nrv = runtime_recv_pool_size(&rt->fwd, rt->rank, s);
         rt->slots[c] = pp_calloc(specs[c].nslots, sizeof(SlotState));
         for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1;
+        rt->nrbufs[c] = nr > nrv ? nr : nrv;
+        rt->rbufs[c] = pp_calloc(rt->nrbufs[c] ? rt->nrbufs[c] : 1, sizeof(RecvBuf));
+        for (int i = 0; i < rt->nrbufs[c]; i++) {
+            rt->rbufs[c][i] = (RecvBuf){pp_malloc(NC * sizeof(float)), -1, NULL};
+            rt->recv_bytes += NC * sizeof(float);
+        }
     }
     model_init_weights(&rt->model, cfg->seed, cfg->init_std);
     if (cfg->init_from[0] && (rc = model_load_llmc(&rt->model, cfg->init_from, err, errlen))) return rc;
@@ -379,7 +418,11 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
 }
 
 void runtime_free(Runtime *rt) {
-    for (int c = 0; c < rt->model.nchunks; c++) free(rt->slots[c]);
+    for (int c = 0; c < rt->model.nchunks; c++) {
+        free(rt->slots[c]);
+        for (int i = 0; i < rt->nrbufs[c]; i++) free(rt->rbufs[c][i].buf);
+        free(rt->rbufs[c]);
+    }
     model_free(&rt->model);
     sched_free(&rt->sched);
     sched_free(&rt->fwd);

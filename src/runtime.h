@@ -18,8 +18,15 @@ typedef struct {
     int mb;              /* microbatch held, -1 when free */
     int busy;            /* holds live activations (acquired, not yet released) */
     CommReq *send[2];    /* outstanding sends reading this slot (output, input grad) */
-    CommReq *recv;       /* outstanding receive into this slot */
+    CommReq *recv;       /* outstanding receive of the output gradient into this slot */
 } SlotState;
+
+/* A buffer a RECV_F receives into until its forward takes it over. */
+typedef struct {
+    float *buf;          /* [N,C] */
+    int mb;              /* microbatch it receives, -1 when free */
+    CommReq *req;
+} RecvBuf;
 
 typedef struct {
     const Config *cfg;
@@ -30,6 +37,9 @@ typedef struct {
     Model model;
     int chunk_of[PP_MAX_STAGES]; /* local chunk index of a stage, -1 if remote */
     SlotState *slots[PP_MAX_CHUNKS];
+    RecvBuf *rbufs[PP_MAX_CHUNKS];
+    int nrbufs[PP_MAX_CHUNKS];
+    size_t recv_bytes;         /* all receive buffers, for the build report */
     Comm *comm;
     DataSet train, val;
     int has_val;               /* data.val set and data.val_every > 0 (every rank) */
@@ -93,5 +103,7 @@ int runtime_check_tied(Runtime *rt, char *err, size_t errlen);
 /* Activation slots this rank needs for `stage` when it runs schedule s
  * ([Note: activation slots]). */
 int runtime_pool_size(const Schedule *s, int rank, int stage);
+/* Receive buffers this rank needs for `stage`: RECV_F posted, F not yet run. */
+int runtime_recv_pool_size(const Schedule *s, int rank, int stage);
 
 #endif
