@@ -16,10 +16,6 @@
 
 #define MAX_TENSORS_PER_PARAM 3
 
-static int stores_tensor(const Runtime *rt, const ParamTensor *t) {
-    return !(rt->tied_peer >= 0 && rt->chunk_of[0] < 0 && !strcmp(t->name, "wte"));
-}
-
 static void model_string(const Runtime *rt, char *buf, size_t n) {
     const ModelDims *d = &rt->model.d;
     snprintf(buf, n, "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d", d->V, d->Vp, d->maxT, d->L, d->NH, d->C, d->tied);
@@ -31,7 +27,7 @@ static int collect(const Runtime *rt, CkptTensor *out, char (*names)[64]) {
     int n = 0;
     for (int i = 0; i < m->ntensors; i++) {
         const ParamTensor *t = &m->tensors[i];
-        if (!stores_tensor(rt, t)) continue;
+        if (runtime_tied_replica(rt, t)) continue;
         const float *src[3] = {m->params + t->offset, rt->opt_m ? rt->opt_m + t->offset : NULL,
                                rt->opt_v ? rt->opt_v + t->offset : NULL};
         const char *suffix[3] = {"", ".opt_m", ".opt_v"};

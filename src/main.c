@@ -155,6 +155,9 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
     /* the end of the run: a final checkpoint, unless resumed at the end already */
     if (start < cfg->steps || (cfg->steps == 0 && start == 0)) /* steps 0: convert init_from */
         return checkpoint_save(ck, rt, cfg->steps, 1, err, errlen);
+    if (rt->rank == 0)
+        printf("nothing to do: the checkpoint has %d steps, train.steps is %d (raise train.steps to go on)\n", start,
+               cfg->steps);
     return checkpoint_finish(ck, rt, err, errlen);
 }
 

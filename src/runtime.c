@@ -260,6 +260,10 @@ static void load_batch(Runtime *rt, const DataSet *d, long n) {
         data_batch(d, n, rt->B, rt->T, rt->inputs, rt->targets);
 }
 
+int runtime_tied_replica(const Runtime *rt, const ParamTensor *t) {
+    return rt->tied_peer >= 0 && rt->chunk_of[0] < 0 && !strcmp(t->name, "wte");
+}
+
 /* Sum of squared gradients of this rank, counting the tied wte once over all ranks
  * (on the rank of stage 0). */
 static double local_sumsq(const Runtime *rt) {
@@ -267,7 +271,7 @@ static double local_sumsq(const Runtime *rt) {
     double s = 0.0;
     for (int i = 0; i < m->ntensors; i++) {
         const ParamTensor *t = &m->tensors[i];
-        if (rt->tied_peer >= 0 && rt->chunk_of[0] < 0 && !strcmp(t->name, "wte")) continue;
+        if (runtime_tied_replica(rt, t)) continue;
         s += optim_sumsq(m->grads + t->offset, t->numel);
     }
     return s;
@@ -284,7 +288,7 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     memset(rt->cur_b, 0, sizeof rt->cur_b);
     load_batch(rt, &rt->train, step);
     model_zero_grads(m);
-    StepCtx x = {.step = step, .kind_act = KIND_ACT, .dloss = 1.0f / ((float)rt->B * rt->T)};
+    StepCtx x = {.step = step + 1, .kind_act = KIND_ACT, .dloss = 1.0f / ((float)rt->B * rt->T)}; /* 1-based, as logged */
     int rc = run_actions(rt, &rt->sched, &x, err, errlen);
     if (rc) return rc;
     rt->pipe_s = pp_now() - t0;

@@ -96,6 +96,10 @@ void runtime_measure(Runtime *rt);
  * list (the step without the optimizer). */
 int runtime_report(Runtime *rt, char *err, size_t errlen);
 
+/* 1 if t is this rank's replica of the tied wte: the last stage's copy on another rank
+ * than stage 0's. The grad norm counts, and checkpoints store, only stage 0's copy. */
+int runtime_tied_replica(const Runtime *rt, const ParamTensor *t);
+
 /* Collective: check that the two copies of the tied wte (first and last stage's ranks)
  * are bitwise identical ([Note: tied embeddings]); PP_ERUNTIME (a bug) if not. */
 int runtime_check_tied(Runtime *rt, char *err, size_t errlen);
