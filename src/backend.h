@@ -26,10 +26,10 @@ typedef struct Backend {
      * saves mean[N] and rstd[N]. */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
-    /* dinp[N,C] += (accumulates), dw[C] +=, db[C] +=. */
+    /* dinp[N,C] += (accumulates), dw[C] +=, db[C] +=. scratch: scratch_floats(...). */
     void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *mean, const float *rstd,
-                               const float *w, int N, int C);
+                               const float *w, int N, int C, float *scratch);
 
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + b[OC] (b may be NULL). */
     void (*matmul_forward)(float *out, const float *inp, const float *w, const float *b,
@@ -44,9 +44,9 @@ typedef struct Backend {
      * columns 0..t). */
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T,
                               int C, int NH);
-    /* dqkv[B,T,3C] OVERWRITTEN from dout[B,T,C], qkv and att. */
+    /* dqkv[B,T,3C] OVERWRITTEN from dout[B,T,C], qkv and att. scratch as above. */
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+                               const float *att, int B, int T, int C, int NH, float *scratch);
 
     /* out[n] = gelu_tanh(inp[n]) for n < count. */
     void (*gelu_forward)(float *out, const float *inp, size_t count);
@@ -62,6 +62,10 @@ typedef struct Backend {
     /* As above but without the gradient (validation): logits are left clobbered. */
     void (*crossentropy_forward)(float *logits, float *losses, const int *targets, int N,
                                  int V, int Vp);
+
+    /* Floats of scratch memory the backward ops need for up to N rows of length T and
+     * C channels with the current thread count (allocated once, at build time). */
+    size_t (*scratch_floats)(int N, int T, int C);
 
     /* dst[count] += src[count]. */
     void (*add_inplace)(float *dst, const float *src, size_t count);

@@ -71,11 +71,20 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
     }
 }
 
+/* Scratch: per-thread dw/db partial sums of layernorm_backward, or per-thread blocks of
+ * dP in attention_backward, whichever is larger. */
+static size_t scratch_floats(int N, int T, int C) {
+    size_t nt = (size_t)omp_get_max_threads(), ln = nt * 2 * C, att = nt * ATT_BLOCK * (size_t)T;
+    (void)N;
+    return ln > att ? ln : att;
+}
+
 static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *mean, const float *rstd,
-                               const float *w, int N, int C) {
+                               const float *w, int N, int C, float *scratch) {
     int nt = omp_get_max_threads();
-    float *part = pp_calloc((size_t)nt * 2 * C, sizeof(float)); /* per-thread dw, db */
+    float *part = scratch; /* [nt][2][C]: per-thread dw, db */
+    memset(part, 0, (size_t)nt * 2 * C * sizeof(float));
 #pragma omp parallel
     {
         int id = omp_get_thread_num();
@@ -109,7 +118,6 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
             db[c] += pdb[c];
         }
     }
-    free(part);
 }
 
 static void matmul_forward(float *out, const float *inp, const float *w, const float *b,
@@ -185,12 +193,12 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
 }
 
 static void attention_backward(float *dqkv, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH) {
+                               const float *att, int B, int T, int C, int NH, float *scratch) {
     int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
     {
-        float *dS = pp_malloc((size_t)ATT_BLOCK * T * sizeof(float)); /* one block of dP */
+        float *dS = scratch + (size_t)omp_get_thread_num() * ATT_BLOCK * T; /* a block of dP */
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
             int b = bh / NH, h = bh % NH;
@@ -228,7 +236,6 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
                             q + (size_t)i0 * ld, ld, 1.0f, dk, ld);
             }
         }
-        free(dS);
     }
 }
 
@@ -304,6 +311,7 @@ static const Backend cpu_backend = {
     .gelu_backward = gelu_backward,
     .crossentropy_forward_backward = crossentropy_forward_backward,
     .crossentropy_forward = crossentropy_forward,
+    .scratch_floats = scratch_floats,
     .add_inplace = add_inplace,
 };
 

@@ -183,6 +183,7 @@ void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunk
     m->dbig = pp_malloc(N * 4 * C * sizeof(float));
     m->dmid = pp_malloc(N * C * sizeof(float));
     m->dqkv = pp_malloc(N * 3 * C * sizeof(float));
+    m->scratch = pp_malloc(be->scratch_floats((int)N, T, (int)C) * sizeof(float));
     m->losses = pp_malloc(N * sizeof(float));
     m->logits = any_last ? pp_malloc(N * d->Vp * sizeof(float)) : NULL;
 }
@@ -194,6 +195,7 @@ void model_free(Model *m) {
     }
     free(m->tensors), free(m->params), free(m->grads), free(m->lp), free(m->lg);
     free(m->dbig), free(m->dmid), free(m->dqkv), free(m->losses), free(m->logits), free(m->dhead_tied);
+    free(m->scratch);
     memset(m, 0, sizeof *m);
 }
 
@@ -279,12 +281,12 @@ static void layer_backward(Model *m, LayerParams *g, float *dres, const LayerAct
     be->gelu_backward(dbig, a->fch, dbig, (size_t)N * 4 * C);
     be->matmul_backward(dmid, g->fcw, g->fcb, dbig, a->ln2, p->fcw, N, C, 4 * C);
     /* the MLP branch's gradient joins the residual path: dres = d(res2) */
-    be->layernorm_backward(dres, g->ln2w, g->ln2b, dmid, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C);
+    be->layernorm_backward(dres, g->ln2w, g->ln2b, dmid, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C, m->scratch);
     be->matmul_backward(dmid, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C, C);
-    be->attention_backward(m->dqkv, dmid, a->qkv, a->att, B, T, C, NH);
+    be->attention_backward(m->dqkv, dmid, a->qkv, a->att, B, T, C, NH, m->scratch);
     be->matmul_backward(dmid, g->qkvw, g->qkvb, m->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
     /* the attention branch's gradient joins too: dres = d(x) */
-    be->layernorm_backward(dres, g->ln1w, g->ln1b, dmid, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C);
+    be->layernorm_backward(dres, g->ln1w, g->ln1b, dmid, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C, m->scratch);
 }
 
 static double head_forward(Model *m, ActSlot *a, const float *x, float dloss, int want_grad) {
@@ -328,7 +330,7 @@ void model_backward(Model *m, int c, int s) {
     if (ck->last) {
         memset(a->grad, 0, (size_t)N * C * sizeof(float));
         m->be->layernorm_backward(a->grad, m->dlnfw, m->dlnfb, a->dlnf, layer_input(a, nl),
-                                  a->lnf_mean, a->lnf_rstd, m->lnfw, N, C);
+                                  a->lnf_mean, a->lnf_rstd, m->lnfw, N, C, m->scratch);
     }
     for (int l = ck->l1 - 1; l >= ck->l0; l--) {
         int li = l - ck->l0;

@@ -97,6 +97,7 @@ typedef struct {
     float *dbig;              /* [N,4C] */
     float *dmid;              /* [N,C] */
     float *dqkv;              /* [N,3C] */
+    float *scratch;           /* be->scratch_floats(N, T, C) for the backward ops */
     size_t act_bytes;         /* activation slot bytes, for the build report */
 } Model;
 

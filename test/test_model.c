@@ -94,7 +94,7 @@ START_TEST(test_layernorm_grad) {
     ln_loss(&c);
     float *dx = tcalloc(N * C, 4), *dw = tcalloc(C, 4), *db = tcalloc(C, 4);
     for (int i = 0; i < N * C; i++) dx[i] = 0.25f; /* accumulates: starts from 0.25 */
-    be->layernorm_backward(dx, dw, db, c.R, c.x, c.mean, c.rstd, c.w, N, C);
+    be->layernorm_backward(dx, dw, db, c.R, c.x, c.mean, c.rstd, c.w, N, C, talloc(be->scratch_floats(N, 1, C) * 4));
     double *gx = numgrad(ln_loss, &c, c.x, N * C, 1e-2f), *gw = numgrad(ln_loss, &c, c.w, C, 1e-2f);
     double *gb = numgrad(ln_loss, &c, c.b, C, 1e-2f);
     for (int i = 0; i < N * C; i++) gx[i] += 0.25;
@@ -142,7 +142,8 @@ static void check_attention(int B, int T, int C, int NH) {
                 rand_buf((size_t)B * T * 3 * C, 1), rand_buf((size_t)B * T * C, 1), B, T, C, NH};
     att_loss(&c);
     float *dqkv = talloc((size_t)B * T * 3 * C * 4);
-    backend_cpu()->attention_backward(dqkv, c.R, c.qkv, c.att, B, T, C, NH);
+    backend_cpu()->attention_backward(dqkv, c.R, c.qkv, c.att, B, T, C, NH,
+                                      talloc(backend_cpu()->scratch_floats(B * T, T, C) * 4));
     double *g = numgrad(att_loss, &c, c.qkv, (size_t)B * T * 3 * C, 1e-2f);
     assert_close("dqkv", dqkv, g, (size_t)B * T * 3 * C, 2e-3, 2e-3);
     /* causality: output row t must not depend on positions > t */
