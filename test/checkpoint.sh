@@ -6,7 +6,7 @@ set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 tmp=$(mktemp -d /tmp/pptrain-ckpt.XXXXXX)
 bgpid=
-cleanup() { [ -n "$bgpid" ] && kill -9 "$bgpid" 2>/dev/null; rm -rf "$tmp"; }
+cleanup() { [ -n "$bgpid" ] && kill -9 $bgpid 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
@@ -113,10 +113,34 @@ for delay in 0.7 1.1 1.6; do
     ok "killed during saves after ${delay}s: latest=$latest resumes" || bad "killed after ${delay}s: latest=$latest: $(grep error "$tmp/kill2.out")"
 done
 
+# ... and with 2 ranks: rank 1 killed while both write shards every step; the survivor
+# exits 1, and `latest` names a complete 2-shard checkpoint that 2 ranks resume.
+rm -rf "$tmp/kill2"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+k=()
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$PPTRAIN" --config "$cfg" \
+    --set pipeline.stages=2 --set output.dir="$tmp/kill2" --set train.steps=100000 --set output.checkpoint_every=1 \
+    --set model.dim=64 --set runtime.timeout_s=10 >"$tmp/kill2-$r.out" 2>&1 &
+  k+=($!)
+done
+bgpid="${k[0]} ${k[1]}"
+sleep 1.5
+kill -9 "${k[1]}"
+wait "${k[0]}"; rc0=$?
+wait "${k[1]}" 2>/dev/null; bgpid=
+latest=$(readlink "$tmp/kill2/checkpoints/latest")
+step=$((10#${latest#step_}))
+run kill2 2 --set train.steps=$((step + 1)) --set model.dim=64 --resume &&
+  [ $rc0 -eq 1 ] && ok "rank 1 killed during 2-rank saves: rank 0 exits 1, latest=$latest resumes on 2 ranks" ||
+  bad "2-rank kill during saves: rc0=$rc0 latest=$latest: $(grep error "$tmp/kill2.out")"
+
 # 6. SIGTERM mid-run: all ranks finish the step, checkpoint, exit 0; the resumed run
 #    produces exactly the losses of a run that never stopped.
 run term-full 2 --set train.steps=400 --set model.dim=64
-timeout 120 scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config "$cfg" --set pipeline.stages=2 --set output.dir="$tmp/term" \
+# (no `timeout` around pprun here: it would signal pprun twice, and pprun, like torchrun,
+# turns a second SIGTERM into SIGKILL; the loops below bound the wait instead)
+scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config "$cfg" --set pipeline.stages=2 --set output.dir="$tmp/term" \
   --set output.log_every=1 --set train.steps=400 --set model.dim=64 >"$tmp/term.out" 2>&1 &
 bgpid=$!
 for _ in $(seq 200); do # until 20 steps are done (at most 20 s)
@@ -124,6 +148,8 @@ for _ in $(seq 200); do # until 20 steps are done (at most 20 s)
   sleep 0.1
 done
 kill -TERM "$bgpid"
+for _ in $(seq 600); do kill -0 "$bgpid" 2>/dev/null || break; sleep 0.1; done # at most 60 s
+kill -9 "$bgpid" 2>/dev/null
 wait "$bgpid"; rc=$?; bgpid=
 stopped=$(tail -n +2 "$tmp/term/losses.csv" | wc -l)
 if [ $rc -eq 0 ] && [ "$stopped" -lt 400 ] && grep -q 'stopping on a signal' "$tmp/term.out"; then ok "SIGTERM after step $stopped: checkpoint and exit 0"; else bad "SIGTERM: rc=$rc rows=$stopped"; fi
