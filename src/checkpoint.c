@@ -16,6 +16,16 @@
 
 #define MAX_TENSORS_PER_PARAM 3
 
+static const char *const state_suffix[MAX_TENSORS_PER_PARAM] = {"", ".opt_m", ".opt_v"};
+
+/* The arrays stored for parameter t: its values, then the optimizer state this run
+ * keeps (NULL where it keeps none), in state_suffix order. */
+static void state_arrays(const Runtime *rt, const ParamTensor *t, float *out[MAX_TENSORS_PER_PARAM]) {
+    out[0] = rt->model.params + t->offset;
+    out[1] = rt->opt_m ? rt->opt_m + t->offset : NULL;
+    out[2] = rt->opt_v ? rt->opt_v + t->offset : NULL;
+}
+
 static void model_string(const Runtime *rt, char *buf, size_t n) {
     const ModelDims *d = &rt->model.d;
     snprintf(buf, n, "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d", d->V, d->Vp, d->maxT, d->L, d->NH, d->C, d->tied);
@@ -28,12 +38,11 @@ static int collect(const Runtime *rt, CkptTensor *out, char (*names)[64]) {
     for (int i = 0; i < m->ntensors; i++) {
         const ParamTensor *t = &m->tensors[i];
         if (runtime_tied_replica(rt, t)) continue;
-        const float *src[3] = {m->params + t->offset, rt->opt_m ? rt->opt_m + t->offset : NULL,
-                               rt->opt_v ? rt->opt_v + t->offset : NULL};
-        const char *suffix[3] = {"", ".opt_m", ".opt_v"};
-        for (int k = 0; k < 3; k++) {
+        float *src[MAX_TENSORS_PER_PARAM];
+        state_arrays(rt, t, src);
+        for (int k = 0; k < MAX_TENSORS_PER_PARAM; k++) {
             if (!src[k]) continue;
-            snprintf(names[n], 64, "%s%s", t->name, suffix[k]);
+            snprintf(names[n], 64, "%s%s", t->name, state_suffix[k]);
             out[n] = (CkptTensor){.name = names[n], .dtype = CKPT_F32, .ndim = t->ndim, .data = src[k]};
             out[n].shape[0] = t->shape[0];
             out[n].shape[1] = t->shape[1];
@@ -153,12 +162,11 @@ int checkpoint_load(Runtime *rt, const char *path, long *step, char *err, size_t
     for (int i = 0; i < m->ntensors && rc == PP_OK; i++) {
         const ParamTensor *t = &m->tensors[i];
         int64_t shape[2] = {t->shape[0], t->shape[1]};
-        float *dst[3] = {m->params + t->offset, rt->opt_m ? rt->opt_m + t->offset : NULL,
-                         rt->opt_v ? rt->opt_v + t->offset : NULL};
-        const char *suffix[3] = {"", ".opt_m", ".opt_v"};
-        for (int k = 0; k < 3 && rc == PP_OK; k++) {
+        float *dst[MAX_TENSORS_PER_PARAM];
+        state_arrays(rt, t, dst);
+        for (int k = 0; k < MAX_TENSORS_PER_PARAM && rc == PP_OK; k++) {
             if (!dst[k]) continue;
-            snprintf(name, sizeof name, "%s%s", t->name, suffix[k]);
+            snprintf(name, sizeof name, "%s%s", t->name, state_suffix[k]);
             if (ckpt_find(r, name, NULL) != 0) {
                 rc = pp_errf(err, errlen, PP_ERUNTIME, "%s has no tensor '%s'%s", dir, name,
                              k ? ": it was written with another optimizer (train.optimizer.name)" : "");
