@@ -380,6 +380,12 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
         return pp_errf(err, errlen, PP_EUSAGE, "pipeline.stages is %d but %d processes were launched: launch exactly "
                        "pipeline.stages ranks (e.g. scripts/pprun --nproc-per-node %d) or change pipeline.stages",
                        rt->P, comm->world, rt->P);
+    /* [Note: backends] only the CPU backend and the socket transport exist so far: a
+     * config asking for CUDA or NCCL is refused rather than run on something else */
+    if (!strcmp(cfg->device, "cuda") || !strcmp(cfg->transport, "nccl"))
+        return pp_errf(err, errlen, PP_EUSAGE, "runtime.device=%s, runtime.transport=%s: this build has only the CPU "
+                       "backend and the socket transport; use runtime.device: cpu (or auto) and transport: socket "
+                       "(or auto)", cfg->device, cfg->transport);
     if (rt->v > PP_MAX_CHUNKS)
         return pp_errf(err, errlen, PP_EUSAGE, "pipeline.virtual_stages %d is more than this build supports (%d)", rt->v,
                        PP_MAX_CHUNKS);
