@@ -64,12 +64,14 @@ void checkpoint_init(Checkpointer *c, const Runtime *rt, const char *config_text
     o.strategy = o.level == 1 ? CKPT_RLE : CKPT_DEFLATE;
     c->writer = ckpt_writer_create(&o);
     c->pending = -1;
-    int cap = rt->model.ntensors * MAX_TENSORS_PER_PARAM;
-    CkptTensor *t = pp_calloc(cap, sizeof *t);
-    char(*names)[64] = pp_calloc(cap, 64);
-    ckpt_writer_reserve(c->writer, t, collect(rt, t, names));
-    free(t);
-    free(names);
+    if (rt->cfg->checkpoint_every > 0) { /* background saves: no page faults in a step */
+        int cap = rt->model.ntensors * MAX_TENSORS_PER_PARAM;
+        CkptTensor *t = pp_calloc(cap, sizeof *t);
+        char(*names)[64] = pp_calloc(cap, 64);
+        ckpt_writer_reserve(c->writer, t, collect(rt, t, names));
+        free(t);
+        free(names);
+    }
     c->config_text = strdup(config_text);
 }
 
@@ -132,8 +134,8 @@ int checkpoint_finish(Checkpointer *c, Runtime *rt, char *err, size_t errlen) {
     if ((rc = agree(rt, rc == PP_OK, "writing the checkpoint shards", err, errlen))) return rc;
     if (rt->rank == 0) {
         model_string(rt, model, sizeof model);
-        CkptKV kv[] = {{"model", model}, {"config", c->config_text}};
-        rc = ckpt_commit(c->root, c->pending, rt->P, kv, 2, rt->cfg->checkpoint_keep, err, errlen);
+        CkptKV kv[] = {{"model", model}, {"optimizer", rt->cfg->optimizer}, {"config", c->config_text}};
+        rc = ckpt_commit(c->root, c->pending, rt->P, kv, 3, rt->cfg->checkpoint_keep, err, errlen);
     }
     if ((rc = agree(rt, rc == PP_OK, "committing the checkpoint", err, errlen))) return rc;
     snprintf(step, sizeof step, "%07ld", c->pending);
@@ -155,6 +157,13 @@ int checkpoint_load(Runtime *rt, const char *path, long *step, char *err, size_t
     if (!theirs || strcmp(theirs, model) != 0) { /* theirs lives in r: format first */
         pp_errf(err, errlen, PP_ERUNTIME, "%s holds another model (%s) than this config (%s): resume with the "
                 "model config it was written with", dir, theirs ? theirs : "no model entry", model);
+        ckpt_close(r);
+        return PP_ERUNTIME;
+    }
+    const char *opt = ckpt_extra(r, "optimizer");
+    if (!opt || strcmp(opt, rt->cfg->optimizer) != 0) { /* SGD's momentum is not Adam's m */
+        pp_errf(err, errlen, PP_ERUNTIME, "%s was written with train.optimizer.name %s, this run uses %s: resume with "
+                "the same optimizer", dir, opt ? opt : "(unknown)", rt->cfg->optimizer);
         ckpt_close(r);
         return PP_ERUNTIME;
     }

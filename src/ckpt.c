@@ -484,8 +484,9 @@ static int cmp_long_desc(const void *a, const void *b) {
 }
 
 /* Remove stale *.tmp entries and every complete checkpoint except `current` and the
- * keep-1 others with the highest steps. Problems are reported, not fatal: the new
- * checkpoint is committed by now. */
+ * keep-1 others with the highest steps below it. Steps above `current` (left by a run
+ * that was resumed from an earlier step) are neither counted nor removed. Problems are
+ * reported, not fatal: the new checkpoint is committed by now. */
 static void prune(const char *root, long current, int keep) {
     DIR *d = opendir(root);
     if (!d) return;
@@ -493,7 +494,7 @@ static void prune(const char *root, long current, int keep) {
     int nsteps = 0, nstale = 0, staging;
     for (struct dirent *de; (de = readdir(d)) != NULL;) {
         long s = step_of(de->d_name, &staging);
-        if (s < 0 || (!staging && s == current)) continue;
+        if (s < 0 || (!staging && s >= current)) continue;
         long **arr = staging ? &stale : &steps;
         int *cnt = staging ? &nstale : &nsteps;
         *arr = realloc(*arr, (size_t)(*cnt + 1) * sizeof **arr);

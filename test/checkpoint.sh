@@ -97,6 +97,8 @@ corrupt "missing shard" "shard_00001" "rm $tmp/bad/$shard"
 rm -rf "$tmp/bad" && cp -r "$tmp/full-1f1b" "$tmp/bad"
 run bad 2 --set pipeline.microbatches=4 --set model.dim=64 --resume
 [ $? -eq 1 ] && grep -q 'another model' "$tmp/bad.out" && ok "a checkpoint of another model is refused" || bad "other model: $(grep error "$tmp/bad.out")"
+run bad 2 --set pipeline.microbatches=4 --set train.optimizer.name=sgd --resume
+[ $? -eq 1 ] && grep -q 'written with train.optimizer.name adamw' "$tmp/bad.out" && ok "another optimizer's state is refused" || bad "other optimizer: $(grep error "$tmp/bad.out")"
 
 # 5. A rank killed with SIGKILL while checkpoints are being written (every step):
 #    `latest` always names a complete checkpoint that resumes.

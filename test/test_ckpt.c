@@ -865,10 +865,12 @@ START_TEST(test_keep_latest_stale_resolve) {
     ck_assert_str_eq(got, tmp("step_0000050"));
     ck_assert_int_eq(ckpt_resolve(tmp("step_0000040"), got, sizeof got, g_err, 256), PP_OK);
     ck_assert_str_eq(got, tmp("step_0000040"));
-    /* saving an older step keeps it (it is the newest save) plus the highest other */
+    /* saving an older step (a run resumed from step 40) keeps it plus the keep-1 highest
+     * below it, so the resumed run keeps its own fallback; steps above it (left by the
+     * run it branched from) are neither counted nor removed */
     save(g_dir, 45, 2, s.t, NT, &o, 2);
-    ck_assert(file_exists(tmp("step_0000045")) && file_exists(tmp("step_0000050")));
-    ck_assert(!file_exists(tmp("step_0000040")));
+    ck_assert(file_exists(tmp("step_0000045")) && file_exists(tmp("step_0000040")));
+    ck_assert(file_exists(tmp("step_0000050")));
     ck_assert_int_eq(ckpt_resolve(g_dir, got, sizeof got, g_err, 256), PP_OK);
     ck_assert_str_eq(got, tmp("step_0000045"));
     /* saving the same step again replaces it */
@@ -879,7 +881,7 @@ START_TEST(test_keep_latest_stale_resolve) {
     ck_assert_int_eq(count_steps(1), 0);
     /* keep <= 0 keeps everything */
     for (long step = 60; step <= 62; step++) save(g_dir, step, 1, s.t, 2, &o, 0);
-    ck_assert_int_eq(count_steps(0), 5);
+    ck_assert_int_eq(count_steps(0), 6); /* 40, 45, 50, 60, 61, 62 */
     /* a staging directory and a latest naming a deleted one are refused clearly */
     ck_assert_int_eq(ckpt_stage_dir(g_dir, 70, dir, sizeof dir, g_err, 256), PP_OK);
     ck_assert_int_eq(ckpt_resolve(dir, got, sizeof got, g_err, 256), PP_ERUNTIME);
