@@ -603,12 +603,28 @@ static int rdzv_root(const DistEnv *e, const char *cfg, double timeout, int lfd,
     return PP_OK;
 }
 
-/* A listening socket on an ephemeral port of the local address of connection fd. */
-static int member_listen(int fd, int *lfd, int *port, char *err, size_t n) {
+/* 127.0.0.0/8, ::1 or ::ffff:127.x.y.z. */
+static int addr_is_loopback(const struct sockaddr *sa) {
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+/* A listening socket on an ephemeral port of the local address of connection fd.
+ * [Note: loopback on rank 0's node] In a multi-node job, a rank on rank 0's node may
+ * reach rank 0 over loopback (MASTER_ADDR is a hostname that resolves to 127.0.1.1
+ * there, as Debian's /etc/hosts does): it then listens on every address, and ranks on
+ * other nodes dial it at the address they reach rank 0 at (mesh_dial). */
+static int member_listen(int fd, int multi_node, int *lfd, int *port, char *err, size_t n) {
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
     int l;
     if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) goto fail;
+    if (multi_node && addr_is_loopback((struct sockaddr *)&ss)) {
+        if (ss.ss_family == AF_INET6) ((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_any;
+        else ((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
+    }
     if (ss.ss_family == AF_INET6) ((struct sockaddr_in6 *)&ss)->sin6_port = 0;
     else ((struct sockaddr_in *)&ss)->sin_port = 0;
     l = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -660,7 +676,7 @@ static int rdzv_member(const DistEnv *e, const char *cfg, double timeout, int *l
     int fd = -1, port = 0, rc;
     char why[128];
     if ((rc = connect_retry(e->master_addr, e->rdzv_port, timeout, &fd, err, n))) return rc;
-    rc = member_listen(fd, lfd, &port, err, n);
+    rc = member_listen(fd, e->local_world < e->world, lfd, &port, err, n);
     h.listen_port = (uint32_t)port;
     *rootlen = sizeof *root;
     if (rc == PP_OK && getpeername(fd, (struct sockaddr *)root, rootlen) != 0)
@@ -685,10 +701,20 @@ static int mesh_dial(const DistEnv *e, int p, const RdzvEntry *tab,
     const struct sockaddr *sa = (const struct sockaddr *)root;
     socklen_t len = rootlen;
     int rc = PP_OK;
+    struct sockaddr_storage via_root;
     if (p > 0) {
         if ((rc = resolve(tab[p].host, (int)tab[p].port, 1, &res, err, n))) return rc;
         sa = res->ai_addr;
         len = res->ai_addrlen;
+        if (addr_is_loopback(sa) && !addr_is_loopback((const struct sockaddr *)root)) {
+            /* rank p is on rank 0's node and reached it over loopback ([Note: loopback
+             * on rank 0's node]): dial it where this rank reaches rank 0 */
+            memcpy(&via_root, root, rootlen);
+            if (via_root.ss_family == AF_INET6) ((struct sockaddr_in6 *)&via_root)->sin6_port = htons(tab[p].port);
+            else ((struct sockaddr_in *)&via_root)->sin_port = htons(tab[p].port);
+            sa = (const struct sockaddr *)&via_root;
+            len = rootlen;
+        }
     }
     for (int ch = 0; ch < 2 && rc == PP_OK; ch++) {
         MeshHello h = {MESH_MAGIC, e->rank, e->world, ch};

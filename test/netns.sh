@@ -34,10 +34,31 @@ wait "${pids[0]}"; rc0=$?
 wait "${pids[1]}"; rc1=$?
 pids=()
 timeout 120 scripts/pprun --nproc-per-node 2 "$PPTRAIN" "${args[@]}" --set output.dir="$tmp/p" >"$tmp/p.out" 2>&1
+pass=0 fail=0
 if [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && cmp -s <(cut -d, -f1,2 "$tmp/n/losses.csv") <(cut -d, -f1,2 "$tmp/p/losses.csv"); then
-  echo "ok   2 ranks on 2 network namespaces (10.77.0.1, 10.77.0.2): losses equal to a 1-host run"
-  echo "netns.sh: 1 passed, 0 failed"
+  echo "ok   2 ranks on 2 network namespaces (10.77.0.1, 10.77.0.2): losses equal to a 1-host run"; pass=$((pass + 1))
 else
-  echo "FAIL netns: rc $rc0/$rc1: $(tail -n 3 "$tmp/r0.out") | $(tail -n 3 "$tmp/r1.out")"
-  echo "netns.sh: 0 passed, 1 failed"; exit 1
+  echo "FAIL netns: rc $rc0/$rc1: $(tail -n 3 "$tmp/r0.out") | $(tail -n 3 "$tmp/r1.out")"; fail=$((fail + 1))
 fi
+
+# Two "nodes": ranks 0 and 1 on A reach rank 0 over loopback (as with a MASTER_ADDR
+# hostname that resolves to 127.0.1.1 on its own node), rank 2 on B at 10.77.0.1: rank 2
+# must still reach rank 1.
+args3=(--config test/configs/pipe8.yaml --set pipeline.stages=3 --set pipeline.microbatches=4 --set output.log_every=1)
+for r in 0 1 2; do
+  if [ $r -lt 2 ]; then n=$A lr=$r lw=2 addr=127.0.0.1; else n=$B lr=0 lw=1 addr=10.77.0.1; fi
+  ip netns exec "$n" env RANK=$r WORLD_SIZE=3 LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$lw MASTER_ADDR=$addr MASTER_PORT=29612 \
+    timeout 120 "$PPTRAIN" "${args3[@]}" --set output.dir="$tmp/n3" >"$tmp/s$r.out" 2>&1 &
+  pids+=($!)
+done
+rcs=""
+for p in "${pids[@]}"; do wait "$p"; rcs="$rcs$?"; done
+pids=()
+timeout 120 scripts/pprun --nproc-per-node 3 "$PPTRAIN" "${args3[@]}" --set output.dir="$tmp/p3" >"$tmp/p3.out" 2>&1
+if [ "$rcs" = 000 ] && cmp -s <(cut -d, -f1,2 "$tmp/n3/losses.csv") <(cut -d, -f1,2 "$tmp/p3/losses.csv"); then
+  echo "ok   3 ranks on 2 nodes, rank 0's node joined over loopback: losses equal to a 1-host run"; pass=$((pass + 1))
+else
+  echo "FAIL 2 nodes with loopback on rank 0's: rc $rcs: $(tail -n 2 "$tmp/s2.out")"; fail=$((fail + 1))
+fi
+echo "netns.sh: $pass passed, $fail failed"
+[ $fail -eq 0 ]
