@@ -122,6 +122,9 @@ static void install_signals(void) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    /* a launcher that died leaves stdout a broken pipe: keep going (and checkpoint on the
+     * SIGTERM that pprun's pdeathsig sends) instead of dying in a printf */
+    signal(SIGPIPE, SIG_IGN);
 }
 
 enum { CTL_STOP, CTL_SAVED, CTL_N };

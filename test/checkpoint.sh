@@ -137,6 +137,20 @@ run kill2 2 --set train.steps=$((step + 1)) --set model.dim=64 --resume &&
   [ $rc0 -eq 1 ] && ok "rank 1 killed during 2-rank saves: rank 0 exits 1, latest=$latest resumes on 2 ranks" ||
   bad "2-rank kill during saves: rc0=$rc0 latest=$latest: $(grep error "$tmp/kill2.out")"
 
+# pprun itself killed (SIGKILL): its ranks get SIGTERM (pdeathsig), save a checkpoint
+# and exit; none is left running.
+scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config "$cfg" --set pipeline.stages=2 --set output.dir="$tmp/orphan" \
+  --set train.steps=100000 >"$tmp/orphan.out" 2>&1 &
+pp=$!
+for _ in $(seq 100); do [ -n "$(pgrep -P "$pp")" ] && [ -e "$tmp/orphan/losses.csv" ] && break; sleep 0.1; done
+kids=$(pgrep -P "$pp")
+kill -9 "$pp"; wait "$pp" 2>/dev/null
+alive=0
+for _ in $(seq 100); do alive=0; for k in $kids; do kill -0 "$k" 2>/dev/null && alive=1; done; [ $alive -eq 0 ] && break; sleep 0.1; done
+for k in $kids; do kill -9 "$k" 2>/dev/null; done
+if [ $alive -eq 0 ] && [ -n "$kids" ] && [ -L "$tmp/orphan/checkpoints/latest" ]; then ok "pprun killed: its ranks checkpoint ($(readlink "$tmp/orphan/checkpoints/latest")) and exit, no orphans"
+else bad "pprun killed: alive=$alive kids='$kids' $(ls "$tmp/orphan/checkpoints" 2>&1)"; fi
+
 # 6. SIGTERM mid-run: all ranks finish the step, checkpoint, exit 0; the resumed run
 #    produces exactly the losses of a run that never stopped.
 run term-full 2 --set train.steps=400 --set model.dim=64
