@@ -427,6 +427,14 @@ typedef struct {
 } MeshHello;
 
 /* Rank 0's listening socket at MASTER_ADDR:rdzv_port (see dist_connect). */
+/* 127.0.0.0/8, ::1 or ::ffff:127.x.y.z. */
+static int addr_is_loopback(const struct sockaddr *sa) {
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
 static int root_listen(const DistEnv *e, int *out, char *err, size_t n) {
     struct addrinfo *res, *ai;
     int rc = resolve(e->master_addr, e->rdzv_port, 0, &res, err, n), one = 1, zero = 0, eno = 0;
@@ -437,7 +445,10 @@ static int root_listen(const DistEnv *e, int *out, char *err, size_t n) {
         int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0) continue;
         memcpy(&ss, ai->ai_addr, len);
-        if (e->local_world < e->world) { /* ranks on other hosts: listen everywhere */
+        /* ranks on other hosts, or an address that may not be this host's own (a
+         * service IP, LOCAL_WORLD_SIZE unset): listen everywhere; loopback on one node
+         * stays on loopback */
+        if (e->local_world < e->world || !addr_is_loopback(ai->ai_addr)) {
             if (ss.ss_family == AF_INET6) {
                 ((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_any;
                 setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
@@ -455,10 +466,11 @@ static int root_listen(const DistEnv *e, int *out, char *err, size_t n) {
         close(fd);
     }
     freeaddrinfo(res);
-    return pp_errf(err, n, PP_ERUNTIME, "rank 0 cannot listen on %s:%d: %s — another program "
-                   "(or an earlier run) uses that port; set MASTER_PORT (or PPTRAIN_RDZV_PORT) "
-                   "to a free port", e->master_addr, e->rdzv_port,
-                   eno ? strerror(eno) : "no usable address");
+    return pp_errf(err, n, PP_ERUNTIME, "rank 0 cannot listen on %s:%d: %s%s", e->master_addr, e->rdzv_port,
+                   eno ? strerror(eno) : "no usable address",
+                   eno == EADDRINUSE ? " — another program (or an earlier run) uses that port; set MASTER_PORT "
+                                       "(or PPTRAIN_RDZV_PORT) to a free port"
+                                     : " — check MASTER_ADDR: it must name this host (rank 0's)");
 }
 
 /* The numeric host of a socket's peer. */
@@ -601,14 +613,6 @@ static int rdzv_root(const DistEnv *e, const char *cfg, double timeout, int lfd,
         return pp_errf(err, n, PP_ERUNTIME, "lost connection to rank %d during the rendezvous "
                        "— see rank %d's log", lost, lost);
     return PP_OK;
-}
-
-/* 127.0.0.0/8, ::1 or ::ffff:127.x.y.z. */
-static int addr_is_loopback(const struct sockaddr *sa) {
-    if (sa->sa_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
-    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
 }
 
 /* A listening socket on an ephemeral port of the local address of connection fd.
