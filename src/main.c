@@ -171,12 +171,12 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume) {
     if (mkdir_p(cfg->out_dir) != 0) return pp_error("cannot create output.dir '%s': %m", cfg->out_dir), PP_ERUNTIME;
     char *text = config_text(cfg);
     Comm *comm = NULL;
+    install_signals(); /* before the rendezvous: a stop then ends the first step */
     rc = comm_create(env, text, cfg->timeout_s, &comm, err, sizeof err);
     if (rc) {
         free(text);
         return pp_error("%s", err), rc;
     }
-    install_signals();
     Trace *trace = cfg->trace ? trace_create(cfg->out_dir, rank) : NULL;
     Runtime rt;
     Checkpointer ck = {0};
