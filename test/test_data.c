@@ -11,39 +11,14 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "testdir.h"
 
-static char g_dir[256]; /* a fresh temporary directory per test (checked fixture) */
 
 static void setup(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/pp_test_data.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    testdir_create("pp_test_data");
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *f) {
-    return remove(path);
-}
-
-static void teardown(void) { nftw(g_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-/* g_dir + "/" + name, in a ring of 16 buffers: the result stays valid for the next
- * 15 calls (copy it to keep it longer). */
-static const char *tmp(const char *name) {
-    static char buf[16][512];
-    static int k;
-    k = (k + 1) % 16;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
-
-static int file_exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
-static long long file_size(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 ? (long long)st.st_size : -1;
-}
+static void teardown(void) { testdir_remove(); }
 
 /* Write a raw file: header {magic, version, count}, then ntok tokens, then `extra`
  * zero bytes; a hand-made file independent of data_write. */
