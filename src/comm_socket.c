@@ -555,7 +555,7 @@ static int sock_test(Comm *c, CommReq *r, int *done) {
 
 /* ----------------------------------------- collectives ([Note: socket transport]) -- */
 
-enum { COLL_ALLREDUCE = 1, COLL_PAIR_SUM, COLL_BROADCAST, COLL_BARRIER, COLL_ABORT };
+enum { COLL_ALLREDUCE = 1, COLL_PAIR_SUM, COLL_BROADCAST, COLL_BARRIER, COLL_ABORT, COLL_KEEPALIVE };
 
 typedef struct {
     uint32_t magic, op;
@@ -569,6 +569,7 @@ static const char *coll_name(uint32_t op) {
     case COLL_PAIR_SUM: return "pair_sum";
     case COLL_BROADCAST: return "broadcast";
     case COLL_BARRIER: return "barrier";
+    case COLL_KEEPALIVE: return "keep-alive";
     default: return "an unknown collective";
     }
 }
@@ -578,6 +579,12 @@ static CollHdr coll_hdr(SockComm *s, int p, uint32_t op, uint64_t count) {
     return h;
 }
 
+static int coll_timeout(SockComm *s, int p, const CollHdr *mine) {
+    return comm_fail(&s->base, "timed out in %s #%u: rank %d sent nothing for %g s "
+                     "(runtime.timeout_s) — is it stuck, or in a different collective? "
+                     "see its log", coll_name(mine->op), mine->seq, p, s->base.timeout_s);
+}
+
 /* Move bytes with peer p on its collective channel (full duplex); a failure names the
  * peer and the collective `mine`. */
 static int coll_io(SockComm *s, int p, const CollHdr *mine, const void *sb, size_t sn,
@@ -585,10 +592,7 @@ static int coll_io(SockComm *s, int p, const CollHdr *mine, const void *sb, size
     char why[256];
     int io = dist_xfer(s->peers[p].coll_fd, sb, sn, rb, rn, s->base.timeout_s, why, sizeof why);
     if (io == DIST_IO_OK) return PP_OK;
-    if (io == DIST_IO_TIMEOUT)
-        return comm_fail(&s->base, "timed out in %s #%u: rank %d sent nothing for %g s "
-                         "(runtime.timeout_s) — is it stuck, or in a different collective? "
-                         "see its log", coll_name(mine->op), mine->seq, p, s->base.timeout_s);
+    if (io == DIST_IO_TIMEOUT) return coll_timeout(s, p, mine);
     return comm_fail(&s->base, "lost connection to rank %d in %s #%u: %s — did it crash? "
                      "see its log", p, coll_name(mine->op), mine->seq, why);
 }
@@ -624,6 +628,28 @@ static void coll_abort(SockComm *s) {
     }
 }
 
+/* [Note: collective keep-alive] Rank 0 gathers from one rank at a time, and the other
+ * ranks may enter a collective well before rank 0 does (in 1F1B rank 0 finishes its
+ * step last). So that a silent rank r, and not rank 0, gets the blame, rank 0 tells
+ * every other rank every timeout_s/4 while it waits for r that it is alive; they skip
+ * these keep-alives while they wait for the result, and each one restarts their clock.
+ * Rank 0 gives up on r after timeout_s and sends everyone its message naming r. */
+static int coll_await(SockComm *s, int p, const CollHdr *mine) {
+    double end = pp_now() + s->base.timeout_s, slice = s->base.timeout_s / 4;
+    for (;;) {
+        double left = end - pp_now();
+        if (left <= 0) return coll_timeout(s, p, mine);
+        struct pollfd pfd = {s->peers[p].coll_fd, POLLIN, 0};
+        if (poll(&pfd, 1, (int)(1000 * (left < slice ? left : slice)) + 1) != 0)
+            return PP_OK; /* data, end of file or an error: the read says which */
+        for (int q = 1; q < s->base.world; q++) {
+            CollHdr ka = {COLL_MAGIC, COLL_KEEPALIVE, 0, 0, 0};
+            if (q != p && !s->peers[q].lost)
+                dist_xfer(s->peers[q].coll_fd, &ka, sizeof ka, NULL, 0, 1.0, NULL, 0);
+        }
+    }
+}
+
 /* Allreduce and barrier: rank 0 gathers v from ranks 1..P-1 and adds them in rank
  * order, ((v0 + v1) + v2) + ..., then sends the sum back, so every rank ends with the
  * same bits. */
@@ -634,8 +660,11 @@ static int coll_reduce(SockComm *s, uint32_t op, double *v, int n) {
     if (s->base.rank != 0) {
         CollHdr mine = coll_hdr(s, 0, op, (uint64_t)n), got;
         if ((rc = coll_io(s, 0, &mine, &mine, sizeof mine, NULL, 0)) ||
-            (rc = coll_io(s, 0, &mine, v, bytes, &got, sizeof got)) ||
-            (rc = coll_check(s, 0, &mine, &got)) ||
+            (rc = coll_io(s, 0, &mine, v, bytes, &got, sizeof got)))
+            return rc;
+        while (got.magic == COLL_MAGIC && got.op == COLL_KEEPALIVE) /* rank 0 waits on another */
+            if ((rc = coll_io(s, 0, &mine, NULL, 0, &got, sizeof got))) return rc;
+        if ((rc = coll_check(s, 0, &mine, &got)) ||
             (rc = coll_io(s, 0, &mine, NULL, 0, v, bytes)))
             return rc;
         s->peers[0].coll_seq++;
@@ -644,7 +673,7 @@ static int coll_reduce(SockComm *s, uint32_t op, double *v, int n) {
     tmp = pp_malloc(bytes);
     for (int r = 1; r < s->base.world && rc == PP_OK; r++) {
         CollHdr mine = coll_hdr(s, r, op, (uint64_t)n), got;
-        if ((rc = coll_io(s, r, &mine, NULL, 0, &got, sizeof got)) ||
+        if ((rc = coll_await(s, r, &mine)) || (rc = coll_io(s, r, &mine, NULL, 0, &got, sizeof got)) ||
             (rc = coll_check(s, r, &mine, &got)) ||
             (rc = coll_io(s, r, &mine, NULL, 0, tmp, bytes)))
             break;

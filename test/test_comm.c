@@ -525,6 +525,27 @@ static int body_silent(Comm *c, void *arg) {
     return 0;
 }
 
+/* Rank 1 never enters the allreduce and rank 0 enters it late: rank 2, which waited
+ * longest, must still blame rank 1, not rank 0 ([Note: collective keep-alive]). */
+static int body_silent_middle(Comm *c, void *arg) {
+    double v = 1.0;
+    if (c->rank == 1) {
+        sleep_s(3.0);
+        return 0;
+    }
+    if (c->rank == 0) sleep_s(0.5);
+    CHILD_CHECK(comm_allreduce_sum_f64(c, &v, 1) == PP_ERUNTIME);
+    fprintf(stderr, "(expected) rank %d: %s\n", c->rank, comm_error(c));
+    CHILD_CHECK(strstr(comm_error(c), "rank 1 sent nothing"));
+    return 0;
+}
+
+START_TEST(test_silent_peer_blamed) {
+    Job j = {3, 1.0, NULL, 0, body_silent_middle, NULL};
+    run_job_ok(&j, 20);
+}
+END_TEST
+
 START_TEST(test_silent_peer) {
     Job j = {2, 1.0, NULL, 0, body_silent, NULL};
     run_job_ok(&j, 20);
@@ -876,6 +897,7 @@ static Suite *comm_suite(void) {
     tcase_set_timeout(fail, 60);
     tcase_add_test(fail, test_peer_killed);
     tcase_add_test(fail, test_silent_peer);
+    tcase_add_test(fail, test_silent_peer_blamed);
     tcase_add_test(fail, test_config_mismatch);
     tcase_add_test(fail, test_config_mismatch_steps);
     tcase_add_test(fail, test_world_mismatch);
