@@ -594,7 +594,10 @@ static int rdzv_root(const DistEnv *e, const char *cfg, double timeout, int lfd,
                       e->rdzv_port);
             break;
         }
-        a = root_admit(e, cfg, timeout, fd, &st, tab);
+        /* a joining rank says hello at once: a connection that stays silent (a port
+         * probe, a stopped process) may hold up the others for a few seconds only */
+        double left = end - pp_now();
+        a = root_admit(e, cfg, left < 0.5 ? 0.5 : left > 5.0 ? 5.0 : left, fd, &st, tab);
         if (a == ADMIT_IGNORE) close(fd);
         if (a == ADMIT_STOP) break;
     }

@@ -157,6 +157,21 @@ else
   bad "silent rank 1: rank 0 rc=$rc after ${dt}s: $(tail -n 3 "$tmp/r0.out")"
 fi
 
+# An idle connection to the rendezvous port (a port probe) delays the rendezvous by a
+# few seconds at most; it does not make it fail.
+port=$(free_port)
+pids=()
+start_rank 0 2 "$port" --config "$cfg" --set pipeline.stages=2 --set train.steps=3 --set output.dir="$tmp/idle"
+for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+exec 3<>"/dev/tcp/127.0.0.1/$port"
+start_rank 1 2 "$port" --config "$cfg" --set pipeline.stages=2 --set train.steps=3 --set output.dir="$tmp/idle"
+wait "${pids[0]}"; rc0=$?
+wait "${pids[1]}"; rc1=$?
+exec 3>&-
+pids=()
+if [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ]; then ok "an idle connection to the rendezvous port does not break it"
+else bad "idle rendezvous connection: rc $rc0/$rc1: $(grep -h error "$tmp/r0.out" "$tmp/r1.out" | head -2)"; fi
+
 # A rank started with a different config fails at start, naming the rank and the key.
 port=$(free_port)
 pids=()
