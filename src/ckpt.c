@@ -538,9 +538,15 @@ int ckpt_commit(const char *root, long step, int world, const CkptKV *extra, int
     if (rc == PP_OK) rc = manifest_write(tmp, step, world, sums, extra, nextra, err, errlen);
     free(sums);
     if (rc != PP_OK) return rc;
-    if (install_dir(tmp, fin) != 0 || fsync_dir(root) != 0)
+    if (install_dir(tmp, fin) != 0)
         return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint commit: cannot rename '%s' to "
                        "'%s': %s", tmp, fin, strerror(errno));
+    char parent[PP_PATH_MAX];
+    dir_of(root, parent);
+    /* ROOT's own entry too: on the first save ROOT itself may be new */
+    if (fsync_dir(root) != 0 || fsync_dir(parent) != 0)
+        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint commit: cannot sync '%s': %s", root,
+                       strerror(errno));
     if (point_latest(root, step) != 0)
         return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint commit: '%s' is complete but "
                        "'%s/latest' could not be pointed at it: %s", fin, root,
