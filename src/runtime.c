@@ -377,9 +377,9 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     rt->T = cfg->seq_len;
     rt->Bmb = rt->B / rt->M;
     if (comm->world != rt->P)
-        return pp_errf(err, errlen, PP_EUSAGE, "pipeline.stages is %d but %d processes were launched: launch exactly "
+        return pp_errf(err, errlen, PP_EUSAGE, "pipeline.stages is %d but %d process%s launched: launch exactly "
                        "pipeline.stages ranks (e.g. scripts/pprun --nproc-per-node %d) or change pipeline.stages",
-                       rt->P, comm->world, rt->P);
+                       rt->P, comm->world, comm->world == 1 ? " was" : "es were", rt->P);
     /* [Note: backends] only the CPU backend and the socket transport exist so far: a
      * config asking for CUDA or NCCL is refused rather than run on something else */
     if (!strcmp(cfg->device, "cuda") || !strcmp(cfg->transport, "nccl"))

@@ -41,7 +41,7 @@ expect2 "no arguments prints usage" "usage: pptrain"
 expect2 "no --config" "--config FILE is required" --trace
 expect2 "bad --set value" "train.steps" --config configs/gpt-tiny.yaml --set train.steps=abc
 expect2 "cross-field check" "microbatches" --config configs/gpt-tiny.yaml --set pipeline.microbatches=3
-expect2 "stages must match the process count" "2 processes\|launch exactly\|pipeline.stages" --config configs/gpt-tiny.yaml --set output.dir="$tmp/x"
+expect2 "stages must match the process count" "pipeline.stages is 2 but 1 process was launched" --config configs/gpt-tiny.yaml --set output.dir="$tmp/x"
 expect2 "unknown argument" "unknown argument" --config configs/gpt-tiny.yaml --bogus
 expect2 "no CUDA backend yet: refused, not faked" "only the CPU" --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set runtime.device=cuda --set output.dir="$tmp/x"
 printf 'not a token file at all, just text\n' >"$tmp/bad.bin"
