@@ -114,6 +114,7 @@ int checkpoint_save(Checkpointer *c, Runtime *rt, long step, int wait, char *err
     ckpt_meta_set_u64(meta, "seed", rt->cfg->seed);
     ckpt_meta_set_u64(meta, "data_batch", (uint64_t)step); /* the next batch to read */
     ckpt_meta_set_str(meta, "model", model);
+    ckpt_meta_set_u64(meta, "model_hash", config_hash(rt->cfg, 1)); /* the model: section */
     /* a save the run waits for (the end, a signal) may use every core; one written
      * while training goes on gets one thread, so the steps keep theirs */
     ckpt_writer_set_threads(c->writer, wait ? 0 : 1);
@@ -146,7 +147,8 @@ int checkpoint_finish(Checkpointer *c, Runtime *rt, char *err, size_t errlen) {
     return PP_OK;
 }
 
-int checkpoint_load(Runtime *rt, const char *path, long *step, char *err, size_t errlen) {
+/* This rank's part of checkpoint_load. */
+static int load_local(Runtime *rt, const char *path, long *step, char *err, size_t errlen) {
     char dir[PP_PATH_MAX], model[128], name[80];
     int rc = ckpt_resolve(path, dir, sizeof dir, err, errlen);
     if (rc) return rc;
@@ -230,8 +232,9 @@ int checkpoint_export_main(int argc, char **argv) {
     return rc;
 }
 
-int checkpoint_agree(Runtime *rt, int status, char *err, size_t errlen) {
-    return agree(rt, status == PP_OK, "loading the checkpoint", err, errlen);
+int checkpoint_load(Runtime *rt, const char *path, long *step, char *err, size_t errlen) {
+    int rc = load_local(rt, path, step, err, errlen);
+    return agree(rt, rc == PP_OK, "loading the checkpoint", err, errlen);
 }
 
 int checkpoint_refuse_existing(Checkpointer *c, Runtime *rt, char *err, size_t errlen) {

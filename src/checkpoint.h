@@ -36,10 +36,11 @@ int checkpoint_idle(const Checkpointer *c);
  * No-op without a pending save. */
 int checkpoint_finish(Checkpointer *c, Runtime *rt, char *err, size_t errlen);
 
-/* Load the checkpoint at `path` (a checkpoint root, its `latest`, or a step directory)
- * into this rank's tensors and optimizer state, whatever split wrote it: tensors are
- * found by global name. *step is the number of steps it had done. Errors (PP_ERUNTIME)
- * name the file and the tensor; nothing is loaded partially into a run that then
+/* Collective: load the checkpoint at `path` (a checkpoint root, its `latest`, or a
+ * step directory) into this rank's tensors and optimizer state, whatever split wrote
+ * it: tensors are found by global name. *step is the number of steps it had done.
+ * PP_OK only if every rank loaded its part; errors (PP_ERUNTIME) name the file and the
+ * tensor on the rank that failed. Nothing is loaded partially into a run that then
  * continues: the caller exits on error. */
 int checkpoint_load(Runtime *rt, const char *path, long *step, char *err, size_t errlen);
 
@@ -47,10 +48,6 @@ int checkpoint_load(Runtime *rt, const char *path, long *step, char *err, size_t
  * run in the same output.dir (its first commits would move `latest` and prune them).
  * Returns PP_OK, or PP_EUSAGE on every rank when any rank sees ROOT/latest. */
 int checkpoint_refuse_existing(Checkpointer *c, Runtime *rt, char *err, size_t errlen);
-
-/* Collective: PP_OK when every rank's status is PP_OK; otherwise PP_ERUNTIME (with the
- * local message kept when this rank failed, else one naming another rank). */
-int checkpoint_agree(Runtime *rt, int status, char *err, size_t errlen);
 
 /* `pptrain export --checkpoint DIR --out model.bin`: write llm.c's fp32 GPT-2 file. */
 int checkpoint_export_main(int argc, char **argv);

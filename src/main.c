@@ -189,8 +189,7 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume) {
     if (resume) {
         char root[PP_PATH_MAX + 16];
         snprintf(root, sizeof root, "%s/checkpoints", cfg->out_dir);
-        rc = checkpoint_load(&rt, resume[0] ? resume : root, &start, err, sizeof err);
-        if ((rc = checkpoint_agree(&rt, rc, err, sizeof err))) goto out;
+        if ((rc = checkpoint_load(&rt, resume[0] ? resume : root, &start, err, sizeof err))) goto out;
         if (rank == 0) printf("resumed from %s at step %ld\n", resume[0] ? resume : root, start);
     }
     if (rt.chunk_of[rt.S - 1] >= 0 && (rc = log_open(&log, cfg->out_dir, cfg->steps, (int)start, resume != NULL, err, sizeof err)))
