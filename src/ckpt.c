@@ -115,31 +115,6 @@ static int fsync_dir(const char *dir) {
     return rc;
 }
 
-/* The directory part of `path` ("." if none) into out[PP_PATH_MAX]. */
-static void dir_of(const char *path, char *out) {
-    snprintf(out, PP_PATH_MAX, "%s", path);
-    char *slash = strrchr(out, '/');
-    if (!slash) snprintf(out, PP_PATH_MAX, ".");
-    else if (slash == out) out[1] = 0;
-    else *slash = 0;
-}
-
-static int mkdirs(const char *path) {
-    char p[PP_PATH_MAX];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
-    for (char *q = p + 1;; q++) {
-        if (*q != '/' && *q != 0) continue;
-        char c = *q;
-        *q = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
-        *q = c;
-        if (c == 0) break;
-    }
-    struct stat st;
-    if (stat(p, &st) != 0) return -1;
-    return S_ISDIR(st.st_mode) ? 0 : (errno = ENOTDIR, -1);
-}
-
 /* rm -rf path (symlinks are removed, not followed); a missing path is fine. */
 static int remove_tree(const char *path) {
     struct stat st;
@@ -197,7 +172,7 @@ int ckpt_stage_dir(const char *root, long step, char *tmpdir_out, size_t n, char
         snprintf(tmpdir_out, n, "%s", tmp) >= (int)n)
         return pp_errf(err, errlen, PP_EUSAGE, "checkpoint: step %ld is negative or the "
                        "path under '%s' is too long", step, root);
-    if (mkdirs(root) != 0)
+    if (pp_mkdirs(root) != 0)
         return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint: cannot create directory "
                        "'%s': %s", root, strerror(errno));
     if (remove_tree(tmp) != 0 || mkdir(tmp, 0755) != 0)
@@ -223,7 +198,7 @@ int ckpt_write_shard(const char *path, const CkptMeta *meta, const CkptTensor *t
         unlink(part);
         return rc;
     }
-    dir_of(path, dir);
+    pp_dirname(path, dir, sizeof dir);
     if (fsync_dir(dir) != 0)
         return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint: cannot fsync directory '%s': "
                        "%s", dir, strerror(errno));
@@ -542,7 +517,7 @@ int ckpt_commit(const char *root, long step, int world, const CkptKV *extra, int
         return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint commit: cannot rename '%s' to "
                        "'%s': %s", tmp, fin, strerror(errno));
     char parent[PP_PATH_MAX];
-    dir_of(root, parent);
+    pp_dirname(root, parent, sizeof parent);
     /* ROOT's own entry too: on the first save ROOT itself may be new */
     if (fsync_dir(root) != 0 || fsync_dir(parent) != 0)
         return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint commit: cannot sync '%s': %s", root,
@@ -584,7 +559,7 @@ int ckpt_resolve(const char *p, char *dir_out, size_t n, char *err, size_t errle
         snprintf(base, sizeof base, "%s", link);
     } else {
         target[tl] = 0;
-        dir_of(link, path);
+        pp_dirname(link, path, sizeof path);
         if (target[0] == '/') snprintf(base, sizeof base, "%s", target);
         else if (join(base, path, target) != 0)
             return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint path too long: %s", path);

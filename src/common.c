@@ -1,9 +1,11 @@
 /* common.c — error reporting, checked allocation, clock. */
 #include "common.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static int g_rank = -1; /* the only process-wide state: who prefixes messages */
@@ -76,4 +78,27 @@ int pp_errf(char *err, size_t n, int status, const char *fmt, ...) {
         va_end(ap);
     }
     return status;
+}
+
+void pp_dirname(const char *path, char *dir, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, n, ".");
+    else if (slash == path) snprintf(dir, n, "/");
+    else snprintf(dir, n, "%.*s", (int)(slash - path), path);
+}
+
+int pp_mkdirs(const char *path) {
+    char p[PP_PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
+    for (char *q = p + 1;; q++) {
+        if (*q != '/' && *q != 0) continue;
+        char c = *q;
+        *q = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+        *q = c;
+        if (c == 0) break;
+    }
+    struct stat st;
+    if (stat(p, &st) != 0) return -1;
+    return S_ISDIR(st.st_mode) ? 0 : (errno = ENOTDIR, -1);
 }

@@ -44,6 +44,13 @@ void *pp_calloc_at(size_t count, size_t size, const char *file, int line);
 /* Monotonic wall clock in seconds. */
 double pp_now(void);
 
+/* The directory part of path ("." if none, "/" for a file in the root) into dir[n]. */
+void pp_dirname(const char *path, char *dir, size_t n);
+
+/* mkdir -p: create path and its missing parents (mode 0755). Returns 0, or -1 with
+ * errno set (ENOTDIR when something on the way is not a directory). */
+int pp_mkdirs(const char *path);
+
 /* snprintf into a fixed error buffer (err may be NULL). Returns status. */
 int pp_errf(char *err, size_t n, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

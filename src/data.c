@@ -165,17 +165,6 @@ void data_batch(const DataSet *d, long n, int B, int T, int *inputs, int *target
 /* ---- writing ---------------------------------------------------------------- */
 
 /* The directory part of path ("." if none) into dir[n]. */
-static void dir_of(const char *path, char *dir, size_t n) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        snprintf(dir, n, ".");
-    } else if (slash == path) {
-        snprintf(dir, n, "/");
-    } else {
-        snprintf(dir, n, "%.*s", (int)(slash - path), path);
-    }
-}
-
 /* write(2) all of buf, retrying on short writes and EINTR. Returns 0 or -1 (errno). */
 static int write_all(int fd, const void *buf, size_t n) {
     const char *p = buf;
@@ -226,7 +215,7 @@ int data_write(const char *path, const uint16_t *tok, size_t n, char *err, size_
                        strerror(saved));
     }
     char dir[PP_PATH_MAX];
-    dir_of(path, dir, sizeof dir);
+    pp_dirname(path, dir, sizeof dir);
     sync_dir(dir);
     return PP_OK;
 }
@@ -252,20 +241,10 @@ int data_val_path(const char *out, char *val, size_t n) {
 /* mkdir -p for the directory that will hold `path`. Returns PP_OK or PP_ERUNTIME. */
 static int make_parent_dirs(const char *path, char *err, size_t errlen) {
     char dir[PP_PATH_MAX];
-    dir_of(path, dir, sizeof dir);
-    for (char *p = dir + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char saved = *p;
-        *p = '\0';
-        struct stat st;
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-            return pp_errf(err, errlen, PP_ERUNTIME, "cannot create directory '%s': %s", dir,
-                           strerror(errno));
-        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-            return pp_errf(err, errlen, PP_ERUNTIME, "'%s' exists and is not a directory", dir);
-        *p = saved;
-        if (saved == '\0') return PP_OK;
-    }
+    pp_dirname(path, dir, sizeof dir);
+    if (pp_mkdirs(dir) != 0)
+        return pp_errf(err, errlen, PP_ERUNTIME, "cannot create directory '%s': %s", dir, strerror(errno));
+    return PP_OK;
 }
 
 /* Read the whole file at path into a malloc'd *buf of *n bytes. PP_OK or PP_ERUNTIME. */

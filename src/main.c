@@ -68,18 +68,6 @@ static int cli_parse(Cli *cli, int argc, char **argv) {
     return PP_OK;
 }
 
-static int mkdir_p(const char *dir) {
-    char p[PP_PATH_MAX];
-    snprintf(p, sizeof p, "%s", dir);
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = 0;
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
-            *s = '/';
-        }
-    return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 static char *config_text(const Config *c) {
     char *buf = NULL;
     size_t n = 0;
@@ -168,7 +156,7 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
 static int train(const Config *cfg, const DistEnv *env, const char *resume) {
     char err[PP_ERR_MAX];
     int rc, rank = env->rank;
-    if (mkdir_p(cfg->out_dir) != 0) return pp_error("cannot create output.dir '%s': %m", cfg->out_dir), PP_ERUNTIME;
+    if (pp_mkdirs(cfg->out_dir) != 0) return pp_error("cannot create output.dir '%s': %m", cfg->out_dir), PP_ERUNTIME;
     char *text = config_text(cfg);
     Comm *comm = NULL;
     install_signals(); /* before the rendezvous: a stop then ends the first step */
