@@ -1,9 +1,16 @@
-/* backend.h — the compute ops of a GPT-2 decoder, as a struct of function pointers
- * that the CPU backend (the reference) and the CUDA backend fill in identically. */
+/* backend.h — a device: its memory, the compute ops of a GPT-2 decoder and the step's
+ * arithmetic (norm, optimizer), as a struct of function pointers that the CPU backend
+ * (the reference) and the CUDA backend fill in identically. */
 #ifndef PP_BACKEND_H
 #define PP_BACKEND_H
 
 #include <stddef.h>
+
+/* Element type of a tensor. Everything is fp32 today; the CUDA backend keeps a bf16
+ * copy of the weights and bf16 activations. */
+typedef enum { PP_F32 = 0, PP_BF16 = 1 } PPDType;
+
+typedef struct Backend Backend;
 
 /* Sizes: B sequences, T positions, C channels, NH heads, N = B*T rows, V real and Vp
  * padded vocabulary. Every tensor is row-major; shapes are in the comments.
@@ -12,66 +19,114 @@
  * weights, sizes); backward (input grads, weight grads, dout, saved, weights, sizes).
  * Backward ops ADD (+=) into weight grads. Whether an input grad is overwritten or
  * accumulated is stated per op. */
-typedef struct Backend {
+/* [Note: device memory] Every buffer the model and the runtime compute on (parameters,
+ * gradients, optimizer state, activation slots, receive buffers, scratch, token ids,
+ * the loss and norm sums) is device memory from be->alloc; the host touches it only
+ * through to_device / to_host. Device work may run asynchronously, in issue order: the
+ * host waits only at be->wait, where it needs a value (the loss, the norm, a checkpoint
+ * copy). On the CPU backend device memory is host memory and every entry completes
+ * before it returns; the contracts below are written for the asynchronous case.
+ *
+ * Every entry takes the backend first; its state (the CUDA stream, the cuBLASLt handle
+ * and workspace) lives in be->ctx, never in globals. */
+struct Backend {
     const char *name;
+    void *ctx;          /* the backend's own state (NULL on the CPU) */
+
+    /* ---- memory ---- */
+    /* `bytes` of device memory, aligned for any element type, contents undefined. Dies
+     * naming the size on out of memory (allocation happens at build time only). */
+    void *(*alloc)(const Backend *be, size_t bytes);
+    /* Release memory from alloc (NULL is fine). Waits for work that uses it. */
+    void (*dealloc)(const Backend *be, void *p);
+    /* Copy host src to device dst. src must stay unchanged until the next wait. */
+    void (*to_device)(const Backend *be, void *dst, const void *src, size_t bytes);
+    /* Copy device src to host dst; the host may read dst after the next wait. */
+    void (*to_host)(const Backend *be, void *dst, const void *src, size_t bytes);
+    /* dst[0..bytes) = 0 (device). */
+    void (*zero)(const Backend *be, void *dst, size_t bytes);
+    /* Device to device copy of `bytes` (the buffers do not overlap). */
+    void (*copy)(const Backend *be, void *dst, const void *src, size_t bytes);
+    /* Block the host until every entry issued so far has completed. */
+    void (*wait)(const Backend *be);
+
+    /* ---- reductions and the optimizer (flat buffers) ---- */
+    /* *out (one device double) = sum of x[0..n) accumulated in double, in a fixed
+     * order: the same bits run to run and for any thread count. */
+    void (*sum)(const Backend *be, double *out, const float *x, size_t n);
+    /* *out (device) = sum of x[i]^2 over [0, n), in double, fixed order (optim_sumsq). */
+    void (*sumsq)(const Backend *be, double *out, const float *x, size_t n);
+    /* AdamW step over n parameters (optim.h optim_adamw_update: the semantics). */
+    void (*adamw_update)(const Backend *be, float *p, const float *g, float *m, float *v,
+                         size_t n, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, float grad_scale, int t);
+    /* SGD step with momentum over n parameters (optim.h optim_sgd_update). */
+    void (*sgd_update)(const Backend *be, float *p, const float *g, float *buf, size_t n,
+                       float lr, float momentum, float weight_decay, float grad_scale, int t);
+
+    /* ---- layer ops ---- */
 
     /* out[N,C] = wte[inp[n],:] + wpe[n mod T,:]; inp[N] token ids. */
-    void (*encoder_forward)(float *out, const int *inp, const float *wte, const float *wpe,
+    void (*encoder_forward)(const Backend *be, float *out, const int *inp, const float *wte, const float *wpe,
                             int B, int T, int C);
     /* dwte[inp[n],:] += dout[n,:]; dwpe[t,:] += sum over b of dout[b,t,:]. */
-    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *inp,
+    void (*encoder_backward)(const Backend *be, float *dwte, float *dwpe, const float *dout, const int *inp,
                              int B, int T, int C);
 
     /* out[N,C] = (inp - mean) * rstd * w + b over the last dimension, eps 1e-5;
      * saves mean[N] and rstd[N]. */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+    void (*layernorm_forward)(const Backend *be, float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
     /* dinp[N,C] += (accumulates), dw[C] +=, db[C] +=. scratch: scratch_floats(...). */
-    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+    void (*layernorm_backward)(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *mean, const float *rstd,
                                const float *w, int N, int C, float *scratch);
 
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + b[OC] (b may be NULL). */
-    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *b,
+    void (*matmul_forward)(const Backend *be, float *out, const float *inp, const float *w, const float *b,
                            int N, int C, int OC);
     /* dinp[N,C] = dout @ w (OVERWRITES; skipped when dinp is NULL);
      * dw[OC,C] += dout^T @ inp; db[OC] += column sums of dout (skipped when NULL). */
-    void (*matmul_backward)(float *dinp, float *dw, float *db, const float *dout,
+    void (*matmul_backward)(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC);
 
     /* Causal self-attention. qkv[B,T,3C] holds q, k, v (head h at channels h*hs..);
-     * out[B,T,C]; att[B,NH,T,T] saves the softmax probabilities (row t valid in
-     * columns 0..t). */
-    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T,
-                              int C, int NH);
+     * out[B,T,C]; att[attention_saved_floats(B,T,NH)] is what the backward needs besides
+     * qkv: on the CPU the softmax probabilities [B,NH,T,T] (row t valid in columns
+     * 0..t); a flash attention saves the log-sum-exp [B,NH,T] instead. */
+    void (*attention_forward)(const Backend *be, float *out, float *att, const float *qkv,
+                              int B, int T, int C, int NH);
     /* dqkv[B,T,3C] OVERWRITTEN from dout[B,T,C], qkv and att. scratch as above. */
-    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH, float *scratch);
+    void (*attention_backward)(const Backend *be, float *dqkv, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C,
+                               int NH, float *scratch);
+    /* Floats attention_forward saves per microbatch of B sequences of length T. */
+    size_t (*attention_saved_floats)(const Backend *be, int B, int T, int NH);
 
     /* out[n] = gelu_tanh(inp[n]) for n < count. */
-    void (*gelu_forward)(float *out, const float *inp, size_t count);
+    void (*gelu_forward)(const Backend *be, float *out, const float *inp, size_t count);
     /* dinp[n] = gelu_tanh'(inp[n]) * dout[n] (OVERWRITES; dinp may alias dout). */
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t count);
+    void (*gelu_backward)(const Backend *be, float *dinp, const float *inp, const float *dout, size_t count);
 
     /* Fused softmax cross-entropy over the first V of Vp columns (padded columns get
      * no probability). logits[N,Vp] is turned IN PLACE into dlogits =
      * (softmax - onehot(target)) * dloss (padded columns 0). losses[N] receives each
      * row's -log p(target). targets[N]. */
-    void (*crossentropy_forward_backward)(float *logits, float *losses, const int *targets,
+    void (*crossentropy_forward_backward)(const Backend *be, float *logits, float *losses, const int *targets,
                                           float dloss, int N, int V, int Vp);
     /* As above but without the gradient (validation): logits are left clobbered. */
-    void (*crossentropy_forward)(float *logits, float *losses, const int *targets, int N,
+    void (*crossentropy_forward)(const Backend *be, float *logits, float *losses, const int *targets, int N,
                                  int V, int Vp);
 
     /* Floats of scratch memory the backward ops need for up to N rows of length T and
      * C channels with the current thread count (allocated once, at build time). */
-    size_t (*scratch_floats)(int N, int T, int C);
+    size_t (*scratch_floats)(const Backend *be, int N, int T, int C);
 
     /* dst[count] += src[count]. */
-    void (*add_inplace)(float *dst, const float *src, size_t count);
-} Backend;
+    void (*add_inplace)(const Backend *be, float *dst, const float *src, size_t count);
+};
 
-/* The CPU reference backend (BLAS sgemm + OpenMP loops). */
+/* The CPU reference backend (BLAS sgemm + OpenMP loops); a static instance. */
 const Backend *backend_cpu(void);
 
 /* Set the CPU thread count (OpenMP and OpenBLAS); n <= 0 keeps the default. */

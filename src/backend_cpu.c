@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "fastmath.h"
+#include "optim.h"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 #define LN_EPS 1e-5f
@@ -21,7 +22,7 @@ void backend_cpu_set_threads(int n) {
     openblas_set_num_threads(n);
 }
 
-static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
+static void encoder_forward(const Backend *be, float *out, const int *inp, const float *wte, const float *wpe,
                             int B, int T, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < B * T; n++) {
@@ -32,7 +33,7 @@ static void encoder_forward(float *out, const int *inp, const float *wte, const 
     }
 }
 
-static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
+static void encoder_backward(const Backend *be, float *dwte, float *dwpe, const float *dout, const int *inp,
                              int B, int T, int C) {
     /* Threads own disjoint channel ranges, so rows with the same token never race and
      * the summation order (row order) is fixed. */
@@ -51,7 +52,7 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
     }
 }
 
-static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+static void layernorm_forward(const Backend *be, float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -73,13 +74,13 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
 
 /* Scratch: per-thread dw/db partial sums of layernorm_backward, or per-thread blocks of
  * dP in attention_backward, whichever is larger. */
-static size_t scratch_floats(int N, int T, int C) {
+static size_t scratch_floats(const Backend *be, int N, int T, int C) {
     size_t nt = (size_t)omp_get_max_threads(), ln = nt * 2 * C, att = nt * ATT_BLOCK * (size_t)T;
     (void)N;
     return ln > att ? ln : att;
 }
 
-static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+static void layernorm_backward(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *mean, const float *rstd,
                                const float *w, int N, int C, float *scratch) {
     int nt = omp_get_max_threads();
@@ -120,7 +121,7 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
     }
 }
 
-static void matmul_forward(float *out, const float *inp, const float *w, const float *b,
+static void matmul_forward(const Backend *be, float *out, const float *inp, const float *w, const float *b,
                            int N, int C, int OC) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f,
                 out, OC);
@@ -133,7 +134,7 @@ static void matmul_forward(float *out, const float *inp, const float *w, const f
     }
 }
 
-static void matmul_backward(float *dinp, float *dw, float *db, const float *dout,
+static void matmul_backward(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC) {
     if (dinp) /* dinp[N,C] = dout[N,OC] @ w[OC,C] */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
@@ -170,7 +171,7 @@ static void causal_softmax_row(float *row, int t, int end) {
     for (int j = t + 1; j < end; j++) row[j] = 0.0f;
 }
 
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+static void attention_forward(const Backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH) {
     int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -192,7 +193,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
     }
 }
 
-static void attention_backward(float *dqkv, const float *dout, const float *qkv,
+static void attention_backward(const Backend *be, float *dqkv, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH, float *scratch) {
     int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -239,7 +240,7 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
     }
 }
 
-static void gelu_forward(float *out, const float *inp, size_t count) {
+static void gelu_forward(const Backend *be, float *out, const float *inp, size_t count) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < count; i++) {
         float x = inp[i];
@@ -247,7 +248,7 @@ static void gelu_forward(float *out, const float *inp, size_t count) {
     }
 }
 
-static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t count) {
+static void gelu_backward(const Backend *be, float *dinp, const float *inp, const float *dout, size_t count) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < count; i++) {
         float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x);
@@ -257,7 +258,7 @@ static void gelu_backward(float *dinp, const float *inp, const float *dout, size
     }
 }
 
-static void add_inplace(float *dst, const float *src, size_t count) {
+static void add_inplace(const Backend *be, float *dst, const float *src, size_t count) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < count; i++) dst[i] += src[i];
 }
@@ -283,22 +284,69 @@ static float crossentropy_row(float *x, int target, float dloss, int V, int Vp, 
     return logf(s) - (xt - mx);
 }
 
-static void crossentropy_forward_backward(float *logits, float *losses, const int *targets,
+static void crossentropy_forward_backward(const Backend *be, float *logits, float *losses, const int *targets,
                                           float dloss, int N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
         losses[n] = crossentropy_row(logits + (size_t)n * Vp, targets[n], dloss, V, Vp, 1);
 }
 
-static void crossentropy_forward(float *logits, float *losses, const int *targets, int N, int V,
+static void crossentropy_forward(const Backend *be, float *logits, float *losses, const int *targets, int N, int V,
                                  int Vp) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
         losses[n] = crossentropy_row(logits + (size_t)n * Vp, targets[n], 0.0f, V, Vp, 0);
 }
 
+/* ---- memory, reductions, optimizer: host memory, so every entry is synchronous ---- */
+
+static void *cpu_alloc(const Backend *be, size_t bytes) { return pp_malloc(bytes); }
+static void cpu_dealloc(const Backend *be, void *p) { free(p); }
+static void cpu_copy(const Backend *be, void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+}
+static void cpu_zero(const Backend *be, void *dst, size_t bytes) { memset(dst, 0, bytes); }
+static void cpu_wait(const Backend *be) {}
+
+static void cpu_sum(const Backend *be, double *out, const float *x, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    *out = s;
+}
+
+static void cpu_sumsq(const Backend *be, double *out, const float *x, size_t n) {
+    *out = optim_sumsq(x, n);
+}
+
+static void cpu_adamw(const Backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay,
+                      float grad_scale, int t) {
+    optim_adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+}
+
+static void cpu_sgd(const Backend *be, float *p, const float *g, float *buf, size_t n, float lr,
+                    float momentum, float weight_decay, float grad_scale, int t) {
+    optim_sgd_update(p, g, buf, n, lr, momentum, weight_decay, grad_scale, t);
+}
+
+static size_t attention_saved_floats(const Backend *be, int B, int T, int NH) {
+    return (size_t)B * NH * T * T; /* the probabilities */
+}
+
 static const Backend cpu_backend = {
     .name = "cpu",
+    .alloc = cpu_alloc,
+    .dealloc = cpu_dealloc,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .wait = cpu_wait,
+    .sum = cpu_sum,
+    .sumsq = cpu_sumsq,
+    .adamw_update = cpu_adamw,
+    .sgd_update = cpu_sgd,
+    .attention_saved_floats = attention_saved_floats,
     .encoder_forward = encoder_forward,
     .encoder_backward = encoder_backward,
     .layernorm_forward = layernorm_forward,

@@ -18,12 +18,20 @@
 
 static const char *const state_suffix[MAX_TENSORS_PER_PARAM] = {"", ".opt_m", ".opt_v"};
 
-/* The arrays stored for parameter t: its values, then the optimizer state this run
- * keeps (NULL where it keeps none), in state_suffix order. */
+/* The arrays stored for parameter t (device memory): its values, then the optimizer
+ * state this run keeps (NULL where it keeps none), in state_suffix order. */
 static void state_arrays(const Runtime *rt, const ParamTensor *t, float *out[MAX_TENSORS_PER_PARAM]) {
-    out[0] = rt->model.params + t->offset;
-    out[1] = rt->opt_m ? rt->opt_m + t->offset : NULL;
-    out[2] = rt->opt_v ? rt->opt_v + t->offset : NULL;
+    const Model *m = &rt->model;
+    out[0] = m->params + t->offset;
+    out[1] = m->opt_m ? m->opt_m + t->offset : NULL;
+    out[2] = m->opt_v ? m->opt_v + t->offset : NULL;
+}
+
+/* The writer's staging copy reads device memory through the backend. */
+static void copy_to_host(void *ctx, void *dst, const void *src, size_t bytes) {
+    const Backend *be = ctx;
+    be->to_host(be, dst, src, bytes);
+    be->wait(be);
 }
 
 static void model_string(const Runtime *rt, char *buf, size_t n) {
@@ -63,6 +71,7 @@ void checkpoint_init(Checkpointer *c, const Runtime *rt, const char *config_text
      * on trained weights). Levels 2-9 are deflate at that level. */
     o.strategy = o.level == 1 ? CKPT_RLE : CKPT_DEFLATE;
     c->writer = ckpt_writer_create(&o);
+    ckpt_writer_set_copy(c->writer, copy_to_host, (void *)rt->model.be);
     c->pending = -1;
     if (rt->cfg->checkpoint_every > 0) { /* background saves: no page faults in a step */
         int cap = rt->model.ntensors * MAX_TENSORS_PER_PARAM;
@@ -88,7 +97,7 @@ static int agree(Runtime *rt, int ok, const char *what, char *err, size_t errlen
     double v = ok ? 1.0 : 0.0;
     if (comm_allreduce_sum_f64(rt->comm, &v, 1) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "%s: %s", what, comm_error(rt->comm));
-    if (v != rt->P && ok)
+    if (v != rt->lay.world && ok)
         return pp_errf(err, errlen, PP_ERUNTIME, "%s failed on another rank (see its message)", what);
     return ok ? PP_OK : PP_ERUNTIME;
 }
@@ -98,10 +107,10 @@ int checkpoint_save(Checkpointer *c, Runtime *rt, long step, int wait, char *err
     double t0 = pp_now(); /* the stall: waiting for an earlier save, then the copy */
     int rc = checkpoint_finish(c, rt, err, errlen);
     if (rc) return rc;
-    if (rt->rank == 0) rc = ckpt_stage_dir(c->root, step, dir, sizeof dir, err, errlen);
+    if (rt->lay.rank == 0) rc = ckpt_stage_dir(c->root, step, dir, sizeof dir, err, errlen);
     if ((rc = agree(rt, rc == PP_OK, "preparing the checkpoint directory", err, errlen))) return rc;
     ckpt_dir_path(c->root, step, 1, dir, sizeof dir);
-    ckpt_shard_path(dir, rt->rank, path, sizeof path);
+    ckpt_shard_path(dir, rt->lay.rank, path, sizeof path);
     int cap = rt->model.ntensors * MAX_TENSORS_PER_PARAM;
     CkptTensor *t = pp_calloc(cap, sizeof *t);
     char(*names)[64] = pp_calloc(cap, 64);
@@ -109,8 +118,8 @@ int checkpoint_save(Checkpointer *c, Runtime *rt, long step, int wait, char *err
     CkptMeta *meta = ckpt_meta_create();
     model_string(rt, model, sizeof model);
     ckpt_meta_set_u64(meta, "step", (uint64_t)step);
-    ckpt_meta_set_u64(meta, "rank", (uint64_t)rt->rank);
-    ckpt_meta_set_u64(meta, "world", (uint64_t)rt->P);
+    ckpt_meta_set_u64(meta, "rank", (uint64_t)rt->lay.rank);
+    ckpt_meta_set_u64(meta, "world", (uint64_t)rt->lay.world);
     ckpt_meta_set_u64(meta, "seed", rt->cfg->seed);
     ckpt_meta_set_u64(meta, "data_batch", (uint64_t)step); /* the next batch to read */
     ckpt_meta_set_str(meta, "model", model);
@@ -133,10 +142,10 @@ int checkpoint_finish(Checkpointer *c, Runtime *rt, char *err, size_t errlen) {
     char model[128], step[32];
     int rc = ckpt_writer_wait(c->writer, err, errlen);
     if ((rc = agree(rt, rc == PP_OK, "writing the checkpoint shards", err, errlen))) return rc;
-    if (rt->rank == 0) {
+    if (rt->lay.rank == 0) {
         model_string(rt, model, sizeof model);
         CkptKV kv[] = {{"model", model}, {"optimizer", rt->cfg->optimizer}, {"config", c->config_text}};
-        rc = ckpt_commit(c->root, c->pending, rt->P, kv, 3, rt->cfg->checkpoint_keep, err, errlen);
+        rc = ckpt_commit(c->root, c->pending, rt->lay.world, kv, 3, rt->cfg->checkpoint_keep, err, errlen);
     }
     if ((rc = agree(rt, rc == PP_OK, "committing the checkpoint", err, errlen))) return rc;
     snprintf(step, sizeof step, "%07ld", c->pending);
@@ -170,6 +179,9 @@ static int load_local(Runtime *rt, const char *path, long *step, char *err, size
         return PP_ERUNTIME;
     }
     const Model *m = &rt->model;
+    size_t most = 1;
+    for (int i = 0; i < m->ntensors; i++) most = m->tensors[i].numel > most ? m->tensors[i].numel : most;
+    float *host = pp_malloc(most * sizeof(float)); /* each array is read here, then copied to the device */
     for (int i = 0; i < m->ntensors && rc == PP_OK; i++) {
         const ParamTensor *t = &m->tensors[i];
         int64_t shape[2] = {t->shape[0], t->shape[1]};
@@ -183,9 +195,12 @@ static int load_local(Runtime *rt, const char *path, long *step, char *err, size
                              k ? ": it was written with another optimizer (train.optimizer.name)" : "");
                 break;
             }
-            rc = ckpt_read(r, name, dst[k], shape, t->ndim, err, errlen);
+            rc = ckpt_read(r, name, host, shape, t->ndim, err, errlen);
+            if (rc == PP_OK) m->be->to_device(m->be, dst[k], host, t->numel * sizeof(float));
+            m->be->wait(m->be);
         }
     }
+    free(host);
     *step = ckpt_step(r);
     ckpt_close(r);
     return rc;
@@ -215,11 +230,11 @@ int checkpoint_export_main(int argc, char **argv) {
         ckpt_close(r);
         return pp_error("%s: untied embeddings (model.tie_embeddings: false) cannot be written in llm.c's format", dir), PP_EUSAGE;
     }
-    ChunkSpec all = {0, 0, d.L, 1, 1, 0};
+    ChunkSpec all = {0, 0, d.L, 1, 1, 0, 0};
     Model m;
     model_init(&m, &d, &all, 1, 1, 1, backend_cpu());
     int rc = PP_OK;
-    for (int i = 0; i < m.ntensors && rc == PP_OK; i++) {
+    for (int i = 0; i < m.ntensors && rc == PP_OK; i++) { /* a CPU model: its memory is the host's */
         const ParamTensor *t = &m.tensors[i];
         int64_t shape[2] = {t->shape[0], t->shape[1]};
         rc = ckpt_read(r, t->name, m.params + t->offset, shape, t->ndim, err, sizeof err);

@@ -243,6 +243,13 @@ void ckpt_writer_reserve(CkptWriter *w, const CkptTensor *tensors, int ntensors)
  * a save in progress first. */
 void ckpt_writer_set_threads(CkptWriter *w, int threads);
 
+/* Where the tensors' data is not host memory (a GPU's), the staging copy of every later
+ * submit calls copy(ctx, dst, src, bytes) instead of memcpy: it must copy `bytes` from
+ * src to the host dst and have finished when it returns; it may run on several threads
+ * at once. NULL restores memcpy. */
+typedef void (*CkptCopyFn)(void *ctx, void *dst, const void *src, size_t bytes);
+void ckpt_writer_set_copy(CkptWriter *w, CkptCopyFn copy, void *ctx);
+
 /* 1 while a submitted save is still being written, else 0. Does not block. */
 int ckpt_writer_busy(CkptWriter *w);
 

@@ -25,6 +25,8 @@ struct CkptWriter {
     char (*names)[CKPT_NAME_MAX];
     int ntensors, cap_tensors;
     uint8_t *stage;         /* [stage_cap] reused between saves */
+    CkptCopyFn copy;        /* the staging copy from the caller's tensors (NULL: memcpy) */
+    void *copy_ctx;
     size_t stage_cap;
     /* The last finished save. */
     int status, collected;  /* collected: returned by ckpt_writer_wait */
@@ -91,11 +93,21 @@ typedef struct { /* one piece of the staging copy */
     uint8_t *dst;
     const uint8_t *src;
     size_t len;
+    const CkptWriter *w;
 } CopyJob;
 
 static void copy_block(void *ctx, int j, int tid) {
     const CopyJob *c = (const CopyJob *)ctx + j;
-    memcpy(c->dst, c->src, c->len);
+    if (c->w->copy) c->w->copy(c->w->copy_ctx, c->dst, c->src, c->len);
+    else memcpy(c->dst, c->src, c->len);
+}
+
+void ckpt_writer_set_copy(CkptWriter *w, CkptCopyFn copy, void *ctx) {
+    pthread_mutex_lock(&w->mu);
+    wait_idle(w);
+    w->copy = copy;
+    w->copy_ctx = ctx;
+    pthread_mutex_unlock(&w->mu);
 }
 
 /* Lay the tensors out in the staging buffer (grown if needed) and copy their data in
@@ -129,7 +141,7 @@ static void stage_tensors(CkptWriter *w, const CkptTensor *t, int n, int threads
         w->tensors[i].data = w->stage + at;
         for (size_t off = 0; off < bytes; off += COPY_BLOCK)
             jobs[k++] = (CopyJob){w->stage + at + off, (const uint8_t *)t[i].data + off,
-                                  bytes - off < COPY_BLOCK ? bytes - off : COPY_BLOCK};
+                                  bytes - off < COPY_BLOCK ? bytes - off : COPY_BLOCK, w};
         at += (bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
     }
     ckpt_parallel_for(threads, (int)njobs, copy_block, jobs);

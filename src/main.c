@@ -81,13 +81,12 @@ static char *config_text(const Config *c) {
 static void report_build(const Runtime *rt) {
     const Model *m = &rt->model;
     size_t pbytes = m->nparams * sizeof(float);
-    int nstate = (rt->opt_m != NULL) + (rt->opt_v != NULL);
-    printf("rank %d: stages", rt->rank);
+    printf("rank %d: stages", rt->lay.rank);
     for (int c = 0; c < m->nchunks; c++)
         printf(" %d (layers %d-%d, %d slots)", m->chunks[c].stage, m->chunks[c].l0, m->chunks[c].l1 - 1, m->chunks[c].nslots);
     printf(" | params %zu (%.1f MB) + grads %.1f MB + optimizer %.1f MB + activations %.1f MB + receive buffers "
-           "%.1f MB\n", m->nparams, pbytes / 1e6, pbytes / 1e6, nstate * pbytes / 1e6, m->act_bytes / 1e6,
-           rt->recv_bytes / 1e6);
+           "%.1f MB\n", m->nparams, pbytes / 1e6, pbytes / 1e6, m->nopt * pbytes / 1e6, m->act_bytes / 1e6,
+           m->recv_bytes / 1e6);
 }
 
 /* [Note: stopping on a signal] SIGTERM and SIGUSR1 (SLURM's --signal=USR1@120
@@ -134,9 +133,9 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
             log_val(log, step + 1, vl);
         }
         if (rt->trace) trace_flush(rt->trace);
-        if (ctl[CTL_SAVED] == rt->P && (rc = checkpoint_finish(ck, rt, err, errlen))) return rc;
+        if (ctl[CTL_SAVED] == rt->lay.world && (rc = checkpoint_finish(ck, rt, err, errlen))) return rc;
         if (ctl[CTL_STOP] > 0) {
-            if (rt->rank == 0) printf("stopping on a signal after step %d: saving a checkpoint\n", step + 1);
+            if (rt->lay.rank == 0) printf("stopping on a signal after step %d: saving a checkpoint\n", step + 1);
             rc = checkpoint_save(ck, rt, step + 1, 1, err, errlen);
             return rc ? rc : g_stop_signal == SIGINT ? 130 : PP_OK;
         }
@@ -147,7 +146,7 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
     /* the end of the run: a final checkpoint, unless resumed at the end already */
     if (start < cfg->steps || (cfg->steps == 0 && start == 0)) /* steps 0: convert init_from */
         return checkpoint_save(ck, rt, cfg->steps, 1, err, errlen);
-    if (rt->rank == 0)
+    if (rt->lay.rank == 0)
         printf("nothing to do: the checkpoint has %d steps, train.steps is %d (raise train.steps to go on)\n", start,
                cfg->steps);
     return checkpoint_finish(ck, rt, err, errlen);

@@ -9,6 +9,11 @@
 
 #include "common.h"
 
+/* LayerParams and LayerActs are walked as arrays of pointers (llm.c's loaders do the
+ * same): their members must be exactly that. */
+_Static_assert(sizeof(LayerParams) == P_NLAYER * sizeof(float *), "LayerParams: one float * per kind");
+_Static_assert(sizeof(LayerActs) % sizeof(float *) == 0, "LayerActs: float * members only");
+
 static const char *layer_names[P_NLAYER] = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
                                             "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"};
 
@@ -43,6 +48,7 @@ static void add_tensor(Model *m, int cap, const char *name, int rows, int cols, 
     t->shape[1] = cols;
     t->numel = (size_t)rows * (cols ? cols : 1);
     t->offset = m->nparams;
+    t->dtype = PP_F32;
     t->decay = decay;
     m->nparams += t->numel;
 }
@@ -96,18 +102,20 @@ static void bind(Model *m, float *base, LayerParams *lp, float **wte, float **wp
     *head = tensor_ptr(m, base, m->d.tied ? "wte" : "lm_head");
 }
 
+static void *dev_alloc(const Model *m, size_t bytes) { return m->be->alloc(m->be, bytes); }
+
 static float *act_alloc(Model *m, size_t n) {
     m->act_bytes += n * sizeof(float);
-    return pp_malloc(n * sizeof(float));
+    return dev_alloc(m, n * sizeof(float));
 }
 
 static void slot_init(Model *m, const Chunk *ck, ActSlot *a) {
-    size_t N = (size_t)m->B * m->T, C = m->d.C, NH = m->d.NH, T = m->T;
+    size_t N = (size_t)m->B * m->T, C = m->d.C;
     memset(a, 0, sizeof *a);
     a->input = act_alloc(m, N * C);
     a->grad = act_alloc(m, N * C);
-    a->tokens = pp_calloc(N, sizeof(int));
-    a->targets = pp_calloc(N, sizeof(int));
+    a->tokens = dev_alloc(m, N * sizeof(int));
+    a->targets = dev_alloc(m, N * sizeof(int));
     a->layers = pp_calloc(ck->l1 - ck->l0, sizeof(LayerActs));
     for (int l = 0; l < ck->l1 - ck->l0; l++) {
         LayerActs *la = &a->layers[l];
@@ -116,7 +124,7 @@ static void slot_init(Model *m, const Chunk *ck, ActSlot *a) {
         la->ln1_rstd = act_alloc(m, N);
         la->qkv = act_alloc(m, N * 3 * C);
         la->atty = act_alloc(m, N * C);
-        la->att = act_alloc(m, (size_t)m->B * NH * T * T);
+        la->att = act_alloc(m, m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH));
         la->res2 = act_alloc(m, N * C);
         la->ln2 = act_alloc(m, N * C);
         la->ln2_mean = act_alloc(m, N);
@@ -133,14 +141,22 @@ static void slot_init(Model *m, const Chunk *ck, ActSlot *a) {
     }
 }
 
-static void slot_free(const Chunk *ck, ActSlot *a) {
-    free(a->input), free(a->grad), free(a->tokens), free(a->targets);
+static void slot_free(const Model *m, const Chunk *ck, ActSlot *a) {
+    const Backend *be = m->be;
+    void *own[] = {a->input, a->grad, a->tokens, a->targets, a->lnf, a->lnf_mean, a->lnf_rstd, a->dlnf};
+    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) be->dealloc(be, own[k]);
     for (int l = 0; l < ck->l1 - ck->l0; l++) {
         float **f = (float **)&a->layers[l];
-        for (size_t k = 0; k < sizeof(LayerActs) / sizeof(float *); k++) free(f[k]);
+        for (size_t k = 0; k < sizeof(LayerActs) / sizeof(float *); k++) be->dealloc(be, f[k]);
     }
     free(a->layers);
-    free(a->lnf), free(a->lnf_mean), free(a->lnf_rstd), free(a->dlnf);
+}
+
+/* Zeroed device memory for n floats. */
+static float *dev_zeros(const Model *m, size_t n) {
+    float *p = dev_alloc(m, n * sizeof(float));
+    m->be->zero(m->be, p, n * sizeof(float));
+    return p;
 }
 
 void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunks, int B,
@@ -161,51 +177,67 @@ void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunk
         ck->first = specs[c].first;
         ck->last = specs[c].last;
         ck->nslots = specs[c].nslots;
+        ck->nrecv = specs[c].nrecv;
         any_last |= ck->last;
     }
     build_table(m);
-    m->params = pp_calloc(m->nparams, sizeof(float));
-    m->grads = pp_calloc(m->nparams, sizeof(float));
+    m->params = dev_zeros(m, m->nparams);
+    m->grads = dev_zeros(m, m->nparams);
     m->lp = pp_calloc(d->L, sizeof(LayerParams));
     m->lg = pp_calloc(d->L, sizeof(LayerParams));
     bind(m, m->params, m->lp, &m->wte, &m->wpe, &m->lnfw, &m->lnfb, &m->head);
     bind(m, m->grads, m->lg, &m->dwte, &m->dwpe, &m->dlnfw, &m->dlnfb, &m->dhead);
     if (d->tied && m->dhead && m->wpe) { /* first and last stage on this rank */
-        m->dhead_tied = pp_calloc((size_t)d->Vp * d->C, sizeof(float));
+        m->dhead_tied = dev_zeros(m, (size_t)d->Vp * d->C);
         m->dhead = m->dhead_tied;
     }
     for (int c = 0; c < nchunks; c++) {
         Chunk *ck = &m->chunks[c];
         ck->slots = pp_calloc(ck->nslots, sizeof(ActSlot));
         for (int s = 0; s < ck->nslots; s++) slot_init(m, ck, &ck->slots[s]);
+        ck->recv = pp_calloc(ck->nrecv ? ck->nrecv : 1, sizeof(float *));
+        for (int r = 0; r < ck->nrecv; r++) ck->recv[r] = dev_alloc(m, (size_t)B * T * d->C * sizeof(float));
+        m->recv_bytes += (size_t)ck->nrecv * B * T * d->C * sizeof(float);
     }
     size_t N = (size_t)B * T, C = d->C;
-    m->dbig = pp_malloc(N * 4 * C * sizeof(float));
-    m->dmid = pp_malloc(N * C * sizeof(float));
-    m->dqkv = pp_malloc(N * 3 * C * sizeof(float));
-    m->scratch = pp_malloc(be->scratch_floats((int)N, T, (int)C) * sizeof(float));
-    m->losses = pp_malloc(N * sizeof(float));
-    m->logits = any_last ? pp_malloc(N * d->Vp * sizeof(float)) : NULL;
+    m->dbig = dev_alloc(m, N * 4 * C * sizeof(float));
+    m->dmid = dev_alloc(m, N * C * sizeof(float));
+    m->dqkv = dev_alloc(m, N * 3 * C * sizeof(float));
+    m->scratch = dev_alloc(m, be->scratch_floats(be, (int)N, T, (int)C) * sizeof(float));
+    m->losses = dev_alloc(m, N * sizeof(float));
+    m->logits = any_last ? dev_alloc(m, N * d->Vp * sizeof(float)) : NULL;
+}
+
+void model_init_optimizer(Model *m, int narrays) {
+    PP_CHECK(narrays >= 0 && narrays <= 2 && m->nopt == 0);
+    m->nopt = narrays;
+    if (narrays >= 1) m->opt_m = dev_zeros(m, m->nparams);
+    if (narrays >= 2) m->opt_v = dev_zeros(m, m->nparams);
 }
 
 void model_free(Model *m) {
+    const Backend *be = m->be;
+    if (!be) return;
     for (int c = 0; c < m->nchunks; c++) {
-        for (int s = 0; s < m->chunks[c].nslots; s++) slot_free(&m->chunks[c], &m->chunks[c].slots[s]);
-        free(m->chunks[c].slots);
+        Chunk *ck = &m->chunks[c];
+        for (int s = 0; s < ck->nslots; s++) slot_free(m, ck, &ck->slots[s]);
+        for (int r = 0; r < ck->nrecv; r++) be->dealloc(be, ck->recv[r]);
+        free(ck->slots), free(ck->recv);
     }
-    free(m->tensors), free(m->params), free(m->grads), free(m->lp), free(m->lg);
-    free(m->dbig), free(m->dmid), free(m->dqkv), free(m->losses), free(m->logits), free(m->dhead_tied);
-    free(m->scratch);
+    void *own[] = {m->params, m->grads, m->opt_m, m->opt_v, m->dbig, m->dmid, m->dqkv, m->losses, m->logits,
+                   m->dhead_tied, m->scratch};
+    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) be->dealloc(be, own[k]);
+    free(m->tensors), free(m->lp), free(m->lg);
     memset(m, 0, sizeof *m);
 }
 
 void model_zero_grads(Model *m) {
-    memset(m->grads, 0, m->nparams * sizeof(float));
-    if (m->dhead_tied) memset(m->dhead_tied, 0, (size_t)m->d.Vp * m->d.C * sizeof(float));
+    m->be->zero(m->be, m->grads, m->nparams * sizeof(float));
+    if (m->dhead_tied) m->be->zero(m->be, m->dhead_tied, (size_t)m->d.Vp * m->d.C * sizeof(float));
 }
 
 void model_fold_tied_grad(Model *m) {
-    if (m->dhead_tied) m->be->add_inplace(m->dwte, m->dhead_tied, (size_t)m->d.Vp * m->d.C);
+    if (m->dhead_tied) m->be->add_inplace(m->be, m->dwte, m->dhead_tied, (size_t)m->d.Vp * m->d.C);
 }
 
 /* splitmix64: the per-tensor random stream. */
@@ -232,11 +264,18 @@ static void fill_normal(float *x, size_t n, float std, uint64_t seed) {
     }
 }
 
+/* Elements of the largest tensor: the size of a host staging buffer for one tensor. */
+static size_t largest_tensor(const Model *m) {
+    size_t n = 1;
+    for (int i = 0; i < m->ntensors; i++) n = m->tensors[i].numel > n ? m->tensors[i].numel : n;
+    return n;
+}
+
 void model_init_weights(Model *m, uint64_t seed, float std) {
     float proj_std = std / sqrtf(2.0f * m->d.L);
+    float *p = pp_malloc(largest_tensor(m) * sizeof(float)); /* filled on the host */
     for (int i = 0; i < m->ntensors; i++) {
         const ParamTensor *t = &m->tensors[i];
-        float *p = m->params + t->offset;
         const char *kind = strrchr(t->name, '.') ? strrchr(t->name, '.') + 1 : t->name;
         if (t->ndim == 2) {
             int proj = !strcmp(kind, "attprojw") || !strcmp(kind, "fcprojw");
@@ -247,7 +286,22 @@ void model_init_weights(Model *m, uint64_t seed, float std) {
         }
         if (!strcmp(t->name, "wte") || !strcmp(t->name, "lm_head")) /* padded rows: 0 */
             memset(p + (size_t)m->d.V * m->d.C, 0, (size_t)(m->d.Vp - m->d.V) * m->d.C * sizeof(float));
+        m->be->to_device(m->be, m->params + t->offset, p, t->numel * sizeof(float));
+        m->be->wait(m->be); /* p is refilled for the next tensor */
     }
+    free(p);
+}
+
+float *model_recv_buffer(Model *m, int c, int r) {
+    PP_CHECK(r >= 0 && r < m->chunks[c].nrecv);
+    return m->chunks[c].recv[r];
+}
+
+void model_take_input(Model *m, int c, int s, int r) {
+    ActSlot *a = &m->chunks[c].slots[s];
+    float *t = a->input;
+    a->input = model_recv_buffer(m, c, r);
+    m->chunks[c].recv[r] = t;
 }
 
 float *model_chunk_output(Model *m, int c, int s) {
@@ -259,16 +313,16 @@ float *model_chunk_output(Model *m, int c, int s) {
 static void layer_forward(Model *m, const LayerParams *p, LayerActs *a, const float *x) {
     const Backend *be = m->be;
     int B = m->B, T = m->T, N = B * T, C = m->d.C, NH = m->d.NH;
-    be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
-    be->matmul_forward(a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
-    be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
-    be->matmul_forward(a->res2, a->atty, p->attprojw, p->attprojb, N, C, C);
-    be->add_inplace(a->res2, x, (size_t)N * C); /* res2 = x + attn(ln1(x)) */
-    be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
-    be->matmul_forward(a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
-    be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    be->matmul_forward(a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C);
-    be->add_inplace(a->res3, a->res2, (size_t)N * C); /* res3 = res2 + mlp(ln2(res2)) */
+    be->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
+    be->matmul_forward(be, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
+    be->attention_forward(be, a->atty, a->att, a->qkv, B, T, C, NH);
+    be->matmul_forward(be, a->res2, a->atty, p->attprojw, p->attprojb, N, C, C);
+    be->add_inplace(be, a->res2, x, (size_t)N * C); /* res2 = x + attn(ln1(x)) */
+    be->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
+    be->matmul_forward(be, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
+    be->gelu_forward(be, a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    be->matmul_forward(be, a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C);
+    be->add_inplace(be, a->res3, a->res2, (size_t)N * C); /* res3 = res2 + mlp(ln2(res2)) */
 }
 
 /* dres[N,C]: in d(layer output), out d(layer input x); weight grads accumulate in g. */
@@ -277,50 +331,47 @@ static void layer_backward(Model *m, LayerParams *g, float *dres, const LayerAct
     const Backend *be = m->be;
     int B = m->B, T = m->T, N = B * T, C = m->d.C, NH = m->d.NH;
     float *dbig = m->dbig, *dmid = m->dmid;
-    be->matmul_backward(dbig, g->fcprojw, g->fcprojb, dres, a->fch_gelu, p->fcprojw, N, 4 * C, C);
-    be->gelu_backward(dbig, a->fch, dbig, (size_t)N * 4 * C);
-    be->matmul_backward(dmid, g->fcw, g->fcb, dbig, a->ln2, p->fcw, N, C, 4 * C);
+    be->matmul_backward(be, dbig, g->fcprojw, g->fcprojb, dres, a->fch_gelu, p->fcprojw, N, 4 * C, C);
+    be->gelu_backward(be, dbig, a->fch, dbig, (size_t)N * 4 * C);
+    be->matmul_backward(be, dmid, g->fcw, g->fcb, dbig, a->ln2, p->fcw, N, C, 4 * C);
     /* the MLP branch's gradient joins the residual path: dres = d(res2) */
-    be->layernorm_backward(dres, g->ln2w, g->ln2b, dmid, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C, m->scratch);
-    be->matmul_backward(dmid, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C, C);
-    be->attention_backward(m->dqkv, dmid, a->qkv, a->att, B, T, C, NH, m->scratch);
-    be->matmul_backward(dmid, g->qkvw, g->qkvb, m->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
+    be->layernorm_backward(be, dres, g->ln2w, g->ln2b, dmid, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C, m->scratch);
+    be->matmul_backward(be, dmid, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C, C);
+    be->attention_backward(be, m->dqkv, dmid, a->qkv, a->att, B, T, C, NH, m->scratch);
+    be->matmul_backward(be, dmid, g->qkvw, g->qkvb, m->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
     /* the attention branch's gradient joins too: dres = d(x) */
-    be->layernorm_backward(dres, g->ln1w, g->ln1b, dmid, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C, m->scratch);
+    be->layernorm_backward(be, dres, g->ln1w, g->ln1b, dmid, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C, m->scratch);
 }
 
-static double head_forward(Model *m, ActSlot *a, const float *x, float dloss, int want_grad) {
+static void head_forward(Model *m, ActSlot *a, const float *x, float dloss, int want_grad, double *loss) {
     const Backend *be = m->be;
     int N = m->B * m->T, C = m->d.C, V = m->d.V, Vp = m->d.Vp;
-    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, m->lnfw, m->lnfb, N, C);
-    be->matmul_forward(m->logits, a->lnf, m->head, NULL, N, C, Vp);
+    be->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->lnfw, m->lnfb, N, C);
+    be->matmul_forward(be, m->logits, a->lnf, m->head, NULL, N, C, Vp);
     if (want_grad) {
         /* [Note: fused head] the last stage's forward already turns the logits into
          * d(loss)/d(logits) and pushes them through the head, so only dlnf [N,C]
          * survives until backward, not [N,Vp] logits per in-flight microbatch. */
-        be->crossentropy_forward_backward(m->logits, m->losses, a->targets, dloss, N, V, Vp);
-        be->matmul_backward(a->dlnf, m->dhead, NULL, m->logits, a->lnf, m->head, N, C, Vp);
+        be->crossentropy_forward_backward(be, m->logits, m->losses, a->targets, dloss, N, V, Vp);
+        be->matmul_backward(be, a->dlnf, m->dhead, NULL, m->logits, a->lnf, m->head, N, C, Vp);
     } else {
-        be->crossentropy_forward(m->logits, m->losses, a->targets, N, V, Vp);
+        be->crossentropy_forward(be, m->logits, m->losses, a->targets, N, V, Vp);
     }
-    double sum = 0.0;
-    for (int n = 0; n < N; n++) sum += m->losses[n];
-    return sum;
+    if (loss) be->sum(be, loss, m->losses, (size_t)N);
 }
 
 static const float *layer_input(const ActSlot *a, int li) {
     return li == 0 ? a->input : a->layers[li - 1].res3;
 }
 
-double model_forward(Model *m, int c, int s, float dloss, int want_grad) {
+void model_forward(Model *m, int c, int s, float dloss, int want_grad, double *loss) {
     const Chunk *ck = &m->chunks[c];
     ActSlot *a = &ck->slots[s];
     if (ck->first)
-        m->be->encoder_forward(a->input, a->tokens, m->wte, m->wpe, m->B, m->T, m->d.C);
+        m->be->encoder_forward(m->be, a->input, a->tokens, m->wte, m->wpe, m->B, m->T, m->d.C);
     for (int l = ck->l0; l < ck->l1; l++)
         layer_forward(m, &m->lp[l], &a->layers[l - ck->l0], layer_input(a, l - ck->l0));
-    if (!ck->last) return 0.0;
-    return head_forward(m, a, layer_input(a, ck->l1 - ck->l0), dloss, want_grad);
+    if (ck->last) head_forward(m, a, layer_input(a, ck->l1 - ck->l0), dloss, want_grad, loss);
 }
 
 void model_backward(Model *m, int c, int s) {
@@ -328,8 +379,8 @@ void model_backward(Model *m, int c, int s) {
     ActSlot *a = &ck->slots[s];
     int N = m->B * m->T, C = m->d.C, nl = ck->l1 - ck->l0;
     if (ck->last) {
-        memset(a->grad, 0, (size_t)N * C * sizeof(float));
-        m->be->layernorm_backward(a->grad, m->dlnfw, m->dlnfb, a->dlnf, layer_input(a, nl),
+        m->be->zero(m->be, a->grad, (size_t)N * C * sizeof(float));
+        m->be->layernorm_backward(m->be, a->grad, m->dlnfw, m->dlnfb, a->dlnf, layer_input(a, nl),
                                   a->lnf_mean, a->lnf_rstd, m->lnfw, N, C, m->scratch);
     }
     for (int l = ck->l1 - 1; l >= ck->l0; l--) {
@@ -337,7 +388,7 @@ void model_backward(Model *m, int c, int s) {
         layer_backward(m, &m->lg[l], a->grad, &a->layers[li], &m->lp[l], layer_input(a, li));
     }
     if (ck->first)
-        m->be->encoder_backward(m->dwte, m->dwpe, a->grad, a->tokens, m->B, m->T, C);
+        m->be->encoder_backward(m->be, m->dwte, m->dwpe, a->grad, a->tokens, m->B, m->T, C);
 }
 
 /* ---- llm.c fp32 checkpoint (DESIGN.md §6) ---- */
@@ -345,8 +396,12 @@ void model_backward(Model *m, int c, int s) {
 #define LLMC_MAGIC 20240326
 #define LLMC_VERSION 3
 
-static int read_at(FILE *f, long off, float *dst, size_t n) {
-    return fseek(f, off, SEEK_SET) == 0 && fread(dst, sizeof(float), n, f) == n;
+/* Read n floats at byte offset off of f into device dst, through the host buffer. */
+static int read_at(const Model *m, FILE *f, long off, float *dst, size_t n, float *host) {
+    if (fseek(f, off, SEEK_SET) != 0 || fread(host, sizeof(float), n, f) != n) return 0;
+    m->be->to_device(m->be, dst, host, n * sizeof(float));
+    m->be->wait(m->be); /* host is reused for the next tensor */
+    return 1;
 }
 
 int model_load_llmc(Model *m, const char *path, char *err, size_t errlen) {
@@ -383,10 +438,11 @@ int model_load_llmc(Model *m, const char *path, char *err, size_t errlen) {
     /* File layout: wte[Vp,C], wpe[maxT,C], then each per-layer kind stacked over L,
      * then lnfw, lnfb. */
     long off = 1024, ok = 1;
-    if (m->wte) ok &= read_at(f, off, m->wte, (size_t)d->V * C);
-    if (m->head && !d->tied) ok &= read_at(f, off, m->head, (size_t)d->V * C);
+    float *host = pp_malloc(largest_tensor(m) * sizeof(float));
+    if (m->wte) ok &= read_at(m, f, off, m->wte, (size_t)d->V * C, host);
+    if (m->head && !d->tied) ok &= read_at(m, f, off, m->head, (size_t)d->V * C, host);
     off += 4L * fVp * C;
-    if (m->wpe) ok &= read_at(f, off, m->wpe, (size_t)d->maxT * C);
+    if (m->wpe) ok &= read_at(m, f, off, m->wpe, (size_t)d->maxT * C, host);
     off += 4L * fT * C;
     for (int k = 0; k < P_NLAYER; k++) {
         int rows, cols;
@@ -394,14 +450,22 @@ int model_load_llmc(Model *m, const char *path, char *err, size_t errlen) {
         size_t n = (size_t)rows * (cols ? cols : 1);
         for (int l = 0; l < fL; l++) {
             float *dst = ((float **)&m->lp[l])[k];
-            if (dst) ok &= read_at(f, off + 4L * l * n, dst, n);
+            if (dst) ok &= read_at(m, f, off + 4L * l * n, dst, n, host);
         }
         off += 4L * fL * n;
     }
-    if (m->lnfw) ok &= read_at(f, off, m->lnfw, C) && read_at(f, off + 4L * C, m->lnfb, C);
+    if (m->lnfw) ok &= read_at(m, f, off, m->lnfw, C, host) && read_at(m, f, off + 4L * C, m->lnfb, C, host);
+    free(host);
     fclose(f);
     if (!ok) return pp_errf(err, errlen, PP_ERUNTIME, "%s: read failed: %m", path);
     return PP_OK;
+}
+
+/* Write n floats of device src to f, through the host buffer. */
+static int write_from(const Model *m, FILE *f, const float *src, size_t n, float *host) {
+    m->be->to_host(m->be, host, src, n * sizeof(float));
+    m->be->wait(m->be);
+    return fwrite(host, sizeof(float), n, f) == n;
 }
 
 int model_save_llmc(const Model *m, const char *path, char *err, size_t errlen) {
@@ -419,15 +483,17 @@ int model_save_llmc(const Model *m, const char *path, char *err, size_t errlen) 
     if (!f) return pp_errf(err, errlen, PP_ERUNTIME, "cannot write %s: %m", tmp);
     int h[256] = {LLMC_MAGIC, LLMC_VERSION, d->maxT, d->V, d->L, d->NH, d->C, d->Vp};
     size_t C = d->C, ok = fwrite(h, sizeof h, 1, f) == 1;
-    ok &= fwrite(m->wte, sizeof(float), (size_t)d->Vp * C, f) == (size_t)d->Vp * C;
-    ok &= fwrite(m->wpe, sizeof(float), (size_t)d->maxT * C, f) == (size_t)d->maxT * C;
+    float *host = pp_malloc(largest_tensor(m) * sizeof(float));
+    ok &= write_from(m, f, m->wte, (size_t)d->Vp * C, host);
+    ok &= write_from(m, f, m->wpe, (size_t)d->maxT * C, host);
     for (int k = 0; k < P_NLAYER; k++) {
         int rows, cols;
         layer_shape(k, d->C, &rows, &cols);
         size_t n = (size_t)rows * (cols ? cols : 1);
-        for (int l = 0; l < d->L; l++) ok &= fwrite(((float *const *)&m->lp[l])[k], sizeof(float), n, f) == n;
+        for (int l = 0; l < d->L; l++) ok &= write_from(m, f, ((float *const *)&m->lp[l])[k], n, host);
     }
-    ok &= fwrite(m->lnfw, sizeof(float), C, f) == C && fwrite(m->lnfb, sizeof(float), C, f) == C;
+    ok &= write_from(m, f, m->lnfw, C, host) && write_from(m, f, m->lnfb, C, host);
+    free(host);
     ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok &= fclose(f) == 0;
     if (!ok || rename(tmp, path) != 0) {

@@ -26,8 +26,9 @@ typedef struct {
     char name[32];   /* global name: "wte", "wpe", "h.7.qkvw", "lnfw", ... */
     int ndim;
     int shape[2];
-    size_t offset;   /* into Model.params / grads, in floats */
+    size_t offset;   /* into Model.params / grads / opt_m / opt_v, in elements */
     size_t numel;
+    PPDType dtype;   /* of the master copy (PP_F32; a bf16 compute copy may exist) */
     int decay;       /* AdamW weight decay applies (2-D weight matrices only) */
 } ParamTensor;
 
@@ -41,12 +42,13 @@ typedef struct {
     float *fcprojw, *fcprojb;   /* [C,4C], [C] */
 } LayerParams;
 
-/* One layer's saved activations for one microbatch (N = B*T rows). */
+/* One layer's saved activations for one microbatch (N = B*T rows). All device memory. */
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
     float *qkv;                       /* [N,3C] */
     float *atty;                      /* [N,C] */
-    float *att;                       /* [B,NH,T,T] */
+    float *att;                       /* [be->attention_saved_floats(B,T,NH)]: on the
+                                         CPU the probabilities [B,NH,T,T] */
     float *res2;                      /* [N,C] residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
     float *fch, *fch_gelu;            /* [N,4C] */
@@ -72,8 +74,15 @@ typedef struct {
     int first, last;    /* holds the embeddings / the final norm, head and loss */
     int nslots;         /* activation slots (peak in-flight microbatches) */
     ActSlot *slots;
+    int nrecv;          /* receive buffers: inputs received ahead of their forward */
+    float **recv;       /* [nrecv] each [N,C]; model_take_input swaps one into a slot */
 } Chunk;
 
+/* [Note: model memory] The model owns every device buffer of its rank: parameters,
+ * gradients and the optimizer state that updates them (one flat layout, ParamTensor
+ * offsets), the activation slots and receive buffers of each chunk, and the scratch.
+ * All come from be->alloc at model_init / model_init_optimizer and go back at
+ * model_free; nothing is allocated while training ([Note: device memory]). */
 typedef struct {
     ModelDims d;
     int B, T;                 /* microbatch sequences and length the slots are sized for */
@@ -84,6 +93,8 @@ typedef struct {
      * tied wte is shared by a first and a last chunk on the same rank). */
     size_t nparams;
     float *params, *grads;
+    int nopt;                 /* optimizer state arrays (model_init_optimizer) */
+    float *opt_m, *opt_v;     /* [nparams] each, or NULL: AdamW's moments / SGD's momentum */
     int ntensors;
     ParamTensor *tensors;
     float *wte, *wpe, *lnfw, *lnfb, *head;  /* NULL when this rank holds none; head is */
@@ -99,16 +110,21 @@ typedef struct {
     float *dqkv;              /* [N,3C] */
     float *scratch;           /* be->scratch_floats(N, T, C) for the backward ops */
     size_t act_bytes;         /* activation slot bytes, for the build report */
+    size_t recv_bytes;        /* receive buffer bytes, for the build report */
 } Model;
 
 typedef struct {
-    int stage, l0, l1, first, last, nslots;
+    int stage, l0, l1, first, last, nslots, nrecv;
 } ChunkSpec;
 
-/* Build the tensor table and allocate parameters, gradients, slots and scratch for
- * the given chunks (stages) of this rank, microbatch B x T. Dies on out of memory. */
+/* Build the tensor table and allocate parameters, gradients, slots, receive buffers and
+ * scratch (device memory of be) for the given chunks (stages) of this rank, microbatch
+ * B x T. Dies on out of memory. */
 void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunks, int B,
                 int T, const Backend *be);
+/* Allocate `narrays` (0..2) zeroed optimizer state arrays of nparams each (opt_m, then
+ * opt_v): optim_state_arrays() of the run's optimizer. Call once, after model_init. */
+void model_init_optimizer(Model *m, int narrays);
 void model_free(Model *m);
 
 /* GPT-2 initialisation, independent of the split: each tensor is drawn from its own
@@ -121,18 +137,25 @@ void model_init_weights(Model *m, uint64_t seed, float std);
 int model_find(const Model *m, const char *name);
 
 /* Forward of chunk c on slot s. The first stage embeds s->tokens; other stages read
- * s->input. On the last stage it computes the loss against s->targets and returns the
- * SUM of per-token losses; with want_grad it also computes d(loss)/d(lnf output) into
- * s->dlnf and the head's contribution to dwte, scaling every token's loss by dloss
- * (1/(global tokens), so the microbatches add up to the mean). Other stages return 0.
- * The stage output is chunk_output(). */
-double model_forward(Model *m, int c, int s, float dloss, int want_grad);
+ * s->input. On the last stage it computes the loss against s->targets and writes the
+ * SUM of per-token losses to *loss (one device double; not touched elsewhere, may be
+ * NULL there); with want_grad it also computes d(loss)/d(lnf output) into s->dlnf and
+ * the head's contribution to dwte, scaling every token's loss by dloss (1/(global
+ * tokens), so the microbatches add up to the mean). The stage output is
+ * model_chunk_output(). */
+void model_forward(Model *m, int c, int s, float dloss, int want_grad, double *loss);
 /* Backward of chunk c on slot s. Reads s->grad as d(stage output) (ignored on the last
  * stage, which starts from s->dlnf) and leaves d(stage input) in s->grad (the first
  * stage instead accumulates into the embedding gradients). Weight grads accumulate. */
 void model_backward(Model *m, int c, int s);
 /* The [N,C] output activation of chunk c, slot s (not for the last stage). */
 float *model_chunk_output(Model *m, int c, int s);
+
+/* Receive buffer r of chunk c ([N,C], device). */
+float *model_recv_buffer(Model *m, int c, int r);
+/* Make receive buffer r of chunk c the input of slot s: the two buffers trade places
+ * (no copy), so the slot's old input buffer becomes receive buffer r. */
+void model_take_input(Model *m, int c, int s, int r);
 
 void model_zero_grads(Model *m);
 

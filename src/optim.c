@@ -106,13 +106,13 @@ int optim_state_arrays(const Config *c) {
     PP_DIE("unknown train.optimizer.name '%s' (adamw | sgd)", c->optimizer);
 }
 
-void optim_update(const Config *c, float *p, const float *g, float *m, float *v, size_t n,
+void optim_update(const Config *c, const Backend *be, float *p, const float *g, float *m, float *v, size_t n,
                   float lr, int decay, float grad_scale, int t) {
     float wd = decay ? c->weight_decay : 0.0f;
     if (strcmp(c->optimizer, "adamw") == 0) {
-        optim_adamw_update(p, g, m, v, n, lr, c->beta1, c->beta2, c->eps, wd, grad_scale, t);
+        be->adamw_update(be, p, g, m, v, n, lr, c->beta1, c->beta2, c->eps, wd, grad_scale, t);
     } else if (strcmp(c->optimizer, "sgd") == 0) {
-        optim_sgd_update(p, g, m, n, lr, c->momentum, wd, grad_scale, t);
+        be->sgd_update(be, p, g, m, n, lr, c->momentum, wd, grad_scale, t);
     } else {
         PP_DIE("unknown train.optimizer.name '%s' (adamw | sgd)", c->optimizer);
     }

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 
+#include "backend.h"
 #include "config.h"
 
 /* Learning rate of optimizer step `step` (0-based; normally step < c->steps), from
@@ -64,13 +65,14 @@ double optim_sumsq(const float *g, size_t n);
  * Dies on an unknown name (config validation rejects it). */
 int optim_state_arrays(const Config *c);
 
-/* Dispatch one update on c->optimizer with c's hyper-parameters: adamw updates m and
+/* Dispatch one update on c->optimizer with c's hyper-parameters, through the backend's
+ * adamw_update / sgd_update (p, g, m, v are device memory of be): adamw updates m and
  * v as its two moments; sgd uses m as its momentum buffer and ignores v. m and v are
  * [n] state arrays at the same offset as p in the caller's flat state buffers, and
  * may be NULL where optim_state_arrays(c) says that state is not kept. decay: apply
  * c->weight_decay (1) or not (0, for biases and LayerNorm parameters). lr from
  * optim_lr, grad_scale from optim_clip_scale, t the 1-based step count. */
-void optim_update(const Config *c, float *p, const float *g, float *m, float *v, size_t n,
+void optim_update(const Config *c, const Backend *be, float *p, const float *g, float *m, float *v, size_t n,
                   float lr, int decay, float grad_scale, int t);
 
 #endif

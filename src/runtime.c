@@ -108,10 +108,16 @@ static int slot_acquire(Runtime *rt, int c, int mb, int step, int *out, char *er
 
 static void slot_release(Runtime *rt, int c, int i) { rt->slots[c][i].busy = 0; }
 
-static RecvBuf *recv_find(Runtime *rt, int c, int mb) {
-    for (int i = 0; i < rt->nrbufs[c]; i++)
-        if (rt->rbufs[c][i].mb == mb) return &rt->rbufs[c][i];
-    return NULL;
+/* Index of chunk c's receive buffer holding microbatch mb (-1: a free one), or -1. */
+static int recv_find(Runtime *rt, int c, int mb) {
+    for (int i = 0; i < rt->model.chunks[c].nrecv; i++)
+        if (rt->rbufs[c][i].mb == mb) return i;
+    return -1;
+}
+
+/* World rank that holds `stage` in this rank's replica of the pipeline. */
+static int stage_peer(const Runtime *rt, int stage) {
+    return layout_rank_of(&rt->lay, sched_stage_rank(stage, rt->lay.P), rt->lay.dp);
 }
 
 /* ---- the interpreter ---------------------------------------------------------- */
@@ -119,7 +125,6 @@ static RecvBuf *recv_find(Runtime *rt, int c, int mb) {
 typedef struct {
     int step, fwd_only, kind_act;
     float dloss;
-    double loss_sum;
 } StepCtx;
 
 static CommTag tag_of(int step, int stage, int mb, int kind) {
@@ -136,27 +141,27 @@ static int held_slot(Runtime *rt, int c, int mb) {
 
 static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, size_t errlen) {
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = slot_find(rt, c, m), rc;
-    size_t NC = (size_t)rt->Bmb * rt->T * rt->model.d.C, rows = (size_t)m * rt->Bmb * rt->T;
+    const Backend *be = rt->model.be;
+    size_t ntok = (size_t)rt->Bmb * rt->T, NC = ntok * rt->model.d.C, rows = (size_t)m * ntok;
     if (i < 0 && (rc = slot_acquire(rt, c, m, x->step, &i, err, errlen))) return rc;
     ActSlot *as = &rt->model.chunks[c].slots[i];
     if (s > 0 && rt->chunk_of[s - 1] < 0) { /* take over the received input */
-        RecvBuf *rb = recv_find(rt, c, m);
-        if (!rb) PP_DIE("stage %d: no receive posted for microbatch %d (schedule bug)", s, m);
-        if ((rc = wait_req(rt, &rb->req, "recv activation", s, m, x->step, err, errlen))) return rc;
-        float *t = as->input;
-        as->input = rb->buf;
-        rb->buf = t;
-        rb->mb = -1;
+        int r = recv_find(rt, c, m);
+        if (r < 0) PP_DIE("stage %d: no receive posted for microbatch %d (schedule bug)", s, m);
+        if ((rc = wait_req(rt, &rt->rbufs[c][r].req, "recv activation", s, m, x->step, err, errlen))) return rc;
+        model_take_input(&rt->model, c, i, r);
+        rt->rbufs[c][r].mb = -1;
     }
-    if (s == 0) memcpy(as->tokens, rt->inputs + rows, rt->Bmb * rt->T * sizeof(int));
-    if (s == rt->S - 1) memcpy(as->targets, rt->targets + rows, rt->Bmb * rt->T * sizeof(int));
+    /* the host batch stays put until the step's wait (runtime_step's end) */
+    if (s == 0) be->to_device(be, as->tokens, rt->inputs + rows, ntok * sizeof(int));
+    if (s == rt->S - 1) be->to_device(be, as->targets, rt->targets + rows, ntok * sizeof(int));
     if (s > 0 && rt->chunk_of[s - 1] >= 0) { /* local handover from stage s-1 */
         int pc = rt->chunk_of[s - 1], pi = held_slot(rt, pc, m);
-        memcpy(as->input, model_chunk_output(&rt->model, pc, pi), NC * sizeof(float));
+        be->copy(be, as->input, model_chunk_output(&rt->model, pc, pi), NC * sizeof(float));
         if (x->fwd_only) slot_release(rt, pc, pi);
     }
     double t0 = trace_now_us();
-    x->loss_sum += model_forward(&rt->model, c, i, x->dloss, !x->fwd_only);
+    model_forward(&rt->model, c, i, x->dloss, !x->fwd_only, &rt->loss_dev[m]);
     double t1 = trace_now_us();
     rt->busy_s += (t1 - t0) * 1e-6;
     if (!x->fwd_only) rt->cur_f[s] += (t1 - t0) * 1e-6;
@@ -179,7 +184,8 @@ static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     if (rt->trace) trace_add(rt->trace, "B", "compute", t0, t1, s, m, x->step);
     if (s > 0 && rt->chunk_of[s - 1] >= 0) { /* local handover: push d(input) to stage s-1 */
         int pc = rt->chunk_of[s - 1];
-        memcpy(rt->model.chunks[pc].slots[held_slot(rt, pc, m)].grad, as->grad, NC * sizeof(float));
+        const Backend *be = rt->model.be;
+        be->copy(be, rt->model.chunks[pc].slots[held_slot(rt, pc, m)].grad, as->grad, NC * sizeof(float));
     }
     if (s == 0 || rt->chunk_of[s - 1] >= 0) slot_release(rt, c, i);
     return PP_OK;
@@ -196,30 +202,30 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     case ACT_SEND_F:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, x->kind_act);
-        rc = comm_isend(cm, sched_stage_rank(s + 1, rt->P), &tag, model_chunk_output(&rt->model, c, i), bytes, &rt->slots[c][i].send[0]);
+        rc = comm_isend(cm, stage_peer(rt, s + 1), &tag, model_chunk_output(&rt->model, c, i), bytes, &rt->slots[c][i].send[0]);
         if (x->fwd_only) slot_release(rt, c, i);
         what = "send activation";
         break;
     case ACT_RECV_F: {
-        RecvBuf *rb = recv_find(rt, c, -1);
-        if (!rb) PP_DIE("stage %d: all %d receive buffers busy at microbatch %d (a bug)", s, rt->nrbufs[c], m);
-        rb->mb = m;
+        int r = recv_find(rt, c, -1);
+        if (r < 0) PP_DIE("stage %d: all %d receive buffers busy at microbatch %d (a bug)", s, rt->model.chunks[c].nrecv, m);
+        rt->rbufs[c][r].mb = m;
         tag = tag_of(x->step, s - 1, m, x->kind_act);
-        rc = comm_irecv(cm, sched_stage_rank(s - 1, rt->P), &tag, rb->buf, bytes, &rb->req);
+        rc = comm_irecv(cm, stage_peer(rt, s - 1), &tag, model_recv_buffer(&rt->model, c, r), bytes, &rt->rbufs[c][r].req);
         what = "post recv activation";
         break;
     }
     case ACT_SEND_B:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, KIND_GRAD);
-        rc = comm_isend(cm, sched_stage_rank(s - 1, rt->P), &tag, rt->model.chunks[c].slots[i].grad, bytes, &rt->slots[c][i].send[1]);
+        rc = comm_isend(cm, stage_peer(rt, s - 1), &tag, rt->model.chunks[c].slots[i].grad, bytes, &rt->slots[c][i].send[1]);
         slot_release(rt, c, i);
         what = "send gradient";
         break;
     case ACT_RECV_B:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s + 1, m, KIND_GRAD);
-        rc = comm_irecv(cm, sched_stage_rank(s + 1, rt->P), &tag, rt->model.chunks[c].slots[i].grad, bytes, &rt->slots[c][i].recv);
+        rc = comm_irecv(cm, stage_peer(rt, s + 1), &tag, rt->model.chunks[c].slots[i].grad, bytes, &rt->slots[c][i].recv);
         what = "post recv gradient";
         break;
     default:
@@ -235,16 +241,19 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
 /* Run one lowered action list; then wait until every send has left. */
 static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, size_t errlen) {
     int rc = PP_OK;
-    for (int k = 0; k < sc->len[rt->rank] && rc == PP_OK; k++) {
-        const Action *a = &sc->acts[rt->rank][k];
+    int pp = rt->lay.pp;
+    for (int k = 0; k < sc->len[pp] && rc == PP_OK; k++) {
+        const Action *a = &sc->acts[pp][k];
+        if (rt->action_hook) rt->action_hook(rt->hook_ctx, sc, pp, k, 0);
         switch (a->type) {
         case ACT_F: rc = exec_forward(rt, a, x, err, errlen); break;
         case ACT_B: rc = exec_backward(rt, a, x, err, errlen); break;
         default: rc = exec_transfer(rt, a, x, err, errlen); break;
         }
+        if (rt->action_hook) rt->action_hook(rt->hook_ctx, sc, pp, k, 1);
     }
     for (int c = 0; c < rt->model.nchunks && rc == PP_OK; c++) {
-        for (int i = 0; i < rt->nrbufs[c]; i++) PP_CHECK(rt->rbufs[c][i].mb < 0); /* every F ran */
+        for (int i = 0; i < rt->model.chunks[c].nrecv; i++) PP_CHECK(rt->rbufs[c][i].mb < 0); /* every F ran */
         for (int i = 0; i < rt->model.chunks[c].nslots && rc == PP_OK; i++) {
             SlotState *st = &rt->slots[c][i];
             PP_CHECK(!st->busy && !st->recv); /* the schedule released everything */
@@ -257,24 +266,42 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
 
 static void load_batch(Runtime *rt, const DataSet *d, long n) {
     if (rt->chunk_of[0] >= 0 || rt->chunk_of[rt->S - 1] >= 0)
-        data_batch(d, n, rt->B, rt->T, rt->inputs, rt->targets);
+        data_batch(d, n, rt->global_batch, rt->T, rt->inputs, rt->targets);
 }
 
 int runtime_tied_replica(const Runtime *rt, const ParamTensor *t) {
     return rt->tied_peer >= 0 && rt->chunk_of[0] < 0 && !strcmp(t->name, "wte");
 }
 
-/* Sum of squared gradients of this rank, counting the tied wte once over all ranks
- * (on the rank of stage 0). */
-static double local_sumsq(const Runtime *rt) {
+/* This rank's step sums, read back from the device in one wait: the loss (the sum over
+ * its last stage's microbatches, in microbatch order, so that it does not depend on the
+ * schedule) and the squared gradients, each tensor's sum added in tensor order, counting
+ * the tied wte once over all ranks (on the rank of stage 0). */
+static void local_sums(Runtime *rt, int want_sumsq, double *loss, double *sumsq) {
     const Model *m = &rt->model;
-    double s = 0.0;
+    const Backend *be = m->be;
+    int last = rt->chunk_of[rt->S - 1] >= 0;
+    if (want_sumsq)
+        for (int i = 0; i < m->ntensors; i++)
+            be->sumsq(be, &rt->sumsq_dev[i], m->grads + m->tensors[i].offset, m->tensors[i].numel);
+    if (want_sumsq) be->to_host(be, rt->sumsq_host, rt->sumsq_dev, (size_t)m->ntensors * sizeof(double));
+    if (last) be->to_host(be, rt->loss_host, rt->loss_dev, (size_t)rt->M * sizeof(double));
+    be->wait(be);
+    *loss = 0.0;
+    for (int k = 0; last && k < rt->M; k++) *loss += rt->loss_host[k];
+    *sumsq = 0.0;
+    for (int i = 0; want_sumsq && i < m->ntensors; i++)
+        if (!runtime_tied_replica(rt, &m->tensors[i])) *sumsq += rt->sumsq_host[i];
+}
+
+/* One optimizer update of every tensor of this rank. */
+static void update(Runtime *rt, float lr, float scale, int t) {
+    Model *m = &rt->model;
     for (int i = 0; i < m->ntensors; i++) {
-        const ParamTensor *t = &m->tensors[i];
-        if (runtime_tied_replica(rt, t)) continue;
-        s += optim_sumsq(m->grads + t->offset, t->numel);
+        const ParamTensor *p = &m->tensors[i];
+        optim_update(rt->cfg, m->be, m->params + p->offset, m->grads + p->offset, m->opt_m ? m->opt_m + p->offset : NULL,
+                     m->opt_v ? m->opt_v + p->offset : NULL, p->numel, lr, p->decay, scale, t);
     }
-    return s;
 }
 
 int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, char *err,
@@ -288,7 +315,7 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     memset(rt->cur_b, 0, sizeof rt->cur_b);
     load_batch(rt, &rt->train, step);
     model_zero_grads(m);
-    StepCtx x = {.step = step + 1, .kind_act = KIND_ACT, .dloss = 1.0f / ((float)rt->B * rt->T)}; /* 1-based, as logged */
+    StepCtx x = {.step = step + 1, .kind_act = KIND_ACT, .dloss = 1.0f / ((float)rt->global_batch * rt->T)}; /* 1-based, as logged */
     int rc = run_actions(rt, &rt->sched, &x, err, errlen);
     if (rc) return rc;
     rt->pipe_s = pp_now() - t0;
@@ -300,25 +327,21 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
      * the two chunks share a single tensor. */
     if (rt->tied_peer >= 0 && comm_pair_sum_f32(cm, rt->tied_peer, m->dwte, (size_t)m->d.Vp * m->d.C) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "summing tied embedding gradients with rank %d: %s", rt->tied_peer, comm_error(cm));
-    double red[2 + RUNTIME_MAX_CTL] = {x.loss_sum, local_sumsq(rt)};
+    double red[2 + RUNTIME_MAX_CTL];
+    local_sums(rt, 1, &red[0], &red[1]);
     PP_CHECK(nctl >= 0 && nctl <= RUNTIME_MAX_CTL);
     for (int i = 0; i < nctl; i++) red[2 + i] = ctl[i];
     if (comm_allreduce_sum_f64(cm, red, 2 + nctl) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of loss and gradient norm at step %d: %s", step, comm_error(cm));
     for (int i = 0; i < nctl; i++) ctl[i] = red[2 + i];
-    res->loss = red[0] / ((double)rt->B * rt->T);
+    res->loss = red[0] / ((double)rt->global_batch * rt->T);
     res->grad_norm = sqrt(red[1]);
     res->lr = optim_lr(cfg, step);
     if (!isfinite(res->loss) || !isfinite(res->grad_norm))
         return pp_errf(err, errlen, PP_ERUNTIME, "step %d: loss %g, gradient norm %g are not finite: lower "
                        "train.optimizer.lr%s, or resume from an earlier checkpoint", step + 1, res->loss, res->grad_norm,
                        cfg->grad_clip > 0 ? "" : " or enable train.grad_clip");
-    float scale = optim_clip_scale(red[1], cfg->grad_clip);
-    for (int i = 0; i < m->ntensors; i++) {
-        const ParamTensor *t = &m->tensors[i];
-        optim_update(cfg, m->params + t->offset, m->grads + t->offset, rt->opt_m ? rt->opt_m + t->offset : NULL,
-                     rt->opt_v ? rt->opt_v + t->offset : NULL, t->numel, res->lr, t->decay, scale, step + 1);
-    }
+    update(rt, res->lr, optim_clip_scale(red[1], cfg->grad_clip), step + 1);
     if (rt->trace) trace_add(rt->trace, "optimizer", "compute", ts, trace_now_us(), -1, -1, step);
     rt->step_s = pp_now() - t0;
     return PP_OK;
@@ -331,11 +354,13 @@ int runtime_validate(Runtime *rt, int batches, double *loss, char *err, size_t e
         StepCtx x = {.step = n, .fwd_only = 1, .kind_act = KIND_VAL_ACT};
         int rc = run_actions(rt, &rt->fwd, &x, err, errlen);
         if (rc) return rc;
-        sum += x.loss_sum;
+        double batch_loss, unused;
+        local_sums(rt, 0, &batch_loss, &unused);
+        sum += batch_loss;
     }
     if (comm_allreduce_sum_f64(rt->comm, &sum, 1) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the validation loss: %s", comm_error(rt->comm));
-    *loss = sum / ((double)batches * rt->B * rt->T);
+    *loss = sum / ((double)batches * rt->global_batch * rt->T);
     return PP_OK;
 }
 
@@ -348,17 +373,47 @@ static int open_data(Runtime *rt, char *err, size_t errlen) {
     rt->has_val = c->val_path[0] != 0 && c->val_every > 0;
     if (rt->chunk_of[0] < 0 && rt->chunk_of[rt->S - 1] < 0) return PP_OK;
     int rc = data_open(&rt->train, c->train_path, c->vocab_size, err, errlen);
-    if (!rc) rc = data_check_batch(&rt->train, rt->B, rt->T, err, errlen);
+    if (!rc) rc = data_check_batch(&rt->train, rt->global_batch, rt->T, err, errlen);
     if (rc || !rt->has_val) return rc;
     rc = data_open(&rt->val, c->val_path, c->vocab_size, err, errlen);
-    return rc ? rc : data_check_batch(&rt->val, rt->B, rt->T, err, errlen);
+    return rc ? rc : data_check_batch(&rt->val, rt->global_batch, rt->T, err, errlen);
 }
 
 static int build_schedules(Runtime *rt, char *err, size_t errlen) {
     const Config *c = rt->cfg;
-    int rc = c->schedule_file[0] ? sched_load_file(&rt->sched, c->schedule_file, rt->P, rt->v, rt->M, err, errlen)
-                                 : sched_build(&rt->sched, c->schedule, rt->P, rt->v, rt->M, err, errlen);
-    return rc ? rc : sched_build_forward_only(&rt->fwd, rt->P, rt->v, rt->M, err, errlen);
+    int P = rt->lay.P;
+    int rc = c->schedule_file[0] ? sched_load_file(&rt->sched, c->schedule_file, P, rt->v, rt->M, err, errlen)
+                                 : sched_build(&rt->sched, c->schedule, P, rt->v, rt->M, err, errlen);
+    return rc ? rc : sched_build_forward_only(&rt->fwd, P, rt->v, rt->M, err, errlen);
+}
+
+/* Allocate this rank's model (its stages: slots and receive buffers sized by the
+ * schedules), the optimizer state and the step's sums. */
+static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
+    const Config *cfg = rt->cfg;
+    ChunkSpec specs[PP_MAX_CHUNKS];
+    for (int s = 0; s < rt->S; s++) rt->chunk_of[s] = -1;
+    for (int c = 0; c < rt->v; c++) {
+        int s = rt->lay.pp + c * rt->lay.P, pool = runtime_pool_size(&rt->sched, rt->lay.pp, s);
+        int vpool = runtime_pool_size(&rt->fwd, rt->lay.pp, s);
+        int nr = runtime_recv_pool_size(&rt->sched, rt->lay.pp, s), nrv = runtime_recv_pool_size(&rt->fwd, rt->lay.pp, s);
+        specs[c] = (ChunkSpec){s, rt->part.l0[s], rt->part.l1[s], s == 0, s == rt->S - 1, pool > vpool ? pool : vpool,
+                               nr > nrv ? nr : nrv};
+        rt->chunk_of[s] = c;
+    }
+    model_init(&rt->model, d, specs, rt->v, rt->Bmb, rt->T, be);
+    model_init_optimizer(&rt->model, optim_state_arrays(cfg));
+    for (int c = 0; c < rt->v; c++) {
+        rt->slots[c] = pp_calloc(specs[c].nslots, sizeof(SlotState));
+        for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1;
+        rt->rbufs[c] = pp_calloc(specs[c].nrecv ? specs[c].nrecv : 1, sizeof(RecvBuf));
+        for (int i = 0; i < specs[c].nrecv; i++) rt->rbufs[c][i] = (RecvBuf){-1, NULL};
+    }
+    int nt = rt->model.ntensors;
+    rt->loss_dev = be->alloc(be, (size_t)rt->M * sizeof(double));
+    rt->sumsq_dev = be->alloc(be, (size_t)nt * sizeof(double));
+    rt->loss_host = pp_calloc(rt->M, sizeof(double));
+    rt->sumsq_host = pp_calloc(nt, sizeof(double));
 }
 
 int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err, size_t errlen) {
@@ -366,20 +421,16 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     rt->cfg = cfg;
     rt->comm = comm;
     rt->trace = trace;
-    rt->rank = comm->rank;
     comm->kind_names = kind_names;
     comm->n_kind_names = 4;
-    rt->P = cfg->stages;
     rt->v = cfg->virtual_stages;
-    rt->S = rt->P * rt->v;
+    rt->S = cfg->stages * rt->v;
     rt->M = cfg->microbatches;
-    rt->B = cfg->batch_size;
+    rt->global_batch = cfg->batch_size;
     rt->T = cfg->seq_len;
-    rt->Bmb = rt->B / rt->M;
-    if (comm->world != rt->P)
-        return pp_errf(err, errlen, PP_EUSAGE, "pipeline.stages is %d but %d process%s launched: launch exactly "
-                       "pipeline.stages ranks (e.g. scripts/pprun --nproc-per-node %d) or change pipeline.stages",
-                       rt->P, comm->world, comm->world == 1 ? " was" : "es were", rt->P);
+    rt->Bmb = rt->global_batch / rt->M;
+    int rc = layout_init(&rt->lay, comm->world, comm->rank, cfg->stages, 1, err, errlen); /* D = 1 for now */
+    if (rc) return rc;
     /* [Note: backends] only the CPU backend and the socket transport exist so far: a
      * config asking for CUDA or NCCL is refused rather than run on something else */
     if (!strcmp(cfg->device, "cuda") || !strcmp(cfg->transport, "nccl"))
@@ -391,54 +442,28 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
                        PP_MAX_CHUNKS);
     ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, cfg->n_layers, cfg->n_heads, cfg->dim,
                    cfg->tie_embeddings};
-    int rc = partition_build(&rt->part, cfg->split, d.L, rt->S, d.C, d.Vp, rt->T, err, errlen);
+    rc = partition_build(&rt->part, cfg->split, d.L, rt->S, d.C, d.Vp, rt->T, err, errlen);
     if (rc || (rc = build_schedules(rt, err, errlen))) return rc;
-    ChunkSpec specs[PP_MAX_CHUNKS];
-    for (int s = 0; s < rt->S; s++) rt->chunk_of[s] = -1;
-    for (int c = 0; c < rt->v; c++) {
-        int s = rt->rank + c * rt->P, pool = runtime_pool_size(&rt->sched, rt->rank, s);
-        int vpool = runtime_pool_size(&rt->fwd, rt->rank, s);
-        specs[c] = (ChunkSpec){s, rt->part.l0[s], rt->part.l1[s], s == 0, s == rt->S - 1, pool > vpool ? pool : vpool};
-        rt->chunk_of[s] = c;
-    }
-    model_init(&rt->model, &d, specs, rt->v, rt->Bmb, rt->T, backend_cpu());
-    size_t NC = (size_t)rt->Bmb * rt->T * d.C;
-    for (int c = 0; c < rt->v; c++) {
-        int s = specs[c].stage, nr = runtime_recv_pool_size(&rt->sched, rt->rank, s);
-        int nrv = runtime_recv_pool_size(&rt->fwd, rt->rank, s);
-        rt->slots[c] = pp_calloc(specs[c].nslots, sizeof(SlotState));
-        for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1;
-        rt->nrbufs[c] = nr > nrv ? nr : nrv;
-        rt->rbufs[c] = pp_calloc(rt->nrbufs[c] ? rt->nrbufs[c] : 1, sizeof(RecvBuf));
-        for (int i = 0; i < rt->nrbufs[c]; i++) {
-            rt->rbufs[c][i] = (RecvBuf){pp_malloc(NC * sizeof(float)), -1, NULL};
-            rt->recv_bytes += NC * sizeof(float);
-        }
-    }
+    build_model(rt, &d, backend_cpu());
     model_init_weights(&rt->model, cfg->seed, cfg->init_std);
     if (cfg->init_from[0] && (rc = model_load_llmc(&rt->model, cfg->init_from, err, errlen))) return rc;
-    int nstate = optim_state_arrays(cfg);
-    if (nstate >= 1) rt->opt_m = pp_calloc(rt->model.nparams, sizeof(float));
-    if (nstate >= 2) rt->opt_v = pp_calloc(rt->model.nparams, sizeof(float));
-    int r0 = sched_stage_rank(0, rt->P), rl = sched_stage_rank(rt->S - 1, rt->P);
-    rt->tied_peer = (!d.tied || r0 == rl) ? -1 : rt->rank == r0 ? rl : rt->rank == rl ? r0 : -1;
-    rt->inputs = pp_malloc((size_t)rt->B * rt->T * sizeof(int));
-    rt->targets = pp_malloc((size_t)rt->B * rt->T * sizeof(int));
+    int r0 = stage_peer(rt, 0), rl = stage_peer(rt, rt->S - 1);
+    rt->tied_peer = (!d.tied || r0 == rl) ? -1 : rt->lay.rank == r0 ? rl : rt->lay.rank == rl ? r0 : -1;
+    rt->inputs = pp_malloc((size_t)rt->global_batch * rt->T * sizeof(int));
+    rt->targets = pp_malloc((size_t)rt->global_batch * rt->T * sizeof(int));
     return open_data(rt, err, errlen);
 }
 
 void runtime_free(Runtime *rt) {
-    for (int c = 0; c < rt->model.nchunks; c++) {
-        free(rt->slots[c]);
-        for (int i = 0; i < rt->nrbufs[c]; i++) free(rt->rbufs[c][i].buf);
-        free(rt->rbufs[c]);
-    }
+    const Backend *be = rt->model.be;
+    for (int c = 0; c < rt->model.nchunks; c++) free(rt->slots[c]), free(rt->rbufs[c]);
+    if (be) be->dealloc(be, rt->loss_dev), be->dealloc(be, rt->sumsq_dev);
     model_free(&rt->model);
     sched_free(&rt->sched);
     sched_free(&rt->fwd);
     data_close(&rt->train);
     data_close(&rt->val);
-    free(rt->inputs), free(rt->targets), free(rt->opt_m), free(rt->opt_v);
+    free(rt->inputs), free(rt->targets), free(rt->loss_host), free(rt->sumsq_host);
     memset(rt, 0, sizeof *rt);
 }
 
@@ -458,20 +483,20 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
     if (n == 0) return PP_OK;
     double step = rt->sum_step_s / n, busy = rt->sum_busy_s / n;
     printf("rank %d: per step %.1f ms (fastest %.1f, pipeline %.1f ms), busy %.1f ms, idle (bubble) %.1f ms = %.1f%% "
-           "| peak RSS %.1f MB\n", rt->rank, step * 1e3, rt->min_step_s * 1e3, rt->sum_pipe_s / n * 1e3, busy * 1e3,
+           "| peak RSS %.1f MB\n", rt->lay.rank, step * 1e3, rt->min_step_s * 1e3, rt->sum_pipe_s / n * 1e3, busy * 1e3,
            (step - busy) * 1e3, 100.0 * (step - busy) / step, ru.ru_maxrss / 1024.0);
     /* mean per-action times of every stage (each rank contributes its own), and the
      * slowest rank's pipeline time: the step ends when the last rank finishes */
     double *v = pp_calloc(2 * S + 1, sizeof(double));
     for (int s = 0; s < S; s++)
         if (rt->chunk_of[s] >= 0) v[s] = rt->sum_f[s] / ((double)n * M), v[S + s] = rt->sum_b[s] / ((double)n * M);
-    v[2 * S] = rt->rank == 0 ? rt->sum_pipe_s / n : 0.0; /* rank 0 starts first and ends last */
+    v[2 * S] = rt->lay.rank == 0 ? rt->sum_pipe_s / n : 0.0; /* rank 0 starts first and ends last */
     int rc = comm_allreduce_sum_f64(rt->comm, v, 2 * S + 1);
     if (rc != PP_OK) {
         free(v);
         return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the timing report: %s", comm_error(rt->comm));
     }
-    if (rt->rank == 0) {
+    if (rt->lay.rank == 0) {
         SimCosts c;
         SimResult res;
         char serr[PP_ERR_MAX];
@@ -499,10 +524,14 @@ int runtime_check_tied(Runtime *rt, char *err, size_t errlen) {
      * rank of stage S-1 subtracts it, every other rank adds 0 */
     double h = 0.0;
     if (rt->tied_peer >= 0) {
-        const unsigned char *p = (const unsigned char *)rt->model.wte;
+        const Backend *be = rt->model.be;
         size_t n = (size_t)rt->model.d.Vp * rt->model.d.C * sizeof(float);
+        unsigned char *p = pp_malloc(n);
+        be->to_host(be, p, rt->model.wte, n);
+        be->wait(be);
         uint32_t x = 2166136261u;
         for (size_t i = 0; i < n; i++) x = (x ^ p[i]) * 16777619u;
+        free(p);
         h = rt->chunk_of[0] >= 0 ? (double)x : -(double)x;
     }
     if (comm_allreduce_sum_f64(rt->comm, &h, 1) != PP_OK)
@@ -511,6 +540,6 @@ int runtime_check_tied(Runtime *rt, char *err, size_t errlen) {
         return pp_errf(err, errlen, PP_ERUNTIME, "the tied embedding copies on the first and the last stage's ranks "
                        "differ (a bug: please report it with the config)");
     if (rt->tied_peer >= 0 && rt->chunk_of[0] >= 0)
-        printf("tied embeddings: the copies on ranks %d and %d are bitwise identical\n", rt->rank, rt->tied_peer);
+        printf("tied embeddings: the copies on ranks %d and %d are bitwise identical\n", rt->lay.rank, rt->tied_peer);
     return PP_OK;
 }

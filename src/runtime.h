@@ -8,6 +8,7 @@
 #include "comm.h"
 #include "config.h"
 #include "data.h"
+#include "layout.h"
 #include "model.h"
 #include "partition.h"
 #include "sched.h"
@@ -21,32 +22,40 @@ typedef struct {
     CommReq *recv;       /* outstanding receive of the output gradient into this slot */
 } SlotState;
 
-/* A buffer a RECV_F receives into until its forward takes it over. */
+/* Bookkeeping of the model's receive buffer of the same index (model_recv_buffer): a
+ * RECV_F receives into it until its forward takes it over (model_take_input). */
 typedef struct {
-    float *buf;          /* [N,C] */
     int mb;              /* microbatch it receives, -1 when free */
     CommReq *req;
 } RecvBuf;
 
 typedef struct {
     const Config *cfg;
-    int rank, P, v, S, M;
-    int B, T, Bmb;             /* global batch, sequence length, sequences per microbatch */
+    Layout lay;                /* world, pipeline rank pp, replica dp ([Note: rank layout]) */
+    int v, S, M;               /* chunks per pipeline rank, stages, microbatches */
+    int global_batch, T, Bmb;  /* sequences per step, sequence length, sequences per
+                                  microbatch (the model's B) */
     Partition part;
     Schedule sched, fwd;       /* training and forward-only (validation) schedules */
     Model model;
     int chunk_of[PP_MAX_STAGES]; /* local chunk index of a stage, -1 if remote */
     SlotState *slots[PP_MAX_CHUNKS];
-    RecvBuf *rbufs[PP_MAX_CHUNKS];
-    int nrbufs[PP_MAX_CHUNKS];
-    size_t recv_bytes;         /* all receive buffers, for the build report */
+    RecvBuf *rbufs[PP_MAX_CHUNKS]; /* [model.chunks[c].nrecv] */
     Comm *comm;
     DataSet train, val;
     int has_val;               /* data.val set and data.val_every > 0 (every rank) */
-    int *inputs, *targets;     /* [B*T] the global batch (first / last rank only) */
-    float *opt_m, *opt_v;      /* optimizer state, same layout as the parameters */
-    int tied_peer;             /* rank holding the other copy of wte, -1 if none */
+    int *inputs, *targets;     /* [global_batch*T] host: the step's batch (first / last
+                                  stage's rank only) */
+    double *loss_dev;          /* [M] device: each microbatch's loss sum (last stage) */
+    double *sumsq_dev;         /* [model.ntensors] device: each tensor's squared grad sum */
+    double *loss_host, *sumsq_host; /* host copies of the two */
+    int tied_peer;             /* world rank holding the other copy of wte, -1 if none */
     Trace *trace;
+    /* Test hook, NULL in the product: called before (done = 0) and after (done = 1)
+     * action k of this rank's list of schedule sc. The in-process interpreter test uses
+     * it to step all ranks in the simulator's order (test/test_interp.c). */
+    void (*action_hook)(void *ctx, const Schedule *sc, int pp, int k, int done);
+    void *hook_ctx;
     double busy_s, step_s;     /* of the last step: compute time and wall time */
     double pipe_s;             /* of the last step: the action list (no optimizer) */
     double save_stall_s;       /* of the last checkpoint: how long the step stalled */

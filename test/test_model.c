@@ -83,7 +83,7 @@ END_TEST
 typedef struct { float *out, *mean, *rstd, *x, *w, *b, *R; int N, C; } LnCtx;
 static double ln_loss(void *p) {
     LnCtx *c = p;
-    backend_cpu()->layernorm_forward(c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C);
+    backend_cpu()->layernorm_forward(backend_cpu(), c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C);
     return dot(c->out, c->R, (size_t)c->N * c->C);
 }
 START_TEST(test_layernorm_grad) {
@@ -94,7 +94,7 @@ START_TEST(test_layernorm_grad) {
     ln_loss(&c);
     float *dx = tcalloc(N * C, 4), *dw = tcalloc(C, 4), *db = tcalloc(C, 4);
     for (int i = 0; i < N * C; i++) dx[i] = 0.25f; /* accumulates: starts from 0.25 */
-    be->layernorm_backward(dx, dw, db, c.R, c.x, c.mean, c.rstd, c.w, N, C, talloc(be->scratch_floats(N, 1, C) * 4));
+    be->layernorm_backward(be, dx, dw, db, c.R, c.x, c.mean, c.rstd, c.w, N, C, talloc(be->scratch_floats(be, N, 1, C) * 4));
     double *gx = numgrad(ln_loss, &c, c.x, N * C, 1e-2f), *gw = numgrad(ln_loss, &c, c.w, C, 1e-2f);
     double *gb = numgrad(ln_loss, &c, c.b, C, 1e-2f);
     for (int i = 0; i < N * C; i++) gx[i] += 0.25;
@@ -109,7 +109,7 @@ END_TEST
 typedef struct { float *out, *x, *w, *b, *R; int N, C, OC; } MmCtx;
 static double mm_loss(void *p) {
     MmCtx *c = p;
-    backend_cpu()->matmul_forward(c->out, c->x, c->w, c->b, c->N, c->C, c->OC);
+    backend_cpu()->matmul_forward(backend_cpu(), c->out, c->x, c->w, c->b, c->N, c->C, c->OC);
     return dot(c->out, c->R, (size_t)c->N * c->OC);
 }
 START_TEST(test_matmul_grad) {
@@ -119,7 +119,7 @@ START_TEST(test_matmul_grad) {
     float *dx = talloc(N * C * 4), *dw = tcalloc(OC * C, 4), *db = tcalloc(OC, 4);
     for (int i = 0; i < OC * C; i++) dw[i] = 1.0f; /* weight grads accumulate */
     for (int i = 0; i < N * C; i++) dx[i] = 99.0f; /* input grad is overwritten */
-    backend_cpu()->matmul_backward(dx, dw, db, c.R, c.x, c.w, N, C, OC);
+    backend_cpu()->matmul_backward(backend_cpu(), dx, dw, db, c.R, c.x, c.w, N, C, OC);
     double *gx = numgrad(mm_loss, &c, c.x, N * C, 1e-2f), *gw = numgrad(mm_loss, &c, c.w, OC * C, 1e-2f);
     double *gb = numgrad(mm_loss, &c, c.b, OC, 1e-2f);
     for (int i = 0; i < OC * C; i++) gw[i] += 1.0;
@@ -134,7 +134,7 @@ END_TEST
 typedef struct { float *out, *att, *qkv, *R; int B, T, C, NH; } AttCtx;
 static double att_loss(void *p) {
     AttCtx *c = p;
-    backend_cpu()->attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+    backend_cpu()->attention_forward(backend_cpu(), c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
     return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 static void check_attention(int B, int T, int C, int NH) {
@@ -142,8 +142,8 @@ static void check_attention(int B, int T, int C, int NH) {
                 rand_buf((size_t)B * T * 3 * C, 1), rand_buf((size_t)B * T * C, 1), B, T, C, NH};
     att_loss(&c);
     float *dqkv = talloc((size_t)B * T * 3 * C * 4);
-    backend_cpu()->attention_backward(dqkv, c.R, c.qkv, c.att, B, T, C, NH,
-                                      talloc(backend_cpu()->scratch_floats(B * T, T, C) * 4));
+    backend_cpu()->attention_backward(backend_cpu(), dqkv, c.R, c.qkv, c.att, B, T, C, NH,
+                                      talloc(backend_cpu()->scratch_floats(backend_cpu(), B * T, T, C) * 4));
     double *g = numgrad(att_loss, &c, c.qkv, (size_t)B * T * 3 * C, 1e-2f);
     assert_close("dqkv", dqkv, g, (size_t)B * T * 3 * C, 2e-3, 2e-3);
     /* causality: output row t must not depend on positions > t */
@@ -162,7 +162,7 @@ END_TEST
 typedef struct { float *out, *x, *R; int n; } GeluCtx;
 static double gelu_loss(void *p) {
     GeluCtx *c = p;
-    backend_cpu()->gelu_forward(c->out, c->x, c->n);
+    backend_cpu()->gelu_forward(backend_cpu(), c->out, c->x, c->n);
     return dot(c->out, c->R, c->n);
 }
 START_TEST(test_gelu_grad) {
@@ -171,10 +171,10 @@ START_TEST(test_gelu_grad) {
     gelu_loss(&c);
     /* reference values: gelu_tanh(1) = 0.8411920, gelu_tanh(-2) = -0.0454023 */
     float x2[2] = {1.0f, -2.0f}, y2[2];
-    backend_cpu()->gelu_forward(y2, x2, 2);
+    backend_cpu()->gelu_forward(backend_cpu(), y2, x2, 2);
     ck_assert(fabsf(y2[0] - 0.8411920f) < 1e-6f && fabsf(y2[1] + 0.0454023f) < 1e-6f);
     float *dx = talloc(n * 4);
-    backend_cpu()->gelu_backward(dx, c.x, c.R, n);
+    backend_cpu()->gelu_backward(backend_cpu(), dx, c.x, c.R, n);
     double *g = numgrad(gelu_loss, &c, c.x, n, 1e-2f);
     assert_close("dx", dx, g, n, 1e-3, 1e-3);
     tfree_all();
@@ -186,12 +186,12 @@ START_TEST(test_encoder) {
     int B = 2, T = 3, C = 4, V = 5;
     int inp[6] = {1, 4, 1, 0, 1, 3};
     float *wte = rand_buf(V * C, 1), *wpe = rand_buf(T * C, 1), out[24], dout[24];
-    backend_cpu()->encoder_forward(out, inp, wte, wpe, B, T, C);
+    backend_cpu()->encoder_forward(backend_cpu(), out, inp, wte, wpe, B, T, C);
     for (int n = 0; n < B * T; n++)
         for (int c = 0; c < C; c++) ck_assert_float_eq(out[n * C + c], wte[inp[n] * C + c] + wpe[(n % T) * C + c]);
     for (int i = 0; i < 24; i++) dout[i] = (float)i;
     float dwte[20] = {0}, dwpe[12] = {0};
-    backend_cpu()->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    backend_cpu()->encoder_backward(backend_cpu(), dwte, dwpe, dout, inp, B, T, C);
     /* token 1 appears at rows 0, 2, 4 */
     for (int c = 0; c < C; c++) {
         ck_assert_float_eq(dwte[1 * C + c], dout[0 * C + c] + dout[2 * C + c] + dout[4 * C + c]);
@@ -207,7 +207,7 @@ typedef struct { float *logits, *work, *losses; int *targets, N, V, Vp; } CeCtx;
 static double ce_loss(void *p) {
     CeCtx *c = p;
     memcpy(c->work, c->logits, (size_t)c->N * c->Vp * 4);
-    backend_cpu()->crossentropy_forward(c->work, c->losses, c->targets, c->N, c->V, c->Vp);
+    backend_cpu()->crossentropy_forward(backend_cpu(), c->work, c->losses, c->targets, c->N, c->V, c->Vp);
     double s = 0;
     for (int n = 0; n < c->N; n++) s += c->losses[n];
     return s / c->N;
@@ -229,7 +229,7 @@ START_TEST(test_crossentropy_grad) {
     ck_assert_msg(fabs(loss - ref / N) < 1e-5, "loss %g vs %g", loss, ref / N);
     float *d = talloc(N * Vp * 4);
     memcpy(d, c.logits, N * Vp * 4);
-    backend_cpu()->crossentropy_forward_backward(d, c.losses, targets, 1.0f / N, N, V, Vp);
+    backend_cpu()->crossentropy_forward_backward(backend_cpu(), d, c.losses, targets, 1.0f / N, N, V, Vp);
     double *g = numgrad(ce_loss, &c, c.logits, N * Vp, 1e-2f);
     assert_close("dlogits", d, g, N * Vp, 1e-4, 2e-3);
     for (int n = 0; n < N; n++)
@@ -240,6 +240,13 @@ END_TEST
 
 /* ---- whole model ---- */
 static const ModelDims tiny = {.V = 13, .Vp = 16, .maxT = 8, .L = 4, .NH = 2, .C = 8, .tied = 1};
+
+/* model_forward's loss sum: on the CPU backend device memory is host memory. */
+static double fwd(Model *m, int c, int s, float dloss, int want_grad) {
+    double loss = 0.0;
+    model_forward(m, c, s, dloss, want_grad, &loss);
+    return loss;
+}
 
 static void setup_model(Model *m, const ChunkSpec *specs, int n, int B, int T, uint64_t seed) {
     model_init(m, &tiny, specs, n, B, T, backend_cpu());
@@ -256,18 +263,18 @@ static void fill_tokens(Model *m, int c, int slot, int B, int T) {
 typedef struct { Model *m; int B, T; } WholeCtx;
 static double whole_loss(void *p) {
     WholeCtx *c = p;
-    return model_forward(c->m, 0, 0, 0.0f, 0) / (c->B * c->T);
+    return fwd(c->m, 0, 0, 0.0f, 0) / (c->B * c->T);
 }
 
 static void model_gradcheck(const ModelDims *d) {
     int B = 2, T = 5;
-    ChunkSpec spec = {0, 0, d->L, 1, 1, 1};
+    ChunkSpec spec = {0, 0, d->L, 1, 1, 1, 0};
     Model m;
     model_init(&m, d, &spec, 1, B, T, backend_cpu());
     model_init_weights(&m, 7, 0.3f);
     fill_tokens(&m, 0, 0, B, T);
     model_zero_grads(&m);
-    model_forward(&m, 0, 0, 1.0f / (B * T), 1);
+    fwd(&m, 0, 0, 1.0f / (B * T), 1);
     model_backward(&m, 0, 0);
     model_fold_tied_grad(&m);
     WholeCtx c = {&m, B, T};
@@ -304,12 +311,12 @@ END_TEST
 typedef struct { Model *m; const float *R; size_t n; } MidCtx;
 static double mid_loss(void *p) {
     MidCtx *c = p;
-    model_forward(c->m, 0, 0, 0.0f, 0);
+    fwd(c->m, 0, 0, 0.0f, 0);
     return dot(model_chunk_output(c->m, 0, 0), c->R, c->n);
 }
 START_TEST(test_middle_stage_gradcheck) {
     int B = 2, T = 4, N = B * T, C = tiny.C;
-    ChunkSpec mid = {1, 1, 3, 0, 0, 1};
+    ChunkSpec mid = {1, 1, 3, 0, 0, 1, 0};
     Model m;
     setup_model(&m, &mid, 1, B, T, 3);
     ck_assert_int_eq(model_find(&m, "wte"), -1);
@@ -318,7 +325,7 @@ START_TEST(test_middle_stage_gradcheck) {
     memcpy(a->input, x, (size_t)N * C * 4);
     MidCtx c = {&m, R, (size_t)N * C};
     model_zero_grads(&m);
-    model_forward(&m, 0, 0, 0.0f, 1);
+    fwd(&m, 0, 0, 0.0f, 1);
     memcpy(a->grad, R, (size_t)N * C * 4); /* d(output) = R */
     model_backward(&m, 0, 0);
     float *dx = talloc((size_t)N * C * 4);
@@ -340,13 +347,13 @@ END_TEST
 
 START_TEST(test_loss_at_init) {
     ModelDims d = {.V = 256, .Vp = 256, .maxT = 16, .L = 2, .NH = 2, .C = 32, .tied = 1};
-    ChunkSpec spec = {0, 0, d.L, 1, 1, 1};
+    ChunkSpec spec = {0, 0, d.L, 1, 1, 1, 0};
     Model m;
     model_init(&m, &d, &spec, 1, 4, 16, backend_cpu());
     model_init_weights(&m, 1337, 0.02f);
     ActSlot *a = &m.chunks[0].slots[0];
     for (int i = 0; i < 64; i++) a->tokens[i] = (i * 37) % 256, a->targets[i] = (i * 11) % 256;
-    double loss = model_forward(&m, 0, 0, 0.0f, 0) / 64;
+    double loss = fwd(&m, 0, 0, 0.0f, 0) / 64;
     ck_assert_msg(fabs(loss - log(256.0)) < 0.05, "loss at init %g, ln V = %g", loss, log(256.0));
     model_free(&m);
     tfree_all();
@@ -357,7 +364,7 @@ END_TEST
  * model's forward and backward bit for bit. */
 START_TEST(test_stage_split_exact) {
     int B = 2, T = 6, N = B * T, C = tiny.C;
-    ChunkSpec whole = {0, 0, 4, 1, 1, 1}, s0 = {0, 0, 2, 1, 0, 1}, s1 = {1, 2, 4, 0, 1, 1};
+    ChunkSpec whole = {0, 0, 4, 1, 1, 1, 0}, s0 = {0, 0, 2, 1, 0, 1, 0}, s1 = {1, 2, 4, 0, 1, 1, 0};
     Model w, a, b;
     setup_model(&w, &whole, 1, B, T, 11);
     setup_model(&a, &s0, 1, B, T, 11);
@@ -370,10 +377,10 @@ START_TEST(test_stage_split_exact) {
     fill_tokens(&a, 0, 0, B, T);
     fill_tokens(&b, 0, 0, B, T);
     float dloss = 1.0f / N;
-    double lw = model_forward(&w, 0, 0, dloss, 1);
-    model_forward(&a, 0, 0, dloss, 1);
+    double lw = fwd(&w, 0, 0, dloss, 1);
+    fwd(&a, 0, 0, dloss, 1);
     memcpy(b.chunks[0].slots[0].input, model_chunk_output(&a, 0, 0), (size_t)N * C * 4);
-    double lb = model_forward(&b, 0, 0, dloss, 1);
+    double lb = fwd(&b, 0, 0, dloss, 1);
     ck_assert(lw == lb);
     model_backward(&w, 0, 0);
     model_backward(&b, 0, 0);
@@ -399,7 +406,7 @@ END_TEST
 
 /* Weights do not depend on the split: each tensor has its own random stream. */
 START_TEST(test_init_split_independent) {
-    ChunkSpec whole = {0, 0, 4, 1, 1, 1}, s1 = {1, 2, 4, 0, 1, 1};
+    ChunkSpec whole = {0, 0, 4, 1, 1, 1, 0}, s1 = {1, 2, 4, 0, 1, 1, 0};
     Model w, b;
     setup_model(&w, &whole, 1, 1, 4, 5);
     setup_model(&b, &s1, 1, 1, 4, 5);
@@ -417,7 +424,7 @@ END_TEST
 /* init_from round trip: save a whole model in llm.c's format, load it into a split
  * model with another padded vocabulary size: every held tensor equal. */
 START_TEST(test_llmc_roundtrip) {
-    ChunkSpec whole = {0, 0, 4, 1, 1, 1}, s1 = {1, 2, 4, 0, 1, 1};
+    ChunkSpec whole = {0, 0, 4, 1, 1, 1, 0}, s1 = {1, 2, 4, 0, 1, 1, 0};
     ModelDims d2 = tiny;
     d2.Vp = 32;
     Model w, b;
