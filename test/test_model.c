@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "fastmath.h"
 #include "model.h"
+#include "optim.h"
 
 /* Test allocations, freed together at the end of each test (LeakSanitizer-clean). */
 static void *allocs[4096];
@@ -86,6 +87,50 @@ static double ln_loss(void *p) {
     backend_cpu()->layernorm_forward(backend_cpu(), c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C);
     return dot(c->out, c->R, (size_t)c->N * c->C);
 }
+/* The memory and step entries of the backend, through its own interface only (as a
+ * CUDA twin will be checked): a round trip to the device and back, zero, copy, the two
+ * sums against plain double loops, and the optimizer entries against optim.c's
+ * reference loops. */
+START_TEST(test_backend_memory_and_step) {
+    const Backend *be = backend_cpu();
+    enum { N = 10007 };
+    float *h = talloc(N * sizeof(float)), *back = talloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) h[i] = sinf(0.37f * i) * (i % 7 - 3);
+    float *d = be->alloc(be, N * sizeof(float)), *d2 = be->alloc(be, N * sizeof(float));
+    double *sums = be->alloc(be, 2 * sizeof(double)), hs[2];
+    be->to_device(be, d, h, N * sizeof(float));
+    be->copy(be, d2, d, N * sizeof(float));
+    be->sum(be, &sums[0], d2, N);
+    be->sumsq(be, &sums[1], d2, N);
+    be->to_host(be, back, d2, N * sizeof(float));
+    be->to_host(be, hs, sums, sizeof hs);
+    be->wait(be);
+    ck_assert_int_eq(memcmp(back, h, N * sizeof(float)), 0);
+    double s = 0, sq = 0;
+    for (int i = 0; i < N; i++) s += h[i], sq += (double)h[i] * h[i];
+    ck_assert_double_eq(hs[0], s); /* sequential: the same bits */
+    ck_assert_double_eq_tol(hs[1], sq, 1e-9 * sq);
+    be->zero(be, d2, N * sizeof(float));
+    be->to_host(be, back, d2, N * sizeof(float));
+    be->wait(be);
+    for (int i = 0; i < N; i++) ck_assert_float_eq(back[i], 0.0f);
+    /* AdamW and SGD through the backend equal the reference loops bitwise */
+    size_t nb = N * sizeof(float);
+    float *p1 = talloc(nb), *p2 = talloc(nb), *m1 = talloc(nb), *m2 = talloc(nb), *v1 = talloc(nb), *v2 = talloc(nb);
+    for (int i = 0; i < N; i++) p1[i] = p2[i] = cosf(0.11f * i), m1[i] = m2[i] = 0.01f * (i % 5), v1[i] = v2[i] = 0.001f * (i % 3);
+    be->adamw_update(be, p1, h, m1, v1, N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    optim_adamw_update(p2, h, m2, v2, N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    be->sgd_update(be, p1, h, m1, N, 1e-2f, 0.9f, 0.01f, 1.0f, 2);
+    optim_sgd_update(p2, h, m2, N, 1e-2f, 0.9f, 0.01f, 1.0f, 2);
+    be->wait(be);
+    ck_assert_int_eq(memcmp(p1, p2, N * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(m1, m2, N * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(v1, v2, N * sizeof(float)), 0);
+    ck_assert_uint_eq(be->attention_saved_floats(be, 2, 5, 3), 2 * 3 * 5 * 5);
+    be->dealloc(be, d), be->dealloc(be, d2), be->dealloc(be, sums);
+}
+END_TEST
+
 START_TEST(test_layernorm_grad) {
     const Backend *be = backend_cpu();
     int N = 5, C = 24;
@@ -464,6 +509,7 @@ int main(void) {
     Suite *s = suite_create("model");
     TCase *ops = tcase_create("ops");
     tcase_add_test(ops, test_expf_accuracy);
+    tcase_add_test(ops, test_backend_memory_and_step);
     tcase_add_test(ops, test_layernorm_grad);
     tcase_add_test(ops, test_matmul_grad);
     tcase_add_test(ops, test_attention_grad);

@@ -2,6 +2,9 @@
  * flight ([Note: activation slots]), for every generated schedule. */
 #include <check.h>
 
+#include <string.h>
+
+#include "layout.h"
 #include "runtime.h"
 #include "sched.h"
 
@@ -47,12 +50,36 @@ END_TEST
 START_TEST(test_pool_interleaved) { check_kind("interleaved-1f1b", 3); }
 END_TEST
 
+/* [Note: rank layout]: replicas of a pipeline rank are neighbours; every world rank is
+ * one (pp, dp) and back; a world that is not stages x replicas is refused. */
+START_TEST(test_layout) {
+    char err[PP_ERR_MAX];
+    Layout l;
+    int seen[12] = {0};
+    for (int rank = 0; rank < 12; rank++) {
+        ck_assert_int_eq(layout_init(&l, 12, rank, 3, 4, err, sizeof err), PP_OK);
+        ck_assert_int_eq(l.pp, rank / 4);
+        ck_assert_int_eq(l.dp, rank % 4);
+        ck_assert_int_eq(layout_rank_of(&l, l.pp, l.dp), rank);
+        seen[layout_rank_of(&l, 2 - l.pp, l.dp)]++;
+    }
+    for (int r = 0; r < 12; r++) ck_assert_int_eq(seen[r], 1);
+    ck_assert_int_eq(layout_init(&l, 6, 5, 3, 0, err, sizeof err), PP_OK); /* auto: D = world / stages */
+    ck_assert_int_eq(l.D, 2);
+    ck_assert_int_eq(layout_init(&l, 3, 0, 2, 1, err, sizeof err), PP_EUSAGE);
+    ck_assert_msg(strstr(err, "pipeline.stages is 2 but 3 processes were launched"), "%s", err);
+    ck_assert_int_eq(layout_init(&l, 1, 0, 1, 1, err, sizeof err), PP_OK);
+    ck_assert_int_eq(l.P * l.D, 1);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("runtime");
     TCase *tc = tcase_create("pool");
     tcase_add_test(tc, test_pool_gpipe);
     tcase_add_test(tc, test_pool_1f1b);
     tcase_add_test(tc, test_pool_interleaved);
+    tcase_add_test(tc, test_layout);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
