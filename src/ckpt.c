@@ -104,17 +104,6 @@ static int join(char *out, const char *dir, const char *name) {
     return n < 0 || n >= PP_PATH_MAX ? (errno = ENAMETOOLONG, -1) : 0;
 }
 
-static int fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    if (rc != 0 && errno == EINVAL) rc = 0; /* file systems without directory fsync */
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return rc;
-}
-
 /* rm -rf path (symlinks are removed, not followed); a missing path is fine. */
 static int remove_tree(const char *path) {
     struct stat st;
@@ -184,24 +173,22 @@ int ckpt_stage_dir(const char *root, long step, char *tmpdir_out, size_t n, char
 int ckpt_write_shard(const char *path, const CkptMeta *meta, const CkptTensor *tensors,
                      int ntensors, const CkptOptions *opt, char *err, size_t errlen) {
     CkptOptions o;
-    char part[PP_PATH_MAX], dir[PP_PATH_MAX];
+    char why[PP_ERR_MAX];
     int rc = ckpt_options_resolve(opt, &o, err, errlen);
     if (rc == PP_OK) rc = ckpt_check_tensors(tensors, ntensors, err, errlen);
     if (rc != PP_OK) return rc;
-    if (snprintf(part, sizeof part, "%s.part", path) >= (int)sizeof part)
+    if (strlen(path) + sizeof ".part" > PP_PATH_MAX)
         return pp_errf(err, errlen, PP_EUSAGE, "checkpoint: path too long: %s", path);
-    rc = ckpt_shard_write(part, meta, tensors, ntensors, &o, err, errlen);
-    if (rc == PP_OK && rename(part, path) != 0)
-        rc = pp_errf(err, errlen, PP_ERUNTIME, "checkpoint: cannot rename '%s' to '%s': %s",
-                     part, path, strerror(errno));
+    PPFile pf; /* path.part; fsync, rename to path, fsync the directory */
+    if (pp_file_create(&pf, path, ".part", why, sizeof why) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint: %s", why);
+    rc = ckpt_shard_write(pf.fd, pf.tmp, meta, tensors, ntensors, &o, err, errlen);
     if (rc != PP_OK) {
-        unlink(part);
+        pp_file_abort(&pf);
         return rc;
     }
-    pp_dirname(path, dir, sizeof dir);
-    if (fsync_dir(dir) != 0)
-        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint: cannot fsync directory '%s': "
-                       "%s", dir, strerror(errno));
+    if (pp_file_commit(&pf, why, sizeof why) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint: %s", why);
     return PP_OK;
 }
 
@@ -240,10 +227,10 @@ typedef struct {
     uint32_t crc;
 } ShardSum;
 
-/* Write DIR/manifest via manifest.tmp, fsync, rename, fsync DIR. */
+/* Write DIR/manifest via manifest.tmp, fsync, rename, fsync DIR (PPFile). */
 static int manifest_write(const char *dir, long step, int world, const ShardSum *sums,
                           const CkptKV *extra, int nextra, char *err, size_t errlen) {
-    char *text = NULL, path[PP_PATH_MAX], tmp[PP_PATH_MAX];
+    char *text = NULL, path[PP_PATH_MAX], why[PP_ERR_MAX];
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     PP_CHECK(f != NULL);
@@ -262,21 +249,16 @@ static int manifest_write(const char *dir, long step, int world, const ShardSum 
     fflush(f);
     fprintf(f, "crc32 = %08x\n", (uint32_t)crc32_z(0, (const uint8_t *)text, len));
     fclose(f);
-    int fd = -1, rc = -1;
-    if (join(path, dir, "manifest") == 0 && join(tmp, dir, "manifest.tmp") == 0)
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-        rc = ckpt_write_all(fd, text, len) == 0 && fsync(fd) == 0 ? 0 : -1;
-        int saved = errno;
-        if (close(fd) != 0 && rc == 0) saved = errno, rc = -1;
-        errno = saved;
+    PPFile pf;
+    int rc = join(path, dir, "manifest") != 0
+                 ? pp_errf(why, sizeof why, PP_ERUNTIME, "path too long: %s/manifest", dir)
+                 : pp_file_create(&pf, path, ".tmp", why, sizeof why);
+    if (rc == PP_OK) {
+        fwrite(text, 1, len, pf.f);
+        rc = pp_file_commit(&pf, why, sizeof why);
     }
-    if (rc == 0) rc = rename(tmp, path);
-    if (rc == 0) rc = fsync_dir(dir);
     free(text);
-    if (rc != 0)
-        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint: cannot write '%s': %s", path,
-                       strerror(errno));
+    if (rc != PP_OK) return pp_errf(err, errlen, rc, "checkpoint: %s", why);
     return PP_OK;
 }
 
@@ -450,7 +432,7 @@ static int point_latest(const char *root, long step) {
     if (join(link, root, "latest") != 0 || join(tmp, root, "latest.tmp") != 0) return -1;
     unlink(tmp);
     if (symlink(target, tmp) != 0 || rename(tmp, link) != 0) return -1;
-    return fsync_dir(root);
+    return pp_fsync_dir(root);
 }
 
 static int cmp_long_desc(const void *a, const void *b) {
@@ -519,7 +501,7 @@ int ckpt_commit(const char *root, long step, int world, const CkptKV *extra, int
     char parent[PP_PATH_MAX];
     pp_dirname(root, parent, sizeof parent);
     /* ROOT's own entry too: on the first save ROOT itself may be new */
-    if (fsync_dir(root) != 0 || fsync_dir(parent) != 0)
+    if (pp_fsync_dir(root) != 0 || pp_fsync_dir(parent) != 0)
         return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint commit: cannot sync '%s': %s", root,
                        strerror(errno));
     if (point_latest(root, step) != 0)

@@ -526,26 +526,14 @@ static int shard_write_fd(Out *o, const CkptMeta *meta, const CkptTensor *t, int
     return rc;
 }
 
-int ckpt_shard_write(const char *path, const CkptMeta *meta, const CkptTensor *t, int n,
-                     const CkptOptions *opt, char *err, size_t errlen) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return shard_err(err, errlen, path, "cannot create: %s", ckpt_syserr());
+int ckpt_shard_write(int fd, const char *name, const CkptMeta *meta, const CkptTensor *t,
+                     int n, const CkptOptions *opt, char *err, size_t errlen) {
     Out o = {fd, 0, 0};
     errno = 0;
-    if (shard_write_fd(&o, meta, t, n, opt) != 0) {
-        const char *why = errno ? ckpt_syserr() : "zlib compression failed (out of memory?)";
-        int rc = shard_err(err, errlen, path, "write failed after %llu bytes: %s",
-                           (unsigned long long)o.off, why);
-        close(fd);
-        return rc;
-    }
-    if (fsync(fd) != 0) {
-        int rc = shard_err(err, errlen, path, "fsync failed: %s", ckpt_syserr());
-        close(fd);
-        return rc;
-    }
-    if (close(fd) != 0) return shard_err(err, errlen, path, "close failed: %s", ckpt_syserr());
-    return PP_OK;
+    if (shard_write_fd(&o, meta, t, n, opt) == 0) return PP_OK;
+    const char *why = errno ? ckpt_syserr() : "zlib compression failed (out of memory?)";
+    return shard_err(err, errlen, name, "write failed after %llu bytes: %s",
+                     (unsigned long long)o.off, why);
 }
 
 /* ---- reading: validate the layout, then decode tensors on demand ---------------------- */

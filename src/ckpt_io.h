@@ -82,10 +82,11 @@ typedef struct {
     CkptChunk *chunks;       /* all chunk records */
 } CkptShard;
 
-/* Write the shard file `path` directly (no .part, no rename, no fsync of the directory;
- * ckpt_write_shard adds those). opt must be resolved. PP_OK or PP_ERUNTIME with err. */
-int ckpt_shard_write(const char *path, const CkptMeta *meta, const CkptTensor *t, int n,
-                     const CkptOptions *opt, char *err, size_t errlen);
+/* Write the shard's bytes to fd (a new empty file, written from offset 0); `name` is the
+ * file named in messages. No fsync, rename or fsync of the directory: ckpt_write_shard
+ * adds those (PPFile). opt must be resolved. PP_OK or PP_ERUNTIME with err. */
+int ckpt_shard_write(int fd, const char *name, const CkptMeta *meta, const CkptTensor *t,
+                     int n, const CkptOptions *opt, char *err, size_t errlen);
 
 /* Open and validate `path`. If expect_bytes >= 0 the file must be that long. On error
  * *s is left closed (ckpt_shard_close is safe) and err names the file. */

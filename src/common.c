@@ -1,12 +1,16 @@
-/* common.c — error reporting, checked allocation, clock. */
+/* common.c — error reporting, checked allocation, clock, paths, whole-file reads and
+ * atomic file writes. */
+#define _GNU_SOURCE /* fopencookie */
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static int g_rank = -1; /* the only process-wide state: who prefixes messages */
 
@@ -101,4 +105,184 @@ int pp_mkdirs(const char *path) {
     struct stat st;
     if (stat(p, &st) != 0) return -1;
     return S_ISDIR(st.st_mode) ? 0 : (errno = ENOTDIR, -1);
+}
+
+/* ---- whole-file reads --------------------------------------------------------------- */
+
+int pp_read_file(const char *path, const char *what, char **text, size_t *len, char *err,
+                 size_t errlen) {
+    const char *name = what ? what : path;
+    *text = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        pp_errf(err, errlen, PP_EUSAGE, "cannot open %s: %s", name, strerror(e));
+        return errno = e, PP_EUSAGE;
+    }
+    /* A regular file's size + 2: the last read sees end of file without growing. */
+    struct stat st;
+    size_t cap = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? (size_t)st.st_size + 2 : 4096;
+    size_t n = 0;
+    char *buf = pp_malloc(cap);
+    for (;;) {
+        if (n + 1 == cap) { /* the file grew while we read it */
+            char *grown = pp_malloc(cap * 2);
+            memcpy(grown, buf, n);
+            free(buf);
+            buf = grown, cap *= 2;
+        }
+        ssize_t got = read(fd, buf + n, cap - 1 - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            int e = got < 0 ? errno : 0;
+            close(fd);
+            if (got == 0) break;
+            free(buf);
+            pp_errf(err, errlen, PP_EUSAGE, "cannot read %s: %s", name, strerror(e));
+            return errno = e, PP_EUSAGE;
+        }
+        n += (size_t)got;
+    }
+    buf[n] = 0;
+    *text = buf;
+    *len = n;
+    return PP_OK;
+}
+
+/* ---- atomic file writes ------------------------------------------------------------- */
+
+/* [Note: atomic file writes]
+ * Every file pptrain writes whole (checkpoint shards and manifests, model exports, token
+ * files, losses.csv rewritten on resume, the merged trace) goes through PPFile: write a
+ * temporary file in the same directory, fsync it, close it, rename it over the final
+ * name, fsync the directory. rename(2) within a directory is atomic, so a reader sees
+ * the old file or the complete new one, never a mix; the first fsync makes the data
+ * durable before the name points at it (else a crash can leave the new name on an
+ * empty file), the last one makes the rename itself durable. A failure anywhere removes
+ * the temporary file. Files appended as they go (losses.csv rows, trace parts) do not
+ * need this: a crash loses their tail, which the resumed run writes again. */
+
+/* The state behind PPFile.f: stdio's buffer flushes through this write function, which
+ * keeps the first error, since a failed fwrite drops its buffer and its errno is lost
+ * before commit can report it. */
+struct PPFileSink {
+    int fd;   /* -1: discard (an abort is closing the stream) */
+    int werr; /* errno of the first failed write, 0 if none */
+};
+
+static ssize_t sink_write(void *cookie, const char *p, size_t n) {
+    struct PPFileSink *s = cookie;
+    if (s->fd < 0) return (ssize_t)n;
+    for (size_t left = n; left > 0;) {
+        ssize_t w = write(s->fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (!s->werr) s->werr = w < 0 ? errno : EIO;
+            return -1;
+        }
+        p += w, left -= (size_t)w;
+    }
+    return (ssize_t)n;
+}
+
+/* Open pf->tmp: path + suffix, or the first free "path.tmp.PID[.N]". 0 or -1 (errno). */
+static int open_tmp(PPFile *pf, const char *path, const char *suffix) {
+    size_t room = sizeof pf->tmp;
+    if (suffix) {
+        if (snprintf(pf->tmp, room, "%s%s", path, suffix) >= (int)room)
+            return errno = ENAMETOOLONG, -1;
+        unlink(pf->tmp); /* a stale one (or a symlink, which O_EXCL will not follow) */
+        return pf->fd = open(pf->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    }
+    long pid = (long)getpid();
+    for (int k = 0; k < 100; k++) { /* taken: another thread's, or a crashed process's */
+        if (k == 0) snprintf(pf->tmp, room, "%s.tmp.%ld", path, pid);
+        else snprintf(pf->tmp, room, "%s.tmp.%ld.%d", path, pid, k);
+        pf->fd = open(pf->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (pf->fd >= 0 || errno != EEXIST) return pf->fd;
+    }
+    return -1; /* errno EEXIST */
+}
+
+int pp_file_create(PPFile *pf, const char *path, const char *tmp_suffix, char *err,
+                   size_t errlen) {
+    memset(pf, 0, sizeof *pf);
+    pf->fd = -1;
+    int e = ENAMETOOLONG;
+    if (strlen(path) < sizeof pf->path) {
+        strcpy(pf->path, path);
+        if (open_tmp(pf, path, tmp_suffix) >= 0) {
+            pf->sink = pp_calloc(1, sizeof *pf->sink);
+            pf->sink->fd = pf->fd;
+            pf->f = fopencookie(pf->sink, "w", (cookie_io_functions_t){.write = sink_write});
+            if (pf->f) return PP_OK;
+            e = errno;
+            pp_file_abort(pf);
+        } else {
+            e = errno;
+        }
+    }
+    pp_errf(err, errlen, PP_ERUNTIME, "writing %s failed: cannot create %s: %s", path,
+            pf->tmp[0] ? pf->tmp : path, strerror(e));
+    return errno = e, PP_ERUNTIME;
+}
+
+/* Close f and fd; the first failure's description into *what and errno into *e. */
+static void file_close(PPFile *pf, const char **what, int *e) {
+    *what = NULL;
+    if (fflush(pf->f) != 0 || pf->sink->werr)
+        *what = "", *e = pf->sink->werr ? pf->sink->werr : errno;
+    fclose(pf->f);
+    if (!*what && fsync(pf->fd) != 0) *what = "fsync: ", *e = errno;
+    if (close(pf->fd) != 0 && !*what) *what = "close: ", *e = errno;
+    free(pf->sink);
+    pf->f = NULL, pf->fd = -1, pf->sink = NULL;
+}
+
+int pp_file_commit(PPFile *pf, char *err, size_t errlen) {
+    if (!pf->f)
+        return pp_errf(err, errlen, PP_ERUNTIME, "writing %s failed: not open", pf->path);
+    const char *what;
+    int e = 0;
+    file_close(pf, &what, &e);
+    if (!what && rename(pf->tmp, pf->path) != 0)
+        what = "cannot rename the temporary file over it: ", e = errno;
+    if (what) {
+        unlink(pf->tmp);
+        pp_errf(err, errlen, PP_ERUNTIME, "writing %s failed: %s%s", pf->path, what,
+                strerror(e));
+        return errno = e, PP_ERUNTIME;
+    }
+    char dir[PP_PATH_MAX];
+    pp_dirname(pf->path, dir, sizeof dir);
+    if (pp_fsync_dir(dir) != 0)
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "writing %s failed: cannot fsync directory %s: %s", pf->path, dir,
+                       strerror(errno));
+    return PP_OK;
+}
+
+void pp_file_abort(PPFile *pf) {
+    if (pf->f) {
+        pf->sink->fd = -1; /* drop what stdio still buffers */
+        fclose(pf->f);
+    }
+    if (pf->fd >= 0) {
+        close(pf->fd);
+        unlink(pf->tmp);
+    }
+    free(pf->sink);
+    pf->f = NULL, pf->fd = -1, pf->sink = NULL;
+}
+
+int pp_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    if (rc != 0 && errno == EINVAL) rc = 0; /* file systems without directory fsync */
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
 }

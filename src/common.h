@@ -51,6 +51,59 @@ void pp_dirname(const char *path, char *dir, size_t n);
  * errno set (ENOTDIR when something on the way is not a directory). */
 int pp_mkdirs(const char *path);
 
+/* ---- files: whole reads, and writes that replace a file atomically and durably ---- */
+
+/* Read the whole file at `path` into a malloc'd buffer *text of *len bytes with a NUL
+ * after them (the file may itself hold NULs); the caller frees *text. `what` names the
+ * file in messages ("config file" gives "cannot open config file: reason"); NULL names
+ * it by its path. Returns PP_OK, or PP_EUSAGE (a file the user named cannot be read)
+ * with *text = NULL, *len = 0, "cannot open WHAT: reason" or "cannot read WHAT: reason"
+ * in err (a directory gives "cannot read WHAT: Is a directory"), and errno left at the
+ * cause (ENOENT: no such file), for callers to which a missing file is no error. Dies
+ * only when memory runs out. */
+int pp_read_file(const char *path, const char *what, char **text, size_t *len, char *err,
+                 size_t errlen);
+
+/* A file being written under a temporary name beside its final name `path`, so that a
+ * reader of `path` never sees a partial file and a crash leaves the old file or the
+ * complete new one: [Note: atomic file writes] in common.c. Write through `f` (stdio)
+ * or through `fd` (write(2), pwrite(2)), not both. The struct may be moved while open
+ * (the stream's state is on the heap); commit or abort one copy. */
+typedef struct {
+    FILE *f;                    /* a stdio stream on the temporary file (not fileno(f)) */
+    int fd;                     /* the temporary file's descriptor (-1 when closed) */
+    char path[PP_PATH_MAX];     /* the final name */
+    char tmp[PP_PATH_MAX + 32]; /* the temporary name */
+    struct PPFileSink *sink;    /* private: f's first write error, for the message */
+} PPFile;
+
+/* Create the temporary file for `path` (mode 0644 less the umask; its directory must
+ * exist). The name is `path` + tmp_suffix (".part", ".tmp": a stale file of that name is
+ * replaced, so the caller must be that name's only writer), or with tmp_suffix NULL a
+ * fresh name "PATH.tmp.PID[.N]" made with O_EXCL (safe beside concurrent writers of the
+ * same path). Returns PP_OK; or PP_ERUNTIME with "writing PATH failed: cannot create
+ * TMP: reason" in err, errno at the cause and *pf closed (pf->tmp still names the file
+ * it tried), so pp_file_abort is safe either way. */
+int pp_file_create(PPFile *pf, const char *path, const char *tmp_suffix, char *err,
+                   size_t errlen);
+
+/* Make what was written `path`'s content: flush f, fsync, close, rename the temporary
+ * file over `path` (atomically replacing any old file), fsync the directory. Fails if
+ * any write through f failed earlier. Returns PP_OK; or PP_ERUNTIME with "writing PATH
+ * failed: reason" in err and the temporary file removed (path keeps its old content, or
+ * with "cannot fsync directory" its new content, not yet durable). *pf is closed either
+ * way. A caller whose own writes through fd failed calls pp_file_abort instead. */
+int pp_file_commit(PPFile *pf, char *err, size_t errlen);
+
+/* Close and remove the temporary file, leaving `path` untouched; what was buffered in f
+ * is dropped. A no-op on a closed *pf (after a failed create, a commit, an abort). */
+void pp_file_abort(PPFile *pf);
+
+/* fsync the directory `dir`, making the entries created, renamed or removed in it
+ * durable. Returns 0, or -1 with errno (a file system that cannot fsync a directory,
+ * EINVAL, counts as done). */
+int pp_fsync_dir(const char *dir);
+
 /* snprintf into a fixed error buffer (err may be NULL). Returns status. */
 int pp_errf(char *err, size_t n, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -164,60 +164,18 @@ void data_batch(const DataSet *d, long n, int B, int T, int *inputs, int *target
 
 /* ---- writing ---------------------------------------------------------------- */
 
-/* The directory part of path ("." if none) into dir[n]. */
-/* write(2) all of buf, retrying on short writes and EINTR. Returns 0 or -1 (errno). */
-static int write_all(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Make the rename in directory `dir` durable; best effort (some filesystems refuse). */
-static void sync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return;
-    (void)fsync(fd);
-    close(fd);
-}
-
 int data_write(const char *path, const uint16_t *tok, size_t n, char *err, size_t errlen) {
     if (n > INT32_MAX)
         return pp_errf(err, errlen, PP_ERUNTIME,
                        "cannot write '%s': %zu tokens do not fit the int32 count of the format",
                        path, n);
-    char tmp[PP_PATH_MAX + 32];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return pp_errf(err, errlen, PP_ERUNTIME, "cannot write '%s': path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        return pp_errf(err, errlen, PP_ERUNTIME, "cannot create '%s': %s", tmp, strerror(errno));
+    PPFile pf;
+    int rc = pp_file_create(&pf, path, NULL, err, errlen);
+    if (rc != PP_OK) return rc;
     int32_t header[DATA_HEADER_INTS] = {DATA_MAGIC, DATA_VERSION, (int32_t)n};
-    int bad = write_all(fd, header, sizeof header) || write_all(fd, tok, n * sizeof *tok) ||
-              fsync(fd) != 0;
-    int saved = errno;
-    if (close(fd) != 0 && !bad) {
-        bad = 1;
-        saved = errno;
-    }
-    if (!bad && rename(tmp, path) != 0) {
-        bad = 1;
-        saved = errno;
-    }
-    if (bad) {
-        unlink(tmp);
-        return pp_errf(err, errlen, PP_ERUNTIME, "cannot write token file '%s': %s", path,
-                       strerror(saved));
-    }
-    char dir[PP_PATH_MAX];
-    pp_dirname(path, dir, sizeof dir);
-    sync_dir(dir);
-    return PP_OK;
+    fwrite(header, sizeof header, 1, pf.f);
+    if (n) fwrite(tok, sizeof *tok, n, pf.f);
+    return pp_file_commit(&pf, err, errlen); /* reports a failed fwrite too */
 }
 
 /* ---- prepare-data ----------------------------------------------------------- */
@@ -244,33 +202,6 @@ static int make_parent_dirs(const char *path, char *err, size_t errlen) {
     pp_dirname(path, dir, sizeof dir);
     if (pp_mkdirs(dir) != 0)
         return pp_errf(err, errlen, PP_ERUNTIME, "cannot create directory '%s': %s", dir, strerror(errno));
-    return PP_OK;
-}
-
-/* Read the whole file at path into a malloc'd *buf of *n bytes. PP_OK or PP_ERUNTIME. */
-static int read_whole(const char *path, unsigned char **buf, size_t *n, char *err,
-                      size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return pp_errf(err, errlen, PP_ERUNTIME, "cannot open text file '%s': %s", path,
-                       strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    unsigned char *b = malloc(cap);
-    for (;;) {
-        PP_CHECK(b != NULL);
-        len += fread(b + len, 1, cap - len, f);
-        if (len < cap) break;
-        cap *= 2;
-        b = realloc(b, cap);
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(b);
-        return pp_errf(err, errlen, PP_ERUNTIME, "cannot read text file '%s'", path);
-    }
-    *buf = b;
-    *n = len;
     return PP_OK;
 }
 
@@ -341,12 +272,14 @@ int data_prepare_main(int argc, char **argv) {
     char val[PP_PATH_MAX], err[PP_ERR_MAX];
     if (data_val_path(a.out, val, sizeof val) != PP_OK || strlen(a.out) >= PP_PATH_MAX)
         return prep_usage("--out path is too long: ", a.out);
-    unsigned char *bytes = NULL;
+    char *text = NULL, what[PP_PATH_MAX + 16];
     size_t n = 0;
-    if (read_whole(a.text, &bytes, &n, err, sizeof err) != PP_OK) {
+    snprintf(what, sizeof what, "text file '%s'", a.text);
+    if (pp_read_file(a.text, what, &text, &n, err, sizeof err) != PP_OK) {
         pp_error("prepare-data: %s", err);
         return PP_ERUNTIME;
     }
+    const unsigned char *bytes = (const unsigned char *)text;
     size_t nval = (size_t)floor(a.val_fraction * (double)n);
     if (n == 0 || n > INT32_MAX) {
         rc = prep_usage(n ? "text file is too big (over 2^31-1 bytes): "
@@ -359,6 +292,6 @@ int data_prepare_main(int argc, char **argv) {
             rc = prep_write(val, bytes + (n - nval), nval, a.text, err, sizeof err);
         if (rc != PP_OK) pp_error("prepare-data: %s", err);
     }
-    free(bytes);
+    free(text);
     return rc;
 }

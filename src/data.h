@@ -56,10 +56,10 @@ int data_check_batch(const DataSet *d, int B, int T, char *err, size_t errlen);
  * step n needs no saved position. inputs, targets: [B*T], written. */
 void data_batch(const DataSet *d, long n, int B, int T, int *inputs, int *targets);
 
-/* Write n tokens to `path` atomically: a temporary file in the same directory is
- * written, fsynced and renamed over `path`, so readers see the old file or the
- * complete new one. n must fit the int32 count. Returns PP_OK or PP_ERUNTIME with a
- * message naming the file (the temporary file is removed on error). */
+/* Write n tokens to `path` atomically and durably (PPFile, [Note: atomic file writes]
+ * in common.c): readers see the old file or the complete new one. n must fit the int32
+ * count. Returns PP_OK or PP_ERUNTIME with a message naming the file (the temporary
+ * file is removed on error). */
 int data_write(const char *path, const uint16_t *tok, size_t n, char *err, size_t errlen);
 
 /* The validation file name that prepare-data derives from the --out name: the last

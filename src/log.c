@@ -1,6 +1,7 @@
 /* log.c — progress lines and losses.csv. */
 #include "log.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,23 +9,23 @@
 
 #define CSV_HEADER "step,loss,lr,grad_norm,tokens_per_s,step_ms"
 
-/* Keep the header and the rows with step <= last of an existing csv. */
+/* Keep the header and the rows with step <= last of an existing csv (rewritten whole,
+ * [Note: atomic file writes] in common.c). */
 static int truncate_after(const char *path, int last, char *err, size_t errlen) {
-    FILE *f = fopen(path, "r");
-    if (!f) return PP_OK; /* nothing to keep */
-    char tmp[PP_PATH_MAX + 32], line[512];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *o = fopen(tmp, "w");
-    if (!o) {
-        fclose(f);
-        return pp_errf(err, errlen, PP_ERUNTIME, "cannot write %s: %m", tmp);
+    char *text;
+    size_t len;
+    if (pp_read_file(path, NULL, &text, &len, err, errlen) != PP_OK)
+        return errno == ENOENT ? PP_OK : PP_ERUNTIME; /* a missing file: nothing to keep */
+    PPFile pf;
+    int rc = pp_file_create(&pf, path, NULL, err, errlen);
+    for (char *line = text, *next; rc == PP_OK && *line; line = next) {
+        next = line + strcspn(line, "\n");
+        next += *next == '\n';
+        if (!strncmp(line, "step,", 5) || atoi(line) <= last)
+            fwrite(line, 1, (size_t)(next - line), pf.f);
     }
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "step,", 5) || atoi(line) <= last) fputs(line, o);
-    fclose(f);
-    if (fclose(o) != 0 || rename(tmp, path) != 0)
-        return pp_errf(err, errlen, PP_ERUNTIME, "cannot rewrite %s: %m", path);
-    return PP_OK;
+    free(text);
+    return rc == PP_OK ? pp_file_commit(&pf, err, errlen) : rc;
 }
 
 int log_open(Log *l, const char *dir, int steps, int first_step, int append, char *err, size_t errlen) {

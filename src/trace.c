@@ -69,13 +69,14 @@ void trace_flush(Trace *t) {
 }
 
 int trace_merge(const char *dir, int world) {
-    char path[PP_PATH_MAX + 32], tmp[PP_PATH_MAX + 32], line[512];
-    snprintf(tmp, sizeof tmp, "%s/trace.json.tmp", dir);
-    FILE *out = fopen(tmp, "w");
-    if (!out) {
-        pp_error("cannot write %s: %m", tmp);
+    char path[PP_PATH_MAX + 32], line[512], err[PP_ERR_MAX];
+    PPFile pf;
+    snprintf(path, sizeof path, "%s/trace.json", dir);
+    if (pp_file_create(&pf, path, NULL, err, sizeof err) != PP_OK) {
+        pp_error("%s", err);
         return -1;
     }
+    FILE *out = pf.f;
     fprintf(out, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
     for (int r = 0; r < world; r++) /* track names; events follow, comma-separated */
         fprintf(out, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}}",
@@ -92,9 +93,9 @@ int trace_merge(const char *dir, int world) {
         remove(path);
     }
     fprintf(out, "\n]}\n");
-    if (fclose(out) != 0) return -1;
-    snprintf(path, sizeof path, "%s/trace.json", dir);
-    return rename(tmp, path) == 0 ? 0 : -1;
+    if (pp_file_commit(&pf, err, sizeof err) == PP_OK) return 0;
+    pp_error("%s", err);
+    return -1;
 }
 
 void trace_destroy(Trace *t) {

@@ -19,8 +19,8 @@ void trace_add(Trace *t, const char *name, const char *cat, double t0, double t1
                int mb, int step);
 /* Append buffered events to this rank's part file. */
 void trace_flush(Trace *t);
-/* Rank 0, after every rank flushed: merge the part files into `dir`/trace.json and
- * remove them. Returns 0 or -1 (message on stderr). */
+/* Rank 0, after every rank flushed: merge the part files into `dir`/trace.json (written
+ * atomically: PPFile in common.h) and remove them. Returns 0 or -1 (message on stderr). */
 int trace_merge(const char *dir, int world);
 void trace_destroy(Trace *t);
 

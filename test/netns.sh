@@ -2,12 +2,15 @@
 # netns.sh — two "hosts" in network namespaces of this test's own, joined by a veth pair
 # (10.77.0.1 and 10.77.0.2, reachable from nowhere else): ranks rendezvous and exchange
 # activations across hosts, not over loopback, and train what pprun's 2 ranks train.
-# Skipped (and says so) where network namespaces cannot be made (no root / no CAP_NET_ADMIN).
+# Skipped (says why, exits 77: make test counts it as skipped) where network namespaces
+# cannot be made (no root / no CAP_NET_ADMIN).
 set -u
+# skip WHY: the skip protocol of make test (Makefile): say why, note it, exit 77
+skip() { echo "netns.sh: skipped: $1"; [ -z "${PP_TEST_SKIPS:-}" ] || echo "$1" >>"$PP_TEST_SKIPS"; exit 77; }
 PPTRAIN=$(realpath "${PPTRAIN:-./pptrain}")
 A=pptrainA$$ B=pptrainB$$
 if ! command -v ip >/dev/null || ! ip netns add "$A" 2>/dev/null; then
-  echo "netns.sh: skipped: cannot create network namespaces here"; exit 0
+  skip "cannot create network namespaces here (needs root or CAP_NET_ADMIN, and ip)"
 fi
 tmp=$(mktemp -d /tmp/pptrain-netns.XXXXXX)
 pids=()

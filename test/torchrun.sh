@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # torchrun.sh — the real torchrun launches pptrain (--no-python): 2 ranks train and the
-# losses equal those of pprun's launch. Skipped (and says so) where torchrun is absent;
-# point TORCHRUN at one to run it (e.g. a venv with torch installed).
+# losses equal those of pprun's launch. Skipped (says why, exits 77: make test counts it
+# as skipped) where torchrun is absent; point TORCHRUN at one to run it (e.g. a venv with
+# torch installed).
 set -u
+# skip WHY: the skip protocol of make test (Makefile): say why, note it, exit 77
+skip() { echo "torchrun.sh: skipped: $1"; [ -z "${PP_TEST_SKIPS:-}" ] || echo "$1" >>"$PP_TEST_SKIPS"; exit 77; }
 PPTRAIN=${PPTRAIN:-./pptrain}
 TORCHRUN=${TORCHRUN:-$(command -v torchrun || true)}
-if [ -z "$TORCHRUN" ]; then echo "torchrun.sh: skipped: torchrun not found (set TORCHRUN=...)"; exit 0; fi
+[ -n "$TORCHRUN" ] || skip "torchrun not found (set TORCHRUN=...)"
 tmp=$(mktemp -d /tmp/pptrain-torchrun.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 args=(--config test/configs/pipe8.yaml --set pipeline.stages=2 --set pipeline.microbatches=4 --set output.log_every=1)
