@@ -626,34 +626,6 @@ static int read_text(Config *c, const char *text, size_t len, const char *file,
     return rc;
 }
 
-/* The whole file in a malloc'd buffer (*out, *len), or PP_EUSAGE naming the file. */
-static int read_file(const char *path, char **out, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return pp_errf(err, errlen, PP_EUSAGE, "%s: cannot open config file: %s", path,
-                           strerror(errno));
-    size_t cap = 4096, n = 0, got;
-    char *buf = malloc(cap);
-    PP_CHECK(buf);
-    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-            PP_CHECK(buf);
-        }
-    }
-    int failed = ferror(f), e = errno;
-    fclose(f);
-    if (failed) {
-        free(buf);
-        return pp_errf(err, errlen, PP_EUSAGE, "%s: cannot read config file: %s", path,
-                       strerror(e));
-    }
-    *out = buf;
-    *len = n;
-    return PP_OK;
-}
-
 /* ------------------------------------------------------------------------------------
  * Public API
  * ---------------------------------------------------------------------------------- */
@@ -667,9 +639,10 @@ void config_defaults(Config *c) {
 }
 
 int config_load_file(Config *c, const char *path, char *err, size_t errlen) {
-    char *text = NULL;
+    char *text = NULL, why[PP_ERR_MAX];
     size_t len = 0;
-    if (read_file(path, &text, &len, err, errlen)) return PP_EUSAGE;
+    if (pp_read_file(path, "config file", &text, &len, why, sizeof why) != PP_OK)
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: %s", path, why);
     int rc = read_text(c, text, len, path, NULL, NULL, err, errlen);
     free(text);
     return rc;

@@ -461,11 +461,12 @@ int model_load_llmc(Model *m, const char *path, char *err, size_t errlen) {
     return PP_OK;
 }
 
-/* Write n floats of device src to f, through the host buffer. */
-static int write_from(const Model *m, FILE *f, const float *src, size_t n, float *host) {
+/* Write n floats of device src to f, through the host buffer (a failed write is
+ * reported by pp_file_commit). */
+static void write_from(const Model *m, FILE *f, const float *src, size_t n, float *host) {
     m->be->to_host(m->be, host, src, n * sizeof(float));
     m->be->wait(m->be);
-    return fwrite(host, sizeof(float), n, f) == n;
+    fwrite(host, sizeof(float), n, f);
 }
 
 int model_save_llmc(const Model *m, const char *path, char *err, size_t errlen) {
@@ -477,28 +478,24 @@ int model_save_llmc(const Model *m, const char *path, char *err, size_t errlen) 
     if (!d->tied)
         return pp_errf(err, errlen, PP_EUSAGE, "llm.c's format has no separate lm_head: untied embeddings "
                        "(model.tie_embeddings: false) cannot be written to %s", path);
-    char tmp[PP_PATH_MAX + 16];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return pp_errf(err, errlen, PP_ERUNTIME, "cannot write %s: %m", tmp);
+    PPFile pf; /* [Note: atomic file writes] in common.c */
+    int rc = pp_file_create(&pf, path, NULL, err, errlen);
+    if (rc != PP_OK) return rc;
+    FILE *f = pf.f;
     int h[256] = {LLMC_MAGIC, LLMC_VERSION, d->maxT, d->V, d->L, d->NH, d->C, d->Vp};
-    size_t C = d->C, ok = fwrite(h, sizeof h, 1, f) == 1;
+    size_t C = d->C;
     float *host = pp_malloc(largest_tensor(m) * sizeof(float));
-    ok &= write_from(m, f, m->wte, (size_t)d->Vp * C, host);
-    ok &= write_from(m, f, m->wpe, (size_t)d->maxT * C, host);
+    fwrite(h, sizeof h, 1, f);
+    write_from(m, f, m->wte, (size_t)d->Vp * C, host);
+    write_from(m, f, m->wpe, (size_t)d->maxT * C, host);
     for (int k = 0; k < P_NLAYER; k++) {
         int rows, cols;
         layer_shape(k, d->C, &rows, &cols);
         size_t n = (size_t)rows * (cols ? cols : 1);
-        for (int l = 0; l < d->L; l++) ok &= write_from(m, f, ((float *const *)&m->lp[l])[k], n, host);
+        for (int l = 0; l < d->L; l++) write_from(m, f, ((float *const *)&m->lp[l])[k], n, host);
     }
-    ok &= write_from(m, f, m->lnfw, C, host) && write_from(m, f, m->lnfb, C, host);
+    write_from(m, f, m->lnfw, C, host);
+    write_from(m, f, m->lnfb, C, host);
     free(host);
-    ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        return pp_errf(err, errlen, PP_ERUNTIME, "writing %s failed: %m", path);
-    }
-    return PP_OK;
+    return pp_file_commit(&pf, err, errlen); /* fails on any failed fwrite above */
 }
