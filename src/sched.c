@@ -66,8 +66,53 @@ static int is_compute(int type) { return type == ACT_F || type == ACT_B; }
 
 /* ================================================================ placement === */
 
-int sched_stage_rank(int stage, int P) { return stage % P; }
-int sched_stage_chunk(int stage, int P) { return stage / P; }
+int sched_stage_rank(const Schedule *s, int stage) {
+    return stage >= 0 && stage < s->S ? s->stage_rank[stage] : -1;
+}
+
+int sched_stage_chunk(const Schedule *s, int stage) {
+    return stage >= 0 && stage < s->S ? s->stage_chunk[stage] : -1;
+}
+
+int sched_rank_stage(const Schedule *s, int rank, int chunk) {
+    for (int st = 0; st < s->S; st++)
+        if (s->stage_rank[st] == rank && s->stage_chunk[st] == chunk) return st;
+    return -1;
+}
+
+void sched_place_looped(int P, int v, int *stage_rank) {
+    for (int st = 0; st < P * v; st++) stage_rank[st] = st % P;
+}
+
+/* stage_chunk from stage_rank: each rank's stages numbered in increasing order. */
+static void number_chunks(Schedule *s) {
+    int *seen = pp_calloc((size_t)s->P, sizeof(int));
+    for (int st = 0; st < s->S; st++) s->stage_chunk[st] = seen[s->stage_rank[st]]++;
+    free(seen);
+}
+
+int sched_set_placement(Schedule *s, const int *stage_rank, char *err, size_t errlen) {
+    int *held = pp_calloc((size_t)s->P, sizeof(int)), rc = PP_OK;
+    for (int r = 0; r < s->P && rc == PP_OK; r++)
+        if (s->len[r] > 0)
+            rc = pp_errf(err, errlen, PP_EUSAGE, "placement set after actions were added");
+    for (int st = 0; st < s->S && rc == PP_OK; st++) {
+        if (stage_rank[st] < 0 || stage_rank[st] >= s->P)
+            rc = pp_errf(err, errlen, PP_EUSAGE, "placement puts stage %d on rank %d, but there"
+                         " are %d ranks", st, stage_rank[st], s->P);
+        else
+            held[stage_rank[st]]++;
+    }
+    for (int r = 0; r < s->P && rc == PP_OK; r++)
+        if (held[r] != s->v)
+            rc = pp_errf(err, errlen, PP_EUSAGE, "placement gives rank %d %d stages, but every rank"
+                         " holds virtual_stages = %d", r, held[r], s->v);
+    free(held);
+    if (rc != PP_OK) return rc;
+    memcpy(s->stage_rank, stage_rank, (size_t)s->S * sizeof *stage_rank);
+    number_chunks(s);
+    return PP_OK;
+}
 
 /* ================================================================ container === */
 
@@ -86,6 +131,10 @@ int sched_init(Schedule *s, const char *name, int P, int v, int M, char *err, si
     s->len = pp_calloc((size_t)P, sizeof *s->len);
     s->cap = pp_calloc((size_t)P, sizeof *s->cap);
     s->acts = pp_calloc((size_t)P, sizeof *s->acts);
+    s->stage_rank = pp_calloc((size_t)s->S, sizeof *s->stage_rank);
+    s->stage_chunk = pp_calloc((size_t)s->S, sizeof *s->stage_chunk);
+    sched_place_looped(P, v, s->stage_rank);
+    number_chunks(s);
     return PP_OK;
 }
 
@@ -107,6 +156,8 @@ void sched_free(Schedule *s) {
     free(s->acts);
     free(s->len);
     free(s->cap);
+    free(s->stage_rank);
+    free(s->stage_chunk);
     memset(s, 0, sizeof *s);
 }
 
@@ -151,7 +202,7 @@ static void grouped_order(int P, int v, int M, int k, int backward, int *chunk, 
 static void emit_compute(Schedule *s, int r, int type, int k) {
     int chunk, mb;
     grouped_order(s->P, s->v, s->M, k, type == ACT_B, &chunk, &mb);
-    sched_append(s, r, act(type, r + chunk * s->P, mb));
+    sched_append(s, r, act(type, sched_rank_stage(s, r, chunk), mb));
 }
 
 /* Rank r's compute list: warm-up forwards, 1F1B steady state, cool-down backwards. */
@@ -311,21 +362,32 @@ static int check_fail(Check *c, int rank, int idx, const char *fmt, ...) {
     return PP_EUSAGE;
 }
 
+/* 1 if s has looped placement (what its messages may call "stage mod P"). */
+static int placed_looped(const Schedule *s) {
+    int *looped = pp_malloc((size_t)s->S * sizeof *looped);
+    sched_place_looped(s->P, s->v, looped);
+    int same = !memcmp(looped, s->stage_rank, (size_t)s->S * sizeof *looped);
+    free(looped);
+    return same;
+}
+
 /* Why action a (on rank r) cannot exist, or NULL if its stage and peer are fine. */
 static const char *placement_error(const Schedule *s, int r, Action a) {
-    int st = a.stage, P = s->P;
+    int st = a.stage;
     if (a.type == ACT_I || a.type == ACT_W)
         return "I/W actions are reserved for zero-bubble schedules and not supported yet";
     if (a.type >= ACT_NTYPES) return "unknown action type";
     if (st < 0 || st >= s->S) return "stage out of range (0 <= stage < P*v)";
     if (a.mb < 0 || a.mb >= s->M) return "microbatch out of range (0 <= mb < M)";
-    if (sched_stage_rank(st, P) != r) return "its stage lives on another rank (stage mod P)";
+    if (sched_stage_rank(s, st) != r)
+        return placed_looped(s) ? "its stage lives on another rank (stage mod P)"
+                                : "its stage lives on another rank (see the placement)";
     if (s->forward_only && (a.type == ACT_B || a.type == ACT_SEND_B || a.type == ACT_RECV_B))
         return "a forward-only schedule has no backward actions";
     int peer = a.type == ACT_SEND_F || a.type == ACT_RECV_B ? st + 1
              : a.type == ACT_RECV_F || a.type == ACT_SEND_B ? st - 1 : st;
     if (peer < 0 || peer >= s->S) return "there is no stage on the other end";
-    if (!is_compute(a.type) && sched_stage_rank(peer, P) == r)
+    if (!is_compute(a.type) && sched_stage_rank(s, peer) == r)
         return "the neighbouring stage is on the same rank (handed over locally, no transfer)";
     return NULL;
 }
@@ -354,7 +416,7 @@ static int at(const Check *c, int t, int stage, int mb) {
 }
 
 static int cross(const Schedule *s, int a, int b) {
-    return sched_stage_rank(a, s->P) != sched_stage_rank(b, s->P);
+    return sched_stage_rank(s, a) != sched_stage_rank(s, b);
 }
 
 /* Every F and B present once; with `lowered`, every cross-rank edge has its SEND
@@ -363,7 +425,7 @@ static int check_complete(Check *c, int lowered) {
     const Schedule *s = c->s;
     for (int st = 0; st < s->S; st++)
         for (int m = 0; m < s->M; m++) {
-            int r = sched_stage_rank(st, s->P), f = at(c, ACT_F, st, m), b = at(c, ACT_B, st, m);
+            int r = sched_stage_rank(s, st), f = at(c, ACT_F, st, m), b = at(c, ACT_B, st, m);
             int to_next = st + 1 < s->S && cross(s, st, st + 1);
             int to_prev = !s->forward_only && st > 0 && cross(s, st, st - 1);
             if (f < 0)
@@ -392,7 +454,7 @@ static int check_order(Check *c) {
     const Schedule *s = c->s;
     for (int st = 0; st < s->S; st++)
         for (int m = 0; m < s->M; m++) {
-            int r = sched_stage_rank(st, s->P), f = at(c, ACT_F, st, m), b = at(c, ACT_B, st, m);
+            int r = sched_stage_rank(s, st), f = at(c, ACT_F, st, m), b = at(c, ACT_B, st, m);
             int local_prev = st > 0 && !cross(s, st, st - 1);
             int local_next = st + 1 < s->S && !cross(s, st, st + 1);
             int send_f = at(c, ACT_SEND_F, st, m), send_b = at(c, ACT_SEND_B, st, m);
@@ -426,7 +488,7 @@ static int is_recv(int t) { return t == ACT_RECV_F || t == ACT_RECV_B; }
 /* Rank on the other end of a transfer. */
 static int peer_rank(const Schedule *s, Action a) {
     int st = a.type == ACT_SEND_F || a.type == ACT_RECV_B ? a.stage + 1 : a.stage - 1;
-    return sched_stage_rank(st, s->P);
+    return sched_stage_rank(s, st);
 }
 
 /* Index of rank `from`'s n-th transfer of kind send/recv with rank `to`. */
@@ -551,14 +613,14 @@ static void lower_emit(Schedule *out, LowerState *st, int r, Action a) {
             st->grad[k] = 1; /* the loss gives the last stage its output gradient */
             return;
         }
-        int to = sched_stage_rank(a.stage + 1, out->P);
+        int to = sched_stage_rank(out, a.stage + 1);
         if (to != r) {
             sched_append(out, r, act(ACT_SEND_F, a.stage, a.mb));
             sched_append(out, to, act(ACT_RECV_F, a.stage + 1, a.mb));
         }
         st->input[k + M] = 1;
     } else if (a.stage > 0) {
-        int to = sched_stage_rank(a.stage - 1, out->P);
+        int to = sched_stage_rank(out, a.stage - 1);
         if (to != r) {
             sched_append(out, r, act(ACT_SEND_B, a.stage, a.mb));
             sched_append(out, to, act(ACT_RECV_B, a.stage - 1, a.mb));
@@ -617,6 +679,7 @@ static int lower_at(Schedule *s, char *err, size_t errlen, FILE *grid, int *wher
     if (rc == PP_OK) rc = check_order(&c);
     if (rc == PP_OK) {
         sched_init(&out, s->name, s->P, s->v, s->M, NULL, 0);
+        sched_set_placement(&out, s->stage_rank, NULL, 0); /* s's own: valid */
         out.forward_only = s->forward_only;
         rc = lower_into(s, &out, c.mark, err, errlen);
         if (rc == PP_OK) {
@@ -660,12 +723,16 @@ int sched_build(Schedule *s, const char *kind, int P, int v, int M, char *err,
     return rc == PP_OK ? finish_generated(s, err, errlen) : rc;
 }
 
-int sched_build_forward_only(Schedule *s, int P, int v, int M, char *err, size_t errlen) {
-    int rc = sched_init(s, "forward-only", P, v, M, err, errlen);
-    if (rc != PP_OK) return rc;
+int sched_build_forward_only(Schedule *s, const Schedule *train, char *err, size_t errlen) {
+    int rc = sched_init(s, "forward-only", train->P, train->v, train->M, err, errlen);
+    if (rc == PP_OK) rc = sched_set_placement(s, train->stage_rank, err, errlen);
+    if (rc != PP_OK) {
+        sched_free(s);
+        return rc;
+    }
     s->forward_only = 1;
-    for (int r = 0; r < P; r++)
-        for (int k = 0; k < v * M; k++) emit_compute(s, r, ACT_F, k);
+    for (int r = 0; r < s->P; r++)
+        for (int k = 0; k < s->v * s->M; k++) emit_compute(s, r, ACT_F, k);
     return finish_generated(s, err, errlen);
 }
 
@@ -684,7 +751,7 @@ static int peak_replay(const Schedule *s, int rank, int stage /* -1: all */) {
 }
 
 int sched_peak_inflight(const Schedule *s, int stage) {
-    return peak_replay(s, sched_stage_rank(stage, s->P), stage);
+    return peak_replay(s, sched_stage_rank(s, stage), stage);
 }
 
 int sched_peak_inflight_rank(const Schedule *s, int rank) { return peak_replay(s, rank, -1); }

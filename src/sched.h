@@ -10,11 +10,16 @@
 #include "common.h"
 
 /* [Note: stages and placement]
- * A model of S = P*v stages runs on P ranks, v chunks per rank, with looped
- * placement: stage s lives on rank s mod P as its chunk s / P (so chunk c of rank r
- * is stage r + c*P). Activations flow from stage s to s+1, gradients from s+1 to s.
- * Two adjacent stages on the same rank (P = 1, or v > 1 at the wrap) hand tensors
- * over locally: no SEND/RECV is ever emitted between them. */
+ * A model of S = P*v stages runs on P ranks, v stages (chunks) per rank.
+ * Activations flow from stage s to s+1, gradients from s+1 to s. Which rank holds
+ * which stage is data: the schedule's table stage_rank[S], made by its kind's
+ * placement generator. Looped placement (sched_place_looped, Megatron's and torch's
+ * interleaving) puts stage s on rank s mod P as its chunk s / P; a V placement
+ * (ZB-V: rank r holds stages r and 2P-1-r) is another generator of the same table.
+ * A rank's chunks are its stages in increasing order (stage_chunk). Two adjacent
+ * stages on the same rank (P = 1, the wrap of looped placement, the tip of a V) hand
+ * tensors over locally: no SEND/RECV is ever emitted between them. Schedule files
+ * use looped placement. */
 
 /* [Note: action semantics]
  * An action names the stage ON THE RANK THAT EXECUTES IT (torch's convention):
@@ -68,12 +73,16 @@ typedef struct {
 #define SCHED_ACTION_TEXT_MAX 32 /* enough for any formatted action */
 #define SCHED_MAX_STAGES 32767   /* stage is an int16_t */
 
-/* One ordered action list per rank. Owned by the struct; sched_free releases it. */
+/* One ordered action list per rank, and where each stage lives. Owned by the struct;
+ * sched_free releases it. */
 typedef struct {
     int P, v, M, S;             /* ranks, chunks per rank, microbatches, S = P*v stages */
     char name[SCHED_NAME_MAX];  /* schedule kind, or "file" for a loaded one */
     int lowered;                /* 1 once SEND/RECV actions are in the lists */
     int forward_only;           /* 1: F (and its transfers) only, no backward */
+    int *stage_rank;            /* [S] rank holding each stage ([Note: stages and placement]) */
+    int *stage_chunk;           /* [S] index of the stage among its rank's stages, in
+                                   increasing stage order */
     int *len;                   /* [P] actions in each rank's list */
     int *cap;                   /* [P] allocated entries */
     Action **acts;              /* [P][len[r]] */
@@ -96,19 +105,31 @@ int sched_action_parse(const char *text, Action *a);
 
 /* ---- placement ---------------------------------------------------------------- */
 
-/* Rank that holds stage `stage` out of P ranks: stage mod P ([Note: stages and
- * placement]). */
-int sched_stage_rank(int stage, int P);
-/* Chunk index of stage `stage` on its rank: stage / P. */
-int sched_stage_chunk(int stage, int P);
+/* Rank that holds stage `stage` (s->stage_rank), or -1 when 0 <= stage < S fails. */
+int sched_stage_rank(const Schedule *s, int stage);
+/* Index of stage `stage` among its rank's stages (s->stage_chunk), or -1 when out of
+ * range. */
+int sched_stage_chunk(const Schedule *s, int stage);
+/* The inverse: the stage that is chunk `chunk` of rank `rank`, or -1 if none. */
+int sched_rank_stage(const Schedule *s, int rank, int chunk);
+
+/* Looped placement, a placement generator: stage s on rank s mod P, for the P*v
+ * entries of stage_rank. */
+void sched_place_looped(int P, int v, int *stage_rank);
+
+/* Replace s's placement by stage_rank ([S], copied) and derive stage_chunk. Every
+ * rank must hold exactly v stages. Call it before any action is appended. Returns
+ * PP_OK, or PP_EUSAGE with a message and s unchanged. */
+int sched_set_placement(Schedule *s, const int *stage_rank, char *err, size_t errlen);
 
 /* ---- schedules ---------------------------------------------------------------- */
 
 /* Names of the generators, NULL-terminated: "gpipe", "1f1b", "interleaved-1f1b". */
 const char *const *sched_kinds(void);
 
-/* Initialise an empty schedule (no actions) for P ranks, v chunks, M microbatches.
- * Returns PP_EUSAGE with a message if the sizes are out of range. */
+/* Initialise an empty schedule (no actions) for P ranks, v chunks, M microbatches,
+ * with looped placement (sched_set_placement changes it). Returns PP_EUSAGE with a
+ * message if the sizes are out of range. */
 int sched_init(Schedule *s, const char *name, int P, int v, int M, char *err, size_t errlen);
 
 /* Append action a to rank r's list (grows the list; dies only on out of memory). */
@@ -130,10 +151,12 @@ int sched_generate(Schedule *s, const char *kind, int P, int v, int M, char *err
 int sched_build(Schedule *s, const char *kind, int P, int v, int M, char *err,
                 size_t errlen);
 
-/* A lowered forward-only schedule (F and its transfers, no B) for validation passes;
- * each rank runs its forwards in the interleaved order (chunk-major groups of P
- * microbatches), which cannot deadlock. */
-int sched_build_forward_only(Schedule *s, int P, int v, int M, char *err, size_t errlen);
+/* A lowered forward-only schedule (F and its transfers, no B) for validation passes,
+ * with the P, v, M and placement of the training schedule `train` (read only): the
+ * runtime runs both on the same chunks. Each rank runs its forwards in the
+ * interleaved order (chunk-major groups of P microbatches), which cannot deadlock on
+ * looped placement; any failure to lower is PP_ERUNTIME as in sched_build. */
+int sched_build_forward_only(Schedule *s, const Schedule *train, char *err, size_t errlen);
 
 /* Replace compute-only lists by lowered lists ([Note: FIFO send order]). Checks the
  * compute actions first (ranges, placement, each F and B exactly once). If no rank

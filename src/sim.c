@@ -41,12 +41,12 @@ static double compute_ready(const Sim *sim, int r, Action a) {
     int M = s->M, k = a.stage * M + a.mb, st = a.stage;
     if (a.type == ACT_F) {
         if (st == 0) return 0;
-        if (sched_stage_rank(st - 1, s->P) == r) return sim->fdone[k - M];
+        if (sched_stage_rank(s, st - 1) == r) return sim->fdone[k - M];
         return sim->recv_f[k] ? sim->arr_f[k - M] : -1;
     }
     if (sim->fdone[k] < 0) return -1;
     if (st == s->S - 1) return sim->fdone[k];
-    if (sched_stage_rank(st + 1, s->P) == r) return sim->bdone[k + M];
+    if (sched_stage_rank(s, st + 1) == r) return sim->bdone[k + M];
     return sim->recv_b[k] ? sim->arr_b[k + M] : -1;
 }
 

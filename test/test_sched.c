@@ -119,16 +119,60 @@ START_TEST(test_action_text_rejects) {
 END_TEST
 
 START_TEST(test_placement) {
-    /* looped: stage s on rank s mod P as chunk s / P */
-    ck_assert_int_eq(sched_stage_rank(0, 4), 0);
-    ck_assert_int_eq(sched_stage_rank(5, 4), 1);
-    ck_assert_int_eq(sched_stage_chunk(5, 4), 1);
-    ck_assert_int_eq(sched_stage_rank(11, 4), 3);
-    ck_assert_int_eq(sched_stage_chunk(11, 4), 2);
-    ck_assert_int_eq(sched_stage_rank(3, 1), 0);
-    ck_assert_int_eq(sched_stage_chunk(3, 1), 3);
+    char err[ERRLEN];
+    Schedule s;
+    int table[12];
+    /* looped: stage s on rank s mod P as chunk s / P, the default of sched_init */
+    sched_place_looped(4, 3, table);
+    ck_assert_int_eq(sched_init(&s, "t", 4, 3, 2, err, sizeof err), PP_OK);
+    for (int st = 0; st < 12; st++) {
+        ck_assert_int_eq(table[st], st % 4);
+        ck_assert_int_eq(sched_stage_rank(&s, st), st % 4);
+        ck_assert_int_eq(sched_stage_chunk(&s, st), st / 4);
+        ck_assert_int_eq(sched_rank_stage(&s, st % 4, st / 4), st);
+    }
+    ck_assert_int_eq(sched_stage_rank(&s, 12), -1);
+    ck_assert_int_eq(sched_stage_chunk(&s, -1), -1);
+    ck_assert_int_eq(sched_rank_stage(&s, 4, 0), -1);
+    ck_assert_int_eq(sched_rank_stage(&s, 0, 3), -1);
+    sched_free(&s);
+    ck_assert_int_eq(sched_init(&s, "t", 1, 3, 1, err, sizeof err), PP_OK);
+    for (int st = 0; st < 3; st++) ck_assert_int_eq(sched_rank_stage(&s, 0, st), st);
+    sched_free(&s);
+    /* a V (ZB-V): rank 0 holds stages 0 and 3, rank 1 stages 1 and 2; chunks go by
+     * increasing stage */
+    int v_shape[4] = {0, 1, 1, 0}, bad1[4] = {0, 0, 0, 1}, bad2[4] = {0, 1, 2, 0};
+    ck_assert_int_eq(sched_init(&s, "v", 2, 2, 1, err, sizeof err), PP_OK);
+    ck_assert_int_eq(sched_set_placement(&s, v_shape, err, sizeof err), PP_OK);
+    int want_chunk[4] = {0, 0, 1, 1};
+    for (int st = 0; st < 4; st++) {
+        ck_assert_int_eq(sched_stage_rank(&s, st), v_shape[st]);
+        ck_assert_int_eq(sched_stage_chunk(&s, st), want_chunk[st]);
+    }
+    ck_assert_int_eq(sched_rank_stage(&s, 0, 1), 3);
+    ck_assert_int_eq(sched_rank_stage(&s, 1, 1), 2);
+    /* tables that are not placements are refused, and s keeps its own */
+    ck_assert_int_eq(sched_set_placement(&s, bad1, err, sizeof err), PP_EUSAGE);
+    ck_assert_str_eq(err, "placement gives rank 0 3 stages, but every rank holds virtual_stages = 2");
+    ck_assert_int_eq(sched_set_placement(&s, bad2, err, sizeof err), PP_EUSAGE);
+    ck_assert_str_eq(err, "placement puts stage 2 on rank 2, but there are 2 ranks");
+    ck_assert_int_eq(sched_stage_rank(&s, 3), 0);
+    sched_append(&s, 0, mk(ACT_F, 0, 0));
+    ck_assert_int_eq(sched_set_placement(&s, v_shape, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "after actions"));
+    sched_free(&s);
 }
 END_TEST
+
+/* A schedule with no actions: P ranks, v chunks, M microbatches, the placement
+ * `stage_rank` (NULL: looped). */
+static void empty_schedule(Schedule *s, int P, int v, int M, const int *stage_rank,
+                           int forward_only) {
+    char err[ERRLEN];
+    ck_assert_int_eq(sched_init(s, "hand", P, v, M, err, sizeof err), PP_OK);
+    if (stage_rank) ck_assert_int_eq(sched_set_placement(s, stage_rank, err, sizeof err), PP_OK);
+    s->forward_only = forward_only;
+}
 
 /* -------------------------------------------------------- the big sweep --- */
 
@@ -533,6 +577,98 @@ START_TEST(test_lower_is_fifo_and_local) {
 }
 END_TEST
 
+/* ------------------------------------------------------ placement as data --- */
+
+/* Append the actions of `text` (space separated) to rank r of s. */
+static void append_text(Schedule *s, int r, const char *text) {
+    char *copy = strdup(text), *save = NULL;
+    for (char *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        Action a;
+        ck_assert_msg(sched_action_parse(tok, &a) == PP_OK, "bad action %s", tok);
+        sched_append(s, r, a);
+    }
+    free(copy);
+}
+
+START_TEST(test_v_placement) {
+    /* P=2, v=2 in a V (ZB-V's placement, by hand): rank 0 holds stages 0 and 3, rank 1
+     * stages 1 and 2, so 1 -> 2 is handed over locally and 0 -> 1, 2 -> 3 cross */
+    char err[ERRLEN];
+    int v_shape[4] = {0, 1, 1, 0};
+    Schedule s, fwd;
+    SimResult res;
+    empty_schedule(&s, 2, 2, 2, v_shape, 0);
+    append_text(&s, 0, "0F0 0F1 3F0 3B0 3F1 3B1 0B0 0B1");
+    append_text(&s, 1, "1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1");
+    ck_assert_msg(sched_lower(&s, err, sizeof err, NULL) == PP_OK, "%s", err);
+    char *text = write_to_string(&s);
+    ck_assert_msg(strstr(text, "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 3RECV_F0 3F0 3B0 3SEND_B0 3RECV_F1 3F1"
+                               " 3B1 3SEND_B1 0RECV_B0 0B0 0RECV_B1 0B1\n") &&
+                  strstr(text, "rank 1: 1RECV_F0 1F0 1RECV_F1 2F0 2SEND_F0 1F1 2RECV_B0 2F1 2SEND_F1"
+                               " 2B0 2RECV_B1 1B0 1SEND_B0 2B1 1B1 1SEND_B1\n"), "%s", text);
+    free(text);
+    for (int r = 0; r < 2; r++) /* transfers only across ranks: none on the 1 -> 2 edge */
+        for (int i = 0; i < s.len[r]; i++) {
+            Action a = s.acts[r][i];
+            if (a.type == ACT_F || a.type == ACT_B) continue;
+            int peer = a.type == ACT_SEND_F || a.type == ACT_RECV_B ? a.stage + 1 : a.stage - 1;
+            ck_assert_int_ne(sched_stage_rank(&s, peer), r);
+            ck_assert(!(a.stage == 1 && peer == 2) && !(a.stage == 2 && peer == 1));
+        }
+    ck_assert_msg(sched_validate(&s, err, sizeof err, NULL) == PP_OK, "%s", err);
+    /* F=1, B=2: rank 0 waits for 1B0 (ends at 10) and 1B1 (ends at 14) */
+    ck_assert_msg(sim_run(&s, NULL, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+    ck_assert_double_eq(res.makespan, 16);
+    ck_assert_double_eq(res.busy[0], 12);
+    ck_assert_double_eq(res.bubble, 0.25);
+    int peak[4] = {2, 2, 2, 1};
+    for (int st = 0; st < 4; st++) {
+        ck_assert_int_eq(sched_peak_inflight(&s, st), peak[st]);
+        ck_assert_int_eq(res.stage_peak[st], peak[st]);
+    }
+    ck_assert_int_eq(sched_peak_inflight_rank(&s, 0), 3);
+    ck_assert_int_eq(sched_peak_inflight_rank(&s, 1), 4);
+    sim_result_free(&res);
+    /* the forward-only schedule takes the placement from the training one */
+    ck_assert_msg(sched_build_forward_only(&fwd, &s, err, sizeof err) == PP_OK, "%s", err);
+    text = write_to_string(&fwd);
+    ck_assert_msg(strstr(text, "rank 1: 1RECV_F0 1F0 1RECV_F1 1F1 2F0 2SEND_F0 2F1 2SEND_F1\n"),
+                  "%s", text);
+    free(text);
+    ck_assert_int_eq(sim_run(&fwd, NULL, &res, err, sizeof err, NULL), PP_OK);
+    ck_assert_double_eq(res.makespan, 6);
+    sim_result_free(&res);
+    sched_free(&fwd);
+    sched_free(&s);
+}
+END_TEST
+
+START_TEST(test_v_placement_checks) {
+    /* the validator reads the same table: 2F0 needs the local 1F0, and a transfer on
+     * the local edge is refused; a file, placed looped, cannot say this V */
+    char err[ERRLEN];
+    int v_shape[4] = {0, 1, 1, 0};
+    Schedule s;
+    empty_schedule(&s, 2, 2, 1, v_shape, 0);
+    s.lowered = 1;
+    append_text(&s, 0, "0F0 0SEND_F0 3RECV_F0 3F0 3B0 3SEND_B0 0RECV_B0 0B0");
+    append_text(&s, 1, "1RECV_F0 2F0 1F0 2SEND_F0 2RECV_B0 2B0 1B0 1SEND_B0");
+    ck_assert_int_eq(sched_validate(&s, err, sizeof err, NULL), PP_EUSAGE);
+    ck_assert_str_eq(err, "rank 1 step 1 (2F0): runs before its input 1F0");
+    sched_free(&s);
+    empty_schedule(&s, 2, 2, 1, v_shape, 0);
+    append_text(&s, 1, "1SEND_F0");
+    ck_assert_int_eq(sched_validate(&s, err, sizeof err, NULL), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "handed over locally"));
+    sched_free(&s);
+    /* a schedule file has looped placement: the same lists are on the wrong ranks */
+    ck_assert_int_eq(sched_load_text(&s, "0F0 0F1 3F0 3B0 3F1 3B1 0B0 0B1\n"
+                                     "1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1\n", "v.txt", 2, 2, 2, err,
+                                     sizeof err, NULL), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "its stage lives on another rank (stage mod P)"));
+}
+END_TEST
+
 /* ------------------------------------------------------------ forward-only --- */
 
 START_TEST(test_forward_only) {
@@ -540,10 +676,14 @@ START_TEST(test_forward_only) {
     for (int P = 1; P <= 4; P++)
         for (int v = 1; v <= 3; v++)
             for (int M = 1; M <= 9; M += 4) {
-                Schedule s;
+                Schedule s, train;
                 SimResult res;
-                ck_assert_msg(sched_build_forward_only(&s, P, v, M, err, sizeof err) == PP_OK, "%s", err);
+                ck_assert_int_eq(sched_build(&train, v > 1 ? "interleaved-1f1b" : "1f1b", P, v, M,
+                                             err, sizeof err), PP_OK);
+                ck_assert_msg(sched_build_forward_only(&s, &train, err, sizeof err) == PP_OK, "%s", err);
                 ck_assert(s.forward_only && s.lowered);
+                ck_assert(!memcmp(s.stage_rank, train.stage_rank, s.S * sizeof(int)));
+                sched_free(&train);
                 for (int r = 0; r < P; r++) {
                     int nf = 0;
                     for (int i = 0; i < s.len[r]; i++) {
@@ -852,6 +992,8 @@ static Suite *sched_suite(void) {
         {"validate_direct", test_validate_direct},
         {"load_compute_only_and_lowered", test_load_compute_only_and_lowered},
         {"lower_is_fifo_and_local", test_lower_is_fifo_and_local},
+        {"v_placement", test_v_placement},
+        {"v_placement_checks", test_v_placement_checks},
         {"forward_only", test_forward_only},
         {"sim_costs", test_sim_costs},
         {"sim_deadlock", test_sim_deadlock},
