@@ -35,7 +35,9 @@
  *   I, W         reserved for zero-bubble schedules (input-grad / weight-grad halves
  *                of B); no generator emits them and the validator rejects them.
  * So SEND_F(s,m) on rank(s) pairs with RECV_F(s+1,m) on rank(s+1), and SEND_B(s,m)
- * on rank(s) pairs with RECV_B(s-1,m) on rank(s-1).
+ * on rank(s) pairs with RECV_B(s-1,m) on rank(s-1). sched_action_deps is this note
+ * as a function, and the only place the rules are written: the lowering, the
+ * validator, the simulator and the pool sizes all ask it.
  * Runtime contract for a lowered schedule that passed sched_validate:
  *  - a SEND must not block the sender's compute (post it, complete it later);
  *  - a RECV may block until its data arrives, or post a receive that the compute
@@ -122,6 +124,37 @@ void sched_place_looped(int P, int v, int *stage_rank);
  * PP_OK, or PP_EUSAGE with a message and s unchanged. */
 int sched_set_placement(Schedule *s, const int *stage_rank, char *err, size_t errlen);
 
+/* ---- what an action means ----------------------------------------------------- */
+
+/* [Note: activation slots]
+ * The runtime keeps one activation slot per microbatch a local stage holds. The
+ * first F of (stage, m) takes the slot of (stage, m); it is given back when nothing
+ * will read it again (sched_action_frees):
+ *  - training: B(s,m) frees stage s's slot when s = 0 or stage s-1 is on the same
+ *    rank (B pushes the input gradient into stage s-1's slot, which then owns it);
+ *    otherwise SEND_B(s,m) frees it once the gradient is posted;
+ *  - forward only: F(S-1,m) frees its own slot; SEND_F(s,m) frees stage s's slot;
+ *    F(s+1,m) frees stage s's slot when s is on the same rank (it copied the
+ *    output), so F(S-1,m) with a local S-2 frees two.
+ * Replaying a rank's list by these rules gives the pool size of each stage
+ * (sched_peak_inflight), the one number the runtime allocates. */
+
+#define SCHED_MAX_DEPS 4 /* most dependencies any action has (sched_action_deps) */
+
+/* The actions (on any rank) that must have completed before a can run
+ * ([Note: action semantics]), written to deps; returns how many (0 for F(0,m)).
+ * F(s,m): F(s-1,m) when stage s-1 is on the same rank, else RECV_F(s,m).
+ * B(s,m): F(s,m), then B(s+1,m) when local, else RECV_B(s,m) (nothing for S-1).
+ * SEND_F(s,m): F(s,m). SEND_B(s,m): B(s,m). RECV_F(s,m): SEND_F(s-1,m) (on the
+ * other rank). RECV_B(s,m): SEND_B(s+1,m). The stage and microbatch of a must be in
+ * range; the reserved I and W have no rule yet: returns -1. */
+int sched_action_deps(const Schedule *s, Action a, Action deps[SCHED_MAX_DEPS]);
+
+/* How many activation slots action a, executed on its stage's rank, gives back
+ * ([Note: activation slots]), their stages in stages[]; each is the slot of
+ * microbatch a.mb. 0 for actions that free nothing. */
+int sched_action_frees(const Schedule *s, Action a, int stages[2]);
+
 /* ---- schedules ---------------------------------------------------------------- */
 
 /* Names of the generators, NULL-terminated: "gpipe", "1f1b", "interleaved-1f1b". */
@@ -165,12 +198,12 @@ int sched_build_forward_only(Schedule *s, const Schedule *train, char *err, size
 int sched_lower(Schedule *s, char *err, size_t errlen, FILE *grid);
 
 /* Check a lowered schedule: every action in range and on the rank of its stage;
- * exactly one F and one B per (stage, microbatch) (no B if forward_only); F(s,m)
- * after its input is available; B(s,m) after F(s,m) and after the gradient from
- * s+1; every SEND has exactly one matching RECV and vice versa; per rank pair the
- * receives come in the order of the sends; and no rank waits forever, even when a
- * RECV blocks. Returns PP_OK, or PP_EUSAGE with a message naming the rank and step
- * and the grid printed to `grid` (may be NULL) with the offending action(s) marked. */
+ * exactly one F and one B per (stage, microbatch) (no B if forward_only); each
+ * action after its dependencies on its own rank (sched_action_deps); every SEND has
+ * exactly one matching RECV and vice versa; per rank pair the receives come in the
+ * order of the sends; and no rank waits forever, even when a RECV blocks. Returns
+ * PP_OK, or PP_EUSAGE with a message naming the rank and step and the grid printed
+ * to `grid` (may be NULL) with the offending action(s) marked. */
 int sched_validate(const Schedule *s, char *err, size_t errlen, FILE *grid);
 
 /* Print the lists as a grid, one row per step (list index) and one column per rank;
@@ -199,14 +232,18 @@ int sched_load_file(Schedule *s, const char *path, int P, int v, int M, char *er
 
 /* ---- properties --------------------------------------------------------------- */
 
-/* Most microbatches whose activations stage `stage` holds at once, by replaying its
- * rank's list in order: F(stage,m) acquires a slot, B(stage,m) releases it. In a
- * forward-only schedule each forward releases its slot at once (peak 1). This sizes
- * the runtime's activation pool for that stage. */
+/* Most activation slots stage `stage` holds at once, replaying its rank's list with
+ * sched_action_frees ([Note: activation slots]): the size of the runtime's
+ * activation pool for that stage. */
 int sched_peak_inflight(const Schedule *s, int stage);
 
 /* The same over all stages of rank r together (chunk activations held at once). */
 int sched_peak_inflight_rank(const Schedule *s, int rank);
+
+/* Most receive buffers stage `stage` needs at once: RECV_F(stage,m) posted, the F
+ * that consumes it (the F whose dependency it is) not yet run. 0 when the stage's
+ * input is local or the tokens. */
+int sched_peak_recv(const Schedule *s, int stage);
 
 /* Published bubble fraction (idle / total time, F and B uniform, free transfers)
  * of the schedule's kind for its P, v, M, and its formula as text in *formula
