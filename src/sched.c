@@ -260,20 +260,25 @@ static int transfer_of(const Schedule *s, Action a, Action *send, Action *recv) 
  *    in the reverse order. warmup = (v-1)*G + 2*(P-1-r), G the group size: the last
  *    rank starts its first backward right after its last chunk's forward of the
  *    group's first microbatch, and each rank further away needs two more forwards
- *    to cover the round trip of that gradient. With v = 1 this is exactly 1F1B (as
- *    in Megatron, which runs the non-interleaved schedule then).
+ *    to cover the round trip of that gradient. Its row asks for v >= 2: with one
+ *    chunk per rank Megatron runs the non-interleaved schedule, which is 1f1b.
  *    When P does not divide M (torch and Megatron allow it) the last group also
  *    takes the remainder, and G in the warm-up is that largest group (M when
  *    M < 2P). A group smaller than P would make chunk c+1's forward wait for the
  *    same microbatch to travel around all P ranks while the rank is held in the
  *    1F1B steady state: that deadlocks (e.g. P=4, v=3, M=5 with a trailing group of
- *    one). With these rules every P, v, M >= 1 lowers without deadlock (the tests
- *    check P <= 8, v <= 4, M <= 32) and for M >= P the makespan meets the published
- *    bubble (P-1)/(v*M+P-1); only M < P with v > 1 leaves a larger bubble. */
+ *    one). With these rules every P, M >= 1 and v >= 2 lowers without deadlock (the
+ *    tests check P <= 8, v <= 4, M <= 32) and for M >= P the makespan meets the
+ *    published bubble (P-1)/(v*M+P-1); only M < P leaves a larger bubble.
+ * All three use looped placement ([Note: stages and placement]): the warm-up counts
+ * assume the stage after chunk c of rank P-1 is chunk c+1 of rank 0. */
+
+/* Microbatch groups of P; the last group takes the remainder. */
+static int group_count(int P, int M) { return M / P > 1 ? M / P : 1; }
 
 /* k-th forward (backward when `backward`) of a rank in grouped order. */
 static void grouped_order(int P, int v, int M, int k, int backward, int *chunk, int *mb) {
-    int groups = M / P > 1 ? M / P : 1; /* the last group takes the remainder */
+    int groups = group_count(P, M);
     int g = k / (v * P) < groups - 1 ? k / (v * P) : groups - 1;
     int first = g * P;
     int size = g == groups - 1 ? M - first : P;
@@ -311,22 +316,8 @@ static void gen_1f1b(Schedule *s) {
 }
 
 static void gen_interleaved(Schedule *s) {
-    int G = s->M < 2 * s->P ? s->M : s->P + s->M % s->P; /* largest group: the last */
-    for (int r = 0; r < s->P; r++) {
-        int warmup = s->v == 1 ? s->P - 1 - r : (s->v - 1) * G + 2 * (s->P - 1 - r);
-        emit_1f1b_family(s, r, warmup);
-    }
-}
-
-static int check_one_chunk(const char *kind, int P, int v, int M, char *err, size_t errlen) {
-    if (v == 1) return PP_OK;
-    return pp_errf(err, errlen, PP_EUSAGE,
-                   "schedule %s runs one stage per rank, so pipeline.virtual_stages must be 1"
-                   " (got %d); use interleaved-1f1b for several chunks per rank", kind, v);
-}
-
-static int check_any(const char *kind, int P, int v, int M, char *err, size_t errlen) {
-    return PP_OK; /* interleaved: every P, v, M >= 1 is valid (see the tests) */
+    int G = s->M - (group_count(s->P, s->M) - 1) * s->P; /* largest group: the last */
+    for (int r = 0; r < s->P; r++) emit_1f1b_family(s, r, (s->v - 1) * G + 2 * (s->P - 1 - r));
 }
 
 /* Bubble fraction = idle / (P * makespan) with uniform F, B and free transfers. */
@@ -337,44 +328,67 @@ static double bubble_flat(int P, int v, int M, const char **formula) {
 
 static double bubble_interleaved(int P, int v, int M, const char **formula) {
     if (formula) *formula = "(P-1)/(v*M+P-1)";
-    if (v > 1 && M < P) return -1; /* chunk c+1 waits for chunk c to cross all ranks */
+    if (M < P) return -1; /* chunk c+1 waits for chunk c to cross all ranks */
     return (double)(P - 1) / ((double)v * M + P - 1);
 }
 
-typedef struct {
-    const char *name;
-    int (*check)(const char *kind, int P, int v, int M, char *err, size_t errlen);
-    void (*generate)(Schedule *s); /* s initialised and empty; fills compute lists */
-    double (*bubble)(int P, int v, int M, const char **formula);
-} SchedKind;
-
-static const SchedKind KINDS[] = {
-    {"gpipe", check_one_chunk, gen_gpipe, bubble_flat},
-    {"1f1b", check_one_chunk, gen_1f1b, bubble_flat},
-    {"interleaved-1f1b", check_any, gen_interleaved, bubble_interleaved},
+/* The kind table: the one list of schedule kinds ([Note: the 1F1B family]). With
+ * one chunk per rank, interleaving is 1f1b: that kind is the one to use. */
+static const SchedKindInfo KINDS[] = {
+    {"gpipe", 1, 1, "interleaved-1f1b", sched_place_looped, gen_gpipe, bubble_flat},
+    {"1f1b", 1, 1, "interleaved-1f1b", sched_place_looped, gen_1f1b, bubble_flat},
+    {"interleaved-1f1b", 2, INT_MAX, "1f1b", sched_place_looped, gen_interleaved,
+     bubble_interleaved},
 };
 #define NKINDS ((int)(sizeof KINDS / sizeof KINDS[0]))
 
 const char *const *sched_kinds(void) {
-    static const char *const names[] = {"gpipe", "1f1b", "interleaved-1f1b", NULL};
+    static const char *names[NKINDS + 1]; /* the last stays NULL */
+    for (int i = 0; i < NKINDS; i++) names[i] = KINDS[i].name;
     return names;
 }
 
-static const SchedKind *find_kind(const char *name) {
+const SchedKindInfo *sched_kind_find(const char *name) {
     for (int i = 0; i < NKINDS; i++)
         if (!strcmp(KINDS[i].name, name)) return &KINDS[i];
     return NULL;
 }
 
+int sched_kind_check(const char *kind, int P, int v, int M, char *err, size_t errlen) {
+    const SchedKindInfo *k = sched_kind_find(kind);
+    char text[128] = "";
+    if (!k) {
+        for (int i = 0; i < NKINDS; i++)
+            msg_append(text, sizeof text, "%s%s", i ? ", " : "", KINDS[i].name);
+        return pp_errf(err, errlen, PP_EUSAGE, "unknown schedule '%s' (known: %s)", kind, text);
+    }
+    if (v > k->v_max) {
+        if (k->v_max == 1) snprintf(text, sizeof text, "one model chunk");
+        else snprintf(text, sizeof text, "%d model chunks", k->v_max);
+        return pp_errf(err, errlen, PP_EUSAGE, "pipeline.virtual_stages is %d but pipeline."
+                       "schedule is %s: more than %s per rank needs schedule %s (or set"
+                       " virtual_stages: %d)", v, kind, text, k->instead, k->v_max);
+    }
+    if (v < k->v_min)
+        return pp_errf(err, errlen, PP_EUSAGE, "pipeline.schedule %s needs pipeline."
+                       "virtual_stages >= %d (got %d): set virtual_stages to %d or more, or use"
+                       " schedule %s", kind, k->v_min, v, k->v_min, k->instead);
+    return PP_OK;
+}
+
 int sched_generate(Schedule *s, const char *kind, int P, int v, int M, char *err,
                    size_t errlen) {
-    const SchedKind *k = find_kind(kind);
+    const SchedKindInfo *k = sched_kind_find(kind);
     memset(s, 0, sizeof *s);
-    if (!k)
-        return pp_errf(err, errlen, PP_EUSAGE,
-                       "unknown schedule '%s' (known: gpipe, 1f1b, interleaved-1f1b)", kind);
+    if (!k) return sched_kind_check(kind, P, v, M, err, errlen); /* names the known kinds */
     int rc = sched_init(s, kind, P, v, M, err, errlen);
-    if (rc == PP_OK) rc = k->check(kind, P, v, M, err, errlen);
+    if (rc == PP_OK) rc = sched_kind_check(kind, P, v, M, err, errlen);
+    if (rc == PP_OK) { /* the row's placement */
+        int *table = pp_malloc((size_t)s->S * sizeof *table);
+        k->place(P, v, table);
+        rc = sched_set_placement(s, table, err, errlen);
+        free(table);
+    }
     if (rc != PP_OK) {
         sched_free(s);
         return rc;
@@ -384,7 +398,7 @@ int sched_generate(Schedule *s, const char *kind, int P, int v, int M, char *err
 }
 
 double sched_bubble_closed_form(const Schedule *s, const char **formula) {
-    const SchedKind *k = s->forward_only ? NULL : find_kind(s->name);
+    const SchedKindInfo *k = s->forward_only ? NULL : sched_kind_find(s->name);
     if (formula) *formula = "";
     return k ? k->bubble(s->P, s->v, s->M, formula) : -1;
 }

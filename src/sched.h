@@ -124,6 +124,38 @@ void sched_place_looped(int P, int v, int *stage_rank);
  * PP_OK, or PP_EUSAGE with a message and s unchanged. */
 int sched_set_placement(Schedule *s, const int *stage_rank, char *err, size_t errlen);
 
+/* ---- schedule kinds ----------------------------------------------------------- */
+
+/* One row of the kind table: everything about a schedule kind outside its
+ * generator's body. The rows live in sched.c; the only other list of the kinds is
+ * SCHED_KIND_CHOICES, which a test ties to them. */
+typedef struct SchedKindInfo {
+    const char *name;          /* pipeline.schedule value, e.g. "1f1b" */
+    int v_min, v_max;          /* allowed pipeline.virtual_stages, inclusive */
+    const char *instead;       /* the kind to suggest when v is outside that range */
+    void (*place)(int P, int v, int *stage_rank);  /* placement generator */
+    void (*generate)(Schedule *s); /* s initialised, placed and empty: compute lists */
+    /* published bubble fraction, its formula in *formula (may be NULL); -1 if none */
+    double (*bubble)(int P, int v, int M, const char **formula);
+} SchedKindInfo;
+
+/* The kinds' names joined by '|', in table order: config's pipeline.schedule choices
+ * (a static initializer cannot call sched_kinds()); test_sched checks it against the
+ * table. */
+#define SCHED_KIND_CHOICES "gpipe|1f1b|interleaved-1f1b"
+
+/* Names of the kinds in table order, NULL-terminated. */
+const char *const *sched_kinds(void);
+
+/* The row of kind `name`, or NULL if there is none. */
+const SchedKindInfo *sched_kind_find(const char *name);
+
+/* Whether kind `kind` can run P ranks, v chunks per rank, M microbatches. Returns
+ * PP_OK, or PP_EUSAGE with the message config validation prints (unknown kind, or
+ * virtual_stages outside the row's range, naming the key to change and the kind to
+ * use instead). P and M are for rows whose range depends on them (none yet). */
+int sched_kind_check(const char *kind, int P, int v, int M, char *err, size_t errlen);
+
 /* ---- what an action means ----------------------------------------------------- */
 
 /* [Note: activation slots]
@@ -157,9 +189,6 @@ int sched_action_frees(const Schedule *s, Action a, int stages[2]);
 
 /* ---- schedules ---------------------------------------------------------------- */
 
-/* Names of the generators, NULL-terminated: "gpipe", "1f1b", "interleaved-1f1b". */
-const char *const *sched_kinds(void);
-
 /* Initialise an empty schedule (no actions) for P ranks, v chunks, M microbatches,
  * with looped placement (sched_set_placement changes it). Returns PP_EUSAGE with a
  * message if the sizes are out of range. */
@@ -171,9 +200,9 @@ void sched_append(Schedule *s, int rank, Action a);
 /* Release the lists and zero the struct. Safe on a zeroed or already freed struct. */
 void sched_free(Schedule *s);
 
-/* Run generator `kind` alone: compute-only lists (F and B in each rank's order).
- * On error returns PP_EUSAGE with a message saying which combination is impossible
- * and why, and leaves s empty. */
+/* Run generator `kind` alone: compute-only lists (F and B in each rank's order), on
+ * the placement of the kind's row. On error returns PP_EUSAGE with a message saying
+ * which combination is impossible and why (sched_kind_check), and leaves s empty. */
 int sched_generate(Schedule *s, const char *kind, int P, int v, int M, char *err,
                    size_t errlen);
 

@@ -277,6 +277,42 @@ START_TEST(test_action_frees) {
 }
 END_TEST
 
+START_TEST(test_kind_table) {
+    char err[ERRLEN], joined[256] = "";
+    const char *const *names = sched_kinds();
+    for (int i = 0; names[i]; i++) {
+        const SchedKindInfo *k = sched_kind_find(names[i]);
+        ck_assert_ptr_nonnull(k);
+        ck_assert_str_eq(k->name, names[i]);
+        ck_assert_ptr_nonnull(sched_kind_find(k->instead)); /* suggests a real kind */
+        ck_assert_int_eq(sched_kind_check(names[i], 2, k->v_min, 4, err, sizeof err), PP_OK);
+        ck_assert_int_eq(sched_kind_check(names[i], 2, k->v_min - 1, 4, err, sizeof err), PP_EUSAGE);
+        size_t used = strlen(joined);
+        snprintf(joined + used, sizeof joined - used, "%s%s", i ? "|" : "", names[i]);
+        /* the generator runs on the row's placement */
+        Schedule s;
+        int table[4];
+        k->place(2, k->v_min, table);
+        ck_assert_int_eq(sched_generate(&s, names[i], 2, k->v_min, 2, err, sizeof err), PP_OK);
+        for (int st = 0; st < s.S; st++) ck_assert_int_eq(sched_stage_rank(&s, st), table[st]);
+        sched_free(&s);
+    }
+    ck_assert_str_eq(joined, SCHED_KIND_CHOICES); /* config's choices are the table */
+    ck_assert_ptr_null(sched_kind_find("zigzag"));
+    /* the messages config validation prints */
+    ck_assert_int_eq(sched_kind_check("zigzag", 2, 1, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_str_eq(err, "unknown schedule 'zigzag' (known: gpipe, 1f1b, interleaved-1f1b)");
+    ck_assert_int_eq(sched_kind_check("1f1b", 2, 2, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_str_eq(err, "pipeline.virtual_stages is 2 but pipeline.schedule is 1f1b: more than one"
+                          " model chunk per rank needs schedule interleaved-1f1b (or set"
+                          " virtual_stages: 1)");
+    ck_assert_int_eq(sched_kind_check("interleaved-1f1b", 2, 1, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_str_eq(err, "pipeline.schedule interleaved-1f1b needs pipeline.virtual_stages >= 2"
+                          " (got 1): set virtual_stages to 2 or more, or use schedule 1f1b");
+    ck_assert_int_eq(sched_kind_check("interleaved-1f1b", 2, 7, 4, err, sizeof err), PP_OK);
+}
+END_TEST
+
 /* -------------------------------------------------------- the big sweep --- */
 
 /* Published peak in-flight (activation sets held at once) on rank r, with F=B
@@ -401,10 +437,11 @@ static void sweep(const char *kind) {
             for (int M = 1; M <= 32; M++) {
                 char err[ERRLEN];
                 Schedule s;
-                int accepted = !strcmp(kind, "interleaved-1f1b") || v == 1;
+                const SchedKindInfo *k = sched_kind_find(kind);
                 int rc = sched_build(&s, kind, P, v, M, err, sizeof err);
-                if (!accepted) { /* one stage per rank: the message says why */
-                    REQUIRE(rc == PP_EUSAGE && strstr(err, "virtual_stages must be 1"), "%s", err);
+                if (v < k->v_min || v > k->v_max) { /* the message says what to change */
+                    REQUIRE(rc == PP_EUSAGE && strstr(err, "pipeline.virtual_stages") &&
+                            strstr(err, k->instead), "%s", err);
                     continue;
                 }
                 REQUIRE(rc == PP_OK, "%s P=%d v=%d M=%d: %s", kind, P, v, M, err);
@@ -462,7 +499,9 @@ START_TEST(test_build_errors) {
     ck_assert_int_eq(sched_build(&s, "interleaved-1f1b", 200, 200, 4, err, sizeof err), PP_EUSAGE);
     ck_assert_ptr_nonnull(strstr(err, "40000 stages"));
     ck_assert_int_eq(sched_build(&s, "gpipe", 2, 2, 4, err, sizeof err), PP_EUSAGE);
-    ck_assert_ptr_nonnull(strstr(err, "use interleaved-1f1b"));
+    ck_assert_ptr_nonnull(strstr(err, "needs schedule interleaved-1f1b"));
+    ck_assert_int_eq(sched_build(&s, "interleaved-1f1b", 2, 1, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "needs pipeline.virtual_stages >= 2"));
     ck_assert_ptr_null(s.acts); /* left empty */
     sched_free(&s);             /* and freeing it again is harmless */
 }
@@ -1247,7 +1286,7 @@ START_TEST(test_cmd_errors) {
     char *out, *argv[] = {"schedule"};
     cfg.virtual_stages = 2;
     ck_assert_int_eq(run_cmd(&cfg, &out, 1, argv), 2);
-    ck_assert_ptr_nonnull(strstr(out, "virtual_stages must be 1 (got 2)"));
+    ck_assert_ptr_nonnull(strstr(out, "pipeline.virtual_stages is 2 but pipeline.schedule is 1f1b"));
     free(out);
     cfg = cmd_config("1f1b", 2, 1, 4);
     snprintf(cfg.schedule_file, sizeof cfg.schedule_file, "/nonexistent/plan.txt");
@@ -1267,6 +1306,7 @@ static Suite *sched_suite(void) {
         {"placement", test_placement},
         {"action_deps", test_action_deps},
         {"action_frees", test_action_frees},
+        {"kind_table", test_kind_table},
         {"sweep_gpipe", test_sweep_gpipe},
         {"sweep_1f1b", test_sweep_1f1b},
         {"sweep_interleaved", test_sweep_interleaved},
