@@ -20,54 +20,15 @@ static const char *const kind_names[] = {"?", "activation", "gradient", "validat
  * after B(s,m) when s is stage 0 or stage s-1 is local (B pushes the input gradient
  * into stage s-1's slot), else after SEND_B(s,m) was posted; in a forward-only pass after F on the last stage, after SEND_F, or after F(s+1,m)
  * copied the output. A given-back slot may still be read by a posted send; taking it
- * again first waits for that send. runtime_pool_size replays the list by these same
- * rules, so the pool is exactly as large as the schedule needs (sched_peak_inflight).
+ * again first waits for that send. sched_peak_inflight replays the list by these same
+ * rules (sched_action_frees), so the pool is exactly as large as the schedule needs.
  * A RECV_F, which the lowering may place well before its F, receives into a small
  * [N,C] buffer that F then swaps into the slot it takes: a received microbatch does not
  * hold a whole slot of activations while it waits. */
 
-static int stage_local(const Schedule *s, int rank, int stage) {
-    return stage >= 0 && stage < s->S && sched_stage_rank(stage, s->P) == rank;
-}
+int runtime_pool_size(const Schedule *s, int rank, int stage) { return sched_peak_inflight(s, stage); }
 
-/* Does action a (on `rank`) give back the slot of (stage, a->mb)? */
-static int releases(const Schedule *s, int rank, const Action *a, int stage) {
-    int fwd = s->forward_only, t = a->type;
-    if (fwd) return (t == ACT_F && a->stage == stage && stage == s->S - 1) ||
-                    (t == ACT_SEND_F && a->stage == stage) ||
-                    (t == ACT_F && a->stage == stage + 1 && stage_local(s, rank, stage + 1));
-    return (t == ACT_B && a->stage == stage && (stage == 0 || stage_local(s, rank, stage - 1))) ||
-           (t == ACT_SEND_B && a->stage == stage);
-}
-
-int runtime_pool_size(const Schedule *s, int rank, int stage) {
-    int held = 0, peak = 0;
-    char *have = pp_calloc(s->M, 1);
-    for (int i = 0; i < s->len[rank]; i++) {
-        const Action *a = &s->acts[rank][i];
-        if (a->type == ACT_F && a->stage == stage && !have[a->mb]) {
-            have[a->mb] = 1;
-            peak = ++held > peak ? held : peak;
-        }
-        if (releases(s, rank, a, stage) && have[a->mb]) {
-            have[a->mb] = 0;
-            held--;
-        }
-    }
-    free(have);
-    return peak;
-}
-
-int runtime_recv_pool_size(const Schedule *s, int rank, int stage) {
-    int held = 0, peak = 0;
-    for (int i = 0; i < s->len[rank]; i++) {
-        const Action *a = &s->acts[rank][i];
-        if (a->stage != stage) continue;
-        if (a->type == ACT_RECV_F) peak = ++held > peak ? held : peak;
-        if (a->type == ACT_F && held > 0 && stage > 0 && !stage_local(s, rank, stage - 1)) held--;
-    }
-    return peak;
-}
+int runtime_recv_pool_size(const Schedule *s, int rank, int stage) { return sched_peak_recv(s, stage); }
 
 static int wait_req(Runtime *rt, CommReq **req, const char *what, int stage, int mb, int step,
                     char *err, size_t errlen) {
@@ -196,7 +157,7 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     case ACT_SEND_F:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, x->kind_act);
-        rc = comm_isend(cm, sched_stage_rank(s + 1, rt->P), &tag, model_chunk_output(&rt->model, c, i), bytes, &rt->slots[c][i].send[0]);
+        rc = comm_isend(cm, sched_stage_rank(&rt->sched, s + 1), &tag, model_chunk_output(&rt->model, c, i), bytes, &rt->slots[c][i].send[0]);
         if (x->fwd_only) slot_release(rt, c, i);
         what = "send activation";
         break;
@@ -205,21 +166,21 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
         if (!rb) PP_DIE("stage %d: all %d receive buffers busy at microbatch %d (a bug)", s, rt->nrbufs[c], m);
         rb->mb = m;
         tag = tag_of(x->step, s - 1, m, x->kind_act);
-        rc = comm_irecv(cm, sched_stage_rank(s - 1, rt->P), &tag, rb->buf, bytes, &rb->req);
+        rc = comm_irecv(cm, sched_stage_rank(&rt->sched, s - 1), &tag, rb->buf, bytes, &rb->req);
         what = "post recv activation";
         break;
     }
     case ACT_SEND_B:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, KIND_GRAD);
-        rc = comm_isend(cm, sched_stage_rank(s - 1, rt->P), &tag, rt->model.chunks[c].slots[i].grad, bytes, &rt->slots[c][i].send[1]);
+        rc = comm_isend(cm, sched_stage_rank(&rt->sched, s - 1), &tag, rt->model.chunks[c].slots[i].grad, bytes, &rt->slots[c][i].send[1]);
         slot_release(rt, c, i);
         what = "send gradient";
         break;
     case ACT_RECV_B:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s + 1, m, KIND_GRAD);
-        rc = comm_irecv(cm, sched_stage_rank(s + 1, rt->P), &tag, rt->model.chunks[c].slots[i].grad, bytes, &rt->slots[c][i].recv);
+        rc = comm_irecv(cm, sched_stage_rank(&rt->sched, s + 1), &tag, rt->model.chunks[c].slots[i].grad, bytes, &rt->slots[c][i].recv);
         what = "post recv gradient";
         break;
     default:
@@ -358,7 +319,7 @@ static int build_schedules(Runtime *rt, char *err, size_t errlen) {
     const Config *c = rt->cfg;
     int rc = c->schedule_file[0] ? sched_load_file(&rt->sched, c->schedule_file, rt->P, rt->v, rt->M, err, errlen)
                                  : sched_build(&rt->sched, c->schedule, rt->P, rt->v, rt->M, err, errlen);
-    return rc ? rc : sched_build_forward_only(&rt->fwd, rt->P, rt->v, rt->M, err, errlen);
+    return rc ? rc : sched_build_forward_only(&rt->fwd, &rt->sched, err, errlen);
 }
 
 int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err, size_t errlen) {
@@ -396,7 +357,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     ChunkSpec specs[PP_MAX_CHUNKS];
     for (int s = 0; s < rt->S; s++) rt->chunk_of[s] = -1;
     for (int c = 0; c < rt->v; c++) {
-        int s = rt->rank + c * rt->P, pool = runtime_pool_size(&rt->sched, rt->rank, s);
+        int s = sched_rank_stage(&rt->sched, rt->rank, c), pool = runtime_pool_size(&rt->sched, rt->rank, s);
         int vpool = runtime_pool_size(&rt->fwd, rt->rank, s);
         specs[c] = (ChunkSpec){s, rt->part.l0[s], rt->part.l1[s], s == 0, s == rt->S - 1, pool > vpool ? pool : vpool};
         rt->chunk_of[s] = c;
@@ -420,7 +381,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     int nstate = optim_state_arrays(cfg);
     if (nstate >= 1) rt->opt_m = pp_calloc(rt->model.nparams, sizeof(float));
     if (nstate >= 2) rt->opt_v = pp_calloc(rt->model.nparams, sizeof(float));
-    int r0 = sched_stage_rank(0, rt->P), rl = sched_stage_rank(rt->S - 1, rt->P);
+    int r0 = sched_stage_rank(&rt->sched, 0), rl = sched_stage_rank(&rt->sched, rt->S - 1);
     rt->tied_peer = (!d.tied || r0 == rl) ? -1 : rt->rank == r0 ? rl : rt->rank == rl ? r0 : -1;
     rt->inputs = pp_malloc((size_t)rt->B * rt->T * sizeof(int));
     rt->targets = pp_malloc((size_t)rt->B * rt->T * sizeof(int));

@@ -13,15 +13,15 @@ static void check_kind(const char *kind, int vmax) {
             for (int M = 1; M <= 8; M++) {
                 Schedule s, f;
                 if (sched_build(&s, kind, P, v, M, err, sizeof err) != PP_OK) continue;
-                ck_assert_int_eq(sched_build_forward_only(&f, P, v, M, err, sizeof err), PP_OK);
+                ck_assert_int_eq(sched_build_forward_only(&f, &s, err, sizeof err), PP_OK);
                 for (int st = 0; st < s.S; st++) {
-                    int r = sched_stage_rank(st, P);
+                    int r = sched_stage_rank(&s, st);
                     ck_assert_msg(runtime_pool_size(&s, r, st) == sched_peak_inflight(&s, st),
                                   "%s P=%d v=%d M=%d stage %d: pool %d, peak in flight %d", kind, P, v, M, st,
                                   runtime_pool_size(&s, r, st), sched_peak_inflight(&s, st));
                     ck_assert_int_eq(runtime_pool_size(&f, r, st), 1); /* forward-only: one at a time */
                     int nr = runtime_recv_pool_size(&s, r, st);
-                    int remote_input = st > 0 && sched_stage_rank(st - 1, P) != r;
+                    int remote_input = st > 0 && sched_stage_rank(&s, st - 1) != r;
                     ck_assert_msg(remote_input ? (nr >= 1 && nr <= M) : nr == 0, "%s P=%d v=%d M=%d stage %d: %d receive buffers",
                                   kind, P, v, M, st, nr);
                     checked++;
