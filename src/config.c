@@ -13,6 +13,8 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "sched.h"
+
 /* ------------------------------------------------------------------------------------
  * The field table
  * ---------------------------------------------------------------------------------- */
@@ -63,7 +65,7 @@ static const Field k_fields[] = {
     FLT("model.init_std", init_std, "0.02", 0, INFINITY, OPEN_LO, "std of the random init"),
     INT("pipeline.stages", stages, "1", 1, IMAX, "P, pipeline ranks (= processes launched)"),
     INT("pipeline.virtual_stages", virtual_stages, "1", 1, IMAX, "model chunks per rank"),
-    ENUM("pipeline.schedule", schedule, "1f1b", "gpipe|1f1b|interleaved-1f1b", "the schedule"),
+    ENUM("pipeline.schedule", schedule, "1f1b", SCHED_KIND_CHOICES, "the schedule"),
     OTHER("pipeline.schedule_file", T_PATH, schedule_file, "null",
           "a schedule as text, one line of actions per rank"),
     INT("pipeline.microbatches", microbatches, "4", 1, IMAX, "M, microbatches per step"),
@@ -712,15 +714,9 @@ static int check_cross(const Config *c, char *err, size_t errlen) {
         REJECT("pipeline.stages x pipeline.virtual_stages (%d x %d) exceeds model.n_layers (%d): "
                "every model chunk needs at least one layer; use fewer stages or virtual stages",
                c->stages, c->virtual_stages, c->n_layers);
-    int interleaved = !strcmp(c->schedule, "interleaved-1f1b");
-    if (c->virtual_stages > 1 && !interleaved)
-        REJECT("pipeline.virtual_stages is %d but pipeline.schedule is %s: more than one model "
-               "chunk per rank needs schedule interleaved-1f1b (or set virtual_stages: 1)",
-               c->virtual_stages, c->schedule);
-    if (interleaved && c->virtual_stages < 2)
-        REJECT("pipeline.schedule interleaved-1f1b needs pipeline.virtual_stages >= 2 (got %d): "
-               "set virtual_stages to 2 or more, or use schedule 1f1b", c->virtual_stages);
-    return PP_OK;
+    /* the schedule kind's row says which virtual_stages it runs, and the message */
+    return sched_kind_check(c->schedule, c->stages, c->virtual_stages, c->microbatches, err,
+                            errlen);
 #undef REJECT
 }
 

@@ -104,12 +104,12 @@ int partition_build(Partition *p, const char *split, int L, int S, int C, int Vp
     return PP_OK;
 }
 
-void partition_print(const Partition *p, int P, FILE *f) {
+void partition_print(const Partition *p, int P, const int *stage_rank, FILE *f) {
     double total = 0;
     for (int s = 0; s < p->S; s++) total += p->cost[s];
     fprintf(f, "partition (%d stages on %d ranks):\n", p->S, P);
     for (int s = 0; s < p->S; s++)
-        fprintf(f, "  stage %d on rank %d: layers %d-%d%s%s  (%.1f%% of the estimated cost)\n", s, s % P,
+        fprintf(f, "  stage %d on rank %d: layers %d-%d%s%s  (%.1f%% of the estimated cost)\n", s, stage_rank[s],
                 p->l0[s], p->l1[s] - 1, s == 0 ? " +embeddings" : "", s == p->S - 1 ? " +final norm, head, loss" : "",
                 100.0 * p->cost[s] / total);
 }

@@ -22,7 +22,8 @@ typedef struct {
 int partition_build(Partition *p, const char *split, int L, int S, int C, int Vp, int T,
                     char *err, size_t errlen);
 
-/* Print "stage s: layers a-b (+embeddings) (+head)  cost share" lines. */
-void partition_print(const Partition *p, int P, FILE *f);
+/* Print "stage s on rank r: layers a-b (+embeddings) (+head)  cost share" lines for P
+ * ranks; stage_rank[S] says where each stage lives (the schedule's placement). */
+void partition_print(const Partition *p, int P, const int *stage_rank, FILE *f);
 
 #endif

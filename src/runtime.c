@@ -15,59 +15,15 @@ enum { KIND_ACT = 1, KIND_GRAD = 2, KIND_VAL_ACT = 3 };
 static const char *const kind_names[] = {"?", "activation", "gradient", "validation activation"};
 
 /* ---- slot pool ----------------------------------------------------------------
- * [Note: activation slots] A local chunk keeps one slot per microbatch it holds. A
- * slot is taken at F and given back when nothing will read it again: in training
- * after B(s,m) when s is stage 0 or stage s-1 is local (B pushes the input gradient
- * into stage s-1's slot), else after SEND_B(s,m) was posted; in a forward-only pass after F on the last stage, after SEND_F, or after F(s+1,m)
- * copied the output. A given-back slot may still be read by a posted send; taking it
- * again first waits for that send. runtime_pool_size replays the list by these same
- * rules, so the pool is exactly as large as the schedule needs (sched_peak_inflight).
+ * [Note: runtime slots] The pool of each local chunk has sched_peak_inflight slots and
+ * sched_peak_recv receive buffers; an action takes a slot at the first F of (stage, m)
+ * and gives back the slots sched_action_frees names once it has run ([Note: activation
+ * slots] in sched.h): the interpreter and the pool size read the same rule. A given-back
+ * slot may still be read by a posted send; taking it again first waits for that send.
  * A RECV_F, which the lowering may place well before its F, receives into a small
- * [N,C] buffer that F then swaps into the slot it takes: a received microbatch does not
- * hold a whole slot of activations while it waits. */
-
-static int stage_local(const Schedule *s, int rank, int stage) {
-    return stage >= 0 && stage < s->S && sched_stage_rank(stage, s->P) == rank;
-}
-
-/* Does action a (on `rank`) give back the slot of (stage, a->mb)? */
-static int releases(const Schedule *s, int rank, const Action *a, int stage) {
-    int fwd = s->forward_only, t = a->type;
-    if (fwd) return (t == ACT_F && a->stage == stage && stage == s->S - 1) ||
-                    (t == ACT_SEND_F && a->stage == stage) ||
-                    (t == ACT_F && a->stage == stage + 1 && stage_local(s, rank, stage + 1));
-    return (t == ACT_B && a->stage == stage && (stage == 0 || stage_local(s, rank, stage - 1))) ||
-           (t == ACT_SEND_B && a->stage == stage);
-}
-
-int runtime_pool_size(const Schedule *s, int rank, int stage) {
-    int held = 0, peak = 0;
-    char *have = pp_calloc(s->M, 1);
-    for (int i = 0; i < s->len[rank]; i++) {
-        const Action *a = &s->acts[rank][i];
-        if (a->type == ACT_F && a->stage == stage && !have[a->mb]) {
-            have[a->mb] = 1;
-            peak = ++held > peak ? held : peak;
-        }
-        if (releases(s, rank, a, stage) && have[a->mb]) {
-            have[a->mb] = 0;
-            held--;
-        }
-    }
-    free(have);
-    return peak;
-}
-
-int runtime_recv_pool_size(const Schedule *s, int rank, int stage) {
-    int held = 0, peak = 0;
-    for (int i = 0; i < s->len[rank]; i++) {
-        const Action *a = &s->acts[rank][i];
-        if (a->stage != stage) continue;
-        if (a->type == ACT_RECV_F) peak = ++held > peak ? held : peak;
-        if (a->type == ACT_F && held > 0 && stage > 0 && !stage_local(s, rank, stage - 1)) held--;
-    }
-    return peak;
-}
+ * [N,C] buffer of the model that F then swaps into the slot it takes
+ * (model_take_input): a received microbatch does not hold a whole slot of activations
+ * while it waits. */
 
 static int wait_req(Runtime *rt, CommReq **req, const char *what, int stage, int mb, int step,
                     char *err, size_t errlen) {
@@ -117,7 +73,7 @@ static int recv_find(Runtime *rt, int c, int mb) {
 
 /* World rank that holds `stage` in this rank's replica of the pipeline. */
 static int stage_peer(const Runtime *rt, int stage) {
-    return layout_rank_of(&rt->lay, sched_stage_rank(stage, rt->lay.P), rt->lay.dp);
+    return layout_rank_of(&rt->lay, sched_stage_rank(&rt->sched, stage), rt->lay.dp);
 }
 
 /* ---- the interpreter ---------------------------------------------------------- */
@@ -158,7 +114,6 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     if (s > 0 && rt->chunk_of[s - 1] >= 0) { /* local handover from stage s-1 */
         int pc = rt->chunk_of[s - 1], pi = held_slot(rt, pc, m);
         be->copy(be, as->input, model_chunk_output(&rt->model, pc, pi), NC * sizeof(float));
-        if (x->fwd_only) slot_release(rt, pc, pi);
     }
     double t0 = trace_now_us();
     model_forward(&rt->model, c, i, x->dloss, !x->fwd_only, &rt->loss_dev[m]);
@@ -166,7 +121,6 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     rt->busy_s += (t1 - t0) * 1e-6;
     if (!x->fwd_only) rt->cur_f[s] += (t1 - t0) * 1e-6;
     if (rt->trace) trace_add(rt->trace, "F", "compute", t0, t1, s, m, x->step);
-    if (x->fwd_only && s == rt->S - 1) slot_release(rt, c, i);
     return PP_OK;
 }
 
@@ -187,7 +141,6 @@ static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, si
         const Backend *be = rt->model.be;
         be->copy(be, rt->model.chunks[pc].slots[held_slot(rt, pc, m)].grad, as->grad, NC * sizeof(float));
     }
-    if (s == 0 || rt->chunk_of[s - 1] >= 0) slot_release(rt, c, i);
     return PP_OK;
 }
 
@@ -203,7 +156,6 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, x->kind_act);
         rc = comm_isend(cm, stage_peer(rt, s + 1), &tag, model_chunk_output(&rt->model, c, i), bytes, &rt->slots[c][i].send[0]);
-        if (x->fwd_only) slot_release(rt, c, i);
         what = "send activation";
         break;
     case ACT_RECV_F: {
@@ -219,7 +171,6 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, KIND_GRAD);
         rc = comm_isend(cm, stage_peer(rt, s - 1), &tag, rt->model.chunks[c].slots[i].grad, bytes, &rt->slots[c][i].send[1]);
-        slot_release(rt, c, i);
         what = "send gradient";
         break;
     case ACT_RECV_B:
@@ -238,6 +189,15 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     return PP_OK;
 }
 
+/* Give back the slots action a frees ([Note: runtime slots]). */
+static void release_after(Runtime *rt, const Schedule *sc, const Action *a) {
+    int stages[2], n = sched_action_frees(sc, *a, stages);
+    for (int k = 0; k < n; k++) {
+        int c = rt->chunk_of[stages[k]];
+        slot_release(rt, c, held_slot(rt, c, a->mb));
+    }
+}
+
 /* Run one lowered action list; then wait until every send has left. */
 static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, size_t errlen) {
     int rc = PP_OK;
@@ -250,6 +210,7 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
         case ACT_B: rc = exec_backward(rt, a, x, err, errlen); break;
         default: rc = exec_transfer(rt, a, x, err, errlen); break;
         }
+        if (rc == PP_OK) release_after(rt, sc, a);
         if (rt->action_hook) rt->action_hook(rt->hook_ctx, sc, pp, k, 1);
     }
     for (int c = 0; c < rt->model.nchunks && rc == PP_OK; c++) {
@@ -384,7 +345,7 @@ static int build_schedules(Runtime *rt, char *err, size_t errlen) {
     int P = rt->lay.P;
     int rc = c->schedule_file[0] ? sched_load_file(&rt->sched, c->schedule_file, P, rt->v, rt->M, err, errlen)
                                  : sched_build(&rt->sched, c->schedule, P, rt->v, rt->M, err, errlen);
-    return rc ? rc : sched_build_forward_only(&rt->fwd, P, rt->v, rt->M, err, errlen);
+    return rc ? rc : sched_build_forward_only(&rt->fwd, &rt->sched, err, errlen);
 }
 
 /* Allocate this rank's model (its stages: slots and receive buffers sized by the
@@ -394,9 +355,9 @@ static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
     ChunkSpec specs[PP_MAX_CHUNKS];
     for (int s = 0; s < rt->S; s++) rt->chunk_of[s] = -1;
     for (int c = 0; c < rt->v; c++) {
-        int s = rt->lay.pp + c * rt->lay.P, pool = runtime_pool_size(&rt->sched, rt->lay.pp, s);
-        int vpool = runtime_pool_size(&rt->fwd, rt->lay.pp, s);
-        int nr = runtime_recv_pool_size(&rt->sched, rt->lay.pp, s), nrv = runtime_recv_pool_size(&rt->fwd, rt->lay.pp, s);
+        int s = sched_rank_stage(&rt->sched, rt->lay.pp, c);
+        int pool = sched_peak_inflight(&rt->sched, s), vpool = sched_peak_inflight(&rt->fwd, s);
+        int nr = sched_peak_recv(&rt->sched, s), nrv = sched_peak_recv(&rt->fwd, s);
         specs[c] = (ChunkSpec){s, rt->part.l0[s], rt->part.l1[s], s == 0, s == rt->S - 1, pool > vpool ? pool : vpool,
                                nr > nrv ? nr : nrv};
         rt->chunk_of[s] = c;

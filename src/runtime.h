@@ -113,10 +113,4 @@ int runtime_tied_replica(const Runtime *rt, const ParamTensor *t);
  * are bitwise identical ([Note: tied embeddings]); PP_ERUNTIME (a bug) if not. */
 int runtime_check_tied(Runtime *rt, char *err, size_t errlen);
 
-/* Activation slots this rank needs for `stage` when it runs schedule s
- * ([Note: activation slots]). */
-int runtime_pool_size(const Schedule *s, int rank, int stage);
-/* Receive buffers this rank needs for `stage`: RECV_F posted, F not yet run. */
-int runtime_recv_pool_size(const Schedule *s, int rank, int stage);
-
 #endif

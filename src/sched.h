@@ -10,11 +10,16 @@
 #include "common.h"
 
 /* [Note: stages and placement]
- * A model of S = P*v stages runs on P ranks, v chunks per rank, with looped
- * placement: stage s lives on rank s mod P as its chunk s / P (so chunk c of rank r
- * is stage r + c*P). Activations flow from stage s to s+1, gradients from s+1 to s.
- * Two adjacent stages on the same rank (P = 1, or v > 1 at the wrap) hand tensors
- * over locally: no SEND/RECV is ever emitted between them. */
+ * A model of S = P*v stages runs on P ranks, v stages (chunks) per rank.
+ * Activations flow from stage s to s+1, gradients from s+1 to s. Which rank holds
+ * which stage is data: the schedule's table stage_rank[S], made by its kind's
+ * placement generator. Looped placement (sched_place_looped, Megatron's and torch's
+ * interleaving) puts stage s on rank s mod P as its chunk s / P; a V placement
+ * (ZB-V: rank r holds stages r and 2P-1-r) is another generator of the same table.
+ * A rank's chunks are its stages in increasing order (stage_chunk). Two adjacent
+ * stages on the same rank (P = 1, the wrap of looped placement, the tip of a V) hand
+ * tensors over locally: no SEND/RECV is ever emitted between them. Schedule files
+ * use looped placement. */
 
 /* [Note: action semantics]
  * An action names the stage ON THE RANK THAT EXECUTES IT (torch's convention):
@@ -30,7 +35,9 @@
  *   I, W         reserved for zero-bubble schedules (input-grad / weight-grad halves
  *                of B); no generator emits them and the validator rejects them.
  * So SEND_F(s,m) on rank(s) pairs with RECV_F(s+1,m) on rank(s+1), and SEND_B(s,m)
- * on rank(s) pairs with RECV_B(s-1,m) on rank(s-1).
+ * on rank(s) pairs with RECV_B(s-1,m) on rank(s-1). sched_action_deps is this note
+ * as a function, and the only place the rules are written: the lowering, the
+ * validator, the simulator and the pool sizes all ask it.
  * Runtime contract for a lowered schedule that passed sched_validate:
  *  - a SEND must not block the sender's compute (post it, complete it later);
  *  - a RECV may block until its data arrives, or post a receive that the compute
@@ -68,12 +75,16 @@ typedef struct {
 #define SCHED_ACTION_TEXT_MAX 32 /* enough for any formatted action */
 #define SCHED_MAX_STAGES 32767   /* stage is an int16_t */
 
-/* One ordered action list per rank. Owned by the struct; sched_free releases it. */
+/* One ordered action list per rank, and where each stage lives. Owned by the struct;
+ * sched_free releases it. */
 typedef struct {
     int P, v, M, S;             /* ranks, chunks per rank, microbatches, S = P*v stages */
     char name[SCHED_NAME_MAX];  /* schedule kind, or "file" for a loaded one */
     int lowered;                /* 1 once SEND/RECV actions are in the lists */
     int forward_only;           /* 1: F (and its transfers) only, no backward */
+    int *stage_rank;            /* [S] rank holding each stage ([Note: stages and placement]) */
+    int *stage_chunk;           /* [S] index of the stage among its rank's stages, in
+                                   increasing stage order */
     int *len;                   /* [P] actions in each rank's list */
     int *cap;                   /* [P] allocated entries */
     Action **acts;              /* [P][len[r]] */
@@ -96,19 +107,91 @@ int sched_action_parse(const char *text, Action *a);
 
 /* ---- placement ---------------------------------------------------------------- */
 
-/* Rank that holds stage `stage` out of P ranks: stage mod P ([Note: stages and
- * placement]). */
-int sched_stage_rank(int stage, int P);
-/* Chunk index of stage `stage` on its rank: stage / P. */
-int sched_stage_chunk(int stage, int P);
+/* Rank that holds stage `stage` (s->stage_rank), or -1 when 0 <= stage < S fails. */
+int sched_stage_rank(const Schedule *s, int stage);
+/* Index of stage `stage` among its rank's stages (s->stage_chunk), or -1 when out of
+ * range. */
+int sched_stage_chunk(const Schedule *s, int stage);
+/* The inverse: the stage that is chunk `chunk` of rank `rank`, or -1 if none. */
+int sched_rank_stage(const Schedule *s, int rank, int chunk);
+
+/* Looped placement, a placement generator: stage s on rank s mod P, for the P*v
+ * entries of stage_rank. */
+void sched_place_looped(int P, int v, int *stage_rank);
+
+/* Replace s's placement by stage_rank ([S], copied) and derive stage_chunk. Every
+ * rank must hold exactly v stages. Call it before any action is appended. Returns
+ * PP_OK, or PP_EUSAGE with a message and s unchanged. */
+int sched_set_placement(Schedule *s, const int *stage_rank, char *err, size_t errlen);
+
+/* ---- schedule kinds ----------------------------------------------------------- */
+
+/* One row of the kind table: everything about a schedule kind outside its
+ * generator's body. The rows live in sched.c; the only other list of the kinds is
+ * SCHED_KIND_CHOICES, which a test ties to them. */
+typedef struct SchedKindInfo {
+    const char *name;          /* pipeline.schedule value, e.g. "1f1b" */
+    int v_min, v_max;          /* allowed pipeline.virtual_stages, inclusive */
+    const char *instead;       /* the kind to suggest when v is outside that range */
+    void (*place)(int P, int v, int *stage_rank);  /* placement generator */
+    void (*generate)(Schedule *s); /* s initialised, placed and empty: compute lists */
+    /* published bubble fraction, its formula in *formula (may be NULL); -1 if none */
+    double (*bubble)(int P, int v, int M, const char **formula);
+} SchedKindInfo;
+
+/* The kinds' names joined by '|', in table order: config's pipeline.schedule choices
+ * (a static initializer cannot call sched_kinds()); test_sched checks it against the
+ * table. */
+#define SCHED_KIND_CHOICES "gpipe|1f1b|interleaved-1f1b"
+
+/* Names of the kinds in table order, NULL-terminated. */
+const char *const *sched_kinds(void);
+
+/* The row of kind `name`, or NULL if there is none. */
+const SchedKindInfo *sched_kind_find(const char *name);
+
+/* Whether kind `kind` can run P ranks, v chunks per rank, M microbatches. Returns
+ * PP_OK, or PP_EUSAGE with the message config validation prints (unknown kind, or
+ * virtual_stages outside the row's range, naming the key to change and the kind to
+ * use instead). P and M are for rows whose range depends on them (none yet). */
+int sched_kind_check(const char *kind, int P, int v, int M, char *err, size_t errlen);
+
+/* ---- what an action means ----------------------------------------------------- */
+
+/* [Note: activation slots]
+ * The runtime keeps one activation slot per microbatch a local stage holds. The
+ * first F of (stage, m) takes the slot of (stage, m); it is given back when nothing
+ * will read it again (sched_action_frees):
+ *  - training: B(s,m) frees stage s's slot when s = 0 or stage s-1 is on the same
+ *    rank (B pushes the input gradient into stage s-1's slot, which then owns it);
+ *    otherwise SEND_B(s,m) frees it once the gradient is posted;
+ *  - forward only: F(S-1,m) frees its own slot; SEND_F(s,m) frees stage s's slot;
+ *    F(s+1,m) frees stage s's slot when s is on the same rank (it copied the
+ *    output), so F(S-1,m) with a local S-2 frees two.
+ * Replaying a rank's list by these rules gives the pool size of each stage
+ * (sched_peak_inflight), the one number the runtime allocates. */
+
+#define SCHED_MAX_DEPS 4 /* most dependencies any action has (sched_action_deps) */
+
+/* The actions (on any rank) that must have completed before a can run
+ * ([Note: action semantics]), written to deps; returns how many (0 for F(0,m)).
+ * F(s,m): F(s-1,m) when stage s-1 is on the same rank, else RECV_F(s,m).
+ * B(s,m): F(s,m), then B(s+1,m) when local, else RECV_B(s,m) (nothing for S-1).
+ * SEND_F(s,m): F(s,m). SEND_B(s,m): B(s,m). RECV_F(s,m): SEND_F(s-1,m) (on the
+ * other rank). RECV_B(s,m): SEND_B(s+1,m). The stage and microbatch of a must be in
+ * range; the reserved I and W have no rule yet: returns -1. */
+int sched_action_deps(const Schedule *s, Action a, Action deps[SCHED_MAX_DEPS]);
+
+/* How many activation slots action a, executed on its stage's rank, gives back
+ * ([Note: activation slots]), their stages in stages[]; each is the slot of
+ * microbatch a.mb. 0 for actions that free nothing. */
+int sched_action_frees(const Schedule *s, Action a, int stages[2]);
 
 /* ---- schedules ---------------------------------------------------------------- */
 
-/* Names of the generators, NULL-terminated: "gpipe", "1f1b", "interleaved-1f1b". */
-const char *const *sched_kinds(void);
-
-/* Initialise an empty schedule (no actions) for P ranks, v chunks, M microbatches.
- * Returns PP_EUSAGE with a message if the sizes are out of range. */
+/* Initialise an empty schedule (no actions) for P ranks, v chunks, M microbatches,
+ * with looped placement (sched_set_placement changes it). Returns PP_EUSAGE with a
+ * message if the sizes are out of range. */
 int sched_init(Schedule *s, const char *name, int P, int v, int M, char *err, size_t errlen);
 
 /* Append action a to rank r's list (grows the list; dies only on out of memory). */
@@ -117,9 +200,9 @@ void sched_append(Schedule *s, int rank, Action a);
 /* Release the lists and zero the struct. Safe on a zeroed or already freed struct. */
 void sched_free(Schedule *s);
 
-/* Run generator `kind` alone: compute-only lists (F and B in each rank's order).
- * On error returns PP_EUSAGE with a message saying which combination is impossible
- * and why, and leaves s empty. */
+/* Run generator `kind` alone: compute-only lists (F and B in each rank's order), on
+ * the placement of the kind's row. On error returns PP_EUSAGE with a message saying
+ * which combination is impossible and why (sched_kind_check), and leaves s empty. */
 int sched_generate(Schedule *s, const char *kind, int P, int v, int M, char *err,
                    size_t errlen);
 
@@ -130,10 +213,12 @@ int sched_generate(Schedule *s, const char *kind, int P, int v, int M, char *err
 int sched_build(Schedule *s, const char *kind, int P, int v, int M, char *err,
                 size_t errlen);
 
-/* A lowered forward-only schedule (F and its transfers, no B) for validation passes;
- * each rank runs its forwards in the interleaved order (chunk-major groups of P
- * microbatches), which cannot deadlock. */
-int sched_build_forward_only(Schedule *s, int P, int v, int M, char *err, size_t errlen);
+/* A lowered forward-only schedule (F and its transfers, no B) for validation passes,
+ * with the P, v, M and placement of the training schedule `train` (read only): the
+ * runtime runs both on the same chunks. Each rank runs its forwards in the
+ * interleaved order (chunk-major groups of P microbatches), which cannot deadlock on
+ * looped placement; any failure to lower is PP_ERUNTIME as in sched_build. */
+int sched_build_forward_only(Schedule *s, const Schedule *train, char *err, size_t errlen);
 
 /* Replace compute-only lists by lowered lists ([Note: FIFO send order]). Checks the
  * compute actions first (ranges, placement, each F and B exactly once). If no rank
@@ -142,12 +227,12 @@ int sched_build_forward_only(Schedule *s, int P, int v, int M, char *err, size_t
 int sched_lower(Schedule *s, char *err, size_t errlen, FILE *grid);
 
 /* Check a lowered schedule: every action in range and on the rank of its stage;
- * exactly one F and one B per (stage, microbatch) (no B if forward_only); F(s,m)
- * after its input is available; B(s,m) after F(s,m) and after the gradient from
- * s+1; every SEND has exactly one matching RECV and vice versa; per rank pair the
- * receives come in the order of the sends; and no rank waits forever, even when a
- * RECV blocks. Returns PP_OK, or PP_EUSAGE with a message naming the rank and step
- * and the grid printed to `grid` (may be NULL) with the offending action(s) marked. */
+ * exactly one F and one B per (stage, microbatch) (no B if forward_only); each
+ * action after its dependencies on its own rank (sched_action_deps); every SEND has
+ * exactly one matching RECV and vice versa; per rank pair the receives come in the
+ * order of the sends; and no rank waits forever, even when a RECV blocks. Returns
+ * PP_OK, or PP_EUSAGE with a message naming the rank and step and the grid printed
+ * to `grid` (may be NULL) with the offending action(s) marked. */
 int sched_validate(const Schedule *s, char *err, size_t errlen, FILE *grid);
 
 /* Print the lists as a grid, one row per step (list index) and one column per rank;
@@ -176,14 +261,18 @@ int sched_load_file(Schedule *s, const char *path, int P, int v, int M, char *er
 
 /* ---- properties --------------------------------------------------------------- */
 
-/* Most microbatches whose activations stage `stage` holds at once, by replaying its
- * rank's list in order: F(stage,m) acquires a slot, B(stage,m) releases it. In a
- * forward-only schedule each forward releases its slot at once (peak 1). This sizes
- * the runtime's activation pool for that stage. */
+/* Most activation slots stage `stage` holds at once, replaying its rank's list with
+ * sched_action_frees ([Note: activation slots]): the size of the runtime's
+ * activation pool for that stage. */
 int sched_peak_inflight(const Schedule *s, int stage);
 
 /* The same over all stages of rank r together (chunk activations held at once). */
 int sched_peak_inflight_rank(const Schedule *s, int rank);
+
+/* Most receive buffers stage `stage` needs at once: RECV_F(stage,m) posted, the F
+ * that consumes it (the F whose dependency it is) not yet run. 0 when the stage's
+ * input is local or the tokens. */
+int sched_peak_recv(const Schedule *s, int stage);
 
 /* Published bubble fraction (idle / total time, F and B uniform, free transfers)
  * of the schedule's kind for its P, v, M, and its formula as text in *formula

@@ -168,8 +168,8 @@ void sched_show_summary(const Schedule *s, const SimResult *res, const SimCosts 
         fprintf(f, "%-5d %-9g %-9g %d\n", r, res->busy[r], res->idle[r], res->rank_peak[r]);
     fprintf(f, "\nstage  rank  chunk  peak_inflight%s\n", stage_layers ? "  layers" : "");
     for (int st = 0; st < s->S; st++) {
-        fprintf(f, "%-6d %-5d %-6d %d", st, sched_stage_rank(st, s->P),
-                sched_stage_chunk(st, s->P), res->stage_peak[st]);
+        fprintf(f, "%-6d %-5d %-6d %d", st, sched_stage_rank(s, st),
+                sched_stage_chunk(s, st), res->stage_peak[st]);
         if (stage_layers) fprintf(f, "%*s%s", 15 - snprintf(NULL, 0, "%d", res->stage_peak[st]),
                                   "", stage_layers[st]);
         fputc('\n', f);
@@ -222,7 +222,7 @@ void sched_show_json(const Schedule *s, const SimResult *res, const SimCosts *c,
     fprintf(f, "  \"per_stage\": [\n");
     for (int st = 0; st < s->S; st++) {
         fprintf(f, "    {\"stage\": %d, \"rank\": %d, \"chunk\": %d, \"peak_inflight\": %d", st,
-                sched_stage_rank(st, s->P), sched_stage_chunk(st, s->P), res->stage_peak[st]);
+                sched_stage_rank(s, st), sched_stage_chunk(s, st), res->stage_peak[st]);
         if (stage_layers) {
             fprintf(f, ", \"layers\": ");
             json_string(stage_layers[st], f);

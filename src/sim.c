@@ -4,14 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Replay state; times are -1 until known. k = stage * M + microbatch. */
+#define NTYPES (ACT_RECV_B + 1) /* the types the simulator runs */
+
+/* Replay state; times are -1 until known. */
 typedef struct {
     const Schedule *s;
     const SimCosts *c;
     SimResult *res;
-    double *fdone, *bdone;     /* [S*M] end of F(s,m) / B(s,m) */
-    double *arr_f, *arr_b;     /* [S*M] arrival of SEND_F(s,m) / SEND_B(s,m)'s message */
-    uint8_t *recv_f, *recv_b;  /* [S*M] RECV_F(s,m) / RECV_B(s,m) posted */
+    double *done;              /* [NTYPES][S*M] when each action ran: the end of F/B, the
+                                  arrival of a SEND's message, the posting of a RECV */
     int *ptr;                  /* [P] next action of each rank */
     double *clock;             /* [P] when each rank is free */
 } Sim;
@@ -34,20 +35,34 @@ static double *times(size_t n) {
     return t;
 }
 
-/* Earliest start of compute action a on rank r given what has run, or -1 if its
- * inputs are not there yet ([Note: action semantics]). */
-static double compute_ready(const Sim *sim, int r, Action a) {
+/* Where the time of action a is kept. */
+static double *done_at(const Sim *sim, Action a) {
     const Schedule *s = sim->s;
-    int M = s->M, k = a.stage * M + a.mb, st = a.stage;
-    if (a.type == ACT_F) {
-        if (st == 0) return 0;
-        if (sched_stage_rank(st - 1, s->P) == r) return sim->fdone[k - M];
-        return sim->recv_f[k] ? sim->arr_f[k - M] : -1;
+    return &sim->done[(size_t)a.type * s->S * s->M + (size_t)a.stage * s->M + a.mb];
+}
+
+/* When what dependency d provides is there, or -1 if not yet: a compute's result when
+ * it ends, a SEND's message when it arrives, a posted RECV's data when its SEND's
+ * message arrives. */
+static double available(const Sim *sim, Action d) {
+    Action deps[SCHED_MAX_DEPS];
+    double t = *done_at(sim, d);
+    if (t < 0 || (d.type != ACT_RECV_F && d.type != ACT_RECV_B)) return t;
+    sched_action_deps(sim->s, d, deps);
+    return *done_at(sim, deps[0]);
+}
+
+/* Earliest time F, B or a SEND can start given what has run (its dependencies from
+ * sched_action_deps), or -1 if one is missing. */
+static double ready_at(const Sim *sim, Action a) {
+    Action deps[SCHED_MAX_DEPS];
+    double ready = 0;
+    for (int j = 0, n = sched_action_deps(sim->s, a, deps); j < n; j++) {
+        double t = available(sim, deps[j]);
+        if (t < 0) return -1;
+        if (t > ready) ready = t;
     }
-    if (sim->fdone[k] < 0) return -1;
-    if (st == s->S - 1) return sim->fdone[k];
-    if (sched_stage_rank(st + 1, s->P) == r) return sim->bdone[k + M];
-    return sim->recv_b[k] ? sim->arr_b[k + M] : -1;
+    return ready;
 }
 
 /* Run rank r's actions until one must wait. Returns how many ran. */
@@ -57,21 +72,18 @@ static int sim_advance(Sim *sim, int r) {
     for (; sim->ptr[r] < s->len[r]; sim->ptr[r]++, ran++) {
         int i = sim->ptr[r];
         Action a = s->acts[r][i];
-        int k = a.stage * s->M + a.mb;
         double t = sim->clock[r], cost = action_cost(sim->c, r, a);
-        if (a.type == ACT_F || a.type == ACT_B) {
-            double ready = compute_ready(sim, r, a);
+        if (a.type == ACT_RECV_F || a.type == ACT_RECV_B) {
+            *done_at(sim, a) = t; /* posted: the consumer waits for the data */
+        } else {
+            double ready = ready_at(sim, a);
             if (ready < 0) break;
             if (ready > t) t = ready;
-            sim->clock[r] = t + cost;
-            sim->res->busy[r] += cost;
-            (a.type == ACT_F ? sim->fdone : sim->bdone)[k] = t + cost;
-        } else if (a.type == ACT_SEND_F || a.type == ACT_SEND_B) {
-            double done = (a.type == ACT_SEND_F ? sim->fdone : sim->bdone)[k];
-            if (done < 0) break; /* nothing to send yet */
-            (a.type == ACT_SEND_F ? sim->arr_f : sim->arr_b)[k] = t + cost;
-        } else {
-            (a.type == ACT_RECV_F ? sim->recv_f : sim->recv_b)[k] = 1; /* posted */
+            if (a.type == ACT_F || a.type == ACT_B) { /* sends cost the sender nothing */
+                sim->clock[r] = t + cost;
+                sim->res->busy[r] += cost;
+            }
+            *done_at(sim, a) = t + cost;
         }
         sim->res->start[r][i] = t;
         sim->res->end[r][i] = sim->clock[r];
@@ -145,9 +157,7 @@ int sim_run(const Schedule *s, const SimCosts *c, SimResult *res, char *err, siz
     int rc = sim_check_input(s, err, errlen);
     if (rc != PP_OK) return rc;
     result_init(res, s);
-    size_t n = (size_t)s->S * s->M;
-    Sim sim = {s, c, res, times(n), times(n), times(n), times(n), pp_calloc(n, 1),
-               pp_calloc(n, 1), pp_calloc((size_t)s->P, sizeof(int)),
+    Sim sim = {s, c, res, times(NTYPES * (size_t)s->S * s->M), pp_calloc((size_t)s->P, sizeof(int)),
                pp_calloc((size_t)s->P, sizeof(double))};
     int left = 0;
     for (int r = 0; r < s->P; r++) left += s->len[r];
@@ -158,8 +168,7 @@ int sim_run(const Schedule *s, const SimCosts *c, SimResult *res, char *err, siz
         if (!ran) rc = sim_stuck(&sim, err, errlen, grid);
     }
     result_finish(res, s, sim.clock);
-    free(sim.fdone), free(sim.bdone), free(sim.arr_f), free(sim.arr_b);
-    free(sim.recv_f), free(sim.recv_b), free(sim.ptr), free(sim.clock);
+    free(sim.done), free(sim.ptr), free(sim.clock);
     return rc;
 }
 

@@ -40,10 +40,11 @@ void sim_costs_default(SimCosts *c);
  * caller, release with sim_result_free; filled even on failure where possible).
  * Returns PP_OK; PP_EUSAGE if s is not lowered or an action is out of range;
  * PP_ERUNTIME on deadlock, with the stuck actions named in err and marked in the grid
- * printed to `grid` (may be NULL). The replay checks every dependency itself (a
- * compute waits for its local producer or for a posted RECV whose SEND has run), so
- * dependencies that cannot be met show up as a deadlock; it does not check placement,
- * duplicates or missing actions: simulate schedules that passed sched_validate. */
+ * printed to `grid` (may be NULL). The replay checks every dependency itself
+ * (sched_action_deps: a compute or SEND waits for what it needs; a RECV is posted at
+ * once and its consumer waits for the SEND's message), so dependencies that cannot be
+ * met show up as a deadlock; it does not check placement, duplicates or missing
+ * actions: simulate schedules that passed sched_validate. */
 int sim_run(const Schedule *s, const SimCosts *c, SimResult *res, char *err, size_t errlen,
             FILE *grid);
 

@@ -1,5 +1,6 @@
 /* test_partition.c — explicit splits, split points, cost balancing, and their errors. */
 #include <check.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -56,6 +57,24 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+START_TEST(test_print_placement) {
+    /* the print says where each stage lives from the schedule's table, here a V */
+    Partition p;
+    int v_shape[4] = {0, 1, 1, 0};
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(partition_build(&p, "[1, 1, 1, 1]", 4, 4, 8, 16, 8, err, sizeof err), PP_OK);
+    FILE *f = open_memstream(&text, &len);
+    partition_print(&p, 2, v_shape, f);
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(text, "partition (4 stages on 2 ranks):\n"));
+    ck_assert_ptr_nonnull(strstr(text, "  stage 0 on rank 0: layers 0-0 +embeddings  ("));
+    ck_assert_ptr_nonnull(strstr(text, "  stage 2 on rank 1: layers 2-2  ("));
+    ck_assert_ptr_nonnull(strstr(text, "  stage 3 on rank 0: layers 3-3 +final norm, head, loss  ("));
+    free(text);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("partition");
     TCase *tc = tcase_create("partition");
@@ -63,6 +82,7 @@ int main(void) {
     tcase_add_test(tc, test_points);
     tcase_add_test(tc, test_auto_balances_head);
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_print_placement);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

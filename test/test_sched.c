@@ -119,14 +119,197 @@ START_TEST(test_action_text_rejects) {
 END_TEST
 
 START_TEST(test_placement) {
-    /* looped: stage s on rank s mod P as chunk s / P */
-    ck_assert_int_eq(sched_stage_rank(0, 4), 0);
-    ck_assert_int_eq(sched_stage_rank(5, 4), 1);
-    ck_assert_int_eq(sched_stage_chunk(5, 4), 1);
-    ck_assert_int_eq(sched_stage_rank(11, 4), 3);
-    ck_assert_int_eq(sched_stage_chunk(11, 4), 2);
-    ck_assert_int_eq(sched_stage_rank(3, 1), 0);
-    ck_assert_int_eq(sched_stage_chunk(3, 1), 3);
+    char err[ERRLEN];
+    Schedule s;
+    int table[12];
+    /* looped: stage s on rank s mod P as chunk s / P, the default of sched_init */
+    sched_place_looped(4, 3, table);
+    ck_assert_int_eq(sched_init(&s, "t", 4, 3, 2, err, sizeof err), PP_OK);
+    for (int st = 0; st < 12; st++) {
+        ck_assert_int_eq(table[st], st % 4);
+        ck_assert_int_eq(sched_stage_rank(&s, st), st % 4);
+        ck_assert_int_eq(sched_stage_chunk(&s, st), st / 4);
+        ck_assert_int_eq(sched_rank_stage(&s, st % 4, st / 4), st);
+    }
+    ck_assert_int_eq(sched_stage_rank(&s, 12), -1);
+    ck_assert_int_eq(sched_stage_chunk(&s, -1), -1);
+    ck_assert_int_eq(sched_rank_stage(&s, 4, 0), -1);
+    ck_assert_int_eq(sched_rank_stage(&s, 0, 3), -1);
+    sched_free(&s);
+    ck_assert_int_eq(sched_init(&s, "t", 1, 3, 1, err, sizeof err), PP_OK);
+    for (int st = 0; st < 3; st++) ck_assert_int_eq(sched_rank_stage(&s, 0, st), st);
+    sched_free(&s);
+    /* a V (ZB-V): rank 0 holds stages 0 and 3, rank 1 stages 1 and 2; chunks go by
+     * increasing stage */
+    int v_shape[4] = {0, 1, 1, 0}, bad1[4] = {0, 0, 0, 1}, bad2[4] = {0, 1, 2, 0};
+    ck_assert_int_eq(sched_init(&s, "v", 2, 2, 1, err, sizeof err), PP_OK);
+    ck_assert_int_eq(sched_set_placement(&s, v_shape, err, sizeof err), PP_OK);
+    int want_chunk[4] = {0, 0, 1, 1};
+    for (int st = 0; st < 4; st++) {
+        ck_assert_int_eq(sched_stage_rank(&s, st), v_shape[st]);
+        ck_assert_int_eq(sched_stage_chunk(&s, st), want_chunk[st]);
+    }
+    ck_assert_int_eq(sched_rank_stage(&s, 0, 1), 3);
+    ck_assert_int_eq(sched_rank_stage(&s, 1, 1), 2);
+    /* tables that are not placements are refused, and s keeps its own */
+    ck_assert_int_eq(sched_set_placement(&s, bad1, err, sizeof err), PP_EUSAGE);
+    ck_assert_str_eq(err, "placement gives rank 0 3 stages, but every rank holds virtual_stages = 2");
+    ck_assert_int_eq(sched_set_placement(&s, bad2, err, sizeof err), PP_EUSAGE);
+    ck_assert_str_eq(err, "placement puts stage 2 on rank 2, but there are 2 ranks");
+    ck_assert_int_eq(sched_stage_rank(&s, 3), 0);
+    sched_append(&s, 0, mk(ACT_F, 0, 0));
+    ck_assert_int_eq(sched_set_placement(&s, v_shape, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "after actions"));
+    sched_free(&s);
+}
+END_TEST
+
+/* ------------------------------------------------ what an action means --- */
+
+/* A schedule with no actions: P ranks, v chunks, M microbatches, the placement
+ * `stage_rank` (NULL: looped). */
+static void empty_schedule(Schedule *s, int P, int v, int M, const int *stage_rank,
+                           int forward_only) {
+    char err[ERRLEN];
+    ck_assert_int_eq(sched_init(s, "hand", P, v, M, err, sizeof err), PP_OK);
+    if (stage_rank) ck_assert_int_eq(sched_set_placement(s, stage_rank, err, sizeof err), PP_OK);
+    s->forward_only = forward_only;
+}
+
+/* sched_action_deps of the action `text`, as text ("1F0 1RECV_B0"). */
+static void expect_deps(const Schedule *s, const char *text, const char *want) {
+    Action a, deps[SCHED_MAX_DEPS];
+    char got[256] = "", one[SCHED_ACTION_TEXT_MAX];
+    ck_assert_int_eq(sched_action_parse(text, &a), PP_OK);
+    int n = sched_action_deps(s, a, deps);
+    ck_assert_int_ge(n, 0);
+    ck_assert_int_le(n, SCHED_MAX_DEPS);
+    for (int i = 0; i < n; i++) {
+        sched_action_format(deps[i], one, sizeof one);
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", i ? " " : "", one);
+    }
+    ck_assert_msg(!strcmp(got, want), "deps of %s (P=%d v=%d): '%s', want '%s'", text, s->P,
+                  s->v, got, want);
+}
+
+START_TEST(test_action_deps) {
+    Schedule s;
+    Action a, deps[SCHED_MAX_DEPS];
+    /* looped P=2, v=2: stages 0 2 | 1 3, every neighbour on the other rank */
+    empty_schedule(&s, 2, 2, 2, NULL, 0);
+    expect_deps(&s, "0F1", "");              /* first stage: the tokens */
+    expect_deps(&s, "1F1", "1RECV_F1");      /* middle, remote input */
+    expect_deps(&s, "3F0", "3RECV_F0");      /* last */
+    expect_deps(&s, "0B0", "0F0 0RECV_B0");
+    expect_deps(&s, "2B1", "2F1 2RECV_B1");
+    expect_deps(&s, "3B0", "3F0");           /* last stage: the loss */
+    expect_deps(&s, "1SEND_F0", "1F0");
+    expect_deps(&s, "2SEND_B1", "2B1");
+    expect_deps(&s, "2RECV_F0", "1SEND_F0"); /* on the other rank */
+    expect_deps(&s, "0RECV_B1", "1SEND_B1");
+    ck_assert_int_eq(sched_action_parse("1I0", &a), PP_OK);
+    ck_assert_int_eq(sched_action_deps(&s, a, deps), -1); /* reserved: no rule yet */
+    sched_free(&s);
+    /* one rank, three chunks: every neighbour local */
+    empty_schedule(&s, 1, 3, 2, NULL, 0);
+    expect_deps(&s, "0F0", "");
+    expect_deps(&s, "1F0", "0F0");
+    expect_deps(&s, "2F1", "1F1");
+    expect_deps(&s, "0B0", "0F0 1B0");
+    expect_deps(&s, "1B1", "1F1 2B1");
+    expect_deps(&s, "2B0", "2F0");
+    sched_free(&s);
+    /* a V: 0 3 | 1 2, so 1 -> 2 is local and the rest remote */
+    int v_shape[4] = {0, 1, 1, 0};
+    empty_schedule(&s, 2, 2, 1, v_shape, 0);
+    expect_deps(&s, "1F0", "1RECV_F0");
+    expect_deps(&s, "2F0", "1F0");
+    expect_deps(&s, "3F0", "3RECV_F0");
+    expect_deps(&s, "1B0", "1F0 2B0");
+    expect_deps(&s, "2B0", "2F0 2RECV_B0");
+    expect_deps(&s, "0B0", "0F0 0RECV_B0");
+    sched_free(&s);
+}
+END_TEST
+
+/* sched_action_frees of the action `text`, as stage numbers ("2 1"). */
+static void expect_frees(const Schedule *s, const char *text, const char *want) {
+    Action a;
+    int stages[2];
+    char got[64] = "";
+    ck_assert_int_eq(sched_action_parse(text, &a), PP_OK);
+    int n = sched_action_frees(s, a, stages);
+    ck_assert_int_ge(n, 0);
+    ck_assert_int_le(n, 2);
+    for (int i = 0; i < n; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d", i ? " " : "", stages[i]);
+    ck_assert_msg(!strcmp(got, want), "%s%s frees '%s', want '%s'",
+                  s->forward_only ? "forward-only " : "", text, got, want);
+}
+
+START_TEST(test_action_frees) {
+    Schedule s;
+    int v_shape[4] = {0, 1, 1, 0};
+    /* training on a V ([Note: activation slots]) */
+    empty_schedule(&s, 2, 2, 1, v_shape, 0);
+    expect_frees(&s, "0B0", "0");       /* stage 0: nothing below it */
+    expect_frees(&s, "1B0", "");        /* stage 0 is remote: SEND_B frees */
+    expect_frees(&s, "1SEND_B0", "1");
+    expect_frees(&s, "2B0", "2");       /* stage 1 is local and takes over */
+    expect_frees(&s, "3B0", "");
+    expect_frees(&s, "3SEND_B0", "3");
+    expect_frees(&s, "1F0", "");
+    expect_frees(&s, "0SEND_F0", "");
+    expect_frees(&s, "2RECV_B0", "");
+    sched_free(&s);
+    /* forward only, one rank: F(s+1) frees s, the last F its own slot too */
+    empty_schedule(&s, 1, 3, 1, NULL, 1);
+    expect_frees(&s, "0F0", "");
+    expect_frees(&s, "1F0", "0");
+    expect_frees(&s, "2F0", "2 1");
+    sched_free(&s);
+    /* forward only, looped over two ranks: the SEND frees */
+    empty_schedule(&s, 2, 2, 1, NULL, 1);
+    expect_frees(&s, "1F0", "");
+    expect_frees(&s, "1SEND_F0", "1");
+    expect_frees(&s, "3F0", "3");
+    sched_free(&s);
+}
+END_TEST
+
+START_TEST(test_kind_table) {
+    char err[ERRLEN], joined[256] = "";
+    const char *const *names = sched_kinds();
+    for (int i = 0; names[i]; i++) {
+        const SchedKindInfo *k = sched_kind_find(names[i]);
+        ck_assert_ptr_nonnull(k);
+        ck_assert_str_eq(k->name, names[i]);
+        ck_assert_ptr_nonnull(sched_kind_find(k->instead)); /* suggests a real kind */
+        ck_assert_int_eq(sched_kind_check(names[i], 2, k->v_min, 4, err, sizeof err), PP_OK);
+        ck_assert_int_eq(sched_kind_check(names[i], 2, k->v_min - 1, 4, err, sizeof err), PP_EUSAGE);
+        size_t used = strlen(joined);
+        snprintf(joined + used, sizeof joined - used, "%s%s", i ? "|" : "", names[i]);
+        /* the generator runs on the row's placement */
+        Schedule s;
+        int table[4];
+        k->place(2, k->v_min, table);
+        ck_assert_int_eq(sched_generate(&s, names[i], 2, k->v_min, 2, err, sizeof err), PP_OK);
+        for (int st = 0; st < s.S; st++) ck_assert_int_eq(sched_stage_rank(&s, st), table[st]);
+        sched_free(&s);
+    }
+    ck_assert_str_eq(joined, SCHED_KIND_CHOICES); /* config's choices are the table */
+    ck_assert_ptr_null(sched_kind_find("zigzag"));
+    /* the messages config validation prints */
+    ck_assert_int_eq(sched_kind_check("zigzag", 2, 1, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_str_eq(err, "unknown schedule 'zigzag' (known: gpipe, 1f1b, interleaved-1f1b)");
+    ck_assert_int_eq(sched_kind_check("1f1b", 2, 2, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_str_eq(err, "pipeline.virtual_stages is 2 but pipeline.schedule is 1f1b: more than one"
+                          " model chunk per rank needs schedule interleaved-1f1b (or set"
+                          " virtual_stages: 1)");
+    ck_assert_int_eq(sched_kind_check("interleaved-1f1b", 2, 1, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_str_eq(err, "pipeline.schedule interleaved-1f1b needs pipeline.virtual_stages >= 2"
+                          " (got 1): set virtual_stages to 2 or more, or use schedule 1f1b");
+    ck_assert_int_eq(sched_kind_check("interleaved-1f1b", 2, 7, 4, err, sizeof err), PP_OK);
 }
 END_TEST
 
@@ -220,6 +403,10 @@ static void check_unit_costs(const char *kind, const Schedule *s, int P, int v, 
         REQUIRE(peak == sched_peak_inflight(s, st) && peak >= 1 && peak <= M,
                 "%s P=%d v=%d M=%d: stage %d peak %d", kind, P, v, M, st, peak);
         REQUIRE(v > 1 || peak == res.rank_peak[st], "stage %d peak %d", st, peak);
+        int nr = sched_peak_recv(s, st);
+        int remote_input = st > 0 && sched_stage_rank(s, st - 1) != sched_stage_rank(s, st);
+        REQUIRE(remote_input ? nr >= 1 && nr <= M : nr == 0, "%s P=%d v=%d M=%d: stage %d has"
+                " %d receive buffers", kind, P, v, M, st, nr);
     }
     sim_result_free(&res);
 }
@@ -250,10 +437,11 @@ static void sweep(const char *kind) {
             for (int M = 1; M <= 32; M++) {
                 char err[ERRLEN];
                 Schedule s;
-                int accepted = !strcmp(kind, "interleaved-1f1b") || v == 1;
+                const SchedKindInfo *k = sched_kind_find(kind);
                 int rc = sched_build(&s, kind, P, v, M, err, sizeof err);
-                if (!accepted) { /* one stage per rank: the message says why */
-                    REQUIRE(rc == PP_EUSAGE && strstr(err, "virtual_stages must be 1"), "%s", err);
+                if (v < k->v_min || v > k->v_max) { /* the message says what to change */
+                    REQUIRE(rc == PP_EUSAGE && strstr(err, "pipeline.virtual_stages") &&
+                            strstr(err, k->instead), "%s", err);
                     continue;
                 }
                 REQUIRE(rc == PP_OK, "%s P=%d v=%d M=%d: %s", kind, P, v, M, err);
@@ -311,7 +499,9 @@ START_TEST(test_build_errors) {
     ck_assert_int_eq(sched_build(&s, "interleaved-1f1b", 200, 200, 4, err, sizeof err), PP_EUSAGE);
     ck_assert_ptr_nonnull(strstr(err, "40000 stages"));
     ck_assert_int_eq(sched_build(&s, "gpipe", 2, 2, 4, err, sizeof err), PP_EUSAGE);
-    ck_assert_ptr_nonnull(strstr(err, "use interleaved-1f1b"));
+    ck_assert_ptr_nonnull(strstr(err, "needs schedule interleaved-1f1b"));
+    ck_assert_int_eq(sched_build(&s, "interleaved-1f1b", 2, 1, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "needs pipeline.virtual_stages >= 2"));
     ck_assert_ptr_null(s.acts); /* left empty */
     sched_free(&s);             /* and freeing it again is harmless */
 }
@@ -533,6 +723,275 @@ START_TEST(test_lower_is_fifo_and_local) {
 }
 END_TEST
 
+/* ------------------------------------------------------ placement as data --- */
+
+/* Append the actions of `text` (space separated) to rank r of s. */
+static void append_text(Schedule *s, int r, const char *text) {
+    char *copy = strdup(text), *save = NULL;
+    for (char *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        Action a;
+        ck_assert_msg(sched_action_parse(tok, &a) == PP_OK, "bad action %s", tok);
+        sched_append(s, r, a);
+    }
+    free(copy);
+}
+
+START_TEST(test_v_placement) {
+    /* P=2, v=2 in a V (ZB-V's placement, by hand): rank 0 holds stages 0 and 3, rank 1
+     * stages 1 and 2, so 1 -> 2 is handed over locally and 0 -> 1, 2 -> 3 cross */
+    char err[ERRLEN];
+    int v_shape[4] = {0, 1, 1, 0};
+    Schedule s, fwd;
+    SimResult res;
+    empty_schedule(&s, 2, 2, 2, v_shape, 0);
+    append_text(&s, 0, "0F0 0F1 3F0 3B0 3F1 3B1 0B0 0B1");
+    append_text(&s, 1, "1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1");
+    ck_assert_msg(sched_lower(&s, err, sizeof err, NULL) == PP_OK, "%s", err);
+    char *text = write_to_string(&s);
+    ck_assert_msg(strstr(text, "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 3RECV_F0 3F0 3B0 3SEND_B0 3RECV_F1 3F1"
+                               " 3B1 3SEND_B1 0RECV_B0 0B0 0RECV_B1 0B1\n") &&
+                  strstr(text, "rank 1: 1RECV_F0 1F0 1RECV_F1 2F0 2SEND_F0 1F1 2RECV_B0 2F1 2SEND_F1"
+                               " 2B0 2RECV_B1 1B0 1SEND_B0 2B1 1B1 1SEND_B1\n"), "%s", text);
+    free(text);
+    for (int r = 0; r < 2; r++) /* transfers only across ranks: none on the 1 -> 2 edge */
+        for (int i = 0; i < s.len[r]; i++) {
+            Action a = s.acts[r][i];
+            if (a.type == ACT_F || a.type == ACT_B) continue;
+            int peer = a.type == ACT_SEND_F || a.type == ACT_RECV_B ? a.stage + 1 : a.stage - 1;
+            ck_assert_int_ne(sched_stage_rank(&s, peer), r);
+            ck_assert(!(a.stage == 1 && peer == 2) && !(a.stage == 2 && peer == 1));
+        }
+    ck_assert_msg(sched_validate(&s, err, sizeof err, NULL) == PP_OK, "%s", err);
+    /* F=1, B=2: rank 0 waits for 1B0 (ends at 10) and 1B1 (ends at 14) */
+    ck_assert_msg(sim_run(&s, NULL, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+    ck_assert_double_eq(res.makespan, 16);
+    ck_assert_double_eq(res.busy[0], 12);
+    ck_assert_double_eq(res.bubble, 0.25);
+    int peak[4] = {2, 2, 2, 1}, recv[4] = {0, 1, 0, 1}; /* stage 3's slot goes at 3SEND_B */
+    for (int st = 0; st < 4; st++) {
+        ck_assert_int_eq(sched_peak_inflight(&s, st), peak[st]);
+        ck_assert_int_eq(res.stage_peak[st], peak[st]);
+        ck_assert_int_eq(sched_peak_recv(&s, st), recv[st]);
+    }
+    ck_assert_int_eq(sched_peak_inflight_rank(&s, 0), 3);
+    ck_assert_int_eq(sched_peak_inflight_rank(&s, 1), 4);
+    sim_result_free(&res);
+    /* the forward-only schedule takes the placement from the training one */
+    ck_assert_msg(sched_build_forward_only(&fwd, &s, err, sizeof err) == PP_OK, "%s", err);
+    text = write_to_string(&fwd);
+    ck_assert_msg(strstr(text, "rank 1: 1RECV_F0 1F0 1RECV_F1 1F1 2F0 2SEND_F0 2F1 2SEND_F1\n"),
+                  "%s", text);
+    free(text);
+    ck_assert_int_eq(sim_run(&fwd, NULL, &res, err, sizeof err, NULL), PP_OK);
+    ck_assert_double_eq(res.makespan, 6);
+    sim_result_free(&res);
+    sched_free(&fwd);
+    sched_free(&s);
+}
+END_TEST
+
+START_TEST(test_v_placement_checks) {
+    /* the validator reads the same table: 2F0 needs the local 1F0, and a transfer on
+     * the local edge is refused; a file, placed looped, cannot say this V */
+    char err[ERRLEN];
+    int v_shape[4] = {0, 1, 1, 0};
+    Schedule s;
+    empty_schedule(&s, 2, 2, 1, v_shape, 0);
+    s.lowered = 1;
+    append_text(&s, 0, "0F0 0SEND_F0 3RECV_F0 3F0 3B0 3SEND_B0 0RECV_B0 0B0");
+    append_text(&s, 1, "1RECV_F0 2F0 1F0 2SEND_F0 2RECV_B0 2B0 1B0 1SEND_B0");
+    ck_assert_int_eq(sched_validate(&s, err, sizeof err, NULL), PP_EUSAGE);
+    ck_assert_str_eq(err, "rank 1 step 1 (2F0): runs before its input 1F0");
+    sched_free(&s);
+    empty_schedule(&s, 2, 2, 1, v_shape, 0);
+    append_text(&s, 1, "1SEND_F0");
+    ck_assert_int_eq(sched_validate(&s, err, sizeof err, NULL), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "handed over locally"));
+    sched_free(&s);
+    /* a schedule file has looped placement: the same lists are on the wrong ranks */
+    ck_assert_int_eq(sched_load_text(&s, "0F0 0F1 3F0 3B0 3F1 3B1 0B0 0B1\n"
+                                     "1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1\n", "v.txt", 2, 2, 2, err,
+                                     sizeof err, NULL), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "its stage lives on another rank (stage mod P)"));
+}
+END_TEST
+
+START_TEST(test_peak_inflight) {
+    /* the pool sizes by stage against the published closed forms (the sweep checks
+     * them by rank): GPipe keeps all M, 1F1B min(P - r, M) on stage r */
+    char err[ERRLEN];
+    Schedule s;
+    ck_assert_int_eq(sched_build(&s, "1f1b", 4, 1, 8, err, sizeof err), PP_OK);
+    for (int r = 0; r < 4; r++) ck_assert_int_eq(sched_peak_inflight(&s, r), 4 - r);
+    sched_free(&s);
+    ck_assert_int_eq(sched_build(&s, "1f1b", 4, 1, 2, err, sizeof err), PP_OK);
+    for (int r = 0; r < 4; r++) ck_assert_int_eq(sched_peak_inflight(&s, r), 4 - r < 2 ? 4 - r : 2);
+    sched_free(&s);
+    ck_assert_int_eq(sched_build(&s, "gpipe", 3, 1, 5, err, sizeof err), PP_OK);
+    for (int r = 0; r < 3; r++) ck_assert_int_eq(sched_peak_inflight(&s, r), 5);
+    sched_free(&s);
+    /* interleaved, P=2 v=2 M=4: the chunks of a rank share its (v-1)*P + 2(P-1-r) + 1 */
+    ck_assert_int_eq(sched_build(&s, "interleaved-1f1b", 2, 2, 4, err, sizeof err), PP_OK);
+    ck_assert_int_eq(sched_peak_inflight_rank(&s, 0), 5);
+    ck_assert_int_eq(sched_peak_inflight_rank(&s, 1), 3);
+    for (int st = 0; st < 4; st++) {
+        int rank_peak = sched_peak_inflight_rank(&s, sched_stage_rank(&s, st));
+        ck_assert_int_le(sched_peak_inflight(&s, st), rank_peak);
+    }
+    sched_free(&s);
+}
+END_TEST
+
+/* ------------------------------------------------- one rule for everyone --- */
+
+/* The k-th (0 <= k < n!) permutation of the n actions of src, into dst. */
+static void permutation(const Action *src, int n, int k, Action *dst) {
+    Action pool[8];
+    memcpy(pool, src, (size_t)n * sizeof *src);
+    for (int i = 0; i < n; i++) {
+        int f = 1;
+        for (int j = 2; j < n - i; j++) f *= j;
+        int q = k / f;
+        k %= f;
+        dst[i] = pool[q];
+        memmove(&pool[q], &pool[q + 1], (size_t)(n - 1 - i - q) * sizeof *pool);
+    }
+}
+
+/* Node of compute action a: F and B of each (stage, microbatch). */
+static int node_of(const Schedule *s, Action a) { return (a.type * s->S + a.stage) * s->M + a.mb; }
+
+/* The reference, independent of the lowering: whether the rank orders of compute-only
+ * s and the dependencies of sched_action_deps (a transfer followed back to the compute
+ * that produces it) admit one global order (Kahn's algorithm). */
+static int orders_consistent(const Schedule *s) {
+    enum { N = 64 };
+    int indeg[N] = {0}, nout[N] = {0}, out[N][8], queue[N], head = 0, tail = 0;
+    ck_assert_int_le(2 * s->S * s->M, N);
+    for (int r = 0; r < s->P; r++)
+        for (int i = 0; i < s->len[r]; i++) {
+            Action a = s->acts[r][i], deps[SCHED_MAX_DEPS];
+            int to = node_of(s, a), n = sched_action_deps(s, a, deps);
+            if (i > 0) { /* the rank's order */
+                int from = node_of(s, s->acts[r][i - 1]);
+                out[from][nout[from]++] = to;
+            }
+            for (int j = 0; j < n; j++) { /* the dependencies */
+                Action d = deps[j];
+                for (Action dd[SCHED_MAX_DEPS]; d.type != ACT_F && d.type != ACT_B; d = dd[0])
+                    sched_action_deps(s, d, dd);
+                out[node_of(s, d)][nout[node_of(s, d)]++] = to;
+            }
+        }
+    for (int u = 0; u < 2 * s->S * s->M; u++)
+        for (int j = 0; j < nout[u]; j++) indeg[out[u][j]]++;
+    for (int u = 0; u < 2 * s->S * s->M; u++)
+        if (!indeg[u]) queue[tail++] = u;
+    while (head < tail)
+        for (int u = queue[head++], j = 0; j < nout[u]; j++)
+            if (--indeg[out[u][j]] == 0) queue[tail++] = out[u][j];
+    return tail == 2 * s->S * s->M;
+}
+
+/* The orders of rank r's n compute actions in base: all of them when `keep_mb` is 0,
+ * else those that keep each microbatch's actions in base's order. Returns how many
+ * (malloc'd into *orders, n actions each). */
+static int rank_orders(const Schedule *base, int r, int keep_mb, Action **orders) {
+    int n = base->len[r], fact = 1, count = 0;
+    for (int j = 2; j <= n; j++) fact *= j;
+    *orders = malloc((size_t)fact * n * sizeof(Action));
+    for (int k = 0; k < fact; k++) {
+        Action *o = *orders + (size_t)count * n;
+        permutation(base->acts[r], n, k, o);
+        int ok = 1;
+        for (int i = 0; i < n && keep_mb; i++) /* base position of o[i] must increase per mb */
+            for (int j = i + 1; j < n; j++)
+                if (o[i].mb == o[j].mb) {
+                    int pi = 0, pj = 0;
+                    while (!action_eq(base->acts[r][pi], o[i])) pi++;
+                    while (!action_eq(base->acts[r][pj], o[j])) pj++;
+                    ok &= pi < pj;
+                }
+        count += ok;
+    }
+    return count;
+}
+
+/* Each plan one adjacent swap away from lowered s that the validator accepts, the
+ * simulator runs. Returns how many there were. */
+static int check_swaps(Schedule *s) {
+    char err[ERRLEN];
+    SimResult res;
+    int accepted = 0;
+    for (int r = 0; r < s->P; r++)
+        for (int i = 0; i + 1 < s->len[r]; i++) {
+            Action tmp = s->acts[r][i];
+            s->acts[r][i] = s->acts[r][i + 1], s->acts[r][i + 1] = tmp;
+            if (sched_validate(s, err, sizeof err, NULL) == PP_OK) {
+                accepted++;
+                REQUIRE(sim_run(s, NULL, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+                sim_result_free(&res);
+            }
+            s->acts[r][i + 1] = s->acts[r][i], s->acts[r][i] = tmp;
+        }
+    return accepted;
+}
+
+/* Every pair of rank orders (rank_orders) of the compute lists rank0, rank1 on two
+ * ranks: the lowering succeeds exactly when the reference finds a global order, and
+ * then the validator and the simulator accept the result (and check_swaps holds). */
+static void check_orders(int v, int M, const int *placement, const char *rank0, const char *rank1,
+                         int keep_mb) {
+    char err[ERRLEN];
+    Schedule base;
+    Action *orders[2];
+    empty_schedule(&base, 2, v, M, placement, 0);
+    append_text(&base, 0, rank0);
+    append_text(&base, 1, rank1);
+    int n0 = rank_orders(&base, 0, keep_mb, &orders[0]);
+    int n1 = rank_orders(&base, 1, keep_mb, &orders[1]);
+    int lowered = 0, refused = 0, swaps_ok = 0;
+    for (int k = 0; k < n0 * n1; k++) {
+        Schedule s;
+        SimResult res;
+        empty_schedule(&s, 2, v, M, placement, 0);
+        for (int r = 0; r < 2; r++)
+            for (int i = 0; i < base.len[r]; i++)
+                sched_append(&s, r, orders[r][(size_t)(r ? k % n1 : k / n1) * base.len[r] + i]);
+        int want = orders_consistent(&s), rc = sched_lower(&s, err, sizeof err, NULL);
+        REQUIRE((rc == PP_OK) == want, "orders %d: lowering says %d (%s), reference %d", k, rc,
+                err, want);
+        if (rc == PP_OK) {
+            lowered++;
+            REQUIRE(sched_validate(&s, err, sizeof err, NULL) == PP_OK, "%s", err);
+            REQUIRE(sim_run(&s, NULL, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+            sim_result_free(&res);
+            swaps_ok += check_swaps(&s);
+        } else {
+            refused++;
+            REQUIRE(strstr(err, "runs before") || strstr(err, "deadlock"), "%s", err);
+        }
+        sched_free(&s);
+    }
+    ck_assert_int_gt(lowered, 0); /* the sweep checked both outcomes */
+    ck_assert_int_gt(refused, 0);
+    ck_assert_int_gt(swaps_ok, 0);
+    free(orders[0]), free(orders[1]);
+    sched_free(&base);
+}
+
+START_TEST(test_one_rule) {
+    int v_shape[4] = {0, 1, 1, 0};
+    /* every order of 1F1B's two ranks, local order broken or not */
+    check_orders(1, 2, NULL, "0F0 0F1 0B0 0B1", "1F0 1F1 1B0 1B1", 0);
+    /* two microbatches interleaved in every way, on a V and looped */
+    check_orders(2, 2, v_shape, "0F0 3F0 3B0 0B0 0F1 3F1 3B1 0B1",
+                 "1F0 2F0 2B0 1B0 1F1 2F1 2B1 1B1", 1);
+    check_orders(2, 2, NULL, "0F0 2F0 2B0 0B0 0F1 2F1 2B1 0B1",
+                 "1F0 3F0 3B0 1B0 1F1 3F1 3B1 1B1", 1);
+}
+END_TEST
+
 /* ------------------------------------------------------------ forward-only --- */
 
 START_TEST(test_forward_only) {
@@ -540,10 +999,14 @@ START_TEST(test_forward_only) {
     for (int P = 1; P <= 4; P++)
         for (int v = 1; v <= 3; v++)
             for (int M = 1; M <= 9; M += 4) {
-                Schedule s;
+                Schedule s, train;
                 SimResult res;
-                ck_assert_msg(sched_build_forward_only(&s, P, v, M, err, sizeof err) == PP_OK, "%s", err);
+                ck_assert_int_eq(sched_build(&train, v > 1 ? "interleaved-1f1b" : "1f1b", P, v, M,
+                                             err, sizeof err), PP_OK);
+                ck_assert_msg(sched_build_forward_only(&s, &train, err, sizeof err) == PP_OK, "%s", err);
                 ck_assert(s.forward_only && s.lowered);
+                ck_assert(!memcmp(s.stage_rank, train.stage_rank, s.S * sizeof(int)));
+                sched_free(&train);
                 for (int r = 0; r < P; r++) {
                     int nf = 0;
                     for (int i = 0; i < s.len[r]; i++) {
@@ -554,6 +1017,9 @@ START_TEST(test_forward_only) {
                     ck_assert_int_eq(nf, v * M);
                 }
                 for (int st = 0; st < s.S; st++) ck_assert_int_eq(sched_peak_inflight(&s, st), 1);
+                /* on one rank F(s+1) reads stage s's slot while it fills its own */
+                for (int r = 0; r < P; r++)
+                    ck_assert_int_eq(sched_peak_inflight_rank(&s, r), P == 1 && v > 1 ? 2 : 1);
                 ck_assert_int_eq(sim_run(&s, NULL, &res, err, sizeof err, NULL), PP_OK);
                 if (v == 1) ck_assert_double_eq(res.makespan, M + P - 1.0); /* F = 1 */
                 ck_assert_double_eq(sched_bubble_closed_form(&s, NULL), -1);
@@ -820,7 +1286,7 @@ START_TEST(test_cmd_errors) {
     char *out, *argv[] = {"schedule"};
     cfg.virtual_stages = 2;
     ck_assert_int_eq(run_cmd(&cfg, &out, 1, argv), 2);
-    ck_assert_ptr_nonnull(strstr(out, "virtual_stages must be 1 (got 2)"));
+    ck_assert_ptr_nonnull(strstr(out, "pipeline.virtual_stages is 2 but pipeline.schedule is 1f1b"));
     free(out);
     cfg = cmd_config("1f1b", 2, 1, 4);
     snprintf(cfg.schedule_file, sizeof cfg.schedule_file, "/nonexistent/plan.txt");
@@ -838,6 +1304,9 @@ static Suite *sched_suite(void) {
         {"action_text_examples", test_action_text_examples},
         {"action_text_rejects", test_action_text_rejects},
         {"placement", test_placement},
+        {"action_deps", test_action_deps},
+        {"action_frees", test_action_frees},
+        {"kind_table", test_kind_table},
         {"sweep_gpipe", test_sweep_gpipe},
         {"sweep_1f1b", test_sweep_1f1b},
         {"sweep_interleaved", test_sweep_interleaved},
@@ -852,6 +1321,10 @@ static Suite *sched_suite(void) {
         {"validate_direct", test_validate_direct},
         {"load_compute_only_and_lowered", test_load_compute_only_and_lowered},
         {"lower_is_fifo_and_local", test_lower_is_fifo_and_local},
+        {"v_placement", test_v_placement},
+        {"v_placement_checks", test_v_placement_checks},
+        {"peak_inflight", test_peak_inflight},
+        {"one_rule", test_one_rule},
         {"forward_only", test_forward_only},
         {"sim_costs", test_sim_costs},
         {"sim_deadlock", test_sim_deadlock},
