@@ -295,11 +295,19 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     double ts = trace_now_us();
     model_fold_tied_grad(m);
     /* [Note: tied embeddings] stage 0 and stage S-1 each hold wte; when they are on
-     * different ranks, both add the other's gradient (pair_sum returns the same bits on
-     * both), so the identical optimizer update keeps the copies identical. On one rank
-     * the two chunks share a single tensor. */
-    if (rt->tied_peer >= 0 && comm_pair_sum_f32(cm, rt->tied_peer, m->dwte, (size_t)m->d.Vp * m->d.C) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "summing tied embedding gradients with rank %d: %s", rt->tied_peer, comm_error(cm));
+     * different ranks, both add the other's gradient (their 2-rank all-reduce gives the
+     * same bits on both), so the identical optimizer update keeps the copies identical.
+     * On one rank the two chunks share a single tensor. */
+    int r0 = sched_stage_rank(0, rt->P), rl = sched_stage_rank(rt->S - 1, rt->P);
+    if (m->d.tied && r0 != rl) { /* a collective of every rank: the pair's group, then its sum */
+        Comm *pair = NULL;
+        if (comm_split(cm, rt->tied_peer >= 0 ? 0 : -1, rt->rank, &pair) != PP_OK)
+            return pp_errf(err, errlen, PP_ERUNTIME, "forming the tied embedding pair: %s", comm_error(cm));
+        rc = pair ? comm_allreduce_sum_f32(pair, m->dwte, (size_t)m->d.Vp * m->d.C) : PP_OK;
+        if (rc) pp_errf(err, errlen, PP_ERUNTIME, "summing tied embedding gradients with rank %d: %s", rt->tied_peer, comm_error(pair));
+        comm_destroy(pair);
+        if (rc) return rc;
+    }
     double red[2 + RUNTIME_MAX_CTL] = {x.loss_sum, local_sumsq(rt)};
     PP_CHECK(nctl >= 0 && nctl <= RUNTIME_MAX_CTL);
     for (int i = 0; i < nctl; i++) red[2 + i] = ctl[i];
