@@ -423,6 +423,7 @@ static void net_free(SockNet *n) {
         if (P->fd >= 0) close(P->fd);
         if (P->coll_fd >= 0) close(P->coll_fd);
         while ((r = comm_queue_pop(&P->sends))) orphan_free(r); /* the rest were detached */
+        if (P->in_early && P->in_early->discard) comm_early_free(P->in_early); /* unlisted */
         while (P->lanes) {
             Lane *l = P->lanes;
             Early *e;
@@ -430,7 +431,6 @@ static void net_free(SockNet *n) {
             while ((e = comm_early_pop(&l->early))) comm_early_free(e);
             free(l);
         }
-        if (P->in_early && P->in_early->discard) comm_early_free(P->in_early); /* unlisted */
     }
     if (n->wake[0] >= 0) close(n->wake[0]);
     if (n->wake[1] >= 0) close(n->wake[1]);
