@@ -262,13 +262,15 @@ static int io_errno(char *why, size_t n) {
     return pp_errf(why, n, closed ? DIST_IO_CLOSED : DIST_IO_ERROR, "%s", strerror(errno));
 }
 
-int dist_xfer(int fd, const void *sbuf, size_t sn, void *rbuf, size_t rn,
-              double timeout_s, char *why, size_t whylen) {
+/* dist_xfer's loop; with `until`, it ends once rbuf is full. */
+static int xfer(int fd, const void *sbuf, size_t sn, size_t *sent, void *rbuf, size_t rn,
+                int until, double timeout_s, char *why, size_t whylen) {
     const char *sp = sbuf;
     char *rp = rbuf;
     size_t so = 0, ro = 0;
     double last = pp_now();
-    while (so < sn || ro < rn) {
+    *sent = 0;
+    while ((so < sn && !(until && ro == rn)) || ro < rn) {
         struct pollfd pfd = {fd, (short)((so < sn ? POLLOUT : 0) | (ro < rn ? POLLIN : 0)), 0};
         double left = last + timeout_s - pp_now();
         int r;
@@ -287,10 +289,21 @@ int dist_xfer(int fd, const void *sbuf, size_t sn, void *rbuf, size_t rn,
         if (so < sn && (pfd.revents & (POLLOUT | POLLHUP | POLLERR))) {
             ssize_t k = send(fd, sp + so, sn - so, MSG_DONTWAIT | MSG_NOSIGNAL);
             if (k < 0 && !io_again()) return io_errno(why, whylen);
-            if (k > 0) so += (size_t)k, last = pp_now();
+            if (k > 0) so += (size_t)k, *sent = so, last = pp_now();
         }
     }
     return DIST_IO_OK;
+}
+
+int dist_xfer(int fd, const void *sbuf, size_t sn, void *rbuf, size_t rn,
+              double timeout_s, char *why, size_t whylen) {
+    size_t sent;
+    return xfer(fd, sbuf, sn, &sent, rbuf, rn, 0, timeout_s, why, whylen);
+}
+
+int dist_xfer_until(int fd, const void *sbuf, size_t sn, size_t *sent, void *rbuf,
+                    size_t rn, double timeout_s, char *why, size_t whylen) {
+    return xfer(fd, sbuf, sn, sent, rbuf, rn, 1, timeout_s, why, whylen);
 }
 
 /* "host:port" or "[v6host]:port" of a socket address. */

@@ -93,4 +93,10 @@ void dist_mesh_close(DistMesh *mesh);
 int dist_xfer(int fd, const void *sbuf, size_t sn, void *rbuf, size_t rn,
               double timeout_s, char *why, size_t whylen);
 
+/* dist_xfer, except that it returns as soon as the rn > 0 bytes are received, even if
+ * the send is not done: *sent (never NULL) says how much of sbuf went out. For a
+ * sender that must stop when its peer answers early (an abort). */
+int dist_xfer_until(int fd, const void *sbuf, size_t sn, size_t *sent, void *rbuf,
+                    size_t rn, double timeout_s, char *why, size_t whylen);
+
 #endif

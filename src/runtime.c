@@ -283,11 +283,12 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     double ts = trace_now_us();
     model_fold_tied_grad(m);
     /* [Note: tied embeddings] stage 0 and stage S-1 each hold wte; when they are on
-     * different ranks, both add the other's gradient (pair_sum returns the same bits on
-     * both), so the identical optimizer update keeps the copies identical. On one rank
-     * the two chunks share a single tensor. */
-    if (rt->tied_peer >= 0 && comm_pair_sum_f32(cm, rt->tied_peer, m->dwte, (size_t)m->d.Vp * m->d.C) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "summing tied embedding gradients with rank %d: %s", rt->tied_peer, comm_error(cm));
+     * different ranks, the pair's 2-rank group all-reduces the gradient (stage 0's part
+     * first: the same bits on both), so the identical optimizer update keeps the copies
+     * identical. On one rank the two chunks share a single tensor. */
+    if (rt->tied && comm_allreduce_sum_f32(rt->tied, m->dwte, (size_t)m->d.Vp * m->d.C) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "summing tied embedding gradients with rank %d: %s", rt->tied_peer,
+                       comm_error(rt->tied));
     double red[2 + RUNTIME_MAX_CTL];
     local_sums(rt, 1, &red[0], &red[1]);
     PP_CHECK(nctl >= 0 && nctl <= RUNTIME_MAX_CTL);
@@ -410,6 +411,11 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     if (cfg->init_from[0] && (rc = model_load_llmc(&rt->model, cfg->init_from, err, errlen))) return rc;
     int r0 = stage_peer(rt, 0), rl = stage_peer(rt, rt->S - 1);
     rt->tied_peer = (!d.tied || r0 == rl) ? -1 : rt->lay.rank == r0 ? rl : rt->lay.rank == rl ? r0 : -1;
+    /* every rank takes part in the split (it is collective); stage 0's rank is the
+     * group's rank 0, so its part of the sum comes first ([Note: tied gradient order]) */
+    if (d.tied && r0 != rl &&
+        comm_split(comm, rt->tied_peer >= 0 ? 0 : -1, rt->lay.rank == r0 ? 0 : 1, &rt->tied) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "forming the tied embedding pair: %s", comm_error(comm));
     rt->inputs = pp_malloc((size_t)rt->global_batch * rt->T * sizeof(int));
     rt->targets = pp_malloc((size_t)rt->global_batch * rt->T * sizeof(int));
     return open_data(rt, err, errlen);
@@ -419,6 +425,7 @@ void runtime_free(Runtime *rt) {
     const Backend *be = rt->model.be;
     for (int c = 0; c < rt->model.nchunks; c++) free(rt->slots[c]), free(rt->rbufs[c]);
     if (be) be->dealloc(be, rt->loss_dev), be->dealloc(be, rt->sumsq_dev);
+    comm_destroy(rt->tied); /* safe after its parent's (main.c destroys that first) */
     model_free(&rt->model);
     sched_free(&rt->sched);
     sched_free(&rt->fwd);

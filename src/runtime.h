@@ -50,6 +50,8 @@ typedef struct {
     double *sumsq_dev;         /* [model.ntensors] device: each tensor's squared grad sum */
     double *loss_host, *sumsq_host; /* host copies of the two */
     int tied_peer;             /* world rank holding the other copy of wte, -1 if none */
+    Comm *tied;                /* the tied pair {stage 0's rank, the last stage's rank} as a
+                                  group of this replica, NULL on other ranks */
     Trace *trace;
     /* Test hook, NULL in the product: called before (done = 0) and after (done = 1)
      * action k of this rank's list of schedule sc. The in-process interpreter test uses

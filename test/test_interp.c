@@ -1,0 +1,272 @@
+/* test_interp.c — the pipeline interpreter in one process: every rank of a schedule is
+ * a Runtime on its own thread over the in-memory transport, and a turn hook steps their
+ * actions one at a time in the order the simulator runs them. After two optimizer steps
+ * the losses and every parameter must equal the one-rank run bitwise, for every
+ * generated schedule over a sweep of P, v and M (DESIGN.md §5; without gradient
+ * clipping, whose global norm each rank sums over its own tensors first: the norm
+ * itself agrees to rounding). A schedule
+ * whose dependencies are wrong makes a rank consume a message that is not there yet:
+ * the receive times out and the case fails. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "runtime.h"
+#include "sim.h"
+
+#define STEPS 2
+#define MAX_P 4
+#define TURN_TIMEOUT_S 20
+
+/* ---- turns: one global order of every rank's actions of the training schedule ---- */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int P, n;           /* ranks, actions per step over all ranks */
+    int *pos;           /* [P][max len]: position of (rank, k) in the global order */
+    int maxlen;
+    long next;          /* the global position whose turn it is (over all steps) */
+    int steps[MAX_P];   /* steps each rank has begun */
+} Turns;
+
+typedef struct {
+    int r, k;
+    double t;
+} Slot;
+
+static int by_time(const void *a, const void *b) {
+    const Slot *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    return x->r != y->r ? x->r - y->r : x->k - y->k;
+}
+
+/* The simulator's order for sc: sort by start time. Transfers cost X > 0, so that a
+ * message's consumer starts strictly after its sender; a rank's own actions keep their
+ * list order (their start times never decrease). */
+static void turns_build(Turns *t, const Schedule *sc) {
+    SimCosts c;
+    SimResult res;
+    char err[PP_ERR_MAX];
+    sim_costs_default(&c);
+    c.X = 0.5;
+    ck_assert_msg(sim_run(sc, &c, &res, err, sizeof err, NULL) == PP_OK, "sim: %s", err);
+    t->n = 0, t->maxlen = 0;
+    for (int r = 0; r < sc->P; r++) t->n += sc->len[r], t->maxlen = sc->len[r] > t->maxlen ? sc->len[r] : t->maxlen;
+    Slot *all = malloc(t->n * sizeof *all);
+    int i = 0;
+    for (int r = 0; r < sc->P; r++)
+        for (int k = 0; k < sc->len[r]; k++) all[i++] = (Slot){r, k, res.start[r][k]};
+    qsort(all, t->n, sizeof *all, by_time);
+    t->pos = malloc((size_t)sc->P * t->maxlen * sizeof(int));
+    for (i = 0; i < t->n; i++) t->pos[all[i].r * t->maxlen + all[i].k] = i;
+    free(all);
+    sim_result_free(&res);
+}
+
+/* Runtime action hook: wait for (rank, k)'s turn before it runs; pass the turn on after. */
+static void turn_hook(void *ctx, const Schedule *sc, int pp, int k, int done) {
+    Turns *t = ctx;
+    if (sc->forward_only) return; /* validation is not stepped (the tests run none) */
+    pthread_mutex_lock(&t->mu);
+    if (!t->pos) turns_build(t, sc);
+    if (done) {
+        t->next++;
+        pthread_cond_broadcast(&t->cv);
+    } else {
+        if (k == 0) t->steps[pp]++;
+        long mine = (long)(t->steps[pp] - 1) * t->n + t->pos[pp * t->maxlen + k];
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += TURN_TIMEOUT_S;
+        while (t->next != mine)
+            if (pthread_cond_timedwait(&t->cv, &t->mu, &until) != 0) {
+                fprintf(stderr, "rank %d action %d never got its turn (a rank is stuck)\n", pp, k);
+                abort(); /* fork mode: the case fails */
+            }
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* ---- one run: P ranks on threads, or one rank ---- */
+
+typedef struct {
+    char name[32];
+    float *data;
+    size_t n;
+} Named;
+
+typedef struct {
+    const Config *cfg;
+    Comm *comm;
+    Turns *turns;
+    double loss[STEPS], norm[STEPS];
+    Named *params; /* [ntensors] host copies after the last step */
+    int nparams, rc;
+    char err[PP_ERR_MAX];
+} Job;
+
+static void *run_rank(void *arg) {
+    Job *j = arg;
+    Runtime rt;
+    j->rc = runtime_init(&rt, j->cfg, j->comm, NULL, j->err, sizeof j->err);
+    if (j->rc == PP_OK) {
+        rt.action_hook = j->turns ? turn_hook : NULL;
+        rt.hook_ctx = j->turns;
+        for (int step = 0; step < STEPS && j->rc == PP_OK; step++) {
+            StepResult res;
+            j->rc = runtime_step(&rt, step, NULL, 0, &res, j->err, sizeof j->err);
+            j->loss[step] = res.loss, j->norm[step] = res.grad_norm;
+        }
+    }
+    if (j->rc == PP_OK) {
+        const Model *m = &rt.model;
+        j->nparams = m->ntensors;
+        j->params = calloc(m->ntensors, sizeof(Named));
+        for (int i = 0; i < m->ntensors; i++) {
+            const ParamTensor *t = &m->tensors[i];
+            Named *p = &j->params[i];
+            snprintf(p->name, sizeof p->name, "%s", t->name);
+            p->n = t->numel;
+            p->data = malloc(t->numel * sizeof(float));
+            m->be->to_host(m->be, p->data, m->params + t->offset, t->numel * sizeof(float));
+        }
+        m->be->wait(m->be);
+    }
+    if (j->rc != PP_OK) fprintf(stderr, "rank %d: %s\n", j->comm->rank, j->err);
+    if (rt.cfg) runtime_free(&rt);
+    return NULL;
+}
+
+static void job_free(Job *j) {
+    for (int i = 0; i < j->nparams; i++) free(j->params[i].data);
+    free(j->params);
+}
+
+static void make_config(Config *c, const char *kind, int P, int v, int M, int tied) {
+    char err[PP_ERR_MAX], set[128];
+    config_defaults(c);
+    ck_assert_msg(config_load_file(c, "configs/gpt-tiny.yaml", err, sizeof err) == PP_OK, "%s", err);
+    const char *fixed[] = {"model.n_layers=8", "model.dim=16", "model.n_heads=2", "model.max_seq_len=8",
+                           "train.seq_len=8", "data.val=null", "runtime.threads=1", "train.grad_clip=0"};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        ck_assert_msg(config_set(c, fixed[i], err, sizeof err) == PP_OK, "%s: %s", fixed[i], err);
+    const char *fmt[] = {"pipeline.schedule=%s", "pipeline.stages=%d", "pipeline.virtual_stages=%d",
+                         "pipeline.microbatches=%d", "train.batch_size=%d", "model.tie_embeddings=%s"};
+    for (int i = 0; i < 6; i++) {
+        if (i == 0) snprintf(set, sizeof set, fmt[i], kind);
+        else if (i == 5) snprintf(set, sizeof set, fmt[i], tied ? "true" : "false");
+        else snprintf(set, sizeof set, fmt[i], i == 1 ? P : i == 2 ? v : M);
+        ck_assert_msg(config_set(c, set, err, sizeof err) == PP_OK, "%s: %s", set, err);
+    }
+    ck_assert_msg(config_finalize(c, err, sizeof err) == PP_OK, "%s", err);
+}
+
+/* Run the config on its P ranks (threads over the memory transport, stepped in the
+ * simulator's order), or on one rank when P is 1. jobs[P] filled. */
+static void run(const Config *c, Job *jobs) {
+    int P = c->stages;
+    Comm *comms[MAX_P];
+    Turns turns = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .P = P};
+    ck_assert_int_eq(comm_memory_create(P, 10.0, comms), PP_OK);
+    pthread_t th[MAX_P];
+    for (int r = 0; r < P; r++) {
+        jobs[r] = (Job){.cfg = c, .comm = comms[r], .turns = P > 1 ? &turns : NULL};
+        ck_assert_int_eq(pthread_create(&th[r], NULL, run_rank, &jobs[r]), 0);
+    }
+    for (int r = 0; r < P; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < P; r++) comm_destroy(comms[r]);
+    free(turns.pos);
+    for (int r = 0; r < P; r++) ck_assert_msg(jobs[r].rc == PP_OK, "rank %d: %s", r, jobs[r].err);
+}
+
+static const Named *find(const Job *j, const char *name) {
+    for (int i = 0; i < j->nparams; i++)
+        if (!strcmp(j->params[i].name, name)) return &j->params[i];
+    return NULL;
+}
+
+/* Every tensor of every rank equals the reference's bitwise; every reference tensor
+ * is held somewhere. Returns the tensors compared. */
+static int compare(const Job *ref, const Job *jobs, int P, const char *what) {
+    int compared = 0;
+    for (int s = 0; s < STEPS; s++)
+        for (int r = 0; r < P; r++) {
+            ck_assert_msg(jobs[r].loss[s] == ref->loss[s], "%s rank %d step %d: loss %.17g, one rank %.17g", what, r,
+                          s, jobs[r].loss[s], ref->loss[s]);
+            ck_assert_msg(fabs(jobs[r].norm[s] - ref->norm[s]) <= 1e-12 * ref->norm[s],
+                          "%s rank %d step %d: norm %.17g, one rank %.17g", what, r, s, jobs[r].norm[s], ref->norm[s]);
+        }
+    for (int i = 0; i < ref->nparams; i++) {
+        const Named *want = &ref->params[i];
+        int held = 0;
+        for (int r = 0; r < P; r++) {
+            const Named *got = find(&jobs[r], want->name);
+            if (!got) continue;
+            held++;
+            ck_assert_uint_eq(got->n, want->n);
+            size_t wrong = 0;
+            for (size_t e = 0; e < want->n; e++) wrong += memcmp(&got->data[e], &want->data[e], sizeof(float)) != 0;
+            ck_assert_msg(wrong == 0, "%s rank %d: %zu of %zu elements of %s differ from the one-rank run", what, r,
+                          wrong, want->n, want->name);
+            compared++;
+        }
+        ck_assert_msg(held >= 1, "%s: no rank holds %s", what, want->name);
+    }
+    return compared;
+}
+
+/* Every P <= MAX_P, v <= vmax, M <= mmax of a schedule kind against the one-rank run. */
+static void sweep(const char *kind, int vmin, int vmax, int mmax, int tied) {
+    int cases = 0;
+    for (int M = 1; M <= mmax; M++) {
+        Config c1;
+        Job ref;
+        make_config(&c1, "1f1b", 1, 1, M, tied);
+        run(&c1, &ref);
+        for (int P = 2; P <= MAX_P; P++)
+            for (int v = vmin; v <= vmax; v++) {
+                Config c;
+                Job jobs[MAX_P];
+                char what[64];
+                make_config(&c, kind, P, v, M, tied);
+                snprintf(what, sizeof what, "%s P=%d v=%d M=%d", kind, P, v, M);
+                run(&c, jobs);
+                ck_assert_int_gt(compare(&ref, jobs, P, what), 0);
+                for (int r = 0; r < P; r++) job_free(&jobs[r]);
+                cases++;
+            }
+        job_free(&ref);
+    }
+    ck_assert_int_ge(cases, 3 * mmax); /* the sweep ran */
+}
+
+START_TEST(test_gpipe) { sweep("gpipe", 1, 1, 5, 1); }
+END_TEST
+START_TEST(test_1f1b) { sweep("1f1b", 1, 1, 6, 1); }
+END_TEST
+START_TEST(test_1f1b_untied) { sweep("1f1b", 1, 1, 3, 0); }
+END_TEST
+START_TEST(test_interleaved) { sweep("interleaved-1f1b", 2, 2, 6, 1); }
+END_TEST
+
+int main(void) {
+    backend_cpu_set_threads(1);
+    Suite *s = suite_create("interp");
+    TCase *tc = tcase_create("one process");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_gpipe);
+    tcase_add_test(tc, test_1f1b);
+    tcase_add_test(tc, test_1f1b_untied);
+    tcase_add_test(tc, test_interleaved);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
