@@ -80,6 +80,35 @@ START_TEST(test_expf_accuracy) {
 }
 END_TEST
 
+/* pp_expf is defined for every input (issue 17, item 8: a NaN went through a float to
+ * int conversion and a shift of a negative value, undefined; UBSan caught it with a huge
+ * lr). Each value goes through a scalar call and through an `omp simd` loop like the
+ * backend's, so the vector code is checked too. */
+START_TEST(test_expf_special_values) {
+    static const struct { float x, want; } cases[] = {
+        {NAN, NAN}, {-NAN, NAN}, {INFINITY, INFINITY}, {-INFINITY, 0.0f},
+        {89.0f, INFINITY}, {1e30f, INFINITY}, {-88.0f, 0.0f}, {-1e30f, 0.0f}, {0.0f, 1.0f},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    float in[N], out[N];
+    for (int i = 0; i < N; i++) in[i] = cases[i].x;
+#pragma omp simd
+    for (int i = 0; i < N; i++) out[i] = pp_expf(in[i]);
+    for (int i = 0; i < N; i++) {
+        float want = cases[i].want, got[2] = {pp_expf(cases[i].x), out[i]};
+        for (int k = 0; k < 2; k++)
+            ck_assert_msg(isnan(want) ? isnan(got[k]) : got[k] == want, "pp_expf(%g) = %g (%s), want %g", cases[i].x,
+                          got[k], k ? "vector loop" : "scalar", want);
+    }
+    /* the ends of the accurate range */
+    for (float x = -87.3f; x < 88.3f; x += 175.6f)
+        ck_assert_msg(fabs(pp_expf(x) - exp((double)x)) / exp((double)x) < 3e-7, "pp_expf(%g) = %g", x, pp_expf(x));
+    ck_assert(isnan(pp_tanhf(NAN)));
+    ck_assert_float_eq(pp_tanhf(INFINITY), 1.0f);
+    ck_assert_float_eq(pp_tanhf(-INFINITY), -1.0f);
+}
+END_TEST
+
 /* ---- layernorm ---- */
 typedef struct { float *out, *mean, *rstd, *x, *w, *b, *R; int N, C; } LnCtx;
 static double ln_loss(void *p) {
@@ -509,6 +538,7 @@ int main(void) {
     Suite *s = suite_create("model");
     TCase *ops = tcase_create("ops");
     tcase_add_test(ops, test_expf_accuracy);
+    tcase_add_test(ops, test_expf_special_values);
     tcase_add_test(ops, test_backend_memory_and_step);
     tcase_add_test(ops, test_layernorm_grad);
     tcase_add_test(ops, test_matmul_grad);
