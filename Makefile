@@ -1,5 +1,7 @@
-# pptrain — build, test, run, bench.  `make V=1` shows commands, `make DEBUG=1` builds
-# with ASan/UBSan into build/debug. CUDA code is built when nvcc is found.
+# pptrain — build, test, run, bench.  `make V=1` shows commands. `make DEBUG=1` builds
+# with ASan/UBSan into build/debug (the binary is build/debug/pptrain; ./pptrain stays the
+# release build) and `make test DEBUG=1` runs the suite against it; a sanitizer finding
+# ends the program with an error. CUDA code is built when nvcc is found.
 
 CC      ?= cc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -7,11 +9,13 @@ BLASDIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
 ARCH    := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo && echo -mavx2 -mfma)
 
 ifeq ($(DEBUG),1)
-  OPT   := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer
+  OPT   := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
   BUILD := build/debug
+  BIN   := $(BUILD)/pptrain
 else
   OPT   := -O3 -g $(ARCH)
   BUILD := build/cpu
+  BIN   := pptrain
 endif
 
 # No -ffast-math: the CPU backend is the numerical reference. -fno-math-errno and
@@ -37,9 +41,12 @@ TESTS    := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC))
 TEST_UTIL:= $(patsubst test/%.c,$(BUILD)/test/%.o,$(filter-out $(TEST_SRC),$(wildcard test/*.c)))
 
 .PHONY: all deps run test unit-tests bench clean data cuda-note
-.SECONDARY:  # keep the test objects between runs
+# Keep the test objects between runs (they are made by a chain of pattern rules, which
+# would make them intermediate). Named: an empty .SECONDARY would make every file
+# secondary, and a binary would then count as up to date while its objects are missing.
+.SECONDARY: $(TESTS:=.o) $(TEST_UTIL)
 
-all: cuda-note pptrain
+all: cuda-note $(BIN)
 
 cuda-note:
 ifneq ($(NVCC),)
@@ -48,7 +55,7 @@ else
 	@echo "make: nvcc not found: CPU-only build"
 endif
 
-pptrain: $(LIB_OBJ) $(MAIN_OBJ)
+$(BIN): $(LIB_OBJ) $(MAIN_OBJ)
 	@echo "  LD    $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -71,13 +78,13 @@ deps:
 
 # The small dataset the default config trains on, generated here (no download).
 data: data/tiny/train.bin
-data/tiny/train.bin: data/tiny.txt pptrain
-	$(Q)./pptrain prepare-data --text data/tiny.txt --out data/tiny/train.bin --val-fraction 0.1
+data/tiny/train.bin: data/tiny.txt $(BIN)
+	$(Q)$(BIN) prepare-data --text data/tiny.txt --out data/tiny/train.bin --val-fraction 0.1
 
 run: deps
 	$(Q)$(MAKE) --no-print-directory all data
 	rm -rf runs/gpt-tiny  # the demo starts afresh (pptrain refuses to overwrite a run's checkpoints)
-	scripts/pprun --nproc-per-node 2 ./pptrain --config configs/gpt-tiny.yaml
+	scripts/pprun --nproc-per-node 2 $(BIN) --config configs/gpt-tiny.yaml
 
 # The skip protocol: a test program (a Check binary or a test/*.sh script) passes with
 # exit 0, is skipped with exit 77 (automake's convention), and fails otherwise. A script
@@ -91,7 +98,7 @@ unit-tests: all data $(TESTS)
 	@pass=0; skip=0; part=0; failed=; : >$(REPORT); \
 	for t in $(TESTS) test/*.sh; do [ -e "$$t" ] || continue; \
 	  echo "== $$t"; : >$(SKIPS); \
-	  case $$t in *.sh) PPTRAIN=./pptrain PP_TEST_SKIPS=$(SKIPS) bash $$t;; *) $$t;; esac; rc=$$?; \
+	  case $$t in *.sh) PPTRAIN=$(BIN) PP_TEST_SKIPS=$(SKIPS) bash $$t;; *) $$t;; esac; rc=$$?; \
 	  if [ $$rc -eq 77 ]; then skip=$$((skip + 1)); \
 	    [ -s $(SKIPS) ] || echo "no reason given" >$(SKIPS); \
 	    sed "s|^|make test: skipped $$t: |" $(SKIPS) >>$(REPORT); \

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# build.sh — the build's own contract (issue 17, item 10), on a copy of the source tree:
+# `make DEBUG=1` after a release build builds the sanitizer binary into build/debug and
+# leaves ./pptrain the release binary; both builds are up to date afterwards; `make test
+# DEBUG=1` runs the scripts against build/debug/pptrain.
+set -u
+tmp=$(mktemp -d /tmp/pptrain-build.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+
+# the sources only: no build outputs, no runs, no git metadata
+tar --exclude=./build --exclude=./pptrain --exclude=./runs --exclude=./carry --exclude=./.git -cf - . |
+  tar -xf - -C "$tmp"
+cd "$tmp" || exit 1
+links() { grep -c '^  LD ' "$1"; } # link lines in a build log
+
+make -j2 all >release.log 2>&1
+check "release build" "[ $? -eq 0 ] && [ -x pptrain ]"
+release=$(cksum <pptrain)
+
+make -j2 DEBUG=1 all >debug.log 2>&1
+check "make DEBUG=1 after a release build builds build/debug/pptrain" "[ $? -eq 0 ] && [ -x build/debug/pptrain ]"
+check "./pptrain stays the release binary" "[ \"\$(cksum <pptrain)\" = \"$release\" ]"
+check "the debug binary has the sanitizers" "nm build/debug/pptrain 2>/dev/null | grep -q __asan_init || ldd build/debug/pptrain | grep -q libasan"
+check "the debug binary runs" "build/debug/pptrain --help >/dev/null 2>&1"
+
+make DEBUG=1 all >debug2.log 2>&1
+check "a second make DEBUG=1 links nothing" "[ \$(links debug2.log) -eq 0 ]"
+make all >release2.log 2>&1
+check "a make after the debug build links nothing" "[ \$(links release2.log) -eq 0 ] && [ \"\$(cksum <pptrain)\" = \"$release\" ]"
+
+make -n test DEBUG=1 >dry.log 2>&1
+check "make test DEBUG=1 runs the scripts against build/debug/pptrain" "grep -q 'PPTRAIN=build/debug/pptrain' dry.log"
+check "make test DEBUG=1 builds the test binaries in build/debug" "grep -q 'build/debug/test/test_model' dry.log && ! grep -q 'build/cpu/' dry.log"
+
+echo "build.sh: $pass passed, $fail failed"
+[ $fail -eq 0 ]
