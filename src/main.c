@@ -116,14 +116,59 @@ static void install_signals(void) {
 
 enum { CTL_STOP, CTL_SAVED, CTL_N };
 
+/* [Note: diverged weights] A checkpoint is committed only when the loss of its weights
+ * is known to be finite, so that `latest` always resumes. The save after step k (the
+ * weights after k updates) is committed after step k+1, whose loss is of those weights
+ * (runtime_step fails on a non-finite one), or after a finite validation loss at step
+ * k. Weights no step uses (the end of the run, a stop on a signal) are checked by the
+ * validation at that step or else by one forward pass (runtime_check_loss) over the
+ * batch a resumed run starts with. A non-finite loss ends the run with exit 1; a save
+ * of weights already known good is committed first. */
+
+/* End the run with error rc, first committing a pending save of weights known good
+ * (those after at most `good` steps). */
+static int fail_keeping_good(Checkpointer *ck, Runtime *rt, long good, int rc) {
+    char err[PP_ERR_MAX];
+    if (ck->pending >= 0 && ck->pending <= good && checkpoint_finish(ck, rt, err, sizeof err)) pp_error("%s", err);
+    return rc;
+}
+
+/* Make sure the weights after `step` steps have a finite loss (*good == step: known). */
+static int check_weights(Checkpointer *ck, Runtime *rt, int step, long *good, char *err, size_t errlen) {
+    double loss;
+    int rc;
+    if (*good == step) return PP_OK;
+    if ((rc = runtime_check_loss(rt, step, &loss, err, errlen))) return rc;
+    if ((rc = runtime_check_finite(rt, step, "the loss of the weights after it (on the next batch)", loss, err, errlen)))
+        return fail_keeping_good(ck, rt, *good, rc);
+    *good = step;
+    return PP_OK;
+}
+
+/* The end of the run: the final checkpoint, or nothing if resumed at the end already. */
+static int finish_run(const Config *cfg, Runtime *rt, Checkpointer *ck, int start, long good, char *err,
+                      size_t errlen) {
+    int rc, trained = start < cfg->steps, convert = cfg->steps == 0 && start == 0; /* steps 0: convert init_from */
+    if (!trained && !convert) {
+        if (rt->lay.rank == 0)
+            printf("nothing to do: the checkpoint has %d steps, train.steps is %d (raise train.steps to go on)\n", start,
+                   cfg->steps);
+        return checkpoint_finish(ck, rt, err, errlen);
+    }
+    if (trained && (rc = check_weights(ck, rt, cfg->steps, &good, err, errlen))) return rc;
+    return checkpoint_save(ck, rt, cfg->steps, 1, err, errlen);
+}
+
 /* The training loop from step `start` on; checkpoints as configured. */
 static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log, int start, char *err, size_t errlen) {
     double tokens = (double)cfg->batch_size * cfg->seq_len;
+    long good = -1; /* the weights after this many steps have a finite loss ([Note: diverged weights]) */
     int rc = PP_OK, step;
     for (step = start; step < cfg->steps; step++) {
         StepResult r;
         double ctl[CTL_N] = {g_stop_signal != 0, ck->pending >= 0 && checkpoint_idle(ck)};
         if ((rc = runtime_step(rt, step, ctl, CTL_N, &r, err, errlen))) return rc;
+        good = step;
         if (step > start || cfg->steps - start == 1) runtime_measure(rt); /* the first step warms up */
         if ((step + 1) % cfg->log_every == 0 || step + 1 == cfg->steps)
             log_step(log, step + 1, r.loss, r.lr, r.grad_norm, tokens / rt->step_s, rt->step_s * 1e3);
@@ -131,11 +176,15 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
             double vl;
             if ((rc = runtime_validate(rt, cfg->val_batches, &vl, err, errlen))) return rc;
             log_val(log, step + 1, vl);
+            if ((rc = runtime_check_finite(rt, step + 1, "validation loss", vl, err, errlen)))
+                return fail_keeping_good(ck, rt, good, rc);
+            good = step + 1;
         }
         if (rt->trace) trace_flush(rt->trace);
         if (ctl[CTL_SAVED] == rt->lay.world && (rc = checkpoint_finish(ck, rt, err, errlen))) return rc;
         if (ctl[CTL_STOP] > 0) {
             if (rt->lay.rank == 0) printf("stopping on a signal after step %d: saving a checkpoint\n", step + 1);
+            if ((rc = check_weights(ck, rt, step + 1, &good, err, errlen))) return rc;
             rc = checkpoint_save(ck, rt, step + 1, 1, err, errlen);
             return rc ? rc : g_stop_signal == SIGINT ? 130 : PP_OK;
         }
@@ -143,13 +192,7 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
             (rc = checkpoint_save(ck, rt, step + 1, 0, err, errlen)))
             return rc;
     }
-    /* the end of the run: a final checkpoint, unless resumed at the end already */
-    if (start < cfg->steps || (cfg->steps == 0 && start == 0)) /* steps 0: convert init_from */
-        return checkpoint_save(ck, rt, cfg->steps, 1, err, errlen);
-    if (rt->lay.rank == 0)
-        printf("nothing to do: the checkpoint has %d steps, train.steps is %d (raise train.steps to go on)\n", start,
-               cfg->steps);
-    return checkpoint_finish(ck, rt, err, errlen);
+    return finish_run(cfg, rt, ck, start, good, err, errlen);
 }
 
 static int train(const Config *cfg, const DistEnv *env, const char *resume) {

@@ -309,11 +309,14 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     return PP_OK;
 }
 
-int runtime_validate(Runtime *rt, int batches, double *loss, char *err, size_t errlen) {
+/* The mean loss of the current weights over batches first .. first + n - 1 of d
+ * (forward only, all ranks together); `what` names it in a transport error. */
+static int forward_loss(Runtime *rt, const DataSet *d, int first, int n, const char *what, double *loss, char *err,
+                        size_t errlen) {
     double sum = 0;
-    for (int n = 0; n < batches; n++) {
-        load_batch(rt, &rt->val, n);
-        StepCtx x = {.step = n, .fwd_only = 1, .kind_act = KIND_VAL_ACT};
+    for (int b = first; b < first + n; b++) {
+        load_batch(rt, d, b);
+        StepCtx x = {.step = b, .fwd_only = 1, .kind_act = KIND_VAL_ACT};
         int rc = run_actions(rt, &rt->fwd, &x, err, errlen);
         if (rc) return rc;
         double batch_loss, unused;
@@ -321,9 +324,24 @@ int runtime_validate(Runtime *rt, int batches, double *loss, char *err, size_t e
         sum += batch_loss;
     }
     if (comm_allreduce_sum_f64(rt->comm, &sum, 1) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the validation loss: %s", comm_error(rt->comm));
-    *loss = sum / ((double)batches * rt->global_batch * rt->T);
+        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of %s: %s", what, comm_error(rt->comm));
+    *loss = sum / ((double)n * rt->global_batch * rt->T);
     return PP_OK;
+}
+
+int runtime_validate(Runtime *rt, int batches, double *loss, char *err, size_t errlen) {
+    return forward_loss(rt, &rt->val, 0, batches, "the validation loss", loss, err, errlen);
+}
+
+int runtime_check_loss(Runtime *rt, int step, double *loss, char *err, size_t errlen) {
+    return forward_loss(rt, &rt->train, step, 1, "the loss before a checkpoint", loss, err, errlen);
+}
+
+int runtime_check_finite(const Runtime *rt, int step, const char *what, double loss, char *err, size_t errlen) {
+    if (isfinite(loss)) return PP_OK;
+    return pp_errf(err, errlen, PP_ERUNTIME, "step %d: %s is %g, not finite: the weights diverged, and no checkpoint of "
+                   "them is written; lower train.optimizer.lr%s, or resume from an earlier checkpoint", step, what, loss,
+                   rt->cfg->grad_clip > 0 ? "" : " or enable train.grad_clip");
 }
 
 /* ---- build -------------------------------------------------------------------- */

@@ -94,8 +94,20 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
                  size_t errlen);
 
 /* Collective (every rank calls it): mean loss over `batches` batches of the
- * validation set (forward only). */
+ * validation set (forward only). PP_ERUNTIME only for a transport failure: the caller
+ * judges the value (runtime_check_finite). */
 int runtime_validate(Runtime *rt, int batches, double *loss, char *err, size_t errlen);
+
+/* Collective: the loss of the current weights, those after `step` steps, on training
+ * batch `step`: the first loss a run resumed from them computes (forward only; weights
+ * and optimizer state are untouched). What main.c checks before it commits a checkpoint
+ * of weights no step has used yet ([Note: diverged weights] in main.c). PP_ERUNTIME only
+ * for a transport failure. */
+int runtime_check_loss(Runtime *rt, int step, double *loss, char *err, size_t errlen);
+
+/* PP_OK if loss is finite; else PP_ERUNTIME with "step <step>: <what> is <loss>, not
+ * finite: ..." and what to do, as runtime_step says of a non-finite training loss. */
+int runtime_check_finite(const Runtime *rt, int step, const char *what, double loss, char *err, size_t errlen);
 
 /* Count the last step in the performance report (call after runtime_step; the first
  * steps, which warm caches and fault pages in, are best left out). */
