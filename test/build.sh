@@ -4,6 +4,8 @@
 # leaves ./pptrain the release binary; both builds are up to date afterwards; `make test
 # DEBUG=1` runs the scripts against build/debug/pptrain.
 set -u
+# the builds below choose their own variables: none from a `make test DEBUG=1` around us
+unset MAKEFLAGS MFLAGS MAKELEVEL DEBUG V
 tmp=$(mktemp -d /tmp/pptrain-build.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
