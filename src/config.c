@@ -95,6 +95,7 @@ static const Field k_fields[] = {
     INT("output.checkpoint_every", checkpoint_every, "0", 0, IMAX,
         "steps between checkpoints; 0 = at the end and on SIGTERM/SIGUSR1 only"),
     INT("output.checkpoint_keep", checkpoint_keep, "2", 1, IMAX, "checkpoints kept on disk"),
+    OTHER("output.checkpoint_final", T_BOOL, checkpoint_final, "true", "save a checkpoint at the end of the run"),
     INT("output.compression_level", compression_level, "6", 0, 9, "zlib level of checkpoints"),
     OTHER("output.trace", T_BOOL, trace, "false", "write trace.json"),
     ENUM("runtime.device", device, "auto", "auto|cpu|cuda", "where the model runs"),

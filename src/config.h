@@ -53,6 +53,7 @@ typedef struct {
     int log_every;
     int checkpoint_every;
     int checkpoint_keep;
+    int checkpoint_final;            /* bool: save at the end of the run */
     int compression_level;
     int trace;                       /* bool */
     /* runtime: */

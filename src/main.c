@@ -145,7 +145,8 @@ static int check_weights(Checkpointer *ck, Runtime *rt, int step, long *good, ch
     return PP_OK;
 }
 
-/* The end of the run: the final checkpoint, or nothing if resumed at the end already. */
+/* The end of the run: the final checkpoint unless output.checkpoint_final is false (a
+ * periodic save still pending is committed), or nothing if resumed at the end already. */
 static int finish_run(const Config *cfg, Runtime *rt, Checkpointer *ck, int start, long good, char *err,
                       size_t errlen) {
     int rc, trained = start < cfg->steps, convert = cfg->steps == 0 && start == 0; /* steps 0: convert init_from */
@@ -155,8 +156,13 @@ static int finish_run(const Config *cfg, Runtime *rt, Checkpointer *ck, int star
                    cfg->steps);
         return checkpoint_finish(ck, rt, err, errlen);
     }
-    if (trained && (rc = check_weights(ck, rt, cfg->steps, &good, err, errlen))) return rc;
-    return checkpoint_save(ck, rt, cfg->steps, 1, err, errlen);
+    if (trained && (cfg->checkpoint_final || ck->pending == cfg->steps) &&
+        (rc = check_weights(ck, rt, cfg->steps, &good, err, errlen)))
+        return rc;
+    if (cfg->checkpoint_final) return checkpoint_save(ck, rt, cfg->steps, 1, err, errlen);
+    if (rt->lay.rank == 0 && ck->pending != cfg->steps)
+        printf("no checkpoint at the end of the run (output.checkpoint_final is false)\n");
+    return checkpoint_finish(ck, rt, err, errlen);
 }
 
 /* The training loop from step `start` on; checkpoints as configured. */
@@ -188,8 +194,9 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
             rc = checkpoint_save(ck, rt, step + 1, 1, err, errlen);
             return rc ? rc : g_stop_signal == SIGINT ? 130 : PP_OK;
         }
-        if (cfg->checkpoint_every > 0 && (step + 1) % cfg->checkpoint_every == 0 && step + 1 < cfg->steps &&
-            (rc = checkpoint_save(ck, rt, step + 1, 0, err, errlen)))
+        /* the last step's weights are saved by the final checkpoint, if there is one */
+        if (cfg->checkpoint_every > 0 && (step + 1) % cfg->checkpoint_every == 0 &&
+            (step + 1 < cfg->steps || !cfg->checkpoint_final) && (rc = checkpoint_save(ck, rt, step + 1, 0, err, errlen)))
             return rc;
     }
     return finish_run(cfg, rt, ck, start, good, err, errlen);

@@ -113,11 +113,17 @@ int runtime_check_finite(const Runtime *rt, int step, const char *what, double l
  * steps, which warm caches and fault pages in, are best left out). */
 void runtime_measure(Runtime *rt);
 
-/* Collective (every rank calls it): print this rank's busy/idle split and peak RSS and,
- * on rank 0, the pipeline efficiency: the simulator's makespan of this schedule with
- * the measured mean F and B time of every stage, over the measured time of the action
- * list (the step without the optimizer). */
+/* Collective (every rank calls it): print this rank's busy/idle split and peak RSS (in
+ * MB of 10^6 bytes, like every size pptrain prints) and, on rank 0, the pipeline
+ * efficiency: the simulator's makespan of this schedule with the measured mean F and B
+ * time of every stage, over the measured time of the action list (the step without the
+ * optimizer). */
 int runtime_report(Runtime *rt, char *err, size_t errlen);
+
+/* The verdict runtime_report prints after the two times: "efficiency N%" (simulated /
+ * measured, at most 100%), or, when the measured time is the shorter, a sentence saying
+ * so instead of a percentage above 100. */
+void runtime_efficiency_text(double simulated_s, double measured_s, char *buf, size_t n);
 
 /* 1 if t is this rank's replica of the tied wte: the last stage's copy on another rank
  * than stage 0's. The grad norm counts, and checkpoints store, only stage 0's copy. */

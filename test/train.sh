@@ -48,5 +48,44 @@ printf 'not a token file at all, just text\n' >"$tmp/bad.bin"
 expect2 "bad token file names the file" "bad.bin" --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set data.train="$tmp/bad.bin" --set output.dir="$tmp/x"
 expect2 "vocab too small for the tokens" "train.bin" --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set model.vocab_size=100 --set output.dir="$tmp/x"
 
+# 4. output.checkpoint_final (issue 17, item 11): false writes no checkpoint at the end,
+#    but checkpoint_every's saves (the last step's too) and a save on SIGTERM still happen.
+$PPTRAIN --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set train.steps=3 --set output.dir="$tmp/nofinal" \
+  --set output.checkpoint_final=false >"$tmp/nofinal.out" 2>&1
+check "checkpoint_final: false: exit 0, no checkpoint, says so" \
+  "[ $? -eq 0 ] && [ ! -e $tmp/nofinal/checkpoints/latest ] && grep -q 'no checkpoint at the end' $tmp/nofinal.out"
+$PPTRAIN --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set train.steps=4 --set output.dir="$tmp/every" \
+  --set output.checkpoint_final=false --set output.checkpoint_every=2 >"$tmp/every.out" 2>&1
+check "checkpoint_final: false keeps checkpoint_every's saves, the last step's too" \
+  "[ $? -eq 0 ] && [ \"\$(readlink $tmp/every/checkpoints/latest)\" = step_0000004 ] && [ -d $tmp/every/checkpoints/step_0000002 ]"
+$PPTRAIN --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set train.steps=100000 --set output.dir="$tmp/term" \
+  --set output.checkpoint_final=false --set output.log_every=1 >"$tmp/term.out" 2>&1 &
+pid=$!
+for _ in $(seq 200); do [ "$(tail -n +2 "$tmp/term/losses.csv" 2>/dev/null | wc -l)" -ge 3 ] && break; sleep 0.1; done
+kill -TERM $pid
+for _ in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done # at most 60 s
+kill -9 $pid 2>/dev/null
+wait $pid
+check "checkpoint_final: false still saves on SIGTERM" "[ $? -eq 0 ] && [ -L $tmp/term/checkpoints/latest ]"
+
+# 5. The report's numbers match their units (issue 17, item 11): peak RSS in MB (10^6
+#    bytes) as the kernel counts it for the whole process (within the growth after the
+#    report), and no pipeline efficiency above 100%.
+python3 - "$PPTRAIN" "$tmp/rss" >"$tmp/rss.txt" 2>&1 <<'PY'
+import re, resource, subprocess, sys
+out = subprocess.run([sys.argv[1], "--config", "configs/gpt-tiny.yaml", "--set", "pipeline.stages=1",
+                      "--set", "train.steps=5", "--set", "output.dir=" + sys.argv[2]],
+                     capture_output=True, text=True).stdout
+printed = float(re.search(r"peak RSS ([0-9.]+) MB", out).group(1))
+kernel = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / 1e6  # KiB -> MB
+eff = re.search(r"^pipeline: simulated .*", out, re.M).group(0)
+m = re.search(r"efficiency ([0-9.]+)%", eff)
+ok = 0.97 * kernel <= printed <= kernel + 0.05 and (m is None or float(m.group(1)) <= 100.0)
+print("printed %.1f MB, kernel %.1f MB; %s" % (printed, kernel, eff))
+sys.exit(0 if ok else 1)
+PY
+rc=$?
+check "peak RSS in MB and efficiency <= 100%: $(head -c 300 "$tmp/rss.txt")" "[ $rc -eq 0 ]"
+
 echo "train.sh: $pass passed, $fail failed"
 [ $fail -eq 0 ]
