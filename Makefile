@@ -17,6 +17,8 @@ else
   BUILD := build/cpu
   BIN   := pptrain
 endif
+# the binary as a command (data, run, and PPTRAIN for the test scripts)
+EXE := ./$(BIN)
 
 # No -ffast-math: the CPU backend is the numerical reference. -fno-math-errno and
 # -fno-trapping-math change no result; they let sqrtf and the clamped exp vectorize.
@@ -79,12 +81,12 @@ deps:
 # The small dataset the default config trains on, generated here (no download).
 data: data/tiny/train.bin
 data/tiny/train.bin: data/tiny.txt $(BIN)
-	$(Q)$(BIN) prepare-data --text data/tiny.txt --out data/tiny/train.bin --val-fraction 0.1
+	$(Q)$(EXE) prepare-data --text data/tiny.txt --out data/tiny/train.bin --val-fraction 0.1
 
 run: deps
 	$(Q)$(MAKE) --no-print-directory all data
 	rm -rf runs/gpt-tiny  # the demo starts afresh (pptrain refuses to overwrite a run's checkpoints)
-	scripts/pprun --nproc-per-node 2 $(BIN) --config configs/gpt-tiny.yaml
+	scripts/pprun --nproc-per-node 2 $(EXE) --config configs/gpt-tiny.yaml
 
 # The skip protocol: a test program (a Check binary or a test/*.sh script) passes with
 # exit 0, is skipped with exit 77 (automake's convention), and fails otherwise. A script
@@ -98,7 +100,7 @@ unit-tests: all data $(TESTS)
 	@pass=0; skip=0; part=0; failed=; : >$(REPORT); \
 	for t in $(TESTS) test/*.sh; do [ -e "$$t" ] || continue; \
 	  echo "== $$t"; : >$(SKIPS); \
-	  case $$t in *.sh) PPTRAIN=$(BIN) PP_TEST_SKIPS=$(SKIPS) bash $$t;; *) $$t;; esac; rc=$$?; \
+	  case $$t in *.sh) PPTRAIN=$(EXE) PP_TEST_SKIPS=$(SKIPS) bash $$t;; *) $$t;; esac; rc=$$?; \
 	  if [ $$rc -eq 77 ]; then skip=$$((skip + 1)); \
 	    [ -s $(SKIPS) ] || echo "no reason given" >$(SKIPS); \
 	    sed "s|^|make test: skipped $$t: |" $(SKIPS) >>$(REPORT); \

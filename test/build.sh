@@ -34,8 +34,14 @@ check "a second make DEBUG=1 links nothing" "[ \$(links debug2.log) -eq 0 ]"
 make all >release2.log 2>&1
 check "a make after the debug build links nothing" "[ \$(links release2.log) -eq 0 ] && [ \"\$(cksum <pptrain)\" = \"$release\" ]"
 
+rm -rf data/tiny
+make data >data.log 2>&1
+check "make data runs the release binary" "[ $? -eq 0 ] && [ -s data/tiny/train.bin ]"
+
 make -n test DEBUG=1 >dry.log 2>&1
-check "make test DEBUG=1 runs the scripts against build/debug/pptrain" "grep -q 'PPTRAIN=build/debug/pptrain' dry.log"
+check "make test DEBUG=1 runs the scripts against build/debug/pptrain" "grep -q 'PPTRAIN=./build/debug/pptrain ' dry.log"
+make -n test >dry-release.log 2>&1
+check "make test runs the scripts against ./pptrain" "grep -q 'PPTRAIN=./pptrain ' dry-release.log"
 check "make test DEBUG=1 builds the test binaries in build/debug" "grep -q 'build/debug/test/test_model' dry.log && ! grep -q 'build/cpu/' dry.log"
 
 echo "build.sh: $pass passed, $fail failed"
