@@ -110,6 +110,7 @@ static const char *const k_sections[] = {"model", "pipeline", "train", "train.op
                                          "train.lr_schedule", "data", "output", "runtime"};
 #define N_SECTIONS (sizeof k_sections / sizeof k_sections[0])
 
+#define CONFIG_MAX_BYTES (1u << 20) /* a config file is small; /dev/zero is not one */
 #define KEY_MAX 96   /* longest dotted key a user can write that we look at */
 #define WANT_MAX 256 /* "what was expected" text */
 
@@ -376,6 +377,54 @@ static const char *key_suggest(const char *key) {
  * The YAML reader (files and --set values)
  * ---------------------------------------------------------------------------------- */
 
+/* [Note: YAML tags] A tag is honoured, never ignored: `!!str 4` is the string "4", so
+ * model.n_layers refuses it, and `!!int "4"` is the integer 4. Only the core schema's
+ * tags are known (!!str, !!int, !!float, !!bool, !!null on scalars; !!map and !!seq on
+ * mappings and lists; `!` on a scalar means a string too); any other tag is an error,
+ * and so is a tag that does not fit the key's type (scalar_tag, tag_fits). */
+
+#define CORE_TAG "tag:yaml.org,2002:"
+
+/* What the tag of event ev names: "str", "int", "float", "bool", "null", "map", "seq";
+ * NULL when it has none; "" for a tag outside the core schema. */
+static const char *tag_kind(const yaml_event_t *ev) {
+    static const char *const known[] = {"str", "int", "float", "bool", "null", "map", "seq"};
+    const yaml_char_t *t = ev->type == YAML_SCALAR_EVENT           ? ev->data.scalar.tag
+                           : ev->type == YAML_MAPPING_START_EVENT  ? ev->data.mapping_start.tag
+                           : ev->type == YAML_SEQUENCE_START_EVENT ? ev->data.sequence_start.tag
+                                                                   : NULL;
+    if (!t) return NULL;
+    if (!strcmp((const char *)t, "!")) return "str"; /* the non-specific tag of a string */
+    if (strncmp((const char *)t, CORE_TAG, strlen(CORE_TAG))) return "";
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp((const char *)t + strlen(CORE_TAG), known[i])) return known[i];
+    return "";
+}
+
+/* Whether a scalar is read as untyped text to resolve (an int, a bool, null...): a plain
+ * scalar without a tag, or any scalar whose tag names a non-string type (`!!int "4"`).
+ * Quoted scalars and `!!str` ones are strings. */
+static int scalar_plain(const yaml_event_t *ev) {
+    const char *kind = tag_kind(ev);
+    if (kind) return strcmp(kind, "str") != 0;
+    return ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+}
+
+/* Whether a scalar tagged `kind` may be the value of field f. */
+static int tag_fits(const Field *f, const char *kind) {
+    switch (f->type) {
+    case T_INT:
+    case T_U64: return !strcmp(kind, "int");
+    case T_FLOAT: return !strcmp(kind, "float");
+    case T_BOOL: return !strcmp(kind, "bool");
+    case T_PATH: return !strcmp(kind, "str") || !strcmp(kind, "null");
+    case T_STRING:
+    case T_ENUM:
+    case T_SPLIT: return !strcmp(kind, "str");
+    }
+    return 0;
+}
+
 #define SEEN_MAX (N_FIELDS + N_SECTIONS)
 
 typedef struct {
@@ -410,7 +459,7 @@ static int fail_value(Reader *r, const char *key, const yaml_event_t *ev, const 
     if (ev->type != YAML_SCALAR_EVENT)
         return fail(r, &ev->start_mark, "%s: expected %s, got a list", key, want);
     const char *v = (const char *)ev->data.scalar.value;
-    if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
+    if (scalar_plain(ev))
         return fail(r, &ev->start_mark, "%s: expected %s, got '%.200s'", key, want, v);
     return fail(r, &ev->start_mark, "%s: expected %s, got '\"%.200s\"' (a quoted string)", key,
                 want, v);
@@ -420,6 +469,32 @@ static int fail_unknown(Reader *r, const yaml_mark_t *m, const char *key) {
     const char *near = key_suggest(key);
     if (near) return fail(r, m, "unknown key '%s' (did you mean '%s'?)", key, near);
     return fail(r, m, "unknown key '%s' (docs/config.md lists the keys)", key);
+}
+
+/* Refuse what no config value may hold: a NUL inside a scalar (libyaml gives its length;
+ * C strings would stop at the NUL and silently use the part before it), a tag outside
+ * the core schema, or a collection tagged as something else. */
+static int check_event(Reader *r, const yaml_event_t *ev) {
+    const char *kind = tag_kind(ev);
+    if (ev->type == YAML_SCALAR_EVENT &&
+        strlen((const char *)ev->data.scalar.value) != ev->data.scalar.length)
+        return fail(r, &ev->start_mark, "the value holds a NUL byte (\\0) at character %zu: "
+                    "a path or name cannot contain one; remove it",
+                    strlen((const char *)ev->data.scalar.value) + 1);
+    if (kind && !*kind)
+        return fail(r, &ev->start_mark, "YAML tag '%s' is not supported in configs: write the "
+                    "value without a tag", (const char *)(ev->type == YAML_SCALAR_EVENT
+                        ? ev->data.scalar.tag : ev->type == YAML_MAPPING_START_EVENT
+                        ? ev->data.mapping_start.tag : ev->data.sequence_start.tag));
+    if (kind && ev->type == YAML_MAPPING_START_EVENT && strcmp(kind, "map"))
+        return fail(r, &ev->start_mark, "the YAML tag !!%s does not fit a mapping: remove it",
+                    kind);
+    if (kind && ev->type == YAML_SEQUENCE_START_EVENT && strcmp(kind, "seq"))
+        return fail(r, &ev->start_mark, "the YAML tag !!%s does not fit a list: remove it", kind);
+    if (kind && ev->type == YAML_SCALAR_EVENT && (!strcmp(kind, "map") || !strcmp(kind, "seq")))
+        return fail(r, &ev->start_mark, "the YAML tag !!%s does not fit a single value: "
+                    "remove it", kind);
+    return PP_OK;
 }
 
 /* Next event; a libyaml error becomes "FILE:LINE:COL: YAML syntax error: problem". */
@@ -442,7 +517,9 @@ static int next_event(Reader *r, yaml_event_t *ev) {
         yaml_event_delete(ev);
         return rc;
     }
-    return PP_OK;
+    int rc = check_event(r, ev);
+    if (rc) yaml_event_delete(ev);
+    return rc;
 }
 
 static int read_mapping(Reader *r, const char *prefix);
@@ -454,7 +531,7 @@ static int split_entry(Reader *r, const char *key, const yaml_event_t *ev, int *
     char want[WANT_MAX], item[64];
     int count = 0;
     const char *s = ev->type == YAML_SCALAR_EVENT ? (const char *)ev->data.scalar.value : "";
-    int plain = ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    int plain = ev->type == YAML_SCALAR_EVENT && scalar_plain(ev);
     Field positive = {.lo = 1, .hi = IMAX};
     int this_kind = 0;
     if (plain && parse_int(&positive, s, &count)) {
@@ -511,14 +588,25 @@ static int read_value(Reader *r, const char *key, const yaml_event_t *ev) {
     char want[WANT_MAX];
     if (!f) { /* a section */
         if (ev->type == YAML_MAPPING_START_EVENT) return read_mapping(r, key);
-        if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+        if (ev->type == YAML_SCALAR_EVENT && scalar_plain(ev) &&
             is_null((const char *)ev->data.scalar.value))
             return PP_OK; /* "train:" with nothing under it */
         return fail_value(r, key, ev, "a mapping of keys");
     }
     if (ev->type == YAML_SCALAR_EVENT) {
-        int plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-        if (field_parse(f, r->c, (const char *)ev->data.scalar.value, plain, want, sizeof want))
+        const char *kind = tag_kind(ev), *s = (const char *)ev->data.scalar.value;
+        if (kind && !strcmp(kind, "null") && tag_fits(f, kind) && !is_null(s))
+            return fail(r, &ev->start_mark, "%s: the YAML tag !!null needs an empty value or "
+                        "null, got '%.200s': write the value without the tag", key, s);
+        if (kind && !tag_fits(f, kind)) {
+            field_expected(f, want, sizeof want);
+            return fail(r, &ev->start_mark, "%s: the YAML tag !!%s makes '%.200s' %s, but %s "
+                        "takes %s: write the value without the tag", key, kind, s,
+                        !strcmp(kind, "str") ? "a string" : !strcmp(kind, "null") ? "null"
+                        : !strcmp(kind, "int") ? "an integer" : !strcmp(kind, "float")
+                        ? "a number" : "a boolean", key, want);
+        }
+        if (field_parse(f, r->c, s, scalar_plain(ev), want, sizeof want))
             return fail_value(r, key, ev, want);
         return PP_OK;
     }
@@ -529,8 +617,11 @@ static int read_value(Reader *r, const char *key, const yaml_event_t *ev) {
 
 /* One "key: value" pair inside the mapping `prefix` ("" at the top); `kev` is the key. */
 static int read_entry(Reader *r, const char *prefix, const yaml_event_t *kev) {
-    const char *k = (const char *)kev->data.scalar.value;
+    const char *k = (const char *)kev->data.scalar.value, *kind = tag_kind(kev);
     char key[KEY_MAX];
+    if (kind && strcmp(kind, "str"))
+        return fail(r, &kev->start_mark, "key '%s': a key is a name, not !!%s: remove the tag",
+                    k, kind);
     if (strchr(k, '.'))
         return fail(r, &kev->start_mark, "key '%s': write nested keys as nested mappings "
                                          "('train:' then '  steps: 20'), not with dots", k);
@@ -573,7 +664,7 @@ static int read_mapping(Reader *r, const char *prefix) {
 /* The top of a config file: a mapping of sections, or nothing at all. */
 static int read_root(Reader *r, const yaml_event_t *ev) {
     if (ev->type == YAML_MAPPING_START_EVENT) return read_mapping(r, "");
-    if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+    if (ev->type == YAML_SCALAR_EVENT && scalar_plain(ev) &&
         is_null((const char *)ev->data.scalar.value))
         return PP_OK;
     return fail_value(r, "top level", ev, "a mapping of sections (model:, pipeline:, train:, "
@@ -643,8 +734,11 @@ void config_defaults(Config *c) {
 int config_load_file(Config *c, const char *path, char *err, size_t errlen) {
     char *text = NULL, why[PP_ERR_MAX];
     size_t len = 0;
-    if (pp_read_file(path, "config file", &text, &len, why, sizeof why) != PP_OK)
-        return pp_errf(err, errlen, PP_EUSAGE, "%s: %s", path, why);
+    if (pp_read_file_max(path, "config file", CONFIG_MAX_BYTES, &text, &len, why,
+                         sizeof why) != PP_OK)
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: %s%s", path, why,
+                       errno == EFBIG ? " (a config is YAML of at most 1 MiB: is this the "
+                                        "right file?)" : "");
     int rc = read_text(c, text, len, path, NULL, NULL, err, errlen);
     free(text);
     return rc;
@@ -665,9 +759,12 @@ int config_set(Config *c, const char *assignment, char *err, size_t errlen) {
     return read_text(c, eq + 1, strlen(eq + 1), NULL, assignment, key, err, errlen);
 }
 
-/* A field's value as a number (T_INT / T_FLOAT) for limit checks. */
+/* A field's value as a number (T_INT / T_FLOAT) for limit checks. Two returns, not one
+ * `?:`: that would convert the int to float (the usual arithmetic conversions) and round
+ * 2147483584 and above up to 2^31, which is over every int limit. */
 static double field_number(const Field *f, const Config *c) {
-    return f->type == T_INT ? *(const int *)field_ptr(f, c) : *(const float *)field_ptr(f, c);
+    if (f->type == T_INT) return *(const int *)field_ptr(f, c);
+    return *(const float *)field_ptr(f, c);
 }
 
 /* Every value within its table limits (values set directly in the struct included). */
