@@ -50,16 +50,18 @@ typedef struct {
 #define OTHER(k, t, m, d, h) {k, t, AT(m), d, 0, 0, 0, NULL, h}
 #define IMAX INT_MAX
 
-/* Order = DESIGN.md §3 = the order config_print writes and config_first_diff scans. */
+/* Order = DESIGN.md §3 = the order config_print writes and config_first_diff scans.
+ * n_layers and dim stop where the model's int sizes would overflow (12 L + 6 tensors,
+ * fcw's 4 C rows): model_dims_check's limits. */
 static const Field k_fields[] = {
     ENUM("model.arch", arch, "gpt2", "gpt2", "decoder block family"),
     INT("model.vocab_size", vocab_size, NULL, 1, 65536, "vocabulary size V; token files hold uint16 ids"),
     INT("model.padded_vocab_size", padded_vocab_size, "0", 0, IMAX,
         "Vp, rows of the embedding table; 0 = V rounded up to a multiple of 128"),
     INT("model.max_seq_len", max_seq_len, NULL, 1, IMAX, "maxT, rows of the position table"),
-    INT("model.n_layers", n_layers, NULL, 1, IMAX, "L, decoder blocks"),
+    INT("model.n_layers", n_layers, NULL, 1, (IMAX - 6) / 12, "L, decoder blocks"),
     INT("model.n_heads", n_heads, NULL, 1, IMAX, "NH, attention heads per block"),
-    INT("model.dim", dim, NULL, 1, IMAX, "C, channels; a multiple of n_heads"),
+    INT("model.dim", dim, NULL, 1, IMAX / 4, "C, channels; a multiple of n_heads"),
     OTHER("model.tie_embeddings", T_BOOL, tie_embeddings, "true", "lm_head shares wte"),
     OTHER("model.init_from", T_PATH, init_from, "null", "llm.c fp32 GPT-2 checkpoint to start from"),
     FLT("model.init_std", init_std, "0.02", 0, INFINITY, OPEN_LO, "std of the random init"),

@@ -1,5 +1,5 @@
 /* test_common.c — the file helpers of common.c: pp_read_file (whole files, NULs,
- * growing past a size that lied, every error), PPFile (nothing under the final name
+ * regular files only, a size limit, every error), PPFile (nothing under the final name
  * before commit, abort leaves nothing, atomic replacement, a failed write or rename
  * reported with its reason and cleaned up, unwritable directories, stale temporary
  * names, stdio and fd writers) and pp_fsync_dir. */

@@ -579,7 +579,9 @@ START_TEST(test_set_errors) {
         {"train.optimizer={lr: 0.1, lr: 0.2}", "duplicate key 'train.optimizer.lr'"},
         {"train.optimizer={lrr: 0.1}", "(did you mean 'train.optimizer.lr'?)"},
         {"train.optimizer=sgd", "train.optimizer: expected a mapping of keys, got 'sgd'"},
-        {"model.dim=[1]", "model.dim: expected an integer >= 1, got a list"},
+        {"model.dim=[1]", "model.dim: expected an integer in [1, 536870911], got a list"},
+        {"model.dim=536870912", "model.dim: expected an integer in [1, 536870911]"},
+        {"model.n_layers=178956971", "model.n_layers: expected an integer in [1, 178956970]"},
         {"train.steps", "--set train.steps: expected KEY=VALUE"},
         {"=3", "--set =3: expected KEY=VALUE"},
     };
