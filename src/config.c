@@ -154,6 +154,10 @@ static int all_digits(const char *s) {
     return 1;
 }
 
+/* Digits without a leading zero ("0" itself is fine): YAML 1.1 reads 010 as octal 8, so
+ * a config that says 010 is ambiguous and refused rather than read as 10. */
+static int decimal_digits(const char *s) { return all_digits(s) && (s[0] != '0' || !s[1]); }
+
 static int in_limits(const Field *f, double v) {
     int lo_ok = (f->open & OPEN_LO) ? v > f->lo : v >= f->lo;
     int hi_ok = (f->open & OPEN_HI) ? v < f->hi : v <= f->hi;
@@ -163,7 +167,7 @@ static int in_limits(const Field *f, double v) {
 /* A decimal integer: optional sign, digits only (no 1e3, 0x10, 2.0). */
 static int parse_int(const Field *f, const char *s, int *out) {
     const char *digits = s + (*s == '+' || *s == '-');
-    if (!all_digits(digits)) return 0;
+    if (!decimal_digits(digits)) return 0;
     errno = 0;
     long long v = strtoll(s, NULL, 10);
     if (errno || v < INT_MIN || v > INT_MAX || !in_limits(f, (double)v)) return 0;
@@ -172,7 +176,7 @@ static int parse_int(const Field *f, const char *s, int *out) {
 }
 
 static int parse_u64(const char *s, uint64_t *out) {
-    if (!all_digits(s)) return 0;
+    if (!decimal_digits(s)) return 0;
     errno = 0;
     unsigned long long v = strtoull(s, NULL, 10);
     if (errno) return 0;
@@ -191,11 +195,14 @@ static int parse_float(const Field *f, const char *s, float *out) {
     return 1;
 }
 
+/* YAML 1.1's booleans as written there: all lower case, capitalized or all upper case
+ * (so "tRuE", a string to YAML, is refused rather than read as true). */
 static int parse_bool(const char *s, int *out) {
-    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
-    for (int i = 0; i < 3; i++) {
-        if (!strcasecmp(s, yes[i]) || !strcasecmp(s, no[i])) {
-            *out = !strcasecmp(s, yes[i]);
+    static const char *const words[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON",
+                                        "false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+    for (int i = 0; i < 18; i++) {
+        if (!strcmp(s, words[i])) {
+            *out = i < 9;
             return 1;
         }
     }
@@ -274,12 +281,29 @@ static int field_parse(const Field *f, Config *c, const char *s, int plain, char
     const char *digits = s + (*s == '+' || *s == '-');
     if (f->type == T_INT && f->hi >= IMAX && all_digits(digits) && strlen(digits) >= 10)
         strncat(want, " and <= 2147483647", n - strlen(want) - 1); /* beyond a 32-bit int */
+    if ((f->type == T_INT || f->type == T_U64) && all_digits(digits) && !decimal_digits(digits))
+        strncat(want, " written without leading zeros", n - strlen(want) - 1);
     return PP_EUSAGE;
 }
 
-/* Whether a string may be printed without quotes and still read back as itself. */
+/* Whether YAML 1.1 (what many tools read) would take the plain text s as a number or a
+ * boolean: such a string is printed quoted, so that every reader sees a string. */
+static int looks_typed(const char *s) {
+    static const char *const words[] = {"y", "n", "yes", "no", "true", "false", "on", "off",
+                                        ".inf", "-.inf", "+.inf", ".nan"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (!strcasecmp(s, words[i])) return 1;
+    const char *p = s + (*s == '+' || *s == '-');
+    if (p[0] == '0' && p[1] && strchr("xXoObB", p[1])) return 1; /* 0x1f, 0o17, 0b101 */
+    return (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1]))) &&
+           strspn(p, "0123456789_.:eE+-") == strlen(p);
+}
+
+/* Whether a string may be printed without quotes and still read back as itself, here and
+ * in other YAML readers. */
 static int plain_safe(const char *s) {
-    if (is_null(s) || !(isalnum((unsigned char)*s) || strchr("_./", *s))) return 0;
+    if (is_null(s) || looks_typed(s) || !(isalnum((unsigned char)*s) || strchr("_./", *s)))
+        return 0;
     for (; *s; s++)
         if (!isalnum((unsigned char)*s) && !strchr("_./+-", *s)) return 0;
     return 1;

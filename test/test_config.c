@@ -242,6 +242,36 @@ START_TEST(test_round_trip_tricky) {
 }
 END_TEST
 
+/* Strings that YAML 1.1 would read as numbers or booleans are printed quoted, so that any
+ * YAML reader of the printed config (a manifest's) sees the same strings. */
+START_TEST(test_print_quotes_what_looks_typed) {
+    static const char *const typed[] = {"4", "true", "Off", "y", "1.5e3", "0x10", ".inf", "1_000",
+                                        "1:30", "+5", "-.5"};
+    static const char *const plain[] = {"1f1b", "a4", "data/4", "4a.bin", "true.bin"};
+    char err[PP_ERR_MAX] = "", a[64], *text = NULL, want[64];
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof typed / sizeof typed[0] + sizeof plain / sizeof plain[0]; i++) {
+        int is_typed = i < sizeof typed / sizeof typed[0];
+        const char *v = is_typed ? typed[i] : plain[i - sizeof typed / sizeof typed[0]];
+        Config c;
+        valid_config(&c);
+        snprintf(a, sizeof a, "data.val=\"%s\"", v);
+        set_ok(&c, a);
+        ck_assert_str_eq(c.val_path, v);
+        FILE *f = open_memstream(&text, &len);
+        config_print(&c, f);
+        fclose(f);
+        snprintf(want, sizeof want, is_typed ? "\n  val: \"%s\"\n" : "\n  val: %s\n", v);
+        ck_assert_msg(strstr(text, want), "'%s' printed wrongly:\n%s", v, text);
+        Config back;
+        config_defaults(&back);
+        ck_assert_int_eq(load_text(&back, text, err, sizeof err), PP_OK);
+        ck_assert_str_eq(back.val_path, v);
+        free(text);
+    }
+}
+END_TEST
+
 START_TEST(test_print_layout) {
     Config c;
     char *text = NULL;
@@ -320,6 +350,10 @@ static const FileError k_file_errors[] = {
      "did not find expected key (while parsing a block mapping at line 1, column 1)"},
     {"train: {steps: 4\n", ":8:1: ", "YAML syntax error", "did not find expected ',' or '}'"},
     {"train:\n  steps: 4: 5\n", ":8:11: ", "YAML syntax error", "mapping values are not allowed"},
+    /* what YAML 1.1 reads otherwise: 010 is octal 8 there, tRuE a string */
+    {"train:\n  steps: 010\n", ":8:10: ", "train.steps: ", "written without leading zeros, got '010'"},
+    {"train:\n  seed: 00\n", ":8:9: ", "train.seed: ", "without leading zeros"},
+    {"output:\n  trace: tRuE\n", ":8:10: ", "output.trace: ", "expected true or false, got 'tRuE'"},
     /* [Note: YAML tags]: honoured or refused, never ignored */
     {"train:\n  steps: !!str 4\n", ":8:10: ", "train.steps: ",
      "the YAML tag !!str makes '4' a string, but train.steps takes an integer >= 0"},
@@ -784,6 +818,7 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, test_round_trip_shipped);
     tcase_add_test(tc, test_round_trip_tricky);
     tcase_add_test(tc, test_print_layout);
+    tcase_add_test(tc, test_print_quotes_what_looks_typed);
     tcase_add_loop_test(tc, test_file_errors, 0, sizeof k_file_errors / sizeof k_file_errors[0]);
     tcase_add_test(tc, test_top_level_not_mapping);
     tcase_add_test(tc, test_missing_and_unreadable_files);
