@@ -184,9 +184,12 @@ static int parse_u64(const char *s, uint64_t *out) {
     return 1;
 }
 
-/* A finite decimal number that fits a float: 0.02, 3.0e-4, 1, -5 (no inf, nan, hex). */
+/* A finite decimal number that fits a float: 0.02, 3.0e-4, 1, -5 (no inf, nan, hex, and
+ * no leading zero before another digit: 010 is octal 8 to YAML 1.1, 10 to YAML 1.2). */
 static int parse_float(const Field *f, const char *s, float *out) {
-    if (!*s || strspn(s, "0123456789+-.eE") != strlen(s) || !strpbrk(s, "0123456789"))
+    const char *m = s + (*s == '+' || *s == '-');
+    if (!*s || strspn(s, "0123456789+-.eE") != strlen(s) || !strpbrk(s, "0123456789") ||
+        (m[0] == '0' && isdigit((unsigned char)m[1])))
         return 0;
     char *end;
     float v = strtof(s, &end);

@@ -353,6 +353,8 @@ static const FileError k_file_errors[] = {
     /* what YAML 1.1 reads otherwise: 010 is octal 8 there, tRuE a string */
     {"train:\n  steps: 010\n", ":8:10: ", "train.steps: ", "written without leading zeros, got '010'"},
     {"train:\n  seed: 00\n", ":8:9: ", "train.seed: ", "without leading zeros"},
+    {"train:\n  grad_clip: 010\n", ":8:14: ", "train.grad_clip: ", "got '010'"},
+    {"train:\n  optimizer: {lr: -00.5}\n", ":8:19: ", "train.optimizer.lr: ", "got '-00.5'"},
     {"output:\n  trace: tRuE\n", ":8:10: ", "output.trace: ", "expected true or false, got 'tRuE'"},
     /* [Note: YAML tags]: honoured or refused, never ignored */
     {"train:\n  steps: !!str 4\n", ":8:10: ", "train.steps: ",
