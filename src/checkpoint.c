@@ -1,6 +1,9 @@
 /* checkpoint.c — the run's state to and from the checkpoint store. */
 #include "checkpoint.h"
 
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -139,13 +142,15 @@ int checkpoint_save(Checkpointer *c, Runtime *rt, long step, int wait, char *err
 
 int checkpoint_finish(Checkpointer *c, Runtime *rt, char *err, size_t errlen) {
     if (c->pending < 0) return PP_OK;
-    char model[128], step[32];
+    char model[128], step[32], hash[32];
     int rc = ckpt_writer_wait(c->writer, err, errlen);
     if ((rc = agree(rt, rc == PP_OK, "writing the checkpoint shards", err, errlen))) return rc;
     if (rt->lay.rank == 0) {
         model_string(rt, model, sizeof model);
-        CkptKV kv[] = {{"model", model}, {"optimizer", rt->cfg->optimizer}, {"config", c->config_text}};
-        rc = ckpt_commit(c->root, c->pending, rt->lay.world, kv, 3, rt->cfg->checkpoint_keep, err, errlen);
+        snprintf(hash, sizeof hash, "%" PRIu64, config_hash(rt->cfg, 1)); /* as in each shard */
+        CkptKV kv[] = {{"model", model}, {"model_hash", hash}, {"optimizer", rt->cfg->optimizer},
+                       {"config", c->config_text}};
+        rc = ckpt_commit(c->root, c->pending, rt->lay.world, kv, 4, rt->cfg->checkpoint_keep, err, errlen);
     }
     if ((rc = agree(rt, rc == PP_OK, "committing the checkpoint", err, errlen))) return rc;
     snprintf(step, sizeof step, "%07ld", c->pending);
@@ -156,6 +161,77 @@ int checkpoint_finish(Checkpointer *c, Runtime *rt, char *err, size_t errlen) {
     return PP_OK;
 }
 
+/* [Note: checkpoint trust] CRCs catch damage, not intent: a manifest or shard edited
+ * with its CRCs recomputed passes ckpt_open. So what the run then relies on is checked
+ * against what else the checkpoint says: the manifest's step must fit the run's step
+ * counter (an int, like train.steps); each shard's own record of step, rank, world size,
+ * model and model hash must agree with the manifest (one shard from another run or step
+ * is named); export checks the manifest's model dimensions before it allocates anything
+ * and then against the shapes and the set of tensors in the shards. */
+
+/* The manifest's step as the run's step (an int), or an error naming the manifest. */
+static int manifest_step(const CkptReader *r, const char *dir, long *step, char *err,
+                         size_t errlen) {
+    long s = ckpt_step(r);
+    if (s < 0 || s > INT_MAX)
+        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint manifest %s/manifest: step %ld is "
+                       "more than any run can reach (train.steps is at most %d): the manifest "
+                       "is corrupted or was edited; use another checkpoint", dir, s, INT_MAX);
+    *step = s;
+    return PP_OK;
+}
+
+/* One shard's u64 metadata `key`, which must equal `want`. */
+static int meta_agrees(const CkptReader *r, int s, const char *key, uint64_t want,
+                       const char *what, char *err, size_t errlen) {
+    uint64_t v;
+    if (ckpt_meta_u64(r, s, key, &v) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint shard %s has no '%s' entry: it was "
+                       "not written by a pptrain run", ckpt_shard_file(r, s), key);
+    if (v != want)
+        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint shard %s was written %s %llu, but "
+                       "its manifest says %llu: the shard belongs to another checkpoint (copied "
+                       "in?) or was edited; use another checkpoint", ckpt_shard_file(r, s), what,
+                       (unsigned long long)v, (unsigned long long)want);
+    return PP_OK;
+}
+
+/* Every shard's own record (step, rank, world, model, model hash) against the manifest
+ * of dir ([Note: checkpoint trust]). Checkpoints written before the manifest recorded
+ * the model hash have their shards' hashes compared with the first shard's. */
+static int check_shards(const CkptReader *r, const char *dir, char *err, size_t errlen) {
+    const char *model = ckpt_extra(r, "model"), *hash = ckpt_extra(r, "model_hash"), *theirs;
+    uint64_t h0 = 0;
+    int n = ckpt_nshards(r), rc = PP_OK;
+    if (hash) {
+        char *end;
+        errno = 0;
+        h0 = strtoull(hash, &end, 10);
+        if (errno || end == hash || *end || *hash == '-')
+            return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint manifest %s/manifest: model_hash "
+                           "'%.40s' is not a number: the manifest was edited", dir, hash);
+    } else if (ckpt_meta_u64(r, 0, "model_hash", &h0) != PP_OK) {
+        h0 = 0; /* meta_agrees below names the missing entry */
+    }
+    if (!model)
+        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint manifest %s/manifest has no model "
+                       "entry: not a pptrain run's checkpoint", dir);
+    for (int s = 0; s < n && rc == PP_OK; s++) {
+        if ((rc = meta_agrees(r, s, "step", (uint64_t)ckpt_step(r), "at step", err, errlen)) ||
+            (rc = meta_agrees(r, s, "rank", (uint64_t)s, "by rank", err, errlen)) ||
+            (rc = meta_agrees(r, s, "world", (uint64_t)n, "by a run of world size", err, errlen)) ||
+            (rc = meta_agrees(r, s, "model_hash", h0, "for a model of config hash", err, errlen)))
+            break;
+        if (ckpt_meta_str(r, s, "model", &theirs) != PP_OK) theirs = "(none)";
+        if (strcmp(theirs, model))
+            rc = pp_errf(err, errlen, PP_ERUNTIME, "checkpoint shard %s holds model '%s', but its "
+                         "manifest says '%s': the shard belongs to another checkpoint or one of "
+                         "them was edited; use another checkpoint", ckpt_shard_file(r, s), theirs,
+                         model);
+    }
+    return rc;
+}
+
 /* This rank's part of checkpoint_load. */
 static int load_local(Runtime *rt, const char *path, long *step, char *err, size_t errlen) {
     char dir[PP_PATH_MAX], model[128], name[80];
@@ -163,6 +239,10 @@ static int load_local(Runtime *rt, const char *path, long *step, char *err, size
     if (rc) return rc;
     CkptReader *r = ckpt_open(dir, err, errlen);
     if (!r) return PP_ERUNTIME;
+    if ((rc = manifest_step(r, dir, step, err, errlen)) || (rc = check_shards(r, dir, err, errlen))) {
+        ckpt_close(r);
+        return rc;
+    }
     model_string(rt, model, sizeof model);
     const char *theirs = ckpt_extra(r, "model");
     if (!theirs || strcmp(theirs, model) != 0) { /* theirs lives in r: format first */
@@ -201,12 +281,94 @@ static int load_local(Runtime *rt, const char *path, long *step, char *err, size
         }
     }
     free(host);
-    *step = ckpt_step(r);
     ckpt_close(r);
     return rc;
 }
 
 /* ---- export ------------------------------------------------------------------- */
+
+/* Parse model_string's "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d" strictly: every
+ * field, in order, decimal digits that fit an int. 0 on success. */
+static int parse_model(const char *s, ModelDims *d) {
+    static const char *const keys[] = {"V", "Vp", "maxT", "L", "NH", "C", "tied"};
+    int *dst[] = {&d->V, &d->Vp, &d->maxT, &d->L, &d->NH, &d->C, &d->tied};
+    for (int i = 0; i < 7; i++) {
+        size_t k = strlen(keys[i]);
+        if (strncmp(s, keys[i], k) || s[k] != '=') return -1;
+        s += k + 1;
+        size_t nd = strspn(s, "0123456789");
+        if (nd == 0 || nd > 10) return -1;
+        long long v = strtoll(s, NULL, 10);
+        if (v > INT_MAX) return -1;
+        *dst[i] = (int)v;
+        s += nd;
+        if (*s != (i < 6 ? ' ' : '\0')) return -1;
+        s += i < 6;
+    }
+    return 0;
+}
+
+/* Whether a tensor name is optimizer state ([Note: checkpoint names]). */
+static int is_state(const char *name) {
+    size_t n = strlen(name);
+    for (int k = 1; k < MAX_TENSORS_PER_PARAM; k++) {
+        size_t sl = strlen(state_suffix[k]);
+        if (n > sl && !strcmp(name + n - sl, state_suffix[k])) return 1;
+    }
+    return 0;
+}
+
+/* The manifest's model dimensions, parsed and checked (model_dims_check) before anything
+ * is sized from them. */
+static int export_dims(const CkptReader *r, const char *dir, ModelDims *d, char *err,
+                       size_t errlen) {
+    const char *ms = ckpt_extra(r, "model");
+    char why[256];
+    if (!ms) return pp_errf(err, errlen, PP_ERUNTIME, "%s: the manifest has no model entry; not a "
+                            "pptrain checkpoint", dir);
+    if (parse_model(ms, d) != 0)
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s/manifest: model entry '%.200s' is not 'V=.. "
+                       "Vp=.. maxT=.. L=.. NH=.. C=.. tied=..': the manifest was edited", dir, ms);
+    if (model_dims_check(d, why, sizeof why) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s/manifest: model entry '%s' describes no "
+                       "buildable model (%s): the manifest was edited", dir, ms, why);
+    if (!d->tied)
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: untied embeddings (model.tie_embeddings: "
+                       "false) cannot be written in llm.c's format", dir);
+    return PP_OK;
+}
+
+/* The model of dims d against the shards: every parameter is stored with its shape, and
+ * no shard stores a parameter the model lacks (L=3 claimed of 4 layers is caught here,
+ * also when the shards' own records were edited to agree). */
+static int export_match(const CkptReader *r, const char *dir, const ModelDims *d, char *err,
+                        size_t errlen) {
+    const char *ms = ckpt_extra(r, "model");
+    int nt, rc = PP_OK;
+    ParamTensor *t = model_table(d, &nt);
+    for (int i = 0; i < nt && rc == PP_OK; i++) {
+        CkptTensorInfo info;
+        int same = ckpt_find(r, t[i].name, &info) == 0 && info.ndim == t[i].ndim;
+        for (int k = 0; same && k < t[i].ndim; k++) same = info.shape[k] == t[i].shape[k];
+        if (!same)
+            rc = pp_errf(err, errlen, PP_ERUNTIME, "%s: its manifest's model (%s) has tensor '%s' "
+                         "of shape [%d, %d], which no shard holds with that shape: the manifest "
+                         "does not match its shards (edited?)", dir, ms, t[i].name, t[i].shape[0],
+                         t[i].shape[1]);
+    }
+    for (int i = 0; i < ckpt_ntensors(r) && rc == PP_OK; i++) {
+        CkptTensorInfo info;
+        ckpt_tensor_at(r, i, &info);
+        int known = is_state(info.name);
+        for (int k = 0; k < nt && !known; k++) known = !strcmp(t[k].name, info.name);
+        if (!known)
+            rc = pp_errf(err, errlen, PP_ERUNTIME, "%s: shard %s holds tensor '%s', which its "
+                         "manifest's model (%s) does not have: the manifest does not match its "
+                         "shards (edited?)", dir, ckpt_shard_file(r, info.shard), info.name, ms);
+    }
+    free(t);
+    return rc;
+}
 
 int checkpoint_export_main(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
@@ -221,19 +383,18 @@ int checkpoint_export_main(int argc, char **argv) {
     CkptReader *r = ckpt_open(dir, err, sizeof err);
     if (!r) return pp_error("%s", err), PP_ERUNTIME;
     ModelDims d;
-    const char *ms = ckpt_extra(r, "model");
-    if (!ms || sscanf(ms, "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d", &d.V, &d.Vp, &d.maxT, &d.L, &d.NH, &d.C, &d.tied) != 7) {
+    long step;
+    int rc = manifest_step(r, dir, &step, err, sizeof err);
+    if (rc == PP_OK) rc = export_dims(r, dir, &d, err, sizeof err);
+    if (rc == PP_OK) rc = check_shards(r, dir, err, sizeof err);
+    if (rc == PP_OK) rc = export_match(r, dir, &d, err, sizeof err);
+    if (rc != PP_OK) {
         ckpt_close(r);
-        return pp_error("%s: the manifest has no model entry; not a pptrain checkpoint", dir), PP_ERUNTIME;
-    }
-    if (!d.tied) {
-        ckpt_close(r);
-        return pp_error("%s: untied embeddings (model.tie_embeddings: false) cannot be written in llm.c's format", dir), PP_EUSAGE;
+        return pp_error("%s", err), rc;
     }
     ChunkSpec all = {0, 0, d.L, 1, 1, 0, 0};
     Model m;
     model_init(&m, &d, &all, 1, 1, 1, backend_cpu());
-    int rc = PP_OK;
     for (int i = 0; i < m.ntensors && rc == PP_OK; i++) { /* a CPU model: its memory is the host's */
         const ParamTensor *t = &m.tensors[i];
         int64_t shape[2] = {t->shape[0], t->shape[1]};
@@ -252,14 +413,34 @@ int checkpoint_load(Runtime *rt, const char *path, long *step, char *err, size_t
     return agree(rt, rc == PP_OK, "loading the checkpoint", err, errlen);
 }
 
-int checkpoint_refuse_existing(Checkpointer *c, Runtime *rt, char *err, size_t errlen) {
-    char latest[PP_PATH_MAX + 32];
+/* Whether ROOT holds a run's checkpoints (`latest`, or any committed step directory:
+ * a copy that dropped the symlink still holds them); the message says what to do. */
+static int holds_checkpoints(const Checkpointer *c, const Runtime *rt, char *err, size_t errlen) {
+    char latest[PP_PATH_MAX + 32], dir[PP_PATH_MAX];
     struct stat st;
+    long *steps;
+    int n = ckpt_list_steps(c->root, &steps), found = 1;
     snprintf(latest, sizeof latest, "%s/latest", c->root);
-    int found = lstat(latest, &st) == 0;
-    if (found)
-        pp_errf(err, errlen, PP_EUSAGE, "output.dir '%s' already holds the checkpoints of a run (%s): pass --resume "
-                "to continue it, or choose another output.dir (or delete it) to start afresh", rt->cfg->out_dir, latest);
+    if (n < 0)
+        pp_errf(err, errlen, PP_EUSAGE, "cannot look into '%s' for the checkpoints of an earlier "
+                "run: %s: fix it or choose another output.dir", c->root, strerror(errno));
+    else if (lstat(latest, &st) == 0)
+        pp_errf(err, errlen, PP_EUSAGE, "output.dir '%s' already holds the checkpoints of a run "
+                "(%s): pass --resume to continue it, or choose another output.dir (or delete "
+                "it) to start afresh", rt->cfg->out_dir, latest);
+    else if (n > 0 && ckpt_dir_path(c->root, steps[0], 0, dir, sizeof dir) == PP_OK)
+        pp_errf(err, errlen, PP_EUSAGE, "output.dir '%s' already holds the checkpoints of a run "
+                "(%d step directories up to %s, but no `latest` link: copied without "
+                "symlinks?): pass --resume %s to continue it, or choose another output.dir (or "
+                "delete it) to start afresh", rt->cfg->out_dir, n, dir, dir);
+    else
+        found = 0;
+    free(steps);
+    return found;
+}
+
+int checkpoint_refuse_existing(Checkpointer *c, Runtime *rt, char *err, size_t errlen) {
+    int found = holds_checkpoints(c, rt, err, errlen);
     int rc = agree(rt, !found, "checking output.dir for earlier checkpoints", err, errlen);
     return rc ? PP_EUSAGE : PP_OK;
 }

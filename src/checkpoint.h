@@ -45,8 +45,10 @@ int checkpoint_finish(Checkpointer *c, Runtime *rt, char *err, size_t errlen);
 int checkpoint_load(Runtime *rt, const char *path, long *step, char *err, size_t errlen);
 
 /* Collective: a fresh run (no --resume) must not take over the checkpoints of another
- * run in the same output.dir (its first commits would move `latest` and prune them).
- * Returns PP_OK, or PP_EUSAGE on every rank when any rank sees ROOT/latest. */
+ * run in the same output.dir (its commits would replace step directories of the same
+ * step, move `latest` and prune the rest). Returns PP_OK, or PP_EUSAGE on every rank
+ * when any rank sees ROOT/latest or a committed ROOT/step_NNNNNNN (with or without
+ * `latest`: a copy may have dropped the symlink), or cannot read ROOT. */
 int checkpoint_refuse_existing(Checkpointer *c, Runtime *rt, char *err, size_t errlen);
 
 /* `pptrain export --checkpoint DIR --out model.bin`: write llm.c's fp32 GPT-2 file. */

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +155,28 @@ static long step_of(const char *name, int *staging) {
     return strtol(d, NULL, 10);
 }
 
+static int cmp_long_desc(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x < y) - (x > y);
+}
+
+int ckpt_list_steps(const char *root, long **steps) {
+    *steps = NULL;
+    DIR *d = opendir(root);
+    if (!d) return errno == ENOENT ? 0 : -1;
+    int n = 0, staging;
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        long s = step_of(de->d_name, &staging);
+        if (s < 0 || staging) continue;
+        *steps = realloc(*steps, (size_t)(n + 1) * sizeof **steps);
+        PP_CHECK(*steps != NULL);
+        (*steps)[n++] = s;
+    }
+    closedir(d);
+    if (n) qsort(*steps, (size_t)n, sizeof **steps, cmp_long_desc);
+    return n;
+}
+
 int ckpt_stage_dir(const char *root, long step, char *tmpdir_out, size_t n, char *err,
                    size_t errlen) {
     char tmp[PP_PATH_MAX];
@@ -262,9 +285,13 @@ static int manifest_write(const char *dir, long step, int world, const ShardSum 
     return PP_OK;
 }
 
+/* The keys every manifest has, once each (Manifest.seen). */
+enum { SEEN_FORMAT = 1, SEEN_VERSION = 2, SEEN_STEP = 4, SEEN_WORLD = 8, SEEN_ALL = 15 };
+
 typedef struct {
     long step;
     int world, nshards;
+    unsigned seen;          /* SEEN_* of the keys read so far */
     char (*file)[256];      /* [nshards] shard file names in the directory */
     int64_t *bytes;         /* [nshards] */
     uint32_t *crc;          /* [nshards] */
@@ -298,14 +325,20 @@ static const char *manifest_line(Manifest *m, const char *key, char *val) {
     long long v;
     int r;
     char field[16];
+    static const char *const once[] = {"format", "version", "step", "world_size"};
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(key, once[i])) continue;
+        if (m->seen & (1u << i)) return "a key is given twice";
+        m->seen |= 1u << i;
+    }
     if (!strcmp(key, "format")) return strcmp(val, MANIFEST_FORMAT) ? "unknown format" : NULL;
     if (!strcmp(key, "version"))
         return parse_num(val, 0, 0, 1 << 30, &v) || v != CKPT_FORMAT_VERSION
                    ? "unsupported version (written by another pptrain?)" : NULL;
-    if (!strcmp(key, "step")) return parse_num(val, 0, 0, INT64_MAX, &v) ? "bad step"
-                                                                       : (m->step = v, NULL);
+    if (!strcmp(key, "step")) /* a long: ckpt_step's type (callers bound it further) */
+        return parse_num(val, 0, 0, LONG_MAX, &v) ? "bad step" : (m->step = (long)v, NULL);
     if (!strcmp(key, "world_size"))
-        return parse_num(val, 0, 1, 1 << 20, &v) ? "bad world_size" : (m->world = v, NULL);
+        return parse_num(val, 0, 1, 1 << 20, &v) ? "bad world_size" : (m->world = (int)v, NULL);
     if (!strcmp(key, "shards")) {
         if (m->nshards || parse_num(val, 0, 1, 1 << 20, &v)) return "bad shards";
         m->nshards = (int)v;
@@ -315,7 +348,8 @@ static const char *manifest_line(Manifest *m, const char *key, char *val) {
         for (int i = 0; i < m->nshards; i++) m->bytes[i] = -1;
         return NULL;
     }
-    if (sscanf(key, "shard.%d.%15s", &r, field) == 2) {
+    if (!strncmp(key, "shard.", 6) && strspn(key + 6, "0123456789") <= 7 &&
+        sscanf(key, "shard.%d.%15s", &r, field) == 2) { /* 7 digits: %d cannot overflow */
         if (r < 0 || r >= m->nshards) return "shard entry before `shards` or out of range";
         if (!strcmp(field, "file")) {
             if (!*val || strchr(val, '/') || !strcmp(val, ".") || !strcmp(val, "..") ||
@@ -367,7 +401,10 @@ static const char *manifest_parse(Manifest *m, char *text, size_t len) {
         if (unescape(eq + 3) != 0) return "bad escape in a value";
         why = manifest_line(m, line, eq + 3);
     }
-    if (!why && (m->nshards == 0 || m->world == 0)) why = "no shards or world_size";
+    if (!why && (m->seen & SEEN_ALL) != SEEN_ALL)
+        why = "format, version, step or world_size is missing";
+    if (!why && (m->nshards == 0 || m->world != m->nshards))
+        why = "shards and world_size differ (one shard per rank)";
     for (int r = 0; !why && r < m->nshards; r++)
         if (!m->file[r][0] || m->bytes[r] < 0) why = "a shard's file or size is missing";
     return why;
@@ -377,16 +414,19 @@ static const char *manifest_parse(Manifest *m, char *text, size_t len) {
 static int manifest_load(const char *dir, Manifest *m, char *err, size_t errlen) {
     char path[PP_PATH_MAX];
     memset(m, 0, sizeof *m);
-    int fd = join(path, dir, "manifest") == 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    struct stat st;
+    int fd = join(path, dir, "manifest") == 0 ? pp_open_regular(path, &st) : -1;
+    if (fd == -2)
+        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint manifest %s: it is %s, not a "
+                       "regular file: the checkpoint directory was tampered with", path,
+                       pp_file_kind(st.st_mode));
     if (fd < 0)
         return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint %s: cannot open the manifest: "
                        "%s%s", dir, strerror(errno), errno == ENOENT ? " (not a complete "
                        "checkpoint directory; pass ROOT or ROOT/step_NNNNNNN)" : "");
-    struct stat st;
     const char *why = NULL;
     char *text = NULL;
-    if (fstat(fd, &st) != 0) why = strerror(errno);
-    else if (st.st_size > MANIFEST_MAX) why = "too large";
+    if (st.st_size > MANIFEST_MAX) why = "too large";
     else {
         text = pp_malloc((size_t)st.st_size + 1);
         if (ckpt_pread_all(fd, text, (size_t)st.st_size, 0) != 0) why = ckpt_syserr();
@@ -433,11 +473,6 @@ static int point_latest(const char *root, long step) {
     unlink(tmp);
     if (symlink(target, tmp) != 0 || rename(tmp, link) != 0) return -1;
     return pp_fsync_dir(root);
-}
-
-static int cmp_long_desc(const void *a, const void *b) {
-    long x = *(const long *)a, y = *(const long *)b;
-    return (x < y) - (x > y);
 }
 
 /* Remove stale *.tmp entries and every complete checkpoint except `current` and the
@@ -519,6 +554,30 @@ static int is_staging(const char *path) {
     return n >= 4 && !strncmp(path + n - 4, ".tmp", 4);
 }
 
+/* The message for a ROOT without `latest` (and without a manifest of its own): what to
+ * pass instead, naming its newest complete step directory if it has one. */
+static int no_latest(const char *root, char *err, size_t errlen) {
+    long *steps;
+    int n = ckpt_list_steps(root, &steps), newest = -1;
+    char dir[PP_PATH_MAX], manifest[PP_PATH_MAX];
+    for (int i = 0; i < n && newest < 0; i++)
+        if (ckpt_dir_path(root, steps[i], 0, dir, sizeof dir) == PP_OK &&
+            join(manifest, dir, "manifest") == 0 && exists(manifest))
+            newest = i;
+    int rc;
+    if (newest < 0)
+        rc = pp_errf(err, errlen, PP_ERUNTIME, "no checkpoint in '%s': it has neither a "
+                     "manifest nor `latest`%s (pass ROOT or ROOT/step_NNNNNNN)", root,
+                     n > 0 ? ", and none of its step directories is complete" : "");
+    else
+        rc = pp_errf(err, errlen, PP_ERUNTIME, "'%s' holds %d checkpoint(s) but no `latest` "
+                     "link (was it copied without symlinks?): pass the one to continue from, "
+                     "e.g. '%s' (the newest complete one), or recreate the link with `ln -s "
+                     "step_%07ld %s/latest`", root, n, dir, steps[newest], root);
+    free(steps);
+    return rc;
+}
+
 int ckpt_resolve(const char *p, char *dir_out, size_t n, char *err, size_t errlen) {
     char path[PP_PATH_MAX], link[PP_PATH_MAX], target[PP_PATH_MAX], base[PP_PATH_MAX];
     struct stat st;
@@ -531,9 +590,7 @@ int ckpt_resolve(const char *p, char *dir_out, size_t n, char *err, size_t errle
         return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint path too long: %s", p);
     if (!exists(path) && !is_staging(p)) {
         join(link, p, "latest");
-        if (lstat(link, &st) != 0)
-            return pp_errf(err, errlen, PP_ERUNTIME, "no checkpoint in '%s': it has neither "
-                           "a manifest nor `latest` (pass ROOT or ROOT/step_NNNNNNN)", p);
+        if (lstat(link, &st) != 0) return no_latest(p, err, errlen);
     }
     /* Follow a symlink (ROOT/latest, or one passed in) one level, relative to its dir. */
     ssize_t tl = readlink(link, target, sizeof target - 1);
@@ -641,6 +698,10 @@ void ckpt_set_threads(CkptReader *r, int threads) { r->threads = threads < 1 ? 1
 long ckpt_step(const CkptReader *r) { return r->m.step; }
 int ckpt_nshards(const CkptReader *r) { return r->m.nshards; }
 int ckpt_ntensors(const CkptReader *r) { return r->ntensors; }
+
+const char *ckpt_shard_file(const CkptReader *r, int shard) {
+    return shard >= 0 && shard < r->m.nshards ? r->shards[shard].path : NULL;
+}
 
 const char *ckpt_extra(const CkptReader *r, const char *key) {
     for (int i = 0; i < r->m.nextra; i++)

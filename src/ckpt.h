@@ -134,9 +134,20 @@ int ckpt_commit(const char *root, long step, int world, const CkptKV *extra, int
  * a checkpoint ROOT gives the directory its `latest` names. Writes the path into
  * dir_out[n]. Returns PP_OK, or PP_ERUNTIME with a message saying what is there
  * instead (nothing, an incomplete *.tmp directory, a ROOT without `latest`, a
- * `latest` naming a missing directory) and what to pass. */
+ * `latest` naming a missing directory) and what to pass. A ROOT that holds step
+ * directories but no `latest` (a copy that dropped symlinks) is not guessed at: the
+ * newest step directory need not be the one `latest` named (a run resumed from an
+ * earlier step leaves higher ones); the message names the newest complete one and says
+ * to pass it, or to recreate `latest`. */
 int ckpt_resolve(const char *root_or_dir, char *dir_out, size_t n, char *err,
                  size_t errlen);
+
+/* The steps of the committed checkpoints under ROOT: its step_NNNNNNN directories
+ * (only ckpt_commit makes that name; a *.tmp staging directory is none), highest first,
+ * into a malloc'd array *steps that the caller frees (NULL when there are none). Returns
+ * their count, 0 also when ROOT does not exist; or -1 with errno when ROOT cannot be
+ * read (not a directory, no permission). */
+int ckpt_list_steps(const char *root, long **steps);
 
 /* ---- reading ------------------------------------------------------------------------ */
 
@@ -170,6 +181,9 @@ void ckpt_set_threads(CkptReader *r, int threads);
 long ckpt_step(const CkptReader *r);
 int ckpt_nshards(const CkptReader *r);
 int ckpt_ntensors(const CkptReader *r);
+
+/* The path of shard `shard`'s file (for messages), or NULL if there is no such shard. */
+const char *ckpt_shard_file(const CkptReader *r, int shard);
 
 /* Value of the caller's manifest entry `key` (as given to ckpt_commit), or NULL. */
 const char *ckpt_extra(const CkptReader *r, const char *key);

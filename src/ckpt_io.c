@@ -677,16 +677,19 @@ int ckpt_shard_open(CkptShard *s, const char *path, int64_t expect_bytes, char *
                     size_t errlen) {
     memset(s, 0, sizeof *s);
     snprintf(s->path, sizeof s->path, "%s", path);
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    s->fd = pp_open_regular(path, &st); /* a FIFO must not block the open */
+    if (s->fd == -2) {
+        s->fd = -1;
+        return shard_err(err, errlen, path, "it is %s, not a regular file: the checkpoint "
+                         "directory was tampered with", pp_file_kind(st.st_mode));
+    }
     if (s->fd < 0)
         return shard_err(err, errlen, path, "cannot open: %s%s", ckpt_syserr(),
                          errno == ENOENT ? " (the manifest lists it: was it deleted, or "
                                            "the checkpoint copied only in part?)" : "");
-    struct stat st;
     int rc = PP_OK;
-    if (fstat(s->fd, &st) != 0)
-        rc = shard_err(err, errlen, path, "stat failed: %s", ckpt_syserr());
-    else if (expect_bytes >= 0 && st.st_size != expect_bytes)
+    if (expect_bytes >= 0 && st.st_size != expect_bytes)
         rc = shard_err(err, errlen, path, "is %lld bytes but the manifest says %lld: the "
                        "file was truncated or replaced", (long long)st.st_size,
                        (long long)expect_bytes);

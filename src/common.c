@@ -109,23 +109,64 @@ int pp_mkdirs(const char *path) {
 
 /* ---- whole-file reads --------------------------------------------------------------- */
 
-int pp_read_file(const char *path, const char *what, char **text, size_t *len, char *err,
-                 size_t errlen) {
+const char *pp_file_kind(mode_t mode) {
+    if (S_ISREG(mode)) return "a regular file";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+int pp_open_regular(const char *path, struct stat *st) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return -1;
+    if (fstat(fd, st) != 0) {
+        int e = errno;
+        close(fd);
+        return errno = e, -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return errno = S_ISDIR(st->st_mode) ? EISDIR : EINVAL, -2;
+    }
+    int flags = fcntl(fd, F_GETFL); /* reads of a regular file never block anyway */
+    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}
+
+int pp_read_file_max(const char *path, const char *what, size_t max_bytes, char **text,
+                     size_t *len, char *err, size_t errlen) {
     const char *name = what ? what : path;
     *text = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    int fd = pp_open_regular(path, &st);
     if (fd < 0) {
         int e = errno;
-        pp_errf(err, errlen, PP_EUSAGE, "cannot open %s: %s", name, strerror(e));
+        if (fd == -1) pp_errf(err, errlen, PP_EUSAGE, "cannot open %s: %s", name, strerror(e));
+        else pp_errf(err, errlen, PP_EUSAGE, "cannot read %s: it is %s, not a regular file",
+                     name, pp_file_kind(st.st_mode));
         return errno = e, PP_EUSAGE;
     }
-    /* A regular file's size + 2: the last read sees end of file without growing. */
-    struct stat st;
-    size_t cap = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? (size_t)st.st_size + 2 : 4096;
-    size_t n = 0;
+    if ((uint64_t)st.st_size > max_bytes) {
+        close(fd);
+        pp_errf(err, errlen, PP_EUSAGE, "cannot read %s: it is %lld bytes, over the limit of "
+                "%zu bytes", name, (long long)st.st_size, max_bytes);
+        return errno = EFBIG, PP_EUSAGE;
+    }
+    /* The size + 2: the last read sees end of file without growing. */
+    size_t cap = (size_t)st.st_size + 2, n = 0;
     char *buf = pp_malloc(cap);
     for (;;) {
+        if (n > max_bytes) { /* it grew while we read it */
+            close(fd);
+            free(buf);
+            pp_errf(err, errlen, PP_EUSAGE, "cannot read %s: it grew past the limit of %zu "
+                    "bytes while being read", name, max_bytes);
+            return errno = EFBIG, PP_EUSAGE;
+        }
         if (n + 1 == cap) { /* the file grew while we read it */
             char *grown = pp_malloc(cap * 2);
             memcpy(grown, buf, n);
@@ -148,6 +189,11 @@ int pp_read_file(const char *path, const char *what, char **text, size_t *len, c
     *text = buf;
     *len = n;
     return PP_OK;
+}
+
+int pp_read_file(const char *path, const char *what, char **text, size_t *len, char *err,
+                 size_t errlen) {
+    return pp_read_file_max(path, what, SIZE_MAX - 2, text, len, err, errlen);
 }
 
 /* ---- atomic file writes ------------------------------------------------------------- */

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 /* Status codes; they double as process exit codes (DESIGN.md §4). */
 #define PP_OK 0
@@ -53,14 +54,33 @@ int pp_mkdirs(const char *path);
 
 /* ---- files: whole reads, and writes that replace a file atomically and durably ---- */
 
-/* Read the whole file at `path` into a malloc'd buffer *text of *len bytes with a NUL
- * after them (the file may itself hold NULs); the caller frees *text. `what` names the
- * file in messages ("config file" gives "cannot open config file: reason"); NULL names
- * it by its path. Returns PP_OK, or PP_EUSAGE (a file the user named cannot be read)
- * with *text = NULL, *len = 0, "cannot open WHAT: reason" or "cannot read WHAT: reason"
- * in err (a directory gives "cannot read WHAT: Is a directory"), and errno left at the
- * cause (ENOENT: no such file), for callers to which a missing file is no error. Dies
- * only when memory runs out. */
+/* Open `path` read-only as a regular file: open(2) with O_NONBLOCK (a FIFO with no
+ * writer would block a plain open forever), fstat(2), and anything but a regular file
+ * closed again. Returns the descriptor (O_NONBLOCK cleared, O_CLOEXEC set) with *st
+ * filled; -1 when open or fstat fails (errno set); or -2 when the path is not a regular
+ * file: errno EISDIR for a directory, EINVAL for anything else, and *st says what it is
+ * (pp_file_kind names it for messages). */
+int pp_open_regular(const char *path, struct stat *st);
+
+/* What a file of mode `mode` is, for messages: "a directory", "a FIFO", "a character
+ * device", "a block device", "a socket", "a regular file", "not a regular file". */
+const char *pp_file_kind(mode_t mode);
+
+/* Read the whole regular file at `path` into a malloc'd buffer *text of *len bytes with
+ * a NUL after them (the file may itself hold NULs); the caller frees *text. `what` names
+ * the file in messages ("config file" gives "cannot open config file: reason"); NULL
+ * names it by its path. A FIFO, a device or a directory is refused without blocking or
+ * reading (pp_open_regular); a file over `max_bytes` is refused without being read
+ * whole. Returns PP_OK, or PP_EUSAGE (a file the user named cannot be read) with
+ * *text = NULL, *len = 0, "cannot open WHAT: reason" or "cannot read WHAT: reason" in
+ * err ("cannot read WHAT: it is a FIFO, not a regular file"; "cannot read WHAT: it is
+ * N bytes, over the limit of M bytes"), and errno left at the cause (ENOENT: no such
+ * file; EISDIR: a directory; EINVAL: another kind of file; EFBIG: too big), for callers
+ * to which a missing file is no error. Dies only when memory runs out. */
+int pp_read_file_max(const char *path, const char *what, size_t max_bytes, char **text,
+                     size_t *len, char *err, size_t errlen);
+
+/* pp_read_file_max without a size limit. */
 int pp_read_file(const char *path, const char *what, char **text, size_t *len, char *err,
                  size_t errlen);
 

@@ -50,16 +50,18 @@ typedef struct {
 #define OTHER(k, t, m, d, h) {k, t, AT(m), d, 0, 0, 0, NULL, h}
 #define IMAX INT_MAX
 
-/* Order = DESIGN.md §3 = the order config_print writes and config_first_diff scans. */
+/* Order = DESIGN.md §3 = the order config_print writes and config_first_diff scans.
+ * n_layers and dim stop where the model's int sizes would overflow (12 L + 6 tensors,
+ * fcw's 4 C rows): model_dims_check's limits. */
 static const Field k_fields[] = {
     ENUM("model.arch", arch, "gpt2", "gpt2", "decoder block family"),
     INT("model.vocab_size", vocab_size, NULL, 1, 65536, "vocabulary size V; token files hold uint16 ids"),
     INT("model.padded_vocab_size", padded_vocab_size, "0", 0, IMAX,
         "Vp, rows of the embedding table; 0 = V rounded up to a multiple of 128"),
     INT("model.max_seq_len", max_seq_len, NULL, 1, IMAX, "maxT, rows of the position table"),
-    INT("model.n_layers", n_layers, NULL, 1, IMAX, "L, decoder blocks"),
+    INT("model.n_layers", n_layers, NULL, 1, (IMAX - 6) / 12, "L, decoder blocks"),
     INT("model.n_heads", n_heads, NULL, 1, IMAX, "NH, attention heads per block"),
-    INT("model.dim", dim, NULL, 1, IMAX, "C, channels; a multiple of n_heads"),
+    INT("model.dim", dim, NULL, 1, IMAX / 4, "C, channels; a multiple of n_heads"),
     OTHER("model.tie_embeddings", T_BOOL, tie_embeddings, "true", "lm_head shares wte"),
     OTHER("model.init_from", T_PATH, init_from, "null", "llm.c fp32 GPT-2 checkpoint to start from"),
     FLT("model.init_std", init_std, "0.02", 0, INFINITY, OPEN_LO, "std of the random init"),
@@ -111,6 +113,7 @@ static const char *const k_sections[] = {"model", "pipeline", "train", "train.op
                                          "train.lr_schedule", "data", "output", "runtime"};
 #define N_SECTIONS (sizeof k_sections / sizeof k_sections[0])
 
+#define CONFIG_MAX_BYTES (1u << 20) /* a config file is small; /dev/zero is not one */
 #define KEY_MAX 96   /* longest dotted key a user can write that we look at */
 #define WANT_MAX 256 /* "what was expected" text */
 
@@ -152,6 +155,10 @@ static int all_digits(const char *s) {
     return 1;
 }
 
+/* Digits without a leading zero ("0" itself is fine): YAML 1.1 reads 010 as octal 8, so
+ * a config that says 010 is ambiguous and refused rather than read as 10. */
+static int decimal_digits(const char *s) { return all_digits(s) && (s[0] != '0' || !s[1]); }
+
 static int in_limits(const Field *f, double v) {
     int lo_ok = (f->open & OPEN_LO) ? v > f->lo : v >= f->lo;
     int hi_ok = (f->open & OPEN_HI) ? v < f->hi : v <= f->hi;
@@ -161,7 +168,7 @@ static int in_limits(const Field *f, double v) {
 /* A decimal integer: optional sign, digits only (no 1e3, 0x10, 2.0). */
 static int parse_int(const Field *f, const char *s, int *out) {
     const char *digits = s + (*s == '+' || *s == '-');
-    if (!all_digits(digits)) return 0;
+    if (!decimal_digits(digits)) return 0;
     errno = 0;
     long long v = strtoll(s, NULL, 10);
     if (errno || v < INT_MIN || v > INT_MAX || !in_limits(f, (double)v)) return 0;
@@ -170,7 +177,7 @@ static int parse_int(const Field *f, const char *s, int *out) {
 }
 
 static int parse_u64(const char *s, uint64_t *out) {
-    if (!all_digits(s)) return 0;
+    if (!decimal_digits(s)) return 0;
     errno = 0;
     unsigned long long v = strtoull(s, NULL, 10);
     if (errno) return 0;
@@ -178,9 +185,12 @@ static int parse_u64(const char *s, uint64_t *out) {
     return 1;
 }
 
-/* A finite decimal number that fits a float: 0.02, 3.0e-4, 1, -5 (no inf, nan, hex). */
+/* A finite decimal number that fits a float: 0.02, 3.0e-4, 1, -5 (no inf, nan, hex, and
+ * no leading zero before another digit: 010 is octal 8 to YAML 1.1, 10 to YAML 1.2). */
 static int parse_float(const Field *f, const char *s, float *out) {
-    if (!*s || strspn(s, "0123456789+-.eE") != strlen(s) || !strpbrk(s, "0123456789"))
+    const char *m = s + (*s == '+' || *s == '-');
+    if (!*s || strspn(s, "0123456789+-.eE") != strlen(s) || !strpbrk(s, "0123456789") ||
+        (m[0] == '0' && isdigit((unsigned char)m[1])))
         return 0;
     char *end;
     float v = strtof(s, &end);
@@ -189,11 +199,14 @@ static int parse_float(const Field *f, const char *s, float *out) {
     return 1;
 }
 
+/* YAML 1.1's booleans as written there: all lower case, capitalized or all upper case
+ * (so "tRuE", a string to YAML, is refused rather than read as true). */
 static int parse_bool(const char *s, int *out) {
-    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
-    for (int i = 0; i < 3; i++) {
-        if (!strcasecmp(s, yes[i]) || !strcasecmp(s, no[i])) {
-            *out = !strcasecmp(s, yes[i]);
+    static const char *const words[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON",
+                                        "false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+    for (int i = 0; i < 18; i++) {
+        if (!strcmp(s, words[i])) {
+            *out = i < 9;
             return 1;
         }
     }
@@ -272,12 +285,29 @@ static int field_parse(const Field *f, Config *c, const char *s, int plain, char
     const char *digits = s + (*s == '+' || *s == '-');
     if (f->type == T_INT && f->hi >= IMAX && all_digits(digits) && strlen(digits) >= 10)
         strncat(want, " and <= 2147483647", n - strlen(want) - 1); /* beyond a 32-bit int */
+    if ((f->type == T_INT || f->type == T_U64) && all_digits(digits) && !decimal_digits(digits))
+        strncat(want, " written without leading zeros", n - strlen(want) - 1);
     return PP_EUSAGE;
 }
 
-/* Whether a string may be printed without quotes and still read back as itself. */
+/* Whether YAML 1.1 (what many tools read) would take the plain text s as a number or a
+ * boolean: such a string is printed quoted, so that every reader sees a string. */
+static int looks_typed(const char *s) {
+    static const char *const words[] = {"y", "n", "yes", "no", "true", "false", "on", "off",
+                                        ".inf", "-.inf", "+.inf", ".nan"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (!strcasecmp(s, words[i])) return 1;
+    const char *p = s + (*s == '+' || *s == '-');
+    if (p[0] == '0' && p[1] && strchr("xXoObB", p[1])) return 1; /* 0x1f, 0o17, 0b101 */
+    return (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1]))) &&
+           strspn(p, "0123456789_.:eE+-") == strlen(p);
+}
+
+/* Whether a string may be printed without quotes and still read back as itself, here and
+ * in other YAML readers. */
 static int plain_safe(const char *s) {
-    if (is_null(s) || !(isalnum((unsigned char)*s) || strchr("_./", *s))) return 0;
+    if (is_null(s) || looks_typed(s) || !(isalnum((unsigned char)*s) || strchr("_./", *s)))
+        return 0;
     for (; *s; s++)
         if (!isalnum((unsigned char)*s) && !strchr("_./+-", *s)) return 0;
     return 1;
@@ -377,6 +407,54 @@ static const char *key_suggest(const char *key) {
  * The YAML reader (files and --set values)
  * ---------------------------------------------------------------------------------- */
 
+/* [Note: YAML tags] A tag is honoured, never ignored: `!!str 4` is the string "4", so
+ * model.n_layers refuses it, and `!!int "4"` is the integer 4. Only the core schema's
+ * tags are known (!!str, !!int, !!float, !!bool, !!null on scalars; !!map and !!seq on
+ * mappings and lists; `!` on a scalar means a string too); any other tag is an error,
+ * and so is a tag that does not fit the key's type (scalar_tag, tag_fits). */
+
+#define CORE_TAG "tag:yaml.org,2002:"
+
+/* What the tag of event ev names: "str", "int", "float", "bool", "null", "map", "seq";
+ * NULL when it has none; "" for a tag outside the core schema. */
+static const char *tag_kind(const yaml_event_t *ev) {
+    static const char *const known[] = {"str", "int", "float", "bool", "null", "map", "seq"};
+    const yaml_char_t *t = ev->type == YAML_SCALAR_EVENT           ? ev->data.scalar.tag
+                           : ev->type == YAML_MAPPING_START_EVENT  ? ev->data.mapping_start.tag
+                           : ev->type == YAML_SEQUENCE_START_EVENT ? ev->data.sequence_start.tag
+                                                                   : NULL;
+    if (!t) return NULL;
+    if (!strcmp((const char *)t, "!")) return "str"; /* the non-specific tag of a string */
+    if (strncmp((const char *)t, CORE_TAG, strlen(CORE_TAG))) return "";
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp((const char *)t + strlen(CORE_TAG), known[i])) return known[i];
+    return "";
+}
+
+/* Whether a scalar is read as untyped text to resolve (an int, a bool, null...): a plain
+ * scalar without a tag, or any scalar whose tag names a non-string type (`!!int "4"`).
+ * Quoted scalars and `!!str` ones are strings. */
+static int scalar_plain(const yaml_event_t *ev) {
+    const char *kind = tag_kind(ev);
+    if (kind) return strcmp(kind, "str") != 0;
+    return ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+}
+
+/* Whether a scalar tagged `kind` may be the value of field f. */
+static int tag_fits(const Field *f, const char *kind) {
+    switch (f->type) {
+    case T_INT:
+    case T_U64: return !strcmp(kind, "int");
+    case T_FLOAT: return !strcmp(kind, "float");
+    case T_BOOL: return !strcmp(kind, "bool");
+    case T_PATH: return !strcmp(kind, "str") || !strcmp(kind, "null");
+    case T_STRING:
+    case T_ENUM:
+    case T_SPLIT: return !strcmp(kind, "str");
+    }
+    return 0;
+}
+
 #define SEEN_MAX (N_FIELDS + N_SECTIONS)
 
 typedef struct {
@@ -411,7 +489,7 @@ static int fail_value(Reader *r, const char *key, const yaml_event_t *ev, const 
     if (ev->type != YAML_SCALAR_EVENT)
         return fail(r, &ev->start_mark, "%s: expected %s, got a list", key, want);
     const char *v = (const char *)ev->data.scalar.value;
-    if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
+    if (scalar_plain(ev))
         return fail(r, &ev->start_mark, "%s: expected %s, got '%.200s'", key, want, v);
     return fail(r, &ev->start_mark, "%s: expected %s, got '\"%.200s\"' (a quoted string)", key,
                 want, v);
@@ -421,6 +499,32 @@ static int fail_unknown(Reader *r, const yaml_mark_t *m, const char *key) {
     const char *near = key_suggest(key);
     if (near) return fail(r, m, "unknown key '%s' (did you mean '%s'?)", key, near);
     return fail(r, m, "unknown key '%s' (docs/config.md lists the keys)", key);
+}
+
+/* Refuse what no config value may hold: a NUL inside a scalar (libyaml gives its length;
+ * C strings would stop at the NUL and silently use the part before it), a tag outside
+ * the core schema, or a collection tagged as something else. */
+static int check_event(Reader *r, const yaml_event_t *ev) {
+    const char *kind = tag_kind(ev);
+    if (ev->type == YAML_SCALAR_EVENT &&
+        strlen((const char *)ev->data.scalar.value) != ev->data.scalar.length)
+        return fail(r, &ev->start_mark, "the value holds a NUL byte (\\0) at character %zu: "
+                    "a path or name cannot contain one; remove it",
+                    strlen((const char *)ev->data.scalar.value) + 1);
+    if (kind && !*kind)
+        return fail(r, &ev->start_mark, "YAML tag '%s' is not supported in configs: write the "
+                    "value without a tag", (const char *)(ev->type == YAML_SCALAR_EVENT
+                        ? ev->data.scalar.tag : ev->type == YAML_MAPPING_START_EVENT
+                        ? ev->data.mapping_start.tag : ev->data.sequence_start.tag));
+    if (kind && ev->type == YAML_MAPPING_START_EVENT && strcmp(kind, "map"))
+        return fail(r, &ev->start_mark, "the YAML tag !!%s does not fit a mapping: remove it",
+                    kind);
+    if (kind && ev->type == YAML_SEQUENCE_START_EVENT && strcmp(kind, "seq"))
+        return fail(r, &ev->start_mark, "the YAML tag !!%s does not fit a list: remove it", kind);
+    if (kind && ev->type == YAML_SCALAR_EVENT && (!strcmp(kind, "map") || !strcmp(kind, "seq")))
+        return fail(r, &ev->start_mark, "the YAML tag !!%s does not fit a single value: "
+                    "remove it", kind);
+    return PP_OK;
 }
 
 /* Next event; a libyaml error becomes "FILE:LINE:COL: YAML syntax error: problem". */
@@ -443,7 +547,9 @@ static int next_event(Reader *r, yaml_event_t *ev) {
         yaml_event_delete(ev);
         return rc;
     }
-    return PP_OK;
+    int rc = check_event(r, ev);
+    if (rc) yaml_event_delete(ev);
+    return rc;
 }
 
 static int read_mapping(Reader *r, const char *prefix);
@@ -455,7 +561,7 @@ static int split_entry(Reader *r, const char *key, const yaml_event_t *ev, int *
     char want[WANT_MAX], item[64];
     int count = 0;
     const char *s = ev->type == YAML_SCALAR_EVENT ? (const char *)ev->data.scalar.value : "";
-    int plain = ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    int plain = ev->type == YAML_SCALAR_EVENT && scalar_plain(ev);
     Field positive = {.lo = 1, .hi = IMAX};
     int this_kind = 0;
     if (plain && parse_int(&positive, s, &count)) {
@@ -512,14 +618,25 @@ static int read_value(Reader *r, const char *key, const yaml_event_t *ev) {
     char want[WANT_MAX];
     if (!f) { /* a section */
         if (ev->type == YAML_MAPPING_START_EVENT) return read_mapping(r, key);
-        if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+        if (ev->type == YAML_SCALAR_EVENT && scalar_plain(ev) &&
             is_null((const char *)ev->data.scalar.value))
             return PP_OK; /* "train:" with nothing under it */
         return fail_value(r, key, ev, "a mapping of keys");
     }
     if (ev->type == YAML_SCALAR_EVENT) {
-        int plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-        if (field_parse(f, r->c, (const char *)ev->data.scalar.value, plain, want, sizeof want))
+        const char *kind = tag_kind(ev), *s = (const char *)ev->data.scalar.value;
+        if (kind && !strcmp(kind, "null") && tag_fits(f, kind) && !is_null(s))
+            return fail(r, &ev->start_mark, "%s: the YAML tag !!null needs an empty value or "
+                        "null, got '%.200s': write the value without the tag", key, s);
+        if (kind && !tag_fits(f, kind)) {
+            field_expected(f, want, sizeof want);
+            return fail(r, &ev->start_mark, "%s: the YAML tag !!%s makes '%.200s' %s, but %s "
+                        "takes %s: write the value without the tag", key, kind, s,
+                        !strcmp(kind, "str") ? "a string" : !strcmp(kind, "null") ? "null"
+                        : !strcmp(kind, "int") ? "an integer" : !strcmp(kind, "float")
+                        ? "a number" : "a boolean", key, want);
+        }
+        if (field_parse(f, r->c, s, scalar_plain(ev), want, sizeof want))
             return fail_value(r, key, ev, want);
         return PP_OK;
     }
@@ -530,8 +647,11 @@ static int read_value(Reader *r, const char *key, const yaml_event_t *ev) {
 
 /* One "key: value" pair inside the mapping `prefix` ("" at the top); `kev` is the key. */
 static int read_entry(Reader *r, const char *prefix, const yaml_event_t *kev) {
-    const char *k = (const char *)kev->data.scalar.value;
+    const char *k = (const char *)kev->data.scalar.value, *kind = tag_kind(kev);
     char key[KEY_MAX];
+    if (kind && strcmp(kind, "str"))
+        return fail(r, &kev->start_mark, "key '%s': a key is a name, not !!%s: remove the tag",
+                    k, kind);
     if (strchr(k, '.'))
         return fail(r, &kev->start_mark, "key '%s': write nested keys as nested mappings "
                                          "('train:' then '  steps: 20'), not with dots", k);
@@ -574,7 +694,7 @@ static int read_mapping(Reader *r, const char *prefix) {
 /* The top of a config file: a mapping of sections, or nothing at all. */
 static int read_root(Reader *r, const yaml_event_t *ev) {
     if (ev->type == YAML_MAPPING_START_EVENT) return read_mapping(r, "");
-    if (ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+    if (ev->type == YAML_SCALAR_EVENT && scalar_plain(ev) &&
         is_null((const char *)ev->data.scalar.value))
         return PP_OK;
     return fail_value(r, "top level", ev, "a mapping of sections (model:, pipeline:, train:, "
@@ -644,8 +764,11 @@ void config_defaults(Config *c) {
 int config_load_file(Config *c, const char *path, char *err, size_t errlen) {
     char *text = NULL, why[PP_ERR_MAX];
     size_t len = 0;
-    if (pp_read_file(path, "config file", &text, &len, why, sizeof why) != PP_OK)
-        return pp_errf(err, errlen, PP_EUSAGE, "%s: %s", path, why);
+    if (pp_read_file_max(path, "config file", CONFIG_MAX_BYTES, &text, &len, why,
+                         sizeof why) != PP_OK)
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: %s%s", path, why,
+                       errno == EFBIG ? " (a config is YAML of at most 1 MiB: is this the "
+                                        "right file?)" : "");
     int rc = read_text(c, text, len, path, NULL, NULL, err, errlen);
     free(text);
     return rc;
@@ -666,9 +789,12 @@ int config_set(Config *c, const char *assignment, char *err, size_t errlen) {
     return read_text(c, eq + 1, strlen(eq + 1), NULL, assignment, key, err, errlen);
 }
 
-/* A field's value as a number (T_INT / T_FLOAT) for limit checks. */
+/* A field's value as a number (T_INT / T_FLOAT) for limit checks. Two returns, not one
+ * `?:`: that would convert the int to float (the usual arithmetic conversions) and round
+ * 2147483584 and above up to 2^31, which is over every int limit. */
 static double field_number(const Field *f, const Config *c) {
-    return f->type == T_INT ? *(const int *)field_ptr(f, c) : *(const float *)field_ptr(f, c);
+    if (f->type == T_INT) return *(const int *)field_ptr(f, c);
+    return *(const float *)field_ptr(f, c);
 }
 
 /* Every value within its table limits (values set directly in the struct included). */

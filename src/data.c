@@ -67,19 +67,18 @@ static size_t first_bad_token(const uint16_t *tok, size_t n, int vocab_size) {
 /* Map the whole file at path read-only into *map, *size bytes (at least the header).
  * Returns PP_OK or PP_EUSAGE with a message. */
 static int map_file(const char *path, void **map, long long *size, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY);
+    struct stat st;
+    int fd = pp_open_regular(path, &st); /* a FIFO must not block the open */
+    if (fd == -2)
+        return pp_errf(err, errlen, PP_EUSAGE, "data file '%s' is %s, not a regular file: point "
+                       "data.train / data.val at a token file (llm.c's .bin format)", path,
+                       pp_file_kind(st.st_mode));
     if (fd < 0)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "cannot open data file '%s': %s; check data.train / data.val, or create "
                        "it with `pptrain prepare-data --text FILE --out %s` (`make data` makes "
                        "data/tiny)",
                        path, strerror(errno), path);
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return pp_errf(err, errlen, PP_EUSAGE, "data file '%s' is not a regular file" DATA_HINT,
-                       path, path);
-    }
     *size = st.st_size;
     if (*size < DATA_HEADER_BYTES) {
         close(fd);

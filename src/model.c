@@ -2,9 +2,11 @@
  * forward/backward of a chunk of decoder layers on one microbatch. */
 #include "model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -28,6 +30,36 @@ size_t model_total_params(const ModelDims *d) {
     size_t C = d->C, per_layer = 12 * C * C + 13 * C;
     size_t n = (size_t)d->Vp * C + (size_t)d->maxT * C + d->L * per_layer + 2 * C;
     return d->tied ? n : n + (size_t)d->Vp * C;
+}
+
+static void build_table(Model *m);
+
+int model_dims_check(const ModelDims *d, char *err, size_t errlen) {
+#define BAD(...) return pp_errf(err, errlen, PP_EUSAGE, __VA_ARGS__)
+    if (d->V < 1) BAD("V=%d: the vocabulary must have at least 1 token", d->V);
+    if (d->Vp < d->V) BAD("Vp=%d: the padded vocabulary must be >= V=%d", d->Vp, d->V);
+    if (d->maxT < 1) BAD("maxT=%d: the position table needs at least 1 row", d->maxT);
+    if (d->L < 1 || d->L > (INT_MAX - 6) / P_NLAYER)
+        BAD("L=%d: the number of layers must be in [1, %d]", d->L, (INT_MAX - 6) / P_NLAYER);
+    if (d->NH < 1) BAD("NH=%d: the number of heads must be >= 1", d->NH);
+    if (d->C < 1 || d->C > INT_MAX / 4)
+        BAD("C=%d: the channels must be in [1, %d] (fcw has 4C rows)", d->C, INT_MAX / 4);
+    if (d->C % d->NH) BAD("C=%d is not a multiple of NH=%d", d->C, d->NH);
+    if (d->tied != 0 && d->tied != 1) BAD("tied=%d: must be 0 or 1", d->tied);
+    return PP_OK;
+#undef BAD
+}
+
+ParamTensor *model_table(const ModelDims *d, int *n) {
+    Model *m = pp_calloc(1, sizeof *m); /* only the table is filled */
+    m->d = *d;
+    m->nchunks = 1;
+    m->chunks[0] = (Chunk){.stage = 0, .l0 = 0, .l1 = d->L, .first = 1, .last = 1};
+    build_table(m);
+    ParamTensor *t = m->tensors;
+    *n = m->ntensors;
+    free(m);
+    return t;
 }
 
 int model_find(const Model *m, const char *name) {
@@ -406,8 +438,17 @@ static int read_at(const Model *m, FILE *f, long off, float *dst, size_t n, floa
 int model_load_llmc(Model *m, const char *path, char *err, size_t errlen) {
     const ModelDims *d = &m->d;
     int h[256];
-    FILE *f = fopen(path, "rb");
-    if (!f) return pp_errf(err, errlen, PP_EUSAGE, "model.init_from: cannot open '%s': %m", path);
+    struct stat st;
+    int fd = pp_open_regular(path, &st); /* a FIFO must not block, a directory is named */
+    if (fd == -2)
+        return pp_errf(err, errlen, PP_EUSAGE, "model.init_from: '%s' is %s, not a regular file: "
+                       "point it at an llm.c fp32 GPT-2 checkpoint (a .bin file)", path,
+                       pp_file_kind(st.st_mode));
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
+        return pp_errf(err, errlen, PP_EUSAGE, "model.init_from: cannot open '%s': %m", path);
+    }
     if (fread(h, sizeof(int), 256, f) != 256) {
         fclose(f);
         return pp_errf(err, errlen, PP_EUSAGE, "%s: shorter than the 1024-byte llm.c header", path);

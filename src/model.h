@@ -180,4 +180,17 @@ int model_save_llmc(const Model *m, const char *path, char *err, size_t errlen);
 /* Number of parameters of the whole model (all stages) for these dims. */
 size_t model_total_params(const ModelDims *d);
 
+/* Whether dims describe a model this code can build: V >= 1, Vp >= V, maxT, L, NH, C
+ * >= 1, C a multiple of NH, tied 0 or 1, and no size the model computes in an int
+ * overflows (4C rows of fcw, 12L + 6 table entries). Returns PP_OK, or PP_EUSAGE with
+ * what is wrong ("NH=0: the number of heads must be >= 1") in err. For dims that come
+ * from a file (a manifest), before model_table or model_init. */
+int model_dims_check(const ModelDims *d, char *err, size_t errlen);
+
+/* The tensor table of the whole model (embeddings, every layer, final norm, and lm_head
+ * when untied) in model_init's order, names and shapes only, nothing else allocated: for
+ * checking a file against dims before model_init allocates them. Returns the malloc'd
+ * table (the caller frees) and its length in *n. d must pass model_dims_check. */
+ParamTensor *model_table(const ModelDims *d, int *n);
+
 #endif

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
@@ -434,6 +435,129 @@ START_TEST(test_flip_every_manifest_byte) {
         ASSERT_ERR_HAS("manifest");
         flip_byte(man, off, 0x04);
     }
+    set_free(&s);
+}
+END_TEST
+
+/* Write `body` (the manifest without its CRC line) as dir/manifest with a correct CRC
+ * line: what someone editing a manifest on purpose would do. */
+static void forge_manifest(const char *dir, const char *body) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/manifest", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%scrc32 = %08x\n", body, (uint32_t)crc32(0, (const unsigned char *)body,
+                                                          (uInt)strlen(body)));
+    fclose(f);
+}
+
+/* A manifest edited with its CRC recomputed is still checked: every fixed key present
+ * once, one shard per rank, a step that fits a long. */
+START_TEST(test_forged_manifest_fields) {
+    Set s;
+    set_init(&s, 4);
+    CkptOptions o = opts(1, 1, 1, 4096);
+    save(g_dir, 2, 2, s.t, 3, &o, 2);
+    const char *dir = tmp("step_0000002");
+    size_t n;
+    char *orig = (char *)read_all(tmp("step_0000002/manifest"), &n);
+    orig[n] = 0;
+    strstr(orig, "\ncrc32 = ")[1] = 0; /* the body: all but the last line, the CRC's */
+    static const struct { const char *from, *to, *why; } cases[] = {
+        {"format = pptrain-checkpoint\n", "", "format, version, step or world_size is missing"},
+        {"version = 1\n", "", "is missing"},
+        {"step = 2\n", "", "is missing"},
+        {"world_size = 2\n", "", "is missing"},
+        {"step = 2\n", "step = 2\nstep = 3\n", "a key is given twice"},
+        {"world_size = 2\n", "world_size = 3\n", "shards and world_size differ"},
+        {"world_size = 2\n", "world_size = 1\n", "shards and world_size differ"},
+        {"step = 2\n", "step = 9223372036854775808\n", "bad step"},
+        {"step = 2\n", "step = -1\n", "bad step"},
+        {"step = 2\n", "step = 0x10\n", "bad step"},
+    };
+    char body[8192];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *at = strstr(orig, cases[i].from);
+        ck_assert_ptr_nonnull(at);
+        snprintf(body, sizeof body, "%.*s%s%s", (int)(at - orig), orig, cases[i].to,
+                 at + strlen(cases[i].from));
+        forge_manifest(dir, body);
+        CkptReader *r = ckpt_open(dir, g_err, sizeof g_err);
+        ck_assert_msg(r == NULL, "case %zu (%s) was accepted", i, cases[i].to);
+        ASSERT_ERR_HAS("step_0000002/manifest");
+        ASSERT_ERR_HAS(cases[i].why);
+    }
+    /* the largest step a long holds is the manifest's business; callers bound it */
+    snprintf(body, sizeof body, "%s", orig);
+    char *at = strstr(body, "step = 2\n");
+    memmove(at + strlen("step = 9223372036854775807"), at + strlen("step = 2"),
+            strlen(at + strlen("step = 2")) + 1);
+    memcpy(at, "step = 9223372036854775807", strlen("step = 9223372036854775807"));
+    forge_manifest(dir, body);
+    CkptReader *r = ckpt_open(dir, g_err, sizeof g_err);
+    ck_assert_msg(r != NULL, "%s", g_err);
+    ck_assert_int_eq(ckpt_step(r), 9223372036854775807L);
+    ck_assert_str_eq(ckpt_shard_file(r, 1), tmp("step_0000002/shard_00001.ckpt"));
+    ck_assert_ptr_null(ckpt_shard_file(r, 2));
+    ckpt_close(r);
+    free(orig);
+    set_free(&s);
+}
+END_TEST
+
+/* A FIFO in place of the manifest or of a shard is refused at once (a plain open would
+ * wait for a writer forever: the test's timeout). */
+START_TEST(test_fifo_manifest_and_shard) {
+    Set s;
+    set_init(&s, 4);
+    CkptOptions o = opts(1, 1, 1, 4096);
+    save(g_dir, 2, 2, s.t, 3, &o, 2);
+    const char *dir = tmp("step_0000002"), *shard = tmp("step_0000002/shard_00001.ckpt");
+    ck_assert_int_eq(rename(shard, tmp("kept")), 0);
+    ck_assert_int_eq(mkfifo(shard, 0600), 0);
+    ck_assert_ptr_null(ckpt_open(dir, g_err, sizeof g_err));
+    ASSERT_ERR_HAS("shard_00001.ckpt: it is a FIFO, not a regular file");
+    ck_assert_int_eq(unlink(shard), 0);
+    ck_assert_int_eq(rename(tmp("kept"), shard), 0);
+    const char *man = tmp("step_0000002/manifest");
+    ck_assert_int_eq(unlink(man), 0);
+    ck_assert_int_eq(mkfifo(man, 0600), 0);
+    ck_assert_ptr_null(ckpt_open(dir, g_err, sizeof g_err));
+    ASSERT_ERR_HAS("step_0000002/manifest: it is a FIFO, not a regular file");
+    set_free(&s);
+}
+END_TEST
+
+/* Without `latest` (a copy that dropped symlinks) ROOT's checkpoints are still listed,
+ * and resolving ROOT says which one to pass rather than guessing. */
+START_TEST(test_steps_without_latest) {
+    Set s;
+    set_init(&s, 4);
+    CkptOptions o = opts(1, 1, 1, 4096);
+    long *steps = (long *)1;
+    ck_assert_int_eq(ckpt_list_steps(tmp("absent"), &steps), 0);
+    ck_assert_ptr_null(steps);
+    ck_assert_int_eq(ckpt_list_steps(g_dir, &steps), 0);
+    for (long step = 2; step <= 6; step += 2) save(g_dir, step, 2, s.t, 3, &o, 0);
+    ck_assert_int_eq(mkdir(tmp("step_0000008"), 0755), 0); /* no manifest: not complete */
+    ck_assert_int_eq(mkdir(tmp("step_0000009.tmp"), 0755), 0);
+    ck_assert_int_eq(ckpt_list_steps(g_dir, &steps), 4);
+    ck_assert(steps[0] == 8 && steps[1] == 6 && steps[2] == 4 && steps[3] == 2);
+    free(steps);
+    FILE *f = fopen(tmp("file"), "w");
+    fclose(f);
+    ck_assert_int_eq(ckpt_list_steps(tmp("file"), &steps), -1);
+    ck_assert_int_eq(errno, ENOTDIR);
+    ck_assert_int_eq(unlink(tmp("latest")), 0);
+    char got[600], want[700];
+    ck_assert_int_eq(ckpt_resolve(g_dir, got, sizeof got, g_err, sizeof g_err), PP_ERUNTIME);
+    snprintf(want, sizeof want, "'%s' holds 4 checkpoint(s) but no `latest` link", g_dir);
+    ASSERT_ERR_HAS(want);
+    snprintf(want, sizeof want, "e.g. '%s' (the newest complete one)", tmp("step_0000006"));
+    ASSERT_ERR_HAS(want);
+    snprintf(want, sizeof want, "`ln -s step_0000006 %s/latest`", g_dir);
+    ASSERT_ERR_HAS(want);
+    ck_assert_int_eq(ckpt_resolve(tmp("step_0000006"), got, sizeof got, g_err, 256), PP_OK);
     set_free(&s);
 }
 END_TEST
@@ -1031,6 +1155,9 @@ static Suite *ckpt_suite(void) {
     tcase_add_test(tc, test_global_names_across_shards);
     tcase_add_test(tc, test_flip_every_shard_byte);
     tcase_add_test(tc, test_flip_every_manifest_byte);
+    tcase_add_test(tc, test_forged_manifest_fields);
+    tcase_add_test(tc, test_fifo_manifest_and_shard);
+    tcase_add_test(tc, test_steps_without_latest);
     tcase_add_test(tc, test_truncated_shard);
     tcase_add_test(tc, test_missing_shard_magic_version);
     tcase_add_test(tc, test_wrong_shape_and_missing_tensor);

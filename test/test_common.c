@@ -1,5 +1,5 @@
 /* test_common.c — the file helpers of common.c: pp_read_file (whole files, NULs,
- * growing past a size that lied, every error), PPFile (nothing under the final name
+ * regular files only, a size limit, every error), PPFile (nothing under the final name
  * before commit, abort leaves nothing, atomic replacement, a failed write or rename
  * reported with its reason and cleaned up, unwritable directories, stale temporary
  * names, stdio and fd writers) and pp_fsync_dir. */
@@ -88,31 +88,45 @@ START_TEST(test_read_whole_file_with_nuls) {
 }
 END_TEST
 
-/* A FIFO has no size: the buffer grows as the bytes come (k mod 251 each). */
-START_TEST(test_read_grows_past_the_size) {
+/* Only regular files are read: a FIFO without a writer (a plain open(2) would block
+ * forever: the test's timeout), a device that never ends (/dev/zero) and a directory are
+ * refused at once, saying what they are; a file over the limit is refused unread. */
+START_TEST(test_read_only_regular_files) {
     const char *fifo = tmp("fifo");
     ck_assert_int_eq(mkfifo(fifo, 0600), 0);
-    enum { N = 300000 };
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(fifo, O_WRONLY);
-        for (int k = 0; k < N; k++) {
-            unsigned char c = (unsigned char)(k % 251);
-            if (write(fd, &c, 1) != 1) _exit(1);
-        }
-        _exit(0);
-    }
-    char *text = NULL;
-    size_t len = 0;
-    ck_assert_int_eq(pp_read_file(fifo, NULL, &text, &len, g_err, sizeof g_err), PP_OK);
-    int status;
-    waitpid(pid, &status, 0);
-    ck_assert_uint_eq(len, N);
-    int wrong = 0;
-    for (int k = 0; k < N; k++) wrong += (unsigned char)text[k] != k % 251;
-    ck_assert_int_eq(wrong, 0);
-    ck_assert_int_eq(text[N], 0);
+    char *text = (char *)"untouched", want[600];
+    size_t len = 7;
+    ck_assert_int_eq(pp_read_file(fifo, NULL, &text, &len, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_ptr_null(text);
+    ck_assert_uint_eq(len, 0);
+    snprintf(want, sizeof want, "cannot read %s: it is a FIFO, not a regular file", fifo);
+    ck_assert_str_eq(g_err, want);
+    ck_assert_int_eq(pp_read_file("/dev/zero", "config file", &text, &len, g_err, sizeof g_err),
+                     PP_EUSAGE);
+    ck_assert_str_eq(g_err, "cannot read config file: it is a character device, not a regular "
+                            "file");
+    put_file(tmp("ten"), "0123456789", 10);
+    ck_assert_int_eq(pp_read_file_max(tmp("ten"), "x", 9, &text, &len, g_err, sizeof g_err),
+                     PP_EUSAGE);
+    ck_assert_int_eq(errno, EFBIG);
+    ck_assert_str_eq(g_err, "cannot read x: it is 10 bytes, over the limit of 9 bytes");
+    ck_assert_int_eq(pp_read_file_max(tmp("ten"), "x", 10, &text, &len, g_err, sizeof g_err),
+                     PP_OK);
+    ck_assert_uint_eq(len, 10);
     free(text);
+    /* pp_open_regular: the descriptor is blocking again, the kind is named */
+    struct stat st;
+    int fd = pp_open_regular(tmp("ten"), &st);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+    close(fd);
+    ck_assert_int_eq(pp_open_regular(fifo, &st), -2);
+    ck_assert_str_eq(pp_file_kind(st.st_mode), "a FIFO");
+    ck_assert_int_eq(pp_open_regular(g_dir, &st), -2);
+    ck_assert_int_eq(errno, EISDIR);
+    ck_assert_int_eq(pp_open_regular(tmp("missing"), &st), -1);
+    ck_assert_int_eq(errno, ENOENT);
 }
 END_TEST
 
@@ -127,10 +141,10 @@ START_TEST(test_read_errors) {
     char want[600];
     snprintf(want, sizeof want, "cannot open %s: No such file or directory", missing);
     ck_assert_str_eq(g_err, want);
-    /* a directory opens but cannot be read */
+    /* a directory is not read */
     ck_assert_int_eq(pp_read_file(g_dir, NULL, &text, &len, g_err, sizeof g_err), PP_EUSAGE);
     ck_assert_int_eq(errno, EISDIR);
-    snprintf(want, sizeof want, "cannot read %s: Is a directory", g_dir);
+    snprintf(want, sizeof want, "cannot read %s: it is a directory, not a regular file", g_dir);
     ck_assert_str_eq(g_err, want);
     /* `what` names the file instead of its path */
     ck_assert_int_eq(pp_read_file(missing, "config file", &text, &len, g_err, sizeof g_err),
@@ -363,7 +377,7 @@ static Suite *common_suite(void) {
     TCase *tc = tcase_create("files");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_read_whole_file_with_nuls);
-    tcase_add_test(tc, test_read_grows_past_the_size);
+    tcase_add_test(tc, test_read_only_regular_files);
     tcase_add_test(tc, test_read_errors);
     tcase_add_test(tc, test_nothing_under_the_final_name_before_commit);
     tcase_add_test(tc, test_abort_leaves_nothing);

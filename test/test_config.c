@@ -2,9 +2,11 @@
  * path with its FILE:LINE:COL message, --set, cross-field rules, hash and first_diff.
  * Run from the repository root (reads configs/ and docs/config.md). */
 #include <check.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -240,6 +242,36 @@ START_TEST(test_round_trip_tricky) {
 }
 END_TEST
 
+/* Strings that YAML 1.1 would read as numbers or booleans are printed quoted, so that any
+ * YAML reader of the printed config (a manifest's) sees the same strings. */
+START_TEST(test_print_quotes_what_looks_typed) {
+    static const char *const typed[] = {"4", "true", "Off", "y", "1.5e3", "0x10", ".inf", "1_000",
+                                        "1:30", "+5", "-.5"};
+    static const char *const plain[] = {"1f1b", "a4", "data/4", "4a.bin", "true.bin"};
+    char err[PP_ERR_MAX] = "", a[64], *text = NULL, want[64];
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof typed / sizeof typed[0] + sizeof plain / sizeof plain[0]; i++) {
+        int is_typed = i < sizeof typed / sizeof typed[0];
+        const char *v = is_typed ? typed[i] : plain[i - sizeof typed / sizeof typed[0]];
+        Config c;
+        valid_config(&c);
+        snprintf(a, sizeof a, "data.val=\"%s\"", v);
+        set_ok(&c, a);
+        ck_assert_str_eq(c.val_path, v);
+        FILE *f = open_memstream(&text, &len);
+        config_print(&c, f);
+        fclose(f);
+        snprintf(want, sizeof want, is_typed ? "\n  val: \"%s\"\n" : "\n  val: %s\n", v);
+        ck_assert_msg(strstr(text, want), "'%s' printed wrongly:\n%s", v, text);
+        Config back;
+        config_defaults(&back);
+        ck_assert_int_eq(load_text(&back, text, err, sizeof err), PP_OK);
+        ck_assert_str_eq(back.val_path, v);
+        free(text);
+    }
+}
+END_TEST
+
 START_TEST(test_print_layout) {
     Config c;
     char *text = NULL;
@@ -318,6 +350,33 @@ static const FileError k_file_errors[] = {
      "did not find expected key (while parsing a block mapping at line 1, column 1)"},
     {"train: {steps: 4\n", ":8:1: ", "YAML syntax error", "did not find expected ',' or '}'"},
     {"train:\n  steps: 4: 5\n", ":8:11: ", "YAML syntax error", "mapping values are not allowed"},
+    /* what YAML 1.1 reads otherwise: 010 is octal 8 there, tRuE a string */
+    {"train:\n  steps: 010\n", ":8:10: ", "train.steps: ", "written without leading zeros, got '010'"},
+    {"train:\n  seed: 00\n", ":8:9: ", "train.seed: ", "without leading zeros"},
+    {"train:\n  grad_clip: 010\n", ":8:14: ", "train.grad_clip: ", "got '010'"},
+    {"train:\n  optimizer: {lr: -00.5}\n", ":8:19: ", "train.optimizer.lr: ", "got '-00.5'"},
+    {"output:\n  trace: tRuE\n", ":8:10: ", "output.trace: ", "expected true or false, got 'tRuE'"},
+    /* [Note: YAML tags]: honoured or refused, never ignored */
+    {"train:\n  steps: !!str 4\n", ":8:10: ", "train.steps: ",
+     "the YAML tag !!str makes '4' a string, but train.steps takes an integer >= 0"},
+    {"train:\n  steps: !!float 4\n", ":8:10: ", "train.steps: ", "!!float makes '4' a number"},
+    {"train:\n  optimizer: {lr: !!int 1}\n", ":8:19: ", "train.optimizer.lr: ",
+     "takes a number > 0"},
+    {"output:\n  trace: !!str true\n", ":8:10: ", "output.trace: ", "takes true or false"},
+    {"data:\n  val: !!null foo\n", ":8:8: ", "data.val: ", "!!null needs an empty value or null"},
+    {"data:\n  train: !!null\n", ":8:10: ", "data.train: ", "!!null makes '' null"},
+    {"train:\n  steps: !foo 4\n", ":8:10: ", "YAML tag '!foo'", "not supported"},
+    {"train:\n  steps: !<tag:example.com,2000:x> 4\n", ":8:10: ", "YAML tag", "not supported"},
+    {"train: !!seq\n  steps: 4\n", ":7:8: ", "!!seq", "does not fit a mapping"},
+    {"pipeline:\n  split: !!map [4]\n", ":8:10: ", "!!map", "does not fit a list"},
+    {"train:\n  steps: !!map 4\n", ":8:10: ", "!!map", "does not fit a single value"},
+    {"train:\n  !!int steps: 4\n", ":8:3: ", "key 'steps'", "not !!int"},
+    {"pipeline:\n  split: [!!str 4]\n", ":8:11: ", "pipeline.split: ", "got '\"4\"'"},
+    /* a NUL inside a quoted string would cut the C string short */
+    {"data:\n  train: \"a.bin\\0junk\"\n", ":8:10: ", "NUL byte (\\0) at character 6",
+     "remove it"},
+    {"data:\n  val: \"v\\x00\"\n", ":8:8: ", "NUL byte", "at character 2"},
+    {"train:\n  \"steps\\0x\": 4\n", ":8:3: ", "NUL byte", "remove it"},
 };
 
 START_TEST(test_file_errors) {
@@ -359,7 +418,112 @@ START_TEST(test_missing_and_unreadable_files) {
     ck_assert_int_eq(config_load_file(&c, "/nonexistent/dir/x.yaml", err, sizeof err), PP_EUSAGE);
     assert_has(err, "/nonexistent/dir/x.yaml: cannot open config file: No such file");
     ck_assert_int_eq(config_load_file(&c, "/tmp", err, sizeof err), PP_EUSAGE);
-    assert_has(err, "/tmp: cannot read config file: Is a directory");
+    assert_has(err, "/tmp: cannot read config file: it is a directory, not a regular file");
+}
+END_TEST
+
+/* What is not a regular file is refused at once: a FIFO without a writer (a plain open
+ * would block forever: the test's timeout), a device that never ends, and a file over
+ * the 1 MiB a config may have. */
+START_TEST(test_config_not_a_regular_file) {
+    Config c, before;
+    char err[PP_ERR_MAX] = "", fifo[64];
+    config_defaults(&c);
+    before = c;
+    snprintf(fifo, sizeof fifo, "/tmp/test_config_fifo.%d", (int)getpid());
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    int rc = config_load_file(&c, fifo, err, sizeof err);
+    unlink(fifo);
+    ck_assert_int_eq(rc, PP_EUSAGE);
+    assert_has(err, fifo);
+    assert_has(err, ": cannot read config file: it is a FIFO, not a regular file");
+    ck_assert_int_eq(config_load_file(&c, "/dev/zero", err, sizeof err), PP_EUSAGE);
+    assert_has(err, "/dev/zero: cannot read config file: it is a character device, not a "
+                    "regular file");
+    char *big = malloc((1 << 20) + 2);
+    memset(big, '#', (1 << 20) + 1); /* one comment line of 1 MiB + 1 byte */
+    big[(1 << 20) + 1] = 0;
+    ck_assert_int_eq(load_text(&c, big, err, sizeof err), PP_EUSAGE);
+    free(big);
+    assert_has(err, "cannot read config file: it is 1048577 bytes, over the limit of 1048576");
+    assert_has(err, "at most 1 MiB");
+    ck_assert_msg(memcmp(&c, &before, sizeof c) == 0, "a refused file changed the config");
+}
+END_TEST
+
+/* A tag that fits the key is honoured: `!!int "4"` is 4, `!!str null` the path "null". */
+START_TEST(test_tags_that_fit) {
+    Config c;
+    valid_config(&c);
+    char err[PP_ERR_MAX] = "";
+    ck_assert_int_eq(load_text(&c, "train:\n  steps: !!int \"4\"\n  optimizer: {lr: !!float 1, "
+                                   "name: !!str sgd}\noutput: {trace: !!bool yes}\ndata:\n  "
+                                   "val: !!str null\n  train: ! plain.bin\n", err, sizeof err),
+                     PP_OK);
+    ck_assert_int_eq(c.steps, 4);
+    ck_assert_float_eq(c.lr, 1.0f);
+    ck_assert_str_eq(c.optimizer, "sgd");
+    ck_assert_int_eq(c.trace, 1);
+    ck_assert_str_eq(c.val_path, "null");
+    ck_assert_str_eq(c.train_path, "plain.bin");
+    ck_assert_int_eq(load_text(&c, "data: !!map {val: !!null ~}\npipeline: {split: !!seq [2, "
+                                   "!!int 2]}\n", err, sizeof err), PP_OK);
+    ck_assert_str_eq(c.val_path, "");
+    ck_assert_str_eq(c.split, "[2, 2]");
+    /* --set values are YAML too */
+    ck_assert_int_eq(config_set(&c, "model.n_layers=!!str 4", err, sizeof err), PP_EUSAGE);
+    assert_has(err, "--set model.n_layers=!!str 4: model.n_layers: the YAML tag !!str makes "
+                    "'4' a string");
+    ck_assert_int_eq(config_set(&c, "data.train=\"a.bin\\0junk\"", err, sizeof err),
+                     PP_EUSAGE);
+    assert_has(err, "NUL byte");
+    ck_assert_str_eq(c.train_path, "plain.bin");
+}
+END_TEST
+
+/* [Note: field_number] Integer limits hold at the edges of an int: 2147483584 and up
+ * (which a float rounds to 2^31) pass as they should, one more than INT_MAX and values
+ * below the limit are refused with the right numbers, in YAML and set directly. */
+START_TEST(test_int_limits_at_the_edges) {
+    static const char *const keys[] = {"train.steps", "output.checkpoint_keep",
+                                       "output.log_every", "runtime.timeout_s",
+                                       "data.val_batches", "train.lr_schedule.warmup_steps"};
+    static const char *const fits[] = {"2147483647", "2147483646", "2147483584", "2147483583",
+                                       "16777217", "1"};
+    char err[PP_ERR_MAX] = "", a[128];
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        for (size_t v = 0; v < sizeof fits / sizeof fits[0]; v++) {
+            Config c;
+            valid_config(&c);
+            snprintf(a, sizeof a, "%s=%s", keys[k], fits[v]);
+            set_ok(&c, a);
+            ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s: %s", a, err);
+        }
+        Config c;
+        valid_config(&c);
+        snprintf(a, sizeof a, "%s=2147483648", keys[k]);
+        ck_assert_int_eq(config_set(&c, a, err, sizeof err), PP_EUSAGE);
+        assert_has(err, "and <= 2147483647, got '2147483648'");
+        snprintf(a, sizeof a, "%s=-2147483648", keys[k]);
+        ck_assert_int_eq(config_set(&c, a, err, sizeof err), PP_EUSAGE);
+        assert_has(err, "expected an integer >= ");
+    }
+    Config c;
+    valid_config(&c);
+    c.steps = INT_MAX, c.checkpoint_keep = INT_MAX, c.timeout_s = INT_MAX - 63;
+    c.max_seq_len = INT_MAX, c.padded_vocab_size = INT_MAX;
+    ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s", err);
+    c.checkpoint_keep = INT_MIN;
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
+    assert_has(err, "output.checkpoint_keep (checkpoints kept on disk) is -2147483648: expected "
+                    "an integer >= 1");
+    c.checkpoint_keep = 0;
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
+    assert_has(err, "is 0: expected an integer >= 1");
+    c.checkpoint_keep = 1, c.steps = -1;
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
+    assert_has(err, "train.steps");
+    assert_has(err, "is -1: expected an integer >= 0");
 }
 END_TEST
 
@@ -451,7 +615,9 @@ START_TEST(test_set_errors) {
         {"train.optimizer={lr: 0.1, lr: 0.2}", "duplicate key 'train.optimizer.lr'"},
         {"train.optimizer={lrr: 0.1}", "(did you mean 'train.optimizer.lr'?)"},
         {"train.optimizer=sgd", "train.optimizer: expected a mapping of keys, got 'sgd'"},
-        {"model.dim=[1]", "model.dim: expected an integer >= 1, got a list"},
+        {"model.dim=[1]", "model.dim: expected an integer in [1, 536870911], got a list"},
+        {"model.dim=536870912", "model.dim: expected an integer in [1, 536870911]"},
+        {"model.n_layers=178956971", "model.n_layers: expected an integer in [1, 178956970]"},
         {"train.steps", "--set train.steps: expected KEY=VALUE"},
         {"=3", "--set =3: expected KEY=VALUE"},
     };
@@ -654,9 +820,13 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, test_round_trip_shipped);
     tcase_add_test(tc, test_round_trip_tricky);
     tcase_add_test(tc, test_print_layout);
+    tcase_add_test(tc, test_print_quotes_what_looks_typed);
     tcase_add_loop_test(tc, test_file_errors, 0, sizeof k_file_errors / sizeof k_file_errors[0]);
     tcase_add_test(tc, test_top_level_not_mapping);
     tcase_add_test(tc, test_missing_and_unreadable_files);
+    tcase_add_test(tc, test_config_not_a_regular_file);
+    tcase_add_test(tc, test_tags_that_fit);
+    tcase_add_test(tc, test_int_limits_at_the_edges);
     tcase_add_test(tc, test_did_you_mean);
     tcase_add_test(tc, test_set_overrides);
     tcase_add_test(tc, test_set_errors);

@@ -184,6 +184,19 @@ START_TEST(test_missing_file) {
 END_TEST
 
 /* Token 37 = 60 with vocab 50: byte offset 1024 + 2*37 = 1098. */
+/* A FIFO as data.train or data.val (a plain open would wait for a writer forever: the
+ * test's timeout), a directory or a device: refused at once, saying what it is. */
+START_TEST(test_not_a_regular_file) {
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s/fifo.bin", g_dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    expect_open_error(fifo, 256, "is a FIFO, not a regular file", "data.train / data.val",
+                      NULL);
+    expect_open_error(g_dir, 256, "is a directory, not a regular file", NULL);
+    expect_open_error("/dev/zero", 256, "is a character device, not a regular file", NULL);
+}
+END_TEST
+
 START_TEST(test_token_out_of_range) {
     uint16_t *t = make_tokens(100);
     t[37] = 60;
@@ -481,6 +494,7 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_shorter_than_header);
     tcase_add_test(tc, test_negative_count);
     tcase_add_test(tc, test_missing_file);
+    tcase_add_test(tc, test_not_a_regular_file);
     tcase_add_test(tc, test_token_out_of_range);
     tcase_add_test(tc, test_token_out_of_range_parallel);
     suite_add_tcase(s, tc);
