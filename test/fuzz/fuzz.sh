@@ -9,11 +9,7 @@
 set -eu
 cd "$(dirname "$0")/../.."
 make --no-print-directory data >/dev/null
-objs=$(ls src/*.c | sed 's|src/\(.*\)\.c|build/debug/\1.o|')
-make --no-print-directory -j2 DEBUG=1 $objs >/dev/null
-blas=/usr/lib/x86_64-linux-gnu/openblas-openmp
-cc -fopenmp -fsanitize=address,undefined -o build/debug/pptrain build/debug/*.o -L$blas -Wl,-rpath,$blas \
-  -lopenblas -lyaml -lz -lm -lpthread
+make --no-print-directory -j2 DEBUG=1 build/debug/pptrain >/dev/null
 echo "fuzz.sh: build/debug/pptrain built with -fsanitize=address,undefined"
 rm -rf build/fuzz
 exec python3 test/fuzz/fuzz.py --pptrain build/debug/pptrain --out build/fuzz "$@"
