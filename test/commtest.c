@@ -24,6 +24,8 @@ const char *BASE_CFG = "model:\n  n_layers: 4\n  dim: 64\n"
 
 const char *KIND_NAMES[2] = {"activation", "gradient"};
 
+const char *TEST_TOKEN = "0123456789abcdef-test-token";
+
 void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
     nanosleep(&ts, NULL);
@@ -93,6 +95,7 @@ int job_main(int rank, int port, void *arg) {
     char err[PP_ERR_MAX];
     Comm *c;
     int rc;
+    if (j->token) snprintf(e.token, sizeof e.token, "%s", j->token);
     if (rank == 0 && j->root_delay_s > 0) sleep_s(j->root_delay_s);
     rc = comm_create(&e, BASE_CFG, j->timeout_s, &c, err, sizeof err);
     if (rc) {

@@ -15,6 +15,7 @@
 #define MAXP 8
 
 extern const char *BASE_CFG;      /* the config text every rank of a job sends */
+extern const char *TEST_TOKEN;    /* a job token (PPTRAIN_JOB_TOKEN) for tests that want one */
 extern const char *KIND_NAMES[2]; /* "activation", "gradient" */
 
 /* In a rank's body: print what is wrong and make the rank fail (return 1). */
@@ -54,6 +55,7 @@ typedef struct {
     double root_delay_s; /* sockets: rank 0 starts this late (the others must retry) */
     RankBody body;
     void *arg;
+    const char *token;   /* sockets: the job token, NULL = none */
 } Job;
 
 /* A forked child's main for a job (j = arg): comm_create, body, comm_destroy. */
