@@ -47,7 +47,6 @@
  * thread go with the last Comm.
  * Byte order is the host's: every rank runs the same binary. */
 
-#define WIRE_MAGIC 0x6d777070u /* "ppwm" */
 #define IO_BUDGET (8u << 20)   /* bytes moved per peer per progress round (fairness) */
 
 static void sock_wake(SockNet *n) {

@@ -10,6 +10,8 @@
 
 #define COLL_CHUNK (1u << 18) /* floats per exchange of a float collective (1 MiB) */
 
+#define WIRE_MAGIC 0x6d777070u /* "ppwm": a data message's header */
+
 typedef struct {
     uint32_t magic;
     CommTag tag;

@@ -41,6 +41,9 @@ typedef int (*ChildMain)(int rank, int port, void *arg); /* returns the exit cod
 /* Fork P children running fn(rank, port, arg); wait at most limit_s for all of them.
  * status[r] = exit code, 128+signal if killed, or -1 if it hung (then killed). */
 void spawn(int P, ChildMain fn, void *arg, double limit_s, int *status);
+/* spawn, but wait only for ranks 0..wait_n-1 (a stopped rank never exits): the others
+ * are then killed, with status -2 unless they exited before. */
+void spawn_until(int P, int wait_n, ChildMain fn, void *arg, double limit_s, int *status);
 
 /* A rank's part of a job: returns 0 when everything it checked held. The Comm is the
  * job's (kind_names set); the harness destroys it afterwards. */
