@@ -532,6 +532,16 @@ int sock_member_lost(SockComm *s, int r) {
     return lost;
 }
 
+int sock_member_gone(SockComm *s, int r, char *why, size_t n) {
+    const Peer *P = &s->net->peers[s->ranks[r]];
+    int gone;
+    pthread_mutex_lock(&s->net->mu);
+    gone = P->lost && !P->bye;
+    if (gone) snprintf(why, n, "%s", P->why);
+    pthread_mutex_unlock(&s->net->mu);
+    return gone;
+}
+
 /* ------------------------------------------------------------------ lifecycle -- */
 
 /* Free the net; the progress thread must not be running, every Comm is destroyed. */

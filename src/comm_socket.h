@@ -165,6 +165,11 @@ SockComm *sock_group_new(SockComm *parent, uint64_t gid, const int *global, int 
 
 /* Whether member r's connection is lost (takes the lock). */
 int sock_member_lost(SockComm *s, int r);
+/* Whether member r is gone for good — its data connection lost other than by an orderly
+ * goodbye (it crashed, broke the protocol, or this rank gave up on it) — with the
+ * reason in why: a collective then fails at once instead of waiting on its other
+ * connection (takes the lock). */
+int sock_member_gone(SockComm *s, int r, char *why, size_t n);
 
 /* The collectives (comm_socket_coll.c), for the ops table. */
 int sock_allreduce_sum_f64(Comm *c, double *v, int n);

@@ -107,6 +107,10 @@ static int coll_move(SockComm *s, int r, const CollHdr *mine, const void *sb, si
     for (;;) {
         double until;
         int io;
+        if (sock_member_gone(s, r, why, sizeof why)) {
+            rc = coll_io_status(s, r, mine, DIST_IO_ERROR, why);
+            break;
+        }
         if (sock_watch_check(s->net, &w, base, &until, why, sizeof why)) {
             rc = coll_timeout(s, r, mine, why);
             break;
@@ -177,6 +181,10 @@ static int coll_await(SockComm *s, int r, const CollHdr *mine) {
     sock_watch_begin(s->net, &w, s->ranks[r]);
     for (;;) {
         double until, left;
+        if (sock_member_gone(s, r, why, sizeof why)) {
+            rc = coll_io_status(s, r, mine, DIST_IO_ERROR, why);
+            break;
+        }
         if (sock_watch_check(s->net, &w, base, &until, why, sizeof why)) {
             rc = coll_timeout(s, r, mine, why);
             break;
