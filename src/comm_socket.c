@@ -156,7 +156,7 @@ void sock_ctrl_push(SockNet *n, int p, int op, int rank, int ms, const char *tex
     }
     if (P->ctrl_len + sizeof h + len > CTRL_BUF) return; /* full: a probe is repeated */
     memcpy(P->ctrl + P->ctrl_len, &h, sizeof h);
-    memcpy(P->ctrl + P->ctrl_len + sizeof h, text, len);
+    if (len) memcpy(P->ctrl + P->ctrl_len + sizeof h, text, len);
     P->ctrl_len += sizeof h + len;
     sock_wake(n);
 }

@@ -67,9 +67,8 @@ static CollHdr coll_hdr(const SockComm *s, int r, uint32_t op, uint64_t count) {
 static int coll_timeout(SockComm *s, int r, const CollHdr *mine, const char *why) {
     char msg[PP_ERR_MAX], lose[PP_ERR_MAX / 2];
     snprintf(msg, sizeof msg, "timed out in %s #%u%s: rank %d sent nothing for %g s "
-             "(runtime.timeout_s) and %s — is it stuck, or in a different collective? see "
-             "its log", coll_name(mine->op), mine->seq, s->name, s->ranks[r],
-             s->base.timeout_s, why);
+             "(runtime.timeout_s) and %s — or is it in a different collective? see its log",
+             coll_name(mine->op), mine->seq, s->name, s->ranks[r], s->base.timeout_s, why);
     snprintf(lose, sizeof lose, "rank %d gave up on it in %s #%u: it sent nothing for %g s "
              "and %s", s->net->rank, coll_name(mine->op), mine->seq, s->base.timeout_s, why);
     sock_member_failed(s, r, 0, lose);

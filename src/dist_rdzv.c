@@ -214,7 +214,7 @@ static int root_ready(void *ctx, DoorConn *c, char *why, size_t n) {
     root_refuse_now(c->fd, msg);
     st->n_refused++;
     if (st->n_notes < ROOT_NOTES)
-        snprintf(st->notes[st->n_notes++], sizeof st->notes[0], "%s: %s", c->addr, msg);
+        snprintf(st->notes[st->n_notes++], sizeof st->notes[0], "%s: %.160s", c->addr, msg);
     return pp_errf(why, n, DOOR_DROP, "refused: %s (without PPTRAIN_JOB_TOKEN rank 0 cannot "
                    "tell a misconfigured rank from a forged hello, so it keeps waiting for "
                    "the real one)", msg);

@@ -22,6 +22,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOKEN = "netattack-" + secrets.token_hex(16)
 AUTH_MAGIC, RDZV_MAGIC, MESH_MAGIC, WIRE_MAGIC = 0x75617070, 0x76727070, 0x6d737070, 0x6d777070
+SANITIZER = ("AddressSanitizer", "LeakSanitizer", "runtime error:")
+sanitizer_reports = []  # the first line of each, from any pptrain process
 
 
 def free_port():
@@ -63,11 +65,14 @@ class Job:
     def finish(self, p, limit):
         try:
             out, err = p.communicate(timeout=limit)
+            code = p.returncode
         except subprocess.TimeoutExpired:
             p.kill()
             out, err = p.communicate()
-            return None, out.decode(), err.decode()
-        return p.returncode, out.decode(), err.decode()
+            code = None
+        err = err.decode(errors="replace")
+        sanitizer_reports.extend(l for l in err.splitlines() if any(k in l for k in SANITIZER))
+        return code, out.decode(errors="replace"), err
 
 
 def connect(port, tries=150):
@@ -305,8 +310,11 @@ def main():
             print(f"{'ok  ' if ok else 'FAIL'} {name:22s} {time.monotonic() - t:5.1f} s  {what}",
                   flush=True)
     n = len([a for a in ATTACKS if not args.only or a[0] == args.only])
-    print(f"netattack.py: {n - failed} of {n} attacks held off ({args.pptrain}, {args.proto} protocol)")
-    return 1 if failed else 0
+    for line in sanitizer_reports[:5]:
+        print(f"FAIL sanitizer: {line}")
+    print(f"netattack.py: {n - failed} of {n} attacks held off ({args.pptrain}, {args.proto} "
+          f"protocol), {len(sanitizer_reports)} sanitizer reports")
+    return 1 if failed or sanitizer_reports else 0
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ rank_pid() {
 
 # run SIGNAL DELAY: a 4-stage run; once rank 3 logs its first step, wait DELAY seconds
 # and send it SIGNAL. Prints "ok" or what went wrong; counts into the globals.
-survivors=0 wrong=0 missing=0 slow=0 runs=0
+survivors=0 wrong=0 missing=0 slow=0 runs=0 sanitized=0
 run() {
   local sig=$1 delay=$2 out="$tmp/run$runs" pid3= t0 t1 r line who
   rm -rf "$out"; mkdir -p "$out"
@@ -55,6 +55,10 @@ run() {
   wait "$pprun_pid"; pprun_pid=
   t1=$(date +%s.%N)
   runs=$((runs + 1))
+  if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error:' "$out/stderr"; then
+    echo "FAIL: a sanitizer report: $(grep -m1 -E 'AddressSanitizer|LeakSanitizer|runtime error:' "$out/stderr")"
+    sanitized=$((sanitized + 1))
+  fi
   for r in 0 1 2; do
     line=$(grep -m1 "^\[rank $r\] error: " "$out/stderr")
     survivors=$((survivors + 1))
@@ -68,8 +72,9 @@ run() {
       wrong=$((wrong + 1))
     fi
   done
-  [ -n "${PP_NETFAULT_KEEP:-}" ] && [ $((wrong + missing)) -gt "${bad:-0}" ] && cp -r "$out" "$PP_NETFAULT_KEEP/"
-  bad=$((wrong + missing))
+  [ -n "${PP_NETFAULT_KEEP:-}" ] && [ $((wrong + missing + sanitized)) -gt "${bad:-0}" ] &&
+    cp -r "$out" "$PP_NETFAULT_KEEP/"
+  bad=$((wrong + missing + sanitized))
   # SIGKILL: the survivors stop at once; SIGSTOP: within a few deadlines of the stop
   if awk -v a="$t0" -v b="$t1" -v lim="$([ "$sig" = KILL ] && echo 5 || echo $((4 * T + 5)))" \
        'BEGIN { exit !(b - a > lim) }'; then
@@ -85,5 +90,6 @@ for i in $(seq "$STOPS"); do
   run STOP "$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", rand() * 1.5 }')"
 done
 echo "netfault.sh: $KILLS SIGKILL and $STOPS SIGSTOP runs of rank 3 at 4 ranks: $survivors" \
-     "survivor messages, $wrong named a wrong rank first, $missing missing, $slow slow"
-[ $wrong -eq 0 ] && [ $missing -eq 0 ] && [ $slow -eq 0 ]
+     "survivor messages, $wrong named a wrong rank first, $missing missing, $slow slow," \
+     "$sanitized with sanitizer reports"
+[ $wrong -eq 0 ] && [ $missing -eq 0 ] && [ $slow -eq 0 ] && [ $sanitized -eq 0 ]
