@@ -23,7 +23,8 @@ trap cleanup EXIT
 
 # The processes below PID $1 (timeout, pprun, then the ranks: pprun's setpriv guard
 # execs the program).
-descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
+children() { awk -v p="$1" '$4 == p { print $1 }' /proc/[0-9]*/stat 2>/dev/null; }
+descendants() { local c; for c in $(children "$1"); do echo "$c"; descendants "$c"; done; }
 # The PID of rank R of the job.
 rank_pid() {
   local p
