@@ -170,8 +170,10 @@ static void coll_abort(SockComm *s) {
  * step last). So that a silent member r, and not the root, gets the blame, the root
  * tells every other member every timeout_s/4 while it waits for r that it is alive;
  * they skip these keep-alives while they wait for the result, and each one restarts
- * their clock. The root gives up on r after timeout_s and sends everyone its message
- * naming r. */
+ * their clock (a keep-alive is a whole message: the deadline of the wait that read it
+ * is over). The root gives up on r after timeout_s — later if r, probed, says it is
+ * blocked on another rank ([Note: blame] in comm_socket_blame.c) — and sends everyone
+ * its message naming r. */
 static int coll_await(SockComm *s, int r, const CollHdr *mine) {
     double base = pp_now() + s->base.timeout_s, slice = s->base.timeout_s / 4;
     char why[PP_ERR_MAX / 4];

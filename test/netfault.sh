@@ -13,6 +13,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 KILLS=${PP_NETFAULT_KILLS:-1}
 STOPS=${PP_NETFAULT_STOPS:-1}
 T=2 # runtime.timeout_s
+cd "$ROOT" || exit 1 # the config's data paths are relative to the repository
 tmp=$(mktemp -d /tmp/pptrain-netfault.XXXXXX)
 pprun_pid=
 cleanup() {
