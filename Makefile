@@ -24,9 +24,9 @@ EXE := ./$(BIN)
 # -fno-trapping-math change no result; they let sqrtf and the clamped exp vectorize.
 CFLAGS  += -std=gnu11 -fopenmp -fno-math-errno -fno-trapping-math -Wall -Wextra -Wno-unused-parameter -Wshadow -MMD -MP \
            -I$(BLASDIR:/usr/lib/%=/usr/include/%) -iquote src $(OPT) \
-           $(shell pkg-config --cflags yaml-0.1 zlib 2>/dev/null)
+           $(shell pkg-config --cflags yaml-0.1 zlib libcrypto 2>/dev/null)
 LDFLAGS += -fopenmp $(filter -fsanitize=%,$(OPT)) -L$(BLASDIR) -Wl,-rpath,$(BLASDIR)
-LDLIBS  += -lopenblas -lyaml -lz -lm -lpthread
+LDLIBS  += -lopenblas -lyaml -lz $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) -lm -lpthread
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
 ifeq ($(V),1)

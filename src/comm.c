@@ -130,10 +130,19 @@ void comm_queue_remove(ReqQueue *q, CommReq *r) {
 }
 
 Early *comm_early_new(const CommTag *t, size_t n) {
-    Early *e = pp_calloc(1, sizeof *e);
+    Early *e = comm_early_try_new(t, n);
+    if (!e) PP_DIE("out of memory allocating %zu bytes for an early message", n);
+    return e;
+}
+
+Early *comm_early_try_new(const CommTag *t, size_t n) {
+    Early *e = calloc(1, sizeof *e);
+    if (!e || !(e->buf = malloc(n ? n : 1))) {
+        free(e);
+        return NULL;
+    }
     e->tag = *t;
     e->bytes = n;
-    e->buf = pp_malloc(n ? n : 1);
     return e;
 }
 

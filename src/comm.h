@@ -57,13 +57,20 @@ typedef struct CommOps {
     int (*irecv)(Comm *c, int peer, const CommTag *tag, void *buf, size_t bytes,
                  CommReq **req);
     /* Block until req completes and free it (on success and on failure). A peer that
-     * dies fails the wait promptly ("lost connection to rank N ..."); one that moved no
-     * byte of this pair's traffic for timeout_s since the request was posted fails it
-     * with a timeout error ("timed out waiting for rank N ...") — never a hang. After
-     * either, the socket transport fails every other request on that peer too. */
+     * dies fails the wait promptly ("lost connection to rank N ..."); one that completed
+     * no message of this pair's traffic for timeout_s since the request was posted fails
+     * it with a timeout error ("timed out waiting for rank N ...") — never a hang: the
+     * deadline is fixed by whole messages (plus transfer time for one in flight), bytes
+     * that trickle in do not extend it. Before blaming a silent peer the socket
+     * transport asks it whether it is itself blocked on another rank and then waits for
+     * that one's verdict ([Note: blame] in comm_socket.c). After either, the socket
+     * transport fails every other request on that peer too. When another rank failed
+     * first (this rank saw it die, or a peer reported it), the message names that rank
+     * first: "rank 3 failed first (...); then lost connection to rank 2 ...". */
     int (*wait)(Comm *c, CommReq *req);
     /* Non-blocking wait: *done = 1 when req completed (then it is freed, and the return
-     * value is its status), 0 while it is pending. */
+     * value is its status), 0 while it is pending. It fails a request for silence no
+     * sooner than a wait would. */
     int (*test)(Comm *c, CommReq *req, int *done);
     /* Grouped posting, as ncclGroupStart/End: the isends and irecvs a rank posts
      * between group_start and group_end are issued together at group_end, so a rank's
@@ -78,8 +85,9 @@ typedef struct CommOps {
      * They block until this rank's part is done; a peer that died or stayed silent for
      * timeout_s fails them on every rank that waits for it, with one message naming
      * it ("lost connection to rank N in allreduce #3: ...", "timed out in barrier #0:
-     * rank N sent nothing for 5 s ...") — never a hang. After a failed collective the
-     * Comm's later ones may fail too (the job is expected to stop).
+     * rank N sent nothing for 5 s ...") — never a hang; silence and first failures are
+     * judged as for wait. After a failed collective the Comm's later ones may fail too
+     * (the job is expected to stop).
      * v[0..n) <- the sum over ranks, added in rank order ((v0 + v1) + v2) + ...,
      * bitwise equal on all ranks. */
     int (*allreduce_sum_f64)(Comm *c, double *v, int n);
@@ -114,6 +122,10 @@ typedef struct CommOps {
     void (*destroy)(Comm *c);
 } CommOps;
 
+/* The longest point-to-point message a peer may send, unless the caller says otherwise
+ * (Comm.max_message_bytes). */
+#define COMM_MAX_MESSAGE_DEFAULT ((size_t)1 << 30)
+
 /* The part of every transport that callers may read. One thread uses a Comm (and the
  * Comms split from it, see [Note: groups]) at a time. */
 struct Comm {
@@ -122,6 +134,14 @@ struct Comm {
     double timeout_s;               /* runtime.timeout_s: how long a silent peer is waited for */
     const char *const *kind_names;  /* optional: kind_names[tag.kind] for messages, set by */
     int n_kind_names;               /* the runtime after creation */
+    /* The longest point-to-point message a peer may send on this Comm: a message header
+     * that claims more is refused before anything is allocated for it, the peer is
+     * marked lost, and the error names it ("rank 1 sent a message header claiming
+     * 4611686018427387904 bytes ..."). COMM_MAX_MESSAGE_DEFAULT after creation; the
+     * runtime may set it to the largest message its schedule sends (groups copy it at
+     * split). A message whose receive is already posted must match that receive's size
+     * exactly whatever this says. The memory transport ignores it (nothing is framed). */
+    size_t max_message_bytes;
     int group_depth;                /* open group_start calls (kept by the wrappers) */
     char err[PP_ERR_MAX];           /* the last failure's message */
 };

@@ -62,8 +62,10 @@ void comm_queue_push(ReqQueue *q, CommReq *r);
 CommReq *comm_queue_pop(ReqQueue *q);
 void comm_queue_remove(ReqQueue *q, CommReq *r); /* r must be in q */
 
-/* A message of n bytes with tag t; its buffer is allocated, not filled. */
+/* A message of n bytes with tag t; its buffer is allocated, not filled. comm_early_new
+ * dies when memory runs out; comm_early_try_new returns NULL instead. */
 Early *comm_early_new(const CommTag *t, size_t n);
+Early *comm_early_try_new(const CommTag *t, size_t n);
 void comm_early_push(EarlyList *l, Early *e);
 Early *comm_early_pop(EarlyList *l);
 void comm_early_remove(EarlyList *l, Early *e); /* e must be in l */

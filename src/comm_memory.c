@@ -112,6 +112,7 @@ static MemComm *comm_new(MemGroup *g, int index, double timeout_s) {
     m->base.rank = index;
     m->base.world = g->world;
     m->base.timeout_s = timeout_s;
+    m->base.max_message_bytes = COMM_MAX_MESSAGE_DEFAULT; /* kept for callers; unused here */
     m->g = g;
     return m;
 }
@@ -445,6 +446,7 @@ static int mem_split(Comm *c, int color, int key, Comm **out) {
     sub = comm_new(mine.group, mine.index, c->timeout_s);
     sub->base.kind_names = c->kind_names;
     sub->base.n_kind_names = c->n_kind_names;
+    sub->base.max_message_bytes = c->max_message_bytes;
     *out = &sub->base;
     return PP_OK;
 }

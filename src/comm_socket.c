@@ -30,18 +30,23 @@
  *   point-to-point message. Each collective message starts with a CollHdr (operation,
  *   group id, per-pair sequence number, count): ranks that call different collectives
  *   fail with a message instead of exchanging garbage.
+ * - Between messages the data channel also carries small control messages (a WireHdr
+ *   with CTRL_MAGIC and up to CTRL_TEXT bytes of text): probes and their answers, the
+ *   report of a lost rank, goodbye ([Note: blame] in comm_socket_blame.c). They are
+ *   written only at a message boundary and never count as a peer's progress.
+ * - Every header is checked before anything is allocated for its payload: a data
+ *   message longer than its group's max_message_bytes (comm.h) marks the peer lost.
  * Failure: a closed or reset connection marks the peer lost and fails every request on
- * it at once, in every group; a wait that sees no byte from (or to) its peer for
- * timeout_s fails with a timeout and marks the peer lost too (shutting the connection,
- * so that the peer learns promptly). Messages that fully arrived before the loss can
- * still be received.
+ * it at once, in every group; a wait whose peer completed no message for timeout_s
+ * (and, probed, does not say it is blocked on another rank) fails with a timeout and
+ * marks the peer lost too (shutting the connection, so that the peer learns promptly).
+ * Messages that fully arrived before the loss can still be received.
  * Destroying a Comm detaches its requests: a queued send or receive is dropped, a send
  * already on the wire is finished from a copy (the stream must stay whole), a receive
  * being filled is read on into a buffer that is then freed. The connections and the
  * thread go with the last Comm.
  * Byte order is the host's: every rank runs the same binary. */
 
-#define WIRE_MAGIC 0x6d777070u /* "ppwm" */
 #define IO_BUDGET (8u << 20)   /* bytes moved per peer per progress round (fairness) */
 
 static void sock_wake(SockNet *n) {
@@ -61,6 +66,7 @@ static Lane *lane_get(Peer *P, uint64_t gid) {
     if (!l) {
         l = pp_calloc(1, sizeof *l);
         l->gid = gid;
+        l->max_bytes = COMM_MAX_MESSAGE_DEFAULT; /* until its Comm says (sock_irecv) */
         l->next = P->lanes;
         P->lanes = l;
     }
@@ -73,32 +79,44 @@ static void orphan_free(CommReq *r) {
     free(r);
 }
 
-static void req_lost(CommReq *r, const char *why) {
-    char t[160];
+static void req_lost(const SockNet *n, CommReq *r, const char *why) {
+    char t[160], msg[PP_ERR_MAX], out[PP_ERR_MAX];
     comm_tag_format(r->owner, &r->tag, t, sizeof t);
-    comm_req_fail(r, "lost connection to rank %d while %s (%s): %s", r->peer,
-                  r->type == REQ_SEND ? "sending" : "waiting to receive", t, why);
+    snprintf(msg, sizeof msg, "lost connection to rank %d while %s (%s): %s", r->peer,
+             r->type == REQ_SEND ? "sending" : "waiting to receive", t, why);
+    sock_blame_text(n, r->peer, msg, out, sizeof out);
+    comm_req_fail(r, "%s", out);
 }
 
-/* Mark peer p unusable: fail every request on it, drop partial messages, shut the
- * connection so that the peer notices. Complete early messages stay receivable. */
-static void peer_lose(SockNet *n, int p, const char *why) {
+/* Whether anything of this rank's is under way with peer P: a send, a posted receive, a
+ * message half read. */
+static int peer_busy(const Peer *P) {
+    if (P->sends.head || P->in_payload || P->in_hdr_got) return 1;
+    for (const Lane *l = P->lanes; l; l = l->next)
+        if (l->recvs.head) return 1;
+    return 0;
+}
+
+void sock_peer_lose(SockNet *n, int p, const char *why) {
     Peer *P = &n->peers[p];
     CommReq *r;
     if (P->lost) return;
+    /* a first failure, reported to the others ([Note: blame]) — unless p said goodbye
+     * and leaves nothing of this rank's broken: it finished its part */
+    if (!P->bye || peer_busy(P)) sock_origin_set(n, p, why, -1);
     P->lost = 1;
     snprintf(P->why, sizeof P->why, "%s", why);
     shutdown(P->fd, SHUT_RDWR);
     while ((r = comm_queue_pop(&P->sends))) {
-        req_lost(r, why);
+        req_lost(n, r, why);
         if (r->owned) orphan_free(r);
     }
     for (Lane *l = P->lanes; l; l = l->next)
-        while ((r = comm_queue_pop(&l->recvs))) req_lost(r, why);
-    if (P->in_req) req_lost(P->in_req, why);
+        while ((r = comm_queue_pop(&l->recvs))) req_lost(n, r, why);
+    if (P->in_req) req_lost(n, P->in_req, why);
     if (P->in_early) {
         Early *e = P->in_early;
-        if (e->req) req_lost(e->req, why);                              /* claimed: unlisted */
+        if (e->req) req_lost(n, e->req, why);                           /* claimed: unlisted */
         else if (!e->discard) comm_early_remove(&P->in_lane->early, e); /* incomplete */
         comm_early_free(e);
     }
@@ -106,8 +124,10 @@ static void peer_lose(SockNet *n, int p, const char *why) {
     P->in_early = NULL;
     P->in_lane = NULL;
     P->in_payload = 0;
+    P->in_ctrl = 0;
     P->in_hdr_got = 0;
     P->sent = 0;
+    P->ctrl_len = P->ctrl_sent = 0;
     pthread_cond_broadcast(&n->cv);
 }
 
@@ -116,12 +136,42 @@ static void peer_lose_errno(SockNet *n, int p, const char *doing) {
     int closed = errno == ECONNRESET || errno == EPIPE;
     snprintf(why, sizeof why, "%s %s (%s) — did rank %d crash? see its log", doing,
              closed ? "failed, the connection was reset" : "failed", strerror(errno), p);
-    peer_lose(n, p, why);
+    sock_peer_lose(n, p, why);
 }
 
-/* The payload of the message in P has fully arrived. */
-static void on_payload(SockNet *n, Peer *P) {
+void sock_ctrl_push(SockNet *n, int p, int op, int rank, int ms, const char *text) {
+    Peer *P = &n->peers[p];
+    size_t len = text ? strlen(text) : 0;
+    WireHdr h;
+    if (p == n->rank || P->lost) return;
+    if (len > CTRL_TEXT) len = CTRL_TEXT;
+    memset(&h, 0, sizeof h);
+    h.magic = CTRL_MAGIC;
+    h.tag = (CommTag){op, rank, ms, 0};
+    h.bytes = len;
+    if (P->ctrl_len + sizeof h + len > CTRL_BUF && P->ctrl_sent > 0) { /* compact */
+        memmove(P->ctrl, P->ctrl + P->ctrl_sent, P->ctrl_len - P->ctrl_sent);
+        P->ctrl_len -= P->ctrl_sent;
+        P->ctrl_sent = 0;
+    }
+    if (P->ctrl_len + sizeof h + len > CTRL_BUF) return; /* full: a probe is repeated */
+    memcpy(P->ctrl + P->ctrl_len, &h, sizeof h);
+    if (len) memcpy(P->ctrl + P->ctrl_len + sizeof h, text, len);
+    P->ctrl_len += sizeof h + len;
+    sock_wake(n);
+}
+
+/* The payload of the message in P (peer p) has fully arrived. */
+static void on_payload(SockNet *n, int p) {
+    Peer *P = &n->peers[p];
     P->in_payload = 0;
+    if (P->in_ctrl) {
+        P->in_ctrl = 0;
+        P->ctrl_in[P->in_len] = '\0';
+        sock_on_ctrl(n, p);
+        return;
+    }
+    P->last_rx = pp_now();
     if (P->in_req) {
         comm_req_ok(P->in_req);
     } else {
@@ -147,22 +197,46 @@ static void on_header(SockNet *n, int p) {
     WireHdr *h = &P->in_hdr;
     Lane *l;
     CommReq *r;
+    char why[256];
     P->in_hdr_got = 0;
+    if (h->magic == CTRL_MAGIC && h->bytes <= CTRL_TEXT) {
+        P->in_ctrl = 1;
+        P->in_dst = P->ctrl_in;
+        P->in_len = h->bytes;
+        P->in_got = 0;
+        P->in_payload = 1;
+        if (P->in_len == 0) on_payload(n, p);
+        return;
+    }
     if (h->magic != WIRE_MAGIC) {
-        peer_lose(n, p, "it sent a corrupt message header (is something else connected?)");
+        sock_peer_lose(n, p, "it sent a corrupt message header (is something else connected?)");
         return;
     }
     l = lane_get(P, h->gid);
+    if (h->bytes > l->max_bytes) { /* before anything is allocated for it */
+        snprintf(why, sizeof why, "it sent a message header claiming %llu bytes, more than "
+                 "the %zu a message may have (Comm.max_message_bytes) — a corrupt stream, "
+                 "or not a pptrain rank of this job?", (unsigned long long)h->bytes,
+                 l->max_bytes);
+        sock_peer_lose(n, p, why);
+        return;
+    }
     if ((r = comm_queue_pop(&l->recvs))) {
         if (!comm_recv_matches(r->owner, n->rank, r, &h->tag, h->bytes)) {
             pthread_cond_broadcast(&n->cv);
-            peer_lose(n, p, "its messages no longer line up with this rank's receives");
+            sock_peer_lose(n, p, "its messages no longer line up with this rank's receives");
             return;
         }
         P->in_req = r;
         P->in_dst = r->buf;
     } else {
-        Early *e = comm_early_new(&h->tag, h->bytes);
+        Early *e = comm_early_try_new(&h->tag, h->bytes);
+        if (!e) {
+            snprintf(why, sizeof why, "out of memory for its message of %llu bytes",
+                     (unsigned long long)h->bytes);
+            sock_peer_lose(n, p, why);
+            return;
+        }
         comm_early_push(&l->early, e);
         P->in_early = e;
         P->in_lane = l;
@@ -171,7 +245,7 @@ static void on_header(SockNet *n, int p) {
     P->in_len = h->bytes;
     P->in_got = 0;
     P->in_payload = 1;
-    if (P->in_len == 0) on_payload(n, P);
+    if (P->in_len == 0) on_payload(n, p);
 }
 
 /* Read what peer p has sent (up to IO_BUDGET bytes) into headers and payloads. */
@@ -184,30 +258,50 @@ static void peer_read(SockNet *n, int p) {
         ssize_t k = recv(P->fd, dst, want < budget ? want : budget, MSG_DONTWAIT);
         if (k == 0) {
             char why[256];
-            snprintf(why, sizeof why, "rank %d closed the connection%s — did it crash or "
-                     "exit early? see its log", p,
-                     P->in_payload || P->in_hdr_got ? " in the middle of a message" : "");
-            peer_lose(n, p, why);
+            snprintf(why, sizeof why, "rank %d closed the connection%s%s", p,
+                     P->in_payload || P->in_hdr_got ? " in the middle of a message" : "",
+                     P->bye ? " (it was closing down: it finished, or stopped on an error of "
+                              "its own — see its log)"
+                            : " — did it crash or exit early? see its log");
+            sock_peer_lose(n, p, why);
         }
         if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             peer_lose_errno(n, p, "receiving");
         if (k <= 0) return;
-        P->last_rx = pp_now();
         budget -= (size_t)k;
         if (!P->in_payload) {
             P->in_hdr_got += (size_t)k;
             if (P->in_hdr_got == sizeof(WireHdr)) on_header(n, p);
         } else if ((P->in_got += (size_t)k) == P->in_len) {
-            on_payload(n, P);
+            on_payload(n, p);
         }
     }
+}
+
+/* Write peer p's control messages, which wait for a message boundary. Returns 1 when
+ * none is left. */
+static int ctrl_write(SockNet *n, int p) {
+    Peer *P = &n->peers[p];
+    while (P->ctrl_sent < P->ctrl_len) {
+        ssize_t k = send(P->fd, P->ctrl + P->ctrl_sent, P->ctrl_len - P->ctrl_sent,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            peer_lose_errno(n, p, "sending");
+        if (k <= 0) return 0;
+        P->ctrl_sent += (size_t)k;
+    }
+    P->ctrl_len = P->ctrl_sent = 0;
+    pthread_cond_broadcast(&n->cv); /* sock_destroy waits for this */
+    return 1;
 }
 
 /* Write peer p's queued sends (up to IO_BUDGET bytes), header then payload each. */
 static void peer_write(SockNet *n, int p) {
     Peer *P = &n->peers[p];
     size_t budget = IO_BUDGET;
-    while (!P->lost && P->sends.head && budget > 0) {
+    while (!P->lost && budget > 0) {
+        if (P->sent == 0 && P->ctrl_len > 0 && !ctrl_write(n, p)) return;
+        if (P->lost || !P->sends.head) return;
         CommReq *r = P->sends.head;
         WireHdr h = {WIRE_MAGIC, r->tag, 0, r->bytes, r->gid};
         struct iovec iov[2];
@@ -227,12 +321,12 @@ static void peer_write(SockNet *n, int p) {
         if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             peer_lose_errno(n, p, "sending");
         if (k <= 0) return;
-        P->last_tx = pp_now();
         P->sent += (size_t)k;
         budget = (size_t)k < budget ? budget - (size_t)k : 0;
         if (P->sent == sizeof h + r->bytes) {
             comm_queue_pop(&P->sends);
             P->sent = 0;
+            P->last_tx = pp_now();
             comm_req_ok(r);
             if (r->owned) orphan_free(r);
             pthread_cond_broadcast(&n->cv);
@@ -254,7 +348,8 @@ static void *progress_main(void *arg) {
         who[k++] = -1;
         for (int p = 0; p < P; p++)
             if (p != n->rank && !n->peers[p].lost) {
-                short ev = (short)(POLLIN | (n->peers[p].sends.head ? POLLOUT : 0));
+                short ev = (short)(POLLIN | (n->peers[p].sends.head || n->peers[p].ctrl_len
+                                                 ? POLLOUT : 0));
                 pfd[k] = (struct pollfd){n->peers[p].fd, ev, 0};
                 who[k++] = p;
             }
@@ -297,9 +392,13 @@ static int sock_isend(Comm *c, int peer, const CommTag *tag, const void *buf, si
     g = s->ranks[peer];
     pthread_mutex_lock(&n->mu);
     if (n->peers[g].lost) {
+        char msg[PP_ERR_MAX];
+        sock_origin_set(n, g, n->peers[g].why, -1); /* it leaves this send undone */
         comm_tag_format(c, tag, t, sizeof t);
-        rc = comm_fail(c, "lost connection to rank %d, cannot send (%s): %s", g, t,
-                       n->peers[g].why);
+        snprintf(msg, sizeof msg, "lost connection to rank %d, cannot send (%s): %s", g, t,
+                 n->peers[g].why);
+        sock_blame_text(n, g, msg, c->err, sizeof c->err);
+        rc = PP_ERUNTIME;
     } else {
         *out = comm_req_new(c, &s->live, REQ_SEND, g, tag, (void *)buf, bytes);
         (*out)->gid = s->gid;
@@ -324,11 +423,12 @@ static int sock_irecv(Comm *c, int peer, const CommTag *tag, void *buf, size_t b
     P = &n->peers[g];
     pthread_mutex_lock(&n->mu);
     l = lane_get(P, s->gid);
+    l->max_bytes = c->max_message_bytes;
     r = comm_req_new(c, &s->live, REQ_RECV, g, tag, buf, bytes);
     if (l->early.head) { /* its message already started arriving */
         Early *e = l->early.head;
         if (!comm_recv_matches(c, n->rank, r, &e->tag, e->bytes)) {
-            peer_lose(n, g, "its messages no longer line up with this rank's receives");
+            sock_peer_lose(n, g, "its messages no longer line up with this rank's receives");
         } else if (comm_early_pop(&l->early), e->complete) {
             memcpy(buf, e->buf, bytes);
             comm_early_free(e);
@@ -339,7 +439,8 @@ static int sock_irecv(Comm *c, int peer, const CommTag *tag, void *buf, size_t b
             P->in_lane = NULL; /* claimed: no longer in the lane's list */
         }
     } else if (P->lost) {
-        req_lost(r, P->why);
+        sock_origin_set(n, g, P->why, -1); /* it leaves this receive undone */
+        req_lost(n, r, P->why);
     } else {
         comm_queue_push(&l->recvs, r);
     }
@@ -352,50 +453,69 @@ static int sock_irecv(Comm *c, int peer, const CommTag *tag, void *buf, size_t b
     return rc;
 }
 
-/* Fail r if its peer has been silent for timeout_s since r was posted; else set *until
- * to the moment it would be. Call with the lock held. */
-static int sock_timed_out(SockComm *s, CommReq *r, double *until) {
-    Peer *P = &s->net->peers[r->peer];
+/* When the wait for r runs out of patience, unless its peer's answers extend it:
+ * timeout_s after r was posted or after the last whole message that passed to or from
+ * its peer, whichever is later, plus the transfer time allowed for a message in flight
+ * (DIST_MIN_RATE). Bytes alone do not move it. Call with the lock held. */
+static double req_deadline(const SockComm *s, const CommReq *r) {
+    const Peer *P = &s->net->peers[r->peer];
     double last = r->type == REQ_SEND ? P->last_tx : P->last_rx;
-    char t[160], why[256];
+    size_t flight = r->type == REQ_SEND ? (P->sends.head ? P->sends.head->bytes : 0)
+                                        : (P->in_payload ? P->in_len : 0);
     if (last < r->posted) last = r->posted;
-    *until = last + s->base.timeout_s;
-    if (pp_now() < *until) return 0;
+    return last + s->base.timeout_s + (double)flight / DIST_MIN_RATE;
+}
+
+/* Fail r for silence (why: what the probe found) and give up on its peer. Call with
+ * the lock held. */
+static void req_timeout(SockComm *s, CommReq *r, const char *why) {
+    char t[160], msg[PP_ERR_MAX], out[PP_ERR_MAX], lose[PP_ERR_MAX / 2];
     comm_tag_format(&s->base, &r->tag, t, sizeof t);
-    comm_req_fail(r, "timed out %s rank %d (%s): %s for %g s (runtime.timeout_s) — is rank "
-                  "%d stuck or much slower? see its log", r->type == REQ_SEND ? "sending to" :
-                  "waiting for", r->peer, t, r->type == REQ_SEND ? "it accepted no data" :
-                  "nothing arrived", s->base.timeout_s, r->peer);
-    snprintf(why, sizeof why, "this rank gave up on it after %g s of silence",
-             s->base.timeout_s);
-    peer_lose(s->net, r->peer, why);
-    return 1;
+    snprintf(msg, sizeof msg, "timed out %s rank %d (%s): %s for %g s (runtime.timeout_s) "
+             "and %s — see rank %d's log", r->type == REQ_SEND ? "sending to" : "waiting for",
+             r->peer, t, r->type == REQ_SEND ? "it accepted no data" : "nothing arrived",
+             s->base.timeout_s, why, r->peer);
+    sock_blame_text(s->net, r->peer, msg, out, sizeof out);
+    comm_req_fail(r, "%s", out);
+    snprintf(lose, sizeof lose, "rank %d gave up on it: nothing arrived for %g s and %s",
+             s->net->rank, s->base.timeout_s, why);
+    sock_peer_lose(s->net, r->peer, lose);
 }
 
 static int sock_wait(Comm *c, CommReq *r) {
     SockComm *s = (SockComm *)c;
+    SockNet *n = s->net;
+    SockWatch w;
     int rc;
-    pthread_mutex_lock(&s->net->mu);
+    pthread_mutex_lock(&n->mu);
+    sock_watch_begin_locked(n, &w, r->peer);
     while (!r->done) {
         double until;
+        char why[PP_ERR_MAX / 4];
         struct timespec ts;
-        if (sock_timed_out(s, r, &until)) break;
+        if (sock_watch_check_locked(n, &w, req_deadline(s, r), &until, why, sizeof why)) {
+            req_timeout(s, r, why);
+            break;
+        }
         until += 1e-3; /* pp_now() is CLOCK_MONOTONIC, the clock of the condition */
         ts.tv_sec = (time_t)until;
         ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
-        pthread_cond_timedwait(&s->net->cv, &s->net->mu, &ts);
+        pthread_cond_timedwait(&n->cv, &n->mu, &ts);
     }
+    n->block_on = -1;
     rc = comm_req_release(c, &s->live, r);
-    pthread_mutex_unlock(&s->net->mu);
+    pthread_mutex_unlock(&n->mu);
     return rc;
 }
 
+/* Without probing, a request fails for silence only once no wait would have waited on:
+ * its deadline plus the longest extension a wait may earn. */
 static int sock_test(Comm *c, CommReq *r, int *done) {
     SockComm *s = (SockComm *)c;
-    double until;
     int rc = PP_OK;
     pthread_mutex_lock(&s->net->mu);
-    if (!r->done) sock_timed_out(s, r, &until);
+    if (!r->done && pp_now() > req_deadline(s, r) + sock_watch_span(s->net))
+        req_timeout(s, r, "it has not answered for much longer");
     *done = r->done;
     if (r->done) rc = comm_req_release(c, &s->live, r);
     pthread_mutex_unlock(&s->net->mu);
@@ -410,6 +530,16 @@ int sock_member_lost(SockComm *s, int r) {
     lost = s->net->peers[s->ranks[r]].lost;
     pthread_mutex_unlock(&s->net->mu);
     return lost;
+}
+
+int sock_member_gone(SockComm *s, int r, char *why, size_t n) {
+    const Peer *P = &s->net->peers[s->ranks[r]];
+    int gone;
+    pthread_mutex_lock(&s->net->mu);
+    gone = P->lost && !P->bye;
+    if (gone) snprintf(why, n, "%s", P->why);
+    pthread_mutex_unlock(&s->net->mu);
+    return gone;
 }
 
 /* ------------------------------------------------------------------ lifecycle -- */
@@ -497,6 +627,27 @@ static void sock_detach(SockComm *s) {
         if (i != s->base.rank) lane_drop(&n->peers[s->ranks[i]], s->gid);
 }
 
+/* The last Comm is going: say goodbye to every live peer (so that its closing reads as
+ * an orderly one, [Note: blame]) and give the progress thread a moment to write that and
+ * any report still queued. Call with the lock held. */
+static void net_goodbye(SockNet *n) {
+    double end = pp_now() + 0.2;
+    int pending = 1;
+    n->stopping = 1;
+    for (int p = 0; p < n->world; p++) sock_ctrl_push(n, p, CTRL_BYE, n->rank, 0, NULL);
+    while (pending && pp_now() < end) {
+        struct timespec ts;
+        double until = end;
+        pending = 0;
+        for (int p = 0; p < n->world; p++)
+            pending |= p != n->rank && !n->peers[p].lost && n->peers[p].ctrl_len > 0;
+        if (!pending) break;
+        ts.tv_sec = (time_t)until;
+        ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&n->cv, &n->mu, &ts);
+    }
+}
+
 static void sock_destroy(Comm *c) {
     SockComm *s = (SockComm *)c;
     SockNet *n = s->net;
@@ -504,6 +655,7 @@ static void sock_destroy(Comm *c) {
     pthread_mutex_lock(&n->mu);
     sock_detach(s);
     last = --n->refs == 0;
+    if (last) net_goodbye(n);
     n->stop = last;
     pthread_mutex_unlock(&n->mu);
     if (last) {
@@ -542,6 +694,7 @@ static SockComm *comm_new(SockNet *n, uint64_t gid, const int *global, int world
     s->base.rank = index;
     s->base.world = world;
     s->base.timeout_s = timeout_s;
+    s->base.max_message_bytes = COMM_MAX_MESSAGE_DEFAULT;
     s->net = n;
     s->gid = gid;
     s->ranks = pp_malloc((size_t)world * sizeof *s->ranks);
@@ -558,10 +711,11 @@ SockComm *sock_group_new(SockComm *parent, uint64_t gid, const int *global, int 
     SockComm *s = comm_new(n, gid, global, world, index, parent->base.timeout_s);
     s->base.kind_names = parent->base.kind_names;
     s->base.n_kind_names = parent->base.n_kind_names;
+    s->base.max_message_bytes = parent->base.max_message_bytes;
     pthread_mutex_lock(&n->mu);
     n->refs++;
     for (int i = 0; i < world; i++)
-        if (i != index) lane_get(&n->peers[global[i]], gid);
+        if (i != index) lane_get(&n->peers[global[i]], gid)->max_bytes = s->base.max_message_bytes;
     pthread_mutex_unlock(&n->mu);
     return s;
 }
@@ -575,6 +729,8 @@ int comm_socket_create(DistMesh *m, double timeout_s, Comm **out, char *err, siz
     n->rank = m->rank;
     n->world = m->world;
     n->refs = 1;
+    n->timeout_s = timeout_s;
+    n->origin = n->block_on = -1;
     n->peers = pp_calloc((size_t)m->world, sizeof *n->peers);
     for (int p = 0; p < m->world; p++) {
         n->peers[p].fd = m->data_fd[p];

@@ -62,28 +62,74 @@ static CollHdr coll_hdr(const SockComm *s, int r, uint32_t op, uint64_t count) {
     return h;
 }
 
-static int coll_timeout(SockComm *s, int r, const CollHdr *mine) {
-    return comm_fail(&s->base, "timed out in %s #%u%s: rank %d sent nothing for %g s "
-                     "(runtime.timeout_s) — is it stuck, or in a different collective? "
-                     "see its log", coll_name(mine->op), mine->seq, s->name, s->ranks[r],
-                     s->base.timeout_s);
+/* Give up on member r, silent in the collective `mine` (why: what the probe found):
+ * the failure names it, and it is marked lost ([Note: blame] in comm_socket_blame.c). */
+static int coll_timeout(SockComm *s, int r, const CollHdr *mine, const char *why) {
+    char msg[PP_ERR_MAX], lose[PP_ERR_MAX / 2];
+    snprintf(msg, sizeof msg, "timed out in %s #%u%s: rank %d sent nothing for %g s "
+             "(runtime.timeout_s) and %s — or is it in a different collective? see its log",
+             coll_name(mine->op), mine->seq, s->name, s->ranks[r], s->base.timeout_s, why);
+    snprintf(lose, sizeof lose, "rank %d gave up on it in %s #%u: it sent nothing for %g s "
+             "and %s", s->net->rank, coll_name(mine->op), mine->seq, s->base.timeout_s, why);
+    sock_member_failed(s, r, 0, lose);
+    sock_blame(s, s->ranks[r], msg, s->base.err, sizeof s->base.err);
+    return PP_ERUNTIME;
 }
 
 /* The status of a transfer with member r in the collective `mine` (io: dist_xfer's
- * result, why: its reason); a failure names the member and the collective. */
+ * result other than a timeout, why: its reason); a failure names the member and the
+ * collective, after the first failure if that was another rank's. */
 static int coll_io_status(SockComm *s, int r, const CollHdr *mine, int io, const char *why) {
+    char msg[PP_ERR_MAX], lose[PP_ERR_MAX / 2];
     if (io == DIST_IO_OK) return PP_OK;
-    if (io == DIST_IO_TIMEOUT) return coll_timeout(s, r, mine);
-    return comm_fail(&s->base, "lost connection to rank %d in %s #%u%s: %s — did it crash? "
-                     "see its log", s->ranks[r], coll_name(mine->op), mine->seq, s->name, why);
+    snprintf(msg, sizeof msg, "lost connection to rank %d in %s #%u%s: %s — did it crash? "
+             "see its log", s->ranks[r], coll_name(mine->op), mine->seq, s->name, why);
+    snprintf(lose, sizeof lose, "its collective connection failed in %s #%u: %s",
+             coll_name(mine->op), mine->seq, why);
+    sock_member_failed(s, r, io == DIST_IO_CLOSED, lose);
+    sock_blame(s, s->ranks[r], msg, s->base.err, sizeof s->base.err);
+    return PP_ERUNTIME;
 }
 
-/* Move bytes with member r on its collective channel (full duplex). */
+/* Move bytes with member r on its collective channel (full duplex) — with until_recv,
+ * only until rb is full, *sent saying how much of sb went out — by the deadline
+ * timeout_s (plus transfer time) from now, extended only while r answers probes that
+ * it is blocked on another rank ([Note: blame]). */
+static int coll_move(SockComm *s, int r, const CollHdr *mine, const void *sb, size_t sn,
+                     size_t *sent, void *rb, size_t rn, int until_recv) {
+    double base = dist_deadline(s->base.timeout_s, sn + rn);
+    size_t so = 0, ro = 0;
+    char why[PP_ERR_MAX / 4];
+    SockWatch w;
+    int rc;
+    sock_watch_begin(s->net, &w, s->ranks[r]);
+    for (;;) {
+        double until;
+        int io;
+        if (sock_member_gone(s, r, why, sizeof why)) {
+            rc = coll_io_status(s, r, mine, DIST_IO_ERROR, why);
+            break;
+        }
+        if (sock_watch_check(s->net, &w, base, &until, why, sizeof why)) {
+            rc = coll_timeout(s, r, mine, why);
+            break;
+        }
+        if (w.ping_at > 0 && until > pp_now() + 0.05) until = pp_now() + 0.05; /* answer? */
+        io = dist_xfer_part(coll_fd(s, r), sb, sn, &so, rb, rn, &ro, until_recv, until, why,
+                            sizeof why);
+        if (io != DIST_IO_TIMEOUT) {
+            rc = coll_io_status(s, r, mine, io, why);
+            break;
+        }
+    }
+    sock_watch_end(s->net);
+    if (sent) *sent = so;
+    return rc;
+}
+
 static int coll_io(SockComm *s, int r, const CollHdr *mine, const void *sb, size_t sn,
                    void *rb, size_t rn) {
-    char why[256];
-    int io = dist_xfer(coll_fd(s, r), sb, sn, rb, rn, s->base.timeout_s, why, sizeof why);
-    return coll_io_status(s, r, mine, io, why);
+    return coll_move(s, r, mine, sb, sn, NULL, rb, rn, 0);
 }
 
 /* Check header `got` from member r against this rank's `mine`. An abort from the root
@@ -124,22 +170,39 @@ static void coll_abort(SockComm *s) {
  * step last). So that a silent member r, and not the root, gets the blame, the root
  * tells every other member every timeout_s/4 while it waits for r that it is alive;
  * they skip these keep-alives while they wait for the result, and each one restarts
- * their clock. The root gives up on r after timeout_s and sends everyone its message
- * naming r. */
+ * their clock (a keep-alive is a whole message: the deadline of the wait that read it
+ * is over). The root gives up on r after timeout_s — later if r, probed, says it is
+ * blocked on another rank ([Note: blame] in comm_socket_blame.c) — and sends everyone
+ * its message naming r. */
 static int coll_await(SockComm *s, int r, const CollHdr *mine) {
-    double end = pp_now() + s->base.timeout_s, slice = s->base.timeout_s / 4;
+    double base = pp_now() + s->base.timeout_s, slice = s->base.timeout_s / 4;
+    char why[PP_ERR_MAX / 4];
+    SockWatch w;
+    int rc = PP_OK;
+    sock_watch_begin(s->net, &w, s->ranks[r]);
     for (;;) {
-        double left = end - pp_now();
-        if (left <= 0) return coll_timeout(s, r, mine);
+        double until, left;
+        if (sock_member_gone(s, r, why, sizeof why)) {
+            rc = coll_io_status(s, r, mine, DIST_IO_ERROR, why);
+            break;
+        }
+        if (sock_watch_check(s->net, &w, base, &until, why, sizeof why)) {
+            rc = coll_timeout(s, r, mine, why);
+            break;
+        }
+        left = until - pp_now();
+        left = w.ping_at > 0 && left > 0.05 ? 0.05 : left < slice ? left : slice;
         struct pollfd pfd = {coll_fd(s, r), POLLIN, 0};
-        if (poll(&pfd, 1, (int)(1000 * (left < slice ? left : slice)) + 1) != 0)
-            return PP_OK; /* data, end of file or an error: the read says which */
+        if (poll(&pfd, 1, (int)(1000 * left) + 1) != 0)
+            break; /* data, end of file or an error: the read says which */
         for (int q = 1; q < s->base.world; q++) {
             CollHdr ka = {COLL_MAGIC, COLL_KEEPALIVE, 0, 0, 0, s->gid};
             if (q != r && !sock_member_lost(s, q))
                 dist_xfer(coll_fd(s, q), &ka, sizeof ka, NULL, 0, 1.0, NULL, 0);
         }
     }
+    sock_watch_end(s->net);
+    return rc;
 }
 
 /* A member: *got holds a header from the root; read on past keep-alives (the root
@@ -247,15 +310,11 @@ static int pair_sum_f32(SockComm *s, float *buf, size_t n) {
 static int leaf_f32(SockComm *s, uint32_t op, uint64_t count, const float *up, size_t up_n,
                     float *down, size_t down_n) {
     CollHdr mine = coll_hdr(s, 0, op, count), got;
-    char why[256];
     size_t sent;
     int rc;
     if ((rc = coll_io(s, 0, &mine, &mine, sizeof mine, &got, sizeof got)) ||
         (rc = leaf_check_hdr(s, &mine, &got)) || /* the go-ahead */
-        (rc = coll_io_status(s, 0, &mine,
-                             dist_xfer_until(coll_fd(s, 0), up, up_n * sizeof *up, &sent, &got,
-                                             sizeof got, s->base.timeout_s, why, sizeof why),
-                             why)) ||
+        (rc = coll_move(s, 0, &mine, up, up_n * sizeof *up, &sent, &got, sizeof got, 1)) ||
         (rc = coll_check(s, 0, &mine, &got)) || /* the result's header, or an abort */
         (rc = coll_io(s, 0, &mine, NULL, 0, down, down_n * sizeof *down)))
         return rc;

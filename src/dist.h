@@ -1,10 +1,13 @@
-/* dist.h — who am I (rank, world, master address from the environment) and the TCP
- * rendezvous that connects every pair of ranks. See docs/launching.md. */
+/* dist.h — who am I (rank, world, master address and job token from the environment) and
+ * the authenticated TCP rendezvous that connects every pair of ranks. See
+ * docs/launching.md. dist.c reads the environment, dist_rdzv.c holds the rendezvous and
+ * the mesh, dist_net.c the socket helpers they share (dist_net.h). */
 #ifndef PP_DIST_H
 #define PP_DIST_H
 
 #include <stddef.h>
 
+#include "auth.h"
 #include "common.h"
 
 #define DIST_DEFAULT_PORT 29500 /* MASTER_PORT when the environment does not set it */
@@ -22,6 +25,7 @@ typedef struct {
     int rdzv_port;               /* the port pptrain's rendezvous uses (see dist_env_read) */
     int under_torchrun;          /* TORCHELASTIC_RUN_ID is set */
     DistSource source;
+    char token[AUTH_TOKEN_MAX + 1]; /* PPTRAIN_JOB_TOKEN; "" = none (unauthenticated) */
 } DistEnv;
 
 /* Read the identity of this process from the environment, first found wins
@@ -35,7 +39,8 @@ typedef struct {
  *   3. nothing: rank 0 of 1.
  * MASTER_ADDR is required when world > 1; MASTER_PORT defaults to DIST_DEFAULT_PORT.
  * rdzv_port = PPTRAIN_RDZV_PORT if set, else MASTER_PORT + 1 under torchrun (its own
- * TCPStore already listens on MASTER_PORT), else MASTER_PORT.
+ * TCPStore already listens on MASTER_PORT), else MASTER_PORT. token = PPTRAIN_JOB_TOKEN
+ * (auth_token_read: 16 to 256 characters, or unset).
  * Returns PP_OK, or PP_EUSAGE with a message naming the variable and the fix when a
  * value is not a number, out of range or inconsistent (RANK >= WORLD_SIZE, ...). */
 int dist_env_read(DistEnv *env, char *err, size_t errlen);
@@ -65,14 +70,24 @@ typedef struct {
  * on one node, else on every address); the others connect with retries and backoff for
  * up to timeout_s, each listening on an ephemeral port of the address it reaches rank
  * 0 from; rank 0 sends everyone the table of listen addresses and the ranks connect
- * to each other directly (IPv4 or IPv6). Every rank sends `config_text` (the printed
- * effective config) and its WORLD_SIZE; rank 0 compares them with its own and on any
- * difference every rank fails with the same message, e.g. "rank 1's config differs
- * from rank 0's at train.steps: 20 vs 10 — ...".
+ * to each other directly (IPv4 or IPv6). Every connection starts with the job token's
+ * challenge-response ([Note: job authentication] in auth.c); a listening rank handles
+ * all its pending connections at once and drops, with one log line naming the peer's
+ * address, those that fail it or stay silent for DIST_HANDSHAKE_S; they never stop
+ * the job ([Note: rendezvous under attack] in dist_rdzv.c).
+ * Every rank sends `config_text` (the printed effective config) and its WORLD_SIZE;
+ * rank 0 compares them with its own. With a token, any difference makes every rank
+ * fail with the same message, e.g. "rank 1's config differs from rank 0's at
+ * train.steps: 20 vs 10 — ..."; without one, rank 0 cannot tell a misconfigured rank
+ * from a forged hello, so it refuses that connection alone (the process gets the
+ * message) and keeps waiting for the real rank. Without a token and with rank 0
+ * listening beyond loopback, rank 0 prints one warning that the job is unauthenticated.
+ * Every wait has a deadline: rank 0 gives up timeout_s after it started listening,
+ * naming the ranks that never joined.
  * On success the mesh owns world*2-2 connected TCP sockets (TCP_NODELAY, non-blocking)
  * and returns PP_OK; release them with dist_mesh_close (or hand them to
- * comm_socket_create). Errors: PP_EUSAGE for a config/world mismatch or duplicate
- * rank, PP_ERUNTIME for network failures and timeouts; nothing is left open. */
+ * comm_socket_create). Errors: PP_EUSAGE for a config/world/token mismatch or
+ * duplicate rank, PP_ERUNTIME for network failures and timeouts; nothing is left open. */
 int dist_connect(const DistEnv *env, const char *config_text, double timeout_s,
                  DistMesh *mesh, char *err, size_t errlen);
 
@@ -82,20 +97,37 @@ void dist_mesh_close(DistMesh *mesh);
 /* Results of dist_xfer. */
 #define DIST_IO_OK 0
 #define DIST_IO_CLOSED (-1)  /* the peer closed the connection or reset it */
-#define DIST_IO_TIMEOUT (-2) /* nothing moved for timeout_s */
+#define DIST_IO_TIMEOUT (-2) /* not done by the deadline */
 #define DIST_IO_ERROR (-3)   /* another socket error (see `why`) */
 
-/* Send `sn` bytes of `sbuf` and receive `rn` bytes into `rbuf` on socket `fd` at the
- * same time (full duplex, so two ranks exchanging large buffers cannot deadlock on
- * full socket buffers); either side may be empty. Fails with DIST_IO_TIMEOUT only
- * when no byte moved in either direction for timeout_s. Never raises SIGPIPE. On
- * failure `why` (may be NULL) gets the system's reason. */
+/* How long an accepted connection may take to prove the token and say hello. */
+#define DIST_HANDSHAKE_S 5.0
+/* Bulk transfers are allowed timeout_s plus one second per DIST_MIN_RATE bytes. */
+#define DIST_MIN_RATE (16.0 * 1024 * 1024)
+
+/* The deadline (pp_now() clock) of a transfer of `bytes` that starts now with the
+ * timeout timeout_s: now + timeout_s + bytes / DIST_MIN_RATE. Fixed when the transfer
+ * starts: bytes that trickle in do not extend it. */
+double dist_deadline(double timeout_s, size_t bytes);
+
+/* Send sbuf[*so, sn) and receive rbuf[*ro, rn) on socket `fd` at the same time (full
+ * duplex, so two ranks exchanging large buffers cannot deadlock on full socket
+ * buffers), advancing *so and *ro, until both are done — or, with `until_recv`, until
+ * rbuf is full (for a sender that must stop when its peer answers early: an abort) —
+ * or until the absolute `deadline` (pp_now() clock): then DIST_IO_TIMEOUT, and a later
+ * call with the same *so, *ro resumes. Never raises SIGPIPE. On failure `why` (may be
+ * NULL) gets the system's reason. */
+int dist_xfer_part(int fd, const void *sbuf, size_t sn, size_t *so, void *rbuf, size_t rn,
+                   size_t *ro, int until_recv, double deadline, char *why, size_t whylen);
+
+/* dist_xfer_part from the start, with the deadline dist_deadline(timeout_s, sn + rn):
+ * fails with DIST_IO_TIMEOUT when the transfer is not complete by then, however many
+ * bytes moved. */
 int dist_xfer(int fd, const void *sbuf, size_t sn, void *rbuf, size_t rn,
               double timeout_s, char *why, size_t whylen);
 
 /* dist_xfer, except that it returns as soon as the rn > 0 bytes are received, even if
- * the send is not done: *sent (never NULL) says how much of sbuf went out. For a
- * sender that must stop when its peer answers early (an abort). */
+ * the send is not done: *sent (never NULL) says how much of sbuf went out. */
 int dist_xfer_until(int fd, const void *sbuf, size_t sn, size_t *sent, void *rbuf,
                     size_t rn, double timeout_s, char *why, size_t whylen);
 

@@ -24,6 +24,8 @@ const char *BASE_CFG = "model:\n  n_layers: 4\n  dim: 64\n"
 
 const char *KIND_NAMES[2] = {"activation", "gradient"};
 
+const char *TEST_TOKEN = "0123456789abcdef-test-token";
+
 void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
     nanosleep(&ts, NULL);
@@ -54,8 +56,12 @@ DistEnv make_env(int rank, int world, int port, const char *addr) {
 }
 
 void spawn(int P, ChildMain fn, void *arg, double limit_s, int *status) {
+    spawn_until(P, P, fn, arg, limit_s, status);
+}
+
+void spawn_until(int P, int wait_n, ChildMain fn, void *arg, double limit_s, int *status) {
     pid_t pid[MAXP];
-    int port = free_port(), left = P;
+    int port = free_port(), left = wait_n;
     double end = pp_now() + limit_s;
     fflush(stdout);
     fflush(stderr);
@@ -75,15 +81,16 @@ void spawn(int P, ChildMain fn, void *arg, double limit_s, int *status) {
             if (pid[r] > 0 && waitpid(pid[r], &st, WNOHANG) == pid[r]) {
                 status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
                 pid[r] = 0;
-                left--;
+                left -= r < wait_n;
             }
         }
         sleep_s(0.005);
     }
     for (int r = 0; r < P; r++)
-        if (pid[r] > 0) { /* hung: the test fails on status -1 */
+        if (pid[r] > 0) { /* hung (the test fails on status -1), or not waited for (-2) */
             kill(pid[r], SIGKILL);
             waitpid(pid[r], NULL, 0);
+            if (r >= wait_n) status[r] = -2;
         }
 }
 
@@ -93,6 +100,7 @@ int job_main(int rank, int port, void *arg) {
     char err[PP_ERR_MAX];
     Comm *c;
     int rc;
+    if (j->token) snprintf(e.token, sizeof e.token, "%s", j->token);
     if (rank == 0 && j->root_delay_s > 0) sleep_s(j->root_delay_s);
     rc = comm_create(&e, BASE_CFG, j->timeout_s, &c, err, sizeof err);
     if (rc) {

@@ -15,6 +15,7 @@
 #define MAXP 8
 
 extern const char *BASE_CFG;      /* the config text every rank of a job sends */
+extern const char *TEST_TOKEN;    /* a job token (PPTRAIN_JOB_TOKEN) for tests that want one */
 extern const char *KIND_NAMES[2]; /* "activation", "gradient" */
 
 /* In a rank's body: print what is wrong and make the rank fail (return 1). */
@@ -40,6 +41,9 @@ typedef int (*ChildMain)(int rank, int port, void *arg); /* returns the exit cod
 /* Fork P children running fn(rank, port, arg); wait at most limit_s for all of them.
  * status[r] = exit code, 128+signal if killed, or -1 if it hung (then killed). */
 void spawn(int P, ChildMain fn, void *arg, double limit_s, int *status);
+/* spawn, but wait only for ranks 0..wait_n-1 (a stopped rank never exits): the others
+ * are then killed, with status -2 unless they exited before. */
+void spawn_until(int P, int wait_n, ChildMain fn, void *arg, double limit_s, int *status);
 
 /* A rank's part of a job: returns 0 when everything it checked held. The Comm is the
  * job's (kind_names set); the harness destroys it afterwards. */
@@ -54,6 +58,7 @@ typedef struct {
     double root_delay_s; /* sockets: rank 0 starts this late (the others must retry) */
     RankBody body;
     void *arg;
+    const char *token;   /* sockets: the job token, NULL = none */
 } Job;
 
 /* A forked child's main for a job (j = arg): comm_create, body, comm_destroy. */

@@ -43,13 +43,29 @@ if [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && cmp -s <(cut -d, -f1,2 "$tmp/n/losses.csv
 else
   echo "FAIL netns: rc $rc0/$rc1: $(tail -n 3 "$tmp/r0.out") | $(tail -n 3 "$tmp/r1.out")"; fail=$((fail + 1))
 fi
+# Without a job token, rank 0 (listening on every address) says once that the job is
+# unauthenticated.
+if [ "$(grep -c 'this job is unauthenticated' "$tmp/r0.out")" = 1 ] && ! grep -q unauthenticated "$tmp/r1.out"; then
+  echo "ok   without PPTRAIN_JOB_TOKEN rank 0 warns once that the job is unauthenticated"; pass=$((pass + 1))
+else
+  echo "FAIL unauthenticated warning: $(grep -c unauthenticated "$tmp/r0.out") on rank 0"; fail=$((fail + 1))
+fi
 
 # Two "nodes": ranks 0 and 1 on A reach rank 0 over loopback (as with a MASTER_ADDR
 # hostname that resolves to 127.0.1.1 on its own node), rank 2 on B at 10.77.0.1: rank 2
-# must still reach rank 1.
+# must still reach rank 1. With a job token, proved across the hosts.
+export PPTRAIN_JOB_TOKEN=netns-sh-$$-0123456789abcdef
 args3=(--config test/configs/pipe8.yaml --set pipeline.stages=3 --set pipeline.microbatches=4 --set output.log_every=1)
+# ... and, once rank 0 listens, an intruder on host B with another token tries to join
 for r in 0 1 2; do
   if [ $r -lt 2 ]; then n=$A lr=$r lw=2 addr=127.0.0.1; else n=$B lr=0 lw=1 addr=10.77.0.1; fi
+  if [ $r -eq 1 ]; then
+    sleep 0.5
+    ip netns exec "$B" env RANK=2 WORLD_SIZE=3 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=10.77.0.1 \
+      MASTER_PORT=29612 PPTRAIN_JOB_TOKEN=not-the-job-token-0123 timeout 60 "$PPTRAIN" "${args3[@]}" \
+      --set output.dir="$tmp/x3" >"$tmp/x.out" 2>&1
+    xrc=$?
+  fi
   ip netns exec "$n" env RANK=$r WORLD_SIZE=3 LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$lw MASTER_ADDR=$addr MASTER_PORT=29612 \
     timeout 120 "$PPTRAIN" "${args3[@]}" --set output.dir="$tmp/n3" >"$tmp/s$r.out" 2>&1 &
   pids+=($!)
@@ -58,10 +74,16 @@ rcs=""
 for p in "${pids[@]}"; do wait "$p"; rcs="$rcs$?"; done
 pids=()
 timeout 120 scripts/pprun --nproc-per-node 3 "$PPTRAIN" "${args3[@]}" --set output.dir="$tmp/p3" >"$tmp/p3.out" 2>&1
-if [ "$rcs" = 000 ] && cmp -s <(cut -d, -f1,2 "$tmp/n3/losses.csv") <(cut -d, -f1,2 "$tmp/p3/losses.csv"); then
-  echo "ok   3 ranks on 2 nodes, rank 0's node joined over loopback: losses equal to a 1-host run"; pass=$((pass + 1))
+if [ "$rcs" = 000 ] && cmp -s <(cut -d, -f1,2 "$tmp/n3/losses.csv") <(cut -d, -f1,2 "$tmp/p3/losses.csv") &&
+   ! grep -q unauthenticated "$tmp/s0.out"; then
+  echo "ok   3 ranks on 2 nodes with a job token, rank 0's node joined over loopback: losses equal to a 1-host run"; pass=$((pass + 1))
 else
   echo "FAIL 2 nodes with loopback on rank 0's: rc $rcs: $(tail -n 2 "$tmp/s2.out")"; fail=$((fail + 1))
+fi
+if [ $xrc -eq 2 ] && grep -q "dropped a connection from 10.77.0.2:[0-9]* to the rendezvous" "$tmp/s0.out"; then
+  echo "ok   an intruder on another host with another token is refused (exit 2) and logged by rank 0"; pass=$((pass + 1))
+else
+  echo "FAIL intruder: exit $xrc: $(tail -n 1 "$tmp/x.out") | $(grep -m1 dropped "$tmp/s0.out")"; fail=$((fail + 1))
 fi
 echo "netns.sh: $pass passed, $fail failed"
 [ $fail -eq 0 ]

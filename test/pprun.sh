@@ -56,6 +56,13 @@ for r in 0 1 2; do
     "$TMP/logs/rank_$r.log"
   check "rank $r: log file, stderr" has_line "to-stderr $r" "$TMP/logs/rank_$r.log"
 done
+# A fresh job token per job, the same on every rank; a caller's token is kept.
+tok() { PPRUN --nproc-per-node 2 bash -c 'echo "tok $PPTRAIN_JOB_TOKEN"' | sed -n 's/^\[rank [01]\] tok //p' | sort -u; }
+t1=$(tok); t2=$(tok)
+check "every rank gets the same 64-hex-digit PPTRAIN_JOB_TOKEN" grep -qxE '[0-9a-f]{64}' <<<"$t1"
+check "a new PPTRAIN_JOB_TOKEN per job" test -n "$t1" -a "$t1" != "$t2"
+t3=$(PPTRAIN_JOB_TOKEN=mine-0123456789abcdef tok)
+check "the caller's PPTRAIN_JOB_TOKEN is kept" [ "$t3" = mine-0123456789abcdef ]
 check "no stderr line in stdout" lacks "to-stderr" "$TMP/out"
 check "no stdout line in stderr" lacks "env" "$TMP/err"
 

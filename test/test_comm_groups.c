@@ -217,7 +217,7 @@ static int body_shape(Comm *c, void *arg) {
 /* _i: shape, world 3 or 4, sockets or memory. */
 START_TEST(test_split_shapes) {
     ShapeArg a = {_i % NSHAPES};
-    Job j = {3 + (_i / NSHAPES) % 2, 5.0, NULL, 0, body_shape, &a};
+    Job j = {3 + (_i / NSHAPES) % 2, 5.0, NULL, 0, body_shape, &a, NULL};
     run_job_via(_i < 2 * NSHAPES ? VIA_SOCKETS : VIA_MEMORY, &j, 30);
 }
 END_TEST
@@ -242,7 +242,7 @@ static int body_float_counts(Comm *c, void *arg) {
 
 /* _i: P = 2 (the swap path), 3, 4; sockets, then memory. */
 START_TEST(test_float_counts) {
-    Job j = {2 + _i % 3, 10.0, NULL, 0, body_float_counts, NULL};
+    Job j = {2 + _i % 3, 10.0, NULL, 0, body_float_counts, NULL, NULL};
     run_job_via(_i < 3 ? VIA_SOCKETS : VIA_MEMORY, &j, 60);
 }
 END_TEST
@@ -292,7 +292,7 @@ static int body_grouped(Comm *c, void *arg) {
 }
 
 START_TEST(test_grouped_posting) {
-    Job j = {3, 5.0, NULL, 0, body_grouped, NULL};
+    Job j = {3, 5.0, NULL, 0, body_grouped, NULL, NULL};
     run_job_via(_i ? VIA_MEMORY : VIA_SOCKETS, &j, 20);
 }
 END_TEST
@@ -348,7 +348,7 @@ static int body_destroy_pending(Comm *c, void *arg) {
 /* _i: receive posted or not, sockets then memory. */
 START_TEST(test_destroy_pending) {
     int post = _i % 2;
-    Job j = {2, 5.0, NULL, 0, body_destroy_pending, &post};
+    Job j = {2, 5.0, NULL, 0, body_destroy_pending, &post, NULL};
     run_job_via(_i < 2 ? VIA_SOCKETS : VIA_MEMORY, &j, 20);
 }
 END_TEST
@@ -422,7 +422,7 @@ static int body_group_dead(Comm *c, void *arg) {
 /* _i: {1, 2, 3} / {1, 3}, sockets / memory. */
 START_TEST(test_group_dead_member) {
     DeadArg a = {_i < 2 ? VIA_SOCKETS : VIA_MEMORY, _i % 2};
-    Job j = {4, 5.0, NULL, 0, body_group_dead, &a};
+    Job j = {4, 5.0, NULL, 0, body_group_dead, &a, NULL};
     int st[MAXP];
     if (a.via == VIA_MEMORY) {
         run_job_via(a.via, &j, 20);
@@ -458,7 +458,7 @@ static int body_dead_mid_upload(Comm *c, void *arg) {
 }
 
 START_TEST(test_dead_mid_upload) {
-    Job j = {3, 10.0, NULL, 0, body_dead_mid_upload, NULL};
+    Job j = {3, 10.0, NULL, 0, body_dead_mid_upload, NULL, NULL};
     int st[MAXP];
     spawn(3, job_main, &j, 30, st);
     ck_assert_msg(st[0] == 0 && st[1] == 0, "ranks 0 and 1 exited %d and %d", st[0], st[1]);
@@ -489,7 +489,7 @@ static int body_group_silent(Comm *c, void *arg) {
 }
 
 START_TEST(test_group_silent_member) {
-    Job j = {3, 0.5, NULL, 0, body_group_silent, NULL};
+    Job j = {3, 0.5, NULL, 0, body_group_silent, NULL, NULL};
     run_job_via(_i ? VIA_MEMORY : VIA_SOCKETS, &j, 20);
 }
 END_TEST
@@ -515,7 +515,7 @@ static int body_group_out_of_step(Comm *c, void *arg) {
 
 START_TEST(test_group_out_of_step) {
     Via via = _i ? VIA_MEMORY : VIA_SOCKETS;
-    Job j = {2, 0.5, NULL, 0, body_group_out_of_step, &via};
+    Job j = {2, 0.5, NULL, 0, body_group_out_of_step, &via, NULL};
     run_job_via(via, &j, 20);
 }
 END_TEST

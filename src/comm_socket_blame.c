@@ -1,0 +1,201 @@
+/* comm_socket_blame.c — the socket transport's judgement of failures: which rank failed
+ * first, telling the others, and probing a silent peer before blaming it. */
+#include "comm_socket.h"
+
+#include <string.h>
+#include <time.h>
+
+/* [Note: blame]
+ * A failure message must name the rank that actually died or went silent, on every
+ * survivor, as NCCL's asynchronous error and torchrun's first-failure report do. Two
+ * things get in the way: when rank 3 dies, its neighbour stops too, and a rank that
+ * waited on the neighbour sees *it* close; and when rank 3 is stopped (SIGSTOP), every
+ * rank waiting along a chain (0 on 1, 1 on 2, 2 on 3) runs out of patience around the
+ * same time, and whoever started waiting first blames a live neighbour.
+ * - First failure, propagated. The first rank that this rank loses — its connection
+ *   closed or reset, or this rank gave up on it — is the job's first failure as far as
+ *   this rank knows (SockNet.origin). It is reported at once to every other peer in a
+ *   CTRL_LOST control message on the data channel, which is read by the progress
+ *   thread whatever the main thread is doing; a rank that receives one records that
+ *   origin if it has none yet and passes the report on (it does not drop the reported
+ *   rank: what that rank sent it stays receivable, and a wait on it finds out for
+ *   itself). A rank writes its reports before it closes its connections, and its data
+ *   channel delivers them before its end of file, so a survivor learns the origin
+ *   before it sees the messenger go. Every failure message about a rank other than the
+ *   origin then starts with it: "rank 3 failed first (...); then lost connection to
+ *   rank 2 ...". A collective that sees a connection close first waits (at most half a
+ *   second) for the progress thread to reach that peer's end of file.
+ * - Probes before blame. Every blocking call (wait, collectives) records the rank it is
+ *   blocked on and when it will give up (SockNet.block_on/until). When a wait's own
+ *   deadline passes, it sends its peer a CTRL_PING, which the peer's progress thread
+ *   answers with a CTRL_PONG naming the rank it is blocked on and for how long. No
+ *   answer within the grace G (timeout_s / 4, clamped to [0.25, 5] s): the peer is
+ *   stopped or unreachable, and blamed. "Not blocked": it is running but not sending
+ *   (stuck, or much slower), and blamed. "Blocked on this rank": the two wait for each
+ *   other, and the peer is blamed with that said. "Blocked on rank r for t more
+ *   seconds": the wait extends to t + G from now, by which time r's own wait will have
+ *   failed and been reported — so the rank at the end of the chain, the one that waits
+ *   on the silent rank itself, is the one that gives up first and reports it. A wait
+ *   is extended at most to world * (timeout_s + 3 G) after it began (a cycle of waits,
+ *   which the schedule's simulator rules out, cannot hang). Control messages never
+ *   count as progress, so a peer that only answers probes is still silent.
+ * - Goodbye. The last comm_destroy of a process sends CTRL_BYE. A peer that said
+ *   goodbye and then closes while nothing of this rank's is under way with it (no send,
+ *   no posted receive, no half-read message) finished its part: that is no failure. If
+ *   something was under way, or a later send, receive or collective needs it, it is
+ *   the first failure like any other, and the message says whether it closed in an
+ *   orderly way ("it finished, or stopped on an error of its own") or vanished ("did it
+ *   crash?").
+ */
+
+static double grace(const SockNet *n) {
+    double g = n->timeout_s / 4;
+    return g < 0.25 ? 0.25 : g > 5.0 ? 5.0 : g;
+}
+
+double sock_watch_span(const SockNet *n) { return n->world * (n->timeout_s + 3 * grace(n)); }
+
+void sock_origin_set(SockNet *n, int o, const char *why, int from) {
+    if (n->origin >= 0 || n->stopping || o == n->rank || o < 0 || o >= n->world) return;
+    n->origin = o;
+    if (from >= 0)
+        snprintf(n->origin_why, sizeof n->origin_why, "%s, as rank %d reported", why, from);
+    else
+        snprintf(n->origin_why, sizeof n->origin_why, "%s", why);
+    for (int p = 0; p < n->world; p++)
+        if (p != o && p != from) sock_ctrl_push(n, p, CTRL_LOST, o, 0, why);
+}
+
+void sock_blame_text(const SockNet *n, int peer, const char *msg, char *out, size_t len) {
+    if (n->origin >= 0 && n->origin != peer)
+        snprintf(out, len, "rank %d failed first (%s); then %s", n->origin, n->origin_why, msg);
+    else
+        snprintf(out, len, "%s", msg);
+}
+
+void sock_blame(SockComm *s, int peer, const char *msg, char *out, size_t n) {
+    pthread_mutex_lock(&s->net->mu);
+    sock_blame_text(s->net, peer, msg, out, n);
+    pthread_mutex_unlock(&s->net->mu);
+}
+
+void sock_on_ctrl(SockNet *n, int p) {
+    Peer *P = &n->peers[p];
+    const WireHdr *h = &P->in_hdr;
+    int who = h->tag.stage;
+    switch (h->tag.step) {
+    case CTRL_PING: {
+        double left = n->block_on >= 0 ? n->block_until - pp_now() : 0;
+        left = left < 0 ? 0 : left > 1e6 ? 1e6 : left;
+        sock_ctrl_push(n, p, CTRL_PONG, n->block_on, (int)(left * 1000), NULL);
+        break;
+    }
+    case CTRL_PONG:
+        P->pong_at = pp_now();
+        P->pong_on = who >= -1 && who < n->world ? who : -1;
+        P->pong_left = h->tag.mb > 0 ? h->tag.mb / 1000.0 : 0;
+        pthread_cond_broadcast(&n->cv);
+        break;
+    case CTRL_LOST: /* recorded only: what who sent this rank stays receivable, and a
+                     * wait on who learns for itself (its end of file, or a probe) */
+        if (who >= 0 && who < n->world && who != n->rank && who != p)
+            sock_origin_set(n, who, P->ctrl_in, p);
+        break;
+    case CTRL_BYE:
+        P->bye = 1;
+        break;
+    default:
+        break; /* a newer build's message: ignored */
+    }
+}
+
+void sock_watch_begin_locked(SockNet *n, SockWatch *w, int peer) {
+    memset(w, 0, sizeof *w);
+    w->peer = peer;
+    w->start = pp_now();
+    n->block_on = peer;
+    n->block_until = w->start + n->timeout_s + grace(n);
+}
+
+void sock_watch_begin(SockNet *n, SockWatch *w, int peer) {
+    pthread_mutex_lock(&n->mu);
+    sock_watch_begin_locked(n, w, peer);
+    pthread_mutex_unlock(&n->mu);
+}
+
+void sock_watch_end(SockNet *n) {
+    pthread_mutex_lock(&n->mu);
+    n->block_on = -1;
+    pthread_mutex_unlock(&n->mu);
+}
+
+/* The peer answered the probe out at w->ping_at: extend, or give up (returns 1). */
+static int watch_answer(SockNet *n, SockWatch *w, double now, double *until, char *why,
+                        size_t len) {
+    const Peer *P = &n->peers[w->peer];
+    double g = grace(n), ext = P->pong_at + P->pong_left + g;
+    w->ping_at = 0;
+    if (P->pong_on < 0)
+        return pp_errf(why, len, 1, "it is running but has not sent it (stuck, or much "
+                       "slower?)");
+    if (P->pong_on == n->rank)
+        return pp_errf(why, len, 1, "it is waiting for this rank too (do the ranks run the "
+                       "same schedule?)");
+    if (ext > w->start + sock_watch_span(n))
+        return pp_errf(why, len, 1, "it is itself still waiting for rank %d", P->pong_on);
+    if (ext < now + g) ext = now + g; /* its own verdict is due: give it the grace */
+    w->ext = ext;
+    *until = ext;
+    n->block_until = ext + g;
+    return 0;
+}
+
+int sock_watch_check_locked(SockNet *n, SockWatch *w, double base, double *until, char *why,
+                            size_t len) {
+    const Peer *P = &n->peers[w->peer];
+    double now = pp_now(), g = grace(n), deadline = base > w->ext ? base : w->ext;
+    if (now < deadline) { /* still patient (the peer may have moved since a probe) */
+        w->ping_at = 0;
+        *until = deadline;
+        n->block_until = deadline + g;
+        return 0;
+    }
+    if (w->ping_at > 0 && P->pong_at >= w->ping_at)
+        return watch_answer(n, w, now, until, why, len);
+    if (w->ping_at > 0 && now >= w->probe_end)
+        return pp_errf(why, len, 1, "it does not answer (stopped, e.g. SIGSTOP or a debugger, "
+                       "or its host unreachable?)");
+    if (P->lost)
+        return pp_errf(why, len, 1, "this rank had already lost its other connection to it");
+    if (w->ping_at == 0) {
+        sock_ctrl_push(n, w->peer, CTRL_PING, 0, 0, NULL);
+        w->ping_at = now;
+        w->probe_end = now + g;
+    }
+    *until = w->probe_end;
+    n->block_until = w->probe_end;
+    return 0;
+}
+
+int sock_watch_check(SockNet *n, SockWatch *w, double base, double *until, char *why,
+                     size_t len) {
+    int r;
+    pthread_mutex_lock(&n->mu);
+    r = sock_watch_check_locked(n, w, base, until, why, len);
+    pthread_mutex_unlock(&n->mu);
+    return r;
+}
+
+void sock_member_failed(SockComm *s, int r, int closed, const char *why) {
+    SockNet *n = s->net;
+    Peer *P = &n->peers[s->ranks[r]];
+    double end = pp_now() + 0.5;
+    pthread_mutex_lock(&n->mu);
+    while (closed && !P->lost && pp_now() < end) {
+        struct timespec ts = {(time_t)end, (long)((end - (double)(time_t)end) * 1e9)};
+        pthread_cond_timedwait(&n->cv, &n->mu, &ts);
+    }
+    sock_peer_lose(n, s->ranks[r], why);
+    sock_origin_set(n, s->ranks[r], P->why, -1); /* it broke this collective */
+    pthread_mutex_unlock(&n->mu);
+}

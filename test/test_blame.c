@@ -1,0 +1,107 @@
+/* test_blame.c — at 4 ranks over sockets, a rank that dies (SIGKILL) or goes silent
+ * (SIGSTOP) is the rank every survivor's message names first, however the survivors
+ * wait on each other (issue 17, item 5; [Note: blame] in comm_socket_blame.c). */
+#include <check.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commtest.h"
+
+/* The first rank a message names ("... rank 3 ..."), or -1. */
+static int first_rank(const char *msg) {
+    for (const char *p = strstr(msg, "rank "); p; p = strstr(p + 1, "rank "))
+        if (p[5] >= '0' && p[5] <= '9') return atoi(p + 5);
+    return -1;
+}
+
+typedef struct {
+    int sig;   /* what happens to rank 3: SIGKILL or SIGSTOP */
+    int shape; /* how the survivors wait: SHAPE_CHAIN or SHAPE_COLL */
+} BlameArg;
+
+/* CHAIN: rank r waits for a message from rank r+1, the waits starting 0.1 s apart in
+ * rank order (rank 0 runs out of patience first). COLL: rank 0 enters an all-reduce at
+ * once, ranks 1 and 2 first wait for a message from rank 3. */
+enum { SHAPE_CHAIN, SHAPE_COLL };
+
+static int body_blame(Comm *c, void *arg) {
+    const BlameArg *a = arg;
+    char buf[16];
+    double t = pp_now(), v = 1, T = c->timeout_s;
+    CommReq *r;
+    int rc, who;
+    if (c->rank == 3) {
+        sleep_s(0.4);
+        raise(a->sig);
+        sleep_s(60); /* stopped, or (if SIGCONT came) out of the way */
+        return 0;
+    }
+    if (a->shape == SHAPE_CHAIN || c->rank > 0) {
+        int from = a->shape == SHAPE_CHAIN ? c->rank + 1 : 3;
+        sleep_s(0.1 * c->rank);
+        CHILD_CHECK(comm_irecv(c, from, &(CommTag){1, from, 0, 1}, buf, sizeof buf, &r) == 0);
+        rc = comm_wait(c, r);
+    } else {
+        rc = comm_allreduce_sum_f64(c, &v, 1);
+    }
+    who = first_rank(comm_error(c));
+    fprintf(stderr, "(expected, %s, after %.2f s) rank %d: %s\n",
+            a->sig == SIGKILL ? "SIGKILL" : "SIGSTOP", pp_now() - t, c->rank, comm_error(c));
+    CHILD_CHECK(rc == PP_ERUNTIME);
+    CHILD_CHECK(who == 3);
+    CHILD_CHECK(pp_now() - t < (a->sig == SIGKILL ? 2.0 : 4 * T + 2.0));
+    return 0;
+}
+
+/* _i: SIGKILL/SIGSTOP x chain/collective. */
+START_TEST(test_blame_rank3) {
+    BlameArg a = {_i % 2 ? SIGSTOP : SIGKILL, _i / 2 ? SHAPE_COLL : SHAPE_CHAIN};
+    Job j = {4, 1.0, NULL, 0, body_blame, &a, TEST_TOKEN};
+    int st[MAXP];
+    spawn_until(4, 3, job_main, &j, 30, st);
+    for (int r = 0; r < 3; r++) ck_assert_msg(st[r] == 0, "rank %d exited %d", r, st[r]);
+}
+END_TEST
+
+/* A rank that is blocked on another is not blamed for its silence: rank 0 waits on
+ * rank 1, which waits 2.5 timeouts for rank 2 (alive, computing) — rank 1 blames
+ * rank 2 ("running but has not sent it"), and rank 0 names rank 2 first. */
+static int body_busy(Comm *c, void *arg) {
+    char buf[16];
+    CommReq *r;
+    int rc;
+    if (c->rank == 2) {
+        sleep_s(2.5 * c->timeout_s);
+        return 0;
+    }
+    CHILD_CHECK(comm_irecv(c, c->rank + 1, &(CommTag){1, 0, 0, 1}, buf, sizeof buf, &r) == 0);
+    rc = comm_wait(c, r);
+    fprintf(stderr, "(expected) rank %d: %s\n", c->rank, comm_error(c));
+    CHILD_CHECK(rc == PP_ERUNTIME && first_rank(comm_error(c)) == 2);
+    if (c->rank == 1) CHILD_CHECK(strstr(comm_error(c), "running but has not sent it"));
+    return 0;
+}
+
+START_TEST(test_blame_busy_rank) {
+    Job j = {3, 1.0, NULL, 0, body_busy, NULL, NULL};
+    run_job_ok(&j, 20);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("blame");
+    TCase *tc = tcase_create("blame");
+    SRunner *sr;
+    int failed;
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_blame_rank3, 0, 4);
+    tcase_add_test(tc, test_blame_busy_rank);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    signal(SIGPIPE, SIG_DFL);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
