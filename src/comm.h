@@ -63,7 +63,7 @@ typedef struct CommOps {
      * deadline is fixed by whole messages (plus transfer time for one in flight), bytes
      * that trickle in do not extend it. Before blaming a silent peer the socket
      * transport asks it whether it is itself blocked on another rank and then waits for
-     * that one's verdict ([Note: blame] in comm_socket.c). After either, the socket
+     * that one's verdict ([Note: blame] in comm_socket_blame.c). After either, the socket
      * transport fails every other request on that peer too. When another rank failed
      * first (this rank saw it die, or a peer reported it), the message names that rank
      * first: "rank 3 failed first (...); then lost connection to rank 2 ...". */

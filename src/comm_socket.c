@@ -97,6 +97,18 @@ static int peer_busy(const Peer *P) {
     return 0;
 }
 
+/* Before this rank drops p, tell p itself why (a CTRL_LOST naming p), so that p does not
+ * take this rank's closing for a failure of this rank's ([Note: blame]). Best effort:
+ * only at a message boundary, and without waiting. */
+static void tell_dropped(SockNet *n, int p, const char *why) {
+    Peer *P = &n->peers[p];
+    if (P->sent != 0 || P->ctrl_sent != 0 || n->stopping) return;
+    sock_ctrl_push(n, p, CTRL_LOST, p, 0, why);
+    if (send(P->fd, P->ctrl, P->ctrl_len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+        /* it is dropped either way */
+    }
+}
+
 void sock_peer_lose(SockNet *n, int p, const char *why) {
     Peer *P = &n->peers[p];
     CommReq *r;
@@ -104,6 +116,7 @@ void sock_peer_lose(SockNet *n, int p, const char *why) {
     /* a first failure, reported to the others ([Note: blame]) — unless p said goodbye
      * and leaves nothing of this rank's broken: it finished its part */
     if (!P->bye || peer_busy(P)) sock_origin_set(n, p, why, -1);
+    tell_dropped(n, p, why);
     P->lost = 1;
     snprintf(P->why, sizeof P->why, "%s", why);
     shutdown(P->fd, SHUT_RDWR);
@@ -260,9 +273,10 @@ static void peer_read(SockNet *n, int p) {
             char why[256];
             snprintf(why, sizeof why, "rank %d closed the connection%s%s", p,
                      P->in_payload || P->in_hdr_got ? " in the middle of a message" : "",
-                     P->bye ? " (it was closing down: it finished, or stopped on an error of "
-                              "its own — see its log)"
-                            : " — did it crash or exit early? see its log");
+                     P->dropped_me ? ": it gave up on this rank"
+                     : P->bye      ? " (it was closing down: it finished, or stopped on an "
+                                     "error of its own — see its log)"
+                                   : " — did it crash or exit early? see its log");
             sock_peer_lose(n, p, why);
         }
         if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)

@@ -51,6 +51,7 @@ typedef struct {
     char ctrl_in[CTRL_TEXT + 1];
     int lost;            /* unusable from now on, because of `why` */
     int bye;             /* it said it is closing its connections */
+    int dropped_me;      /* it said it gave up on this rank (its closing is no failure) */
     char why[PP_ERR_MAX / 2];
     double last_rx, last_tx; /* pp_now() of the last whole message from / to it */
     double pong_at;      /* when its last answer to a probe came, and what it said: */

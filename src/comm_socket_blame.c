@@ -39,6 +39,11 @@
  *   is extended at most to world * (timeout_s + 3 G) after it began (a cycle of waits,
  *   which the schedule's simulator rules out, cannot hang). Control messages never
  *   count as progress, so a peer that only answers probes is still silent.
+ * - Dropped. A rank that gives up on a peer (silence, a broken protocol) first tells
+ *   that peer, in a CTRL_LOST naming the peer itself, so that the peer takes the closing
+ *   that follows for what it is, not for a failure of the rank that closed: otherwise
+ *   the peer would report the wrong rank to the others, racing the right report. The
+ *   dropped rank records itself as the first failure.
  * - Goodbye. The last comm_destroy of a process sends CTRL_BYE. A peer that said
  *   goodbye and then closes while nothing of this rank's is under way with it (no send,
  *   no posted receive, no half-read message) finished its part: that is no failure. If
@@ -100,6 +105,14 @@ void sock_on_ctrl(SockNet *n, int p) {
                      * wait on who learns for itself (its end of file, or a probe) */
         if (who >= 0 && who < n->world && who != n->rank && who != p)
             sock_origin_set(n, who, P->ctrl_in, p);
+        if (who == n->rank) { /* p gave up on this rank and is closing: no failure of p's */
+            P->dropped_me = P->bye = 1;
+            if (n->origin < 0 && !n->stopping) {
+                n->origin = n->rank;
+                snprintf(n->origin_why, sizeof n->origin_why, "%.400s, as rank %d reported",
+                         P->ctrl_in, p);
+            }
+        }
         break;
     case CTRL_BYE:
         P->bye = 1;

@@ -94,31 +94,35 @@ static int coll_io_status(SockComm *s, int r, const CollHdr *mine, int io, const
 /* Move bytes with member r on its collective channel (full duplex) — with until_recv,
  * only until rb is full, *sent saying how much of sb went out — by the deadline
  * timeout_s (plus transfer time) from now, extended only while r answers probes that
- * it is blocked on another rank ([Note: blame]). */
+ * it is blocked on another rank ([Note: blame]). Once r is gone for good
+ * (sock_member_gone) it fails as soon as nothing more arrives: what r sent before it
+ * went is still read. */
 static int coll_move(SockComm *s, int r, const CollHdr *mine, const void *sb, size_t sn,
                      size_t *sent, void *rb, size_t rn, int until_recv) {
     double base = dist_deadline(s->base.timeout_s, sn + rn);
     size_t so = 0, ro = 0;
-    char why[PP_ERR_MAX / 4];
+    char why[PP_ERR_MAX / 4], gone_why[PP_ERR_MAX / 4];
     SockWatch w;
     int rc;
     sock_watch_begin(s->net, &w, s->ranks[r]);
     for (;;) {
-        double until;
-        int io;
-        if (sock_member_gone(s, r, why, sizeof why)) {
-            rc = coll_io_status(s, r, mine, DIST_IO_ERROR, why);
-            break;
-        }
+        double until, slice;
+        size_t moved = so + ro;
+        int io, gone = sock_member_gone(s, r, gone_why, sizeof gone_why);
         if (sock_watch_check(s->net, &w, base, &until, why, sizeof why)) {
             rc = coll_timeout(s, r, mine, why);
             break;
         }
-        if (w.ping_at > 0 && until > pp_now() + 0.05) until = pp_now() + 0.05; /* answer? */
-        io = dist_xfer_part(coll_fd(s, r), sb, sn, &so, rb, rn, &ro, until_recv, until, why,
-                            sizeof why);
+        /* wake now and then to see whether r is gone, soon when it is or is probed */
+        slice = pp_now() + (gone || w.ping_at > 0 ? 0.05 : 0.25);
+        io = dist_xfer_part(coll_fd(s, r), sb, sn, &so, rb, rn, &ro, until_recv,
+                            until < slice ? until : slice, why, sizeof why);
         if (io != DIST_IO_TIMEOUT) {
             rc = coll_io_status(s, r, mine, io, why);
+            break;
+        }
+        if (gone && so + ro == moved) {
+            rc = coll_io_status(s, r, mine, DIST_IO_ERROR, gone_why);
             break;
         }
     }
@@ -182,19 +186,20 @@ static int coll_await(SockComm *s, int r, const CollHdr *mine) {
     sock_watch_begin(s->net, &w, s->ranks[r]);
     for (;;) {
         double until, left;
-        if (sock_member_gone(s, r, why, sizeof why)) {
-            rc = coll_io_status(s, r, mine, DIST_IO_ERROR, why);
-            break;
-        }
-        if (sock_watch_check(s->net, &w, base, &until, why, sizeof why)) {
+        int gone = sock_member_gone(s, r, why, sizeof why);
+        struct pollfd pfd = {coll_fd(s, r), POLLIN, 0};
+        if (!gone && sock_watch_check(s->net, &w, base, &until, why, sizeof why)) {
             rc = coll_timeout(s, r, mine, why);
             break;
         }
-        left = until - pp_now();
-        left = w.ping_at > 0 && left > 0.05 ? 0.05 : left < slice ? left : slice;
-        struct pollfd pfd = {coll_fd(s, r), POLLIN, 0};
+        left = gone ? 0.05 : until - pp_now();
+        left = (w.ping_at > 0 || gone) && left > 0.05 ? 0.05 : left < slice ? left : slice;
         if (poll(&pfd, 1, (int)(1000 * left) + 1) != 0)
             break; /* data, end of file or an error: the read says which */
+        if (gone) { /* and nothing came from it */
+            rc = coll_io_status(s, r, mine, DIST_IO_ERROR, why);
+            break;
+        }
         for (int q = 1; q < s->base.world; q++) {
             CollHdr ka = {COLL_MAGIC, COLL_KEEPALIVE, 0, 0, 0, s->gid};
             if (q != r && !sock_member_lost(s, q))
