@@ -429,6 +429,13 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     if (cfg->init_from[0] && (rc = model_load_llmc(&rt->model, cfg->init_from, err, errlen))) return rc;
     int r0 = stage_peer(rt, 0), rl = stage_peer(rt, rt->S - 1);
     rt->tied_peer = (!d.tied || r0 == rl) ? -1 : rt->lay.rank == r0 ? rl : rt->lay.rank == rl ? r0 : -1;
+    /* the longest message this job sends: an activation or its gradient, or the whole
+     * wte in the tied pair's all-reduce; the small collectives (loss, norm, report,
+     * agreement) fit in the 1 MiB floor. A peer claiming more is refused unread. Set
+     * before the split: groups copy it. */
+    size_t act = (size_t)rt->Bmb * rt->T * d.C * sizeof(float), wte = d.tied ? (size_t)d.Vp * d.C * sizeof(float) : 0;
+    size_t most = act > wte ? act : wte;
+    comm->max_message_bytes = most > ((size_t)1 << 20) ? most : (size_t)1 << 20;
     /* every rank takes part in the split (it is collective); stage 0's rank is the
      * group's rank 0, so its part of the sum comes first ([Note: tied gradient order]) */
     if (d.tied && r0 != rl &&
