@@ -24,7 +24,7 @@ trap cleanup EXIT
 
 # The processes below PID $1 (timeout, pprun, then the ranks: pprun's setpriv guard
 # execs the program).
-children() { awk -v p="$1" '$4 == p { print $1 }' /proc/[0-9]*/stat 2>/dev/null; }
+children() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v p="$1" '$4 == p { print $1 }'; }
 descendants() { local c; for c in $(children "$1"); do echo "$c"; descendants "$c"; done; }
 # The PID of rank R of the job.
 rank_pid() {
@@ -47,7 +47,7 @@ run() {
   pprun_pid=$!
   for _ in $(seq 600); do grep -q '^\[rank 3\] step' "$out/stdout" 2>/dev/null && break; sleep 0.05; done
   sleep "$delay"
-  pid3=$(rank_pid 3)
+  for _ in 1 2 3; do pid3=$(rank_pid 3); [ -n "$pid3" ] && break; done
   if [ -z "$pid3" ]; then
     echo "FAIL: no rank 3 to signal ($(tail -n 2 "$out/stderr"))"; missing=$((missing + 3))
     kill -TERM "$pprun_pid"; wait "$pprun_pid"; pprun_pid=; return
