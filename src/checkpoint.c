@@ -259,9 +259,7 @@ static int load_local(Runtime *rt, const char *path, long *step, char *err, size
         return PP_ERUNTIME;
     }
     const Model *m = &rt->model;
-    size_t most = 1;
-    for (int i = 0; i < m->ntensors; i++) most = m->tensors[i].numel > most ? m->tensors[i].numel : most;
-    float *host = pp_malloc(most * sizeof(float)); /* each array is read here, then copied to the device */
+    float *host = pp_malloc(model_largest_tensor(m) * sizeof(float)); /* each array is read here, then copied to the device */
     for (int i = 0; i < m->ntensors && rc == PP_OK; i++) {
         const ParamTensor *t = &m->tensors[i];
         int64_t shape[2] = {t->shape[0], t->shape[1]};

@@ -295,8 +295,7 @@ static void fill_normal(float *x, size_t n, float std, uint64_t seed) {
     }
 }
 
-/* Elements of the largest tensor: the size of a host staging buffer for one tensor. */
-static size_t largest_tensor(const Model *m) {
+size_t model_largest_tensor(const Model *m) {
     size_t n = 1;
     for (int i = 0; i < m->ntensors; i++) n = m->tensors[i].numel > n ? m->tensors[i].numel : n;
     return n;
@@ -304,7 +303,7 @@ static size_t largest_tensor(const Model *m) {
 
 void model_init_weights(Model *m, uint64_t seed, float std) {
     float proj_std = std / sqrtf(2.0f * m->d.L);
-    float *p = pp_malloc(largest_tensor(m) * sizeof(float)); /* filled on the host */
+    float *p = pp_malloc(model_largest_tensor(m) * sizeof(float)); /* filled on the host */
     for (int i = 0; i < m->ntensors; i++) {
         const ParamTensor *t = &m->tensors[i];
         const char *kind = strrchr(t->name, '.') ? strrchr(t->name, '.') + 1 : t->name;
@@ -478,7 +477,7 @@ int model_load_llmc(Model *m, const char *path, char *err, size_t errlen) {
     /* File layout: wte[Vp,C], wpe[maxT,C], then each per-layer kind stacked over L,
      * then lnfw, lnfb. */
     long off = 1024, ok = 1;
-    float *host = pp_malloc(largest_tensor(m) * sizeof(float));
+    float *host = pp_malloc(model_largest_tensor(m) * sizeof(float));
     if (m->wte) ok &= read_at(m, f, off, m->wte, (size_t)d->V * C, host);
     if (m->head && !d->tied) ok &= read_at(m, f, off, m->head, (size_t)d->V * C, host);
     off += 4L * fVp * C;
@@ -524,7 +523,7 @@ int model_save_llmc(const Model *m, const char *path, char *err, size_t errlen) 
     FILE *f = pf.f;
     int h[256] = {LLMC_MAGIC, LLMC_VERSION, d->maxT, d->V, d->L, d->NH, d->C, d->Vp};
     size_t C = d->C;
-    float *host = pp_malloc(largest_tensor(m) * sizeof(float));
+    float *host = pp_malloc(model_largest_tensor(m) * sizeof(float));
     fwrite(h, sizeof h, 1, f);
     write_from(m, f, m->wte, (size_t)d->Vp * C, host);
     write_from(m, f, m->wpe, (size_t)d->maxT * C, host);

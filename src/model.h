@@ -177,6 +177,10 @@ int model_load_llmc(Model *m, const char *path, char *err, size_t errlen);
  * PP_ERUNTIME with a message. The inverse of model_load_llmc. */
 int model_save_llmc(const Model *m, const char *path, char *err, size_t errlen);
 
+/* Elements of this rank's largest tensor (at least 1): the size of a host staging
+ * buffer through which any one tensor can be copied. */
+size_t model_largest_tensor(const Model *m);
+
 /* Number of parameters of the whole model (all stages) for these dims. */
 size_t model_total_params(const ModelDims *d);
 
