@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,14 +34,16 @@
  *   fail with a message instead of exchanging garbage.
  * - Between messages the data channel also carries small control messages (a WireHdr
  *   with CTRL_MAGIC and up to CTRL_TEXT bytes of text): probes and their answers, the
- *   report of a lost rank, goodbye ([Note: blame] in comm_socket_blame.c). They are
+ *   report of a lost rank, goodbye ([Note: blame] in comm_socket_blame.c), heartbeats
+ *   after a quiet spell ([Note: heartbeat], ibid.). They are
  *   written only at a message boundary and never count as a peer's progress.
  * - Every header is checked before anything is allocated for its payload: a data
  *   message longer than its group's max_message_bytes (comm.h) marks the peer lost.
  * Failure: a closed or reset connection marks the peer lost and fails every request on
  * it at once, in every group; a wait whose peer completed no message for timeout_s
- * (and, probed, does not say it is blocked on another rank) fails with a timeout and
- * marks the peer lost too (shutting the connection, so that the peer learns promptly).
+ * (and, probed, does not say it is blocked on another rank), or sent no byte at all, not
+ * even a heartbeat, for timeout_s, fails with a timeout and marks the peer lost too
+ * (shutting the connection, so that the peer learns promptly).
  * Messages that fully arrived before the loss can still be received.
  * Destroying a Comm detaches its requests: a queued send or receive is dropped, a send
  * already on the wire is finished from a copy (the stream must stay whole), a receive
@@ -282,6 +286,7 @@ static void peer_read(SockNet *n, int p) {
         if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             peer_lose_errno(n, p, "receiving");
         if (k <= 0) return;
+        P->last_heard = pp_now();
         budget -= (size_t)k;
         if (!P->in_payload) {
             P->in_hdr_got += (size_t)k;
@@ -302,6 +307,7 @@ static int ctrl_write(SockNet *n, int p) {
         if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             peer_lose_errno(n, p, "sending");
         if (k <= 0) return 0;
+        P->last_wrote = pp_now();
         P->ctrl_sent += (size_t)k;
     }
     P->ctrl_len = P->ctrl_sent = 0;
@@ -335,6 +341,7 @@ static void peer_write(SockNet *n, int p) {
         if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             peer_lose_errno(n, p, "sending");
         if (k <= 0) return;
+        P->last_wrote = pp_now();
         P->sent += (size_t)k;
         budget = (size_t)k < budget ? budget - (size_t)k : 0;
         if (P->sent == sizeof h + r->bytes) {
@@ -348,8 +355,25 @@ static void peer_write(SockNet *n, int p) {
     }
 }
 
-/* The progress thread: poll every live data connection (and the wake pipe), move bytes.
- * Holds n->mu except while it sleeps in poll. */
+/* Queue a heartbeat for every live peer that this rank has written nothing to for
+ * sock_beat_every ([Note: heartbeat]); returns the poll() timeout in ms until the next
+ * one is due. A peer with control messages still queued (a stuck message in front of
+ * them, or a link down) gets no more: its POLLOUT wakes the thread when they move. */
+static int beat_peers(SockNet *n) {
+    double now = pp_now(), every = sock_beat_every(n), next = now + every;
+    for (int p = 0; p < n->world; p++) {
+        Peer *P = &n->peers[p];
+        if (p == n->rank || P->lost || P->ctrl_len > 0) continue;
+        if (P->last_wrote + every <= now)
+            sock_ctrl_push(n, p, CTRL_BEAT, n->rank, 0, NULL);
+        else if (P->last_wrote + every < next)
+            next = P->last_wrote + every;
+    }
+    return (int)((next - now) * 1000) + 1;
+}
+
+/* The progress thread: poll every live data connection (and the wake pipe), move bytes,
+ * beat. Holds n->mu except while it sleeps in poll. */
 static void *progress_main(void *arg) {
     SockNet *n = arg;
     int P = n->world;
@@ -357,7 +381,7 @@ static void *progress_main(void *arg) {
     int *who = pp_malloc((size_t)(P + 1) * sizeof *who);
     pthread_mutex_lock(&n->mu);
     while (!n->stop) {
-        int k = 0;
+        int k = 0, ms = beat_peers(n);
         pfd[k] = (struct pollfd){n->wake[0], POLLIN, 0};
         who[k++] = -1;
         for (int p = 0; p < P; p++)
@@ -368,7 +392,7 @@ static void *progress_main(void *arg) {
                 who[k++] = p;
             }
         pthread_mutex_unlock(&n->mu);
-        poll(pfd, (nfds_t)k, -1);
+        poll(pfd, (nfds_t)k, ms);
         pthread_mutex_lock(&n->mu);
         for (int i = 0; i < k; i++) {
             char drain[64];
@@ -557,6 +581,26 @@ int sock_member_gone(SockComm *s, int r, char *why, size_t n) {
 }
 
 /* ------------------------------------------------------------------ lifecycle -- */
+
+/* The numeric address of fd's peer into host; "" over loopback (the peer runs on this
+ * host). */
+static void peer_host(int fd, char *host, size_t n) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)&ss;
+    snprintf(host, n, "(address unknown)");
+    if (fd < 0 || getpeername(fd, (struct sockaddr *)&ss, &len) != 0) return;
+    host[0] = '\0';
+    if (ss.ss_family == AF_INET &&
+        ntohl(((const struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24 == 127)
+        return;
+    if (ss.ss_family == AF_INET6 &&
+        (IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr) ||
+         (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr) && v6->sin6_addr.s6_addr[12] == 127)))
+        return;
+    if (getnameinfo((struct sockaddr *)&ss, len, host, (socklen_t)n, NULL, 0, NI_NUMERICHOST))
+        snprintf(host, n, "(address unknown)");
+}
 
 /* Free the net; the progress thread must not be running, every Comm is destroyed. */
 static void net_free(SockNet *n) {
@@ -750,7 +794,11 @@ int comm_socket_create(DistMesh *m, double timeout_s, Comm **out, char *err, siz
         n->peers[p].fd = m->data_fd[p];
         n->peers[p].coll_fd = m->coll_fd[p];
         m->data_fd[p] = m->coll_fd[p] = -1;
-        if (p != m->rank) lane_get(&n->peers[p], 0);
+        n->peers[p].last_heard = n->peers[p].last_wrote = pp_now();
+        if (p != m->rank) {
+            lane_get(&n->peers[p], 0);
+            peer_host(n->peers[p].fd, n->peers[p].host, sizeof n->peers[p].host);
+        }
         all[p] = p;
     }
     dist_mesh_close(m);

@@ -54,6 +54,9 @@ typedef struct {
     int dropped_me;      /* it said it gave up on this rank (its closing is no failure) */
     char why[PP_ERR_MAX / 2];
     double last_rx, last_tx; /* pp_now() of the last whole message from / to it */
+    double last_heard;   /* pp_now() of the last bytes of any kind from it (heartbeats too) */
+    double last_wrote;   /* ... and of the last bytes written to it ([Note: heartbeat]) */
+    char host[64];       /* its numeric address as this rank sees it; "" on loopback */
     double pong_at;      /* when its last answer to a probe came, and what it said: */
     int pong_on;         /* the rank it is blocked on (-1: none) */
     double pong_left;    /* and for how long at most */
@@ -116,8 +119,10 @@ int sock_watch_check(SockNet *n, SockWatch *w, double base, double *until, char 
  * may have reported a failure of its own first. Takes the lock. */
 void sock_member_failed(SockComm *s, int r, int closed, const char *why);
 
-/* msg, or "rank O failed first (...); then " + msg when rank O, another than `peer`
- * (rank in the job), was the first failure this rank knows of. Takes the lock. */
+/* msg, or "rank O on host H failed first (...); then " + msg when rank O, another than
+ * `peer` (rank in the job), was the first failure this rank knows of; then, for a peer
+ * on another host, where it runs: " (rank 1 runs on host 10.77.0.2)" (a host is named
+ * only when it is not this one, reached over loopback). Takes the lock. */
 void sock_blame(SockComm *s, int peer, const char *msg, char *out, size_t n);
 
 /* Control messages on the data channel ([Note: blame] in comm_socket_blame.c): a
@@ -128,7 +133,8 @@ enum {
     CTRL_PING = 1, /* are you blocked, and on whom? */
     CTRL_PONG,     /* stage: the rank this one is blocked on (-1: none), mb: for how long */
     CTRL_LOST,     /* stage: a rank that failed first; text: how this one learnt it */
-    CTRL_BYE       /* this rank is closing its connections */
+    CTRL_BYE,      /* this rank is closing its connections */
+    CTRL_BEAT      /* nothing else went to this peer for a while: still here */
 };
 
 /* Queue a control message for peer p (rank in the job), written at its next message
@@ -158,6 +164,9 @@ int sock_watch_check_locked(SockNet *n, SockWatch *w, double base, double *until
                             size_t whylen);
 /* How much later than its own deadline a watched wait may give up at the latest. */
 double sock_watch_span(const SockNet *n);
+/* The longest a peer goes without bytes from this rank while the link is up: the
+ * progress thread sends a CTRL_BEAT after this much quiet ([Note: heartbeat]). */
+double sock_beat_every(const SockNet *n);
 
 /* The group of the members global[n] (ranks in the job) of parent's net, this rank
  * being member `index`; its lanes exist from now on. */

@@ -51,6 +51,27 @@
  *   the first failure like any other, and the message says whether it closed in an
  *   orderly way ("it finished, or stopped on an error of its own") or vanished ("did it
  *   crash?").
+ * Every message about a peer on another host ends with where it runs (its address as
+ * this rank's connection sees it), and the first failure is named with its host: across
+ * nodes, the host is what one needs to find the peer's log, or the link that broke.
+ */
+
+/* [Note: heartbeat]
+ * A link that goes down (a cable, a switch, `ip link set down`) closes nothing: TCP
+ * retransmits into the void for many minutes, so only silence can tell. A probe alone
+ * is too slow for runtime.timeout_s to hold: a wait posted just after the link failed
+ * would probe at its deadline and give up a grace G later — and a rank that was
+ * computing when it failed would only start its timeout_s when it next waits. So each
+ * progress thread writes a CTRL_BEAT to every peer it has written nothing to for G
+ * (sock_beat_every), at a message boundary; a message being written is a sign of life
+ * of its own, as its bytes arrive. Every byte read from a peer, beat or not, sets its
+ * last_heard. A watched wait (sock_watch_check) gives up on a peer that this rank has
+ * heard nothing at all from for timeout_s, whatever its own deadline: at most timeout_s
+ * after the link failed, or at once if that is past when the wait begins. A peer that
+ * is merely busy or blocked still beats, so this never blames the live link in a chain
+ * of waits; beats never count as a message (last_rx), so a rank that only beats is
+ * still silent for the rest of [Note: blame]. G is timeout_s / 4 (at most 5 s): a beat
+ * or two late (a loaded machine) is no failure.
  */
 
 static double grace(const SockNet *n) {
@@ -59,6 +80,13 @@ static double grace(const SockNet *n) {
 }
 
 double sock_watch_span(const SockNet *n) { return n->world * (n->timeout_s + 3 * grace(n)); }
+
+double sock_beat_every(const SockNet *n) { return grace(n); }
+
+/* The address of rank p's host, "" when it is this host (loopback) or p no peer. */
+static const char *peer_host(const SockNet *n, int p) {
+    return p >= 0 && p < n->world && p != n->rank ? n->peers[p].host : "";
+}
 
 void sock_origin_set(SockNet *n, int o, const char *why, int from) {
     if (n->origin >= 0 || n->stopping || o == n->rank || o < 0 || o >= n->world) return;
@@ -72,10 +100,14 @@ void sock_origin_set(SockNet *n, int o, const char *why, int from) {
 }
 
 void sock_blame_text(const SockNet *n, int peer, const char *msg, char *out, size_t len) {
+    char first[PP_ERR_MAX], where[96] = "";
+    const char *ho = peer_host(n, n->origin), *hp = peer_host(n, peer);
+    first[0] = '\0';
     if (n->origin >= 0 && n->origin != peer)
-        snprintf(out, len, "rank %d failed first (%s); then %s", n->origin, n->origin_why, msg);
-    else
-        snprintf(out, len, "%s", msg);
+        snprintf(first, sizeof first, "rank %d%s%s failed first (%s); then ", n->origin,
+                 ho[0] ? " on host " : "", ho, n->origin_why);
+    if (hp[0]) snprintf(where, sizeof where, " (rank %d runs on host %s)", peer, hp);
+    snprintf(out, len, "%s%s%s", first, msg, where);
 }
 
 void sock_blame(SockComm *s, int peer, const char *msg, char *out, size_t n) {
@@ -116,6 +148,8 @@ void sock_on_ctrl(SockNet *n, int p) {
         break;
     case CTRL_BYE:
         P->bye = 1;
+        break;
+    case CTRL_BEAT: /* its bytes set last_heard as they were read ([Note: heartbeat]) */
         break;
     default:
         break; /* a newer build's message: ignored */
@@ -163,10 +197,11 @@ static int watch_answer(SockNet *n, SockWatch *w, double now, double *until, cha
     return 0;
 }
 
-int sock_watch_check_locked(SockNet *n, SockWatch *w, double base, double *until, char *why,
-                            size_t len) {
+/* sock_watch_check_locked but for the heartbeat's verdict. */
+static int watch_step(SockNet *n, SockWatch *w, double base, double now, double *until,
+                      char *why, size_t len) {
     const Peer *P = &n->peers[w->peer];
-    double now = pp_now(), g = grace(n), deadline = base > w->ext ? base : w->ext;
+    double g = grace(n), deadline = base > w->ext ? base : w->ext;
     if (now < deadline) { /* still patient (the peer may have moved since a probe) */
         w->ping_at = 0;
         *until = deadline;
@@ -187,6 +222,19 @@ int sock_watch_check_locked(SockNet *n, SockWatch *w, double base, double *until
     }
     *until = w->probe_end;
     n->block_until = w->probe_end;
+    return 0;
+}
+
+int sock_watch_check_locked(SockNet *n, SockWatch *w, double base, double *until, char *why,
+                            size_t len) {
+    const Peer *P = &n->peers[w->peer];
+    double now = pp_now(), quiet = P->last_heard + n->timeout_s;
+    if (!P->lost && now >= quiet) /* [Note: heartbeat] */
+        return pp_errf(why, len, 1, "not even the heartbeat it sends every %g s: its host "
+                       "is unreachable (a network or link down?) or the process stopped "
+                       "(SIGSTOP, a debugger)", grace(n));
+    if (watch_step(n, w, base, now, until, why, len)) return 1;
+    if (!P->lost && *until > quiet) *until = quiet;
     return 0;
 }
 
