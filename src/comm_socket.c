@@ -794,7 +794,8 @@ int comm_socket_create(DistMesh *m, double timeout_s, Comm **out, char *err, siz
         n->peers[p].fd = m->data_fd[p];
         n->peers[p].coll_fd = m->coll_fd[p];
         m->data_fd[p] = m->coll_fd[p] = -1;
-        n->peers[p].last_heard = n->peers[p].last_wrote = pp_now();
+        n->peers[p].last_heard = pp_now();
+        n->peers[p].last_wrote = 0; /* a first beat at once: the peers' clocks start now */
         if (p != m->rank) {
             lane_get(&n->peers[p], 0);
             peer_host(n->peers[p].fd, n->peers[p].host, sizeof n->peers[p].host);

@@ -89,6 +89,44 @@ START_TEST(test_blame_busy_rank) {
 }
 END_TEST
 
+/* [Note: heartbeat]: rank 1 goes silent (SIGSTOP) while rank 0 computes for 2 timeouts;
+ * rank 0's receive, posted after that, fails at once (nothing at all, not even a
+ * heartbeat, came for longer than timeout_s) instead of waiting a timeout and a probe's
+ * grace from its posting. And a receive posted before the silence fails within timeout_s
+ * of it (the probe alone would take timeout_s + grace after the posting). */
+static int body_quiet(Comm *c, void *arg) {
+    char buf[16];
+    CommReq *r;
+    double t, T = c->timeout_s, late = *(const double *)arg;
+    if (c->rank == 1) {
+        sleep_s(0.2);
+        raise(SIGSTOP);
+        sleep_s(60);
+        return 0;
+    }
+    sleep_s(late);
+    CHILD_CHECK(comm_irecv(c, 1, &(CommTag){1, 1, 0, 1}, buf, sizeof buf, &r) == 0);
+    t = pp_now();
+    CHILD_CHECK(comm_wait(c, r) == PP_ERUNTIME);
+    t = pp_now() - t;
+    fprintf(stderr, "(expected, posted %.1f s in, failed %.2f s later) %s\n", late, t, comm_error(c));
+    CHILD_CHECK(strstr(comm_error(c), "timed out waiting for rank 1") &&
+                strstr(comm_error(c), "not even the heartbeat"));
+    CHILD_CHECK(late > T ? t < 0.3 : late + t < 0.2 + T + 0.5);
+    return 0;
+}
+
+/* _i: the receive posted 2 timeouts in, or at once. */
+START_TEST(test_quiet_peer) {
+    static const double late[2] = {2.0, 0.0};
+    double T = _i ? 4.0 : 1.0; /* the grace T / 4 must be more than the 0.5 s of slack */
+    Job j = {2, T, NULL, 0, body_quiet, (void *)&late[_i], TEST_TOKEN};
+    int st[MAXP];
+    spawn_until(2, 1, job_main, &j, 30, st);
+    ck_assert_msg(st[0] == 0, "rank 0 exited %d", st[0]);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("blame");
     TCase *tc = tcase_create("blame");
@@ -97,6 +135,7 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_blame_rank3, 0, 4);
     tcase_add_test(tc, test_blame_busy_rank);
+    tcase_add_loop_test(tc, test_quiet_peer, 0, 2);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     signal(SIGPIPE, SIG_DFL);
