@@ -108,7 +108,9 @@ void sock_watch_end(SockNet *n);
 /* Whether to give up on w's peer now, given that the wait's own deadline is `base`:
  * 0 = keep waiting until *until (probing the peer once base has passed, extending while
  * it answers that it is blocked on another rank); 1 = give up, with the reason in
- * why ("it does not answer ..."). Takes the lock. */
+ * why ("it does not answer ..."). Whatever base, it gives up once nothing at all, not
+ * even a heartbeat, came from the peer for timeout_s ([Note: heartbeat]). Takes the
+ * lock. */
 int sock_watch_check(SockNet *n, SockWatch *w, double base, double *until, char *why,
                      size_t whylen);
 

@@ -84,7 +84,7 @@ double sock_watch_span(const SockNet *n) { return n->world * (n->timeout_s + 3 *
 double sock_beat_every(const SockNet *n) { return grace(n); }
 
 /* The address of rank p's host, "" when it is this host (loopback) or p no peer. */
-static const char *peer_host(const SockNet *n, int p) {
+static const char *host_of(const SockNet *n, int p) {
     return p >= 0 && p < n->world && p != n->rank ? n->peers[p].host : "";
 }
 
@@ -101,7 +101,7 @@ void sock_origin_set(SockNet *n, int o, const char *why, int from) {
 
 void sock_blame_text(const SockNet *n, int peer, const char *msg, char *out, size_t len) {
     char first[PP_ERR_MAX], where[96] = "";
-    const char *ho = peer_host(n, n->origin), *hp = peer_host(n, peer);
+    const char *ho = host_of(n, n->origin), *hp = host_of(n, peer);
     first[0] = '\0';
     if (n->origin >= 0 && n->origin != peer)
         snprintf(first, sizeof first, "rank %d%s%s failed first (%s); then ", n->origin,
@@ -197,7 +197,7 @@ static int watch_answer(SockNet *n, SockWatch *w, double now, double *until, cha
     return 0;
 }
 
-/* sock_watch_check_locked but for the heartbeat's verdict. */
+/* sock_watch_check_locked less the heartbeat's verdict: the deadline and the probe. */
 static int watch_step(SockNet *n, SockWatch *w, double base, double now, double *until,
                       char *why, size_t len) {
     const Peer *P = &n->peers[w->peer];
