@@ -39,8 +39,8 @@ int log_open(Log *l, const char *dir, int steps, int first_step, int append, cha
         int rc = truncate_after(path, first_step, err, errlen);
         if (rc) return rc;
     }
-    l->csv = fopen(path, append ? "a" : "w");
-    if (!l->csv) return pp_errf(err, errlen, PP_ERUNTIME, "cannot open %s for writing: %m (check output.dir)", path);
+    l->csv = pp_fopen_regular(path, append ? "a" : "w", "check output.dir", err, errlen);
+    if (!l->csv) return PP_ERUNTIME;
     if (ftell(l->csv) == 0) fprintf(l->csv, CSV_HEADER "\n");
     fflush(l->csv);
     return PP_OK;
