@@ -287,7 +287,7 @@ int sched_kind_check(const char *kind, int P, int v, int M, char *err, size_t er
             msg_append(text, sizeof text, "%s%s", i ? ", " : "", KINDS[i].name);
         return pp_errf(err, errlen, PP_EUSAGE, "unknown schedule '%s' (known: %s)", kind, text);
     }
-    if (k->v_min == k->v_max && v != k->v_min)
+    if (k->v_min > 1 && k->v_min == k->v_max && v != k->v_min) /* zbv: exactly 2 */
         return pp_errf(err, errlen, PP_EUSAGE, "pipeline.schedule %s needs pipeline."
                        "virtual_stages = %d (got %d): set virtual_stages: %d, or use schedule %s",
                        kind, k->v_min, v, k->v_min, k->instead);
