@@ -377,8 +377,8 @@ static int check_transfer(Check *c, int r, Action a, int i, const char *what) {
     return check_fail(c, r, si, "never received (no %s)", text);
 }
 
-/* Every F and B present once; with `lowered`, every cross-rank edge has its SEND
- * and its RECV. A missing action is reported at the one it belongs with. */
+/* Every F present once, and a B or an I and a W; with `lowered`, every cross-rank edge
+ * has its SEND and its RECV. A missing action is reported at the one it belongs with. */
 static int check_complete(Check *c, int lowered) {
     const Schedule *s = c->s;
     for (int st = 0; st < s->S; st++)

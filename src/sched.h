@@ -217,8 +217,8 @@ void sched_append(Schedule *s, int rank, Action a);
 /* Release the lists and zero the struct. Safe on a zeroed or already freed struct. */
 void sched_free(Schedule *s);
 
-/* Run generator `kind` alone: compute-only lists (F and B, or F, I and W, in each rank's order), on
- * the placement of the kind's row. On error returns PP_EUSAGE with a message saying
+/* Run generator `kind` alone: compute-only lists (F and B, or F, I and W, in each
+ * rank's order), on the placement of the kind's row. On error returns PP_EUSAGE with a message saying
  * which combination is impossible and why (sched_kind_check), and leaves s empty. */
 int sched_generate(Schedule *s, const char *kind, int P, int v, int M, char *err,
                    size_t errlen);
@@ -238,7 +238,7 @@ int sched_build(Schedule *s, const char *kind, int P, int v, int M, char *err,
 int sched_build_forward_only(Schedule *s, const Schedule *train, char *err, size_t errlen);
 
 /* Replace compute-only lists by lowered lists ([Note: FIFO send order]). Checks the
- * compute actions first (ranges, placement, each F and B exactly once). If no rank
+ * compute actions first (ranges, placement, each F once, B or I and W once). If no rank
  * can run its next action, returns PP_EUSAGE naming the stuck actions and prints the
  * grid with them marked to `grid` (may be NULL). s is unchanged on error. */
 int sched_lower(Schedule *s, char *err, size_t errlen, FILE *grid);
