@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # bench/zb.sh — zero-bubble schedules measured (`make bench` runs it from bench/run.sh):
 # 2 ranks x 1 thread on configs/bench-small.yaml, M = 4 and 8, for 1f1b, zb-h1, zbv and
-# interleaved-1f1b (v = 2). For each: the measured step time, each rank's pipeline time
-# (its action list, without the optimizer) and busy time, its bubble = 1 - busy/pipeline,
-# and the simulator's prediction from the F, B (I) and W times the run measured
-# (runtime_report). The machine may be shared: the fastest of three runs is kept.
+# interleaved-1f1b (v = 2). For each: the measured step time; the pipeline's makespan
+# (the longest rank's action list per step, without the optimizer: rank 0's, which
+# starts first and ends last); each rank's busy (compute) time and its bubble =
+# 1 - busy / makespan, the simulator's definition; and the simulator's prediction from
+# the F, B (I) and W times the same run measured (runtime_report). The machine may be shared: the fastest of three runs is kept.
 set -euo pipefail
 cfg=configs/bench-small.yaml
 out=$(mktemp -d /tmp/pptrain-zb.XXXXXX)
@@ -13,8 +14,8 @@ common=(--set runtime.threads=1 --set data.val=null --set train.steps=8 --set ou
         --set pipeline.stages=2)
 
 echo "== zero-bubble schedules: 2 ranks x 1 thread, $cfg, best of 3 runs each"
-printf "%-18s %2s %9s | %-28s | %-28s | %s\n" schedule M "step ms" "rank 0: pipe/busy ms bubble" \
-  "rank 1: pipe/busy ms bubble" "simulated from measured F/B/W: makespan, bubble"
+printf "%-20s %2s %8s %9s | %-20s | %-20s | %s\n" schedule M "step ms" "makespan" "rank 0: busy, bubble" \
+  "rank 1: busy, bubble" "simulated from measured F/B/W: makespan, bubble"
 for M in 4 8; do
   for sched in 1f1b zb-h1 zbv interleaved-1f1b; do
     extra=()
@@ -35,11 +36,12 @@ ranks = {}
 for r, step, pipe, busy in re.findall(r"rank (\d): per step ([0-9.]+) ms \(fastest [0-9.]+, pipeline ([0-9.]+) ms\), busy ([0-9.]+) ms", log):
     ranks[int(r)] = (float(step), float(pipe), float(busy))
 sim = re.search(r"simulated makespan ([0-9.]+) ms .*?simulated bubble ([0-9.]+)%", log)
-cells = ["%6.1f/%6.1f %5.1f%%" % (ranks[r][1], ranks[r][2], 100 * (1 - ranks[r][2] / ranks[r][1])) for r in (0, 1)]
+span = max(ranks[r][1] for r in (0, 1))
+cells = ["%6.1f ms %5.1f%%" % (ranks[r][2], 100 * (1 - ranks[r][2] / span)) for r in (0, 1)]
 name = sched + (" v=2" if sched in ("zbv", "interleaved-1f1b") else "")
-print("%-18s %2s %9.1f | %-28s | %-28s | %s ms, %s%%" % (name, M, ranks[0][0], cells[0], cells[1], sim.group(1), sim.group(2)))
+print("%-20s %2s %8.1f %9.1f | %-20s | %-20s | %s ms, %s%%" % (name, M, ranks[0][0], span, cells[0], cells[1], sim.group(1), sim.group(2)))
 PY
   done
 done
-echo "   (bubble = idle share of each rank's action list; the simulator replays the schedule with the"
-echo "    mean F, B/I and W time of every stage measured in the same run, transfers free)"
+echo "   (ms per step, means over the measured steps; the simulator replays the schedule with the mean F,"
+echo "    B/I and W time of every stage measured in the same run, transfers free)"
