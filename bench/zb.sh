@@ -10,12 +10,12 @@ set -euo pipefail
 cfg=configs/bench-small.yaml
 out=$(mktemp -d /tmp/pptrain-zb.XXXXXX)
 trap 'rm -rf "$out"' EXIT
-common=(--set runtime.threads=1 --set data.val=null --set train.steps=8 --set output.checkpoint_final=false
+common=(--set runtime.threads=1 --set data.val=null --set train.steps=12 --set output.checkpoint_final=false
         --set pipeline.stages=2)
 
 echo "== zero-bubble schedules: 2 ranks x 1 thread, $cfg, best of 3 runs each"
-printf "%-20s %2s %8s %9s | %-20s | %-20s | %s\n" schedule M "step ms" "makespan" "rank 0: busy, bubble" \
-  "rank 1: busy, bubble" "simulated from measured F/B/W: makespan, bubble"
+printf "%-20s %2s %8s %9s | %-20s | %-20s | %7s | %s\n" schedule M "step ms" "makespan" "rank 0: busy, bubble" \
+  "rank 1: busy, bubble" "bubble" "simulated from measured F/B/W: makespan, bubble"
 for M in 4 8; do
   for sched in 1f1b zb-h1 zbv interleaved-1f1b; do
     extra=()
@@ -39,7 +39,9 @@ sim = re.search(r"simulated makespan ([0-9.]+) ms .*?simulated bubble ([0-9.]+)%
 span = max(ranks[r][1] for r in (0, 1))
 cells = ["%6.1f ms %5.1f%%" % (ranks[r][2], 100 * (1 - ranks[r][2] / span)) for r in (0, 1)]
 name = sched + (" v=2" if sched in ("zbv", "interleaved-1f1b") else "")
-print("%-20s %2s %8.1f %9.1f | %-20s | %-20s | %s ms, %s%%" % (name, M, ranks[0][0], span, cells[0], cells[1], sim.group(1), sim.group(2)))
+total = 1 - (ranks[0][2] + ranks[1][2]) / (2 * span)  # sum(idle) / (P * makespan), as the simulator's
+print("%-20s %2s %8.1f %9.1f | %-20s | %-20s | %6.1f%% | %s ms, %s%%" % (name, M, ranks[0][0], span, cells[0], cells[1],
+      100 * total, sim.group(1), sim.group(2)))
 PY
   done
 done
