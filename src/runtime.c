@@ -246,6 +246,7 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
     }
     for (int c = 0; c < rt->model.nchunks && rc == PP_OK; c++) {
         for (int i = 0; i < rt->model.chunks[c].nrecv; i++) PP_CHECK(rt->rbufs[c][i].mb < 0); /* every F ran */
+        for (int w = 0; w < rt->model.chunks[c].nwstate; w++) PP_CHECK(rt->wsets[c][w] < 0); /* every W ran */
         for (int i = 0; i < rt->model.chunks[c].nslots && rc == PP_OK; i++) {
             SlotState *st = &rt->slots[c][i];
             PP_CHECK(!st->busy && !st->recv); /* the schedule released everything */
