@@ -81,6 +81,8 @@ PY
   grep -E 'rank [01]: per step' "$log" | sed 's/^\[rank [01]\] /       /'
 done
 
+bash bench/zb.sh  # zero-bubble schedules: measured bubble per rank next to the simulator's
+
 echo "== checkpoints: the training-step stall per save (GPT-2 124M shape, T=64, 2 threads, level 1)"
 echo "   (a save at step 4 runs in the background; the final one at step 8 also waits for it)"
 ./pptrain --config configs/bench-124m-t64.yaml --set output.dir="$out/ck" --set train.steps=8 --set output.log_every=4 \

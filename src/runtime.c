@@ -124,6 +124,17 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     return PP_OK;
 }
 
+/* Chunk c's W state set holding microbatch mb ([Note: W state]; mb -1: a free one);
+ * dies if there is none (the pool size does not match the schedule: a bug). */
+static int wset_find(Runtime *rt, int c, int mb) {
+    for (int w = 0; w < rt->model.chunks[c].nwstate; w++)
+        if (rt->wsets[c][w] == mb) return w;
+    PP_DIE("stage %d: no W state set %s microbatch %d (%d sets; a bug)", rt->model.chunks[c].stage,
+           mb < 0 ? "free for" : "holds", mb, rt->model.chunks[c].nwstate);
+}
+
+/* B, or I: the input half of a split backward, which keeps what W needs in a W state
+ * set until W(s,m) (exec_weight). */
 static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, size_t errlen) {
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = held_slot(rt, c, m), rc;
     size_t NC = (size_t)rt->Bmb * rt->T * rt->model.d.C;
@@ -131,17 +142,35 @@ static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     ActSlot *as = &rt->model.chunks[c].slots[i];
     if ((rc = wait_req(rt, &st->recv, "recv gradient", s, m, x->step, err, errlen))) return rc;
     double t0 = trace_now_us();
-    model_backward(&rt->model, c, i);
+    if (a->type == ACT_I) {
+        int w = wset_find(rt, c, -1);
+        rt->wsets[c][w] = m;
+        model_backward_input(&rt->model, c, i, w);
+    } else {
+        model_backward(&rt->model, c, i);
+    }
     double t1 = trace_now_us();
     rt->busy_s += (t1 - t0) * 1e-6;
     rt->cur_b[s] += (t1 - t0) * 1e-6;
-    if (rt->trace) trace_add(rt->trace, "B", "compute", t0, t1, s, m, x->step);
+    if (rt->trace) trace_add(rt->trace, sched_type_name(a->type), "compute", t0, t1, s, m, x->step);
     if (s > 0 && rt->chunk_of[s - 1] >= 0) { /* local handover: push d(input) to stage s-1 */
         int pc = rt->chunk_of[s - 1];
         const Backend *be = rt->model.be;
         be->copy(be, rt->model.chunks[pc].slots[held_slot(rt, pc, m)].grad, as->grad, NC * sizeof(float));
     }
     return PP_OK;
+}
+
+/* W: the weight half of a split backward; gives its W state set back. */
+static void exec_weight(Runtime *rt, const Action *a, StepCtx *x) {
+    int s = a->stage, m = a->mb, c = rt->chunk_of[s], w = wset_find(rt, c, m);
+    double t0 = trace_now_us();
+    model_backward_weight(&rt->model, c, held_slot(rt, c, m), w);
+    double t1 = trace_now_us();
+    rt->wsets[c][w] = -1;
+    rt->busy_s += (t1 - t0) * 1e-6;
+    rt->cur_w[s] += (t1 - t0) * 1e-6;
+    if (rt->trace) trace_add(rt->trace, "W", "compute", t0, t1, s, m, x->step);
 }
 
 static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, size_t errlen) {
@@ -207,7 +236,9 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
         if (rt->action_hook) rt->action_hook(rt->hook_ctx, sc, pp, k, 0);
         switch (a->type) {
         case ACT_F: rc = exec_forward(rt, a, x, err, errlen); break;
-        case ACT_B: rc = exec_backward(rt, a, x, err, errlen); break;
+        case ACT_B:
+        case ACT_I: rc = exec_backward(rt, a, x, err, errlen); break;
+        case ACT_W: exec_weight(rt, a, x); break;
         default: rc = exec_transfer(rt, a, x, err, errlen); break;
         }
         if (rc == PP_OK) release_after(rt, sc, a);
@@ -215,6 +246,7 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
     }
     for (int c = 0; c < rt->model.nchunks && rc == PP_OK; c++) {
         for (int i = 0; i < rt->model.chunks[c].nrecv; i++) PP_CHECK(rt->rbufs[c][i].mb < 0); /* every F ran */
+        for (int w = 0; w < rt->model.chunks[c].nwstate; w++) PP_CHECK(rt->wsets[c][w] < 0); /* every W ran */
         for (int i = 0; i < rt->model.chunks[c].nslots && rc == PP_OK; i++) {
             SlotState *st = &rt->slots[c][i];
             PP_CHECK(!st->busy && !st->recv); /* the schedule released everything */
@@ -274,6 +306,7 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     rt->busy_s = 0;
     memset(rt->cur_f, 0, sizeof rt->cur_f);
     memset(rt->cur_b, 0, sizeof rt->cur_b);
+    memset(rt->cur_w, 0, sizeof rt->cur_w);
     load_batch(rt, &rt->train, step);
     model_zero_grads(m);
     StepCtx x = {.step = step + 1, .kind_act = KIND_ACT, .dloss = 1.0f / ((float)rt->global_batch * rt->T)}; /* 1-based, as logged */
@@ -388,6 +421,17 @@ static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
         for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1;
         rt->rbufs[c] = pp_calloc(specs[c].nrecv ? specs[c].nrecv : 1, sizeof(RecvBuf));
         for (int i = 0; i < specs[c].nrecv; i++) rt->rbufs[c][i] = (RecvBuf){-1, NULL};
+        int nw = sched_peak_pending_w(&rt->sched, specs[c].stage); /* [Note: W state] */
+        model_init_wstate(&rt->model, c, nw);
+        rt->wsets[c] = pp_malloc((size_t)(nw ? nw : 1) * sizeof(int));
+        for (int w = 0; w < nw; w++) rt->wsets[c][w] = -1;
+    }
+    if (rt->model.wstate_bytes) { /* the build report's line for it ([Note: W state]) */
+        printf("rank %d: split backward: W state", rt->lay.rank);
+        for (int c = 0; c < rt->v; c++)
+            printf(" %d set%s on stage %d", rt->model.chunks[c].nwstate, rt->model.chunks[c].nwstate == 1 ? "" : "s",
+                   rt->model.chunks[c].stage);
+        printf(" (the most Ws the schedule keeps pending) = %.1f MB\n", rt->model.wstate_bytes / 1e6);
     }
     int nt = rt->model.ntensors;
     rt->loss_dev = be->alloc(be, (size_t)rt->M * sizeof(double));
@@ -448,7 +492,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
 
 void runtime_free(Runtime *rt) {
     const Backend *be = rt->model.be;
-    for (int c = 0; c < rt->model.nchunks; c++) free(rt->slots[c]), free(rt->rbufs[c]);
+    for (int c = 0; c < rt->model.nchunks; c++) free(rt->slots[c]), free(rt->rbufs[c]), free(rt->wsets[c]);
     if (be) be->dealloc(be, rt->loss_dev), be->dealloc(be, rt->sumsq_dev);
     comm_destroy(rt->tied); /* safe after its parent's (main.c destroys that first) */
     model_free(&rt->model);
@@ -466,7 +510,8 @@ void runtime_measure(Runtime *rt) {
     rt->sum_step_s += rt->step_s;
     rt->sum_pipe_s += rt->pipe_s;
     rt->sum_busy_s += rt->busy_s;
-    for (int s = 0; s < rt->S; s++) rt->sum_f[s] += rt->cur_f[s], rt->sum_b[s] += rt->cur_b[s];
+    for (int s = 0; s < rt->S; s++)
+        rt->sum_f[s] += rt->cur_f[s], rt->sum_b[s] += rt->cur_b[s], rt->sum_w[s] += rt->cur_w[s];
 }
 
 void runtime_efficiency_text(double simulated_s, double measured_s, char *buf, size_t n) {
@@ -489,11 +534,13 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
            (step - busy) * 1e3, 100.0 * (step - busy) / step, rss_mb);
     /* mean per-action times of every stage (each rank contributes its own), and the
      * slowest rank's pipeline time: the step ends when the last rank finishes */
-    double *v = pp_calloc(2 * S + 1, sizeof(double));
+    double *v = pp_calloc(3 * S + 1, sizeof(double)); /* F, B (or I), W of each stage; the pipeline */
     for (int s = 0; s < S; s++)
-        if (rt->chunk_of[s] >= 0) v[s] = rt->sum_f[s] / ((double)n * M), v[S + s] = rt->sum_b[s] / ((double)n * M);
-    v[2 * S] = rt->lay.rank == 0 ? rt->sum_pipe_s / n : 0.0; /* rank 0 starts first and ends last */
-    int rc = comm_allreduce_sum_f64(rt->comm, v, 2 * S + 1);
+        if (rt->chunk_of[s] >= 0)
+            v[s] = rt->sum_f[s] / ((double)n * M), v[S + s] = rt->sum_b[s] / ((double)n * M),
+            v[2 * S + s] = rt->sum_w[s] / ((double)n * M);
+    v[3 * S] = rt->lay.rank == 0 ? rt->sum_pipe_s / n : 0.0; /* rank 0 starts first and ends last */
+    int rc = comm_allreduce_sum_f64(rt->comm, v, 3 * S + 1);
     if (rc != PP_OK) {
         free(v);
         return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the timing report: %s", comm_error(rt->comm));
@@ -506,13 +553,16 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
         c.F_stage = v;
         c.B_stage = v + S;
         c.X = 0.0;
+        int split = 0; /* a split backward measured I into B_stage and W here ([Note: split costs]) */
+        for (int s = 0; s < S; s++) split |= v[2 * S + s] > 0;
+        c.W_stage = split ? v + 2 * S : NULL;
         if (sim_run(&rt->sched, &c, &res, serr, sizeof serr, NULL) == PP_OK) {
             const char *formula;
             double cf = sched_bubble_closed_form(&rt->sched, &formula);
             char verdict[256];
-            runtime_efficiency_text(res.makespan, v[2 * S], verdict, sizeof verdict);
+            runtime_efficiency_text(res.makespan, v[3 * S], verdict, sizeof verdict);
             printf("pipeline: simulated makespan %.1f ms from the measured F/B times, measured %.1f ms: %s; "
-                   "simulated bubble %.1f%%", res.makespan * 1e3, v[2 * S] * 1e3, verdict, 100.0 * res.bubble);
+                   "simulated bubble %.1f%%", res.makespan * 1e3, v[3 * S] * 1e3, verdict, 100.0 * res.bubble);
             if (cf >= 0) printf(" (closed form %s = %.1f%%)", formula, 100.0 * cf);
             printf("\n");
             sim_result_free(&res);

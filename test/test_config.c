@@ -323,7 +323,7 @@ static const FileError k_file_errors[] = {
     {"train:\n  optimizer:\n    lr: 1e39\n", ":9:9: ", "train.optimizer.lr: ", "got '1e39'"},
     {"train:\n  optimizer:\n    lr: .inf\n", ":9:9: ", "train.optimizer.lr: ", "got '.inf'"},
     {"pipeline:\n  schedule: zigzag\n", ":8:13: ", "pipeline.schedule: ",
-     "expected one of gpipe, 1f1b, interleaved-1f1b, got 'zigzag'"},
+     "expected one of gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zbv, got 'zigzag'"},
     {"data:\n  train: null\n", ":8:10: ", "data.train: ", "expected a non-empty path"},
     {"train:\n  steps: {a: 1}\n", ":8:10: ", "train.steps: ", "got a mapping"},
     {"train:\n  steps: [1]\n", ":8:10: ", "train.steps: ", "got a list"},
