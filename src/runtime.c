@@ -8,6 +8,7 @@
 
 #include <sys/resource.h>
 
+#include "backend_load.h"
 #include "optim.h"
 #include "sim.h"
 
@@ -411,12 +412,12 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     rt->Bmb = rt->global_batch / rt->M;
     int rc = layout_init(&rt->lay, comm->world, comm->rank, cfg->stages, 1, err, errlen); /* D = 1 for now */
     if (rc) return rc;
-    /* [Note: backends] only the CPU backend and the socket transport exist so far: a
-     * config asking for CUDA or NCCL is refused rather than run on something else */
-    if (!strcmp(cfg->device, "cuda") || !strcmp(cfg->transport, "nccl"))
-        return pp_errf(err, errlen, PP_EUSAGE, "runtime.device=%s, runtime.transport=%s: this build has only the CPU "
-                       "backend and the socket transport; use runtime.device: cpu (or auto) and transport: socket "
-                       "(or auto)", cfg->device, cfg->transport);
+    /* [Note: backends] the NCCL transport does not exist yet: a config asking for it is
+     * refused rather than run on something else. The device is chosen by backend_select
+     * (CPU, or the CUDA backend loaded on demand). */
+    if (!strcmp(cfg->transport, "nccl"))
+        return pp_errf(err, errlen, PP_EUSAGE, "runtime.transport=nccl: this build has only the socket transport; use "
+                       "runtime.transport: socket (or auto)");
     if (rt->v > PP_MAX_CHUNKS)
         return pp_errf(err, errlen, PP_EUSAGE, "pipeline.virtual_stages %d is more than this build supports (%d)", rt->v,
                        PP_MAX_CHUNKS);
@@ -424,7 +425,11 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
                    cfg->tie_embeddings};
     rc = partition_build(&rt->part, cfg->split, d.L, rt->S, d.C, d.Vp, rt->T, err, errlen);
     if (rc || (rc = build_schedules(rt, err, errlen))) return rc;
-    build_model(rt, &d, backend_cpu());
+    const Backend *be;
+    BackendSizes bs = {rt->Bmb * rt->T, rt->T, d.C, d.NH, d.Vp};
+    if ((rc = backend_select(cfg, comm->rank, &bs, &be, rt->device_note, sizeof rt->device_note, err, errlen)))
+        return rc;
+    build_model(rt, &d, be);
     model_init_weights(&rt->model, cfg->seed, cfg->init_std);
     if (cfg->init_from[0] && (rc = model_load_llmc(&rt->model, cfg->init_from, err, errlen))) return rc;
     int r0 = stage_peer(rt, 0), rl = stage_peer(rt, rt->S - 1);
@@ -452,6 +457,7 @@ void runtime_free(Runtime *rt) {
     if (be) be->dealloc(be, rt->loss_dev), be->dealloc(be, rt->sumsq_dev);
     comm_destroy(rt->tied); /* safe after its parent's (main.c destroys that first) */
     model_free(&rt->model);
+    backend_release(be);
     sched_free(&rt->sched);
     sched_free(&rt->fwd);
     data_close(&rt->train);

@@ -53,6 +53,7 @@ typedef struct {
     Comm *tied;                /* the tied pair {stage 0's rank, the last stage's rank} as a
                                   group of this replica, NULL on other ranks */
     Trace *trace;
+    char device_note[256];     /* the backend in one line, for the build report */
     /* Test hook, NULL in the product: called before (done = 0) and after (done = 1)
      * action k of this rank's list of schedule sc. The in-process interpreter test uses
      * it to step all ranks in the simulator's order (test/test_interp.c). */
