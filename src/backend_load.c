@@ -36,7 +36,8 @@ int backend_cuda_path(char *path, size_t n) {
     }
     exe[len] = 0;
     pp_dirname(exe, dir, sizeof dir);
-    static const char *const rel[] = {"/" CUDA_LIB, "/build/cuda/" CUDA_LIB, "/../cuda/" CUDA_LIB};
+    static const char *const rel[] = {"/" CUDA_LIB, "/build/cuda/" CUDA_LIB, "/../cuda/" CUDA_LIB,
+                                      "/../../cuda/" CUDA_LIB}; /* ./pptrain, build/debug/pptrain, build/x/test/ */
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         snprintf(path, n, "%s%s", dir, rel[i]);
         if (access(path, R_OK) == 0) return 1;

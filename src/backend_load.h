@@ -35,7 +35,8 @@ void backend_print_builtin(FILE *f);
 
 /* Where libpptrain_cuda.so would be loaded from into path[n]: $PPTRAIN_CUDA_LIB, else
  * the first that exists of DIR/libpptrain_cuda.so, DIR/build/cuda/libpptrain_cuda.so and
- * DIR/../cuda/libpptrain_cuda.so, DIR the directory of /proc/self/exe. Returns 1 when
+ * DIR/../cuda/libpptrain_cuda.so (DIR/../../cuda/ for the test programs), DIR the directory of
+ * /proc/self/exe. Returns 1 when
  * found (or set by the variable), 0 when not (path then names the first place looked). */
 int backend_cuda_path(char *path, size_t n);
 
