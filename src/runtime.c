@@ -77,6 +77,90 @@ static int stage_peer(const Runtime *rt, int stage) {
     return layout_rank_of(&rt->lay, sched_stage_rank(&rt->sched, stage), rt->lay.dp);
 }
 
+/* ---- host staging ---------------------------------------------------------------
+ * [Note: host staging] A device backend's memory (be->device_memory) is not the host's,
+ * and the socket transport reads and writes host memory. So on such a backend every
+ * activation or gradient this rank sends is copied into a pinned host buffer first (the
+ * host waits for that copy), every receive lands in one and is copied to the device
+ * once it is complete, and the tied embedding's all-reduce runs on a host copy. Each
+ * buffer belongs to one direction of one slot (SlotState.host: the output's send, the
+ * input gradient's send, the output gradient's receive) or to one receive buffer
+ * (RecvBuf.host), so it is refilled only after the send or receive that used it has been
+ * waited for. This is how several ranks share one GPU (NCCL refuses two ranks on one
+ * device); the NCCL transport replaces it where each rank has its own GPU. On the CPU
+ * backend no buffer exists and the transport uses the device memory itself. */
+
+enum { HOST_SEND_OUT = 0, HOST_SEND_DIN = 1, HOST_RECV_DOUT = 2 };
+
+static void *host_alloc(const Backend *be, size_t bytes) {
+    return be->host_alloc ? be->host_alloc(be, bytes) : pp_malloc(bytes);
+}
+
+static void host_free(const Backend *be, void *p) {
+    if (be->host_free) be->host_free(be, p);
+    else free(p);
+}
+
+/* The buffer to hand the transport for sending device buffer dev: dev itself, or its
+ * host copy (made now: the host waits for it). */
+static void *stage_send(Runtime *rt, void *host, const void *dev, size_t bytes) {
+    const Backend *be = rt->model.be;
+    if (!host) return (void *)dev;
+    be->to_host(be, host, dev, bytes);
+    be->wait(be);
+    return host;
+}
+
+/* A receive that landed in host (when staged) goes to device buffer dev; the host waits
+ * for the copy, so the buffer may take the next receive. */
+static void stage_received(Runtime *rt, const void *host, void *dev, size_t bytes) {
+    const Backend *be = rt->model.be;
+    if (!host) return;
+    be->to_device(be, dev, host, bytes);
+    be->wait(be);
+}
+
+/* Allocate the staging buffers of the chunks that talk to another rank, and of the tied
+ * all-reduce; nothing on a host-memory backend. */
+static void staging_init(Runtime *rt) {
+    const Backend *be = rt->model.be;
+    if (!be->device_memory) return;
+    size_t act = (size_t)rt->Bmb * rt->T * rt->model.d.C * sizeof(float);
+    for (int c = 0; c < rt->model.nchunks; c++) {
+        const Chunk *ck = &rt->model.chunks[c];
+        int s = ck->stage, prev = s > 0 && rt->chunk_of[s - 1] < 0, next = s < rt->S - 1 && rt->chunk_of[s + 1] < 0;
+        for (int i = 0; i < ck->nslots; i++) {
+            void **h = rt->slots[c][i].host;
+            if (next) h[HOST_SEND_OUT] = host_alloc(be, act), h[HOST_RECV_DOUT] = host_alloc(be, act);
+            if (prev) h[HOST_SEND_DIN] = host_alloc(be, act);
+        }
+        for (int r = 0; r < ck->nrecv && prev; r++) rt->rbufs[c][r].host = host_alloc(be, act);
+    }
+    if (rt->tied) rt->tied_host = host_alloc(be, (size_t)rt->model.d.Vp * rt->model.d.C * sizeof(float));
+}
+
+static void staging_free(Runtime *rt) {
+    const Backend *be = rt->model.be;
+    for (int c = 0; c < rt->model.nchunks && be && be->device_memory; c++) {
+        for (int i = 0; rt->slots[c] && i < rt->model.chunks[c].nslots; i++)
+            for (int k = 0; k < 3; k++)
+                if (rt->slots[c][i].host[k]) host_free(be, rt->slots[c][i].host[k]);
+        for (int r = 0; rt->rbufs[c] && r < rt->model.chunks[c].nrecv; r++)
+            if (rt->rbufs[c][r].host) host_free(be, rt->rbufs[c][r].host);
+    }
+    if (rt->tied_host) host_free(be, rt->tied_host);
+}
+
+/* The tied embedding gradient's all-reduce, on the host copy when staged. */
+static int allreduce_tied(Runtime *rt) {
+    const Backend *be = rt->model.be;
+    size_t n = (size_t)rt->model.d.Vp * rt->model.d.C;
+    float *buf = stage_send(rt, rt->tied_host, rt->model.dwte, n * sizeof(float));
+    int rc = comm_allreduce_sum_f32(rt->tied, buf, n);
+    if (rc == PP_OK && rt->tied_host) be->to_device(be, rt->model.dwte, rt->tied_host, n * sizeof(float));
+    return rc;
+}
+
 /* ---- the interpreter ---------------------------------------------------------- */
 
 typedef struct {
@@ -106,6 +190,7 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
         int r = recv_find(rt, c, m);
         if (r < 0) PP_DIE("stage %d: no receive posted for microbatch %d (schedule bug)", s, m);
         if ((rc = wait_req(rt, &rt->rbufs[c][r].req, "recv activation", s, m, x->step, err, errlen))) return rc;
+        stage_received(rt, rt->rbufs[c][r].host, model_recv_buffer(&rt->model, c, r), NC * sizeof(float));
         model_take_input(&rt->model, c, i, r);
         rt->rbufs[c][r].mb = -1;
     }
@@ -131,6 +216,7 @@ static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     SlotState *st = &rt->slots[c][i];
     ActSlot *as = &rt->model.chunks[c].slots[i];
     if ((rc = wait_req(rt, &st->recv, "recv gradient", s, m, x->step, err, errlen))) return rc;
+    if (s < rt->S - 1 && rt->chunk_of[s + 1] < 0) stage_received(rt, st->host[HOST_RECV_DOUT], as->grad, NC * sizeof(float));
     double t0 = trace_now_us();
     model_backward(&rt->model, c, i);
     double t1 = trace_now_us();
@@ -156,7 +242,9 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     case ACT_SEND_F:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, x->kind_act);
-        rc = comm_isend(cm, stage_peer(rt, s + 1), &tag, model_chunk_output(&rt->model, c, i), bytes, &rt->slots[c][i].send[0]);
+        rc = comm_isend(cm, stage_peer(rt, s + 1), &tag,
+                        stage_send(rt, rt->slots[c][i].host[HOST_SEND_OUT], model_chunk_output(&rt->model, c, i), bytes),
+                        bytes, &rt->slots[c][i].send[0]);
         what = "send activation";
         break;
     case ACT_RECV_F: {
@@ -164,20 +252,27 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
         if (r < 0) PP_DIE("stage %d: all %d receive buffers busy at microbatch %d (a bug)", s, rt->model.chunks[c].nrecv, m);
         rt->rbufs[c][r].mb = m;
         tag = tag_of(x->step, s - 1, m, x->kind_act);
-        rc = comm_irecv(cm, stage_peer(rt, s - 1), &tag, model_recv_buffer(&rt->model, c, r), bytes, &rt->rbufs[c][r].req);
+        rc = comm_irecv(cm, stage_peer(rt, s - 1), &tag,
+                        rt->rbufs[c][r].host ? rt->rbufs[c][r].host : model_recv_buffer(&rt->model, c, r), bytes,
+                        &rt->rbufs[c][r].req);
         what = "post recv activation";
         break;
     }
     case ACT_SEND_B:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, KIND_GRAD);
-        rc = comm_isend(cm, stage_peer(rt, s - 1), &tag, rt->model.chunks[c].slots[i].grad, bytes, &rt->slots[c][i].send[1]);
+        rc = comm_isend(cm, stage_peer(rt, s - 1), &tag,
+                        stage_send(rt, rt->slots[c][i].host[HOST_SEND_DIN], rt->model.chunks[c].slots[i].grad, bytes),
+                        bytes, &rt->slots[c][i].send[1]);
         what = "send gradient";
         break;
     case ACT_RECV_B:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s + 1, m, KIND_GRAD);
-        rc = comm_irecv(cm, stage_peer(rt, s + 1), &tag, rt->model.chunks[c].slots[i].grad, bytes, &rt->slots[c][i].recv);
+        rc = comm_irecv(cm, stage_peer(rt, s + 1), &tag,
+                        rt->slots[c][i].host[HOST_RECV_DOUT] ? rt->slots[c][i].host[HOST_RECV_DOUT]
+                                                             : rt->model.chunks[c].slots[i].grad,
+                        bytes, &rt->slots[c][i].recv);
         what = "post recv gradient";
         break;
     default:
@@ -287,7 +382,7 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
      * different ranks, the pair's 2-rank group all-reduces the gradient (stage 0's part
      * first: the same bits on both), so the identical optimizer update keeps the copies
      * identical. On one rank the two chunks share a single tensor. */
-    if (rt->tied && comm_allreduce_sum_f32(rt->tied, m->dwte, (size_t)m->d.Vp * m->d.C) != PP_OK)
+    if (rt->tied && allreduce_tied(rt) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "summing tied embedding gradients with rank %d: %s", rt->tied_peer,
                        comm_error(rt->tied));
     double red[2 + RUNTIME_MAX_CTL];
@@ -388,7 +483,7 @@ static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
         rt->slots[c] = pp_calloc(specs[c].nslots, sizeof(SlotState));
         for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1;
         rt->rbufs[c] = pp_calloc(specs[c].nrecv ? specs[c].nrecv : 1, sizeof(RecvBuf));
-        for (int i = 0; i < specs[c].nrecv; i++) rt->rbufs[c][i] = (RecvBuf){-1, NULL};
+        for (int i = 0; i < specs[c].nrecv; i++) rt->rbufs[c][i] = (RecvBuf){-1, NULL, NULL};
     }
     int nt = rt->model.ntensors;
     rt->loss_dev = be->alloc(be, (size_t)rt->M * sizeof(double));
@@ -446,6 +541,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     if (d.tied && r0 != rl &&
         comm_split(comm, rt->tied_peer >= 0 ? 0 : -1, rt->lay.rank == r0 ? 0 : 1, &rt->tied) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "forming the tied embedding pair: %s", comm_error(comm));
+    staging_init(rt);
     rt->inputs = pp_malloc((size_t)rt->global_batch * rt->T * sizeof(int));
     rt->targets = pp_malloc((size_t)rt->global_batch * rt->T * sizeof(int));
     return open_data(rt, err, errlen);
@@ -453,6 +549,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
 
 void runtime_free(Runtime *rt) {
     const Backend *be = rt->model.be;
+    staging_free(rt);
     for (int c = 0; c < rt->model.nchunks; c++) free(rt->slots[c]), free(rt->rbufs[c]);
     if (be) be->dealloc(be, rt->loss_dev), be->dealloc(be, rt->sumsq_dev);
     comm_destroy(rt->tied); /* safe after its parent's (main.c destroys that first) */
