@@ -163,8 +163,15 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory unit-tests
 
 bench: deps
-	$(Q)$(MAKE) --no-print-directory all data $(BUILD)/bench_gemm $(BUILD)/bench_ckpt
+	$(Q)$(MAKE) --no-print-directory all data $(BUILD)/bench_gemm $(BUILD)/bench_ckpt $(if $(NVCC),$(CUDA_BUILD)/bench_gpu)
 	bash bench/run.sh $(BUILD)
+
+# the GPU's ceilings for bench/gpu.sh (a program of its own: not in the backend)
+$(CUDA_BUILD)/bench_gpu: cuda/bench/bench_gpu.cu
+	@mkdir -p $(dir $@)
+	@echo "  NVCC  $<"
+	$(Q)$(NVCC) -O3 -std=c++17 $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) -o $@ $< -lcublasLt \
+	  -Xlinker -rpath,$(CUDA_HOME)/lib64
 
 $(BUILD)/bench_ckpt: bench/bench_ckpt.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
