@@ -88,13 +88,18 @@ static void cu_dealloc(const Backend *be, void *p) {
     CK(c, cudaFree(p));
 }
 
+/* The memory entries may be called from other threads than the one that opened the
+ * backend (the checkpoint writer's copy threads): each makes the rank's GPU current on
+ * its thread first (cudaSetDevice is per thread and cheap). */
 static void cu_to_device(const Backend *be, void *dst, const void *src, size_t bytes) {
     CudaCtx *c = ctx_of(be);
+    CK(c, cudaSetDevice(c->device));
     if (bytes) CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
 }
 
 static void cu_to_host(const Backend *be, void *dst, const void *src, size_t bytes) {
     CudaCtx *c = ctx_of(be);
+    CK(c, cudaSetDevice(c->device));
     if (bytes) CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
 }
 
@@ -110,6 +115,7 @@ static void cu_copy(const Backend *be, void *dst, const void *src, size_t bytes)
 
 static void cu_wait(const Backend *be) {
     CudaCtx *c = ctx_of(be);
+    CK(c, cudaSetDevice(c->device));
     CK(c, cudaStreamSynchronize(c->stream));
 }
 
@@ -182,15 +188,13 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
         if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) LTCK(c, s);
         e.with_bias = s == CUBLAS_STATUS_SUCCESS && n > 0;
     }
-    if (!e.with_bias) LTCK(c, cublasLtMatmulAlgoGetHeuristic(c->lt, desc_plain, la, lb, lc, lc, pref, 1, &res, &n));
-    LTCK(c, cublasLtMatmulPreferenceDestroy(pref));
-    if (n <= 0) {
-        char what[256];
-        snprintf(what, sizeof what, "cuBLASLt has no algorithm for the GEMM m=%d n=%d k=%d lda=%d ldb=%d ldc=%d "
-                 "batch=%d (operands %s, compute type %d)", key->m, key->n, key->k, key->lda, key->ldb, key->ldc,
-                 key->batch, key->ab == AB_BF16 ? "bf16" : "fp32", key->compute);
-        die_msg(c, __FILE__, __LINE__, what);
+    if (!e.with_bias) {
+        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_plain, la, lb, lc, lc, pref, 1, &res, &n);
+        if (s == CUBLAS_STATUS_NOT_SUPPORTED) n = 0;
+        else LTCK(c, s);
     }
+    LTCK(c, cublasLtMatmulPreferenceDestroy(pref));
+    if (n <= 0) return NULL; /* the caller falls back, or dies naming the shape */
     e.algo = res.algo;
     int slot = c->ngemm < GEMM_CACHE ? c->ngemm++ : (int)(((unsigned)key->m * 31u + key->n) % GEMM_CACHE);
     c->gemm[slot] = e;
@@ -204,17 +208,19 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
  *
  * cuBLASLt is column-major, and a row-major X is the column-major X^T, so this computes
  * C^T = op(B)^T op(A)^T: m = N, n = M, the first operand is B (op tB), the second A. */
-static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
-                 const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch, int ab,
-                 cublasComputeType_t comp, const float *bias) {
-    if (M <= 0 || N <= 0) return;
+static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, const void *A, int lda,
+                    long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
+                    int batch, int ab, cublasComputeType_t comp, const float *bias) {
+    if (M <= 0 || N <= 0) return 0;
+    /* the epilogue reads the bias with vector loads: only a 16-byte aligned one is fused */
+    int fuse_bias = bias && (uintptr_t)bias % 16 == 0;
     size_t es = ab == AB_BF16 ? 2 : 4;
     cudaDataType t = ab == AB_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     GemmKey key;
     memset(&key, 0, sizeof key);
     key.opA = tB, key.opB = tA, key.m = N, key.n = M, key.k = K, key.lda = ldb, key.ldb = lda, key.ldc = ldc;
     key.batch = batch, key.sA = sB, key.sB = sA, key.sC = sC, key.ab = ab, key.compute = (int)comp;
-    key.bias = bias != NULL, key.alA = align_of(B, sB * (long long)es), key.alB = align_of(A, sA * (long long)es);
+    key.bias = fuse_bias, key.alA = align_of(B, sB * (long long)es), key.alB = align_of(A, sA * (long long)es);
     key.alC = align_of(C, sC * 4ll);
     cublasLtMatrixLayout_t la, lb, lc;
     layout(c, &la, t, tB ? K : N, tB ? N : K, ldb, batch, sB);
@@ -225,7 +231,7 @@ static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, c
     LTCK(c, cublasLtMatmulDescCreate(&plain, comp, CUDA_R_32F));
     LTCK(c, cublasLtMatmulDescSetAttribute(plain, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     LTCK(c, cublasLtMatmulDescSetAttribute(plain, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    if (bias) {
+    if (fuse_bias) {
         cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         cudaDataType bt = CUDA_R_32F;
         LTCK(c, cublasLtMatmulDescCreate(&withb, comp, CUDA_R_32F));
@@ -236,15 +242,38 @@ static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, c
         LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
     const GemmEntry *e = gemm_algo(c, &key, withb, plain, la, lb, lc);
-    int fused = bias && e->with_bias;
-    LTCK(c, cublasLtMatmul(c->lt, fused ? withb : plain, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &e->algo,
-                           c->lt_ws.p, c->lt_ws.bytes, c->stream));
-    if (bias && !fused) k_add_bias(c, C, bias, M, N);
+    int fused = e && fuse_bias && e->with_bias;
+    if (e) {
+        LTCK(c, cublasLtMatmul(c->lt, fused ? withb : plain, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &e->algo,
+                               c->lt_ws.p, c->lt_ws.bytes, c->stream));
+        if (bias && !fused) k_add_bias(c, C, bias, M, N);
+    }
     LTCK(c, cublasLtMatmulDescDestroy(plain));
     if (withb) LTCK(c, cublasLtMatmulDescDestroy(withb));
     LTCK(c, cublasLtMatrixLayoutDestroy(la));
     LTCK(c, cublasLtMatrixLayoutDestroy(lb));
     LTCK(c, cublasLtMatrixLayoutDestroy(lc));
+    return e ? 0 : -1;
+}
+
+/* try_gemm, or die naming the GEMM when cuBLASLt has no algorithm for it. */
+static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
+                 const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch, int ab,
+                 cublasComputeType_t comp, const float *bias) {
+    if (try_gemm(c, tA, tB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch, ab, comp, bias) == 0) return;
+    if (comp != CUBLAS_COMPUTE_32F && ab == AB_F32) { /* a fast mode has no algorithm here: plain fp32, said once */
+        if (!c->warned_fallback++)
+            fprintf(stderr, "[rank %d] cuda: cuBLASLt has no algorithm for a GEMM (M=%d N=%d K=%d batch=%d) at compute "
+                    "type %d: running it in fp32 (said once)\n", c->rank, M, N, K, batch, (int)comp);
+        if (try_gemm(c, tA, tB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch, ab,
+                     CUBLAS_COMPUTE_32F, bias) == 0)
+            return;
+    }
+    char what[256];
+    snprintf(what, sizeof what, "cuBLASLt has no algorithm for the row-major GEMM M=%d N=%d K=%d lda=%d ldb=%d ldc=%d "
+             "batch=%d (operands %s, compute type %d)", M, N, K, lda, ldb, ldc, batch, ab == AB_BF16 ? "bf16" : "fp32",
+             (int)comp);
+    die_msg(c, __FILE__, __LINE__, what);
 }
 
 /* [Note: CUDA precision] fp32: fp32 operands, fp32 math (CUBLAS_COMPUTE_32F). tf32: the
@@ -274,27 +303,38 @@ static const void *operand(CudaCtx *c, Grow *g, const float *x, size_t n) {
     return d;
 }
 
+/* One matmul GEMM (batch 1) at the backend's precision: the bf16 operands when they were
+ * cast (A16, B16 non-NULL), falling back to cuBLASLt's own bf16 conversion of the fp32
+ * operands (CUBLAS_COMPUTE_32F_FAST_16BF) if no bf16 algorithm exists for the shape. */
+static void mm_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, const float *A, const void *A16, int lda,
+                    const float *B, const void *B16, int ldb, float beta, float *C, int ldc, const float *bias) {
+    if (c->prec == PP_PREC_BF16 &&
+        try_gemm(c, tA, tB, M, N, K, 1.0f, A16, lda, 0, B16, ldb, 0, beta, C, ldc, 0, 1, AB_BF16, CUBLAS_COMPUTE_32F,
+                 bias) == 0)
+        return;
+    cublasComputeType_t comp = c->prec == PP_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : mm_compute(c);
+    gemm(c, tA, tB, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, AB_F32, comp, bias);
+}
+
 static void cu_matmul_forward(const Backend *be, float *out, const float *inp, const float *w, const float *b, int N,
                               int C, int OC) {
     CudaCtx *c = ctx_of(be);
-    int ab = c->prec == PP_PREC_BF16 ? AB_BF16 : AB_F32;
     const void *A = operand(c, &c->castA, inp, (size_t)N * C), *W = operand(c, &c->castB, w, (size_t)OC * C);
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + b */
-    gemm(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 0.0f, out, OC, 0, 1, ab, mm_compute(c), b);
+    mm_gemm(c, 0, 1, N, OC, C, inp, A, C, w, W, C, 0.0f, out, OC, b);
 }
 
 static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, int N, int C, int OC) {
     CudaCtx *c = ctx_of(be);
-    int ab = c->prec == PP_PREC_BF16 ? AB_BF16 : AB_F32;
-    const void *D = operand(c, &c->castA, dout, (size_t)N * OC);
+    const void *D = dinp || dw ? operand(c, &c->castA, dout, (size_t)N * OC) : NULL;
     if (dinp) { /* dinp[N,C] = dout[N,OC] @ w[OC,C] (overwrites) */
         const void *W = operand(c, &c->castB, w, (size_t)OC * C);
-        gemm(c, 0, 0, N, C, OC, 1.0f, D, OC, 0, W, C, 0, 0.0f, dinp, C, 0, 1, ab, mm_compute(c), NULL);
+        mm_gemm(c, 0, 0, N, C, OC, dout, D, OC, w, W, C, 0.0f, dinp, C, NULL);
     }
     if (dw) { /* dw[OC,C] += dout^T @ inp; castB is reused in stream order, after the GEMM above */
         const void *I = operand(c, &c->castB, inp, (size_t)N * C);
-        gemm(c, 1, 0, OC, C, N, 1.0f, D, OC, 0, I, C, 0, 1.0f, dw, C, 0, 1, ab, mm_compute(c), NULL);
+        mm_gemm(c, 1, 0, OC, C, N, dout, D, OC, inp, I, C, 1.0f, dw, C, NULL);
     }
     if (db) k_bias_backward(c, db, dout, N, OC);
 }

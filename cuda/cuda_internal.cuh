@@ -57,6 +57,7 @@ struct CudaCtx {
     size_t allocated;
     GemmEntry gemm[GEMM_CACHE];
     int ngemm;
+    int warned_fallback;      /* a fast GEMM mode fell back to fp32 (said once) */
     char desc[256];
 };
 
