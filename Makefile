@@ -77,10 +77,13 @@ $(BIN): $(LIB_OBJ) $(MAIN_OBJ)
 	@echo "  LD    $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# the toolkit's versions for --version (regenerated when nvcc appears or goes)
-$(GEN_INFO): Makefile scripts/gpu/cuda-info $(if $(NVCC),$(NVCC))
+# the toolkit's versions for --version: rewritten only when they change (nvcc appears,
+# goes or is upgraded), so backend_load.o is rebuilt only then
+.PHONY: FORCE
+$(GEN_INFO): FORCE
 	@mkdir -p $(dir $@)
-	$(Q)scripts/gpu/cuda-info "$(NVCC)" "$(CC)" "$(foreach a,$(CUDA_ARCHS),sm_$(a))" >$@.tmp && mv $@.tmp $@
+	$(Q)scripts/gpu/cuda-info "$(NVCC)" "$(CC)" "$(foreach a,$(CUDA_ARCHS),sm_$(a))" >$@.tmp && \
+	  { cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@; }
 $(BUILD)/backend_load.o: $(GEN_INFO)
 
 $(CUDA_BUILD)/%.o: cuda/%.cu Makefile
