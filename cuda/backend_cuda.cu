@@ -194,8 +194,8 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
         else LTCK(c, s);
     }
     LTCK(c, cublasLtMatmulPreferenceDestroy(pref));
-    if (n <= 0) return NULL; /* the caller falls back, or dies naming the shape */
-    e.algo = res.algo;
+    e.found = n > 0; /* if not, the caller falls back, or dies naming the shape */
+    if (e.found) e.algo = res.algo;
     int slot = c->ngemm < GEMM_CACHE ? c->ngemm++ : (int)(((unsigned)key->m * 31u + key->n) % GEMM_CACHE);
     c->gemm[slot] = e;
     return &c->gemm[slot];
@@ -242,8 +242,8 @@ static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha
         LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
     const GemmEntry *e = gemm_algo(c, &key, withb, plain, la, lb, lc);
-    int fused = e && fuse_bias && e->with_bias;
-    if (e) {
+    int found = e->found, fused = found && fuse_bias && e->with_bias;
+    if (found) {
         LTCK(c, cublasLtMatmul(c->lt, fused ? withb : plain, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &e->algo,
                                c->lt_ws.p, c->lt_ws.bytes, c->stream));
         if (bias && !fused) k_add_bias(c, C, bias, M, N);
@@ -253,7 +253,7 @@ static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha
     LTCK(c, cublasLtMatrixLayoutDestroy(la));
     LTCK(c, cublasLtMatrixLayoutDestroy(lb));
     LTCK(c, cublasLtMatrixLayoutDestroy(lc));
-    return e ? 0 : -1;
+    return found ? 0 : -1;
 }
 
 /* try_gemm, or die naming the GEMM when cuBLASLt has no algorithm for it. */

@@ -23,6 +23,7 @@ struct GemmEntry {
     GemmKey key;
     cublasLtMatmulAlgo_t algo;
     int with_bias; /* the bias epilogue runs with this algorithm (else a separate kernel adds it) */
+    int found;     /* 0: cuBLASLt has no algorithm for this key (cached too: asked once) */
 };
 #define GEMM_CACHE 128
 
