@@ -141,7 +141,22 @@ int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const
         snprintf(note, notelen, "cpu, fp32 (runtime.device auto: %s)", why);
     else
         snprintf(note, notelen, "cpu, fp32");
+    const char *st = getenv("PPTRAIN_HOST_STAGING");
+    if (st && !strcmp(st, "1")) { /* the CPU posing as a device: see backend_cpu_staged */
+        *be = backend_cpu_staged();
+        snprintf(note + strlen(note), notelen - strlen(note), ", host staging (PPTRAIN_HOST_STAGING=1)");
+    }
     return PP_OK;
+}
+
+const Backend *backend_cpu_staged(void) {
+    static Backend staged; /* written once, before any rank's runtime uses it; read-only after */
+    if (!staged.name) {
+        staged = *backend_cpu();
+        staged.name = "cpu-staged";
+        staged.device_memory = 1;
+    }
+    return &staged;
 }
 
 void backend_release(const Backend *be) {

@@ -25,6 +25,13 @@ typedef struct {
 int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const Backend **be, char *note,
                    size_t notelen, char *err, size_t errlen);
 
+/* The CPU backend flagged device_memory: the runtime then moves every activation,
+ * gradient and tied all-reduce through host staging buffers ([Note: host staging] in
+ * runtime.c), as on a GPU, so that path is tested without one. backend_select returns it
+ * for the CPU when the environment has PPTRAIN_HOST_STAGING=1 (a test knob; the results
+ * are the CPU's, bit for bit). */
+const Backend *backend_cpu_staged(void);
+
 /* Close a backend from backend_select (the CPU backend: nothing to do). */
 void backend_release(const Backend *be);
 

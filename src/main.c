@@ -95,6 +95,9 @@ static void report_build(const Runtime *rt) {
                m->nopt * pbytes / 1e6, (m->act_bytes + m->recv_bytes) / 1e6,
                (alloc > named ? alloc - named : 0) / 1e6, ws / 1e6, (alloc + ws) / 1e6);
     }
+    if (rt->staging_bytes)
+        printf("rank %d: host staging buffers %.1f MB (the transport's copies of device buffers)\n", rt->lay.rank,
+               rt->staging_bytes / 1e6);
     printf("rank %d: stages", rt->lay.rank);
     for (int c = 0; c < m->nchunks; c++)
         printf(" %d (layers %d-%d, %d slots)", m->chunks[c].stage, m->chunks[c].l0, m->chunks[c].l1 - 1, m->chunks[c].nslots);

@@ -92,7 +92,9 @@ static int stage_peer(const Runtime *rt, int stage) {
 
 enum { HOST_SEND_OUT = 0, HOST_SEND_DIN = 1, HOST_RECV_DOUT = 2 };
 
-static void *host_alloc(const Backend *be, size_t bytes) {
+static void *host_alloc(Runtime *rt, size_t bytes) {
+    const Backend *be = rt->model.be;
+    rt->staging_bytes += bytes;
     return be->host_alloc ? be->host_alloc(be, bytes) : pp_malloc(bytes);
 }
 
@@ -131,12 +133,12 @@ static void staging_init(Runtime *rt) {
         int s = ck->stage, prev = s > 0 && rt->chunk_of[s - 1] < 0, next = s < rt->S - 1 && rt->chunk_of[s + 1] < 0;
         for (int i = 0; i < ck->nslots; i++) {
             void **h = rt->slots[c][i].host;
-            if (next) h[HOST_SEND_OUT] = host_alloc(be, act), h[HOST_RECV_DOUT] = host_alloc(be, act);
-            if (prev) h[HOST_SEND_DIN] = host_alloc(be, act);
+            if (next) h[HOST_SEND_OUT] = host_alloc(rt, act), h[HOST_RECV_DOUT] = host_alloc(rt, act);
+            if (prev) h[HOST_SEND_DIN] = host_alloc(rt, act);
         }
-        for (int r = 0; r < ck->nrecv && prev; r++) rt->rbufs[c][r].host = host_alloc(be, act);
+        for (int r = 0; r < ck->nrecv && prev; r++) rt->rbufs[c][r].host = host_alloc(rt, act);
     }
-    if (rt->tied) rt->tied_host = host_alloc(be, (size_t)rt->model.d.Vp * rt->model.d.C * sizeof(float));
+    if (rt->tied) rt->tied_host = host_alloc(rt, (size_t)rt->model.d.Vp * rt->model.d.C * sizeof(float));
 }
 
 static void staging_free(Runtime *rt) {

@@ -56,6 +56,7 @@ typedef struct {
     Comm *tied;                /* the tied pair {stage 0's rank, the last stage's rank} as a
                                   group of this replica, NULL on other ranks */
     float *tied_host;          /* device backends: host staging of the tied all-reduce */
+    size_t staging_bytes;      /* host staging buffers in all ([Note: host staging]) */
     Trace *trace;
     char device_note[256];     /* the backend in one line, for the build report */
     /* Test hook, NULL in the product: called before (done = 0) and after (done = 1)

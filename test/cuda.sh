@@ -2,7 +2,8 @@
 # cuda.sh — the CUDA build on a machine that cannot run it (no NVIDIA driver, or no GPU
 # visible): --version lists the backends, CPU configs run with the CUDA backend built,
 # runtime.device: cuda is refused with exit 2 naming the cause, auto falls back to the
-# CPU and says why, the precision rules, and pptrain itself links no CUDA library.
+# CPU and says why, the precision rules, pptrain itself links no CUDA library, and the
+# runtime's host staging (how ranks on one GPU talk) gives the direct path's bits.
 # ([Note: CUDA backend loading] in src/backend_load.c.) On a GPU machine the checks
 # that need "no GPU" run with CUDA_VISIBLE_DEVICES empty, and the no-driver ones skip.
 set -u
@@ -129,6 +130,34 @@ CUDA_VISIBLE_DEVICES= run "precision bf16 with auto falling back to the CPU: exi
 run "precision fp32 on the CPU trains" 0 "^rank 0: device cpu, fp32" "$PPTRAIN" "${tiny[@]}" --set runtime.device=cpu \
   --set runtime.precision=fp32 --set output.dir="$tmp/pf"
 run "an unknown precision is a config error" 2 "runtime.precision" "$PPTRAIN" "${tiny[@]}" --set runtime.precision=fp16
+
+# 7. host staging ([Note: host staging] in src/runtime.c), the path by which ranks on one
+#    GPU exchange activations, run here on the CPU posing as a device
+#    (PPTRAIN_HOST_STAGING=1): 2 ranks, 1f1b and interleaved, the tied all-reduce across
+#    ranks: losses and final weights bitwise those of the direct path.
+two() { # name, extra args...
+  local name=$1
+  shift
+  scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config configs/gpt-tiny.yaml --set train.steps=6 --set data.val=null \
+    --set runtime.device=cpu \
+    --set output.log_every=1 --set output.dir="$tmp/$name" "$@" >"$tmp/$name.out" 2>&1 &&
+    "$PPTRAIN" export --checkpoint "$tmp/$name/checkpoints" --out "$tmp/$name.bin" >/dev/null 2>&1 &&
+    cut -d, -f1-4 "$tmp/$name/losses.csv" >"$tmp/$name.loss"
+}
+for sched in 1f1b interleaved-1f1b; do
+  args=(--set pipeline.schedule=$sched)
+  [ $sched = interleaved-1f1b ] && args+=(--set pipeline.virtual_stages=2)
+  if two "direct-$sched" "${args[@]}" && PPTRAIN_HOST_STAGING=1 two "staged-$sched" "${args[@]}"; then
+    [ "$(grep -c "device cpu, fp32, host staging (PPTRAIN_HOST_STAGING=1)" "$tmp/staged-$sched.out")" = 2 ] &&
+      [ "$(grep -Ec "host staging buffers (0\.[1-9]|[1-9])" "$tmp/staged-$sched.out")" = 2 ] &&
+      ! grep -q "host staging buffers" "$tmp/direct-$sched.out" &&
+      cmp -s "$tmp/direct-$sched.loss" "$tmp/staged-$sched.loss" && cmp -s "$tmp/direct-$sched.bin" "$tmp/staged-$sched.bin" &&
+      ok "host staging, 2 ranks $sched: losses and weights bitwise those of the direct path" ||
+      bad "host staging, 2 ranks $sched differs: $(paste -d' ' "$tmp/direct-$sched.loss" "$tmp/staged-$sched.loss" | sed -n 2,3p | tr '\n' ';')"
+  else
+    bad "2-rank $sched runs failed: $(tail -n 3 "$tmp/direct-$sched.out" "$tmp/staged-$sched.out" 2>/dev/null)"
+  fi
+done
 
 echo "cuda.sh: $pass passed, $fail failed"
 [ $fail -eq 0 ]
