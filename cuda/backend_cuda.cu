@@ -490,6 +490,43 @@ static const char *prec_name(PPPrecision p) {
                                : "fp32";
 }
 
+/* The Backend table: the same entries as backend_cpu.c's, in its order. */
+static void fill_table(Backend *be, CudaCtx *c) {
+    be->name = "cuda";
+    be->ctx = c;
+    be->alloc = cu_alloc;
+    be->dealloc = cu_dealloc;
+    be->to_device = cu_to_device;
+    be->to_host = cu_to_host;
+    be->zero = cu_zero;
+    be->copy = cu_copy;
+    be->wait = cu_wait;
+    be->sum = cu_sum;
+    be->sumsq = cu_sumsq;
+    be->adamw_update = cu_adamw;
+    be->sgd_update = cu_sgd;
+    be->encoder_forward = cu_encoder_forward;
+    be->encoder_backward = cu_encoder_backward;
+    be->layernorm_forward = cu_layernorm_forward;
+    be->layernorm_backward = cu_layernorm_backward;
+    be->matmul_forward = cu_matmul_forward;
+    be->matmul_backward = cu_matmul_backward;
+    be->attention_forward = cu_attention_forward;
+    be->attention_backward = cu_attention_backward;
+    be->attention_saved_floats = cu_attention_saved_floats;
+    be->gelu_forward = cu_gelu_forward;
+    be->gelu_backward = cu_gelu_backward;
+    be->crossentropy_forward_backward = cu_crossentropy_forward_backward;
+    be->crossentropy_forward = cu_crossentropy_forward;
+    be->scratch_floats = cu_scratch_floats;
+    be->add_inplace = cu_add_inplace;
+    be->device_memory = 1;
+    be->host_alloc = cu_host_alloc;
+    be->host_free = cu_host_free;
+    be->memory = cu_memory;
+    be->close = cu_close;
+}
+
 #define OPEN_CK(call)                                                                                          \
     do {                                                                                                       \
         cudaError_t e_ = (call);                                                                               \
@@ -541,40 +578,8 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         }
     }
     Backend *be = &c->be;
-    be->name = "cuda";
-    be->ctx = c;
-    be->alloc = cu_alloc;
-    be->dealloc = cu_dealloc;
-    be->to_device = cu_to_device;
-    be->to_host = cu_to_host;
-    be->zero = cu_zero;
-    be->copy = cu_copy;
-    be->wait = cu_wait;
-    be->sum = cu_sum;
-    be->sumsq = cu_sumsq;
-    be->adamw_update = cu_adamw;
-    be->sgd_update = cu_sgd;
-    be->encoder_forward = cu_encoder_forward;
-    be->encoder_backward = cu_encoder_backward;
-    be->layernorm_forward = cu_layernorm_forward;
-    be->layernorm_backward = cu_layernorm_backward;
-    be->matmul_forward = cu_matmul_forward;
-    be->matmul_backward = cu_matmul_backward;
-    be->attention_forward = cu_attention_forward;
-    be->attention_backward = cu_attention_backward;
-    be->attention_saved_floats = cu_attention_saved_floats;
-    be->gelu_forward = cu_gelu_forward;
-    be->gelu_backward = cu_gelu_backward;
-    be->crossentropy_forward_backward = cu_crossentropy_forward_backward;
-    be->crossentropy_forward = cu_crossentropy_forward;
-    be->scratch_floats = cu_scratch_floats;
-    be->add_inplace = cu_add_inplace;
-    be->device_memory = 1;
-    be->host_alloc = cu_host_alloc;
-    be->host_free = cu_host_free;
-    be->memory = cu_memory;
+    fill_table(be, c);
     be->peak_flops = peak_flops(&prop, precision);
-    be->close = cu_close;
     snprintf(c->desc, sizeof c->desc, "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s", device, prop.name, prop.major,
              prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1e9, prec_name(precision));
     be->description = c->desc;

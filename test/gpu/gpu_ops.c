@@ -411,6 +411,17 @@ int main(int argc, char **argv) {
         return 77;
     }
     printf("gpu_ops: %s, seed %llu\n", gpu->description, (unsigned long long)seed);
+    const void *entries[] = {gpu->alloc, gpu->dealloc, gpu->to_device, gpu->to_host, gpu->zero, gpu->copy,
+                             gpu->wait, gpu->sum, gpu->sumsq, gpu->adamw_update, gpu->sgd_update,
+                             gpu->encoder_forward, gpu->encoder_backward, gpu->layernorm_forward,
+                             gpu->layernorm_backward, gpu->matmul_forward, gpu->matmul_backward,
+                             gpu->attention_forward, gpu->attention_backward, gpu->attention_saved_floats,
+                             gpu->gelu_forward, gpu->gelu_backward, gpu->crossentropy_forward_backward,
+                             gpu->crossentropy_forward, gpu->scratch_floats, gpu->add_inplace, gpu->host_alloc,
+                             gpu->host_free, gpu->memory, gpu->close};
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
+        if (!entries[i]) return printf("FAIL the CUDA backend's table has no entry %zu\n", i), 1;
+    if (!gpu->device_memory) return printf("FAIL the CUDA backend does not say its memory is a device's\n"), 1;
     if (probe) return backend_release(gpu), 0;
     backend_release(gpu);
     cpu = backend_cpu();
