@@ -137,6 +137,26 @@ struct Backend {
 
     /* dst[count] += src[count]. */
     void (*add_inplace)(const Backend *be, float *dst, const float *src, size_t count);
+
+    /* ---- a device backend only (0 / NULL on the CPU: designated initializers leave them
+     * so) ---- */
+    /* 1: memory from alloc is not host-addressable, so a transport must not read it:
+     * the runtime sends and receives it through host staging buffers ([Note: host
+     * staging] in runtime.c). */
+    int device_memory;
+    /* Pinned host memory for staging (NULL: the caller uses malloc / free). */
+    void *(*host_alloc)(const Backend *be, size_t bytes);
+    void (*host_free)(const Backend *be, void *p);
+    /* Device bytes live from alloc, and the bytes the backend holds itself (library
+     * workspace, cast buffers, reduction partials). NULL on the CPU. */
+    void (*memory)(const Backend *be, size_t *allocated_bytes, size_t *workspace_bytes);
+    /* Dense matrix rate of the device at this precision, FLOP/s, for the MFU (0 = unknown). */
+    double peak_flops;
+    /* "cuda:0 NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.2 GB), bf16" (NULL on the CPU). */
+    const char *description;
+    /* Release the backend and its device state; every buffer from alloc must be
+     * returned first (NULL: nothing to release, as for the static CPU backend). */
+    void (*close)(const Backend *be);
 };
 
 /* The CPU reference backend (BLAS sgemm + OpenMP loops); a static instance. */

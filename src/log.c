@@ -59,8 +59,10 @@ void log_step(Log *l, int step, double loss, float lr, double grad_norm, double 
     char eta[32];
     double per = (pp_now() - l->t_start) / (step - l->first_step);
     fmt_eta(per * (l->steps - step), eta, sizeof eta);
-    printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms | eta %s\n",
-           (int)snprintf(NULL, 0, "%d", l->steps), step, l->steps, loss, lr, grad_norm, tokens_per_s, step_ms, eta);
+    char mfu[32] = "";
+    if (l->mfu_flops > 0) snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * tokens_per_s * l->mfu_flops);
+    printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s%s | %.1f ms | eta %s\n",
+           (int)snprintf(NULL, 0, "%d", l->steps), step, l->steps, loss, lr, grad_norm, tokens_per_s, mfu, step_ms, eta);
     fflush(stdout);
 }
 

@@ -20,6 +20,8 @@ typedef struct {
     int busy;            /* holds live activations (acquired, not yet released) */
     CommReq *send[2];    /* outstanding sends reading this slot (output, input grad) */
     CommReq *recv;       /* outstanding receive of the output gradient into this slot */
+    void *host[3];       /* device backends: host staging of the two sends and the
+                            receive ([Note: host staging] in runtime.c), else NULL */
 } SlotState;
 
 /* Bookkeeping of the model's receive buffer of the same index (model_recv_buffer): a
@@ -27,6 +29,7 @@ typedef struct {
 typedef struct {
     int mb;              /* microbatch it receives, -1 when free */
     CommReq *req;
+    void *host;          /* device backends: where the transport receives it, else NULL */
 } RecvBuf;
 
 typedef struct {
@@ -54,7 +57,10 @@ typedef struct {
     int tied_peer;             /* world rank holding the other copy of wte, -1 if none */
     Comm *tied;                /* the tied pair {stage 0's rank, the last stage's rank} as a
                                   group of this replica, NULL on other ranks */
+    float *tied_host;          /* device backends: host staging of the tied all-reduce */
+    size_t staging_bytes;      /* host staging buffers in all ([Note: host staging]) */
     Trace *trace;
+    char device_note[256];     /* the backend in one line, for the build report */
     /* Test hook, NULL in the product: called before (done = 0) and after (done = 1)
      * action k of this rank's list of schedule sc. The in-process interpreter test uses
      * it to step all ranks in the simulator's order (test/test_interp.c). */

@@ -104,7 +104,7 @@ START_TEST(test_defaults) {
     ck_assert_int_eq(c.compression_level, 6);
     ck_assert_int_eq(c.trace, 0);
     ck_assert_str_eq(c.device, "auto");
-    ck_assert_str_eq(c.precision, "fp32");
+    ck_assert_str_eq(c.precision, "auto");
     ck_assert_str_eq(c.transport, "auto");
     ck_assert_int_eq(c.threads, 0);
     ck_assert_int_eq(c.timeout_s, 300);
