@@ -1,7 +1,8 @@
 # pptrain — build, test, run, bench.  `make V=1` shows commands. `make DEBUG=1` builds
 # with ASan/UBSan into build/debug (the binary is build/debug/pptrain; ./pptrain stays the
 # release build) and `make test DEBUG=1` runs the suite against it; a sanitizer finding
-# ends the program with an error. CUDA code is built when nvcc is found.
+# ends the program with an error. CUDA code is built when nvcc is found (into build/cuda, see
+# below); `make test-gpu` is the GPU suite.
 
 CC      ?= cc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -22,11 +23,13 @@ EXE := ./$(BIN)
 
 # No -ffast-math: the CPU backend is the numerical reference. -fno-math-errno and
 # -fno-trapping-math change no result; they let sqrtf and the clamped exp vectorize.
+# cuda/ holds plain-C headers too (the CUDA backend's face, cuda/backend_cuda.h);
+# $(BUILD)/gen the generated cuda_info.h.
 CFLAGS  += -std=gnu11 -fopenmp -fno-math-errno -fno-trapping-math -Wall -Wextra -Wno-unused-parameter -Wshadow -MMD -MP \
-           -I$(BLASDIR:/usr/lib/%=/usr/include/%) -iquote src $(OPT) \
+           -I$(BLASDIR:/usr/lib/%=/usr/include/%) -iquote src -iquote cuda -iquote $(BUILD)/gen $(OPT) \
            $(shell pkg-config --cflags yaml-0.1 zlib libcrypto 2>/dev/null)
 LDFLAGS += -fopenmp $(filter -fsanitize=%,$(OPT)) -L$(BLASDIR) -Wl,-rpath,$(BLASDIR)
-LDLIBS  += -lopenblas -lyaml -lz $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) -lm -lpthread
+LDLIBS  += -lopenblas -lyaml -lz $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) -lm -lpthread -ldl
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
 ifeq ($(V),1)
@@ -42,24 +45,66 @@ TEST_SRC := $(wildcard test/test_*.c)
 TESTS    := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC))
 TEST_UTIL:= $(patsubst test/%.c,$(BUILD)/test/%.o,$(filter-out $(TEST_SRC),$(wildcard test/*.c)))
 
-.PHONY: all deps run test unit-tests bench clean data cuda-note
+# ---- the CUDA backend ([Note: CUDA backend loading] in src/backend_load.c) ----------
+# With nvcc: cuda/*.cu -> build/cuda/*.o -> build/cuda/libpptrain_cuda.so (cuBLASLt, CUDA's
+# runtime linked static), which pptrain dlopens only when runtime.device asks for a GPU;
+# pptrain itself never links a CUDA library. Machine code for sm_80 (A100) and sm_90
+# (H100); the objects are the same for DEBUG=1 (no sanitizers in device code).
+CUDA_ARCHS := 80 90
+CUDA_HOME  := $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)))
+CUDA_BUILD := build/cuda
+CUDA_SO    := $(if $(NVCC),$(CUDA_BUILD)/libpptrain_cuda.so)
+CUDA_SRC   := $(wildcard cuda/*.cu)
+CUDA_OBJ   := $(patsubst cuda/%.cu,$(CUDA_BUILD)/%.o,$(CUDA_SRC))
+NVFLAGS    := -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-Wall,-Wno-unused-parameter -MMD -MP \
+              $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) -Isrc -Icuda
+GEN_INFO   := $(BUILD)/gen/cuda_info.h
+
+.PHONY: all deps run test unit-tests bench clean data test-gpu
 # Keep the test objects between runs (they are made by a chain of pattern rules, which
 # would make them intermediate). Named: an empty .SECONDARY would make every file
 # secondary, and a binary would then count as up to date while its objects are missing.
 .SECONDARY: $(TESTS:=.o) $(TEST_UTIL)
 
-all: cuda-note $(BIN)
-
-cuda-note:
+all: $(BIN) $(CUDA_SO)
 ifneq ($(NVCC),)
-	@echo "make: nvcc found at $(NVCC); no CUDA sources to build yet (CPU build only)"
+	@echo "make: $(BIN) (CPU) and $(CUDA_SO) (CUDA backend, $(foreach a,$(CUDA_ARCHS),sm_$(a)), nvcc $(NVCC)) are up to date"
 else
-	@echo "make: nvcc not found: CPU-only build"
+	@echo "make: $(BIN) is up to date; nvcc not found: CPU-only build (no CUDA backend)"
 endif
 
 $(BIN): $(LIB_OBJ) $(MAIN_OBJ)
 	@echo "  LD    $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# the toolkit's versions for --version: rewritten only when they change (nvcc appears,
+# goes or is upgraded), so backend_load.o is rebuilt only then
+.PHONY: FORCE
+$(GEN_INFO): FORCE
+	@mkdir -p $(dir $@)
+	$(Q)scripts/gpu/cuda-info "$(NVCC)" "$(CC)" "$(foreach a,$(CUDA_ARCHS),sm_$(a))" >$@.tmp && \
+	  { cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@; }
+$(BUILD)/backend_load.o: $(GEN_INFO)
+
+$(CUDA_BUILD)/%.o: cuda/%.cu Makefile
+	@mkdir -p $(dir $@)
+	@echo "  NVCC  $<"
+	$(Q)$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+$(CUDA_SO): $(CUDA_OBJ)
+	@echo "  LD    $@ (CUDA backend)"
+	$(Q)$(NVCC) -shared -o $@ $^ -lcublasLt -Xlinker -rpath,$(CUDA_HOME)/lib64
+
+# make test-gpu: every CUDA op against the CPU op, then the training checks
+# (test/gpu/run.sh); "skipped: no GPU" and success where none is visible or CUDA was not
+# built.
+test-gpu: all data $(BUILD)/test/gpu_ops
+	$(Q)PPTRAIN=$(EXE) GPU_OPS=$(BUILD)/test/gpu_ops bash test/gpu/run.sh
+
+$(BUILD)/test/gpu_ops: test/gpu/gpu_ops.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  CC    $<"
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%.o: src/%.c Makefile
 	@mkdir -p $(dir $@)
@@ -96,8 +141,10 @@ run: deps
 # scripts skipped some checks; any failure fails make and is named.
 SKIPS := $(BUILD)/test/skips.txt
 REPORT := $(BUILD)/test/skips-report.txt
+# The CPU suite: CUDA_VISIBLE_DEVICES is emptied, so runtime.device auto means the CPU
+# here on a GPU machine too (make test-gpu is the GPU suite).
 unit-tests: all data $(TESTS)
-	@pass=0; skip=0; part=0; failed=; : >$(REPORT); \
+	@export CUDA_VISIBLE_DEVICES=; pass=0; skip=0; part=0; failed=; : >$(REPORT); \
 	for t in $(TESTS) test/*.sh; do [ -e "$$t" ] || continue; \
 	  echo "== $$t"; : >$(SKIPS); \
 	  case $$t in *.sh) PPTRAIN=$(EXE) PP_TEST_SKIPS=$(SKIPS) bash $$t;; *) $$t;; esac; rc=$$?; \
@@ -119,8 +166,15 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory unit-tests
 
 bench: deps
-	$(Q)$(MAKE) --no-print-directory all data $(BUILD)/bench_gemm $(BUILD)/bench_ckpt
+	$(Q)$(MAKE) --no-print-directory all data $(BUILD)/bench_gemm $(BUILD)/bench_ckpt $(if $(NVCC),$(CUDA_BUILD)/bench_gpu)
 	bash bench/run.sh $(BUILD)
+
+# the GPU's ceilings for bench/gpu.sh (a program of its own: not in the backend)
+$(CUDA_BUILD)/bench_gpu: cuda/bench/bench_gpu.cu
+	@mkdir -p $(dir $@)
+	@echo "  NVCC  $<"
+	$(Q)$(NVCC) -O3 -std=c++17 $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) -o $@ $< -lcublasLt \
+	  -Xlinker -rpath,$(CUDA_HOME)/lib64
 
 $(BUILD)/bench_ckpt: bench/bench_ckpt.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -133,4 +187,4 @@ $(BUILD)/bench_gemm: bench/bench_gemm.c
 clean:
 	rm -rf build pptrain
 
--include $(wildcard $(BUILD)/*.d $(BUILD)/test/*.d)
+-include $(wildcard $(BUILD)/*.d $(BUILD)/test/*.d $(CUDA_BUILD)/*.d)

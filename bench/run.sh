@@ -81,6 +81,7 @@ PY
   grep -E 'rank [01]: per step' "$log" | sed 's/^\[rank [01]\] /       /'
 done
 
+bash bench/zb.sh  # zero-bubble schedules: measured bubble per rank next to the simulator's
 PPTRAIN=./pptrain bash bench/netem.sh # a slow inter-node link: transfer time hidden behind compute
 
 echo "== checkpoints: the training-step stall per save (GPT-2 124M shape, T=64, 2 threads, level 1)"
@@ -96,3 +97,5 @@ scripts/pprun --nproc-per-node 2 ./pptrain --config configs/gpt-tiny.yaml --set 
 
 echo "== checkpoints: GPT-2 124M-sized shard (save/load MB/s, stall, ratio)"
 "$build/bench_ckpt" --dir "$out" | sed 's/^/  /'
+
+if [ -x build/cuda/bench_gpu ] && build/cuda/bench_gpu --probe >/dev/null 2>&1; then bash bench/gpu.sh "$build"; fi

@@ -12,7 +12,14 @@ typedef enum { PP_F32 = 0, PP_BF16 = 1 } PPDType;
 
 typedef struct Backend Backend;
 
-/* Sizes: B sequences, T positions, C channels, NH heads, N = B*T rows, V real and Vp
+/* [Note: split backward] Zero-bubble schedules split a chunk's backward into I (the
+ * gradient of the chunk input) and W (the weight gradients, later). No op is added
+ * for it: matmul_backward and layernorm_backward take NULL for the outputs a half
+ * does not compute (see each op), and each half must give exactly the bits the fused
+ * call gives, so that a zero-bubble schedule trains bitwise like 1F1B. A backend
+ * implements this table the same way (the CUDA backend too).
+ *
+ * Sizes: B sequences, T positions, C channels, NH heads, N = B*T rows, V real and Vp
  * padded vocabulary. Every tensor is row-major; shapes are in the comments.
  *
  * Argument order (STYLE.md habit 3): forward (outputs, saved-for-backward, inputs,
@@ -69,7 +76,8 @@ struct Backend {
     /* out[N,C] = wte[inp[n],:] + wpe[n mod T,:]; inp[N] token ids. */
     void (*encoder_forward)(const Backend *be, float *out, const int *inp, const float *wte, const float *wpe,
                             int B, int T, int C);
-    /* dwte[inp[n],:] += dout[n,:]; dwpe[t,:] += sum over b of dout[b,t,:]. */
+    /* dwte[inp[n],:] += dout[n,:]; dwpe[t,:] += sum over b of dout[b,t,:]. All weight
+     * gradient: a split backward runs it in W. (GELU and attention have no weights: I.) */
     void (*encoder_backward)(const Backend *be, float *dwte, float *dwpe, const float *dout, const int *inp,
                              int B, int T, int C);
 
@@ -77,7 +85,10 @@ struct Backend {
      * saves mean[N] and rstd[N]. */
     void (*layernorm_forward)(const Backend *be, float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
-    /* dinp[N,C] += (accumulates), dw[C] +=, db[C] +=. scratch: scratch_floats(...). */
+    /* dinp[N,C] += (accumulates), dw[C] +=, db[C] +=. scratch: scratch_floats(...).
+     * [Note: split backward] dinp == NULL: only dw and db (the W half); dw == NULL and
+     * db == NULL: only dinp (the I half). Either half gives the same bits as the fused
+     * call with all three. */
     void (*layernorm_backward)(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *mean, const float *rstd,
                                const float *w, int N, int C, float *scratch);
@@ -86,7 +97,9 @@ struct Backend {
     void (*matmul_forward)(const Backend *be, float *out, const float *inp, const float *w, const float *b,
                            int N, int C, int OC);
     /* dinp[N,C] = dout @ w (OVERWRITES; skipped when dinp is NULL);
-     * dw[OC,C] += dout^T @ inp; db[OC] += column sums of dout (skipped when NULL). */
+     * dw[OC,C] += dout^T @ inp; db[OC] += column sums of dout (skipped when NULL).
+     * [Note: split backward] dw == NULL (then db must be NULL too): only dinp (the I
+     * half); dinp == NULL: only dw/db (the W half); the halves give the fused bits. */
     void (*matmul_backward)(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC);
 
@@ -124,6 +137,26 @@ struct Backend {
 
     /* dst[count] += src[count]. */
     void (*add_inplace)(const Backend *be, float *dst, const float *src, size_t count);
+
+    /* ---- a device backend only (0 / NULL on the CPU: designated initializers leave them
+     * so) ---- */
+    /* 1: memory from alloc is not host-addressable, so a transport must not read it:
+     * the runtime sends and receives it through host staging buffers ([Note: host
+     * staging] in runtime.c). */
+    int device_memory;
+    /* Pinned host memory for staging (NULL: the caller uses malloc / free). */
+    void *(*host_alloc)(const Backend *be, size_t bytes);
+    void (*host_free)(const Backend *be, void *p);
+    /* Device bytes live from alloc, and the bytes the backend holds itself (library
+     * workspace, cast buffers, reduction partials). NULL on the CPU. */
+    void (*memory)(const Backend *be, size_t *allocated_bytes, size_t *workspace_bytes);
+    /* Dense matrix rate of the device at this precision, FLOP/s, for the MFU (0 = unknown). */
+    double peak_flops;
+    /* "cuda:0 NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.2 GB), bf16" (NULL on the CPU). */
+    const char *description;
+    /* Release the backend and its device state; every buffer from alloc must be
+     * returned first (NULL: nothing to release, as for the static CPU backend). */
+    void (*close)(const Backend *be);
 };
 
 /* The CPU reference backend (BLAS sgemm + OpenMP loops); a static instance. */

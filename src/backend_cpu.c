@@ -80,12 +80,16 @@ static size_t scratch_floats(const Backend *be, int N, int T, int C) {
     return ln > att ? ln : att;
 }
 
+/* [Note: split backward] dinp == NULL computes only dw/db, dw == db == NULL only dinp
+ * (the I and W halves of a zero-bubble backward). Each output is computed by the same
+ * expressions, in the same order, whichever others are asked for: the halves give the
+ * bits of the fused call. */
 static void layernorm_backward(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *mean, const float *rstd,
                                const float *w, int N, int C, float *scratch) {
-    int nt = omp_get_max_threads();
+    int nt = omp_get_max_threads(), weights = dw != NULL;
     float *part = scratch; /* [nt][2][C]: per-thread dw, db */
-    memset(part, 0, (size_t)nt * 2 * C * sizeof(float));
+    if (weights) memset(part, 0, (size_t)nt * 2 * C * sizeof(float));
 #pragma omp parallel
     {
         int id = omp_get_thread_num();
@@ -93,8 +97,17 @@ static void layernorm_backward(const Backend *be, float *dinp, float *dw, float 
 #pragma omp for schedule(static)
         for (int n = 0; n < N; n++) {
             const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
-            float *dx = dinp + (size_t)n * C;
             float m = mean[n], r = rstd[n], sd = 0.0f, sdx = 0.0f;
+            if (weights) {
+#pragma omp simd
+                for (int c = 0; c < C; c++) {
+                    float xhat = (x[c] - m) * r;
+                    pdb[c] += d[c];
+                    pdw[c] += d[c] * xhat;
+                }
+            }
+            if (!dinp) continue;
+            float *dx = dinp + (size_t)n * C;
 #pragma omp simd reduction(+ : sd, sdx)
             for (int c = 0; c < C; c++) {
                 float xhat = (x[c] - m) * r, dn = w[c] * d[c];
@@ -106,12 +119,11 @@ static void layernorm_backward(const Backend *be, float *dinp, float *dw, float 
 #pragma omp simd
             for (int c = 0; c < C; c++) {
                 float xhat = (x[c] - m) * r, dn = w[c] * d[c];
-                pdb[c] += d[c];
-                pdw[c] += d[c] * xhat;
                 dx[c] += r * (dn - sd - xhat * sdx); /* d/dx of (x-m)*rstd, both paths */
             }
         }
     }
+    if (!weights) return;
     for (int t = 0; t < nt; t++) { /* fixed order: deterministic for a thread count */
         const float *pdw = part + (size_t)t * 2 * C, *pdb = pdw + C;
         for (int c = 0; c < C; c++) {
@@ -139,6 +151,7 @@ static void matmul_backward(const Backend *be, float *dinp, float *dw, float *db
     if (dinp) /* dinp[N,C] = dout[N,OC] @ w[OC,C] */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
                     0.0f, dinp, C);
+    if (!dw) return; /* [Note: split backward]: the input half only (db needs dw) */
     /* dw[OC,C] += dout^T @ inp */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
                 1.0f, dw, C);

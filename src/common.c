@@ -119,9 +119,13 @@ const char *pp_file_kind(mode_t mode) {
     return "not a regular file";
 }
 
-int pp_open_regular(const char *path, struct stat *st) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) return -1;
+int pp_open_regular_flags(const char *path, int flags, struct stat *st) {
+    int fd = open(path, (flags & ~O_TRUNC) | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno; /* ENXIO: a FIFO nobody reads (write opens only) */
+        if (e == ENXIO && stat(path, st) == 0 && !S_ISREG(st->st_mode)) return errno = EINVAL, -2;
+        return errno = e, -1;
+    }
     if (fstat(fd, st) != 0) {
         int e = errno;
         close(fd);
@@ -131,9 +135,38 @@ int pp_open_regular(const char *path, struct stat *st) {
         close(fd);
         return errno = S_ISDIR(st->st_mode) ? EISDIR : EINVAL, -2;
     }
-    int flags = fcntl(fd, F_GETFL); /* reads of a regular file never block anyway */
-    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    if ((flags & O_TRUNC) && ftruncate(fd, 0) != 0) {
+        int e = errno;
+        close(fd);
+        return errno = e, -1;
+    }
+    int fl = fcntl(fd, F_GETFL); /* I/O on a regular file never blocks anyway */
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     return fd;
+}
+
+int pp_open_regular(const char *path, struct stat *st) {
+    return pp_open_regular_flags(path, O_RDONLY, st);
+}
+
+FILE *pp_fopen_regular(const char *path, const char *mode, const char *hint, char *err,
+                       size_t errlen) {
+    int flags = mode[0] == 'r' ? O_RDONLY
+              : mode[0] == 'a' ? O_WRONLY | O_CREAT | O_APPEND : O_WRONLY | O_CREAT | O_TRUNC;
+    const char *how = mode[0] == 'r' ? "reading" : "writing";
+    struct stat st;
+    int fd = pp_open_regular_flags(path, flags, &st);
+    FILE *f = fd >= 0 ? fdopen(fd, mode) : NULL;
+    if (f) return f;
+    int e = errno;
+    if (fd >= 0) close(fd);
+    char why[128];
+    if (fd == -2) snprintf(why, sizeof why, "it is %s, not a regular file", pp_file_kind(st.st_mode));
+    else snprintf(why, sizeof why, "%s", strerror(e));
+    pp_errf(err, errlen, PP_ERUNTIME, "cannot open %s for %s: %s%s%s%s", path, how, why,
+            hint ? " (" : "", hint ? hint : "", hint ? ")" : "");
+    errno = e;
+    return NULL;
 }
 
 int pp_read_file_max(const char *path, const char *what, size_t max_bytes, char **text,

@@ -62,6 +62,18 @@ int pp_mkdirs(const char *path);
  * (pp_file_kind names it for messages). */
 int pp_open_regular(const char *path, struct stat *st);
 
+/* pp_open_regular for any open(2) access `flags`: O_RDONLY, or O_WRONLY with O_CREAT and
+ * O_APPEND or O_TRUNC (mode 0644). A FIFO is refused whether or not it has a reader (a
+ * write open of one with none fails ENXIO: that is reported as -2 too), and O_TRUNC is
+ * applied only once the file is known to be regular. Same returns. */
+int pp_open_regular_flags(const char *path, int flags, struct stat *st);
+
+/* fopen(path, "r" | "w" | "a") through pp_open_regular_flags. NULL on failure with a
+ * message "cannot open PATH for reading|writing: reason (hint)" in err; `hint` may be
+ * NULL. */
+FILE *pp_fopen_regular(const char *path, const char *mode, const char *hint, char *err,
+                       size_t errlen);
+
 /* What a file of mode `mode` is, for messages: "a directory", "a FIFO", "a character
  * device", "a block device", "a socket", "a regular file", "not a regular file". */
 const char *pp_file_kind(mode_t mode);

@@ -100,8 +100,10 @@ static const Field k_fields[] = {
     OTHER("output.checkpoint_final", T_BOOL, checkpoint_final, "true", "save a checkpoint at the end of the run"),
     INT("output.compression_level", compression_level, "6", 0, 9, "zlib level of checkpoints"),
     OTHER("output.trace", T_BOOL, trace, "false", "write trace.json"),
-    ENUM("runtime.device", device, "auto", "auto|cpu|cuda", "where the model runs"),
-    ENUM("runtime.precision", precision, "fp32", "fp32|tf32|bf16", "GPU math precision"),
+    ENUM("runtime.device", device, "auto", "auto|cpu|cuda",
+         "where the model runs; auto = a GPU when one is visible, else the CPU"),
+    ENUM("runtime.precision", precision, "auto", "auto|fp32|tf32|bf16",
+         "matmul precision; auto = bf16 on cuda, fp32 on cpu"),
     ENUM("runtime.transport", transport, "auto", "auto|socket|nccl", "point-to-point transport"),
     INT("runtime.threads", threads, "0", 0, IMAX, "CPU threads per rank; 0 = cores / local ranks"),
     INT("runtime.timeout_s", timeout_s, "300", 1, IMAX, "seconds a silent peer is tolerated"),
@@ -841,6 +843,9 @@ static int check_cross(const Config *c, char *err, size_t errlen) {
         REJECT("pipeline.stages x pipeline.virtual_stages (%d x %d) exceeds model.n_layers (%d): "
                "every model chunk needs at least one layer; use fewer stages or virtual stages",
                c->stages, c->virtual_stages, c->n_layers);
+    if (!strcmp(c->device, "cpu") && strcmp(c->precision, "auto") && strcmp(c->precision, "fp32"))
+        REJECT("runtime.precision: %s needs a GPU, but runtime.device is cpu, which computes in fp32: set "
+               "runtime.precision: fp32 (or auto), or runtime.device: cuda", c->precision);
     /* the schedule kind's row says which virtual_stages it runs, and the message */
     return sched_kind_check(c->schedule, c->stages, c->virtual_stages, c->microbatches, err,
                             errlen);

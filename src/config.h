@@ -58,7 +58,7 @@ typedef struct {
     int trace;                       /* bool */
     /* runtime: */
     char device[PP_NAME_MAX];        /* auto | cpu | cuda */
-    char precision[PP_NAME_MAX];     /* fp32 | tf32 | bf16 */
+    char precision[PP_NAME_MAX];     /* auto | fp32 | tf32 | bf16 (auto: bf16 on cuda, fp32 on cpu) */
     char transport[PP_NAME_MAX];     /* auto | socket | nccl */
     int threads;                     /* 0 = cores / local ranks */
     int timeout_s;

@@ -39,8 +39,8 @@ int log_open(Log *l, const char *dir, int steps, int first_step, int append, cha
         int rc = truncate_after(path, first_step, err, errlen);
         if (rc) return rc;
     }
-    l->csv = fopen(path, append ? "a" : "w");
-    if (!l->csv) return pp_errf(err, errlen, PP_ERUNTIME, "cannot open %s for writing: %m (check output.dir)", path);
+    l->csv = pp_fopen_regular(path, append ? "a" : "w", "check output.dir", err, errlen);
+    if (!l->csv) return PP_ERUNTIME;
     if (ftell(l->csv) == 0) fprintf(l->csv, CSV_HEADER "\n");
     fflush(l->csv);
     return PP_OK;
@@ -59,8 +59,10 @@ void log_step(Log *l, int step, double loss, float lr, double grad_norm, double 
     char eta[32];
     double per = (pp_now() - l->t_start) / (step - l->first_step);
     fmt_eta(per * (l->steps - step), eta, sizeof eta);
-    printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms | eta %s\n",
-           (int)snprintf(NULL, 0, "%d", l->steps), step, l->steps, loss, lr, grad_norm, tokens_per_s, step_ms, eta);
+    char mfu[32] = "";
+    if (l->mfu_flops > 0) snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * tokens_per_s * l->mfu_flops);
+    printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s%s | %.1f ms | eta %s\n",
+           (int)snprintf(NULL, 0, "%d", l->steps), step, l->steps, loss, lr, grad_norm, tokens_per_s, mfu, step_ms, eta);
     fflush(stdout);
 }
 

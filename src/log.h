@@ -9,6 +9,8 @@ typedef struct {
     int steps;        /* total steps, for the ETA */
     double t_start;   /* when logging started (for the ETA) */
     int first_step;   /* first step of this run (resume starts later) */
+    double mfu_flops; /* model FLOPs per token over the peak FLOP/s of all the job's GPUs:
+                         set (> 0) on a GPU, the progress line then shows the MFU */
 } Log;
 
 /* Open `dir`/losses.csv: truncated with the header `step,loss,lr,grad_norm,tokens_per_s,

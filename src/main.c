@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "backend_load.h"
 #include "checkpoint.h"
 #include "comm.h"
 #include "config.h"
@@ -18,12 +19,15 @@
 #include "sched_cmd.h"
 #include "trace.h"
 
+#define PP_VERSION "0.1.0"
+
 static const char *usage =
     "usage: pptrain --config FILE [--set key=value ...] [--trace] [--print-config]\n"
     "       pptrain schedule --config FILE [--set key=value ...] [--text] [--json] [--svg FILE] [--costs F,B,X]\n"
     "       pptrain --config FILE --resume [CHECKPOINT]   (default: output.dir/checkpoints/latest)\n"
     "       pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]\n"
     "       pptrain export --checkpoint DIR --out model.bin\n"
+    "       pptrain --version   (the version and the backends built in)\n"
     "Trains a GPT-2 style model with pipeline parallelism; see README.md.\n";
 
 typedef struct {
@@ -77,10 +81,23 @@ static char *config_text(const Config *c) {
     return buf;
 }
 
-/* Build report: what this rank holds and allocated. */
+/* Build report: what this rank holds and allocated, and on which device. */
 static void report_build(const Runtime *rt) {
     const Model *m = &rt->model;
+    const Backend *be = m->be;
     size_t pbytes = m->nparams * sizeof(float);
+    printf("rank %d: device %s\n", rt->lay.rank, rt->device_note);
+    if (be->device_memory && be->memory) { /* what this rank holds on its GPU */
+        size_t alloc = 0, ws = 0, named = (2 + m->nopt) * pbytes + m->act_bytes + m->recv_bytes;
+        be->memory(be, &alloc, &ws);
+        printf("rank %d: GPU memory: params %.1f MB + grads %.1f MB + optimizer %.1f MB + activations %.1f MB + "
+               "scratch and logits %.1f MB + workspace %.1f MB = %.1f MB\n", rt->lay.rank, pbytes / 1e6, pbytes / 1e6,
+               m->nopt * pbytes / 1e6, (m->act_bytes + m->recv_bytes) / 1e6,
+               (alloc > named ? alloc - named : 0) / 1e6, ws / 1e6, (alloc + ws) / 1e6);
+    }
+    if (rt->staging_bytes)
+        printf("rank %d: host staging buffers %.1f MB (the transport's copies of device buffers)\n", rt->lay.rank,
+               rt->staging_bytes / 1e6);
     printf("rank %d: stages", rt->lay.rank);
     for (int c = 0; c < m->nchunks; c++)
         printf(" %d (layers %d-%d, %d slots)", m->chunks[c].stage, m->chunks[c].l0, m->chunks[c].l1 - 1, m->chunks[c].nslots);
@@ -231,6 +248,10 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume) {
     }
     if (rt.chunk_of[rt.S - 1] >= 0 && (rc = log_open(&log, cfg->out_dir, cfg->steps, (int)start, resume != NULL, err, sizeof err)))
         goto out;
+    if (rt.model.be->peak_flops > 0) { /* the MFU: model FLOPs per token as GPU.md counts them, one GPU per rank */
+        double L = cfg->n_layers, C = cfg->dim, Vp = cfg->padded_vocab_size, T = cfg->seq_len;
+        log.mfu_flops = (6 * (12 * L * C * C + Vp * C) + 12 * L * T * C) / (rt.model.be->peak_flops * env->world);
+    }
     if ((rc = train_loop(cfg, &rt, &ck, &log, (int)start, err, sizeof err)) && rc != 130) goto out;
     int rc2 = runtime_report(&rt, err, sizeof err);
     if (rc2 == PP_OK) rc2 = runtime_check_tied(&rt, err, sizeof err);
@@ -283,6 +304,11 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 2 && !strcmp(argv[1], "prepare-data")) return data_prepare_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "export")) return checkpoint_export_main(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "--version")) {
+        printf("pptrain %s\n", PP_VERSION);
+        backend_print_builtin(stdout);
+        return PP_OK;
+    }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? PP_EUSAGE : PP_OK;

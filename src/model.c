@@ -14,6 +14,7 @@
  * same): their members must be exactly that. */
 _Static_assert(sizeof(LayerParams) == P_NLAYER * sizeof(float *), "LayerParams: one float * per kind");
 _Static_assert(sizeof(LayerActs) % sizeof(float *) == 0, "LayerActs: float * members only");
+_Static_assert(sizeof(LayerWState) == 6 * sizeof(float *), "LayerWState: six float * members");
 
 static const char *layer_names[P_NLAYER] = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
                                             "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"};
@@ -183,6 +184,26 @@ static void slot_free(const Model *m, const Chunk *ck, ActSlot *a) {
     free(a->layers);
 }
 
+static void wstate_init(Model *m, const Chunk *ck, LayerWState *ws) {
+    size_t N = (size_t)m->B * m->T, C = m->d.C;
+    for (int l = 0; l < ck->l1 - ck->l0; l++) {
+        float **f = (float **)&ws[l];
+        size_t sizes[] = {N * C, N * 4 * C, N * C, N * C, N * 3 * C, N * C}; /* LayerWState's order */
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            f[k] = dev_alloc(m, sizes[k] * sizeof(float));
+            m->wstate_bytes += sizes[k] * sizeof(float);
+        }
+    }
+}
+
+static void wstate_free(const Model *m, const Chunk *ck, LayerWState *ws) {
+    for (int l = 0; l < ck->l1 - ck->l0; l++) {
+        float **f = (float **)&ws[l];
+        for (size_t k = 0; k < sizeof(LayerWState) / sizeof(float *); k++) m->be->dealloc(m->be, f[k]);
+    }
+    free(ws);
+}
+
 /* Zeroed device memory for n floats. */
 static float *dev_zeros(const Model *m, size_t n) {
     float *p = dev_alloc(m, n * sizeof(float));
@@ -246,6 +267,17 @@ void model_init_optimizer(Model *m, int narrays) {
     if (narrays >= 2) m->opt_v = dev_zeros(m, m->nparams);
 }
 
+void model_init_wstate(Model *m, int c, int n) {
+    Chunk *ck = &m->chunks[c];
+    PP_CHECK(c >= 0 && c < m->nchunks && n >= 0 && ck->nwstate == 0 && !ck->wstate);
+    ck->nwstate = n;
+    ck->wstate = pp_calloc(n ? n : 1, sizeof(LayerWState *));
+    for (int w = 0; w < n; w++) {
+        ck->wstate[w] = pp_calloc(ck->l1 - ck->l0 ? ck->l1 - ck->l0 : 1, sizeof(LayerWState));
+        wstate_init(m, ck, ck->wstate[w]);
+    }
+}
+
 void model_free(Model *m) {
     const Backend *be = m->be;
     if (!be) return;
@@ -253,7 +285,8 @@ void model_free(Model *m) {
         Chunk *ck = &m->chunks[c];
         for (int s = 0; s < ck->nslots; s++) slot_free(m, ck, &ck->slots[s]);
         for (int r = 0; r < ck->nrecv; r++) be->dealloc(be, ck->recv[r]);
-        free(ck->slots), free(ck->recv);
+        for (int w = 0; w < ck->nwstate; w++) wstate_free(m, ck, ck->wstate[w]);
+        free(ck->slots), free(ck->recv), free(ck->wstate);
     }
     void *own[] = {m->params, m->grads, m->opt_m, m->opt_v, m->dbig, m->dmid, m->dqkv, m->losses, m->logits,
                    m->dhead_tied, m->scratch};
@@ -355,22 +388,44 @@ static void layer_forward(Model *m, const LayerParams *p, LayerActs *a, const fl
     be->add_inplace(be, a->res3, a->res2, (size_t)N * C); /* res3 = res2 + mlp(ln2(res2)) */
 }
 
-/* dres[N,C]: in d(layer output), out d(layer input x); weight grads accumulate in g. */
+/* dres[N,C]: in d(layer output), out d(layer input x). With g, weight grads
+ * accumulate in g (the fused backward; ws points at the model's scratch, dres3 and
+ * dres2 NULL); with g NULL only the input gradient, and ws keeps each op's output
+ * gradient for layer_backward_weight ([Note: W state]). One body for both, so the
+ * two compute dres by the same calls. */
 static void layer_backward(Model *m, LayerParams *g, float *dres, const LayerActs *a,
-                           const LayerParams *p, const float *x) {
+                           const LayerParams *p, const float *x, const LayerWState *ws) {
     const Backend *be = m->be;
     int B = m->B, T = m->T, N = B * T, C = m->d.C, NH = m->d.NH;
-    float *dbig = m->dbig, *dmid = m->dmid;
-    be->matmul_backward(be, dbig, g->fcprojw, g->fcprojb, dres, a->fch_gelu, p->fcprojw, N, 4 * C, C);
-    be->gelu_backward(be, dbig, a->fch, dbig, (size_t)N * 4 * C);
-    be->matmul_backward(be, dmid, g->fcw, g->fcb, dbig, a->ln2, p->fcw, N, C, 4 * C);
+    size_t NC = (size_t)N * C;
+    LayerParams none = {0};
+    if (!g) g = &none; /* NULL weight grads: the ops skip them */
+    if (ws->dres3) be->copy(be, ws->dres3, dres, NC * sizeof(float));
+    be->matmul_backward(be, ws->dfch, g->fcprojw, g->fcprojb, dres, a->fch_gelu, p->fcprojw, N, 4 * C, C);
+    be->gelu_backward(be, ws->dfch, a->fch, ws->dfch, (size_t)N * 4 * C);
+    be->matmul_backward(be, ws->dln2, g->fcw, g->fcb, ws->dfch, a->ln2, p->fcw, N, C, 4 * C);
     /* the MLP branch's gradient joins the residual path: dres = d(res2) */
-    be->layernorm_backward(be, dres, g->ln2w, g->ln2b, dmid, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C, m->scratch);
-    be->matmul_backward(be, dmid, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C, C);
-    be->attention_backward(be, m->dqkv, dmid, a->qkv, a->att, B, T, C, NH, m->scratch);
-    be->matmul_backward(be, dmid, g->qkvw, g->qkvb, m->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
+    be->layernorm_backward(be, dres, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C, m->scratch);
+    if (ws->dres2) be->copy(be, ws->dres2, dres, NC * sizeof(float));
+    be->matmul_backward(be, m->dmid, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C, C);
+    be->attention_backward(be, ws->dqkv, m->dmid, a->qkv, a->att, B, T, C, NH, m->scratch);
+    be->matmul_backward(be, ws->dln1, g->qkvw, g->qkvb, ws->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
     /* the attention branch's gradient joins too: dres = d(x) */
-    be->layernorm_backward(be, dres, g->ln1w, g->ln1b, dmid, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C, m->scratch);
+    be->layernorm_backward(be, dres, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C, m->scratch);
+}
+
+/* The weight half: the same weight-gradient calls as the fused layer_backward, each
+ * on the output gradient the input half kept in ws. */
+static void layer_backward_weight(Model *m, LayerParams *g, const LayerActs *a, const LayerParams *p,
+                                  const float *x, const LayerWState *ws) {
+    const Backend *be = m->be;
+    int N = m->B * m->T, C = m->d.C;
+    be->matmul_backward(be, NULL, g->fcprojw, g->fcprojb, ws->dres3, a->fch_gelu, p->fcprojw, N, 4 * C, C);
+    be->matmul_backward(be, NULL, g->fcw, g->fcb, ws->dfch, a->ln2, p->fcw, N, C, 4 * C);
+    be->layernorm_backward(be, NULL, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C, m->scratch);
+    be->matmul_backward(be, NULL, g->attprojw, g->attprojb, ws->dres2, a->atty, p->attprojw, N, C, C);
+    be->matmul_backward(be, NULL, g->qkvw, g->qkvb, ws->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
+    be->layernorm_backward(be, NULL, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C, m->scratch);
 }
 
 static void head_forward(Model *m, ActSlot *a, const float *x, float dloss, int want_grad, double *loss) {
@@ -404,20 +459,47 @@ void model_forward(Model *m, int c, int s, float dloss, int want_grad, double *l
     if (ck->last) head_forward(m, a, layer_input(a, ck->l1 - ck->l0), dloss, want_grad, loss);
 }
 
-void model_backward(Model *m, int c, int s) {
+/* The backward of chunk c on slot s into s->grad: fused (weights, W state NULL) or the
+ * input half (weights 0, W state set w). */
+static void chunk_backward(Model *m, int c, int s, int weights, LayerWState *wstate) {
     const Chunk *ck = &m->chunks[c];
     ActSlot *a = &ck->slots[s];
     int N = m->B * m->T, C = m->d.C, nl = ck->l1 - ck->l0;
+    LayerWState fused = {NULL, m->dbig, m->dmid, NULL, m->dqkv, m->dmid};
     if (ck->last) {
         m->be->zero(m->be, a->grad, (size_t)N * C * sizeof(float));
-        m->be->layernorm_backward(m->be, a->grad, m->dlnfw, m->dlnfb, a->dlnf, layer_input(a, nl),
-                                  a->lnf_mean, a->lnf_rstd, m->lnfw, N, C, m->scratch);
+        m->be->layernorm_backward(m->be, a->grad, weights ? m->dlnfw : NULL, weights ? m->dlnfb : NULL, a->dlnf,
+                                  layer_input(a, nl), a->lnf_mean, a->lnf_rstd, m->lnfw, N, C, m->scratch);
     }
     for (int l = ck->l1 - 1; l >= ck->l0; l--) {
         int li = l - ck->l0;
-        layer_backward(m, &m->lg[l], a->grad, &a->layers[li], &m->lp[l], layer_input(a, li));
+        layer_backward(m, weights ? &m->lg[l] : NULL, a->grad, &a->layers[li], &m->lp[l], layer_input(a, li),
+                       weights ? &fused : &wstate[li]);
     }
-    if (ck->first)
+    if (ck->first && weights)
+        m->be->encoder_backward(m->be, m->dwte, m->dwpe, a->grad, a->tokens, m->B, m->T, C);
+}
+
+void model_backward(Model *m, int c, int s) { chunk_backward(m, c, s, 1, NULL); }
+
+void model_backward_input(Model *m, int c, int s, int w) {
+    PP_CHECK(w >= 0 && w < m->chunks[c].nwstate);
+    chunk_backward(m, c, s, 0, m->chunks[c].wstate[w]);
+}
+
+void model_backward_weight(Model *m, int c, int s, int w) {
+    const Chunk *ck = &m->chunks[c];
+    ActSlot *a = &ck->slots[s];
+    int N = m->B * m->T, C = m->d.C, nl = ck->l1 - ck->l0;
+    PP_CHECK(w >= 0 && w < ck->nwstate);
+    if (ck->last)
+        m->be->layernorm_backward(m->be, NULL, m->dlnfw, m->dlnfb, a->dlnf, layer_input(a, nl), a->lnf_mean,
+                                  a->lnf_rstd, m->lnfw, N, C, m->scratch);
+    for (int l = ck->l1 - 1; l >= ck->l0; l--) {
+        int li = l - ck->l0;
+        layer_backward_weight(m, &m->lg[l], &a->layers[li], &m->lp[l], layer_input(a, li), &ck->wstate[w][li]);
+    }
+    if (ck->first) /* s->grad holds d(embedding output), left by the input half */
         m->be->encoder_backward(m->be, m->dwte, m->dwpe, a->grad, a->tokens, m->B, m->T, C);
 }
 

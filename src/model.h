@@ -55,6 +55,22 @@ typedef struct {
     float *res3;                      /* [N,C] layer output */
 } LayerActs;
 
+/* [Note: W state] What the weight half of a split backward (model_backward_weight)
+ * reads besides the activation slot: the output gradient of each matmul and LayerNorm
+ * of a layer, which the input half (model_backward_input) computes and the fused
+ * backward throws away. The inputs of those ops are the saved activations, which the
+ * slot keeps until W ([Note: activation slots] in sched.h). 11*N*C floats per layer;
+ * a chunk has as many sets as its schedule has Ws pending at once
+ * (sched_peak_pending_w), allocated at model_init. */
+typedef struct {
+    float *dres3;  /* [N,C] d(layer output): fcproj's dout */
+    float *dfch;   /* [N,4C] d(fch): fc's dout */
+    float *dln2;   /* [N,C] d(ln2 output) */
+    float *dres2;  /* [N,C] d(res2): attproj's dout */
+    float *dqkv;   /* [N,3C] qkv's dout */
+    float *dln1;   /* [N,C] d(ln1 output) */
+} LayerWState;
+
 /* The activations one chunk keeps for one in-flight microbatch. */
 typedef struct {
     float *input;       /* [N,C] stage input: received, or the embedding output */
@@ -76,6 +92,8 @@ typedef struct {
     ActSlot *slots;
     int nrecv;          /* receive buffers: inputs received ahead of their forward */
     float **recv;       /* [nrecv] each [N,C]; model_take_input swaps one into a slot */
+    int nwstate;        /* W state sets ([Note: W state]); 0 without split backwards */
+    LayerWState **wstate; /* [nwstate][nlayers of the chunk] */
 } Chunk;
 
 /* [Note: model memory] The model owns every device buffer of its rank: parameters,
@@ -111,6 +129,7 @@ typedef struct {
     float *scratch;           /* be->scratch_floats(N, T, C) for the backward ops */
     size_t act_bytes;         /* activation slot bytes, for the build report */
     size_t recv_bytes;        /* receive buffer bytes, for the build report */
+    size_t wstate_bytes;      /* W state bytes ([Note: W state]), for the build report */
 } Model;
 
 typedef struct {
@@ -125,6 +144,10 @@ void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunk
 /* Allocate `narrays` (0..2) zeroed optimizer state arrays of nparams each (opt_m, then
  * opt_v): optim_state_arrays() of the run's optimizer. Call once, after model_init. */
 void model_init_optimizer(Model *m, int narrays);
+/* Allocate chunk c's n W state sets ([Note: W state]; n = sched_peak_pending_w of its
+ * stage), counted in wstate_bytes. Call at most once per chunk, after model_init; a
+ * chunk without them (n = 0) can run model_backward only. */
+void model_init_wstate(Model *m, int c, int n);
 void model_free(Model *m);
 
 /* GPT-2 initialisation, independent of the split: each tensor is drawn from its own
@@ -148,6 +171,16 @@ void model_forward(Model *m, int c, int s, float dloss, int want_grad, double *l
  * stage, which starts from s->dlnf) and leaves d(stage input) in s->grad (the first
  * stage instead accumulates into the embedding gradients). Weight grads accumulate. */
 void model_backward(Model *m, int c, int s);
+/* The two halves of model_backward for zero-bubble schedules ([Note: split backward]
+ * in backend.h). model_backward_input: what model_backward leaves in s->grad, through
+ * every layer, computing no weight gradient; it keeps each op's output gradient in W
+ * state set w of the chunk ([Note: W state]). model_backward_weight: the weight and
+ * bias gradients of chunk c on slot s from W state set w (and the embedding gradients
+ * from s->grad on the first stage, the final norm's from s->dlnf on the last); it
+ * reads the slot's activations, so the slot must stay held until it has run. Input
+ * then weight gives model_backward's bits in every gradient. */
+void model_backward_input(Model *m, int c, int s, int w);
+void model_backward_weight(Model *m, int c, int s, int w);
 /* The [N,C] output activation of chunk c, slot s (not for the last stage). */
 float *model_chunk_output(Model *m, int c, int s);
 

@@ -8,6 +8,7 @@
 
 #include <sys/resource.h>
 
+#include "backend_load.h"
 #include "optim.h"
 #include "sim.h"
 
@@ -76,6 +77,92 @@ static int stage_peer(const Runtime *rt, int stage) {
     return layout_rank_of(&rt->lay, sched_stage_rank(&rt->sched, stage), rt->lay.dp);
 }
 
+/* ---- host staging ---------------------------------------------------------------
+ * [Note: host staging] A device backend's memory (be->device_memory) is not the host's,
+ * and the socket transport reads and writes host memory. So on such a backend every
+ * activation or gradient this rank sends is copied into a pinned host buffer first (the
+ * host waits for that copy), every receive lands in one and is copied to the device
+ * once it is complete, and the tied embedding's all-reduce runs on a host copy. Each
+ * buffer belongs to one direction of one slot (SlotState.host: the output's send, the
+ * input gradient's send, the output gradient's receive) or to one receive buffer
+ * (RecvBuf.host), so it is refilled only after the send or receive that used it has been
+ * waited for. This is how several ranks share one GPU (NCCL refuses two ranks on one
+ * device); the NCCL transport replaces it where each rank has its own GPU. On the CPU
+ * backend no buffer exists and the transport uses the device memory itself. */
+
+enum { HOST_SEND_OUT = 0, HOST_SEND_DIN = 1, HOST_RECV_DOUT = 2 };
+
+static void *host_alloc(Runtime *rt, size_t bytes) {
+    const Backend *be = rt->model.be;
+    rt->staging_bytes += bytes;
+    return be->host_alloc ? be->host_alloc(be, bytes) : pp_malloc(bytes);
+}
+
+static void host_free(const Backend *be, void *p) {
+    if (be->host_free) be->host_free(be, p);
+    else free(p);
+}
+
+/* The buffer to hand the transport for sending device buffer dev: dev itself, or its
+ * host copy (made now: the host waits for it). */
+static void *stage_send(Runtime *rt, void *host, const void *dev, size_t bytes) {
+    const Backend *be = rt->model.be;
+    if (!host) return (void *)dev;
+    be->to_host(be, host, dev, bytes);
+    be->wait(be);
+    return host;
+}
+
+/* A receive that landed in host (when staged) goes to device buffer dev; the host waits
+ * for the copy, so the buffer may take the next receive. */
+static void stage_received(Runtime *rt, const void *host, void *dev, size_t bytes) {
+    const Backend *be = rt->model.be;
+    if (!host) return;
+    be->to_device(be, dev, host, bytes);
+    be->wait(be);
+}
+
+/* Allocate the staging buffers of the chunks that talk to another rank, and of the tied
+ * all-reduce; nothing on a host-memory backend. */
+static void staging_init(Runtime *rt) {
+    const Backend *be = rt->model.be;
+    if (!be->device_memory) return;
+    size_t act = (size_t)rt->Bmb * rt->T * rt->model.d.C * sizeof(float);
+    for (int c = 0; c < rt->model.nchunks; c++) {
+        const Chunk *ck = &rt->model.chunks[c];
+        int s = ck->stage, prev = s > 0 && rt->chunk_of[s - 1] < 0, next = s < rt->S - 1 && rt->chunk_of[s + 1] < 0;
+        for (int i = 0; i < ck->nslots; i++) {
+            void **h = rt->slots[c][i].host;
+            if (next) h[HOST_SEND_OUT] = host_alloc(rt, act), h[HOST_RECV_DOUT] = host_alloc(rt, act);
+            if (prev) h[HOST_SEND_DIN] = host_alloc(rt, act);
+        }
+        for (int r = 0; r < ck->nrecv && prev; r++) rt->rbufs[c][r].host = host_alloc(rt, act);
+    }
+    if (rt->tied) rt->tied_host = host_alloc(rt, (size_t)rt->model.d.Vp * rt->model.d.C * sizeof(float));
+}
+
+static void staging_free(Runtime *rt) {
+    const Backend *be = rt->model.be;
+    for (int c = 0; c < rt->model.nchunks && be && be->device_memory; c++) {
+        for (int i = 0; rt->slots[c] && i < rt->model.chunks[c].nslots; i++)
+            for (int k = 0; k < 3; k++)
+                if (rt->slots[c][i].host[k]) host_free(be, rt->slots[c][i].host[k]);
+        for (int r = 0; rt->rbufs[c] && r < rt->model.chunks[c].nrecv; r++)
+            if (rt->rbufs[c][r].host) host_free(be, rt->rbufs[c][r].host);
+    }
+    if (rt->tied_host) host_free(be, rt->tied_host);
+}
+
+/* The tied embedding gradient's all-reduce, on the host copy when staged. */
+static int allreduce_tied(Runtime *rt) {
+    const Backend *be = rt->model.be;
+    size_t n = (size_t)rt->model.d.Vp * rt->model.d.C;
+    float *buf = stage_send(rt, rt->tied_host, rt->model.dwte, n * sizeof(float));
+    int rc = comm_allreduce_sum_f32(rt->tied, buf, n);
+    if (rc == PP_OK && rt->tied_host) be->to_device(be, rt->model.dwte, rt->tied_host, n * sizeof(float));
+    return rc;
+}
+
 /* ---- the interpreter ---------------------------------------------------------- */
 
 typedef struct {
@@ -105,6 +192,7 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
         int r = recv_find(rt, c, m);
         if (r < 0) PP_DIE("stage %d: no receive posted for microbatch %d (schedule bug)", s, m);
         if ((rc = wait_req(rt, &rt->rbufs[c][r].req, "recv activation", s, m, x->step, err, errlen))) return rc;
+        stage_received(rt, rt->rbufs[c][r].host, model_recv_buffer(&rt->model, c, r), NC * sizeof(float));
         model_take_input(&rt->model, c, i, r);
         rt->rbufs[c][r].mb = -1;
     }
@@ -124,24 +212,54 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     return PP_OK;
 }
 
+/* Chunk c's W state set holding microbatch mb ([Note: W state]; mb -1: a free one);
+ * dies if there is none (the pool size does not match the schedule: a bug). */
+static int wset_find(Runtime *rt, int c, int mb) {
+    for (int w = 0; w < rt->model.chunks[c].nwstate; w++)
+        if (rt->wsets[c][w] == mb) return w;
+    PP_DIE("stage %d: no W state set %s microbatch %d (%d sets; a bug)", rt->model.chunks[c].stage,
+           mb < 0 ? "free for" : "holds", mb, rt->model.chunks[c].nwstate);
+}
+
+/* B, or I: the input half of a split backward, which keeps what W needs in a W state
+ * set until W(s,m) (exec_weight). */
 static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, size_t errlen) {
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = held_slot(rt, c, m), rc;
     size_t NC = (size_t)rt->Bmb * rt->T * rt->model.d.C;
     SlotState *st = &rt->slots[c][i];
     ActSlot *as = &rt->model.chunks[c].slots[i];
     if ((rc = wait_req(rt, &st->recv, "recv gradient", s, m, x->step, err, errlen))) return rc;
+    if (s < rt->S - 1 && rt->chunk_of[s + 1] < 0) stage_received(rt, st->host[HOST_RECV_DOUT], as->grad, NC * sizeof(float));
     double t0 = trace_now_us();
-    model_backward(&rt->model, c, i);
+    if (a->type == ACT_I) {
+        int w = wset_find(rt, c, -1);
+        rt->wsets[c][w] = m;
+        model_backward_input(&rt->model, c, i, w);
+    } else {
+        model_backward(&rt->model, c, i);
+    }
     double t1 = trace_now_us();
     rt->busy_s += (t1 - t0) * 1e-6;
     rt->cur_b[s] += (t1 - t0) * 1e-6;
-    if (rt->trace) trace_add(rt->trace, "B", "compute", t0, t1, s, m, x->step);
+    if (rt->trace) trace_add(rt->trace, sched_type_name(a->type), "compute", t0, t1, s, m, x->step);
     if (s > 0 && rt->chunk_of[s - 1] >= 0) { /* local handover: push d(input) to stage s-1 */
         int pc = rt->chunk_of[s - 1];
         const Backend *be = rt->model.be;
         be->copy(be, rt->model.chunks[pc].slots[held_slot(rt, pc, m)].grad, as->grad, NC * sizeof(float));
     }
     return PP_OK;
+}
+
+/* W: the weight half of a split backward; gives its W state set back. */
+static void exec_weight(Runtime *rt, const Action *a, StepCtx *x) {
+    int s = a->stage, m = a->mb, c = rt->chunk_of[s], w = wset_find(rt, c, m);
+    double t0 = trace_now_us();
+    model_backward_weight(&rt->model, c, held_slot(rt, c, m), w);
+    double t1 = trace_now_us();
+    rt->wsets[c][w] = -1;
+    rt->busy_s += (t1 - t0) * 1e-6;
+    rt->cur_w[s] += (t1 - t0) * 1e-6;
+    if (rt->trace) trace_add(rt->trace, "W", "compute", t0, t1, s, m, x->step);
 }
 
 static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, size_t errlen) {
@@ -155,7 +273,9 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     case ACT_SEND_F:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, x->kind_act);
-        rc = comm_isend(cm, stage_peer(rt, s + 1), &tag, model_chunk_output(&rt->model, c, i), bytes, &rt->slots[c][i].send[0]);
+        rc = comm_isend(cm, stage_peer(rt, s + 1), &tag,
+                        stage_send(rt, rt->slots[c][i].host[HOST_SEND_OUT], model_chunk_output(&rt->model, c, i), bytes),
+                        bytes, &rt->slots[c][i].send[0]);
         what = "send activation";
         break;
     case ACT_RECV_F: {
@@ -163,20 +283,27 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
         if (r < 0) PP_DIE("stage %d: all %d receive buffers busy at microbatch %d (a bug)", s, rt->model.chunks[c].nrecv, m);
         rt->rbufs[c][r].mb = m;
         tag = tag_of(x->step, s - 1, m, x->kind_act);
-        rc = comm_irecv(cm, stage_peer(rt, s - 1), &tag, model_recv_buffer(&rt->model, c, r), bytes, &rt->rbufs[c][r].req);
+        rc = comm_irecv(cm, stage_peer(rt, s - 1), &tag,
+                        rt->rbufs[c][r].host ? rt->rbufs[c][r].host : model_recv_buffer(&rt->model, c, r), bytes,
+                        &rt->rbufs[c][r].req);
         what = "post recv activation";
         break;
     }
     case ACT_SEND_B:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, KIND_GRAD);
-        rc = comm_isend(cm, stage_peer(rt, s - 1), &tag, rt->model.chunks[c].slots[i].grad, bytes, &rt->slots[c][i].send[1]);
+        rc = comm_isend(cm, stage_peer(rt, s - 1), &tag,
+                        stage_send(rt, rt->slots[c][i].host[HOST_SEND_DIN], rt->model.chunks[c].slots[i].grad, bytes),
+                        bytes, &rt->slots[c][i].send[1]);
         what = "send gradient";
         break;
     case ACT_RECV_B:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s + 1, m, KIND_GRAD);
-        rc = comm_irecv(cm, stage_peer(rt, s + 1), &tag, rt->model.chunks[c].slots[i].grad, bytes, &rt->slots[c][i].recv);
+        rc = comm_irecv(cm, stage_peer(rt, s + 1), &tag,
+                        rt->slots[c][i].host[HOST_RECV_DOUT] ? rt->slots[c][i].host[HOST_RECV_DOUT]
+                                                             : rt->model.chunks[c].slots[i].grad,
+                        bytes, &rt->slots[c][i].recv);
         what = "post recv gradient";
         break;
     default:
@@ -207,7 +334,9 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
         if (rt->action_hook) rt->action_hook(rt->hook_ctx, sc, pp, k, 0);
         switch (a->type) {
         case ACT_F: rc = exec_forward(rt, a, x, err, errlen); break;
-        case ACT_B: rc = exec_backward(rt, a, x, err, errlen); break;
+        case ACT_B:
+        case ACT_I: rc = exec_backward(rt, a, x, err, errlen); break;
+        case ACT_W: exec_weight(rt, a, x); break;
         default: rc = exec_transfer(rt, a, x, err, errlen); break;
         }
         if (rc == PP_OK) release_after(rt, sc, a);
@@ -215,6 +344,7 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
     }
     for (int c = 0; c < rt->model.nchunks && rc == PP_OK; c++) {
         for (int i = 0; i < rt->model.chunks[c].nrecv; i++) PP_CHECK(rt->rbufs[c][i].mb < 0); /* every F ran */
+        for (int w = 0; w < rt->model.chunks[c].nwstate; w++) PP_CHECK(rt->wsets[c][w] < 0); /* every W ran */
         for (int i = 0; i < rt->model.chunks[c].nslots && rc == PP_OK; i++) {
             SlotState *st = &rt->slots[c][i];
             PP_CHECK(!st->busy && !st->recv); /* the schedule released everything */
@@ -274,6 +404,7 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     rt->busy_s = 0;
     memset(rt->cur_f, 0, sizeof rt->cur_f);
     memset(rt->cur_b, 0, sizeof rt->cur_b);
+    memset(rt->cur_w, 0, sizeof rt->cur_w);
     load_batch(rt, &rt->train, step);
     model_zero_grads(m);
     StepCtx x = {.step = step + 1, .kind_act = KIND_ACT, .dloss = 1.0f / ((float)rt->global_batch * rt->T)}; /* 1-based, as logged */
@@ -286,7 +417,7 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
      * different ranks, the pair's 2-rank group all-reduces the gradient (stage 0's part
      * first: the same bits on both), so the identical optimizer update keeps the copies
      * identical. On one rank the two chunks share a single tensor. */
-    if (rt->tied && comm_allreduce_sum_f32(rt->tied, m->dwte, (size_t)m->d.Vp * m->d.C) != PP_OK)
+    if (rt->tied && allreduce_tied(rt) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "summing tied embedding gradients with rank %d: %s", rt->tied_peer,
                        comm_error(rt->tied));
     double red[2 + RUNTIME_MAX_CTL];
@@ -387,7 +518,18 @@ static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
         rt->slots[c] = pp_calloc(specs[c].nslots, sizeof(SlotState));
         for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1;
         rt->rbufs[c] = pp_calloc(specs[c].nrecv ? specs[c].nrecv : 1, sizeof(RecvBuf));
-        for (int i = 0; i < specs[c].nrecv; i++) rt->rbufs[c][i] = (RecvBuf){-1, NULL};
+        for (int i = 0; i < specs[c].nrecv; i++) rt->rbufs[c][i] = (RecvBuf){-1, NULL, NULL};
+        int nw = sched_peak_pending_w(&rt->sched, specs[c].stage); /* [Note: W state] */
+        model_init_wstate(&rt->model, c, nw);
+        rt->wsets[c] = pp_malloc((size_t)(nw ? nw : 1) * sizeof(int));
+        for (int w = 0; w < nw; w++) rt->wsets[c][w] = -1;
+    }
+    if (rt->model.wstate_bytes) { /* the build report's line for it ([Note: W state]) */
+        printf("rank %d: split backward: W state", rt->lay.rank);
+        for (int c = 0; c < rt->v; c++)
+            printf(" %d set%s on stage %d", rt->model.chunks[c].nwstate, rt->model.chunks[c].nwstate == 1 ? "" : "s",
+                   rt->model.chunks[c].stage);
+        printf(" (the most Ws the schedule keeps pending) = %.1f MB\n", rt->model.wstate_bytes / 1e6);
     }
     int nt = rt->model.ntensors;
     rt->loss_dev = be->alloc(be, (size_t)rt->M * sizeof(double));
@@ -411,12 +553,12 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     rt->Bmb = rt->global_batch / rt->M;
     int rc = layout_init(&rt->lay, comm->world, comm->rank, cfg->stages, 1, err, errlen); /* D = 1 for now */
     if (rc) return rc;
-    /* [Note: backends] only the CPU backend and the socket transport exist so far: a
-     * config asking for CUDA or NCCL is refused rather than run on something else */
-    if (!strcmp(cfg->device, "cuda") || !strcmp(cfg->transport, "nccl"))
-        return pp_errf(err, errlen, PP_EUSAGE, "runtime.device=%s, runtime.transport=%s: this build has only the CPU "
-                       "backend and the socket transport; use runtime.device: cpu (or auto) and transport: socket "
-                       "(or auto)", cfg->device, cfg->transport);
+    /* [Note: backends] the NCCL transport does not exist yet: a config asking for it is
+     * refused rather than run on something else. The device is chosen by backend_select
+     * (CPU, or the CUDA backend loaded on demand). */
+    if (!strcmp(cfg->transport, "nccl"))
+        return pp_errf(err, errlen, PP_EUSAGE, "runtime.transport=nccl: this build has only the socket transport; use "
+                       "runtime.transport: socket (or auto)");
     if (rt->v > PP_MAX_CHUNKS)
         return pp_errf(err, errlen, PP_EUSAGE, "pipeline.virtual_stages %d is more than this build supports (%d)", rt->v,
                        PP_MAX_CHUNKS);
@@ -424,7 +566,11 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
                    cfg->tie_embeddings};
     rc = partition_build(&rt->part, cfg->split, d.L, rt->S, d.C, d.Vp, rt->T, err, errlen);
     if (rc || (rc = build_schedules(rt, err, errlen))) return rc;
-    build_model(rt, &d, backend_cpu());
+    const Backend *be;
+    BackendSizes bs = {rt->Bmb * rt->T, rt->T, d.C, d.NH, d.Vp};
+    if ((rc = backend_select(cfg, comm->rank, &bs, &be, rt->device_note, sizeof rt->device_note, err, errlen)))
+        return rc;
+    build_model(rt, &d, be);
     model_init_weights(&rt->model, cfg->seed, cfg->init_std);
     if (cfg->init_from[0] && (rc = model_load_llmc(&rt->model, cfg->init_from, err, errlen))) return rc;
     int r0 = stage_peer(rt, 0), rl = stage_peer(rt, rt->S - 1);
@@ -441,6 +587,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     if (d.tied && r0 != rl &&
         comm_split(comm, rt->tied_peer >= 0 ? 0 : -1, rt->lay.rank == r0 ? 0 : 1, &rt->tied) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "forming the tied embedding pair: %s", comm_error(comm));
+    staging_init(rt);
     rt->inputs = pp_malloc((size_t)rt->global_batch * rt->T * sizeof(int));
     rt->targets = pp_malloc((size_t)rt->global_batch * rt->T * sizeof(int));
     return open_data(rt, err, errlen);
@@ -448,10 +595,12 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
 
 void runtime_free(Runtime *rt) {
     const Backend *be = rt->model.be;
-    for (int c = 0; c < rt->model.nchunks; c++) free(rt->slots[c]), free(rt->rbufs[c]);
+    staging_free(rt);
+    for (int c = 0; c < rt->model.nchunks; c++) free(rt->slots[c]), free(rt->rbufs[c]), free(rt->wsets[c]);
     if (be) be->dealloc(be, rt->loss_dev), be->dealloc(be, rt->sumsq_dev);
     comm_destroy(rt->tied); /* safe after its parent's (main.c destroys that first) */
     model_free(&rt->model);
+    backend_release(be);
     sched_free(&rt->sched);
     sched_free(&rt->fwd);
     data_close(&rt->train);
@@ -466,7 +615,8 @@ void runtime_measure(Runtime *rt) {
     rt->sum_step_s += rt->step_s;
     rt->sum_pipe_s += rt->pipe_s;
     rt->sum_busy_s += rt->busy_s;
-    for (int s = 0; s < rt->S; s++) rt->sum_f[s] += rt->cur_f[s], rt->sum_b[s] += rt->cur_b[s];
+    for (int s = 0; s < rt->S; s++)
+        rt->sum_f[s] += rt->cur_f[s], rt->sum_b[s] += rt->cur_b[s], rt->sum_w[s] += rt->cur_w[s];
 }
 
 void runtime_efficiency_text(double simulated_s, double measured_s, char *buf, size_t n) {
@@ -489,11 +639,13 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
            (step - busy) * 1e3, 100.0 * (step - busy) / step, rss_mb);
     /* mean per-action times of every stage (each rank contributes its own), and the
      * slowest rank's pipeline time: the step ends when the last rank finishes */
-    double *v = pp_calloc(2 * S + 1, sizeof(double));
+    double *v = pp_calloc(3 * S + 1, sizeof(double)); /* F, B (or I), W of each stage; the pipeline */
     for (int s = 0; s < S; s++)
-        if (rt->chunk_of[s] >= 0) v[s] = rt->sum_f[s] / ((double)n * M), v[S + s] = rt->sum_b[s] / ((double)n * M);
-    v[2 * S] = rt->lay.rank == 0 ? rt->sum_pipe_s / n : 0.0; /* rank 0 starts first and ends last */
-    int rc = comm_allreduce_sum_f64(rt->comm, v, 2 * S + 1);
+        if (rt->chunk_of[s] >= 0)
+            v[s] = rt->sum_f[s] / ((double)n * M), v[S + s] = rt->sum_b[s] / ((double)n * M),
+            v[2 * S + s] = rt->sum_w[s] / ((double)n * M);
+    v[3 * S] = rt->lay.rank == 0 ? rt->sum_pipe_s / n : 0.0; /* rank 0 starts first and ends last */
+    int rc = comm_allreduce_sum_f64(rt->comm, v, 3 * S + 1);
     if (rc != PP_OK) {
         free(v);
         return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the timing report: %s", comm_error(rt->comm));
@@ -506,13 +658,16 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
         c.F_stage = v;
         c.B_stage = v + S;
         c.X = 0.0;
+        int split = 0; /* a split backward measured I into B_stage and W here ([Note: split costs]) */
+        for (int s = 0; s < S; s++) split |= v[2 * S + s] > 0;
+        c.W_stage = split ? v + 2 * S : NULL;
         if (sim_run(&rt->sched, &c, &res, serr, sizeof serr, NULL) == PP_OK) {
             const char *formula;
             double cf = sched_bubble_closed_form(&rt->sched, &formula);
             char verdict[256];
-            runtime_efficiency_text(res.makespan, v[2 * S], verdict, sizeof verdict);
+            runtime_efficiency_text(res.makespan, v[3 * S], verdict, sizeof verdict);
             printf("pipeline: simulated makespan %.1f ms from the measured F/B times, measured %.1f ms: %s; "
-                   "simulated bubble %.1f%%", res.makespan * 1e3, v[2 * S] * 1e3, verdict, 100.0 * res.bubble);
+                   "simulated bubble %.1f%%", res.makespan * 1e3, v[3 * S] * 1e3, verdict, 100.0 * res.bubble);
             if (cf >= 0) printf(" (closed form %s = %.1f%%)", formula, 100.0 * cf);
             printf("\n");
             sim_result_free(&res);

@@ -20,6 +20,8 @@ typedef struct {
     int busy;            /* holds live activations (acquired, not yet released) */
     CommReq *send[2];    /* outstanding sends reading this slot (output, input grad) */
     CommReq *recv;       /* outstanding receive of the output gradient into this slot */
+    void *host[3];       /* device backends: host staging of the two sends and the
+                            receive ([Note: host staging] in runtime.c), else NULL */
 } SlotState;
 
 /* Bookkeeping of the model's receive buffer of the same index (model_recv_buffer): a
@@ -27,6 +29,7 @@ typedef struct {
 typedef struct {
     int mb;              /* microbatch it receives, -1 when free */
     CommReq *req;
+    void *host;          /* device backends: where the transport receives it, else NULL */
 } RecvBuf;
 
 typedef struct {
@@ -41,6 +44,8 @@ typedef struct {
     int chunk_of[PP_MAX_STAGES]; /* local chunk index of a stage, -1 if remote */
     SlotState *slots[PP_MAX_CHUNKS];
     RecvBuf *rbufs[PP_MAX_CHUNKS]; /* [model.chunks[c].nrecv] */
+    int *wsets[PP_MAX_CHUNKS]; /* [model.chunks[c].nwstate] microbatch whose pending W
+                                  each W state set holds ([Note: W state]), -1 free */
     Comm *comm;
     DataSet train, val;
     int has_val;               /* data.val set and data.val_every > 0 (every rank) */
@@ -52,7 +57,10 @@ typedef struct {
     int tied_peer;             /* world rank holding the other copy of wte, -1 if none */
     Comm *tied;                /* the tied pair {stage 0's rank, the last stage's rank} as a
                                   group of this replica, NULL on other ranks */
+    float *tied_host;          /* device backends: host staging of the tied all-reduce */
+    size_t staging_bytes;      /* host staging buffers in all ([Note: host staging]) */
     Trace *trace;
+    char device_note[256];     /* the backend in one line, for the build report */
     /* Test hook, NULL in the product: called before (done = 0) and after (done = 1)
      * action k of this rank's list of schedule sc. The in-process interpreter test uses
      * it to step all ranks in the simulator's order (test/test_interp.c). */
@@ -61,11 +69,13 @@ typedef struct {
     double busy_s, step_s;     /* of the last step: compute time and wall time */
     double pipe_s;             /* of the last step: the action list (no optimizer) */
     double save_stall_s;       /* of the last checkpoint: how long the step stalled */
-    double cur_f[PP_MAX_STAGES], cur_b[PP_MAX_STAGES]; /* of the last step, per stage */
+    double cur_f[PP_MAX_STAGES], cur_b[PP_MAX_STAGES]; /* of the last step, per stage (B or I) */
+    double cur_w[PP_MAX_STAGES];  /* of the last step, per stage: W (split backwards) */
     /* Sums over measured steps (runtime_measure), for runtime_report. */
     int measured;
     double sum_step_s, sum_pipe_s, sum_busy_s, min_step_s;
     double sum_f[PP_MAX_STAGES], sum_b[PP_MAX_STAGES]; /* per local stage, seconds */
+    double sum_w[PP_MAX_STAGES];
 } Runtime;
 
 /* Build this rank's part of the run: partition, schedules, model (only its stages;
@@ -116,7 +126,7 @@ void runtime_measure(Runtime *rt);
 /* Collective (every rank calls it): print this rank's busy/idle split and peak RSS (in
  * MB of 10^6 bytes, like every size pptrain prints) and, on rank 0, the pipeline
  * efficiency: the simulator's makespan of this schedule with the measured mean F and B
- * time of every stage, over the measured time of the action list (the step without the
+ * (and, for a split backward, I and W: [Note: split costs] in sim.h) time of every stage, over the measured time of the action list (the step without the
  * optimizer). */
 int runtime_report(Runtime *rt, char *err, size_t errlen);
 

@@ -1,5 +1,6 @@
 /* sched.c — pipeline schedules as data: action IR, generators, lowering, validator. */
 #include "sched.h"
+#include "sched_gen.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -61,7 +62,7 @@ static Action act(int type, int stage, int mb) {
     return a;
 }
 
-static int is_compute(int type) { return type == ACT_F || type == ACT_B; }
+static int is_compute(int t) { return t == ACT_F || t == ACT_B || t == ACT_I || t == ACT_W; }
 static int is_send(int t) { return t == ACT_SEND_F || t == ACT_SEND_B; }
 static int is_recv(int t) { return t == ACT_RECV_F || t == ACT_RECV_B; }
 
@@ -155,6 +156,7 @@ int sched_init(Schedule *s, const char *name, int P, int v, int M, char *err, si
     s->acts = pp_calloc((size_t)P, sizeof *s->acts);
     s->stage_rank = pp_calloc((size_t)s->S, sizeof *s->stage_rank);
     s->stage_chunk = pp_calloc((size_t)s->S, sizeof *s->stage_chunk);
+    s->split = pp_calloc((size_t)s->S * M, 1);
     sched_place_looped(P, v, s->stage_rank);
     number_chunks(s);
     return PP_OK;
@@ -170,6 +172,9 @@ void sched_append(Schedule *s, int rank, Action a) {
         s->cap[rank] = cap;
     }
     s->acts[rank][s->len[rank]++] = a;
+    if ((a.type == ACT_I || a.type == ACT_W) && a.stage >= 0 && a.stage < s->S && a.mb >= 0 &&
+        a.mb < s->M)
+        s->split[(size_t)a.stage * s->M + a.mb] = 1;
 }
 
 void sched_free(Schedule *s) {
@@ -180,10 +185,16 @@ void sched_free(Schedule *s) {
     free(s->cap);
     free(s->stage_rank);
     free(s->stage_chunk);
+    free(s->split);
     memset(s, 0, sizeof *s);
 }
 
 /* ====================================================== what an action means === */
+
+/* The backward of (stage, m) that produces its input gradient: I when split, else B. */
+static Action grad_action(const Schedule *s, int stage, int m) {
+    return act(s->split[(size_t)stage * s->M + m] ? ACT_I : ACT_B, stage, m);
+}
 
 int sched_action_deps(const Schedule *s, Action a, Action deps[SCHED_MAX_DEPS]) {
     int st = a.stage, m = a.mb, n = 0;
@@ -194,15 +205,20 @@ int sched_action_deps(const Schedule *s, Action a, Action deps[SCHED_MAX_DEPS]) 
             deps[n++] = same_rank(s, st - 1, st) ? act(ACT_F, st - 1, m) : act(ACT_RECV_F, st, m);
         return n;
     case ACT_B: /* its forward, and its output gradient: the loss, local, or received */
+    case ACT_I:
         deps[n++] = act(ACT_F, st, m);
         if (st + 1 < s->S)
-            deps[n++] = same_rank(s, st + 1, st) ? act(ACT_B, st + 1, m) : act(ACT_RECV_B, st, m);
+            deps[n++] = same_rank(s, st + 1, st) ? grad_action(s, st + 1, m) : act(ACT_RECV_B, st, m);
+        return n;
+    case ACT_W: /* its I; and the send that reads the slot W gives back */
+        deps[n++] = act(ACT_I, st, m);
+        if (st > 0 && !same_rank(s, st - 1, st)) deps[n++] = act(ACT_SEND_B, st, m);
         return n;
     case ACT_SEND_F: deps[0] = act(ACT_F, st, m); return 1;
-    case ACT_SEND_B: deps[0] = act(ACT_B, st, m); return 1;
+    case ACT_SEND_B: deps[0] = grad_action(s, st, m); return 1;
     case ACT_RECV_F: deps[0] = act(ACT_SEND_F, st - 1, m); return 1;
     case ACT_RECV_B: deps[0] = act(ACT_SEND_B, st + 1, m); return 1;
-    default: return -1; /* I, W: reserved */
+    default: return -1;
     }
 }
 
@@ -213,18 +229,21 @@ int sched_action_frees(const Schedule *s, Action a, int stages[2]) {
         if (a.type == ACT_F && st == s->S - 1) stages[n++] = st;
         if (a.type == ACT_F && st > 0 && same_rank(s, st - 1, st)) stages[n++] = st - 1;
     } else {
-        if (a.type == ACT_SEND_B) stages[n++] = st;
+        int split = s->split[(size_t)st * s->M + a.mb];
+        if (a.type == ACT_SEND_B && !split) stages[n++] = st;
         if (a.type == ACT_B && (st == 0 || same_rank(s, st - 1, st))) stages[n++] = st;
+        if (a.type == ACT_W) stages[n++] = st;
     }
     return n;
 }
 
 /* The compute on the neighbouring stage that reads compute a's result: F(s,m) ->
- * F(s+1,m), B(s,m) -> B(s-1,m); 0 at the ends of the pipeline. */
+ * F(s+1,m), B or I(s,m) -> the backward of (s-1,m); 0 at the ends of the pipeline
+ * and for W, whose result stays on its rank. */
 static int next_compute(const Schedule *s, Action a, Action *next) {
     int to = a.type == ACT_F ? a.stage + 1 : a.stage - 1;
-    if (to < 0 || to >= s->S) return 0;
-    *next = act(a.type, to, a.mb);
+    if (a.type == ACT_W || to < 0 || to >= s->S) return 0;
+    *next = a.type == ACT_F ? act(ACT_F, to, a.mb) : grad_action(s, to, a.mb);
     return 1;
 }
 
@@ -244,172 +263,14 @@ static int transfer_of(const Schedule *s, Action a, Action *send, Action *recv) 
     return 0;
 }
 
-/* =============================================================== generators === */
-
-/* [Note: the 1F1B family]
- * GPipe, 1F1B and interleaved 1F1B all give each rank the same three phases:
- * `warmup` forwards, then alternately one forward and one backward until the
- * forwards run out, then the remaining backwards. They differ only in the warm-up
- * count and in the order in which a rank visits its (chunk, microbatch) pairs:
- *  - GPipe: warmup = all v*M forwards (all forwards, then all backwards).
- *  - 1F1B (PipeDream-Flush, Narayanan et al. 2019/2021): warmup = P-1-r on rank r.
- *  - interleaved (Megatron-LM, Narayanan et al. SC'21, §2.2.2): microbatches go in
- *    groups of P; within a group the rank runs the forwards of chunk 0 for every
- *    microbatch of the group, then those of chunk 1, ...; backwards visit the chunks
- *    in the reverse order. warmup = (v-1)*G + 2*(P-1-r), G the group size: the last
- *    rank starts its first backward right after its last chunk's forward of the
- *    group's first microbatch, and each rank further away needs two more forwards
- *    to cover the round trip of that gradient. Its row asks for v >= 2: with one
- *    chunk per rank Megatron runs the non-interleaved schedule, which is 1f1b.
- *    When P does not divide M (torch and Megatron allow it) the last group also
- *    takes the remainder, and G in the warm-up is that largest group (M when
- *    M < 2P). A group smaller than P would make chunk c+1's forward wait for the
- *    same microbatch to travel around all P ranks while the rank is held in the
- *    1F1B steady state: that deadlocks (e.g. P=4, v=3, M=5 with a trailing group of
- *    one). With these rules every P, M >= 1 and v >= 2 lowers without deadlock (the
- *    tests check P <= 8, v <= 4, M <= 32) and for M >= P the makespan meets the
- *    published bubble (P-1)/(v*M+P-1); only M < P leaves a larger bubble.
- * All three use looped placement ([Note: stages and placement]): the warm-up counts
- * assume the stage after chunk c of rank P-1 is chunk c+1 of rank 0. */
-
-/* Microbatch groups of P; the last group takes the remainder. */
-static int group_count(int P, int M) { return M / P > 1 ? M / P : 1; }
-
-/* k-th forward (backward when `backward`) of a rank in grouped order. */
-static void grouped_order(int P, int v, int M, int k, int backward, int *chunk, int *mb) {
-    int groups = group_count(P, M);
-    int g = k / (v * P) < groups - 1 ? k / (v * P) : groups - 1;
-    int first = g * P;
-    int size = g == groups - 1 ? M - first : P;
-    int off = k - first * v;
-    int c = off / size;
-    *chunk = backward ? v - 1 - c : c;
-    *mb = first + off % size;
-}
-
-static void emit_compute(Schedule *s, int r, int type, int k) {
-    int chunk, mb;
-    grouped_order(s->P, s->v, s->M, k, type == ACT_B, &chunk, &mb);
-    sched_append(s, r, act(type, sched_rank_stage(s, r, chunk), mb));
-}
-
-/* Rank r's compute list: warm-up forwards, 1F1B steady state, cool-down backwards. */
-static void emit_1f1b_family(Schedule *s, int r, int warmup) {
-    int total = s->v * s->M, nf = 0, nb = 0;
-    if (warmup > total) warmup = total;
-    if (warmup < 0) warmup = 0;
-    while (nf < warmup) emit_compute(s, r, ACT_F, nf++);
-    while (nf < total) {
-        emit_compute(s, r, ACT_F, nf++);
-        emit_compute(s, r, ACT_B, nb++);
-    }
-    while (nb < total) emit_compute(s, r, ACT_B, nb++);
-}
-
-static void gen_gpipe(Schedule *s) {
-    for (int r = 0; r < s->P; r++) emit_1f1b_family(s, r, s->v * s->M);
-}
-
-static void gen_1f1b(Schedule *s) {
-    for (int r = 0; r < s->P; r++) emit_1f1b_family(s, r, s->P - 1 - r);
-}
-
-static void gen_interleaved(Schedule *s) {
-    int G = s->M - (group_count(s->P, s->M) - 1) * s->P; /* largest group: the last */
-    for (int r = 0; r < s->P; r++) emit_1f1b_family(s, r, (s->v - 1) * G + 2 * (s->P - 1 - r));
-}
-
-/* Bubble fraction = idle / (P * makespan) with uniform F, B and free transfers. */
-static double bubble_flat(int P, int v, int M, const char **formula) {
-    if (formula) *formula = "(P-1)/(M+P-1)";
-    return (double)(P - 1) / (M + P - 1);
-}
-
-static double bubble_interleaved(int P, int v, int M, const char **formula) {
-    if (formula) *formula = "(P-1)/(v*M+P-1)";
-    if (M < P) return -1; /* chunk c+1 waits for chunk c to cross all ranks */
-    return (double)(P - 1) / ((double)v * M + P - 1);
-}
-
-/* The kind table: the one list of schedule kinds ([Note: the 1F1B family]). With
- * one chunk per rank, interleaving is 1f1b: that kind is the one to use. */
-static const SchedKindInfo KINDS[] = {
-    {"gpipe", 1, 1, "interleaved-1f1b", sched_place_looped, gen_gpipe, bubble_flat},
-    {"1f1b", 1, 1, "interleaved-1f1b", sched_place_looped, gen_1f1b, bubble_flat},
-    {"interleaved-1f1b", 2, INT_MAX, "1f1b", sched_place_looped, gen_interleaved,
-     bubble_interleaved},
-};
-#define NKINDS ((int)(sizeof KINDS / sizeof KINDS[0]))
-
-const char *const *sched_kinds(void) {
-    static const char *names[NKINDS + 1]; /* the last stays NULL */
-    for (int i = 0; i < NKINDS; i++) names[i] = KINDS[i].name;
-    return names;
-}
-
-const SchedKindInfo *sched_kind_find(const char *name) {
-    for (int i = 0; i < NKINDS; i++)
-        if (!strcmp(KINDS[i].name, name)) return &KINDS[i];
-    return NULL;
-}
-
-int sched_kind_check(const char *kind, int P, int v, int M, char *err, size_t errlen) {
-    const SchedKindInfo *k = sched_kind_find(kind);
-    char text[128] = "";
-    if (!k) {
-        for (int i = 0; i < NKINDS; i++)
-            msg_append(text, sizeof text, "%s%s", i ? ", " : "", KINDS[i].name);
-        return pp_errf(err, errlen, PP_EUSAGE, "unknown schedule '%s' (known: %s)", kind, text);
-    }
-    if (v > k->v_max) {
-        if (k->v_max == 1) snprintf(text, sizeof text, "one model chunk");
-        else snprintf(text, sizeof text, "%d model chunks", k->v_max);
-        return pp_errf(err, errlen, PP_EUSAGE, "pipeline.virtual_stages is %d but pipeline."
-                       "schedule is %s: more than %s per rank needs schedule %s (or set"
-                       " virtual_stages: %d)", v, kind, text, k->instead, k->v_max);
-    }
-    if (v < k->v_min)
-        return pp_errf(err, errlen, PP_EUSAGE, "pipeline.schedule %s needs pipeline."
-                       "virtual_stages >= %d (got %d): set virtual_stages to %d or more, or use"
-                       " schedule %s", kind, k->v_min, v, k->v_min, k->instead);
-    return PP_OK;
-}
-
-int sched_generate(Schedule *s, const char *kind, int P, int v, int M, char *err,
-                   size_t errlen) {
-    const SchedKindInfo *k = sched_kind_find(kind);
-    memset(s, 0, sizeof *s);
-    if (!k) return sched_kind_check(kind, P, v, M, err, errlen); /* names the known kinds */
-    int rc = sched_init(s, kind, P, v, M, err, errlen);
-    if (rc == PP_OK) rc = sched_kind_check(kind, P, v, M, err, errlen);
-    if (rc == PP_OK) { /* the row's placement */
-        int *table = pp_malloc((size_t)s->S * sizeof *table);
-        k->place(P, v, table);
-        rc = sched_set_placement(s, table, err, errlen);
-        free(table);
-    }
-    if (rc != PP_OK) {
-        sched_free(s);
-        return rc;
-    }
-    k->generate(s);
-    return PP_OK;
-}
-
-double sched_bubble_closed_form(const Schedule *s, const char **formula) {
-    const SchedKindInfo *k = s->forward_only ? NULL : sched_kind_find(s->name);
-    if (formula) *formula = "";
-    return k ? k->bubble(s->P, s->v, s->M, formula) : -1;
-}
-
 /* ============================================================ action checks === */
 
 /* Where each action sits: pos[type][s*M + m] = its index in its rank's list or -1.
- * Only the six implemented types are indexed. mark[r] flags the offending action of
+ * mark[r] flags the offending action of
  * rank r for the grid (-1: none). */
 typedef struct {
     const Schedule *s;
-    int *pos[ACT_RECV_B + 1];
+    int *pos[ACT_NTYPES];
     int *mark;
     char *err;
     size_t errlen;
@@ -418,7 +279,7 @@ typedef struct {
 static void check_init(Check *c, const Schedule *s, char *err, size_t errlen) {
     size_t n = (size_t)s->S * s->M;
     c->s = s, c->err = err, c->errlen = errlen;
-    for (int t = 0; t <= ACT_RECV_B; t++) {
+    for (int t = 0; t < ACT_NTYPES; t++) {
         c->pos[t] = pp_malloc(n * sizeof(int));
         for (size_t i = 0; i < n; i++) c->pos[t][i] = -1;
     }
@@ -428,7 +289,7 @@ static void check_init(Check *c, const Schedule *s, char *err, size_t errlen) {
 }
 
 static void check_free(Check *c) {
-    for (int t = 0; t <= ACT_RECV_B; t++) free(c->pos[t]);
+    for (int t = 0; t < ACT_NTYPES; t++) free(c->pos[t]);
     free(c->mark);
 }
 
@@ -461,15 +322,14 @@ static int placed_looped(const Schedule *s) {
 /* Why action a (on rank r) cannot exist, or NULL if its stage and peer are fine. */
 static const char *placement_error(const Schedule *s, int r, Action a) {
     int st = a.stage;
-    if (a.type == ACT_I || a.type == ACT_W)
-        return "I/W actions are reserved for zero-bubble schedules and not supported yet";
     if (a.type >= ACT_NTYPES) return "unknown action type";
     if (st < 0 || st >= s->S) return "stage out of range (0 <= stage < P*v)";
     if (a.mb < 0 || a.mb >= s->M) return "microbatch out of range (0 <= mb < M)";
     if (sched_stage_rank(s, st) != r)
         return placed_looped(s) ? "its stage lives on another rank (stage mod P)"
                                 : "its stage lives on another rank (see the placement)";
-    if (s->forward_only && (a.type == ACT_B || a.type == ACT_SEND_B || a.type == ACT_RECV_B))
+    if (s->forward_only && (a.type == ACT_B || a.type == ACT_I || a.type == ACT_W ||
+                            a.type == ACT_SEND_B || a.type == ACT_RECV_B))
         return "a forward-only schedule has no backward actions";
     int peer = peer_stage(a);
     if (peer < 0 || peer >= s->S) return "there is no stage on the other end";
@@ -517,22 +377,34 @@ static int check_transfer(Check *c, int r, Action a, int i, const char *what) {
     return check_fail(c, r, si, "never received (no %s)", text);
 }
 
-/* Every F and B present once; with `lowered`, every cross-rank edge has its SEND
- * and its RECV. A missing action is reported at the one it belongs with. */
+/* Every F present once, and a B or an I and a W; with `lowered`, every cross-rank edge
+ * has its SEND and its RECV. A missing action is reported at the one it belongs with. */
 static int check_complete(Check *c, int lowered) {
     const Schedule *s = c->s;
     for (int st = 0; st < s->S; st++)
         for (int m = 0; m < s->M; m++) {
             int r = sched_stage_rank(s, st), f = at(c, ACT_F, st, m), b = at(c, ACT_B, st, m);
+            int i = at(c, ACT_I, st, m), w = at(c, ACT_W, st, m);
             if (f < 0)
                 return pp_errf(c->err, c->errlen, PP_EUSAGE,
                                "rank %d has no %dF%d: every stage runs every microbatch", r, st, m);
-            if (!s->forward_only && b < 0)
-                return check_fail(c, r, f, "has no backward %dB%d", st, m);
+            if (!s->forward_only && b >= 0 && (i >= 0 || w >= 0))
+                return check_fail(c, r, b, "has a full backward and a split one (%dI%d/%dW%d):"
+                                  " one of the two", st, m, st, m);
+            if (!s->forward_only && i >= 0 && w < 0)
+                return check_fail(c, r, i, "has no weight gradient %dW%d (every I needs its W)",
+                                  st, m);
+            if (!s->forward_only && w >= 0 && i < 0)
+                return check_fail(c, r, w, "has no input gradient %dI%d (every W needs its I)",
+                                  st, m);
+            if (!s->forward_only && b < 0 && i < 0)
+                return check_fail(c, r, f, "has no backward %dB%d (or %dI%d and %dW%d)", st, m,
+                                  st, m, st, m);
+            if (i >= 0) b = i;
             if (!lowered) continue;
             int rc = check_transfer(c, r, act(ACT_F, st, m), f, "output");
             if (rc == PP_OK && !s->forward_only)
-                rc = check_transfer(c, r, act(ACT_B, st, m), b, "gradient");
+                rc = check_transfer(c, r, grad_action(s, st, m), b, "gradient");
             if (rc != PP_OK) return rc;
         }
     return PP_OK;
@@ -544,13 +416,16 @@ static const char *order_why(Action a, Action d) {
     if (d.type == ACT_RECV_F) return "runs before its input is received (%s)";
     if (d.type == ACT_RECV_B) return "runs before its gradient is received (%s)";
     if (a.type == ACT_F) return "runs before its input %s";
+    if (a.type == ACT_W && d.type == ACT_I) return "runs before its input-gradient half %s";
+    if (a.type == ACT_W) return "runs before %s (W gives back the slot that send reads)";
     return d.type == ACT_F ? "runs before its forward %s" : "runs before the gradient from %s";
 }
 
 /* On one rank: each action after its dependencies on that rank (sched_action_deps);
  * those on other ranks are check_no_wait_cycle's. Absent actions are check_complete's. */
 static int check_order(Check *c) {
-    static const int order[] = {ACT_F, ACT_SEND_F, ACT_RECV_F, ACT_B, ACT_SEND_B, ACT_RECV_B};
+    static const int order[] = {ACT_F, ACT_SEND_F, ACT_RECV_F, ACT_B, ACT_I, ACT_W, ACT_SEND_B,
+                                ACT_RECV_B};
     const Schedule *s = c->s;
     Action deps[SCHED_MAX_DEPS];
     char text[SCHED_ACTION_TEXT_MAX];
@@ -640,7 +515,7 @@ static int deps_ran(const Schedule *s, const uint8_t *ran, Action a) {
 static int check_no_wait_cycle(Check *c) {
     const Schedule *s = c->s;
     size_t n = (size_t)s->S * s->M;
-    uint8_t *ran = pp_calloc((ACT_RECV_B + 1) * n, 1);
+    uint8_t *ran = pp_calloc(ACT_NTYPES * n, 1);
     int *ptr = pp_calloc((size_t)s->P, sizeof(int));
     int left = 0, rc = PP_OK;
     for (int r = 0; r < s->P; r++) left += s->len[r];
@@ -734,6 +609,7 @@ static int lower_stuck(const Schedule *s, uint8_t *emitted, const int *pos, int 
         sched_action_format(a, text, sizeof text);
         int forward_done = *lower_flag(s, emitted, act(ACT_F, a.stage, a.mb));
         const char *why = a.type == ACT_F ? "for its input from the previous stage"
+                        : a.type == ACT_W ? "for its input-gradient half I"
                         : !forward_done ? "for its own forward"
                         : "for the gradient from the next stage";
         msg_append(err, errlen, " rank %d waits at %s %s;", r, text, why);
@@ -744,7 +620,7 @@ static int lower_stuck(const Schedule *s, uint8_t *emitted, const int *pos, int 
 /* Lower s into out (initialised with s's placement, empty); on deadlock mark[r] flags
  * rank r's stuck action. */
 static int lower_into(const Schedule *s, Schedule *out, int *mark, char *err, size_t errlen) {
-    uint8_t *emitted = pp_calloc(2 * (size_t)s->S * s->M, 1); /* F and B */
+    uint8_t *emitted = pp_calloc(ACT_NTYPES * (size_t)s->S * s->M, 1); /* compute types */
     int *pos = pp_calloc((size_t)s->P, sizeof(int));
     int left = 0, rc = PP_OK;
     for (int r = 0; r < s->P; r++) left += s->len[r];
@@ -773,6 +649,7 @@ static int lower_at(Schedule *s, char *err, size_t errlen, FILE *grid, int *wher
     if (rc == PP_OK) {
         sched_init(&out, s->name, s->P, s->v, s->M, NULL, 0);
         sched_set_placement(&out, s->stage_rank, NULL, 0); /* s's own: valid */
+        memcpy(out.split, s->split, (size_t)s->S * s->M); /* before any I reaches out */
         out.forward_only = s->forward_only;
         rc = lower_into(s, &out, c.mark, err, errlen);
         if (rc == PP_OK) {
@@ -825,7 +702,7 @@ int sched_build_forward_only(Schedule *s, const Schedule *train, char *err, size
     }
     s->forward_only = 1;
     for (int r = 0; r < s->P; r++)
-        for (int k = 0; k < s->v * s->M; k++) emit_compute(s, r, ACT_F, k);
+        for (int k = 0; k < s->v * s->M; k++) sched_gen_forward(s, r, k);
     return finish_generated(s, err, errlen);
 }
 
@@ -858,6 +735,17 @@ int sched_peak_inflight(const Schedule *s, int stage) {
 }
 
 int sched_peak_inflight_rank(const Schedule *s, int rank) { return peak_replay(s, rank, -1); }
+
+int sched_peak_pending_w(const Schedule *s, int stage) {
+    int r = sched_stage_rank(s, stage), pending = 0, peak = 0;
+    for (int i = 0; i < s->len[r]; i++) {
+        Action a = s->acts[r][i];
+        if (a.stage != stage) continue;
+        if (a.type == ACT_I && ++pending > peak) peak = pending;
+        if (a.type == ACT_W && pending > 0) pending--;
+    }
+    return peak;
+}
 
 int sched_peak_recv(const Schedule *s, int stage) {
     int r = sched_stage_rank(s, stage), held = 0, peak = 0;
@@ -910,7 +798,7 @@ static int load_line(Schedule *s, char *text, int rank, const char *origin, int 
         Action a;
         if (sched_action_parse(tok, &a) != PP_OK)
             return pp_errf(err, errlen, PP_EUSAGE, "%s:%d: bad action '%s' (expected <stage><TYPE>"
-                           "<microbatch>, e.g. 1F0, 2B3, 0SEND_F1, 3RECV_B2)", origin, line, tok);
+                           "<microbatch>, e.g. 1F0, 2B3, 2I3, 2W3, 0SEND_F1, 3RECV_B2)", origin, line, tok);
         const char *why = placement_error(s, rank, a);
         if (why)
             return pp_errf(err, errlen, PP_EUSAGE, "%s:%d: action %s on rank %d: %s (P=%d, v=%d,"

@@ -32,8 +32,16 @@
  *   RECV_F(s,m)  receive stage s's input of m from stage s-1 (another rank).
  *   SEND_B(s,m)  send the gradient of stage s's input of m to stage s-1.
  *   RECV_B(s,m)  receive the gradient of stage s's output of m from stage s+1.
- *   I, W         reserved for zero-bubble schedules (input-grad / weight-grad halves
- *                of B); no generator emits them and the validator rejects them.
+ *   I(s,m)       the input-gradient half of B ([Note: zero-bubble schedules] in
+ *                sched_gen.c): the gradient of stage s's input only, with B's
+ *                dependencies; the previous stage waits for it. Text form "0I3" (torch
+ *                and the paper call it B; ours is the full backward).
+ *   W(s,m)       the weight-gradient half: the weight and bias gradients of stage s on
+ *                m; needs I(s,m), and SEND_B(s,m) when stage s-1 is on another rank
+ *                (W gives the activation slot back, and that send reads its gradient).
+ * A (stage, microbatch) has either one B or one I and one W: whichever the
+ * schedule's lists hold (Schedule.split), and a schedule may mix the two. Where the
+ * rules below say "the backward of (s,m)", they mean B(s,m) or, when split, I(s,m).
  * So SEND_F(s,m) on rank(s) pairs with RECV_F(s+1,m) on rank(s+1), and SEND_B(s,m)
  * on rank(s) pairs with RECV_B(s-1,m) on rank(s-1). sched_action_deps is this note
  * as a function, and the only place the rules are written: the lowering, the
@@ -60,8 +68,8 @@ typedef enum {
     ACT_RECV_F,
     ACT_SEND_B,
     ACT_RECV_B,
-    ACT_I, /* reserved: backward to the input only (zero-bubble) */
-    ACT_W, /* reserved: backward to the weights only (zero-bubble) */
+    ACT_I, /* backward to the stage input only (zero-bubble) */
+    ACT_W, /* backward to the weights only (zero-bubble) */
     ACT_NTYPES
 } ActType;
 
@@ -85,6 +93,8 @@ typedef struct {
     int *stage_rank;            /* [S] rank holding each stage ([Note: stages and placement]) */
     int *stage_chunk;           /* [S] index of the stage among its rank's stages, in
                                    increasing stage order */
+    uint8_t *split;             /* [S*M] 1 when (stage, mb)'s backward is split into I
+                                   and W: set by sched_append for any I or W */
     int *len;                   /* [P] actions in each rank's list */
     int *cap;                   /* [P] allocated entries */
     Action **acts;              /* [P][len[r]] */
@@ -119,6 +129,10 @@ int sched_rank_stage(const Schedule *s, int rank, int chunk);
  * entries of stage_rank. */
 void sched_place_looped(int P, int v, int *stage_rank);
 
+/* V placement, ZB-V's placement generator: stage s on rank s mod P when s / P is even,
+ * P-1 - s mod P when odd; for v = 2 rank r holds stages r and 2P-1-r (sched_gen.c). */
+void sched_place_v(int P, int v, int *stage_rank);
+
 /* Replace s's placement by stage_rank ([S], copied) and derive stage_chunk. Every
  * rank must hold exactly v stages. Call it before any action is appended. Returns
  * PP_OK, or PP_EUSAGE with a message and s unchanged. */
@@ -142,7 +156,7 @@ typedef struct SchedKindInfo {
 /* The kinds' names joined by '|', in table order: config's pipeline.schedule choices
  * (a static initializer cannot call sched_kinds()); test_sched checks it against the
  * table. */
-#define SCHED_KIND_CHOICES "gpipe|1f1b|interleaved-1f1b"
+#define SCHED_KIND_CHOICES "gpipe|1f1b|interleaved-1f1b|looped-bfs|zb-h1|zbv"
 
 /* Names of the kinds in table order, NULL-terminated. */
 const char *const *sched_kinds(void);
@@ -165,6 +179,8 @@ int sched_kind_check(const char *kind, int P, int v, int M, char *err, size_t er
  *  - training: B(s,m) frees stage s's slot when s = 0 or stage s-1 is on the same
  *    rank (B pushes the input gradient into stage s-1's slot, which then owns it);
  *    otherwise SEND_B(s,m) frees it once the gradient is posted;
+ *  - split backward: W(s,m) frees it (W reads the layer inputs the slot keeps, and
+ *    runs after the SEND_B of its gradient); I frees nothing;
  *  - forward only: F(S-1,m) frees its own slot; SEND_F(s,m) frees stage s's slot;
  *    F(s+1,m) frees stage s's slot when s is on the same rank (it copied the
  *    output), so F(S-1,m) with a local S-2 frees two.
@@ -176,10 +192,11 @@ int sched_kind_check(const char *kind, int P, int v, int M, char *err, size_t er
 /* The actions (on any rank) that must have completed before a can run
  * ([Note: action semantics]), written to deps; returns how many (0 for F(0,m)).
  * F(s,m): F(s-1,m) when stage s-1 is on the same rank, else RECV_F(s,m).
- * B(s,m): F(s,m), then B(s+1,m) when local, else RECV_B(s,m) (nothing for S-1).
- * SEND_F(s,m): F(s,m). SEND_B(s,m): B(s,m). RECV_F(s,m): SEND_F(s-1,m) (on the
- * other rank). RECV_B(s,m): SEND_B(s+1,m). The stage and microbatch of a must be in
- * range; the reserved I and W have no rule yet: returns -1. */
+ * B(s,m) and I(s,m): F(s,m), then the backward of (s+1,m) (B or I) when local, else
+ * RECV_B(s,m) (nothing for S-1). W(s,m): I(s,m), and SEND_B(s,m) when stage s-1 is
+ * remote. SEND_F(s,m): F(s,m). SEND_B(s,m): the backward of (s,m). RECV_F(s,m):
+ * SEND_F(s-1,m) (on the other rank). RECV_B(s,m): SEND_B(s+1,m). The stage and
+ * microbatch of a must be in range; returns -1 for an unknown type. */
 int sched_action_deps(const Schedule *s, Action a, Action deps[SCHED_MAX_DEPS]);
 
 /* How many activation slots action a, executed on its stage's rank, gives back
@@ -200,8 +217,8 @@ void sched_append(Schedule *s, int rank, Action a);
 /* Release the lists and zero the struct. Safe on a zeroed or already freed struct. */
 void sched_free(Schedule *s);
 
-/* Run generator `kind` alone: compute-only lists (F and B in each rank's order), on
- * the placement of the kind's row. On error returns PP_EUSAGE with a message saying
+/* Run generator `kind` alone: compute-only lists (F and B, or F, I and W, in each
+ * rank's order), on the placement of the kind's row. On error returns PP_EUSAGE with a message saying
  * which combination is impossible and why (sched_kind_check), and leaves s empty. */
 int sched_generate(Schedule *s, const char *kind, int P, int v, int M, char *err,
                    size_t errlen);
@@ -221,14 +238,16 @@ int sched_build(Schedule *s, const char *kind, int P, int v, int M, char *err,
 int sched_build_forward_only(Schedule *s, const Schedule *train, char *err, size_t errlen);
 
 /* Replace compute-only lists by lowered lists ([Note: FIFO send order]). Checks the
- * compute actions first (ranges, placement, each F and B exactly once). If no rank
+ * compute actions first (ranges, placement, each F once, B or I and W once). If no rank
  * can run its next action, returns PP_EUSAGE naming the stuck actions and prints the
  * grid with them marked to `grid` (may be NULL). s is unchanged on error. */
 int sched_lower(Schedule *s, char *err, size_t errlen, FILE *grid);
 
 /* Check a lowered schedule: every action in range and on the rank of its stage;
- * exactly one F and one B per (stage, microbatch) (no B if forward_only); each
- * action after its dependencies on its own rank (sched_action_deps); every SEND has
+ * exactly one F and either one B or one I and one W per (stage, microbatch) (no
+ * backward if forward_only); each
+ * action after its dependencies on its own rank (sched_action_deps), so every W after
+ * its I and every backward after its F; every SEND has
  * exactly one matching RECV and vice versa; per rank pair the receives come in the
  * order of the sends; and no rank waits forever, even when a RECV blocks. Returns
  * PP_OK, or PP_EUSAGE with a message naming the rank and step and the grid printed
@@ -268,6 +287,11 @@ int sched_peak_inflight(const Schedule *s, int stage);
 
 /* The same over all stages of rank r together (chunk activations held at once). */
 int sched_peak_inflight_rank(const Schedule *s, int rank);
+
+/* Most split backwards of stage `stage` pending at once (I(stage,m) run, W(stage,m)
+ * not yet), replaying its rank's list: how many sets of what W reads besides the
+ * activation slot (model.h's W state) the runtime allocates; 0 when nothing is split. */
+int sched_peak_pending_w(const Schedule *s, int stage);
 
 /* Most receive buffers stage `stage` needs at once: RECV_F(stage,m) posted, the F
  * that consumes it (the F whose dependency it is) not yet run. 0 when the stage's

@@ -22,16 +22,43 @@ static int usage(const char *why) {
     if (why) pp_error("%s", why);
     fprintf(stderr,
             "usage: pptrain schedule --config FILE [--set key=value ...] [--text | --json]\n"
-            "                        [--svg FILE] [--costs F,B[,X]]\n"
+            "                        [--svg FILE] [--costs F,B[,X] | --costs F=f,B=b,W=w[,X=x]]\n"
             "  --text          per-rank action lists, text timeline and summary (default)\n"
             "  --json          one JSON object for tools instead of the text\n"
             "  --svg FILE      also draw the timeline as an SVG picture\n"
-            "  --costs F,B,X   time of one forward, one backward and one transfer (1,2,0)\n");
+            "  --costs F,B,X   time of one forward, one backward and one transfer (1,2,0)\n"
+            "  --costs F=1,B=1,W=1,X=0\n"
+            "                  named: B is then the input-gradient half (I) and W the weight\n"
+            "                  half; a full backward costs B+W (zero-bubble schedules)\n");
     return PP_EUSAGE;
 }
 
-/* "F,B" or "F,B,X": F, B > 0 and X >= 0, all finite. */
+/* Named costs "F=1,B=1,W=1,X=0" in any order: F and B required (> 0), W and X >= 0
+ * optional (W absent: B stays the full backward, [Note: split costs] in sim.h). */
+static int parse_named_costs(const char *text, SimCosts *c) {
+    double v[4] = {-1, -1, -1, 0}; /* F, B, W, X */
+    int seen[4] = {0, 0, 0, 0};
+    const char *p = text, *keys = "FBWX";
+    for (;;) {
+        const char *k = strchr(keys, *p);
+        if (!*p || !k || p[1] != '=') return PP_EUSAGE;
+        int i = (int)(k - keys);
+        char *end;
+        errno = 0;
+        v[i] = strtod(p + 2, &end);
+        if (end == p + 2 || errno || !isfinite(v[i]) || v[i] < 0 || seen[i]++) return PP_EUSAGE;
+        p = end;
+        if (!*p) break;
+        if (*p++ != ',') return PP_EUSAGE;
+    }
+    if (!seen[0] || !seen[1] || v[0] <= 0 || v[1] <= 0) return PP_EUSAGE;
+    c->F = v[0], c->B = v[1], c->W = seen[2] ? v[2] : -1, c->X = v[3];
+    return PP_OK;
+}
+
+/* "F,B" or "F,B,X": F, B > 0 and X >= 0, all finite; or the named form. */
 static int parse_costs(const char *text, SimCosts *c) {
+    if (strchr(text, '=')) return parse_named_costs(text, c);
     double v[3] = {0, 0, 0};
     const char *p = text;
     int n = 0;
@@ -63,7 +90,8 @@ static int parse_opts(int argc, char **argv, SchedCmdOpts *o) {
             o->svg = argv[++i];
         } else if (!strcmp(a, "--costs") && has_value) {
             if (parse_costs(argv[++i], &o->costs) != PP_OK)
-                return usage("--costs wants F,B or F,B,X: forward and backward > 0, transfer >= 0");
+                return usage("--costs wants F,B or F,B,X (forward and backward > 0, transfer >= 0), or"
+                             " named F=1,B=1,W=1,X=0 (F and B required)");
         } else if ((!strcmp(a, "--config") || !strcmp(a, "--set")) && has_value) {
             i++; /* applied by main */
         } else if (!strncmp(a, "--config=", 9) || !strncmp(a, "--set=", 6)) {

@@ -11,7 +11,8 @@
  *   --text            per-rank lowered lists, text timeline and summary (default)
  *   --json            only one JSON object on stdout (see sched_show_json)
  *   --svg FILE        also draw the timeline as SVG into FILE
- *   --costs F,B[,X]   per-action forward, backward and transfer time (1,2,0)
+ *   --costs F,B[,X]   per-action forward, backward and transfer time (1,2,0); or named
+ *                     F=f,B=b,W=w[,X=x]: B the input-gradient half, W the weight half
  * --config/--set (and their values) are skipped: main has applied them.
  * Returns an exit code: 0 done; 1 simulation or I/O failure; 2 bad usage (with a
  * usage message on stderr) or an impossible schedule/config combination. */

@@ -9,7 +9,14 @@
 #define TIMELINE_MAX_COLS 1000 /* coarser time units beyond this */
 #define TEXT_WIDTH 120         /* wrap the text timeline at about this many columns */
 
-static int is_compute(int type) { return type == ACT_F || type == ACT_B; }
+static int is_compute(int t) { return t == ACT_F || t == ACT_B || t == ACT_I || t == ACT_W; }
+
+/* The costs line of the summary and the SVG: "F=1 B=2 transfer=0", or with W costs
+ * ([Note: split costs] in sim.h) "F=1 B(input)=1 W=1 transfer=0". */
+static void costs_text(const SimCosts *c, FILE *f) {
+    if (sim_costs_split(c)) fprintf(f, "F=%g B(input)=%g W=%g transfer=%g", c->F, c->B, c->W, c->X);
+    else fprintf(f, "F=%g B=%g transfer=%g", c->F, c->B, c->X);
+}
 
 /* Timeline label of a compute action: "F3" when the rank holds one stage, else the
  * stage too ("5F3"), as in the action text form. */
@@ -145,7 +152,7 @@ void sched_print_grid(const Schedule *s, const int *mark, FILE *f) {
 /* ================================================================== summary === */
 
 static int uniform_costs(const SimCosts *c) {
-    return !c->F_stage && !c->B_stage && !c->action_cost;
+    return !c->F_stage && !c->B_stage && !c->W_stage && !c->action_cost;
 }
 
 void sched_show_summary(const Schedule *s, const SimResult *res, const SimCosts *c,
@@ -155,7 +162,7 @@ void sched_show_summary(const Schedule *s, const SimResult *res, const SimCosts 
     fprintf(f, "schedule %s: P=%d ranks, v=%d chunk%s per rank (S=%d stages), M=%d microbatches\n",
             s->name, s->P, s->v, s->v == 1 ? "" : "s", s->S, s->M);
     if (uniform_costs(c))
-        fprintf(f, "costs: F=%g B=%g transfer=%g (time units per action)\n", c->F, c->B, c->X);
+        fprintf(f, "costs: "), costs_text(c, f), fprintf(f, " (time units per action)\n");
     else
         fprintf(f, "costs: per stage or per action, as given\n");
     fprintf(f, "makespan %g, bubble fraction %.4f", res->makespan, res->bubble);
@@ -211,7 +218,8 @@ void sched_show_json(const Schedule *s, const SimResult *res, const SimCosts *c,
     fprintf(f, ",\n  \"ranks\": %d,\n  \"virtual_stages\": %d,\n  \"stages\": %d,\n"
             "  \"microbatches\": %d,\n", s->P, s->v, s->S, s->M);
     if (uniform_costs(c))
-        fprintf(f, "  \"costs\": {\"F\": %.10g, \"B\": %.10g, \"X\": %.10g},\n", c->F, c->B, c->X);
+        fprintf(f, "  \"costs\": {\"F\": %.10g, \"B\": %.10g, \"W\": %.10g, \"X\": %.10g},\n", c->F,
+                c->B, sim_costs_split(c) ? c->W : 0.0, c->X);
     else
         fprintf(f, "  \"costs\": null,\n");
     fprintf(f, "  \"makespan\": %.10g,\n  \"bubble_fraction\": %.10g,\n", res->makespan,
@@ -287,7 +295,7 @@ static void svg_header(const Schedule *s, const SimResult *res, const SimCosts *
     fprintf(f, "<text x=\"%.0f\" y=\"50\" font-size=\"13\" fill=\"#444\">makespan %g, bubble %.1f%%",
             SVG_LEFT, res->makespan, 100 * res->bubble);
     if (closed >= 0) fprintf(f, " (closed form %s = %.1f%%)", formula, 100 * closed);
-    if (uniform_costs(c)) fprintf(f, "; costs F=%g, B=%g, transfer=%g", c->F, c->B, c->X);
+    if (uniform_costs(c)) fprintf(f, "; costs "), costs_text(c, f);
     fprintf(f, "</text>\n");
 }
 
@@ -320,17 +328,18 @@ static void svg_actions(const Schedule *s, const SimResult *res, double px, FILE
         for (int i = 0; i < s->len[r]; i++) {
             Action a = s->acts[r][i];
             if (!is_compute(a.type)) continue;
-            int dark = a.type == ACT_B;
+            int dark = a.type == ACT_B || a.type == ACT_I; /* W: dark and dashed */
             char fill[8], label[SCHED_ACTION_TEXT_MAX];
             double x = SVG_LEFT + res->start[r][i] * px, w = (res->end[r][i] - res->start[r][i]) * px;
             double y = SVG_TOP + r * (SVG_LANE + SVG_GAP);
-            mb_colour(a.mb, dark, fill);
+            mb_colour(a.mb, dark || a.type == ACT_W, fill);
             fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" "
-                    "stroke=\"#222\" stroke-width=\"%s\"><title>", x, y, w, SVG_LANE, fill,
-                    dark ? "1.2" : "0.6");
+                    "stroke=\"#222\" stroke-width=\"%s\"%s%s><title>", x, y, w, SVG_LANE, fill,
+                    dark ? "1.2" : "0.6", a.type == ACT_W ? " stroke-dasharray=\"3 2\"" : "",
+                    a.type == ACT_W ? " fill-opacity=\"0.55\"" : "");
             sched_action_format(a, label, sizeof label);
             fprintf(f, "%s: %g to %g</title></rect>\n", label, res->start[r][i], res->end[r][i]);
-            const char *ink = dark ? "white" : "#111";
+            const char *ink = dark ? "white" : "#111"; /* W's half-opaque fill takes dark ink */
             int n = snprintf(label, sizeof label, "%s%d", sched_type_name(a.type), (int)a.mb);
             if (w < 7.5 * n + 4) { /* too narrow for "F3": the microbatch alone, if it fits */
                 n = snprintf(label, sizeof label, "%d", (int)a.mb);
@@ -358,13 +367,16 @@ static double svg_legend(const Schedule *s, double y, FILE *f) {
             "stroke-width=\"0.6\"/><text x=\"%.0f\" y=\"%.1f\">forward F (light)</text>\n",
             SVG_LEFT, y, light, SVG_LEFT + 28, y + 11);
     fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"22\" height=\"14\" fill=\"%s\" stroke=\"#222\" "
-            "stroke-width=\"1.2\"/><text x=\"%.0f\" y=\"%.1f\">backward B (dark)</text>\n",
-            SVG_LEFT + 170, y, dark, SVG_LEFT + 198, y + 11);
+            "stroke-width=\"1.2\"/><text x=\"%.0f\" y=\"%.1f\">backward B, input-grad I (dark)"
+            "</text>\n", SVG_LEFT + 170, y, dark, SVG_LEFT + 198, y + 11);
+    fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"22\" height=\"14\" fill=\"%s\" fill-opacity=\"0.55\" "
+            "stroke=\"#222\" stroke-dasharray=\"3 2\"/><text x=\"%.0f\" y=\"%.1f\">weight-grad W (dashed)"
+            "</text>\n", SVG_LEFT + 420, y, dark, SVG_LEFT + 448, y + 11);
     fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"22\" height=\"14\" fill=\"url(#idle)\"/>"
-            "<text x=\"%.0f\" y=\"%.1f\">idle (bubble)</text>\n", SVG_LEFT + 350, y, SVG_LEFT + 378,
+            "<text x=\"%.0f\" y=\"%.1f\">idle (bubble)</text>\n", SVG_LEFT + 640, y, SVG_LEFT + 668,
             y + 11);
     if (s->v > 1)
-        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\">sN = stage N</text>\n", SVG_LEFT + 500, y + 11);
+        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\">sN = stage N</text>\n", SVG_LEFT + 780, y + 11);
     y += 28;
     fprintf(f, "<text x=\"%.0f\" y=\"%.1f\">microbatch:</text>\n", SVG_LEFT, y + 11);
     for (int m = 0; m < s->M; m++) {
@@ -387,7 +399,7 @@ void sched_show_svg(const Schedule *s, const SimResult *res, const SimCosts *c, 
     double legend_w = SVG_LEFT + 80 + (s->M < 16 ? s->M : 16) * 52;
     double width = SVG_LEFT + span * px + 40;
     if (width < legend_w + 20) width = legend_w + 20;
-    if (width < SVG_LEFT + 660) width = SVG_LEFT + 660;
+    if (width < SVG_LEFT + 880) width = SVG_LEFT + 880; /* the legend's first line */
     double height = legend_y + 28 + ((s->M + 15) / 16) * 22 + 16;
     svg_header(s, res, c, width, height, f);
     svg_lanes(s, res, px, f);

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NTYPES (ACT_RECV_B + 1) /* the types the simulator runs */
+#define NTYPES ACT_NTYPES /* the types the simulator runs */
 
 /* Replay state; times are -1 until known. */
 typedef struct {
@@ -19,14 +19,28 @@ typedef struct {
 
 void sim_costs_default(SimCosts *c) {
     memset(c, 0, sizeof *c);
-    c->F = 1, c->B = 2, c->X = 0;
+    c->F = 1, c->B = 2, c->X = 0, c->W = -1;
 }
 
+int sim_costs_split(const SimCosts *c) { return c->W_stage != NULL || c->W >= 0; }
+
+static int is_compute(int t) { return t == ACT_F || t == ACT_B || t == ACT_I || t == ACT_W; }
+
+/* [Note: split costs] in sim.h. */
 static double action_cost(const SimCosts *c, int rank, Action a) {
     if (c->action_cost) return c->action_cost(c->ctx, rank, a);
-    if (a.type == ACT_F) return c->F_stage ? c->F_stage[a.stage] : c->F;
-    if (a.type == ACT_B) return c->B_stage ? c->B_stage[a.stage] : c->B;
-    return a.type == ACT_SEND_F || a.type == ACT_SEND_B ? c->X : 0;
+    double b = c->B_stage ? c->B_stage[a.stage] : c->B;
+    double w = c->W_stage ? c->W_stage[a.stage] : c->W;
+    int split = sim_costs_split(c);
+    switch (a.type) {
+    case ACT_F: return c->F_stage ? c->F_stage[a.stage] : c->F;
+    case ACT_B: return split ? b + w : b;
+    case ACT_I: return split ? b : b / 2;
+    case ACT_W: return split ? w : b / 2;
+    case ACT_SEND_F:
+    case ACT_SEND_B: return c->X;
+    default: return 0;
+    }
 }
 
 static double *times(size_t n) {
@@ -79,7 +93,7 @@ static int sim_advance(Sim *sim, int r) {
             double ready = ready_at(sim, a);
             if (ready < 0) break;
             if (ready > t) t = ready;
-            if (a.type == ACT_F || a.type == ACT_B) { /* sends cost the sender nothing */
+            if (is_compute(a.type)) { /* sends cost the sender nothing */
                 sim->clock[r] = t + cost;
                 sim->res->busy[r] += cost;
             }
@@ -114,9 +128,9 @@ static int sim_check_input(const Schedule *s, char *err, size_t errlen) {
     for (int r = 0; r < s->P; r++)
         for (int i = 0; i < s->len[r]; i++) {
             Action a = s->acts[r][i];
-            if (a.type > ACT_RECV_B || a.stage < 0 || a.stage >= s->S || a.mb < 0 || a.mb >= s->M)
+            if (a.type >= ACT_NTYPES || a.stage < 0 || a.stage >= s->S || a.mb < 0 || a.mb >= s->M)
                 return pp_errf(err, errlen, PP_EUSAGE, "rank %d step %d: action out of range"
-                               " or of a reserved type", r, i);
+                               " or of an unknown type", r, i);
         }
     return PP_OK;
 }

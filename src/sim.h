@@ -12,12 +12,18 @@
  * transfers cost the sender nothing (sends are posted, [Note: action semantics]):
  * a message sent at time t arrives at t + X, and the compute that consumes it waits
  * for it. Precedence for a compute action's duration: action_cost (if set), then
- * F_stage/B_stage (if set), then F/B. For a SEND, action_cost (if set) gives the
- * transfer time, else X. */
+ * F_stage/B_stage/W_stage (if set), then F/B/W. For a SEND, action_cost (if set)
+ * gives the transfer time, else X.
+ * [Note: split costs] Two readings of B. Without W costs (W < 0 and no W_stage: the
+ * default, and --costs F,B,X) B is the full backward, and a split backward's I and W
+ * cost B/2 each. With W costs (--costs F=1,B=1,W=1) B is the input-gradient half:
+ * I costs B, W costs W, and a full backward B + W. */
 typedef struct {
     double F, B, X;         /* defaults 1, 2, 0 */
+    double W;               /* weight-gradient half, or < 0 (default -1): see above */
     const double *F_stage;  /* [S] forward cost of each stage, or NULL */
     const double *B_stage;  /* [S] backward cost of each stage, or NULL */
+    const double *W_stage;  /* [S] weight-gradient cost of each stage, or NULL */
     double (*action_cost)(void *ctx, int rank, Action a); /* or NULL, e.g. measured */
     void *ctx;
 } SimCosts;
@@ -25,7 +31,7 @@ typedef struct {
 typedef struct {
     int P, S;
     double makespan;        /* end of the last action on any rank */
-    double *busy;           /* [P] time spent in F/B */
+    double *busy;           /* [P] time spent in F/B/I/W */
     double *idle;           /* [P] makespan - busy */
     double bubble;          /* sum(idle) / (P * makespan) */
     int *stage_peak;        /* [S] sched_peak_inflight of each stage */
@@ -33,7 +39,7 @@ typedef struct {
     double **start, **end;  /* [P][len[r]] when each action ran (transfers: end=start) */
 } SimResult;
 
-/* F=1, B=2, X=0, no per-stage costs, no callback. */
+/* F=1, B=2, X=0, W=-1 (B is the full backward), no per-stage costs, no callback. */
 void sim_costs_default(SimCosts *c);
 
 /* Replay lowered schedule s with costs c (NULL: defaults) into res (owned by the
@@ -45,9 +51,13 @@ void sim_costs_default(SimCosts *c);
  * once and its consumer waits for the SEND's message), so dependencies that cannot be
  * met show up as a deadlock; it does not check placement, duplicates or missing
  * actions: simulate schedules that passed sched_validate. */
+
 int sim_run(const Schedule *s, const SimCosts *c, SimResult *res, char *err, size_t errlen,
             FILE *grid);
 
 void sim_result_free(SimResult *res);
+
+/* 1 if c gives W costs ([Note: split costs]). */
+int sim_costs_split(const SimCosts *c);
 
 #endif

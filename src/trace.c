@@ -50,9 +50,10 @@ void trace_add(Trace *t, const char *name, const char *cat, double t0, double t1
 
 void trace_flush(Trace *t) {
     if (!t || !t->n) return;
-    FILE *f = fopen(t->path, "a");
+    char err[PP_ERR_MAX];
+    FILE *f = pp_fopen_regular(t->path, "a", "the trace part of this rank", err, sizeof err);
     if (!f) {
-        pp_error("cannot write the trace part %s: %m", t->path);
+        pp_error("%s", err);
         return;
     }
     for (int i = 0; i < t->n; i++) {
@@ -83,8 +84,14 @@ int trace_merge(const char *dir, int world) {
                 r ? ",\n" : "", r, r);
     for (int r = 0; r < world; r++) {
         snprintf(path, sizeof path, "%s/trace.rank%d.part", dir, r);
-        FILE *in = fopen(path, "r");
-        if (!in) continue; /* a rank with no events */
+        struct stat st;
+        int fd = pp_open_regular(path, &st);
+        FILE *in = fd >= 0 ? fdopen(fd, "r") : NULL;
+        if (!in) { /* a rank with no events (or a part that is not a file: skipped) */
+            if (fd >= 0) close(fd);
+            if (fd == -2) pp_error("%s is %s, not a trace part: skipped", path, pp_file_kind(st.st_mode));
+            continue;
+        }
         while (fgets(line, sizeof line, in)) {
             line[strcspn(line, "\n")] = 0;
             if (line[0]) fprintf(out, ",\n%s", line);

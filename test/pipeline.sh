@@ -76,8 +76,30 @@ for P in 2 4; do
       same "gpipe-P$P-M$M" "1f1b-P$P-M$M" && close "1f1b-P$P-M$M" ref8
     run "inter-P$P-M$M" "$cfg" "$P" $m --set pipeline.schedule=interleaved-1f1b \
       --set pipeline.virtual_stages=2 && close "inter-P$P-M$M" ref8
+    [ "$M" -ge 4 ] || continue
+    # zero-bubble (docs/schedules.md): zb-h1 splits every backward into I and W but adds
+    # the weight gradients in 1F1B's order, so it equals 1f1b bitwise; zbv (2 chunks per
+    # rank in a V) and looped-bfs split the model differently: compared with 1 process
+    run "zbh1-P$P-M$M" "$cfg" "$P" $m --set pipeline.schedule=zb-h1 &&
+      same "1f1b-P$P-M$M" "zbh1-P$P-M$M" && close "zbh1-P$P-M$M" ref8
+    run "zbv-P$P-M$M" "$cfg" "$P" $m --set pipeline.schedule=zbv --set pipeline.virtual_stages=2 &&
+      close "zbv-P$P-M$M" ref8
+    run "bfs-P$P-M$M" "$cfg" "$P" $m --set pipeline.schedule=looped-bfs --set pipeline.virtual_stages=2 &&
+      close "bfs-P$P-M$M" ref8
   done
 done
+grep -q 'split backward: W state' "$tmp/zbv-P4-M8.out" && ok "zbv's build report names its W state" ||
+  bad "no W state line in the zbv build report: $(grep -m2 stages "$tmp/zbv-P4-M8.out")"
+# Without clipping (whose global norm each rank sums over its own tensors first) a
+# different split is the same math too: zbv on 2 ranks x 2 chunks equals 1 process bitwise.
+run ref8-noclip "$cfg" 1 --set pipeline.microbatches=4 --set train.grad_clip=0 &&
+  run zbv-noclip "$cfg" 2 --set pipeline.microbatches=4 --set train.grad_clip=0 --set pipeline.schedule=zbv \
+    --set pipeline.virtual_stages=2 && same ref8-noclip zbv-noclip
+# A schedule file may use I and W (compute only, lowered by pptrain): a zb-h1-like plan
+# by hand trains what 1f1b trains, bitwise.
+printf '# split backward by hand\nrank 0: 0F0 0F1 0I0 0W0 0I1 0W1\nrank 1: 1F0 1I0 1F1 1I1 1W0 1W1\n' >"$tmp/iw.txt"
+run iw-file "$cfg" 2 --set pipeline.microbatches=2 --set pipeline.schedule_file="$tmp/iw.txt" &&
+  same "1f1b-P2-M2" iw-file
 # The same 4-stage split on 2 ranks x 2 chunks (interleaved) and on 4 ranks (1f1b):
 # the same math, bitwise (without clipping, whose norm is summed in another grouping).
 run inter-split "$cfg" 2 --set pipeline.schedule=interleaved-1f1b --set pipeline.virtual_stages=2 \

@@ -50,6 +50,30 @@ printf '# gpipe by hand\nrank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1F1 1B0 1B1\n' >"$
 has "$tmp/out.txt" "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1"
 has "$tmp/out.txt" "makespan 6"
 
+# Zero-bubble schedules with named unit costs (F = I = W = 1) at P=4, M=8: the bubble
+# falls from 1f1b's 9/33 to zb-h1's 3/27 and zbv's 3/51 (docs/schedules.md).
+zb=(--config "$CONFIG" --set model.n_layers=8 --set pipeline.stages=4 --set pipeline.microbatches=8)
+"$PPTRAIN" schedule "${zb[@]}" --costs F=1,B=1,W=1,X=0 >"$tmp/out.txt"
+has "$tmp/out.txt" "costs: F=1 B(input)=1 W=1 transfer=0"
+has "$tmp/out.txt" "makespan 33, bubble fraction 0.2727"
+"$PPTRAIN" schedule "${zb[@]}" --set pipeline.schedule=zb-h1 --costs F=1,B=1,W=1,X=0 >"$tmp/out.txt"
+has "$tmp/out.txt" "makespan 27, bubble fraction 0.1111"
+has "$tmp/out.txt" "rank 0  F0 F1 F2 F3 .  .  .  I0 W0 F4 I1 W1"
+"$PPTRAIN" schedule "${zb[@]}" --set pipeline.schedule=zbv --set pipeline.virtual_stages=2 \
+    --costs W=1,X=0,F=1,B=1 --svg "$tmp/zbv.svg" >"$tmp/out.txt"
+has "$tmp/out.txt" "makespan 51, bubble fraction 0.0588"
+has "$tmp/out.txt" "rank 0: 0F0 0SEND_F0"
+has "$tmp/zbv.svg" "stroke-dasharray"  # W drawn dashed
+if command -v rsvg-convert >/dev/null; then
+    rsvg-convert "$tmp/zbv.svg" -o "$tmp/zbv.png" || fail "the zbv SVG does not render"
+else
+    skipped "rendering the zbv SVG (rsvg-convert not found)"
+fi
+rc=0
+"$PPTRAIN" schedule "${zb[@]}" --costs F=1,W=1 >"$tmp/out.txt" 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "named costs without B exited $rc, want 2"
+has "$tmp/out.txt" "--costs wants"
+
 # Errors: bad plans name the file and line and show the grid; bad usage exits 2.
 printf 'rank 0: 0F0 0B0 0F1 0B1\nrank 1: 1F1 1B1 1F0 1B0\n' >"$tmp/bad.txt"  # a wait cycle
 rc=0

@@ -104,7 +104,7 @@ START_TEST(test_defaults) {
     ck_assert_int_eq(c.compression_level, 6);
     ck_assert_int_eq(c.trace, 0);
     ck_assert_str_eq(c.device, "auto");
-    ck_assert_str_eq(c.precision, "fp32");
+    ck_assert_str_eq(c.precision, "auto");
     ck_assert_str_eq(c.transport, "auto");
     ck_assert_int_eq(c.threads, 0);
     ck_assert_int_eq(c.timeout_s, 300);
@@ -323,7 +323,7 @@ static const FileError k_file_errors[] = {
     {"train:\n  optimizer:\n    lr: 1e39\n", ":9:9: ", "train.optimizer.lr: ", "got '1e39'"},
     {"train:\n  optimizer:\n    lr: .inf\n", ":9:9: ", "train.optimizer.lr: ", "got '.inf'"},
     {"pipeline:\n  schedule: zigzag\n", ":8:13: ", "pipeline.schedule: ",
-     "expected one of gpipe, 1f1b, interleaved-1f1b, got 'zigzag'"},
+     "expected one of gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zbv, got 'zigzag'"},
     {"data:\n  train: null\n", ":8:10: ", "data.train: ", "expected a non-empty path"},
     {"train:\n  steps: {a: 1}\n", ":8:10: ", "train.steps: ", "got a mapping"},
     {"train:\n  steps: [1]\n", ":8:10: ", "train.steps: ", "got a list"},

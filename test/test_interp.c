@@ -253,6 +253,16 @@ START_TEST(test_1f1b_untied) { sweep("1f1b", 1, 1, 3, 0); }
 END_TEST
 START_TEST(test_interleaved) { sweep("interleaved-1f1b", 2, 2, 6, 1); }
 END_TEST
+/* zero-bubble: the split backward adds weight gradients in microbatch order, as 1F1B's
+ * fused one does, so these too equal the one-rank run bitwise */
+START_TEST(test_zb_h1) { sweep("zb-h1", 1, 1, 6, 1); }
+END_TEST
+START_TEST(test_zb_h1_untied) { sweep("zb-h1", 1, 1, 3, 0); }
+END_TEST
+START_TEST(test_zbv) { sweep("zbv", 2, 2, 6, 1); }
+END_TEST
+START_TEST(test_looped_bfs) { sweep("looped-bfs", 1, 2, 4, 1); }
+END_TEST
 
 int main(void) {
     backend_cpu_set_threads(1);
@@ -263,6 +273,10 @@ int main(void) {
     tcase_add_test(tc, test_1f1b);
     tcase_add_test(tc, test_1f1b_untied);
     tcase_add_test(tc, test_interleaved);
+    tcase_add_test(tc, test_zb_h1);
+    tcase_add_test(tc, test_zb_h1_untied);
+    tcase_add_test(tc, test_zbv);
+    tcase_add_test(tc, test_looped_bfs);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -478,6 +478,109 @@ START_TEST(test_stage_split_exact) {
 }
 END_TEST
 
+/* ---- split backward ([Note: split backward] in backend.h) ---- */
+
+/* n floats of a and b have the same bits; returns how many differ (0 expected). */
+static size_t bits_differ(const float *a, const float *b, size_t n) {
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) wrong += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return wrong;
+}
+
+static float *copy_of(const float *x, size_t n) {
+    float *y = talloc(n * 4);
+    memcpy(y, x, n * 4);
+    return y;
+}
+
+/* Per op: the input half (weight outputs NULL) then the weight half (input output
+ * NULL) leave exactly the bits of the fused call, for matmul and LayerNorm, at odd
+ * shapes, with weight gradients and LayerNorm's input gradient starting non-zero
+ * (they accumulate). */
+START_TEST(test_split_backward_ops) {
+    const Backend *be = backend_cpu();
+    int N = 13, C = 21, OC = 11;
+    float *dout = rand_buf((size_t)N * OC, 1), *x = rand_buf((size_t)N * C, 1), *w = rand_buf((size_t)OC * C, 1);
+    float *dw0 = rand_buf((size_t)OC * C, 1), *db0 = rand_buf(OC, 1);
+    float *dx_f = talloc((size_t)N * C * 4), *dw_f = copy_of(dw0, (size_t)OC * C), *db_f = copy_of(db0, OC);
+    float *dx_s = talloc((size_t)N * C * 4), *dw_s = copy_of(dw0, (size_t)OC * C), *db_s = copy_of(db0, OC);
+    be->matmul_backward(be, dx_f, dw_f, db_f, dout, x, w, N, C, OC);
+    be->matmul_backward(be, dx_s, NULL, NULL, dout, x, w, N, C, OC);
+    ck_assert(bits_differ(dw_s, dw0, (size_t)OC * C) == 0 && bits_differ(db_s, db0, OC) == 0); /* untouched */
+    be->matmul_backward(be, NULL, dw_s, db_s, dout, x, w, N, C, OC);
+    ck_assert_uint_eq(bits_differ(dx_f, dx_s, (size_t)N * C), 0);
+    ck_assert_uint_eq(bits_differ(dw_f, dw_s, (size_t)OC * C), 0);
+    ck_assert_uint_eq(bits_differ(db_f, db_s, OC), 0);
+    ck_assert_uint_gt(bits_differ(dw_f, dw0, (size_t)OC * C), 0); /* it did add something */
+    /* LayerNorm: dinp accumulates too */
+    float *lx = rand_buf((size_t)N * C, 2), *lw = rand_buf(C, 1), *lb = rand_buf(C, 1), *ld = rand_buf((size_t)N * C, 1);
+    float *out = talloc((size_t)N * C * 4), *mean = talloc(N * 4), *rstd = talloc(N * 4);
+    float *scratch = talloc(be->scratch_floats(be, N, 1, C) * 4);
+    be->layernorm_forward(be, out, mean, rstd, lx, lw, lb, N, C);
+    float *dx0 = rand_buf((size_t)N * C, 1), *gw0 = rand_buf(C, 1), *gb0 = rand_buf(C, 1);
+    float *ldx_f = copy_of(dx0, (size_t)N * C), *lgw_f = copy_of(gw0, C), *lgb_f = copy_of(gb0, C);
+    float *ldx_s = copy_of(dx0, (size_t)N * C), *lgw_s = copy_of(gw0, C), *lgb_s = copy_of(gb0, C);
+    be->layernorm_backward(be, ldx_f, lgw_f, lgb_f, ld, lx, mean, rstd, lw, N, C, scratch);
+    be->layernorm_backward(be, ldx_s, NULL, NULL, ld, lx, mean, rstd, lw, N, C, scratch);
+    ck_assert(bits_differ(lgw_s, gw0, C) == 0 && bits_differ(lgb_s, gb0, C) == 0);
+    be->layernorm_backward(be, NULL, lgw_s, lgb_s, ld, lx, mean, rstd, lw, N, C, scratch);
+    ck_assert_uint_eq(bits_differ(ldx_f, ldx_s, (size_t)N * C), 0);
+    ck_assert_uint_eq(bits_differ(lgw_f, lgw_s, C), 0);
+    ck_assert_uint_eq(bits_differ(lgb_f, lgb_s, C), 0);
+    ck_assert_uint_gt(bits_differ(ldx_f, dx0, (size_t)N * C), 0);
+    tfree_all();
+}
+END_TEST
+
+/* Per chunk: for a whole model (embeddings, layers, head), a first, a middle and a
+ * last chunk, the input half then the weight half give model_backward's d(input)
+ * and every gradient bitwise, over two microbatches whose Ws run after both Is (two
+ * W state sets, as a zero-bubble schedule holds them). */
+START_TEST(test_split_backward_chunk) {
+    int B = 2, T = 5, N = B * T, C = tiny.C;
+    ChunkSpec specs[] = {{0, 0, 4, 1, 1, 2, 0}, {0, 0, 2, 1, 0, 2, 0}, {1, 1, 3, 0, 0, 2, 0}, {2, 2, 4, 0, 1, 2, 0}};
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        Model f, sp;
+        setup_model(&f, &specs[k], 1, B, T, 21);
+        setup_model(&sp, &specs[k], 1, B, T, 21);
+        model_init_wstate(&sp, 0, 2);
+        ck_assert_uint_gt(sp.wstate_bytes, 0);
+        ck_assert_uint_eq(f.wstate_bytes, 0);
+        Model *ms[2] = {&f, &sp};
+        float *in[2], *dout[2];
+        for (int s = 0; s < 2; s++) in[s] = rand_buf((size_t)N * C, 1), dout[s] = rand_buf((size_t)N * C, 1);
+        for (int i = 0; i < 2; i++) {
+            model_zero_grads(ms[i]);
+            for (int s = 0; s < 2; s++) { /* both microbatches forward, as slots 0 and 1 */
+                fill_tokens(ms[i], 0, s, B, T);
+                memcpy(ms[i]->chunks[0].slots[s].input, in[s], (size_t)N * C * 4);
+                fwd(ms[i], 0, s, 1.0f / N, 1);
+                memcpy(ms[i]->chunks[0].slots[s].grad, dout[s], (size_t)N * C * 4);
+            }
+        }
+        model_backward(&f, 0, 0);
+        model_backward(&f, 0, 1);
+        model_backward_input(&sp, 0, 0, 1); /* W state sets in either order */
+        model_backward_input(&sp, 0, 1, 0);
+        for (int s = 0; s < 2; s++)
+            ck_assert_msg(bits_differ(f.chunks[0].slots[s].grad, sp.chunks[0].slots[s].grad, (size_t)N * C) == 0,
+                          "chunk %zu microbatch %d: d(input) of the input half differs", k, s);
+        for (size_t j = 0; j < sp.nparams; j++) ck_assert(sp.grads[j] == 0.0f || specs[k].last); /* no W yet */
+        model_backward_weight(&sp, 0, 0, 1);
+        model_backward_weight(&sp, 0, 1, 0);
+        model_fold_tied_grad(&f), model_fold_tied_grad(&sp);
+        ck_assert_uint_eq(f.nparams, sp.nparams);
+        ck_assert_msg(bits_differ(f.grads, sp.grads, f.nparams) == 0, "chunk %zu: %zu of %zu gradients differ", k,
+                      bits_differ(f.grads, sp.grads, f.nparams), f.nparams);
+        size_t nonzero = 0;
+        for (size_t j = 0; j < f.nparams; j++) nonzero += f.grads[j] != 0.0f;
+        ck_assert_uint_gt(nonzero, f.nparams / 2); /* the comparison saw real gradients */
+        model_free(&f), model_free(&sp);
+    }
+    tfree_all();
+}
+END_TEST
+
 /* Weights do not depend on the split: each tensor has its own random stream. */
 START_TEST(test_init_split_independent) {
     ChunkSpec whole = {0, 0, 4, 1, 1, 1, 0}, s1 = {1, 2, 4, 0, 1, 1, 0};
@@ -547,6 +650,7 @@ int main(void) {
     tcase_add_test(ops, test_gelu_grad);
     tcase_add_test(ops, test_encoder);
     tcase_add_test(ops, test_crossentropy_grad);
+    tcase_add_test(ops, test_split_backward_ops);
     suite_add_tcase(s, ops);
     TCase *model = tcase_create("model");
     tcase_set_timeout(model, 60);
@@ -557,6 +661,7 @@ int main(void) {
     tcase_add_test(model, test_stage_split_exact);
     tcase_add_test(model, test_init_split_independent);
     tcase_add_test(model, test_llmc_roundtrip);
+    tcase_add_test(model, test_split_backward_chunk);
     suite_add_tcase(s, model);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -176,6 +176,8 @@ static void empty_schedule(Schedule *s, int P, int v, int M, const int *stage_ra
     s->forward_only = forward_only;
 }
 
+static void append_text(Schedule *s, int r, const char *text);
+
 /* sched_action_deps of the action `text`, as text ("1F0 1RECV_B0"). */
 static void expect_deps(const Schedule *s, const char *text, const char *want) {
     Action a, deps[SCHED_MAX_DEPS];
@@ -207,8 +209,28 @@ START_TEST(test_action_deps) {
     expect_deps(&s, "2SEND_B1", "2B1");
     expect_deps(&s, "2RECV_F0", "1SEND_F0"); /* on the other rank */
     expect_deps(&s, "0RECV_B1", "1SEND_B1");
-    ck_assert_int_eq(sched_action_parse("1I0", &a), PP_OK);
-    ck_assert_int_eq(sched_action_deps(&s, a, deps), -1); /* reserved: no rule yet */
+    a = mk(ACT_NTYPES, 1, 0);
+    ck_assert_int_eq(sched_action_deps(&s, a, deps), -1); /* no such type */
+    sched_free(&s);
+    /* split backwards (an appended I or W marks its stage and microbatch split): I has
+     * B's rule, W needs its I and, when the stage below is remote, the send W's slot
+     * release would cut short; SEND_B carries I's result */
+    empty_schedule(&s, 2, 1, 2, NULL, 0);
+    append_text(&s, 0, "0I0 0W0");
+    append_text(&s, 1, "1I0 1W0 1B1");
+    expect_deps(&s, "1I0", "1F0");
+    expect_deps(&s, "0I0", "0F0 0RECV_B0");
+    expect_deps(&s, "1W0", "1I0 1SEND_B0");
+    expect_deps(&s, "0W0", "0I0");
+    expect_deps(&s, "1SEND_B0", "1I0");
+    expect_deps(&s, "1SEND_B1", "1B1"); /* microbatch 1 is not split */
+    sched_free(&s);
+    /* one rank, two chunks: stage 0's I waits for stage 1's I, or its B when not split */
+    empty_schedule(&s, 1, 2, 2, NULL, 0);
+    append_text(&s, 0, "0I0 0W0 1I0 1W0 0I1 0W1");
+    expect_deps(&s, "0I0", "0F0 1I0");
+    expect_deps(&s, "0I1", "0F1 1B1");
+    expect_deps(&s, "1W0", "1I0"); /* stage 0 is local: no send */
     sched_free(&s);
     /* one rank, three chunks: every neighbour local */
     empty_schedule(&s, 1, 3, 2, NULL, 0);
@@ -262,6 +284,14 @@ START_TEST(test_action_frees) {
     expect_frees(&s, "0SEND_F0", "");
     expect_frees(&s, "2RECV_B0", "");
     sched_free(&s);
+    /* split: W gives the slot back, not I nor the SEND_B of a split backward */
+    empty_schedule(&s, 2, 1, 2, NULL, 0);
+    append_text(&s, 1, "1I0 1W0");
+    expect_frees(&s, "1I0", "");
+    expect_frees(&s, "1SEND_B0", "");
+    expect_frees(&s, "1W0", "1");
+    expect_frees(&s, "1SEND_B1", "1"); /* microbatch 1 is not split */
+    sched_free(&s);
     /* forward only, one rank: F(s+1) frees s, the last F its own slot too */
     empty_schedule(&s, 1, 3, 1, NULL, 1);
     expect_frees(&s, "0F0", "");
@@ -301,7 +331,8 @@ START_TEST(test_kind_table) {
     ck_assert_ptr_null(sched_kind_find("zigzag"));
     /* the messages config validation prints */
     ck_assert_int_eq(sched_kind_check("zigzag", 2, 1, 4, err, sizeof err), PP_EUSAGE);
-    ck_assert_str_eq(err, "unknown schedule 'zigzag' (known: gpipe, 1f1b, interleaved-1f1b)");
+    ck_assert_str_eq(err, "unknown schedule 'zigzag' (known: gpipe, 1f1b, interleaved-1f1b, looped-bfs,"
+                          " zb-h1, zbv)");
     ck_assert_int_eq(sched_kind_check("1f1b", 2, 2, 4, err, sizeof err), PP_EUSAGE);
     ck_assert_str_eq(err, "pipeline.virtual_stages is 2 but pipeline.schedule is 1f1b: more than one"
                           " model chunk per rank needs schedule interleaved-1f1b (or set"
@@ -310,6 +341,12 @@ START_TEST(test_kind_table) {
     ck_assert_str_eq(err, "pipeline.schedule interleaved-1f1b needs pipeline.virtual_stages >= 2"
                           " (got 1): set virtual_stages to 2 or more, or use schedule 1f1b");
     ck_assert_int_eq(sched_kind_check("interleaved-1f1b", 2, 7, 4, err, sizeof err), PP_OK);
+    ck_assert_int_eq(sched_kind_check("zbv", 2, 3, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_str_eq(err, "pipeline.schedule zbv needs pipeline.virtual_stages = 2 (got 3): set"
+                          " virtual_stages: 2, or use schedule zb-h1");
+    ck_assert_int_eq(sched_kind_check("zb-h1", 2, 2, 4, err, sizeof err), PP_EUSAGE);
+    ck_assert_ptr_nonnull(strstr(err, "needs schedule zbv"));
+    ck_assert_int_eq(sched_kind_check("looped-bfs", 2, 3, 4, err, sizeof err), PP_OK);
 }
 END_TEST
 
@@ -346,8 +383,12 @@ static int expected_rank_peak(const char *kind, int P, int v, int M, int r) {
     REQUIRE(fabs((x) - (want)) <= 1e-12, "%s P=%d v=%d M=%d: %s = %.17g, want %.17g",    \
             kind, P, v, M, what, (double)(x), (double)(want))
 
-/* Every action prints and parses back, each rank runs 2vM compute actions, and the
- * whole schedule written as text loads back to the same lists. */
+/* 1 if the kind splits every backward into I and W. */
+static int split_kind(const char *kind) { return !strncmp(kind, "zb", 2); }
+
+/* Every action prints and parses back, each rank runs 2vM compute actions (3vM when
+ * the backward is split), and the whole schedule written as text loads back to the
+ * same lists (files have looped placement: not for zbv's V). */
 static void check_text_round_trip(const char *kind, const Schedule *s, int P, int v, int M) {
     char err[ERRLEN];
     Schedule back;
@@ -359,11 +400,12 @@ static void check_text_round_trip(const char *kind, const Schedule *s, int P, in
             sched_action_format(s->acts[r][i], text, sizeof text);
             REQUIRE(sched_action_parse(text, &a) == PP_OK && action_eq(a, s->acts[r][i]),
                     "%s does not round-trip", text);
-            compute += a.type == ACT_F || a.type == ACT_B;
+            compute += a.type == ACT_F || a.type == ACT_B || a.type == ACT_I || a.type == ACT_W;
         }
-        REQUIRE(compute == 2 * v * M, "%s P=%d v=%d M=%d: rank %d runs %d compute actions",
-                kind, P, v, M, r, compute);
+        REQUIRE(compute == (split_kind(kind) ? 3 : 2) * v * M, "%s P=%d v=%d M=%d: rank %d runs %d"
+                " compute actions", kind, P, v, M, r, compute);
     }
+    if (!strcmp(kind, "zbv")) return;
     char *text = write_to_string(s);
     REQUIRE(sched_load_text(&back, text, "gen", P, v, M, err, sizeof err, NULL) == PP_OK,
             "%s", err);
@@ -450,6 +492,139 @@ static void sweep(const char *kind) {
             }
 }
 
+/* Weight gradients of every stage accumulate in microbatch order (its Bs or Ws run
+ * m = 0, 1, ...): what makes every schedule's weights bitwise equal. */
+static void check_weight_order(const char *kind, const Schedule *s, int P, int v, int M) {
+    int *next = calloc((size_t)s->S, sizeof(int));
+    for (int r = 0; r < P; r++)
+        for (int i = 0; i < s->len[r]; i++) {
+            Action a = s->acts[r][i];
+            if (a.type != ACT_B && a.type != ACT_W) continue;
+            REQUIRE(a.mb == next[a.stage]++, "%s P=%d v=%d M=%d: stage %d adds microbatch %d's"
+                    " weight gradient out of order", kind, P, v, M, a.stage, a.mb);
+        }
+    free(next);
+}
+
+/* Most activation slots any rank of kind's schedule holds (sched_peak_inflight_rank). */
+static int max_rank_peak(const char *kind, int P, int v, int M) {
+    char err[ERRLEN];
+    Schedule s;
+    int peak = 0;
+    REQUIRE(sched_build(&s, kind, P, v, M, err, sizeof err) == PP_OK, "%s", err);
+    for (int r = 0; r < P; r++)
+        if (sched_peak_inflight_rank(&s, r) > peak) peak = sched_peak_inflight_rank(&s, r);
+    sched_free(&s);
+    return peak;
+}
+
+/* Bubble of kind at P, v, M with costs c. */
+static double bubble_of(const char *kind, int P, int v, int M, const SimCosts *c) {
+    char err[ERRLEN];
+    Schedule s;
+    SimResult res;
+    REQUIRE(sched_build(&s, kind, P, v, M, err, sizeof err) == PP_OK, "%s", err);
+    REQUIRE(sim_run(&s, c, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+    double b = res.bubble;
+    sim_result_free(&res);
+    sched_free(&s);
+    return b;
+}
+
+/* looped-bfs, zb-h1 and zbv against their closed forms ([Note: looped BFS] and
+ * [Note: zero-bubble schedules] in sched_gen.c), with unit costs: F = B = 1 for
+ * looped-bfs, F = I = W = 1 (--costs F=1,B=1,W=1) for the split kinds. */
+static void check_new_kind(const char *kind, int P, int v, int M) {
+    char err[ERRLEN];
+    Schedule s;
+    SimResult res;
+    SimCosts unit;
+    sim_costs_default(&unit);
+    unit.B = 1;
+    if (split_kind(kind)) unit.W = 1;
+    REQUIRE(sched_build(&s, kind, P, v, M, err, sizeof err) == PP_OK, "%s", err);
+    REQUIRE(sched_validate(&s, err, sizeof err, NULL) == PP_OK, "%s", err);
+    check_text_round_trip(kind, &s, P, v, M);
+    check_weight_order(kind, &s, P, v, M);
+    REQUIRE(sim_run(&s, &unit, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+    double work = (split_kind(kind) ? 3.0 : 2.0) * v * M, closed = sched_bubble_closed_form(&s, NULL);
+    if (closed >= 0) REQUIRE_NEAR(res.bubble, closed, "bubble vs closed form");
+    for (int r = 0; r < P; r++) {
+        REQUIRE_NEAR(res.busy[r], work, "busy");
+        REQUIRE_NEAR(res.idle[r], res.makespan - work, "idle");
+    }
+    int peak = 0;
+    for (int r = 0; r < P; r++) peak = res.rank_peak[r] > peak ? res.rank_peak[r] : peak;
+    if (!strcmp(kind, "looped-bfs")) { /* GPipe's memory; chunk waves max(M, P) apart */
+        double span = (v - 1.0) * (M > P ? M : P) + M + P - 1;
+        REQUIRE_NEAR(res.makespan, 2 * span, "makespan");
+        REQUIRE(peak == v * M, "%s P=%d v=%d M=%d: peak %d", kind, P, v, M, peak);
+    } else if (!strcmp(kind, "zb-h1")) { /* idle (P-1)(F+B-W) per rank for M >= P */
+        double want = 3.0 * M + P - 1 > 2.0 * M + 2 * P - 1 ? 3.0 * M + P - 1 : 2.0 * M + 2 * P - 1;
+        REQUIRE_NEAR(res.makespan, want, "makespan");
+        if (M >= P) REQUIRE_NEAR(res.idle[0], P - 1.0, "idle per rank");
+        REQUIRE(peak == max_rank_peak("1f1b", P, 1, M), "%s P=%d M=%d: peak in-flight %d, 1f1b's %d",
+                kind, P, M, peak, max_rank_peak("1f1b", P, 1, M));
+    } else { /* zbv: a chunk is half a 1F1B stage's layers */
+        if (P <= 4 && M >= 2 * P) REQUIRE_NEAR(res.makespan, 6.0 * M + P - 1, "makespan");
+        SimCosts h1 = unit;
+        REQUIRE(res.bubble <= bubble_of("zb-h1", P, 1, M, &h1) + 1e-12, "%s P=%d M=%d: bubble %g above"
+                " zb-h1's", kind, P, M, res.bubble);
+        REQUIRE(peak <= 2 * max_rank_peak("1f1b", P, 1, M), "%s P=%d M=%d: peak %d chunks, more than"
+                " twice 1f1b's stages", kind, P, M, peak);
+    }
+    for (int st = 0; st < s.S; st++) {
+        int pw = sched_peak_pending_w(&s, st);
+        REQUIRE(split_kind(kind) ? pw >= 1 && pw <= M : pw == 0, "%s P=%d v=%d M=%d: stage %d has"
+                " %d pending Ws", kind, P, v, M, st, pw);
+    }
+    sim_result_free(&res);
+    sched_free(&s);
+}
+
+static void sweep_new(const char *kind) {
+    int checked = 0;
+    for (int P = 1; P <= 8; P++)
+        for (int v = 1; v <= 4; v++)
+            for (int M = 1; M <= 32; M++) {
+                char err[ERRLEN];
+                Schedule s;
+                const SchedKindInfo *k = sched_kind_find(kind);
+                int rc = sched_build(&s, kind, P, v, M, err, sizeof err);
+                if (v < k->v_min || v > k->v_max) {
+                    REQUIRE(rc == PP_EUSAGE && strstr(err, "pipeline.virtual_stages"), "%s", err);
+                    continue;
+                }
+                REQUIRE(rc == PP_OK, "%s P=%d v=%d M=%d: %s", kind, P, v, M, err);
+                sched_free(&s);
+                check_new_kind(kind, P, v, M);
+                checked++;
+            }
+    ck_assert_int_ge(checked, 8 * 32); /* the sweep ran */
+}
+
+START_TEST(test_sweep_looped_bfs) { sweep_new("looped-bfs"); }
+END_TEST
+START_TEST(test_sweep_zb_h1) { sweep_new("zb-h1"); }
+END_TEST
+START_TEST(test_sweep_zbv) { sweep_new("zbv"); }
+END_TEST
+
+/* The numbers: F = B = W = 1, P = 4, M = 8. */
+START_TEST(test_zero_bubble_must_show) {
+    SimCosts unit;
+    sim_costs_default(&unit);
+    unit.B = 1, unit.W = 1;
+    double b1 = bubble_of("1f1b", 4, 1, 8, &unit), bh = bubble_of("zb-h1", 4, 1, 8, &unit);
+    double bv = bubble_of("zbv", 4, 2, 8, &unit);
+    ck_assert_double_eq_tol(b1, 9.0 / 33, 1e-12); /* a full B costs B + W = 2 */
+    ck_assert_double_eq_tol(bh, 3.0 / 27, 1e-12);
+    ck_assert(bv <= bh);
+    ck_assert_int_eq(max_rank_peak("zbv", 4, 2, 8), 8); /* 8 half-stage chunks = 4 stages */
+    ck_assert_int_eq(max_rank_peak("1f1b", 4, 1, 8), 4);
+}
+END_TEST
+
 START_TEST(test_sweep_gpipe) { sweep("gpipe"); }
 END_TEST
 START_TEST(test_sweep_1f1b) { sweep("1f1b"); }
@@ -527,6 +702,9 @@ START_TEST(test_golden) {
         {"1f1b", 3, 1, 4, "1f1b_P3_M4.txt"},
         {"interleaved-1f1b", 2, 2, 4, "interleaved_P2_v2_M4.txt"},
         {"interleaved-1f1b", 3, 2, 4, "interleaved_P3_v2_M4.txt"},
+        {"zb-h1", 3, 1, 4, "zb-h1_P3_M4.txt"},
+        {"zbv", 2, 2, 4, "zbv_P2_v2_M4.txt"},
+        {"looped-bfs", 2, 2, 3, "looped-bfs_P2_v2_M3.txt"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[ERRLEN], path[1024];
@@ -618,7 +796,12 @@ START_TEST(test_reject_text_errors) {
         {"0F0 0B0\n1F0 0B0\n", 2, 1, 1, "plan.txt:2: action 0B0 on rank 1: its stage lives on"},
         {"0F0 0B0 0F5 0B5\n", 1, 1, 2, "microbatch out of range"},
         {"0F0 0B0 2F0\n", 1, 2, 1, "stage out of range"},
-        {"0F0 0I0 0W0\n", 1, 1, 1, "reserved for zero-bubble"},
+        {"0F0 0I0\n", 1, 1, 1, "has no weight gradient 0W0"},
+        {"0F0 0W0\n", 1, 1, 1, "has no input gradient 0I0"},
+        {"0F0 0B0 0I0 0W0\n", 1, 1, 1, "has a full backward and a split one"},
+        {"0F0 0W0 0I0\n", 1, 1, 1, "runs before its input-gradient half 0I0"},
+        {"0F0 0SEND_F0 0RECV_B0 0B0\n1RECV_F0 1F0 1I0 1W0 1SEND_B0\n", 2, 1, 1,
+         "runs before 1SEND_B0 (W gives back the slot that send reads)"},
         {"0F0 0SEND_F0 1F0 1B0 0B0\n", 1, 2, 1, "handed over locally"},
         {"0F0 0SEND_F0 0B0\n", 1, 1, 1, "no stage on the other end"},
         {"0F0 0F0 0B0\n", 1, 1, 1, "appears twice"},
@@ -1310,6 +1493,10 @@ static Suite *sched_suite(void) {
         {"sweep_gpipe", test_sweep_gpipe},
         {"sweep_1f1b", test_sweep_1f1b},
         {"sweep_interleaved", test_sweep_interleaved},
+        {"sweep_looped_bfs", test_sweep_looped_bfs},
+        {"sweep_zb_h1", test_sweep_zb_h1},
+        {"sweep_zbv", test_sweep_zbv},
+        {"zero_bubble_must_show", test_zero_bubble_must_show},
         {"compute_order_shapes", test_compute_order_shapes},
         {"build_errors", test_build_errors},
         {"golden", test_golden},

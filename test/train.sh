@@ -43,7 +43,7 @@ expect2 "bad --set value" "train.steps" --config configs/gpt-tiny.yaml --set tra
 expect2 "cross-field check" "microbatches" --config configs/gpt-tiny.yaml --set pipeline.microbatches=3
 expect2 "stages must match the process count" "pipeline.stages is 2 but 1 process was launched" --config configs/gpt-tiny.yaml --set output.dir="$tmp/x"
 expect2 "unknown argument" "unknown argument" --config configs/gpt-tiny.yaml --bogus
-expect2 "no CUDA backend yet: refused, not faked" "only the CPU" --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set runtime.device=cuda --set output.dir="$tmp/x"
+CUDA_VISIBLE_DEVICES= expect2 "device cuda with no GPU: refused naming the cause, not faked" "runtime.device=cuda: " --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set runtime.device=cuda --set output.dir="$tmp/x"
 printf 'not a token file at all, just text\n' >"$tmp/bad.bin"
 expect2 "bad token file names the file" "bad.bin" --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set data.train="$tmp/bad.bin" --set output.dir="$tmp/x"
 expect2 "vocab too small for the tokens" "train.bin" --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set model.vocab_size=100 --set output.dir="$tmp/x"

@@ -104,6 +104,9 @@ for key in data.train data.val; do
 done
 expect "a FIFO as model.init_from" 2 "model.init_from: '$tmp/fifo' is a FIFO, not a regular file" "$PPTRAIN" "${one[@]}" --set model.init_from="$tmp/fifo" --set output.dir="$tmp/o9"
 expect "a directory as model.init_from" 2 "model.init_from: '$tmp' is a directory, not a regular file" "$PPTRAIN" "${one[@]}" --set model.init_from="$tmp" --set output.dir="$tmp/o9"
+mkdir -p "$tmp/o9-csv" && mkfifo "$tmp/o9-csv/losses.csv"
+expect "a FIFO as output.dir/losses.csv (nobody reads it)" 1 "losses.csv for writing: it is a FIFO, not a regular file" \
+  "$PPTRAIN" "${one[@]}" --set train.steps=1 --set output.dir="$tmp/o9-csv"
 forged "a FIFO as the manifest" "$S/manifest: it is a FIFO, not a regular file" resume "rm $S/manifest && mkfifo $S/manifest"
 forged "a FIFO as a shard" "shard_00001.ckpt: it is a FIFO, not a regular file" resume "rm $S/shard_00001.ckpt && mkfifo $S/shard_00001.ckpt"
 sed 's|train: data/tiny/train.bin|train: "data/tiny/train.bin\\0junk"|' "$cfg" >"$tmp/nul.yaml"

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# bench/gpu.sh BUILD — `make bench` on a GPU (bench/run.sh calls it only when one is
+# visible): the GPU's two ceilings (bf16 cuBLASLt GEMM rate at 8192^3, device-to-device
+# copy bandwidth), then GPT-2 124M (L 12, C 768, NH 12) training on one GPU at T = 1024:
+# B = 16 and 32 in bf16 and one fp32 row, each with step ms (the fastest of the measured
+# steps), tokens/s, model TFLOP/s (6*(12*L*C^2 + Vp*C) + 12*L*T*C per token), % of the
+# measured GEMM rate, and the rank's GPU memory (the build report's total). The peers'
+# figures on the same card are in ../shared/GPU.md.
+set -euo pipefail
+build=${1:-build/cpu}
+bench=${BENCH_GPU:-build/cuda/bench_gpu}
+pptrain=${PPTRAIN:-./pptrain}
+steps=${GPU_BENCH_STEPS:-8}
+out=$(mktemp -d /tmp/pptrain-gpubench.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+
+echo "== GPU ceilings"
+"$bench" | tee "$out/ceil.txt"
+gemm=$(sed -n 's/^gemm_bf16_tflops=\([0-9.]*\).*/\1/p' "$out/ceil.txt")
+
+echo "== GPT-2 124M, 1 GPU, T=1024, $steps steps each (the first is not measured)"
+printf "%-5s %4s %9s %10s %10s %8s %10s\n" prec B ms/step tok/s TFLOP/s gemm% GPU_MB
+for row in "bf16 16" "bf16 32" "fp32 16"; do
+  read -r prec B <<<"$row"
+  log="$out/$prec-$B.log"
+  "$pptrain" --config configs/gpt2-124m.yaml --set pipeline.stages=1 --set pipeline.microbatches=1 \
+    --set train.batch_size="$B" --set train.steps="$steps" --set data.train=data/tiny/train.bin --set data.val=null \
+    --set output.checkpoint_final=false --set output.log_every="$steps" --set runtime.device=cuda \
+    --set runtime.precision="$prec" --set output.dir="$out/run-$prec-$B" >"$log" 2>&1 || {
+    echo "$prec B=$B failed:"
+    tail -n 5 "$log"
+    continue
+  }
+  ms=$(sed -n 's/.*(fastest \([0-9.]*\),.*/\1/p' "$log" | head -n1)
+  mb=$(sed -n 's/.*GPU memory: .* = \([0-9.]*\) MB$/\1/p' "$log" | head -n1)
+  python3 - "$prec" "$B" "$ms" "$gemm" "$mb" <<'PY'
+import sys
+prec, B, ms, gemm, mb = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+L, C, Vp, T = 12, 768, 50304, 1024
+fpt = 6 * (12 * L * C * C + Vp * C) + 12 * L * T * C
+tok = B * T / (ms / 1e3)
+tf = tok * fpt / 1e12
+print("%-5s %4d %9.1f %10.0f %10.1f %7.1f%% %10s" % (prec, B, ms, tok, tf, 100 * tf / gemm, mb))
+PY
+done
+echo "   (peers on an H100, GPU.md: llm.c with its own attention 320K tok/s at B=16; with cuDNN flash 501K)"

@@ -1,0 +1,618 @@
+/* backend_cuda.cu — the CUDA backend: memory, the cuBLASLt GEMMs (matmul and attention)
+ * and the Backend table, with the state of a rank's GPU (stream, cuBLASLt handle,
+ * workspaces) in its context. The kernels are in kernels.cu. Built into
+ * libpptrain_cuda.so and loaded by src/backend_load.c ([Note: CUDA backend loading]). */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda_internal.cuh"
+
+#include <nccl.h> /* only its version, for --version and pp_cuda_built_with */
+
+#define LT_WORKSPACE ((size_t)32 << 20) /* cuBLASLt's workspace: 32 MiB, as advised for Hopper */
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+void pp_cuda_die(const CudaCtx *c, const char *file, int line, const char *call, const char *name, const char *msg) {
+    fflush(stdout);
+    if (c && c->rank >= 0) fprintf(stderr, "[rank %d] ", c->rank);
+    fprintf(stderr, "%s:%d: CUDA error on cuda:%d: %s failed: %s: %s\n", file, line, c ? c->device : -1, call, name,
+            msg);
+    exit(1);
+}
+
+static void die_msg(const CudaCtx *c, const char *file, int line, const char *what) {
+    pp_cuda_die(c, file, line, what, "error", "see above");
+}
+
+void *grow(CudaCtx *c, Grow *g, size_t bytes) {
+    if (bytes <= g->bytes) return g->p;
+    /* [Note: CUDA workspace] The backend's own buffers are reserved at open for the
+     * run's sizes (PPCudaSizes); an op called with larger ones (the op tests) grows one
+     * here, after the stream has finished with the old one. */
+    CK(c, cudaStreamSynchronize(c->stream));
+    CK(c, cudaFree(g->p));
+    g->p = NULL;
+    g->bytes = 0;
+    cudaError_t e = cudaMalloc(&g->p, bytes);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        char what[160];
+        snprintf(what, sizeof what, "cudaMalloc of %.1f MB of workspace (%.1f MB free of %.1f MB)", bytes / 1e6,
+                 fr / 1e6, tot / 1e6);
+        pp_cuda_die(c, __FILE__, __LINE__, what, cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    g->bytes = bytes;
+    return g->p;
+}
+
+/* ---- memory ------------------------------------------------------------------------ */
+
+static void *cu_alloc(const Backend *be, size_t bytes) {
+    CudaCtx *c = ctx_of(be);
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        fflush(stdout);
+        if (c->rank >= 0) fprintf(stderr, "[rank %d] ", c->rank);
+        fprintf(stderr, "out of GPU memory on cuda:%d allocating %.1f MB (%.1f MB free of %.1f MB, %.1f MB held by "
+                "this rank): lower train.batch_size, raise pipeline.microbatches or pipeline.stages\n",
+                c->device, bytes / 1e6, fr / 1e6, tot / 1e6, c->allocated / 1e6);
+        exit(1);
+    }
+    if (c->nallocs == c->cap_allocs) {
+        c->cap_allocs = c->cap_allocs ? 2 * c->cap_allocs : 256;
+        c->allocs = (Alloc *)realloc(c->allocs, c->cap_allocs * sizeof(Alloc));
+        if (!c->allocs) die_msg(c, __FILE__, __LINE__, "realloc of the allocation table");
+    }
+    c->allocs[c->nallocs++] = Alloc{p, bytes};
+    c->allocated += bytes;
+    return p;
+}
+
+static void cu_dealloc(const Backend *be, void *p) {
+    CudaCtx *c = ctx_of(be);
+    if (!p) return;
+    CK(c, cudaStreamSynchronize(c->stream)); /* work still using p finishes first */
+    for (int i = 0; i < c->nallocs; i++)
+        if (c->allocs[i].p == p) {
+            c->allocated -= c->allocs[i].bytes;
+            c->allocs[i] = c->allocs[--c->nallocs];
+            break;
+        }
+    CK(c, cudaFree(p));
+}
+
+/* The memory entries may be called from other threads than the one that opened the
+ * backend (the checkpoint writer's copy threads): each makes the rank's GPU current on
+ * its thread first (cudaSetDevice is per thread and cheap). */
+static void cu_to_device(const Backend *be, void *dst, const void *src, size_t bytes) {
+    CudaCtx *c = ctx_of(be);
+    CK(c, cudaSetDevice(c->device));
+    if (bytes) CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+}
+
+static void cu_to_host(const Backend *be, void *dst, const void *src, size_t bytes) {
+    CudaCtx *c = ctx_of(be);
+    CK(c, cudaSetDevice(c->device));
+    if (bytes) CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+}
+
+static void cu_zero(const Backend *be, void *dst, size_t bytes) {
+    CudaCtx *c = ctx_of(be);
+    if (bytes) CK(c, cudaMemsetAsync(dst, 0, bytes, c->stream));
+}
+
+static void cu_copy(const Backend *be, void *dst, const void *src, size_t bytes) {
+    CudaCtx *c = ctx_of(be);
+    if (bytes) CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+}
+
+static void cu_wait(const Backend *be) {
+    CudaCtx *c = ctx_of(be);
+    CK(c, cudaSetDevice(c->device));
+    CK(c, cudaStreamSynchronize(c->stream));
+}
+
+static void *cu_host_alloc(const Backend *be, size_t bytes) {
+    CudaCtx *c = ctx_of(be);
+    void *p = NULL;
+    CK(c, cudaMallocHost(&p, bytes ? bytes : 1));
+    return p;
+}
+
+static void cu_host_free(const Backend *be, void *p) {
+    CudaCtx *c = ctx_of(be);
+    if (p) CK(c, cudaFreeHost(p));
+}
+
+static void cu_memory(const Backend *be, size_t *allocated, size_t *workspace) {
+    CudaCtx *c = ctx_of(be);
+    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->partials, &c->sums, &c->enc, &c->att};
+    *allocated = c->allocated;
+    *workspace = 0;
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) *workspace += g[i]->bytes;
+}
+
+/* ---- GEMMs through cuBLASLt -------------------------------------------------------- */
+
+enum { AB_F32 = 0, AB_BF16 = 1 };
+
+/* Alignment in bytes (<= 256) that p and every batch's p + k * stride share. */
+static int align_of(const void *p, long long stride_bytes) {
+    unsigned long long a = (unsigned long long)(uintptr_t)p | (unsigned long long)stride_bytes | 256ull;
+    return (int)(a & (~a + 1ull));
+}
+
+static void layout(CudaCtx *c, cublasLtMatrixLayout_t *l, cudaDataType t, int rows, int cols, int ld, int batch,
+                   long long stride) {
+    LTCK(c, cublasLtMatrixLayoutCreate(l, t, rows, cols, ld));
+    if (batch > 1) {
+        LTCK(c, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
+        LTCK(c, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                 sizeof stride));
+    }
+}
+
+/* [Note: GEMM cache] cuBLASLt's heuristic query costs far more than the GEMM descriptors,
+ * so its answer is kept per shape, operand types and alignment: the same key always runs
+ * the same algorithm, which also keeps results the same run to run. A shape whose
+ * algorithm cannot fuse the bias (none found with the epilogue) runs without it and
+ * adds the bias in a kernel. */
+static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmulDesc_t desc_bias,
+                                  cublasLtMatmulDesc_t desc_plain, cublasLtMatrixLayout_t la,
+                                  cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc) {
+    for (int i = 0; i < c->ngemm; i++)
+        if (!memcmp(&c->gemm[i].key, key, sizeof *key)) return &c->gemm[i];
+    cublasLtMatmulPreference_t pref;
+    LTCK(c, cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = c->lt_ws.bytes;
+    uint32_t al[4] = {(uint32_t)key->alA, (uint32_t)key->alB, (uint32_t)key->alC, (uint32_t)key->alC};
+    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], 4));
+    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], 4));
+    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], 4));
+    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], 4));
+    cublasLtMatmulHeuristicResult_t res;
+    int n = 0;
+    GemmEntry e;
+    memset(&e, 0, sizeof e);
+    e.key = *key;
+    if (desc_bias) {
+        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_bias, la, lb, lc, lc, pref, 1, &res, &n);
+        if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) LTCK(c, s);
+        e.with_bias = s == CUBLAS_STATUS_SUCCESS && n > 0;
+    }
+    if (!e.with_bias) {
+        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_plain, la, lb, lc, lc, pref, 1, &res, &n);
+        if (s == CUBLAS_STATUS_NOT_SUPPORTED) n = 0;
+        else LTCK(c, s);
+    }
+    LTCK(c, cublasLtMatmulPreferenceDestroy(pref));
+    e.found = n > 0; /* if not, the caller falls back, or dies naming the shape */
+    if (e.found) e.algo = res.algo;
+    int slot = c->ngemm < GEMM_CACHE ? c->ngemm++ : (int)(((unsigned)key->m * 31u + key->n) % GEMM_CACHE);
+    c->gemm[slot] = e;
+    return &c->gemm[slot];
+}
+
+/* Row-major C[M,N] (leading dimension ldc) = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C,
+ * plus bias[N] on every row when bias is given (then batch must be 1 and ldc N); op
+ * transposes when tA / tB. `batch` matrices at element strides sA, sB, sC. A and B are
+ * fp32, or bf16 when ab is AB_BF16; C is fp32.
+ *
+ * cuBLASLt is column-major, and a row-major X is the column-major X^T, so this computes
+ * C^T = op(B)^T op(A)^T: m = N, n = M, the first operand is B (op tB), the second A. */
+static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, const void *A, int lda,
+                    long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
+                    int batch, int ab, cublasComputeType_t comp, const float *bias) {
+    if (M <= 0 || N <= 0) return 0;
+    /* the epilogue reads the bias with vector loads: only a 16-byte aligned one is fused */
+    int fuse_bias = bias && (uintptr_t)bias % 16 == 0;
+    size_t es = ab == AB_BF16 ? 2 : 4;
+    cudaDataType t = ab == AB_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    GemmKey key;
+    memset(&key, 0, sizeof key);
+    key.opA = tB, key.opB = tA, key.m = N, key.n = M, key.k = K, key.lda = ldb, key.ldb = lda, key.ldc = ldc;
+    key.batch = batch, key.sA = sB, key.sB = sA, key.sC = sC, key.ab = ab, key.compute = (int)comp;
+    key.bias = fuse_bias, key.alA = align_of(B, sB * (long long)es), key.alB = align_of(A, sA * (long long)es);
+    key.alC = align_of(C, sC * 4ll);
+    cublasLtMatrixLayout_t la, lb, lc;
+    layout(c, &la, t, tB ? K : N, tB ? N : K, ldb, batch, sB);
+    layout(c, &lb, t, tA ? M : K, tA ? K : M, lda, batch, sA);
+    layout(c, &lc, CUDA_R_32F, N, M, ldc, batch, sC);
+    cublasOperation_t opa = tB ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtMatmulDesc_t plain, withb = NULL;
+    LTCK(c, cublasLtMatmulDescCreate(&plain, comp, CUDA_R_32F));
+    LTCK(c, cublasLtMatmulDescSetAttribute(plain, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    LTCK(c, cublasLtMatmulDescSetAttribute(plain, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    if (fuse_bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType bt = CUDA_R_32F;
+        LTCK(c, cublasLtMatmulDescCreate(&withb, comp, CUDA_R_32F));
+        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    const GemmEntry *e = gemm_algo(c, &key, withb, plain, la, lb, lc);
+    int found = e->found, fused = found && fuse_bias && e->with_bias;
+    if (found) {
+        LTCK(c, cublasLtMatmul(c->lt, fused ? withb : plain, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &e->algo,
+                               c->lt_ws.p, c->lt_ws.bytes, c->stream));
+        if (bias && !fused) k_add_bias(c, C, bias, M, N);
+    }
+    LTCK(c, cublasLtMatmulDescDestroy(plain));
+    if (withb) LTCK(c, cublasLtMatmulDescDestroy(withb));
+    LTCK(c, cublasLtMatrixLayoutDestroy(la));
+    LTCK(c, cublasLtMatrixLayoutDestroy(lb));
+    LTCK(c, cublasLtMatrixLayoutDestroy(lc));
+    return found ? 0 : -1;
+}
+
+/* try_gemm, or die naming the GEMM when cuBLASLt has no algorithm for it. */
+static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
+                 const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch, int ab,
+                 cublasComputeType_t comp, const float *bias) {
+    if (try_gemm(c, tA, tB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch, ab, comp, bias) == 0) return;
+    if (comp != CUBLAS_COMPUTE_32F && ab == AB_F32) { /* a fast mode has no algorithm here: plain fp32, said once */
+        if (!c->warned_fallback++)
+            fprintf(stderr, "[rank %d] cuda: cuBLASLt has no algorithm for a GEMM (M=%d N=%d K=%d batch=%d) at compute "
+                    "type %d: running it in fp32 (said once)\n", c->rank, M, N, K, batch, (int)comp);
+        if (try_gemm(c, tA, tB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch, ab,
+                     CUBLAS_COMPUTE_32F, bias) == 0)
+            return;
+    }
+    char what[256];
+    snprintf(what, sizeof what, "cuBLASLt has no algorithm for the row-major GEMM M=%d N=%d K=%d lda=%d ldb=%d ldc=%d "
+             "batch=%d (operands %s, compute type %d)", M, N, K, lda, ldb, ldc, batch, ab == AB_BF16 ? "bf16" : "fp32",
+             (int)comp);
+    die_msg(c, __FILE__, __LINE__, what);
+}
+
+/* [Note: CUDA precision] fp32: fp32 operands, fp32 math (CUBLAS_COMPUTE_32F). tf32: the
+ * same operands on the tensor cores' tf32 path (CUBLAS_COMPUTE_32F_FAST_TF32). bf16, a
+ * first step: the model still stores fp32 activations and weights, so each matmul
+ * casts its two operands to bf16 in the backend's workspace and runs a bf16 GEMM with
+ * fp32 accumulation and fp32 output; the attention GEMMs, whose operands are large and
+ * strided, run CUBLAS_COMPUTE_32F_FAST_16BF on the fp32 operands instead (cuBLASLt
+ * converts). Everything else (LayerNorm, softmax, GELU, the loss, the optimizer, the
+ * gradients) stays fp32. The next step keeps bf16 activations and a bf16 copy of the
+ * weights in the model itself, with no casts. */
+static cublasComputeType_t mm_compute(const CudaCtx *c) {
+    return c->prec == PP_PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+static cublasComputeType_t att_compute(const CudaCtx *c) {
+    return c->prec == PP_PREC_TF32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+           : c->prec == PP_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                     : CUBLAS_COMPUTE_32F;
+}
+
+/* x[n] as bf16 in workspace g (precision bf16), else x itself. */
+static const void *operand(CudaCtx *c, Grow *g, const float *x, size_t n) {
+    if (c->prec != PP_PREC_BF16) return x;
+    __nv_bfloat16 *d = (__nv_bfloat16 *)grow(c, g, n * sizeof(__nv_bfloat16));
+    k_to_bf16(c, d, x, n);
+    return d;
+}
+
+/* One matmul GEMM (batch 1) at the backend's precision: the bf16 operands when they were
+ * cast (A16, B16 non-NULL), falling back to cuBLASLt's own bf16 conversion of the fp32
+ * operands (CUBLAS_COMPUTE_32F_FAST_16BF) if no bf16 algorithm exists for the shape. */
+static void mm_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, const float *A, const void *A16, int lda,
+                    const float *B, const void *B16, int ldb, float beta, float *C, int ldc, const float *bias) {
+    if (c->prec == PP_PREC_BF16 &&
+        try_gemm(c, tA, tB, M, N, K, 1.0f, A16, lda, 0, B16, ldb, 0, beta, C, ldc, 0, 1, AB_BF16, CUBLAS_COMPUTE_32F,
+                 bias) == 0)
+        return;
+    cublasComputeType_t comp = c->prec == PP_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : mm_compute(c);
+    gemm(c, tA, tB, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, AB_F32, comp, bias);
+}
+
+static void cu_matmul_forward(const Backend *be, float *out, const float *inp, const float *w, const float *b, int N,
+                              int C, int OC) {
+    CudaCtx *c = ctx_of(be);
+    const void *A = operand(c, &c->castA, inp, (size_t)N * C), *W = operand(c, &c->castB, w, (size_t)OC * C);
+    /* out[N,OC] = inp[N,C] @ w[OC,C]^T + b */
+    mm_gemm(c, 0, 1, N, OC, C, inp, A, C, w, W, C, 0.0f, out, OC, b);
+}
+
+static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, int N, int C, int OC) {
+    CudaCtx *c = ctx_of(be);
+    const void *D = dinp || dw ? operand(c, &c->castA, dout, (size_t)N * OC) : NULL;
+    if (dinp) { /* dinp[N,C] = dout[N,OC] @ w[OC,C] (overwrites) */
+        const void *W = operand(c, &c->castB, w, (size_t)OC * C);
+        mm_gemm(c, 0, 0, N, C, OC, dout, D, OC, w, W, C, 0.0f, dinp, C, NULL);
+    }
+    if (dw) { /* dw[OC,C] += dout^T @ inp; castB is reused in stream order, after the GEMM above */
+        const void *I = operand(c, &c->castB, inp, (size_t)N * C);
+        mm_gemm(c, 1, 0, OC, C, N, dout, D, OC, inp, I, C, 1.0f, dw, C, NULL);
+    }
+    if (db) k_bias_backward(c, db, dout, N, OC);
+}
+
+/* ---- attention: materialised scores through batched GEMMs (one batch of NH heads per
+ * sequence); the fast-kernels issue replaces this with flash attention ------------------ */
+
+static void cu_attention_forward(const Backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
+                                 int NH) {
+    CudaCtx *c = ctx_of(be);
+    int hs = C / NH, ld = 3 * C;
+    long long TT = (long long)T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    cublasComputeType_t comp = att_compute(c);
+    for (int b = 0; b < B; b++) { /* S[h] = scale * Q_h K_h^T, all T x T (the mask is the softmax's) */
+        const float *q = qkv + (size_t)b * T * ld, *k = q + C;
+        gemm(c, 0, 1, T, T, hs, scale, q, ld, hs, k, ld, hs, 0.0f, att + (size_t)b * NH * TT, T, TT, NH, AB_F32,
+             comp, NULL);
+    }
+    k_softmax_causal(c, att, B * NH * T, T);
+    for (int b = 0; b < B; b++) { /* Y_h = P_h V_h */
+        const float *v = qkv + (size_t)b * T * ld + 2 * C;
+        gemm(c, 0, 0, T, hs, T, 1.0f, att + (size_t)b * NH * TT, T, TT, v, ld, hs, 0.0f, out + (size_t)b * T * C, C,
+             hs, NH, AB_F32, comp, NULL);
+    }
+}
+
+static void cu_attention_backward(const Backend *be, float *dqkv, const float *dout, const float *qkv,
+                                  const float *att, int B, int T, int C, int NH, float *scratch) {
+    CudaCtx *c = ctx_of(be);
+    int hs = C / NH, ld = 3 * C;
+    long long TT = (long long)T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    cublasComputeType_t comp = att_compute(c);
+    float *dP = (float *)grow(c, &c->att, (size_t)NH * TT * sizeof(float)); /* one sequence's [NH,T,T] */
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * ld, *k = q + C, *v = q + 2 * C;
+        const float *P = att + (size_t)b * NH * TT, *dy = dout + (size_t)b * T * C;
+        float *dq = dqkv + (size_t)b * T * ld, *dk = dq + C, *dv = dq + 2 * C;
+        /* dP = dY V^T;  dV = P^T dY (overwrites) */
+        gemm(c, 0, 1, T, T, hs, 1.0f, dy, C, hs, v, ld, hs, 0.0f, dP, T, TT, NH, AB_F32, comp, NULL);
+        gemm(c, 1, 0, T, hs, T, 1.0f, P, T, TT, dy, C, hs, 0.0f, dv, ld, hs, NH, AB_F32, comp, NULL);
+        /* dS = P * (dP - rowsum(P dP)) * scale, causal part only */
+        k_softmax_causal_backward(c, dP, P, NH * T, T, scale);
+        /* dQ = dS K;  dK = dS^T Q (overwrite) */
+        gemm(c, 0, 0, T, hs, T, 1.0f, dP, T, TT, k, ld, hs, 0.0f, dq, ld, hs, NH, AB_F32, comp, NULL);
+        gemm(c, 1, 0, T, hs, T, 1.0f, dP, T, TT, q, ld, hs, 0.0f, dk, ld, hs, NH, AB_F32, comp, NULL);
+    }
+}
+
+static size_t cu_attention_saved_floats(const Backend *be, int B, int T, int NH) {
+    return (size_t)B * NH * T * T; /* the probabilities, as on the CPU */
+}
+
+/* ---- the other ops: kernels.cu -------------------------------------------------------- */
+
+static void cu_encoder_forward(const Backend *be, float *out, const int *inp, const float *wte, const float *wpe,
+                               int B, int T, int C) {
+    k_encoder_forward(ctx_of(be), out, inp, wte, wpe, B, T, C);
+}
+
+static void cu_encoder_backward(const Backend *be, float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                                int T, int C) {
+    k_encoder_backward(ctx_of(be), dwte, dwpe, dout, inp, B, T, C);
+}
+
+static void cu_layernorm_forward(const Backend *be, float *out, float *mean, float *rstd, const float *inp,
+                                 const float *w, const float *b, int N, int C) {
+    k_layernorm_forward(ctx_of(be), out, mean, rstd, inp, w, b, N, C);
+}
+
+static void cu_layernorm_backward(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *mean, const float *rstd, const float *w, int N, int C,
+                                  float *scratch) {
+    k_layernorm_backward(ctx_of(be), dinp, dw, db, dout, inp, mean, rstd, w, N, C);
+}
+
+static void cu_gelu_forward(const Backend *be, float *out, const float *inp, size_t count) {
+    k_gelu_forward(ctx_of(be), out, inp, count);
+}
+
+static void cu_gelu_backward(const Backend *be, float *dinp, const float *inp, const float *dout, size_t count) {
+    k_gelu_backward(ctx_of(be), dinp, inp, dout, count);
+}
+
+static void cu_crossentropy_forward_backward(const Backend *be, float *logits, float *losses, const int *targets,
+                                             float dloss, int N, int V, int Vp) {
+    k_crossentropy(ctx_of(be), logits, losses, targets, dloss, N, V, Vp, 1);
+}
+
+static void cu_crossentropy_forward(const Backend *be, float *logits, float *losses, const int *targets, int N, int V,
+                                    int Vp) {
+    k_crossentropy(ctx_of(be), logits, losses, targets, 0.0f, N, V, Vp, 0);
+}
+
+/* The ops' scratch is the backend's own (c->partials, c->att), sized at open. */
+static size_t cu_scratch_floats(const Backend *be, int N, int T, int C) { return 1; }
+
+static void cu_add_inplace(const Backend *be, float *dst, const float *src, size_t count) {
+    k_add_inplace(ctx_of(be), dst, src, count);
+}
+
+static void cu_sum(const Backend *be, double *out, const float *x, size_t n) { k_sum(ctx_of(be), out, x, n, 0); }
+
+static void cu_sumsq(const Backend *be, double *out, const float *x, size_t n) { k_sum(ctx_of(be), out, x, n, 1); }
+
+static void cu_adamw(const Backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, float grad_scale, int t) {
+    /* the bias corrections as optim_adamw_update computes them: in double, then float */
+    float bc1 = (float)(1.0 - pow(beta1, t)), bc2 = (float)(1.0 - pow(beta2, t));
+    k_adamw(ctx_of(be), p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
+}
+
+static void cu_sgd(const Backend *be, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                   float weight_decay, float grad_scale, int t) {
+    if (momentum != 0.0f && !buf) die_msg(ctx_of(be), __FILE__, __LINE__, "sgd_update with momentum and no buffer");
+    k_sgd(ctx_of(be), p, g, buf, n, lr, momentum, weight_decay, grad_scale, t == 1);
+}
+
+/* ---- open, close ------------------------------------------------------------------------ */
+
+static void cu_close(const Backend *be) {
+    CudaCtx *c = ctx_of(be);
+    CK(c, cudaStreamSynchronize(c->stream));
+    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->partials, &c->sums, &c->enc, &c->att};
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) CK(c, cudaFree(g[i]->p));
+    for (int i = 0; i < c->nallocs; i++) CK(c, cudaFree(c->allocs[i].p)); /* leaks of the caller's */
+    LTCK(c, cublasLtDestroy(c->lt));
+    CK(c, cudaStreamDestroy(c->stream));
+    free(c->allocs);
+    free(c);
+}
+
+/* Dense matrix rate (FLOP/s) by device and precision, from the vendors' data sheets; 0
+ * where unknown (no MFU is printed). */
+static double peak_flops(const cudaDeviceProp *p, PPPrecision prec) {
+    static const struct {
+        const char *name;
+        double bf16, tf32, fp32;
+    } table[] = {
+        {"H200", 989e12, 494e12, 67e12},     {"H100 PCIe", 756e12, 378e12, 51e12},
+        {"H100", 989e12, 494e12, 67e12},     {"A100", 312e12, 156e12, 19.5e12},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strstr(p->name, table[i].name))
+            return prec == PP_PREC_BF16 ? table[i].bf16 : prec == PP_PREC_TF32 ? table[i].tf32 : table[i].fp32;
+    return 0.0;
+}
+
+static const char *prec_name(PPPrecision p) {
+    return p == PP_PREC_BF16 ? "bf16 (bf16 GEMM operands, fp32 activations, weights and gradients)"
+           : p == PP_PREC_TF32 ? "tf32 (tf32 GEMMs, fp32 storage)"
+                               : "fp32";
+}
+
+/* The Backend table: the same entries as backend_cpu.c's, in its order. */
+static void fill_table(Backend *be, CudaCtx *c) {
+    be->name = "cuda";
+    be->ctx = c;
+    be->alloc = cu_alloc;
+    be->dealloc = cu_dealloc;
+    be->to_device = cu_to_device;
+    be->to_host = cu_to_host;
+    be->zero = cu_zero;
+    be->copy = cu_copy;
+    be->wait = cu_wait;
+    be->sum = cu_sum;
+    be->sumsq = cu_sumsq;
+    be->adamw_update = cu_adamw;
+    be->sgd_update = cu_sgd;
+    be->encoder_forward = cu_encoder_forward;
+    be->encoder_backward = cu_encoder_backward;
+    be->layernorm_forward = cu_layernorm_forward;
+    be->layernorm_backward = cu_layernorm_backward;
+    be->matmul_forward = cu_matmul_forward;
+    be->matmul_backward = cu_matmul_backward;
+    be->attention_forward = cu_attention_forward;
+    be->attention_backward = cu_attention_backward;
+    be->attention_saved_floats = cu_attention_saved_floats;
+    be->gelu_forward = cu_gelu_forward;
+    be->gelu_backward = cu_gelu_backward;
+    be->crossentropy_forward_backward = cu_crossentropy_forward_backward;
+    be->crossentropy_forward = cu_crossentropy_forward;
+    be->scratch_floats = cu_scratch_floats;
+    be->add_inplace = cu_add_inplace;
+    be->device_memory = 1;
+    be->host_alloc = cu_host_alloc;
+    be->host_free = cu_host_free;
+    be->memory = cu_memory;
+    be->close = cu_close;
+}
+
+#define OPEN_CK(call)                                                                                          \
+    do {                                                                                                       \
+        cudaError_t e_ = (call);                                                                               \
+        if (e_ != cudaSuccess) {                                                                               \
+            snprintf(err, errlen, "%s: %s (%s)", #call, cudaGetErrorString(e_), cudaGetErrorName(e_));        \
+            return NULL;                                                                                       \
+        }                                                                                                      \
+    } while (0)
+
+extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCudaSizes *sizes, int rank, char *err,
+                                 size_t errlen) {
+    cudaDeviceProp prop;
+    OPEN_CK(cudaSetDevice(device));
+    OPEN_CK(cudaGetDeviceProperties(&prop, device));
+    if (prop.major < 8) {
+        snprintf(err, errlen, "%s has compute capability %d.%d; this build has machine code for 8.0 and 9.0 only",
+                 prop.name, prop.major, prop.minor);
+        return NULL;
+    }
+    CudaCtx *c = (CudaCtx *)calloc(1, sizeof(CudaCtx));
+    if (!c) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    c->device = device;
+    c->rank = rank;
+    c->prec = precision;
+    c->sizes = *sizes;
+    OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    cublasStatus_t s = cublasLtCreate(&c->lt);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cublasLtCreate: %s", cublasLtGetStatusString(s));
+        return NULL;
+    }
+    /* [Note: CUDA workspace]: reserve for the run's sizes now, so that training
+     * allocates nothing; N rows, C channels, Vp padded vocabulary, NH heads, T positions */
+    size_t N = sizes->N, C = sizes->C, Vp = sizes->Vp, T = sizes->T, NH = sizes->NH;
+    size_t wide = 4 * C > Vp ? 4 * C : Vp;
+    grow(c, &c->lt_ws, LT_WORKSPACE);
+    grow(c, &c->sums, 256 * sizeof(double));
+    if (N && C) {
+        grow(c, &c->partials, ((N + 255) / 256) * 4 * C * sizeof(float));
+        grow(c, &c->enc, 2 * N * sizeof(int));
+        if (NH && T) grow(c, &c->att, NH * T * T * sizeof(float));
+        if (precision == PP_PREC_BF16) {
+            size_t wb = Vp * C > 4 * C * C ? Vp * C : 4 * C * C;
+            grow(c, &c->castA, N * wide * sizeof(__nv_bfloat16));
+            grow(c, &c->castB, (N * 4 * C > wb ? N * 4 * C : wb) * sizeof(__nv_bfloat16));
+        }
+    }
+    Backend *be = &c->be;
+    fill_table(be, c);
+    be->peak_flops = peak_flops(&prop, precision);
+    snprintf(c->desc, sizeof c->desc, "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s", device, prop.name, prop.major,
+             prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1e9, prec_name(precision));
+    be->description = c->desc;
+    return be;
+}
+
+extern "C" int pp_cuda_device_count(char *err, size_t errlen) {
+    /* the static CUDA runtime opens the driver itself; opening it here first names the
+     * real cause ("no driver") instead of the runtime's "driver version is insufficient" */
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!drv) {
+        snprintf(err, errlen, "no NVIDIA driver: libcuda.so.1 cannot be loaded (%s)", dlerror());
+        return 0;
+    }
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= 0) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        snprintf(err, errlen, "cudaGetDeviceCount: %s (%s)%s%s%s",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "no devices", e != cudaSuccess ? cudaGetErrorName(e) : "0",
+                 vis ? "; CUDA_VISIBLE_DEVICES is '" : "", vis ? vis : "", vis ? "'" : "");
+        return 0;
+    }
+    return n;
+}
+
+extern "C" int pp_cuda_abi(size_t backend_struct_size) {
+    return backend_struct_size == sizeof(Backend) ? PP_CUDA_ABI : -1;
+}
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+extern "C" const char *pp_cuda_built_with(void) {
+    return "CUDA " STR(CUDART_VERSION) ", cuBLASLt " STR(CUBLAS_VER_MAJOR) "." STR(CUBLAS_VER_MINOR) "." STR(
+        CUBLAS_VER_PATCH) ", NCCL " STR(NCCL_MAJOR) "." STR(NCCL_MINOR) "." STR(NCCL_PATCH);
+}

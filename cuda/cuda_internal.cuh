@@ -1,0 +1,130 @@
+/* cuda_internal.cuh — what the CUDA backend's translation units share: the context
+ * (stream, cuBLASLt handle, workspaces), the check macros, and the kernel launchers
+ * kernels.cu defines for backend_cuda.cu. Never included from src/. */
+#ifndef PP_CUDA_INTERNAL_CUH
+#define PP_CUDA_INTERNAL_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend_cuda.h"
+
+/* A cached cuBLASLt algorithm for one GEMM shape ([Note: GEMM cache] in backend_cuda.cu). */
+struct GemmKey { /* compared with memcmp: no padding (10 ints, 3 long longs, 6 ints) */
+    int opA, opB, m, n, k, lda, ldb, ldc, batch, unused;
+    long long sA, sB, sC;
+    int ab, compute, bias, alA, alB, alC;
+};
+struct GemmEntry {
+    GemmKey key;
+    cublasLtMatmulAlgo_t algo;
+    int with_bias; /* the bias epilogue runs with this algorithm (else a separate kernel adds it) */
+    int found;     /* 0: cuBLASLt has no algorithm for this key (cached too: asked once) */
+};
+#define GEMM_CACHE 128
+
+/* A device buffer of the backend's own, grown (never shrunk) when an op needs more than
+ * was reserved at open ([Note: CUDA workspace]). */
+struct Grow {
+    void *p;
+    size_t bytes;
+};
+
+/* One allocation from be->alloc, for the bytes-in-use count. */
+struct Alloc {
+    void *p;
+    size_t bytes;
+};
+
+struct CudaCtx {
+    Backend be;               /* the table; be.ctx points back here */
+    int device, rank;
+    PPPrecision prec;
+    PPCudaSizes sizes;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    Grow lt_ws;               /* cuBLASLt workspace */
+    Grow castA, castB;        /* bf16 copies of a matmul's operands (precision bf16) */
+    Grow partials;            /* column partial sums (bias and LayerNorm weight grads) */
+    Grow sums;                /* double partials of sum / sumsq */
+    Grow enc;                 /* encoder backward: next row with the same token, and flags */
+    Grow att;                 /* attention backward: dP of one sequence, [NH,T,T] */
+    Alloc *allocs;
+    int nallocs, cap_allocs;
+    size_t allocated;
+    GemmEntry gemm[GEMM_CACHE];
+    int ngemm;
+    int warned_fallback;      /* a fast GEMM mode fell back to fp32 (said once) */
+    char desc[256];
+};
+
+static inline CudaCtx *ctx_of(const Backend *be) { return (CudaCtx *)be->ctx; }
+
+/* [Note: CUDA checks] Every CUDA and cuBLASLt call goes through a check that names the
+ * call, the library's message, the rank and the device, then exits 1 (nothing can be
+ * recovered on a broken device). After each kernel launch KCHECK reads the last error. */
+#define CK(c, call)                                                                                            \
+    do {                                                                                                       \
+        cudaError_t e_ = (call);                                                                               \
+        if (e_ != cudaSuccess) pp_cuda_die((c), __FILE__, __LINE__, #call, cudaGetErrorName(e_), cudaGetErrorString(e_)); \
+    } while (0)
+#define LTCK(c, call)                                                                                          \
+    do {                                                                                                       \
+        cublasStatus_t s_ = (call);                                                                            \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                       \
+            pp_cuda_die((c), __FILE__, __LINE__, #call, cublasLtGetStatusName(s_), cublasLtGetStatusString(s_)); \
+    } while (0)
+#define KCHECK(c, name)                                                                                       \
+    do {                                                                                                       \
+        cudaError_t e_ = cudaGetLastError();                                                                   \
+        if (e_ != cudaSuccess)                                                                                 \
+            pp_cuda_die((c), __FILE__, __LINE__, "launch of " name, cudaGetErrorName(e_), cudaGetErrorString(e_)); \
+    } while (0)
+
+void pp_cuda_die(const CudaCtx *c, const char *file, int line, const char *call, const char *name, const char *msg)
+    __attribute__((noreturn));
+
+/* Make g hold at least `bytes` (waits for the stream first when it must reallocate). */
+void *grow(CudaCtx *c, Grow *g, size_t bytes);
+
+/* Blocks for a grid-stride elementwise launch of n items. */
+static inline unsigned grid_for(size_t n, int threads) {
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 65535u * 16 ? (b ? b : 1) : 65535u * 16);
+}
+
+/* ---- kernel launchers (kernels.cu): same arguments as the backend ops ---- */
+void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
+void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C);
+void k_layernorm_forward(CudaCtx *c, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                         const float *b, int N, int C);
+void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *mean, const float *rstd, const float *w, int N, int C);
+void k_gelu_forward(CudaCtx *c, float *out, const float *inp, size_t n);
+void k_gelu_backward(CudaCtx *c, float *dinp, const float *inp, const float *dout, size_t n);
+void k_add_inplace(CudaCtx *c, float *dst, const float *src, size_t n);
+/* db[OC] += column sums of dout[N,OC], fixed order. */
+void k_bias_backward(CudaCtx *c, float *db, const float *dout, int N, int OC);
+/* out[N,OC] += b[OC] (where the bias epilogue is not available). */
+void k_add_bias(CudaCtx *c, float *out, const float *b, int N, int OC);
+/* In place over rows of length T: row t of each [T,T] block becomes the softmax of its
+ * columns 0..t (columns t+1.. zero). rows = B*NH*T. */
+void k_softmax_causal(CudaCtx *c, float *att, int rows, int T);
+/* In place: dP (rows of length T) becomes dS = P * (dP - sum_j P dP) * scale, causal. */
+void k_softmax_causal_backward(CudaCtx *c, float *dp, const float *p, int rows, int T, float scale);
+void k_crossentropy(CudaCtx *c, float *logits, float *losses, const int *targets, float dloss, int N, int V, int Vp,
+                    int want_grad);
+/* out (one double) = sum over x[0..n) of x or x^2, fixed order. */
+void k_sum(CudaCtx *c, double *out, const float *x, size_t n, int squares);
+void k_adamw(CudaCtx *c, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+             float eps, float wd, float grad_scale, float bc1, float bc2);
+void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr, float momentum, float wd,
+           float grad_scale, int first);
+/* bf16 copy of n floats (round to nearest even). */
+void k_to_bf16(CudaCtx *c, __nv_bfloat16 *dst, const float *src, size_t n);
+
+#endif

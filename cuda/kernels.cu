@@ -1,0 +1,432 @@
+/* kernels.cu — the CUDA backend's own kernels: the GPU twins of backend_cpu.c's loops
+ * (encoder, LayerNorm, GELU, the causal softmax of attention, the fused cross-entropy,
+ * the optimizer, the reductions). The GEMMs are cuBLASLt's (backend_cuda.cu).
+ *
+ * [Note: deterministic kernels] No kernel adds floats with atomics, whose order would
+ * vary run to run: every sum runs in an order fixed by the sizes alone (a warp's xor
+ * butterfly, a block's tree, partial sums per fixed chunk of rows added in chunk order),
+ * so two runs give the same bits. Where the CPU sums in row order (the embedding
+ * gradients), the kernel does too and gives the CPU's bits. cuda/NOTES.md counts each
+ * kernel's FLOPs and bytes. */
+#include <math.h>
+
+#include "cuda_internal.cuh"
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+#define LN_EPS 1e-5f
+#define ROWS_PER_WARP_BLOCK 8 /* warps (rows) per 256-thread block of the row kernels */
+#define COL_ROWS 256          /* rows per partial sum of the column reductions */
+#define SUM_BLOCKS 256        /* partial sums of sum / sumsq (fixed: the order is n's alone) */
+
+static __device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v; /* the same bits in every lane: a + b == b + a */
+}
+
+static __device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* The block's sum (or max) of v, in every thread; sh holds 32 floats. */
+template <bool MAX> static __device__ float block_reduce(float v, float *sh) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = MAX ? warp_max(v) : warp_sum(v);
+    __syncthreads(); /* sh may still be read by an earlier call */
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : (MAX ? -INFINITY : 0.0f);
+    return MAX ? warp_max(r) : warp_sum(r); /* every warp the same: fixed order */
+}
+
+/* ---- encoder ------------------------------------------------------------------- */
+
+__global__ void enc_fwd(float *out, const int *inp, const float *wte, const float *wpe, size_t NC, int T, int C) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < NC; i += (size_t)gridDim.x * blockDim.x) {
+        size_t n = i / C;
+        int c = (int)(i % C);
+        out[i] = wte[(size_t)inp[n] * C + c] + wpe[(size_t)(n % T) * C + c];
+    }
+}
+
+/* nxt[n] = the next row after n with the same token, or -1. O(N) per row, coalesced. */
+__global__ void enc_next(int *nxt, const int *inp, int N) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    int tok = inp[n], r = -1;
+    for (int m = n + 1; m < N; m++)
+        if (inp[m] == tok) {
+            r = m;
+            break;
+        }
+    nxt[n] = r;
+}
+
+/* flag[m] = 1 when some earlier row has m's token (m is not the first of its chain). */
+__global__ void enc_flag(int *flag, const int *nxt, int N) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N && nxt[n] >= 0) flag[nxt[n]] = 1; /* one writer per m: its predecessor */
+}
+
+/* One block per chain head: dwte[tok, c] += dout rows of the chain, in row order (the
+ * CPU's order, so the CPU's bits). */
+__global__ void enc_bwd_wte(float *dwte, const float *dout, const int *inp, const int *nxt, const int *flag, int C) {
+    int n = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (flag[n] || c >= C) return;
+    float *dw = dwte + (size_t)inp[n] * C;
+    float acc = dw[c];
+    for (int m = n; m >= 0; m = nxt[m]) acc += dout[(size_t)m * C + c];
+    dw[c] = acc;
+}
+
+/* dwpe[t, c] += dout[b, t, c] for b = 0.. in order (the CPU's order). */
+__global__ void enc_bwd_wpe(float *dwpe, const float *dout, int B, int T, int C) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x, TC = (size_t)T * C;
+    if (i >= TC) return;
+    float acc = dwpe[i];
+    for (int b = 0; b < B; b++) acc += dout[b * TC + i];
+    dwpe[i] = acc;
+}
+
+void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
+                       int C) {
+    size_t NC = (size_t)B * T * C;
+    enc_fwd<<<grid_for(NC, 256), 256, 0, c->stream>>>(out, inp, wte, wpe, NC, T, C);
+    KCHECK(c, "enc_fwd");
+}
+
+void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
+    int N = B * T;
+    int *nxt = (int *)grow(c, &c->enc, 2 * (size_t)N * sizeof(int)), *flag = nxt + N;
+    CK(c, cudaMemsetAsync(flag, 0, (size_t)N * sizeof(int), c->stream));
+    enc_next<<<(N + 255) / 256, 256, 0, c->stream>>>(nxt, inp, N);
+    KCHECK(c, "enc_next");
+    enc_flag<<<(N + 255) / 256, 256, 0, c->stream>>>(flag, nxt, N);
+    KCHECK(c, "enc_flag");
+    dim3 g(N, (C + 255) / 256);
+    enc_bwd_wte<<<g, 256, 0, c->stream>>>(dwte, dout, inp, nxt, flag, C);
+    KCHECK(c, "enc_bwd_wte");
+    size_t TC = (size_t)T * C;
+    enc_bwd_wpe<<<(unsigned)((TC + 255) / 256), 256, 0, c->stream>>>(dwpe, dout, B, T, C);
+    KCHECK(c, "enc_bwd_wpe");
+}
+
+/* ---- LayerNorm: one warp per row --------------------------------------------------- */
+
+__global__ void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
+                       int C) {
+    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float *o = out + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += x[c];
+    float m = warp_sum(s) / C, v = 0.0f;
+    for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+    float r = 1.0f / sqrtf(warp_sum(v) / C + LN_EPS);
+    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+    if (lane == 0) mean[row] = m, rstd[row] = r;
+}
+
+/* dinp[row] += r * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)). */
+__global__ void ln_bwd_dx(float *dinp, const float *dout, const float *inp, const float *mean, const float *rstd,
+                          const float *w, int N, int C) {
+    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C, m = mean[row], r = rstd[row], sd = 0.0f, sdx = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float xhat = (x[c] - m) * r, dn = w[c] * d[c];
+        sd += dn;
+        sdx += dn * xhat;
+    }
+    sd = warp_sum(sd) / C;
+    sdx = warp_sum(sdx) / C;
+    for (int c = lane; c < C; c += 32) {
+        float xhat = (x[c] - m) * r, dn = w[c] * d[c];
+        dx[c] += r * (dn - sd - xhat * sdx);
+    }
+}
+
+/* Column partial sums over chunk blockIdx.y of COL_ROWS rows, 32 columns per block
+ * (threads (32, 8): eight rows at a time, added in a fixed order): part[chunk][0][c]
+ * = sum of dout * xhat (LayerNorm's dw; plain dout when mean is NULL: a bias grad) and,
+ * with two sums, part[chunk][1][c] = sum of dout (db). */
+__global__ void col_partial(float *part, const float *dout, const float *inp, const float *mean, const float *rstd,
+                            int N, int C, int two) {
+    __shared__ float sa[8][33], sb[8][33];
+    int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx, chunk = blockIdx.y;
+    int r0 = chunk * COL_ROWS, r1 = min(N, r0 + COL_ROWS);
+    float a = 0.0f, b = 0.0f;
+    if (c < C)
+        for (int r = r0 + ty; r < r1; r += 8) {
+            float d = dout[(size_t)r * C + c];
+            a += mean ? d * ((inp[(size_t)r * C + c] - mean[r]) * rstd[r]) : d;
+            b += d;
+        }
+    sa[ty][tx] = a;
+    sb[ty][tx] = b;
+    __syncthreads();
+    if (ty != 0 || c >= C) return;
+    float ta = 0.0f, tb = 0.0f;
+    for (int k = 0; k < 8; k++) ta += sa[k][tx], tb += sb[k][tx];
+    float *p = part + (size_t)chunk * (two ? 2 : 1) * C;
+    p[c] = ta;
+    if (two) p[C + c] = tb;
+}
+
+/* dst[c] += the chunks' partial sums, in chunk order. part[k * stride + c]. */
+__global__ void col_final(float *dst, const float *part, int nchunks, size_t stride, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C || !dst) return;
+    float s = 0.0f;
+    for (int k = 0; k < nchunks; k++) s += part[k * stride + c];
+    dst[c] += s;
+}
+
+static void col_sums(CudaCtx *c, float *dst0, float *dst1, const float *dout, const float *inp, const float *mean,
+                     const float *rstd, int N, int C) {
+    int nchunks = (N + COL_ROWS - 1) / COL_ROWS, two = dst1 != NULL;
+    float *part = (float *)grow(c, &c->partials, (size_t)nchunks * (two ? 2 : 1) * C * sizeof(float));
+    dim3 g((C + 31) / 32, nchunks), b(32, 8);
+    col_partial<<<g, b, 0, c->stream>>>(part, dout, inp, mean, rstd, N, C, two);
+    KCHECK(c, "col_partial");
+    size_t stride = (size_t)(two ? 2 : 1) * C;
+    col_final<<<(C + 255) / 256, 256, 0, c->stream>>>(dst0, part, nchunks, stride, C);
+    KCHECK(c, "col_final");
+    if (two) {
+        col_final<<<(C + 255) / 256, 256, 0, c->stream>>>(dst1, part + C, nchunks, stride, C);
+        KCHECK(c, "col_final");
+    }
+}
+
+void k_layernorm_forward(CudaCtx *c, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                         const float *b, int N, int C) {
+    ln_fwd<<<(N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK, 32 * ROWS_PER_WARP_BLOCK, 0, c->stream>>>(
+        out, mean, rstd, inp, w, b, N, C);
+    KCHECK(c, "ln_fwd");
+}
+
+void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *mean, const float *rstd, const float *w, int N, int C) {
+    if (dinp) {
+        ln_bwd_dx<<<(N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK, 32 * ROWS_PER_WARP_BLOCK, 0, c->stream>>>(
+            dinp, dout, inp, mean, rstd, w, N, C);
+        KCHECK(c, "ln_bwd_dx");
+    }
+    if (dw || db) col_sums(c, dw, db ? db : NULL, dout, inp, mean, rstd, N, C);
+}
+
+void k_bias_backward(CudaCtx *c, float *db, const float *dout, int N, int OC) {
+    col_sums(c, db, NULL, dout, NULL, NULL, NULL, N, OC);
+}
+
+__global__ void add_bias(float *out, const float *b, size_t NOC, int OC) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < NOC; i += (size_t)gridDim.x * blockDim.x)
+        out[i] += b[i % OC];
+}
+
+void k_add_bias(CudaCtx *c, float *out, const float *b, int N, int OC) {
+    size_t n = (size_t)N * OC;
+    add_bias<<<grid_for(n, 256), 256, 0, c->stream>>>(out, b, n, OC);
+    KCHECK(c, "add_bias");
+}
+
+/* ---- elementwise ------------------------------------------------------------------ */
+
+#define GRID_STRIDE(i, n) \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void gelu_fwd(float *out, const float *inp, size_t n) {
+    GRID_STRIDE(i, n) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    }
+}
+
+__global__ void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+    GRID_STRIDE(i, n) {
+        float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanhf(u), sech2 = 1.0f - th * th;
+        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = g * dout[i]; /* dinp may alias dout: one element per thread */
+    }
+}
+
+__global__ void add_k(float *dst, const float *src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] += src[i];
+}
+
+__global__ void to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+void k_gelu_forward(CudaCtx *c, float *out, const float *inp, size_t n) {
+    gelu_fwd<<<grid_for(n, 256), 256, 0, c->stream>>>(out, inp, n);
+    KCHECK(c, "gelu_fwd");
+}
+
+void k_gelu_backward(CudaCtx *c, float *dinp, const float *inp, const float *dout, size_t n) {
+    gelu_bwd<<<grid_for(n, 256), 256, 0, c->stream>>>(dinp, inp, dout, n);
+    KCHECK(c, "gelu_bwd");
+}
+
+void k_add_inplace(CudaCtx *c, float *dst, const float *src, size_t n) {
+    add_k<<<grid_for(n, 256), 256, 0, c->stream>>>(dst, src, n);
+    KCHECK(c, "add_k");
+}
+
+void k_to_bf16(CudaCtx *c, __nv_bfloat16 *dst, const float *src, size_t n) {
+    to_bf16<<<grid_for(n, 256), 256, 0, c->stream>>>(dst, src, n);
+    KCHECK(c, "to_bf16");
+}
+
+/* ---- attention's causal softmax: one warp per row of a [T,T] block ---------------- */
+
+__global__ void softmax_causal(float *att, int rows, int T) {
+    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    int t = row % T;
+    float *x = att + (size_t)row * T, mx = -INFINITY, s = 0.0f;
+    for (int j = lane; j <= t; j += 32) mx = fmaxf(mx, x[j]);
+    mx = warp_max(mx);
+    for (int j = lane; j <= t; j += 32) {
+        float e = expf(x[j] - mx);
+        x[j] = e;
+        s += e;
+    }
+    float inv = 1.0f / warp_sum(s);
+    for (int j = lane; j <= t; j += 32) x[j] *= inv;
+    for (int j = t + 1 + lane; j < T; j += 32) x[j] = 0.0f;
+}
+
+__global__ void softmax_causal_bwd(float *dp, const float *p, int rows, int T, float scale) {
+    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    int t = row % T;
+    const float *pr = p + (size_t)row * T;
+    float *d = dp + (size_t)row * T, dot = 0.0f;
+    for (int j = lane; j <= t; j += 32) dot += pr[j] * d[j];
+    dot = warp_sum(dot);
+    for (int j = lane; j <= t; j += 32) d[j] = pr[j] * (d[j] - dot) * scale;
+    for (int j = t + 1 + lane; j < T; j += 32) d[j] = 0.0f;
+}
+
+void k_softmax_causal(CudaCtx *c, float *att, int rows, int T) {
+    softmax_causal<<<(rows + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK, 32 * ROWS_PER_WARP_BLOCK, 0,
+                     c->stream>>>(att, rows, T);
+    KCHECK(c, "softmax_causal");
+}
+
+void k_softmax_causal_backward(CudaCtx *c, float *dp, const float *p, int rows, int T, float scale) {
+    softmax_causal_bwd<<<(rows + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK, 32 * ROWS_PER_WARP_BLOCK, 0,
+                         c->stream>>>(dp, p, rows, T, scale);
+    KCHECK(c, "softmax_causal_bwd");
+}
+
+/* ---- fused cross-entropy: one block per row ----------------------------------------- */
+
+__global__ void crossentropy(float *logits, float *losses, const int *targets, float dloss, int V, int Vp,
+                             int want_grad) {
+    __shared__ float sh[32];
+    float *x = logits + (size_t)blockIdx.x * Vp;
+    int tgt = targets[blockIdx.x];
+    float xt = x[tgt], mx = -INFINITY, s = 0.0f; /* read before any thread writes the row */
+    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
+    mx = block_reduce<true>(mx, sh);
+    for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(x[j] - mx);
+    s = block_reduce<false>(s, sh);
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) - (xt - mx);
+    if (!want_grad) return;
+    float k = dloss / s;
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+        float v = j < V ? expf(x[j] - mx) * k : 0.0f;
+        if (j == tgt) v -= dloss;
+        x[j] = v;
+    }
+}
+
+void k_crossentropy(CudaCtx *c, float *logits, float *losses, const int *targets, float dloss, int N, int V, int Vp,
+                    int want_grad) {
+    crossentropy<<<N, 512, 0, c->stream>>>(logits, losses, targets, dloss, V, Vp, want_grad);
+    KCHECK(c, "crossentropy");
+}
+
+/* ---- reductions into a double, and the optimizer ------------------------------------ */
+
+__global__ void sum_partial(double *part, const float *x, size_t n, size_t chunk, int squares) {
+    __shared__ double sh[256];
+    size_t lo = blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    double s = 0.0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += 256) {
+        double v = x[i];
+        s += squares ? v * v : v;
+    }
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+
+__global__ void sum_final(double *out, const double *part, int nb) {
+    __shared__ double sh[256];
+    sh[threadIdx.x] = threadIdx.x < nb ? part[threadIdx.x] : 0.0;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = sh[0];
+}
+
+void k_sum(CudaCtx *c, double *out, const float *x, size_t n, int squares) {
+    double *part = (double *)grow(c, &c->sums, SUM_BLOCKS * sizeof(double));
+    size_t chunk = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
+    sum_partial<<<SUM_BLOCKS, 256, 0, c->stream>>>(part, x, n, chunk ? chunk : 1, squares);
+    KCHECK(c, "sum_partial");
+    sum_final<<<1, 256, 0, c->stream>>>(out, part, SUM_BLOCKS);
+    KCHECK(c, "sum_final");
+}
+
+__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                        float eps, float wd, float grad_scale, float bc1, float bc2) {
+    GRID_STRIDE(i, n) { /* optim.h optim_adamw_update, term for term */
+        float gi = grad_scale * g[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1, vhat = vi / bc2;
+        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    }
+}
+
+__global__ void sgd_k(float *p, const float *g, float *buf, size_t n, float lr, float momentum, float wd,
+                      float grad_scale, float keep) {
+    GRID_STRIDE(i, n) { /* optim.h optim_sgd_update */
+        float d = grad_scale * g[i] + wd * p[i];
+        if (momentum == 0.0f) {
+            p[i] -= lr * d;
+        } else {
+            float b = keep * buf[i] + d;
+            buf[i] = b;
+            p[i] -= lr * b;
+        }
+    }
+}
+
+void k_adamw(CudaCtx *c, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+             float eps, float wd, float grad_scale, float bc1, float bc2) {
+    adamw_k<<<grid_for(n, 256), 256, 0, c->stream>>>(p, g, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2);
+    KCHECK(c, "adamw_k");
+}
+
+void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr, float momentum, float wd,
+           float grad_scale, int first) {
+    sgd_k<<<grid_for(n, 256), 256, 0, c->stream>>>(p, g, buf, n, lr, momentum, wd, grad_scale,
+                                                    first ? 0.0f : momentum);
+    KCHECK(c, "sgd_k");
+}

@@ -1,0 +1,467 @@
+/* gpu_ops.c — every CUDA backend op against the CPU op (the reference), on fresh random
+ * inputs at odd shapes, forward and backward, at each precision (make test-gpu).
+ *
+ *   gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S]
+ *
+ * Exit 0: every check passed; 77: no GPU (the reason on stdout: "skipped: no GPU ...");
+ * 1: a check failed (each failure is printed). --probe only opens the backend.
+ *
+ * Each check draws new inputs, poisons the outputs an op overwrites with NaN (an element
+ * the op forgets stays NaN and fails), seeds the outputs it accumulates into (+=) with
+ * random values on both devices, and compares ||gpu - cpu|| / ||cpu|| over the output
+ * with a tolerance per kind of op and precision (../shared/GPU.md): elementwise fp32
+ * 1e-5; reductions 1e-4; GEMM-based ops 1e-4 (fp32), 2e-3 (tf32), 1.5e-2 (bf16). A NaN
+ * never passes. The ops that promise determinism run twice and must give the same bits. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "backend_load.h"
+#include "config.h"
+
+static const Backend *cpu, *gpu;
+static int failures, checks;
+static uint64_t rng;
+static const char *prec = "fp32";
+
+static double urand(void) { /* splitmix64 -> [0, 1) */
+    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return ((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+
+static float *rnd(size_t n, float scale) { /* fresh values in [-scale, scale) */
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)((2 * urand() - 1) * scale);
+    return x;
+}
+
+static float *nanbuf(size_t n) {
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    memset(x, 0xff, (n ? n : 1) * sizeof(float)); /* all-ones bits: a NaN */
+    return x;
+}
+
+static float *dup(const float *x, size_t n) {
+    float *y = malloc((n ? n : 1) * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+/* A device copy of host x. */
+static void *dev(const void *x, size_t bytes) {
+    void *d = gpu->alloc(gpu, bytes ? bytes : 4);
+    if (bytes && x) gpu->to_device(gpu, d, x, bytes);
+    return d;
+}
+
+/* The device buffer's contents (the host copy is malloc'd). */
+static float *host(const void *d, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    gpu->to_host(gpu, h, d, n * sizeof(float));
+    gpu->wait(gpu);
+    return h;
+}
+
+/* Record one comparison: relative L2 error of got against want over n floats. */
+static void compare(const char *op, const char *what, const char *shape, const float *got, const float *want, size_t n,
+                    double tol) {
+    double num = 0, den = 0;
+    size_t bad_nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i]) != isnan(want[i])) bad_nan++;
+        double d = (double)got[i] - want[i];
+        num += d * d;
+        den += (double)want[i] * want[i];
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    int ok = !bad_nan && !isnan(rel) && rel <= tol;
+    checks++;
+    if (!ok) failures++;
+    printf("%-4s %-28s %-10s %-34s %-5s rel %.2e  tol %.0e%s\n", ok ? "ok" : "FAIL", op, what, shape, prec, rel, tol,
+           bad_nan ? "  (NaN: an element not written)" : "");
+}
+
+static void same_bits(const char *op, const char *shape, const float *a, const float *b, size_t n) {
+    checks++;
+    int ok = memcmp(a, b, n * sizeof(float)) == 0;
+    if (!ok) failures++;
+    printf("%-4s %-28s %-10s %-34s %-5s two runs %s\n", ok ? "ok" : "FAIL", op, "bits", shape, prec,
+           ok ? "bitwise equal" : "DIFFER");
+}
+
+/* Tolerances (GPU.md): elementwise, reductions, and ops built on GEMMs at this precision. */
+#define TOL_ELEM 1e-5
+#define TOL_RED 1e-4
+static double tol_gemm(void) { return !strcmp(prec, "bf16") ? 1.5e-2 : !strcmp(prec, "tf32") ? 2e-3 : 1e-4; }
+
+/* ---- memory, reductions, optimizer ---------------------------------------------------- */
+
+static void check_memory(size_t n) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    float *x = rnd(n, 3), *d = dev(x, n * 4), *d2 = gpu->alloc(gpu, n * 4 + 4);
+    gpu->copy(gpu, d2, d, n * 4);
+    float *back = host(d2, n);
+    same_bits("to_device/copy/to_host", shape, back, x, n);
+    gpu->zero(gpu, d2, n * 4);
+    float *z = host(d2, n), *zero = calloc(n ? n : 1, 4);
+    same_bits("zero", shape, z, zero, n);
+    double *s = gpu->alloc(gpu, 2 * sizeof(double)), hs[2], hs2[2], ref[2];
+    gpu->sum(gpu, &s[0], d, n);
+    gpu->sumsq(gpu, &s[1], d, n);
+    gpu->to_host(gpu, hs, s, sizeof hs);
+    gpu->wait(gpu);
+    gpu->sum(gpu, &s[0], d, n);
+    gpu->sumsq(gpu, &s[1], d, n);
+    gpu->to_host(gpu, hs2, s, sizeof hs2);
+    gpu->wait(gpu);
+    cpu->sum(cpu, &ref[0], x, n);
+    cpu->sumsq(cpu, &ref[1], x, n);
+    double e0 = fabs(hs[0] - ref[0]) / (fabs(ref[0]) + 1e-30), e1 = fabs(hs[1] - ref[1]) / (fabs(ref[1]) + 1e-30);
+    checks++;
+    int ok = e0 < 1e-9 * sqrt((double)n + 1) && e1 < 1e-12 && !isnan(hs[0]) && !isnan(hs[1]);
+    failures += !ok;
+    printf("%-4s %-28s %-10s %-34s %-5s rel %.2e / %.2e (double)\n", ok ? "ok" : "FAIL", "sum, sumsq", "value", shape,
+           prec, e0, e1);
+    same_bits("sum, sumsq", shape, (float *)hs, (float *)hs2, 4);
+    gpu->dealloc(gpu, d), gpu->dealloc(gpu, d2), gpu->dealloc(gpu, s);
+    free(x), free(back), free(z), free(zero);
+}
+
+static void check_optimizer(size_t n) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    for (int variant = 0; variant < 3; variant++) { /* adamw t=3; sgd momentum t=1 and t=2; sgd plain */
+        float *p = rnd(n, 1), *g = rnd(n, 1), *m = rnd(n, 0.1f), *v = rnd(n, 0.01f);
+        for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+        float *dp = dev(p, n * 4), *dg = dev(g, n * 4), *dm = dev(m, n * 4), *dv = dev(v, n * 4);
+        const char *name;
+        if (variant == 0) {
+            name = "adamw_update t=3";
+            gpu->adamw_update(gpu, dp, dg, dm, dv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3);
+            cpu->adamw_update(cpu, p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3);
+        } else if (variant == 1) {
+            name = "sgd_update momentum t=1,2";
+            gpu->sgd_update(gpu, dp, dg, dm, n, 1e-2f, 0.9f, 0.01f, 1.0f, 1);
+            cpu->sgd_update(cpu, p, g, m, n, 1e-2f, 0.9f, 0.01f, 1.0f, 1);
+            gpu->sgd_update(gpu, dp, dg, dm, n, 1e-2f, 0.9f, 0.01f, 0.5f, 2);
+            cpu->sgd_update(cpu, p, g, m, n, 1e-2f, 0.9f, 0.01f, 0.5f, 2);
+        } else {
+            name = "sgd_update no momentum";
+            gpu->sgd_update(gpu, dp, dg, NULL, n, 1e-2f, 0.0f, 0.01f, 1.0f, 4);
+            cpu->sgd_update(cpu, p, g, NULL, n, 1e-2f, 0.0f, 0.01f, 1.0f, 4);
+        }
+        float *hp = host(dp, n), *hm = host(dm, n);
+        compare(name, "params", shape, hp, p, n, TOL_ELEM);
+        if (variant < 2) compare(name, "state m", shape, hm, m, n, TOL_ELEM);
+        if (variant == 0) {
+            float *hv = host(dv, n);
+            compare(name, "state v", shape, hv, v, n, TOL_ELEM);
+            free(hv);
+        }
+        gpu->dealloc(gpu, dp), gpu->dealloc(gpu, dg), gpu->dealloc(gpu, dm), gpu->dealloc(gpu, dv);
+        free(p), free(g), free(m), free(v), free(hp), free(hm);
+    }
+}
+
+/* ---- layer ops at one shape ------------------------------------------------------------ */
+
+typedef struct {
+    int B, T, C, NH, V, Vp;
+} Shape;
+
+static void check_encoder(const Shape *s, const char *sh) {
+    int N = s->B * s->T, C = s->C, V = s->V;
+    int *tok = malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) tok[i] = (int)(urand() * (V < 7 ? V : 7)); /* few distinct: long chains */
+    float *wte = rnd((size_t)s->Vp * C, 1), *wpe = rnd((size_t)s->T * C, 1), *out = nanbuf((size_t)N * C);
+    int *dtok = dev(tok, N * sizeof(int));
+    float *dwte = dev(wte, (size_t)s->Vp * C * 4), *dwpe = dev(wpe, (size_t)s->T * C * 4), *dout = dev(out, (size_t)N * C * 4);
+    gpu->encoder_forward(gpu, dout, dtok, dwte, dwpe, s->B, s->T, C);
+    cpu->encoder_forward(cpu, out, tok, wte, wpe, s->B, s->T, C);
+    float *h = host(dout, (size_t)N * C);
+    compare("encoder_forward", "out", sh, h, out, (size_t)N * C, TOL_ELEM);
+    /* backward: grads seeded (they accumulate) */
+    float *d = rnd((size_t)N * C, 1), *gte = rnd((size_t)s->Vp * C, 1), *gpe = rnd((size_t)s->T * C, 1);
+    float *dd = dev(d, (size_t)N * C * 4), *dgte = dev(gte, (size_t)s->Vp * C * 4), *dgpe = dev(gpe, (size_t)s->T * C * 4);
+    float *dgte2 = dev(gte, (size_t)s->Vp * C * 4), *dgpe2 = dev(gpe, (size_t)s->T * C * 4);
+    gpu->encoder_backward(gpu, dgte, dgpe, dd, dtok, s->B, s->T, C);
+    gpu->encoder_backward(gpu, dgte2, dgpe2, dd, dtok, s->B, s->T, C);
+    cpu->encoder_backward(cpu, gte, gpe, d, tok, s->B, s->T, C);
+    float *hte = host(dgte, (size_t)s->Vp * C), *hpe = host(dgpe, (size_t)s->T * C), *hte2 = host(dgte2, (size_t)s->Vp * C);
+    compare("encoder_backward", "dwte", sh, hte, gte, (size_t)s->Vp * C, TOL_RED);
+    compare("encoder_backward", "dwpe", sh, hpe, gpe, (size_t)s->T * C, TOL_RED);
+    same_bits("encoder_backward dwte", sh, hte, hte2, (size_t)s->Vp * C);
+    void *all[] = {dtok, dwte, dwpe, dout, dd, dgte, dgpe, dgte2, dgpe2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
+    free(tok), free(wte), free(wpe), free(out), free(h), free(d), free(gte), free(gpe), free(hte), free(hpe), free(hte2);
+}
+
+static void check_layernorm(const Shape *s, const char *sh) {
+    int N = s->B * s->T, C = s->C;
+    size_t NC = (size_t)N * C;
+    float *x = rnd(NC, 2), *w = rnd(C, 1), *b = rnd(C, 1), *out = nanbuf(NC), *mean = nanbuf(N), *rstd = nanbuf(N);
+    for (size_t i = 0; i < NC; i++) x[i] += 0.5f; /* a non-zero mean */
+    float *dx = dev(x, NC * 4), *dw = dev(w, C * 4), *db = dev(b, C * 4), *dout = dev(out, NC * 4), *dm = dev(mean, N * 4),
+          *dr = dev(rstd, N * 4);
+    gpu->layernorm_forward(gpu, dout, dm, dr, dx, dw, db, N, C);
+    cpu->layernorm_forward(cpu, out, mean, rstd, x, w, b, N, C);
+    float *ho = host(dout, NC), *hm = host(dm, N), *hr = host(dr, N);
+    compare("layernorm_forward", "out", sh, ho, out, NC, TOL_ELEM);
+    compare("layernorm_forward", "mean", sh, hm, mean, N, TOL_ELEM);
+    compare("layernorm_forward", "rstd", sh, hr, rstd, N, TOL_ELEM);
+    /* backward, with the NULL variants of the split backward: all, only dinp, only dw/db.
+     * The CPU reference always computes all three (its NULL variants are another
+     * branch's); an output the GPU was not asked for must keep its seed, bit for bit. */
+    float *scratch = malloc(cpu->scratch_floats(cpu, N, s->T, C) * sizeof(float));
+    for (int variant = 0; variant < 3; variant++) {
+        const char *vn[] = {"layernorm_backward", "layernorm_backward dinp", "layernorm_backward dw,db"};
+        float *g = rnd(NC, 1), *gx = rnd(NC, 1), *gw = rnd(C, 1), *gb = rnd(C, 1); /* all accumulate */
+        float *gx0 = dup(gx, NC), *gw0 = dup(gw, C), *gb0 = dup(gb, C);
+        float *dg = dev(g, NC * 4), *dgx = dev(gx, NC * 4), *dgw = dev(gw, C * 4), *dgb = dev(gb, C * 4);
+        int want_x = variant != 2, want_w = variant != 1;
+        gpu->layernorm_backward(gpu, want_x ? dgx : NULL, want_w ? dgw : NULL, want_w ? dgb : NULL, dg, dx, dm, dr, dw,
+                                N, C, NULL);
+        cpu->layernorm_backward(cpu, gx, gw, gb, g, x, mean, rstd, w, N, C, scratch);
+        float *hx = host(dgx, NC), *hw = host(dgw, C), *hb = host(dgb, C);
+        if (want_x) compare(vn[variant], "dinp", sh, hx, gx, NC, TOL_RED);
+        else same_bits("layernorm_backward dinp=NULL", sh, hx, gx0, NC);
+        if (want_w) {
+            compare(vn[variant], "dw", sh, hw, gw, C, TOL_RED);
+            compare(vn[variant], "db", sh, hb, gb, C, TOL_RED);
+        } else {
+            same_bits("layernorm_backward dw=NULL", sh, hw, gw0, C);
+            same_bits("layernorm_backward db=NULL", sh, hb, gb0, C);
+        }
+        gpu->dealloc(gpu, dg), gpu->dealloc(gpu, dgx), gpu->dealloc(gpu, dgw), gpu->dealloc(gpu, dgb);
+        free(g), free(gx), free(gw), free(gb), free(gx0), free(gw0), free(gb0), free(hx), free(hw), free(hb);
+    }
+    /* determinism of the column sums: two runs from the same seed */
+    {
+        float *g = rnd(NC, 1), *gw = rnd(C, 1), *gb = rnd(C, 1);
+        float *dg = dev(g, NC * 4), *w1 = dev(gw, C * 4), *b1 = dev(gb, C * 4), *w2 = dev(gw, C * 4), *b2 = dev(gb, C * 4);
+        gpu->layernorm_backward(gpu, NULL, w1, b1, dg, dx, dm, dr, dw, N, C, NULL);
+        gpu->layernorm_backward(gpu, NULL, w2, b2, dg, dx, dm, dr, dw, N, C, NULL);
+        float *h1 = host(w1, C), *h2 = host(w2, C);
+        same_bits("layernorm_backward dw", sh, h1, h2, C);
+        gpu->dealloc(gpu, dg), gpu->dealloc(gpu, w1), gpu->dealloc(gpu, b1), gpu->dealloc(gpu, w2), gpu->dealloc(gpu, b2);
+        free(g), free(gw), free(gb), free(h1), free(h2);
+    }
+    void *all[] = {dx, dw, db, dout, dm, dr};
+    for (size_t i = 0; i < 6; i++) gpu->dealloc(gpu, all[i]);
+    free(x), free(w), free(b), free(out), free(mean), free(rstd), free(ho), free(hm), free(hr), free(scratch);
+}
+
+static void check_matmul(int N, int C, int OC, int bias, const char *sh0) {
+    char sh[96];
+    snprintf(sh, sizeof sh, "%s N=%d C=%d OC=%d%s", sh0, N, C, OC, bias ? "" : " nobias");
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *x = rnd(NC, 1), *w = rnd(OCC, 0.1f), *b = bias ? rnd(OC, 1) : NULL, *out = nanbuf(NO);
+    float *dx = dev(x, NC * 4), *dw = dev(w, OCC * 4), *db = bias ? dev(b, OC * 4) : NULL, *dout = dev(out, NO * 4);
+    gpu->matmul_forward(gpu, dout, dx, dw, db, N, C, OC);
+    cpu->matmul_forward(cpu, out, x, w, b, N, C, OC);
+    float *h = host(dout, NO);
+    compare("matmul_forward", "out", sh, h, out, NO, tol_gemm());
+    /* backward: all; only dinp (dw = db = NULL); only dw, db (dinp NULL); dw without db
+     * (the head). The CPU reference computes all; what the GPU was not asked for must
+     * keep its seed (dinp: its NaN poison). */
+    for (int variant = 0; variant < 4; variant++) {
+        const char *vn[] = {"matmul_backward", "matmul_backward dinp", "matmul_backward dw,db", "matmul_backward dw"};
+        int want_x = variant == 0 || variant == 1, want_w = variant != 1, want_b = (variant == 0 || variant == 2) && bias;
+        float *g = rnd(NO, 1), *gx = nanbuf(NC), *gw = rnd(OCC, 1), *gb = rnd(OC, 1);
+        float *gw0 = dup(gw, OCC), *gb0 = dup(gb, OC);
+        float *dg = dev(g, NO * 4), *dgx = dev(gx, NC * 4), *dgw = dev(gw, OCC * 4), *dgb = dev(gb, OC * 4);
+        gpu->matmul_backward(gpu, want_x ? dgx : NULL, want_w ? dgw : NULL, want_b ? dgb : NULL, dg, dx, dw, N, C, OC);
+        cpu->matmul_backward(cpu, gx, gw, gb, g, x, w, N, C, OC);
+        float *hx = host(dgx, NC), *hw = host(dgw, OCC), *hb = host(dgb, OC);
+        if (want_x) compare(vn[variant], "dinp", sh, hx, gx, NC, tol_gemm());
+        if (want_w) compare(vn[variant], "dw", sh, hw, gw, OCC, tol_gemm());
+        else same_bits("matmul_backward dw=NULL", sh, hw, gw0, OCC);
+        if (want_b) compare(vn[variant], "db", sh, hb, gb, OC, TOL_RED);
+        else same_bits("matmul_backward db=NULL", sh, hb, gb0, OC);
+        if (variant == 0) { /* dw twice from the same seed: the same bits */
+            float *w0 = rnd(OCC, 1), *dw0 = dev(w0, OCC * 4), *dw1 = dev(w0, OCC * 4);
+            gpu->matmul_backward(gpu, NULL, dw0, NULL, dg, dx, dw, N, C, OC);
+            gpu->matmul_backward(gpu, NULL, dw1, NULL, dg, dx, dw, N, C, OC);
+            float *h0 = host(dw0, OCC), *h1 = host(dw1, OCC);
+            same_bits("matmul_backward dw", sh, h0, h1, OCC);
+            gpu->dealloc(gpu, dw0), gpu->dealloc(gpu, dw1);
+            free(w0), free(h0), free(h1);
+        }
+        gpu->dealloc(gpu, dg), gpu->dealloc(gpu, dgx), gpu->dealloc(gpu, dgw), gpu->dealloc(gpu, dgb);
+        free(g), free(gx), free(gw), free(gb), free(gw0), free(gb0), free(hx), free(hw), free(hb);
+    }
+    gpu->dealloc(gpu, dx), gpu->dealloc(gpu, dw), gpu->dealloc(gpu, db), gpu->dealloc(gpu, dout);
+    free(x), free(w), free(b), free(out), free(h);
+}
+
+static void check_attention(const Shape *s, const char *sh) {
+    int B = s->B, T = s->T, C = s->C, NH = s->NH, N = B * T;
+    size_t Q = (size_t)N * 3 * C, NC = (size_t)N * C;
+    size_t nsave = cpu->attention_saved_floats(cpu, B, T, NH), gsave = gpu->attention_saved_floats(gpu, B, T, NH);
+    float *qkv = rnd(Q, 1), *out = nanbuf(NC), *att = nanbuf(nsave);
+    float *dq = dev(qkv, Q * 4), *dout = dev(out, NC * 4), *datt = dev(NULL, gsave * 4);
+    gpu->attention_forward(gpu, dout, datt, dq, B, T, C, NH);
+    cpu->attention_forward(cpu, out, att, qkv, B, T, C, NH);
+    float *h = host(dout, NC);
+    compare("attention_forward", "out", sh, h, out, NC, tol_gemm());
+    if (gsave == nsave) { /* the probabilities, causal part only (the CPU leaves the rest unwritten) */
+        float *ha = host(datt, gsave), *pg = malloc(nsave * 4), *pc = malloc(nsave * 4);
+        size_t k = 0;
+        for (size_t bh = 0; bh < (size_t)B * NH; bh++)
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j <= t; j++, k++)
+                    pg[k] = ha[(bh * T + t) * T + j], pc[k] = att[(bh * T + t) * T + j];
+        compare("attention_forward", "probs", sh, pg, pc, k, tol_gemm());
+        free(ha), free(pg), free(pc);
+    }
+    float *g = rnd(NC, 1), *gq = nanbuf(Q), *dg = dev(g, NC * 4), *dgq = dev(gq, Q * 4);
+    float *scratch = malloc(cpu->scratch_floats(cpu, N, T, C) * sizeof(float));
+    gpu->attention_backward(gpu, dgq, dg, dq, datt, B, T, C, NH, NULL);
+    cpu->attention_backward(cpu, gq, g, qkv, att, B, T, C, NH, scratch);
+    float *hq = host(dgq, Q);
+    compare("attention_backward", "dqkv", sh, hq, gq, Q, tol_gemm());
+    float *dgq2 = dev(NULL, Q * 4);
+    gpu->attention_backward(gpu, dgq2, dg, dq, datt, B, T, C, NH, NULL);
+    float *hq2 = host(dgq2, Q);
+    same_bits("attention_backward", sh, hq, hq2, Q);
+    void *all[] = {dq, dout, datt, dg, dgq, dgq2};
+    for (size_t i = 0; i < 6; i++) gpu->dealloc(gpu, all[i]);
+    free(qkv), free(out), free(att), free(h), free(g), free(gq), free(hq), free(hq2), free(scratch);
+}
+
+static void check_elementwise(const Shape *s, const char *sh) {
+    size_t n = (size_t)s->B * s->T * 4 * s->C;
+    float *x = rnd(n, 4), *out = nanbuf(n), *dx = dev(x, n * 4), *dout = dev(out, n * 4);
+    gpu->gelu_forward(gpu, dout, dx, n);
+    cpu->gelu_forward(cpu, out, x, n);
+    float *h = host(dout, n);
+    compare("gelu_forward", "out", sh, h, out, n, TOL_ELEM);
+    float *g = rnd(n, 1), *dg = dev(g, n * 4), *gi = nanbuf(n), *dgi = dev(gi, n * 4);
+    gpu->gelu_backward(gpu, dgi, dx, dg, n);
+    cpu->gelu_backward(cpu, gi, x, g, n);
+    float *hg = host(dgi, n);
+    compare("gelu_backward", "dinp", sh, hg, gi, n, TOL_ELEM);
+    gpu->gelu_backward(gpu, dg, dx, dg, n); /* in place: dinp aliases dout */
+    cpu->gelu_backward(cpu, g, x, g, n);
+    float *hg2 = host(dg, n);
+    compare("gelu_backward in place", "dinp", sh, hg2, g, n, TOL_ELEM);
+    float *a = rnd(n, 1), *da = dev(a, n * 4);
+    gpu->add_inplace(gpu, da, dx, n);
+    cpu->add_inplace(cpu, a, x, n);
+    float *ha = host(da, n);
+    compare("add_inplace", "dst", sh, ha, a, n, TOL_ELEM);
+    void *all[] = {dx, dout, dg, dgi, da};
+    for (size_t i = 0; i < 5; i++) gpu->dealloc(gpu, all[i]);
+    free(x), free(out), free(h), free(g), free(gi), free(hg), free(hg2), free(a), free(ha);
+}
+
+static void check_crossentropy(const Shape *s, const char *sh) {
+    int N = s->B * s->T, V = s->V, Vp = s->Vp;
+    size_t NV = (size_t)N * Vp;
+    int *tgt = malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) tgt[i] = (int)(urand() * V);
+    float *lg = rnd(NV, 5), *lg2 = dup(lg, NV), *loss = nanbuf(N), *loss2 = nanbuf(N);
+    int *dt = dev(tgt, N * sizeof(int));
+    float *dl = dev(lg, NV * 4), *dl2 = dev(lg, NV * 4), *dloss = dev(loss, N * 4), *dloss2 = dev(loss, N * 4);
+    gpu->crossentropy_forward_backward(gpu, dl, dloss, dt, 1.0f / 777, N, V, Vp);
+    cpu->crossentropy_forward_backward(cpu, lg, loss, tgt, 1.0f / 777, N, V, Vp);
+    float *hl = host(dl, NV), *hloss = host(dloss, N);
+    compare("crossentropy_fwd_bwd", "dlogits", sh, hl, lg, NV, TOL_RED);
+    compare("crossentropy_fwd_bwd", "losses", sh, hloss, loss, N, TOL_RED);
+    gpu->crossentropy_forward(gpu, dl2, dloss2, dt, N, V, Vp);
+    cpu->crossentropy_forward(cpu, lg2, loss2, tgt, N, V, Vp);
+    float *hloss2 = host(dloss2, N);
+    compare("crossentropy_forward", "losses", sh, hloss2, loss2, N, TOL_RED);
+    void *all[] = {dt, dl, dl2, dloss, dloss2};
+    for (size_t i = 0; i < 5; i++) gpu->dealloc(gpu, all[i]);
+    free(tgt), free(lg), free(lg2), free(loss), free(loss2), free(hl), free(hloss), free(hloss2);
+}
+
+static int open_gpu(const char *precision, char *why, size_t n) {
+    Config cfg;
+    config_defaults(&cfg);
+    snprintf(cfg.device, sizeof cfg.device, "cuda");
+    snprintf(cfg.precision, sizeof cfg.precision, "%s", precision);
+    BackendSizes sz = {0, 0, 0, 0, 0}; /* reserve nothing: the checks grow what they need */
+    char note[256];
+    return backend_select(&cfg, 0, &sz, &gpu, note, sizeof note, why, n);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int probe = 0;
+    const char *only = NULL;
+    uint64_t seed = (uint64_t)time(NULL);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--probe")) probe = 1;
+        else if (!strcmp(argv[i], "--prec") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else return fprintf(stderr, "usage: gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S]\n"), 2;
+    }
+    char why[PP_ERR_MAX];
+    if (open_gpu("fp32", why, sizeof why) != PP_OK) {
+        printf("skipped: no GPU (%s)\n", why);
+        return 77;
+    }
+    printf("gpu_ops: %s, seed %llu\n", gpu->description, (unsigned long long)seed);
+    const void *entries[] = {gpu->alloc, gpu->dealloc, gpu->to_device, gpu->to_host, gpu->zero, gpu->copy,
+                             gpu->wait, gpu->sum, gpu->sumsq, gpu->adamw_update, gpu->sgd_update,
+                             gpu->encoder_forward, gpu->encoder_backward, gpu->layernorm_forward,
+                             gpu->layernorm_backward, gpu->matmul_forward, gpu->matmul_backward,
+                             gpu->attention_forward, gpu->attention_backward, gpu->attention_saved_floats,
+                             gpu->gelu_forward, gpu->gelu_backward, gpu->crossentropy_forward_backward,
+                             gpu->crossentropy_forward, gpu->scratch_floats, gpu->add_inplace, gpu->host_alloc,
+                             gpu->host_free, gpu->memory, gpu->close};
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
+        if (!entries[i]) return printf("FAIL the CUDA backend's table has no entry %zu\n", i), 1;
+    if (!gpu->device_memory) return printf("FAIL the CUDA backend does not say its memory is a device's\n"), 1;
+    if (probe) return backend_release(gpu), 0;
+    backend_release(gpu);
+    cpu = backend_cpu();
+    rng = seed;
+    /* odd shapes: T not a multiple of any tile, C = 64 / 768 / 1024, NH = 1, V not a
+     * multiple of 8, N = 1 */
+    static const Shape shapes[] = {
+        {1, 1, 64, 1, 5, 8},        /* N = 1 */
+        {2, 37, 64, 1, 251, 256},   /* NH = 1, odd T and V */
+        {3, 67, 768, 12, 1003, 1024},
+        {1, 130, 1024, 16, 509, 512},
+    };
+    const char *precs[] = {"fp32", "tf32", "bf16"};
+    for (int p = 0; p < 3; p++) {
+        if (only && strcmp(only, precs[p])) continue;
+        prec = precs[p];
+        if (open_gpu(prec, why, sizeof why) != PP_OK) {
+            printf("FAIL open the CUDA backend at %s: %s\n", prec, why);
+            return 1;
+        }
+        if (p == 0 || only) {
+            check_memory(1), check_memory(1000003), check_optimizer(1), check_optimizer(300007);
+        }
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            const Shape *s = &shapes[k];
+            char sh[96];
+            snprintf(sh, sizeof sh, "B=%d T=%d C=%d NH=%d V=%d/%d", s->B, s->T, s->C, s->NH, s->V, s->Vp);
+            int N = s->B * s->T;
+            if (p == 0 || only) { /* the fp32 ops: once */
+                check_encoder(s, sh), check_layernorm(s, sh), check_elementwise(s, sh), check_crossentropy(s, sh);
+            }
+            char shm[16];
+            snprintf(shm, sizeof shm, "#%zu", k);
+            check_matmul(N, s->C, 3 * s->C, 1, shm);
+            check_matmul(N, s->C, s->Vp, 0, shm); /* the head: no bias, odd OC at V's */
+            check_matmul(N, 4 * s->C, s->C, 1, shm);
+            check_attention(s, sh);
+        }
+        backend_release(gpu);
+    }
+    printf("gpu_ops: %d checks, %d failed (seed %llu)\n", checks, failures, (unsigned long long)seed);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# test/gpu/run.sh — make test-gpu: the GPU suite. Without a usable GPU (or without the
+# CUDA build) it prints "skipped: no GPU (why)" and exits 0. With one:
+#   1. every CUDA op against the CPU op (gpu_ops, every precision);
+#   2. 20 steps of gpt-tiny on the GPU at fp32 against the CPU from the same init:
+#      losses within 1e-4 relative;
+#   3. bf16: the loss falls on data/tiny and stays within 5e-2 relative of fp32;
+#   4. two GPU runs of one config: losses and final weights bitwise equal;
+#   5. a GPU checkpoint resumes on the CPU and a CPU one on the GPU (losses after the
+#      resume within 1e-4 of the run that never stopped);
+#   6. 2 ranks on one GPU (host staging over the socket transport): gpipe and 1f1b
+#      bitwise equal, and within 1e-5 relative of 1 rank on that GPU.
+# PPTRAIN and GPU_OPS name the binaries (the Makefile sets both). Results: stdout.
+set -u
+PPTRAIN=${PPTRAIN:-./pptrain}
+GPU_OPS=${GPU_OPS:-build/cpu/test/gpu_ops}
+out=$("$GPU_OPS" --probe 2>&1)
+rc=$?
+if [ $rc -eq 77 ]; then
+  echo "make test-gpu: $out"
+  exit 0
+elif [ $rc -ne 0 ]; then
+  echo "make test-gpu: FAILED: gpu_ops --probe exited $rc: $out"
+  exit 1
+fi
+echo "$out"
+tmp=$(mktemp -d /tmp/pptrain-gpu.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+
+# 1. the ops
+"$GPU_OPS" >"$tmp/ops.out" 2>&1
+rc=$?
+grep -E "^FAIL|^gpu_ops" "$tmp/ops.out"
+[ $rc -eq 0 ] && ok "every CUDA op matches the CPU op ($(tail -n1 "$tmp/ops.out"))" || bad "gpu_ops exited $rc"
+
+tiny=(--config configs/gpt-tiny.yaml --set pipeline.stages=1 --set data.val=null --set output.log_every=1)
+train() { # name, args...: run, keep the loss column and the exported final weights
+  local name=$1
+  shift
+  "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" "$@" >"$tmp/$name.out" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ]; then bad "$name exited $rc: $(tail -n 5 "$tmp/$name.out")"; return 1; fi
+  tail -n +2 "$tmp/$name/losses.csv" | cut -d, -f1,2 >"$tmp/$name.loss"
+  "$PPTRAIN" export --checkpoint "$tmp/$name/checkpoints" --out "$tmp/$name.bin" >/dev/null 2>&1
+  return 0
+}
+close() { # name a, name b, relative tolerance, first row (1-based) to compare
+  python3 - "$tmp/$1.loss" "$tmp/$2.loss" "$3" "${4:-1}" <<'PY'
+import sys
+a = dict(l.strip().split(",") for l in open(sys.argv[1])); b = dict(l.strip().split(",") for l in open(sys.argv[2]))
+tol, first = float(sys.argv[3]), int(sys.argv[4])
+keys = [k for k in a if int(k) >= first]
+assert keys and all(k in b for k in keys), (sorted(a), sorted(b))
+worst = max(abs(float(a[k]) - float(b[k])) / abs(float(b[k])) for k in keys)
+print("   %d steps, worst relative loss difference %.2e (tolerance %g)" % (len(keys), worst, tol))
+sys.exit(not worst <= tol)
+PY
+}
+
+# 2. fp32 on the GPU against the CPU, 20 steps from the same init
+train cpu20 --set train.steps=20 --set runtime.device=cpu &&
+  train gpu20 --set train.steps=20 --set runtime.device=cuda --set runtime.precision=fp32 &&
+  { grep "^rank 0: device\|GPU memory" "$tmp/gpu20.out"
+    close gpu20 cpu20 1e-4 && ok "20 steps: GPU fp32 losses within 1e-4 of the CPU" || bad "GPU fp32 vs CPU"; }
+
+# 3. bf16: the loss falls, and stays near fp32
+train bf16 --set train.steps=60 --set runtime.device=cuda --set runtime.precision=bf16 &&
+  train fp32 --set train.steps=60 --set runtime.device=cuda --set runtime.precision=fp32 &&
+  { python3 - "$tmp/bf16.loss" <<'PY' && ok "bf16: the loss falls on data/tiny" || bad "bf16: the loss does not fall"
+import sys
+l = [float(x.split(",")[1]) for x in open(sys.argv[1])]
+print("   bf16 loss %.4f -> %.4f" % (l[0], l[-1]))
+sys.exit(not (l[0] > 4.0 and l[-1] < l[0] - 1.0))
+PY
+    close bf16 fp32 5e-2 && ok "bf16 within 5e-2 of fp32 over 60 steps" || bad "bf16 drifts from fp32 by more than 5e-2"; }
+train tf32 --set train.steps=20 --set runtime.device=cuda --set runtime.precision=tf32 &&
+  { close tf32 cpu20 2e-3 && ok "tf32 within 2e-3 of the CPU over 20 steps" || bad "tf32 vs CPU"; }
+
+# 4. two GPU runs: the same bits
+train again --set train.steps=60 --set runtime.device=cuda --set runtime.precision=fp32 &&
+  { cmp -s "$tmp/fp32.loss" "$tmp/again.loss" && cmp -s "$tmp/fp32.bin" "$tmp/again.bin" &&
+      ok "two GPU fp32 runs: losses and weights bitwise equal" || bad "two GPU fp32 runs differ"; }
+train bf16b --set train.steps=60 --set runtime.device=cuda --set runtime.precision=bf16 &&
+  { cmp -s "$tmp/bf16.loss" "$tmp/bf16b.loss" && cmp -s "$tmp/bf16.bin" "$tmp/bf16b.bin" &&
+      ok "two GPU bf16 runs: losses and weights bitwise equal" || bad "two GPU bf16 runs differ"; }
+
+# 5. checkpoints cross devices: a 20-step run saves at step 10 (the same lr schedule as
+#    the 20-step references); steps 11-20 resumed from it on the other device
+resume() { # name, checkpoint run, reference, device args...
+  local name=$1 from=$2 ref=$3
+  shift 3
+  "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" --set train.steps=20 "$@" \
+    --resume "$tmp/$from/checkpoints/step_0000010" >"$tmp/$name.out" 2>&1 ||
+    { bad "$name: the resume exited $?: $(tail -n 3 "$tmp/$name.out")"; return 1; }
+  tail -n +2 "$tmp/$name/losses.csv" | cut -d, -f1,2 >"$tmp/$name.loss"
+  close "$name" "$ref" 1e-4 11
+}
+train g20ck --set train.steps=20 --set output.checkpoint_every=10 --set runtime.device=cuda --set runtime.precision=fp32 &&
+  { resume g2c g20ck cpu20 --set runtime.device=cpu &&
+      ok "a GPU checkpoint resumes on the CPU (steps 11-20 within 1e-4 of the CPU run)" || bad "GPU -> CPU resume"; }
+train c20ck --set train.steps=20 --set output.checkpoint_every=10 --set runtime.device=cpu &&
+  { resume c2g c20ck gpu20 --set runtime.device=cuda --set runtime.precision=fp32 &&
+      ok "a CPU checkpoint resumes on the GPU (steps 11-20 within 1e-4 of the GPU run)" || bad "CPU -> GPU resume"; }
+
+# 6. 2 ranks on one GPU: activations through pinned host staging and the socket transport
+two() { # name, schedule
+  local name=$1
+  scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config configs/gpt-tiny.yaml --set pipeline.stages=2 \
+    --set pipeline.schedule="$2" --set train.steps=20 --set data.val=null --set output.log_every=1 \
+    --set runtime.device=cuda --set runtime.precision=fp32 --set output.dir="$tmp/$name" >"$tmp/$name.out" 2>&1 ||
+    { bad "$name exited $?: $(tail -n 5 "$tmp/$name.out")"; return 1; }
+  tail -n +2 "$tmp/$name/losses.csv" | cut -d, -f1,2 >"$tmp/$name.loss"
+  "$PPTRAIN" export --checkpoint "$tmp/$name/checkpoints" --out "$tmp/$name.bin" >/dev/null 2>&1
+}
+two p2-gpipe gpipe && two p2-1f1b 1f1b && {
+  grep "device\|GPU memory" "$tmp/p2-1f1b.out" | head -4
+  cmp -s "$tmp/p2-gpipe.loss" "$tmp/p2-1f1b.loss" && cmp -s "$tmp/p2-gpipe.bin" "$tmp/p2-1f1b.bin" &&
+    ok "2 ranks on one GPU: gpipe == 1f1b (losses and weights bitwise)" || bad "2 ranks: gpipe != 1f1b"
+  close p2-1f1b gpu20 1e-5 && ok "2 ranks on one GPU within 1e-5 of 1 rank" || bad "2 ranks vs 1 rank"
+}
+
+echo "make test-gpu: $pass passed, $fail failed"
+[ $fail -eq 0 ]
