@@ -33,7 +33,7 @@ typedef struct {
     Config cfg;
     int print_config;
     const char *resume;  /* NULL: fresh run; "": the latest checkpoint; else a path */
-    int resume_if_present; /* --resume-if-present: "" when output.dir has a latest, else NULL */
+    int resume_if_present; /* --resume-if-present: resume_choice sets resume once ranks agree */
     int rest_argc;     /* arguments not consumed here (for subcommands) */
     char **rest_argv;
 } Cli;

@@ -48,6 +48,10 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHE
 rows() { tail -n +2 "$1/losses.csv" 2>/dev/null | cut -d, -f1,2; }            # DIR
 nrows() { rows "$1" | wc -l; }                                                   # DIR
 same_rows() { [ -n "$(rows "$1")" ] && cmp -s <(rows "$1" | head -n "$3") <(rows "$2" | head -n "$3"); } # A B N
+same_weights() { # A B: the final checkpoints hold the same weights, bit for bit
+  "$PPTRAIN" export --checkpoint "$1/checkpoints" --out "$1.bin" >/dev/null 2>&1 &&
+    "$PPTRAIN" export --checkpoint "$2/checkpoints" --out "$2.bin" >/dev/null 2>&1 && cmp -s "$1.bin" "$2.bin"
+}
 pprun_ref() { # NAME ARGS...: pprun's 2-rank run into $R/NAME
   local name=$1
   shift
@@ -59,12 +63,12 @@ pprun_ref() { # NAME ARGS...: pprun's 2-rank run into $R/NAME
 # The batch shell of `#SBATCH -n 2` (SLURM_PROCID=0, SLURM_NTASKS=2, no SLURM_STEP_ID):
 # a pptrain started there exits 2 at once naming srun.
 t0=$SECONDS
-SLURM_JOB_ID=77 SLURM_PROCID=0 SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 timeout 60 "$PPTRAIN" \
-  --config configs/gpt-tiny.yaml --set output.dir="$R/env-batch" >"$R/env-batch.out" 2>&1
+SLURM_JOB_ID=77 SLURM_PROCID=0 SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 timeout 15 "$PPTRAIN" \
+  --config configs/gpt-tiny.yaml --set runtime.timeout_s=10 --set output.dir="$R/env-batch" >"$R/env-batch.out" 2>&1
 rc=$?
 check "batch shell environment (no job step): exit 2 at once naming srun (rc $rc, $((SECONDS - t0)) s)" \
   test $rc -eq 2 -a $((SECONDS - t0)) -lt 10 -a -n "$(grep -F 'start the ranks with srun' "$R/env-batch.out")"
-SLURM_JOB_ID=77 SLURM_NTASKS=2 timeout 60 "$PPTRAIN" --config configs/gpt-tiny.yaml \
+SLURM_JOB_ID=77 SLURM_NTASKS=2 timeout 15 "$PPTRAIN" --config configs/gpt-tiny.yaml \
   --set output.dir="$R/env-alloc" >"$R/env-alloc.out" 2>&1
 rc=$?
 check "SLURM_NTASKS=2 outside a step (salloc shell): exit 2 naming srun (rc $rc)" \
@@ -162,17 +166,22 @@ j=$(CONFIG=configs/gpt-tiny.yaml sbatch --parsable -o "$R/one.log" --nodes=1 --n
   --gpus-per-node=0 scripts/slurm/pptrain.sbatch --set train.steps=20 --set output.dir="$R/one")
 job_wait "$j" 60
 job_ok "sbatch pptrain.sbatch, 1 node x 2 ranks" "$R/one.log"
-check "...losses equal pprun's bitwise ($(nrows "$R/one") rows)" same_rows "$R/one" "$R/ref-tiny" 20
+check "...losses ($(nrows "$R/one") rows) and final weights equal pprun's bitwise" \
+  test -n "$(same_rows "$R/one" "$R/ref-tiny" 20 && same_weights "$R/one" "$R/ref-tiny" && echo y)"
 j=$(CONFIG=configs/gpt-tiny.yaml sbatch --parsable -o "$R/two.log" --partition=two --nodes=2 --ntasks-per-node=1 \
   --cpus-per-task=1 --gpus-per-node=0 scripts/slurm/pptrain.sbatch --set train.steps=20 --set output.dir="$R/two")
 job_wait "$j" 60
 job_ok "sbatch pptrain.sbatch, 2 nodes x 1 rank" "$R/two.log"
-check "...losses equal pprun's bitwise ($(nrows "$R/two") rows)" same_rows "$R/two" "$R/ref-tiny" 20
+check "...losses ($(nrows "$R/two") rows) and final weights equal pprun's bitwise" \
+  test -n "$(same_rows "$R/two" "$R/ref-tiny" 20 && same_weights "$R/two" "$R/ref-tiny" && echo y)"
 check "...one rank on each node" grep -qF "2 ranks on 2 node(s)" "$R/two.log"
-MASTER_ADDR=$SL_NODE0 timeout 120 srun --ntasks=2 --cpus-per-task=1 "$PPTRAIN" "${tiny[@]}" \
-  --set output.dir="$R/srun" >"$R/srun.log" 2>&1
+# the README's two lines, inside an allocation (salloc)
+timeout 120 salloc --ntasks=2 bash -c 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
+  srun --ntasks=2 "$PPTRAIN" --config configs/gpt-tiny.yaml --set train.steps=20 --set output.dir="$0"' \
+  "$R/srun" >"$R/srun.log" 2>&1
 rc=$?
-check "srun --ntasks=2 (rc $rc): losses equal pprun's bitwise" test $rc -eq 0 -a -n "$(same_rows "$R/srun" "$R/ref-tiny" 20 && echo y)"
+check "srun --ntasks=2 (rc $rc): losses and final weights equal pprun's bitwise" \
+  test $rc -eq 0 -a -n "$(same_rows "$R/srun" "$R/ref-tiny" 20 && same_weights "$R/srun" "$R/ref-tiny" && echo y)"
 
 # 2. Two jobs at once on one node (no MASTER_PORT: each derives its own from its job id).
 for k in 1 2; do
