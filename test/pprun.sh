@@ -135,7 +135,7 @@ if [ -x "$PPTRAIN" ] && [ -e data/tiny/train.bin ]; then
   timeout 120 "$PPRUN_BIN" --nproc-per-node 2 "$PPTRAIN" "${tiny[@]}" --set output.dir="$TMP/one" >"$TMP/one.out" 2>&1
   check "pprun --nproc-per-node 2 ./pptrain (gpt-tiny): exit 0" [ $? -eq 0 ]
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  export PPTRAIN_JOB_TOKEN=$(openssl rand -hex 32)
+  export PPTRAIN_JOB_TOKEN=$(openssl rand -hex 32 2>/dev/null || python3 -c "import secrets; print(secrets.token_hex(32))")
   for node in 0 1; do
     timeout 120 "$PPRUN_BIN" --nnodes 2 --node-rank $node --master-addr 127.0.0.1 --master-port "$port" \
       --nproc-per-node 1 "$PPTRAIN" "${tiny[@]}" --set output.dir="$TMP/nodes" >"$TMP/node$node.out" 2>&1 &
