@@ -66,7 +66,9 @@ slurm_start() {
   [ -S "$SL/munge/munge.socket" ] || { SL_WHY="munged did not start: $(tail -n 2 "$SL/munged.out")"; return 1; }
   # the node names resolve to loopback addresses of their own (rank 0's host is a name)
   SL_HOSTS_TAG="# pptrain test/slurm.sh $$"
-  printf '127.0.1.10 %s %s\n127.0.1.11 %s %s\n' "$SL_NODE0" "$SL_HOSTS_TAG" "$SL_NODE1" "$SL_HOSTS_TAG" >>/etc/hosts
+  printf '127.0.1.10 %s %s\n127.0.1.11 %s %s\n' "$SL_NODE0" "$SL_HOSTS_TAG" "$SL_NODE1" "$SL_HOSTS_TAG" >>/etc/hosts ||
+    { SL_WHY="cannot add the node names to /etc/hosts"; return 1; }
+  getent hosts "$SL_NODE1" >/dev/null || { SL_WHY="the node names in /etc/hosts do not resolve"; return 1; }
   ctld_port=$(free_port)
   cat >"$SL/slurm.conf" <<EOF
 ClusterName=pptest
