@@ -157,6 +157,10 @@ FILE *pp_fopen_regular(const char *path, const char *mode, const char *hint, cha
     struct stat st;
     int fd = pp_open_regular_flags(path, flags, &st);
     FILE *f = fd >= 0 ? fdopen(fd, mode) : NULL;
+    if (f && mode[0] == 'a' && fseek(f, 0, SEEK_END) != 0) { /* as fopen "a": ftell = size */
+        fclose(f);
+        f = NULL, fd = -1;
+    }
     if (f) return f;
     int e = errno;
     if (fd >= 0) close(fd);

@@ -94,6 +94,35 @@ static int env_torchrun(DistEnv *e, int has_rank, int has_world, char *err, size
     return env_int("LOCAL_WORLD_SIZE", 1, INT_MAX, &e->local_world, &set, err, n);
 }
 
+/* A whole number in variable `name`, or -1 when it is unset or not one (SLURM's job
+ * and step ids only pick a default port and name the job: they are never an error). */
+static long env_id(const char *name) {
+    const char *v = env_get(name);
+    char *end;
+    long x;
+    if (!v) return -1;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    return errno || end == v || *end != '\0' || x < 0 ? -1 : x;
+}
+
+/* Whether this process runs inside a SLURM job step (a task srun started): srun sets
+ * SLURM_STEP_ID (and the older SLURM_STEPID) for its tasks; the batch shell has none. */
+static int slurm_in_step(void) { return env_get("SLURM_STEP_ID") || env_get("SLURM_STEPID"); }
+
+/* [Note: pptrain outside srun] The batch shell of `#SBATCH -n 2` has SLURM_PROCID=0 and
+ * SLURM_NTASKS=2 but no job step. A pptrain it runs directly (a common mistake: srun
+ * forgotten) would take itself for rank 0 of 2 and wait runtime.timeout_s for a rank
+ * that never comes; so a SLURM world > 1 outside a step is a usage error naming srun. */
+static int env_slurm_step(int world, char *err, size_t n) {
+    if (world <= 1 || slurm_in_step()) return PP_OK;
+    return pp_errf(err, n, PP_EUSAGE, "SLURM_NTASKS=%d but this process is not a task of a "
+                   "job step (SLURM_STEP_ID is unset): the batch script started it directly, "
+                   "and the other %d rank(s) would never come — start the ranks with srun "
+                   "(srun ./pptrain --config ..., as scripts/slurm/pptrain.sbatch does; "
+                   "srun --ntasks=1 for a 1-rank run)", world, world - 1);
+}
+
 /* SLURM_* as set by srun for each task. */
 static int env_slurm(DistEnv *e, char *err, size_t n) {
     int set, node = 0, rc;
@@ -102,6 +131,7 @@ static int env_slurm(DistEnv *e, char *err, size_t n) {
     if (!set)
         return pp_errf(err, n, PP_EUSAGE, "SLURM_PROCID is set but SLURM_NTASKS is not — "
                        "launch with srun inside the job");
+    if ((rc = env_slurm_step(e->world, err, n))) return rc;
     e->source = DIST_SRC_SLURM;
     e->local_rank = 0;
     if ((rc = env_int("SLURM_LOCALID", 0, INT_MAX, &e->local_rank, &set, err, n))) return rc;
@@ -121,7 +151,10 @@ static int env_slurm(DistEnv *e, char *err, size_t n) {
 static int env_master(DistEnv *e, char *err, size_t n) {
     const char *addr = env_get("MASTER_ADDR");
     int set, rc, rdzv = 0;
+    long job = env_id("SLURM_JOB_ID"), step = env_id("SLURM_STEP_ID");
     e->master_port = DIST_DEFAULT_PORT;
+    if (e->source == DIST_SRC_SLURM && job >= 0) /* jobs sharing a node: apart */
+        e->master_port = DIST_SLURM_PORT_BASE + (int)(job % 2000) * 10 + (int)((step < 0 ? 0 : step) % 10);
     if ((rc = env_int("MASTER_PORT", 1, 65535, &e->master_port, &set, err, n))) return rc;
     if (addr && strlen(addr) >= sizeof e->master_addr)
         return pp_errf(err, n, PP_EUSAGE, "MASTER_ADDR is too long (%zu characters)",
@@ -146,6 +179,18 @@ static int env_master(DistEnv *e, char *err, size_t n) {
     return env_int("PPTRAIN_RDZV_PORT", 1, 65535, &e->rdzv_port, &rdzv, err, n);
 }
 
+/* The job identity (DistEnv.job) from the launcher's variables. */
+static void env_job(DistEnv *e) {
+    const char *job = env_get("SLURM_JOB_ID"), *run = env_get("TORCHELASTIC_RUN_ID");
+    const char *step = env_get("SLURM_STEP_ID");
+    if (job && step && e->source == DIST_SRC_SLURM)
+        snprintf(e->job, sizeof e->job, "SLURM job %.20s step %.20s", job, step);
+    else if (job)
+        snprintf(e->job, sizeof e->job, "SLURM job %.20s", job);
+    else if (run)
+        snprintf(e->job, sizeof e->job, "torchrun run %.40s", run);
+}
+
 int dist_env_read(DistEnv *e, char *err, size_t n) {
     int has_rank, has_world, rc;
     const char *rname = "RANK", *wname = "WORLD_SIZE";
@@ -160,6 +205,10 @@ int dist_env_read(DistEnv *e, char *err, size_t n) {
         rc = env_slurm(e, err, n);
         rname = "SLURM_PROCID";
         wname = "SLURM_NTASKS";
+    } else if (rc == PP_OK && env_get("SLURM_JOB_ID")) { /* SLURM_NTASKS > 1 outside a step */
+        int tasks = 1, set;
+        if (env_int("SLURM_NTASKS", 1, INT_MAX, &tasks, &set, NULL, 0) == PP_OK)
+            rc = env_slurm_step(tasks, err, n);
     }
     if (rc) return rc;
     if (e->rank >= e->world)
@@ -170,6 +219,7 @@ int dist_env_read(DistEnv *e, char *err, size_t n) {
                        "fit %d ranks in all — check LOCAL_RANK/LOCAL_WORLD_SIZE (or "
                        "SLURM_LOCALID and the tasks per node)", e->local_rank,
                        e->local_world, e->world);
+    env_job(e);
     if ((rc = env_master(e, err, n))) return rc;
     return auth_token_read(e->token, err, n);
 }

@@ -11,6 +11,10 @@
 #include "common.h"
 
 #define DIST_DEFAULT_PORT 29500 /* MASTER_PORT when the environment does not set it */
+/* Under SLURM without MASTER_PORT: DIST_SLURM_PORT_BASE + (job % 2000) * 10 + step % 10,
+ * so that jobs (and steps of one job) sharing a node rendezvous on different ports. */
+#define DIST_SLURM_PORT_BASE 10000
+#define DIST_JOB_MAX 64 /* longest job identity ("SLURM job 123 step 0") */
 #define DIST_HOST_MAX 256
 #define DIST_CONFIG_MAX (1 << 20) /* longest config text a rank may send */
 
@@ -25,6 +29,11 @@ typedef struct {
     int rdzv_port;               /* the port pptrain's rendezvous uses (see dist_env_read) */
     int under_torchrun;          /* TORCHELASTIC_RUN_ID is set */
     DistSource source;
+    /* Which job this rank belongs to, as far as the launcher says: "SLURM job J step S"
+     * (SLURM_JOB_ID, SLURM_STEP_ID), "torchrun run R" (TORCHELASTIC_RUN_ID), or "" when
+     * unknown. Sent in the rendezvous hello, so that a rank of another job that reaches
+     * this job's port is recognised as such ([Note: rendezvous under attack]). */
+    char job[DIST_JOB_MAX];
     char token[AUTH_TOKEN_MAX + 1]; /* PPTRAIN_JOB_TOKEN; "" = none (unauthenticated) */
 } DistEnv;
 
@@ -35,9 +44,15 @@ typedef struct {
  *      MASTER_PORT;
  *   2. SLURM: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the tasks on this node
  *      (SLURM_NODEID) from SLURM_STEP_TASKS_PER_NODE, else SLURM_NTASKS_PER_NODE
- *      (forms "4", "4(x2),2"); MASTER_ADDR must be exported by the batch script;
+ *      (forms "4", "4(x2),2"); MASTER_ADDR must be exported by the batch script. With
+ *      SLURM_NTASKS > 1 the process must be a task of a job step (SLURM_STEP_ID set,
+ *      as srun sets it): the batch shell itself has SLURM_PROCID=0 and SLURM_NTASKS but
+ *      no step, and a pptrain it starts directly would wait for ranks that never come,
+ *      so that is a usage error naming srun;
  *   3. nothing: rank 0 of 1.
- * MASTER_ADDR is required when world > 1; MASTER_PORT defaults to DIST_DEFAULT_PORT.
+ * MASTER_ADDR is required when world > 1; MASTER_PORT defaults to DIST_DEFAULT_PORT, or
+ * under SLURM (SLURM_JOB_ID set) to a port derived from the job and step
+ * (DIST_SLURM_PORT_BASE).
  * rdzv_port = PPTRAIN_RDZV_PORT if set, else MASTER_PORT + 1 under torchrun (its own
  * TCPStore already listens on MASTER_PORT), else MASTER_PORT. token = PPTRAIN_JOB_TOKEN
  * (auth_token_read: 16 to 256 characters, or unset).

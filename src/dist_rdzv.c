@@ -35,11 +35,15 @@
  *   rank it lacks. What still cannot be decided safely without a token: a forged hello
  *   that is well-formed (right world, a free rank, the same config — the config is
  *   printed by every run) takes that rank's place first; only the token prevents that.
+ * - A hello names its job (DistEnv.job: the SLURM job and step, or torchrun's run id).
+ *   A rank of another job that reaches this job's port (two jobs on one node with the
+ *   same port) is refused alone, token or not, with a message that says so; its own
+ *   job then fails, and this one keeps waiting for its ranks.
  * - When rank 0 times out it names only the ranks that never completed their hello,
  *   and the connections it refused meanwhile. */
 
 #define RDZV_MAGIC 0x76727070u /* "pprv" */
-#define RDZV_VERSION 2u
+#define RDZV_VERSION 3u /* 3: the hello names the job (DistEnv.job) */
 #define MESH_MAGIC 0x6d737070u /* "ppsm" */
 #define RDZV_HOST 80
 #define ROOT_NOTES 3           /* refused connections recalled in the timeout message */
@@ -48,7 +52,8 @@ typedef struct {
     uint32_t magic, version;
     int32_t rank, world;
     uint32_t listen_port; /* the rank's mesh listen port */
-    uint32_t cfg_len;     /* bytes of config text that follow */
+    uint32_t job_len;     /* bytes of job identity that follow (< DIST_JOB_MAX) ... */
+    uint32_t cfg_len;     /* ... then bytes of config text */
 } RdzvHello;
 
 typedef struct {
@@ -144,20 +149,43 @@ static long root_body_len(void *ctx, const void *hdr, char *why, size_t n) {
     if (h.magic != RDZV_MAGIC || h.version != RDZV_VERSION)
         return pp_errf(why, n, -1, "its hello is not a pptrain rank's (version %u, this rank "
                        "speaks %u)", h.magic == RDZV_MAGIC ? h.version : 0, RDZV_VERSION);
-    if (h.cfg_len > DIST_CONFIG_MAX)
-        return pp_errf(why, n, -1, "its hello announces %u bytes of config, more than the "
-                       "%d a rank may send", h.cfg_len, DIST_CONFIG_MAX);
-    return (long)h.cfg_len;
+    if (h.cfg_len > DIST_CONFIG_MAX || h.job_len >= DIST_JOB_MAX)
+        return pp_errf(why, n, -1, "its hello announces %u bytes of config and %u of job "
+                       "identity, more than the %d and %d a rank may send", h.cfg_len,
+                       h.job_len, DIST_CONFIG_MAX, DIST_JOB_MAX - 1);
+    return (long)h.job_len + (long)h.cfg_len;
 }
 
-/* What is wrong with a hello (h, its config text) for this job: 0 if nothing, else a
- * status, the message into msg and into *rank the rank root_fail orders it by. */
-static int root_judge(const RootState *st, const RdzvHello *h, const char *text, int *rank,
+/* The job identity at the start of a hello's body, NUL-terminated into job[DIST_JOB_MAX]
+ * (root_body_len checked its length). */
+static void hello_job(const RdzvHello *h, const char *body, char *job) {
+    memcpy(job, body, h->job_len);
+    job[h->job_len] = '\0';
+}
+
+/* A hello of another job's rank (the jobs share rank 0's port): the message, which reads
+ * right for both sides (rank 0 logs it, the other job's rank exits with it). */
+static int root_other_job(const DistEnv *e, int rank, const char *job, char *msg, size_t n) {
+    return pp_errf(msg, n, PP_EUSAGE, "rank %d of %s reached the rendezvous of another job "
+                   "(%s) at %s:%d: the two jobs use the same rendezvous port — give each job "
+                   "its own MASTER_PORT (under SLURM leave it unset: pptrain derives one from "
+                   "the job and step)", rank, job[0] ? job : "a job without an id",
+                   e->job[0] ? e->job : "without an id", e->master_addr, e->rdzv_port);
+}
+
+/* What is wrong with a hello (h, its body: job identity, config text) for this job: 0
+ * if nothing, else a status, the message into msg and into *rank the rank root_fail
+ * orders it by (0 for a world size or rank that does not fit; -1 for a rank of another
+ * job, which is refused alone, token or not: it is not this job's misconfigured rank). */
+static int root_judge(const RootState *st, const RdzvHello *h, const char *body, int *rank,
                       char *msg, size_t n) {
     const DistEnv *e = st->e;
-    char where[PP_ERR_MAX / 2];
+    char where[PP_ERR_MAX / 2], job[DIST_JOB_MAX];
+    const char *text = body + h->job_len;
     int r = h->rank;
     *rank = 0;
+    hello_job(h, body, job);
+    if (strcmp(job, e->job) != 0) return *rank = -1, root_other_job(e, r, job, msg, n);
     if (h->world != e->world)
         return pp_errf(msg, n, PP_EUSAGE, "rank %d was launched with WORLD_SIZE=%d but rank 0 "
                        "with WORLD_SIZE=%d — launch every rank with the same world size",
@@ -204,7 +232,7 @@ static int root_ready(void *ctx, DoorConn *c, char *why, size_t n) {
         c->fd = -1;
         return DOOR_TAKEN;
     }
-    if (st->e->token[0]) { /* an authenticated process that cannot be part of this job */
+    if (st->e->token[0] && rank == 0) { /* an authenticated process that cannot be part of this job */
         root_fail(st, 0, status, "%s", msg);
         if (st->n_extra < (int)(sizeof st->extra / sizeof st->extra[0]))
             st->extra[st->n_extra++] = c->fd, c->fd = -1;
@@ -215,9 +243,10 @@ static int root_ready(void *ctx, DoorConn *c, char *why, size_t n) {
     st->n_refused++;
     if (st->n_notes < ROOT_NOTES)
         snprintf(st->notes[st->n_notes++], sizeof st->notes[0], "%s: %.160s", c->addr, msg);
-    return pp_errf(why, n, DOOR_DROP, "refused: %s (without PPTRAIN_JOB_TOKEN rank 0 cannot "
-                   "tell a misconfigured rank from a forged hello, so it keeps waiting for "
-                   "the real one)", msg);
+    return pp_errf(why, n, DOOR_DROP, "refused: %s (%s)", msg, rank < 0
+                   ? "rank 0 keeps waiting for this job's own ranks"
+                   : "without PPTRAIN_JOB_TOKEN rank 0 cannot tell a misconfigured rank from "
+                     "a forged hello, so it keeps waiting for the real one");
 }
 
 static int root_done(void *ctx) {
@@ -399,10 +428,11 @@ static int member_verdict(const DistEnv *e, int fd, double deadline, RdzvEntry *
 static int rdzv_member(const DistEnv *e, const char *cfg, double timeout, int *lfd,
                        RdzvEntry *tab, struct sockaddr_storage *root, socklen_t *rootlen,
                        char *err, size_t n) {
-    RdzvHello h = {RDZV_MAGIC, RDZV_VERSION, e->rank, e->world, 0, (uint32_t)strlen(cfg)};
+    RdzvHello h = {RDZV_MAGIC, RDZV_VERSION, e->rank, e->world, 0, (uint32_t)strlen(e->job),
+                   (uint32_t)strlen(cfg)};
     double t0 = pp_now(), end = t0 + timeout;
     int fd = -1, port = 0, rc;
-    size_t so = 0, ro = 0, co = 0;
+    size_t so = 0, ro = 0, co = 0, jo = 0;
     char why[128];
     if ((rc = member_join(e, end, &fd, err, n))) return rc;
     rc = member_listen(fd, e->local_world < e->world, lfd, &port, err, n);
@@ -412,6 +442,7 @@ static int rdzv_member(const DistEnv *e, const char *cfg, double timeout, int *l
         rc = pp_errf(err, n, PP_ERUNTIME, "getpeername: %s", strerror(errno));
     if (rc == PP_OK &&
         (dist_xfer_part(fd, &h, sizeof h, &so, NULL, 0, &ro, 0, end, why, sizeof why) ||
+         dist_xfer_part(fd, e->job, h.job_len, &jo, NULL, 0, &ro, 0, end, why, sizeof why) ||
          dist_xfer_part(fd, cfg, h.cfg_len, &co, NULL, 0, &ro, 0, end, why, sizeof why)))
         rc = pp_errf(err, n, PP_ERUNTIME, "lost connection to rank 0 during the rendezvous "
                      "(%s) — see rank 0's log", why);

@@ -1,5 +1,7 @@
 /* main.c — the pptrain command line: wires config, transport, runtime and log. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,7 @@ static const char *usage =
     "usage: pptrain --config FILE [--set key=value ...] [--trace] [--print-config]\n"
     "       pptrain schedule --config FILE [--set key=value ...] [--text] [--json] [--svg FILE] [--costs F,B,X]\n"
     "       pptrain --config FILE --resume [CHECKPOINT]   (default: output.dir/checkpoints/latest)\n"
+    "       pptrain --config FILE --resume-if-present     (resume from latest if there is one, else start)\n"
     "       pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]\n"
     "       pptrain export --checkpoint DIR --out model.bin\n"
     "       pptrain --version   (the version and the backends built in)\n"
@@ -34,6 +37,7 @@ typedef struct {
     Config cfg;
     int print_config;
     const char *resume;  /* NULL: fresh run; "": the latest checkpoint; else a path */
+    int resume_if_present; /* --resume-if-present: resume_choice sets resume once ranks agree */
     int rest_argc;     /* arguments not consumed here (for subcommands) */
     char **rest_argv;
 } Cli;
@@ -56,6 +60,8 @@ static int cli_parse(Cli *cli, int argc, char **argv) {
             trace = 1;
         } else if (!strcmp(argv[i], "--resume")) {
             cli->resume = (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) ? argv[++i] : "";
+        } else if (!strcmp(argv[i], "--resume-if-present")) {
+            cli->resume_if_present = 1;
         } else if (!strcmp(argv[i], "--print-config")) {
             cli->print_config = 1;
         } else {
@@ -63,6 +69,10 @@ static int cli_parse(Cli *cli, int argc, char **argv) {
         }
     }
     if (!path) return pp_error("--config FILE is required\n%s", usage), PP_EUSAGE;
+    if (cli->resume && cli->resume_if_present)
+        return pp_error("--resume and --resume-if-present exclude each other: --resume-if-present "
+                        "already resumes from output.dir's latest checkpoint when there is one\n%s", usage),
+               PP_EUSAGE;
     if (config_load_file(&cli->cfg, path, err, sizeof err)) return pp_error("%s", err), PP_EUSAGE;
     for (int i = 0; i + 1 < argc; i++) /* --set in command-line order, after the file */
         if (!strcmp(argv[i], "--set") && config_set(&cli->cfg, argv[++i], err, sizeof err))
@@ -132,6 +142,33 @@ static void install_signals(void) {
 }
 
 enum { CTL_STOP, CTL_SAVED, CTL_N };
+
+/* [Note: the interrupted marker] A run that stops on a signal after saving its checkpoint
+ * exits 0 like a finished one (DESIGN.md §4), so that SLURM records it COMPLETED. What
+ * tells the two apart is the file output.dir/interrupted: rank 0 removes it when a run
+ * starts and writes it (one line: the signal and the step) once the checkpoint of a
+ * stop on a signal is committed. So exit 0 with the file present means "saved on a
+ * signal, resume me"; exit 0 without it, "done". scripts/slurm/pptrain.sbatch requeues
+ * on exactly that (docs/launching.md). */
+#define INTERRUPTED_FILE "interrupted"
+
+/* Rank 0: remove (step < 0) or write output.dir/interrupted. */
+static int mark_interrupted(const Config *cfg, int rank, int step, int sig, char *err, size_t errlen) {
+    char path[PP_PATH_MAX + 16];
+    PPFile pf;
+    int rc;
+    if (rank != 0) return PP_OK;
+    snprintf(path, sizeof path, "%s/%s", cfg->out_dir, INTERRUPTED_FILE);
+    if (step < 0) {
+        if (unlink(path) != 0 && errno != ENOENT)
+            return pp_errf(err, errlen, PP_ERUNTIME, "cannot remove %s: %s", path, strerror(errno));
+        return PP_OK;
+    }
+    if ((rc = pp_file_create(&pf, path, ".tmp", err, errlen))) return rc;
+    fprintf(pf.f, "stopped on %s after step %d; resume from checkpoints/latest\n",
+            sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : "SIGINT", step);
+    return pp_file_commit(&pf, err, errlen);
+}
 
 /* [Note: diverged weights] A checkpoint is committed only when the loss of its weights
  * is known to be finite, so that `latest` always resumes. The save after step k (the
@@ -209,6 +246,7 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
             if (rt->lay.rank == 0) printf("stopping on a signal after step %d: saving a checkpoint\n", step + 1);
             if ((rc = check_weights(ck, rt, step + 1, &good, err, errlen))) return rc;
             rc = checkpoint_save(ck, rt, step + 1, 1, err, errlen);
+            if (rc == PP_OK) rc = mark_interrupted(cfg, rt->lay.rank, step + 1, g_stop_signal, err, errlen);
             return rc ? rc : g_stop_signal == SIGINT ? 130 : PP_OK;
         }
         /* the last step's weights are saved by the final checkpoint, if there is one */
@@ -219,7 +257,27 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
     return finish_run(cfg, rt, ck, start, good, err, errlen);
 }
 
-static int train(const Config *cfg, const DistEnv *env, const char *resume) {
+/* --resume-if-present: every rank looks for output.dir/checkpoints/latest and they
+ * agree: resume from it ("") when all see it, start fresh (NULL) when none does. A run
+ * that had finished resumes at its last step and has nothing to do (finish_run). */
+static int resume_choice(const Config *cfg, Comm *comm, const char **resume, char *err, size_t errlen) {
+    char latest[PP_PATH_MAX + 32];
+    struct stat st;
+    double seen;
+    int rc, world = comm->world;
+    snprintf(latest, sizeof latest, "%s/checkpoints/latest", cfg->out_dir);
+    seen = lstat(latest, &st) == 0;
+    if ((rc = comm_allreduce_sum_f64(comm, &seen, 1)))
+        return pp_errf(err, errlen, rc, "agreeing on --resume-if-present: %s", comm_error(comm));
+    if (seen > 0 && seen < world)
+        return pp_errf(err, errlen, PP_EUSAGE, "--resume-if-present: %s exists for %d of %d ranks — "
+                       "output.dir must be on a file system that every rank shares", latest, (int)seen, world);
+    *resume = seen > 0 ? "" : NULL;
+    if (!*resume && comm->rank == 0) printf("no checkpoint at %s: starting a fresh run\n", latest);
+    return PP_OK;
+}
+
+static int train(const Config *cfg, const DistEnv *env, const char *resume, int resume_if_present) {
     char err[PP_ERR_MAX];
     int rc, rank = env->rank;
     if (pp_mkdirs(cfg->out_dir) != 0) return pp_error("cannot create output.dir '%s': %m", cfg->out_dir), PP_ERUNTIME;
@@ -239,6 +297,8 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume) {
     if ((rc = runtime_init(&rt, cfg, comm, trace, err, sizeof err))) goto out;
     report_build(&rt);
     checkpoint_init(&ck, &rt, text);
+    if (resume_if_present && (rc = resume_choice(cfg, comm, &resume, err, sizeof err))) goto out;
+    if ((rc = mark_interrupted(cfg, rank, -1, 0, err, sizeof err))) goto out;
     if (!resume && (rc = checkpoint_refuse_existing(&ck, &rt, err, sizeof err))) goto out;
     if (resume) {
         char root[PP_PATH_MAX + 16];
@@ -277,6 +337,18 @@ out:
     return rc;
 }
 
+/* runtime.threads 0: the CPUs this process may run on — its affinity mask, which SLURM,
+ * taskset or numactl narrow, not the machine's core count — divided among the
+ * local_world ranks of this node, at least 1. */
+static int default_threads(int local_world) {
+    cpu_set_t set;
+    long cpus = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+    if (cpus <= 0) cpus = sysconf(_SC_NPROCESSORS_ONLN); /* more CPUs than a cpu_set_t holds */
+    int threads = (int)(cpus / (local_world > 0 ? local_world : 1));
+    return threads < 1 ? 1 : threads;
+}
+
 /* Run what the parsed command line asks for; returns the exit code. */
 static int dispatch(Cli *cli, int sub) {
     if (sub) {
@@ -288,16 +360,19 @@ static int dispatch(Cli *cli, int sub) {
     if (cli->rest_argc > 0) return pp_error("unknown argument '%s'\n%s", cli->rest_argv[0], usage), PP_EUSAGE;
     char err[PP_ERR_MAX];
     DistEnv env;
-    if (dist_env_read(&env, err, sizeof err)) return pp_error("%s", err), PP_EUSAGE;
-    if (env.world > 1) pp_set_rank(env.rank);
+    int env_rc = dist_env_read(&env, err, sizeof err);
+    /* the rank, once known, prefixes every message, an error in the rest of the
+     * environment too ("[rank 3] error: MASTER_ADDR is not set") */
+    if (env.world > 1 && env.rank >= 0 && env.rank < env.world) pp_set_rank(env.rank);
+    if (env_rc) return pp_error("%s", err), PP_EUSAGE;
     int threads = cli->cfg.threads;
-    if (threads <= 0) { /* the cores shared by the ranks of this node */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = (int)(cores / (env.local_world > 0 ? env.local_world : 1));
-        threads = threads < 1 ? 1 : threads;
+    if (threads <= 0) {
+        threads = default_threads(env.local_world);
+        printf("rank %d: runtime.threads 0: %d compute thread(s) (the CPUs this process may run on, shared "
+               "by %d rank(s) on this node)\n", env.rank, threads, env.local_world);
     }
     backend_cpu_set_threads(threads);
-    return train(&cli->cfg, &env, cli->resume);
+    return train(&cli->cfg, &env, cli->resume, cli->resume_if_present);
 }
 
 int main(int argc, char **argv) {

@@ -107,8 +107,10 @@ def handshake(s, proto, purpose):
 
 
 def hello(proto, rank, world, cfg, listen_port=1234):
-    return struct.pack("<IIiiII", RDZV_MAGIC, 1 if proto == "old" else 2, rank, world,
-                       listen_port, len(cfg)) + cfg
+    if proto == "old":
+        return struct.pack("<IIiiII", RDZV_MAGIC, 1, rank, world, listen_port, len(cfg)) + cfg
+    # version 3: the job identity (empty: ranks launched without SLURM or torchrun), then cfg
+    return struct.pack("<IIiiIII", RDZV_MAGIC, 3, rank, world, listen_port, 0, len(cfg)) + cfg
 
 
 # ---------------------------------------------------------------- the attacks --

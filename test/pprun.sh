@@ -127,6 +127,31 @@ check "SIGTERM forwarded to rank 1" has_line "[rank 1] got-TERM" "$TMP/sig"
 check "ranks exiting 0 after SIGTERM -> pprun exits 0 (got $rc)" [ $rc -eq 0 ]
 check "pprun finished $t ms after SIGTERM" between "$t" 0 2000
 
+# The README's commands (Running on a cluster): pptrain on one node, and on two "nodes"
+# (two pprun on this host, one rank each, sharing the token): the same losses.
+PPTRAIN=${PPTRAIN:-./pptrain}
+if [ -x "$PPTRAIN" ] && [ -e data/tiny/train.bin ]; then
+  tiny=(--config configs/gpt-tiny.yaml --set train.steps=20 --set output.log_every=1)
+  timeout 120 "$PPRUN_BIN" --nproc-per-node 2 "$PPTRAIN" "${tiny[@]}" --set output.dir="$TMP/one" >"$TMP/one.out" 2>&1
+  check "pprun --nproc-per-node 2 ./pptrain (gpt-tiny): exit 0" [ $? -eq 0 ]
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  export PPTRAIN_JOB_TOKEN=$(openssl rand -hex 32 2>/dev/null || python3 -c "import secrets; print(secrets.token_hex(32))")
+  for node in 0 1; do
+    timeout 120 "$PPRUN_BIN" --nnodes 2 --node-rank $node --master-addr 127.0.0.1 --master-port "$port" \
+      --nproc-per-node 1 "$PPTRAIN" "${tiny[@]}" --set output.dir="$TMP/nodes" >"$TMP/node$node.out" 2>&1 &
+    eval "node${node}_pid=\$!"
+  done
+  wait "$node0_pid"; rc0=$?
+  wait "$node1_pid"; rc1=$?
+  unset PPTRAIN_JOB_TOKEN
+  check "pprun --nnodes 2 (node ranks 0 and 1, one rank each): exit $rc0, $rc1" [ $rc0 -eq 0 -a $rc1 -eq 0 ]
+  check "...losses equal the one-node run's bitwise" cmp -s <(cut -d, -f1,2 "$TMP/one/losses.csv") \
+    <(cut -d, -f1,2 "$TMP/nodes/losses.csv" 2>/dev/null)
+else
+  echo "FAIL: $PPTRAIN or data/tiny/train.bin missing (make all data)" >&2
+  failures=$((failures + 1))
+fi
+
 if [ $failures -ne 0 ]; then
   echo "pprun.sh: $failures failure(s)" >&2
   exit 1

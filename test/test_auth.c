@@ -206,7 +206,7 @@ typedef struct {
 typedef struct {
     uint32_t magic, version;
     int32_t rank, world;
-    uint32_t listen_port, cfg_len;
+    uint32_t listen_port, job_len, cfg_len; /* then job_len bytes of job identity, the config */
 } ForgedHello;
 
 /* A raw TCP connection to 127.0.0.1:port, retried for up to 3 s; -1 if none. */
@@ -222,22 +222,26 @@ static int raw_connect(int port) {
     return -1;
 }
 
-/* Attacker k: a forged hello after a (token-less) handshake; it must be refused. */
+/* Attacker k: a forged hello after a (token-less) handshake; it must be refused. k % 4
+ * picks what is wrong: the rank, the world size, the config, or the job (a rank of
+ * another job at this job's port). */
 static int forge(int k, int port) {
     static const char *cfg_other = "model:\n  n_layers: 4\n  dim: 64\ntrain:\n  steps: 99\n";
-    ForgedHello h = {0x76727070u, 2, 1, 2, 1234, 0};
-    const char *cfg = BASE_CFG;
+    ForgedHello h = {0x76727070u, 3, 1, 2, 1234, 0, 0};
+    const char *cfg = BASE_CFG, *job = "SLURM job 999 step 0";
     char reply[PP_ERR_MAX] = "";
     int fd = raw_connect(port);
     AuthConn a;
     CHILD_CHECK(fd >= 0);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     CHILD_CHECK(dist_auth_client(&a, fd, AUTH_RDZV, "", pp_now() + 3) == AUTH_DONE);
-    if (k % 3 == 0) h.rank = -7;
-    if (k % 3 == 1) h.world = 3;
-    if (k % 3 == 2) cfg = cfg_other;
+    if (k % 4 == 0) h.rank = -7;
+    if (k % 4 == 1) h.world = 3;
+    if (k % 4 == 2) cfg = cfg_other;
+    h.job_len = k % 4 == 3 ? (uint32_t)strlen(job) : 0;
     h.cfg_len = (uint32_t)strlen(cfg);
     CHILD_CHECK(dist_xfer(fd, &h, sizeof h, NULL, 0, 3, NULL, 0) == DIST_IO_OK);
+    CHILD_CHECK(dist_xfer(fd, job, h.job_len, NULL, 0, 3, NULL, 0) == DIST_IO_OK);
     CHILD_CHECK(dist_xfer(fd, cfg, h.cfg_len, reply, 16, 3, NULL, 0) == DIST_IO_OK);
     CHILD_CHECK(((int32_t *)reply)[1] == PP_EUSAGE); /* refused, and told why */
     close(fd);
@@ -309,7 +313,7 @@ static void run_attack(const AttackArg *a) {
 /* Issue 17, item 3: forged hellos without a token made rank 0 exit 2 and locked rank 1
  * out; now each is refused alone and the job goes on. */
 START_TEST(test_forged_hellos) {
-    AttackArg a = {ATT_FORGED, 3, NULL, 10, 1};
+    AttackArg a = {ATT_FORGED, 4, NULL, 10, 1};
     run_attack(&a);
 }
 END_TEST

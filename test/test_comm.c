@@ -598,6 +598,7 @@ static const char *ENV_VARS[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "TORCHELASTIC_RUN_ID", "PPTRAIN_RDZV_PORT", "SLURM_PROCID", "SLURM_NTASKS",
     "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_ID",
 };
 
 /* Start from a clean environment, then set NAME=VALUE pairs (NULL-terminated). Each
@@ -670,7 +671,7 @@ START_TEST(test_env_slurm) {
     char err[PP_ERR_MAX];
     env_set("SLURM_PROCID", "9", "SLURM_NTASKS", "10", "SLURM_LOCALID", "1", "SLURM_NODEID",
             "2", "SLURM_STEP_TASKS_PER_NODE", "4(x2),2", "SLURM_NTASKS_PER_NODE", "4",
-            "MASTER_ADDR", "n0", NULL);
+            "MASTER_ADDR", "n0", "SLURM_STEP_ID", "0", NULL);
     ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
     ck_assert_int_eq(e.source, DIST_SRC_SLURM);
     ck_assert_int_eq(e.rank, 9);
@@ -686,6 +687,37 @@ START_TEST(test_env_slurm) {
     ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_EUSAGE);
     ck_assert_msg(strstr(err, "MASTER_ADDR is not set") && strstr(err, "scontrol show hostnames"),
                   "%s", err);
+}
+END_TEST
+
+/* Under SLURM the default port and the job identity come from the job and step, so two
+ * jobs on one node rendezvous apart, and a rank of the other job is recognised. */
+START_TEST(test_env_slurm_job) {
+    DistEnv e;
+    char err[PP_ERR_MAX];
+    env_set("SLURM_PROCID", "1", "SLURM_NTASKS", "2", "SLURM_STEP_ID", "3", "SLURM_JOB_ID",
+            "4321", "MASTER_ADDR", "n0", NULL);
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
+    ck_assert_int_eq(e.master_port, DIST_SLURM_PORT_BASE + 321 * 10 + 3); /* 4321 % 2000 */
+    ck_assert_int_eq(e.rdzv_port, e.master_port);
+    ck_assert_str_eq(e.job, "SLURM job 4321 step 3");
+    setenv("SLURM_JOB_ID", "4322", 1); /* the next job: another port */
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
+    ck_assert_int_eq(e.master_port, DIST_SLURM_PORT_BASE + 322 * 10 + 3);
+    setenv("MASTER_PORT", "2345", 1); /* an explicit port wins */
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
+    ck_assert_int_eq(e.master_port, 2345);
+    /* torchrun-style inside a SLURM job (pprun in a batch script): the job, no step */
+    env_set("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "SLURM_JOB_ID", "7", NULL);
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
+    ck_assert_str_eq(e.job, "SLURM job 7");
+    ck_assert_int_eq(e.master_port, DIST_DEFAULT_PORT);
+    env_set("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "TORCHELASTIC_RUN_ID", "r9", NULL);
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
+    ck_assert_str_eq(e.job, "torchrun run r9");
+    env_set("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "h", NULL);
+    ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
+    ck_assert_str_eq(e.job, "");
 }
 END_TEST
 
@@ -741,13 +773,16 @@ START_TEST(test_env_bad) {
         {"RANK=0 WORLD_SIZE=2 MASTER_ADDR=h MASTER_PORT=70000", "MASTER_PORT=70000"},
         {"RANK=0 WORLD_SIZE=2 MASTER_ADDR=h MASTER_PORT=12x", "MASTER_PORT=12x"},
         {"RANK=0 WORLD_SIZE=4 LOCAL_RANK=2 LOCAL_WORLD_SIZE=2", "local rank 2 of 2"},
-        {"SLURM_PROCID=3 SLURM_NTASKS=2 MASTER_ADDR=h",
+        {"SLURM_PROCID=3 SLURM_NTASKS=2 MASTER_ADDR=h SLURM_STEP_ID=0",
          "SLURM_PROCID=3 is not below SLURM_NTASKS=2"},
         {"SLURM_PROCID=0", "SLURM_NTASKS is not"},
-        {"SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_NODEID=1 SLURM_STEP_TASKS_PER_NODE=4",
+        {"SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_NODEID=1 SLURM_STEP_TASKS_PER_NODE=4 SLURM_STEP_ID=0",
          "MASTER_ADDR is not set"}, /* the control: everything else is valid */
-        {"SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_NODEID=1 SLURM_STEP_TASKS_PER_NODE=4(x1)",
+        {"SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_NODEID=1 SLURM_STEP_TASKS_PER_NODE=4(x1) SLURM_STEP_ID=0",
          "SLURM_STEP_TASKS_PER_NODE: tasks-per-node list \"4(x1)\" has no entry for node 1"},
+        /* the batch shell of #SBATCH -n 2: no job step ([Note: pptrain outside srun]) */
+        {"SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_JOB_ID=9 MASTER_ADDR=h", "start the ranks with srun"},
+        {"SLURM_NTASKS=2 SLURM_JOB_ID=9", "not a task of a job step"},
         {"RANK=0 WORLD_SIZE=2 MASTER_ADDR=h PPTRAIN_RDZV_PORT=0", "PPTRAIN_RDZV_PORT=0"},
         {"RANK=0 WORLD_SIZE=2 MASTER_ADDR=h MASTER_PORT=65535 TORCHELASTIC_RUN_ID=x",
          "MASTER_PORT=65535 leaves no port"},
@@ -793,6 +828,7 @@ static Suite *comm_suite(void) {
     tcase_add_test(env, test_env_torchrun);
     tcase_add_test(env, test_env_torchrun_ports);
     tcase_add_test(env, test_env_slurm);
+    tcase_add_test(env, test_env_slurm_job);
     tcase_add_test(env, test_tasks_per_node);
     tcase_add_test(env, test_env_bad);
     tcase_add_test(env, test_config_diff);

@@ -640,6 +640,7 @@ int main(void) {
     backend_cpu_set_threads(2);
     Suite *s = suite_create("model");
     TCase *ops = tcase_create("ops");
+    tcase_set_timeout(ops, 30); /* 0.2 s alone; OpenMP threads on a loaded 2-core machine can stall */
     tcase_add_test(ops, test_expf_accuracy);
     tcase_add_test(ops, test_expf_special_values);
     tcase_add_test(ops, test_backend_memory_and_step);

@@ -11,7 +11,8 @@ TORCHRUN=${TORCHRUN:-$(command -v torchrun || true)}
 [ -n "$TORCHRUN" ] || skip "torchrun not found (set TORCHRUN=...)"
 tmp=$(mktemp -d /tmp/pptrain-torchrun.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-args=(--config test/configs/pipe8.yaml --set pipeline.stages=2 --set pipeline.microbatches=4 --set output.log_every=1)
+# the README's command (Running on a cluster), with an output directory
+args=(--config configs/gpt-tiny.yaml --set train.steps=20 --set output.log_every=1)
 timeout 120 "$TORCHRUN" --nproc-per-node 2 --no-python "$PPTRAIN" "${args[@]}" --set output.dir="$tmp/t" >"$tmp/t.out" 2>&1
 rc=$?
 timeout 120 scripts/pprun --nproc-per-node 2 "$PPTRAIN" "${args[@]}" --set output.dir="$tmp/p" >"$tmp/p.out" 2>&1
