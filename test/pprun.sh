@@ -84,9 +84,14 @@ check "the other rank stopped by SIGTERM ($t ms)" between "$t" 0 2500
 check "a message names the failing rank" grep -q "rank 1 exited with code 7" "$TMP/err"
 
 # A rank killed by a signal is the cause even when another rank's exit (its
-# consequence) is seen first: rank 0 exits 1 just before rank 1 is SIGKILLed.
-PPRUN --nproc-per-node 2 bash -c \
-  'if [ "$RANK" = 0 ]; then sleep 0.3; exit 1; fi; sleep 0.35; kill -KILL $$' >/dev/null 2>&1
+# consequence) is seen first: rank 0 exits 1 just before rank 1 is SIGKILLed. The two
+# meet through files (not sleeps: on a loaded machine the ranks start far apart), so
+# rank 1 dies a few ms after rank 0's exit, well inside pprun's 0.2 s window.
+rm -f "$TMP/ready" "$TMP/gone"
+PPRUN --nproc-per-node 2 env SYNC="$TMP" bash -c \
+  'wait_for() { for _ in $(seq 500); do [ -e "$1" ] && return; sleep 0.01; done; }
+   if [ "$RANK" = 0 ]; then wait_for "$SYNC/ready"; touch "$SYNC/gone"; exit 1; fi
+   touch "$SYNC/ready"; wait_for "$SYNC/gone"; kill -KILL $$' >/dev/null 2>&1
 rc=$?
 check "the SIGKILLed rank's code 137 wins (got $rc)" [ $rc -eq 137 ]
 
