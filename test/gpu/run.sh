@@ -9,7 +9,8 @@
 #   5. a GPU checkpoint resumes on the CPU and a CPU one on the GPU (losses after the
 #      resume within 1e-4 of the run that never stopped);
 #   6. 2 ranks on one GPU (host staging over the socket transport): gpipe and 1f1b
-#      bitwise equal, and within 1e-5 relative of 1 rank on that GPU.
+#      bitwise equal, and within 1e-5 relative of 1 rank on that GPU; zb-h1 (every
+#      backward split into I and W, [Note: split backward]) bitwise equal to 1f1b.
 # PPTRAIN and GPU_OPS name the binaries (the Makefile sets both). Results: stdout.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
@@ -120,6 +121,10 @@ two p2-gpipe gpipe && two p2-1f1b 1f1b && {
   cmp -s "$tmp/p2-gpipe.loss" "$tmp/p2-1f1b.loss" && cmp -s "$tmp/p2-gpipe.bin" "$tmp/p2-1f1b.bin" &&
     ok "2 ranks on one GPU: gpipe == 1f1b (losses and weights bitwise)" || bad "2 ranks: gpipe != 1f1b"
   close p2-1f1b gpu20 1e-5 && ok "2 ranks on one GPU within 1e-5 of 1 rank" || bad "2 ranks vs 1 rank"
+  two p2-zb zb-h1 &&
+    { cmp -s "$tmp/p2-1f1b.loss" "$tmp/p2-zb.loss" && cmp -s "$tmp/p2-1f1b.bin" "$tmp/p2-zb.bin" &&
+        ok "2 ranks on one GPU: zb-h1 (split I/W backward) == 1f1b (losses and weights bitwise)" ||
+        bad "2 ranks: zb-h1 != 1f1b (the split backward halves do not give the fused bits)"; }
 }
 
 echo "make test-gpu: $pass passed, $fail failed"
