@@ -547,7 +547,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     cudaDeviceProp prop;
     OPEN_CK(cudaSetDevice(device));
     OPEN_CK(cudaGetDeviceProperties(&prop, device));
-    if (prop.major < 8) {
+    if (prop.major < 8 || prop.major > 9) { /* sm_8x runs sm_80 code; nothing here runs on 10.x and later */
         snprintf(err, errlen, "%s has compute capability %d.%d; this build has machine code for 8.0 and 9.0 only",
                  prop.name, prop.major, prop.minor);
         return NULL;

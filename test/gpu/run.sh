@@ -11,7 +11,8 @@
 #   6. 2 ranks on one GPU (host staging over the socket transport): gpipe and 1f1b
 #      bitwise equal, and within 1e-5 relative of 1 rank on that GPU; zb-h1 (every
 #      backward split into I and W, [Note: split backward]) bitwise equal to 1f1b.
-# PPTRAIN and GPU_OPS name the binaries (the Makefile sets both). Results: stdout.
+# PPTRAIN and GPU_OPS name the binaries (the Makefile sets both). Results: stdout, and
+# gpu_ops' whole output in $GPU_OPS_LOG when that is set.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 GPU_OPS=${GPU_OPS:-build/cpu/test/gpu_ops}
@@ -34,8 +35,14 @@ bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 # 1. the ops
 "$GPU_OPS" >"$tmp/ops.out" 2>&1
 rc=$?
+[ -n "${GPU_OPS_LOG:-}" ] && cp "$tmp/ops.out" "$GPU_OPS_LOG" # every check's error (scripts/gpu/device-check)
 grep -E "^FAIL|^gpu_ops" "$tmp/ops.out"
-[ $rc -eq 0 ] && ok "every CUDA op matches the CPU op ($(tail -n1 "$tmp/ops.out"))" || bad "gpu_ops exited $rc"
+if [ $rc -eq 0 ]; then
+  ok "every CUDA op matches the CPU op ($(tail -n1 "$tmp/ops.out"))"
+else # a CUDA error ends gpu_ops with one line naming the call: show where it stopped
+  bad "gpu_ops exited $rc; its last lines:"
+  tail -n 8 "$tmp/ops.out" | sed 's/^/   /'
+fi
 
 tiny=(--config configs/gpt-tiny.yaml --set pipeline.stages=1 --set data.val=null --set output.log_every=1)
 train() { # name, args...: run, keep the loss column and the exported final weights
