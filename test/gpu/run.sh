@@ -33,7 +33,7 @@ ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 
 # 1. the ops
-"$GPU_OPS" >"$tmp/ops.out" 2>&1
+timeout 240 "$GPU_OPS" >"$tmp/ops.out" 2>&1
 rc=$?
 [ -n "${GPU_OPS_LOG:-}" ] && cp "$tmp/ops.out" "$GPU_OPS_LOG" # every check's error (scripts/gpu/device-check)
 grep -E "^FAIL|^gpu_ops" "$tmp/ops.out"
@@ -44,11 +44,12 @@ else # a CUDA error ends gpu_ops with one line naming the call: show where it st
   tail -n 8 "$tmp/ops.out" | sed 's/^/   /'
 fi
 
+run_s=90 # a gpt-tiny run takes seconds: one that hangs (exit 124) must not eat the device call
 tiny=(--config configs/gpt-tiny.yaml --set pipeline.stages=1 --set data.val=null --set output.log_every=1)
 train() { # name, args...: run, keep the loss column and the exported final weights
   local name=$1
   shift
-  "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" "$@" >"$tmp/$name.out" 2>&1
+  timeout $run_s "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" "$@" >"$tmp/$name.out" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then bad "$name exited $rc: $(tail -n 5 "$tmp/$name.out")"; return 1; fi
   tail -n +2 "$tmp/$name/losses.csv" | cut -d, -f1,2 >"$tmp/$name.loss"
@@ -100,7 +101,7 @@ train bf16b --set train.steps=60 --set runtime.device=cuda --set runtime.precisi
 resume() { # name, checkpoint run, reference, device args...
   local name=$1 from=$2 ref=$3
   shift 3
-  "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" --set train.steps=20 "$@" \
+  timeout $run_s "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" --set train.steps=20 "$@" \
     --resume "$tmp/$from/checkpoints/step_0000010" >"$tmp/$name.out" 2>&1 ||
     { bad "$name: the resume exited $?: $(tail -n 3 "$tmp/$name.out")"; return 1; }
   tail -n +2 "$tmp/$name/losses.csv" | cut -d, -f1,2 >"$tmp/$name.loss"
@@ -116,7 +117,7 @@ train c20ck --set train.steps=20 --set output.checkpoint_every=10 --set runtime.
 # 6. 2 ranks on one GPU: activations through pinned host staging and the socket transport
 two() { # name, schedule
   local name=$1
-  scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config configs/gpt-tiny.yaml --set pipeline.stages=2 \
+  timeout $run_s scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config configs/gpt-tiny.yaml --set pipeline.stages=2 \
     --set pipeline.schedule="$2" --set train.steps=20 --set data.val=null --set output.log_every=1 \
     --set runtime.device=cuda --set runtime.precision=fp32 --set output.dir="$tmp/$name" >"$tmp/$name.out" 2>&1 ||
     { bad "$name exited $?: $(tail -n 5 "$tmp/$name.out")"; return 1; }
