@@ -1,10 +1,13 @@
 /* gpu_ops.c — every CUDA backend op against the CPU op (the reference), on fresh random
  * inputs at odd shapes, forward and backward, at each precision (make test-gpu).
  *
- *   gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S]
+ *   gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S] [--cpu]
  *
  * Exit 0: every check passed; 77: no GPU (the reason on stdout: "skipped: no GPU ...");
- * 1: a check failed (each failure is printed). --probe only opens the backend.
+ * 1: a check failed (each failure is printed). --probe only opens the backend. --cpu
+ * puts the CPU backend (flagged as device memory, backend_cpu_staged) in the GPU's
+ * place: this program's own checking then runs on a machine without a GPU, and every
+ * check must pass (the ops are the reference's, bit for bit).
  *
  * Each check draws new inputs, poisons the outputs an op overwrites with NaN (an element
  * the op forgets stays NaN and fails), seeds the outputs it accumulates into (+=) with
@@ -421,7 +424,13 @@ static void check_crossentropy(const Shape *s, const char *sh) {
     free(tgt), free(lg), free(lg2), free(loss), free(loss2), free(hl), free(hloss), free(hloss2);
 }
 
+static int cpu_as_gpu; /* --cpu */
+
 static int open_gpu(const char *precision, char *why, size_t n) {
+    if (cpu_as_gpu) {
+        gpu = backend_cpu_staged();
+        return PP_OK;
+    }
     Config cfg;
     config_defaults(&cfg);
     snprintf(cfg.device, sizeof cfg.device, "cuda");
@@ -440,14 +449,16 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--probe")) probe = 1;
         else if (!strcmp(argv[i], "--prec") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
-        else return fprintf(stderr, "usage: gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S]\n"), 2;
+        else if (!strcmp(argv[i], "--cpu")) cpu_as_gpu = 1;
+        else return fprintf(stderr, "usage: gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S] [--cpu]\n"), 2;
     }
     char why[PP_ERR_MAX];
     if (open_gpu("fp32", why, sizeof why) != PP_OK) {
         printf("skipped: no GPU (%s)\n", why);
         return 77;
     }
-    printf("gpu_ops: %s, seed %llu\n", gpu->description, (unsigned long long)seed);
+    printf("gpu_ops: %s, seed %llu\n", cpu_as_gpu ? "the CPU backend in the GPU's place (--cpu)" : gpu->description,
+           (unsigned long long)seed);
     const void *entries[] = {gpu->alloc, gpu->dealloc, gpu->to_device, gpu->to_host, gpu->zero, gpu->copy,
                              gpu->wait, gpu->sum, gpu->sumsq, gpu->adamw_update, gpu->sgd_update,
                              gpu->encoder_forward, gpu->encoder_backward, gpu->layernorm_forward,
@@ -456,7 +467,7 @@ int main(int argc, char **argv) {
                              gpu->gelu_forward, gpu->gelu_backward, gpu->crossentropy_forward_backward,
                              gpu->crossentropy_forward, gpu->scratch_floats, gpu->add_inplace, gpu->host_alloc,
                              gpu->host_free, gpu->memory, gpu->close};
-    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0] && !cpu_as_gpu; i++) /* the CPU has no device extras */
         if (!entries[i]) return printf("FAIL the CUDA backend's table has no entry %zu\n", i), 1;
     if (!gpu->device_memory) return printf("FAIL the CUDA backend does not say its memory is a device's\n"), 1;
     if (probe) return backend_release(gpu), 0;
