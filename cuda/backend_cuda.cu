@@ -226,7 +226,8 @@ static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha
     key.opA = tB, key.opB = tA, key.m = N, key.n = M, key.k = K, key.lda = ldb, key.ldb = lda, key.ldc = ldc;
     key.batch = batch, key.sA = sB, key.sB = sA, key.sC = sC, key.ab = ab, key.compute = (int)comp;
     /* the bias pointer's alignment too: the heuristic reads it from the descriptor */
-    key.bias = fuse_bias ? align_of(bias, 0) : 0, key.alA = align_of(B, sB * (long long)es), key.alB = align_of(A, sA * (long long)es);
+    key.bias = fuse_bias ? align_of(bias, 0) : 0;
+    key.alA = align_of(B, sB * (long long)es), key.alB = align_of(A, sA * (long long)es);
     key.alC = align_of(C, sC * 4ll);
     cublasLtMatrixLayout_t la, lb, lc;
     layout(c, &la, t, tB ? K : N, tB ? N : K, ldb, batch, sB);
