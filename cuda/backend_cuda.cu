@@ -178,14 +178,19 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
     LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], 4));
     LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], 4));
     LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], 4));
+    /* Split-K only through the workspace (partial sums reduced in a separate, ordered
+     * step), never "in place" into the output, whose order of additions is the one
+     * thing here not fixed by the shape ([Note: deterministic kernels]). */
+    uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                   CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red));
     cublasLtMatmulHeuristicResult_t res;
     int n = 0;
     GemmEntry e;
     memset(&e, 0, sizeof e);
     e.key = *key;
-    if (desc_bias) {
+    if (desc_bias) { /* any refusal of the epilogue (type, alignment) only unfuses the bias */
         cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_bias, la, lb, lc, lc, pref, 1, &res, &n);
-        if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) LTCK(c, s);
         e.with_bias = s == CUBLAS_STATUS_SUCCESS && n > 0;
     }
     if (!e.with_bias) {
@@ -220,7 +225,9 @@ static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha
     memset(&key, 0, sizeof key);
     key.opA = tB, key.opB = tA, key.m = N, key.n = M, key.k = K, key.lda = ldb, key.ldb = lda, key.ldc = ldc;
     key.batch = batch, key.sA = sB, key.sB = sA, key.sC = sC, key.ab = ab, key.compute = (int)comp;
-    key.bias = fuse_bias, key.alA = align_of(B, sB * (long long)es), key.alB = align_of(A, sA * (long long)es);
+    /* the bias pointer's alignment too: the heuristic reads it from the descriptor */
+    key.bias = fuse_bias ? align_of(bias, 0) : 0;
+    key.alA = align_of(B, sB * (long long)es), key.alB = align_of(A, sA * (long long)es);
     key.alC = align_of(C, sC * 4ll);
     cublasLtMatrixLayout_t la, lb, lc;
     layout(c, &la, t, tB ? K : N, tB ? N : K, ldb, batch, sB);
@@ -541,7 +548,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     cudaDeviceProp prop;
     OPEN_CK(cudaSetDevice(device));
     OPEN_CK(cudaGetDeviceProperties(&prop, device));
-    if (prop.major < 8) {
+    if (prop.major < 8 || prop.major > 9) { /* sm_8x runs sm_80 code; nothing here runs on 10.x and later */
         snprintf(err, errlen, "%s has compute capability %d.%d; this build has machine code for 8.0 and 9.0 only",
                  prop.name, prop.major, prop.minor);
         return NULL;

@@ -17,7 +17,7 @@
 struct GemmKey { /* compared with memcmp: no padding (10 ints, 3 long longs, 6 ints) */
     int opA, opB, m, n, k, lda, ldb, ldc, batch, unused;
     long long sA, sB, sC;
-    int ab, compute, bias, alA, alB, alC;
+    int ab, compute, bias, alA, alB, alC; /* bias: the fused bias pointer's alignment, 0 when none */
 };
 struct GemmEntry {
     GemmKey key;

@@ -1,10 +1,13 @@
 /* gpu_ops.c — every CUDA backend op against the CPU op (the reference), on fresh random
  * inputs at odd shapes, forward and backward, at each precision (make test-gpu).
  *
- *   gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S]
+ *   gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S] [--cpu]
  *
  * Exit 0: every check passed; 77: no GPU (the reason on stdout: "skipped: no GPU ...");
- * 1: a check failed (each failure is printed). --probe only opens the backend.
+ * 1: a check failed (each failure is printed). --probe only opens the backend. --cpu
+ * puts the CPU backend (flagged as device memory, backend_cpu_staged) in the GPU's
+ * place: this program's own checking then runs on a machine without a GPU, and every
+ * check must pass (the ops are the reference's, bit for bit).
  *
  * Each check draws new inputs, poisons the outputs an op overwrites with NaN (an element
  * the op forgets stays NaN and fails), seeds the outputs it accumulates into (+=) with
@@ -91,7 +94,7 @@ static void same_bits(const char *op, const char *shape, const float *a, const f
     checks++;
     int ok = memcmp(a, b, n * sizeof(float)) == 0;
     if (!ok) failures++;
-    printf("%-4s %-28s %-10s %-34s %-5s two runs %s\n", ok ? "ok" : "FAIL", op, "bits", shape, prec,
+    printf("%-4s %-28s %-10s %-34s %-5s %s\n", ok ? "ok" : "FAIL", op, "bits", shape, prec,
            ok ? "bitwise equal" : "DIFFER");
 }
 
@@ -220,6 +223,7 @@ static void check_layernorm(const Shape *s, const char *sh) {
      * The CPU reference always computes all three (its NULL variants are another
      * branch's); an output the GPU was not asked for must keep its seed, bit for bit. */
     float *scratch = malloc(cpu->scratch_floats(cpu, N, s->T, C) * sizeof(float));
+    float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, s->T, C) * sizeof(float)); /* as the model's */
     for (int variant = 0; variant < 3; variant++) {
         const char *vn[] = {"layernorm_backward", "layernorm_backward dinp", "layernorm_backward dw,db"};
         float *g = rnd(NC, 1), *gx = rnd(NC, 1), *gw = rnd(C, 1), *gb = rnd(C, 1); /* all accumulate */
@@ -227,7 +231,7 @@ static void check_layernorm(const Shape *s, const char *sh) {
         float *dg = dev(g, NC * 4), *dgx = dev(gx, NC * 4), *dgw = dev(gw, C * 4), *dgb = dev(gb, C * 4);
         int want_x = variant != 2, want_w = variant != 1;
         gpu->layernorm_backward(gpu, want_x ? dgx : NULL, want_w ? dgw : NULL, want_w ? dgb : NULL, dg, dx, dm, dr, dw,
-                                N, C, NULL);
+                                N, C, gscratch);
         cpu->layernorm_backward(cpu, gx, gw, gb, g, x, mean, rstd, w, N, C, scratch);
         float *hx = host(dgx, NC), *hw = host(dgw, C), *hb = host(dgb, C);
         if (want_x) compare(vn[variant], "dinp", sh, hx, gx, NC, TOL_RED);
@@ -246,15 +250,32 @@ static void check_layernorm(const Shape *s, const char *sh) {
     {
         float *g = rnd(NC, 1), *gw = rnd(C, 1), *gb = rnd(C, 1);
         float *dg = dev(g, NC * 4), *w1 = dev(gw, C * 4), *b1 = dev(gb, C * 4), *w2 = dev(gw, C * 4), *b2 = dev(gb, C * 4);
-        gpu->layernorm_backward(gpu, NULL, w1, b1, dg, dx, dm, dr, dw, N, C, NULL);
-        gpu->layernorm_backward(gpu, NULL, w2, b2, dg, dx, dm, dr, dw, N, C, NULL);
+        gpu->layernorm_backward(gpu, NULL, w1, b1, dg, dx, dm, dr, dw, N, C, gscratch);
+        gpu->layernorm_backward(gpu, NULL, w2, b2, dg, dx, dm, dr, dw, N, C, gscratch);
         float *h1 = host(w1, C), *h2 = host(w2, C);
         same_bits("layernorm_backward dw", sh, h1, h2, C);
         gpu->dealloc(gpu, dg), gpu->dealloc(gpu, w1), gpu->dealloc(gpu, b1), gpu->dealloc(gpu, w2), gpu->dealloc(gpu, b2);
         free(g), free(gw), free(gb), free(h1), free(h2);
     }
-    void *all[] = {dx, dw, db, dout, dm, dr};
-    for (size_t i = 0; i < 6; i++) gpu->dealloc(gpu, all[i]);
+    /* [Note: split backward]: each half gives the fused call's bits */
+    {
+        float *g = rnd(NC, 1), *gx = rnd(NC, 1), *gw = rnd(C, 1), *gb = rnd(C, 1);
+        float *dg = dev(g, NC * 4), *fx = dev(gx, NC * 4), *fw = dev(gw, C * 4), *fb = dev(gb, C * 4);
+        float *ix = dev(gx, NC * 4), *ww = dev(gw, C * 4), *wb = dev(gb, C * 4);
+        gpu->layernorm_backward(gpu, fx, fw, fb, dg, dx, dm, dr, dw, N, C, gscratch);
+        gpu->layernorm_backward(gpu, ix, NULL, NULL, dg, dx, dm, dr, dw, N, C, gscratch);
+        gpu->layernorm_backward(gpu, NULL, ww, wb, dg, dx, dm, dr, dw, N, C, gscratch);
+        float *hfx = host(fx, NC), *hix = host(ix, NC), *hfw = host(fw, C), *hww = host(ww, C);
+        float *hfb = host(fb, C), *hwb = host(wb, C);
+        same_bits("layernorm_backward I half=fused", sh, hix, hfx, NC);
+        same_bits("layernorm_backward W half=fused", sh, hww, hfw, C);
+        same_bits("layernorm_backward W half=fused db", sh, hwb, hfb, C);
+        void *all[] = {dg, fx, fw, fb, ix, ww, wb};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
+        free(g), free(gx), free(gw), free(gb), free(hfx), free(hix), free(hfw), free(hww), free(hfb), free(hwb);
+    }
+    void *all[] = {dx, dw, db, dout, dm, dr, gscratch};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
     free(x), free(w), free(b), free(out), free(mean), free(rstd), free(ho), free(hm), free(hr), free(scratch);
 }
 
@@ -297,6 +318,24 @@ static void check_matmul(int N, int C, int OC, int bias, const char *sh0) {
         gpu->dealloc(gpu, dg), gpu->dealloc(gpu, dgx), gpu->dealloc(gpu, dgw), gpu->dealloc(gpu, dgb);
         free(g), free(gx), free(gw), free(gb), free(gw0), free(gb0), free(hx), free(hw), free(hb);
     }
+    /* [Note: split backward]: the I half's dinp and the W half's dw, db are the bits of the
+     * fused call (what makes a zero-bubble schedule train bitwise like 1F1B) */
+    {
+        float *g = rnd(NO, 1), *gw = rnd(OCC, 1), *gb = rnd(OC, 1);
+        float *dg = dev(g, NO * 4), *fx = dev(NULL, NC * 4), *fw = dev(gw, OCC * 4), *fb = dev(gb, OC * 4);
+        float *ix = dev(NULL, NC * 4), *ww = dev(gw, OCC * 4), *wb = dev(gb, OC * 4);
+        gpu->matmul_backward(gpu, fx, fw, bias ? fb : NULL, dg, dx, dw, N, C, OC);
+        gpu->matmul_backward(gpu, ix, NULL, NULL, dg, dx, dw, N, C, OC);
+        gpu->matmul_backward(gpu, NULL, ww, bias ? wb : NULL, dg, dx, dw, N, C, OC);
+        float *hfx = host(fx, NC), *hix = host(ix, NC), *hfw = host(fw, OCC), *hww = host(ww, OCC);
+        float *hfb = host(fb, OC), *hwb = host(wb, OC);
+        same_bits("matmul_backward I half=fused", sh, hix, hfx, NC);
+        same_bits("matmul_backward W half=fused", sh, hww, hfw, OCC);
+        if (bias) same_bits("matmul_backward W half=fused db", sh, hwb, hfb, OC);
+        void *all[] = {dg, fx, fw, fb, ix, ww, wb};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
+        free(g), free(gw), free(gb), free(hfx), free(hix), free(hfw), free(hww), free(hfb), free(hwb);
+    }
     gpu->dealloc(gpu, dx), gpu->dealloc(gpu, dw), gpu->dealloc(gpu, db), gpu->dealloc(gpu, dout);
     free(x), free(w), free(b), free(out), free(h);
 }
@@ -323,16 +362,17 @@ static void check_attention(const Shape *s, const char *sh) {
     }
     float *g = rnd(NC, 1), *gq = nanbuf(Q), *dg = dev(g, NC * 4), *dgq = dev(gq, Q * 4);
     float *scratch = malloc(cpu->scratch_floats(cpu, N, T, C) * sizeof(float));
-    gpu->attention_backward(gpu, dgq, dg, dq, datt, B, T, C, NH, NULL);
+    float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, T, C) * sizeof(float));
+    gpu->attention_backward(gpu, dgq, dg, dq, datt, B, T, C, NH, gscratch);
     cpu->attention_backward(cpu, gq, g, qkv, att, B, T, C, NH, scratch);
     float *hq = host(dgq, Q);
     compare("attention_backward", "dqkv", sh, hq, gq, Q, tol_gemm());
     float *dgq2 = dev(NULL, Q * 4);
-    gpu->attention_backward(gpu, dgq2, dg, dq, datt, B, T, C, NH, NULL);
+    gpu->attention_backward(gpu, dgq2, dg, dq, datt, B, T, C, NH, gscratch);
     float *hq2 = host(dgq2, Q);
     same_bits("attention_backward", sh, hq, hq2, Q);
-    void *all[] = {dq, dout, datt, dg, dgq, dgq2};
-    for (size_t i = 0; i < 6; i++) gpu->dealloc(gpu, all[i]);
+    void *all[] = {dq, dout, datt, dg, dgq, dgq2, gscratch};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
     free(qkv), free(out), free(att), free(h), free(g), free(gq), free(hq), free(hq2), free(scratch);
 }
 
@@ -384,7 +424,13 @@ static void check_crossentropy(const Shape *s, const char *sh) {
     free(tgt), free(lg), free(lg2), free(loss), free(loss2), free(hl), free(hloss), free(hloss2);
 }
 
+static int cpu_as_gpu; /* --cpu */
+
 static int open_gpu(const char *precision, char *why, size_t n) {
+    if (cpu_as_gpu) {
+        gpu = backend_cpu_staged();
+        return PP_OK;
+    }
     Config cfg;
     config_defaults(&cfg);
     snprintf(cfg.device, sizeof cfg.device, "cuda");
@@ -403,14 +449,16 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--probe")) probe = 1;
         else if (!strcmp(argv[i], "--prec") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
-        else return fprintf(stderr, "usage: gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S]\n"), 2;
+        else if (!strcmp(argv[i], "--cpu")) cpu_as_gpu = 1;
+        else return fprintf(stderr, "usage: gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S] [--cpu]\n"), 2;
     }
     char why[PP_ERR_MAX];
     if (open_gpu("fp32", why, sizeof why) != PP_OK) {
         printf("skipped: no GPU (%s)\n", why);
         return 77;
     }
-    printf("gpu_ops: %s, seed %llu\n", gpu->description, (unsigned long long)seed);
+    printf("gpu_ops: %s, seed %llu\n", cpu_as_gpu ? "the CPU backend in the GPU's place (--cpu)" : gpu->description,
+           (unsigned long long)seed);
     const void *entries[] = {gpu->alloc, gpu->dealloc, gpu->to_device, gpu->to_host, gpu->zero, gpu->copy,
                              gpu->wait, gpu->sum, gpu->sumsq, gpu->adamw_update, gpu->sgd_update,
                              gpu->encoder_forward, gpu->encoder_backward, gpu->layernorm_forward,
@@ -419,7 +467,7 @@ int main(int argc, char **argv) {
                              gpu->gelu_forward, gpu->gelu_backward, gpu->crossentropy_forward_backward,
                              gpu->crossentropy_forward, gpu->scratch_floats, gpu->add_inplace, gpu->host_alloc,
                              gpu->host_free, gpu->memory, gpu->close};
-    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0] && !cpu_as_gpu; i++) /* the CPU has no device extras */
         if (!entries[i]) return printf("FAIL the CUDA backend's table has no entry %zu\n", i), 1;
     if (!gpu->device_memory) return printf("FAIL the CUDA backend does not say its memory is a device's\n"), 1;
     if (probe) return backend_release(gpu), 0;

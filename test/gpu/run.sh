@@ -9,8 +9,10 @@
 #   5. a GPU checkpoint resumes on the CPU and a CPU one on the GPU (losses after the
 #      resume within 1e-4 of the run that never stopped);
 #   6. 2 ranks on one GPU (host staging over the socket transport): gpipe and 1f1b
-#      bitwise equal, and within 1e-5 relative of 1 rank on that GPU.
-# PPTRAIN and GPU_OPS name the binaries (the Makefile sets both). Results: stdout.
+#      bitwise equal, and within 1e-5 relative of 1 rank on that GPU; zb-h1 (every
+#      backward split into I and W, [Note: split backward]) bitwise equal to 1f1b.
+# PPTRAIN and GPU_OPS name the binaries (the Makefile sets both). Results: stdout, and
+# gpu_ops' whole output in $GPU_OPS_LOG when that is set.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 GPU_OPS=${GPU_OPS:-build/cpu/test/gpu_ops}
@@ -31,16 +33,23 @@ ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 
 # 1. the ops
-"$GPU_OPS" >"$tmp/ops.out" 2>&1
+timeout 240 "$GPU_OPS" >"$tmp/ops.out" 2>&1
 rc=$?
+[ -n "${GPU_OPS_LOG:-}" ] && cp "$tmp/ops.out" "$GPU_OPS_LOG" # every check's error (scripts/gpu/device-check)
 grep -E "^FAIL|^gpu_ops" "$tmp/ops.out"
-[ $rc -eq 0 ] && ok "every CUDA op matches the CPU op ($(tail -n1 "$tmp/ops.out"))" || bad "gpu_ops exited $rc"
+if [ $rc -eq 0 ]; then
+  ok "every CUDA op matches the CPU op ($(tail -n1 "$tmp/ops.out"))"
+else # a CUDA error ends gpu_ops with one line naming the call: show where it stopped
+  bad "gpu_ops exited $rc; its last lines:"
+  tail -n 8 "$tmp/ops.out" | sed 's/^/   /'
+fi
 
+run_s=90 # a gpt-tiny run takes seconds: one that hangs (exit 124) must not eat the device call
 tiny=(--config configs/gpt-tiny.yaml --set pipeline.stages=1 --set data.val=null --set output.log_every=1)
 train() { # name, args...: run, keep the loss column and the exported final weights
   local name=$1
   shift
-  "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" "$@" >"$tmp/$name.out" 2>&1
+  timeout $run_s "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" "$@" >"$tmp/$name.out" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then bad "$name exited $rc: $(tail -n 5 "$tmp/$name.out")"; return 1; fi
   tail -n +2 "$tmp/$name/losses.csv" | cut -d, -f1,2 >"$tmp/$name.loss"
@@ -92,7 +101,7 @@ train bf16b --set train.steps=60 --set runtime.device=cuda --set runtime.precisi
 resume() { # name, checkpoint run, reference, device args...
   local name=$1 from=$2 ref=$3
   shift 3
-  "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" --set train.steps=20 "$@" \
+  timeout $run_s "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" --set train.steps=20 "$@" \
     --resume "$tmp/$from/checkpoints/step_0000010" >"$tmp/$name.out" 2>&1 ||
     { bad "$name: the resume exited $?: $(tail -n 3 "$tmp/$name.out")"; return 1; }
   tail -n +2 "$tmp/$name/losses.csv" | cut -d, -f1,2 >"$tmp/$name.loss"
@@ -108,7 +117,7 @@ train c20ck --set train.steps=20 --set output.checkpoint_every=10 --set runtime.
 # 6. 2 ranks on one GPU: activations through pinned host staging and the socket transport
 two() { # name, schedule
   local name=$1
-  scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config configs/gpt-tiny.yaml --set pipeline.stages=2 \
+  timeout $run_s scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config configs/gpt-tiny.yaml --set pipeline.stages=2 \
     --set pipeline.schedule="$2" --set train.steps=20 --set data.val=null --set output.log_every=1 \
     --set runtime.device=cuda --set runtime.precision=fp32 --set output.dir="$tmp/$name" >"$tmp/$name.out" 2>&1 ||
     { bad "$name exited $?: $(tail -n 5 "$tmp/$name.out")"; return 1; }
@@ -120,6 +129,10 @@ two p2-gpipe gpipe && two p2-1f1b 1f1b && {
   cmp -s "$tmp/p2-gpipe.loss" "$tmp/p2-1f1b.loss" && cmp -s "$tmp/p2-gpipe.bin" "$tmp/p2-1f1b.bin" &&
     ok "2 ranks on one GPU: gpipe == 1f1b (losses and weights bitwise)" || bad "2 ranks: gpipe != 1f1b"
   close p2-1f1b gpu20 1e-5 && ok "2 ranks on one GPU within 1e-5 of 1 rank" || bad "2 ranks vs 1 rank"
+  two p2-zb zb-h1 &&
+    { cmp -s "$tmp/p2-1f1b.loss" "$tmp/p2-zb.loss" && cmp -s "$tmp/p2-1f1b.bin" "$tmp/p2-zb.bin" &&
+        ok "2 ranks on one GPU: zb-h1 (split I/W backward) == 1f1b (losses and weights bitwise)" ||
+        bad "2 ranks: zb-h1 != 1f1b (the split backward halves do not give the fused bits)"; }
 }
 
 echo "make test-gpu: $pass passed, $fail failed"
