@@ -143,11 +143,11 @@ SKIPS := $(BUILD)/test/skips.txt
 REPORT := $(BUILD)/test/skips-report.txt
 # The CPU suite: CUDA_VISIBLE_DEVICES is emptied, so runtime.device auto means the CPU
 # here on a GPU machine too (make test-gpu is the GPU suite).
-unit-tests: all data $(TESTS)
+unit-tests: all data $(TESTS) $(BUILD)/test/gpu_ops
 	@export CUDA_VISIBLE_DEVICES=; pass=0; skip=0; part=0; failed=; : >$(REPORT); \
 	for t in $(TESTS) test/*.sh; do [ -e "$$t" ] || continue; \
 	  echo "== $$t"; : >$(SKIPS); \
-	  case $$t in *.sh) PPTRAIN=$(EXE) PP_TEST_SKIPS=$(SKIPS) bash $$t;; *) $$t;; esac; rc=$$?; \
+	  case $$t in *.sh) PPTRAIN=$(EXE) GPU_OPS=$(BUILD)/test/gpu_ops PP_TEST_SKIPS=$(SKIPS) bash $$t;; *) $$t;; esac; rc=$$?; \
 	  if [ $$rc -eq 77 ]; then skip=$$((skip + 1)); \
 	    [ -s $(SKIPS) ] || echo "no reason given" >$(SKIPS); \
 	    sed "s|^|make test: skipped $$t: |" $(SKIPS) >>$(REPORT); \

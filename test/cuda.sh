@@ -159,5 +159,19 @@ for sched in 1f1b interleaved-1f1b; do
   fi
 done
 
+# 8. the op test's own checking (test/gpu/gpu_ops.c: poisoned outputs, tolerances, the
+#    split-backward bits) with the CPU backend in the GPU's place (--cpu), so a broken
+#    harness is found here, not in a GPU session's few minutes.
+if [ -x "${GPU_OPS:-}" ]; then
+  if out=$(timeout -k 5 120 "$GPU_OPS" --cpu --prec fp32 2>&1); then
+    ok "gpu_ops --cpu --prec fp32: $(echo "$out" | tail -n 1)"
+  else
+    bad "gpu_ops --cpu --prec fp32 failed: $(echo "$out" | tail -n 5 | tr '\n' ';')"
+  fi
+else
+  echo "cuda.sh: gpu_ops --cpu not run: GPU_OPS (make builds build/cpu/test/gpu_ops) is not set"
+  [ -z "${PP_TEST_SKIPS:-}" ] || echo "gpu_ops --cpu: GPU_OPS not set (make test sets it)" >>"$PP_TEST_SKIPS"
+fi
+
 echo "cuda.sh: $pass passed, $fail failed"
 [ $fail -eq 0 ]
