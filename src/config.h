@@ -26,6 +26,7 @@ typedef struct {
     /* pipeline: */
     int stages;                      /* P, pipeline ranks */
     int virtual_stages;              /* v, chunks per rank */
+    int data_parallel;               /* D, replicas of the pipeline; 0 = auto (world / P) */
     char schedule[PP_NAME_MAX];      /* gpipe | 1f1b | interleaved-1f1b */
     char schedule_file[PP_PATH_MAX]; /* "" = none; one line per rank of actions in text form */
     int microbatches;                /* M */
