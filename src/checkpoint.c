@@ -14,7 +14,10 @@
  * optimizer state as "<name>.opt_m" and "<name>.opt_v" (AdamW moments; SGD keeps its
  * momentum in opt_m). The tied wte is held by the first and the last stage's rank with
  * identical values ([Note: tied embeddings]); only the rank of stage 0 stores it, and
- * both load it from there. The manifest holds the model's dimensions ("model") and the
+ * both load it from there. Data-parallel replicas hold identical copies too ([Note: data
+ * parallel] in runtime_dp.c): only replica 0 stores its tensors, the other replicas
+ * write a shard with none, and every rank loads by name from wherever it is, so a
+ * checkpoint loads into any number of replicas and any split. The manifest holds the model's dimensions ("model") and the
  * printed config ("config"). */
 
 #define MAX_TENSORS_PER_PARAM 3
@@ -48,7 +51,7 @@ static int collect(const Runtime *rt, CkptTensor *out, char (*names)[64]) {
     int n = 0;
     for (int i = 0; i < m->ntensors; i++) {
         const ParamTensor *t = &m->tensors[i];
-        if (runtime_tied_replica(rt, t)) continue;
+        if (runtime_tied_replica(rt, t) || rt->lay.dp != 0) continue;
         float *src[MAX_TENSORS_PER_PARAM];
         state_arrays(rt, t, src);
         for (int k = 0; k < MAX_TENSORS_PER_PARAM; k++) {

@@ -1,0 +1,202 @@
+/* runtime_dp.c — data parallelism: the replicas of a pipeline rank all-reduce their
+ * gradients, bucket by bucket, each bucket as soon as the step's last action that adds
+ * to it has run. */
+#include "runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+/* [Note: data parallel]
+ * D replicas of the pipeline ([Note: rank layout] in layout.h) each run the whole
+ * schedule on their 1/D of the global batch (runtime.c's load_batch: replica dp takes
+ * sequences [dp B/D, (dp+1) B/D)), with the one-process run's loss scale 1/(B T), so
+ * their gradients add up to the one-process run's. The D ranks holding one pipeline
+ * rank form a group (dp_init) and sum their gradients with the ring all-reduce of
+ * comm_ring.h: a fixed order, so every replica gets the same bits, repeated runs too, and
+ * the replicas' weights stay identical without ever being compared or broadcast.
+ * Overlap: the gradients of a rank are cut into buckets of whole tensors (at most
+ * DP_BUCKET_FLOATS, a longer tensor alone), grouped by the action after which they are
+ * final: the last action (F, B, I or W) of the stage that owns them in this rank's list
+ * (the tied wte on a rank holding both ends: after the list, once model_fold_tied_grad
+ * has added the head's part). Buckets run one at a time in (that action, offset) order,
+ * the same on every replica; after each action the runtime starts those that became
+ * final and advances the running ring without blocking (dp_after_action); after the
+ * list dp_finish runs the rest to the end. So the ring of the last stage, which finishes
+ * its backwards first in 1F1B-like schedules, runs while the earlier stages still
+ * compute; on the rank of stage 0 it starts when the list ends and is exposed. The ring
+ * advances only between actions (there is no communication thread doing additions), so
+ * within one rank's list it overlaps only as much as its remaining actions allow; the
+ * report (runtime_report) says how much of it ended before the slowest rank's action
+ * list did. The grad norm then counts each tensor once (replica 0), the tied embedding's
+ * pair sum (runtime.c) runs after the replicas' sums: ((sum over replicas of stage 0's
+ * part) + (sum of the head's part)), the same on all 2D ranks. On a device backend the
+ * rings run on a host copy of the gradients ([Note: host staging] in runtime.c). */
+
+enum { KIND_DP = 4 }; /* runtime.c's kind_names[4] */
+
+/* The local stages whose actions write tensor t's gradient. */
+static int tensor_stages(const Runtime *rt, const ParamTensor *t, int *stages) {
+    const Model *m = &rt->model;
+    int n = 0, layer;
+    for (int c = 0; c < m->nchunks; c++) {
+        const Chunk *ck = &m->chunks[c];
+        int hit = 0;
+        if (sscanf(t->name, "h.%d.", &layer) == 1) hit = layer >= ck->l0 && layer < ck->l1;
+        else if (!strcmp(t->name, "wte")) hit = ck->first || (ck->last && m->d.tied);
+        else if (!strcmp(t->name, "wpe")) hit = ck->first;
+        else hit = ck->last; /* lnfw, lnfb, lm_head */
+        if (hit) stages[n++] = ck->stage;
+    }
+    return n;
+}
+
+/* After which action of this rank's training list tensor t's gradient is final. */
+static int tensor_ready(const Runtime *rt, const ParamTensor *t, const int *last) {
+    int stages[PP_MAX_CHUNKS], n = tensor_stages(rt, t, stages), len = rt->sched.len[rt->lay.pp], ready = -1;
+    if (!strcmp(t->name, "wte") && rt->chunk_of[0] >= 0 && rt->chunk_of[rt->S - 1] >= 0) return len; /* the fold */
+    for (int i = 0; i < n; i++)
+        if (last[stages[i]] > ready) ready = last[stages[i]];
+    return ready < 0 ? len : ready;
+}
+
+/* Whether tensor i goes before tensor j: by the action that makes it final, then by offset. */
+static int goes_before(const Model *m, const int *ready, int i, int j) {
+    if (ready[i] != ready[j]) return ready[i] < ready[j];
+    return m->tensors[i].offset < m->tensors[j].offset;
+}
+
+/* Cut the gradients into buckets ([Note: data parallel]). */
+static void plan_buckets(Runtime *rt) {
+    const Model *m = &rt->model;
+    const Schedule *sc = &rt->sched;
+    int pp = rt->lay.pp, nt = m->ntensors, *last = pp_malloc((size_t)rt->S * sizeof(int));
+    int *ready = pp_malloc((size_t)nt * sizeof(int)), *order = pp_malloc((size_t)nt * sizeof(int));
+    for (int s = 0; s < rt->S; s++) last[s] = -1;
+    for (int k = 0; k < sc->len[pp]; k++) {
+        const Action *a = &sc->acts[pp][k];
+        if (a->type == ACT_F || a->type == ACT_B || a->type == ACT_I || a->type == ACT_W) last[a->stage] = k;
+    }
+    for (int i = 0; i < nt; i++) ready[i] = tensor_ready(rt, &m->tensors[i], last), order[i] = i;
+    for (int i = 1; i < nt; i++) /* insertion sort: a few hundred tensors at most */
+        for (int j = i; j > 0 && goes_before(m, ready, order[j], order[j - 1]); j--) {
+            int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    DpSync *d = &rt->dp;
+    d->b = pp_calloc((size_t)nt * 2 + 1, sizeof(DpBucket));
+    d->nb = 0;
+    d->floats = 0;
+    for (int j = 0; j < nt; j++) {
+        const ParamTensor *t = &m->tensors[order[j]];
+        DpBucket *cur = d->nb ? &d->b[d->nb - 1] : NULL;
+        if (cur && cur->ready == ready[order[j]] && cur->off + cur->n == t->offset && cur->n + t->numel <= DP_BUCKET_FLOATS)
+            cur->n += t->numel;
+        else
+            d->b[d->nb++] = (DpBucket){t->offset, t->numel, ready[order[j]]};
+        d->floats += t->numel;
+    }
+    free(last), free(ready), free(order);
+}
+
+int dp_init(Runtime *rt, char *err, size_t errlen) {
+    DpSync *d = &rt->dp;
+    memset(d, 0, sizeof *d);
+    if (rt->lay.D == 1) return PP_OK;
+    if (comm_split(rt->comm, rt->lay.pp, rt->lay.dp, &d->group) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "forming the group of replicas of pipeline rank %d: %s", rt->lay.pp,
+                       comm_error(rt->comm));
+    plan_buckets(rt);
+    size_t most = 1;
+    for (int i = 0; i < d->nb; i++) {
+        size_t b = comm_ring_max_block(d->b[i].n, rt->lay.D);
+        if (b > most) most = b;
+    }
+    d->tmp = pp_malloc(most * sizeof(float));
+    const Backend *be = rt->model.be;
+    if (be->device_memory) {
+        size_t bytes = rt->model.nparams * sizeof(float);
+        d->host = be->host_alloc ? be->host_alloc(be, bytes) : pp_malloc(bytes);
+        rt->staging_bytes += bytes;
+    }
+    return PP_OK;
+}
+
+void dp_free(Runtime *rt) {
+    DpSync *d = &rt->dp;
+    const Backend *be = rt->model.be;
+    if (d->host) {
+        if (be && be->host_free) be->host_free(be, d->host);
+        else free(d->host);
+    }
+    free(d->tmp), free(d->b);
+    comm_destroy(d->group);
+    memset(d, 0, sizeof *d);
+}
+
+void dp_begin(Runtime *rt, int step) {
+    DpSync *d = &rt->dp;
+    d->next = d->active = 0;
+    d->step = step;
+    d->t0 = pp_now();
+    d->t_first = d->t_done = 0;
+}
+
+/* The buffer bucket b's ring runs on: the gradients, or their host copy (made now). */
+static float *bucket_buf(Runtime *rt, const DpBucket *b) {
+    const Backend *be = rt->model.be;
+    float *g = rt->model.grads + b->off;
+    if (!rt->dp.host) return g;
+    be->to_host(be, rt->dp.host + b->off, g, b->n * sizeof(float));
+    be->wait(be);
+    return rt->dp.host + b->off;
+}
+
+/* Start the buckets final after action `limit` and advance the running ring, without
+ * blocking unless block (then until every such bucket is done). */
+static int dp_advance(Runtime *rt, int limit, int block, char *err, size_t errlen) {
+    DpSync *d = &rt->dp;
+    const Backend *be = rt->model.be;
+    for (;;) {
+        if (d->active) {
+            int done = 0, rc = block ? comm_ring_wait(&d->ring) : comm_ring_test(&d->ring, &done);
+            if (rc != PP_OK)
+                return pp_errf(err, errlen, PP_ERUNTIME, "gradient all-reduce among the replicas of pipeline rank %d "
+                               "(bucket %d of %d) at step %d: %s", rt->lay.pp, d->next, d->nb, d->step,
+                               comm_error(d->group));
+            if (!block && !done) return PP_OK;
+            const DpBucket *b = &d->b[d->next - 1];
+            if (d->host) {
+                be->to_device(be, rt->model.grads + b->off, d->host + b->off, b->n * sizeof(float));
+                be->wait(be);
+            }
+            d->active = 0;
+            d->t_done = pp_now();
+        }
+        if (d->next >= d->nb || d->b[d->next].ready > limit) return PP_OK;
+        const DpBucket *b = &d->b[d->next];
+        CommTag tag = {.step = d->step, .stage = d->next, .mb = 0, .kind = KIND_DP};
+        if (d->next == 0) d->t_first = pp_now();
+        if (comm_ring_start(&d->ring, d->group, RING_ALLREDUCE, bucket_buf(rt, b), b->n, d->tmp, &tag) != PP_OK)
+            return pp_errf(err, errlen, PP_ERUNTIME, "starting the gradient all-reduce at step %d: %s", d->step,
+                           comm_error(d->group));
+        d->next++;
+        d->active = 1;
+    }
+}
+
+int dp_after_action(Runtime *rt, int k, char *err, size_t errlen) {
+    return rt->dp.group ? dp_advance(rt, k, 0, err, errlen) : PP_OK;
+}
+
+int dp_finish(Runtime *rt, char *err, size_t errlen) {
+    DpSync *d = &rt->dp;
+    if (!d->group) return PP_OK;
+    double t = pp_now();
+    int rc = dp_advance(rt, rt->sched.len[rt->lay.pp], 1, err, errlen);
+    PP_CHECK(rc != PP_OK || (d->next == d->nb && !d->active));
+    d->exposed_s = pp_now() - t;
+    d->span_s = d->nb ? d->t_done - d->t_first : 0;
+    return rc;
+}

@@ -1,0 +1,51 @@
+/* runtime_dp.h — the runtime's data-parallel part ([Note: data parallel] in
+ * runtime_dp.c): the group of replicas of this pipeline rank, its gradient buckets and
+ * their overlapped ring all-reduce. Internal to the runtime (runtime.c calls it). */
+#ifndef PP_RUNTIME_DP_H
+#define PP_RUNTIME_DP_H
+
+#include <stddef.h>
+
+#include "comm_ring.h"
+
+/* The most floats in one bucket (a longer tensor gets one of its own). */
+#define DP_BUCKET_FLOATS ((size_t)1 << 20)
+
+typedef struct {
+    size_t off, n; /* floats of Model.grads */
+    int ready;     /* the action (index into this rank's list) after which they are final;
+                      the list's length: after the step's last action and the tied fold */
+} DpBucket;
+
+typedef struct {
+    Comm *group;     /* the D ranks holding this pipeline rank, ranked by replica; NULL when D = 1 */
+    int nb;          /* buckets, in the order every replica runs them */
+    DpBucket *b;
+    int next;        /* the next bucket to start this step */
+    int active;      /* bucket next-1's ring is running */
+    CommRing ring;
+    int step;        /* the step being reduced (tags) */
+    float *tmp;      /* [the longest block] the ring's receive scratch */
+    float *host;     /* device backends: host copy of the gradients the rings run on */
+    size_t floats;   /* reduced per step */
+    double t0, t_first, t_done; /* of the last step: its start, first bucket start, last bucket end */
+    double span_s, exposed_s;   /* of the last step: first start to last end; the part after the pipeline */
+} DpSync;
+
+struct Runtime;
+
+/* Collective on the job's Comm (every rank calls it, after the model and schedules are
+ * built): form the replica group (D > 1) and plan the buckets. PP_ERUNTIME with a
+ * message on a transport failure. */
+int dp_init(struct Runtime *rt, char *err, size_t errlen);
+void dp_free(struct Runtime *rt);
+/* Before a training step's action list. */
+void dp_begin(struct Runtime *rt, int step);
+/* After action k of the training list: start the buckets that became final, advance the
+ * running ring without blocking. */
+int dp_after_action(struct Runtime *rt, int k, char *err, size_t errlen);
+/* After the list and the tied fold: run every remaining bucket to the end; then every
+ * replica holds the same gradient sums (bits). */
+int dp_finish(struct Runtime *rt, char *err, size_t errlen);
+
+#endif
