@@ -641,6 +641,7 @@ void runtime_measure(Runtime *rt) {
     rt->sum_busy_s += rt->busy_s;
     for (int s = 0; s < rt->S; s++)
         rt->sum_f[s] += rt->cur_f[s], rt->sum_b[s] += rt->cur_b[s], rt->sum_w[s] += rt->cur_w[s];
+    dp_measure(rt);
 }
 
 void runtime_efficiency_text(double simulated_s, double measured_s, char *buf, size_t n) {
@@ -698,7 +699,7 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
         }
     }
     free(v);
-    return PP_OK;
+    return dp_report(rt, err, errlen);
 }
 
 int runtime_check_tied(Runtime *rt, char *err, size_t errlen) {

@@ -29,7 +29,8 @@ typedef struct {
     float *host;     /* device backends: host copy of the gradients the rings run on */
     size_t floats;   /* reduced per step */
     double t0, t_first, t_done; /* of the last step: its start, first bucket start, last bucket end */
-    double span_s, exposed_s;   /* of the last step: first start to last end; the part after the pipeline */
+    double span_s, exposed_s;   /* of the last step: first start to last end; the wait after the list */
+    double sum_span_s, sum_end_s, sum_exposed_s; /* over measured steps: span, t_done - t0, exposed */
 } DpSync;
 
 struct Runtime;
@@ -47,5 +48,10 @@ int dp_after_action(struct Runtime *rt, int k, char *err, size_t errlen);
 /* After the list and the tied fold: run every remaining bucket to the end; then every
  * replica holds the same gradient sums (bits). */
 int dp_finish(struct Runtime *rt, char *err, size_t errlen);
+/* Count the last step's all-reduce times (runtime_measure). */
+void dp_measure(struct Runtime *rt);
+/* Collective: rank 0 prints how long the all-reduce ran and how much of it ended before
+ * the slowest rank's action list did (runtime_report); no-op when D = 1. */
+int dp_report(struct Runtime *rt, char *err, size_t errlen);
 
 #endif
