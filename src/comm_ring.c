@@ -14,14 +14,20 @@ size_t comm_ring_max_block(size_t n, int W) { return (n + (size_t)W - 1) / (size
 
 static int mod(int a, int W) { return ((a % W) + W) % W; }
 
+static size_t ring_block(const CommRing *r, int q, size_t *len) {
+    if (!r->bounds) return comm_ring_block(r->n, r->c->world, q, len);
+    *len = r->bounds[q + 1] - r->bounds[q];
+    return r->bounds[q];
+}
+
 /* Post the messages of step (phase, k). */
 static int ring_post(CommRing *r) {
     Comm *c = r->c;
     int W = c->world, me = c->rank, next = mod(me + 1, W), prev = mod(me - 1, W);
     int sb = r->phase == 0 ? mod(me - r->k - 1, W) : mod(me - r->k, W);
-    size_t slen, rlen, so = comm_ring_block(r->n, W, sb, &slen), ro;
+    size_t slen, rlen, so = ring_block(r, sb, &slen), ro;
     r->rb = r->phase == 0 ? mod(me - r->k - 2, W) : mod(me - r->k - 1, W);
-    ro = comm_ring_block(r->n, W, r->rb, &rlen);
+    ro = ring_block(r, r->rb, &rlen);
     CommTag t = r->tag;
     t.mb = r->phase * W + r->k;
     int rc = comm_irecv(c, prev, &t, r->phase == 0 ? r->tmp : r->buf + ro, rlen * sizeof(float), &r->rreq);
@@ -35,22 +41,22 @@ static int ring_post(CommRing *r) {
 static void ring_step_done(CommRing *r) {
     int W = r->c->world;
     if (r->phase == 0) {
-        size_t len, off = comm_ring_block(r->n, W, r->rb, &len);
+        size_t len, off = ring_block(r, r->rb, &len);
         comm_add_f32(r->buf + off, r->tmp, len); /* partial from upstream + own: commutative */
     }
     r->posted = 0;
     if (++r->k < W - 1) return;
     r->k = 0;
     if (r->phase == 0) { /* this rank's block is summed */
-        size_t len, off = comm_ring_block(r->n, W, r->c->rank, &len);
+        size_t len, off = ring_block(r, r->c->rank, &len);
         comm_canon_nan_f32(r->buf + off, len);
     }
     r->phase = r->phase == 0 && r->op == RING_ALLREDUCE ? 1 : 2;
 }
 
-int comm_ring_start(CommRing *r, Comm *c, RingOp op, float *buf, size_t n, float *tmp,
-                    const CommTag *tag) {
-    *r = (CommRing){.c = c, .op = op, .buf = buf, .n = n, .tmp = tmp, .tag = *tag};
+int comm_ring_start(CommRing *r, Comm *c, RingOp op, float *buf, size_t n,
+                    const size_t *bounds, float *tmp, const CommTag *tag) {
+    *r = (CommRing){.c = c, .op = op, .buf = buf, .n = n, .bounds = bounds, .tmp = tmp, .tag = *tag};
     r->phase = op == RING_ALL_GATHER ? 1 : 0;
     if (c->world == 1) {
         if (op != RING_ALL_GATHER) comm_canon_nan_f32(buf, n);

@@ -29,7 +29,9 @@ typedef struct {
     RingOp op;
     float *buf;      /* [n], in place */
     size_t n;
-    float *tmp;      /* [comm_ring_max_block(n, W)] the caller's scratch for a received block */
+    const size_t *bounds; /* [W+1] block q = [bounds[q], bounds[q+1]) when not NULL (0 ..
+                        n, non-decreasing), else the even blocks */
+    float *tmp;      /* [the longest block] the caller's scratch for a received block */
     CommTag tag;     /* the caller's; .mb is set to the step number of each message */
     int phase;       /* 0 reduce-scatter, 1 all-gather, 2 done */
     int k;           /* step within the phase */
@@ -43,13 +45,15 @@ size_t comm_ring_block(size_t n, int W, int q, size_t *len);
 /* The longest block: ceil(n / W) floats. */
 size_t comm_ring_max_block(size_t n, int W);
 
-/* Start op on buf[0..n) of every rank of c (all ranks start the same op with the same n
- * and tag, in the same order as their other rings on c). The ring's messages are c's
+/* Start op on buf[0..n) of every rank of c (all ranks start the same op with the same n,
+ * bounds and tag, in the same order as their other rings on c). bounds NULL: the even
+ * blocks above; else block q = [bounds[q], bounds[q+1]) (the caller's, kept until done:
+ * ZeRO-1 cuts at tensor boundaries; an uneven cut moves more per step). The ring's messages are c's
  * point-to-point messages with the caller's tag (mb = step): c must carry no other
  * messages between ring neighbours meanwhile, so give it a group of its own. buf and tmp
  * belong to the ring until it is done. Returns PP_OK or PP_ERUNTIME (comm_error(c)). */
-int comm_ring_start(CommRing *r, Comm *c, RingOp op, float *buf, size_t n, float *tmp,
-                    const CommTag *tag);
+int comm_ring_start(CommRing *r, Comm *c, RingOp op, float *buf, size_t n,
+                    const size_t *bounds, float *tmp, const CommTag *tag);
 /* Advance without blocking: *done = 1 once the op finished on this rank. Returns PP_OK,
  * or PP_ERUNTIME with comm_error(c) naming the peer that failed (then the ring is over). */
 int comm_ring_test(CommRing *r, int *done);

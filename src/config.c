@@ -88,6 +88,8 @@ static const Field k_fields[] = {
     FLT("train.optimizer.weight_decay", weight_decay, "0.1", 0, INFINITY, 0,
         "decoupled weight decay of the 2-D weights"),
     FLT("train.optimizer.momentum", momentum, "0.9", 0, 1, OPEN_HI, "SGD momentum"),
+    OTHER("train.optimizer.shard", T_BOOL, optimizer_shard, "false",
+          "ZeRO-1: each data-parallel replica keeps the optimizer state of 1/D of the parameters"),
     INT("train.lr_schedule.warmup_steps", warmup_steps, "0", 0, IMAX, "linear warmup steps"),
     ENUM("train.lr_schedule.decay", decay, "cosine", "constant|linear|cosine", "decay after warmup"),
     FLT("train.lr_schedule.min_lr_ratio", min_lr_ratio, "0.1", 0, 1, 0, "final lr / peak lr"),

@@ -41,6 +41,7 @@ typedef struct {
     char optimizer[PP_NAME_MAX];     /* train.optimizer.name: adamw | sgd */
     float lr, beta1, beta2, eps, weight_decay;
     float momentum;                  /* train.optimizer.momentum (sgd) */
+    int optimizer_shard;             /* train.optimizer.shard: ZeRO-1 over the replicas */
     int warmup_steps;                /* train.lr_schedule.warmup_steps */
     char decay[PP_NAME_MAX];         /* train.lr_schedule.decay: constant | linear | cosine */
     float min_lr_ratio;

@@ -378,7 +378,8 @@ int runtime_tied_replica(const Runtime *rt, const ParamTensor *t) {
  * its last stage's microbatches, in microbatch order, so that it does not depend on the
  * schedule) and the squared gradients, each tensor's sum added in tensor order, counting
  * the tied wte once over all ranks (on the rank of stage 0) and every tensor once over
- * the replicas, which hold the same sums (replica 0). */
+ * the replicas, which hold the same sums (replica 0; with ZeRO-1 each replica its own
+ * tensors). */
 static void local_sums(Runtime *rt, int want_sumsq, double *loss, double *sumsq) {
     const Model *m = &rt->model;
     const Backend *be = m->be;
@@ -393,16 +394,18 @@ static void local_sums(Runtime *rt, int want_sumsq, double *loss, double *sumsq)
     for (int k = 0; last && k < rt->M; k++) *loss += rt->loss_host[k];
     *sumsq = 0.0;
     for (int i = 0; want_sumsq && i < m->ntensors; i++)
-        if (!runtime_tied_replica(rt, &m->tensors[i]) && rt->lay.dp == 0) *sumsq += rt->sumsq_host[i];
+        if (!runtime_tied_replica(rt, &m->tensors[i]) && dp_counts(rt, i, DP_NORM)) *sumsq += rt->sumsq_host[i];
 }
 
-/* One optimizer update of every tensor of this rank. */
+/* One optimizer update of every tensor of this rank (with ZeRO-1: of those whose state
+ * this replica holds, [Note: ZeRO-1] in runtime_dp.c). */
 static void update(Runtime *rt, float lr, float scale, int t) {
     Model *m = &rt->model;
     for (int i = 0; i < m->ntensors; i++) {
         const ParamTensor *p = &m->tensors[i];
-        optim_update(rt->cfg, m->be, m->params + p->offset, m->grads + p->offset, m->opt_m ? m->opt_m + p->offset : NULL,
-                     m->opt_v ? m->opt_v + p->offset : NULL, p->numel, lr, p->decay, scale, t);
+        if (rt->dp.zero && rt->dp.zoff[i] == DP_NOT_HELD) continue;
+        optim_update(rt->cfg, m->be, m->params + p->offset, m->grads + p->offset, dp_opt_state(rt, i, 0),
+                     dp_opt_state(rt, i, 1), p->numel, lr, p->decay, scale, t);
     }
 }
 
@@ -449,6 +452,7 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
                        "train.optimizer.lr%s, or resume from an earlier checkpoint", step + 1, res->loss, res->grad_norm,
                        cfg->grad_clip > 0 ? "" : " or enable train.grad_clip");
     update(rt, res->lr, optim_clip_scale(red[1], cfg->grad_clip), step + 1);
+    if ((rc = dp_gather_params(rt, err, errlen))) return rc;
     if (rt->trace) trace_add(rt->trace, "optimizer", "compute", ts, trace_now_us(), -1, -1, step);
     rt->step_s = pp_now() - t0;
     return PP_OK;
@@ -527,7 +531,8 @@ static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
         rt->chunk_of[s] = c;
     }
     model_init(&rt->model, d, specs, rt->v, rt->Bmb, rt->T, be);
-    model_init_optimizer(&rt->model, optim_state_arrays(cfg));
+    /* ZeRO-1 keeps the state of this replica's share only (runtime_dp.c) */
+    model_init_optimizer(&rt->model, cfg->optimizer_shard && rt->lay.D > 1 ? 0 : optim_state_arrays(cfg));
     for (int c = 0; c < rt->v; c++) {
         rt->slots[c] = pp_calloc(specs[c].nslots, sizeof(SlotState));
         for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1;
@@ -601,7 +606,8 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
      * agreement) fit in the 1 MiB floor. A peer claiming more is refused unread. Set
      * before the split: groups copy it. */
     size_t act = (size_t)rt->Bmb * rt->T * d.C * sizeof(float), wte = d.tied ? (size_t)d.Vp * d.C * sizeof(float) : 0;
-    size_t most = act > wte ? act : wte, ring = (DP_BUCKET_FLOATS / rt->lay.D + 1) * sizeof(float);
+    size_t most = act > wte ? act : wte, big = model_largest_tensor(&rt->model);
+    size_t ring = (big > DP_BUCKET_FLOATS ? big : DP_BUCKET_FLOATS) * sizeof(float); /* a whole bucket at most */
     if (rt->lay.D > 1 && ring > most) most = ring; /* a block of the replicas' ring ([Note: data parallel]) */
     comm->max_message_bytes = most > ((size_t)1 << 20) ? most : (size_t)1 << 20;
     /* every rank takes part in the split (it is collective); stage 0's rank is the

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "optim.h"
 
 /* [Note: data parallel]
  * D replicas of the pipeline ([Note: rank layout] in layout.h) each run the whole
@@ -67,6 +68,56 @@ static int goes_before(const Model *m, const int *ready, int i, int j) {
     return m->tensors[i].offset < m->tensors[j].offset;
 }
 
+/* Whether t is the tied wte of a rank whose pair partner is another rank (the pair's
+ * all-reduce sums it whole). */
+static int tied_pair_wte(const Runtime *rt, const ParamTensor *t) {
+    return rt->tied && !strcmp(t->name, "wte");
+}
+
+/* [Note: ZeRO-1] With train.optimizer.shard, the replicas of a pipeline rank split the
+ * optimizer state: each bucket is cut at tensor boundaries into D blocks (tensor by
+ * tensor, a tensor goes to the replica whose even share holds its middle), and replica q
+ * keeps the state of, and updates, block q only. The gradient ring is then a
+ * reduce-scatter with those blocks (each replica gets the sums of its tensors), the
+ * norm adds each replica's own tensors, the update touches only them, and an
+ * all-gather of the parameters with the same blocks (dp_gather_params) gives every
+ * replica the new weights. Whole tensors keep checkpoints simple: a tensor's state is
+ * stored once, under its global name, by the replica that holds it, and any other
+ * number of replicas loads it by name. The tied wte of a pair on two ranks goes to
+ * replica 0 alone, on both ranks, so that the pair's sum (runtime.c) adds two complete
+ * gradients. The blocks differ from the even ones of the plain all-reduce, so the sums
+ * are added in another order: the same math to float rounding, not the same bits. */
+static void zero_plan(Runtime *rt, const int *order, const int *first) {
+    DpSync *d = &rt->dp;
+    const Model *m = &rt->model;
+    int D = rt->lay.D, nt = m->ntensors;
+    d->zoff = pp_malloc((size_t)nt * sizeof(size_t));
+    for (int i = 0; i < nt; i++) d->zoff[i] = DP_NOT_HELD;
+    d->held = 0;
+    for (int b = 0; b < d->nb; b++) {
+        DpBucket *bk = &d->b[b];
+        int alone = bk->bounds != NULL;
+        bk->bounds = pp_calloc((size_t)D + 1, sizeof(size_t));
+        int q = 0;
+        for (int j = first[b]; j < first[b + 1]; j++) {
+            const ParamTensor *t = &m->tensors[order[j]];
+            size_t mid = t->offset - bk->off + t->numel / 2;
+            int owner = alone ? 0 : (int)(mid * (size_t)D / bk->n);
+            if (owner > D - 1) owner = D - 1;
+            while (q < owner) bk->bounds[++q] = t->offset - bk->off; /* blocks q+1.. start here */
+            if (owner == rt->lay.dp) d->zoff[order[j]] = d->held, d->held += t->numel;
+        }
+        while (q < D) bk->bounds[++q] = bk->n;
+    }
+    const Backend *be = rt->model.be;
+    int arrays = optim_state_arrays(rt->cfg);
+    if (arrays >= 1) d->opt_m = be->alloc(be, (d->held ? d->held : 1) * sizeof(float)), be->zero(be, d->opt_m, d->held * sizeof(float));
+    if (arrays >= 2) d->opt_v = be->alloc(be, (d->held ? d->held : 1) * sizeof(float)), be->zero(be, d->opt_v, d->held * sizeof(float));
+    printf("rank %d: ZeRO-1: optimizer state of %zu of this stage's %zu parameters (%d array%s) = %.1f MB instead of "
+           "%.1f MB: %.1f MB saved\n", rt->lay.rank, d->held, m->nparams, arrays, arrays == 1 ? "" : "s",
+           arrays * d->held * 4 / 1e6, arrays * m->nparams * 4 / 1e6, arrays * (m->nparams - d->held) * 4 / 1e6);
+}
+
 /* Cut the gradients into buckets ([Note: data parallel]). */
 static void plan_buckets(Runtime *rt) {
     const Model *m = &rt->model;
@@ -88,31 +139,41 @@ static void plan_buckets(Runtime *rt) {
     d->b = pp_calloc((size_t)nt * 2 + 1, sizeof(DpBucket));
     d->nb = 0;
     d->floats = 0;
+    int *first = pp_malloc((size_t)(nt + 1) * sizeof(int)); /* bucket b's tensors: order[first[b] .. first[b+1]) */
     for (int j = 0; j < nt; j++) {
         const ParamTensor *t = &m->tensors[order[j]];
         DpBucket *cur = d->nb ? &d->b[d->nb - 1] : NULL;
-        if (cur && cur->ready == ready[order[j]] && cur->off + cur->n == t->offset && cur->n + t->numel <= DP_BUCKET_FLOATS)
+        int alone = d->zero && tied_pair_wte(rt, t); /* [Note: ZeRO-1] */
+        if (cur && !alone && !cur->bounds && cur->ready == ready[order[j]] && cur->off + cur->n == t->offset &&
+            cur->n + t->numel <= DP_BUCKET_FLOATS)
             cur->n += t->numel;
         else
-            d->b[d->nb++] = (DpBucket){t->offset, t->numel, ready[order[j]]};
+            first[d->nb] = j, d->b[d->nb++] = (DpBucket){t->offset, t->numel, ready[order[j]], NULL};
+        if (alone) d->b[d->nb - 1].bounds = (size_t *)1; /* no other tensor joins it; cut below */
         d->floats += t->numel;
     }
-    free(last), free(ready), free(order);
+    first[d->nb] = nt;
+    if (d->zero) zero_plan(rt, order, first);
+    free(first), free(last), free(ready), free(order);
 }
 
 int dp_init(Runtime *rt, char *err, size_t errlen) {
     DpSync *d = &rt->dp;
     memset(d, 0, sizeof *d);
     if (rt->lay.D == 1) return PP_OK;
+    d->zero = rt->cfg->optimizer_shard;
     if (comm_split(rt->comm, rt->lay.pp, rt->lay.dp, &d->group) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "forming the group of replicas of pipeline rank %d: %s", rt->lay.pp,
                        comm_error(rt->comm));
     plan_buckets(rt);
-    size_t most = 1;
-    for (int i = 0; i < d->nb; i++) {
-        size_t b = comm_ring_max_block(d->b[i].n, rt->lay.D);
-        if (b > most) most = b;
-    }
+    size_t most = 1; /* the longest block any ring receives */
+    for (int i = 0; i < d->nb; i++)
+        for (int q = 0; q < rt->lay.D; q++) {
+            size_t len;
+            if (d->b[i].bounds) len = d->b[i].bounds[q + 1] - d->b[i].bounds[q];
+            else comm_ring_block(d->b[i].n, rt->lay.D, q, &len);
+            if (len > most) most = len;
+        }
     d->tmp = pp_malloc(most * sizeof(float));
     const Backend *be = rt->model.be;
     if (be->device_memory) {
@@ -130,7 +191,9 @@ void dp_free(Runtime *rt) {
         if (be && be->host_free) be->host_free(be, d->host);
         else free(d->host);
     }
-    free(d->tmp), free(d->b);
+    for (int i = 0; i < d->nb && d->b; i++) free(d->b[i].bounds);
+    if (be) be->dealloc(be, d->opt_m), be->dealloc(be, d->opt_v);
+    free(d->tmp), free(d->b), free(d->zoff);
     comm_destroy(d->group);
     memset(d, 0, sizeof *d);
 }
@@ -143,10 +206,11 @@ void dp_begin(Runtime *rt, int step) {
     d->t_first = d->t_done = 0;
 }
 
-/* The buffer bucket b's ring runs on: the gradients, or their host copy (made now). */
-static float *bucket_buf(Runtime *rt, const DpBucket *b) {
+/* The buffer bucket b's ring runs on: its part of flat (the gradients or the
+ * parameters), or its host copy (made now). */
+static float *bucket_buf(Runtime *rt, float *flat, const DpBucket *b) {
     const Backend *be = rt->model.be;
-    float *g = rt->model.grads + b->off;
+    float *g = flat + b->off;
     if (!rt->dp.host) return g;
     be->to_host(be, rt->dp.host + b->off, g, b->n * sizeof(float));
     be->wait(be);
@@ -178,7 +242,8 @@ static int dp_advance(Runtime *rt, int limit, int block, char *err, size_t errle
         const DpBucket *b = &d->b[d->next];
         CommTag tag = {.step = d->step, .stage = d->next, .mb = 0, .kind = KIND_DP};
         if (d->next == 0) d->t_first = pp_now();
-        if (comm_ring_start(&d->ring, d->group, RING_ALLREDUCE, bucket_buf(rt, b), b->n, d->tmp, &tag) != PP_OK)
+        if (comm_ring_start(&d->ring, d->group, d->zero ? RING_REDUCE_SCATTER : RING_ALLREDUCE,
+                            bucket_buf(rt, rt->model.grads, b), b->n, b->bounds, d->tmp, &tag) != PP_OK)
             return pp_errf(err, errlen, PP_ERUNTIME, "starting the gradient all-reduce at step %d: %s", d->step,
                            comm_error(d->group));
         d->next++;
@@ -241,4 +306,40 @@ int dp_report(Runtime *rt, char *err, size_t errlen) {
     }
     free(v);
     return PP_OK;
+}
+
+int dp_gather_params(Runtime *rt, char *err, size_t errlen) {
+    DpSync *d = &rt->dp;
+    const Backend *be = rt->model.be;
+    if (!d->zero) return PP_OK;
+    for (int i = 0; i < d->nb; i++) {
+        const DpBucket *b = &d->b[i];
+        CommTag tag = {.step = d->step, .stage = d->nb + i, .mb = 0, .kind = KIND_DP};
+        float *buf = bucket_buf(rt, rt->model.params, b);
+        if (comm_ring_start(&d->ring, d->group, RING_ALL_GATHER, buf, b->n, b->bounds, d->tmp, &tag) != PP_OK ||
+            comm_ring_wait(&d->ring) != PP_OK)
+            return pp_errf(err, errlen, PP_ERUNTIME, "all-gather of the parameters among the replicas of pipeline rank "
+                           "%d (bucket %d of %d) at step %d: %s", rt->lay.pp, i, d->nb, d->step, comm_error(d->group));
+        if (d->host) {
+            be->to_device(be, rt->model.params + b->off, buf, b->n * sizeof(float));
+            be->wait(be);
+        }
+    }
+    return PP_OK;
+}
+
+float *dp_opt_state(const Runtime *rt, int i, int k) {
+    const Model *m = &rt->model;
+    const DpSync *d = &rt->dp;
+    if (!d->zero) {
+        float *a = k == 0 ? m->opt_m : m->opt_v;
+        return a ? a + m->tensors[i].offset : NULL;
+    }
+    float *a = k == 0 ? d->opt_m : d->opt_v;
+    return a && d->zoff[i] != DP_NOT_HELD ? a + d->zoff[i] : NULL;
+}
+
+int dp_counts(const Runtime *rt, int i, int what) {
+    if (rt->dp.zero && what != DP_PARAMS) return rt->dp.zoff[i] != DP_NOT_HELD;
+    return rt->lay.dp == 0;
 }

@@ -8,6 +8,8 @@
 
 #include "comm_ring.h"
 
+#define DP_NOT_HELD ((size_t)-1)
+
 /* The most floats in one bucket (a longer tensor gets one of its own). */
 #define DP_BUCKET_FLOATS ((size_t)1 << 20)
 
@@ -15,6 +17,8 @@ typedef struct {
     size_t off, n; /* floats of Model.grads */
     int ready;     /* the action (index into this rank's list) after which they are final;
                       the list's length: after the step's last action and the tied fold */
+    size_t *bounds;/* ZeRO-1: [D+1] replica q holds [bounds[q], bounds[q+1]) of the bucket
+                      (whole tensors), else NULL (the ring's even blocks) */
 } DpBucket;
 
 typedef struct {
@@ -28,6 +32,11 @@ typedef struct {
     float *tmp;      /* [the longest block] the ring's receive scratch */
     float *host;     /* device backends: host copy of the gradients the rings run on */
     size_t floats;   /* reduced per step */
+    int zero;        /* ZeRO-1 (train.optimizer.shard with D > 1) */
+    size_t *zoff;    /* ZeRO-1: [ntensors] offset of a tensor's state in opt_m / opt_v, or
+                        DP_NOT_HELD when another replica keeps it */
+    float *opt_m, *opt_v; /* ZeRO-1: [held] device: the state of the tensors this replica holds */
+    size_t held;     /* ZeRO-1: parameters whose state this replica keeps */
     double t0, t_first, t_done; /* of the last step: its start, first bucket start, last bucket end */
     double span_s, exposed_s;   /* of the last step: first start to last end; the wait after the list */
     double sum_span_s, sum_end_s, sum_exposed_s; /* over measured steps: span, t_done - t0, exposed */
@@ -48,6 +57,18 @@ int dp_after_action(struct Runtime *rt, int k, char *err, size_t errlen);
 /* After the list and the tied fold: run every remaining bucket to the end; then every
  * replica holds the same gradient sums (bits). */
 int dp_finish(struct Runtime *rt, char *err, size_t errlen);
+/* ZeRO-1, after the optimizer updated this replica's tensors: all-gather every bucket's
+ * parameters, so that every replica holds the same weights (bits). */
+int dp_gather_params(struct Runtime *rt, char *err, size_t errlen);
+/* Optimizer state array k (0: opt_m, 1: opt_v) of tensor i on this rank, or NULL where
+ * this run keeps none or (ZeRO-1) another replica keeps it. */
+float *dp_opt_state(const struct Runtime *rt, int i, int k);
+/* Whether this rank stores tensor i's parameters (DP_PARAMS) or optimizer state
+ * (DP_STATE) in checkpoints, or counts its gradient in the global norm (DP_NORM): each
+ * tensor once over the replicas (replica 0; with ZeRO-1 the state and the norm by the
+ * replica holding it). */
+enum { DP_PARAMS, DP_STATE, DP_NORM };
+int dp_counts(const struct Runtime *rt, int i, int what);
 /* Count the last step's all-reduce times (runtime_measure). */
 void dp_measure(struct Runtime *rt);
 /* Collective: rank 0 prints how long the all-reduce ran and how much of it ended before

@@ -3,7 +3,8 @@
  * threads: 2..5 ranks, sizes 1 .. 10^6 including sizes the rank count does not divide
  * (and sizes below it: empty blocks). Integer-valued inputs must sum exactly to the
  * plain sum; random ones must give, on every rank, the bits of the ring's documented
- * order and lie within rounding of the exact sum. Every element is checked. */
+ * order and lie within rounding of the exact sum; caller-given (uneven, some empty)
+ * blocks too, as ZeRO-1 uses them. Every element is checked. */
 #include <check.h>
 #include <math.h>
 #include <signal.h>
@@ -49,7 +50,7 @@ static int run_ring(Comm *c, RingOp op, float *buf, size_t n, float *tmp, int se
     CommRing r;
     CommTag t = {seq, 0, 0, 1};
     int done = 0;
-    if (comm_ring_start(&r, c, op, buf, n, tmp, &t) != PP_OK) return 1;
+    if (comm_ring_start(&r, c, op, buf, n, NULL, tmp, &t) != PP_OK) return 1;
     if (!poll) return comm_ring_wait(&r) != PP_OK;
     for (long spins = 0; !done; spins++) {
         if (comm_ring_test(&r, &done) != PP_OK) return 1;
@@ -92,6 +93,27 @@ static int body_ring(Comm *c, void *arg) {
                 wrong += memcmp(&buf[i], &want, sizeof want) != 0;
             }
         }
+        /* caller's blocks (ZeRO-1 cuts at tensor boundaries): skewed, some empty */
+        size_t bounds[MAXP + 1];
+        for (int q = 0; q <= W; q++) bounds[q] = n * (size_t)(q * q) / (size_t)(W * W);
+        for (size_t i = 0; i < n; i++) buf[i] = input(me, i, 0);
+        CommRing r;
+        CommTag t = {seq++, 0, 0, 1};
+        float *big = malloc(n * sizeof *big);
+        CHILD_CHECK(big && comm_ring_start(&r, c, RING_REDUCE_SCATTER, buf, n, bounds, big, &t) == PP_OK &&
+                    comm_ring_wait(&r) == PP_OK);
+        for (size_t i = bounds[me]; i < bounds[me + 1]; i++, checked++) {
+            float want = ring_order_sum(W, me, i, 0);
+            wrong += memcmp(&buf[i], &want, sizeof want) != 0;
+        }
+        t.step = seq++;
+        CHILD_CHECK(comm_ring_start(&r, c, RING_ALL_GATHER, buf, n, bounds, big, &t) == PP_OK && comm_ring_wait(&r) == PP_OK);
+        for (int q = 0; q < W; q++)
+            for (size_t i = bounds[q]; i < bounds[q + 1]; i++, checked++) {
+                float want = ring_order_sum(W, q, i, 0);
+                wrong += memcmp(&buf[i], &want, sizeof want) != 0;
+            }
+        free(big);
         if (wrong) fprintf(stderr, "ring on %d ranks, n %zu: rank %d has %zu wrong elements\n", W, n, me, wrong);
         CHILD_CHECK(wrong == 0 && checked >= 3 * n);
         free(buf), free(tmp);
@@ -113,7 +135,7 @@ START_TEST(test_ring_one_rank) {
     CommRing r;
     CommTag t = {0, 0, 0, 1};
     int done = 0;
-    ck_assert_int_eq(comm_ring_start(&r, c, RING_ALLREDUCE, v, 3, tmp, &t), PP_OK);
+    ck_assert_int_eq(comm_ring_start(&r, c, RING_ALLREDUCE, v, 3, NULL, tmp, &t), PP_OK);
     ck_assert_int_eq(comm_ring_test(&r, &done), PP_OK);
     ck_assert_int_eq(done, 1);
     ck_assert(v[0] == 1.5f && v[2] == -2.0f && isnan(v[1]));
@@ -129,7 +151,7 @@ static int body_ring_dead(Comm *c, void *arg) {
     if (c->rank == 2) _exit(9); /* dies before the ring */
     CommRing r;
     CommTag t = {0, 0, 0, 1};
-    CHILD_CHECK(comm_ring_start(&r, c, RING_ALLREDUCE, buf, n, tmp, &t) == PP_OK);
+    CHILD_CHECK(comm_ring_start(&r, c, RING_ALLREDUCE, buf, n, NULL, tmp, &t) == PP_OK);
     CHILD_CHECK(comm_ring_wait(&r) != PP_OK);
     CHILD_CHECK(strstr(comm_error(c), "rank ") != NULL);
     fprintf(stderr, "rank %d: %s\n", c->rank, comm_error(c));
