@@ -275,14 +275,17 @@ void dp_measure(Runtime *rt) {
 }
 
 /* [Note: hidden all-reduce] Each rank measures from its step's start: when its action
- * list ended (pipe_s), when its last bucket's ring ended, and how long the ring ran
- * (span). The ranks start a step within one small all-reduce of each other, so the
- * step's pipeline ends at the latest list end over all ranks; the all-reduce costs the
- * step only what runs past that. Hidden share = 1 - max(0, latest ring end - latest list
- * end) / the longest span, from the means over measured steps. */
+ * list ended (pipe_s), when its last bucket's ring ended, and how long its rings ran
+ * (span: first start to last end). The ranks start a step within one small all-reduce
+ * of each other, so the step's pipeline ends at the latest list end over all ranks;
+ * the all-reduce of pipeline rank p costs the step only what of it runs past that:
+ * exposed_p = max(0, latest ring end among p's replicas - latest list end). A ring
+ * cannot end before its last replica joins it, so its duration is taken as the
+ * shortest span among the replicas (the others include waiting for that one). Hidden
+ * share = 1 - (sum of exposed_p) / (sum of durations), from means over measured steps. */
 int dp_report(Runtime *rt, char *err, size_t errlen) {
     DpSync *d = &rt->dp;
-    int W = rt->lay.world, n = rt->measured;
+    int W = rt->lay.world, D = rt->lay.D, n = rt->measured;
     if (!d->group || n == 0) return PP_OK;
     double *v = pp_calloc(4 * (size_t)W, sizeof(double));
     int r = rt->lay.rank;
@@ -293,16 +296,21 @@ int dp_report(Runtime *rt, char *err, size_t errlen) {
         return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the data-parallel report: %s", comm_error(rt->comm));
     }
     if (r == 0) {
-        double pipe = 0, end = 0, span = 0, wait = 0;
-        for (int q = 0; q < W; q++) {
-            pipe = v[q] > pipe ? v[q] : pipe, end = v[W + q] > end ? v[W + q] : end;
-            span = v[2 * W + q] > span ? v[2 * W + q] : span, wait += v[3 * W + q] / W;
+        double pipe = 0, exposed = 0, dur = 0, wait = 0;
+        for (int q = 0; q < W; q++) pipe = v[q] > pipe ? v[q] : pipe, wait += v[3 * W + q] / W;
+        for (int p = 0; p < rt->lay.P; p++) {
+            double end = 0, span = 1e30;
+            for (int k = 0; k < D; k++) {
+                int q = layout_rank_of(&rt->lay, p, k);
+                end = v[W + q] > end ? v[W + q] : end, span = v[2 * W + q] < span ? v[2 * W + q] : span;
+            }
+            exposed += end > pipe ? end - pipe : 0, dur += span;
         }
-        double exposed = end > pipe ? end - pipe : 0, hidden = span > 0 ? 1 - exposed / span : 1;
-        printf("data parallel: %d replicas; gradient all-reduce %.1f MB per pipeline rank 0 in %d bucket%s: runs %.1f ms "
-               "(longest), ends %.1f ms after the slowest action list: %.0f%% hidden behind computation "
-               "(ranks wait %.1f ms for it on average)\n", rt->lay.D, d->floats * 4 / 1e6, d->nb, d->nb == 1 ? "" : "s",
-               span * 1e3, exposed * 1e3, 100 * (hidden < 0 ? 0 : hidden), wait * 1e3);
+        double hidden = dur > 0 ? 1 - exposed / dur : 1;
+        printf("data parallel: %d replicas; gradient all-reduce %.1f MB per step on pipeline rank 0 (%d bucket%s): "
+               "runs %.1f ms summed over the pipeline ranks, %.1f ms of it after the slowest action list: %.0f%% hidden "
+               "behind computation (ranks wait %.1f ms for it on average)\n", D, d->floats * 4 / 1e6, d->nb,
+               d->nb == 1 ? "" : "s", dur * 1e3, exposed * 1e3, 100 * (hidden < 0 ? 0 : hidden), wait * 1e3);
     }
     free(v);
     return PP_OK;
