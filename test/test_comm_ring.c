@@ -169,6 +169,33 @@ START_TEST(test_ring_dead_member) {
 }
 END_TEST
 
+/* The transport's ring reduce-scatter (_i even) and all-gather (odd) (comm.h) with a
+ * member that died (_i < 2) or stopped answering (rank 2 sleeps past the timeout): the
+ * other members fail, naming rank 2, within the timeout; never a hang. */
+static int body_coll_dead(Comm *c, void *arg) {
+    int stop = *(int *)arg / 2, gather = *(int *)arg % 2;
+    float a[3 * 5] = {0}, b[3 * 5];
+    if (c->rank == 2) {
+        if (stop) sleep_s(6.0);
+        _exit(9);
+    }
+    double t0 = pp_now();
+    int rc = gather ? comm_all_gather_f32(c, a, b, 5) : comm_reduce_scatter_sum_f32(c, a, b, 5);
+    fprintf(stderr, "rank %d after %.1f s: %s\n", c->rank, pp_now() - t0, comm_error(c));
+    CHILD_CHECK(rc == PP_ERUNTIME && strstr(comm_error(c), "rank 2") && pp_now() - t0 < 5.0);
+    return 0;
+}
+
+START_TEST(test_ring_coll_dead_member) {
+    int how = _i;
+    Job j = {3, 1.0, NULL, 0, body_coll_dead, &how, NULL};
+    int status[MAXP];
+    spawn(3, job_main, &j, 30, status);
+    ck_assert_int_eq(status[0], 0);
+    ck_assert_int_eq(status[1], 0);
+}
+END_TEST
+
 static Suite *ring_suite(void) {
     Suite *s = suite_create("comm_ring");
     TCase *t = tcase_create("ring");
@@ -176,6 +203,7 @@ static Suite *ring_suite(void) {
     tcase_add_loop_test(t, test_ring_vs_sum, 0, 8);
     tcase_add_test(t, test_ring_one_rank);
     tcase_add_test(t, test_ring_dead_member);
+    tcase_add_loop_test(t, test_ring_coll_dead_member, 0, 4);
     suite_add_tcase(s, t);
     return s;
 }
