@@ -8,11 +8,15 @@ int layout_init(Layout *l, int world, int rank, int stages, int replicas, char *
     if (stages < 1 || replicas < 0)
         return pp_errf(err, errlen, PP_EUSAGE, "pipeline.stages %d and pipeline.data_parallel %d: both must be >= 1 "
                        "(data_parallel may be auto)", stages, replicas);
-    if (replicas == 0 && world % stages)
-        return pp_errf(err, errlen, PP_EUSAGE, "%d process%s launched for pipeline.stages %d: the world size must be a "
-                       "multiple of the stages (pipeline.data_parallel: auto makes world / stages replicas); launch "
-                       "%d or %d processes, or change pipeline.stages", world, world == 1 ? " was" : "es were", stages,
-                       world / stages * stages > 0 ? world / stages * stages : stages, (world / stages + 1) * stages);
+    if (replicas == 0 && world % stages) {
+        int lo = world / stages * stages, hi = lo + stages;
+        char alt[64] = "";
+        if (lo > 0) snprintf(alt, sizeof alt, "%d or ", lo);
+        return pp_errf(err, errlen, PP_EUSAGE, "pipeline.stages is %d but %d process%s launched: the world size must "
+                       "be a multiple of the stages (pipeline.data_parallel: auto makes world / stages replicas); "
+                       "launch %s%d processes, or change pipeline.stages", stages, world,
+                       world == 1 ? " was" : "es were", alt, hi);
+    }
     int D = replicas > 0 ? replicas : world / stages;
     if (world != stages * D)
         return pp_errf(err, errlen, PP_EUSAGE, "pipeline.stages %d x pipeline.data_parallel %d = %d processes, but %d "

@@ -237,11 +237,13 @@ static int dp_advance(Runtime *rt, int limit, int block, char *err, size_t errle
             }
             d->active = 0;
             d->t_done = pp_now();
+            if (rt->trace) trace_add(rt->trace, "all-reduce", "comm", d->bucket_us, trace_now_us(), -1, d->next - 1, d->step);
         }
         if (d->next >= d->nb || d->b[d->next].ready > limit) return PP_OK;
         const DpBucket *b = &d->b[d->next];
         CommTag tag = {.step = d->step, .stage = d->next, .mb = 0, .kind = KIND_DP};
         if (d->next == 0) d->t_first = pp_now();
+        d->bucket_us = trace_now_us();
         if (comm_ring_start(&d->ring, d->group, d->zero ? RING_REDUCE_SCATTER : RING_ALLREDUCE,
                             bucket_buf(rt, rt->model.grads, b), b->n, b->bounds, d->tmp, &tag) != PP_OK)
             return pp_errf(err, errlen, PP_ERUNTIME, "starting the gradient all-reduce at step %d: %s", d->step,

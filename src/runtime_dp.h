@@ -38,6 +38,7 @@ typedef struct {
     float *opt_m, *opt_v; /* ZeRO-1: [held] device: the state of the tensors this replica holds */
     size_t held;     /* ZeRO-1: parameters whose state this replica keeps */
     double t0, t_first, t_done; /* of the last step: its start, first bucket start, last bucket end */
+    double bucket_us;           /* when the running bucket started (trace clock) */
     double span_s, exposed_s;   /* of the last step: first start to last end; the wait after the list */
     double sum_span_s, sum_end_s, sum_exposed_s; /* over measured steps: span, t_done - t0, exposed */
 } DpSync;

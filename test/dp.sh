@@ -111,7 +111,7 @@ expect2() { # name nproc pattern args...
   if [ $rc -eq 2 ] && grep -q "$pat" "$tmp/$name.out"; then ok "$name: exit 2: $(grep -m1 "$pat" "$tmp/$name.out" | head -c 160)"
   else bad "$name: rc $rc: $(tail -n 3 "$tmp/$name.out")"; fi
 }
-expect2 not-multiple 3 "must be a multiple of the stages" --set pipeline.stages=2
+expect2 not-multiple 3 "pipeline.stages is 2 but 3 processes were launched: the world size must be a multiple of the stages" --set pipeline.stages=2
 expect2 d-mismatch 4 "pipeline.stages 2 x pipeline.data_parallel 3 = 6 processes, but 4" --set pipeline.stages=2 \
   --set pipeline.data_parallel=3
 expect2 batch-split 3 "train.batch_size 8 is not a multiple of 3 replicas" --set pipeline.microbatches=1
