@@ -124,11 +124,13 @@ pids=()
 for r in 0 1 2 3; do
   RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r LOCAL_WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
     "$PPTRAIN" --config "$cfg" --set pipeline.stages=2 --set train.steps=100000 --set runtime.timeout_s=5 \
-    --set output.dir="$tmp/kill" >"$tmp/k$r.out" 2>&1 &
+    --set output.log_every=1 --set output.dir="$tmp/kill" >"$tmp/k$r.out" 2>&1 &
   pids+=($!)
 done
-for _ in $(seq 100); do grep -q '^step\|step 2' "$tmp/k0.out" 2>/dev/null && break; sleep 0.1; done
+# rank 2 (the last stage of replica 0) logs the steps: wait until it has logged one
+for _ in $(seq 100); do grep -q "step [0-9]*/" "$tmp/k2.out" 2>/dev/null && break; sleep 0.1; done
 sleep 1
+exec 3>&2 2>/dev/null # not bash's "Killed" line for the rank this test killed
 kill -9 "${pids[1]}"
 t0=$(date +%s)
 good=1
@@ -137,8 +139,10 @@ for r in 0 2 3; do
   if [ $rc -ne 1 ] || ! grep -q 'rank 1' "$tmp/k$r.out"; then good=0; echo "   rank $r: rc $rc: $(grep -m1 -i error "$tmp/k$r.out")"; fi
 done
 dt=$(($(date +%s) - t0))
-{ wait "${pids[1]}"; } 2>/dev/null
+wait "${pids[1]}"
+exec 2>&3 3>&-
 pids=()
+grep -q "step [0-9]*/" "$tmp/k2.out" || { good=0; echo "   the job had not trained a step when rank 1 was killed"; }
 if [ $good -eq 1 ] && [ $dt -le 12 ]; then ok "SIGKILL of replica rank 1: ranks 0, 2, 3 exit 1 within ${dt}s naming it: $(grep -m1 -i error "$tmp/k2.out" | head -c 200)"
 else bad "SIGKILL of replica rank 1 (after ${dt}s)"; fi
 
