@@ -8,7 +8,7 @@ set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 tmp=$(mktemp -d /tmp/pptrain-dp.XXXXXX)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; [ -n "${KEEP:-}" ] || rm -rf "$tmp"; }
 trap cleanup EXIT
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
@@ -128,7 +128,7 @@ for r in 0 1 2 3; do
   pids+=($!)
 done
 # rank 2 (the last stage of replica 0) logs the steps: wait until it has logged one
-for _ in $(seq 100); do grep -q "step [0-9]*/" "$tmp/k2.out" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do grep -Eq "step +[0-9]+/" "$tmp/k2.out" 2>/dev/null && break; sleep 0.1; done
 sleep 1
 exec 3>&2 2>/dev/null # not bash's "Killed" line for the rank this test killed
 kill -9 "${pids[1]}"
@@ -142,7 +142,7 @@ dt=$(($(date +%s) - t0))
 wait "${pids[1]}"
 exec 2>&3 3>&-
 pids=()
-grep -q "step [0-9]*/" "$tmp/k2.out" || { good=0; echo "   the job had not trained a step when rank 1 was killed"; }
+grep -Eq "step +[0-9]+/" "$tmp/k2.out" || { good=0; echo "   the job had not trained a step when rank 1 was killed"; }
 if [ $good -eq 1 ] && [ $dt -le 12 ]; then ok "SIGKILL of replica rank 1: ranks 0, 2, 3 exit 1 within ${dt}s naming it: $(grep -m1 -i error "$tmp/k2.out" | head -c 200)"
 else bad "SIGKILL of replica rank 1 (after ${dt}s)"; fi
 
