@@ -31,8 +31,10 @@ static int wait_req(Runtime *rt, CommReq **req, const char *what, int stage, int
                     char *err, size_t errlen) {
     if (!*req) return PP_OK;
     double t0 = trace_now_us();
-    int rc = comm_wait(rt->comm, *req);
+    int ring_failed = 0; /* the replicas' ring advances while this rank waits (runtime_dp.c) */
+    int rc = rt->dp.active ? dp_wait(rt, rt->comm, *req, &ring_failed, err, errlen) : comm_wait(rt->comm, *req);
     *req = NULL;
+    if (ring_failed) return rc;
     if (rt->trace) trace_add(rt->trace, what, "wait", t0, trace_now_us(), stage, mb, step);
     if (rc != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "while waiting for %s of stage %d microbatch %d at step %d: %s",

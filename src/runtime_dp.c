@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 #include "optim.h"
@@ -23,14 +24,15 @@
  * (the tied wte on a rank holding both ends: after the list, once model_fold_tied_grad
  * has added the head's part). Buckets run one at a time in (that action, offset) order,
  * the same on every replica; after each action the runtime starts those that became
- * final and advances the running ring without blocking (dp_after_action); after the
- * list dp_finish runs the rest to the end. So the ring of the last stage, which finishes
+ * final and advances the running ring without blocking (dp_after_action), and while it
+ * waits for a pipeline message it keeps advancing the ring (dp_wait); after the list
+ * dp_finish runs the rest to the end. So the ring of the last stage, which finishes
  * its backwards first in 1F1B-like schedules, runs while the earlier stages still
  * compute; on the rank of stage 0 it starts when the list ends and is exposed. The ring
- * advances only between actions (there is no communication thread doing additions), so
- * within one rank's list it overlaps only as much as its remaining actions allow; the
- * report (runtime_report) says how much of it ended before the slowest rank's action
- * list did. The grad norm then counts each tensor once (replica 0), the tied embedding's
+ * advances only between actions and during waits (no thread does its additions), and a
+ * stage's gradients are final only after its last action: with one stage per rank and
+ * no later stage (1 x D) nothing can hide. The report (runtime_report) says how much of
+ * it ended before the slowest rank's action list did ([Note: hidden all-reduce]). The grad norm then counts each tensor once (replica 0), the tied embedding's
  * pair sum (runtime.c) runs after the replicas' sums: ((sum over replicas of stage 0's
  * part) + (sum of the head's part)), the same on all 2D ranks. On a device backend the
  * rings run on a host copy of the gradients ([Note: host staging] in runtime.c). */
@@ -254,7 +256,25 @@ static int dp_advance(Runtime *rt, int limit, int block, char *err, size_t errle
 }
 
 int dp_after_action(Runtime *rt, int k, char *err, size_t errlen) {
-    return rt->dp.group ? dp_advance(rt, k, 0, err, errlen) : PP_OK;
+    if (!rt->dp.group) return PP_OK;
+    rt->dp.limit = k;
+    return dp_advance(rt, k, 0, err, errlen);
+}
+
+int dp_wait(Runtime *rt, Comm *c, CommReq *req, int *ring_failed, char *err, size_t errlen) {
+    DpSync *d = &rt->dp;
+    *ring_failed = 0;
+    while (d->active) { /* poll both; a silent peer fails comm_test as it would comm_wait */
+        int done = 0, rc = comm_test(c, req, &done);
+        if (done) return rc;
+        if ((rc = dp_advance(rt, d->limit, 0, err, errlen))) {
+            *ring_failed = 1;
+            return rc;
+        }
+        struct timespec ts = {0, 100 * 1000}; /* 0.1 ms: a ring step's latency at most */
+        if (d->active) nanosleep(&ts, NULL);
+    }
+    return comm_wait(c, req);
 }
 
 int dp_finish(Runtime *rt, char *err, size_t errlen) {

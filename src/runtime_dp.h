@@ -29,6 +29,7 @@ typedef struct {
     int active;      /* bucket next-1's ring is running */
     CommRing ring;
     int step;        /* the step being reduced (tags) */
+    int limit;       /* the last action run: buckets final after it may start */
     float *tmp;      /* [the longest block] the ring's receive scratch */
     float *host;     /* device backends: host copy of the gradients the rings run on */
     size_t floats;   /* reduced per step */
@@ -55,6 +56,9 @@ void dp_begin(struct Runtime *rt, int step);
 /* After action k of the training list: start the buckets that became final, advance the
  * running ring without blocking. */
 int dp_after_action(struct Runtime *rt, int k, char *err, size_t errlen);
+/* comm_wait(c, req), advancing the running ring meanwhile (every 0.1 ms). On a ring
+ * failure *ring_failed = 1 and err says so; else the request's status (comm_error(c)). */
+int dp_wait(struct Runtime *rt, Comm *c, CommReq *req, int *ring_failed, char *err, size_t errlen);
 /* After the list and the tied fold: run every remaining bucket to the end; then every
  * replica holds the same gradient sums (bits). */
 int dp_finish(struct Runtime *rt, char *err, size_t errlen);
