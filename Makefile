@@ -166,7 +166,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory unit-tests
 
 bench: deps
-	$(Q)$(MAKE) --no-print-directory all data $(BUILD)/bench_gemm $(BUILD)/bench_ckpt $(if $(NVCC),$(CUDA_BUILD)/bench_gpu)
+	$(Q)$(MAKE) --no-print-directory all data $(BUILD)/bench_gemm $(BUILD)/bench_ckpt $(BUILD)/bench_allreduce $(if $(NVCC),$(CUDA_BUILD)/bench_gpu)
 	bash bench/run.sh $(BUILD)
 
 # the GPU's ceilings for bench/gpu.sh (a program of its own: not in the backend)
@@ -177,6 +177,10 @@ $(CUDA_BUILD)/bench_gpu: cuda/bench/bench_gpu.cu
 	  -Xlinker -rpath,$(CUDA_HOME)/lib64
 
 $(BUILD)/bench_ckpt: bench/bench_ckpt.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bench_allreduce: bench/bench_allreduce.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -83,6 +83,7 @@ done
 
 bash bench/zb.sh  # zero-bubble schedules: measured bubble per rank next to the simulator's
 PPTRAIN=./pptrain bash bench/netem.sh # a slow inter-node link: transfer time hidden behind compute
+bash bench/dp.sh "$build"  # data parallel: ring all-reduce bandwidth, 1x1 / 2x1 / 1x2 tokens/s, all-reduce hidden
 
 echo "== checkpoints: the training-step stall per save (GPT-2 124M shape, T=64, 2 threads, level 1)"
 echo "   (a save at step 4 runs in the background; the final one at step 8 also waits for it)"

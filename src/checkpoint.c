@@ -14,7 +14,11 @@
  * optimizer state as "<name>.opt_m" and "<name>.opt_v" (AdamW moments; SGD keeps its
  * momentum in opt_m). The tied wte is held by the first and the last stage's rank with
  * identical values ([Note: tied embeddings]); only the rank of stage 0 stores it, and
- * both load it from there. The manifest holds the model's dimensions ("model") and the
+ * both load it from there. Data-parallel replicas hold identical copies too ([Note: data
+ * parallel] in runtime_dp.c): only replica 0 stores its tensors, the other replicas
+ * write a shard with none (with ZeRO-1 each replica stores the state of the tensors it
+ * holds, [Note: ZeRO-1] in runtime_dp.c), and every rank loads by name from wherever it
+ * is, so a checkpoint loads into any number of replicas, sharded or not, and any split. The manifest holds the model's dimensions ("model") and the
  * printed config ("config"). */
 
 #define MAX_TENSORS_PER_PARAM 3
@@ -25,9 +29,10 @@ static const char *const state_suffix[MAX_TENSORS_PER_PARAM] = {"", ".opt_m", ".
  * state this run keeps (NULL where it keeps none), in state_suffix order. */
 static void state_arrays(const Runtime *rt, const ParamTensor *t, float *out[MAX_TENSORS_PER_PARAM]) {
     const Model *m = &rt->model;
+    int i = (int)(t - m->tensors);
     out[0] = m->params + t->offset;
-    out[1] = m->opt_m ? m->opt_m + t->offset : NULL;
-    out[2] = m->opt_v ? m->opt_v + t->offset : NULL;
+    out[1] = dp_opt_state(rt, i, 0); /* NULL where another ZeRO-1 replica holds it */
+    out[2] = dp_opt_state(rt, i, 1);
 }
 
 /* The writer's staging copy reads device memory through the backend. */
@@ -52,7 +57,7 @@ static int collect(const Runtime *rt, CkptTensor *out, char (*names)[64]) {
         float *src[MAX_TENSORS_PER_PARAM];
         state_arrays(rt, t, src);
         for (int k = 0; k < MAX_TENSORS_PER_PARAM; k++) {
-            if (!src[k]) continue;
+            if (!src[k] || !dp_counts(rt, i, k == 0 ? DP_PARAMS : DP_STATE)) continue;
             snprintf(names[n], 64, "%s%s", t->name, state_suffix[k]);
             out[n] = (CkptTensor){.name = names[n], .dtype = CKPT_F32, .ndim = t->ndim, .data = src[k]};
             out[n].shape[0] = t->shape[0];

@@ -98,11 +98,13 @@ typedef struct CommOps {
     int (*allreduce_sum_f32)(Comm *c, float *buf, size_t n);
     /* NCCL's reduce-scatter: send[world*count] on every rank; this rank r gets
      * recv[0..count) <- the sum over ranks of block r of send (send[r*count ..)),
-     * added in rank order, NaNs canonical, the same bits whatever the timing.
-     * send and recv must not overlap. */
+     * added in the ring's order ((v[r+1] + v[r+2]) + ...) + v[r] (ranks mod world;
+     * [Note: ring all-reduce] in comm_ring.h), NaNs canonical, the same bits whatever
+     * the timing. The socket transport runs it as a ring. send and recv must not
+     * overlap. */
     int (*reduce_scatter_sum_f32)(Comm *c, const float *send, float *recv, size_t count);
     /* NCCL's all-gather: recv[world*count] <- block q is rank q's send[0..count), bits
-     * unchanged. send and recv must not overlap. */
+     * unchanged (a ring on sockets). send and recv must not overlap. */
     int (*all_gather_f32)(Comm *c, const float *send, float *recv, size_t count);
     /* buf[0..bytes) of rank `root` copied to every rank. */
     int (*broadcast)(Comm *c, int root, void *buf, size_t bytes);

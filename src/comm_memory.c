@@ -266,7 +266,8 @@ static int mem_group_call(Comm *c) { return PP_OK; } /* isend never waits: nothi
 /* --------------------------------------------------------------- collectives -- */
 
 /* The result of the current collective, from every member's input (the last member to
- * arrive calls it, with g->mu held). Sums run in rank order with comm.c's helpers. */
+ * arrive calls it, with g->mu held). Sums run in rank order with comm.c's helpers, a
+ * reduce-scatter's in the socket ring's order (the same bits). */
 static void coll_combine(MemGroup *g) {
     MemColl *k = &g->coll;
     size_t n = k->count;
@@ -279,11 +280,24 @@ static void coll_combine(MemGroup *g) {
         k->result = v;
         break;
     }
-    case MC_ALLREDUCE_F32:
-    case MC_REDUCE_SCATTER: { /* count: all the floats each rank gives */
+    case MC_ALLREDUCE_F32: {
         float *v = pp_malloc((n ? n : 1) * sizeof *v);
         memcpy(v, k->in[0], n * sizeof *v);
         for (int r = 1; r < g->world; r++) comm_add_f32(v, k->in[r], n);
+        comm_canon_nan_f32(v, n);
+        k->result = v;
+        break;
+    }
+    case MC_REDUCE_SCATTER: { /* count: all the floats each rank gives; block q summed in
+                                 the socket ring's order, ((v[q+1] + v[q+2]) + ...) + v[q] */
+        int W = g->world;
+        size_t blk = n / (size_t)W;
+        float *v = pp_malloc((n ? n : 1) * sizeof *v);
+        for (int q = 0; q < W; q++) {
+            float *dst = v + (size_t)q * blk;
+            memcpy(dst, (const float *)k->in[(q + 1) % W] + (size_t)q * blk, blk * sizeof *v);
+            for (int j = 2; j <= W; j++) comm_add_f32(dst, (const float *)k->in[(q + j) % W] + (size_t)q * blk, blk);
+        }
         comm_canon_nan_f32(v, n);
         k->result = v;
         break;

@@ -2,20 +2,23 @@
  * channel ([Note: socket transport] in comm_socket.c), for the job and for its groups. */
 #include "comm_socket.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* [Note: socket collectives]
- * Every collective but broadcast and the 2-rank float all-reduce runs through the
- * group's rank 0 (the root): each other member sends it a CollHdr and its input; the
+ * Every collective but broadcast, the 2-rank float all-reduce, reduce-scatter and
+ * all-gather (rings: [Note: socket ring collectives]) runs through the group's rank 0
+ * (the root): each other member sends it a CollHdr and its input; the
  * root takes them in rank order, adds (or places) them, then sends every member its
  * result. So sums are ((v0 + v1) + v2) + ..., computed once, and every rank gets the
  * same bits. Float sums use comm.c's helpers and make NaNs canonical at the end, as
  * the memory transport does. On 2 ranks the float all-reduce is one full-duplex swap,
  * chunk by chunk, and each rank adds: v0 + v1 on both (IEEE addition is commutative
  * and exactly rounded; NaN payloads are made canonical), half the time of going
- * through the root. The data-parallel issue will replace the root with a ring.
+ * through the root.
  * The float collectives carry megabytes, more than a socket holds, so a member must
  * never sit blocked in a send the root is not reading (no byte would move, and it
  * would blame the root when the root is waiting on someone else): a member sends its
@@ -360,16 +363,6 @@ static void take_add(void *acc, int r, size_t off, const float *x, size_t len) {
     comm_add_f32((float *)acc + off, x, len);
 }
 
-typedef struct {
-    float *recv;
-    size_t count;
-} GatherCtx;
-
-static void take_block(void *ctx, int r, size_t off, const float *x, size_t len) {
-    GatherCtx *g = ctx;
-    memcpy(g->recv + (size_t)r * g->count + off, x, len * sizeof *x);
-}
-
 int sock_allreduce_sum_f32(Comm *c, float *buf, size_t n) {
     SockComm *s = (SockComm *)c;
     int rc;
@@ -380,32 +373,146 @@ int sock_allreduce_sum_f32(Comm *c, float *buf, size_t n) {
     return root_answer(s, PP_OK, COLL_ALLREDUCE_F32, n, buf, n * sizeof *buf, 0);
 }
 
+/* ---- ring reduce-scatter and all-gather ([Note: socket ring collectives]) -------
+ * [Note: socket ring collectives] Reduce-scatter and all-gather run on the ring
+ * 0 -> 1 -> ... -> W-1 -> 0 of the group ([Note: ring all-reduce] in comm_ring.h: the
+ * same block order and the same sums, ((v[q+1] + v[q+2]) + ...) + v[q] for block q),
+ * on the collective channels: each rank sends to its successor and receives from its
+ * predecessor at the same time, so each link carries (W-1)/W of the data instead of the
+ * root's link carrying all of it. A rank first swaps headers along the ring (its
+ * predecessor's is checked as every collective's is), then moves W-1 blocks, chunk by
+ * chunk. A rank never blocks in a send: one poll loop writes to the successor and reads
+ * from the predecessor until both are done, so a ring of full socket buffers drains.
+ * A silent predecessor is watched and blamed as a silent root would be ([Note: blame]);
+ * a successor that stops reading fails the send at its deadline, named. */
+
+/* Send sb[sn] to member `to` and receive rb[rn] from member `from` together, by the
+ * deadline timeout_s (plus transfer time) from now, extended only while `from`, probed,
+ * says it is blocked on another rank. */
+static int ring_move(SockComm *s, int to, const void *sb, size_t sn, int from, void *rb,
+                     size_t rn, const CollHdr *mine) {
+    int fdo = coll_fd(s, to), fdi = coll_fd(s, from), rc = PP_OK;
+    double base = dist_deadline(s->base.timeout_s, sn + rn);
+    size_t so = 0, ro = 0;
+    char why[PP_ERR_MAX / 4];
+    SockWatch w;
+    sock_watch_begin(s->net, &w, s->ranks[from]);
+    while (so < sn || ro < rn) {
+        double until;
+        if (ro < rn && sock_watch_check(s->net, &w, base, &until, why, sizeof why)) {
+            rc = coll_timeout(s, from, mine, why);
+            break;
+        }
+        if (ro == rn && pp_now() > base) {
+            rc = coll_timeout(s, to, mine, "did not read what this rank sent it");
+            break;
+        }
+        if (ro < rn && sock_member_gone(s, from, why, sizeof why)) {
+            rc = coll_io_status(s, from, mine, DIST_IO_ERROR, why);
+            break;
+        }
+        struct pollfd p[2] = {{fdo, so < sn ? POLLOUT : 0, 0}, {fdi, ro < rn ? POLLIN : 0, 0}};
+        if (poll(p, 2, 50) < 0 && errno != EINTR) {
+            rc = coll_io_status(s, from, mine, DIST_IO_ERROR, strerror(errno));
+            break;
+        }
+        if (ro < rn && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            ssize_t k = recv(fdi, (char *)rb + ro, rn - ro, MSG_DONTWAIT);
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                rc = coll_io_status(s, from, mine, k == 0 ? DIST_IO_CLOSED : DIST_IO_ERROR,
+                                    k == 0 ? "connection closed by the peer" : strerror(errno));
+                break;
+            }
+            if (k > 0) ro += (size_t)k;
+        }
+        if (so < sn && (p[0].revents & (POLLOUT | POLLHUP | POLLERR))) {
+            ssize_t k = send(fdo, (const char *)sb + so, sn - so, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                rc = coll_io_status(s, to, mine, DIST_IO_ERROR, strerror(errno));
+                break;
+            }
+            if (k > 0) so += (size_t)k;
+        }
+    }
+    sock_watch_end(s->net);
+    return rc;
+}
+
+/* The ring's header swap: send ours to the successor, check the predecessor's. */
+static int ring_begin(SockComm *s, uint32_t op, uint64_t count, int next, int prev, CollHdr *mine) {
+    CollHdr to = coll_hdr(s, next, op, count), got;
+    int rc;
+    *mine = coll_hdr(s, prev, op, count);
+    if ((rc = ring_move(s, next, &to, sizeof to, prev, &got, sizeof got, mine))) return rc;
+    return coll_check(s, prev, mine, &got);
+}
+
+static void ring_end(SockComm *s, int next, int prev) {
+    s->coll_seq[next]++;
+    if (prev != next) s->coll_seq[prev]++;
+}
+
+/* One ring step of block length n: send sb to the successor, receive into rb (add sb2,
+ * this rank's own part, when add), chunk by chunk through the scratch when adding. */
+static int ring_step(SockComm *s, int next, int prev, const CollHdr *mine, const float *sb, float *rb,
+                     const float *own, size_t n) {
+    for (size_t off = 0; off < n || (n == 0 && off == 0); off += COLL_CHUNK) {
+        size_t len = n - off < COLL_CHUNK ? n - off : COLL_CHUNK;
+        float *dst = own ? s->scratch : rb + off;
+        int rc = ring_move(s, next, sb + off, len * sizeof(float), prev, dst, len * sizeof(float), mine);
+        if (rc) return rc;
+        if (own) { /* the predecessor's partial sum, then this rank's part */
+            memcpy(rb + off, s->scratch, len * sizeof(float));
+            comm_add_f32(rb + off, own + off, len);
+        }
+        if (n == 0) break;
+    }
+    return PP_OK;
+}
+
+static int ring_mod(int a, int W) { return ((a % W) + W) % W; }
+
 int sock_reduce_scatter_sum_f32(Comm *c, const float *send, float *recv, size_t count) {
     SockComm *s = (SockComm *)c;
-    size_t all = count * (size_t)c->world;
-    float *acc;
-    int rc;
-    if (c->rank != 0) return leaf_f32(s, COLL_REDUCE_SCATTER, count, send, all, recv, count);
-    acc = pp_malloc((all ? all : 1) * sizeof *acc);
-    memcpy(acc, send, all * sizeof *acc);
-    if (!(rc = root_gather_f32(s, COLL_REDUCE_SCATTER, count, all, take_add, acc))) {
-        comm_canon_nan_f32(acc, all);
-        memcpy(recv, acc, count * sizeof *recv);
-        rc = root_answer(s, PP_OK, COLL_REDUCE_SCATTER, count, acc, count * sizeof *acc, 1);
+    int W = c->world, me = c->rank, next = ring_mod(me + 1, W), prev = ring_mod(me - 1, W), rc;
+    CollHdr mine;
+    if (W == 1) {
+        memcpy(recv, send, count * sizeof *recv);
+        comm_canon_nan_f32(recv, count);
+        return PP_OK;
     }
-    free(acc);
-    return rc;
+    if ((rc = ring_begin(s, COLL_REDUCE_SCATTER, count, next, prev, &mine))) return rc;
+    /* step k sends block (me-k-1) — this rank's own at k = 0, else the partial sum it
+     * received at k-1 — and receives block (me-k-2), adding its own part of it; the last
+     * block received is block me, summed into recv */
+    float *buf = pp_malloc(2 * (count ? count : 1) * sizeof *buf), *part[2] = {buf, buf + count};
+    const float *out = send + (size_t)ring_mod(me - 1, W) * count;
+    for (int k = 0; k < W - 1 && rc == PP_OK; k++) {
+        int rb = ring_mod(me - k - 2, W);
+        float *in = k == W - 2 ? recv : part[k % 2];
+        rc = ring_step(s, next, prev, &mine, out, in, send + (size_t)rb * count, count);
+        out = in;
+    }
+    free(buf);
+    if (rc) return rc;
+    comm_canon_nan_f32(recv, count);
+    ring_end(s, next, prev);
+    return PP_OK;
 }
 
 int sock_all_gather_f32(Comm *c, const float *send, float *recv, size_t count) {
     SockComm *s = (SockComm *)c;
-    GatherCtx g = {recv, count};
-    int rc;
-    if (c->rank != 0)
-        return leaf_f32(s, COLL_ALL_GATHER, count, send, count, recv, count * c->world);
-    memcpy(recv, send, count * sizeof *send);
-    if ((rc = root_gather_f32(s, COLL_ALL_GATHER, count, count, take_block, &g))) return rc;
-    return root_answer(s, PP_OK, COLL_ALL_GATHER, count, recv, count * c->world * sizeof *recv, 0);
+    int W = c->world, me = c->rank, next = ring_mod(me + 1, W), prev = ring_mod(me - 1, W), rc;
+    CollHdr mine;
+    memcpy(recv + (size_t)me * count, send, count * sizeof *recv);
+    if (W == 1) return PP_OK;
+    if ((rc = ring_begin(s, COLL_ALL_GATHER, count, next, prev, &mine))) return rc;
+    for (int k = 0; k < W - 1 && rc == PP_OK; k++) /* send block me-k, receive block me-k-1 */
+        rc = ring_step(s, next, prev, &mine, recv + (size_t)ring_mod(me - k, W) * count,
+                       recv + (size_t)ring_mod(me - k - 1, W) * count, NULL, count);
+    if (rc) return rc;
+    ring_end(s, next, prev);
+    return PP_OK;
 }
 
 int sock_broadcast(Comm *c, int root, void *buf, size_t bytes) {

@@ -28,6 +28,7 @@ typedef enum {
     T_PATH,   /* char[size]; YAML null (or no value) stores "" */
     T_ENUM,   /* char[size], one of `choices` */
     T_SPLIT,  /* char[size]: "auto", "[4, 4]" or "[\"layers.4\"]" (see read_split) */
+    T_AUTO,   /* int: "auto" stores 0, else an integer in lo..hi (lo >= 1) */
 } FieldType;
 
 enum { OPEN_LO = 1, OPEN_HI = 2 };
@@ -67,6 +68,8 @@ static const Field k_fields[] = {
     FLT("model.init_std", init_std, "0.02", 0, INFINITY, OPEN_LO, "std of the random init"),
     INT("pipeline.stages", stages, "1", 1, IMAX, "P, pipeline ranks (= processes launched)"),
     INT("pipeline.virtual_stages", virtual_stages, "1", 1, IMAX, "model chunks per rank"),
+    {"pipeline.data_parallel", T_AUTO, AT(data_parallel), "auto", 1, IMAX, 0, NULL,
+     "D, data-parallel replicas of the pipeline; auto = processes / pipeline.stages"},
     ENUM("pipeline.schedule", schedule, "1f1b", SCHED_KIND_CHOICES, "the schedule"),
     OTHER("pipeline.schedule_file", T_PATH, schedule_file, "null",
           "a schedule as text, one line of actions per rank"),
@@ -85,6 +88,8 @@ static const Field k_fields[] = {
     FLT("train.optimizer.weight_decay", weight_decay, "0.1", 0, INFINITY, 0,
         "decoupled weight decay of the 2-D weights"),
     FLT("train.optimizer.momentum", momentum, "0.9", 0, 1, OPEN_HI, "SGD momentum"),
+    OTHER("train.optimizer.shard", T_BOOL, optimizer_shard, "false",
+          "ZeRO-1: each data-parallel replica keeps the optimizer state of 1/D of the parameters"),
     INT("train.lr_schedule.warmup_steps", warmup_steps, "0", 0, IMAX, "linear warmup steps"),
     ENUM("train.lr_schedule.decay", decay, "cosine", "constant|linear|cosine", "decay after warmup"),
     FLT("train.lr_schedule.min_lr_ratio", min_lr_ratio, "0.1", 0, 1, 0, "final lr / peak lr"),
@@ -249,6 +254,7 @@ static void field_expected(const Field *f, char *buf, size_t n) {
     case T_BOOL: snprintf(buf, n, "true or false"); break;
     case T_STRING: snprintf(buf, n, "a non-empty path of at most %zu bytes", f->size - 1); break;
     case T_PATH: snprintf(buf, n, "a path of at most %zu bytes, or null", f->size - 1); break;
+    case T_AUTO: snprintf(buf, n, "auto or an integer >= %.0f", f->lo); break;
     case T_SPLIT:
         snprintf(buf, n, "auto, a list of layer counts like [4, 4] or a list of split points "
                          "like [\"layers.4\"]");
@@ -281,6 +287,10 @@ static int field_parse(const Field *f, Config *c, const char *s, int plain, char
     case T_PATH: ok = set_text(dst, f->size, plain && is_null(s) ? "" : s); break;
     case T_ENUM: ok = in_choices(f->choices, s) && set_text(dst, f->size, s); break;
     case T_SPLIT: ok = !strcmp(s, "auto") && set_text(dst, f->size, s); break;
+    case T_AUTO:
+        if ((ok = !strcmp(s, "auto"))) *(int *)dst = 0;
+        else ok = plain && parse_int(f, s, dst);
+        break;
     }
     if (ok) return PP_OK;
     field_expected(f, want, n);
@@ -358,6 +368,10 @@ static void format_value(const Field *f, const Config *c, char *buf, size_t n) {
         else quote(p, buf, n);
         break;
     case T_SPLIT: snprintf(buf, n, "%s", (const char *)p); break;
+    case T_AUTO:
+        if (*(const int *)p == 0) snprintf(buf, n, "auto");
+        else snprintf(buf, n, "%d", *(const int *)p);
+        break;
     }
 }
 
@@ -453,6 +467,7 @@ static int tag_fits(const Field *f, const char *kind) {
     case T_STRING:
     case T_ENUM:
     case T_SPLIT: return !strcmp(kind, "str");
+    case T_AUTO: return !strcmp(kind, "int") || !strcmp(kind, "str");
     }
     return 0;
 }
@@ -795,7 +810,7 @@ int config_set(Config *c, const char *assignment, char *err, size_t errlen) {
  * `?:`: that would convert the int to float (the usual arithmetic conversions) and round
  * 2147483584 and above up to 2^31, which is over every int limit. */
 static double field_number(const Field *f, const Config *c) {
-    if (f->type == T_INT) return *(const int *)field_ptr(f, c);
+    if (f->type == T_INT || f->type == T_AUTO) return *(const int *)field_ptr(f, c);
     return *(const float *)field_ptr(f, c);
 }
 
@@ -807,6 +822,7 @@ static int check_fields(const Config *c, char *err, size_t errlen) {
         const char *s = field_ptr(f, c);
         int ok = 1;
         if (f->type == T_INT || f->type == T_FLOAT) ok = in_limits(f, field_number(f, c));
+        else if (f->type == T_AUTO) ok = field_number(f, c) == 0 || in_limits(f, field_number(f, c));
         else if (f->type == T_ENUM) ok = in_choices(f->choices, s);
         else if (f->type == T_STRING || f->type == T_SPLIT) ok = *s != '\0';
         if (ok) continue;

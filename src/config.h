@@ -26,6 +26,7 @@ typedef struct {
     /* pipeline: */
     int stages;                      /* P, pipeline ranks */
     int virtual_stages;              /* v, chunks per rank */
+    int data_parallel;               /* D, replicas of the pipeline; 0 = auto (world / P) */
     char schedule[PP_NAME_MAX];      /* gpipe | 1f1b | interleaved-1f1b */
     char schedule_file[PP_PATH_MAX]; /* "" = none; one line per rank of actions in text form */
     int microbatches;                /* M */
@@ -40,6 +41,7 @@ typedef struct {
     char optimizer[PP_NAME_MAX];     /* train.optimizer.name: adamw | sgd */
     float lr, beta1, beta2, eps, weight_decay;
     float momentum;                  /* train.optimizer.momentum (sgd) */
+    int optimizer_shard;             /* train.optimizer.shard: ZeRO-1 over the replicas */
     int warmup_steps;                /* train.lr_schedule.warmup_steps */
     char decay[PP_NAME_MAX];         /* train.lr_schedule.decay: constant | linear | cosine */
     float min_lr_ratio;

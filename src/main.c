@@ -97,6 +97,11 @@ static void report_build(const Runtime *rt) {
     const Backend *be = m->be;
     size_t pbytes = m->nparams * sizeof(float);
     printf("rank %d: device %s\n", rt->lay.rank, rt->device_note);
+    if (rt->lay.rank == 0) { /* [Note: rank layout] */
+        char lay[1024];
+        layout_describe(&rt->lay, lay, sizeof lay);
+        printf("%s\n", lay);
+    }
     if (be->device_memory && be->memory) { /* what this rank holds on its GPU */
         size_t alloc = 0, ws = 0, named = (2 + m->nopt) * pbytes + m->act_bytes + m->recv_bytes;
         be->memory(be, &alloc, &ws);
@@ -306,7 +311,7 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
         if ((rc = checkpoint_load(&rt, resume[0] ? resume : root, &start, err, sizeof err))) goto out;
         if (rank == 0) printf("resumed from %s at step %ld\n", resume[0] ? resume : root, start);
     }
-    if (rt.chunk_of[rt.S - 1] >= 0 && (rc = log_open(&log, cfg->out_dir, cfg->steps, (int)start, resume != NULL, err, sizeof err)))
+    if (rt.chunk_of[rt.S - 1] >= 0 && rt.lay.dp == 0 && (rc = log_open(&log, cfg->out_dir, cfg->steps, (int)start, resume != NULL, err, sizeof err)))
         goto out;
     if (rt.model.be->peak_flops > 0) { /* the MFU: model FLOPs per token as GPU.md counts them, one GPU per rank */
         double L = cfg->n_layers, C = cfg->dim, Vp = cfg->padded_vocab_size, T = cfg->seq_len;

@@ -12,8 +12,9 @@
 #include "optim.h"
 #include "sim.h"
 
-enum { KIND_ACT = 1, KIND_GRAD = 2, KIND_VAL_ACT = 3 };
-static const char *const kind_names[] = {"?", "activation", "gradient", "validation activation"};
+enum { KIND_ACT = 1, KIND_GRAD = 2, KIND_VAL_ACT = 3 }; /* 4: runtime_dp.c's ring messages */
+static const char *const kind_names[] = {"?", "activation", "gradient", "validation activation",
+                                         "gradient all-reduce"};
 
 /* ---- slot pool ----------------------------------------------------------------
  * [Note: runtime slots] The pool of each local chunk has sched_peak_inflight slots and
@@ -30,8 +31,10 @@ static int wait_req(Runtime *rt, CommReq **req, const char *what, int stage, int
                     char *err, size_t errlen) {
     if (!*req) return PP_OK;
     double t0 = trace_now_us();
-    int rc = comm_wait(rt->comm, *req);
+    int ring_failed = 0; /* the replicas' ring advances while this rank waits (runtime_dp.c) */
+    int rc = rt->dp.active ? dp_wait(rt, rt->comm, *req, &ring_failed, err, errlen) : comm_wait(rt->comm, *req);
     *req = NULL;
+    if (ring_failed) return rc;
     if (rt->trace) trace_add(rt->trace, what, "wait", t0, trace_now_us(), stage, mb, step);
     if (rc != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "while waiting for %s of stage %d microbatch %d at step %d: %s",
@@ -167,6 +170,7 @@ static int allreduce_tied(Runtime *rt) {
 
 typedef struct {
     int step, fwd_only, kind_act;
+    int dp;      /* advance the replicas' gradient all-reduce after each action (runtime_dp.c) */
     float dloss;
 } StepCtx;
 
@@ -340,6 +344,7 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
         default: rc = exec_transfer(rt, a, x, err, errlen); break;
         }
         if (rc == PP_OK) release_after(rt, sc, a);
+        if (rc == PP_OK && x->dp) rc = dp_after_action(rt, k, err, errlen);
         if (rt->action_hook) rt->action_hook(rt->hook_ctx, sc, pp, k, 1);
     }
     for (int c = 0; c < rt->model.nchunks && rc == PP_OK; c++) {
@@ -355,9 +360,16 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
     return rc;
 }
 
+/* Batch n of d, this replica's share of it first: sequences [dp, dp + 1) x local_batch
+ * of the global batch ([Note: data parallel] in runtime_dp.c). */
 static void load_batch(Runtime *rt, const DataSet *d, long n) {
-    if (rt->chunk_of[0] >= 0 || rt->chunk_of[rt->S - 1] >= 0)
-        data_batch(d, n, rt->global_batch, rt->T, rt->inputs, rt->targets);
+    if (rt->chunk_of[0] < 0 && rt->chunk_of[rt->S - 1] < 0) return;
+    data_batch(d, n, rt->global_batch, rt->T, rt->inputs, rt->targets);
+    size_t share = (size_t)rt->local_batch * rt->T, from = (size_t)rt->lay.dp * share;
+    if (from) {
+        memmove(rt->inputs, rt->inputs + from, share * sizeof(int));
+        memmove(rt->targets, rt->targets + from, share * sizeof(int));
+    }
 }
 
 int runtime_tied_replica(const Runtime *rt, const ParamTensor *t) {
@@ -367,7 +379,9 @@ int runtime_tied_replica(const Runtime *rt, const ParamTensor *t) {
 /* This rank's step sums, read back from the device in one wait: the loss (the sum over
  * its last stage's microbatches, in microbatch order, so that it does not depend on the
  * schedule) and the squared gradients, each tensor's sum added in tensor order, counting
- * the tied wte once over all ranks (on the rank of stage 0). */
+ * the tied wte once over all ranks (on the rank of stage 0) and every tensor once over
+ * the replicas, which hold the same sums (replica 0; with ZeRO-1 each replica its own
+ * tensors). */
 static void local_sums(Runtime *rt, int want_sumsq, double *loss, double *sumsq) {
     const Model *m = &rt->model;
     const Backend *be = m->be;
@@ -382,16 +396,18 @@ static void local_sums(Runtime *rt, int want_sumsq, double *loss, double *sumsq)
     for (int k = 0; last && k < rt->M; k++) *loss += rt->loss_host[k];
     *sumsq = 0.0;
     for (int i = 0; want_sumsq && i < m->ntensors; i++)
-        if (!runtime_tied_replica(rt, &m->tensors[i])) *sumsq += rt->sumsq_host[i];
+        if (!runtime_tied_replica(rt, &m->tensors[i]) && dp_counts(rt, i, DP_NORM)) *sumsq += rt->sumsq_host[i];
 }
 
-/* One optimizer update of every tensor of this rank. */
+/* One optimizer update of every tensor of this rank (with ZeRO-1: of those whose state
+ * this replica holds, [Note: ZeRO-1] in runtime_dp.c). */
 static void update(Runtime *rt, float lr, float scale, int t) {
     Model *m = &rt->model;
     for (int i = 0; i < m->ntensors; i++) {
         const ParamTensor *p = &m->tensors[i];
-        optim_update(rt->cfg, m->be, m->params + p->offset, m->grads + p->offset, m->opt_m ? m->opt_m + p->offset : NULL,
-                     m->opt_v ? m->opt_v + p->offset : NULL, p->numel, lr, p->decay, scale, t);
+        if (rt->dp.zero && rt->dp.zoff[i] == DP_NOT_HELD) continue;
+        optim_update(rt->cfg, m->be, m->params + p->offset, m->grads + p->offset, dp_opt_state(rt, i, 0),
+                     dp_opt_state(rt, i, 1), p->numel, lr, p->decay, scale, t);
     }
 }
 
@@ -407,12 +423,15 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     memset(rt->cur_w, 0, sizeof rt->cur_w);
     load_batch(rt, &rt->train, step);
     model_zero_grads(m);
-    StepCtx x = {.step = step + 1, .kind_act = KIND_ACT, .dloss = 1.0f / ((float)rt->global_batch * rt->T)}; /* 1-based, as logged */
+    dp_begin(rt, step + 1);
+    StepCtx x = {.step = step + 1, .kind_act = KIND_ACT, .dp = rt->dp.group != NULL,
+                 .dloss = 1.0f / ((float)rt->global_batch * rt->T)}; /* 1-based, as logged */
     int rc = run_actions(rt, &rt->sched, &x, err, errlen);
     if (rc) return rc;
     rt->pipe_s = pp_now() - t0;
     double ts = trace_now_us();
     model_fold_tied_grad(m);
+    if ((rc = dp_finish(rt, err, errlen))) return rc;
     /* [Note: tied embeddings] stage 0 and stage S-1 each hold wte; when they are on
      * different ranks, the pair's 2-rank group all-reduces the gradient (stage 0's part
      * first: the same bits on both), so the identical optimizer update keeps the copies
@@ -435,6 +454,7 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
                        "train.optimizer.lr%s, or resume from an earlier checkpoint", step + 1, res->loss, res->grad_norm,
                        cfg->grad_clip > 0 ? "" : " or enable train.grad_clip");
     update(rt, res->lr, optim_clip_scale(red[1], cfg->grad_clip), step + 1);
+    if ((rc = dp_gather_params(rt, err, errlen))) return rc;
     if (rt->trace) trace_add(rt->trace, "optimizer", "compute", ts, trace_now_us(), -1, -1, step);
     rt->step_s = pp_now() - t0;
     return PP_OK;
@@ -513,7 +533,8 @@ static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
         rt->chunk_of[s] = c;
     }
     model_init(&rt->model, d, specs, rt->v, rt->Bmb, rt->T, be);
-    model_init_optimizer(&rt->model, optim_state_arrays(cfg));
+    /* ZeRO-1 keeps the state of this replica's share only (runtime_dp.c) */
+    model_init_optimizer(&rt->model, cfg->optimizer_shard && rt->lay.D > 1 ? 0 : optim_state_arrays(cfg));
     for (int c = 0; c < rt->v; c++) {
         rt->slots[c] = pp_calloc(specs[c].nslots, sizeof(SlotState));
         for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1;
@@ -544,15 +565,22 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     rt->comm = comm;
     rt->trace = trace;
     comm->kind_names = kind_names;
-    comm->n_kind_names = 4;
+    comm->n_kind_names = 5;
     rt->v = cfg->virtual_stages;
     rt->S = cfg->stages * rt->v;
     rt->M = cfg->microbatches;
     rt->global_batch = cfg->batch_size;
     rt->T = cfg->seq_len;
-    rt->Bmb = rt->global_batch / rt->M;
-    int rc = layout_init(&rt->lay, comm->world, comm->rank, cfg->stages, 1, err, errlen); /* D = 1 for now */
+    int rc = layout_init(&rt->lay, comm->world, comm->rank, cfg->stages, cfg->data_parallel, err, errlen);
     if (rc) return rc;
+    int D = rt->lay.D;
+    if (rt->global_batch % (D * rt->M))
+        return pp_errf(err, errlen, PP_EUSAGE, "train.batch_size %d is not a multiple of %d replicas x "
+                       "pipeline.microbatches %d: each replica takes batch_size / replicas sequences, split into "
+                       "microbatches; use a batch_size that %d divides, or other microbatches or replicas",
+                       rt->global_batch, D, rt->M, D * rt->M);
+    rt->local_batch = rt->global_batch / D;
+    rt->Bmb = rt->local_batch / rt->M;
     /* [Note: backends] the NCCL transport does not exist yet: a config asking for it is
      * refused rather than run on something else. The device is chosen by backend_select
      * (CPU, or the CUDA backend loaded on demand). */
@@ -580,13 +608,16 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
      * agreement) fit in the 1 MiB floor. A peer claiming more is refused unread. Set
      * before the split: groups copy it. */
     size_t act = (size_t)rt->Bmb * rt->T * d.C * sizeof(float), wte = d.tied ? (size_t)d.Vp * d.C * sizeof(float) : 0;
-    size_t most = act > wte ? act : wte;
+    size_t most = act > wte ? act : wte, big = model_largest_tensor(&rt->model);
+    size_t ring = (big > DP_BUCKET_FLOATS ? big : DP_BUCKET_FLOATS) * sizeof(float); /* a whole bucket at most */
+    if (rt->lay.D > 1 && ring > most) most = ring; /* a block of the replicas' ring ([Note: data parallel]) */
     comm->max_message_bytes = most > ((size_t)1 << 20) ? most : (size_t)1 << 20;
     /* every rank takes part in the split (it is collective); stage 0's rank is the
      * group's rank 0, so its part of the sum comes first ([Note: tied gradient order]) */
     if (d.tied && r0 != rl &&
-        comm_split(comm, rt->tied_peer >= 0 ? 0 : -1, rt->lay.rank == r0 ? 0 : 1, &rt->tied) != PP_OK)
+        comm_split(comm, rt->tied_peer >= 0 ? rt->lay.dp : -1, rt->lay.rank == r0 ? 0 : 1, &rt->tied) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "forming the tied embedding pair: %s", comm_error(comm));
+    if ((rc = dp_init(rt, err, errlen))) return rc;
     staging_init(rt);
     rt->inputs = pp_malloc((size_t)rt->global_batch * rt->T * sizeof(int));
     rt->targets = pp_malloc((size_t)rt->global_batch * rt->T * sizeof(int));
@@ -596,6 +627,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
 void runtime_free(Runtime *rt) {
     const Backend *be = rt->model.be;
     staging_free(rt);
+    dp_free(rt);
     for (int c = 0; c < rt->model.nchunks; c++) free(rt->slots[c]), free(rt->rbufs[c]), free(rt->wsets[c]);
     if (be) be->dealloc(be, rt->loss_dev), be->dealloc(be, rt->sumsq_dev);
     comm_destroy(rt->tied); /* safe after its parent's (main.c destroys that first) */
@@ -617,6 +649,7 @@ void runtime_measure(Runtime *rt) {
     rt->sum_busy_s += rt->busy_s;
     for (int s = 0; s < rt->S; s++)
         rt->sum_f[s] += rt->cur_f[s], rt->sum_b[s] += rt->cur_b[s], rt->sum_w[s] += rt->cur_w[s];
+    dp_measure(rt);
 }
 
 void runtime_efficiency_text(double simulated_s, double measured_s, char *buf, size_t n) {
@@ -674,7 +707,7 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
         }
     }
     free(v);
-    return PP_OK;
+    return dp_report(rt, err, errlen);
 }
 
 int runtime_check_tied(Runtime *rt, char *err, size_t errlen) {

@@ -11,6 +11,7 @@
 #include "layout.h"
 #include "model.h"
 #include "partition.h"
+#include "runtime_dp.h"
 #include "sched.h"
 #include "trace.h"
 
@@ -32,7 +33,7 @@ typedef struct {
     void *host;          /* device backends: where the transport receives it, else NULL */
 } RecvBuf;
 
-typedef struct {
+typedef struct Runtime {
     const Config *cfg;
     Layout lay;                /* world, pipeline rank pp, replica dp ([Note: rank layout]) */
     int v, S, M;               /* chunks per pipeline rank, stages, microbatches */
@@ -58,6 +59,8 @@ typedef struct {
     Comm *tied;                /* the tied pair {stage 0's rank, the last stage's rank} as a
                                   group of this replica, NULL on other ranks */
     float *tied_host;          /* device backends: host staging of the tied all-reduce */
+    int local_batch;           /* sequences of this replica per step: global_batch / D */
+    DpSync dp;                 /* the gradient all-reduce among replicas ([Note: data parallel]) */
     size_t staging_bytes;      /* host staging buffers in all ([Note: host staging]) */
     Trace *trace;
     char device_note[256];     /* the backend in one line, for the build report */

@@ -1,8 +1,8 @@
 /* test_comm_groups.c — groups of a job's ranks (comm_split) and the float collectives,
  * over sockets between forked processes and over memory between threads: the groups
  * a split must form, their collectives and messages interleaved with the parent's
- * without crossing, rank-order float sums bit for bit, reduce-scatter and all-gather
- * at counts 1, odd and 1M, grouped posting, Comms destroyed with requests pending or
+ * without crossing, float sums bit for bit (in rank order; reduce-scatter's in the
+ * ring's order), reduce-scatter and all-gather at counts 1, odd and 1M, grouped posting, Comms destroyed with requests pending or
  * before their groups, and a dead or silent member failing the group's collective with
  * a message naming it. Data every rank can predict; wrong elements are counted. */
 #include <check.h>
@@ -54,7 +54,7 @@ __attribute__((noinline)) static float f_input(int r, size_t i, int seed) {
 
 static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 
-/* The rank-order sum of element i over members[n], NaNs canonical. */
+/* The sum of element i over members[n] in that order, NaNs canonical. */
 static float want_sum(const int *members, int n, size_t i, int seed) {
     uint32_t canon_bits = 0x7fc00000u;
     float want = f_input(members[0], i, seed), canon;
@@ -82,8 +82,10 @@ static int check_float_collectives(Comm *g, int me, const int *members, size_t c
     for (size_t i = 0; i < count; i++) ar += !same_bits(a[i], want_sum(members, g->world, i, seed));
     for (size_t i = 0; i < W * count; i++) a[i] = f_input(me, i, seed + 1);
     CHILD_CHECK(comm_reduce_scatter_sum_f32(g, a, b, count) == 0);
+    int ring[MAXP]; /* the ring's order for this rank's block: members r+1, r+2, ..., r */
+    for (int k = 0; k < g->world; k++) ring[k] = members[(g->rank + 1 + k) % g->world];
     for (size_t i = 0; i < count; i++)
-        rs += !same_bits(b[i], want_sum(members, g->world, g->rank * count + i, seed + 1));
+        rs += !same_bits(b[i], want_sum(ring, g->world, g->rank * count + i, seed + 1));
     for (size_t i = 0; i < count; i++) a[i] = f_input(me, i, seed + 2);
     CHILD_CHECK(comm_all_gather_f32(g, a, b, count) == 0);
     for (size_t q = 0; q < W; q++)

@@ -67,7 +67,15 @@ START_TEST(test_layout) {
     ck_assert_int_eq(layout_init(&l, 6, 5, 3, 0, err, sizeof err), PP_OK); /* auto: D = world / stages */
     ck_assert_int_eq(l.D, 2);
     ck_assert_int_eq(layout_init(&l, 3, 0, 2, 1, err, sizeof err), PP_EUSAGE);
-    ck_assert_msg(strstr(err, "pipeline.stages is 2 but 3 processes were launched"), "%s", err);
+    ck_assert_msg(strstr(err, "pipeline.stages 2 x pipeline.data_parallel 1 = 2 processes, but 3 processes were "
+                              "launched"), "%s", err);
+    ck_assert_int_eq(layout_init(&l, 3, 0, 2, 0, err, sizeof err), PP_EUSAGE); /* auto: 3 is not a multiple of 2 */
+    ck_assert_msg(strstr(err, "the world size must be a multiple of the stages"), "%s", err);
+    char line[512];
+    ck_assert_int_eq(layout_init(&l, 4, 3, 2, 0, err, sizeof err), PP_OK);
+    layout_describe(&l, line, sizeof line);
+    ck_assert_str_eq(line, "layout: 2 pipeline ranks x 2 replicas = 4 processes; pipelines: {0 2} {1 3}; replicas "
+                           "of a pipeline rank (gradient all-reduce): {0 1} {2 3}");
     ck_assert_int_eq(layout_init(&l, 1, 0, 1, 1, err, sizeof err), PP_OK);
     ck_assert_int_eq(l.P * l.D, 1);
 }
