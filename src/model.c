@@ -141,30 +141,58 @@ static float *act_alloc(Model *m, size_t n) {
     return dev_alloc(m, n * sizeof(float));
 }
 
-static void slot_init(Model *m, const Chunk *ck, ActSlot *a) {
+/* Layers of a chunk of nl layers that recompute ([Note: recompute]). */
+static int chunk_nrc(int recompute, int rc_layers, int nl) {
+    if (recompute == PP_RECOMPUTE_NONE) return 0;
+    return rc_layers == 0 || rc_layers > nl ? nl : rc_layers;
+}
+
+/* Whether the chunk has slots that recompute, so the model needs the workspace. */
+static int chunk_uses_work(int recompute, int nrc, int nslots, int nkeep) {
+    return recompute != PP_RECOMPUTE_NONE && nrc > 0 && nslots > nkeep;
+}
+
+int model_recompute_mode(const char *name) {
+    static const char *const names[] = {"none", "selective", "full"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, names[i])) return i;
+    return -1;
+}
+
+/* A layer's own activations, or the workspace's where [Note: recompute] drops them. */
+static void layer_acts_init(Model *m, const Chunk *ck, LayerActs *la, int li, int keep) {
+    size_t N = (size_t)m->B * m->T, C = m->d.C;
+    int mode = keep || li >= ck->nrc ? PP_RECOMPUTE_NONE : ck->recompute;
+    if (mode == PP_RECOMPUTE_FULL) {
+        *la = m->work;
+        la->res3 = act_alloc(m, N * C); /* the next layer's input: kept */
+        return;
+    }
+    la->ln1 = act_alloc(m, N * C);
+    la->ln1_mean = act_alloc(m, N);
+    la->ln1_rstd = act_alloc(m, N);
+    la->qkv = act_alloc(m, N * 3 * C);
+    la->atty = act_alloc(m, N * C);
+    la->att = mode ? m->work.att : act_alloc(m, m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH));
+    la->res2 = act_alloc(m, N * C);
+    la->ln2 = act_alloc(m, N * C);
+    la->ln2_mean = act_alloc(m, N);
+    la->ln2_rstd = act_alloc(m, N);
+    la->fch = act_alloc(m, N * 4 * C);
+    la->fch_gelu = mode ? m->work.fch_gelu : act_alloc(m, N * 4 * C);
+    la->res3 = act_alloc(m, N * C);
+}
+
+static void slot_init(Model *m, const Chunk *ck, ActSlot *a, int keep) {
     size_t N = (size_t)m->B * m->T, C = m->d.C;
     memset(a, 0, sizeof *a);
+    a->keep = keep;
     a->input = act_alloc(m, N * C);
     a->grad = act_alloc(m, N * C);
     a->tokens = dev_alloc(m, N * sizeof(int));
     a->targets = dev_alloc(m, N * sizeof(int));
     a->layers = pp_calloc(ck->l1 - ck->l0, sizeof(LayerActs));
-    for (int l = 0; l < ck->l1 - ck->l0; l++) {
-        LayerActs *la = &a->layers[l];
-        la->ln1 = act_alloc(m, N * C);
-        la->ln1_mean = act_alloc(m, N);
-        la->ln1_rstd = act_alloc(m, N);
-        la->qkv = act_alloc(m, N * 3 * C);
-        la->atty = act_alloc(m, N * C);
-        la->att = act_alloc(m, m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH));
-        la->res2 = act_alloc(m, N * C);
-        la->ln2 = act_alloc(m, N * C);
-        la->ln2_mean = act_alloc(m, N);
-        la->ln2_rstd = act_alloc(m, N);
-        la->fch = act_alloc(m, N * 4 * C);
-        la->fch_gelu = act_alloc(m, N * 4 * C);
-        la->res3 = act_alloc(m, N * C);
-    }
+    for (int l = 0; l < ck->l1 - ck->l0; l++) layer_acts_init(m, ck, &a->layers[l], l, keep);
     if (ck->last) {
         a->lnf = act_alloc(m, N * C);
         a->lnf_mean = act_alloc(m, N);
@@ -177,11 +205,39 @@ static void slot_free(const Model *m, const Chunk *ck, ActSlot *a) {
     const Backend *be = m->be;
     void *own[] = {a->input, a->grad, a->tokens, a->targets, a->lnf, a->lnf_mean, a->lnf_rstd, a->dlnf};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) be->dealloc(be, own[k]);
+    const float *const *work = (const float *const *)&m->work;
     for (int l = 0; l < ck->l1 - ck->l0; l++) {
         float **f = (float **)&a->layers[l];
-        for (size_t k = 0; k < sizeof(LayerActs) / sizeof(float *); k++) be->dealloc(be, f[k]);
+        for (size_t k = 0; k < sizeof(LayerActs) / sizeof(float *); k++)
+            if (f[k] != work[k]) be->dealloc(be, f[k]); /* the workspace's go at model_free */
     }
     free(a->layers);
+}
+
+/* The recompute workspace: a whole layer for full, what selective drops (and
+ * attention's output, which its recompute writes) for selective. */
+static void work_init(Model *m) {
+    size_t N = (size_t)m->B * m->T, C = m->d.C;
+    int full = 0, sel = 0;
+    for (int c = 0; c < m->nchunks; c++) {
+        const Chunk *ck = &m->chunks[c];
+        if (!chunk_uses_work(ck->recompute, ck->nrc, ck->nslots, ck->nkeep)) continue;
+        full |= ck->recompute == PP_RECOMPUTE_FULL;
+        sel |= ck->recompute == PP_RECOMPUTE_SELECTIVE;
+    }
+    if (!full && !sel) return;
+    size_t sizes[] = {N * C, N, N, N * 3 * C, N * C, m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH),
+                      N * C, N * C, N, N, N * 4 * C, N * 4 * C, N * C}; /* LayerActs' order */
+    _Static_assert(sizeof sizes / sizeof sizes[0] == sizeof(LayerActs) / sizeof(float *), "sizes: LayerActs' order");
+    float **f = (float **)&m->work;
+    LayerActs want = {0};
+    want.atty = want.att = want.fch_gelu = (float *)1; /* selective's */
+    const float *const *w = (const float *const *)&want;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        if (!full && !w[k]) continue;
+        f[k] = dev_alloc(m, sizes[k] * sizeof(float));
+        m->work_bytes += sizes[k] * sizeof(float);
+    }
 }
 
 static void wstate_init(Model *m, const Chunk *ck, LayerWState *ws) {
@@ -213,6 +269,11 @@ static float *dev_zeros(const Model *m, size_t n) {
 
 void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunks, int B,
                 int T, const Backend *be) {
+    model_init_recompute(m, d, specs, NULL, nchunks, B, T, be);
+}
+
+void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
+                          int nchunks, int B, int T, const Backend *be) {
     PP_CHECK(nchunks >= 1 && nchunks <= PP_MAX_CHUNKS);
     memset(m, 0, sizeof *m);
     m->d = *d;
@@ -230,6 +291,10 @@ void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunk
         ck->last = specs[c].last;
         ck->nslots = specs[c].nslots;
         ck->nrecv = specs[c].nrecv;
+        ck->recompute = rc ? rc[c].mode : PP_RECOMPUTE_NONE;
+        ck->nrc = chunk_nrc(ck->recompute, rc ? rc[c].layers : 0, ck->l1 - ck->l0);
+        ck->nkeep = ck->recompute == PP_RECOMPUTE_NONE ? ck->nslots : rc[c].nkeep;
+        PP_CHECK(ck->nkeep >= 0 && ck->nkeep <= ck->nslots);
         any_last |= ck->last;
     }
     build_table(m);
@@ -243,10 +308,11 @@ void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunk
         m->dhead_tied = dev_zeros(m, (size_t)d->Vp * d->C);
         m->dhead = m->dhead_tied;
     }
+    work_init(m);
     for (int c = 0; c < nchunks; c++) {
         Chunk *ck = &m->chunks[c];
         ck->slots = pp_calloc(ck->nslots, sizeof(ActSlot));
-        for (int s = 0; s < ck->nslots; s++) slot_init(m, ck, &ck->slots[s]);
+        for (int s = 0; s < ck->nslots; s++) slot_init(m, ck, &ck->slots[s], s < ck->nkeep);
         ck->recv = pp_calloc(ck->nrecv ? ck->nrecv : 1, sizeof(float *));
         for (int r = 0; r < ck->nrecv; r++) ck->recv[r] = dev_alloc(m, (size_t)B * T * d->C * sizeof(float));
         m->recv_bytes += (size_t)ck->nrecv * B * T * d->C * sizeof(float);
@@ -288,6 +354,8 @@ void model_free(Model *m) {
         for (int w = 0; w < ck->nwstate; w++) wstate_free(m, ck, ck->wstate[w]);
         free(ck->slots), free(ck->recv), free(ck->wstate);
     }
+    float **work = (float **)&m->work;
+    for (size_t k = 0; k < sizeof(LayerActs) / sizeof(float *); k++) be->dealloc(be, work[k]);
     void *own[] = {m->params, m->grads, m->opt_m, m->opt_v, m->dbig, m->dmid, m->dqkv, m->losses, m->logits,
                    m->dhead_tied, m->scratch};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) be->dealloc(be, own[k]);
@@ -449,6 +517,25 @@ static const float *layer_input(const ActSlot *a, int li) {
     return li == 0 ? a->input : a->layers[li - 1].res3;
 }
 
+/* The activations layer li of slot a has for its backward (weight_half: for
+ * layer_backward_weight): the slot's own, or, where [Note: recompute] dropped some,
+ * the same again from the kept ones by the forward's own calls. */
+static const LayerActs *backward_acts(Model *m, const Chunk *ck, ActSlot *a, int li, int weight_half) {
+    LayerActs *la = &a->layers[li];
+    if (a->keep || li >= ck->nrc) return la;
+    const Backend *be = m->be;
+    int B = m->B, T = m->T, N = B * T, C = m->d.C, NH = m->d.NH;
+    m->recomputes++;
+    if (ck->recompute == PP_RECOMPUTE_FULL) {
+        layer_forward(m, &m->lp[ck->l0 + li], &m->work, layer_input(a, li));
+        return &m->work;
+    }
+    if (!weight_half) /* W does not read the probabilities */
+        be->attention_forward(be, m->work.atty, la->att, la->qkv, B, T, C, NH);
+    be->gelu_forward(be, la->fch_gelu, la->fch, (size_t)N * 4 * C);
+    return la;
+}
+
 void model_forward(Model *m, int c, int s, float dloss, int want_grad, double *loss) {
     const Chunk *ck = &m->chunks[c];
     ActSlot *a = &ck->slots[s];
@@ -473,8 +560,8 @@ static void chunk_backward(Model *m, int c, int s, int weights, LayerWState *wst
     }
     for (int l = ck->l1 - 1; l >= ck->l0; l--) {
         int li = l - ck->l0;
-        layer_backward(m, weights ? &m->lg[l] : NULL, a->grad, &a->layers[li], &m->lp[l], layer_input(a, li),
-                       weights ? &fused : &wstate[li]);
+        layer_backward(m, weights ? &m->lg[l] : NULL, a->grad, backward_acts(m, ck, a, li, 0), &m->lp[l],
+                       layer_input(a, li), weights ? &fused : &wstate[li]);
     }
     if (ck->first && weights)
         m->be->encoder_backward(m->be, m->dwte, m->dwpe, a->grad, a->tokens, m->B, m->T, C);
@@ -497,11 +584,50 @@ void model_backward_weight(Model *m, int c, int s, int w) {
                                   a->lnf_rstd, m->lnfw, N, C, m->scratch);
     for (int l = ck->l1 - 1; l >= ck->l0; l--) {
         int li = l - ck->l0;
-        layer_backward_weight(m, &m->lg[l], &a->layers[li], &m->lp[l], layer_input(a, li), &ck->wstate[w][li]);
+        layer_backward_weight(m, &m->lg[l], backward_acts(m, ck, a, li, 1), &m->lp[l], layer_input(a, li),
+                              &ck->wstate[w][li]);
     }
     if (ck->first) /* s->grad holds d(embedding output), left by the input half */
         m->be->encoder_backward(m->be, m->dwte, m->dwpe, a->grad, a->tokens, m->B, m->T, C);
 }
+
+/* ---- memory plan ([Note: memory plan] in model.h) ---- */
+
+void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
+                const int *nwstate, int nchunks, int B, int T, size_t att_floats, int nopt) {
+    size_t N = (size_t)B * T, C = d->C, f = sizeof(float), params = 0, head_tied = 0;
+    size_t layer_all = N * (16 * C + 4) + att_floats; /* every LayerActs member */
+    int first = 0, last = 0, full = 0, sel = 0;
+    memset(p, 0, sizeof *p);
+    for (int c = 0; c < nchunks; c++) first |= specs[c].first, last |= specs[c].last;
+    for (int c = 0; c < nchunks; c++) {
+        const ChunkSpec *k = &specs[c];
+        int mode = rc ? rc[c].mode : PP_RECOMPUTE_NONE, nl = k->l1 - k->l0;
+        int nrc = chunk_nrc(mode, rc ? rc[c].layers : 0, nl), nkeep = mode == PP_RECOMPUTE_NONE ? k->nslots : rc[c].nkeep;
+        size_t kept = 2 * N * C + (size_t)nl * layer_all + (k->last ? N * (2 * C + 2) : 0);
+        /* a slot without keep: its recomputed layers keep res3 (full), or all but
+         * att and fch_gelu (selective) */
+        size_t dropped = mode == PP_RECOMPUTE_FULL ? layer_all - N * C : att_floats + N * 4 * C;
+        size_t reduced = kept - (size_t)nrc * dropped;
+        p->slots += f * ((size_t)nkeep * kept + (size_t)(k->nslots - nkeep) * reduced);
+        p->recv += f * (size_t)k->nrecv * N * C;
+        p->wstate += f * (size_t)(nwstate ? nwstate[c] : 0) * nl * 11 * N * C;
+        if (chunk_uses_work(mode, nrc, k->nslots, nkeep)) {
+            full |= mode == PP_RECOMPUTE_FULL;
+            sel |= mode == PP_RECOMPUTE_SELECTIVE;
+        }
+        params += (size_t)nl * (12 * C * C + 13 * C);
+        if (k->first) params += (size_t)d->Vp * C + (size_t)d->maxT * C;
+        if (k->last) params += 2 * C + (d->tied && first ? 0 : (size_t)d->Vp * C); /* a shared wte counts once */
+    }
+    if (d->tied && first && last) head_tied = (size_t)d->Vp * C; /* [Note: tied gradient order] */
+    p->work = f * (full ? layer_all : sel ? att_floats + N * 5 * C : 0);
+    p->params = f * params;
+    p->grads = f * (params + head_tied);
+    p->optimizer = f * (size_t)nopt * params;
+}
+
+size_t model_plan_activations(const ModelPlan *p) { return p->slots + p->work + p->recv + p->wstate; }
 
 /* ---- llm.c fp32 checkpoint (DESIGN.md §6) ---- */
 

@@ -45,9 +45,14 @@ static int slot_find(Runtime *rt, int c, int mb) {
     return -1;
 }
 
-static int slot_acquire(Runtime *rt, int c, int mb, int step, int *out, char *err, size_t errlen) {
-    int n = rt->model.chunks[c].nslots, stage = rt->model.chunks[c].stage;
-    for (int i = 0; i < n; i++) {
+/* A free slot for microbatch mb: keep 1, one that keeps everything; 0, one of the
+ * others ([Note: recompute] in model.h; without recompute every slot keeps all); -1
+ * (a forward-only pass, no backward to recompute for), any. */
+static int slot_acquire(Runtime *rt, int c, int mb, int keep, int step, int *out, char *err, size_t errlen) {
+    const Chunk *ck = &rt->model.chunks[c];
+    int n = ck->nslots, stage = ck->stage, i0 = 0;
+    if (ck->nkeep < n && keep >= 0) i0 = keep ? 0 : ck->nkeep, n = keep ? ck->nkeep : n;
+    for (int i = i0; i < n; i++) {
         SlotState *st = &rt->slots[c][i];
         if (st->busy) continue;
         for (int k = 0; k < 2; k++) {
@@ -59,8 +64,8 @@ static int slot_acquire(Runtime *rt, int c, int mb, int step, int *out, char *er
         *out = i;
         return PP_OK;
     }
-    PP_DIE("activation pool of stage %d exhausted (%d slots) at microbatch %d: the pool size "
-           "does not match the schedule (a bug)", stage, n, mb);
+    PP_DIE("activation pool of stage %d exhausted (%d %sslots) at microbatch %d: the pool size "
+           "does not match the schedule (a bug)", stage, n - i0, ck->nkeep < ck->nslots && keep >= 0 ? (keep ? "keep " : "recompute ") : "", mb);
 }
 
 static void slot_release(Runtime *rt, int c, int i) { rt->slots[c][i].busy = 0; }
@@ -186,7 +191,9 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = slot_find(rt, c, m), rc;
     const Backend *be = rt->model.be;
     size_t ntok = (size_t)rt->Bmb * rt->T, NC = ntok * rt->model.d.C, rows = (size_t)m * ntok;
-    if (i < 0 && (rc = slot_acquire(rt, c, m, x->step, &i, err, errlen))) return rc;
+    /* the schedule's mark says whether it keeps everything ([Note: schedule-aware recompute]) */
+    int keep = x->fwd_only ? -1 : rt->sched.keep[(size_t)s * rt->M + m];
+    if (i < 0 && (rc = slot_acquire(rt, c, m, keep, x->step, &i, err, errlen))) return rc;
     ActSlot *as = &rt->model.chunks[c].slots[i];
     if (s > 0 && rt->chunk_of[s - 1] < 0) { /* take over the received input */
         int r = recv_find(rt, c, m);
@@ -408,8 +415,12 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     load_batch(rt, &rt->train, step);
     model_zero_grads(m);
     StepCtx x = {.step = step + 1, .kind_act = KIND_ACT, .dloss = 1.0f / ((float)rt->global_batch * rt->T)}; /* 1-based, as logged */
+    long recomputed = m->recomputes;
     int rc = run_actions(rt, &rt->sched, &x, err, errlen);
     if (rc) return rc;
+    if (m->recomputes - recomputed != rt->recompute_plan) /* the model obeyed the marks */
+        PP_DIE("rank %d step %d: %ld layer recomputes, the schedule's marks say %ld (a bug)", rt->lay.rank, step + 1,
+               m->recomputes - recomputed, rt->recompute_plan);
     rt->pipe_s = pp_now() - t0;
     double ts = trace_now_us();
     model_fold_tied_grad(m);
@@ -498,39 +509,78 @@ static int build_schedules(Runtime *rt, char *err, size_t errlen) {
     return rc ? rc : sched_build_forward_only(&rt->fwd, &rt->sched, err, errlen);
 }
 
+void runtime_chunk_plan(const Schedule *train, const Schedule *fwd, const Partition *part, int pp, int recompute,
+                        int rc_layers, ChunkSpec *specs, ChunkRecompute *rc, int *nwstate) {
+    int S = train->S;
+    for (int c = 0; c < train->v; c++) {
+        int s = sched_rank_stage(train, pp, c);
+        int pool = sched_peak_inflight(train, s), vpool = sched_peak_inflight(fwd, s);
+        int nr = sched_peak_recv(train, s), nrv = sched_peak_recv(fwd, s), nkeep = 0;
+        if (recompute != PP_RECOMPUTE_NONE) { /* two pools: kept forwards, and the others */
+            nkeep = sched_peak_inflight_kept(train, s, 1);
+            int rest = sched_peak_inflight_kept(train, s, 0);
+            pool = nkeep + rest > vpool ? nkeep + rest : vpool; /* a forward-only pass takes any slot */
+        } else if (vpool > pool) {
+            pool = vpool;
+        }
+        specs[c] = (ChunkSpec){s, part->l0[s], part->l1[s], s == 0, s == S - 1, pool, nr > nrv ? nr : nrv};
+        rc[c] = (ChunkRecompute){recompute, rc_layers, nkeep};
+        nwstate[c] = sched_peak_pending_w(train, s); /* [Note: W state] */
+    }
+}
+
+/* The build report's lines on activation memory and recompute ([Note: memory plan]). */
+static void report_memory(Runtime *rt) {
+    const Model *m = &rt->model;
+    if (m->wstate_bytes) { /* [Note: W state] */
+        printf("rank %d: split backward: W state", rt->lay.rank);
+        for (int c = 0; c < rt->v; c++)
+            printf(" %d set%s on stage %d", m->chunks[c].nwstate, m->chunks[c].nwstate == 1 ? "" : "s",
+                   m->chunks[c].stage);
+        printf(" (the most Ws the schedule keeps pending) = %.1f MB\n", m->wstate_bytes / 1e6);
+    }
+    size_t p = m->nparams * sizeof(float), g = p + (m->dhead_tied ? (size_t)m->d.Vp * m->d.C * sizeof(float) : 0);
+    size_t act = m->act_bytes + m->work_bytes + m->recv_bytes + m->wstate_bytes;
+    printf("rank %d: allocated: params %zu B, grads %zu B, optimizer %zu B, activations %zu B (slots %zu + recompute "
+           "workspace %zu + receive %zu + W state %zu), recompute %s\n", rt->lay.rank, p, g, (size_t)m->nopt * p, act,
+           m->act_bytes, m->work_bytes, m->recv_bytes, m->wstate_bytes, rt->cfg->recompute);
+    if (model_recompute_mode(rt->cfg->recompute) == PP_RECOMPUTE_NONE) return;
+    printf("rank %d: recompute: per step %ld layer recomputes, %ld skipped where the schedule runs a backward right "
+           "after its forward (", rt->lay.rank, rt->recompute_plan, rt->recompute_skipped);
+    for (int c = 0; c < rt->v; c++)
+        printf("%sstage %d: %d of %d slots keep all", c ? ", " : "", m->chunks[c].stage, m->chunks[c].nkeep,
+               m->chunks[c].nslots);
+    printf(")\n");
+}
+
 /* Allocate this rank's model (its stages: slots and receive buffers sized by the
- * schedules), the optimizer state and the step's sums. */
+ * schedules, the recompute marks splitting each pool), the optimizer state and the
+ * step's sums. */
 static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
     const Config *cfg = rt->cfg;
     ChunkSpec specs[PP_MAX_CHUNKS];
+    ChunkRecompute rc[PP_MAX_CHUNKS];
+    int nws[PP_MAX_CHUNKS], mode = model_recompute_mode(cfg->recompute);
+    PP_CHECK(mode >= 0); /* the config's choices */
+    runtime_chunk_plan(&rt->sched, &rt->fwd, &rt->part, rt->lay.pp, mode, cfg->recompute_layers, specs, rc, nws);
     for (int s = 0; s < rt->S; s++) rt->chunk_of[s] = -1;
-    for (int c = 0; c < rt->v; c++) {
-        int s = sched_rank_stage(&rt->sched, rt->lay.pp, c);
-        int pool = sched_peak_inflight(&rt->sched, s), vpool = sched_peak_inflight(&rt->fwd, s);
-        int nr = sched_peak_recv(&rt->sched, s), nrv = sched_peak_recv(&rt->fwd, s);
-        specs[c] = (ChunkSpec){s, rt->part.l0[s], rt->part.l1[s], s == 0, s == rt->S - 1, pool > vpool ? pool : vpool,
-                               nr > nrv ? nr : nrv};
-        rt->chunk_of[s] = c;
-    }
-    model_init(&rt->model, d, specs, rt->v, rt->Bmb, rt->T, be);
+    for (int c = 0; c < rt->v; c++) rt->chunk_of[specs[c].stage] = c;
+    model_init_recompute(&rt->model, d, specs, rc, rt->v, rt->Bmb, rt->T, be);
     model_init_optimizer(&rt->model, optim_state_arrays(cfg));
+    rt->recompute_plan = rt->recompute_skipped = 0;
     for (int c = 0; c < rt->v; c++) {
         rt->slots[c] = pp_calloc(specs[c].nslots, sizeof(SlotState));
         for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1;
         rt->rbufs[c] = pp_calloc(specs[c].nrecv ? specs[c].nrecv : 1, sizeof(RecvBuf));
         for (int i = 0; i < specs[c].nrecv; i++) rt->rbufs[c][i] = (RecvBuf){-1, NULL, NULL};
-        int nw = sched_peak_pending_w(&rt->sched, specs[c].stage); /* [Note: W state] */
-        model_init_wstate(&rt->model, c, nw);
-        rt->wsets[c] = pp_malloc((size_t)(nw ? nw : 1) * sizeof(int));
-        for (int w = 0; w < nw; w++) rt->wsets[c][w] = -1;
+        model_init_wstate(&rt->model, c, nws[c]);
+        rt->wsets[c] = pp_malloc((size_t)(nws[c] ? nws[c] : 1) * sizeof(int));
+        for (int w = 0; w < nws[c]; w++) rt->wsets[c][w] = -1;
+        int run, skipped, nrc = rt->model.chunks[c].nrc; /* each backward action recomputes nrc layers */
+        sched_recompute_count(&rt->sched, specs[c].stage, &run, &skipped);
+        rt->recompute_plan += (long)run * nrc, rt->recompute_skipped += (long)skipped * nrc;
     }
-    if (rt->model.wstate_bytes) { /* the build report's line for it ([Note: W state]) */
-        printf("rank %d: split backward: W state", rt->lay.rank);
-        for (int c = 0; c < rt->v; c++)
-            printf(" %d set%s on stage %d", rt->model.chunks[c].nwstate, rt->model.chunks[c].nwstate == 1 ? "" : "s",
-                   rt->model.chunks[c].stage);
-        printf(" (the most Ws the schedule keeps pending) = %.1f MB\n", rt->model.wstate_bytes / 1e6);
-    }
+    report_memory(rt);
     int nt = rt->model.ntensors;
     rt->loss_dev = be->alloc(be, (size_t)rt->M * sizeof(double));
     rt->sumsq_dev = be->alloc(be, (size_t)nt * sizeof(double));

@@ -66,6 +66,9 @@ typedef struct {
      * it to step all ranks in the simulator's order (test/test_interp.c). */
     void (*action_hook)(void *ctx, const Schedule *sc, int pp, int k, int done);
     void *hook_ctx;
+    long recompute_plan;       /* layer recomputes per step the keep marks imply
+                                  ([Note: schedule-aware recompute] in sched.h) */
+    long recompute_skipped;    /* those the marks skip */
     double busy_s, step_s;     /* of the last step: compute time and wall time */
     double pipe_s;             /* of the last step: the action list (no optimizer) */
     double save_stall_s;       /* of the last checkpoint: how long the step stalled */
@@ -84,6 +87,14 @@ typedef struct {
 int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err,
                  size_t errlen);
 void runtime_free(Runtime *rt);
+
+/* What rank pp of a pipeline builds ([Note: memory plan] in model.h): its v chunks'
+ * specs (slot pools from the peaks of the training and forward-only schedules, split
+ * into kept and recomputing slots by the keep marks), their recompute (mode
+ * PP_RECOMPUTE_*, pipeline.recompute_layers) and W state sets. runtime_init builds
+ * exactly this; `pptrain schedule` plans with it. */
+void runtime_chunk_plan(const Schedule *train, const Schedule *fwd, const Partition *part, int pp, int recompute,
+                        int rc_layers, ChunkSpec *specs, ChunkRecompute *rc, int *nwstate);
 
 /* Result of one training step (the same on every rank). */
 typedef struct {
