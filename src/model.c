@@ -281,7 +281,7 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, 
     m->T = T;
     m->be = be;
     m->nchunks = nchunks;
-    int any_last = 0;
+    int any_last = 0, any_first = 0;
     for (int c = 0; c < nchunks; c++) {
         Chunk *ck = &m->chunks[c];
         ck->stage = specs[c].stage;
@@ -296,6 +296,7 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, 
         ck->nkeep = ck->recompute == PP_RECOMPUTE_NONE ? ck->nslots : rc[c].nkeep;
         PP_CHECK(ck->nkeep >= 0 && ck->nkeep <= ck->nslots);
         any_last |= ck->last;
+        any_first |= ck->first;
     }
     build_table(m);
     m->params = dev_zeros(m, m->nparams);
@@ -304,7 +305,8 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, 
     m->lg = pp_calloc(d->L, sizeof(LayerParams));
     bind(m, m->params, m->lp, &m->wte, &m->wpe, &m->lnfw, &m->lnfb, &m->head);
     bind(m, m->grads, m->lg, &m->dwte, &m->dwpe, &m->dlnfw, &m->dlnfb, &m->dhead);
-    if (d->tied && m->dhead && m->wpe) { /* first and last stage on this rank */
+    if (d->tied && any_first && any_last) { /* first and last stage on this rank (a tied head
+                                              * pointer alone is no sign: it is wte) */
         m->dhead_tied = dev_zeros(m, (size_t)d->Vp * d->C);
         m->dhead = m->dhead_tied;
     }

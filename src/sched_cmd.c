@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model.h"
+#include "optim.h"
+#include "runtime.h"
 #include "sched.h"
 #include "sched_show.h"
 #include "sim.h"
@@ -147,6 +150,54 @@ static int write_svg(const char *path, const Schedule *s, const SimResult *res,
     return PP_OK;
 }
 
+/* Rank pp's plan ([Note: memory plan] in model.h) under recompute mode `mode`: what
+ * runtime_init would allocate on the CPU backend. */
+static void plan_rank(const Config *cfg, const Schedule *s, const Schedule *fwd, const Partition *part, int pp,
+                      int mode, ModelPlan *plan) {
+    ChunkSpec specs[PP_MAX_CHUNKS];
+    ChunkRecompute rc[PP_MAX_CHUNKS];
+    int nws[PP_MAX_CHUNKS], B = cfg->batch_size / cfg->microbatches, T = cfg->seq_len;
+    ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, cfg->n_layers, cfg->n_heads, cfg->dim,
+                   cfg->tie_embeddings};
+    const Backend *be = backend_cpu();
+    runtime_chunk_plan(s, fwd, part, pp, mode, cfg->recompute_layers, specs, rc, nws);
+    model_plan(plan, &d, specs, rc, nws, s->v, B, T, be->attention_saved_floats(be, B, T, d.NH),
+               optim_state_arrays(cfg));
+}
+
+/* Per rank: parameters, gradients, optimizer state and activations for the config,
+ * and the activation peak under each recompute mode side by side. The numbers the
+ * build report's "allocated:" line prints for the same config (test/recompute.sh). */
+static int print_memory_plan(const Config *cfg, const Schedule *s, FILE *f) {
+    Schedule fwd;
+    Partition part;
+    char err[PP_ERR_MAX];
+    if (partition_build(&part, cfg->split, cfg->n_layers, s->S, cfg->dim, cfg->padded_vocab_size, cfg->seq_len, err,
+                        sizeof err) != PP_OK ||
+        sched_build_forward_only(&fwd, s, err, sizeof err) != PP_OK) {
+        pp_error("%s", err);
+        return PP_EUSAGE;
+    }
+    int mode = model_recompute_mode(cfg->recompute);
+    fprintf(f, "memory plan per rank (bytes on the CPU backend, microbatch %d x %d tokens, recompute %s%s):\n",
+            cfg->batch_size / cfg->microbatches, cfg->seq_len, cfg->recompute,
+            cfg->recompute_layers ? " on the first recompute_layers of each chunk" : "");
+    for (int r = 0; r < s->P; r++) {
+        ModelPlan p, by[3];
+        plan_rank(cfg, s, &fwd, &part, r, mode, &p);
+        for (int k = 0; k < 3; k++) plan_rank(cfg, s, &fwd, &part, r, k, &by[k]);
+        size_t none = model_plan_activations(&by[0]);
+        fprintf(f, "rank %d: plan: params %zu B, grads %zu B, optimizer %zu B, activations %zu B (slots %zu + recompute "
+                "workspace %zu + receive %zu + W state %zu), recompute %s\n", r, p.params, p.grads, p.optimizer,
+                model_plan_activations(&p), p.slots, p.work, p.recv, p.wstate, cfg->recompute);
+        fprintf(f, "rank %d: activation peak: none %.1f MB, selective %.1f MB (%.2fx less), full %.1f MB (%.2fx less)\n",
+                r, none / 1e6, model_plan_activations(&by[1]) / 1e6, (double)none / model_plan_activations(&by[1]),
+                model_plan_activations(&by[2]) / 1e6, (double)none / model_plan_activations(&by[2]));
+    }
+    sched_free(&fwd);
+    return PP_OK;
+}
+
 static int load_schedule(const Config *cfg, Schedule *s) {
     char err[PP_ERR_MAX];
     int rc = cfg->schedule_file[0]
@@ -184,6 +235,8 @@ int sched_cmd_main(const Config *cfg, int argc, char **argv) {
         sched_show_timeline(&s, &res, stdout);
         printf("\n");
         sched_show_summary(&s, &res, &o.costs, (const char *const *)layers, stdout);
+        printf("\n");
+        rc = print_memory_plan(cfg, &s, stdout);
     }
     if (rc == PP_OK && o.svg) {
         rc = write_svg(o.svg, &s, &res, &o.costs);

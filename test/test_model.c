@@ -581,6 +581,67 @@ START_TEST(test_split_backward_chunk) {
 }
 END_TEST
 
+/* [Note: recompute] Per chunk (whole, first, middle, last) and per mode (selective,
+ * full; every layer or the first only): slots without keep give the bits of slots
+ * that keep everything, in d(input) and every gradient, fused and split backward;
+ * the slots are smaller, and the model counts one recompute per layer per backward
+ * action. Two microbatches forward before either backward, so the workspace holds
+ * the second's layers when the first's backward runs. */
+START_TEST(test_recompute_chunk) {
+    int B = 2, T = 5, N = B * T, C = tiny.C;
+    ChunkSpec specs[] = {{0, 0, 4, 1, 1, 2, 0}, {0, 0, 2, 1, 0, 2, 0}, {1, 1, 3, 0, 0, 2, 0}, {2, 2, 4, 0, 1, 2, 0}};
+    int checked = 0;
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++)
+        for (int mode = PP_RECOMPUTE_SELECTIVE; mode <= PP_RECOMPUTE_FULL; mode++)
+            for (int layers = 0; layers <= 1; layers++)
+                for (int split = 0; split <= 1; split++) {
+                    Model f, r;
+                    ChunkRecompute rc = {mode, layers, 0};
+                    int nl = specs[k].l1 - specs[k].l0, nrc = layers ? 1 : nl;
+                    setup_model(&f, &specs[k], 1, B, T, 21);
+                    model_init_recompute(&r, &tiny, &specs[k], &rc, 1, B, T, backend_cpu());
+                    model_init_weights(&r, 21, 0.3f);
+                    if (split) model_init_wstate(&r, 0, 2);
+                    ck_assert_uint_lt(r.act_bytes, f.act_bytes);
+                    ck_assert_uint_gt(r.work_bytes, 0);
+                    Model *ms[2] = {&f, &r};
+                    float *in[2], *dout[2];
+                    for (int s = 0; s < 2; s++) in[s] = rand_buf((size_t)N * C, 1), dout[s] = rand_buf((size_t)N * C, 1);
+                    for (int i = 0; i < 2; i++) {
+                        model_zero_grads(ms[i]);
+                        for (int s = 0; s < 2; s++) {
+                            fill_tokens(ms[i], 0, s, B, T);
+                            memcpy(ms[i]->chunks[0].slots[s].input, in[s], (size_t)N * C * 4);
+                            fwd(ms[i], 0, s, 1.0f / N, 1);
+                            memcpy(ms[i]->chunks[0].slots[s].grad, dout[s], (size_t)N * C * 4);
+                        }
+                    }
+                    for (int s = 0; s < 2; s++) {
+                        model_backward(&f, 0, s);
+                        if (split) model_backward_input(&r, 0, s, s);
+                        else model_backward(&r, 0, s);
+                    }
+                    for (int s = 0; split && s < 2; s++) model_backward_weight(&r, 0, s, s);
+                    ck_assert_int_eq(r.recomputes, (long)2 * nrc * (split ? 2 : 1));
+                    ck_assert_int_eq(f.recomputes, 0);
+                    for (int s = 0; s < 2; s++)
+                        ck_assert_msg(bits_differ(f.chunks[0].slots[s].grad, r.chunks[0].slots[s].grad, (size_t)N * C) == 0,
+                                      "chunk %zu mode %d layers %d split %d mb %d: d(input) differs", k, mode, layers,
+                                      split, s);
+                    model_fold_tied_grad(&f), model_fold_tied_grad(&r);
+                    ck_assert_msg(bits_differ(f.grads, r.grads, f.nparams) == 0, "chunk %zu mode %d layers %d split %d: "
+                                  "%zu gradients differ", k, mode, layers, split, bits_differ(f.grads, r.grads, f.nparams));
+                    size_t nonzero = 0;
+                    for (size_t j = 0; j < f.nparams; j++) nonzero += f.grads[j] != 0.0f;
+                    ck_assert_uint_gt(nonzero, f.nparams / 2);
+                    model_free(&f), model_free(&r);
+                    checked++;
+                }
+    ck_assert_int_eq(checked, 32);
+    tfree_all();
+}
+END_TEST
+
 /* Weights do not depend on the split: each tensor has its own random stream. */
 START_TEST(test_init_split_independent) {
     ChunkSpec whole = {0, 0, 4, 1, 1, 1, 0}, s1 = {1, 2, 4, 0, 1, 1, 0};
@@ -663,6 +724,7 @@ int main(void) {
     tcase_add_test(model, test_init_split_independent);
     tcase_add_test(model, test_llmc_roundtrip);
     tcase_add_test(model, test_split_backward_chunk);
+    tcase_add_test(model, test_recompute_chunk);
     suite_add_tcase(s, model);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
