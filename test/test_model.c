@@ -10,6 +10,7 @@
 #include "fastmath.h"
 #include "model.h"
 #include "optim.h"
+#include "runtime.h"
 
 /* Test allocations, freed together at the end of each test (LeakSanitizer-clean). */
 static void *allocs[4096];
@@ -642,6 +643,58 @@ START_TEST(test_recompute_chunk) {
 }
 END_TEST
 
+/* [Note: memory plan] For every schedule kind over P <= 4, its v range (<= 2) and
+ * M <= 5, every recompute mode and every rank: what model_init_recompute,
+ * model_init_optimizer and model_init_wstate allocate for runtime_chunk_plan's chunks
+ * equals model_plan's bytes, term by term. */
+START_TEST(test_memory_plan_sweep) {
+    ModelDims d = {16, 16, 4, 8, 2, 8, 1};
+    int B = 1, T = 4, checked = 0, kinds = 0;
+    for (const char *const *kind = sched_kinds(); *kind; kind++, kinds++)
+        for (int P = 1; P <= 4; P++)
+            for (int v = 1; v <= 2; v++)
+                for (int M = 1; M <= 5; M++) {
+                    Schedule s, fwd;
+                    Partition part;
+                    char err[PP_ERR_MAX];
+                    if (sched_kind_check(*kind, P, v, M, err, sizeof err) != PP_OK) continue;
+                    ck_assert_msg(sched_build(&s, *kind, P, v, M, err, sizeof err) == PP_OK, "%s", err);
+                    ck_assert(sched_build_forward_only(&fwd, &s, err, sizeof err) == PP_OK);
+                    ck_assert(partition_build(&part, "auto", d.L, P * v, d.C, d.Vp, T, err, sizeof err) == PP_OK);
+                    for (int mode = 0; mode < 3; mode++)
+                        for (int r = 0; r < P; r++) {
+                            ChunkSpec specs[PP_MAX_CHUNKS];
+                            ChunkRecompute rc[PP_MAX_CHUNKS];
+                            int nws[PP_MAX_CHUNKS];
+                            ModelPlan plan;
+                            Model m;
+                            runtime_chunk_plan(&s, &fwd, &part, r, mode, M % 2, specs, rc, nws);
+                            model_plan(&plan, &d, specs, rc, nws, v, B, T,
+                                       backend_cpu()->attention_saved_floats(backend_cpu(), B, T, d.NH), 2);
+                            model_init_recompute(&m, &d, specs, rc, v, B, T, backend_cpu());
+                            model_init_optimizer(&m, 2);
+                            for (int c = 0; c < v; c++) model_init_wstate(&m, c, nws[c]);
+                            size_t pb = m.nparams * sizeof(float);
+                            size_t gb = pb + (m.dhead_tied ? (size_t)d.Vp * d.C * sizeof(float) : 0);
+                            ck_assert_msg(plan.params == pb && plan.grads == gb && plan.optimizer == 2 * pb,
+                                          "%s P=%d v=%d M=%d rank %d: params %zu/%zu grads %zu/%zu", *kind, P, v, M, r,
+                                          plan.params, pb, plan.grads, gb);
+                            ck_assert_msg(plan.slots == m.act_bytes && plan.work == m.work_bytes &&
+                                          plan.recv == m.recv_bytes && plan.wstate == m.wstate_bytes,
+                                          "%s P=%d v=%d M=%d mode %d rank %d: planned slots %zu work %zu recv %zu W %zu,"
+                                          " allocated %zu %zu %zu %zu", *kind, P, v, M, mode, r, plan.slots, plan.work,
+                                          plan.recv, plan.wstate, m.act_bytes, m.work_bytes, m.recv_bytes,
+                                          m.wstate_bytes);
+                            model_free(&m);
+                            checked++;
+                        }
+                    sched_free(&s), sched_free(&fwd);
+                }
+    ck_assert_int_eq(kinds, 6);
+    ck_assert_int_gt(checked, 500);
+}
+END_TEST
+
 /* Weights do not depend on the split: each tensor has its own random stream. */
 START_TEST(test_init_split_independent) {
     ChunkSpec whole = {0, 0, 4, 1, 1, 1, 0}, s1 = {1, 2, 4, 0, 1, 1, 0};
@@ -725,6 +778,7 @@ int main(void) {
     tcase_add_test(model, test_llmc_roundtrip);
     tcase_add_test(model, test_split_backward_chunk);
     tcase_add_test(model, test_recompute_chunk);
+    tcase_add_test(model, test_memory_plan_sweep);
     suite_add_tcase(s, model);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
