@@ -509,6 +509,29 @@ static int build_schedules(Runtime *rt, char *err, size_t errlen) {
     return rc ? rc : sched_build_forward_only(&rt->fwd, &rt->sched, err, errlen);
 }
 
+int runtime_partition(const Config *cfg, const Schedule *sched, const double *measured, Partition *part, char *err,
+                      size_t errlen) {
+    PartitionCosts pc;
+    int S = sched->S, C = cfg->dim, Vp = cfg->padded_vocab_size, T = cfg->seq_len, B = cfg->batch_size / cfg->microbatches;
+    if (S > PP_MAX_STAGES) return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages is out of range 1..%d", S, PP_MAX_STAGES);
+    if (!strcmp(cfg->balance, "parameters")) {
+        partition_costs_parameters(&pc, S, C, Vp, cfg->max_seq_len);
+    } else if (!strcmp(cfg->balance, "memory")) {
+        /* a layer's activation bytes per in-flight microbatch under the recompute mode
+         * ([Note: recompute] in model.h), on the CPU backend */
+        const Backend *be = backend_cpu();
+        double N = (double)B * T, att = (double)be->attention_saved_floats(be, B, T, cfg->n_heads);
+        double all = N * (16.0 * C + 4) + att, act[3] = {all, all - att - 4 * N * C, N * C};
+        int inflight[PP_MAX_STAGES], mode = model_recompute_mode(cfg->recompute);
+        for (int s = 0; s < S; s++) inflight[s] = sched_peak_inflight(sched, s);
+        partition_costs_memory(&pc, S, C, Vp, cfg->max_seq_len, (int)N, optim_state_arrays(cfg), inflight,
+                               4.0 * act[mode < 0 ? 0 : mode]);
+    } else {
+        partition_costs_time(&pc, S, C, Vp, T, measured);
+    }
+    return partition_build_costs(part, cfg->split, cfg->n_layers, S, &pc, err, errlen);
+}
+
 void runtime_chunk_plan(const Schedule *train, const Schedule *fwd, const Partition *part, int pp, int recompute,
                         int rc_layers, ChunkSpec *specs, ChunkRecompute *rc, int *nwstate) {
     int S = train->S;
@@ -614,8 +637,8 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
                        PP_MAX_CHUNKS);
     ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, cfg->n_layers, cfg->n_heads, cfg->dim,
                    cfg->tie_embeddings};
-    rc = partition_build(&rt->part, cfg->split, d.L, rt->S, d.C, d.Vp, rt->T, err, errlen);
-    if (rc || (rc = build_schedules(rt, err, errlen))) return rc;
+    if ((rc = build_schedules(rt, err, errlen)) || (rc = runtime_partition(cfg, &rt->sched, NULL, &rt->part, err, errlen)))
+        return rc;
     const Backend *be;
     BackendSizes bs = {rt->Bmb * rt->T, rt->T, d.C, d.NH, d.Vp};
     if ((rc = backend_select(cfg, comm->rank, &bs, &be, rt->device_note, sizeof rt->device_note, err, errlen)))

@@ -88,6 +88,13 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
                  size_t errlen);
 void runtime_free(Runtime *rt);
 
+/* The partition split auto makes for cfg's pipeline.balance (time, parameters,
+ * memory) on schedule sched (memory balances each stage's peak in-flight slots); an
+ * explicit pipeline.split as it is. measured: `pptrain schedule --measure`'s seconds
+ * (PartitionCosts), or NULL for the cost model. PP_OK or PP_EUSAGE with a message. */
+int runtime_partition(const Config *cfg, const Schedule *sched, const double *measured, Partition *part, char *err,
+                      size_t errlen);
+
 /* What rank pp of a pipeline builds ([Note: memory plan] in model.h): its v chunks'
  * specs (slot pools from the peaks of the training and forward-only schedules, split
  * into kept and recomputing slots by the keep marks), their recompute (mode

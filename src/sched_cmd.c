@@ -16,7 +16,7 @@
 #include "sim.h"
 
 typedef struct {
-    int text, json;
+    int text, json, measure;
     const char *svg; /* path or NULL */
     SimCosts costs;
 } SchedCmdOpts;
@@ -30,6 +30,8 @@ static int usage(const char *why) {
             "  --json          one JSON object for tools instead of the text\n"
             "  --svg FILE      also draw the timeline as an SVG picture\n"
             "  --costs F,B,X   time of one forward, one backward and one transfer (1,2,0)\n"
+            "  --measure       time one forward and backward of a layer, the embedding and the\n"
+            "                  head here first; pipeline.balance: time then balances those\n"
             "  --costs F=1,B=1,W=1,X=0\n"
             "                  named: B is then the input-gradient half (I) and W the weight\n"
             "                  half; a full backward costs B+W (zero-bubble schedules)\n");
@@ -89,6 +91,8 @@ static int parse_opts(int argc, char **argv, SchedCmdOpts *o) {
             o->text = 1;
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
+        } else if (!strcmp(a, "--measure")) {
+            o->measure = 1;
         } else if (!strcmp(a, "--svg") && has_value) {
             o->svg = argv[++i];
         } else if (!strcmp(a, "--costs") && has_value) {
@@ -109,15 +113,59 @@ static int parse_opts(int argc, char **argv, SchedCmdOpts *o) {
     return PP_OK;
 }
 
-/* [partition] What each stage holds ("layers 0-5"), [S] strings. The partition is
- * decided by the runtime issue; until it exists there is nothing to show. */
-/* "layers a-b" per stage from the partition (pipeline.split), or NULL with a message
- * when the split does not fit the model. Free with free_layers. */
-static char **stage_layers(const Config *cfg, const Schedule *s) {
+/* Seconds of one forward and backward on one microbatch of a single chunk `spec` of
+ * a 2-layer model of the config's shape: the fastest of 3 after a warm-up. */
+static double time_chunk(const Config *cfg, ChunkSpec spec) {
+    int B = cfg->batch_size / cfg->microbatches, T = cfg->seq_len;
+    size_t N = (size_t)B * T, C = cfg->dim;
+    ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, 2, cfg->n_heads, cfg->dim,
+                   cfg->tie_embeddings};
+    const Backend *be = backend_cpu();
+    Model m;
+    model_init(&m, &d, &spec, 1, B, T, be);
+    model_init_weights(&m, cfg->seed, cfg->init_std);
+    ActSlot *a = &m.chunks[0].slots[0];
+    float *x = pp_malloc(N * C * sizeof(float));
+    int *tok = pp_calloc(N, sizeof(int));
+    for (size_t i = 0; i < N * C; i++) x[i] = (float)((i * 7919) % 13) * 0.1f - 0.6f;
+    double best = 1e300;
+    for (int rep = 0; rep < 4; rep++) {
+        be->to_device(be, a->input, x, N * C * sizeof(float));
+        be->to_device(be, a->tokens, tok, N * sizeof(int));
+        be->to_device(be, a->targets, tok, N * sizeof(int));
+        be->to_device(be, a->grad, x, N * C * sizeof(float));
+        be->wait(be);
+        double t0 = pp_now();
+        model_forward(&m, 0, 0, 1.0f / N, 1, NULL);
+        model_backward(&m, 0, 0);
+        be->wait(be);
+        double t = pp_now() - t0;
+        if (rep > 0 && t < best) best = t;
+    }
+    free(x), free(tok);
+    model_free(&m);
+    return best;
+}
+
+/* `--measure`: the seconds of a decoder layer, the embedding and the head (each the
+ * difference of a chunk with it and one without), for pipeline.balance: time. */
+static void measure_costs(const Config *cfg, double out[3], FILE *f) {
+    ChunkSpec mid = {1, 1, 2, 0, 0, 1, 0}, first = {0, 0, 1, 1, 0, 1, 0}, last = {1, 1, 2, 0, 1, 1, 0};
+    double tm = time_chunk(cfg, mid), tf = time_chunk(cfg, first), tl = time_chunk(cfg, last);
+    out[0] = tm;
+    out[1] = tf > tm ? tf - tm : 0;
+    out[2] = tl > tm ? tl - tm : 0;
+    fprintf(f, "measured on this machine (one microbatch of %d x %d tokens, forward + backward, CPU backend): "
+           "layer %.3f ms, embedding %.3f ms, head %.3f ms\n\n", cfg->batch_size / cfg->microbatches, cfg->seq_len,
+           out[0] * 1e3, out[1] * 1e3, out[2] * 1e3);
+}
+
+/* "layers a-b" per stage from the partition (pipeline.split, pipeline.balance), or
+ * NULL with a message when the split does not fit the model. Free with free_layers. */
+static char **stage_layers(const Config *cfg, const Schedule *s, const double *measured) {
     Partition part;
     char err[PP_ERR_MAX];
-    if (partition_build(&part, cfg->split, cfg->n_layers, s->S, cfg->dim, cfg->padded_vocab_size,
-                        cfg->seq_len, err, sizeof err) != PP_OK) {
+    if (runtime_partition(cfg, s, measured, &part, err, sizeof err) != PP_OK) {
         pp_error("%s", err);
         return NULL;
     }
@@ -168,12 +216,11 @@ static void plan_rank(const Config *cfg, const Schedule *s, const Schedule *fwd,
 /* Per rank: parameters, gradients, optimizer state and activations for the config,
  * and the activation peak under each recompute mode side by side. The numbers the
  * build report's "allocated:" line prints for the same config (test/recompute.sh). */
-static int print_memory_plan(const Config *cfg, const Schedule *s, FILE *f) {
+static int print_memory_plan(const Config *cfg, const Schedule *s, const double *measured, FILE *f) {
     Schedule fwd;
     Partition part;
     char err[PP_ERR_MAX];
-    if (partition_build(&part, cfg->split, cfg->n_layers, s->S, cfg->dim, cfg->padded_vocab_size, cfg->seq_len, err,
-                        sizeof err) != PP_OK ||
+    if (runtime_partition(cfg, s, measured, &part, err, sizeof err) != PP_OK ||
         sched_build_forward_only(&fwd, s, err, sizeof err) != PP_OK) {
         pp_error("%s", err);
         return PP_EUSAGE;
@@ -217,7 +264,9 @@ int sched_cmd_main(const Config *cfg, int argc, char **argv) {
     int rc = parse_opts(argc, argv, &o);
     if (rc != PP_OK) return rc;
     if ((rc = load_schedule(cfg, &s)) != PP_OK) return rc;
-    char **layers = stage_layers(cfg, &s);
+    double measured[3];
+    if (o.measure) measure_costs(cfg, measured, o.json ? stderr : stdout); /* JSON stays one object */
+    char **layers = stage_layers(cfg, &s, o.measure ? measured : NULL);
     if (!layers) {
         sched_free(&s);
         return PP_EUSAGE;
@@ -236,7 +285,7 @@ int sched_cmd_main(const Config *cfg, int argc, char **argv) {
         printf("\n");
         sched_show_summary(&s, &res, &o.costs, (const char *const *)layers, stdout);
         printf("\n");
-        rc = print_memory_plan(cfg, &s, stdout);
+        rc = print_memory_plan(cfg, &s, o.measure ? measured : NULL, stdout);
     }
     if (rc == PP_OK && o.svg) {
         rc = write_svg(o.svg, &s, &res, &o.costs);
