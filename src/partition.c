@@ -41,24 +41,28 @@ static int parse_list(const char *s, int *vals, int max, int *count, char *kind,
 }
 
 /* Contiguous split of L layers into S stages (each >= 1 layer) minimising the most
- * expensive stage under pc. Dynamic programme over (stages used, layers used). */
+ * expensive stage under pc; among prefixes as good, the one with the smaller sum of
+ * squared stage costs (so that when one stage's minimum sets the maximum, as a first
+ * stage holding the embedding does, the others still share evenly). Dynamic programme
+ * over (stages used, layers used). */
 static double stage_cost(const PartitionCosts *pc, int S, int s, int n) {
     return n * pc->layer[s] + (s == 0 ? pc->embed : 0) + (s == S - 1 ? pc->head : 0);
 }
 
 static void balance(Partition *p, int L, int S, const PartitionCosts *pc) {
-    double *best = pp_malloc(sizeof(double) * (S + 1) * (L + 1));
+    double *best = pp_malloc(sizeof(double) * (S + 1) * (L + 1)), *sq = pp_malloc(sizeof(double) * (S + 1) * (L + 1));
     int *cut = pp_malloc(sizeof(int) * (S + 1) * (L + 1));
 #define AT(a, b) ((a) * (L + 1) + (b))
     for (int s = 0; s <= S; s++)
-        for (int l = 0; l <= L; l++) best[AT(s, l)] = 1e300;
-    best[AT(0, 0)] = 0;
+        for (int l = 0; l <= L; l++) best[AT(s, l)] = sq[AT(s, l)] = 1e300;
+    best[AT(0, 0)] = sq[AT(0, 0)] = 0;
     for (int s = 1; s <= S; s++)
         for (int l = s; l <= L - (S - s); l++)
             for (int k = s - 1; k < l; k++) { /* stage s-1 holds layers [k, l) */
-                double c = stage_cost(pc, S, s - 1, l - k);
-                double v = best[AT(s - 1, k)] > c ? best[AT(s - 1, k)] : c;
-                if (v < best[AT(s, l)] * (1 - 1e-12)) best[AT(s, l)] = v, cut[AT(s, l)] = k;
+                double c = stage_cost(pc, S, s - 1, l - k), b = best[AT(s, l)];
+                double v = best[AT(s - 1, k)] > c ? best[AT(s - 1, k)] : c, q = sq[AT(s - 1, k)] + c * c;
+                if (v < b * (1 - 1e-12) || (v <= b * (1 + 1e-12) && q < sq[AT(s, l)] * (1 - 1e-12)))
+                    best[AT(s, l)] = v, sq[AT(s, l)] = q, cut[AT(s, l)] = k;
             }
     for (int s = S, l = L; s >= 1; s--) {
         p->l1[s - 1] = l;
@@ -66,6 +70,7 @@ static void balance(Partition *p, int L, int S, const PartitionCosts *pc) {
     }
 #undef AT
     free(best);
+    free(sq);
     free(cut);
 }
 
