@@ -3,6 +3,7 @@
 #include "model.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,11 +148,6 @@ static int chunk_nrc(int recompute, int rc_layers, int nl) {
     return rc_layers == 0 || rc_layers > nl ? nl : rc_layers;
 }
 
-/* Whether the chunk has slots that recompute, so the model needs the workspace. */
-static int chunk_uses_work(int recompute, int nrc, int nslots, int nkeep) {
-    return recompute != PP_RECOMPUTE_NONE && nrc > 0 && nslots > nkeep;
-}
-
 int model_recompute_mode(const char *name) {
     static const char *const names[] = {"none", "selective", "full"};
     for (int i = 0; i < 3; i++)
@@ -159,40 +155,84 @@ int model_recompute_mode(const char *name) {
     return -1;
 }
 
-/* A layer's own activations, or the workspace's where [Note: recompute] drops them. */
-static void layer_acts_init(Model *m, const Chunk *ck, LayerActs *la, int li, int keep) {
+#define NACTS (sizeof(LayerActs) / sizeof(float *))
+
+/* Floats of each LayerActs member, in its order. */
+static void layer_sizes(const Model *m, size_t sizes[NACTS]) {
     size_t N = (size_t)m->B * m->T, C = m->d.C;
-    int mode = keep || li >= ck->nrc ? PP_RECOMPUTE_NONE : ck->recompute;
-    if (mode == PP_RECOMPUTE_FULL) {
-        *la = m->work;
-        la->res3 = act_alloc(m, N * C); /* the next layer's input: kept */
-        return;
-    }
-    la->ln1 = act_alloc(m, N * C);
-    la->ln1_mean = act_alloc(m, N);
-    la->ln1_rstd = act_alloc(m, N);
-    la->qkv = act_alloc(m, N * 3 * C);
-    la->atty = act_alloc(m, N * C);
-    la->att = mode ? m->work.att : act_alloc(m, m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH));
-    la->res2 = act_alloc(m, N * C);
-    la->ln2 = act_alloc(m, N * C);
-    la->ln2_mean = act_alloc(m, N);
-    la->ln2_rstd = act_alloc(m, N);
-    la->fch = act_alloc(m, N * 4 * C);
-    la->fch_gelu = mode ? m->work.fch_gelu : act_alloc(m, N * 4 * C);
-    la->res3 = act_alloc(m, N * C);
+    size_t s[] = {N * C, N, N, N * 3 * C, N * C, m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH),
+                  N * C, N * C, N, N, N * 4 * C, N * 4 * C, N * C}; /* LayerActs' order */
+    _Static_assert(sizeof s / sizeof s[0] == NACTS, "sizes: LayerActs' order");
+    memcpy(sizes, s, sizeof s);
 }
 
-static void slot_init(Model *m, const Chunk *ck, ActSlot *a, int keep) {
+/* Whether member k of layer li is the slot's own (1) or the workspace's (0): all kept
+ * in a keep slot and on layers that do not recompute; else full keeps res3 only and
+ * selective all but att and fch_gelu ([Note: recompute]). */
+static int member_kept(const Chunk *ck, int li, int keep, size_t k) {
+    enum { ATT = offsetof(LayerActs, att) / sizeof(float *), GELU = offsetof(LayerActs, fch_gelu) / sizeof(float *),
+           RES3 = offsetof(LayerActs, res3) / sizeof(float *) };
+    if (keep || li >= ck->nrc || ck->recompute == PP_RECOMPUTE_NONE) return 1;
+    if (ck->recompute == PP_RECOMPUTE_FULL) return k == RES3;
+    return k != ATT && k != GELU;
+}
+
+/* Whether a model whose chunks recompute like this, with nred slots or blocks that do
+ * not keep all, needs the workspace. */
+static int chunk_uses_work(int recompute, int nrc, int nred) {
+    return recompute != PP_RECOMPUTE_NONE && nrc > 0 && nred > 0;
+}
+
+/* [Note: activation blocks] With a recompute (model_init_recompute) a chunk's slots
+ * hold only its input, gradient and head activations; the layers' activations live in
+ * blocks shared by every chunk of the rank, as many as the rank keeps microbatches in
+ * flight over all its chunks together (sched_peak_inflight_rank), which is fewer than
+ * the sum of each chunk's own peak when the chunks' peaks fall at different times
+ * (ZB-V, interleaving). A block fits the largest chunk; model_slot_attach lays a
+ * chunk's layers out in it. Blocks 0 .. nblocks_keep-1 keep everything, the others
+ * drop what the recompute drops. Each tensor starts BLOCK_ALIGN floats aligned. */
+#define BLOCK_ALIGN 64
+static size_t block_pad(size_t n) { return (n + BLOCK_ALIGN - 1) / BLOCK_ALIGN * BLOCK_ALIGN; }
+
+/* Lay the layer activations of a slot of chunk ck (keep or not) out from base: kept
+ * members carved in order, dropped ones the workspace's. base NULL: only count.
+ * Returns the floats used. */
+static size_t layers_carve(const Model *m, const Chunk *ck, LayerActs *layers, int keep, float *base) {
+    size_t sizes[NACTS], used = 0;
+    layer_sizes(m, sizes);
+    const float *const *work = (const float *const *)&m->work;
+    for (int li = 0; li < ck->l1 - ck->l0; li++)
+        for (size_t k = 0; k < NACTS; k++) {
+            float **f = layers ? (float **)&layers[li] + k : NULL;
+            if (!member_kept(ck, li, keep, k)) {
+                if (f) *f = (float *)work[k];
+                continue;
+            }
+            if (f) *f = base + used;
+            used += block_pad(sizes[k]);
+        }
+    return used;
+}
+
+/* A slot's own layer activations (model_init: no blocks), every member kept. */
+static void layers_own(Model *m, const Chunk *ck, LayerActs *layers) {
+    size_t sizes[NACTS];
+    layer_sizes(m, sizes);
+    for (int li = 0; li < ck->l1 - ck->l0; li++)
+        for (size_t k = 0; k < NACTS; k++) ((float **)&layers[li])[k] = act_alloc(m, sizes[k]);
+}
+
+static void slot_init(Model *m, const Chunk *ck, ActSlot *a) {
     size_t N = (size_t)m->B * m->T, C = m->d.C;
     memset(a, 0, sizeof *a);
-    a->keep = keep;
+    a->keep = 1;
+    a->block = -1;
     a->input = act_alloc(m, N * C);
     a->grad = act_alloc(m, N * C);
     a->tokens = dev_alloc(m, N * sizeof(int));
     a->targets = dev_alloc(m, N * sizeof(int));
     a->layers = pp_calloc(ck->l1 - ck->l0, sizeof(LayerActs));
-    for (int l = 0; l < ck->l1 - ck->l0; l++) layer_acts_init(m, ck, &a->layers[l], l, keep);
+    if (!m->pooled) layers_own(m, ck, a->layers); /* else model_slot_attach */
     if (ck->last) {
         a->lnf = act_alloc(m, N * C);
         a->lnf_mean = act_alloc(m, N);
@@ -205,35 +245,54 @@ static void slot_free(const Model *m, const Chunk *ck, ActSlot *a) {
     const Backend *be = m->be;
     void *own[] = {a->input, a->grad, a->tokens, a->targets, a->lnf, a->lnf_mean, a->lnf_rstd, a->dlnf};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) be->dealloc(be, own[k]);
-    const float *const *work = (const float *const *)&m->work;
-    for (int l = 0; l < ck->l1 - ck->l0; l++) {
+    for (int l = 0; l < ck->l1 - ck->l0 && !m->pooled; l++) { /* blocks go at model_free */
         float **f = (float **)&a->layers[l];
-        for (size_t k = 0; k < sizeof(LayerActs) / sizeof(float *); k++)
-            if (f[k] != work[k]) be->dealloc(be, f[k]); /* the workspace's go at model_free */
+        for (size_t k = 0; k < NACTS; k++) be->dealloc(be, f[k]);
     }
     free(a->layers);
+}
+
+/* The rank's activation blocks ([Note: activation blocks]), each sized for the largest
+ * chunk's layout of its kind. */
+static void blocks_init(Model *m, int nkeep, int nred) {
+    size_t fl[2] = {0, 0}; /* floats of a block that drops, that keeps */
+    for (int c = 0; c < m->nchunks; c++)
+        for (int keep = 0; keep < 2; keep++) {
+            size_t n = layers_carve(m, &m->chunks[c], NULL, keep, NULL);
+            fl[keep] = n > fl[keep] ? n : fl[keep];
+        }
+    m->nblocks = nkeep + nred;
+    m->nblocks_keep = nkeep;
+    m->blocks = pp_calloc(m->nblocks ? m->nblocks : 1, sizeof(float *));
+    for (int b = 0; b < m->nblocks; b++) m->blocks[b] = act_alloc(m, fl[b < nkeep]);
+}
+
+void model_slot_attach(Model *m, int c, int s, int b) {
+    PP_CHECK(m->pooled && c >= 0 && c < m->nchunks && s >= 0 && s < m->chunks[c].nslots && b >= 0 && b < m->nblocks);
+    ActSlot *a = &m->chunks[c].slots[s];
+    a->keep = b < m->nblocks_keep;
+    a->block = b;
+    layers_carve(m, &m->chunks[c], a->layers, a->keep, m->blocks[b]);
 }
 
 /* The recompute workspace: a whole layer for full, what selective drops (and
  * attention's output, which its recompute writes) for selective. */
 static void work_init(Model *m) {
-    size_t N = (size_t)m->B * m->T, C = m->d.C;
     int full = 0, sel = 0;
     for (int c = 0; c < m->nchunks; c++) {
         const Chunk *ck = &m->chunks[c];
-        if (!chunk_uses_work(ck->recompute, ck->nrc, ck->nslots, ck->nkeep)) continue;
+        if (!chunk_uses_work(ck->recompute, ck->nrc, m->nblocks - m->nblocks_keep)) continue;
         full |= ck->recompute == PP_RECOMPUTE_FULL;
         sel |= ck->recompute == PP_RECOMPUTE_SELECTIVE;
     }
     if (!full && !sel) return;
-    size_t sizes[] = {N * C, N, N, N * 3 * C, N * C, m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH),
-                      N * C, N * C, N, N, N * 4 * C, N * 4 * C, N * C}; /* LayerActs' order */
-    _Static_assert(sizeof sizes / sizeof sizes[0] == sizeof(LayerActs) / sizeof(float *), "sizes: LayerActs' order");
+    size_t sizes[NACTS];
+    layer_sizes(m, sizes);
     float **f = (float **)&m->work;
     LayerActs want = {0};
     want.atty = want.att = want.fch_gelu = (float *)1; /* selective's */
     const float *const *w = (const float *const *)&want;
-    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    for (size_t k = 0; k < NACTS; k++) {
         if (!full && !w[k]) continue;
         f[k] = dev_alloc(m, sizes[k] * sizeof(float));
         m->work_bytes += sizes[k] * sizeof(float);
@@ -269,11 +328,11 @@ static float *dev_zeros(const Model *m, size_t n) {
 
 void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunks, int B,
                 int T, const Backend *be) {
-    model_init_recompute(m, d, specs, NULL, nchunks, B, T, be);
+    model_init_recompute(m, d, specs, NULL, nchunks, B, T, be, 0, 0);
 }
 
 void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
-                          int nchunks, int B, int T, const Backend *be) {
+                          int nchunks, int B, int T, const Backend *be, int nblocks_keep, int nblocks_drop) {
     PP_CHECK(nchunks >= 1 && nchunks <= PP_MAX_CHUNKS);
     memset(m, 0, sizeof *m);
     m->d = *d;
@@ -281,6 +340,7 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, 
     m->T = T;
     m->be = be;
     m->nchunks = nchunks;
+    m->pooled = rc != NULL;
     int any_last = 0, any_first = 0;
     for (int c = 0; c < nchunks; c++) {
         Chunk *ck = &m->chunks[c];
@@ -293,8 +353,6 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, 
         ck->nrecv = specs[c].nrecv;
         ck->recompute = rc ? rc[c].mode : PP_RECOMPUTE_NONE;
         ck->nrc = chunk_nrc(ck->recompute, rc ? rc[c].layers : 0, ck->l1 - ck->l0);
-        ck->nkeep = ck->recompute == PP_RECOMPUTE_NONE ? ck->nslots : rc[c].nkeep;
-        PP_CHECK(ck->nkeep >= 0 && ck->nkeep <= ck->nslots);
         any_last |= ck->last;
         any_first |= ck->first;
     }
@@ -310,11 +368,12 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, 
         m->dhead_tied = dev_zeros(m, (size_t)d->Vp * d->C);
         m->dhead = m->dhead_tied;
     }
+    if (m->pooled) blocks_init(m, nblocks_keep, nblocks_drop);
     work_init(m);
     for (int c = 0; c < nchunks; c++) {
         Chunk *ck = &m->chunks[c];
         ck->slots = pp_calloc(ck->nslots, sizeof(ActSlot));
-        for (int s = 0; s < ck->nslots; s++) slot_init(m, ck, &ck->slots[s], s < ck->nkeep);
+        for (int s = 0; s < ck->nslots; s++) slot_init(m, ck, &ck->slots[s]);
         ck->recv = pp_calloc(ck->nrecv ? ck->nrecv : 1, sizeof(float *));
         for (int r = 0; r < ck->nrecv; r++) ck->recv[r] = dev_alloc(m, (size_t)B * T * d->C * sizeof(float));
         m->recv_bytes += (size_t)ck->nrecv * B * T * d->C * sizeof(float);
@@ -357,7 +416,9 @@ void model_free(Model *m) {
         free(ck->slots), free(ck->recv), free(ck->wstate);
     }
     float **work = (float **)&m->work;
-    for (size_t k = 0; k < sizeof(LayerActs) / sizeof(float *); k++) be->dealloc(be, work[k]);
+    for (size_t k = 0; k < NACTS; k++) be->dealloc(be, work[k]);
+    for (int b = 0; b < m->nblocks; b++) be->dealloc(be, m->blocks[b]);
+    free(m->blocks);
     void *own[] = {m->params, m->grads, m->opt_m, m->opt_v, m->dbig, m->dmid, m->dqkv, m->losses, m->logits,
                    m->dhead_tied, m->scratch};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) be->dealloc(be, own[k]);
@@ -596,25 +657,33 @@ void model_backward_weight(Model *m, int c, int s, int w) {
 /* ---- memory plan ([Note: memory plan] in model.h) ---- */
 
 void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
-                const int *nwstate, int nchunks, int B, int T, size_t att_floats, int nopt) {
-    size_t N = (size_t)B * T, C = d->C, f = sizeof(float), params = 0, head_tied = 0;
-    size_t layer_all = N * (16 * C + 4) + att_floats; /* every LayerActs member */
+                const int *nwstate, int nchunks, int B, int T, size_t att_floats, int nopt, int nblocks_keep,
+                int nblocks_drop) {
+    size_t N = (size_t)B * T, C = d->C, f = sizeof(float), params = 0, head_tied = 0, blk[2] = {0, 0};
+#define PAD(n) (rc ? ((n) + 63) / 64 * 64 : (n)) /* blocks align each tensor ([Note: activation blocks]) */
+    size_t layer_all = 5 * PAD(N * C) + 4 * PAD(N) + PAD(3 * N * C) + PAD(att_floats) + 2 * PAD(4 * N * C);
+#undef PAD
     int first = 0, last = 0, full = 0, sel = 0;
     memset(p, 0, sizeof *p);
     for (int c = 0; c < nchunks; c++) first |= specs[c].first, last |= specs[c].last;
     for (int c = 0; c < nchunks; c++) {
         const ChunkSpec *k = &specs[c];
-        int mode = rc ? rc[c].mode : PP_RECOMPUTE_NONE, nl = k->l1 - k->l0;
-        int nrc = chunk_nrc(mode, rc ? rc[c].layers : 0, nl), nkeep = mode == PP_RECOMPUTE_NONE ? k->nslots : rc[c].nkeep;
-        size_t kept = 2 * N * C + (size_t)nl * layer_all + (k->last ? N * (2 * C + 2) : 0);
-        /* a slot without keep: its recomputed layers keep res3 (full), or all but
-         * att and fch_gelu (selective) */
-        size_t dropped = mode == PP_RECOMPUTE_FULL ? layer_all - N * C : att_floats + N * 4 * C;
-        size_t reduced = kept - (size_t)nrc * dropped;
-        p->slots += f * ((size_t)nkeep * kept + (size_t)(k->nslots - nkeep) * reduced);
+        int mode = rc ? rc[c].mode : PP_RECOMPUTE_NONE, nl = k->l1 - k->l0, nrc = chunk_nrc(mode, rc ? rc[c].layers : 0, nl);
+        size_t own = 2 * N * C + (k->last ? N * (2 * C + 2) : 0), kept = (size_t)nl * layer_all;
+        /* a layer that drops keeps res3 (full), or all but att and fch_gelu (selective) */
+        size_t res3 = rc ? (N * C + 63) / 64 * 64 : N * C, a4 = rc ? (4 * N * C + 63) / 64 * 64 : 4 * N * C;
+        size_t atts = rc ? (att_floats + 63) / 64 * 64 : att_floats;
+        size_t dropped = kept - (size_t)nrc * (mode == PP_RECOMPUTE_FULL ? layer_all - res3 : atts + a4);
+        if (rc) { /* the slot's own part; the layers in the rank's blocks */
+            p->slots += f * (size_t)k->nslots * own;
+            blk[1] = kept > blk[1] ? kept : blk[1];
+            blk[0] = dropped > blk[0] ? dropped : blk[0];
+        } else {
+            p->slots += f * (size_t)k->nslots * (own + kept);
+        }
         p->recv += f * (size_t)k->nrecv * N * C;
         p->wstate += f * (size_t)(nwstate ? nwstate[c] : 0) * nl * 11 * N * C;
-        if (chunk_uses_work(mode, nrc, k->nslots, nkeep)) {
+        if (rc && chunk_uses_work(mode, nrc, nblocks_drop)) {
             full |= mode == PP_RECOMPUTE_FULL;
             sel |= mode == PP_RECOMPUTE_SELECTIVE;
         }
@@ -622,8 +691,10 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
         if (k->first) params += (size_t)d->Vp * C + (size_t)d->maxT * C;
         if (k->last) params += 2 * C + (d->tied && first ? 0 : (size_t)d->Vp * C); /* a shared wte counts once */
     }
+    if (rc) p->slots += f * ((size_t)nblocks_keep * blk[1] + (size_t)nblocks_drop * blk[0]);
     if (d->tied && first && last) head_tied = (size_t)d->Vp * C; /* [Note: tied gradient order] */
-    p->work = f * (full ? layer_all : sel ? att_floats + N * 5 * C : 0);
+    size_t layer_raw = N * (16 * C + 4) + att_floats;
+    p->work = f * (full ? layer_raw : sel ? att_floats + N * 5 * C : 0);
     p->params = f * params;
     p->grads = f * (params + head_tied);
     p->optimizer = f * (size_t)nopt * params;

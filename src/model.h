@@ -97,8 +97,10 @@ int model_recompute_mode(const char *name);
 
 /* The activations one chunk keeps for one in-flight microbatch. */
 typedef struct {
-    int keep;           /* 1: every activation is the slot's own; 0: the recomputed
-                           layers keep only part ([Note: recompute]) */
+    int keep;           /* 1: every activation is kept; 0: the recomputed layers keep
+                           only part ([Note: recompute]) */
+    int block;          /* the activation block its layers are laid out in
+                           ([Note: activation blocks] in model.c), -1: none or its own */
     float *input;       /* [N,C] stage input: received, or the embedding output */
     float *grad;        /* [N,C] in: d(stage output) (zero on the last stage); out, after
                            backward: d(stage input). The residual stream's gradient is
@@ -122,8 +124,6 @@ typedef struct {
     LayerWState **wstate; /* [nwstate][nlayers of the chunk] */
     int recompute;      /* PP_RECOMPUTE_* ([Note: recompute]) */
     int nrc;            /* layers l0 .. l0+nrc-1 recompute in slots without keep */
-    int nkeep;          /* slots 0 .. nkeep-1 keep everything (all of them without
-                           recompute) */
 } Chunk;
 
 /* [Note: model memory] The model owns every device buffer of its rank: parameters,
@@ -163,6 +163,10 @@ typedef struct {
     LayerActs work;           /* the recompute workspace ([Note: recompute]): what one
                                  layer drops, NULL members when nothing recomputes */
     size_t work_bytes;        /* its bytes, for the build report */
+    int pooled;               /* the layers' activations are in blocks (model_init_recompute) */
+    int nblocks, nblocks_keep; /* activation blocks ([Note: activation blocks] in model.c);
+                                  the first nblocks_keep keep everything */
+    float **blocks;           /* [nblocks] */
     long recomputes;          /* layer recomputes run so far (a backward, I or W of one
                                  layer on a slot without keep), for the runtime's check */
 } Model;
@@ -173,9 +177,8 @@ typedef struct {
 
 /* A chunk's recompute ([Note: recompute]); model_init keeps everything. */
 typedef struct {
-    int mode;           /* PP_RECOMPUTE_*; none keeps everything in every slot */
+    int mode;           /* PP_RECOMPUTE_*; none keeps everything */
     int layers;         /* pipeline.recompute_layers: 0 = every layer of the chunk */
-    int nkeep;          /* of the chunk's nslots, how many keep everything */
 } ChunkRecompute;
 
 /* [Note: memory plan] What model_init and model_init_wstate allocate for these chunks,
@@ -189,11 +192,13 @@ typedef struct {
     size_t wstate;                   /* W state sets (Model.wstate_bytes) */
 } ModelPlan;
 
-/* Fill *p for model_init_recompute(d, specs, rc, nchunks, B, T) with a backend whose
- * attention keeps att_floats floats per layer (be->attention_saved_floats(B, T, NH)),
- * nopt optimizer arrays, and nwstate[c] W state sets for chunk c. */
+/* Fill *p for model_init_recompute(d, specs, rc, nchunks, B, T, be, nblocks_keep,
+ * nblocks_drop) (rc NULL: model_init) with a backend whose attention keeps att_floats
+ * floats per layer (be->attention_saved_floats(B, T, NH)), nopt optimizer arrays, and
+ * nwstate[c] W state sets for chunk c. */
 void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
-                const int *nwstate, int nchunks, int B, int T, size_t att_floats, int nopt);
+                const int *nwstate, int nchunks, int B, int T, size_t att_floats, int nopt, int nblocks_keep,
+                int nblocks_drop);
 /* The activation total of a plan: slots, workspace, receive buffers and W state. */
 size_t model_plan_activations(const ModelPlan *p);
 
@@ -202,9 +207,17 @@ size_t model_plan_activations(const ModelPlan *p);
  * B x T. Dies on out of memory. */
 void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunks, int B,
                 int T, const Backend *be);
-/* model_init with rc[c] the recompute of chunk c ([Note: recompute]); rc NULL: none. */
+/* model_init with rc[c] the recompute of chunk c ([Note: recompute]), the slots'
+ * layer activations in the rank's shared blocks ([Note: activation blocks] in model.c):
+ * nblocks_keep that keep everything and nblocks_drop that drop what the recompute
+ * drops. A slot has no layer activations until model_slot_attach gives it a block.
+ * rc NULL: model_init (each slot keeps its own, every activation). */
 void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
-                          int nchunks, int B, int T, const Backend *be);
+                          int nchunks, int B, int T, const Backend *be, int nblocks_keep, int nblocks_drop);
+/* Lay slot s of chunk c's layer activations out in block b (keep: b < nblocks_keep).
+ * The caller keeps each block with one slot at a time, and a block's last holder's
+ * posted send of its output (model_chunk_output) complete before it moves on. */
+void model_slot_attach(Model *m, int c, int s, int b);
 /* Allocate `narrays` (0..2) zeroed optimizer state arrays of nparams each (opt_m, then
  * opt_v): optim_state_arrays() of the run's optimizer. Call once, after model_init. */
 void model_init_optimizer(Model *m, int narrays);

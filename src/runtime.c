@@ -45,30 +45,58 @@ static int slot_find(Runtime *rt, int c, int mb) {
     return -1;
 }
 
-/* A free slot for microbatch mb: keep 1, one that keeps everything; 0, one of the
- * others ([Note: recompute] in model.h; without recompute every slot keeps all); -1
- * (a forward-only pass, no backward to recompute for), any. */
+/* A free activation block ([Note: activation blocks] in model.c) for a slot: keep 1,
+ * one that keeps everything; 0, one that drops what the recompute drops; -1 (a
+ * forward-only pass, or nothing recomputes), any. Its last holder's send of its output
+ * is waited for first, unless that slot was taken again since (which waited). */
+static int block_take(Runtime *rt, int keep, int stage, int mb, int step, int *out, char *err, size_t errlen) {
+    int nk = rt->model.nblocks_keep, n = rt->model.nblocks;
+    for (int pass = 0; pass < (keep < 0 ? 2 : 1); pass++) { /* any: the recomputing ones first */
+        int kept = keep == 1 || pass == 1, lo = kept ? 0 : nk, hi = kept ? nk : n;
+        for (int b = lo; b < hi; b++) {
+            ActBlock *k = &rt->blocks[b];
+            if (k->busy) continue;
+            SlotState *last = k->gen ? &rt->slots[k->c][k->i] : NULL;
+            if (last && last->gen == k->gen) {
+                int rc = wait_req(rt, &last->send[0], "an earlier send", rt->model.chunks[k->c].stage, last->mb, step,
+                                  err, errlen);
+                if (rc) return rc;
+            }
+            *out = b;
+            return PP_OK;
+        }
+    }
+    PP_DIE("activation blocks of rank %d exhausted (%d %sblocks) at stage %d microbatch %d: the pool size does not "
+           "match the schedule (a bug)", rt->lay.rank, keep < 0 ? n : keep ? nk : n - nk,
+           keep < 0 ? "" : keep ? "keep-all " : "recomputing ", stage, mb);
+}
+
+/* A free slot of chunk c for microbatch mb, with a block of kind keep (block_take). */
 static int slot_acquire(Runtime *rt, int c, int mb, int keep, int step, int *out, char *err, size_t errlen) {
     const Chunk *ck = &rt->model.chunks[c];
-    int n = ck->nslots, stage = ck->stage, i0 = 0;
-    if (ck->nkeep < n && keep >= 0) i0 = keep ? 0 : ck->nkeep, n = keep ? ck->nkeep : n;
-    for (int i = i0; i < n; i++) {
+    int stage = ck->stage, b, rc;
+    for (int i = 0; i < ck->nslots; i++) {
         SlotState *st = &rt->slots[c][i];
         if (st->busy) continue;
-        for (int k = 0; k < 2; k++) {
-            int rc = wait_req(rt, &st->send[k], "an earlier send", stage, st->mb, step, err, errlen);
-            if (rc) return rc;
-        }
+        for (int k = 0; k < 2; k++)
+            if ((rc = wait_req(rt, &st->send[k], "an earlier send", stage, st->mb, step, err, errlen))) return rc;
+        if ((rc = block_take(rt, keep, stage, mb, step, &b, err, errlen))) return rc;
         st->busy = 1;
         st->mb = mb;
+        st->block = b;
+        rt->blocks[b] = (ActBlock){1, c, i, ++st->gen};
+        model_slot_attach(&rt->model, c, i, b);
         *out = i;
         return PP_OK;
     }
-    PP_DIE("activation pool of stage %d exhausted (%d %sslots) at microbatch %d: the pool size "
-           "does not match the schedule (a bug)", stage, n - i0, ck->nkeep < ck->nslots && keep >= 0 ? (keep ? "keep " : "recompute ") : "", mb);
+    PP_DIE("activation pool of stage %d exhausted (%d slots) at microbatch %d: the pool size "
+           "does not match the schedule (a bug)", stage, ck->nslots, mb);
 }
 
-static void slot_release(Runtime *rt, int c, int i) { rt->slots[c][i].busy = 0; }
+static void slot_release(Runtime *rt, int c, int i) {
+    rt->slots[c][i].busy = 0;
+    rt->blocks[rt->slots[c][i].block].busy = 0; /* its last holder stays recorded */
+}
 
 /* Index of chunk c's receive buffer holding microbatch mb (-1: a free one), or -1. */
 static int recv_find(Runtime *rt, int c, int mb) {
@@ -192,7 +220,7 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     const Backend *be = rt->model.be;
     size_t ntok = (size_t)rt->Bmb * rt->T, NC = ntok * rt->model.d.C, rows = (size_t)m * ntok;
     /* the schedule's mark says whether it keeps everything ([Note: schedule-aware recompute]) */
-    int keep = x->fwd_only ? -1 : rt->sched.keep[(size_t)s * rt->M + m];
+    int keep = x->fwd_only || rt->model.nblocks_keep == rt->model.nblocks ? -1 : rt->sched.keep[(size_t)s * rt->M + m];
     if (i < 0 && (rc = slot_acquire(rt, c, m, keep, x->step, &i, err, errlen))) return rc;
     ActSlot *as = &rt->model.chunks[c].slots[i];
     if (s > 0 && rt->chunk_of[s - 1] < 0) { /* take over the received input */
@@ -533,22 +561,28 @@ int runtime_partition(const Config *cfg, const Schedule *sched, const double *me
 }
 
 void runtime_chunk_plan(const Schedule *train, const Schedule *fwd, const Partition *part, int pp, int recompute,
-                        int rc_layers, ChunkSpec *specs, ChunkRecompute *rc, int *nwstate) {
+                        int rc_layers, ChunkSpec *specs, ChunkRecompute *rc, int *nwstate, int nblocks[2]) {
     int S = train->S;
     for (int c = 0; c < train->v; c++) {
         int s = sched_rank_stage(train, pp, c);
         int pool = sched_peak_inflight(train, s), vpool = sched_peak_inflight(fwd, s);
-        int nr = sched_peak_recv(train, s), nrv = sched_peak_recv(fwd, s), nkeep = 0;
-        if (recompute != PP_RECOMPUTE_NONE) { /* two pools: kept forwards, and the others */
-            nkeep = sched_peak_inflight_kept(train, s, 1);
-            int rest = sched_peak_inflight_kept(train, s, 0);
-            pool = nkeep + rest > vpool ? nkeep + rest : vpool; /* a forward-only pass takes any slot */
-        } else if (vpool > pool) {
-            pool = vpool;
-        }
-        specs[c] = (ChunkSpec){s, part->l0[s], part->l1[s], s == 0, s == S - 1, pool, nr > nrv ? nr : nrv};
-        rc[c] = (ChunkRecompute){recompute, rc_layers, nkeep};
+        int nr = sched_peak_recv(train, s), nrv = sched_peak_recv(fwd, s);
+        specs[c] = (ChunkSpec){s, part->l0[s], part->l1[s], s == 0, s == S - 1, pool > vpool ? pool : vpool,
+                               nr > nrv ? nr : nrv};
+        rc[c] = (ChunkRecompute){recompute, rc_layers};
         nwstate[c] = sched_peak_pending_w(train, s); /* [Note: W state] */
+    }
+    /* the blocks: the rank's peak over all its chunks together ([Note: activation blocks]
+     * in model.c), split by the keep marks when something recomputes; a forward-only
+     * pass takes blocks of either kind */
+    int fwd_peak = sched_peak_inflight_rank(fwd, pp);
+    if (recompute == PP_RECOMPUTE_NONE) {
+        int train_peak = sched_peak_inflight_rank(train, pp);
+        nblocks[1] = train_peak > fwd_peak ? train_peak : fwd_peak, nblocks[0] = 0;
+    } else {
+        nblocks[1] = sched_peak_inflight_rank_kept(train, pp, 1);
+        int rest = sched_peak_inflight_rank_kept(train, pp, 0);
+        nblocks[0] = rest > fwd_peak - nblocks[1] ? rest : fwd_peak - nblocks[1];
     }
 }
 
@@ -569,11 +603,8 @@ static void report_memory(Runtime *rt) {
            m->act_bytes, m->work_bytes, m->recv_bytes, m->wstate_bytes, rt->cfg->recompute);
     if (model_recompute_mode(rt->cfg->recompute) == PP_RECOMPUTE_NONE) return;
     printf("rank %d: recompute: per step %ld layer recomputes, %ld skipped where the schedule runs a backward right "
-           "after its forward (", rt->lay.rank, rt->recompute_plan, rt->recompute_skipped);
-    for (int c = 0; c < rt->v; c++)
-        printf("%sstage %d: %d of %d slots keep all", c ? ", " : "", m->chunks[c].stage, m->chunks[c].nkeep,
-               m->chunks[c].nslots);
-    printf(")\n");
+           "after its forward (%d of %d activation blocks keep all)\n", rt->lay.rank, rt->recompute_plan,
+           rt->recompute_skipped, m->nblocks_keep, m->nblocks);
 }
 
 /* Allocate this rank's model (its stages: slots and receive buffers sized by the
@@ -583,17 +614,19 @@ static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
     const Config *cfg = rt->cfg;
     ChunkSpec specs[PP_MAX_CHUNKS];
     ChunkRecompute rc[PP_MAX_CHUNKS];
-    int nws[PP_MAX_CHUNKS], mode = model_recompute_mode(cfg->recompute);
+    int nws[PP_MAX_CHUNKS], nblocks[2], mode = model_recompute_mode(cfg->recompute);
     PP_CHECK(mode >= 0); /* the config's choices */
-    runtime_chunk_plan(&rt->sched, &rt->fwd, &rt->part, rt->lay.pp, mode, cfg->recompute_layers, specs, rc, nws);
+    runtime_chunk_plan(&rt->sched, &rt->fwd, &rt->part, rt->lay.pp, mode, cfg->recompute_layers, specs, rc, nws,
+                       nblocks);
     for (int s = 0; s < rt->S; s++) rt->chunk_of[s] = -1;
     for (int c = 0; c < rt->v; c++) rt->chunk_of[specs[c].stage] = c;
-    model_init_recompute(&rt->model, d, specs, rc, rt->v, rt->Bmb, rt->T, be);
+    model_init_recompute(&rt->model, d, specs, rc, rt->v, rt->Bmb, rt->T, be, nblocks[1], nblocks[0]);
+    rt->blocks = pp_calloc(nblocks[0] + nblocks[1] ? nblocks[0] + nblocks[1] : 1, sizeof(ActBlock));
     model_init_optimizer(&rt->model, optim_state_arrays(cfg));
     rt->recompute_plan = rt->recompute_skipped = 0;
     for (int c = 0; c < rt->v; c++) {
         rt->slots[c] = pp_calloc(specs[c].nslots, sizeof(SlotState));
-        for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1;
+        for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1, rt->slots[c][i].block = -1;
         rt->rbufs[c] = pp_calloc(specs[c].nrecv ? specs[c].nrecv : 1, sizeof(RecvBuf));
         for (int i = 0; i < specs[c].nrecv; i++) rt->rbufs[c][i] = (RecvBuf){-1, NULL, NULL};
         model_init_wstate(&rt->model, c, nws[c]);
@@ -670,6 +703,7 @@ void runtime_free(Runtime *rt) {
     const Backend *be = rt->model.be;
     staging_free(rt);
     for (int c = 0; c < rt->model.nchunks; c++) free(rt->slots[c]), free(rt->rbufs[c]), free(rt->wsets[c]);
+    free(rt->blocks);
     if (be) be->dealloc(be, rt->loss_dev), be->dealloc(be, rt->sumsq_dev);
     comm_destroy(rt->tied); /* safe after its parent's (main.c destroys that first) */
     model_free(&rt->model);

@@ -22,7 +22,19 @@ typedef struct {
     CommReq *recv;       /* outstanding receive of the output gradient into this slot */
     void *host[3];       /* device backends: host staging of the two sends and the
                             receive ([Note: host staging] in runtime.c), else NULL */
+    int block;           /* the model's activation block it holds while busy */
+    unsigned gen;        /* times it was taken: tells a block whether its last holder
+                            was taken again since */
 } SlotState;
+
+/* Bookkeeping of one of the model's activation blocks ([Note: activation blocks] in
+ * model.c): held by a busy slot, or free with its last holder recorded, whose posted
+ * send of the output may still read it. */
+typedef struct {
+    int busy;
+    int c, i;            /* last holder: slot i of chunk c */
+    unsigned gen;        /* that slot's gen when it held the block; 0: never held */
+} ActBlock;
 
 /* Bookkeeping of the model's receive buffer of the same index (model_recv_buffer): a
  * RECV_F receives into it until its forward takes it over (model_take_input). */
@@ -43,6 +55,7 @@ typedef struct {
     Model model;
     int chunk_of[PP_MAX_STAGES]; /* local chunk index of a stage, -1 if remote */
     SlotState *slots[PP_MAX_CHUNKS];
+    ActBlock *blocks;          /* [model.nblocks] */
     RecvBuf *rbufs[PP_MAX_CHUNKS]; /* [model.chunks[c].nrecv] */
     int *wsets[PP_MAX_CHUNKS]; /* [model.chunks[c].nwstate] microbatch whose pending W
                                   each W state set holds ([Note: W state]), -1 free */
@@ -96,12 +109,14 @@ int runtime_partition(const Config *cfg, const Schedule *sched, const double *me
                       size_t errlen);
 
 /* What rank pp of a pipeline builds ([Note: memory plan] in model.h): its v chunks'
- * specs (slot pools from the peaks of the training and forward-only schedules, split
- * into kept and recomputing slots by the keep marks), their recompute (mode
- * PP_RECOMPUTE_*, pipeline.recompute_layers) and W state sets. runtime_init builds
- * exactly this; `pptrain schedule` plans with it. */
+ * specs (slot pools from each stage's peak in the training and forward-only
+ * schedules), their recompute (mode PP_RECOMPUTE_*, pipeline.recompute_layers) and W
+ * state sets, and the rank's activation blocks ([Note: activation blocks] in model.c):
+ * nblocks[1] that keep all and nblocks[0] that recompute, from the rank's peak over its
+ * chunks together, split by the keep marks. runtime_init builds exactly this;
+ * `pptrain schedule` plans with it. */
 void runtime_chunk_plan(const Schedule *train, const Schedule *fwd, const Partition *part, int pp, int recompute,
-                        int rc_layers, ChunkSpec *specs, ChunkRecompute *rc, int *nwstate);
+                        int rc_layers, ChunkSpec *specs, ChunkRecompute *rc, int *nwstate, int nblocks[2]);
 
 /* Result of one training step (the same on every rank). */
 typedef struct {

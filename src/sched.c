@@ -761,6 +761,8 @@ int sched_peak_inflight_kept(const Schedule *s, int stage, int keep) {
 
 int sched_peak_inflight_rank(const Schedule *s, int rank) { return peak_replay(s, rank, -1, -1); }
 
+int sched_peak_inflight_rank_kept(const Schedule *s, int rank, int keep) { return peak_replay(s, rank, -1, keep); }
+
 void sched_recompute_count(const Schedule *s, int stage, int *run, int *skipped) {
     int r = sched_stage_rank(s, stage);
     *run = *skipped = 0;

@@ -306,6 +306,8 @@ int sched_peak_inflight_rank(const Schedule *s, int rank);
 /* Most slots of stage `stage` held at once whose forward's keep mark is `keep` (0 or
  * 1): the two pools of a recomputing stage. */
 int sched_peak_inflight_kept(const Schedule *s, int stage, int keep);
+/* The same over all stages of rank r together (sched_peak_inflight_rank by mark). */
+int sched_peak_inflight_rank_kept(const Schedule *s, int rank, int keep);
 
 /* The backward actions of stage `stage` (B, I and W, each of which recomputes: one per
  * recomputed layer) whose forward is not marked keep, in *run, and those whose forward

@@ -204,13 +204,13 @@ static void plan_rank(const Config *cfg, const Schedule *s, const Schedule *fwd,
                       int mode, ModelPlan *plan) {
     ChunkSpec specs[PP_MAX_CHUNKS];
     ChunkRecompute rc[PP_MAX_CHUNKS];
-    int nws[PP_MAX_CHUNKS], B = cfg->batch_size / cfg->microbatches, T = cfg->seq_len;
+    int nws[PP_MAX_CHUNKS], nblocks[2], B = cfg->batch_size / cfg->microbatches, T = cfg->seq_len;
     ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, cfg->n_layers, cfg->n_heads, cfg->dim,
                    cfg->tie_embeddings};
     const Backend *be = backend_cpu();
-    runtime_chunk_plan(s, fwd, part, pp, mode, cfg->recompute_layers, specs, rc, nws);
+    runtime_chunk_plan(s, fwd, part, pp, mode, cfg->recompute_layers, specs, rc, nws, nblocks);
     model_plan(plan, &d, specs, rc, nws, s->v, B, T, be->attention_saved_floats(be, B, T, d.NH),
-               optim_state_arrays(cfg));
+               optim_state_arrays(cfg), nblocks[1], nblocks[0]);
 }
 
 /* Per rank: parameters, gradients, optimizer state and activations for the config,

@@ -597,13 +597,15 @@ START_TEST(test_recompute_chunk) {
             for (int layers = 0; layers <= 1; layers++)
                 for (int split = 0; split <= 1; split++) {
                     Model f, r;
-                    ChunkRecompute rc = {mode, layers, 0};
+                    ChunkRecompute rc = {mode, layers};
                     int nl = specs[k].l1 - specs[k].l0, nrc = layers ? 1 : nl;
                     setup_model(&f, &specs[k], 1, B, T, 21);
-                    model_init_recompute(&r, &tiny, &specs[k], &rc, 1, B, T, backend_cpu());
+                    model_init_recompute(&r, &tiny, &specs[k], &rc, 1, B, T, backend_cpu(), 0, 2);
                     model_init_weights(&r, 21, 0.3f);
+                    model_slot_attach(&r, 0, 0, 1), model_slot_attach(&r, 0, 1, 0); /* blocks crosswise */
+                    ck_assert(r.chunks[0].slots[0].layers[0].att == r.work.att); /* dropped: recomputed */
+                    ck_assert(r.chunks[0].slots[1].layers[0].res3 && r.chunks[0].slots[1].layers[0].res3 != r.work.res3);
                     if (split) model_init_wstate(&r, 0, 2);
-                    ck_assert_uint_lt(r.act_bytes, f.act_bytes);
                     ck_assert_uint_gt(r.work_bytes, 0);
                     Model *ms[2] = {&f, &r};
                     float *in[2], *dout[2];
@@ -665,13 +667,13 @@ START_TEST(test_memory_plan_sweep) {
                         for (int r = 0; r < P; r++) {
                             ChunkSpec specs[PP_MAX_CHUNKS];
                             ChunkRecompute rc[PP_MAX_CHUNKS];
-                            int nws[PP_MAX_CHUNKS];
+                            int nws[PP_MAX_CHUNKS], nb[2];
                             ModelPlan plan;
                             Model m;
-                            runtime_chunk_plan(&s, &fwd, &part, r, mode, M % 2, specs, rc, nws);
+                            runtime_chunk_plan(&s, &fwd, &part, r, mode, M % 2, specs, rc, nws, nb);
                             model_plan(&plan, &d, specs, rc, nws, v, B, T,
-                                       backend_cpu()->attention_saved_floats(backend_cpu(), B, T, d.NH), 2);
-                            model_init_recompute(&m, &d, specs, rc, v, B, T, backend_cpu());
+                                       backend_cpu()->attention_saved_floats(backend_cpu(), B, T, d.NH), 2, nb[1], nb[0]);
+                            model_init_recompute(&m, &d, specs, rc, v, B, T, backend_cpu(), nb[1], nb[0]);
                             model_init_optimizer(&m, 2);
                             for (int c = 0; c < v; c++) model_init_wstate(&m, c, nws[c]);
                             size_t pb = m.nparams * sizeof(float);
