@@ -601,10 +601,13 @@ static void report_memory(Runtime *rt) {
     printf("rank %d: allocated: params %zu B, grads %zu B, optimizer %zu B, activations %zu B (slots %zu + recompute "
            "workspace %zu + receive %zu + W state %zu), recompute %s\n", rt->lay.rank, p, g, (size_t)m->nopt * p, act,
            m->act_bytes, m->work_bytes, m->recv_bytes, m->wstate_bytes, rt->cfg->recompute);
+    printf("rank %d: activation blocks: %d that keep all + %d that recompute (the most microbatches its chunks hold at "
+           "once together; slots per chunk:", rt->lay.rank, m->nblocks_keep, m->nblocks - m->nblocks_keep);
+    for (int c = 0; c < rt->v; c++) printf(" %d on stage %d", m->chunks[c].nslots, m->chunks[c].stage);
+    printf(")\n");
     if (model_recompute_mode(rt->cfg->recompute) == PP_RECOMPUTE_NONE) return;
     printf("rank %d: recompute: per step %ld layer recomputes, %ld skipped where the schedule runs a backward right "
-           "after its forward (%d of %d activation blocks keep all)\n", rt->lay.rank, rt->recompute_plan,
-           rt->recompute_skipped, m->nblocks_keep, m->nblocks);
+           "after its forward\n", rt->lay.rank, rt->recompute_plan, rt->recompute_skipped);
 }
 
 /* Allocate this rank's model (its stages: slots and receive buffers sized by the
