@@ -88,8 +88,9 @@ typedef struct {
  * A split backward recomputes twice, before I and before W (the workspace does not
  * survive the actions in between; selective's W needs only GELU again).
  * Which forwards keep everything is the schedule's decision, not the model's
- * (Schedule.keep, [Note: schedule-aware recompute] in sched.h): a keep slot is a
- * complete one, and a chunk has ChunkSpec.nkeep of them, the first nkeep slots. */
+ * (Schedule.keep, [Note: schedule-aware recompute] in sched.h): the runtime gives such
+ * a forward's slot an activation block that keeps everything, the others one that
+ * drops ([Note: activation blocks] in model.c). */
 enum { PP_RECOMPUTE_NONE = 0, PP_RECOMPUTE_SELECTIVE, PP_RECOMPUTE_FULL };
 
 /* pipeline.recompute's value as PP_RECOMPUTE_*, or -1 for an unknown name. */
@@ -157,7 +158,7 @@ typedef struct {
     float *dmid;              /* [N,C] */
     float *dqkv;              /* [N,3C] */
     float *scratch;           /* be->scratch_floats(N, T, C) for the backward ops */
-    size_t act_bytes;         /* activation slot bytes, for the build report */
+    size_t act_bytes;         /* activation slot (and block) bytes, for the build report */
     size_t recv_bytes;        /* receive buffer bytes, for the build report */
     size_t wstate_bytes;      /* W state bytes ([Note: W state]), for the build report */
     LayerActs work;           /* the recompute workspace ([Note: recompute]): what one
@@ -186,7 +187,7 @@ typedef struct {
  * the build report prints what was allocated, and a test holds the two equal. Bytes. */
 typedef struct {
     size_t params, grads, optimizer; /* grads include the tied head's part */
-    size_t slots;                    /* activation slots (Model.act_bytes) */
+    size_t slots;                    /* activation slots and blocks (Model.act_bytes) */
     size_t work;                     /* the recompute workspace (Model.work_bytes) */
     size_t recv;                     /* receive buffers (Model.recv_bytes) */
     size_t wstate;                   /* W state sets (Model.wstate_bytes) */
