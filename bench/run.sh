@@ -99,4 +99,6 @@ scripts/pprun --nproc-per-node 2 ./pptrain --config configs/gpt-tiny.yaml --set 
 echo "== checkpoints: GPT-2 124M-sized shard (save/load MB/s, stall, ratio)"
 "$build/bench_ckpt" --dir "$out" | sed 's/^/  /'
 
+bash bench/recompute.sh
+
 if [ -x build/cuda/bench_gpu ] && build/cuda/bench_gpu --probe >/dev/null 2>&1; then bash bench/gpu.sh "$build"; fi

@@ -32,6 +32,9 @@ typedef struct {
     int microbatches;                /* M */
     char split[PP_SPLIT_MAX];        /* "auto", or a flow sequence as text: "[4, 4]" or
                                         "[\"layers.4\"]" (interpreted by the partition) */
+    char balance[PP_NAME_MAX];       /* time | parameters | memory: what split auto balances */
+    char recompute[PP_NAME_MAX];     /* none | selective | full ([Note: recompute] in model.h) */
+    int recompute_layers;            /* the first N layers of each chunk recompute; 0 = all */
     /* train: */
     int batch_size;                  /* B, sequences per optimizer step (global) */
     int seq_len;                     /* T */

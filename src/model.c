@@ -3,6 +3,7 @@
 #include "model.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,30 +142,97 @@ static float *act_alloc(Model *m, size_t n) {
     return dev_alloc(m, n * sizeof(float));
 }
 
+/* Layers of a chunk of nl layers that recompute ([Note: recompute]). */
+static int chunk_nrc(int recompute, int rc_layers, int nl) {
+    if (recompute == PP_RECOMPUTE_NONE) return 0;
+    return rc_layers == 0 || rc_layers > nl ? nl : rc_layers;
+}
+
+int model_recompute_mode(const char *name) {
+    static const char *const names[] = {"none", "selective", "full"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, names[i])) return i;
+    return -1;
+}
+
+#define NACTS (sizeof(LayerActs) / sizeof(float *))
+
+/* Floats of each LayerActs member, in its order. */
+static void layer_sizes(const Model *m, size_t sizes[NACTS]) {
+    size_t N = (size_t)m->B * m->T, C = m->d.C;
+    size_t s[] = {N * C, N, N, N * 3 * C, N * C, m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH),
+                  N * C, N * C, N, N, N * 4 * C, N * 4 * C, N * C}; /* LayerActs' order */
+    _Static_assert(sizeof s / sizeof s[0] == NACTS, "sizes: LayerActs' order");
+    memcpy(sizes, s, sizeof s);
+}
+
+/* Whether member k of layer li is the slot's own (1) or the workspace's (0): all kept
+ * in a keep slot and on layers that do not recompute; else full keeps res3 only and
+ * selective all but att and fch_gelu ([Note: recompute]). */
+static int member_kept(const Chunk *ck, int li, int keep, size_t k) {
+    enum { ATT = offsetof(LayerActs, att) / sizeof(float *), GELU = offsetof(LayerActs, fch_gelu) / sizeof(float *),
+           RES3 = offsetof(LayerActs, res3) / sizeof(float *) };
+    if (keep || li >= ck->nrc || ck->recompute == PP_RECOMPUTE_NONE) return 1;
+    if (ck->recompute == PP_RECOMPUTE_FULL) return k == RES3;
+    return k != ATT && k != GELU;
+}
+
+/* Whether a model whose chunks recompute like this, with nred slots or blocks that do
+ * not keep all, needs the workspace. */
+static int chunk_uses_work(int recompute, int nrc, int nred) {
+    return recompute != PP_RECOMPUTE_NONE && nrc > 0 && nred > 0;
+}
+
+/* [Note: activation blocks] With a recompute (model_init_recompute) a chunk's slots
+ * hold only its input, gradient and head activations; the layers' activations live in
+ * blocks shared by every chunk of the rank, as many as the rank keeps microbatches in
+ * flight over all its chunks together (sched_peak_inflight_rank), which is fewer than
+ * the sum of each chunk's own peak when the chunks' peaks fall at different times
+ * (ZB-V, interleaving). A block fits the largest chunk; model_slot_attach lays a
+ * chunk's layers out in it. Blocks 0 .. nblocks_keep-1 keep everything, the others
+ * drop what the recompute drops. Each tensor starts BLOCK_ALIGN floats aligned. */
+#define BLOCK_ALIGN 64
+static size_t block_pad(size_t n) { return (n + BLOCK_ALIGN - 1) / BLOCK_ALIGN * BLOCK_ALIGN; }
+
+/* Lay the layer activations of a slot of chunk ck (keep or not) out from base: kept
+ * members carved in order, dropped ones the workspace's. base NULL: only count.
+ * Returns the floats used. */
+static size_t layers_carve(const Model *m, const Chunk *ck, LayerActs *layers, int keep, float *base) {
+    size_t sizes[NACTS], used = 0;
+    layer_sizes(m, sizes);
+    const float *const *work = (const float *const *)&m->work;
+    for (int li = 0; li < ck->l1 - ck->l0; li++)
+        for (size_t k = 0; k < NACTS; k++) {
+            float **f = layers ? (float **)&layers[li] + k : NULL;
+            if (!member_kept(ck, li, keep, k)) {
+                if (f) *f = (float *)work[k];
+                continue;
+            }
+            if (f) *f = base + used;
+            used += block_pad(sizes[k]);
+        }
+    return used;
+}
+
+/* A slot's own layer activations (model_init: no blocks), every member kept. */
+static void layers_own(Model *m, const Chunk *ck, LayerActs *layers) {
+    size_t sizes[NACTS];
+    layer_sizes(m, sizes);
+    for (int li = 0; li < ck->l1 - ck->l0; li++)
+        for (size_t k = 0; k < NACTS; k++) ((float **)&layers[li])[k] = act_alloc(m, sizes[k]);
+}
+
 static void slot_init(Model *m, const Chunk *ck, ActSlot *a) {
     size_t N = (size_t)m->B * m->T, C = m->d.C;
     memset(a, 0, sizeof *a);
+    a->keep = 1;
+    a->block = -1;
     a->input = act_alloc(m, N * C);
     a->grad = act_alloc(m, N * C);
     a->tokens = dev_alloc(m, N * sizeof(int));
     a->targets = dev_alloc(m, N * sizeof(int));
     a->layers = pp_calloc(ck->l1 - ck->l0, sizeof(LayerActs));
-    for (int l = 0; l < ck->l1 - ck->l0; l++) {
-        LayerActs *la = &a->layers[l];
-        la->ln1 = act_alloc(m, N * C);
-        la->ln1_mean = act_alloc(m, N);
-        la->ln1_rstd = act_alloc(m, N);
-        la->qkv = act_alloc(m, N * 3 * C);
-        la->atty = act_alloc(m, N * C);
-        la->att = act_alloc(m, m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH));
-        la->res2 = act_alloc(m, N * C);
-        la->ln2 = act_alloc(m, N * C);
-        la->ln2_mean = act_alloc(m, N);
-        la->ln2_rstd = act_alloc(m, N);
-        la->fch = act_alloc(m, N * 4 * C);
-        la->fch_gelu = act_alloc(m, N * 4 * C);
-        la->res3 = act_alloc(m, N * C);
-    }
+    if (!m->pooled) layers_own(m, ck, a->layers); /* else model_slot_attach */
     if (ck->last) {
         a->lnf = act_alloc(m, N * C);
         a->lnf_mean = act_alloc(m, N);
@@ -177,11 +245,58 @@ static void slot_free(const Model *m, const Chunk *ck, ActSlot *a) {
     const Backend *be = m->be;
     void *own[] = {a->input, a->grad, a->tokens, a->targets, a->lnf, a->lnf_mean, a->lnf_rstd, a->dlnf};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) be->dealloc(be, own[k]);
-    for (int l = 0; l < ck->l1 - ck->l0; l++) {
+    for (int l = 0; l < ck->l1 - ck->l0 && !m->pooled; l++) { /* blocks go at model_free */
         float **f = (float **)&a->layers[l];
-        for (size_t k = 0; k < sizeof(LayerActs) / sizeof(float *); k++) be->dealloc(be, f[k]);
+        for (size_t k = 0; k < NACTS; k++) be->dealloc(be, f[k]);
     }
     free(a->layers);
+}
+
+/* The rank's activation blocks ([Note: activation blocks]), each sized for the largest
+ * chunk's layout of its kind. */
+static void blocks_init(Model *m, int nkeep, int nred) {
+    size_t fl[2] = {0, 0}; /* floats of a block that drops, that keeps */
+    for (int c = 0; c < m->nchunks; c++)
+        for (int keep = 0; keep < 2; keep++) {
+            size_t n = layers_carve(m, &m->chunks[c], NULL, keep, NULL);
+            fl[keep] = n > fl[keep] ? n : fl[keep];
+        }
+    m->nblocks = nkeep + nred;
+    m->nblocks_keep = nkeep;
+    m->blocks = pp_calloc(m->nblocks ? m->nblocks : 1, sizeof(float *));
+    for (int b = 0; b < m->nblocks; b++) m->blocks[b] = act_alloc(m, fl[b < nkeep]);
+}
+
+void model_slot_attach(Model *m, int c, int s, int b) {
+    PP_CHECK(m->pooled && c >= 0 && c < m->nchunks && s >= 0 && s < m->chunks[c].nslots && b >= 0 && b < m->nblocks);
+    ActSlot *a = &m->chunks[c].slots[s];
+    a->keep = b < m->nblocks_keep;
+    a->block = b;
+    layers_carve(m, &m->chunks[c], a->layers, a->keep, m->blocks[b]);
+}
+
+/* The recompute workspace: a whole layer for full, what selective drops (and
+ * attention's output, which its recompute writes) for selective. */
+static void work_init(Model *m) {
+    int full = 0, sel = 0;
+    for (int c = 0; c < m->nchunks; c++) {
+        const Chunk *ck = &m->chunks[c];
+        if (!chunk_uses_work(ck->recompute, ck->nrc, m->nblocks - m->nblocks_keep)) continue;
+        full |= ck->recompute == PP_RECOMPUTE_FULL;
+        sel |= ck->recompute == PP_RECOMPUTE_SELECTIVE;
+    }
+    if (!full && !sel) return;
+    size_t sizes[NACTS];
+    layer_sizes(m, sizes);
+    float **f = (float **)&m->work;
+    LayerActs want = {0};
+    want.atty = want.att = want.fch_gelu = (float *)1; /* selective's */
+    const float *const *w = (const float *const *)&want;
+    for (size_t k = 0; k < NACTS; k++) {
+        if (!full && !w[k]) continue;
+        f[k] = dev_alloc(m, sizes[k] * sizeof(float));
+        m->work_bytes += sizes[k] * sizeof(float);
+    }
 }
 
 static void wstate_init(Model *m, const Chunk *ck, LayerWState *ws) {
@@ -213,6 +328,11 @@ static float *dev_zeros(const Model *m, size_t n) {
 
 void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunks, int B,
                 int T, const Backend *be) {
+    model_init_recompute(m, d, specs, NULL, nchunks, B, T, be, 0, 0);
+}
+
+void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
+                          int nchunks, int B, int T, const Backend *be, int nblocks_keep, int nblocks_drop) {
     PP_CHECK(nchunks >= 1 && nchunks <= PP_MAX_CHUNKS);
     memset(m, 0, sizeof *m);
     m->d = *d;
@@ -220,7 +340,8 @@ void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunk
     m->T = T;
     m->be = be;
     m->nchunks = nchunks;
-    int any_last = 0;
+    m->pooled = rc != NULL;
+    int any_last = 0, any_first = 0;
     for (int c = 0; c < nchunks; c++) {
         Chunk *ck = &m->chunks[c];
         ck->stage = specs[c].stage;
@@ -230,7 +351,10 @@ void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunk
         ck->last = specs[c].last;
         ck->nslots = specs[c].nslots;
         ck->nrecv = specs[c].nrecv;
+        ck->recompute = rc ? rc[c].mode : PP_RECOMPUTE_NONE;
+        ck->nrc = chunk_nrc(ck->recompute, rc ? rc[c].layers : 0, ck->l1 - ck->l0);
         any_last |= ck->last;
+        any_first |= ck->first;
     }
     build_table(m);
     m->params = dev_zeros(m, m->nparams);
@@ -239,10 +363,13 @@ void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunk
     m->lg = pp_calloc(d->L, sizeof(LayerParams));
     bind(m, m->params, m->lp, &m->wte, &m->wpe, &m->lnfw, &m->lnfb, &m->head);
     bind(m, m->grads, m->lg, &m->dwte, &m->dwpe, &m->dlnfw, &m->dlnfb, &m->dhead);
-    if (d->tied && m->dhead && m->wpe) { /* first and last stage on this rank */
+    if (d->tied && any_first && any_last) { /* first and last stage on this rank (a tied head
+                                              * pointer alone is no sign: it is wte) */
         m->dhead_tied = dev_zeros(m, (size_t)d->Vp * d->C);
         m->dhead = m->dhead_tied;
     }
+    if (m->pooled) blocks_init(m, nblocks_keep, nblocks_drop);
+    work_init(m);
     for (int c = 0; c < nchunks; c++) {
         Chunk *ck = &m->chunks[c];
         ck->slots = pp_calloc(ck->nslots, sizeof(ActSlot));
@@ -288,6 +415,10 @@ void model_free(Model *m) {
         for (int w = 0; w < ck->nwstate; w++) wstate_free(m, ck, ck->wstate[w]);
         free(ck->slots), free(ck->recv), free(ck->wstate);
     }
+    float **work = (float **)&m->work;
+    for (size_t k = 0; k < NACTS; k++) be->dealloc(be, work[k]);
+    for (int b = 0; b < m->nblocks; b++) be->dealloc(be, m->blocks[b]);
+    free(m->blocks);
     void *own[] = {m->params, m->grads, m->opt_m, m->opt_v, m->dbig, m->dmid, m->dqkv, m->losses, m->logits,
                    m->dhead_tied, m->scratch};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) be->dealloc(be, own[k]);
@@ -449,6 +580,25 @@ static const float *layer_input(const ActSlot *a, int li) {
     return li == 0 ? a->input : a->layers[li - 1].res3;
 }
 
+/* The activations layer li of slot a has for its backward (weight_half: for
+ * layer_backward_weight): the slot's own, or, where [Note: recompute] dropped some,
+ * the same again from the kept ones by the forward's own calls. */
+static const LayerActs *backward_acts(Model *m, const Chunk *ck, ActSlot *a, int li, int weight_half) {
+    LayerActs *la = &a->layers[li];
+    if (a->keep || li >= ck->nrc) return la;
+    const Backend *be = m->be;
+    int B = m->B, T = m->T, N = B * T, C = m->d.C, NH = m->d.NH;
+    m->recomputes++;
+    if (ck->recompute == PP_RECOMPUTE_FULL) {
+        layer_forward(m, &m->lp[ck->l0 + li], &m->work, layer_input(a, li));
+        return &m->work;
+    }
+    if (!weight_half) /* W does not read the probabilities */
+        be->attention_forward(be, m->work.atty, la->att, la->qkv, B, T, C, NH);
+    be->gelu_forward(be, la->fch_gelu, la->fch, (size_t)N * 4 * C);
+    return la;
+}
+
 void model_forward(Model *m, int c, int s, float dloss, int want_grad, double *loss) {
     const Chunk *ck = &m->chunks[c];
     ActSlot *a = &ck->slots[s];
@@ -473,8 +623,8 @@ static void chunk_backward(Model *m, int c, int s, int weights, LayerWState *wst
     }
     for (int l = ck->l1 - 1; l >= ck->l0; l--) {
         int li = l - ck->l0;
-        layer_backward(m, weights ? &m->lg[l] : NULL, a->grad, &a->layers[li], &m->lp[l], layer_input(a, li),
-                       weights ? &fused : &wstate[li]);
+        layer_backward(m, weights ? &m->lg[l] : NULL, a->grad, backward_acts(m, ck, a, li, 0), &m->lp[l],
+                       layer_input(a, li), weights ? &fused : &wstate[li]);
     }
     if (ck->first && weights)
         m->be->encoder_backward(m->be, m->dwte, m->dwpe, a->grad, a->tokens, m->B, m->T, C);
@@ -497,11 +647,60 @@ void model_backward_weight(Model *m, int c, int s, int w) {
                                   a->lnf_rstd, m->lnfw, N, C, m->scratch);
     for (int l = ck->l1 - 1; l >= ck->l0; l--) {
         int li = l - ck->l0;
-        layer_backward_weight(m, &m->lg[l], &a->layers[li], &m->lp[l], layer_input(a, li), &ck->wstate[w][li]);
+        layer_backward_weight(m, &m->lg[l], backward_acts(m, ck, a, li, 1), &m->lp[l], layer_input(a, li),
+                              &ck->wstate[w][li]);
     }
     if (ck->first) /* s->grad holds d(embedding output), left by the input half */
         m->be->encoder_backward(m->be, m->dwte, m->dwpe, a->grad, a->tokens, m->B, m->T, C);
 }
+
+/* ---- memory plan ([Note: memory plan] in model.h) ---- */
+
+void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
+                const int *nwstate, int nchunks, int B, int T, size_t att_floats, int nopt, int nblocks_keep,
+                int nblocks_drop) {
+    size_t N = (size_t)B * T, C = d->C, f = sizeof(float), params = 0, head_tied = 0, blk[2] = {0, 0};
+#define PAD(n) (rc ? ((n) + 63) / 64 * 64 : (n)) /* blocks align each tensor ([Note: activation blocks]) */
+    size_t layer_all = 5 * PAD(N * C) + 4 * PAD(N) + PAD(3 * N * C) + PAD(att_floats) + 2 * PAD(4 * N * C);
+#undef PAD
+    int first = 0, last = 0, full = 0, sel = 0;
+    memset(p, 0, sizeof *p);
+    for (int c = 0; c < nchunks; c++) first |= specs[c].first, last |= specs[c].last;
+    for (int c = 0; c < nchunks; c++) {
+        const ChunkSpec *k = &specs[c];
+        int mode = rc ? rc[c].mode : PP_RECOMPUTE_NONE, nl = k->l1 - k->l0, nrc = chunk_nrc(mode, rc ? rc[c].layers : 0, nl);
+        size_t own = 2 * N * C + (k->last ? N * (2 * C + 2) : 0), kept = (size_t)nl * layer_all;
+        /* a layer that drops keeps res3 (full), or all but att and fch_gelu (selective) */
+        size_t res3 = rc ? (N * C + 63) / 64 * 64 : N * C, a4 = rc ? (4 * N * C + 63) / 64 * 64 : 4 * N * C;
+        size_t atts = rc ? (att_floats + 63) / 64 * 64 : att_floats;
+        size_t dropped = kept - (size_t)nrc * (mode == PP_RECOMPUTE_FULL ? layer_all - res3 : atts + a4);
+        if (rc) { /* the slot's own part; the layers in the rank's blocks */
+            p->slots += f * (size_t)k->nslots * own;
+            blk[1] = kept > blk[1] ? kept : blk[1];
+            blk[0] = dropped > blk[0] ? dropped : blk[0];
+        } else {
+            p->slots += f * (size_t)k->nslots * (own + kept);
+        }
+        p->recv += f * (size_t)k->nrecv * N * C;
+        p->wstate += f * (size_t)(nwstate ? nwstate[c] : 0) * nl * 11 * N * C;
+        if (rc && chunk_uses_work(mode, nrc, nblocks_drop)) {
+            full |= mode == PP_RECOMPUTE_FULL;
+            sel |= mode == PP_RECOMPUTE_SELECTIVE;
+        }
+        params += (size_t)nl * (12 * C * C + 13 * C);
+        if (k->first) params += (size_t)d->Vp * C + (size_t)d->maxT * C;
+        if (k->last) params += 2 * C + (d->tied && first ? 0 : (size_t)d->Vp * C); /* a shared wte counts once */
+    }
+    if (rc) p->slots += f * ((size_t)nblocks_keep * blk[1] + (size_t)nblocks_drop * blk[0]);
+    if (d->tied && first && last) head_tied = (size_t)d->Vp * C; /* [Note: tied gradient order] */
+    size_t layer_raw = N * (16 * C + 4) + att_floats;
+    p->work = f * (full ? layer_raw : sel ? att_floats + N * 5 * C : 0);
+    p->params = f * params;
+    p->grads = f * (params + head_tied);
+    p->optimizer = f * (size_t)nopt * params;
+}
+
+size_t model_plan_activations(const ModelPlan *p) { return p->slots + p->work + p->recv + p->wstate; }
 
 /* ---- llm.c fp32 checkpoint (DESIGN.md §6) ---- */
 

@@ -71,8 +71,37 @@ typedef struct {
     float *dln1;   /* [N,C] d(ln1 output) */
 } LayerWState;
 
+/* [Note: recompute] pipeline.recompute trades activation memory for compute on the
+ * first nrc layers of each chunk (pipeline.recompute_layers; 0 = all). A slot either
+ * keeps everything (ActSlot.keep) or, on those layers, keeps less and the backward
+ * recomputes the rest from what is kept, into the model's one recompute workspace
+ * (Model.work: one layer's worth, shared because one op runs at a time):
+ *  - full: a layer keeps only its output res3 (the next layer's input, the chunk's
+ *    output); its backward first runs the layer's forward again into the workspace;
+ *  - selective: a layer drops the attention probabilities (the [B,NH,T,T] term, which
+ *    dominates at long T) and the GELU output fch_gelu; the backward runs attention's
+ *    forward on the kept qkv and GELU on the kept pre-GELU fch again. (Dropping fch
+ *    instead would save the same bytes but recompute the fc matmul, about a third of
+ *    the layer's forward; GELU's output is one elementwise pass.)
+ * The recompute calls the same backend ops on the same inputs as the forward did, so
+ * the backward sees the same bits and training is bitwise equal to keeping everything.
+ * A split backward recomputes twice, before I and before W (the workspace does not
+ * survive the actions in between; selective's W needs only GELU again).
+ * Which forwards keep everything is the schedule's decision, not the model's
+ * (Schedule.keep, [Note: schedule-aware recompute] in sched.h): the runtime gives such
+ * a forward's slot an activation block that keeps everything, the others one that
+ * drops ([Note: activation blocks] in model.c). */
+enum { PP_RECOMPUTE_NONE = 0, PP_RECOMPUTE_SELECTIVE, PP_RECOMPUTE_FULL };
+
+/* pipeline.recompute's value as PP_RECOMPUTE_*, or -1 for an unknown name. */
+int model_recompute_mode(const char *name);
+
 /* The activations one chunk keeps for one in-flight microbatch. */
 typedef struct {
+    int keep;           /* 1: every activation is kept; 0: the recomputed layers keep
+                           only part ([Note: recompute]) */
+    int block;          /* the activation block its layers are laid out in
+                           ([Note: activation blocks] in model.c), -1: none or its own */
     float *input;       /* [N,C] stage input: received, or the embedding output */
     float *grad;        /* [N,C] in: d(stage output) (zero on the last stage); out, after
                            backward: d(stage input). The residual stream's gradient is
@@ -94,6 +123,8 @@ typedef struct {
     float **recv;       /* [nrecv] each [N,C]; model_take_input swaps one into a slot */
     int nwstate;        /* W state sets ([Note: W state]); 0 without split backwards */
     LayerWState **wstate; /* [nwstate][nlayers of the chunk] */
+    int recompute;      /* PP_RECOMPUTE_* ([Note: recompute]) */
+    int nrc;            /* layers l0 .. l0+nrc-1 recompute in slots without keep */
 } Chunk;
 
 /* [Note: model memory] The model owns every device buffer of its rank: parameters,
@@ -127,20 +158,67 @@ typedef struct {
     float *dmid;              /* [N,C] */
     float *dqkv;              /* [N,3C] */
     float *scratch;           /* be->scratch_floats(N, T, C) for the backward ops */
-    size_t act_bytes;         /* activation slot bytes, for the build report */
+    size_t act_bytes;         /* activation slot (and block) bytes, for the build report */
     size_t recv_bytes;        /* receive buffer bytes, for the build report */
     size_t wstate_bytes;      /* W state bytes ([Note: W state]), for the build report */
+    LayerActs work;           /* the recompute workspace ([Note: recompute]): what one
+                                 layer drops, NULL members when nothing recomputes */
+    size_t work_bytes;        /* its bytes, for the build report */
+    int pooled;               /* the layers' activations are in blocks (model_init_recompute) */
+    int nblocks, nblocks_keep; /* activation blocks ([Note: activation blocks] in model.c);
+                                  the first nblocks_keep keep everything */
+    float **blocks;           /* [nblocks] */
+    long recomputes;          /* layer recomputes run so far (a backward, I or W of one
+                                 layer on a slot without keep), for the runtime's check */
 } Model;
 
 typedef struct {
     int stage, l0, l1, first, last, nslots, nrecv;
 } ChunkSpec;
 
+/* A chunk's recompute ([Note: recompute]); model_init keeps everything. */
+typedef struct {
+    int mode;           /* PP_RECOMPUTE_*; none keeps everything */
+    int layers;         /* pipeline.recompute_layers: 0 = every layer of the chunk */
+} ChunkRecompute;
+
+/* [Note: memory plan] What model_init and model_init_wstate allocate for these chunks,
+ * computed from the sizes alone (nothing is allocated): `pptrain schedule` prints it,
+ * the build report prints what was allocated, and a test holds the two equal. Bytes. */
+typedef struct {
+    size_t params, grads, optimizer; /* grads include the tied head's part */
+    size_t slots;                    /* activation slots and blocks (Model.act_bytes) */
+    size_t work;                     /* the recompute workspace (Model.work_bytes) */
+    size_t recv;                     /* receive buffers (Model.recv_bytes) */
+    size_t wstate;                   /* W state sets (Model.wstate_bytes) */
+} ModelPlan;
+
+/* Fill *p for model_init_recompute(d, specs, rc, nchunks, B, T, be, nblocks_keep,
+ * nblocks_drop) (rc NULL: model_init) with a backend whose attention keeps att_floats
+ * floats per layer (be->attention_saved_floats(B, T, NH)), nopt optimizer arrays, and
+ * nwstate[c] W state sets for chunk c. */
+void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
+                const int *nwstate, int nchunks, int B, int T, size_t att_floats, int nopt, int nblocks_keep,
+                int nblocks_drop);
+/* The activation total of a plan: slots, workspace, receive buffers and W state. */
+size_t model_plan_activations(const ModelPlan *p);
+
 /* Build the tensor table and allocate parameters, gradients, slots, receive buffers and
  * scratch (device memory of be) for the given chunks (stages) of this rank, microbatch
  * B x T. Dies on out of memory. */
 void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunks, int B,
                 int T, const Backend *be);
+/* model_init with rc[c] the recompute of chunk c ([Note: recompute]), the slots'
+ * layer activations in the rank's shared blocks ([Note: activation blocks] in model.c):
+ * nblocks_keep that keep everything and nblocks_drop that drop what the recompute
+ * drops. A slot has no layer activations until model_slot_attach gives it a block.
+ * rc NULL: model_init (each slot keeps its own, every activation). */
+void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
+                          int nchunks, int B, int T, const Backend *be, int nblocks_keep, int nblocks_drop);
+/* Lay slot s of chunk c's layer activations out in block b (keep: b < nblocks_keep).
+ * The caller keeps each block with one slot at a time, and a block's last holder's
+ * posted send of its output (model_chunk_output) complete before it moves on. */
+void model_slot_attach(Model *m, int c, int s, int b);
 /* Allocate `narrays` (0..2) zeroed optimizer state arrays of nparams each (opt_m, then
  * opt_v): optim_state_arrays() of the run's optimizer. Call once, after model_init. */
 void model_init_optimizer(Model *m, int narrays);

@@ -41,21 +41,28 @@ static int parse_list(const char *s, int *vals, int max, int *count, char *kind,
 }
 
 /* Contiguous split of L layers into S stages (each >= 1 layer) minimising the most
- * expensive stage; the last stage also carries the head. Dynamic programme over
- * (stages used, layers used). */
-static void balance(Partition *p, int L, int S, double lc, double head) {
-    double *best = pp_malloc(sizeof(double) * (S + 1) * (L + 1));
+ * expensive stage under pc; among prefixes as good, the one with the smaller sum of
+ * squared stage costs (so that when one stage's minimum sets the maximum, as a first
+ * stage holding the embedding does, the others still share evenly). Dynamic programme
+ * over (stages used, layers used). */
+static double stage_cost(const PartitionCosts *pc, int S, int s, int n) {
+    return n * pc->layer[s] + (s == 0 ? pc->embed : 0) + (s == S - 1 ? pc->head : 0);
+}
+
+static void balance(Partition *p, int L, int S, const PartitionCosts *pc) {
+    double *best = pp_malloc(sizeof(double) * (S + 1) * (L + 1)), *sq = pp_malloc(sizeof(double) * (S + 1) * (L + 1));
     int *cut = pp_malloc(sizeof(int) * (S + 1) * (L + 1));
 #define AT(a, b) ((a) * (L + 1) + (b))
     for (int s = 0; s <= S; s++)
-        for (int l = 0; l <= L; l++) best[AT(s, l)] = 1e300;
-    best[AT(0, 0)] = 0;
+        for (int l = 0; l <= L; l++) best[AT(s, l)] = sq[AT(s, l)] = 1e300;
+    best[AT(0, 0)] = sq[AT(0, 0)] = 0;
     for (int s = 1; s <= S; s++)
         for (int l = s; l <= L - (S - s); l++)
             for (int k = s - 1; k < l; k++) { /* stage s-1 holds layers [k, l) */
-                double c = (l - k) * lc + (s == S ? head : 0);
-                double v = best[AT(s - 1, k)] > c ? best[AT(s - 1, k)] : c;
-                if (v < best[AT(s, l)] - 1e-9) best[AT(s, l)] = v, cut[AT(s, l)] = k;
+                double c = stage_cost(pc, S, s - 1, l - k), b = best[AT(s, l)];
+                double v = best[AT(s - 1, k)] > c ? best[AT(s - 1, k)] : c, q = sq[AT(s - 1, k)] + c * c;
+                if (v < b * (1 - 1e-12) || (v <= b * (1 + 1e-12) && q < sq[AT(s, l)] * (1 - 1e-12)))
+                    best[AT(s, l)] = v, sq[AT(s, l)] = q, cut[AT(s, l)] = k;
             }
     for (int s = S, l = L; s >= 1; s--) {
         p->l1[s - 1] = l;
@@ -63,21 +70,56 @@ static void balance(Partition *p, int L, int S, double lc, double head) {
     }
 #undef AT
     free(best);
+    free(sq);
     free(cut);
+}
+
+void partition_costs_time(PartitionCosts *pc, int S, int C, int Vp, int T, const double *measured) {
+    memset(pc, 0, sizeof *pc);
+    for (int s = 0; s < S; s++) pc->layer[s] = measured ? measured[0] : 3 * layer_cost(C, T);
+    pc->embed = measured ? measured[1] : 3.0 * C; /* a gather and an add per token */
+    pc->head = measured ? measured[2] : 3 * 2.0 * Vp * C;
+    pc->unit = measured ? "measured time" : "estimated time";
+}
+
+void partition_costs_parameters(PartitionCosts *pc, int S, int C, int Vp, int maxT) {
+    memset(pc, 0, sizeof *pc);
+    for (int s = 0; s < S; s++) pc->layer[s] = 12.0 * C * C + 13.0 * C;
+    pc->embed = ((double)Vp + maxT) * C;
+    pc->head = (double)Vp * C + 2.0 * C;
+    pc->unit = "parameters";
+}
+
+void partition_costs_memory(PartitionCosts *pc, int S, int C, int Vp, int maxT, int N, int nopt,
+                            const int *inflight, double layer_act) {
+    PartitionCosts params;
+    partition_costs_parameters(&params, S, C, Vp, maxT);
+    memset(pc, 0, sizeof *pc);
+    double per_param = 4.0 * (2 + nopt), io = 2.0 * 4 * N * C; /* a slot's input and gradient */
+    for (int s = 0; s < S; s++) pc->layer[s] = per_param * params.layer[s] + inflight[s] * layer_act;
+    pc->embed = per_param * params.embed + inflight[0] * io;
+    pc->head = per_param * params.head + 4.0 * N * Vp + inflight[S - 1] * (io + 4.0 * N * (2 * C + 2));
+    pc->unit = "memory";
 }
 
 int partition_build(Partition *p, const char *split, int L, int S, int C, int Vp, int T,
                     char *err, size_t errlen) {
+    PartitionCosts pc;
+    partition_costs_time(&pc, S < PP_MAX_STAGES ? S : PP_MAX_STAGES, C, Vp, T, NULL);
+    return partition_build_costs(p, split, L, S, &pc, err, errlen);
+}
+
+int partition_build_costs(Partition *p, const char *split, int L, int S, const PartitionCosts *pc, char *err,
+                          size_t errlen) {
     memset(p, 0, sizeof *p);
     if (S < 1 || S > PP_MAX_STAGES) return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages is out of range 1..%d", S, PP_MAX_STAGES);
     if (S > L)
         return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages (stages x virtual_stages) but only %d layers: every stage needs a layer", S, L);
     p->S = S;
-    double lc = layer_cost(C, T), head = 2.0 * Vp * C;
+    p->unit = pc->unit;
     if (strcmp(split, "auto") == 0) {
-        balance(p, L, S, lc, head);
-    } else {
-        int vals[PP_MAX_STAGES], n;
+        balance(p, L, S, pc);
+    } else {        int vals[PP_MAX_STAGES], n;
         char kind;
         int rc = parse_list(split, vals, PP_MAX_STAGES, &n, &kind, err, errlen);
         if (rc) return rc;
@@ -100,7 +142,7 @@ int partition_build(Partition *p, const char *split, int L, int S, int C, int Vp
             }
         }
     }
-    for (int s = 0; s < S; s++) p->cost[s] = (p->l1[s] - p->l0[s]) * lc + (s == S - 1 ? head : 0);
+    for (int s = 0; s < S; s++) p->cost[s] = stage_cost(pc, S, s, p->l1[s] - p->l0[s]);
     return PP_OK;
 }
 
@@ -109,7 +151,7 @@ void partition_print(const Partition *p, int P, const int *stage_rank, FILE *f) 
     for (int s = 0; s < p->S; s++) total += p->cost[s];
     fprintf(f, "partition (%d stages on %d ranks):\n", p->S, P);
     for (int s = 0; s < p->S; s++)
-        fprintf(f, "  stage %d on rank %d: layers %d-%d%s%s  (%.1f%% of the estimated cost)\n", s, stage_rank[s],
+        fprintf(f, "  stage %d on rank %d: layers %d-%d%s%s  (%.1f%% of the %s)\n", s, stage_rank[s],
                 p->l0[s], p->l1[s] - 1, s == 0 ? " +embeddings" : "", s == p->S - 1 ? " +final norm, head, loss" : "",
-                100.0 * p->cost[s] / total);
+                100.0 * p->cost[s] / total, p->unit ? p->unit : "cost");
 }

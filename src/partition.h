@@ -11,7 +11,8 @@ typedef struct {
     int S;                    /* stages = ranks * virtual stages */
     int l0[PP_MAX_STAGES];    /* stage s holds layers [l0[s], l1[s]) */
     int l1[PP_MAX_STAGES];
-    double cost[PP_MAX_STAGES]; /* estimated forward cost per token (flops), for display */
+    double cost[PP_MAX_STAGES]; /* the balanced cost of each stage (PartitionCosts), for display */
+    const char *unit;         /* what cost is */
 } Partition;
 
 /* Split L layers over S stages. split is "auto" (balance the estimated per-token cost,
@@ -21,6 +22,34 @@ typedef struct {
  * Every stage gets at least one layer. Returns PP_OK or PP_EUSAGE with a message. */
 int partition_build(Partition *p, const char *split, int L, int S, int C, int Vp, int T,
                     char *err, size_t errlen);
+
+/* What split auto balances (pipeline.balance): the cost of stage s holding layers
+ * [a, b) is (b - a) * layer[s], plus embed on stage 0 and head on stage S-1. A cost
+ * per stage, because what a layer costs in memory depends on how many microbatches
+ * its stage keeps in flight. */
+typedef struct {
+    double layer[PP_MAX_STAGES]; /* one decoder layer on stage s */
+    double embed;                /* the token and position embedding (stage 0) */
+    double head;                 /* final norm, LM head and loss (stage S-1) */
+    const char *unit;            /* what the costs are, for partition_print */
+} PartitionCosts;
+
+/* pipeline.balance: time. Per token, forward plus backward: the cost model (flops:
+ * 3x the forward's) or, when measured is not NULL, measured[0..2] = seconds of one
+ * layer, the embedding, and the head on this machine (`pptrain schedule --measure`). */
+void partition_costs_time(PartitionCosts *pc, int S, int C, int Vp, int T, const double *measured);
+/* pipeline.balance: parameters. Parameter counts; the tied head's copy of wte counts on
+ * the last stage (it holds, updates and keeps optimizer state for it). */
+void partition_costs_parameters(PartitionCosts *pc, int S, int C, int Vp, int maxT);
+/* pipeline.balance: memory. Bytes: parameters with their gradient and nopt optimizer
+ * arrays, plus inflight[s] microbatch slots (the schedule's peak) of layer_act bytes per
+ * layer and N*C*4-byte input and gradient per slot; the head adds its [N,Vp] logits. */
+void partition_costs_memory(PartitionCosts *pc, int S, int C, int Vp, int maxT, int N, int nopt,
+                            const int *inflight, double layer_act);
+
+/* partition_build with the costs split auto balances given. */
+int partition_build_costs(Partition *p, const char *split, int L, int S, const PartitionCosts *pc, char *err,
+                          size_t errlen);
 
 /* Print "stage s on rank r: layers a-b (+embeddings) (+head)  cost share" lines for P
  * ranks; stage_rank[S] says where each stage lives (the schedule's placement). */

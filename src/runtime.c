@@ -48,25 +48,58 @@ static int slot_find(Runtime *rt, int c, int mb) {
     return -1;
 }
 
-static int slot_acquire(Runtime *rt, int c, int mb, int step, int *out, char *err, size_t errlen) {
-    int n = rt->model.chunks[c].nslots, stage = rt->model.chunks[c].stage;
-    for (int i = 0; i < n; i++) {
+/* A free activation block ([Note: activation blocks] in model.c) for a slot: keep 1,
+ * one that keeps everything; 0, one that drops what the recompute drops; -1 (a
+ * forward-only pass, or nothing recomputes), any. Its last holder's send of its output
+ * is waited for first, unless that slot was taken again since (which waited). */
+static int block_take(Runtime *rt, int keep, int stage, int mb, int step, int *out, char *err, size_t errlen) {
+    int nk = rt->model.nblocks_keep, n = rt->model.nblocks;
+    for (int pass = 0; pass < (keep < 0 ? 2 : 1); pass++) { /* any: the recomputing ones first */
+        int kept = keep == 1 || pass == 1, lo = kept ? 0 : nk, hi = kept ? nk : n;
+        for (int b = lo; b < hi; b++) {
+            ActBlock *k = &rt->blocks[b];
+            if (k->busy) continue;
+            SlotState *last = k->gen ? &rt->slots[k->c][k->i] : NULL;
+            if (last && last->gen == k->gen) {
+                int rc = wait_req(rt, &last->send[0], "an earlier send", rt->model.chunks[k->c].stage, last->mb, step,
+                                  err, errlen);
+                if (rc) return rc;
+            }
+            *out = b;
+            return PP_OK;
+        }
+    }
+    PP_DIE("activation blocks of rank %d exhausted (%d %sblocks) at stage %d microbatch %d: the pool size does not "
+           "match the schedule (a bug)", rt->lay.rank, keep < 0 ? n : keep ? nk : n - nk,
+           keep < 0 ? "" : keep ? "keep-all " : "recomputing ", stage, mb);
+}
+
+/* A free slot of chunk c for microbatch mb, with a block of kind keep (block_take). */
+static int slot_acquire(Runtime *rt, int c, int mb, int keep, int step, int *out, char *err, size_t errlen) {
+    const Chunk *ck = &rt->model.chunks[c];
+    int stage = ck->stage, b, rc;
+    for (int i = 0; i < ck->nslots; i++) {
         SlotState *st = &rt->slots[c][i];
         if (st->busy) continue;
-        for (int k = 0; k < 2; k++) {
-            int rc = wait_req(rt, &st->send[k], "an earlier send", stage, st->mb, step, err, errlen);
-            if (rc) return rc;
-        }
+        for (int k = 0; k < 2; k++)
+            if ((rc = wait_req(rt, &st->send[k], "an earlier send", stage, st->mb, step, err, errlen))) return rc;
+        if ((rc = block_take(rt, keep, stage, mb, step, &b, err, errlen))) return rc;
         st->busy = 1;
         st->mb = mb;
+        st->block = b;
+        rt->blocks[b] = (ActBlock){1, c, i, ++st->gen};
+        model_slot_attach(&rt->model, c, i, b);
         *out = i;
         return PP_OK;
     }
     PP_DIE("activation pool of stage %d exhausted (%d slots) at microbatch %d: the pool size "
-           "does not match the schedule (a bug)", stage, n, mb);
+           "does not match the schedule (a bug)", stage, ck->nslots, mb);
 }
 
-static void slot_release(Runtime *rt, int c, int i) { rt->slots[c][i].busy = 0; }
+static void slot_release(Runtime *rt, int c, int i) {
+    rt->slots[c][i].busy = 0;
+    rt->blocks[rt->slots[c][i].block].busy = 0; /* its last holder stays recorded */
+}
 
 /* Index of chunk c's receive buffer holding microbatch mb (-1: a free one), or -1. */
 static int recv_find(Runtime *rt, int c, int mb) {
@@ -190,7 +223,9 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = slot_find(rt, c, m), rc;
     const Backend *be = rt->model.be;
     size_t ntok = (size_t)rt->Bmb * rt->T, NC = ntok * rt->model.d.C, rows = (size_t)m * ntok;
-    if (i < 0 && (rc = slot_acquire(rt, c, m, x->step, &i, err, errlen))) return rc;
+    /* the schedule's mark says whether it keeps everything ([Note: schedule-aware recompute]) */
+    int keep = x->fwd_only || rt->model.nblocks_keep == rt->model.nblocks ? -1 : rt->sched.keep[(size_t)s * rt->M + m];
+    if (i < 0 && (rc = slot_acquire(rt, c, m, keep, x->step, &i, err, errlen))) return rc;
     ActSlot *as = &rt->model.chunks[c].slots[i];
     if (s > 0 && rt->chunk_of[s - 1] < 0) { /* take over the received input */
         int r = recv_find(rt, c, m);
@@ -426,8 +461,12 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     dp_begin(rt, step + 1);
     StepCtx x = {.step = step + 1, .kind_act = KIND_ACT, .dp = rt->dp.group != NULL,
                  .dloss = 1.0f / ((float)rt->global_batch * rt->T)}; /* 1-based, as logged */
+    long recomputed = m->recomputes;
     int rc = run_actions(rt, &rt->sched, &x, err, errlen);
     if (rc) return rc;
+    if (m->recomputes - recomputed != rt->recompute_plan) /* the model obeyed the marks */
+        PP_DIE("rank %d step %d: %ld layer recomputes, the schedule's marks say %ld (a bug)", rt->lay.rank, step + 1,
+               m->recomputes - recomputed, rt->recompute_plan);
     rt->pipe_s = pp_now() - t0;
     double ts = trace_now_us();
     model_fold_tied_grad(m);
@@ -518,40 +557,110 @@ static int build_schedules(Runtime *rt, char *err, size_t errlen) {
     return rc ? rc : sched_build_forward_only(&rt->fwd, &rt->sched, err, errlen);
 }
 
+int runtime_partition(const Config *cfg, const Schedule *sched, const double *measured, Partition *part, char *err,
+                      size_t errlen) {
+    PartitionCosts pc;
+    int S = sched->S, C = cfg->dim, Vp = cfg->padded_vocab_size, T = cfg->seq_len, B = cfg->batch_size / cfg->microbatches;
+    if (S > PP_MAX_STAGES) return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages is out of range 1..%d", S, PP_MAX_STAGES);
+    if (!strcmp(cfg->balance, "parameters")) {
+        partition_costs_parameters(&pc, S, C, Vp, cfg->max_seq_len);
+    } else if (!strcmp(cfg->balance, "memory")) {
+        /* a layer's activation bytes per in-flight microbatch under the recompute mode
+         * ([Note: recompute] in model.h), on the CPU backend */
+        const Backend *be = backend_cpu();
+        double N = (double)B * T, att = (double)be->attention_saved_floats(be, B, T, cfg->n_heads);
+        double all = N * (16.0 * C + 4) + att, act[3] = {all, all - att - 4 * N * C, N * C};
+        int inflight[PP_MAX_STAGES], mode = model_recompute_mode(cfg->recompute);
+        for (int s = 0; s < S; s++) inflight[s] = sched_peak_inflight(sched, s);
+        partition_costs_memory(&pc, S, C, Vp, cfg->max_seq_len, (int)N, optim_state_arrays(cfg), inflight,
+                               4.0 * act[mode < 0 ? 0 : mode]);
+    } else {
+        partition_costs_time(&pc, S, C, Vp, T, measured);
+    }
+    return partition_build_costs(part, cfg->split, cfg->n_layers, S, &pc, err, errlen);
+}
+
+void runtime_chunk_plan(const Schedule *train, const Schedule *fwd, const Partition *part, int pp, int recompute,
+                        int rc_layers, ChunkSpec *specs, ChunkRecompute *rc, int *nwstate, int nblocks[2]) {
+    int S = train->S;
+    for (int c = 0; c < train->v; c++) {
+        int s = sched_rank_stage(train, pp, c);
+        int pool = sched_peak_inflight(train, s), vpool = sched_peak_inflight(fwd, s);
+        int nr = sched_peak_recv(train, s), nrv = sched_peak_recv(fwd, s);
+        specs[c] = (ChunkSpec){s, part->l0[s], part->l1[s], s == 0, s == S - 1, pool > vpool ? pool : vpool,
+                               nr > nrv ? nr : nrv};
+        rc[c] = (ChunkRecompute){recompute, rc_layers};
+        nwstate[c] = sched_peak_pending_w(train, s); /* [Note: W state] */
+    }
+    /* the blocks: the rank's peak over all its chunks together ([Note: activation blocks]
+     * in model.c), split by the keep marks when something recomputes; a forward-only
+     * pass takes blocks of either kind */
+    int fwd_peak = sched_peak_inflight_rank(fwd, pp);
+    if (recompute == PP_RECOMPUTE_NONE) {
+        int train_peak = sched_peak_inflight_rank(train, pp);
+        nblocks[1] = train_peak > fwd_peak ? train_peak : fwd_peak, nblocks[0] = 0;
+    } else {
+        nblocks[1] = sched_peak_inflight_rank_kept(train, pp, 1);
+        int rest = sched_peak_inflight_rank_kept(train, pp, 0);
+        nblocks[0] = rest > fwd_peak - nblocks[1] ? rest : fwd_peak - nblocks[1];
+    }
+}
+
+/* The build report's lines on activation memory and recompute ([Note: memory plan]). */
+static void report_memory(Runtime *rt) {
+    const Model *m = &rt->model;
+    if (m->wstate_bytes) { /* [Note: W state] */
+        printf("rank %d: split backward: W state", rt->lay.rank);
+        for (int c = 0; c < rt->v; c++)
+            printf(" %d set%s on stage %d", m->chunks[c].nwstate, m->chunks[c].nwstate == 1 ? "" : "s",
+                   m->chunks[c].stage);
+        printf(" (the most Ws the schedule keeps pending) = %.1f MB\n", m->wstate_bytes / 1e6);
+    }
+    size_t p = m->nparams * sizeof(float), g = p + (m->dhead_tied ? (size_t)m->d.Vp * m->d.C * sizeof(float) : 0);
+    size_t act = m->act_bytes + m->work_bytes + m->recv_bytes + m->wstate_bytes;
+    printf("rank %d: allocated: params %zu B, grads %zu B, optimizer %zu B, activations %zu B (slots %zu + recompute "
+           "workspace %zu + receive %zu + W state %zu), recompute %s\n", rt->lay.rank, p, g, (size_t)m->nopt * p, act,
+           m->act_bytes, m->work_bytes, m->recv_bytes, m->wstate_bytes, rt->cfg->recompute);
+    printf("rank %d: activation blocks: %d that keep all + %d that recompute (the most microbatches its chunks hold at "
+           "once together; slots per chunk:", rt->lay.rank, m->nblocks_keep, m->nblocks - m->nblocks_keep);
+    for (int c = 0; c < rt->v; c++) printf(" %d on stage %d", m->chunks[c].nslots, m->chunks[c].stage);
+    printf(")\n");
+    if (model_recompute_mode(rt->cfg->recompute) == PP_RECOMPUTE_NONE) return;
+    printf("rank %d: recompute: per step %ld layer recomputes, %ld skipped where the schedule runs a backward right "
+           "after its forward\n", rt->lay.rank, rt->recompute_plan, rt->recompute_skipped);
+}
+
 /* Allocate this rank's model (its stages: slots and receive buffers sized by the
- * schedules), the optimizer state and the step's sums. */
+ * schedules, the recompute marks splitting each pool), the optimizer state and the
+ * step's sums. */
 static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
     const Config *cfg = rt->cfg;
     ChunkSpec specs[PP_MAX_CHUNKS];
+    ChunkRecompute rc[PP_MAX_CHUNKS];
+    int nws[PP_MAX_CHUNKS], nblocks[2], mode = model_recompute_mode(cfg->recompute);
+    PP_CHECK(mode >= 0); /* the config's choices */
+    runtime_chunk_plan(&rt->sched, &rt->fwd, &rt->part, rt->lay.pp, mode, cfg->recompute_layers, specs, rc, nws,
+                       nblocks);
     for (int s = 0; s < rt->S; s++) rt->chunk_of[s] = -1;
-    for (int c = 0; c < rt->v; c++) {
-        int s = sched_rank_stage(&rt->sched, rt->lay.pp, c);
-        int pool = sched_peak_inflight(&rt->sched, s), vpool = sched_peak_inflight(&rt->fwd, s);
-        int nr = sched_peak_recv(&rt->sched, s), nrv = sched_peak_recv(&rt->fwd, s);
-        specs[c] = (ChunkSpec){s, rt->part.l0[s], rt->part.l1[s], s == 0, s == rt->S - 1, pool > vpool ? pool : vpool,
-                               nr > nrv ? nr : nrv};
-        rt->chunk_of[s] = c;
-    }
-    model_init(&rt->model, d, specs, rt->v, rt->Bmb, rt->T, be);
+    for (int c = 0; c < rt->v; c++) rt->chunk_of[specs[c].stage] = c;
+    model_init_recompute(&rt->model, d, specs, rc, rt->v, rt->Bmb, rt->T, be, nblocks[1], nblocks[0]);
+    rt->blocks = pp_calloc(nblocks[0] + nblocks[1] ? nblocks[0] + nblocks[1] : 1, sizeof(ActBlock));
     /* ZeRO-1 keeps the state of this replica's share only (runtime_dp.c) */
     model_init_optimizer(&rt->model, cfg->optimizer_shard && rt->lay.D > 1 ? 0 : optim_state_arrays(cfg));
+    rt->recompute_plan = rt->recompute_skipped = 0;
     for (int c = 0; c < rt->v; c++) {
         rt->slots[c] = pp_calloc(specs[c].nslots, sizeof(SlotState));
-        for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1;
+        for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1, rt->slots[c][i].block = -1;
         rt->rbufs[c] = pp_calloc(specs[c].nrecv ? specs[c].nrecv : 1, sizeof(RecvBuf));
         for (int i = 0; i < specs[c].nrecv; i++) rt->rbufs[c][i] = (RecvBuf){-1, NULL, NULL};
-        int nw = sched_peak_pending_w(&rt->sched, specs[c].stage); /* [Note: W state] */
-        model_init_wstate(&rt->model, c, nw);
-        rt->wsets[c] = pp_malloc((size_t)(nw ? nw : 1) * sizeof(int));
-        for (int w = 0; w < nw; w++) rt->wsets[c][w] = -1;
+        model_init_wstate(&rt->model, c, nws[c]);
+        rt->wsets[c] = pp_malloc((size_t)(nws[c] ? nws[c] : 1) * sizeof(int));
+        for (int w = 0; w < nws[c]; w++) rt->wsets[c][w] = -1;
+        int run, skipped, nrc = rt->model.chunks[c].nrc; /* each backward action recomputes nrc layers */
+        sched_recompute_count(&rt->sched, specs[c].stage, &run, &skipped);
+        rt->recompute_plan += (long)run * nrc, rt->recompute_skipped += (long)skipped * nrc;
     }
-    if (rt->model.wstate_bytes) { /* the build report's line for it ([Note: W state]) */
-        printf("rank %d: split backward: W state", rt->lay.rank);
-        for (int c = 0; c < rt->v; c++)
-            printf(" %d set%s on stage %d", rt->model.chunks[c].nwstate, rt->model.chunks[c].nwstate == 1 ? "" : "s",
-                   rt->model.chunks[c].stage);
-        printf(" (the most Ws the schedule keeps pending) = %.1f MB\n", rt->model.wstate_bytes / 1e6);
-    }
+    report_memory(rt);
     int nt = rt->model.ntensors;
     rt->loss_dev = be->alloc(be, (size_t)rt->M * sizeof(double));
     rt->sumsq_dev = be->alloc(be, (size_t)nt * sizeof(double));
@@ -592,8 +701,8 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
                        PP_MAX_CHUNKS);
     ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, cfg->n_layers, cfg->n_heads, cfg->dim,
                    cfg->tie_embeddings};
-    rc = partition_build(&rt->part, cfg->split, d.L, rt->S, d.C, d.Vp, rt->T, err, errlen);
-    if (rc || (rc = build_schedules(rt, err, errlen))) return rc;
+    if ((rc = build_schedules(rt, err, errlen)) || (rc = runtime_partition(cfg, &rt->sched, NULL, &rt->part, err, errlen)))
+        return rc;
     const Backend *be;
     BackendSizes bs = {rt->Bmb * rt->T, rt->T, d.C, d.NH, d.Vp};
     if ((rc = backend_select(cfg, comm->rank, &bs, &be, rt->device_note, sizeof rt->device_note, err, errlen)))
@@ -629,6 +738,7 @@ void runtime_free(Runtime *rt) {
     staging_free(rt);
     dp_free(rt);
     for (int c = 0; c < rt->model.nchunks; c++) free(rt->slots[c]), free(rt->rbufs[c]), free(rt->wsets[c]);
+    free(rt->blocks);
     if (be) be->dealloc(be, rt->loss_dev), be->dealloc(be, rt->sumsq_dev);
     comm_destroy(rt->tied); /* safe after its parent's (main.c destroys that first) */
     model_free(&rt->model);

@@ -23,7 +23,19 @@ typedef struct {
     CommReq *recv;       /* outstanding receive of the output gradient into this slot */
     void *host[3];       /* device backends: host staging of the two sends and the
                             receive ([Note: host staging] in runtime.c), else NULL */
+    int block;           /* the model's activation block it holds while busy */
+    unsigned gen;        /* times it was taken: tells a block whether its last holder
+                            was taken again since */
 } SlotState;
+
+/* Bookkeeping of one of the model's activation blocks ([Note: activation blocks] in
+ * model.c): held by a busy slot, or free with its last holder recorded, whose posted
+ * send of the output may still read it. */
+typedef struct {
+    int busy;
+    int c, i;            /* last holder: slot i of chunk c */
+    unsigned gen;        /* that slot's gen when it held the block; 0: never held */
+} ActBlock;
 
 /* Bookkeeping of the model's receive buffer of the same index (model_recv_buffer): a
  * RECV_F receives into it until its forward takes it over (model_take_input). */
@@ -44,6 +56,7 @@ typedef struct Runtime {
     Model model;
     int chunk_of[PP_MAX_STAGES]; /* local chunk index of a stage, -1 if remote */
     SlotState *slots[PP_MAX_CHUNKS];
+    ActBlock *blocks;          /* [model.nblocks] */
     RecvBuf *rbufs[PP_MAX_CHUNKS]; /* [model.chunks[c].nrecv] */
     int *wsets[PP_MAX_CHUNKS]; /* [model.chunks[c].nwstate] microbatch whose pending W
                                   each W state set holds ([Note: W state]), -1 free */
@@ -69,6 +82,9 @@ typedef struct Runtime {
      * it to step all ranks in the simulator's order (test/test_interp.c). */
     void (*action_hook)(void *ctx, const Schedule *sc, int pp, int k, int done);
     void *hook_ctx;
+    long recompute_plan;       /* layer recomputes per step the keep marks imply
+                                  ([Note: schedule-aware recompute] in sched.h) */
+    long recompute_skipped;    /* those the marks skip */
     double busy_s, step_s;     /* of the last step: compute time and wall time */
     double pipe_s;             /* of the last step: the action list (no optimizer) */
     double save_stall_s;       /* of the last checkpoint: how long the step stalled */
@@ -87,6 +103,23 @@ typedef struct Runtime {
 int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err,
                  size_t errlen);
 void runtime_free(Runtime *rt);
+
+/* The partition split auto makes for cfg's pipeline.balance (time, parameters,
+ * memory) on schedule sched (memory balances each stage's peak in-flight slots); an
+ * explicit pipeline.split as it is. measured: `pptrain schedule --measure`'s seconds
+ * (PartitionCosts), or NULL for the cost model. PP_OK or PP_EUSAGE with a message. */
+int runtime_partition(const Config *cfg, const Schedule *sched, const double *measured, Partition *part, char *err,
+                      size_t errlen);
+
+/* What rank pp of a pipeline builds ([Note: memory plan] in model.h): its v chunks'
+ * specs (slot pools from each stage's peak in the training and forward-only
+ * schedules), their recompute (mode PP_RECOMPUTE_*, pipeline.recompute_layers) and W
+ * state sets, and the rank's activation blocks ([Note: activation blocks] in model.c):
+ * nblocks[1] that keep all and nblocks[0] that recompute, from the rank's peak over its
+ * chunks together, split by the keep marks. runtime_init builds exactly this;
+ * `pptrain schedule` plans with it. */
+void runtime_chunk_plan(const Schedule *train, const Schedule *fwd, const Partition *part, int pp, int recompute,
+                        int rc_layers, ChunkSpec *specs, ChunkRecompute *rc, int *nwstate, int nblocks[2]);
 
 /* Result of one training step (the same on every rank). */
 typedef struct {

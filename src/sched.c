@@ -157,6 +157,7 @@ int sched_init(Schedule *s, const char *name, int P, int v, int M, char *err, si
     s->stage_rank = pp_calloc((size_t)s->S, sizeof *s->stage_rank);
     s->stage_chunk = pp_calloc((size_t)s->S, sizeof *s->stage_chunk);
     s->split = pp_calloc((size_t)s->S * M, 1);
+    s->keep = pp_calloc((size_t)s->S * M, 1);
     sched_place_looped(P, v, s->stage_rank);
     number_chunks(s);
     return PP_OK;
@@ -186,6 +187,7 @@ void sched_free(Schedule *s) {
     free(s->stage_rank);
     free(s->stage_chunk);
     free(s->split);
+    free(s->keep);
     memset(s, 0, sizeof *s);
 }
 
@@ -637,6 +639,24 @@ static int lower_into(const Schedule *s, Schedule *out, int *mark, char *err, si
     return rc;
 }
 
+/* The keep marks of a lowered schedule ([Note: schedule-aware recompute]): F(s,m) keeps
+ * everything when the next compute action of its rank is the backward of (s,m). */
+static void mark_keep(Schedule *s) {
+    memset(s->keep, 0, (size_t)s->S * s->M);
+    if (s->forward_only) return;
+    for (int r = 0; r < s->P; r++)
+        for (int i = 0; i < s->len[r]; i++) {
+            Action f = s->acts[r][i];
+            if (f.type != ACT_F) continue;
+            int j = i + 1;
+            while (j < s->len[r] && !is_compute(s->acts[r][j].type)) j++;
+            if (j == s->len[r]) continue;
+            Action b = s->acts[r][j];
+            if ((b.type == ACT_B || b.type == ACT_I) && b.stage == f.stage && b.mb == f.mb)
+                s->keep[(size_t)f.stage * s->M + f.mb] = 1;
+        }
+}
+
 static int lower_at(Schedule *s, char *err, size_t errlen, FILE *grid, int *where) {
     Check c;
     Schedule out;
@@ -656,6 +676,7 @@ static int lower_at(Schedule *s, char *err, size_t errlen, FILE *grid, int *wher
             sched_free(s);
             *s = out;
             s->lowered = 1;
+            mark_keep(s);
         } else {
             sched_free(&out);
         }
@@ -711,13 +732,13 @@ int sched_build_forward_only(Schedule *s, const Schedule *train, char *err, size
 /* Slots held at once on rank `rank` ([Note: activation slots]), of stage `stage`
  * only or of all its stages (-1): the first F of (stage, m) takes a slot,
  * sched_action_frees gives slots back. */
-static int peak_replay(const Schedule *s, int rank, int stage) {
+static int peak_replay(const Schedule *s, int rank, int stage, int keep) {
     uint8_t *held = pp_calloc((size_t)s->S * s->M, 1); /* [stage * M + mb] */
     int cur = 0, peak = 0, freed[2];
     for (int i = 0; i < s->len[rank]; i++) {
         Action a = s->acts[rank][i];
         size_t k = (size_t)a.stage * s->M + a.mb;
-        if (a.type == ACT_F && (stage < 0 || a.stage == stage) && !held[k]) {
+        if (a.type == ACT_F && (stage < 0 || a.stage == stage) && (keep < 0 || s->keep[k] == keep) && !held[k]) {
             held[k] = 1;
             if (++cur > peak) peak = cur;
         }
@@ -731,10 +752,27 @@ static int peak_replay(const Schedule *s, int rank, int stage) {
 }
 
 int sched_peak_inflight(const Schedule *s, int stage) {
-    return peak_replay(s, sched_stage_rank(s, stage), stage);
+    return peak_replay(s, sched_stage_rank(s, stage), stage, -1);
 }
 
-int sched_peak_inflight_rank(const Schedule *s, int rank) { return peak_replay(s, rank, -1); }
+int sched_peak_inflight_kept(const Schedule *s, int stage, int keep) {
+    return peak_replay(s, sched_stage_rank(s, stage), stage, keep);
+}
+
+int sched_peak_inflight_rank(const Schedule *s, int rank) { return peak_replay(s, rank, -1, -1); }
+
+int sched_peak_inflight_rank_kept(const Schedule *s, int rank, int keep) { return peak_replay(s, rank, -1, keep); }
+
+void sched_recompute_count(const Schedule *s, int stage, int *run, int *skipped) {
+    int r = sched_stage_rank(s, stage);
+    *run = *skipped = 0;
+    for (int i = 0; i < s->len[r]; i++) {
+        Action a = s->acts[r][i];
+        if (a.stage != stage || (a.type != ACT_B && a.type != ACT_I && a.type != ACT_W)) continue;
+        if (s->keep[(size_t)a.stage * s->M + a.mb]) ++*skipped;
+        else ++*run;
+    }
+}
 
 int sched_peak_pending_w(const Schedule *s, int stage) {
     int r = sched_stage_rank(s, stage), pending = 0, peak = 0;
@@ -848,6 +886,7 @@ int sched_load_text(Schedule *s, const char *text, const char *origin, int P, in
     if (rc == PP_OK) { /* lowering and validation report a rank: name its line */
         if (!s->lowered) rc = lower_at(s, why, sizeof why, grid, &where);
         if (rc == PP_OK) rc = validate_at(s, why, sizeof why, grid, &where);
+        if (rc == PP_OK) mark_keep(s); /* again if lowered here: the same marks */
         if (rc != PP_OK && where >= 0)
             pp_errf(err, errlen, rc, "%s:%d: %s", origin, lines[where], why);
         else if (rc != PP_OK)

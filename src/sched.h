@@ -95,6 +95,9 @@ typedef struct {
                                    increasing stage order */
     uint8_t *split;             /* [S*M] 1 when (stage, mb)'s backward is split into I
                                    and W: set by sched_append for any I or W */
+    uint8_t *keep;              /* [S*M] 1 when F(stage, mb) keeps every activation
+                                   ([Note: schedule-aware recompute]): set by the
+                                   lowering, and for a loaded lowered schedule */
     int *len;                   /* [P] actions in each rank's list */
     int *cap;                   /* [P] allocated entries */
     Action **acts;              /* [P][len[r]] */
@@ -287,6 +290,29 @@ int sched_peak_inflight(const Schedule *s, int stage);
 
 /* The same over all stages of rank r together (chunk activations held at once). */
 int sched_peak_inflight_rank(const Schedule *s, int rank);
+
+/* [Note: schedule-aware recompute]
+ * With pipeline.recompute, a forward keeps only part of its activations and the
+ * backward recomputes the rest ([Note: recompute] in model.h). A forward whose
+ * backward (B, or I) is the very next compute action of its rank gains nothing from
+ * dropping them: nothing runs in between that could use the memory, so it keeps all
+ * and its backward recomputes nothing. This is torch Pipe's checkpoint='except_last'
+ * read off the schedule instead of fixed: 1F1B's last stage keeps every microbatch,
+ * and so does any other place where a backward follows its own forward. The lowering
+ * writes the marks (Schedule.keep); the runtime takes a complete slot for a marked
+ * forward and knows nothing else of the rule. A training schedule only: a forward-only
+ * one marks nothing. */
+
+/* Most slots of stage `stage` held at once whose forward's keep mark is `keep` (0 or
+ * 1): the two pools of a recomputing stage. */
+int sched_peak_inflight_kept(const Schedule *s, int stage, int keep);
+/* The same over all stages of rank r together (sched_peak_inflight_rank by mark). */
+int sched_peak_inflight_rank_kept(const Schedule *s, int rank, int keep);
+
+/* The backward actions of stage `stage` (B, I and W, each of which recomputes: one per
+ * recomputed layer) whose forward is not marked keep, in *run, and those whose forward
+ * is, in *skipped: a step's recomputes under the marks. */
+void sched_recompute_count(const Schedule *s, int stage, int *run, int *skipped);
 
 /* Most split backwards of stage `stage` pending at once (I(stage,m) run, W(stage,m)
  * not yet), replaying its rank's list: how many sets of what W reads besides the

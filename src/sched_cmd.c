@@ -8,12 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model.h"
+#include "optim.h"
+#include "runtime.h"
 #include "sched.h"
 #include "sched_show.h"
 #include "sim.h"
 
 typedef struct {
-    int text, json;
+    int text, json, measure;
     const char *svg; /* path or NULL */
     SimCosts costs;
 } SchedCmdOpts;
@@ -27,6 +30,8 @@ static int usage(const char *why) {
             "  --json          one JSON object for tools instead of the text\n"
             "  --svg FILE      also draw the timeline as an SVG picture\n"
             "  --costs F,B,X   time of one forward, one backward and one transfer (1,2,0)\n"
+            "  --measure       time one forward and backward of a layer, the embedding and the\n"
+            "                  head here first; pipeline.balance: time then balances those\n"
             "  --costs F=1,B=1,W=1,X=0\n"
             "                  named: B is then the input-gradient half (I) and W the weight\n"
             "                  half; a full backward costs B+W (zero-bubble schedules)\n");
@@ -86,6 +91,8 @@ static int parse_opts(int argc, char **argv, SchedCmdOpts *o) {
             o->text = 1;
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
+        } else if (!strcmp(a, "--measure")) {
+            o->measure = 1;
         } else if (!strcmp(a, "--svg") && has_value) {
             o->svg = argv[++i];
         } else if (!strcmp(a, "--costs") && has_value) {
@@ -106,15 +113,67 @@ static int parse_opts(int argc, char **argv, SchedCmdOpts *o) {
     return PP_OK;
 }
 
-/* [partition] What each stage holds ("layers 0-5"), [S] strings. The partition is
- * decided by the runtime issue; until it exists there is nothing to show. */
-/* "layers a-b" per stage from the partition (pipeline.split), or NULL with a message
- * when the split does not fit the model. Free with free_layers. */
-static char **stage_layers(const Config *cfg, const Schedule *s) {
+/* Sequences per microbatch: the global batch over the replicas (a fixed
+ * pipeline.data_parallel; auto, which needs the process count, plans one replica) and the
+ * microbatches, as runtime_init splits it. */
+static int plan_microbatch(const Config *cfg) {
+    int D = cfg->data_parallel > 0 ? cfg->data_parallel : 1;
+    return cfg->batch_size / (D * cfg->microbatches);
+}
+
+/* Seconds of one forward and backward on one microbatch of a single chunk `spec` of
+ * a 2-layer model of the config's shape: the fastest of 3 after a warm-up. */
+static double time_chunk(const Config *cfg, ChunkSpec spec) {
+    int B = plan_microbatch(cfg), T = cfg->seq_len;
+    size_t N = (size_t)B * T, C = cfg->dim;
+    ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, 2, cfg->n_heads, cfg->dim,
+                   cfg->tie_embeddings};
+    const Backend *be = backend_cpu();
+    Model m;
+    model_init(&m, &d, &spec, 1, B, T, be);
+    model_init_weights(&m, cfg->seed, cfg->init_std);
+    ActSlot *a = &m.chunks[0].slots[0];
+    float *x = pp_malloc(N * C * sizeof(float));
+    int *tok = pp_calloc(N, sizeof(int));
+    for (size_t i = 0; i < N * C; i++) x[i] = (float)((i * 7919) % 13) * 0.1f - 0.6f;
+    double best = 1e300;
+    for (int rep = 0; rep < 4; rep++) {
+        be->to_device(be, a->input, x, N * C * sizeof(float));
+        be->to_device(be, a->tokens, tok, N * sizeof(int));
+        be->to_device(be, a->targets, tok, N * sizeof(int));
+        be->to_device(be, a->grad, x, N * C * sizeof(float));
+        be->wait(be);
+        double t0 = pp_now();
+        model_forward(&m, 0, 0, 1.0f / N, 1, NULL);
+        model_backward(&m, 0, 0);
+        be->wait(be);
+        double t = pp_now() - t0;
+        if (rep > 0 && t < best) best = t;
+    }
+    free(x), free(tok);
+    model_free(&m);
+    return best;
+}
+
+/* `--measure`: the seconds of a decoder layer, the embedding and the head (each the
+ * difference of a chunk with it and one without), for pipeline.balance: time. */
+static void measure_costs(const Config *cfg, double out[3], FILE *f) {
+    ChunkSpec mid = {1, 1, 2, 0, 0, 1, 0}, first = {0, 0, 1, 1, 0, 1, 0}, last = {1, 1, 2, 0, 1, 1, 0};
+    double tm = time_chunk(cfg, mid), tf = time_chunk(cfg, first), tl = time_chunk(cfg, last);
+    out[0] = tm;
+    out[1] = tf > tm ? tf - tm : 0;
+    out[2] = tl > tm ? tl - tm : 0;
+    fprintf(f, "measured on this machine (one microbatch of %d x %d tokens, forward + backward, CPU backend): "
+           "layer %.3f ms, embedding %.3f ms, head %.3f ms\n\n", plan_microbatch(cfg), cfg->seq_len,
+           out[0] * 1e3, out[1] * 1e3, out[2] * 1e3);
+}
+
+/* "layers a-b" per stage from the partition (pipeline.split, pipeline.balance), or
+ * NULL with a message when the split does not fit the model. Free with free_layers. */
+static char **stage_layers(const Config *cfg, const Schedule *s, const double *measured) {
     Partition part;
     char err[PP_ERR_MAX];
-    if (partition_build(&part, cfg->split, cfg->n_layers, s->S, cfg->dim, cfg->padded_vocab_size,
-                        cfg->seq_len, err, sizeof err) != PP_OK) {
+    if (runtime_partition(cfg, s, measured, &part, err, sizeof err) != PP_OK) {
         pp_error("%s", err);
         return NULL;
     }
@@ -147,6 +206,54 @@ static int write_svg(const char *path, const Schedule *s, const SimResult *res,
     return PP_OK;
 }
 
+/* Rank pp's plan ([Note: memory plan] in model.h) under recompute mode `mode`: what
+ * runtime_init would allocate on the CPU backend. */
+static void plan_rank(const Config *cfg, const Schedule *s, const Schedule *fwd, const Partition *part, int pp,
+                      int mode, ModelPlan *plan) {
+    ChunkSpec specs[PP_MAX_CHUNKS];
+    ChunkRecompute rc[PP_MAX_CHUNKS];
+    int nws[PP_MAX_CHUNKS], nblocks[2], B = plan_microbatch(cfg), T = cfg->seq_len;
+    ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, cfg->n_layers, cfg->n_heads, cfg->dim,
+                   cfg->tie_embeddings};
+    const Backend *be = backend_cpu();
+    runtime_chunk_plan(s, fwd, part, pp, mode, cfg->recompute_layers, specs, rc, nws, nblocks);
+    model_plan(plan, &d, specs, rc, nws, s->v, B, T, be->attention_saved_floats(be, B, T, d.NH),
+               optim_state_arrays(cfg), nblocks[1], nblocks[0]);
+}
+
+/* Per rank: parameters, gradients, optimizer state and activations for the config,
+ * and the activation peak under each recompute mode side by side. The numbers the
+ * build report's "allocated:" line prints for the same config (test/recompute.sh). */
+static int print_memory_plan(const Config *cfg, const Schedule *s, const double *measured, FILE *f) {
+    Schedule fwd;
+    Partition part;
+    char err[PP_ERR_MAX];
+    if (runtime_partition(cfg, s, measured, &part, err, sizeof err) != PP_OK ||
+        sched_build_forward_only(&fwd, s, err, sizeof err) != PP_OK) {
+        pp_error("%s", err);
+        return PP_EUSAGE;
+    }
+    int mode = model_recompute_mode(cfg->recompute);
+    fprintf(f, "memory plan per rank (bytes on the CPU backend, microbatch %d x %d tokens%s, recompute %s%s):\n",
+            plan_microbatch(cfg), cfg->seq_len,
+            cfg->data_parallel > 1 ? " of one replica" : cfg->data_parallel == 0 ? " (data_parallel auto: one replica)" : "",
+            cfg->recompute, cfg->recompute_layers ? " on the first recompute_layers of each chunk" : "");
+    for (int r = 0; r < s->P; r++) {
+        ModelPlan p, by[3];
+        plan_rank(cfg, s, &fwd, &part, r, mode, &p);
+        for (int k = 0; k < 3; k++) plan_rank(cfg, s, &fwd, &part, r, k, &by[k]);
+        size_t none = model_plan_activations(&by[0]);
+        fprintf(f, "rank %d: plan: params %zu B, grads %zu B, optimizer %zu B, activations %zu B (slots %zu + recompute "
+                "workspace %zu + receive %zu + W state %zu), recompute %s\n", r, p.params, p.grads, p.optimizer,
+                model_plan_activations(&p), p.slots, p.work, p.recv, p.wstate, cfg->recompute);
+        fprintf(f, "rank %d: activation peak: none %.1f MB, selective %.1f MB (%.2fx less), full %.1f MB (%.2fx less)\n",
+                r, none / 1e6, model_plan_activations(&by[1]) / 1e6, (double)none / model_plan_activations(&by[1]),
+                model_plan_activations(&by[2]) / 1e6, (double)none / model_plan_activations(&by[2]));
+    }
+    sched_free(&fwd);
+    return PP_OK;
+}
+
 static int load_schedule(const Config *cfg, Schedule *s) {
     char err[PP_ERR_MAX];
     int rc = cfg->schedule_file[0]
@@ -166,7 +273,9 @@ int sched_cmd_main(const Config *cfg, int argc, char **argv) {
     int rc = parse_opts(argc, argv, &o);
     if (rc != PP_OK) return rc;
     if ((rc = load_schedule(cfg, &s)) != PP_OK) return rc;
-    char **layers = stage_layers(cfg, &s);
+    double measured[3];
+    if (o.measure) measure_costs(cfg, measured, o.json ? stderr : stdout); /* JSON stays one object */
+    char **layers = stage_layers(cfg, &s, o.measure ? measured : NULL);
     if (!layers) {
         sched_free(&s);
         return PP_EUSAGE;
@@ -184,6 +293,8 @@ int sched_cmd_main(const Config *cfg, int argc, char **argv) {
         sched_show_timeline(&s, &res, stdout);
         printf("\n");
         sched_show_summary(&s, &res, &o.costs, (const char *const *)layers, stdout);
+        printf("\n");
+        rc = print_memory_plan(cfg, &s, o.measure ? measured : NULL, stdout);
     }
     if (rc == PP_OK && o.svg) {
         rc = write_svg(o.svg, &s, &res, &o.costs);

@@ -74,6 +74,37 @@ rc=0
 [ "$rc" = 2 ] || fail "named costs without B exited $rc, want 2"
 has "$tmp/out.txt" "--costs wants"
 
+# The memory plan and pipeline.balance ([Note: memory plan]): GPT-2 124M's shape at
+# T=1024 on 4 ranks. selective cuts rank 0's activation peak >= 2x and full >= 3x
+# (the planner's figures, which test/recompute.sh holds equal to the allocation);
+# balancing time gives the head's stage the fewest layers, parameters the two stages
+# holding wte, memory the first stages (which keep the most microbatches in flight).
+big=(--config configs/bench-124m-t256.yaml --set pipeline.stages=4 --set train.seq_len=1024 --set train.batch_size=8
+     --set pipeline.microbatches=8)
+"$PPTRAIN" schedule "${big[@]}" --set pipeline.recompute=full >"$tmp/out.txt"
+has "$tmp/out.txt" "rank 0: plan: params 242734080 B"
+python3 - "$tmp/out.txt" <<'PY' || fail "activation peaks: $(grep 'activation peak' "$tmp/out.txt" | head -n 1)"
+import re, sys
+none, sel, full = map(float, re.search(r"rank 0: activation peak: none ([0-9.]+) MB, selective ([0-9.]+) MB .*full ([0-9.]+) MB",
+                                       open(sys.argv[1]).read()).groups())
+assert none / sel >= 2 and none / full >= 3, (none, sel, full)
+PY
+"$PPTRAIN" schedule "${big[@]}" --set pipeline.balance=time >"$tmp/time.txt"
+"$PPTRAIN" schedule "${big[@]}" --set pipeline.balance=parameters >"$tmp/params.txt"
+"$PPTRAIN" schedule "${big[@]}" --set pipeline.balance=memory >"$tmp/mem.txt"
+has "$tmp/time.txt" "0      0     0      4              layers 0-2 +emb"
+has "$tmp/time.txt" "3      3     0      1              layers 11-11 +head"
+has "$tmp/params.txt" "0      0     0      4              layers 0-0 +emb"
+has "$tmp/params.txt" "1      1     0      3              layers 1-5"
+has "$tmp/params.txt" "3      3     0      1              layers 11-11 +head"
+has "$tmp/mem.txt" "0      0     0      4              layers 0-0 +emb"
+has "$tmp/mem.txt" "1      1     0      3              layers 1-3"
+has "$tmp/mem.txt" "3      3     0      1              layers 9-11 +head"
+# --measure times the layer kinds here and prints what it measured
+"$PPTRAIN" schedule --config "$CONFIG" --measure >"$tmp/out.txt"
+has "$tmp/out.txt" "measured on this machine"
+has "$tmp/out.txt" "layers 0-"
+
 # Errors: bad plans name the file and line and show the grid; bad usage exits 2.
 printf 'rank 0: 0F0 0B0 0F1 0B1\nrank 1: 1F1 1B1 1F0 1B0\n' >"$tmp/bad.txt"  # a wait cycle
 rc=0

@@ -107,6 +107,8 @@ typedef struct {
     double loss[STEPS], norm[STEPS];
     Named *params; /* [ntensors] host copies after the last step */
     int nparams, rc;
+    long recomputes, plan, skipped; /* the model's layer recomputes over STEPS; the
+                                       runtime's per-step plan and skips */
     char err[PP_ERR_MAX];
 } Job;
 
@@ -125,6 +127,7 @@ static void *run_rank(void *arg) {
     }
     if (j->rc == PP_OK) {
         const Model *m = &rt.model;
+        j->recomputes = m->recomputes, j->plan = rt.recompute_plan, j->skipped = rt.recompute_skipped;
         j->nparams = m->ntensors;
         j->params = calloc(m->ntensors, sizeof(Named));
         for (int i = 0; i < m->ntensors; i++) {
@@ -147,7 +150,8 @@ static void job_free(Job *j) {
     free(j->params);
 }
 
-static void make_config(Config *c, const char *kind, int P, int v, int M, int tied) {
+/* recompute: "pipeline.recompute=..." (and any other setting), or NULL */
+static void make_config(Config *c, const char *kind, int P, int v, int M, int tied, const char *recompute) {
     char err[PP_ERR_MAX], set[128];
     config_defaults(c);
     ck_assert_msg(config_load_file(c, "configs/gpt-tiny.yaml", err, sizeof err) == PP_OK, "%s", err);
@@ -163,6 +167,7 @@ static void make_config(Config *c, const char *kind, int P, int v, int M, int ti
         else snprintf(set, sizeof set, fmt[i], i == 1 ? P : i == 2 ? v : M);
         ck_assert_msg(config_set(c, set, err, sizeof err) == PP_OK, "%s: %s", set, err);
     }
+    if (recompute) ck_assert_msg(config_set(c, recompute, err, sizeof err) == PP_OK, "%s: %s", recompute, err);
     ck_assert_msg(config_finalize(c, err, sizeof err) == PP_OK, "%s", err);
 }
 
@@ -226,14 +231,14 @@ static void sweep(const char *kind, int vmin, int vmax, int mmax, int tied) {
     for (int M = 1; M <= mmax; M++) {
         Config c1;
         Job ref;
-        make_config(&c1, "1f1b", 1, 1, M, tied);
+        make_config(&c1, "1f1b", 1, 1, M, tied, NULL);
         run(&c1, &ref);
         for (int P = 2; P <= MAX_P; P++)
             for (int v = vmin; v <= vmax; v++) {
                 Config c;
                 Job jobs[MAX_P];
                 char what[64];
-                make_config(&c, kind, P, v, M, tied);
+                make_config(&c, kind, P, v, M, tied, NULL);
                 snprintf(what, sizeof what, "%s P=%d v=%d M=%d", kind, P, v, M);
                 run(&c, jobs);
                 ck_assert_int_gt(compare(&ref, jobs, P, what), 0);
@@ -244,6 +249,66 @@ static void sweep(const char *kind, int vmin, int vmax, int mmax, int tied) {
     }
     ck_assert_int_ge(cases, 3 * mmax); /* the sweep ran */
 }
+
+/* [Note: recompute] selective and full recompute, on every layer or the first of each
+ * chunk, against the one-rank run without recompute: bitwise. The model's count of
+ * layer recomputes is what the schedule's keep marks imply each step; on 1F1B the
+ * last stage keeps every forward (its backward follows at once) and, with M >= 2,
+ * the first stage none. */
+static void sweep_recompute(const char *kind, int v) {
+    const char *modes[] = {"pipeline.recompute=selective", "pipeline.recompute=full"};
+    int cases = 0, M = 4, P2[] = {2, 4}, layers = 8; /* make_config's n_layers */
+    Config c1;
+    Job ref;
+    make_config(&c1, "1f1b", 1, 1, M, 1, NULL);
+    run(&c1, &ref);
+    for (int k = 0; k < 2; k++)
+        for (int pi = 0; pi < 2; pi++)
+            for (int rcl = 0; rcl <= 1; rcl++) {
+                Config c;
+                Job jobs[MAX_P];
+                char what[128];
+                int P = P2[pi];
+                make_config(&c, kind, P, v, M, 1, modes[k]);
+                if (rcl) {
+                    char err[PP_ERR_MAX];
+                    ck_assert(config_set(&c, "pipeline.recompute_layers=1", err, sizeof err) == PP_OK);
+                }
+                snprintf(what, sizeof what, "%s P=%d v=%d M=%d %s layers=%d", kind, P, v, M, modes[k], rcl);
+                run(&c, jobs);
+                ck_assert_int_gt(compare(&ref, jobs, P, what), 0);
+                long total = 0;
+                for (int r = 0; r < P; r++) {
+                    ck_assert_msg(jobs[r].recomputes == STEPS * jobs[r].plan, "%s rank %d: %ld recomputes, plan %ld x %d",
+                                  what, r, jobs[r].recomputes, jobs[r].plan, STEPS);
+                    total += jobs[r].plan + jobs[r].skipped;
+                }
+                /* every backward action (B, or I and W) of every layer that recomputes */
+                int per = rcl ? P * v : layers, nback = strstr(kind, "zb") ? 2 : 1;
+                ck_assert_msg(total == (long)M * per * nback, "%s: %ld recomputes planned or skipped, want %d", what,
+                              total, M * per * nback);
+                if (!strcmp(kind, "1f1b")) {
+                    /* M backwards of each of its layers (split: auto gives the head's stage fewer) */
+                    ck_assert_msg(jobs[P - 1].plan == 0 && jobs[P - 1].skipped > 0 && jobs[P - 1].skipped % M == 0,
+                                  "%s: the last stage recomputes %ld, skips %ld", what, jobs[P - 1].plan, jobs[P - 1].skipped);
+                    ck_assert_msg(jobs[0].skipped == 0 && jobs[0].plan > 0 && jobs[0].plan % M == 0,
+                                  "%s: the first stage recomputes %ld, skips %ld", what, jobs[0].plan, jobs[0].skipped);
+                }
+                for (int r = 0; r < P; r++) job_free(&jobs[r]);
+                cases++;
+            }
+    job_free(&ref);
+    ck_assert_int_eq(cases, 8);
+}
+
+START_TEST(test_recompute_gpipe) { sweep_recompute("gpipe", 1); }
+END_TEST
+START_TEST(test_recompute_1f1b) { sweep_recompute("1f1b", 1); }
+END_TEST
+START_TEST(test_recompute_interleaved) { sweep_recompute("interleaved-1f1b", 2); }
+END_TEST
+START_TEST(test_recompute_zbv) { sweep_recompute("zbv", 2); }
+END_TEST
 
 START_TEST(test_gpipe) { sweep("gpipe", 1, 1, 5, 1); }
 END_TEST
@@ -277,6 +342,10 @@ int main(void) {
     tcase_add_test(tc, test_zb_h1_untied);
     tcase_add_test(tc, test_zbv);
     tcase_add_test(tc, test_looped_bfs);
+    tcase_add_test(tc, test_recompute_gpipe);
+    tcase_add_test(tc, test_recompute_1f1b);
+    tcase_add_test(tc, test_recompute_interleaved);
+    tcase_add_test(tc, test_recompute_zbv);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

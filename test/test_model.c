@@ -10,6 +10,7 @@
 #include "fastmath.h"
 #include "model.h"
 #include "optim.h"
+#include "runtime.h"
 
 /* Test allocations, freed together at the end of each test (LeakSanitizer-clean). */
 static void *allocs[4096];
@@ -581,6 +582,121 @@ START_TEST(test_split_backward_chunk) {
 }
 END_TEST
 
+/* [Note: recompute] Per chunk (whole, first, middle, last) and per mode (selective,
+ * full; every layer or the first only): slots without keep give the bits of slots
+ * that keep everything, in d(input) and every gradient, fused and split backward;
+ * the slots are smaller, and the model counts one recompute per layer per backward
+ * action. Two microbatches forward before either backward, so the workspace holds
+ * the second's layers when the first's backward runs. */
+START_TEST(test_recompute_chunk) {
+    int B = 2, T = 5, N = B * T, C = tiny.C;
+    ChunkSpec specs[] = {{0, 0, 4, 1, 1, 2, 0}, {0, 0, 2, 1, 0, 2, 0}, {1, 1, 3, 0, 0, 2, 0}, {2, 2, 4, 0, 1, 2, 0}};
+    int checked = 0;
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++)
+        for (int mode = PP_RECOMPUTE_SELECTIVE; mode <= PP_RECOMPUTE_FULL; mode++)
+            for (int layers = 0; layers <= 1; layers++)
+                for (int split = 0; split <= 1; split++) {
+                    Model f, r;
+                    ChunkRecompute rc = {mode, layers};
+                    int nl = specs[k].l1 - specs[k].l0, nrc = layers ? 1 : nl;
+                    setup_model(&f, &specs[k], 1, B, T, 21);
+                    model_init_recompute(&r, &tiny, &specs[k], &rc, 1, B, T, backend_cpu(), 0, 2);
+                    model_init_weights(&r, 21, 0.3f);
+                    model_slot_attach(&r, 0, 0, 1), model_slot_attach(&r, 0, 1, 0); /* blocks crosswise */
+                    ck_assert(r.chunks[0].slots[0].layers[0].att == r.work.att); /* dropped: recomputed */
+                    ck_assert(r.chunks[0].slots[1].layers[0].res3 && r.chunks[0].slots[1].layers[0].res3 != r.work.res3);
+                    if (split) model_init_wstate(&r, 0, 2);
+                    ck_assert_uint_gt(r.work_bytes, 0);
+                    Model *ms[2] = {&f, &r};
+                    float *in[2], *dout[2];
+                    for (int s = 0; s < 2; s++) in[s] = rand_buf((size_t)N * C, 1), dout[s] = rand_buf((size_t)N * C, 1);
+                    for (int i = 0; i < 2; i++) {
+                        model_zero_grads(ms[i]);
+                        for (int s = 0; s < 2; s++) {
+                            fill_tokens(ms[i], 0, s, B, T);
+                            memcpy(ms[i]->chunks[0].slots[s].input, in[s], (size_t)N * C * 4);
+                            fwd(ms[i], 0, s, 1.0f / N, 1);
+                            memcpy(ms[i]->chunks[0].slots[s].grad, dout[s], (size_t)N * C * 4);
+                        }
+                    }
+                    for (int s = 0; s < 2; s++) {
+                        model_backward(&f, 0, s);
+                        if (split) model_backward_input(&r, 0, s, s);
+                        else model_backward(&r, 0, s);
+                    }
+                    for (int s = 0; split && s < 2; s++) model_backward_weight(&r, 0, s, s);
+                    ck_assert_int_eq(r.recomputes, (long)2 * nrc * (split ? 2 : 1));
+                    ck_assert_int_eq(f.recomputes, 0);
+                    for (int s = 0; s < 2; s++)
+                        ck_assert_msg(bits_differ(f.chunks[0].slots[s].grad, r.chunks[0].slots[s].grad, (size_t)N * C) == 0,
+                                      "chunk %zu mode %d layers %d split %d mb %d: d(input) differs", k, mode, layers,
+                                      split, s);
+                    model_fold_tied_grad(&f), model_fold_tied_grad(&r);
+                    ck_assert_msg(bits_differ(f.grads, r.grads, f.nparams) == 0, "chunk %zu mode %d layers %d split %d: "
+                                  "%zu gradients differ", k, mode, layers, split, bits_differ(f.grads, r.grads, f.nparams));
+                    size_t nonzero = 0;
+                    for (size_t j = 0; j < f.nparams; j++) nonzero += f.grads[j] != 0.0f;
+                    ck_assert_uint_gt(nonzero, f.nparams / 2);
+                    model_free(&f), model_free(&r);
+                    checked++;
+                }
+    ck_assert_int_eq(checked, 32);
+    tfree_all();
+}
+END_TEST
+
+/* [Note: memory plan] For every schedule kind over P <= 4, its v range (<= 2) and
+ * M <= 5, every recompute mode and every rank: what model_init_recompute,
+ * model_init_optimizer and model_init_wstate allocate for runtime_chunk_plan's chunks
+ * equals model_plan's bytes, term by term. */
+START_TEST(test_memory_plan_sweep) {
+    ModelDims d = {16, 16, 4, 8, 2, 8, 1};
+    int B = 1, T = 4, checked = 0, kinds = 0;
+    for (const char *const *kind = sched_kinds(); *kind; kind++, kinds++)
+        for (int P = 1; P <= 4; P++)
+            for (int v = 1; v <= 2; v++)
+                for (int M = 1; M <= 5; M++) {
+                    Schedule s, fwd;
+                    Partition part;
+                    char err[PP_ERR_MAX];
+                    if (sched_kind_check(*kind, P, v, M, err, sizeof err) != PP_OK) continue;
+                    ck_assert_msg(sched_build(&s, *kind, P, v, M, err, sizeof err) == PP_OK, "%s", err);
+                    ck_assert(sched_build_forward_only(&fwd, &s, err, sizeof err) == PP_OK);
+                    ck_assert(partition_build(&part, "auto", d.L, P * v, d.C, d.Vp, T, err, sizeof err) == PP_OK);
+                    for (int mode = 0; mode < 3; mode++)
+                        for (int r = 0; r < P; r++) {
+                            ChunkSpec specs[PP_MAX_CHUNKS];
+                            ChunkRecompute rc[PP_MAX_CHUNKS];
+                            int nws[PP_MAX_CHUNKS], nb[2];
+                            ModelPlan plan;
+                            Model m;
+                            runtime_chunk_plan(&s, &fwd, &part, r, mode, M % 2, specs, rc, nws, nb);
+                            model_plan(&plan, &d, specs, rc, nws, v, B, T,
+                                       backend_cpu()->attention_saved_floats(backend_cpu(), B, T, d.NH), 2, nb[1], nb[0]);
+                            model_init_recompute(&m, &d, specs, rc, v, B, T, backend_cpu(), nb[1], nb[0]);
+                            model_init_optimizer(&m, 2);
+                            for (int c = 0; c < v; c++) model_init_wstate(&m, c, nws[c]);
+                            size_t pb = m.nparams * sizeof(float);
+                            size_t gb = pb + (m.dhead_tied ? (size_t)d.Vp * d.C * sizeof(float) : 0);
+                            ck_assert_msg(plan.params == pb && plan.grads == gb && plan.optimizer == 2 * pb,
+                                          "%s P=%d v=%d M=%d rank %d: params %zu/%zu grads %zu/%zu", *kind, P, v, M, r,
+                                          plan.params, pb, plan.grads, gb);
+                            ck_assert_msg(plan.slots == m.act_bytes && plan.work == m.work_bytes &&
+                                          plan.recv == m.recv_bytes && plan.wstate == m.wstate_bytes,
+                                          "%s P=%d v=%d M=%d mode %d rank %d: planned slots %zu work %zu recv %zu W %zu,"
+                                          " allocated %zu %zu %zu %zu", *kind, P, v, M, mode, r, plan.slots, plan.work,
+                                          plan.recv, plan.wstate, m.act_bytes, m.work_bytes, m.recv_bytes,
+                                          m.wstate_bytes);
+                            model_free(&m);
+                            checked++;
+                        }
+                    sched_free(&s), sched_free(&fwd);
+                }
+    ck_assert_int_eq(kinds, 6);
+    ck_assert_int_gt(checked, 500);
+}
+END_TEST
+
 /* Weights do not depend on the split: each tensor has its own random stream. */
 START_TEST(test_init_split_independent) {
     ChunkSpec whole = {0, 0, 4, 1, 1, 1, 0}, s1 = {1, 2, 4, 0, 1, 1, 0};
@@ -663,6 +779,8 @@ int main(void) {
     tcase_add_test(model, test_init_split_independent);
     tcase_add_test(model, test_llmc_roundtrip);
     tcase_add_test(model, test_split_backward_chunk);
+    tcase_add_test(model, test_recompute_chunk);
+    tcase_add_test(model, test_memory_plan_sweep);
     suite_add_tcase(s, model);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -269,6 +269,42 @@ static void expect_frees(const Schedule *s, const char *text, const char *want) 
                   s->forward_only ? "forward-only " : "", text, got, want);
 }
 
+/* [Note: schedule-aware recompute] The keep marks in closed form: 1F1B (M >= 2, P >= 2)
+ * marks every microbatch of the last stage and nothing else; GPipe nothing (its
+ * backwards run in forward order, B0 first, after all M forwards); a forward-only
+ * schedule nothing.
+ * The slot pools split by mark add up to at least the whole pool. */
+START_TEST(test_keep_marks) {
+    char err[PP_ERR_MAX];
+    int checked = 0;
+    for (int P = 2; P <= 4; P++)
+        for (int M = 2; M <= 6; M++) {
+            Schedule a, g, f;
+            ck_assert(sched_build(&a, "1f1b", P, 1, M, err, sizeof err) == PP_OK);
+            ck_assert(sched_build(&g, "gpipe", P, 1, M, err, sizeof err) == PP_OK);
+            ck_assert(sched_build_forward_only(&f, &a, err, sizeof err) == PP_OK);
+            for (int st = 0; st < P; st++)
+                for (int m = 0; m < M; m++) {
+                    ck_assert_int_eq(a.keep[st * M + m], st == P - 1);
+                    ck_assert_int_eq(g.keep[st * M + m], 0);
+                    ck_assert_int_eq(f.keep[st * M + m], 0);
+                    checked++;
+                }
+            for (int st = 0; st < P; st++) {
+                int run, skipped;
+                sched_recompute_count(&a, st, &run, &skipped);
+                ck_assert_int_eq(run, st == P - 1 ? 0 : M);
+                ck_assert_int_eq(skipped, st == P - 1 ? M : 0);
+                ck_assert_int_eq(sched_peak_inflight_kept(&a, st, 1), st == P - 1);
+                ck_assert_int_ge(sched_peak_inflight_kept(&a, st, 0) + sched_peak_inflight_kept(&a, st, 1),
+                                 sched_peak_inflight(&a, st));
+            }
+            sched_free(&a), sched_free(&g), sched_free(&f);
+        }
+    ck_assert_int_gt(checked, 100);
+}
+END_TEST
+
 START_TEST(test_action_frees) {
     Schedule s;
     int v_shape[4] = {0, 1, 1, 0};
@@ -1389,6 +1425,11 @@ static Config cmd_config(const char *kind, int P, int v, int M) {
     /* the model the partition column splits: one layer per stage at least */
     c.n_layers = 2 * P * v, c.dim = 64, c.padded_vocab_size = 256, c.seq_len = 64;
     snprintf(c.split, sizeof c.split, "auto");
+    /* and what the memory plan reads */
+    c.vocab_size = 256, c.max_seq_len = 64, c.n_heads = 4, c.batch_size = M, c.tie_embeddings = 1;
+    snprintf(c.balance, sizeof c.balance, "time");
+    snprintf(c.recompute, sizeof c.recompute, "none");
+    snprintf(c.optimizer, sizeof c.optimizer, "adamw");
     return c;
 }
 
@@ -1489,6 +1530,7 @@ static Suite *sched_suite(void) {
         {"placement", test_placement},
         {"action_deps", test_action_deps},
         {"action_frees", test_action_frees},
+        {"keep_marks", test_keep_marks},
         {"kind_table", test_kind_table},
         {"sweep_gpipe", test_sweep_gpipe},
         {"sweep_1f1b", test_sweep_1f1b},
