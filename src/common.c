@@ -84,6 +84,15 @@ int pp_errf(char *err, size_t n, int status, const char *fmt, ...) {
     return status;
 }
 
+void pp_strappendf(char *buf, size_t n, const char *fmt, ...) {
+    size_t used = buf ? strlen(buf) : 0;
+    if (!buf || used + 1 >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, n - used, fmt, ap);
+    va_end(ap);
+}
+
 void pp_dirname(const char *path, char *dir, size_t n) {
     const char *slash = strrchr(path, '/');
     if (!slash) snprintf(dir, n, ".");

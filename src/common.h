@@ -140,4 +140,8 @@ int pp_fsync_dir(const char *dir);
 int pp_errf(char *err, size_t n, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Append printf-style text to the NUL-terminated text in buf[n] (buf may be NULL),
+ * truncating silently. */
+void pp_strappendf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif

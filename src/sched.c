@@ -72,16 +72,6 @@ static int peer_stage(Action a) {
     return a.type == ACT_RECV_F || a.type == ACT_SEND_B ? a.stage - 1 : a.stage;
 }
 
-/* Append printf-style text to a message buffer, truncating silently. */
-static void msg_append(char *err, size_t n, const char *fmt, ...) {
-    size_t used = err ? strlen(err) : 0;
-    if (!err || used + 1 >= n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err + used, n - used, fmt, ap);
-    va_end(ap);
-}
-
 /* ================================================================ placement === */
 
 int sched_stage_rank(const Schedule *s, int stage) {
@@ -614,7 +604,7 @@ static int lower_stuck(const Schedule *s, uint8_t *emitted, const int *pos, int 
                         : a.type == ACT_W ? "for its input-gradient half I"
                         : !forward_done ? "for its own forward"
                         : "for the gradient from the next stage";
-        msg_append(err, errlen, " rank %d waits at %s %s;", r, text, why);
+        pp_strappendf(err, errlen, " rank %d waits at %s %s;", r, text, why);
     }
     return PP_EUSAGE;
 }

@@ -13,16 +13,6 @@ static Action act(int type, int stage, int mb) {
     return a;
 }
 
-/* Append printf-style text to a message buffer, truncating silently. */
-static void msg_append(char *err, size_t n, const char *fmt, ...) {
-    size_t used = err ? strlen(err) : 0;
-    if (!err || used + 1 >= n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err + used, n - used, fmt, ap);
-    va_end(ap);
-}
-
 /* ============================================================ the 1F1B family === */
 
 /* [Note: the 1F1B family]
@@ -284,7 +274,7 @@ int sched_kind_check(const char *kind, int P, int v, int M, char *err, size_t er
     char text[128] = "";
     if (!k) {
         for (int i = 0; i < NKINDS; i++)
-            msg_append(text, sizeof text, "%s%s", i ? ", " : "", KINDS[i].name);
+            pp_strappendf(text, sizeof text, "%s%s", i ? ", " : "", KINDS[i].name);
         return pp_errf(err, errlen, PP_EUSAGE, "unknown schedule '%s' (known: %s)", kind, text);
     }
     if (k->v_min > 1 && k->v_min == k->v_max && v != k->v_min) /* zbv: exactly 2 */
