@@ -123,8 +123,9 @@ grep -q 'tied embeddings: the copies on ranks 0 and 3 are bitwise identical' "$t
   ok "tied embeddings identical on the first and last rank" || bad "tied embedding check missing"
 
 # A rank never allocates another rank's parameters: the two halves add up to the whole.
-total=$(sed -n 's/.*params \([0-9]*\) .*/\1/p' "$tmp/ref8.out")
-halves=$(sed -n 's/.*params \([0-9]*\) .*/\1/p' "$tmp/1f1b-P2-M4.out" | python3 -c 'import sys; print(sum(int(x) for x in sys.stdin))')
+# (the build report's "| params N (" line; the "allocated: params N B" line is another)
+total=$(sed -n 's/.*| params \([0-9]*\) (.*/\1/p' "$tmp/ref8.out")
+halves=$(sed -n 's/.*| params \([0-9]*\) (.*/\1/p' "$tmp/1f1b-P2-M4.out" | python3 -c 'import sys; print(sum(int(x) for x in sys.stdin))')
 wte=$((256 * 32))  # the tied embedding is held by both the first and the last rank
 if [ "$halves" -eq $((total + wte)) ]; then ok "ranks hold only their own parameters ($halves = $total + wte)"; else bad "params per rank $halves vs total $total + $wte"; fi
 
