@@ -299,16 +299,50 @@ static void work_init(Model *m) {
     }
 }
 
+/* Whether the four [N,C] douts of the W state fit in a layer's attention probabilities
+ * ([Note: W state]). */
+static int wstate_in_att(size_t att_floats, size_t N, size_t C) { return att_floats >= 4 * N * C; }
+
+/* Floats of W state set memory layer li of a chunk needs ([Note: W state]): all of it
+ * when it recomputes (li < nrc), else the four [N,C] douts when the probabilities
+ * cannot hold them. */
+static size_t wstate_floats(int li, int nrc, size_t att_floats, size_t N, size_t C) {
+    if (li < nrc) return 11 * N * C;
+    return wstate_in_att(att_floats, N, C) ? 0 : 4 * N * C;
+}
+
 static void wstate_init(Model *m, const Chunk *ck, LayerWState *ws) {
     size_t N = (size_t)m->B * m->T, C = m->d.C;
+    size_t att = m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH);
     for (int l = 0; l < ck->l1 - ck->l0; l++) {
         float **f = (float **)&ws[l];
         size_t sizes[] = {N * C, N * 4 * C, N * C, N * C, N * 3 * C, N * C}; /* LayerWState's order */
+        int own = l < ck->nrc;                                              /* all six, or ... */
         for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            if (!own && (sizes[k] != N * C || wstate_in_att(att, N, C))) continue; /* ... the [N,C] four */
             f[k] = dev_alloc(m, sizes[k] * sizeof(float));
             m->wstate_bytes += sizes[k] * sizeof(float);
         }
     }
+}
+
+/* Where layer li of slot a keeps its W state ([Note: W state]): set[li] when the layer
+ * recomputes, else its own dead activations (qkv, fch, the probabilities, or set[li]'s
+ * [N,C] buffers when they do not fit). */
+static LayerWState wstate_at(const Model *m, const Chunk *ck, const ActSlot *a, int li, const LayerWState *set) {
+    if (li < ck->nrc) return set[li];
+    const LayerActs *la = &a->layers[li];
+    size_t NC = (size_t)m->B * m->T * m->d.C;
+    LayerWState ws = set[li];
+    ws.dfch = la->fch;
+    ws.dqkv = la->qkv;
+    if (wstate_in_att(m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH), (size_t)m->B * m->T, m->d.C)) {
+        ws.dres3 = la->att;
+        ws.dln2 = la->att + NC;
+        ws.dres2 = la->att + 2 * NC;
+        ws.dln1 = la->att + 3 * NC;
+    }
+    return ws;
 }
 
 static void wstate_free(const Model *m, const Chunk *ck, LayerWState *ws) {
@@ -399,6 +433,11 @@ void model_init_wstate(Model *m, int c, int n) {
     PP_CHECK(c >= 0 && c < m->nchunks && n >= 0 && ck->nwstate == 0 && !ck->wstate);
     ck->nwstate = n;
     ck->wstate = pp_calloc(n ? n : 1, sizeof(LayerWState *));
+    if (n > 0 && ck->l1 - ck->l0 > ck->nrc && !m->dkeep) { /* a layer stores W state in itself */
+        size_t bytes = (size_t)m->B * m->T * 4 * m->d.C * sizeof(float);
+        m->dkeep = dev_alloc(m, bytes);
+        m->wstate_bytes += bytes;
+    }
     for (int w = 0; w < n; w++) {
         ck->wstate[w] = pp_calloc(ck->l1 - ck->l0 ? ck->l1 - ck->l0 : 1, sizeof(LayerWState));
         wstate_init(m, ck, ck->wstate[w]);
@@ -419,7 +458,7 @@ void model_free(Model *m) {
     for (size_t k = 0; k < NACTS; k++) be->dealloc(be, work[k]);
     for (int b = 0; b < m->nblocks; b++) be->dealloc(be, m->blocks[b]);
     free(m->blocks);
-    void *own[] = {m->params, m->grads, m->opt_m, m->opt_v, m->dbig, m->dmid, m->dqkv, m->losses, m->logits,
+    void *own[] = {m->params, m->grads, m->opt_m, m->opt_v, m->dbig, m->dmid, m->dqkv, m->dkeep, m->losses, m->logits,
                    m->dhead_tied, m->scratch};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) be->dealloc(be, own[k]);
     free(m->tensors), free(m->lp), free(m->lg);
@@ -623,8 +662,22 @@ static void chunk_backward(Model *m, int c, int s, int weights, LayerWState *wst
     }
     for (int l = ck->l1 - 1; l >= ck->l0; l--) {
         int li = l - ck->l0;
-        layer_backward(m, weights ? &m->lg[l] : NULL, a->grad, backward_acts(m, ck, a, li, 0), &m->lp[l],
-                       layer_input(a, li), weights ? &fused : &wstate[li]);
+        const LayerActs *la = backward_acts(m, ck, a, li, 0);
+        if (weights || li < ck->nrc) { /* fused, or W state in a set of its own */
+            layer_backward(m, weights ? &m->lg[l] : NULL, a->grad, la, &m->lp[l], layer_input(a, li),
+                           weights ? &fused : &wstate[li]);
+            continue;
+        }
+        /* the douts in scratch, then into the layer's dead activations ([Note: W state]) */
+        size_t NC = (size_t)N * C;
+        LayerWState tmp = {m->dkeep, m->dbig, m->dkeep + NC, m->dkeep + 2 * NC, m->dqkv, m->dkeep + 3 * NC};
+        LayerWState to = wstate_at(m, ck, a, li, wstate);
+        layer_backward(m, NULL, a->grad, la, &m->lp[l], layer_input(a, li), &tmp);
+        const float *const *from = (const float *const *)&tmp;
+        float *const *dst = (float *const *)&to;
+        size_t sizes[] = {NC, 4 * NC, NC, NC, 3 * NC, NC}; /* LayerWState's order */
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+            m->be->copy(m->be, dst[k], from[k], sizes[k] * sizeof(float));
     }
     if (ck->first && weights)
         m->be->encoder_backward(m->be, m->dwte, m->dwpe, a->grad, a->tokens, m->B, m->T, C);
@@ -647,8 +700,8 @@ void model_backward_weight(Model *m, int c, int s, int w) {
                                   a->lnf_rstd, m->lnfw, N, C, m->scratch);
     for (int l = ck->l1 - 1; l >= ck->l0; l--) {
         int li = l - ck->l0;
-        layer_backward_weight(m, &m->lg[l], backward_acts(m, ck, a, li, 1), &m->lp[l], layer_input(a, li),
-                              &ck->wstate[w][li]);
+        LayerWState ws = wstate_at(m, ck, a, li, ck->wstate[w]);
+        layer_backward_weight(m, &m->lg[l], backward_acts(m, ck, a, li, 1), &m->lp[l], layer_input(a, li), &ws);
     }
     if (ck->first) /* s->grad holds d(embedding output), left by the input half */
         m->be->encoder_backward(m->be, m->dwte, m->dwpe, a->grad, a->tokens, m->B, m->T, C);
@@ -664,6 +717,7 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
     size_t layer_all = 5 * PAD(N * C) + 4 * PAD(N) + PAD(3 * N * C) + PAD(att_floats) + 2 * PAD(4 * N * C);
 #undef PAD
     int first = 0, last = 0, full = 0, sel = 0;
+    size_t dkeep = 0; /* the input half's scratch for in-layer W state, once per model */
     memset(p, 0, sizeof *p);
     for (int c = 0; c < nchunks; c++) first |= specs[c].first, last |= specs[c].last;
     for (int c = 0; c < nchunks; c++) {
@@ -682,7 +736,9 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
             p->slots += f * (size_t)k->nslots * (own + kept);
         }
         p->recv += f * (size_t)k->nrecv * N * C;
-        p->wstate += f * (size_t)(nwstate ? nwstate[c] : 0) * nl * 11 * N * C;
+        for (int li = 0; li < nl; li++) /* [Note: W state] */
+            p->wstate += f * (size_t)(nwstate ? nwstate[c] : 0) * wstate_floats(li, nrc, att_floats, N, C);
+        if (nwstate && nwstate[c] > 0 && nl > nrc) dkeep = 4 * N * C;
         if (rc && chunk_uses_work(mode, nrc, nblocks_drop)) {
             full |= mode == PP_RECOMPUTE_FULL;
             sel |= mode == PP_RECOMPUTE_SELECTIVE;
@@ -692,6 +748,7 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
         if (k->last) params += 2 * C + (d->tied && first ? 0 : (size_t)d->Vp * C); /* a shared wte counts once */
     }
     if (rc) p->slots += f * ((size_t)nblocks_keep * blk[1] + (size_t)nblocks_drop * blk[0]);
+    p->wstate += f * dkeep;
     if (d->tied && first && last) head_tied = (size_t)d->Vp * C; /* [Note: tied gradient order] */
     size_t layer_raw = N * (16 * C + 4) + att_floats;
     p->work = f * (full ? layer_raw : sel ? att_floats + N * 5 * C : 0);

@@ -58,10 +58,21 @@ typedef struct {
 /* [Note: W state] What the weight half of a split backward (model_backward_weight)
  * reads besides the activation slot: the output gradient of each matmul and LayerNorm
  * of a layer, which the input half (model_backward_input) computes and the fused
- * backward throws away. The inputs of those ops are the saved activations, which the
- * slot keeps until W ([Note: activation slots] in sched.h). 11*N*C floats per layer;
- * a chunk has as many sets as its schedule has Ws pending at once
- * (sched_peak_pending_w), allocated at model_init. */
+ * backward throws away; 11*N*C floats per layer. The inputs of those ops are the saved
+ * activations, which the slot keeps until W ([Note: activation slots] in sched.h).
+ *
+ * Where it lives. Once the input half is through a layer, three of the layer's saved
+ * activations are dead: W reads neither the attention probabilities, nor qkv, nor the
+ * pre-GELU fch. So a layer that keeps its activations (every layer without recompute,
+ * and those past pipeline.recompute_layers) stores dqkv in qkv, dfch in fch and the four
+ * [N,C] douts in the probabilities: the input half computes them in scratch (dkeep and
+ * the fused backward's buffers) and moves them there at the end of the layer. Only the
+ * four [N,C] douts need memory of their own, and only where the probabilities are
+ * smaller than 4*N*C floats (attention_saved_floats: NH*T < 4C, or a flash attention).
+ * A layer that recomputes keeps all 11*N*C in a W state set: its activations may be
+ * recomputed again, elsewhere, before W. A chunk has as many sets as its schedule has
+ * Ws pending at once (sched_peak_pending_w), each holding what its layers need; this
+ * is how a zero-bubble schedule keeps 1F1B's activation bytes. */
 typedef struct {
     float *dres3;  /* [N,C] d(layer output): fcproj's dout */
     float *dfch;   /* [N,4C] d(fch): fc's dout */
@@ -157,6 +168,8 @@ typedef struct {
     float *dbig;              /* [N,4C] */
     float *dmid;              /* [N,C] */
     float *dqkv;              /* [N,3C] */
+    float *dkeep;             /* [N,4C] the input half's four [N,C] douts until they move
+                                 into the layer ([Note: W state]); NULL without */
     float *scratch;           /* be->scratch_floats(N, T, C) for the backward ops */
     size_t act_bytes;         /* activation slot (and block) bytes, for the build report */
     size_t recv_bytes;        /* receive buffer bytes, for the build report */

@@ -323,9 +323,13 @@ static double fwd(Model *m, int c, int s, float dloss, int want_grad) {
     return loss;
 }
 
-static void setup_model(Model *m, const ChunkSpec *specs, int n, int B, int T, uint64_t seed) {
-    model_init(m, &tiny, specs, n, B, T, backend_cpu());
+static void setup_model_dims(Model *m, const ModelDims *d, const ChunkSpec *specs, int n, int B, int T,
+                             uint64_t seed) {
+    model_init(m, d, specs, n, B, T, backend_cpu());
     model_init_weights(m, seed, 0.3f); /* large std: gradients well above rounding */
+}
+static void setup_model(Model *m, const ChunkSpec *specs, int n, int B, int T, uint64_t seed) {
+    setup_model_dims(m, &tiny, specs, n, B, T, seed);
 }
 static void fill_tokens(Model *m, int c, int slot, int B, int T) {
     ActSlot *a = &m->chunks[c].slots[slot];
@@ -536,16 +540,25 @@ END_TEST
 /* Per chunk: for a whole model (embeddings, layers, head), a first, a middle and a
  * last chunk, the input half then the weight half give model_backward's d(input)
  * and every gradient bitwise, over two microbatches whose Ws run after both Is (two
- * W state sets, as a zero-bubble schedule holds them). */
+ * W state sets, as a zero-bubble schedule holds them). Twice ([Note: W state]): with
+ * NH*T < 4C the four [N,C] douts go to the sets; with NH*T >= 4C into the attention
+ * probabilities, and the sets hold nothing. */
 START_TEST(test_split_backward_chunk) {
-    int B = 2, T = 5, N = B * T, C = tiny.C;
+    ModelDims wide = tiny;
+    wide.NH = 4; /* T = 8: NH*T = 32 = 4C */
+    const ModelDims *dims[2] = {&tiny, &wide};
+    int Ts[2] = {5, 8};
+    for (int v = 0; v < 2; v++) {
+    int B = 2, T = Ts[v], N = B * T, C = tiny.C;
     ChunkSpec specs[] = {{0, 0, 4, 1, 1, 2, 0}, {0, 0, 2, 1, 0, 2, 0}, {1, 1, 3, 0, 0, 2, 0}, {2, 2, 4, 0, 1, 2, 0}};
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
         Model f, sp;
-        setup_model(&f, &specs[k], 1, B, T, 21);
-        setup_model(&sp, &specs[k], 1, B, T, 21);
+        setup_model_dims(&f, dims[v], &specs[k], 1, B, T, 21);
+        setup_model_dims(&sp, dims[v], &specs[k], 1, B, T, 21);
         model_init_wstate(&sp, 0, 2);
-        ck_assert_uint_gt(sp.wstate_bytes, 0);
+        size_t nl = (size_t)(specs[k].l1 - specs[k].l0), nc = (size_t)N * C * sizeof(float);
+        /* the input half's scratch, and the [N,C] four per set and layer when they do not fit */
+        ck_assert_uint_eq(sp.wstate_bytes, 4 * nc + (v == 0 ? 2 * nl * 4 * nc : 0));
         ck_assert_uint_eq(f.wstate_bytes, 0);
         Model *ms[2] = {&f, &sp};
         float *in[2], *dout[2];
@@ -577,6 +590,7 @@ START_TEST(test_split_backward_chunk) {
         for (size_t j = 0; j < f.nparams; j++) nonzero += f.grads[j] != 0.0f;
         ck_assert_uint_gt(nonzero, f.nparams / 2); /* the comparison saw real gradients */
         model_free(&f), model_free(&sp);
+    }
     }
     tfree_all();
 }
