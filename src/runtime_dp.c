@@ -98,7 +98,7 @@ static void zero_plan(Runtime *rt, const int *order, const int *first) {
     d->held = 0;
     for (int b = 0; b < d->nb; b++) {
         DpBucket *bk = &d->b[b];
-        int alone = bk->bounds != NULL;
+        int alone = tied_pair_wte(rt, &m->tensors[order[first[b]]]); /* a bucket of its own (plan_buckets) */
         bk->bounds = pp_calloc((size_t)D + 1, sizeof(size_t));
         int q = 0;
         for (int j = first[b]; j < first[b + 1]; j++) {
@@ -142,16 +142,17 @@ static void plan_buckets(Runtime *rt) {
     d->nb = 0;
     d->floats = 0;
     int *first = pp_malloc((size_t)(nt + 1) * sizeof(int)); /* bucket b's tensors: order[first[b] .. first[b+1]) */
+    int cur_alone = 0; /* the last bucket is the tied wte's own, which nothing joins */
     for (int j = 0; j < nt; j++) {
         const ParamTensor *t = &m->tensors[order[j]];
         DpBucket *cur = d->nb ? &d->b[d->nb - 1] : NULL;
         int alone = d->zero && tied_pair_wte(rt, t); /* [Note: ZeRO-1] */
-        if (cur && !alone && !cur->bounds && cur->ready == ready[order[j]] && cur->off + cur->n == t->offset &&
+        if (cur && !alone && !cur_alone && cur->ready == ready[order[j]] && cur->off + cur->n == t->offset &&
             cur->n + t->numel <= DP_BUCKET_FLOATS)
             cur->n += t->numel;
         else
             first[d->nb] = j, d->b[d->nb++] = (DpBucket){t->offset, t->numel, ready[order[j]], NULL};
-        if (alone) d->b[d->nb - 1].bounds = (size_t *)1; /* no other tensor joins it; cut below */
+        cur_alone = alone;
         d->floats += t->numel;
     }
     first[d->nb] = nt;
