@@ -140,7 +140,6 @@ static void plan_buckets(Runtime *rt) {
     DpSync *d = &rt->dp;
     d->b = pp_calloc((size_t)nt * 2 + 1, sizeof(DpBucket));
     d->nb = 0;
-    d->floats = 0;
     int *first = pp_malloc((size_t)(nt + 1) * sizeof(int)); /* bucket b's tensors: order[first[b] .. first[b+1]) */
     int cur_alone = 0; /* the last bucket is the tied wte's own, which nothing joins */
     for (int j = 0; j < nt; j++) {
@@ -153,7 +152,6 @@ static void plan_buckets(Runtime *rt) {
         else
             first[d->nb] = j, d->b[d->nb++] = (DpBucket){t->offset, t->numel, ready[order[j]], NULL};
         cur_alone = alone;
-        d->floats += t->numel;
     }
     first[d->nb] = nt;
     if (d->zero) zero_plan(rt, order, first);
@@ -332,7 +330,7 @@ int dp_report(Runtime *rt, char *err, size_t errlen) {
         double hidden = dur > 0 ? 1 - exposed / dur : 1;
         printf("data parallel: %d replicas; gradient all-reduce %.1f MB per step on pipeline rank 0 (%d bucket%s): "
                "runs %.1f ms summed over the pipeline ranks, %.1f ms of it after the slowest action list: %.0f%% hidden "
-               "behind computation (ranks wait %.1f ms for it on average)\n", D, d->floats * 4 / 1e6, d->nb,
+               "behind computation (ranks wait %.1f ms for it on average)\n", D, rt->model.nparams * 4 / 1e6, d->nb,
                d->nb == 1 ? "" : "s", dur * 1e3, exposed * 1e3, 100 * (hidden < 0 ? 0 : hidden), wait * 1e3);
     }
     free(v);

@@ -32,7 +32,6 @@ typedef struct {
     int limit;       /* the last action run: buckets final after it may start */
     float *tmp;      /* [the longest block] the ring's receive scratch */
     float *host;     /* device backends: host copy of the gradients the rings run on */
-    size_t floats;   /* reduced per step */
     int zero;        /* ZeRO-1 (train.optimizer.shard with D > 1) */
     size_t *zoff;    /* ZeRO-1: [ntensors] offset of a tensor's state in opt_m / opt_v, or
                         DP_NOT_HELD when another replica keeps it */
