@@ -160,7 +160,7 @@ int model_recompute_mode(const char *name) {
 /* Floats of each LayerActs member, in its order. */
 static void layer_sizes(const Model *m, size_t sizes[NACTS]) {
     size_t N = (size_t)m->B * m->T, C = m->d.C;
-    size_t s[] = {N * C, N, N, N * 3 * C, N * C, m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH),
+    size_t s[] = {N * C, N, N, N * 3 * C, N * C, m->att_floats,
                   N * C, N * C, N, N, N * 4 * C, N * 4 * C, N * C}; /* LayerActs' order */
     _Static_assert(sizeof s / sizeof s[0] == NACTS, "sizes: LayerActs' order");
     memcpy(sizes, s, sizeof s);
@@ -313,7 +313,7 @@ static size_t wstate_floats(int li, int nrc, size_t att_floats, size_t N, size_t
 
 static void wstate_init(Model *m, const Chunk *ck, LayerWState *ws) {
     size_t N = (size_t)m->B * m->T, C = m->d.C;
-    size_t att = m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH);
+    size_t att = m->att_floats;
     for (int l = 0; l < ck->l1 - ck->l0; l++) {
         float **f = (float **)&ws[l];
         size_t sizes[] = {N * C, N * 4 * C, N * C, N * C, N * 3 * C, N * C}; /* LayerWState's order */
@@ -336,7 +336,7 @@ static LayerWState wstate_at(const Model *m, const Chunk *ck, const ActSlot *a, 
     LayerWState ws = set[li];
     ws.dfch = la->fch;
     ws.dqkv = la->qkv;
-    if (wstate_in_att(m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH), (size_t)m->B * m->T, m->d.C)) {
+    if (wstate_in_att(m->att_floats, (size_t)m->B * m->T, m->d.C)) {
         ws.dres3 = la->att;
         ws.dln2 = la->att + NC;
         ws.dres2 = la->att + 2 * NC;
@@ -373,6 +373,7 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, 
     m->B = B;
     m->T = T;
     m->be = be;
+    m->att_floats = be->attention_saved_floats(be, B, T, d->NH);
     m->nchunks = nchunks;
     m->pooled = rc != NULL;
     int any_last = 0, any_first = 0;
