@@ -714,9 +714,8 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
                 const int *nwstate, int nchunks, int B, int T, size_t att_floats, int nopt, int nblocks_keep,
                 int nblocks_drop) {
     size_t N = (size_t)B * T, C = d->C, f = sizeof(float), params = 0, head_tied = 0, blk[2] = {0, 0};
-#define PAD(n) (rc ? ((n) + 63) / 64 * 64 : (n)) /* blocks align each tensor ([Note: activation blocks]) */
+#define PAD(n) (rc ? block_pad(n) : (n)) /* blocks align each tensor ([Note: activation blocks]) */
     size_t layer_all = 5 * PAD(N * C) + 4 * PAD(N) + PAD(3 * N * C) + PAD(att_floats) + 2 * PAD(4 * N * C);
-#undef PAD
     int first = 0, last = 0, full = 0, sel = 0;
     size_t dkeep = 0; /* the input half's scratch for in-layer W state, once per model */
     memset(p, 0, sizeof *p);
@@ -726,9 +725,8 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
         int mode = rc ? rc[c].mode : PP_RECOMPUTE_NONE, nl = k->l1 - k->l0, nrc = chunk_nrc(mode, rc ? rc[c].layers : 0, nl);
         size_t own = 2 * N * C + (k->last ? N * (2 * C + 2) : 0), kept = (size_t)nl * layer_all;
         /* a layer that drops keeps res3 (full), or all but att and fch_gelu (selective) */
-        size_t res3 = rc ? (N * C + 63) / 64 * 64 : N * C, a4 = rc ? (4 * N * C + 63) / 64 * 64 : 4 * N * C;
-        size_t atts = rc ? (att_floats + 63) / 64 * 64 : att_floats;
-        size_t dropped = kept - (size_t)nrc * (mode == PP_RECOMPUTE_FULL ? layer_all - res3 : atts + a4);
+        size_t drops = mode == PP_RECOMPUTE_FULL ? layer_all - PAD(N * C) : PAD(att_floats) + PAD(4 * N * C);
+        size_t dropped = kept - (size_t)nrc * drops;
         if (rc) { /* the slot's own part; the layers in the rank's blocks */
             p->slots += f * (size_t)k->nslots * own;
             blk[1] = kept > blk[1] ? kept : blk[1];
@@ -748,6 +746,7 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
         if (k->first) params += (size_t)d->Vp * C + (size_t)d->maxT * C;
         if (k->last) params += 2 * C + (d->tied && first ? 0 : (size_t)d->Vp * C); /* a shared wte counts once */
     }
+#undef PAD
     if (rc) p->slots += f * ((size_t)nblocks_keep * blk[1] + (size_t)nblocks_drop * blk[0]);
     p->wstate += f * dkeep;
     if (d->tied && first && last) head_tied = (size_t)d->Vp * C; /* [Note: tied gradient order] */
