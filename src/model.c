@@ -311,14 +311,23 @@ static size_t wstate_floats(int li, int nrc, size_t att_floats, size_t N, size_t
     return wstate_in_att(att_floats, N, C) ? 0 : 4 * N * C;
 }
 
+#define NWS (sizeof(LayerWState) / sizeof(float *))
+
+/* Floats of each LayerWState member, in its order, for [N,C] = NC floats. */
+static void wstate_sizes(size_t NC, size_t sizes[NWS]) {
+    size_t s[] = {NC, 4 * NC, NC, NC, 3 * NC, NC}; /* LayerWState's order */
+    _Static_assert(sizeof s / sizeof s[0] == NWS, "sizes: LayerWState's order");
+    memcpy(sizes, s, sizeof s);
+}
+
 static void wstate_init(Model *m, const Chunk *ck, LayerWState *ws) {
-    size_t N = (size_t)m->B * m->T, C = m->d.C;
+    size_t N = (size_t)m->B * m->T, C = m->d.C, sizes[NWS];
     size_t att = m->att_floats;
+    wstate_sizes(N * C, sizes);
     for (int l = 0; l < ck->l1 - ck->l0; l++) {
         float **f = (float **)&ws[l];
-        size_t sizes[] = {N * C, N * 4 * C, N * C, N * C, N * 3 * C, N * C}; /* LayerWState's order */
-        int own = l < ck->nrc;                                              /* all six, or ... */
-        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int own = l < ck->nrc; /* all six, or ... */
+        for (size_t k = 0; k < NWS; k++) {
             if (!own && (sizes[k] != N * C || wstate_in_att(att, N, C))) continue; /* ... the [N,C] four */
             f[k] = dev_alloc(m, sizes[k] * sizeof(float));
             m->wstate_bytes += sizes[k] * sizeof(float);
@@ -348,7 +357,7 @@ static LayerWState wstate_at(const Model *m, const Chunk *ck, const ActSlot *a, 
 static void wstate_free(const Model *m, const Chunk *ck, LayerWState *ws) {
     for (int l = 0; l < ck->l1 - ck->l0; l++) {
         float **f = (float **)&ws[l];
-        for (size_t k = 0; k < sizeof(LayerWState) / sizeof(float *); k++) m->be->dealloc(m->be, f[k]);
+        for (size_t k = 0; k < NWS; k++) m->be->dealloc(m->be, f[k]);
     }
     free(ws);
 }
@@ -676,8 +685,9 @@ static void chunk_backward(Model *m, int c, int s, int weights, LayerWState *wst
         layer_backward(m, NULL, a->grad, la, &m->lp[l], layer_input(a, li), &tmp);
         const float *const *from = (const float *const *)&tmp;
         float *const *dst = (float *const *)&to;
-        size_t sizes[] = {NC, 4 * NC, NC, NC, 3 * NC, NC}; /* LayerWState's order */
-        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        size_t sizes[NWS];
+        wstate_sizes(NC, sizes);
+        for (size_t k = 0; k < NWS; k++)
             m->be->copy(m->be, dst[k], from[k], sizes[k] * sizeof(float));
     }
     if (ck->first && weights)
