@@ -160,7 +160,7 @@ int model_recompute_mode(const char *name) {
 /* Floats of each LayerActs member, in its order. */
 static void layer_sizes(const Model *m, size_t sizes[NACTS]) {
     size_t N = (size_t)m->B * m->T, C = m->d.C;
-    size_t s[] = {N * C, N, N, N * 3 * C, N * C, m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH),
+    size_t s[] = {N * C, N, N, N * 3 * C, N * C, m->att_floats,
                   N * C, N * C, N, N, N * 4 * C, N * 4 * C, N * C}; /* LayerActs' order */
     _Static_assert(sizeof s / sizeof s[0] == NACTS, "sizes: LayerActs' order");
     memcpy(sizes, s, sizeof s);
@@ -311,14 +311,23 @@ static size_t wstate_floats(int li, int nrc, size_t att_floats, size_t N, size_t
     return wstate_in_att(att_floats, N, C) ? 0 : 4 * N * C;
 }
 
+#define NWS (sizeof(LayerWState) / sizeof(float *))
+
+/* Floats of each LayerWState member, in its order, for [N,C] = NC floats. */
+static void wstate_sizes(size_t NC, size_t sizes[NWS]) {
+    size_t s[] = {NC, 4 * NC, NC, NC, 3 * NC, NC}; /* LayerWState's order */
+    _Static_assert(sizeof s / sizeof s[0] == NWS, "sizes: LayerWState's order");
+    memcpy(sizes, s, sizeof s);
+}
+
 static void wstate_init(Model *m, const Chunk *ck, LayerWState *ws) {
-    size_t N = (size_t)m->B * m->T, C = m->d.C;
-    size_t att = m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH);
+    size_t N = (size_t)m->B * m->T, C = m->d.C, sizes[NWS];
+    size_t att = m->att_floats;
+    wstate_sizes(N * C, sizes);
     for (int l = 0; l < ck->l1 - ck->l0; l++) {
         float **f = (float **)&ws[l];
-        size_t sizes[] = {N * C, N * 4 * C, N * C, N * C, N * 3 * C, N * C}; /* LayerWState's order */
-        int own = l < ck->nrc;                                              /* all six, or ... */
-        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int own = l < ck->nrc; /* all six, or ... */
+        for (size_t k = 0; k < NWS; k++) {
             if (!own && (sizes[k] != N * C || wstate_in_att(att, N, C))) continue; /* ... the [N,C] four */
             f[k] = dev_alloc(m, sizes[k] * sizeof(float));
             m->wstate_bytes += sizes[k] * sizeof(float);
@@ -336,7 +345,7 @@ static LayerWState wstate_at(const Model *m, const Chunk *ck, const ActSlot *a, 
     LayerWState ws = set[li];
     ws.dfch = la->fch;
     ws.dqkv = la->qkv;
-    if (wstate_in_att(m->be->attention_saved_floats(m->be, m->B, m->T, m->d.NH), (size_t)m->B * m->T, m->d.C)) {
+    if (wstate_in_att(m->att_floats, (size_t)m->B * m->T, m->d.C)) {
         ws.dres3 = la->att;
         ws.dln2 = la->att + NC;
         ws.dres2 = la->att + 2 * NC;
@@ -348,7 +357,7 @@ static LayerWState wstate_at(const Model *m, const Chunk *ck, const ActSlot *a, 
 static void wstate_free(const Model *m, const Chunk *ck, LayerWState *ws) {
     for (int l = 0; l < ck->l1 - ck->l0; l++) {
         float **f = (float **)&ws[l];
-        for (size_t k = 0; k < sizeof(LayerWState) / sizeof(float *); k++) m->be->dealloc(m->be, f[k]);
+        for (size_t k = 0; k < NWS; k++) m->be->dealloc(m->be, f[k]);
     }
     free(ws);
 }
@@ -373,6 +382,7 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, 
     m->B = B;
     m->T = T;
     m->be = be;
+    m->att_floats = be->attention_saved_floats(be, B, T, d->NH);
     m->nchunks = nchunks;
     m->pooled = rc != NULL;
     int any_last = 0, any_first = 0;
@@ -675,8 +685,9 @@ static void chunk_backward(Model *m, int c, int s, int weights, LayerWState *wst
         layer_backward(m, NULL, a->grad, la, &m->lp[l], layer_input(a, li), &tmp);
         const float *const *from = (const float *const *)&tmp;
         float *const *dst = (float *const *)&to;
-        size_t sizes[] = {NC, 4 * NC, NC, NC, 3 * NC, NC}; /* LayerWState's order */
-        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        size_t sizes[NWS];
+        wstate_sizes(NC, sizes);
+        for (size_t k = 0; k < NWS; k++)
             m->be->copy(m->be, dst[k], from[k], sizes[k] * sizeof(float));
     }
     if (ck->first && weights)
@@ -713,9 +724,8 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
                 const int *nwstate, int nchunks, int B, int T, size_t att_floats, int nopt, int nblocks_keep,
                 int nblocks_drop) {
     size_t N = (size_t)B * T, C = d->C, f = sizeof(float), params = 0, head_tied = 0, blk[2] = {0, 0};
-#define PAD(n) (rc ? ((n) + 63) / 64 * 64 : (n)) /* blocks align each tensor ([Note: activation blocks]) */
+#define PAD(n) (rc ? block_pad(n) : (n)) /* blocks align each tensor ([Note: activation blocks]) */
     size_t layer_all = 5 * PAD(N * C) + 4 * PAD(N) + PAD(3 * N * C) + PAD(att_floats) + 2 * PAD(4 * N * C);
-#undef PAD
     int first = 0, last = 0, full = 0, sel = 0;
     size_t dkeep = 0; /* the input half's scratch for in-layer W state, once per model */
     memset(p, 0, sizeof *p);
@@ -725,9 +735,8 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
         int mode = rc ? rc[c].mode : PP_RECOMPUTE_NONE, nl = k->l1 - k->l0, nrc = chunk_nrc(mode, rc ? rc[c].layers : 0, nl);
         size_t own = 2 * N * C + (k->last ? N * (2 * C + 2) : 0), kept = (size_t)nl * layer_all;
         /* a layer that drops keeps res3 (full), or all but att and fch_gelu (selective) */
-        size_t res3 = rc ? (N * C + 63) / 64 * 64 : N * C, a4 = rc ? (4 * N * C + 63) / 64 * 64 : 4 * N * C;
-        size_t atts = rc ? (att_floats + 63) / 64 * 64 : att_floats;
-        size_t dropped = kept - (size_t)nrc * (mode == PP_RECOMPUTE_FULL ? layer_all - res3 : atts + a4);
+        size_t drops = mode == PP_RECOMPUTE_FULL ? layer_all - PAD(N * C) : PAD(att_floats) + PAD(4 * N * C);
+        size_t dropped = kept - (size_t)nrc * drops;
         if (rc) { /* the slot's own part; the layers in the rank's blocks */
             p->slots += f * (size_t)k->nslots * own;
             blk[1] = kept > blk[1] ? kept : blk[1];
@@ -747,6 +756,7 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
         if (k->first) params += (size_t)d->Vp * C + (size_t)d->maxT * C;
         if (k->last) params += 2 * C + (d->tied && first ? 0 : (size_t)d->Vp * C); /* a shared wte counts once */
     }
+#undef PAD
     if (rc) p->slots += f * ((size_t)nblocks_keep * blk[1] + (size_t)nblocks_drop * blk[0]);
     p->wstate += f * dkeep;
     if (d->tied && first && last) head_tied = (size_t)d->Vp * C; /* [Note: tied gradient order] */

@@ -177,6 +177,8 @@ typedef struct {
     LayerActs work;           /* the recompute workspace ([Note: recompute]): what one
                                  layer drops, NULL members when nothing recomputes */
     size_t work_bytes;        /* its bytes, for the build report */
+    size_t att_floats;        /* be->attention_saved_floats(B, T, NH), asked once: the
+                                 backward reads it per layer ([Note: W state]) */
     int pooled;               /* the layers' activations are in blocks (model_init_recompute) */
     int nblocks, nblocks_keep; /* activation blocks ([Note: activation blocks] in model.c);
                                   the first nblocks_keep keep everything */

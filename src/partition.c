@@ -119,7 +119,8 @@ int partition_build_costs(Partition *p, const char *split, int L, int S, const P
     p->unit = pc->unit;
     if (strcmp(split, "auto") == 0) {
         balance(p, L, S, pc);
-    } else {        int vals[PP_MAX_STAGES], n;
+    } else {
+        int vals[PP_MAX_STAGES], n;
         char kind;
         int rc = parse_list(split, vals, PP_MAX_STAGES, &n, &kind, err, errlen);
         if (rc) return rc;

@@ -62,7 +62,6 @@ static Action act(int type, int stage, int mb) {
     return a;
 }
 
-static int is_compute(int t) { return t == ACT_F || t == ACT_B || t == ACT_I || t == ACT_W; }
 static int is_send(int t) { return t == ACT_SEND_F || t == ACT_SEND_B; }
 static int is_recv(int t) { return t == ACT_RECV_F || t == ACT_RECV_B; }
 
@@ -325,7 +324,7 @@ static const char *placement_error(const Schedule *s, int r, Action a) {
         return "a forward-only schedule has no backward actions";
     int peer = peer_stage(a);
     if (peer < 0 || peer >= s->S) return "there is no stage on the other end";
-    if (!is_compute(a.type) && sched_stage_rank(s, peer) == r)
+    if (!sched_is_compute(a.type) && sched_stage_rank(s, peer) == r)
         return "the neighbouring stage is on the same rank (handed over locally, no transfer)";
     return NULL;
 }
@@ -338,7 +337,7 @@ static int check_index(Check *c, int lowered) {
             Action a = s->acts[r][i];
             const char *why = placement_error(s, r, a);
             if (why) return check_fail(c, r, i, "%s", why);
-            if (!lowered && !is_compute(a.type))
+            if (!lowered && !sched_is_compute(a.type))
                 return check_fail(c, r, i, "transfer in a schedule being lowered");
             int *slot = &c->pos[a.type][a.stage * s->M + a.mb];
             if (*slot >= 0)
@@ -565,7 +564,7 @@ static uint8_t *lower_flag(const Schedule *s, uint8_t *emitted, Action a) {
  * a transfer chain (RECV_F(s,m) <- SEND_F(s-1,m) <- F(s-1,m)). */
 static Action producer(const Schedule *s, Action d) {
     Action deps[SCHED_MAX_DEPS];
-    while (!is_compute(d.type) && sched_action_deps(s, d, deps) == 1) d = deps[0];
+    while (!sched_is_compute(d.type) && sched_action_deps(s, d, deps) == 1) d = deps[0];
     return d;
 }
 
@@ -639,7 +638,7 @@ static void mark_keep(Schedule *s) {
             Action f = s->acts[r][i];
             if (f.type != ACT_F) continue;
             int j = i + 1;
-            while (j < s->len[r] && !is_compute(s->acts[r][j].type)) j++;
+            while (j < s->len[r] && !sched_is_compute(s->acts[r][j].type)) j++;
             if (j == s->len[r]) continue;
             Action b = s->acts[r][j];
             if ((b.type == ACT_B || b.type == ACT_I) && b.stage == f.stage && b.mb == f.mb)
@@ -832,7 +831,7 @@ static int load_line(Schedule *s, char *text, int rank, const char *origin, int 
             return pp_errf(err, errlen, PP_EUSAGE, "%s:%d: action %s on rank %d: %s (P=%d, v=%d,"
                            " M=%d)", origin, line, tok, rank, why, s->P, s->v, s->M);
         sched_append(s, rank, a);
-        if (!is_compute(a.type)) s->lowered = 1;
+        if (!sched_is_compute(a.type)) s->lowered = 1;
     }
     return PP_OK;
 }

@@ -73,6 +73,11 @@ typedef enum {
     ACT_NTYPES
 } ActType;
 
+/* 1 for the compute types (F, B, I, W), 0 for the transfers: the one definition. */
+static inline int sched_is_compute(int type) {
+    return type == ACT_F || type == ACT_B || type == ACT_I || type == ACT_W;
+}
+
 typedef struct {
     uint8_t type;  /* ActType */
     int16_t stage; /* global stage index s, 0 <= s < S */

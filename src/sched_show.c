@@ -9,8 +9,6 @@
 #define TIMELINE_MAX_COLS 1000 /* coarser time units beyond this */
 #define TEXT_WIDTH 120         /* wrap the text timeline at about this many columns */
 
-static int is_compute(int t) { return t == ACT_F || t == ACT_B || t == ACT_I || t == ACT_W; }
-
 /* The costs line of the summary and the SVG: "F=1 B=2 transfer=0", or with W costs
  * ([Note: split costs] in sim.h) "F=1 B(input)=1 W=1 transfer=0". */
 static void costs_text(const SimCosts *c, FILE *f) {
@@ -29,7 +27,7 @@ static int compute_label(const Schedule *s, Action a, char *buf, size_t n) {
 static int on_grid(const Schedule *s, const SimResult *res, double unit) {
     for (int r = 0; r < s->P; r++)
         for (int i = 0; i < s->len[r]; i++) {
-            if (!is_compute(s->acts[r][i].type)) continue;
+            if (!sched_is_compute(s->acts[r][i].type)) continue;
             double a = res->start[r][i] / unit, b = res->end[r][i] / unit;
             if (fabs(a - round(a)) > 1e-6 || fabs(b - round(b)) > 1e-6) return 0;
         }
@@ -44,7 +42,7 @@ static double time_unit(const Schedule *s, const SimResult *res) {
     for (int r = 0; r < s->P; r++)
         for (int i = 0; i < s->len[r]; i++) {
             double d = res->end[r][i] - res->start[r][i];
-            if (is_compute(s->acts[r][i].type) && d > 0 && (shortest == 0 || d < shortest))
+            if (sched_is_compute(s->acts[r][i].type) && d > 0 && (shortest == 0 || d < shortest))
                 shortest = d;
         }
     if (shortest == 0) shortest = 1;
@@ -62,7 +60,7 @@ static double time_unit(const Schedule *s, const SimResult *res) {
  * only moves forward: call with increasing t. */
 static int running_at(const Schedule *s, const SimResult *res, int r, int *cursor, double t) {
     int i = *cursor;
-    while (i < s->len[r] && (!is_compute(s->acts[r][i].type) || res->end[r][i] <= t)) i++;
+    while (i < s->len[r] && (!sched_is_compute(s->acts[r][i].type) || res->end[r][i] <= t)) i++;
     *cursor = i;
     return i < s->len[r] && res->start[r][i] <= t ? i : -1;
 }
@@ -91,7 +89,7 @@ void sched_show_timeline(const Schedule *s, const SimResult *res, FILE *f) {
     int cols = (int)ceil(res->makespan / unit - 1e-9), w = 3;
     for (int r = 0; r < s->P; r++)
         for (int i = 0; i < s->len[r]; i++)
-            if (is_compute(s->acts[r][i].type)) {
+            if (sched_is_compute(s->acts[r][i].type)) {
                 int n = compute_label(s, s->acts[r][i], label, sizeof label) + 1;
                 if (n > w) w = n;
             }
@@ -327,7 +325,7 @@ static void svg_actions(const Schedule *s, const SimResult *res, double px, FILE
     for (int r = 0; r < s->P; r++)
         for (int i = 0; i < s->len[r]; i++) {
             Action a = s->acts[r][i];
-            if (!is_compute(a.type)) continue;
+            if (!sched_is_compute(a.type)) continue;
             int dark = a.type == ACT_B || a.type == ACT_I; /* W: dark and dashed */
             char fill[8], label[SCHED_ACTION_TEXT_MAX];
             double x = SVG_LEFT + res->start[r][i] * px, w = (res->end[r][i] - res->start[r][i]) * px;

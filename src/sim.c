@@ -24,8 +24,6 @@ void sim_costs_default(SimCosts *c) {
 
 int sim_costs_split(const SimCosts *c) { return c->W_stage != NULL || c->W >= 0; }
 
-static int is_compute(int t) { return t == ACT_F || t == ACT_B || t == ACT_I || t == ACT_W; }
-
 /* [Note: split costs] in sim.h. */
 static double action_cost(const SimCosts *c, int rank, Action a) {
     if (c->action_cost) return c->action_cost(c->ctx, rank, a);
@@ -93,7 +91,7 @@ static int sim_advance(Sim *sim, int r) {
             double ready = ready_at(sim, a);
             if (ready < 0) break;
             if (ready > t) t = ready;
-            if (is_compute(a.type)) { /* sends cost the sender nothing */
+            if (sched_is_compute(a.type)) { /* sends cost the sender nothing */
                 sim->clock[r] = t + cost;
                 sim->res->busy[r] += cost;
             }

@@ -662,10 +662,14 @@ END_TEST
 /* [Note: memory plan] For every schedule kind over P <= 4, its v range (<= 2) and
  * M <= 5, every recompute mode and every rank: what model_init_recompute,
  * model_init_optimizer and model_init_wstate allocate for runtime_chunk_plan's chunks
- * equals model_plan's bytes, term by term. */
+ * equals model_plan's bytes, term by term. Twice ([Note: W state]): NH*T < 4C (the
+ * [N,C] douts in sets) and NH*T = 4C (in the probabilities). */
 START_TEST(test_memory_plan_sweep) {
-    ModelDims d = {16, 16, 4, 8, 2, 8, 1};
+    ModelDims dims[2] = {{16, 16, 4, 8, 2, 8, 1}, {16, 16, 4, 8, 8, 8, 1}};
     int B = 1, T = 4, checked = 0, kinds = 0;
+    for (int di = 0; di < 2; di++) {
+    ModelDims d = dims[di];
+    kinds = 0;
     for (const char *const *kind = sched_kinds(); *kind; kind++, kinds++)
         for (int P = 1; P <= 4; P++)
             for (int v = 1; v <= 2; v++)
@@ -706,8 +710,9 @@ START_TEST(test_memory_plan_sweep) {
                         }
                     sched_free(&s), sched_free(&fwd);
                 }
+    }
     ck_assert_int_eq(kinds, 6);
-    ck_assert_int_gt(checked, 500);
+    ck_assert_int_gt(checked, 1000);
 }
 END_TEST
 
