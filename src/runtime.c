@@ -557,10 +557,11 @@ static int build_schedules(Runtime *rt, char *err, size_t errlen) {
     return rc ? rc : sched_build_forward_only(&rt->fwd, &rt->sched, err, errlen);
 }
 
-int runtime_partition(const Config *cfg, const Schedule *sched, const double *measured, Partition *part, char *err,
-                      size_t errlen) {
+int runtime_partition(const Config *cfg, const Schedule *sched, const double *measured, int replicas,
+                      Partition *part, char *err, size_t errlen) {
     PartitionCosts pc;
-    int S = sched->S, C = cfg->dim, Vp = cfg->padded_vocab_size, T = cfg->seq_len, B = cfg->batch_size / cfg->microbatches;
+    int S = sched->S, C = cfg->dim, Vp = cfg->padded_vocab_size, T = cfg->seq_len;
+    int B = cfg->batch_size / (replicas * cfg->microbatches);
     if (S > PP_MAX_STAGES) return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages is out of range 1..%d", S, PP_MAX_STAGES);
     if (!strcmp(cfg->balance, "parameters")) {
         partition_costs_parameters(&pc, S, C, Vp, cfg->max_seq_len);
@@ -701,7 +702,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
                        PP_MAX_CHUNKS);
     ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, cfg->n_layers, cfg->n_heads, cfg->dim,
                    cfg->tie_embeddings};
-    if ((rc = build_schedules(rt, err, errlen)) || (rc = runtime_partition(cfg, &rt->sched, NULL, &rt->part, err, errlen)))
+    if ((rc = build_schedules(rt, err, errlen)) || (rc = runtime_partition(cfg, &rt->sched, NULL, rt->lay.D, &rt->part, err, errlen)))
         return rc;
     const Backend *be;
     BackendSizes bs = {rt->Bmb * rt->T, rt->T, d.C, d.NH, d.Vp};

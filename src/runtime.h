@@ -107,9 +107,11 @@ void runtime_free(Runtime *rt);
 /* The partition split auto makes for cfg's pipeline.balance (time, parameters,
  * memory) on schedule sched (memory balances each stage's peak in-flight slots); an
  * explicit pipeline.split as it is. measured: `pptrain schedule --measure`'s seconds
- * (PartitionCosts), or NULL for the cost model. PP_OK or PP_EUSAGE with a message. */
-int runtime_partition(const Config *cfg, const Schedule *sched, const double *measured, Partition *part, char *err,
-                      size_t errlen);
+ * (PartitionCosts), or NULL for the cost model; replicas: the data-parallel replicas
+ * (a microbatch is batch_size / (replicas x microbatches) sequences). PP_OK or PP_EUSAGE
+ * with a message. */
+int runtime_partition(const Config *cfg, const Schedule *sched, const double *measured, int replicas,
+                      Partition *part, char *err, size_t errlen);
 
 /* What rank pp of a pipeline builds ([Note: memory plan] in model.h): its v chunks'
  * specs (slot pools from each stage's peak in the training and forward-only

@@ -116,10 +116,8 @@ static int parse_opts(int argc, char **argv, SchedCmdOpts *o) {
 /* Sequences per microbatch: the global batch over the replicas (a fixed
  * pipeline.data_parallel; auto, which needs the process count, plans one replica) and the
  * microbatches, as runtime_init splits it. */
-static int plan_microbatch(const Config *cfg) {
-    int D = cfg->data_parallel > 0 ? cfg->data_parallel : 1;
-    return cfg->batch_size / (D * cfg->microbatches);
-}
+static int plan_replicas(const Config *cfg) { return cfg->data_parallel > 0 ? cfg->data_parallel : 1; }
+static int plan_microbatch(const Config *cfg) { return cfg->batch_size / (plan_replicas(cfg) * cfg->microbatches); }
 
 /* Seconds of one forward and backward on one microbatch of a single chunk `spec` of
  * a 2-layer model of the config's shape: the fastest of 3 after a warm-up. */
@@ -173,7 +171,7 @@ static void measure_costs(const Config *cfg, double out[3], FILE *f) {
 static char **stage_layers(const Config *cfg, const Schedule *s, const double *measured) {
     Partition part;
     char err[PP_ERR_MAX];
-    if (runtime_partition(cfg, s, measured, &part, err, sizeof err) != PP_OK) {
+    if (runtime_partition(cfg, s, measured, plan_replicas(cfg), &part, err, sizeof err) != PP_OK) {
         pp_error("%s", err);
         return NULL;
     }
@@ -228,7 +226,7 @@ static int print_memory_plan(const Config *cfg, const Schedule *s, const double 
     Schedule fwd;
     Partition part;
     char err[PP_ERR_MAX];
-    if (runtime_partition(cfg, s, measured, &part, err, sizeof err) != PP_OK ||
+    if (runtime_partition(cfg, s, measured, plan_replicas(cfg), &part, err, sizeof err) != PP_OK ||
         sched_build_forward_only(&fwd, s, err, sizeof err) != PP_OK) {
         pp_error("%s", err);
         return PP_EUSAGE;
