@@ -6,8 +6,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +13,8 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "dist_net.h"
 
 /* [Note: socket transport]
  * dist_connect gives every pair of ranks two TCP connections, which the job's Comm and
@@ -587,19 +587,12 @@ int sock_member_gone(SockComm *s, int r, char *why, size_t n) {
 static void peer_host(int fd, char *host, size_t n) {
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
-    const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)&ss;
-    snprintf(host, n, "(address unknown)");
-    if (fd < 0 || getpeername(fd, (struct sockaddr *)&ss, &len) != 0) return;
     host[0] = '\0';
-    if (ss.ss_family == AF_INET &&
-        ntohl(((const struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24 == 127)
+    if (fd >= 0 && getpeername(fd, (struct sockaddr *)&ss, &len) == 0 &&
+        dist_addr_is_loopback((const struct sockaddr *)&ss))
         return;
-    if (ss.ss_family == AF_INET6 &&
-        (IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr) ||
-         (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr) && v6->sin6_addr.s6_addr[12] == 127)))
-        return;
-    if (getnameinfo((struct sockaddr *)&ss, len, host, (socklen_t)n, NULL, 0, NI_NUMERICHOST))
-        snprintf(host, n, "(address unknown)");
+    if (fd >= 0) dist_peer_host(fd, host, n);
+    if (!host[0]) snprintf(host, n, "(address unknown)");
 }
 
 /* Free the net; the progress thread must not be running, every Comm is destroyed. */

@@ -265,12 +265,12 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
 /* --resume-if-present: every rank looks for output.dir/checkpoints/latest and they
  * agree: resume from it ("") when all see it, start fresh (NULL) when none does. A run
  * that had finished resumes at its last step and has nothing to do (finish_run). */
-static int resume_choice(const Config *cfg, Comm *comm, const char **resume, char *err, size_t errlen) {
-    char latest[PP_PATH_MAX + 32];
+static int resume_choice(const Checkpointer *ck, Comm *comm, const char **resume, char *err, size_t errlen) {
+    char latest[sizeof ck->root + 8];
     struct stat st;
     double seen;
     int rc, world = comm->world;
-    snprintf(latest, sizeof latest, "%s/checkpoints/latest", cfg->out_dir);
+    snprintf(latest, sizeof latest, "%s/latest", ck->root);
     seen = lstat(latest, &st) == 0;
     if ((rc = comm_allreduce_sum_f64(comm, &seen, 1)))
         return pp_errf(err, errlen, rc, "agreeing on --resume-if-present: %s", comm_error(comm));
@@ -302,7 +302,7 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     if ((rc = runtime_init(&rt, cfg, comm, trace, err, sizeof err))) goto out;
     report_build(&rt);
     checkpoint_init(&ck, &rt, text);
-    if (resume_if_present && (rc = resume_choice(cfg, comm, &resume, err, sizeof err))) goto out;
+    if (resume_if_present && (rc = resume_choice(&ck, comm, &resume, err, sizeof err))) goto out;
     if ((rc = mark_interrupted(cfg, rank, -1, 0, err, sizeof err))) goto out;
     if (!resume && (rc = checkpoint_refuse_existing(&ck, &rt, err, sizeof err))) goto out;
     if (resume) {

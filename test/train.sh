@@ -67,6 +67,26 @@ for _ in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done # at 
 kill -9 $pid 2>/dev/null
 wait $pid
 check "checkpoint_final: false still saves on SIGTERM" "[ $? -eq 0 ] && [ -L $tmp/term/checkpoints/latest ]"
+# ... and leaves the interrupted marker ([Note: the interrupted marker] in src/main.c),
+# which --resume-if-present (the batch script's one command) resumes from and removes;
+# on an empty output.dir it starts afresh, on a finished run it has nothing to do.
+at=$(sed -n 's/^stopped on SIGTERM after step \([0-9]*\);.*/\1/p' "$tmp/term/interrupted" 2>/dev/null)
+check "a stop on SIGTERM leaves output.dir/interrupted naming the saved step (${at:-none})" \
+  "[ -n \"$at\" ] && [ \"\$(readlink $tmp/term/checkpoints/latest)\" = step_\$(printf %07d $at) ]"
+$PPTRAIN --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set train.steps=$((${at:-0} + 2)) \
+  --set output.dir="$tmp/term" --set output.checkpoint_final=false --set output.log_every=1 \
+  --resume-if-present >"$tmp/term2.out" 2>&1
+check "--resume-if-present resumes from it at step ${at:-none} and the finished run removes the marker" \
+  "[ $? -eq 0 ] && grep -q 'resumed from .* at step ${at:-x}\$' $tmp/term2.out && [ ! -e $tmp/term/interrupted ]"
+$PPTRAIN --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set train.steps=2 --set output.dir="$tmp/rip" \
+  --resume-if-present >"$tmp/rip.out" 2>&1
+check "--resume-if-present on an empty output.dir starts afresh" \
+  "[ $? -eq 0 ] && grep -q 'starting a fresh run' $tmp/rip.out && [ -L $tmp/rip/checkpoints/latest ]"
+$PPTRAIN --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set train.steps=2 --set output.dir="$tmp/rip" \
+  --resume-if-present >"$tmp/rip2.out" 2>&1
+check "--resume-if-present on a finished run: exit 0, resumed at its last step" \
+  "[ $? -eq 0 ] && grep -q 'resumed from .* at step 2\$' $tmp/rip2.out"
+expect2 "--resume with --resume-if-present" "exclude each other" --config configs/gpt-tiny.yaml --resume --resume-if-present
 
 # 5. The report's numbers match their units (issue 17, item 11): peak RSS in MB (10^6
 #    bytes) as the kernel counts it for the whole process (within the growth after the
