@@ -254,9 +254,12 @@ job_ok "the same command again on the finished run" "$R/again.log"
 check "...nothing to do, not requeued (restarts $RESTARTS)" \
   test "$RESTARTS" = 0 -a -n "$(grep -F 'nothing to do' "$R/again.log")"
 
-# 6. Preemption by the time limit: --signal=USR1@58 (to every rank) and --signal=B:USR1@58
-#    (to the batch shell) with --time=1. slurmctld sends them at its next time-limit
-#    check (every 30 s), so these jobs train until then; the uninterrupted reference
+# 6. Preemption by the time limit: --signal=USR1@30 (to every rank) and --signal=B:USR1@30
+#    (to the batch shell) with --time=2. SLURM may send the notice up to 60 s early
+#    (sbatch(1), --signal), at a time-limit check (every 30 s): so 30-60 s into the job,
+#    never before its step runs (with --time=1 it came at once, before srun had started
+#    the ranks: the notice to the ranks was lost, the one to the batch shell stopped the
+#    job before it trained). The uninterrupted reference
 #    trains beside them and stops once it is past them. Without requeue
 #    (PPTRAIN_REQUEUE=0), the same command submitted again continues the run.
 big=(--set pipeline.stages=2 --set train.steps=100000000 --set train.lr_schedule.decay=constant)
@@ -265,17 +268,17 @@ timeout 300 scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config test/configs/pi
 refpid=$!
 bg+=($refpid)
 jobs_at=()
-for sig in USR1@58 B:USR1@58; do
-  jobs_at+=($(PPTRAIN_REQUEUE=0 CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/at-${sig%%@*}.log" --time=1 \
+for sig in USR1@30 B:USR1@30; do
+  jobs_at+=($(PPTRAIN_REQUEUE=0 CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/at-${sig%%@*}.log" --time=2 \
     --signal=$sig --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 scripts/slurm/pptrain.sbatch \
     "${big[@]}" --set output.dir="$R/at-${sig%%@*}"))
 done
 most=0
 for i in 0 1; do
-  sig=$([ $i = 0 ] && echo USR1@58 || echo B:USR1@58)
+  sig=$([ $i = 0 ] && echo USR1@30 || echo B:USR1@30)
   name=at-${sig%%@*}
-  job_wait "${jobs_at[i]}" 90
-  job_ok "--time=1 --signal=$sig: $(cat "$R/$name/interrupted" 2>/dev/null || echo 'no interrupted marker')" "$R/$name.log"
+  job_wait "${jobs_at[i]}" 120
+  job_ok "--time=2 --signal=$sig: $(cat "$R/$name/interrupted" 2>/dev/null || echo 'no interrupted marker')" "$R/$name.log"
   last[i]=$(rows "$R/$name" | tail -n 1 | cut -d, -f1)
   check "...saved on the signal (interrupted marker at step ${last[i]:-none})" \
     grep -qF "after step ${last[i]:-x};" "$R/$name/interrupted"
@@ -286,7 +289,7 @@ wait_rows "$R/ref-big" $((most + more)) 120 || bad "the reference run did not re
 kill -TERM $refpid 2>/dev/null
 wait $refpid
 for i in 0 1; do
-  sig=$([ $i = 0 ] && echo USR1@58 || echo B:USR1@58)
+  sig=$([ $i = 0 ] && echo USR1@30 || echo B:USR1@30)
   name=at-${sig%%@*}
   want=$((${last[i]:-0} + more))
   j=$(PPTRAIN_REQUEUE=0 CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/$name.log" --nodes=1 --ntasks-per-node=2 \
