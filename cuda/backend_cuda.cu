@@ -131,6 +131,27 @@ static void cu_host_free(const Backend *be, void *p) {
     if (p) CK(c, cudaFreeHost(p));
 }
 
+/* [Note: checkpoint snapshot] The copy runs on the side stream after the work issued so
+ * far (event `issued`), and the compute stream waits for it (event `landed`) before any
+ * later work, which may overwrite src. The GPU thus stalls for the copy only (pinned
+ * memory: PCIe speed), the host not at all; the checkpoint writer's thread blocks on
+ * `landed` before it compresses. */
+static void cu_snapshot(const Backend *be, void *dst, const void *src, size_t bytes) {
+    CudaCtx *c = ctx_of(be);
+    CK(c, cudaSetDevice(c->device));
+    CK(c, cudaEventRecord(c->issued, c->stream));
+    CK(c, cudaStreamWaitEvent(c->side, c->issued, 0));
+    CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->side));
+    CK(c, cudaEventRecord(c->landed, c->side));
+    CK(c, cudaStreamWaitEvent(c->stream, c->landed, 0));
+}
+
+static void cu_snapshot_wait(const Backend *be) {
+    CudaCtx *c = ctx_of(be);
+    CK(c, cudaSetDevice(c->device)); /* the writer's thread: its own current device */
+    CK(c, cudaEventSynchronize(c->landed));
+}
+
 static void cu_memory(const Backend *be, size_t *allocated, size_t *workspace) {
     CudaCtx *c = ctx_of(be);
     const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->partials, &c->sums, &c->enc, &c->att};
@@ -466,10 +487,14 @@ static void cu_sgd(const Backend *be, float *p, const float *g, float *buf, size
 static void cu_close(const Backend *be) {
     CudaCtx *c = ctx_of(be);
     CK(c, cudaStreamSynchronize(c->stream));
+    CK(c, cudaStreamSynchronize(c->side));
     Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->partials, &c->sums, &c->enc, &c->att};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) CK(c, cudaFree(g[i]->p));
     for (int i = 0; i < c->nallocs; i++) CK(c, cudaFree(c->allocs[i].p)); /* leaks of the caller's */
     LTCK(c, cublasLtDestroy(c->lt));
+    CK(c, cudaEventDestroy(c->issued));
+    CK(c, cudaEventDestroy(c->landed));
+    CK(c, cudaStreamDestroy(c->side));
     CK(c, cudaStreamDestroy(c->stream));
     free(c->allocs);
     free(c);
@@ -530,6 +555,8 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->device_memory = 1;
     be->host_alloc = cu_host_alloc;
     be->host_free = cu_host_free;
+    be->snapshot = cu_snapshot;
+    be->snapshot_wait = cu_snapshot_wait;
     be->memory = cu_memory;
     be->close = cu_close;
 }
@@ -563,6 +590,9 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     c->prec = precision;
     c->sizes = *sizes;
     OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    OPEN_CK(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
+    OPEN_CK(cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming));
+    OPEN_CK(cudaEventCreateWithFlags(&c->landed, cudaEventDisableTiming));
     cublasStatus_t s = cublasLtCreate(&c->lt);
     if (s != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, errlen, "cublasLtCreate: %s", cublasLtGetStatusString(s));

@@ -46,6 +46,9 @@ struct CudaCtx {
     PPPrecision prec;
     PPCudaSizes sizes;
     cudaStream_t stream;
+    cudaStream_t side;        /* checkpoint snapshots ([Note: checkpoint snapshot]) */
+    cudaEvent_t issued;       /* recorded on stream: what a snapshot must follow */
+    cudaEvent_t landed;       /* recorded on side after the last snapshot copy */
     cublasLtHandle_t lt;
     Grow lt_ws;               /* cuBLASLt workspace */
     Grow castA, castB;        /* bf16 copies of a matmul's operands (precision bf16) */
