@@ -166,7 +166,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory unit-tests
 
 bench: deps
-	$(Q)$(MAKE) --no-print-directory all data $(BUILD)/bench_gemm $(BUILD)/bench_ckpt $(BUILD)/bench_allreduce $(if $(NVCC),$(CUDA_BUILD)/bench_gpu)
+	$(Q)$(MAKE) --no-print-directory all data $(BUILD)/bench_gemm $(BUILD)/bench_ckpt $(BUILD)/bench_allreduce $(BUILD)/bench_ops $(if $(NVCC),$(CUDA_BUILD)/bench_gpu)
 	bash bench/run.sh $(BUILD)
 
 # the GPU's ceilings for bench/gpu.sh (a program of its own: not in the backend)
@@ -181,6 +181,10 @@ $(BUILD)/bench_ckpt: bench/bench_ckpt.c $(LIB_OBJ)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bench_allreduce: bench/bench_allreduce.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bench_ops: bench/bench_ops.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
