@@ -556,15 +556,15 @@ static void print_table(const PlanGrid *g, const Link *link, double X, double ti
 }
 
 static void print_json_link(const Link *link, double X, double tied, PlanRow *rows, int n, int last, FILE *f) {
-    fprintf(f, "    {\"link\": \"%s\", \"latency_us\": %.10g, \"gbps\": %.10g, \"transfer_ms\": %.10g, "
-               "\"tied_exchange_ms\": %.10g, \"rows\": [\n", link->name, link->latency_us, link->gbps, X, tied);
+    fprintf(f, "    {\"link\": \"%s\", \"latency_us\": %.17g, \"gbps\": %.17g, \"transfer_ms\": %.17g, "
+               "\"tied_exchange_ms\": %.17g, \"rows\": [\n", link->name, link->latency_us, link->gbps, X, tied);
     int first = 1;
     for (int i = 0; i < n; i++) {
         PlanRow *r = &rows[i];
         if (!r->S) continue;
         fprintf(f, "%s      {\"schedule\": \"%s\", \"ranks\": %d, \"virtual_stages\": %d, \"microbatches\": %d, "
-                   "\"makespan_ms\": %.10g, \"step_ms\": %.10g, \"bubble\": %.10g, \"efficiency\": %.10g, "
-                   "\"tokens_per_s\": %.10g, \"memory_bytes\": [", first ? "" : ",\n", r->kind, r->P, r->v, r->M,
+                   "\"makespan_ms\": %.17g, \"step_ms\": %.17g, \"bubble\": %.17g, \"efficiency\": %.17g, "
+                   "\"tokens_per_s\": %.17g, \"memory_bytes\": [", first ? "" : ",\n", r->kind, r->P, r->v, r->M,
                 r->makespan, r->step, r->bubble, r->eff, r->tok_s);
         for (int k = 0; k < r->P; k++) fprintf(f, "%s%.0f", k ? ", " : "", r->mem[k]);
         fprintf(f, "], \"layers\": [");
@@ -603,9 +603,9 @@ int plan_sweep(const Config *cfg, const LayerCosts *c, const PlanGrid *g, int js
     PlanRow *rows = pp_calloc((size_t)n, sizeof *rows);
     if (json)
         fprintf(f, "{\n  \"layers\": %d, \"dim\": %d, \"heads\": %d, \"padded_vocab\": %d, \"microbatch_sequences\": %d, "
-                   "\"seq_len\": %d, \"act_bytes\": %d,\n  \"costs_ms\": {\"layer_f\": %.10g, \"layer_b\": %.10g, "
-                   "\"embed_f\": %.10g, \"embed_b\": %.10g, \"head_f\": %.10g, \"head_b\": %.10g},\n  \"transfer_bytes\": "
-                   "%.0f, \"tied_bytes\": %.0f, \"model_ms_per_microbatch\": %.10g,\n  \"links\": [\n",
+                   "\"seq_len\": %d, \"act_bytes\": %d,\n  \"costs_ms\": {\"layer_f\": %.17g, \"layer_b\": %.17g, "
+                   "\"embed_f\": %.17g, \"embed_b\": %.17g, \"head_f\": %.17g, \"head_b\": %.17g},\n  \"transfer_bytes\": "
+                   "%.0f, \"tied_bytes\": %.0f, \"model_ms_per_microbatch\": %.17g,\n  \"links\": [\n",
                 cfg->n_layers, cfg->dim, cfg->n_heads, cfg->padded_vocab_size, w.B, w.T, g->act_bytes, c->layer_f,
                 c->layer_b, c->embed_f, c->embed_b, c->head_f, c->head_b, w.act_bytes, w.tied_bytes, w.T1);
     else
