@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,6 +109,27 @@ double plan_link_ms(const Link *l, double bytes) {
 
 /* ================================================================== measure === */
 
+/* Weights for timing only: what model_init_weights gives in shape and scale (LayerNorm
+ * weights 1, biases 0, matrices of standard deviation std), drawn uniformly from a cheap
+ * generator: dense kernels take the same time whatever the values, and the GPT-2 normal
+ * draws of a vocabulary-sized table take seconds on a CPU. */
+static void fill_for_timing(Model *m, float std) {
+    float *p = pp_malloc(model_largest_tensor(m) * sizeof(float));
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < m->ntensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        const char *kind = strrchr(t->name, '.') ? strrchr(t->name, '.') + 1 : t->name;
+        float one = !strcmp(kind, "ln1w") || !strcmp(kind, "ln2w") || !strcmp(kind, "lnfw");
+        for (size_t j = 0; j < t->numel; j++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull; /* uniform in [-sqrt3, sqrt3) std */
+            p[j] = t->ndim == 2 ? std * 1.7320508f * ((float)(x >> 40) * (2.0f / 16777216.0f) - 1.0f) : one;
+        }
+        m->be->to_device(m->be, m->params + t->offset, p, t->numel * sizeof(float));
+        m->be->wait(m->be);
+    }
+    free(p);
+}
+
 /* Milliseconds of one forward (f[c]) and one backward (b[c]) of each chunk c of a
  * 3-layer model of the config's shape held whole on backend be, one microbatch of
  * B x seq_len: chunk 0 the embedding and layer 0, chunk 1 layer 1, chunk 2 layer 2 and
@@ -122,7 +144,7 @@ static void time_chunks(const Config *cfg, const Backend *be, int B, double f[3]
     ChunkSpec specs[3] = {{0, 0, 1, 1, 0, 1, 0}, {1, 1, 2, 0, 0, 1, 0}, {2, 2, 3, 0, 1, 1, 0}};
     Model m;
     model_init(&m, &d, specs, 3, B, T, be);
-    model_init_weights(&m, cfg->seed, cfg->init_std);
+    fill_for_timing(&m, cfg->init_std);
     float *x = pp_malloc(N * C * sizeof(float));
     int *tok = pp_calloc(N, sizeof(int));
     for (size_t i = 0; i < N * C; i++) x[i] = (float)((i * 7919) % 13) * 0.1f - 0.6f;
