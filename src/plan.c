@@ -309,12 +309,13 @@ int plan_trace_costs(const char *path, int S, TraceCosts *tc, char *err, size_t 
         rc = pp_errf(err, errlen, PP_EUSAGE, "%s holds no F or B slices of a stage (a trace of a training run "
                      "written by ./pptrain --trace has them)", path);
     if (rc == PP_OK) rc = trace_check(path, tc, by, err, errlen);
+    for (int s = 0; s < S; s++) tc->split |= by[s][2].n > 0; /* a schedule may mix B and I/W */
     for (int s = 0; s < S; s++) {
-        if (rc == PP_OK) {
-            tc->split = by[s][2].n > 0;
+        if (rc == PP_OK) { /* a stage with B: W 0, so that B + W is its backward either way */
+            int split = by[s][2].n > 0;
             tc->F[s] = median(&by[s][0]);
-            tc->B[s] = tc->split ? median(&by[s][2]) : median(&by[s][1]);
-            tc->W[s] = tc->split ? median(&by[s][3]) : 0;
+            tc->B[s] = split ? median(&by[s][2]) : median(&by[s][1]);
+            tc->W[s] = split ? median(&by[s][3]) : 0;
         }
         for (int k = 0; k < 4; k++) free(by[s][k].v);
     }

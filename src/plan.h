@@ -62,8 +62,9 @@ int plan_measure(const Config *cfg, int B, LayerCosts *c, char *note, size_t not
 
 /* Per-stage costs of a real run, read from its trace.json (`./pptrain --trace`): the
  * median milliseconds of each stage's F and B slices over its microbatches and steps
- * (the first step left out when there are more: it warms up). A split backward's I and
- * W slices give B = I and W = W ([Note: split costs] in sim.h, split set). */
+ * (the first step left out when there are more: it warms up). A stage's split backward
+ * (I and W slices) gives B = I and W = W; a stage with B slices W = 0; split is set when
+ * any stage is split (then B is read as the input half: [Note: split costs] in sim.h). */
 typedef struct {
     int S;                     /* stages */
     int split;                 /* 1: B and W are the medians of I and W */

@@ -231,6 +231,18 @@ START_TEST(test_trace_split) {
     ck_assert_int_eq(tc.steps, 1);
     ck_assert_double_eq_tol(tc.B[1], 1.5, 1e-12);
     ck_assert_double_eq_tol(tc.W[1], 0.7, 1e-12);
+    /* a schedule may mix them: a stage with B keeps W = 0, so B + W is its backward */
+    f = fopen(tmp("mixed.json"), "w");
+    fprintf(f, "{\"traceEvents\":[\n{\"name\":\"thread_name\",\"ph\":\"M\"}");
+    slice(f, "F", 0, 0, 1, 1000), slice(f, "B", 0, 0, 1, 2200);
+    slice(f, "F", 1, 0, 1, 1000), slice(f, "I", 1, 0, 1, 1500), slice(f, "W", 1, 0, 1, 700);
+    fprintf(f, "\n]}\n");
+    fclose(f);
+    ck_assert_msg(plan_trace_costs(tmp("mixed.json"), 2, &tc, err, sizeof err) == PP_OK, "%s", err);
+    ck_assert_int_eq(tc.split, 1);
+    ck_assert_double_eq_tol(tc.B[0], 2.2, 1e-12);
+    ck_assert_double_eq(tc.W[0], 0);
+    ck_assert_double_eq_tol(tc.B[1] + tc.W[1], 2.2, 1e-12);
     testdir_remove();
 }
 END_TEST
