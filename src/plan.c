@@ -22,7 +22,7 @@
  *  - Compute: stage s's F and B are its layers' plus the embedding / head; a rank runs
  *    one compute action at a time, in its lowered list's order (sim.h).
  *  - Transfers: each SEND of an activation (or its gradient) carries B*T*C elements of
- *    act_bytes each (4: the runtime sends fp32 in every precision, [Note: host staging]
+ *    act_bytes each (4: the runtime sends fp32 in every precision: exec_transfer in runtime.c
  *    and model.h's buffers) and takes latency + bytes / bandwidth on the link from its
  *    rank to the peer's; a link carries one message at a time per direction, in send
  *    order ([Note: link model] in sim.h). Transfers overlap compute completely (posted
@@ -362,7 +362,7 @@ static int least_squares(int S, double (*a)[3], const double *y, const int *use,
     return 1;
 }
 
-/* x = (layer, embedding, head) for per-stage costs y of partition p ([fit] in plan.h). */
+/* x = (layer, embedding, head) for per-stage costs y of partition p (plan_fit_layers). */
 static void fit_one(const Partition *p, const double *y, double re, double rh, double x[3]) {
     double (*a)[3] = pp_calloc((size_t)p->S, sizeof *a);
     for (int s = 0; s < p->S; s++) {
