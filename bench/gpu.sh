@@ -5,7 +5,10 @@
 # B = 16 and 32 in bf16 and one fp32 row, each with step ms (the fastest of the measured
 # steps), tokens/s, model TFLOP/s (6*(12*L*C^2 + Vp*C) + 12*L*T*C per token), % of the
 # measured GEMM rate, and the rank's GPU memory (the build report's total). The peers'
-# figures on the same card are in ../shared/GPU.md.
+# figures on the same card are in ../shared/GPU.md. Last, the planner on the GPU's own
+# stage costs (bench/plan.sh --gpu): GPT-2 124M / 350M / 1.5B measured on this GPU, the
+# predicted pipeline efficiency of 1f1b and interleaved at P = 2..8, M = 8..32 over NVLink
+# and InfiniBand.
 set -euo pipefail
 build=${1:-build/cpu}
 bench=${BENCH_GPU:-build/cuda/bench_gpu}
@@ -44,3 +47,4 @@ print("%-5s %4d %9.1f %10.0f %10.1f %7.1f%% %10s" % (prec, B, ms, tok, tf, 100 *
 PY
 done
 echo "   (peers on an H100, GPU.md: llm.c with its own attention 320K tok/s at B=16; with cuDNN flash 501K)"
+PPTRAIN="$pptrain" bash bench/plan.sh --gpu
