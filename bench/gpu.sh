@@ -20,6 +20,13 @@ trap 'rm -rf "$out"' EXIT
 echo "== GPU ceilings"
 "$bench" | tee "$out/ceil.txt"
 gemm=$(sed -n 's/^gemm_bf16_tflops=\([0-9.]*\).*/\1/p' "$out/ceil.txt")
+copy=$(sed -n 's/^d2d_gbps=\([0-9.]*\).*/\1/p' "$out/ceil.txt")
+
+# the per-op table (bench/bench_ops.c): one GPT-2 124M layer, the head and AdamW at B=16,
+# T=1024, each op against the ceiling that bounds it
+echo "== per op, GPT-2 124M, B=16, T=1024, bf16 (fp32 storage): time, rate, % of the GEMM or copy ceiling"
+"${BENCH_OPS:-$build/bench_ops}" --device cuda --precision bf16 --gemm-tflops "$gemm" \
+  --copy-gbps "$copy" || echo "bench_ops failed"
 
 echo "== GPT-2 124M, 1 GPU, T=1024, $steps steps each (the first is not measured)"
 printf "%-5s %4s %9s %10s %10s %8s %10s\n" prec B ms/step tok/s TFLOP/s gemm% GPU_MB
