@@ -52,8 +52,13 @@
  * padded by 8 bf16 (16 bytes) so that a fragment load's 32 lanes hit 32 banks. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
+#ifdef FLASH_HOST_SIM /* test/flash_sim.cc: these kernels run on the host, lanes as fibers */
+#include "flash_sim.h"
+#else
 #include "cuda_internal.cuh"
+#endif
 
 #define FA_WARPS 4
 #define FA_THREADS (32 * FA_WARPS)
@@ -65,16 +70,20 @@
 
 typedef __nv_bfloat16 bf16;
 
+#ifndef FLASH_HOST_SIM /* the simulator's mma_bf16 computes the PTX layout's product on the host */
 static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+#endif
 
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (low half) = lo */
-    return *reinterpret_cast<uint32_t *>(&v);
+    uint32_t u;
+    memcpy(&u, &v, sizeof u); /* a register move once compiled */
+    return u;
 }
 
 static __device__ __forceinline__ uint32_t ld32(const bf16 *p) { return *reinterpret_cast<const uint32_t *>(p); }
@@ -390,14 +399,15 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const f
     }
 }
 
-/* ---- launchers --------------------------------------------------------------------------- */
-
 int flash_head_pad(int hs) {
     static const int pads[] = {32, 64, 80, 96, 128};
     for (int i = 0; i < 5; i++)
         if (hs >= 1 && hs <= pads[i]) return pads[i];
     return 0;
 }
+
+#ifndef FLASH_HOST_SIM
+/* ---- launchers --------------------------------------------------------------------------- */
 
 static unsigned qtiles(int T, int tile) { return (unsigned)((T + tile - 1) / tile); }
 
@@ -448,3 +458,4 @@ void k_flash_backward(CudaCtx *c, float *dqkv, float *D, const float *dout, cons
     default: pp_cuda_die(c, __FILE__, __LINE__, "flash attention", "unsupported head size", "head size over 128");
     }
 }
+#endif /* FLASH_HOST_SIM */
