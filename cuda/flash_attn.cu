@@ -4,7 +4,9 @@
  * and is deterministic (no atomics). The backend's switch between this and the
  * materialised attention is in backend_cuda.cu ([Note: attention path]); the design,
  * the counts and what is still unverified are in cuda/NOTES.md ("Flash attention").
- * test/test_flash_emul.c replays this file's tiling on the host, step for step.
+ * test/test_flash_emul.c replays this file's tiling on the host, step for step, and
+ * test/flash_sim.cc compiles this very file for the host (FLASH_HOST_SIM) and runs its
+ * kernels there, each CTA's threads as fibers, mma.sync by the layout below.
  *
  * [Note: flash tiling]
  * The activations are fp32 [B,T,3C] (q, k, v of head h at channels h*hs..); each tile
@@ -377,6 +379,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const f
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 int key = k0 + wr + g + 8 * (j / 2), qc = nb * 8 + 2 * t + (j & 1), qrow = q0 + qc;
+                /* (queries past T are zero rows, so their dS and dO are 0 anyway) */
                 float p = qrow < key || qrow >= T ? 0.0f : exp2f(s[nb][j] * sl2 - sL[qc]);
                 s[nb][j] = p;
                 dp[nb][j] = p * (dp[nb][j] - sD[qc]);

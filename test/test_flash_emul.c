@@ -11,9 +11,9 @@
  * steps of 32 starting at the tile's first key. Operands are rounded to bf16 (round to
  * nearest even) exactly where the kernels round them: Q, K, V, dO as they are staged,
  * P before P V and P^T dO, dS before dS K and dS^T Q; every accumulation is fp32. What
- * the emulation does not replay is the warp-level fragment layout (checked against the
- * PTX ISA in the [Note: mma fragments]) and the order of the fp32 additions inside an
- * MMA.
+ * the emulation does not replay is the warp-level fragment layout ([Note: mma
+ * fragments]; test/flash_sim.cc runs the kernels' own code with it) and the order of the
+ * fp32 additions inside an MMA.
  *
  * The bound: relative L2 error 1e-2 for out and dqkv against the fp32 CPU op (gpu_ops
  * holds the GPU to 1.5e-2, cuda/NOTES.md); the bf16 roundings give about 3e-3 here.
