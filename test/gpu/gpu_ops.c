@@ -497,10 +497,29 @@ static void check_flash_shape(int B, int T, int NH, int hs) {
         free(hq), free(hq2), free(scratch);
 }
 
-/* Opens its own backend (PPTRAIN_ATTENTION=flash, bf16); returns 0, or 1 when it cannot.
- * small: only the shapes with T <= 129 (every template size and tile edge, cheap enough
- * for compute-sanitizer's run of `gpu_ops --prec fp32` in scripts/gpu/device-check). */
-static int check_flash(int (*open)(const char *, char *, size_t), int small) {
+typedef int (*OpenFn)(const char *precision, char *why, size_t n);
+
+/* Open the backend at bf16 with PPTRAIN_ATTENTION=att (the variable restored after). */
+static int open_attention(OpenFn open, const char *att, char *why, size_t n) {
+    const char *was = getenv("PPTRAIN_ATTENTION");
+    char saved[64];
+    snprintf(saved, sizeof saved, "%s", was ? was : "");
+    setenv("PPTRAIN_ATTENTION", att, 1);
+    prec = "bf16";
+    int rc = open("bf16", why, n);
+    if (was) setenv("PPTRAIN_ATTENTION", saved, 1);
+    else unsetenv("PPTRAIN_ATTENTION");
+    return rc;
+}
+
+/* The flash checks on a backend of their own (PPTRAIN_ATTENTION=flash, bf16); then the
+ * materialised path at bf16 (no longer the default there, still the fallback) with the
+ * attention check above; then a bad value of the variable, which the open must refuse
+ * naming it (a real CUDA backend only: the CPU ignores the variable). Returns 0, or 1
+ * when a backend cannot be opened. small: only the shapes with T <= 129 (every template
+ * size and tile edge, cheap enough for compute-sanitizer's `gpu_ops --prec fp32` in
+ * scripts/gpu/device-check). */
+static int check_flash(OpenFn open, int small, int cpu_mode) {
     static const struct {
         int B, T, NH, hs;
     } fs[] = {
@@ -509,15 +528,7 @@ static int check_flash(int (*open)(const char *, char *, size_t), int small) {
         {1, 1024, 1, 128}, {1, 1024, 12, 80}, {3, 1024, 1, 32},
     };
     char why[PP_ERR_MAX];
-    const char *was = getenv("PPTRAIN_ATTENTION");
-    char saved[64];
-    snprintf(saved, sizeof saved, "%s", was ? was : "");
-    setenv("PPTRAIN_ATTENTION", "flash", 1);
-    prec = "bf16";
-    int rc = open("bf16", why, sizeof why);
-    if (was) setenv("PPTRAIN_ATTENTION", saved, 1);
-    else unsetenv("PPTRAIN_ATTENTION");
-    if (rc != PP_OK) {
+    if (open_attention(open, "flash", why, sizeof why) != PP_OK) {
         printf("FAIL open the CUDA backend with PPTRAIN_ATTENTION=flash: %s\n", why);
         return 1;
     }
@@ -525,6 +536,28 @@ static int check_flash(int (*open)(const char *, char *, size_t), int small) {
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
         if (!small || fs[i].T <= 129) check_flash_shape(fs[i].B, fs[i].T, fs[i].NH, fs[i].hs);
     backend_release(gpu);
+
+    if (open_attention(open, "materialized", why, sizeof why) != PP_OK) {
+        printf("FAIL open the CUDA backend with PPTRAIN_ATTENTION=materialized: %s\n", why);
+        return 1;
+    }
+    printf("gpu_ops: the materialised attention at bf16 on %s\n",
+           gpu->description ? gpu->description : "the CPU (--cpu)");
+    static const Shape ms[] = {{3, 67, 768, 12, 0, 0}, {1, 130, 1024, 16, 0, 0}};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        char sh[96];
+        snprintf(sh, sizeof sh, "materialized B=%d T=%d C=%d NH=%d", ms[i].B, ms[i].T, ms[i].C, ms[i].NH);
+        check_attention(&ms[i], sh);
+    }
+    backend_release(gpu);
+
+    if (!cpu_mode) {
+        int rc = open_attention(open, "bogus", why, sizeof why);
+        int ok = rc != PP_OK && strstr(why, "PPTRAIN_ATTENTION");
+        checks++, failures += !ok;
+        printf("%-4s PPTRAIN_ATTENTION=bogus refused at open: %s\n", ok ? "ok" : "FAIL", rc == PP_OK ? "opened" : why);
+        if (rc == PP_OK) backend_release(gpu);
+    }
     return 0;
 }
 
@@ -614,7 +647,7 @@ int main(int argc, char **argv) {
         }
         backend_release(gpu);
     }
-    if (check_flash(open_gpu, only && strcmp(only, "bf16"))) return 1; /* flash attention (issue 11) */
+    if (check_flash(open_gpu, only && strcmp(only, "bf16"), cpu_as_gpu)) return 1; /* flash attention (issue 11) */
     printf("gpu_ops: %d checks, %d failed (seed %llu)\n", checks, failures, (unsigned long long)seed);
     return failures ? 1 : 0;
 }
