@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "backend_load.h"
 #include "fastmath.h"
 #include "model.h"
 #include "optim.h"
@@ -599,6 +600,46 @@ START_TEST(test_chunked_head) {
 }
 END_TEST
 
+/* [Note: logits chunk knob] in backend_load.c: PPTRAIN_LOGITS_CHUNK_ROWS sets the chosen
+ * backend's chunk, alone and with host staging, says so in the build report's device
+ * line, and a value that is not a row count is a usage error naming the variable. */
+START_TEST(test_logits_knob) {
+    Config cfg;
+    config_defaults(&cfg);
+    snprintf(cfg.device, sizeof cfg.device, "cpu");
+    BackendSizes sz = {10, 5, 8, 2, 16};
+    const Backend *be;
+    char note[256], err[PP_ERR_MAX];
+    ck_assert_int_eq(backend_select(&cfg, 0, &sz, &be, note, sizeof note, err, sizeof err), PP_OK);
+    ck_assert_int_eq(be->logits_chunk_rows, 0); /* the CPU: all rows */
+    ck_assert_ptr_null(strstr(note, "chunks"));
+    backend_release(be);
+    for (int staged = 0; staged < 2; staged++) {
+        setenv("PPTRAIN_HOST_STAGING", staged ? "1" : "0", 1);
+        setenv("PPTRAIN_LOGITS_CHUNK_ROWS", "5", 1);
+        ck_assert_int_eq(backend_select(&cfg, 0, &sz, &be, note, sizeof note, err, sizeof err), PP_OK);
+        ck_assert_int_eq(be->logits_chunk_rows, 5);
+        ck_assert_int_eq(be->device_memory, staged);
+        ck_assert_msg(strstr(note, "head logits in chunks of 5 rows (PPTRAIN_LOGITS_CHUNK_ROWS)"), "%s", note);
+        Model m; /* the model takes them */
+        ChunkSpec spec = {0, 0, tiny.L, 1, 1, 1, 0};
+        model_init(&m, &tiny, &spec, 1, 2, 5, be);
+        ck_assert_int_eq(m.logits_rows, 5);
+        model_free(&m);
+        backend_release(be);
+        ck_assert_int_eq(backend_cpu()->logits_chunk_rows, 0); /* a copy: the CPU backend is unchanged */
+    }
+    const char *bad[] = {"-1", "x", "3x", "99999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("PPTRAIN_LOGITS_CHUNK_ROWS", bad[i], 1);
+        ck_assert_int_eq(backend_select(&cfg, 0, &sz, &be, note, sizeof note, err, sizeof err), PP_EUSAGE);
+        ck_assert_msg(strstr(err, "PPTRAIN_LOGITS_CHUNK_ROWS") && strstr(err, bad[i]) && strstr(err, ">= 0"), "%s", err);
+    }
+    unsetenv("PPTRAIN_LOGITS_CHUNK_ROWS");
+    unsetenv("PPTRAIN_HOST_STAGING");
+}
+END_TEST
+
 /* ---- split backward ([Note: split backward] in backend.h) ---- */
 
 
@@ -903,6 +944,7 @@ int main(void) {
     tcase_add_test(model, test_model_gradcheck_untied);
     tcase_add_test(model, test_model_gradcheck_chunked);
     tcase_add_test(model, test_chunked_head);
+    tcase_add_test(model, test_logits_knob);
     tcase_add_test(model, test_loss_at_init);
     tcase_add_test(model, test_middle_stage_gradcheck);
     tcase_add_test(model, test_stage_split_exact);
