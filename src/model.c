@@ -624,15 +624,16 @@ static void layer_backward_weight(Model *m, LayerParams *g, const LayerActs *a, 
  *   dlnf[r0..]   = dlogits @ head, overwriting that chunk's rows (matmul_backward's dinp)
  *   dhead       += dlogits^T @ lnf[r0..]                        (matmul_backward's dw)
  * and validation only the first two (crossentropy_forward). Rows are independent, so a
- * row's loss, dlogits and dlnf do not depend on R (bitwise on the CPU's BLAS, which
- * blocks a GEMM's rows without changing a row's sums: test_model.c checks it); dhead is
- * a sum of one GEMM per chunk instead of one GEMM, the same value to summation order.
- * The CPU backend keeps R = 0, one chunk: its bits stay those of one GEMM over N.
+ * row's loss, dlogits and dlnf are the unchunked ones but for the GEMM's own blocking (a
+ * BLAS may sum a row differently in a GEMM of other height: OpenBLAS does, by a few
+ * ulps); dhead is one GEMM per chunk summed instead of one GEMM: the same value to
+ * summation order (test_model.c bounds both). The CPU backend keeps R = 0, one chunk:
+ * its calls, and so its bits, are those of before the chunks.
  *
  * All of it, dhead too, runs in the forward ([Note: fused head]), with or without a
- * split backward: I and W start from dlnf as before, and dhead is added in the order
- * the forwards run, which is microbatch order in every schedule, so a zero-bubble
- * schedule keeps 1F1B's bits. Deferring dhead to W would keep each pending microbatch's
+ * split backward: I and W start from dlnf as before, and every rank and schedule chunks
+ * a microbatch alike, so schedules that trained the same bits still do (zero-bubble and
+ * 1F1B: test_interp.c). Deferring dhead to W would keep each pending microbatch's
  * [N,Vp] dlogits alive until its W, the memory this note saves.
  *
  * R is the backend's: a chunk's GEMMs must stay large enough to fill the device, and
