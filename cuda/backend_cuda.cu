@@ -658,7 +658,11 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     /* [Note: CUDA workspace]: reserve for the run's sizes now, so that training
      * allocates nothing; N rows, C channels, Vp padded vocabulary, NH heads, T positions */
     size_t N = sizes->N, C = sizes->C, Vp = sizes->Vp, T = sizes->T, NH = sizes->NH;
-    size_t wide = 4 * C > Vp ? 4 * C : Vp;
+    /* [Note: chunked head] in src/model.c: the head's logits in chunks of at most 256 MiB of
+     * fp32, in whole 128-row tiles (1280 rows at GPT-2's Vp); its bf16 copy is one chunk's */
+    size_t rows = Vp ? ((size_t)256 << 20) / (Vp * sizeof(float)) / 128 * 128 : 0;
+    rows = Vp && rows < 128 ? 128 : rows;
+    size_t head = (rows < N ? rows : N) * Vp;
     grow(c, &c->lt_ws, LT_WORKSPACE);
     grow(c, &c->sums, 256 * sizeof(double));
     if (N && C) {
@@ -668,12 +672,13 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         if (NH && T && att_flash) grow(c, &c->flashD, N / T * NH * T * sizeof(float)); /* B*NH*T */
         if (precision == PP_PREC_BF16) {
             size_t wb = Vp * C > 4 * C * C ? Vp * C : 4 * C * C;
-            grow(c, &c->castA, N * wide * sizeof(__nv_bfloat16));
+            grow(c, &c->castA, (N * 4 * C > head ? N * 4 * C : head) * sizeof(__nv_bfloat16));
             grow(c, &c->castB, (N * 4 * C > wb ? N * 4 * C : wb) * sizeof(__nv_bfloat16));
         }
     }
     Backend *be = &c->be;
     fill_table(be, c);
+    be->logits_chunk_rows = (int)rows;
     be->peak_flops = peak_flops(&prop, precision);
     snprintf(c->desc, sizeof c->desc, "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s", device, prop.name,
              prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1e9, prec_name(precision),

@@ -124,7 +124,8 @@ struct Backend {
     /* Fused softmax cross-entropy over the first V of Vp columns (padded columns get
      * no probability). logits[N,Vp] is turned IN PLACE into dlogits =
      * (softmax - onehot(target)) * dloss (padded columns 0). losses[N] receives each
-     * row's -log p(target). targets[N]. */
+     * row's -log p(target). targets[N]. Rows are independent: the model calls it on
+     * chunks of rows (logits_chunk_rows below). */
     void (*crossentropy_forward_backward)(const Backend *be, float *logits, float *losses, const int *targets,
                                           float dloss, int N, int V, int Vp);
     /* As above but without the gradient (validation): logits are left clobbered. */
@@ -137,6 +138,11 @@ struct Backend {
 
     /* dst[count] += src[count]. */
     void (*add_inplace)(const Backend *be, float *dst, const float *src, size_t count);
+
+    /* Rows of the head's logits the model computes at once ([Note: chunked head] in
+     * model.c): its one logits buffer is [min(this, N), Vp] fp32. 0: all N rows of a
+     * microbatch (the CPU backend, so that its bits stay those of one GEMM over N). */
+    int logits_chunk_rows;
 
     /* ---- a device backend only (0 / NULL on the CPU: designated initializers leave them
      * so) ---- */

@@ -3,6 +3,8 @@
 #include "backend_load.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -97,6 +99,36 @@ static int local_rank(void) {
     return dist_env_read(&env, err, sizeof err) == PP_OK ? env.local_rank : 0;
 }
 
+/* [Note: logits chunk knob] PPTRAIN_LOGITS_CHUNK_ROWS=R sets the chosen backend's
+ * logits_chunk_rows to R ([Note: chunked head] in model.c; 0: all rows), so that the
+ * chunked head runs on the CPU in the tests, and a GPU run can try another chunk size.
+ * Its value in *rows, -1 when the variable is unset or empty; PP_EUSAGE for a value that
+ * is not a count of rows. */
+static int logits_knob(int *rows, char *err, size_t errlen) {
+    const char *v = getenv("PPTRAIN_LOGITS_CHUNK_ROWS");
+    char *end;
+    *rows = -1;
+    if (!v || !*v) return PP_OK;
+    errno = 0;
+    long r = strtol(v, &end, 10);
+    if (*end || errno || r < 0 || r > INT_MAX)
+        return pp_errf(err, errlen, PP_EUSAGE, "PPTRAIN_LOGITS_CHUNK_ROWS='%s': must be a number of rows >= 0 (0: "
+                       "all rows of a microbatch at once), or unset", v);
+    *rows = (int)r;
+    return PP_OK;
+}
+
+static void cpu_copy_close(const Backend *be) { free((void *)be); }
+
+/* A copy of the CPU backend `base` with logits_chunk_rows = rows, freed by its close. */
+static const Backend *cpu_with_rows(const Backend *base, int rows) {
+    Backend *b = pp_malloc(sizeof *b);
+    *b = *base;
+    b->logits_chunk_rows = rows;
+    b->close = cpu_copy_close;
+    return b;
+}
+
 /* The CUDA backend on GPU LOCAL_RANK mod count. *be stays NULL with the cause in why
  * when no GPU can be used. */
 static int open_cuda(const Config *cfg, int rank, const BackendSizes *sz, const Backend **be, char *why,
@@ -113,14 +145,26 @@ static int open_cuda(const Config *cfg, int rank, const BackendSizes *sz, const 
     int dev = local_rank() % n; /* ranks beyond the GPU count share them round-robin */
     Backend *b = lib.open(dev, prec, &s, rank, msg, sizeof msg);
     if (!b) return pp_errf(why, whylen, PP_EUSAGE, "cannot open GPU %d: %s", dev, msg);
+    int rows;
+    if (logits_knob(&rows, why, whylen) == PP_OK && rows >= 0) b->logits_chunk_rows = rows; /* checked before */
     *be = b;
     return PP_OK;
+}
+
+/* The build report's word on the head's chunks ([Note: chunked head] in model.c). */
+static void note_chunks(const Backend *be, int knob, char *note, size_t notelen) {
+    size_t n = strlen(note);
+    if (be->logits_chunk_rows > 0)
+        snprintf(note + n, notelen - n, ", head logits in chunks of %d rows%s", be->logits_chunk_rows,
+                 knob >= 0 ? " (PPTRAIN_LOGITS_CHUNK_ROWS)" : "");
 }
 
 int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const Backend **be, char *note,
                    size_t notelen, char *err, size_t errlen) {
     char why[PP_ERR_MAX] = "";
+    int rows;
     *be = NULL;
+    if (logits_knob(&rows, err, errlen) != PP_OK) return PP_EUSAGE;
     if (strcmp(cfg->device, "cpu") != 0) {
         int rc = open_cuda(cfg, rank, sizes, be, why, sizeof why);
         if (rc && !strcmp(cfg->device, "cuda"))
@@ -128,6 +172,7 @@ int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const
                            why);
         if (*be) {
             snprintf(note, notelen, "%s", (*be)->description);
+            note_chunks(*be, rows, note, notelen);
             return PP_OK;
         }
     }
@@ -146,6 +191,8 @@ int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const
         *be = backend_cpu_staged();
         snprintf(note + strlen(note), notelen - strlen(note), ", host staging (PPTRAIN_HOST_STAGING=1)");
     }
+    if (rows >= 0) *be = cpu_with_rows(*be, rows);
+    note_chunks(*be, rows, note, notelen);
     return PP_OK;
 }
 

@@ -20,8 +20,11 @@ typedef struct {
  * backend loads and sees a GPU, else cpu. runtime.precision auto is bf16 on cuda and fp32
  * on cpu; tf32 or bf16 on cpu is an error. `note` receives one line for the build report
  * ("cuda:0 NVIDIA H100 ..., bf16" or "cpu (runtime.device auto: no GPU: ...)").
- * Returns PP_OK, or PP_EUSAGE with a message naming the key and the cause (no CUDA
- * build, a library that does not load, no driver, no GPU) and what to do. */
+ * PPTRAIN_LOGITS_CHUNK_ROWS=R in the environment sets the backend's logits_chunk_rows to
+ * R (a test knob, [Note: logits chunk knob] in backend_load.c); the CPU backend is then a
+ * copy that backend_release frees. Returns PP_OK, or PP_EUSAGE with a message naming
+ * the key and the cause (no CUDA build, a library that does not load, no driver, no GPU,
+ * a knob that is not a row count) and what to do. */
 int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const Backend **be, char *note,
                    size_t notelen, char *err, size_t errlen);
 

@@ -362,6 +362,12 @@ static void wstate_free(const Model *m, const Chunk *ck, LayerWState *ws) {
     free(ws);
 }
 
+/* Rows of the head's logits buffer for a backend's chunk rows ([Note: chunked head]):
+ * all B*T when it asks for 0 or for more. */
+static int head_rows(int chunk_rows, int B, int T) {
+    return chunk_rows > 0 && chunk_rows < B * T ? chunk_rows : B * T;
+}
+
 /* Zeroed device memory for n floats. */
 static float *dev_zeros(const Model *m, size_t n) {
     float *p = dev_alloc(m, n * sizeof(float));
@@ -428,7 +434,8 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, 
     m->dqkv = dev_alloc(m, N * 3 * C * sizeof(float));
     m->scratch = dev_alloc(m, be->scratch_floats(be, (int)N, T, (int)C) * sizeof(float));
     m->losses = dev_alloc(m, N * sizeof(float));
-    m->logits = any_last ? dev_alloc(m, N * d->Vp * sizeof(float)) : NULL;
+    m->logits_rows = head_rows(be->logits_chunk_rows, B, T);
+    m->logits = any_last ? act_alloc(m, (size_t)m->logits_rows * d->Vp) : NULL; /* [Note: chunked head] */
 }
 
 void model_init_optimizer(Model *m, int narrays) {
@@ -608,19 +615,46 @@ static void layer_backward_weight(Model *m, LayerParams *g, const LayerActs *a, 
     be->layernorm_backward(be, NULL, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C, m->scratch);
 }
 
+/* [Note: chunked head] The head's logits are [N,Vp] fp32, 3.3 GB for GPT-2 124M at B = 16,
+ * T = 1024: more than any layer's activations. So the last stage computes them in chunks
+ * of R rows (m->logits_rows: be->logits_chunk_rows, all N when 0) through one [R,Vp]
+ * buffer, the only one there is. Per chunk of rows r0..r0+R:
+ *   logits[R,Vp] = lnf[r0..] @ head^T                          (matmul_forward)
+ *   losses[r0..] = -log p(target); logits become dlogits       (crossentropy_forward_backward)
+ *   dlnf[r0..]   = dlogits @ head, overwriting that chunk's rows (matmul_backward's dinp)
+ *   dhead       += dlogits^T @ lnf[r0..]                        (matmul_backward's dw)
+ * and validation only the first two (crossentropy_forward). Rows are independent, so a
+ * row's loss, dlogits and dlnf are the unchunked ones but for the GEMM's own blocking (a
+ * BLAS may sum a row differently in a GEMM of other height: OpenBLAS does, by a few
+ * ulps); dhead is one GEMM per chunk summed instead of one GEMM: the same value to
+ * summation order (test_model.c bounds both). The CPU backend keeps R = 0, one chunk:
+ * its calls, and so its bits, are those of before the chunks.
+ *
+ * All of it, dhead too, runs in the forward ([Note: fused head]), with or without a
+ * split backward: I and W start from dlnf as before, and every rank and schedule chunks
+ * a microbatch alike, so schedules that trained the same bits still do (zero-bubble and
+ * 1F1B: test_interp.c). Deferring dhead to W would keep each pending microbatch's
+ * [N,Vp] dlogits alive until its W, the memory this note saves.
+ *
+ * R is the backend's: a chunk's GEMMs must stay large enough to fill the device, and
+ * dhead [Vp,C] is read and written once per chunk (cuda/NOTES.md: the CUDA figures). */
 static void head_forward(Model *m, ActSlot *a, const float *x, float dloss, int want_grad, double *loss) {
     const Backend *be = m->be;
     int N = m->B * m->T, C = m->d.C, V = m->d.V, Vp = m->d.Vp;
     be->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->lnfw, m->lnfb, N, C);
-    be->matmul_forward(be, m->logits, a->lnf, m->head, NULL, N, C, Vp);
-    if (want_grad) {
+    for (int r0 = 0; r0 < N; r0 += m->logits_rows) {
+        int R = N - r0 < m->logits_rows ? N - r0 : m->logits_rows;
+        const float *xr = a->lnf + (size_t)r0 * C;
+        be->matmul_forward(be, m->logits, xr, m->head, NULL, R, C, Vp);
+        if (!want_grad) {
+            be->crossentropy_forward(be, m->logits, m->losses + r0, a->targets + r0, R, V, Vp);
+            continue;
+        }
         /* [Note: fused head] the last stage's forward already turns the logits into
          * d(loss)/d(logits) and pushes them through the head, so only dlnf [N,C]
          * survives until backward, not [N,Vp] logits per in-flight microbatch. */
-        be->crossentropy_forward_backward(be, m->logits, m->losses, a->targets, dloss, N, V, Vp);
-        be->matmul_backward(be, a->dlnf, m->dhead, NULL, m->logits, a->lnf, m->head, N, C, Vp);
-    } else {
-        be->crossentropy_forward(be, m->logits, m->losses, a->targets, N, V, Vp);
+        be->crossentropy_forward_backward(be, m->logits, m->losses + r0, a->targets + r0, dloss, R, V, Vp);
+        be->matmul_backward(be, a->dlnf + (size_t)r0 * C, m->dhead, NULL, m->logits, xr, m->head, R, C, Vp);
     }
     if (loss) be->sum(be, loss, m->losses, (size_t)N);
 }
@@ -721,8 +755,8 @@ void model_backward_weight(Model *m, int c, int s, int w) {
 /* ---- memory plan ([Note: memory plan] in model.h) ---- */
 
 void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
-                const int *nwstate, int nchunks, int B, int T, size_t att_floats, int nopt, int nblocks_keep,
-                int nblocks_drop) {
+                const int *nwstate, int nchunks, int B, int T, size_t att_floats, int logits_rows, int nopt,
+                int nblocks_keep, int nblocks_drop) {
     size_t N = (size_t)B * T, C = d->C, f = sizeof(float), params = 0, head_tied = 0, blk[2] = {0, 0};
 #define PAD(n) (rc ? block_pad(n) : (n)) /* blocks align each tensor ([Note: activation blocks]) */
     size_t layer_all = 5 * PAD(N * C) + 4 * PAD(N) + PAD(3 * N * C) + PAD(att_floats) + 2 * PAD(4 * N * C);
@@ -758,6 +792,8 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
     }
 #undef PAD
     if (rc) p->slots += f * ((size_t)nblocks_keep * blk[1] + (size_t)nblocks_drop * blk[0]);
+    if (last) p->logits = f * (size_t)head_rows(logits_rows, B, T) * d->Vp; /* [Note: chunked head] */
+    p->slots += p->logits;
     p->wstate += f * dkeep;
     if (d->tied && first && last) head_tied = (size_t)d->Vp * C; /* [Note: tied gradient order] */
     size_t layer_raw = N * (16 * C + 4) + att_floats;

@@ -163,7 +163,9 @@ typedef struct {
     float *dhead_tied;        /* [Vp,C] the head's share of d(wte) when this rank holds both
                                  the first and the last stage ([Note: tied gradient order]) */
     /* Scratch shared by all chunks (one op runs at a time). */
-    float *logits;            /* [N,Vp] last stage */
+    float *logits;            /* [logits_rows,Vp] last stage: one chunk of the head's rows
+                                 ([Note: chunked head] in model.c), counted in act_bytes */
+    int logits_rows;          /* be->logits_chunk_rows, or N = B*T when that is 0 or more */
     float *losses;            /* [N] */
     float *dbig;              /* [N,4C] */
     float *dmid;              /* [N,C] */
@@ -171,7 +173,8 @@ typedef struct {
     float *dkeep;             /* [N,4C] the input half's four [N,C] douts until they move
                                  into the layer ([Note: W state]); NULL without */
     float *scratch;           /* be->scratch_floats(N, T, C) for the backward ops */
-    size_t act_bytes;         /* activation slot (and block) bytes, for the build report */
+    size_t act_bytes;         /* activation slot (and block) bytes and the logits buffer,
+                                 for the build report */
     size_t recv_bytes;        /* receive buffer bytes, for the build report */
     size_t wstate_bytes;      /* W state bytes ([Note: W state]), for the build report */
     LayerActs work;           /* the recompute workspace ([Note: recompute]): what one
@@ -202,7 +205,9 @@ typedef struct {
  * the build report prints what was allocated, and a test holds the two equal. Bytes. */
 typedef struct {
     size_t params, grads, optimizer; /* grads include the tied head's part */
-    size_t slots;                    /* activation slots and blocks (Model.act_bytes) */
+    size_t slots;                    /* activation slots and blocks, and the last stage's
+                                        logits buffer (Model.act_bytes) */
+    size_t logits;                   /* of slots: that logits buffer, [R,Vp] fp32 */
     size_t work;                     /* the recompute workspace (Model.work_bytes) */
     size_t recv;                     /* receive buffers (Model.recv_bytes) */
     size_t wstate;                   /* W state sets (Model.wstate_bytes) */
@@ -210,11 +215,12 @@ typedef struct {
 
 /* Fill *p for model_init_recompute(d, specs, rc, nchunks, B, T, be, nblocks_keep,
  * nblocks_drop) (rc NULL: model_init) with a backend whose attention keeps att_floats
- * floats per layer (be->attention_saved_floats(B, T, NH)), nopt optimizer arrays, and
+ * floats per layer (be->attention_saved_floats(B, T, NH)) and whose head computes
+ * logits_rows rows at once (be->logits_chunk_rows, 0: all), nopt optimizer arrays, and
  * nwstate[c] W state sets for chunk c. */
 void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
-                const int *nwstate, int nchunks, int B, int T, size_t att_floats, int nopt, int nblocks_keep,
-                int nblocks_drop);
+                const int *nwstate, int nchunks, int B, int T, size_t att_floats, int logits_rows, int nopt,
+                int nblocks_keep, int nblocks_drop);
 /* The activation total of a plan: slots, workspace, receive buffers and W state. */
 size_t model_plan_activations(const ModelPlan *p);
 

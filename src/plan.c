@@ -414,7 +414,7 @@ void plan_rank_memory(const Config *cfg, const Schedule *s, const Schedule *fwd,
     const Backend *be = backend_cpu();
     runtime_chunk_plan(s, fwd, part, pp, mode, cfg->recompute_layers, specs, rc, nws, nblocks);
     model_plan(plan, &d, specs, rc, nws, s->v, B, T, be->attention_saved_floats(be, B, T, d.NH),
-               optim_state_arrays(cfg), nblocks[1], nblocks[0]);
+               be->logits_chunk_rows, optim_state_arrays(cfg), nblocks[1], nblocks[0]);
 }
 
 /* ==================================================================== sweep === */

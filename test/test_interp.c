@@ -109,6 +109,7 @@ typedef struct {
     int nparams, rc;
     long recomputes, plan, skipped; /* the model's layer recomputes over STEPS; the
                                        runtime's per-step plan and skips */
+    int logits_rows;                /* the model's head chunk ([Note: chunked head] in model.c) */
     char err[PP_ERR_MAX];
 } Job;
 
@@ -128,6 +129,7 @@ static void *run_rank(void *arg) {
     if (j->rc == PP_OK) {
         const Model *m = &rt.model;
         j->recomputes = m->recomputes, j->plan = rt.recompute_plan, j->skipped = rt.recompute_skipped;
+        j->logits_rows = m->logits_rows;
         j->nparams = m->ntensors;
         j->params = calloc(m->ntensors, sizeof(Named));
         for (int i = 0; i < m->ntensors; i++) {
@@ -225,8 +227,9 @@ static int compare(const Job *ref, const Job *jobs, int P, const char *what) {
     return compared;
 }
 
-/* Every P <= MAX_P, v <= vmax, M <= mmax of a schedule kind against the one-rank run. */
-static void sweep(const char *kind, int vmin, int vmax, int mmax, int tied) {
+/* Every P <= MAX_P, v <= vmax, M <= mmax of a schedule kind against the one-rank run;
+ * rows: the head's logits chunk every rank must have built with (0: not checked). */
+static void sweep_rows(const char *kind, int vmin, int vmax, int mmax, int tied, int rows) {
     int cases = 0;
     for (int M = 1; M <= mmax; M++) {
         Config c1;
@@ -242,12 +245,20 @@ static void sweep(const char *kind, int vmin, int vmax, int mmax, int tied) {
                 snprintf(what, sizeof what, "%s P=%d v=%d M=%d", kind, P, v, M);
                 run(&c, jobs);
                 ck_assert_int_gt(compare(&ref, jobs, P, what), 0);
+                for (int r = 0; r < P && rows; r++)
+                    ck_assert_msg(jobs[r].logits_rows == rows && ref.logits_rows == rows, "%s rank %d: the head "
+                                  "computes %d rows at once, one rank %d, expected %d", what, r, jobs[r].logits_rows,
+                                  ref.logits_rows, rows);
                 for (int r = 0; r < P; r++) job_free(&jobs[r]);
                 cases++;
             }
         job_free(&ref);
     }
     ck_assert_int_ge(cases, 3 * mmax); /* the sweep ran */
+}
+
+static void sweep(const char *kind, int vmin, int vmax, int mmax, int tied) {
+    sweep_rows(kind, vmin, vmax, mmax, tied, 0);
 }
 
 /* [Note: recompute] selective and full recompute, on every layer or the first of each
@@ -329,6 +340,22 @@ END_TEST
 START_TEST(test_looped_bfs) { sweep("looped-bfs", 1, 2, 4, 1); }
 END_TEST
 
+/* [Note: chunked head] in model.c: the head's logits in chunks of 3 and of 1 of a
+ * microbatch's 8 rows (PPTRAIN_LOGITS_CHUNK_ROWS, which backend_select reads; set in
+ * this test's own forked process). Every rank chunks alike, so every schedule, the
+ * zero-bubble ones with their split backward too, still trains the one-rank run's bits. */
+START_TEST(test_chunked_head) {
+    setenv("PPTRAIN_LOGITS_CHUNK_ROWS", "3", 1);
+    sweep_rows("1f1b", 1, 1, 3, 1, 3);
+    sweep_rows("zb-h1", 1, 1, 3, 1, 3);
+    sweep_rows("zbv", 2, 2, 3, 1, 3);
+    sweep_rows("interleaved-1f1b", 2, 2, 3, 1, 3);
+    setenv("PPTRAIN_LOGITS_CHUNK_ROWS", "1", 1);
+    sweep_rows("gpipe", 1, 1, 3, 0, 1);
+    sweep_rows("zb-h1", 1, 1, 3, 0, 1);
+}
+END_TEST
+
 int main(void) {
     backend_cpu_set_threads(1);
     Suite *s = suite_create("interp");
@@ -342,6 +369,7 @@ int main(void) {
     tcase_add_test(tc, test_zb_h1_untied);
     tcase_add_test(tc, test_zbv);
     tcase_add_test(tc, test_looped_bfs);
+    tcase_add_test(tc, test_chunked_head);
     tcase_add_test(tc, test_recompute_gpipe);
     tcase_add_test(tc, test_recompute_1f1b);
     tcase_add_test(tc, test_recompute_interleaved);

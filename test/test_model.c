@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "backend_load.h"
 #include "fastmath.h"
 #include "model.h"
 #include "optim.h"
@@ -345,11 +346,17 @@ static double whole_loss(void *p) {
     return fwd(c->m, 0, 0, 0.0f, 0) / (c->B * c->T);
 }
 
-static void model_gradcheck(const ModelDims *d) {
+/* Every tensor's gradient against finite differences of the mean loss, the head's logits
+ * in chunks of `rows` rows (0: all; [Note: chunked head] in model.c): the training
+ * forward and the validation one that the differences run are both chunked. */
+static void model_gradcheck(const ModelDims *d, int rows) {
     int B = 2, T = 5;
     ChunkSpec spec = {0, 0, d->L, 1, 1, 1, 0};
+    Backend be = *backend_cpu();
+    be.logits_chunk_rows = rows;
     Model m;
-    model_init(&m, d, &spec, 1, B, T, backend_cpu());
+    model_init(&m, d, &spec, 1, B, T, &be);
+    ck_assert_int_eq(m.logits_rows, rows ? rows : B * T);
     model_init_weights(&m, 7, 0.3f);
     fill_tokens(&m, 0, 0, B, T);
     model_zero_grads(&m);
@@ -375,13 +382,22 @@ static void model_gradcheck(const ModelDims *d) {
     tfree_all();
 }
 
-START_TEST(test_model_gradcheck) { model_gradcheck(&tiny); }
+START_TEST(test_model_gradcheck) { model_gradcheck(&tiny, 0); }
 END_TEST
 
 START_TEST(test_model_gradcheck_untied) { /* a separate lm_head */
     ModelDims d = tiny;
     d.tied = 0;
-    model_gradcheck(&d);
+    model_gradcheck(&d, 0);
+}
+END_TEST
+
+/* The head in chunks of 3 and of 1 of the 10 rows (3 does not divide them). */
+START_TEST(test_model_gradcheck_chunked) {
+    ModelDims d = tiny;
+    model_gradcheck(&d, 3);
+    d.tied = 0;
+    model_gradcheck(&d, 1);
 }
 END_TEST
 
@@ -483,7 +499,11 @@ START_TEST(test_stage_split_exact) {
 }
 END_TEST
 
-/* ---- split backward ([Note: split backward] in backend.h) ---- */
+static float *copy_of(const float *x, size_t n) {
+    float *y = talloc(n * 4);
+    memcpy(y, x, n * 4);
+    return y;
+}
 
 /* n floats of a and b have the same bits; returns how many differ (0 expected). */
 static size_t bits_differ(const float *a, const float *b, size_t n) {
@@ -492,11 +512,136 @@ static size_t bits_differ(const float *a, const float *b, size_t n) {
     return wrong;
 }
 
-static float *copy_of(const float *x, size_t n) {
-    float *y = talloc(n * 4);
-    memcpy(y, x, n * 4);
-    return y;
+/* ||a - b|| / ||b|| over n floats. */
+static double rel_l2(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
+    return den > 0 ? sqrt(num / den) : sqrt(num);
 }
+
+/* ---- chunked head ([Note: chunked head] in model.c) ---- */
+
+/* The head in chunks of R rows against the unchunked head, for a whole model (tied and
+ * untied, and at a size where the BLAS blocks its GEMMs) with R from 1 to more than N,
+ * dividing N or not. Rows are independent, but the CPU's GEMM does not promise a row the
+ * same sums whatever rows it is blocked with (OpenBLAS 0.3.21 here: bitwise at the tiny
+ * size, a few ulps apart at C = 64, Vp = 512), and the head's weight gradient is one
+ * GEMM per chunk summed: so float rounding apart, measured here <= 2e-7 relative per
+ * row's loss, 4e-7 (relative L2) in dlnf = d(loss)/d(lnf output) and 1e-6 in any
+ * gradient after two layers. The bounds below are 5-10x that; a chunk whose rows were
+ * misplaced would be off by O(1). The logits buffer, and so the plan, shrink by exactly
+ * (N - R) * Vp floats. */
+START_TEST(test_chunked_head) {
+    ModelDims dims[3] = {tiny, tiny, {.V = 500, .Vp = 512, .maxT = 64, .L = 2, .NH = 2, .C = 64, .tied = 1}};
+    dims[1].tied = 0;
+    int Ts[3] = {5, 5, 50}, rows[] = {1, 3, 4, 7, 64, 99, 1000}, checked = 0;
+    double worst[3] = {0, 0, 0}; /* a row's loss, dlnf, a gradient */
+    for (int k = 0; k < 3; k++) {
+        const ModelDims *d = &dims[k];
+        int B = 2, T = Ts[k], N = B * T, C = d->C, Vp = d->Vp;
+        ChunkSpec spec = {0, 0, d->L, 1, 1, 1, 0};
+        Model ref;
+        setup_model_dims(&ref, d, &spec, 1, B, T, 5);
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+            int R = rows[ri], Reff = R < N ? R : N;
+            Backend be = *backend_cpu();
+            be.logits_chunk_rows = R;
+            Model ch;
+            model_init(&ch, d, &spec, 1, B, T, &be);
+            model_init_weights(&ch, 5, 0.3f);
+            ck_assert_int_eq(ch.logits_rows, Reff);
+            ck_assert_uint_eq(ref.act_bytes - ch.act_bytes, (size_t)(N - Reff) * Vp * sizeof(float));
+            ModelPlan plan;
+            model_plan(&plan, d, &spec, NULL, NULL, 1, B, T, be.attention_saved_floats(&be, B, T, d->NH), R, 0, 0, 0);
+            ck_assert_uint_eq(plan.slots, ch.act_bytes);
+            ck_assert_uint_eq(plan.logits, (size_t)Reff * Vp * sizeof(float));
+            Model *ms[2] = {&ref, &ch};
+            double loss[2], vloss[2];
+            float *losses[2], *vlosses[2], *dlnf[2];
+            for (int i = 0; i < 2; i++) {
+                ActSlot *a = &ms[i]->chunks[0].slots[0];
+                for (int n = 0; n < N; n++) a->tokens[n] = (n * 7 + 3) % d->V, a->targets[n] = (n * 31 + 1) % d->V;
+                model_zero_grads(ms[i]);
+                vloss[i] = fwd(ms[i], 0, 0, 0.0f, 0); /* validation */
+                vlosses[i] = copy_of(ms[i]->losses, N);
+                loss[i] = fwd(ms[i], 0, 0, 1.0f / N, 1);
+                losses[i] = copy_of(ms[i]->losses, N);
+                dlnf[i] = copy_of(a->dlnf, (size_t)N * C);
+                model_backward(ms[i], 0, 0);
+                model_fold_tied_grad(ms[i]);
+            }
+            ck_assert_msg(fabs(loss[1] - loss[0]) <= 1e-6 * loss[0] && fabs(vloss[1] - vloss[0]) <= 1e-6 * vloss[0],
+                          "dims %d R=%d: loss %.9g vs %.9g, validation %.9g vs %.9g", k, R, loss[1], loss[0], vloss[1],
+                          vloss[0]);
+            for (int n = 0; n < N; n++) {
+                double e = fabs(losses[1][n] - losses[0][n]) / losses[0][n];
+                worst[0] = e > worst[0] ? e : worst[0];
+                ck_assert_msg(e <= 1e-6 && fabs(vlosses[1][n] - vlosses[0][n]) <= 1e-6 * vlosses[0][n],
+                              "dims %d R=%d row %d: loss %.9g vs %.9g", k, R, n, losses[1][n], losses[0][n]);
+            }
+            double e = rel_l2(dlnf[1], dlnf[0], (size_t)N * C);
+            worst[1] = e > worst[1] ? e : worst[1];
+            ck_assert_msg(e <= 2e-6, "dims %d R=%d: dlnf %.2e off (relative L2)", k, R, e);
+            for (int t = 0; t < ref.ntensors; t++) {
+                const ParamTensor *pt = &ref.tensors[t];
+                e = rel_l2(ch.grads + pt->offset, ref.grads + pt->offset, pt->numel);
+                worst[2] = e > worst[2] ? e : worst[2];
+                ck_assert_msg(e <= 1e-5, "dims %d R=%d: d%s %.2e off (relative L2)", k, R, pt->name, e);
+            }
+            model_free(&ch);
+            checked++;
+        }
+        model_free(&ref);
+    }
+    ck_assert_int_eq(checked, 21);
+    printf("chunked head vs unchunked, worst relative difference: a row's loss %.2e, dlnf %.2e, a gradient %.2e\n",
+           worst[0], worst[1], worst[2]);
+    tfree_all();
+}
+END_TEST
+
+/* [Note: logits chunk knob] in backend_load.c: PPTRAIN_LOGITS_CHUNK_ROWS sets the chosen
+ * backend's chunk, alone and with host staging, says so in the build report's device
+ * line, and a value that is not a row count is a usage error naming the variable. */
+START_TEST(test_logits_knob) {
+    Config cfg;
+    config_defaults(&cfg);
+    snprintf(cfg.device, sizeof cfg.device, "cpu");
+    BackendSizes sz = {10, 5, 8, 2, 16};
+    const Backend *be;
+    char note[256], err[PP_ERR_MAX];
+    ck_assert_int_eq(backend_select(&cfg, 0, &sz, &be, note, sizeof note, err, sizeof err), PP_OK);
+    ck_assert_int_eq(be->logits_chunk_rows, 0); /* the CPU: all rows */
+    ck_assert_ptr_null(strstr(note, "chunks"));
+    backend_release(be);
+    for (int staged = 0; staged < 2; staged++) {
+        setenv("PPTRAIN_HOST_STAGING", staged ? "1" : "0", 1);
+        setenv("PPTRAIN_LOGITS_CHUNK_ROWS", "5", 1);
+        ck_assert_int_eq(backend_select(&cfg, 0, &sz, &be, note, sizeof note, err, sizeof err), PP_OK);
+        ck_assert_int_eq(be->logits_chunk_rows, 5);
+        ck_assert_int_eq(be->device_memory, staged);
+        ck_assert_msg(strstr(note, "head logits in chunks of 5 rows (PPTRAIN_LOGITS_CHUNK_ROWS)"), "%s", note);
+        Model m; /* the model takes them */
+        ChunkSpec spec = {0, 0, tiny.L, 1, 1, 1, 0};
+        model_init(&m, &tiny, &spec, 1, 2, 5, be);
+        ck_assert_int_eq(m.logits_rows, 5);
+        model_free(&m);
+        backend_release(be);
+        ck_assert_int_eq(backend_cpu()->logits_chunk_rows, 0); /* a copy: the CPU backend is unchanged */
+    }
+    const char *bad[] = {"-1", "x", "3x", "99999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("PPTRAIN_LOGITS_CHUNK_ROWS", bad[i], 1);
+        ck_assert_int_eq(backend_select(&cfg, 0, &sz, &be, note, sizeof note, err, sizeof err), PP_EUSAGE);
+        ck_assert_msg(strstr(err, "PPTRAIN_LOGITS_CHUNK_ROWS") && strstr(err, bad[i]) && strstr(err, ">= 0"), "%s", err);
+    }
+    unsetenv("PPTRAIN_LOGITS_CHUNK_ROWS");
+    unsetenv("PPTRAIN_HOST_STAGING");
+}
+END_TEST
+
+/* ---- split backward ([Note: split backward] in backend.h) ---- */
+
 
 /* Per op: the input half (weight outputs NULL) then the weight half (input output
  * NULL) leave exactly the bits of the fused call, for matmul and LayerNorm, at odd
@@ -689,9 +834,11 @@ START_TEST(test_memory_plan_sweep) {
                             ModelPlan plan;
                             Model m;
                             runtime_chunk_plan(&s, &fwd, &part, r, mode, M % 2, specs, rc, nws, nb);
-                            model_plan(&plan, &d, specs, rc, nws, v, B, T,
-                                       backend_cpu()->attention_saved_floats(backend_cpu(), B, T, d.NH), 2, nb[1], nb[0]);
-                            model_init_recompute(&m, &d, specs, rc, v, B, T, backend_cpu(), nb[1], nb[0]);
+                            Backend be = *backend_cpu();
+                            be.logits_chunk_rows = M % 3; /* all, 1 or 2 of the 4 rows ([Note: chunked head]) */
+                            model_plan(&plan, &d, specs, rc, nws, v, B, T, be.attention_saved_floats(&be, B, T, d.NH),
+                                       be.logits_chunk_rows, 2, nb[1], nb[0]);
+                            model_init_recompute(&m, &d, specs, rc, v, B, T, &be, nb[1], nb[0]);
                             model_init_optimizer(&m, 2);
                             for (int c = 0; c < v; c++) model_init_wstate(&m, c, nws[c]);
                             size_t pb = m.nparams * sizeof(float);
@@ -705,6 +852,9 @@ START_TEST(test_memory_plan_sweep) {
                                           " allocated %zu %zu %zu %zu", *kind, P, v, M, mode, r, plan.slots, plan.work,
                                           plan.recv, plan.wstate, m.act_bytes, m.work_bytes, m.recv_bytes,
                                           m.wstate_bytes);
+                            int last = 0;
+                            for (int c = 0; c < v; c++) last |= specs[c].last;
+                            ck_assert_uint_eq(plan.logits, last ? (size_t)(M % 3 ? M % 3 : B * T) * d.Vp * 4 : 0);
                             model_free(&m);
                             checked++;
                         }
@@ -792,6 +942,9 @@ int main(void) {
     tcase_set_timeout(model, 60);
     tcase_add_test(model, test_model_gradcheck);
     tcase_add_test(model, test_model_gradcheck_untied);
+    tcase_add_test(model, test_model_gradcheck_chunked);
+    tcase_add_test(model, test_chunked_head);
+    tcase_add_test(model, test_logits_knob);
     tcase_add_test(model, test_loss_at_init);
     tcase_add_test(model, test_middle_stage_gradcheck);
     tcase_add_test(model, test_stage_split_exact);

@@ -14,7 +14,9 @@
  * random values on both devices, and compares ||gpu - cpu|| / ||cpu|| over the output
  * with a tolerance per kind of op and precision (../shared/GPU.md): elementwise fp32
  * 1e-5; reductions 1e-4; GEMM-based ops 1e-4 (fp32), 2e-3 (tf32), 1.5e-2 (bf16). A NaN
- * never passes. The ops that promise determinism run twice and must give the same bits. */
+ * never passes. The ops that promise determinism run twice and must give the same bits.
+ * The head of src/model.c runs on the GPU with its logits in row chunks (all, 1, 7 rows:
+ * [Note: chunked head]) against the CPU's unchunked head. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +27,7 @@
 #include "backend.h"
 #include "backend_load.h"
 #include "config.h"
+#include "model.h"
 
 static const Backend *cpu, *gpu;
 static int failures, checks;
@@ -561,6 +564,78 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
     return 0;
 }
 
+/* ---- the chunked head ([Note: chunked head] in src/model.c) ------------------------------ */
+
+typedef struct {
+    double loss, vloss;              /* the loss sums: training, validation */
+    float *losses, *vlosses, *dlnf, *dwte; /* [N], [N], [N,C], [Vp,C] */
+} HeadOut;
+
+/* n floats of be's memory at p, on the host (malloc'd). */
+static float *fetch(const Backend *be, const void *p, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    be->to_host(be, h, p, n * sizeof(float));
+    be->wait(be);
+    return h;
+}
+
+/* The last stage's head alone (final LayerNorm, tied head, loss; no layers) through
+ * src/model.c on `base` with its logits in chunks of `rows` (0: all N): a validation
+ * forward, then a training one. x[N,C] the stage input, tgt[N] the targets. */
+static void head_run(const Backend *base, const Shape *s, int rows, const float *x, const int *tgt, HeadOut *o) {
+    Backend be = *base; /* the model keeps this pointer: it lives until model_free */
+    be.logits_chunk_rows = rows;
+    ModelDims d = {s->V, s->Vp, s->T, 1, s->NH, s->C, 1};
+    ChunkSpec spec = {1, 1, 1, 0, 1, 1, 0}; /* stage 1 of 2: layers [1, 1), the head */
+    int N = s->B * s->T, C = s->C;
+    Model m;
+    model_init(&m, &d, &spec, 1, s->B, s->T, &be);
+    model_init_weights(&m, 11, 0.05f);
+    ActSlot *a = &m.chunks[0].slots[0];
+    be.to_device(&be, a->input, x, (size_t)N * C * sizeof(float));
+    be.to_device(&be, a->targets, tgt, (size_t)N * sizeof(int));
+    double *dsum = be.alloc(&be, sizeof(double));
+    model_zero_grads(&m);
+    model_forward(&m, 0, 0, 0.0f, 0, dsum);
+    be.to_host(&be, &o->vloss, dsum, sizeof(double));
+    o->vlosses = fetch(&be, m.losses, N);
+    model_forward(&m, 0, 0, 1.0f / N, 1, dsum);
+    be.to_host(&be, &o->loss, dsum, sizeof(double));
+    o->losses = fetch(&be, m.losses, N);
+    o->dlnf = fetch(&be, a->dlnf, (size_t)N * C);
+    o->dwte = fetch(&be, m.dhead, (size_t)s->Vp * C);
+    be.dealloc(&be, dsum);
+    model_free(&m);
+}
+
+static void head_free(HeadOut *o) { free(o->losses), free(o->vlosses), free(o->dlnf), free(o->dwte); }
+
+/* The GPU's head in chunks of `rows` (0: all) against the CPU's unchunked head: every
+ * output at the GEMM tolerance of the precision (the logits and both head GEMMs are
+ * matmuls; the loss sum as a one-element comparison), and the same bits run twice. */
+static void check_head(const Shape *s, const char *sh0, int rows) {
+    int N = s->B * s->T, C = s->C;
+    char sh[128];
+    snprintf(sh, sizeof sh, "%s rows=%d%s", sh0, rows, rows == 0 || rows >= N ? " (all)" : "");
+    float *x = rnd((size_t)N * C, 2);
+    int *tgt = malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) tgt[i] = (int)(urand() * s->V);
+    HeadOut g, g2, c;
+    head_run(gpu, s, rows, x, tgt, &g);
+    head_run(gpu, s, rows, x, tgt, &g2);
+    head_run(cpu, s, 0, x, tgt, &c);
+    float gl[2] = {(float)g.loss, (float)g.vloss}, cl[2] = {(float)c.loss, (float)c.vloss};
+    compare("head (model.c)", "loss sums", sh, gl, cl, 2, tol_gemm());
+    compare("head (model.c)", "losses", sh, g.losses, c.losses, N, tol_gemm());
+    compare("head (model.c)", "val losses", sh, g.vlosses, c.vlosses, N, tol_gemm());
+    compare("head (model.c)", "dlnf", sh, g.dlnf, c.dlnf, (size_t)N * C, tol_gemm());
+    compare("head (model.c)", "dwte", sh, g.dwte, c.dwte, (size_t)s->Vp * C, tol_gemm());
+    same_bits("head (model.c) dwte", sh, g.dwte, g2.dwte, (size_t)s->Vp * C);
+    same_bits("head (model.c) dlnf", sh, g.dlnf, g2.dlnf, (size_t)N * C);
+    head_free(&g), head_free(&g2), head_free(&c);
+    free(x), free(tgt);
+}
+
 static int cpu_as_gpu; /* --cpu */
 
 static int open_gpu(const char *precision, char *why, size_t n) {
@@ -644,6 +719,8 @@ int main(int argc, char **argv) {
             check_matmul(N, s->C, s->Vp, 0, shm); /* the head: no bias, odd OC at V's */
             check_matmul(N, 4 * s->C, s->C, 1, shm);
             check_attention(s, sh);
+            int rows[] = {0, 1, 7}; /* all, one, and a count that divides no N here */
+            for (int r = 0; r < 3; r++) check_head(s, sh, rows[r]);
         }
         backend_release(gpu);
     }
