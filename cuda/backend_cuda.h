@@ -14,7 +14,7 @@ extern "C" {
 
 /* Bumped whenever the Backend struct or a function below changes: the loader refuses a
  * shared object built from another version of the sources. */
-#define PP_CUDA_ABI 1
+#define PP_CUDA_ABI 2 /* 2: struct Comm and CommOps grew (the NCCL transport, cuda/comm_nccl.h) */
 
 /* runtime.precision of a CUDA backend. */
 typedef enum { PP_PREC_FP32 = 0, PP_PREC_TF32 = 1, PP_PREC_BF16 = 2 } PPPrecision;
