@@ -283,9 +283,16 @@ static int nc_poll(NcComm *s, cudaEvent_t ev, ncclComm_t nc, int peer, double de
     }
 }
 
+/* How long creating a communicator (init, split) may take: timeout_s, but at least
+ * NC_SETUP_S — NCCL's first init in a process loads CUDA modules and probes the
+ * topology for seconds, which a small timeout_s (tests use 3-5 s) must not cut; a peer
+ * that dies meanwhile still fails it at once (its connection). */
+#define NC_SETUP_S 60.0
+
 /* After an NCCL call on a non-blocking communicator: ncclInProgress means "enqueued once
- * ncclCommGetAsyncError says ncclSuccess". PP_OK, or the Comm fails (aborted). */
-static int nc_settle(NcComm *s, ncclComm_t nc, ncclResult_t r, const char *call) {
+ * ncclCommGetAsyncError says ncclSuccess", waited for at most `patience` s. PP_OK, or
+ * the Comm fails (aborted). */
+static int nc_settle_for(NcComm *s, ncclComm_t nc, ncclResult_t r, const char *call, double patience) {
     char why[PP_ERR_MAX / 2];
     int who, st;
     if (r == ncclSuccess) return PP_OK;
@@ -293,7 +300,7 @@ static int nc_settle(NcComm *s, ncclComm_t nc, ncclResult_t r, const char *call)
         nc_fail(s, "%s failed%s: %s (%s)", call, s->name, nccl.GetErrorString(r), nccl.GetLastError(nc));
         return nc_break(s);
     }
-    st = nc_poll(s, NULL, nc, -1, now_s() + s->base.timeout_s, 0, &who, why, sizeof why);
+    st = nc_poll(s, NULL, nc, -1, now_s() + patience, 0, &who, why, sizeof why);
     if (st == 0) return PP_OK;
     if (st == 1)
         nc_fail(s, "lost connection to rank %d in %s%s: %s — did it crash? see its log", s->jranks[who], call,
@@ -302,12 +309,19 @@ static int nc_settle(NcComm *s, ncclComm_t nc, ncclResult_t r, const char *call)
         nc_fail(s, "timed out in %s%s: rank %d sent nothing for %g s (runtime.timeout_s) and %s — see its log", call,
                 s->name, s->jranks[who], s->base.timeout_s, why);
     else if (st == 2)
-        nc_fail(s, "timed out in %s%s: it did not complete in %g s (runtime.timeout_s) while every rank still sends "
-                "heartbeats — see the other ranks' logs", call, s->name, s->base.timeout_s);
+        nc_fail(s, "timed out in %s%s: it did not complete in %g s%s while every rank still sends heartbeats — "
+                "see the other ranks' logs", call, s->name, patience,
+                patience == s->base.timeout_s ? " (runtime.timeout_s)" : "");
     else
         nc_fail(s, "%s failed%s: %s", call, s->name, why);
     return nc_break(s);
 }
+
+static int nc_settle(NcComm *s, ncclComm_t nc, ncclResult_t r, const char *call) {
+    return nc_settle_for(s, nc, r, call, s->base.timeout_s);
+}
+
+static double setup_patience(const NcComm *s) { return s->base.timeout_s > NC_SETUP_S ? s->base.timeout_s : NC_SETUP_S; }
 
 /* ---- point to point ----------------------------------------------------------------- */
 
@@ -854,7 +868,7 @@ static int nc_split(Comm *c, int color, int key, Comm **out) {
     cfg.blocking = 0;
     ncclResult_t r = nccl.CommSplit(s->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &cfg);
     /* the child's state says when it is ready (the parent's, for a rank left out) */
-    if (nc_settle(s, child ? child : s->nc, r, "ncclCommSplit")) { /* the parent is aborted too */
+    if (nc_settle_for(s, child ? child : s->nc, r, "ncclCommSplit", setup_patience(s))) { /* the parent is aborted too */
         if (child) nccl.CommAbort(child);
         if (sg) sg->ops->destroy(sg);
         return PP_ERUNTIME;
@@ -938,7 +952,7 @@ extern "C" int pp_nccl_create(Comm *sock, const Backend *be, const PPNcclHost *h
         nc_destroy(&s->base);
         return PP_ERUNTIME;
     }
-    if (nc_settle(s, s->nc, r, "ncclCommInitRankConfig")) {
+    if (nc_settle_for(s, s->nc, r, "ncclCommInitRankConfig", setup_patience(s))) {
         snprintf(err, errlen, "%s", s->base.err);
         nc_destroy(&s->base);
         return PP_ERUNTIME;
