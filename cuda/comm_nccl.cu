@@ -782,8 +782,9 @@ static const CommOps *nc_ops_table(void) {
     return &nc_ops;
 }
 
-/* Free s: its communicator finalized when nothing is pending (waiting at most timeout_s,
- * on no peer), else aborted. Its socket Comm is not touched unless it owns it. */
+/* Free s: its communicator finalized when nothing is pending (waiting at most 10 s,
+ * on no peer: should NCCL's finalize wait for the peers' own, a rank that is slower to
+ * exit costs that at most), else aborted. Its socket Comm is not touched unless it owns it. */
 static void nc_destroy(Comm *c) {
     NcComm *s = nc_of(c);
     int pending = s->grp || s->self_s || s->self_r;
@@ -798,7 +799,7 @@ static void nc_destroy(Comm *c) {
     }
     if (s->nc && !pending && !s->broken) {
         ncclResult_t r = nccl.CommFinalize(s->nc), ar = r;
-        double end = now_s() + (s->base.timeout_s > 0 ? s->base.timeout_s : 10);
+        double end = now_s() + (s->base.timeout_s < 10 ? s->base.timeout_s : 10); /* then abort: never a hang */
         for (long it = 0; r == ncclInProgress || r == ncclSuccess; it++) {
             if (nccl.CommGetAsyncError(s->nc, &ar) != ncclSuccess || ar != ncclInProgress || now_s() > end) break;
             nap(it);
