@@ -14,6 +14,7 @@
 #include <nccl.h>
 
 #include "comm_nccl.h"
+#include "comm_nccl_sum.h"
 #include "dist.h" /* DIST_MIN_RATE */
 
 /* [Note: NCCL transport]
@@ -585,13 +586,11 @@ static int nc_group_end(Comm *c) {
 /* ---- collectives ---------------------------------------------------------------------- */
 
 /* out[i] <- ((p[f] + p[f+1]) + ...) + p[f+W-1] (members mod W), the parts p[q] =
- * parts + q*len; NaN sums canonical. */
+ * parts + q*len; NaN sums canonical (pp_nccl_sum_at, which the host test holds to the
+ * socket transport's bits). */
 __global__ static void sum_parts_kernel(float *out, const float *parts, size_t len, int W, int f) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x) {
-        float acc = parts[(size_t)f * len + i];
-        for (int k = 1; k < W; k++) acc = __fadd_rn(acc, parts[(size_t)((f + k) % W) * len + i]);
-        out[i] = acc != acc ? __int_as_float(0x7fc00000) : acc;
-    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = pp_nccl_sum_at(parts, len, W, f, i);
 }
 
 /* The status of a call the socket Comm made for this one, its message copied. */
