@@ -414,6 +414,8 @@ static int post_device(NcComm *s, NcReq *r) {
     }
     NcReq *o = *other;
     *other = o->next_q;
+    if (o->bytes != r->bytes) /* never issued: the receive's header check names both sizes */
+        return PP_OK;
     o->next_q = r;
     r->next_q = NULL;
     return issue(s, o);
