@@ -42,7 +42,7 @@ SRC      := $(wildcard src/*.c)
 LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/%.o,$(filter-out src/main.c,$(SRC)))
 MAIN_OBJ := $(BUILD)/main.o
 TEST_SRC := $(wildcard test/test_*.c)
-TESTS    := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC))
+TESTS    := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(BUILD)/test/test_flash_sim
 TEST_UTIL:= $(patsubst test/%.c,$(BUILD)/test/%.o,$(filter-out $(TEST_SRC),$(wildcard test/*.c)))
 
 # ---- the CUDA backend ([Note: CUDA backend loading] in src/backend_load.c) ----------
@@ -130,6 +130,14 @@ $(BUILD)/test/test_%: $(BUILD)/test/test_%.o $(TEST_UTIL) $(LIB_OBJ)
 	@echo "  LD    $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
+# cuda/flash_attn.cu's kernels compiled for the host and run there (test/flash_sim.cc):
+# C++, no nvcc needed.
+$(BUILD)/test/test_flash_sim: test/flash_sim.cc test/flash_sim.h cuda/flash_attn.cu $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  CXX   $<"
+	$(Q)$(CXX) -std=c++17 $(OPT) -fopenmp -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -DFLASH_HOST_SIM \
+	  -iquote src -iquote cuda -iquote test $(LDFLAGS) -o $@ test/flash_sim.cc $(LIB_OBJ) $(LDLIBS)
+
 deps:
 	@scripts/install-deps
 
@@ -177,7 +185,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory unit-tests
 
 bench: deps
-	$(Q)$(MAKE) --no-print-directory all data $(BUILD)/bench_gemm $(BUILD)/bench_ckpt $(BUILD)/bench_allreduce $(if $(NVCC),$(CUDA_BUILD)/bench_gpu)
+	$(Q)$(MAKE) --no-print-directory all data $(BUILD)/bench_gemm $(BUILD)/bench_ckpt $(BUILD)/bench_allreduce $(BUILD)/bench_ops $(if $(NVCC),$(CUDA_BUILD)/bench_gpu)
 	bash bench/run.sh $(BUILD)
 
 # the GPU's ceilings for bench/gpu.sh (a program of its own: not in the backend)
@@ -192,6 +200,10 @@ $(BUILD)/bench_ckpt: bench/bench_ckpt.c $(LIB_OBJ)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bench_allreduce: bench/bench_allreduce.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bench_ops: bench/bench_ops.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -5,7 +5,10 @@
 # B = 16 and 32 in bf16 and one fp32 row, each with step ms (the fastest of the measured
 # steps), tokens/s, model TFLOP/s (6*(12*L*C^2 + Vp*C) + 12*L*T*C per token), % of the
 # measured GEMM rate, and the rank's GPU memory (the build report's total). The peers'
-# figures on the same card are in ../shared/GPU.md.
+# figures on the same card are in ../shared/GPU.md. Last, the planner on the GPU's own
+# stage costs (bench/plan.sh --gpu): GPT-2 124M / 350M / 1.5B measured on this GPU, the
+# predicted pipeline efficiency of 1f1b and interleaved at P = 2..8, M = 8..32 over NVLink
+# and InfiniBand.
 set -euo pipefail
 build=${1:-build/cpu}
 bench=${BENCH_GPU:-build/cuda/bench_gpu}
@@ -17,6 +20,13 @@ trap 'rm -rf "$out"' EXIT
 echo "== GPU ceilings"
 "$bench" | tee "$out/ceil.txt"
 gemm=$(sed -n 's/^gemm_bf16_tflops=\([0-9.]*\).*/\1/p' "$out/ceil.txt")
+copy=$(sed -n 's/^d2d_gbps=\([0-9.]*\).*/\1/p' "$out/ceil.txt")
+
+# the per-op table (bench/bench_ops.c): one GPT-2 124M layer, the head and AdamW at B=16,
+# T=1024, each op against the ceiling that bounds it
+echo "== per op, GPT-2 124M, B=16, T=1024, bf16 (fp32 storage): time, rate, % of the GEMM or copy ceiling"
+"${BENCH_OPS:-$build/bench_ops}" --device cuda --precision bf16 --gemm-tflops "$gemm" \
+  --copy-gbps "$copy" || echo "bench_ops failed"
 
 echo "== GPT-2 124M, 1 GPU, T=1024, $steps steps each (the first is not measured)"
 printf "%-5s %4s %9s %10s %10s %8s %10s\n" prec B ms/step tok/s TFLOP/s gemm% GPU_MB
@@ -44,3 +54,4 @@ print("%-5s %4d %9.1f %10.0f %10.1f %7.1f%% %10s" % (prec, B, ms, tok, tf, 100 *
 PY
 done
 echo "   (peers on an H100, GPU.md: llm.c with its own attention 320K tok/s at B=16; with cuDNN flash 501K)"
+PPTRAIN="$pptrain" bash bench/plan.sh --gpu

@@ -131,9 +131,30 @@ static void cu_host_free(const Backend *be, void *p) {
     if (p) CK(c, cudaFreeHost(p));
 }
 
+/* [Note: checkpoint snapshot] The copy runs on the side stream after the work issued so
+ * far (event `issued`), and the compute stream waits for it (event `landed`) before any
+ * later work, which may overwrite src. The GPU thus stalls for the copy only (pinned
+ * memory: PCIe speed), the host not at all; the checkpoint writer's thread blocks on
+ * `landed` before it compresses. */
+static void cu_snapshot(const Backend *be, void *dst, const void *src, size_t bytes) {
+    CudaCtx *c = ctx_of(be);
+    CK(c, cudaSetDevice(c->device));
+    CK(c, cudaEventRecord(c->issued, c->stream));
+    CK(c, cudaStreamWaitEvent(c->side, c->issued, 0));
+    CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->side));
+    CK(c, cudaEventRecord(c->landed, c->side));
+    CK(c, cudaStreamWaitEvent(c->stream, c->landed, 0));
+}
+
+static void cu_snapshot_wait(const Backend *be) {
+    CudaCtx *c = ctx_of(be);
+    CK(c, cudaSetDevice(c->device)); /* the writer's thread: its own current device */
+    CK(c, cudaEventSynchronize(c->landed));
+}
+
 static void cu_memory(const Backend *be, size_t *allocated, size_t *workspace) {
     CudaCtx *c = ctx_of(be);
-    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->partials, &c->sums, &c->enc, &c->att};
+    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->partials, &c->sums, &c->enc, &c->att, &c->flashD};
     *allocated = c->allocated;
     *workspace = 0;
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) *workspace += g[i]->bytes;
@@ -346,10 +367,29 @@ static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float 
     if (db) k_bias_backward(c, db, dout, N, OC);
 }
 
-/* ---- attention: materialised scores through batched GEMMs (one batch of NH heads per
- * sequence); the fast-kernels issue replaces this with flash attention ------------------ */
+/* ---- attention ----------------------------------------------------------------------------
+ * [Note: attention path] Two implementations of the contract's causal attention:
+ *  - flash (flash_attn.cu, [Note: flash tiling]): bf16 tensor cores with fp32
+ *    accumulation, no [T,T] matrix; saves the log-sum-exp [B,NH,T]; head sizes up to 128;
+ *  - materialised: the scores [B,NH,T,T] through batched cuBLASLt GEMMs (one batch of NH
+ *    heads per sequence) and the softmax kernels; saves the probabilities, as the CPU.
+ * The choice is made once, at open (attention_saved_floats must answer for the path
+ * the forward takes, and it is given no head size): PPTRAIN_ATTENTION=flash or
+ * =materialized forces one; unset, flash runs at precision bf16 (its operands are bf16
+ * anyway) when the run's head size C/NH is at most 128, the materialised path otherwise
+ * (fp32 and tf32 keep their tighter tolerances). A flash backend called at a head size
+ * over 128 (possible only when open was given no sizes: the op tests) stops with a
+ * message naming the variable. The path is in the backend's description line. */
 
-static void cu_attention_forward(const Backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
+static void flash_shape(const CudaCtx *c, int C, int NH) {
+    if (flash_head_pad(C / NH)) return;
+    char what[256];
+    snprintf(what, sizeof what, "flash attention supports head sizes up to 128, not C/NH = %d/%d = %d; set "
+             "PPTRAIN_ATTENTION=materialized", C, NH, C / NH);
+    die_msg(c, __FILE__, __LINE__, what);
+}
+
+static void materialized_forward(const Backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
                                  int NH) {
     CudaCtx *c = ctx_of(be);
     int hs = C / NH, ld = 3 * C;
@@ -369,7 +409,7 @@ static void cu_attention_forward(const Backend *be, float *out, float *att, cons
     }
 }
 
-static void cu_attention_backward(const Backend *be, float *dqkv, const float *dout, const float *qkv,
+static void materialized_backward(const Backend *be, float *dqkv, const float *dout, const float *qkv,
                                   const float *att, int B, int T, int C, int NH, float *scratch) {
     CudaCtx *c = ctx_of(be);
     int hs = C / NH, ld = 3 * C;
@@ -392,8 +432,26 @@ static void cu_attention_backward(const Backend *be, float *dqkv, const float *d
     }
 }
 
+static void cu_attention_forward(const Backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
+                                 int NH) {
+    CudaCtx *c = ctx_of(be);
+    if (!c->att_flash) return materialized_forward(be, out, att, qkv, B, T, C, NH);
+    flash_shape(c, C, NH);
+    k_flash_forward(c, out, att, qkv, B, T, C, NH);
+}
+
+static void cu_attention_backward(const Backend *be, float *dqkv, const float *dout, const float *qkv,
+                                  const float *att, int B, int T, int C, int NH, float *scratch) {
+    CudaCtx *c = ctx_of(be);
+    if (!c->att_flash) return materialized_backward(be, dqkv, dout, qkv, att, B, T, C, NH, scratch);
+    flash_shape(c, C, NH);
+    float *D = (float *)grow(c, &c->flashD, (size_t)B * NH * T * sizeof(float));
+    k_flash_backward(c, dqkv, D, dout, qkv, att, B, T, C, NH);
+}
+
 static size_t cu_attention_saved_floats(const Backend *be, int B, int T, int NH) {
-    return (size_t)B * NH * T * T; /* the probabilities, as on the CPU */
+    return ctx_of(be)->att_flash ? (size_t)B * NH * T  /* the log-sum-exp of each row */
+                                 : (size_t)B * NH * T * T; /* the probabilities, as on the CPU */
 }
 
 /* ---- the other ops: kernels.cu -------------------------------------------------------- */
@@ -466,10 +524,14 @@ static void cu_sgd(const Backend *be, float *p, const float *g, float *buf, size
 static void cu_close(const Backend *be) {
     CudaCtx *c = ctx_of(be);
     CK(c, cudaStreamSynchronize(c->stream));
-    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->partials, &c->sums, &c->enc, &c->att};
+    CK(c, cudaStreamSynchronize(c->side));
+    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->partials, &c->sums, &c->enc, &c->att, &c->flashD};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) CK(c, cudaFree(g[i]->p));
     for (int i = 0; i < c->nallocs; i++) CK(c, cudaFree(c->allocs[i].p)); /* leaks of the caller's */
     LTCK(c, cublasLtDestroy(c->lt));
+    CK(c, cudaEventDestroy(c->issued));
+    CK(c, cudaEventDestroy(c->landed));
+    CK(c, cudaStreamDestroy(c->side));
     CK(c, cudaStreamDestroy(c->stream));
     free(c->allocs);
     free(c);
@@ -530,6 +592,8 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->device_memory = 1;
     be->host_alloc = cu_host_alloc;
     be->host_free = cu_host_free;
+    be->snapshot = cu_snapshot;
+    be->snapshot_wait = cu_snapshot_wait;
     be->memory = cu_memory;
     be->close = cu_close;
 }
@@ -553,6 +617,25 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                  prop.name, prop.major, prop.minor);
         return NULL;
     }
+    /* [Note: attention path]: flash or materialised, decided here for the whole run */
+    const char *att_env = getenv("PPTRAIN_ATTENTION");
+    int run_hs = sizes->NH ? (int)(sizes->C / sizes->NH) : 0, att_flash;
+    if (!att_env || !*att_env) {
+        att_flash = precision == PP_PREC_BF16 && (!run_hs || flash_head_pad(run_hs));
+    } else if (!strcmp(att_env, "flash")) {
+        if (run_hs && !flash_head_pad(run_hs)) {
+            snprintf(err, errlen, "PPTRAIN_ATTENTION=flash: flash attention supports head sizes up to 128, and this "
+                     "run's is C/NH = %d; unset it (or set materialized)", run_hs);
+            return NULL;
+        }
+        att_flash = 1;
+    } else if (!strcmp(att_env, "materialized")) {
+        att_flash = 0;
+    } else {
+        snprintf(err, errlen, "PPTRAIN_ATTENTION='%.40s': expected 'flash' or 'materialized' (or unset: flash at "
+                 "bf16 when the head size allows)", att_env);
+        return NULL;
+    }
     CudaCtx *c = (CudaCtx *)calloc(1, sizeof(CudaCtx));
     if (!c) {
         snprintf(err, errlen, "out of host memory");
@@ -562,7 +645,11 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     c->rank = rank;
     c->prec = precision;
     c->sizes = *sizes;
+    c->att_flash = att_flash;
     OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    OPEN_CK(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
+    OPEN_CK(cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming));
+    OPEN_CK(cudaEventCreateWithFlags(&c->landed, cudaEventDisableTiming));
     cublasStatus_t s = cublasLtCreate(&c->lt);
     if (s != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, errlen, "cublasLtCreate: %s", cublasLtGetStatusString(s));
@@ -577,7 +664,8 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     if (N && C) {
         grow(c, &c->partials, ((N + 255) / 256) * 4 * C * sizeof(float));
         grow(c, &c->enc, 2 * N * sizeof(int));
-        if (NH && T) grow(c, &c->att, NH * T * T * sizeof(float));
+        if (NH && T && !att_flash) grow(c, &c->att, NH * T * T * sizeof(float));
+        if (NH && T && att_flash) grow(c, &c->flashD, N / T * NH * T * sizeof(float)); /* B*NH*T */
         if (precision == PP_PREC_BF16) {
             size_t wb = Vp * C > 4 * C * C ? Vp * C : 4 * C * C;
             grow(c, &c->castA, N * wide * sizeof(__nv_bfloat16));
@@ -587,8 +675,9 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     Backend *be = &c->be;
     fill_table(be, c);
     be->peak_flops = peak_flops(&prop, precision);
-    snprintf(c->desc, sizeof c->desc, "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s", device, prop.name, prop.major,
-             prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1e9, prec_name(precision));
+    snprintf(c->desc, sizeof c->desc, "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s", device, prop.name,
+             prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1e9, prec_name(precision),
+             att_flash ? "flash (bf16 mma.sync)" : "materialized (cuBLASLt)");
     be->description = c->desc;
     return be;
 }

@@ -46,6 +46,9 @@ struct CudaCtx {
     PPPrecision prec;
     PPCudaSizes sizes;
     cudaStream_t stream;
+    cudaStream_t side;        /* checkpoint snapshots ([Note: checkpoint snapshot]) */
+    cudaEvent_t issued;       /* recorded on stream: what a snapshot must follow */
+    cudaEvent_t landed;       /* recorded on side after the last snapshot copy */
     cublasLtHandle_t lt;
     Grow lt_ws;               /* cuBLASLt workspace */
     Grow castA, castB;        /* bf16 copies of a matmul's operands (precision bf16) */
@@ -53,6 +56,8 @@ struct CudaCtx {
     Grow sums;                /* double partials of sum / sumsq */
     Grow enc;                 /* encoder backward: next row with the same token, and flags */
     Grow att;                 /* attention backward: dP of one sequence, [NH,T,T] */
+    Grow flashD;              /* flash attention backward: D = rowsum(dO o O), [B,NH,T] */
+    int att_flash;            /* 1: flash attention ([Note: attention path] in backend_cuda.cu) */
     Alloc *allocs;
     int nallocs, cap_allocs;
     size_t allocated;
@@ -126,5 +131,15 @@ void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr,
            float grad_scale, int first);
 /* bf16 copy of n floats (round to nearest even). */
 void k_to_bf16(CudaCtx *c, __nv_bfloat16 *dst, const float *src, size_t n);
+
+/* ---- flash attention (flash_attn.cu, [Note: flash tiling]) ---- */
+/* The template head size that runs head size hs (hs padded with zeros up to it), or 0
+ * when hs is over 128 (the materialised attention runs those). */
+int flash_head_pad(int hs);
+/* out[B,T,C] and lse[B,NH,T] (natural log-sum-exp of each row's scaled scores). */
+void k_flash_forward(CudaCtx *c, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+/* dqkv[B,T,3C] overwritten; D[B,NH,T] is the kernel pair's own scratch. */
+void k_flash_backward(CudaCtx *c, float *dqkv, float *D, const float *dout, const float *qkv, const float *lse, int B,
+                      int T, int C, int NH);
 
 #endif

@@ -147,6 +147,15 @@ struct Backend {
     /* Pinned host memory for staging (NULL: the caller uses malloc / free). */
     void *(*host_alloc)(const Backend *be, size_t bytes);
     void (*host_free)(const Backend *be, void *p);
+    /* [Note: checkpoint snapshot] Start copying device src to host dst (pinned, from
+     * host_alloc) on a side stream, after every entry issued so far: it copies the values
+     * as of this call, and every entry issued after it waits on the device for the copy,
+     * so the host neither blocks here nor may overwrite src too early. snapshot_wait
+     * blocks the calling thread, which may be another than the caller's (the checkpoint
+     * writer's), until every snapshot issued so far has landed. NULL: the caller copies
+     * with to_host and wait. */
+    void (*snapshot)(const Backend *be, void *dst, const void *src, size_t bytes);
+    void (*snapshot_wait)(const Backend *be);
     /* Device bytes live from alloc, and the bytes the backend holds itself (library
      * workspace, cast buffers, reduction partials). NULL on the CPU. */
     void (*memory)(const Backend *be, size_t *allocated_bytes, size_t *workspace_bytes);

@@ -162,12 +162,22 @@ int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const
     return PP_OK;
 }
 
+/* The staged CPU's checkpoint snapshot ([Note: checkpoint snapshot]): a copy done when
+ * it returns, so the writer's asynchronous path (one issuing thread, then the wait on
+ * the writer's thread) runs here too. */
+static void staged_snapshot(const Backend *be, void *dst, const void *src, size_t bytes) {
+    be->to_host(be, dst, src, bytes);
+}
+static void staged_snapshot_wait(const Backend *be) { be->wait(be); }
+
 const Backend *backend_cpu_staged(void) {
     static Backend staged; /* written once, before any rank's runtime uses it; read-only after */
     if (!staged.name) {
         staged = *backend_cpu();
         staged.name = "cpu-staged";
         staged.device_memory = 1;
+        staged.snapshot = staged_snapshot;
+        staged.snapshot_wait = staged_snapshot_wait;
     }
     return &staged;
 }

@@ -35,11 +35,37 @@ static void state_arrays(const Runtime *rt, const ParamTensor *t, float *out[MAX
     out[2] = dp_opt_state(rt, i, 1);
 }
 
-/* The writer's staging copy reads device memory through the backend. */
+/* The writer's staging copy reads device memory through the backend ([Note: checkpoint
+ * snapshot] in backend.h): a device backend's snapshot copies into pinned staging memory
+ * on its side stream while the host goes on, and the writer's thread waits for it; else
+ * to_host and a wait per block (the CPU backend: a memcpy). */
 static void copy_to_host(void *ctx, void *dst, const void *src, size_t bytes) {
     const Backend *be = ctx;
     be->to_host(be, dst, src, bytes);
     be->wait(be);
+}
+static void snapshot_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    const Backend *be = ctx;
+    be->snapshot(be, dst, src, bytes);
+}
+static void snapshot_finish(void *ctx) {
+    const Backend *be = ctx;
+    be->snapshot_wait(be);
+}
+static void *staging_alloc(void *ctx, size_t bytes) {
+    const Backend *be = ctx;
+    return be->host_alloc(be, bytes);
+}
+static void staging_release(void *ctx, void *p) {
+    const Backend *be = ctx;
+    be->host_free(be, p);
+}
+
+static void writer_device(CkptWriter *w, const Backend *be) {
+    CkptDevice dev = {copy_to_host, NULL, NULL, NULL, (void *)be};
+    if (be->snapshot && be->snapshot_wait) dev.copy = snapshot_copy, dev.finish = snapshot_finish;
+    if (be->host_alloc && be->host_free) dev.alloc = staging_alloc, dev.release = staging_release;
+    ckpt_writer_set_device(w, &dev);
 }
 
 static void model_string(const Runtime *rt, char *buf, size_t n) {
@@ -79,7 +105,7 @@ void checkpoint_init(Checkpointer *c, const Runtime *rt, const char *config_text
      * on trained weights). Levels 2-9 are deflate at that level. */
     o.strategy = o.level == 1 ? CKPT_RLE : CKPT_DEFLATE;
     c->writer = ckpt_writer_create(&o);
-    ckpt_writer_set_copy(c->writer, copy_to_host, (void *)rt->model.be);
+    writer_device(c->writer, rt->model.be);
     c->pending = -1;
     if (rt->cfg->checkpoint_every > 0) { /* background saves: no page faults in a step */
         int cap = rt->model.ntensors * MAX_TENSORS_PER_PARAM;

@@ -257,12 +257,23 @@ void ckpt_writer_reserve(CkptWriter *w, const CkptTensor *tensors, int ntensors)
  * a save in progress first. */
 void ckpt_writer_set_threads(CkptWriter *w, int threads);
 
-/* Where the tensors' data is not host memory (a GPU's), the staging copy of every later
- * submit calls copy(ctx, dst, src, bytes) instead of memcpy: it must copy `bytes` from
- * src to the host dst and have finished when it returns; it may run on several threads
- * at once. NULL restores memcpy. */
-typedef void (*CkptCopyFn)(void *ctx, void *dst, const void *src, size_t bytes);
-void ckpt_writer_set_copy(CkptWriter *w, CkptCopyFn copy, void *ctx);
+/* [Note: checkpoint snapshot] Where the tensors' data is not host memory (a GPU's), the
+ * staging copy of every later submit goes through these instead of memcpy. copy(ctx, dst,
+ * src, bytes) copies `bytes` from src to the host dst: when `finish` is NULL it has
+ * finished when it returns and may run on several threads at once; when `finish` is set
+ * it only starts the copy (one thread calls it, in order), the caller may go on at once
+ * (the device orders its later work after the copy), and the background thread calls
+ * finish(ctx) before it reads the staged data. alloc / release, when set, provide the
+ * staging memory (pinned host memory, which a device copies into fastest). A NULL
+ * `dev` restores memcpy and malloc. Waits for a save in progress first. */
+typedef struct {
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    void (*finish)(void *ctx);
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*release)(void *ctx, void *p);
+    void *ctx;
+} CkptDevice;
+void ckpt_writer_set_device(CkptWriter *w, const CkptDevice *dev);
 
 /* 1 while a submitted save is still being written, else 0. Does not block. */
 int ckpt_writer_busy(CkptWriter *w);

@@ -24,10 +24,9 @@ struct CkptWriter {
     CkptTensor *tensors;    /* [ntensors], data pointing into stage */
     char (*names)[CKPT_NAME_MAX];
     int ntensors, cap_tensors;
-    uint8_t *stage;         /* [stage_cap] reused between saves */
-    CkptCopyFn copy;        /* the staging copy from the caller's tensors (NULL: memcpy) */
-    void *copy_ctx;
+    uint8_t *stage;         /* [stage_cap] reused between saves, from dev.alloc if set */
     size_t stage_cap;
+    CkptDevice dev;         /* the staging copy from the caller's tensors (copy NULL: memcpy) */
     /* The last finished save. */
     int status, collected;  /* collected: returned by ckpt_writer_wait */
     char err[PP_ERR_MAX];
@@ -40,6 +39,7 @@ static void *writer_main(void *arg) {
         while (!w->busy && !w->quit) pthread_cond_wait(&w->cv, &w->mu);
         if (!w->busy) break; /* quit, nothing pending */
         pthread_mutex_unlock(&w->mu);
+        if (w->dev.finish) w->dev.finish(w->dev.ctx); /* the device's copies have landed */
         char err[PP_ERR_MAX] = "";
         int rc = ckpt_write_shard(w->path, w->meta, w->tensors, w->ntensors, &w->opt, err,
                                   sizeof err);
@@ -69,18 +69,23 @@ CkptWriter *ckpt_writer_create(const CkptOptions *opt) {
 
 static void wait_idle(CkptWriter *w);
 
+/* The staging buffer at least `total` bytes (its contents are dropped when it grows). */
+static void stage_grow(CkptWriter *w, size_t total) {
+    if (total <= w->stage_cap) return;
+    if (w->dev.release) w->dev.release(w->dev.ctx, w->stage);
+    else free(w->stage);
+    w->stage = w->dev.alloc ? w->dev.alloc(w->dev.ctx, total) : pp_malloc(total);
+    w->stage_cap = total;
+    memset(w->stage, 0, total); /* fault the pages in now, not during a later save */
+}
+
 void ckpt_writer_reserve(CkptWriter *w, const CkptTensor *t, int n) {
     size_t total = 0;
     for (int i = 0; i < n; i++)
         total += ((size_t)ckpt_numel(t[i].ndim, t[i].shape) * 4 + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
     pthread_mutex_lock(&w->mu);
     wait_idle(w);
-    if (total > w->stage_cap) {
-        free(w->stage);
-        w->stage = pp_malloc(total);
-        w->stage_cap = total;
-        memset(w->stage, 0, total); /* fault the pages in now, not during a step */
-    }
+    stage_grow(w, total);
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -98,15 +103,18 @@ typedef struct { /* one piece of the staging copy */
 
 static void copy_block(void *ctx, int j, int tid) {
     const CopyJob *c = (const CopyJob *)ctx + j;
-    if (c->w->copy) c->w->copy(c->w->copy_ctx, c->dst, c->src, c->len);
+    if (c->w->dev.copy) c->w->dev.copy(c->w->dev.ctx, c->dst, c->src, c->len);
     else memcpy(c->dst, c->src, c->len);
 }
 
-void ckpt_writer_set_copy(CkptWriter *w, CkptCopyFn copy, void *ctx) {
+void ckpt_writer_set_device(CkptWriter *w, const CkptDevice *dev) {
     pthread_mutex_lock(&w->mu);
     wait_idle(w);
-    w->copy = copy;
-    w->copy_ctx = ctx;
+    if (w->dev.release) w->dev.release(w->dev.ctx, w->stage); /* the staging memory is the old hooks' */
+    else free(w->stage);
+    w->stage = NULL, w->stage_cap = 0;
+    if (dev) w->dev = *dev;
+    else memset(&w->dev, 0, sizeof w->dev);
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -119,11 +127,7 @@ static void stage_tensors(CkptWriter *w, const CkptTensor *t, int n, int threads
         total += (bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
         njobs += (bytes + COPY_BLOCK - 1) / COPY_BLOCK;
     }
-    if (total > w->stage_cap) {
-        free(w->stage);
-        w->stage = pp_malloc(total);
-        w->stage_cap = total;
-    }
+    stage_grow(w, total);
     if (n > w->cap_tensors) {
         free(w->tensors);
         free(w->names);
@@ -144,7 +148,8 @@ static void stage_tensors(CkptWriter *w, const CkptTensor *t, int n, int threads
                                   bytes - off < COPY_BLOCK ? bytes - off : COPY_BLOCK, w};
         at += (bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
     }
-    ckpt_parallel_for(threads, (int)njobs, copy_block, jobs);
+    /* an asynchronous copy (dev.finish set) is only issued here, in order, by this thread */
+    ckpt_parallel_for(w->dev.finish ? 1 : threads, (int)njobs, copy_block, jobs);
     free(jobs);
     w->ntensors = n;
 }
@@ -218,6 +223,7 @@ void ckpt_writer_destroy(CkptWriter *w) {
     ckpt_meta_destroy(w->meta);
     free(w->tensors);
     free(w->names);
-    free(w->stage);
+    if (w->dev.release) w->dev.release(w->dev.ctx, w->stage);
+    else free(w->stage);
     free(w);
 }

@@ -1,24 +1,28 @@
 /* sched_cmd.c — `pptrain schedule`: build, simulate and show a schedule. */
 #include "sched_cmd.h"
 
-#include "partition.h"
-
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
-#include "optim.h"
+#include "partition.h"
+#include "plan.h"
 #include "runtime.h"
 #include "sched.h"
 #include "sched_show.h"
 #include "sim.h"
 
 typedef struct {
-    int text, json, measure;
-    const char *svg; /* path or NULL */
+    int text, json, measure, plan, given_costs;
+    const char *svg;        /* path or NULL */
+    const char *costs_from; /* --costs-from TRACE, or NULL */
     SimCosts costs;
+    LayerCosts layer;       /* --layer-costs (have_layer), or measured */
+    int have_layer;
+    PlanGrid grid;          /* --plan's sweep; links from --link */
+    int nlinks;             /* --link flags given */
 } SchedCmdOpts;
 
 static int usage(const char *why) {
@@ -26,15 +30,32 @@ static int usage(const char *why) {
     fprintf(stderr,
             "usage: pptrain schedule --config FILE [--set key=value ...] [--text | --json]\n"
             "                        [--svg FILE] [--costs F,B[,X] | --costs F=f,B=b,W=w[,X=x]]\n"
+            "                        [--measure | --costs-from TRACE | --layer-costs F,B[,EF,EB,HF,HB]]\n"
+            "                        [--link nvlink|ib|ib-hdr|none|LAT_us,GBps ...] [--act-bytes 4|2]\n"
+            "                        [--plan [--plan-ranks 2-8] [--plan-microbatches 8,16,32]\n"
+            "                                [--plan-schedules 1f1b,interleaved-1f1b]]\n"
             "  --text          per-rank action lists, text timeline and summary (default)\n"
             "  --json          one JSON object for tools instead of the text\n"
             "  --svg FILE      also draw the timeline as an SVG picture\n"
             "  --costs F,B,X   time of one forward, one backward and one transfer (1,2,0)\n"
-            "  --measure       time one forward and backward of a layer, the embedding and the\n"
-            "                  head here first; pipeline.balance: time then balances those\n"
             "  --costs F=1,B=1,W=1,X=0\n"
             "                  named: B is then the input-gradient half (I) and W the weight\n"
-            "                  half; a full backward costs B+W (zero-bubble schedules)\n");
+            "                  half; a full backward costs B+W (zero-bubble schedules)\n"
+            "  --measure       time a layer's, the embedding's and the head's forward and backward\n"
+            "                  on runtime.device first; pipeline.balance: time balances those and\n"
+            "                  the timeline is in milliseconds\n"
+            "  --costs-from TRACE\n"
+            "                  per-stage F and B milliseconds (medians) of the run that wrote\n"
+            "                  TRACE (./pptrain --trace: output.dir/trace.json)\n"
+            "  --layer-costs F,B[,EF,EB,HF,HB]\n"
+            "                  milliseconds per microbatch: a layer's F and B, then the\n"
+            "                  embedding's and the head's\n"
+            "  --link L        transfer time of each SEND: latency + bytes / bandwidth (nvlink 5us\n"
+            "                  450GB/s, ib 10us 50GB/s, ib-hdr 10us 25GB/s, none, or LAT_us,GBps);\n"
+            "                  repeat it for one --plan table per link (default nvlink and ib)\n"
+            "  --act-bytes N   bytes per transferred element: 4 (fp32, what pptrain sends) or 2\n"
+            "  --plan          predict step time, bubble, efficiency, tokens/s and memory per\n"
+            "                  rank for every P, schedule and M instead (docs/schedules.md)\n");
     return PP_EUSAGE;
 }
 
@@ -81,24 +102,116 @@ static int parse_costs(const char *text, SimCosts *c) {
     return PP_OK;
 }
 
+/* "2,4,8" or "2-8" (or both: "2-4,8"): integers in 1..max, at most PLAN_MAX_LIST. */
+static int parse_int_list(const char *text, int *vals, int *n, int max) {
+    const char *p = text;
+    *n = 0;
+    for (;;) {
+        char *end;
+        long a = strtol(p, &end, 10), b;
+        if (end == p || a < 1 || a > max) return PP_EUSAGE;
+        b = a, p = end;
+        if (*p == '-') {
+            b = strtol(p + 1, &end, 10);
+            if (end == p + 1 || b < a || b > max) return PP_EUSAGE;
+            p = end;
+        }
+        for (long x = a; x <= b; x++) {
+            if (*n == PLAN_MAX_LIST) return PP_EUSAGE;
+            vals[(*n)++] = (int)x;
+        }
+        if (!*p) return PP_OK;
+        if (*p++ != ',') return PP_EUSAGE;
+    }
+}
+
+/* "1f1b,interleaved-1f1b:2": schedule kinds, each with an optional chunk count. */
+static int parse_schedules(const char *text, PlanGrid *g) {
+    g->nschedules = 0;
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, ",");
+        if (!n || n >= PP_NAME_MAX || g->nschedules == PLAN_MAX_LIST) return PP_EUSAGE;
+        snprintf(g->schedules[g->nschedules++], PP_NAME_MAX, "%.*s", (int)n, p);
+        p += n + (p[n] == ',');
+    }
+    return g->nschedules ? PP_OK : PP_EUSAGE;
+}
+
+/* The options that take a value. Returns PP_OK, or usage's status naming the flag. */
+static int parse_value_opt(const char *a, const char *val, SchedCmdOpts *o) {
+    if (!strcmp(a, "--svg")) {
+        o->svg = val;
+    } else if (!strcmp(a, "--costs")) {
+        o->given_costs = 1;
+        if (parse_costs(val, &o->costs) != PP_OK)
+            return usage("--costs wants F,B or F,B,X (forward and backward > 0, transfer >= 0), or"
+                         " named F=1,B=1,W=1,X=0 (F and B required)");
+    } else if (!strcmp(a, "--costs-from")) {
+        o->costs_from = val;
+    } else if (!strcmp(a, "--layer-costs")) {
+        o->have_layer = 1;
+        if (plan_parse_layer_costs(val, &o->layer) != PP_OK)
+            return usage("--layer-costs wants F,B or F,B,EF,EB,HF,HB: milliseconds per microbatch of a layer's forward"
+                         " and backward (> 0), then the embedding's and the head's (>= 0)");
+    } else if (!strcmp(a, "--link")) {
+        if (o->nlinks == PLAN_MAX_LINKS) return usage("--link: at most 8 links");
+        if (plan_parse_link(val, &o->grid.links[o->nlinks++]) != PP_OK)
+            return usage("--link wants nvlink, ib, ib-hdr, none, or LATENCY_us,GBps with latency >= 0 and bandwidth > 0"
+                         " (e.g. --link 5,450)");
+    } else if (!strcmp(a, "--act-bytes")) {
+        if (strcmp(val, "4") && strcmp(val, "2")) return usage("--act-bytes wants 4 (fp32) or 2 (bf16)");
+        o->grid.act_bytes = atoi(val);
+    } else if (!strcmp(a, "--plan-ranks")) {
+        if (parse_int_list(val, o->grid.ranks, &o->grid.nranks, PP_MAX_STAGES) != PP_OK)
+            return usage("--plan-ranks wants ranks such as 2-8 or 2,4,8 (at most 32 values)");
+    } else if (!strcmp(a, "--plan-microbatches")) {
+        if (parse_int_list(val, o->grid.mbs, &o->grid.nmbs, 1 << 16) != PP_OK)
+            return usage("--plan-microbatches wants counts such as 8,16,32 or 8-12 (at most 32 values)");
+    } else if (!strcmp(a, "--plan-schedules")) {
+        if (parse_schedules(val, &o->grid) != PP_OK)
+            return usage("--plan-schedules wants schedule kinds such as 1f1b,interleaved-1f1b (kind:v for v chunks)");
+    } else {
+        return -1;
+    }
+    return PP_OK;
+}
+
+/* The combinations that cannot work. */
+static int check_opts(const SchedCmdOpts *o) {
+    if (o->text && o->json) return usage("--text and --json are alternatives: pick one");
+    if (o->measure + !!o->costs_from + o->have_layer > 1)
+        return usage("--measure, --costs-from and --layer-costs are alternatives: pick one source of costs");
+    int timed = o->measure || o->costs_from || o->have_layer;
+    if (o->plan && !timed)
+        return usage("--plan needs per-layer costs in milliseconds: --measure, --costs-from TRACE or --layer-costs");
+    if (o->plan && (o->given_costs || o->svg))
+        return usage("--plan takes its costs from --measure, --costs-from or --layer-costs and draws no timeline: drop "
+                     "--costs and --svg");
+    if (o->nlinks && (!timed || o->given_costs))
+        return usage("--link gives transfer times in milliseconds: use it with --measure, --costs-from or --layer-costs "
+                     "(not with --costs, whose units are arbitrary)");
+    if (o->nlinks > 1 && !o->plan) return usage("--link: one link without --plan (the transfers of this schedule)");
+    return PP_OK;
+}
+
 static int parse_opts(int argc, char **argv, SchedCmdOpts *o) {
     memset(o, 0, sizeof *o);
     sim_costs_default(&o->costs);
+    plan_grid_default(&o->grid);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int has_value = i + 1 < argc;
+        int has_value = i + 1 < argc, rc;
         if (!strcmp(a, "--text")) {
             o->text = 1;
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
         } else if (!strcmp(a, "--measure")) {
             o->measure = 1;
-        } else if (!strcmp(a, "--svg") && has_value) {
-            o->svg = argv[++i];
-        } else if (!strcmp(a, "--costs") && has_value) {
-            if (parse_costs(argv[++i], &o->costs) != PP_OK)
-                return usage("--costs wants F,B or F,B,X (forward and backward > 0, transfer >= 0), or"
-                             " named F=1,B=1,W=1,X=0 (F and B required)");
+        } else if (!strcmp(a, "--plan")) {
+            o->plan = 1;
+        } else if (has_value && (rc = parse_value_opt(a, argv[i + 1], o)) >= 0) {
+            if (rc != PP_OK) return rc;
+            i++;
         } else if ((!strcmp(a, "--config") || !strcmp(a, "--set")) && has_value) {
             i++; /* applied by main */
         } else if (!strncmp(a, "--config=", 9) || !strncmp(a, "--set=", 6)) {
@@ -109,8 +222,8 @@ static int parse_opts(int argc, char **argv, SchedCmdOpts *o) {
             return usage(why);
         }
     }
-    if (o->text && o->json) return usage("--text and --json are alternatives: pick one");
-    return PP_OK;
+    if (o->nlinks) o->grid.nlinks = o->nlinks;
+    return check_opts(o);
 }
 
 /* Sequences per microbatch: the global batch over the replicas (a fixed
@@ -119,51 +232,20 @@ static int parse_opts(int argc, char **argv, SchedCmdOpts *o) {
 static int plan_replicas(const Config *cfg) { return cfg->data_parallel > 0 ? cfg->data_parallel : 1; }
 static int plan_microbatch(const Config *cfg) { return cfg->batch_size / (plan_replicas(cfg) * cfg->microbatches); }
 
-/* Seconds of one forward and backward on one microbatch of a single chunk `spec` of
- * a 2-layer model of the config's shape: the fastest of 3 after a warm-up. */
-static double time_chunk(const Config *cfg, ChunkSpec spec) {
-    int B = plan_microbatch(cfg), T = cfg->seq_len;
-    size_t N = (size_t)B * T, C = cfg->dim;
-    ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, 2, cfg->n_heads, cfg->dim,
-                   cfg->tie_embeddings};
-    const Backend *be = backend_cpu();
-    Model m;
-    model_init(&m, &d, &spec, 1, B, T, be);
-    model_init_weights(&m, cfg->seed, cfg->init_std);
-    ActSlot *a = &m.chunks[0].slots[0];
-    float *x = pp_malloc(N * C * sizeof(float));
-    int *tok = pp_calloc(N, sizeof(int));
-    for (size_t i = 0; i < N * C; i++) x[i] = (float)((i * 7919) % 13) * 0.1f - 0.6f;
-    double best = 1e300;
-    for (int rep = 0; rep < 4; rep++) {
-        be->to_device(be, a->input, x, N * C * sizeof(float));
-        be->to_device(be, a->tokens, tok, N * sizeof(int));
-        be->to_device(be, a->targets, tok, N * sizeof(int));
-        be->to_device(be, a->grad, x, N * C * sizeof(float));
-        be->wait(be);
-        double t0 = pp_now();
-        model_forward(&m, 0, 0, 1.0f / N, 1, NULL);
-        model_backward(&m, 0, 0);
-        be->wait(be);
-        double t = pp_now() - t0;
-        if (rep > 0 && t < best) best = t;
+/* `--measure`: the milliseconds of a decoder layer, the embedding and the head on the
+ * configured device (plan_measure), printed to f. */
+static int measure_costs(const Config *cfg, LayerCosts *c, FILE *f) {
+    char note[256], err[PP_ERR_MAX];
+    if (plan_measure(cfg, plan_microbatch(cfg), c, note, sizeof note, err, sizeof err) != PP_OK) {
+        pp_error("%s", err);
+        return PP_EUSAGE;
     }
-    free(x), free(tok);
-    model_free(&m);
-    return best;
-}
-
-/* `--measure`: the seconds of a decoder layer, the embedding and the head (each the
- * difference of a chunk with it and one without), for pipeline.balance: time. */
-static void measure_costs(const Config *cfg, double out[3], FILE *f) {
-    ChunkSpec mid = {1, 1, 2, 0, 0, 1, 0}, first = {0, 0, 1, 1, 0, 1, 0}, last = {1, 1, 2, 0, 1, 1, 0};
-    double tm = time_chunk(cfg, mid), tf = time_chunk(cfg, first), tl = time_chunk(cfg, last);
-    out[0] = tm;
-    out[1] = tf > tm ? tf - tm : 0;
-    out[2] = tl > tm ? tl - tm : 0;
-    fprintf(f, "measured on this machine (one microbatch of %d x %d tokens, forward + backward, CPU backend): "
-           "layer %.3f ms, embedding %.3f ms, head %.3f ms\n\n", plan_microbatch(cfg), cfg->seq_len,
-           out[0] * 1e3, out[1] * 1e3, out[2] * 1e3);
+    fprintf(f, "measured on this machine, device %s, one microbatch of %d x %d tokens, the fastest of 3: layer F %.4f ms"
+               " B %.4f ms, embedding F %.4f ms B %.4f ms, head F %.4f ms B %.4f ms\n"
+               "  (as --layer-costs %.6g,%.6g,%.6g,%.6g,%.6g,%.6g)\n\n", note, plan_microbatch(cfg), cfg->seq_len,
+            c->layer_f, c->layer_b, c->embed_f, c->embed_b, c->head_f, c->head_b, c->layer_f, c->layer_b, c->embed_f,
+            c->embed_b, c->head_f, c->head_b);
+    return PP_OK;
 }
 
 /* "layers a-b" per stage from the partition (pipeline.split, pipeline.balance), or
@@ -204,21 +286,6 @@ static int write_svg(const char *path, const Schedule *s, const SimResult *res,
     return PP_OK;
 }
 
-/* Rank pp's plan ([Note: memory plan] in model.h) under recompute mode `mode`: what
- * runtime_init would allocate on the CPU backend. */
-static void plan_rank(const Config *cfg, const Schedule *s, const Schedule *fwd, const Partition *part, int pp,
-                      int mode, ModelPlan *plan) {
-    ChunkSpec specs[PP_MAX_CHUNKS];
-    ChunkRecompute rc[PP_MAX_CHUNKS];
-    int nws[PP_MAX_CHUNKS], nblocks[2], B = plan_microbatch(cfg), T = cfg->seq_len;
-    ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, cfg->n_layers, cfg->n_heads, cfg->dim,
-                   cfg->tie_embeddings};
-    const Backend *be = backend_cpu();
-    runtime_chunk_plan(s, fwd, part, pp, mode, cfg->recompute_layers, specs, rc, nws, nblocks);
-    model_plan(plan, &d, specs, rc, nws, s->v, B, T, be->attention_saved_floats(be, B, T, d.NH),
-               optim_state_arrays(cfg), nblocks[1], nblocks[0]);
-}
-
 /* Per rank: parameters, gradients, optimizer state and activations for the config,
  * and the activation peak under each recompute mode side by side. The numbers the
  * build report's "allocated:" line prints for the same config (test/recompute.sh). */
@@ -238,8 +305,8 @@ static int print_memory_plan(const Config *cfg, const Schedule *s, const double 
             cfg->recompute, cfg->recompute_layers ? " on the first recompute_layers of each chunk" : "");
     for (int r = 0; r < s->P; r++) {
         ModelPlan p, by[3];
-        plan_rank(cfg, s, &fwd, &part, r, mode, &p);
-        for (int k = 0; k < 3; k++) plan_rank(cfg, s, &fwd, &part, r, k, &by[k]);
+        plan_rank_memory(cfg, s, &fwd, &part, r, mode, plan_microbatch(cfg), &p);
+        for (int k = 0; k < 3; k++) plan_rank_memory(cfg, s, &fwd, &part, r, k, plan_microbatch(cfg), &by[k]);
         size_t none = model_plan_activations(&by[0]);
         fprintf(f, "rank %d: plan: params %zu B, grads %zu B, optimizer %zu B, activations %zu B (slots %zu + recompute "
                 "workspace %zu + receive %zu + W state %zu), recompute %s\n", r, p.params, p.grads, p.optimizer,
@@ -263,39 +330,131 @@ static int load_schedule(const Config *cfg, Schedule *s) {
     return rc;
 }
 
+/* The time costs of the options ([Note: planning model] in plan.c): --measure (printed
+ * to f) or --layer-costs into o->layer; --costs-from into *trace. */
+static int time_costs(const Config *cfg, SchedCmdOpts *o, const Schedule *s, TraceCosts *trace, FILE *f) {
+    char err[PP_ERR_MAX];
+    if (o->measure) {
+        if (measure_costs(cfg, &o->layer, f) != PP_OK) return PP_EUSAGE;
+        o->have_layer = 1;
+    }
+    if (o->costs_from && plan_trace_costs(o->costs_from, s->S, trace, err, sizeof err) != PP_OK) {
+        pp_error("%s", err);
+        return PP_EUSAGE;
+    }
+    if (o->costs_from) {
+        fprintf(f, "costs from %s (medians of %d compute slices over %d step%s), ms per microbatch:", o->costs_from,
+                trace->slices, trace->steps, trace->steps == 1 ? "" : "s");
+        for (int st = 0; st < s->S; st++)
+            fprintf(f, "%s stage %d F %.4f %s %.4f", st ? "," : "", st, trace->F[st], trace->split ? "I" : "B",
+                    trace->B[st]);
+        if (trace->split)
+            for (int st = 0; st < s->S; st++) fprintf(f, "%s W %.4f", st ? "," : ";", trace->W[st]);
+        fprintf(f, "\n\n");
+    }
+    return PP_OK;
+}
+
+/* --plan: per-layer costs (measured, given, or fitted to the trace's stages over the
+ * config's partition), then the sweep. */
+static int run_plan(const Config *cfg, SchedCmdOpts *o, const Schedule *s, const TraceCosts *trace) {
+    char err[PP_ERR_MAX], from[PP_PATH_MAX + 160];
+    FILE *note = o->json ? stderr : stdout;
+    snprintf(from, sizeof from, "%s", o->measure ? "measured here" : "given");
+    if (o->costs_from) {
+        Partition part;
+        double B[PP_MAX_STAGES];
+        if (runtime_partition(cfg, s, NULL, plan_replicas(cfg), &part, err, sizeof err) != PP_OK) {
+            pp_error("%s", err);
+            return PP_EUSAGE;
+        }
+        for (int st = 0; st < s->S; st++) B[st] = trace->B[st] + trace->W[st]; /* a full backward */
+        double miss = plan_fit_layers(&part, trace->F, B, cfg->dim, cfg->padded_vocab_size, cfg->seq_len, &o->layer);
+        snprintf(from, sizeof from, "fitted to the %d stages of %s, largest misfit of a stage's F+B %.1f%%", s->S,
+                 o->costs_from, 100 * miss);
+        if (s->S < 3)
+            fprintf(note, "note: %d stages cannot separate the embedding and head from the layers: they take the FLOP "
+                          "model's share\n", s->S);
+    }
+    o->grid.costs_from = from;
+    if (plan_sweep(cfg, &o->layer, &o->grid, o->json, stdout, err, sizeof err) != PP_OK) {
+        pp_error("%s", err);
+        return PP_ERUNTIME;
+    }
+    return PP_OK;
+}
+
+/* The simulator's costs for the config's own schedule: --costs as given; else the time
+ * costs in milliseconds per stage (F, B in F/B; the trace's W), with --link's transfer
+ * time on serial links. */
+static void schedule_costs(const Config *cfg, const SchedCmdOpts *o, const Schedule *s, const TraceCosts *trace,
+                           const double *measured, double *F, double *B, SimCosts *c) {
+    *c = o->costs;
+    if (o->given_costs || !(o->have_layer || o->costs_from)) return;
+    sim_costs_default(c);
+    if (o->costs_from) {
+        c->F_stage = trace->F, c->B_stage = trace->B, c->W_stage = trace->split ? trace->W : NULL;
+    } else {
+        Partition part;
+        char err[PP_ERR_MAX];
+        if (runtime_partition(cfg, s, measured, plan_replicas(cfg), &part, err, sizeof err) != PP_OK) return;
+        plan_stage_costs(&o->layer, &part, F, B); /* stage_layers already reported a bad split */
+        c->F_stage = F, c->B_stage = B;
+    }
+    if (o->nlinks) {
+        double bytes = (double)plan_microbatch(cfg) * cfg->seq_len * cfg->dim * o->grid.act_bytes;
+        c->X = plan_link_ms(&o->grid.links[0], bytes);
+        c->serial_links = 1;
+        if (!o->json)
+            printf("link %s: an activation or gradient of %.2f MB takes %.4f ms (one message at a time per link and "
+                   "direction)\n\n", o->grid.links[0].name, bytes / 1e6, c->X);
+    }
+}
+
 int sched_cmd_main(const Config *cfg, int argc, char **argv) {
     SchedCmdOpts o;
     Schedule s;
     SimResult res;
+    SimCosts costs;
+    TraceCosts trace;
     char err[PP_ERR_MAX];
     int rc = parse_opts(argc, argv, &o);
     if (rc != PP_OK) return rc;
     if ((rc = load_schedule(cfg, &s)) != PP_OK) return rc;
-    double measured[3];
-    if (o.measure) measure_costs(cfg, measured, o.json ? stderr : stdout); /* JSON stays one object */
-    char **layers = stage_layers(cfg, &s, o.measure ? measured : NULL);
+    rc = time_costs(cfg, &o, &s, &trace, o.json ? stderr : stdout); /* JSON stays one object */
+    if (rc == PP_OK && o.plan) rc = run_plan(cfg, &o, &s, &trace);
+    if (rc != PP_OK || o.plan) {
+        sched_free(&s);
+        return rc;
+    }
+    double measured[3], F[PP_MAX_STAGES], B[PP_MAX_STAGES];
+    LayerCosts *l = &o.layer;
+    measured[0] = l->layer_f + l->layer_b, measured[1] = l->embed_f + l->embed_b, measured[2] = l->head_f + l->head_b;
+    const double *balance = o.have_layer ? measured : NULL;
+    char **layers = stage_layers(cfg, &s, balance);
     if (!layers) {
         sched_free(&s);
         return PP_EUSAGE;
     }
-    rc = sim_run(&s, &o.costs, &res, err, sizeof err, stderr);
+    schedule_costs(cfg, &o, &s, &trace, balance, F, B, &costs);
+    rc = sim_run(&s, &costs, &res, err, sizeof err, stderr);
     if (rc != PP_OK) {
         pp_error("%s", err);
         rc = PP_ERUNTIME;
     } else if (o.json) {
-        sched_show_json(&s, &res, &o.costs, (const char *const *)layers, stdout);
+        sched_show_json(&s, &res, &costs, (const char *const *)layers, stdout);
     } else {
         printf("per-rank actions (lowered; text form <stage><action><microbatch>):\n");
         sched_write(&s, stdout);
         printf("\n");
         sched_show_timeline(&s, &res, stdout);
         printf("\n");
-        sched_show_summary(&s, &res, &o.costs, (const char *const *)layers, stdout);
+        sched_show_summary(&s, &res, &costs, (const char *const *)layers, stdout);
         printf("\n");
-        rc = print_memory_plan(cfg, &s, o.measure ? measured : NULL, stdout);
+        rc = print_memory_plan(cfg, &s, balance, stdout);
     }
     if (rc == PP_OK && o.svg) {
-        rc = write_svg(o.svg, &s, &res, &o.costs);
+        rc = write_svg(o.svg, &s, &res, &costs);
         if (rc == PP_OK && !o.json) printf("\nwrote the timeline picture to %s\n", o.svg);
     }
     sim_result_free(&res);

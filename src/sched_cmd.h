@@ -13,6 +13,14 @@
  *   --svg FILE        also draw the timeline as SVG into FILE
  *   --costs F,B[,X]   per-action forward, backward and transfer time (1,2,0); or named
  *                     F=f,B=b,W=w[,X=x]: B the input-gradient half, W the weight half
+ *   --measure | --costs-from TRACE | --layer-costs F,B[,EF,EB,HF,HB]
+ *                     milliseconds per microbatch (plan.h): measured on runtime.device,
+ *                     a run's trace, or given; measured and given ones balance the
+ *                     partition, and all of them time the simulation without --costs
+ *   --link L          each transfer's time: latency + bytes / bandwidth (plan_parse_link)
+ *   --act-bytes 4|2   bytes per transferred element (4: what the runtime sends)
+ *   --plan [--plan-ranks LIST] [--plan-microbatches LIST] [--plan-schedules LIST]
+ *                     the sweep instead of the one schedule (plan_sweep)
  * --config/--set (and their values) are skipped: main has applied them.
  * Returns an exit code: 0 done; 1 simulation or I/O failure; 2 bad usage (with a
  * usage message on stderr) or an impossible schedule/config combination. */

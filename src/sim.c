@@ -15,6 +15,8 @@ typedef struct {
                                   arrival of a SEND's message, the posting of a RECV */
     int *ptr;                  /* [P] next action of each rank */
     double *clock;             /* [P] when each rank is free */
+    double *link;              /* [P*P] when the link from rank r to rank q (r*P+q) is
+                                  free ([Note: link model] in sim.h) */
 } Sim;
 
 void sim_costs_default(SimCosts *c) {
@@ -77,6 +79,17 @@ static double ready_at(const Sim *sim, Action a) {
     return ready;
 }
 
+/* When a SEND posted by rank r at time t arrives: t + cost, or with serial links after
+ * the messages ahead of it on the link to its peer ([Note: link model] in sim.h). */
+static double transfer_end(Sim *sim, int r, Action a, double t, double cost) {
+    if (!sim->c->serial_links) return t + cost;
+    const Schedule *s = sim->s;
+    int q = sched_stage_rank(s, a.type == ACT_SEND_F ? a.stage + 1 : a.stage - 1);
+    double *free_at = &sim->link[(size_t)r * s->P + q];
+    if (*free_at > t) t = *free_at;
+    return *free_at = t + cost;
+}
+
 /* Run rank r's actions until one must wait. Returns how many ran. */
 static int sim_advance(Sim *sim, int r) {
     const Schedule *s = sim->s;
@@ -94,8 +107,10 @@ static int sim_advance(Sim *sim, int r) {
             if (sched_is_compute(a.type)) { /* sends cost the sender nothing */
                 sim->clock[r] = t + cost;
                 sim->res->busy[r] += cost;
+                *done_at(sim, a) = t + cost;
+            } else {
+                *done_at(sim, a) = transfer_end(sim, r, a, t, cost);
             }
-            *done_at(sim, a) = t + cost;
         }
         sim->res->start[r][i] = t;
         sim->res->end[r][i] = sim->clock[r];
@@ -170,7 +185,7 @@ int sim_run(const Schedule *s, const SimCosts *c, SimResult *res, char *err, siz
     if (rc != PP_OK) return rc;
     result_init(res, s);
     Sim sim = {s, c, res, times(NTYPES * (size_t)s->S * s->M), pp_calloc((size_t)s->P, sizeof(int)),
-               pp_calloc((size_t)s->P, sizeof(double))};
+               pp_calloc((size_t)s->P, sizeof(double)), pp_calloc((size_t)s->P * s->P, sizeof(double))};
     int left = 0;
     for (int r = 0; r < s->P; r++) left += s->len[r];
     while (left > 0 && rc == PP_OK) {
@@ -180,7 +195,7 @@ int sim_run(const Schedule *s, const SimCosts *c, SimResult *res, char *err, siz
         if (!ran) rc = sim_stuck(&sim, err, errlen, grid);
     }
     result_finish(res, s, sim.clock);
-    free(sim.done), free(sim.ptr), free(sim.clock);
+    free(sim.done), free(sim.ptr), free(sim.clock), free(sim.link);
     return rc;
 }
 

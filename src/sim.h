@@ -14,6 +14,13 @@
  * for it. Precedence for a compute action's duration: action_cost (if set), then
  * F_stage/B_stage/W_stage (if set), then F/B/W. For a SEND, action_cost (if set)
  * gives the transfer time, else X.
+ * [Note: link model] By default every message travels on its own (any number at once
+ * between two ranks, each X long). With serial_links set, each ordered pair of ranks
+ * has one link that carries one message at a time in send order (both transports send
+ * a pair's messages FIFO, [Note: action semantics]): a message posted while the link
+ * is busy starts when the one ahead of it arrives. Opposite directions are separate
+ * links (full duplex). The planner (plan.h) sets it, with X = latency + bytes /
+ * bandwidth of the link.
  * [Note: split costs] Two readings of B. Without W costs (W < 0 and no W_stage: the
  * default, and --costs F,B,X) B is the full backward, and a split backward's I and W
  * cost B/2 each. With W costs (--costs F=1,B=1,W=1) B is the input-gradient half:
@@ -26,6 +33,8 @@ typedef struct {
     const double *W_stage;  /* [S] weight-gradient cost of each stage, or NULL */
     double (*action_cost)(void *ctx, int rank, Action a); /* or NULL, e.g. measured */
     void *ctx;
+    int serial_links;       /* 1: a rank pair's messages queue on one link ([Note: link
+                               model]); 0 (default): they travel independently */
 } SimCosts;
 
 typedef struct {
@@ -39,7 +48,8 @@ typedef struct {
     double **start, **end;  /* [P][len[r]] when each action ran (transfers: end=start) */
 } SimResult;
 
-/* F=1, B=2, X=0, W=-1 (B is the full backward), no per-stage costs, no callback. */
+/* F=1, B=2, X=0, W=-1 (B is the full backward), no per-stage costs, no callback,
+ * independent messages. */
 void sim_costs_default(SimCosts *c);
 
 /* Replay lowered schedule s with costs c (NULL: defaults) into res (owned by the

@@ -232,9 +232,12 @@ pre=(--set pipeline.stages=2 --set train.steps=$S --set train.lr_schedule.decay=
 pprun_ref ref-pre --config test/configs/pipe8.yaml "${pre[@]}" || bad "pprun reference failed: $(tail -n 3 "$R/ref-pre.out")"
 for form in "-s USR1" "--signal=USR1 --batch"; do
   name=pre-$([ "$form" = "-s USR1" ] && echo tasks || echo batch)
+  # the batch form's output.dir needs YAML quoting (a space, a quote, a backslash): the
+  # batch script must still find its interrupted marker to requeue
+  dir=$R/$name; [ "$name" = pre-tasks ] || dir="$R/$name \"q\" \\b"
   j=$(CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/$name.log" --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \
-    --gpus-per-node=0 scripts/slurm/pptrain.sbatch "${pre[@]}" --set output.dir="$R/$name")
-  wait_rows "$R/$name" 3 60 || bad "scancel $form: no losses after 60 s: $(tail -n 3 "$R/$name.log")"
+    --gpus-per-node=0 scripts/slurm/pptrain.sbatch "${pre[@]}" --set output.dir="$dir")
+  wait_rows "$dir" 3 60 || bad "scancel $form: no losses after 60 s: $(tail -n 3 "$R/$name.log")"
   scancel $form "$j"
   job_wait "$j" 120
   stopped=$(grep -o 'stopped on SIGUSR1 after step [0-9]*' "$R/$name.log" | head -n 1)
@@ -242,9 +245,9 @@ for form in "-s USR1" "--signal=USR1 --batch"; do
   saved_at=${stopped##* }
   check "...it saved on the signal before step $S and was requeued once" \
     test "${saved_at:-$S}" -lt $S -a "$RESTARTS" = 1
-  check "...losses equal the uninterrupted run's bitwise ($(nrows "$R/$name") rows)" \
-    test "$(nrows "$R/$name")" -eq $S -a -n "$(same_rows "$R/$name" "$R/ref-pre" $S && echo y)"
-  check "...the finished run left no interrupted marker" test ! -e "$R/$name/interrupted"
+  check "...losses equal the uninterrupted run's bitwise ($(nrows "$dir") rows)" \
+    test "$(nrows "$dir")" -eq $S -a -n "$(same_rows "$dir" "$R/ref-pre" $S && echo y)"
+  check "...the finished run left no interrupted marker" test ! -e "$dir/interrupted"
 done
 # the same command on the finished run: nothing to do, not requeued
 j=$(CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/again.log" --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \

@@ -11,6 +11,7 @@
 #include <ftw.h>
 #include <math.h>
 #include <signal.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -1120,6 +1121,79 @@ START_TEST(test_async_writer_snapshot) {
 }
 END_TEST
 
+/* An emulated device for the writer's hooks ([Note: checkpoint snapshot]): copy takes
+ * the values now but they land in dst only at finish, as a device's side-stream copy
+ * does; the staging memory comes from alloc. The writer must not read its staging
+ * buffer before finish (it would find the poison there) and must call copy from one
+ * thread and finish from its own. */
+typedef struct {
+    struct { void *dst; void *data; size_t bytes; } pend[64];
+    int npend, copies, finishes, allocs, releases, finish_on_caller;
+    pthread_t caller;
+} FakeDevice;
+static void fake_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    FakeDevice *d = ctx;
+    ck_assert_int_lt(d->npend, 64);
+    d->pend[d->npend].dst = dst, d->pend[d->npend].bytes = bytes;
+    d->pend[d->npend].data = pp_malloc(bytes);
+    memcpy(d->pend[d->npend++].data, src, bytes);
+    memset(dst, 0xff, bytes); /* not there yet: NaN poison */
+    d->copies++;
+}
+static void fake_finish(void *ctx) {
+    FakeDevice *d = ctx;
+    d->finish_on_caller += pthread_equal(pthread_self(), d->caller) != 0;
+    for (int i = 0; i < d->npend; i++) memcpy(d->pend[i].dst, d->pend[i].data, d->pend[i].bytes), free(d->pend[i].data);
+    d->npend = 0;
+    d->finishes++;
+}
+static void *fake_alloc(void *ctx, size_t bytes) { return ((FakeDevice *)ctx)->allocs++, pp_malloc(bytes); }
+static void fake_release(void *ctx, void *p) {
+    if (p) ((FakeDevice *)ctx)->releases++;
+    free(p);
+}
+
+START_TEST(test_async_writer_device_copy) {
+    Set s, want;
+    set_init(&s, 12);
+    set_init(&want, 12);
+    CkptOptions o = opts(6, 1, 2, 4096);
+    ck_assert_int_eq(ckpt_write_shard(tmp("sync.ckpt"), NULL, want.t, NT, &o, g_err, 256), PP_OK);
+    FakeDevice d = {.caller = pthread_self()};
+    int first = 0;
+    CkptDevice dev = {fake_copy, fake_finish, fake_alloc, fake_release, &d};
+    CkptWriter *w = ckpt_writer_create(&o);
+    ckpt_writer_set_device(w, &dev);
+    ckpt_writer_reserve(w, s.t, NT);
+    for (int round = 0; round < 2; round++) {
+        char path[64];
+        snprintf(path, sizeof path, "dev%d.ckpt", round);
+        ck_assert_int_eq(ckpt_writer_submit(w, tmp(path), NULL, s.t, NT, g_err, 256), PP_OK);
+        for (int i = 0; i < NT; i++) /* training goes on */
+            for (int64_t j = 0; j < numel(&s.t[i]); j++) s.data[i][j] = -1.0f;
+        ck_assert_int_eq(ckpt_writer_wait(w, g_err, 256), PP_OK);
+        ck_assert(same_files(tmp(path), tmp("sync.ckpt")));
+        for (int i = 0; i < NT; i++) memcpy(s.data[i], want.data[i], (size_t)numel(&s.t[i]) * 4);
+        if (round == 0) first = d.copies;
+    }
+    ck_assert_int_gt(first, 0); /* a copy per non-empty tensor, each round the same */
+    ck_assert_int_eq(d.copies, 2 * first);
+    ck_assert_int_eq(d.finishes, 2);
+    ck_assert_int_eq(d.finish_on_caller, 0); /* the writer's thread waits, not the caller */
+    ck_assert_int_eq(d.allocs, 1);           /* reserved once, reused */
+    ckpt_writer_set_device(w, NULL);          /* back to memcpy: the staging memory is released */
+    ck_assert_int_eq(d.releases, 1);
+    ck_assert_int_eq(ckpt_writer_submit(w, tmp("host.ckpt"), NULL, s.t, NT, g_err, 256), PP_OK);
+    ck_assert_int_eq(ckpt_writer_wait(w, g_err, 256), PP_OK);
+    ck_assert(same_files(tmp("host.ckpt"), tmp("sync.ckpt")));
+    ck_assert_int_eq(d.copies, 2 * first); /* no hook called since */
+    ck_assert_int_eq(d.finishes, 2);
+    ckpt_writer_destroy(w);
+    set_free(&s);
+    set_free(&want);
+}
+END_TEST
+
 START_TEST(test_async_writer_errors) {
     float x[3] = {1, 2, 3};
     CkptTensor t = {.name = "x", .ndim = 1, .shape = {3}, .data = x};
@@ -1168,6 +1242,7 @@ static Suite *ckpt_suite(void) {
     tcase_add_test(tc, test_keep_latest_stale_resolve);
     tcase_add_test(tc, test_sigkill_while_saving);
     tcase_add_test(tc, test_async_writer_snapshot);
+    tcase_add_test(tc, test_async_writer_device_copy);
     tcase_add_test(tc, test_async_writer_errors);
     suite_add_tcase(s, tc);
     return s;

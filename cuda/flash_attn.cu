@@ -1,0 +1,464 @@
+/* flash_attn.cu — causal flash attention, forward and backward, on bf16 tensor cores
+ * (mma.sync m16n8k16, fp32 accumulation): no [T,T] matrix in device memory, the forward
+ * saves the log-sum-exp of each row, the backward recomputes the probabilities from it
+ * and is deterministic (no atomics). The backend's switch between this and the
+ * materialised attention is in backend_cuda.cu ([Note: attention path]); the design,
+ * the counts and what is still unverified are in cuda/NOTES.md ("Flash attention").
+ * test/test_flash_emul.c replays this file's tiling on the host, step for step, and
+ * test/flash_sim.cc compiles this very file for the host (FLASH_HOST_SIM) and runs its
+ * kernels there, each CTA's threads as fibers, mma.sync by the layout below.
+ *
+ * [Note: flash tiling]
+ * The activations are fp32 [B,T,3C] (q, k, v of head h at channels h*hs..); each tile
+ * is converted to bf16 (round to nearest even) as it is staged into shared memory,
+ * zero-filled past T and past hs up to HSP, the head size padded to a template size
+ * (32, 64, 80, 96, 128): zero columns add nothing to a dot product, and the padded
+ * output columns are never written. Scores are handled in base 2: s2 = (q.k) * sl2 with
+ * sl2 = log2(e)/sqrt(hs), so p = exp2(s2 - m) is the softmax numerator.
+ *
+ * forward: one CTA of 4 warps per (query tile of 64 rows, head, sequence); each warp
+ *   owns 16 query rows. Key tiles of 64 (kt = 0..qt: the tiles past the diagonal are
+ *   fully masked and never visited) are staged, K row-major and V transposed; then
+ *   S = Q K^T (fp32), the running max m and the running sum l per row are updated
+ *   (O and l rescaled by exp2(m_old - m_new)), P is rounded to bf16 and O += P V. The
+ *   causal mask (key > query) is applied on the diagonal tile only. At the end O / l is
+ *   written, and lse = (m + log2 l) * ln 2 (natural log, of the scaled scores) to
+ *   lse[B,NH,T]: the backend's saved floats.
+ * backward, two kernels, each output element written by exactly one thread:
+ *   dq kernel, per query tile of 64 (4 warps x 16 rows): sweep 1 over the key tiles
+ *     0..qt recomputes S and P = exp2(S*sl2 - lse2) and dP = dO V^T, and sums
+ *     D = rowsum(P o dP) (= rowsum(dO o O): the contract hands the backward no O); sweep
+ *     2 recomputes S, P, dP, forms dS = P o (dP - D), rounds it to bf16 and accumulates
+ *     dQ += dS K; dQ * scale is written, and D to a [B,NH,T] buffer for the next kernel.
+ *   dkv kernel, per key tile of 64 (4 warps x 16 keys): over the query steps of 32 from
+ *     the tile's first key to T, recomputes S^T = K Q^T and dP^T = V dO^T, P^T and
+ *     dS^T = P^T o (dP^T - D), and accumulates dV += P^T dO and dK += dS^T Q (both
+ *     operands rounded to bf16); queries before the key or at/after T are masked.
+ *   The fixed loop orders make the bits a function of the inputs alone.
+ *
+ * [Note: mma fragments] mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, checked
+ * against the PTX ISA, section 9.7.14.5.8 "Matrix Fragments for mma.m16n8k16 with
+ * floating point type" (its A-operand rule was read in the stored copy; the B and C
+ * rules below are the same section's, as used throughout CUTLASS-style code). With
+ * g = lane / 4 and t = lane % 4, each 32-bit register holds two bf16, the lower index
+ * in the low half:
+ *   A (16x16, row-major): reg0 = A[g][2t, 2t+1], reg1 = A[g+8][2t, 2t+1],
+ *                         reg2 = A[g][2t+8, 2t+9], reg3 = A[g+8][2t+8, 2t+9];
+ *   B (16x8, k x n):      reg0 = B[2t, 2t+1][g], reg1 = B[2t+8, 2t+9][g];
+ *   C, D (16x8, fp32):    c0, c1 = C[g][2t, 2t+1], c2, c3 = C[g+8][2t, 2t+1].
+ * So A is read from a [m][k] shared array and B from an [n][k] one (each register one
+ * aligned 32-bit load), and the C fragments of two adjacent 8-column score blocks are
+ * exactly the A fragment of a 16-key chunk (reg0 = block 2kk c0,c1; reg1 = block 2kk
+ * c2,c3; reg2 = block 2kk+1 c0,c1; reg3 = block 2kk+1 c2,c3): P and dS go from the
+ * accumulators into the next MMA without shared memory. Rows of the shared arrays are
+ * padded by 8 bf16 (16 bytes) so that a fragment load's 32 lanes hit 32 banks. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef FLASH_HOST_SIM /* test/flash_sim.cc: these kernels run on the host, lanes as fibers */
+#include "flash_sim.h"
+#else
+#include "cuda_internal.cuh"
+#endif
+
+#define FA_WARPS 4
+#define FA_THREADS (32 * FA_WARPS)
+#define FA_BR 64 /* query rows per CTA (forward, dq kernel) */
+#define FA_BC 64 /* keys per tile (forward, dq kernel); keys per CTA (dkv kernel) */
+#define FA_BQ 32 /* query rows per step of the dkv kernel */
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+typedef __nv_bfloat16 bf16;
+
+#ifndef FLASH_HOST_SIM /* the simulator's mma_bf16 computes the PTX layout's product on the host */
+static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif
+
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (low half) = lo */
+    uint32_t u;
+    memcpy(&u, &v, sizeof u); /* a register move once compiled */
+    return u;
+}
+
+static __device__ __forceinline__ uint32_t ld32(const bf16 *p) { return *reinterpret_cast<const uint32_t *>(p); }
+
+/* The A fragment of rows r0.., columns c0.. of a [m][k] array with row stride ld. */
+static __device__ __forceinline__ void load_a(uint32_t a[4], const bf16 *x, int ld, int r0, int c0, int g, int t) {
+    a[0] = ld32(x + (r0 + g) * ld + c0 + 2 * t);
+    a[1] = ld32(x + (r0 + g + 8) * ld + c0 + 2 * t);
+    a[2] = ld32(x + (r0 + g) * ld + c0 + 2 * t + 8);
+    a[3] = ld32(x + (r0 + g + 8) * ld + c0 + 2 * t + 8);
+}
+
+/* D[16 x 8*NB] += A[16 x 16*KC] B, A rows r0.. of array a (row-major [m][k]), B from the
+ * [n][k] array b (rows n = 0..8*NB-1): each warp one 16-row strip. */
+template <int NB, int KC>
+static __device__ __forceinline__ void mma_strip(float d[NB][4], const bf16 *a, int lda, int r0, const bf16 *b,
+                                                 int ldb, int g, int t) {
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+        uint32_t fa[4];
+        load_a(fa, a, lda, r0, kc * 16, g, t);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+            mma_bf16(d[nb], fa, ld32(b + (nb * 8 + g) * ldb + kc * 16 + 2 * t),
+                     ld32(b + (nb * 8 + g) * ldb + kc * 16 + 2 * t + 8));
+    }
+}
+
+/* D[16 x 8*NB] += P[16 x 16*KC] B where P is in C-fragment form (p[2*KC][4]) and B is the
+ * [n][k] array b. */
+template <int NB, int KC>
+static __device__ __forceinline__ void mma_from_acc(float d[NB][4], const float p[2 * KC][4], const bf16 *b, int ldb,
+                                                    int g, int t) {
+#pragma unroll
+    for (int kk = 0; kk < KC; kk++) {
+        uint32_t fa[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                          pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]), pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+            mma_bf16(d[nb], fa, ld32(b + (nb * 8 + g) * ldb + kk * 16 + 2 * t),
+                     ld32(b + (nb * 8 + g) * ldb + kk * 16 + 2 * t + 8));
+    }
+}
+
+/* Stage rows r0..r0+R-1 of one head's q, k or v (src points at row 0, channel h*hs of
+ * it; row stride ld) as bf16: row-major into x[R][LD] and/or transposed into xt[HSP][LDT]
+ * (either may be NULL), zero past T and past hs. */
+template <int R, int HSP>
+static __device__ __forceinline__ void stage(bf16 *x, int LD, bf16 *xt, int LDT, const float *src, size_t ld, int r0,
+                                             int T, int hs) {
+    for (int i = threadIdx.x; i < R * HSP; i += FA_THREADS) {
+        int r = i / HSP, d = i % HSP; /* consecutive threads: consecutive channels */
+        float v = r0 + r < T && d < hs ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
+        bf16 b = __float2bfloat16_rn(v);
+        if (x) x[r * LD + d] = b;
+        if (xt) xt[d * LDT + r] = b;
+    }
+}
+
+/* ---- forward --------------------------------------------------------------------------- */
+
+template <int HSP> struct FwdSmem {
+    static constexpr int LD = HSP + 8, LDT = FA_BC + 8;
+    static constexpr size_t bytes = (size_t)(FA_BR * LD + FA_BC * LD + HSP * LDT) * sizeof(bf16);
+};
+
+template <int HSP>
+__global__ void __launch_bounds__(FA_THREADS) flash_fwd(float *out, float *lse, const float *qkv, int T, int C,
+                                                        int NH, int hs, float sl2) {
+    constexpr int LD = FwdSmem<HSP>::LD, LDT = FwdSmem<HSP>::LDT, KC = HSP / 16, NO = HSP / 8, NS = FA_BC / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *sQ = (bf16 *)smem, *sK = sQ + FA_BR * LD, *sVt = sK + FA_BC * LD;
+    int qt = gridDim.x - 1 - blockIdx.x; /* the longest rows (most key tiles) start first */
+    int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    size_t ld = 3 * (size_t)C;
+    const float *q = qkv + (size_t)b * T * ld + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+    int q0 = qt * FA_BR, wr = warp * 16; /* the warp's rows in the tile */
+
+    stage<FA_BR, HSP>(sQ, LD, NULL, 0, q, ld, q0, T, hs);
+    float o[NO][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < NO; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * FA_BC;
+        __syncthreads(); /* the previous tile's K, V reads are done (and Q is staged) */
+        stage<FA_BC, HSP>(sK, LD, NULL, 0, k, ld, k0, T, hs);
+        stage<FA_BC, HSP>(NULL, 0, sVt, LDT, v, ld, k0, T, hs);
+        __syncthreads();
+        float s[NS][4];
+#pragma unroll
+        for (int i = 0; i < NS; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        mma_strip<NS, KC>(s, sQ, LD, wr, sK, LD, g, t);
+        bool diag = kt == qt; /* q0 == k0: key column j is masked for tile row r when j > r */
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) { /* hf 0: row wr+g (c0, c1); hf 1: row wr+g+8 (c2, c3) */
+            int r = wr + g + 8 * hf;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float x = s[nb][2 * hf + e] * sl2;
+                    if (diag && nb * 8 + 2 * t + e > r) x = -INFINITY;
+                    s[nb][2 * hf + e] = x;
+                    mx = fmaxf(mx, x);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)); /* the row's 4 threads */
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mnew = fmaxf(m[hf], mx); /* finite: every visited tile has a key <= the row */
+            float alpha = exp2f(m[hf] - mnew), sum = 0.0f;
+            m[hf] = mnew;
+#pragma unroll
+            for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float p = exp2f(s[nb][2 * hf + e] - mnew);
+                    s[nb][2 * hf + e] = p;
+                    sum += p;
+                }
+            l[hf] = l[hf] * alpha + sum; /* this thread's columns; the row's sum at the end */
+#pragma unroll
+            for (int i = 0; i < NO; i++) o[i][2 * hf] *= alpha, o[i][2 * hf + 1] *= alpha;
+        }
+        mma_from_acc<NO, FA_BC / 16>(o, s, sVt, LDT, g, t);
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        float L = l[hf];
+        L += __shfl_xor_sync(0xffffffffu, L, 1);
+        L += __shfl_xor_sync(0xffffffffu, L, 2);
+        int row = q0 + wr + g + 8 * hf;
+        if (row >= T) continue;
+        float inv = 1.0f / L;
+        float *y = out + ((size_t)b * T + row) * C + (size_t)h * hs;
+#pragma unroll
+        for (int i = 0; i < NO; i++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int col = i * 8 + 2 * t + e;
+                if (col < hs) y[col] = o[i][2 * hf + e] * inv;
+            }
+        if (t == 0) lse[((size_t)b * NH + h) * T + row] = (m[hf] + log2f(L)) * FA_LN2;
+    }
+}
+
+/* ---- backward: dQ (and D) per query tile ------------------------------------------------ */
+
+template <int HSP> struct DqSmem {
+    static constexpr int LD = HSP + 8, LDT = FA_BC + 8;
+    static constexpr size_t bytes = (size_t)(2 * FA_BR * LD + 2 * FA_BC * LD + HSP * LDT) * sizeof(bf16);
+};
+
+/* S and dP of the warp's 16 rows against key tile k0 (staged), P from the lse, masked. */
+template <int HSP>
+static __device__ __forceinline__ void dq_tile(float s[FA_BC / 8][4], float dp[FA_BC / 8][4], const bf16 *sQ,
+                                               const bf16 *sdO, const bf16 *sK, const bf16 *sV, int wr, bool diag,
+                                               const float lse2[2], float sl2, int g, int t) {
+    constexpr int LD = HSP + 8, KC = HSP / 16, NS = FA_BC / 8;
+#pragma unroll
+    for (int i = 0; i < NS; i++)
+        s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
+    mma_strip<NS, KC>(s, sQ, LD, wr, sK, LD, g, t);
+    mma_strip<NS, KC>(dp, sdO, LD, wr, sV, LD, g, t);
+#pragma unroll
+    for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int r = wr + g + 8 * (j / 2), col = nb * 8 + 2 * t + (j & 1);
+            s[nb][j] = diag && col > r ? 0.0f : exp2f(s[nb][j] * sl2 - lse2[j / 2]);
+        }
+}
+
+template <int HSP>
+__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, float *Dout, const float *dout,
+                                                           const float *qkv, const float *lse, int T, int C, int NH,
+                                                           int hs, float sl2, float scale) {
+    constexpr int LD = DqSmem<HSP>::LD, LDT = DqSmem<HSP>::LDT, NO = HSP / 8, NS = FA_BC / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *sQ = (bf16 *)smem, *sdO = sQ + FA_BR * LD, *sK = sdO + FA_BR * LD, *sV = sK + FA_BC * LD,
+         *sKt = sV + FA_BC * LD;
+    int qt = gridDim.x - 1 - blockIdx.x;
+    int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    size_t ld = 3 * (size_t)C, bh = (size_t)b * NH + h;
+    const float *q = qkv + (size_t)b * T * ld + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+    const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+    int q0 = qt * FA_BR, wr = warp * 16;
+
+    stage<FA_BR, HSP>(sQ, LD, NULL, 0, q, ld, q0, T, hs);
+    stage<FA_BR, HSP>(sdO, LD, NULL, 0, dy, C, q0, T, hs);
+    float lse2[2], D[2] = {0.0f, 0.0f};
+    for (int hf = 0; hf < 2; hf++) { /* rows past T: a finite stand-in (nothing of theirs is written) */
+        int row = q0 + wr + g + 8 * hf;
+        lse2[hf] = row < T ? lse[bh * T + row] * FA_LOG2E : 0.0f;
+    }
+    float s[NS][4], dp[NS][4];
+    for (int kt = 0; kt <= qt; kt++) { /* sweep 1: D = rowsum(P o dP) */
+        __syncthreads();
+        stage<FA_BC, HSP>(sK, LD, NULL, 0, k, ld, kt * FA_BC, T, hs);
+        stage<FA_BC, HSP>(sV, LD, NULL, 0, v, ld, kt * FA_BC, T, hs);
+        __syncthreads();
+        dq_tile<HSP>(s, dp, sQ, sdO, sK, sV, wr, kt == qt, lse2, sl2, g, t);
+#pragma unroll
+        for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) D[j / 2] += s[nb][j] * dp[nb][j];
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        D[hf] += __shfl_xor_sync(0xffffffffu, D[hf], 1);
+        D[hf] += __shfl_xor_sync(0xffffffffu, D[hf], 2);
+    }
+    float dq[NO][4];
+#pragma unroll
+    for (int i = 0; i < NO; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+    for (int kt = 0; kt <= qt; kt++) { /* sweep 2: dS = P o (dP - D), dQ += dS K */
+        __syncthreads();
+        stage<FA_BC, HSP>(sK, LD, sKt, LDT, k, ld, kt * FA_BC, T, hs);
+        stage<FA_BC, HSP>(sV, LD, NULL, 0, v, ld, kt * FA_BC, T, hs);
+        __syncthreads();
+        dq_tile<HSP>(s, dp, sQ, sdO, sK, sV, wr, kt == qt, lse2, sl2, g, t);
+#pragma unroll
+        for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) s[nb][j] *= dp[nb][j] - D[j / 2];
+        mma_from_acc<NO, FA_BC / 16>(dq, s, sKt, LDT, g, t);
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        int row = q0 + wr + g + 8 * hf;
+        if (row >= T) continue;
+        float *y = dqkv + ((size_t)b * T + row) * ld + (size_t)h * hs;
+#pragma unroll
+        for (int i = 0; i < NO; i++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int col = i * 8 + 2 * t + e;
+                if (col < hs) y[col] = dq[i][2 * hf + e] * scale;
+            }
+        if (t == 0) Dout[bh * T + row] = D[hf];
+    }
+}
+
+/* ---- backward: dK, dV per key tile ------------------------------------------------------ */
+
+template <int HSP> struct DkvSmem {
+    static constexpr int LD = HSP + 8, LDT = FA_BQ + 8;
+    static constexpr size_t bytes =
+        (size_t)(2 * FA_BC * LD + 2 * FA_BQ * LD + 2 * HSP * LDT) * sizeof(bf16) + 2 * FA_BQ * sizeof(float);
+};
+
+template <int HSP>
+__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const float *Din, const float *dout,
+                                                            const float *qkv, const float *lse, int T, int C, int NH,
+                                                            int hs, float sl2, float scale) {
+    constexpr int LD = DkvSmem<HSP>::LD, LDT = DkvSmem<HSP>::LDT, KC = HSP / 16, NO = HSP / 8, NS = FA_BQ / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *sK = (bf16 *)smem, *sV = sK + FA_BC * LD, *sQ = sV + FA_BC * LD, *sdO = sQ + FA_BQ * LD,
+         *sQt = sdO + FA_BQ * LD, *sdOt = sQt + HSP * LDT;
+    float *sL = (float *)(sdOt + HSP * LDT), *sD = sL + FA_BQ; /* lse2 and D of the step's queries */
+    int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    size_t ld = 3 * (size_t)C, bh = (size_t)b * NH + h;
+    const float *q = qkv + (size_t)b * T * ld + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+    const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+    int k0 = blockIdx.x * FA_BC, wr = warp * 16; /* the warp's 16 keys: k0+wr.. */
+
+    stage<FA_BC, HSP>(sK, LD, NULL, 0, k, ld, k0, T, hs);
+    stage<FA_BC, HSP>(sV, LD, NULL, 0, v, ld, k0, T, hs);
+    float dk[NO][4], dv[NO][4];
+#pragma unroll
+    for (int i = 0; i < NO; i++)
+        dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.0f;
+    for (int q0 = k0; q0 < T; q0 += FA_BQ) { /* queries before k0 see none of these keys */
+        __syncthreads();
+        stage<FA_BQ, HSP>(sQ, LD, sQt, LDT, q, ld, q0, T, hs);
+        stage<FA_BQ, HSP>(sdO, LD, sdOt, LDT, dy, C, q0, T, hs);
+        if (threadIdx.x < FA_BQ) {
+            int row = q0 + threadIdx.x;
+            sL[threadIdx.x] = row < T ? lse[bh * T + row] * FA_LOG2E : 0.0f;
+            sD[threadIdx.x] = row < T ? Din[bh * T + row] : 0.0f;
+        }
+        __syncthreads();
+        float s[NS][4], dp[NS][4];
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+            s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
+        mma_strip<NS, KC>(s, sK, LD, wr, sQ, LD, g, t);   /* S^T = K Q^T: keys x queries */
+        mma_strip<NS, KC>(dp, sV, LD, wr, sdO, LD, g, t); /* dP^T = V dO^T */
+#pragma unroll
+        for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int key = k0 + wr + g + 8 * (j / 2), qc = nb * 8 + 2 * t + (j & 1), qrow = q0 + qc;
+                /* (queries past T are zero rows, so their dS and dO are 0 anyway) */
+                float p = qrow < key || qrow >= T ? 0.0f : exp2f(s[nb][j] * sl2 - sL[qc]);
+                s[nb][j] = p;
+                dp[nb][j] = p * (dp[nb][j] - sD[qc]);
+            }
+        mma_from_acc<NO, FA_BQ / 16>(dv, s, sdOt, LDT, g, t); /* dV += P^T dO */
+        mma_from_acc<NO, FA_BQ / 16>(dk, dp, sQt, LDT, g, t); /* dK += dS^T Q */
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        int key = k0 + wr + g + 8 * hf;
+        if (key >= T) continue;
+        float *yk = dqkv + ((size_t)b * T + key) * ld + C + (size_t)h * hs, *yv = yk + C;
+#pragma unroll
+        for (int i = 0; i < NO; i++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int col = i * 8 + 2 * t + e;
+                if (col < hs) yk[col] = dk[i][2 * hf + e] * scale, yv[col] = dv[i][2 * hf + e];
+            }
+    }
+}
+
+int flash_head_pad(int hs) {
+    static const int pads[] = {32, 64, 80, 96, 128};
+    for (int i = 0; i < 5; i++)
+        if (hs >= 1 && hs <= pads[i]) return pads[i];
+    return 0;
+}
+
+#ifndef FLASH_HOST_SIM
+/* ---- launchers --------------------------------------------------------------------------- */
+
+static unsigned qtiles(int T, int tile) { return (unsigned)((T + tile - 1) / tile); }
+
+template <int HSP> static void fwd(CudaCtx *c, float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    size_t sm = FwdSmem<HSP>::bytes;
+    CK(c, cudaFuncSetAttribute(flash_fwd<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    flash_fwd<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(out, lse, qkv, T, C, NH, hs,
+                                                                                FA_LOG2E / sqrtf((float)hs));
+    KCHECK(c, "flash_fwd");
+}
+
+template <int HSP>
+static void bwd(CudaCtx *c, float *dqkv, float *D, const float *dout, const float *qkv, const float *lse, int B, int T,
+                int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
+    size_t sm = DqSmem<HSP>::bytes, sm2 = DkvSmem<HSP>::bytes;
+    CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2));
+    flash_bwd_dq<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(dqkv, D, dout, qkv, lse, T, C,
+                                                                                    NH, hs, sl2, scale);
+    KCHECK(c, "flash_bwd_dq");
+    flash_bwd_dkv<HSP><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm2, c->stream>>>(dqkv, D, dout, qkv, lse, T, C,
+                                                                                      NH, hs, sl2, scale);
+    KCHECK(c, "flash_bwd_dkv");
+}
+
+void k_flash_forward(CudaCtx *c, float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    switch (flash_head_pad(C / NH)) {
+    case 32: fwd<32>(c, out, lse, qkv, B, T, C, NH); break;
+    case 64: fwd<64>(c, out, lse, qkv, B, T, C, NH); break;
+    case 80: fwd<80>(c, out, lse, qkv, B, T, C, NH); break;
+    case 96: fwd<96>(c, out, lse, qkv, B, T, C, NH); break;
+    case 128: fwd<128>(c, out, lse, qkv, B, T, C, NH); break;
+    default: pp_cuda_die(c, __FILE__, __LINE__, "flash attention", "unsupported head size", "head size over 128");
+    }
+}
+
+void k_flash_backward(CudaCtx *c, float *dqkv, float *D, const float *dout, const float *qkv, const float *lse, int B,
+                      int T, int C, int NH) {
+    switch (flash_head_pad(C / NH)) {
+    case 32: bwd<32>(c, dqkv, D, dout, qkv, lse, B, T, C, NH); break;
+    case 64: bwd<64>(c, dqkv, D, dout, qkv, lse, B, T, C, NH); break;
+    case 80: bwd<80>(c, dqkv, D, dout, qkv, lse, B, T, C, NH); break;
+    case 96: bwd<96>(c, dqkv, D, dout, qkv, lse, B, T, C, NH); break;
+    case 128: bwd<128>(c, dqkv, D, dout, qkv, lse, B, T, C, NH); break;
+    default: pp_cuda_die(c, __FILE__, __LINE__, "flash attention", "unsupported head size", "head size over 128");
+    }
+}
+#endif /* FLASH_HOST_SIM */

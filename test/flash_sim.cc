@@ -1,0 +1,255 @@
+/* flash_sim.cc — cuda/flash_attn.cu's own kernels, compiled for the host and run there,
+ * against the CPU backend's attention (built as build/cpu/test/test_flash_sim; part of
+ * make test).
+ *
+ * test_flash_emul.c checks the algorithm; this checks the code: the kernel source is
+ * included unchanged (FLASH_HOST_SIM swaps the CUDA built-ins for test/flash_sim.h's),
+ * each CTA runs as 128 fibers (ucontext) that meet at every collective — __syncthreads,
+ * __shfl_xor_sync and mma.sync — and mma_bf16 rebuilds the warp's A (16x16), B (16x8)
+ * and C (16x8) from the 32 lanes' registers by the PTX ISA's fragment rules (§9.7.14.5.8,
+ * as written in [Note: mma fragments]) and hands each lane its part of A B + C. So a
+ * wrong fragment index, a mask on the wrong column, a missing stage or an output not
+ * written shows here as it would on the GPU, provided the PTX layout is what the note
+ * says (the one thing this cannot check). What it also checks:
+ *  - shared memory is filled with bf16 NaN (0xFFFF) before each CTA: a read of an element
+ *    the CTA did not stage turns the result NaN; bytes past the launch's dynamic size
+ *    must still hold the fill afterwards (no write past the layout);
+ *  - every output is NaN-poisoned first, and guard words after each output buffer must
+ *    be untouched;
+ *  - every fiber passes the same number of barriers (no collective in divergent code).
+ * What it cannot check: timing, the order of the tensor core's additions, races between
+ * CTAs (they run one after the other here; the kernels share no outputs), and the
+ * hardware's view of the layout. Bound: relative L2 1e-2 against the fp32 CPU op, as
+ * test_flash_emul; expected ~3e-3. Slow on purpose (a context switch per lane per
+ * collective): small shapes only. */
+#include <ucontext.h>
+
+#include <functional>
+#include <stdio.h>
+#include <stdlib.h>
+#include <vector>
+
+#include "flash_attn.cu"
+
+extern "C" {
+#include "backend.h"
+}
+
+SimDim sim_block, sim_grid;
+int sim_cur;
+
+enum { NT = FA_THREADS, STACK = 128 * 1024, SMEM = 100 * 1024 };
+alignas(16) unsigned char smem[SMEM]; /* the block's shared memory: the kernels' extern array */
+static ucontext_t sched_ctx, fib[NT];
+static std::vector<char> stacks((size_t)NT * STACK);
+static int done[NT];
+static long nbar[NT];
+static std::function<void()> body;
+static float xf[NT];
+static uint32_t xa[NT][4], xb[NT][2];
+
+static void fail(const char *what) {
+    fprintf(stderr, "flash_sim: %s\n", what);
+    exit(1);
+}
+
+void __syncthreads(void) {
+    int t = sim_cur;
+    nbar[t]++;
+    swapcontext(&fib[t], &sched_ctx);
+}
+
+float __shfl_xor_sync(unsigned, float v, int m) {
+    int t = sim_cur;
+    xf[t] = v;
+    __syncthreads();
+    float r = xf[(t & ~31) | ((t & 31) ^ m)];
+    __syncthreads(); /* all have read before the next collective overwrites */
+    return r;
+}
+
+static float bf_lo(uint32_t w) { /* the low half of a bf16 pair, as a float */
+    uint32_t u = w << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float bf_hi(uint32_t w) {
+    uint32_t u = w & 0xffff0000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    int t = sim_cur, w0 = t & ~31, lane = t & 31;
+    memcpy(xa[t], a, sizeof xa[t]);
+    xb[t][0] = b0, xb[t][1] = b1;
+    __syncthreads();
+    float A[16][16], Bm[16][8];
+    for (int L = 0; L < 32; L++) { /* PTX ISA 9.7.14.5.8, lane L = 4 g + q */
+        int g = L / 4, q = L % 4;
+        const uint32_t *ra = xa[w0 + L], *rb = xb[w0 + L];
+        A[g][2 * q] = bf_lo(ra[0]), A[g][2 * q + 1] = bf_hi(ra[0]);
+        A[g + 8][2 * q] = bf_lo(ra[1]), A[g + 8][2 * q + 1] = bf_hi(ra[1]);
+        A[g][2 * q + 8] = bf_lo(ra[2]), A[g][2 * q + 9] = bf_hi(ra[2]);
+        A[g + 8][2 * q + 8] = bf_lo(ra[3]), A[g + 8][2 * q + 9] = bf_hi(ra[3]);
+        Bm[2 * q][g] = bf_lo(rb[0]), Bm[2 * q + 1][g] = bf_hi(rb[0]);
+        Bm[2 * q + 8][g] = bf_lo(rb[1]), Bm[2 * q + 9][g] = bf_hi(rb[1]);
+    }
+    int g = lane / 4, q = lane % 4;
+    for (int e = 0; e < 4; e++) { /* c0, c1: row g; c2, c3: row g + 8; columns 2q, 2q + 1 */
+        int r = g + 8 * (e / 2), col = 2 * q + (e & 1);
+        float s = 0.0f;
+        for (int k = 0; k < 16; k++) s += A[r][k] * Bm[k][col];
+        c[e] += s;
+    }
+    __syncthreads();
+}
+
+static void entry(void) {
+    body();
+    done[sim_cur] = 1;
+}
+
+/* Run every CTA of a launch, its threads as fibers; smem_bytes is the launch's dynamic
+ * shared memory (the rest of the array must stay untouched). */
+static void run(SimDim grid, size_t smem_bytes, const std::function<void()> &kernel) {
+    if (smem_bytes > SMEM) fail("dynamic shared memory over the simulator's 100 KB");
+    body = kernel;
+    sim_grid = grid;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                sim_block = SimDim{x, y, z};
+                memset(smem, 0xff, SMEM); /* bf16 NaN everywhere: unstaged reads show */
+                for (int t = 0; t < NT; t++) {
+                    getcontext(&fib[t]);
+                    fib[t].uc_stack.ss_sp = &stacks[(size_t)t * STACK];
+                    fib[t].uc_stack.ss_size = STACK;
+                    fib[t].uc_link = &sched_ctx;
+                    makecontext(&fib[t], entry, 0);
+                    done[t] = 0, nbar[t] = 0;
+                }
+                for (;;) { /* one round: every fiber runs to its next collective (or its end) */
+                    for (int t = 0; t < NT; t++) {
+                        sim_cur = t;
+                        swapcontext(&sched_ctx, &fib[t]);
+                    }
+                    int nd = 0;
+                    for (int t = 0; t < NT; t++) {
+                        nd += done[t];
+                        if (nbar[t] != nbar[0]) fail("threads of a block passed different numbers of barriers");
+                    }
+                    if (nd == NT) break;
+                    if (nd) fail("some threads of a block ended while others wait at a barrier");
+                }
+                for (size_t i = smem_bytes; i < SMEM; i++)
+                    if (smem[i] != 0xff) fail("a kernel wrote shared memory past its launch's dynamic size");
+            }
+}
+
+/* ---- the check ------------------------------------------------------------------------- */
+
+enum { GUARD = 64 };
+static const uint32_t GUARD_BITS = 0x7fc0dead; /* a NaN with a payload nothing computes */
+
+/* n floats NaN-poisoned, followed by GUARD guard words. */
+static float *poisoned(size_t n) {
+    float *x = (float *)malloc((n + GUARD) * sizeof(float));
+    memset(x, 0xff, n * sizeof(float));
+    for (int i = 0; i < GUARD; i++) memcpy(&x[n + i], &GUARD_BITS, 4);
+    return x;
+}
+static void guards_intact(const float *x, size_t n, const char *what) {
+    for (int i = 0; i < GUARD; i++)
+        if (memcmp(&x[n + i], &GUARD_BITS, 4)) {
+            fprintf(stderr, "flash_sim: a kernel wrote past the end of %s\n", what);
+            exit(1);
+        }
+}
+
+static uint64_t rng = 99;
+static float urand(void) { /* splitmix64 -> [-1, 1) */
+    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (float)(((z ^ (z >> 31)) >> 11) * 0x1.0p-53 * 2 - 1);
+}
+
+static double rel_l2(const float *got, const float *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got[i] - want[i];
+        num += d * d, den += (double)want[i] * want[i];
+    }
+    double r = den > 0 ? sqrt(num / den) : sqrt(num);
+    return r == r ? r : INFINITY; /* NaN (an element not written, or an unstaged read) fails */
+}
+
+template <int HSP> static int check(int B, int T, int NH, int hs) {
+    const Backend *cpu = backend_cpu();
+    int C = NH * hs, N = B * T;
+    size_t Q = (size_t)N * 3 * C, NC = (size_t)N * C, NL = (size_t)B * NH * T;
+    std::vector<float> qkv(Q), dout(NC), ref(NC), dref(Q);
+    for (auto &x : qkv) x = 1.5f * urand();
+    for (auto &x : dout) x = urand();
+    std::vector<float> att(cpu->attention_saved_floats(cpu, B, T, NH)), scratch(cpu->scratch_floats(cpu, N, T, C));
+    cpu->attention_forward(cpu, ref.data(), att.data(), qkv.data(), B, T, C, NH);
+    cpu->attention_backward(cpu, dref.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, scratch.data());
+
+    float *out = poisoned(NC), *lse = poisoned(NL), *dqkv = poisoned(Q), *D = poisoned(NL);
+    float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
+    unsigned nq = (unsigned)((T + FA_BR - 1) / FA_BR), nk = (unsigned)((T + FA_BC - 1) / FA_BC);
+    const float *pq = qkv.data(), *pd = dout.data();
+    run(SimDim{nq, (unsigned)NH, (unsigned)B}, FwdSmem<HSP>::bytes,
+        [&] { flash_fwd<HSP>(out, lse, pq, T, C, NH, hs, sl2); });
+    run(SimDim{nq, (unsigned)NH, (unsigned)B}, DqSmem<HSP>::bytes,
+        [&] { flash_bwd_dq<HSP>(dqkv, D, pd, pq, lse, T, C, NH, hs, sl2, scale); });
+    run(SimDim{nk, (unsigned)NH, (unsigned)B}, DkvSmem<HSP>::bytes,
+        [&] { flash_bwd_dkv<HSP>(dqkv, D, pd, pq, lse, T, C, NH, hs, sl2, scale); });
+    guards_intact(out, NC, "out"), guards_intact(lse, NL, "lse"), guards_intact(dqkv, Q, "dqkv");
+    guards_intact(D, NL, "D");
+
+    double eo = rel_l2(out, ref.data(), NC), ed = rel_l2(dqkv, dref.data(), Q), el = 0;
+    for (int b = 0; b < B; b++) /* the log-sum-exp against double */
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const float *qi = &qkv[((size_t)b * T + i) * 3 * C + (size_t)h * hs];
+                double mx = -INFINITY, sum = 0;
+                std::vector<double> sc(i + 1);
+                for (int j = 0; j <= i; j++) {
+                    const float *kj = &qkv[((size_t)b * T + j) * 3 * C + C + (size_t)h * hs];
+                    double s = 0;
+                    for (int d = 0; d < hs; d++) s += (double)qi[d] * kj[d];
+                    sc[j] = s / sqrt((double)hs), mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j <= i; j++) sum += exp(sc[j] - mx);
+                double e = fabs(lse[((size_t)b * NH + h) * T + i] - (mx + log(sum)));
+                el = e == e && e > el ? e : e == e ? el : INFINITY;
+            }
+    int ok = eo <= 1e-2 && ed <= 1e-2 && el <= 2e-2 && eo > 1e-4 && ed > 1e-4;
+    printf("%-4s flash kernels on the host, B=%d T=%d NH=%d hs=%d (template %d): out rel %.2e, dqkv rel %.2e, "
+           "lse max abs %.2e (bounds 1e-2, 1e-2, 2e-2)\n",
+           ok ? "ok" : "FAIL", B, T, NH, hs, HSP, eo, ed, el);
+    free(out), free(lse), free(dqkv), free(D);
+    return !ok;
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int bad = 0;
+    /* every template, T = 1, under a tile, one tile, one past, two tiles and a bit;
+     * head sizes padded (20 -> 32, 48 -> 64, 72 -> 80), B and NH > 1 */
+    bad += check<64>(1, 1, 1, 64);
+    bad += check<32>(2, 7, 2, 32);
+    bad += check<64>(1, 64, 3, 64);
+    bad += check<80>(1, 65, 1, 80);
+    bad += check<96>(1, 129, 1, 96);
+    bad += check<128>(1, 130, 1, 128);
+    bad += check<64>(2, 70, 1, 48);
+    bad += check<32>(1, 100, 1, 20);
+    bad += check<80>(1, 40, 2, 72);
+    printf("flash_sim: %s\n", bad ? "FAILED" : "every shape within the bounds");
+    return bad ? 1 : 0;
+}

@@ -1,0 +1,53 @@
+/* flash_sim.h — host stand-ins for the CUDA built-ins that cuda/flash_attn.cu's kernels
+ * use, so that test/flash_sim.cc can compile that file unchanged (FLASH_HOST_SIM) and run
+ * its kernels on the host: each CTA's 128 threads as fibers, every collective
+ * (__syncthreads, __shfl_xor_sync, mma.sync) a barrier over them, and mma_bf16 computing
+ * the product of the fragments as the PTX ISA lays them out (§9.7.14.5.8). */
+#ifndef PP_FLASH_SIM_H
+#define PP_FLASH_SIM_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+
+struct SimDim {
+    unsigned x, y, z;
+};
+extern SimDim sim_block, sim_grid;
+extern int sim_cur; /* the running thread of the block: the fiber on the CPU */
+#define blockIdx sim_block
+#define gridDim sim_grid
+#define threadIdx (SimDim{(unsigned)sim_cur, 0, 0})
+
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+struct __nv_bfloat162 {
+    __nv_bfloat16 x, y; /* x at the lower address: the low half of the 32-bit word */
+};
+static inline uint16_t sim_bf16_bits(float f) { /* round to nearest even; NaN stays NaN */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16{sim_bf16_bits(f)}; }
+static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
+    return __nv_bfloat162{{sim_bf16_bits(lo)}, {sim_bf16_bits(hi)}};
+}
+
+void __syncthreads(void);
+float __shfl_xor_sync(unsigned mask, float v, int lanemask);
+/* D = A B + C for the warp, each lane passing its fragments (the PTX layout). */
+void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+
+#endif
