@@ -49,7 +49,10 @@ TEST_UTIL:= $(patsubst test/%.c,$(BUILD)/test/%.o,$(filter-out $(TEST_SRC),$(wil
 # With nvcc: cuda/*.cu -> build/cuda/*.o -> build/cuda/libpptrain_cuda.so (cuBLASLt, CUDA's
 # runtime linked static), which pptrain dlopens only when runtime.device asks for a GPU;
 # pptrain itself never links a CUDA library. Machine code for sm_80 (A100) and sm_90
-# (H100); the objects are the same for DEBUG=1 (no sanitizers in device code).
+# (H100); the objects are the same for DEBUG=1 (no sanitizers in device code). The NCCL
+# transport (cuda/comm_nccl.cu) is in the same object but does not link libnccl: it
+# dlopens libnccl.so.2 when a run chooses it ([Note: NCCL transport]), so the object loads
+# on a machine without NCCL.
 CUDA_ARCHS := 80 90
 CUDA_HOME  := $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)))
 CUDA_BUILD := build/cuda
@@ -98,10 +101,17 @@ $(CUDA_SO): $(CUDA_OBJ)
 # make test-gpu: every CUDA op against the CPU op, then the training checks
 # (test/gpu/run.sh); "skipped: no GPU" and success where none is visible or CUDA was not
 # built.
-test-gpu: all data $(BUILD)/test/gpu_ops
-	$(Q)PPTRAIN=$(EXE) GPU_OPS=$(BUILD)/test/gpu_ops bash test/gpu/run.sh
+test-gpu: all data $(BUILD)/test/gpu_ops $(BUILD)/test/nccl_self
+	$(Q)PPTRAIN=$(EXE) GPU_OPS=$(BUILD)/test/gpu_ops NCCL_SELF=$(BUILD)/test/nccl_self bash test/gpu/run.sh
 
 $(BUILD)/test/gpu_ops: test/gpu/gpu_ops.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  CC    $<"
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# the NCCL transport on one GPU (cuda/comm_nccl.cu through the loader): links no CUDA
+# library either; NCCL is loaded by libpptrain_cuda.so at run time
+$(BUILD)/test/nccl_self: test/gpu/nccl_self.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -151,11 +161,12 @@ SKIPS := $(BUILD)/test/skips.txt
 REPORT := $(BUILD)/test/skips-report.txt
 # The CPU suite: CUDA_VISIBLE_DEVICES is emptied, so runtime.device auto means the CPU
 # here on a GPU machine too (make test-gpu is the GPU suite).
-unit-tests: all data $(TESTS) $(BUILD)/test/gpu_ops
+unit-tests: all data $(TESTS) $(BUILD)/test/gpu_ops $(BUILD)/test/nccl_self
 	@export CUDA_VISIBLE_DEVICES=; pass=0; skip=0; part=0; failed=; : >$(REPORT); \
 	for t in $(TESTS) test/*.sh; do [ -e "$$t" ] || continue; \
 	  echo "== $$t"; : >$(SKIPS); \
-	  case $$t in *.sh) PPTRAIN=$(EXE) GPU_OPS=$(BUILD)/test/gpu_ops PP_TEST_SKIPS=$(SKIPS) bash $$t;; *) $$t;; esac; rc=$$?; \
+	  case $$t in *.sh) PPTRAIN=$(EXE) GPU_OPS=$(BUILD)/test/gpu_ops NCCL_SELF=$(BUILD)/test/nccl_self PP_TEST_SKIPS=$(SKIPS) \
+	    bash $$t;; *) $$t;; esac; rc=$$?; \
 	  if [ $$rc -eq 77 ]; then skip=$$((skip + 1)); \
 	    [ -s $(SKIPS) ] || echo "no reason given" >$(SKIPS); \
 	    sed "s|^|make test: skipped $$t: |" $(SKIPS) >>$(REPORT); \

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "backend.h"
+#include "comm_select.h"
 #include "config.h"
 
 /* What a device backend reserves its workspace for: rows of a microbatch N = B*T, its
@@ -34,6 +35,19 @@ int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const
  * for the CPU when the environment has PPTRAIN_HOST_STAGING=1 (a test knob; the results
  * are the CPU's, bit for bit). */
 const Backend *backend_cpu_staged(void);
+
+/* This rank's device for runtime.transport ([Note: transport selection] in
+ * comm_select.h): on the CUDA backend its GPU's bus id, and whether NCCL loads (the
+ * reason in nccl_why when not: libnccl.so.2 missing, or a libpptrain_cuda.so built
+ * without the NCCL transport); on any other backend {cuda 0}. The host name is
+ * gethostname's. */
+void backend_comm_device(const Backend *be, CommDevice *d, char *nccl_why, size_t whylen);
+
+/* The NCCL transport over connected Comm sock on CUDA backend be, a collective of sock
+ * ([Note: NCCL transport] in cuda/comm_nccl.cu): *out borrows sock, which must outlive
+ * it. PP_OK, PP_EUSAGE when NCCL cannot be used here (be not the CUDA backend, NCCL not
+ * loadable), PP_ERUNTIME when creating the communicator failed; the message in err. */
+int backend_nccl_create(Comm *sock, const Backend *be, Comm **out, char *err, size_t errlen);
 
 /* Close a backend from backend_select (the CPU backend: nothing to do). */
 void backend_release(const Backend *be);

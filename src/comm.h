@@ -2,7 +2,9 @@
  * small deterministic collectives between the ranks of one job or of a group of them.
  * Implementations fill in a CommOps table: socket (CPU, comm_socket.c), memory (ranks
  * as threads of one process, for tests; 1 rank for a 1-rank run: comm_memory.c), nccl
- * (later). comm.c picks one. */
+ * (GPUs, cuda/comm_nccl.cu in the CUDA backend, over a socket Comm). comm.c creates the
+ * job's socket or memory Comm; the runtime may replace it by an NCCL Comm over it
+ * (comm_select.h). */
 #ifndef PP_COMM_H
 #define PP_COMM_H
 
@@ -116,6 +118,13 @@ typedef struct CommOps {
      * group shares c's connections ([Note: groups]) and is freed by comm_destroy.
      * Fails as a collective does; then *out = NULL on every rank. */
     int (*split)(Comm *c, int color, int key, Comm **out);
+    /* Optional (NULL: every peer counts as alive): whether peer `peer` (rank in this
+     * Comm) is lost (1; why <- the reason, as "lost connection" messages quote it) or
+     * sent nothing at all, not even a heartbeat, for silent_s (2; why <- what was
+     * heard), else 0. Never blocks. The socket transport answers from its heartbeats
+     * ([Note: heartbeat] in comm_socket_blame.c); the NCCL transport asks its socket
+     * Comm this while it polls a transfer ([Note: NCCL transport] in cuda/comm_nccl.cu). */
+    int (*peer_state)(Comm *c, int peer, double silent_s, char *why, size_t whylen);
     /* Free this Comm, and with the last Comm of a job (its own or a group's, in any
      * order) the transport's threads and connections. Wait for your requests first:
      * pending ones are dropped (a receive is no longer filled, a send is finished
@@ -145,6 +154,11 @@ struct Comm {
      * exactly whatever this says. The memory transport ignores it (nothing is framed). */
     size_t max_message_bytes;
     int group_depth;                /* open group_start calls (kept by the wrappers) */
+    /* 1: this Comm moves device memory itself (NCCL): its messages and float
+     * collectives take a device backend's buffers as they are, so the runtime stages
+     * nothing through the host ([Note: host staging] in runtime.c). 0: it reads and
+     * writes host memory only (socket, memory). Host buffers work on both. */
+    int device_memory;
     char err[PP_ERR_MAX];           /* the last failure's message */
 };
 

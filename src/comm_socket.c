@@ -580,6 +580,25 @@ int sock_member_gone(SockComm *s, int r, char *why, size_t n) {
     return gone;
 }
 
+/* CommOps.peer_state: what this rank knows of member r from its connection alone. */
+static int sock_peer_state(Comm *c, int r, double silent_s, char *why, size_t len) {
+    SockComm *s = (SockComm *)c;
+    const Peer *P;
+    int st = 0;
+    if (r < 0 || r >= c->world || r == c->rank) return 0;
+    P = &s->net->peers[s->ranks[r]];
+    pthread_mutex_lock(&s->net->mu);
+    if (P->lost) {
+        st = 1;
+        snprintf(why, len, "%s", P->why);
+    } else if (pp_now() - P->last_heard > silent_s) {
+        st = 2;
+        snprintf(why, len, "nothing at all came from it, not even a heartbeat, for %.3g s", pp_now() - P->last_heard);
+    }
+    pthread_mutex_unlock(&s->net->mu);
+    return st;
+}
+
 /* ------------------------------------------------------------------ lifecycle -- */
 
 /* The numeric address of fd's peer into host; "" over loopback (the peer runs on this
@@ -735,6 +754,7 @@ static const CommOps sock_ops = {
     .broadcast = sock_broadcast,
     .barrier = sock_barrier,
     .split = sock_split,
+    .peer_state = sock_peer_state,
     .destroy = sock_destroy,
 };
 

@@ -97,6 +97,7 @@ static void report_build(const Runtime *rt) {
     const Backend *be = m->be;
     size_t pbytes = m->nparams * sizeof(float);
     printf("rank %d: device %s\n", rt->lay.rank, rt->device_note);
+    if (rt->lay.rank == 0) printf("transport: %s\n", rt->transport_note); /* every rank chose alike */
     if (rt->lay.rank == 0) { /* [Note: rank layout] */
         char lay[1024];
         layout_describe(&rt->lay, lay, sizeof lay);

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include "backend_load.h"
+#include "comm_select.h"
 #include "optim.h"
 #include "sim.h"
 
@@ -123,8 +124,11 @@ static int stage_peer(const Runtime *rt, int stage) {
  * input gradient's send, the output gradient's receive) or to one receive buffer
  * (RecvBuf.host), so it is refilled only after the send or receive that used it has been
  * waited for. This is how several ranks share one GPU (NCCL refuses two ranks on one
- * device); the NCCL transport replaces it where each rank has its own GPU. On the CPU
- * backend no buffer exists and the transport uses the device memory itself. */
+ * device); the NCCL transport replaces it where each rank has its own GPU: a Comm that
+ * moves device memory itself (Comm.device_memory) gets the device buffers, and no
+ * buffer exists ([Note: transport selection] in comm_select.h). On the CPU backend no
+ * buffer exists and the transport uses the device memory itself. The data-parallel
+ * ring keeps its host copy on every transport: it adds on the host (runtime_dp.c). */
 
 enum { HOST_SEND_OUT = 0, HOST_SEND_DIN = 1, HOST_RECV_DOUT = 2 };
 
@@ -162,7 +166,7 @@ static void stage_received(Runtime *rt, const void *host, void *dev, size_t byte
  * all-reduce; nothing on a host-memory backend. */
 static void staging_init(Runtime *rt) {
     const Backend *be = rt->model.be;
-    if (!be->device_memory) return;
+    if (!be->device_memory || rt->comm->device_memory) return;
     size_t act = (size_t)rt->Bmb * rt->T * rt->model.d.C * sizeof(float);
     for (int c = 0; c < rt->model.nchunks; c++) {
         const Chunk *ck = &rt->model.chunks[c];
@@ -669,6 +673,37 @@ static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
     rt->sumsq_host = pp_calloc(nt, sizeof(double));
 }
 
+/* runtime.transport ([Note: transport selection] in comm_select.h): the ranks exchange
+ * their devices over the job's Comm and all choose alike; on nccl, rt->comm becomes an
+ * NCCL Comm over the job's, which the runtime owns (runtime_free destroys it; the job's
+ * own Comm stays its creator's, main.c's). */
+static int transport_init(Runtime *rt, Comm *comm, const Backend *be, char *err, size_t errlen) {
+    CommDevice mine, *all = pp_calloc(comm->world, sizeof *all);
+    char nccl_why[PP_ERR_MAX / 4], why[PP_ERR_MAX / 2];
+    int use, rc;
+    backend_comm_device(be, &mine, nccl_why, sizeof nccl_why);
+    if (comm_select_exchange(comm, &mine, all) != PP_OK) {
+        free(all);
+        return pp_errf(err, errlen, PP_ERUNTIME, "exchanging the ranks' devices (runtime.transport): %s",
+                       comm_error(comm));
+    }
+    rc = comm_select(rt->cfg->transport, comm->world, all, nccl_why, &use, why, sizeof why, err, errlen);
+    free(all);
+    if (rc) return rc;
+    snprintf(rt->transport_note, sizeof rt->transport_note, "%s (%s)", comm_select_name(use), why);
+    if (use != COMM_USE_NCCL) return PP_OK;
+    Comm *nc;
+    char msg[PP_ERR_MAX];
+    if ((rc = backend_nccl_create(comm, be, &nc, msg, sizeof msg)))
+        return pp_errf(err, errlen, rc, "runtime.transport %s chose NCCL (%s), but %s", rt->cfg->transport, why, msg);
+    nc->kind_names = kind_names;
+    nc->n_kind_names = 5;
+    rt->comm_base = comm;
+    rt->comm = nc;
+    rt->own_comm = 1;
+    return PP_OK;
+}
+
 int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err, size_t errlen) {
     memset(rt, 0, sizeof *rt);
     rt->cfg = cfg;
@@ -691,12 +726,8 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
                        rt->global_batch, D, rt->M, D * rt->M);
     rt->local_batch = rt->global_batch / D;
     rt->Bmb = rt->local_batch / rt->M;
-    /* [Note: backends] the NCCL transport does not exist yet: a config asking for it is
-     * refused rather than run on something else. The device is chosen by backend_select
-     * (CPU, or the CUDA backend loaded on demand). */
-    if (!strcmp(cfg->transport, "nccl"))
-        return pp_errf(err, errlen, PP_EUSAGE, "runtime.transport=nccl: this build has only the socket transport; use "
-                       "runtime.transport: socket (or auto)");
+    /* [Note: backends] the device is chosen by backend_select (CPU, or the CUDA backend
+     * loaded on demand), then the transport by transport_init. */
     if (rt->v > PP_MAX_CHUNKS)
         return pp_errf(err, errlen, PP_EUSAGE, "pipeline.virtual_stages %d is more than this build supports (%d)", rt->v,
                        PP_MAX_CHUNKS);
@@ -706,8 +737,10 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
         return rc;
     const Backend *be;
     BackendSizes bs = {rt->Bmb * rt->T, rt->T, d.C, d.NH, d.Vp};
-    if ((rc = backend_select(cfg, comm->rank, &bs, &be, rt->device_note, sizeof rt->device_note, err, errlen)))
+    if ((rc = backend_select(cfg, comm->rank, &bs, &be, rt->device_note, sizeof rt->device_note, err, errlen)) ||
+        (rc = transport_init(rt, comm, be, err, errlen)))
         return rc;
+    comm = rt->comm; /* the job's NCCL Comm when chosen: every message and collective from here */
     build_model(rt, &d, be);
     model_init_weights(&rt->model, cfg->seed, cfg->init_std);
     if (cfg->init_from[0] && (rc = model_load_llmc(&rt->model, cfg->init_from, err, errlen))) return rc;
@@ -722,6 +755,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     size_t ring = (big > DP_BUCKET_FLOATS ? big : DP_BUCKET_FLOATS) * sizeof(float); /* a whole bucket at most */
     if (rt->lay.D > 1 && ring > most) most = ring; /* a block of the replicas' ring ([Note: data parallel]) */
     comm->max_message_bytes = most > ((size_t)1 << 20) ? most : (size_t)1 << 20;
+    if (rt->own_comm) rt->comm_base->max_message_bytes = comm->max_message_bytes; /* its groups' host messages */
     /* every rank takes part in the split (it is collective); stage 0's rank is the
      * group's rank 0, so its part of the sum comes first ([Note: tied gradient order]) */
     if (d.tied && r0 != rl &&
@@ -742,6 +776,7 @@ void runtime_free(Runtime *rt) {
     free(rt->blocks);
     if (be) be->dealloc(be, rt->loss_dev), be->dealloc(be, rt->sumsq_dev);
     comm_destroy(rt->tied); /* safe after its parent's (main.c destroys that first) */
+    if (rt->own_comm) comm_destroy(rt->comm); /* the NCCL Comm: before the buffers it may still write */
     model_free(&rt->model);
     backend_release(be);
     sched_free(&rt->sched);

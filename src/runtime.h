@@ -60,7 +60,11 @@ typedef struct Runtime {
     RecvBuf *rbufs[PP_MAX_CHUNKS]; /* [model.chunks[c].nrecv] */
     int *wsets[PP_MAX_CHUNKS]; /* [model.chunks[c].nwstate] microbatch whose pending W
                                   each W state set holds ([Note: W state]), -1 free */
-    Comm *comm;
+    Comm *comm;                /* every message and collective: the job's Comm, or the NCCL
+                                  Comm over it (own_comm) */
+    Comm *comm_base;           /* with own_comm: the job's Comm it was made from (main.c's) */
+    int own_comm;              /* rt->comm is the runtime's to destroy */
+    char transport_note[640];  /* "nccl (runtime.transport auto: ...)" for the build report */
     DataSet train, val;
     int has_val;               /* data.val set and data.val_every > 0 (every rank) */
     int *inputs, *targets;     /* [global_batch*T] host: the step's batch (first / last

@@ -11,11 +11,17 @@
 #   6. 2 ranks on one GPU (host staging over the socket transport): gpipe and 1f1b
 #      bitwise equal, and within 1e-5 relative of 1 rank on that GPU; zb-h1 (every
 #      backward split into I and W, [Note: split backward]) bitwise equal to 1f1b.
-# PPTRAIN and GPU_OPS name the binaries (the Makefile sets both). Results: stdout, and
+#   7. the NCCL transport on one GPU (test/gpu/nccl_self.c): a 1-rank communicator's
+#      messages, groups, collectives, split, mismatches and abort;
+#   8. runtime.transport on 2 ranks sharing the GPU: auto chooses socket and says why,
+#      nccl is exit 2 naming the ranks and the bus id;
+#   9. test/pipeline-nccl.sh: the NCCL pipeline between GPUs (skips below 2 GPUs).
+# PPTRAIN, GPU_OPS and NCCL_SELF name the binaries (the Makefile sets them). Results: stdout, and
 # gpu_ops' whole output in $GPU_OPS_LOG when that is set.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 GPU_OPS=${GPU_OPS:-build/cpu/test/gpu_ops}
+NCCL_SELF=${NCCL_SELF:-build/cpu/test/nccl_self}
 out=$("$GPU_OPS" --probe 2>&1)
 rc=$?
 if [ $rc -eq 77 ]; then
@@ -45,6 +51,36 @@ else # a CUDA error ends gpu_ops with one line naming the call: show where it st
 fi
 
 run_s=90 # a gpt-tiny run takes seconds: one that hangs (exit 124) must not eat the device call
+
+# 7. the NCCL transport on a 1-rank communicator (run early: it takes seconds, and the
+#    GPU session's minutes are few): every line it prints is shown (each names its
+#    check; a FAIL says what it got)
+timeout -k 5 150 "$NCCL_SELF" >"$tmp/nccl_self.out" 2>&1
+rc=$?
+sed 's/^/   /' "$tmp/nccl_self.out"
+if [ $rc -eq 0 ]; then ok "nccl_self: $(tail -n1 "$tmp/nccl_self.out")"
+elif [ $rc -eq 77 ]; then bad "nccl_self skipped on a GPU machine: $(tail -n1 "$tmp/nccl_self.out")"
+else bad "nccl_self exited $rc ($(grep -c '^FAIL' "$tmp/nccl_self.out") checks failed; 124: it hung)"; fi
+
+# 8. runtime.transport with 2 ranks on this one GPU (CUDA_VISIBLE_DEVICES set to one
+#    device: both ranks open it)
+one=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | head -n1)
+sel() { # name, transport, expected rc
+  CUDA_VISIBLE_DEVICES=${one:-0} timeout $run_s scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config configs/gpt-tiny.yaml \
+    --set pipeline.stages=2 --set train.steps=3 --set data.val=null --set runtime.device=cuda --set runtime.precision=fp32 \
+    --set runtime.transport="$2" --set output.dir="$tmp/$1" >"$tmp/$1.out" 2>&1
+  local rc=$?
+  [ $rc -eq "$3" ] || { bad "runtime.transport $2 on 2 ranks sharing a GPU exited $rc, want $3: $(grep -m3 'error\|transport' "$tmp/$1.out")"; return 1; }
+}
+sel sel-auto auto 0 && {
+  grep -q "transport: socket (runtime.transport auto: ranks 0 and 1 share GPU [0-9a-f]*:[0-9a-f]*:[0-9a-f]*\.[0-9]" "$tmp/sel-auto.out" &&
+    ok "auto on 2 ranks sharing a GPU: socket ($(grep -m1 -o 'transport: .*' "$tmp/sel-auto.out"))" ||
+    bad "auto on 2 ranks sharing a GPU: $(grep -m1 'transport' "$tmp/sel-auto.out")"; }
+sel sel-nccl nccl 2 && {
+  [ "$(grep -c 'runtime.transport=nccl: ranks 0 and 1 share GPU .*, and NCCL refuses two ranks on one GPU: give each rank a GPU of its own' "$tmp/sel-nccl.out")" = 2 ] &&
+    ok "nccl forced on 2 ranks sharing a GPU: exit 2 on both ($(grep -m1 -o 'ranks 0 and 1 share GPU [^,]*' "$tmp/sel-nccl.out"))" ||
+    bad "nccl forced on a shared GPU: $(grep -m2 error "$tmp/sel-nccl.out")"; }
+
 tiny=(--config configs/gpt-tiny.yaml --set pipeline.stages=1 --set data.val=null --set output.log_every=1)
 train() { # name, args...: run, keep the loss column and the exported final weights
   local name=$1
@@ -134,6 +170,14 @@ two p2-gpipe gpipe && two p2-1f1b 1f1b && {
         ok "2 ranks on one GPU: zb-h1 (split I/W backward) == 1f1b (losses and weights bitwise)" ||
         bad "2 ranks: zb-h1 != 1f1b (the split backward halves do not give the fused bits)"; }
 }
+
+# 9. the NCCL pipeline between GPUs (needs 2; it says so and skips with 77 below that)
+timeout -k 5 300 bash test/pipeline-nccl.sh >"$tmp/pnccl.out" 2>&1
+rc=$?
+sed 's/^/   /' "$tmp/pnccl.out" | tail -n 40
+if [ $rc -eq 0 ]; then ok "pipeline-nccl.sh: $(tail -n1 "$tmp/pnccl.out")"
+elif [ $rc -eq 77 ]; then echo "skip pipeline-nccl.sh: $(grep -m1 '^skip' "$tmp/pnccl.out")"
+else bad "pipeline-nccl.sh exited $rc"; fi
 
 echo "make test-gpu: $pass passed, $fail failed"
 [ $fail -eq 0 ]
