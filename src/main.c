@@ -107,7 +107,7 @@ static void report_build(const Runtime *rt) {
         size_t alloc = 0, ws = 0, named = (2 + m->nopt) * pbytes + m->act_bytes + m->recv_bytes;
         be->memory(be, &alloc, &ws);
         printf("rank %d: GPU memory: params %.1f MB + grads %.1f MB + optimizer %.1f MB + activations %.1f MB + "
-               "scratch and logits %.1f MB + workspace %.1f MB = %.1f MB\n", rt->lay.rank, pbytes / 1e6, pbytes / 1e6,
+               "scratch %.1f MB + workspace %.1f MB = %.1f MB\n", rt->lay.rank, pbytes / 1e6, pbytes / 1e6,
                m->nopt * pbytes / 1e6, (m->act_bytes + m->recv_bytes) / 1e6,
                (alloc > named ? alloc - named : 0) / 1e6, ws / 1e6, (alloc + ws) / 1e6);
     }

@@ -223,6 +223,17 @@ static int held_slot(Runtime *rt, int c, int mb) {
     return i;
 }
 
+/* [Note: traced device time] On a device backend the ops only enqueue work, so the time
+ * around model_forward is the host's, not the GPU's. Under --trace the runtime therefore
+ * waits for the device after each compute action: the trace (and `pptrain schedule
+ * --costs-from`) then shows what each action costs on the device, at the price of the
+ * overlap of host and device in a traced run. Untraced runs never wait here. */
+static double compute_end(const Runtime *rt) {
+    const Backend *be = rt->model.be;
+    if (rt->trace && be->device_memory) be->wait(be);
+    return trace_now_us();
+}
+
 static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, size_t errlen) {
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = slot_find(rt, c, m), rc;
     const Backend *be = rt->model.be;
@@ -248,7 +259,7 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     }
     double t0 = trace_now_us();
     model_forward(&rt->model, c, i, x->dloss, !x->fwd_only, &rt->loss_dev[m]);
-    double t1 = trace_now_us();
+    double t1 = compute_end(rt);
     rt->busy_s += (t1 - t0) * 1e-6;
     if (!x->fwd_only) rt->cur_f[s] += (t1 - t0) * 1e-6;
     if (rt->trace) trace_add(rt->trace, "F", "compute", t0, t1, s, m, x->step);
@@ -281,7 +292,7 @@ static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     } else {
         model_backward(&rt->model, c, i);
     }
-    double t1 = trace_now_us();
+    double t1 = compute_end(rt);
     rt->busy_s += (t1 - t0) * 1e-6;
     rt->cur_b[s] += (t1 - t0) * 1e-6;
     if (rt->trace) trace_add(rt->trace, sched_type_name(a->type), "compute", t0, t1, s, m, x->step);
@@ -298,7 +309,7 @@ static void exec_weight(Runtime *rt, const Action *a, StepCtx *x) {
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], w = wset_find(rt, c, m);
     double t0 = trace_now_us();
     model_backward_weight(&rt->model, c, held_slot(rt, c, m), w);
-    double t1 = trace_now_us();
+    double t1 = compute_end(rt);
     rt->wsets[c][w] = -1;
     rt->busy_s += (t1 - t0) * 1e-6;
     rt->cur_w[s] += (t1 - t0) * 1e-6;
