@@ -15,6 +15,7 @@
 #include "auth.h"
 #include "comm_socket.h" /* WireHdr, WIRE_MAGIC: to forge a message header */
 #include "commtest.h"
+#include "checkrun.h"
 #include "dist_net.h"    /* dist_auth_client */
 
 /* ------------------------------------------------------------ the handshake -- */
@@ -433,11 +434,5 @@ static Suite *auth_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(auth_suite());
-    int failed;
-    signal(SIGPIPE, SIG_DFL); /* prove nothing raises it */
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(auth_suite(), 1);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "commtest.h"
+#include "checkrun.h"
 
 /* The first rank a message names ("... rank 3 ..."), or -1. */
 static int first_rank(const char *msg) {
@@ -130,17 +131,10 @@ END_TEST
 int main(void) {
     Suite *s = suite_create("blame");
     TCase *tc = tcase_create("blame");
-    SRunner *sr;
-    int failed;
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_blame_rank3, 0, 4);
     tcase_add_test(tc, test_blame_busy_rank);
     tcase_add_loop_test(tc, test_quiet_peer, 0, 2);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    signal(SIGPIPE, SIG_DFL);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s, 1);
 }

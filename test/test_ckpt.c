@@ -22,6 +22,7 @@
 
 #include "ckpt.h"
 #include "testdir.h"
+#include "checkrun.h"
 
 static char g_err[PP_ERR_MAX];
 
@@ -1249,9 +1250,5 @@ static Suite *ckpt_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(ckpt_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(ckpt_suite(), 0);
 }

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 
 #include "commtest.h"
+#include "checkrun.h"
 
 /* -------------------------------------------------------- point-to-point tests -- */
 
@@ -858,11 +859,5 @@ static Suite *comm_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(comm_suite());
-    int failed;
-    signal(SIGPIPE, SIG_DFL); /* prove the transport never raises it */
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(comm_suite(), 1);
 }

@@ -13,6 +13,7 @@
 #include <sys/time.h>
 
 #include "commtest.h"
+#include "checkrun.h"
 
 /* ------------------------------------------------------------------ helpers -- */
 
@@ -551,11 +552,5 @@ static Suite *groups_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(groups_suite());
-    int failed;
-    signal(SIGPIPE, SIG_DFL); /* prove the transport never raises it */
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(groups_suite(), 1);
 }

@@ -13,6 +13,7 @@
 
 #include "comm_ring.h"
 #include "commtest.h"
+#include "checkrun.h"
 
 static const size_t k_sizes[] = {1, 2, 3, 4, 5, 7, 13, 64, 1001, 65537, 1000000};
 #define NSIZES (sizeof k_sizes / sizeof k_sizes[0])
@@ -209,11 +210,5 @@ static Suite *ring_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(ring_suite());
-    int failed;
-    signal(SIGPIPE, SIG_DFL);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(ring_suite(), 1);
 }

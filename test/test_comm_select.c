@@ -9,6 +9,7 @@
 
 #include "comm_select.h"
 #include "commtest.h"
+#include "checkrun.h"
 
 static CommDevice gpu(const char *host, const char *bus) {
     CommDevice d = {1, 1, "", ""};
@@ -185,10 +186,5 @@ static Suite *select_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(select_suite());
-    int failed;
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(select_suite(), 0);
 }

@@ -18,6 +18,7 @@
 
 #include "common.h"
 #include "testdir.h"
+#include "checkrun.h"
 
 static char g_err[PP_ERR_MAX];
 
@@ -393,9 +394,5 @@ static Suite *common_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(common_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(common_suite(), 0);
 }

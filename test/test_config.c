@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "checkrun.h"
 
 static const char *const k_shipped[] = {
     "configs/gpt-tiny.yaml",       "configs/gpt2-124m.yaml",     "configs/tutorial.yaml",
@@ -842,9 +843,5 @@ static Suite *config_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(config_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(config_suite(), 0);
 }

@@ -12,6 +12,7 @@
 
 #include "data.h"
 #include "testdir.h"
+#include "checkrun.h"
 
 
 static void setup(void) {
@@ -519,9 +520,5 @@ static Suite *data_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(data_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(data_suite(), 0);
 }

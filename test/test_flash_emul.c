@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "checkrun.h"
 
 /* the kernels' constants (cuda/flash_attn.cu) */
 #define FA_BR 64
@@ -297,9 +298,5 @@ static Suite *flash_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(flash_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(flash_suite(), 0);
 }

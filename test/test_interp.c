@@ -17,6 +17,7 @@
 #include "comm.h"
 #include "runtime.h"
 #include "sim.h"
+#include "checkrun.h"
 
 #define STEPS 2
 #define MAX_P 4
@@ -375,9 +376,5 @@ int main(void) {
     tcase_add_test(tc, test_recompute_interleaved);
     tcase_add_test(tc, test_recompute_zbv);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s, 0);
 }

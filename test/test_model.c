@@ -12,6 +12,7 @@
 #include "model.h"
 #include "optim.h"
 #include "runtime.h"
+#include "checkrun.h"
 
 /* Test allocations, freed together at the end of each test (LeakSanitizer-clean). */
 static void *allocs[4096];
@@ -954,9 +955,5 @@ int main(void) {
     tcase_add_test(model, test_recompute_chunk);
     tcase_add_test(model, test_memory_plan_sweep);
     suite_add_tcase(s, model);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s, 0);
 }

@@ -12,6 +12,7 @@
 
 #include "comm_nccl_sum.h"
 #include "commtest.h"
+#include "checkrun.h"
 
 #define COUNT 4099 /* per block: odd */
 
@@ -94,9 +95,5 @@ int main(void) {
     tcase_add_loop_test(tc, test_sums_match_memory_transport, 2, 7);
     tcase_add_test(tc, test_one_rank_canonical_nan);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s, 0);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "optim.h"
+#include "checkrun.h"
 
 /* A config with only the fields optim reads set (no config.c at link time). */
 static Config make_config(const char *optimizer, const char *decay, float lr, int steps,
@@ -332,9 +333,5 @@ static Suite *optim_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(optim_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(optim_suite(), 0);
 }

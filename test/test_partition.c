@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "partition.h"
+#include "checkrun.h"
 
 static char err[PP_ERR_MAX];
 
@@ -171,9 +172,5 @@ int main(void) {
     tcase_add_test(tc, test_balance_tables);
     tcase_add_test(tc, test_balance_modes);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s, 0);
 }

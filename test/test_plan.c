@@ -11,6 +11,7 @@
 #include "sched.h"
 #include "sim.h"
 #include "testdir.h"
+#include "checkrun.h"
 
 static char err[PP_ERR_MAX];
 
@@ -260,9 +261,5 @@ int main(void) {
     tcase_add_test(tc, test_trace_errors);
     tcase_add_test(tc, test_trace_split);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s, 0);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "runtime.h"
+#include "checkrun.h"
 
 START_TEST(test_efficiency_at_most_100) {
     char buf[256];
@@ -26,9 +27,5 @@ int main(void) {
     TCase *tc = tcase_create("report");
     tcase_add_test(tc, test_efficiency_at_most_100);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s, 0);
 }

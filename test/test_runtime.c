@@ -8,6 +8,7 @@
 #include "layout.h"
 #include "runtime.h"
 #include "sched.h"
+#include "checkrun.h"
 
 static void check_kind(const char *kind, int vmax) {
     char err[PP_ERR_MAX];
@@ -89,9 +90,5 @@ int main(void) {
     tcase_add_test(tc, test_pool_interleaved);
     tcase_add_test(tc, test_layout);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s, 0);
 }

@@ -12,6 +12,7 @@
 #include "sched_cmd.h"
 #include "sched_show.h"
 #include "sim.h"
+#include "checkrun.h"
 
 #define ERRLEN 2048
 
@@ -1574,9 +1575,5 @@ static Suite *sched_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(sched_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(sched_suite(), 0);
 }

@@ -1,0 +1,13 @@
+/* checkrun.h — the main() of every Check test program. */
+#ifndef PP_CHECKRUN_H
+#define PP_CHECKRUN_H
+
+#include <check.h>
+
+/* Run every test of suite s (CK_NORMAL output) and free it; returns the exit status: 0
+ * when all passed, 1 otherwise. sigpipe_default: restore SIGPIPE's default action first,
+ * so that a socket write that would raise it kills the test (the transport tests prove
+ * nothing does). */
+int check_run(Suite *s, int sigpipe_default);
+
+#endif
