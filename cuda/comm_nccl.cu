@@ -350,15 +350,22 @@ static void unqueue(NcReq **head, NcReq *r) {
     if (*head) *head = r->next_q;
 }
 
+/* Unlink r and free it. A socket request it still holds (only after a failure: its
+ * header, or its host message) is the socket Comm's until that Comm ends, and the
+ * socket transport reads and writes the caller's buffer in place (r->hdr): then r's
+ * memory is left allocated, a hundred bytes per failed request, rather than freed under
+ * that Comm's thread. */
 static void req_free(NcComm *s, NcReq *r) {
     unqueue(&s->self_s, r); /* a message to itself whose other end never came */
     unqueue(&s->self_r, r);
     if (r->prev_live) r->prev_live->next_live = r->next_live;
     else s->live = r->next_live;
     if (r->next_live) r->next_live->prev_live = r->prev_live;
+    r->next_live = r->prev_live = NULL;
     if (r->ready) cudaEventDestroy(r->ready);
     if (r->done) cudaEventDestroy(r->done);
-    free(r);
+    r->ready = r->done = NULL;
+    if (!r->sreq) free(r);
 }
 
 /* Enqueue r's NCCL call on the comm stream (inside the caller's ncclGroup, if any). */
@@ -560,7 +567,7 @@ static int nc_wait(Comm *c, CommReq *req) {
     NcComm *s = nc_of(c);
     NcReq *r = (NcReq *)req;
     int st = req_progress(s, r, 0);
-    req_free(s, r); /* a socket request it left unfinished ends with the socket Comm */
+    req_free(s, r);
     return st == 0 ? PP_OK : PP_ERUNTIME;
 }
 
@@ -789,13 +796,9 @@ static const CommOps *nc_ops_table(void) {
 static void nc_destroy(Comm *c) {
     NcComm *s = nc_of(c);
     int pending = s->grp || s->self_s || s->self_r;
-    while (s->live) {
+    while (s->live) { /* one whose socket request is unfinished stays allocated (req_free) */
         NcReq *r = s->live;
         pending |= r->issued && cudaEventQuery(r->done) != cudaSuccess;
-        if (r->sreq && !s->own_sock) { /* the borrowed socket Comm may still write its header: leave it be */
-            s->live = r->next_live;
-            continue;
-        }
         req_free(s, r);
     }
     if (s->nc && !pending && !s->broken) {
