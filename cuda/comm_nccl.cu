@@ -249,7 +249,10 @@ static int nc_poll(NcComm *s, cudaEvent_t ev, ncclComm_t nc, int peer, double de
     for (long it = 0;; it++) {
         if (ev) {
             cudaError_t e = cudaEventQuery(ev);
-            if (e == cudaSuccess) return 0;
+            if (e == cudaSuccess) { /* done, unless the communicator failed meanwhile: then */
+                nc_async(s, nc, why, n); /* nothing enqueued on it can be trusted (NCCL's docs) */
+                return why[0] ? 3 : 0;
+            }
             if (e != cudaErrorNotReady) {
                 snprintf(why, n, "CUDA: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
                 return 3;
