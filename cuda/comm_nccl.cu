@@ -875,8 +875,10 @@ static int nc_split(Comm *c, int color, int key, Comm **out) {
     }
     cfg.blocking = 0;
     ncclResult_t r = nccl.CommSplit(s->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &cfg);
-    /* the child's state says when it is ready (the parent's, for a rank left out) */
-    if (nc_settle_for(s, child ? child : s->nc, r, "ncclCommSplit", setup_patience(s))) { /* the parent is aborted too */
+    /* a non-blocking split is polled on the parent (NCCL's docs, usage/communicators.rst:
+     * "nonblocking communicator split"): NCCL sets child only when the split is complete,
+     * from its own thread, before the parent's state leaves ncclInProgress */
+    if (nc_settle_for(s, s->nc, r, "ncclCommSplit", setup_patience(s))) { /* aborted; child, if set, after it */
         if (child) nccl.CommAbort(child);
         if (sg) sg->ops->destroy(sg);
         return PP_ERUNTIME;
