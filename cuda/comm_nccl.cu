@@ -160,7 +160,7 @@ struct NcComm {
     NcReq *live;
     NcReq *grp, *grp_tail;   /* posted inside the open group, issued at its end */
     NcReq *self_s, *self_r;  /* messages to itself waiting for their other end (FIFO) */
-    int self_unpaired;       /* test hook: PPTRAIN_NCCL_SELF_UNPAIRED=1 */
+    int stall;               /* test hook: PPTRAIN_NCCL_TEST_STALL=1 ([Note: stall hook]) */
     int broken;              /* failed: aborted, every call fails with `why` */
     char why[PP_ERR_MAX];
     float *scratch;          /* [world * NC_CHUNK] at most, the float sums' parts */
@@ -192,12 +192,38 @@ static int nc_fail(NcComm *s, const char *fmt, ...) {
     return PP_ERUNTIME;
 }
 
+/* [Note: stall hook]
+ * One GPU cannot show a transfer that never completes the way a dead peer does: NCCL
+ * refuses a receive from itself without its send (ncclInvalidUsage, "Trying to recv to
+ * self without a matching send", enqueue.cc since NCCL 2.13), and a send to itself
+ * completes. So with PPTRAIN_NCCL_TEST_STALL=1 in the environment when a Comm is made
+ * (test/gpu/nccl_self.c), each of its issues first puts on the comm stream a host
+ * function that holds the stream until the Comm breaks or is destroyed (30 s at most:
+ * never a hang): its transfers, paired as usual, stay pending, time out and are aborted
+ * through the ordinary paths. The stream is let go, and drained, before ncclCommAbort,
+ * which may wait for the device. One flag for the process: the hook serves one Comm. */
+static int nc_stall_open;
+
+static void CUDART_CB stall_fn(void *) { /* a host function: no CUDA calls */
+    struct timespec t = {0, 1000000};
+    for (int ms = 0; ms < 30000 && !__atomic_load_n(&nc_stall_open, __ATOMIC_ACQUIRE); ms++) nanosleep(&t, NULL);
+}
+
+/* Let a stalled comm stream go and wait (10 s at most) until its transfers are done. */
+static void stall_open(NcComm *s) {
+    if (!s->stall || !s->stream) return;
+    __atomic_store_n(&nc_stall_open, 1, __ATOMIC_RELEASE);
+    double end = now_s() + 10;
+    for (long it = 0; cudaStreamQuery(s->stream) == cudaErrorNotReady && now_s() < end; it++) nap(it);
+}
+
 /* Abort the communicator (once) and fail from now on with base.err's message. */
 static int nc_break(NcComm *s) {
     if (!s->broken) {
         s->broken = 1;
         snprintf(s->why, sizeof s->why, "%s", s->base.err);
-        if (s->nc) nccl.CommAbort(s->nc); /* non-blocking: returns without waiting on a peer */
+        stall_open(s);
+        if (s->nc) nccl.CommAbort(s->nc); /* ends its kernels; waits on no peer */
         s->nc = NULL;
     }
     return PP_ERUNTIME;
@@ -380,13 +406,18 @@ static ncclResult_t req_enqueue(NcComm *s, NcReq *r) {
 /* Issue the n requests of list (linked by next_q) as one NCCL group and record their
  * completion events. */
 static int issue(NcComm *s, NcReq *list) {
+    cudaError_t ce;
+    if (s->stall && (ce = cudaLaunchHostFunc(s->stream, stall_fn, NULL)) != cudaSuccess) {
+        nc_fail(s, "cudaLaunchHostFunc (PPTRAIN_NCCL_TEST_STALL)%s: %s", s->name, cudaGetErrorString(ce));
+        return nc_break(s);
+    }
     ncclResult_t r = nccl.GroupStart();
     for (NcReq *q = list; q && r == ncclSuccess; q = q->next_q) r = req_enqueue(s, q);
     ncclResult_t e = nccl.GroupEnd();
     if (r == ncclSuccess) r = e;
     if (nc_settle(s, s->nc, r, "ncclSend/ncclRecv") != PP_OK) return PP_ERUNTIME;
     for (NcReq *q = list; q; q = q->next_q) {
-        cudaError_t ce = cudaEventRecord(q->done, s->stream);
+        ce = cudaEventRecord(q->done, s->stream);
         if (ce != cudaSuccess) {
             nc_fail(s, "cudaEventRecord after an NCCL transfer%s: %s", s->name, cudaGetErrorString(ce));
             return nc_break(s);
@@ -410,7 +441,7 @@ static int post_device(NcComm *s, NcReq *r) {
         queue_push(&s->grp, &s->grp_tail, r);
         return PP_OK;
     }
-    if (r->peer != s->base.rank || s->self_unpaired) {
+    if (r->peer != s->base.rank) {
         r->next_q = NULL;
         return issue(s, r);
     }
@@ -799,6 +830,7 @@ static const CommOps *nc_ops_table(void) {
 static void nc_destroy(Comm *c) {
     NcComm *s = nc_of(c);
     int pending = s->grp || s->self_s || s->self_r;
+    stall_open(s);
     while (s->live) { /* one whose socket request is unfinished stays allocated (req_free) */
         NcReq *r = s->live;
         pending |= r->issued && cudaEventQuery(r->done) != cudaSuccess;
@@ -838,8 +870,8 @@ static NcComm *nc_new(Comm *sock, int own_sock, const PPNcclHost *host, CudaCtx 
     s->own_sock = own_sock;
     s->host = *host;
     s->cx = cx;
-    const char *hook = getenv("PPTRAIN_NCCL_SELF_UNPAIRED");
-    s->self_unpaired = hook && !strcmp(hook, "1");
+    const char *hook = getenv("PPTRAIN_NCCL_TEST_STALL");
+    s->stall = hook && !strcmp(hook, "1");
     s->jranks = (int *)calloc((size_t)sock->world, sizeof(int));
     return s;
 }
