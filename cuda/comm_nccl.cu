@@ -160,7 +160,7 @@ struct NcComm {
     NcReq *live;
     NcReq *grp, *grp_tail;   /* posted inside the open group, issued at its end */
     NcReq *self_s, *self_r;  /* messages to itself waiting for their other end (FIFO) */
-    int self_unpaired;       /* test hook: PPTRAIN_NCCL_SELF_UNPAIRED=1 */
+    int stall;               /* test hook: PPTRAIN_NCCL_TEST_STALL=1 ([Note: stall hook]) */
     int broken;              /* failed: aborted, every call fails with `why` */
     char why[PP_ERR_MAX];
     float *scratch;          /* [world * NC_CHUNK] at most, the float sums' parts */
@@ -192,12 +192,38 @@ static int nc_fail(NcComm *s, const char *fmt, ...) {
     return PP_ERUNTIME;
 }
 
+/* [Note: stall hook]
+ * One GPU cannot show a transfer that never completes the way a dead peer does: NCCL
+ * refuses a receive from itself without its send (ncclInvalidUsage, "Trying to recv to
+ * self without a matching send", enqueue.cc since NCCL 2.13), and a send to itself
+ * completes. So with PPTRAIN_NCCL_TEST_STALL=1 in the environment when a Comm is made
+ * (test/gpu/nccl_self.c), each of its issues first puts on the comm stream a host
+ * function that holds the stream until the Comm breaks or is destroyed (30 s at most:
+ * never a hang): its transfers, paired as usual, stay pending, time out and are aborted
+ * through the ordinary paths. The stream is let go, and drained, before ncclCommAbort,
+ * which may wait for the device. One flag for the process: the hook serves one Comm. */
+static int nc_stall_open;
+
+static void CUDART_CB stall_fn(void *) { /* a host function: no CUDA calls */
+    struct timespec t = {0, 1000000};
+    for (int ms = 0; ms < 30000 && !__atomic_load_n(&nc_stall_open, __ATOMIC_ACQUIRE); ms++) nanosleep(&t, NULL);
+}
+
+/* Let a stalled comm stream go and wait (10 s at most) until its transfers are done. */
+static void stall_open(NcComm *s) {
+    if (!s->stall || !s->stream) return;
+    __atomic_store_n(&nc_stall_open, 1, __ATOMIC_RELEASE);
+    double end = now_s() + 10;
+    for (long it = 0; cudaStreamQuery(s->stream) == cudaErrorNotReady && now_s() < end; it++) nap(it);
+}
+
 /* Abort the communicator (once) and fail from now on with base.err's message. */
 static int nc_break(NcComm *s) {
     if (!s->broken) {
         s->broken = 1;
         snprintf(s->why, sizeof s->why, "%s", s->base.err);
-        if (s->nc) nccl.CommAbort(s->nc); /* non-blocking: returns without waiting on a peer */
+        stall_open(s);
+        if (s->nc) nccl.CommAbort(s->nc); /* ends its kernels; waits on no peer */
         s->nc = NULL;
     }
     return PP_ERUNTIME;
@@ -249,7 +275,10 @@ static int nc_poll(NcComm *s, cudaEvent_t ev, ncclComm_t nc, int peer, double de
     for (long it = 0;; it++) {
         if (ev) {
             cudaError_t e = cudaEventQuery(ev);
-            if (e == cudaSuccess) return 0;
+            if (e == cudaSuccess) { /* done, unless the communicator failed meanwhile: then */
+                nc_async(s, nc, why, n); /* nothing enqueued on it can be trusted (NCCL's docs) */
+                return why[0] ? 3 : 0;
+            }
             if (e != cudaErrorNotReady) {
                 snprintf(why, n, "CUDA: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
                 return 3;
@@ -350,15 +379,22 @@ static void unqueue(NcReq **head, NcReq *r) {
     if (*head) *head = r->next_q;
 }
 
+/* Unlink r and free it. A socket request it still holds (only after a failure: its
+ * header, or its host message) is the socket Comm's until that Comm ends, and the
+ * socket transport reads and writes the caller's buffer in place (r->hdr): then r's
+ * memory is left allocated, a hundred bytes per failed request, rather than freed under
+ * that Comm's thread. */
 static void req_free(NcComm *s, NcReq *r) {
     unqueue(&s->self_s, r); /* a message to itself whose other end never came */
     unqueue(&s->self_r, r);
     if (r->prev_live) r->prev_live->next_live = r->next_live;
     else s->live = r->next_live;
     if (r->next_live) r->next_live->prev_live = r->prev_live;
+    r->next_live = r->prev_live = NULL;
     if (r->ready) cudaEventDestroy(r->ready);
     if (r->done) cudaEventDestroy(r->done);
-    free(r);
+    r->ready = r->done = NULL;
+    if (!r->sreq) free(r);
 }
 
 /* Enqueue r's NCCL call on the comm stream (inside the caller's ncclGroup, if any). */
@@ -370,13 +406,18 @@ static ncclResult_t req_enqueue(NcComm *s, NcReq *r) {
 /* Issue the n requests of list (linked by next_q) as one NCCL group and record their
  * completion events. */
 static int issue(NcComm *s, NcReq *list) {
+    cudaError_t ce;
+    if (s->stall && (ce = cudaLaunchHostFunc(s->stream, stall_fn, NULL)) != cudaSuccess) {
+        nc_fail(s, "cudaLaunchHostFunc (PPTRAIN_NCCL_TEST_STALL)%s: %s", s->name, cudaGetErrorString(ce));
+        return nc_break(s);
+    }
     ncclResult_t r = nccl.GroupStart();
     for (NcReq *q = list; q && r == ncclSuccess; q = q->next_q) r = req_enqueue(s, q);
     ncclResult_t e = nccl.GroupEnd();
     if (r == ncclSuccess) r = e;
     if (nc_settle(s, s->nc, r, "ncclSend/ncclRecv") != PP_OK) return PP_ERUNTIME;
     for (NcReq *q = list; q; q = q->next_q) {
-        cudaError_t ce = cudaEventRecord(q->done, s->stream);
+        ce = cudaEventRecord(q->done, s->stream);
         if (ce != cudaSuccess) {
             nc_fail(s, "cudaEventRecord after an NCCL transfer%s: %s", s->name, cudaGetErrorString(ce));
             return nc_break(s);
@@ -400,7 +441,7 @@ static int post_device(NcComm *s, NcReq *r) {
         queue_push(&s->grp, &s->grp_tail, r);
         return PP_OK;
     }
-    if (r->peer != s->base.rank || s->self_unpaired) {
+    if (r->peer != s->base.rank) {
         r->next_q = NULL;
         return issue(s, r);
     }
@@ -560,7 +601,7 @@ static int nc_wait(Comm *c, CommReq *req) {
     NcComm *s = nc_of(c);
     NcReq *r = (NcReq *)req;
     int st = req_progress(s, r, 0);
-    req_free(s, r); /* a socket request it left unfinished ends with the socket Comm */
+    req_free(s, r);
     return st == 0 ? PP_OK : PP_ERUNTIME;
 }
 
@@ -789,13 +830,10 @@ static const CommOps *nc_ops_table(void) {
 static void nc_destroy(Comm *c) {
     NcComm *s = nc_of(c);
     int pending = s->grp || s->self_s || s->self_r;
-    while (s->live) {
+    stall_open(s);
+    while (s->live) { /* one whose socket request is unfinished stays allocated (req_free) */
         NcReq *r = s->live;
         pending |= r->issued && cudaEventQuery(r->done) != cudaSuccess;
-        if (r->sreq && !s->own_sock) { /* the borrowed socket Comm may still write its header: leave it be */
-            s->live = r->next_live;
-            continue;
-        }
         req_free(s, r);
     }
     if (s->nc && !pending && !s->broken) {
@@ -832,8 +870,8 @@ static NcComm *nc_new(Comm *sock, int own_sock, const PPNcclHost *host, CudaCtx 
     s->own_sock = own_sock;
     s->host = *host;
     s->cx = cx;
-    const char *hook = getenv("PPTRAIN_NCCL_SELF_UNPAIRED");
-    s->self_unpaired = hook && !strcmp(hook, "1");
+    const char *hook = getenv("PPTRAIN_NCCL_TEST_STALL");
+    s->stall = hook && !strcmp(hook, "1");
     s->jranks = (int *)calloc((size_t)sock->world, sizeof(int));
     return s;
 }
@@ -869,8 +907,10 @@ static int nc_split(Comm *c, int color, int key, Comm **out) {
     }
     cfg.blocking = 0;
     ncclResult_t r = nccl.CommSplit(s->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &cfg);
-    /* the child's state says when it is ready (the parent's, for a rank left out) */
-    if (nc_settle_for(s, child ? child : s->nc, r, "ncclCommSplit", setup_patience(s))) { /* the parent is aborted too */
+    /* a non-blocking split is polled on the parent (NCCL's docs, usage/communicators.rst:
+     * "nonblocking communicator split"): NCCL sets child only when the split is complete,
+     * from its own thread, before the parent's state leaves ncclInProgress */
+    if (nc_settle_for(s, s->nc, r, "ncclCommSplit", setup_patience(s))) { /* aborted; child, if set, after it */
         if (child) nccl.CommAbort(child);
         if (sg) sg->ops->destroy(sg);
         return PP_ERUNTIME;
