@@ -125,7 +125,8 @@ static int peer_state_body(Comm *c, void *arg) {
     if (c->rank == 1) _exit(0); /* without a goodbye: a crash as rank 0 sees it */
     for (int i = 0; i < 500 && c->ops->peer_state(c, 1, 60.0, why, sizeof why) != 1; i++) sleep_s(0.01);
     CHILD_CHECK(c->ops->peer_state(c, 1, 60.0, why, sizeof why) == 1);
-    CHILD_CHECK(strstr(why, "rank 1 closed the connection"));
+    /* an orderly close, or a reset when rank 1 died with bytes unread (a timing matter) */
+    CHILD_CHECK(strstr(why, "rank 1 closed the connection") || strstr(why, "the connection was reset"));
     return 0;
 }
 
