@@ -33,6 +33,7 @@
 
 extern "C" {
 #include "backend.h"
+#include "relerr.h"
 }
 
 SimDim sim_block, sim_grid;
@@ -170,22 +171,7 @@ static void guards_intact(const float *x, size_t n, const char *what) {
 }
 
 static uint64_t rng = 99;
-static float urand(void) { /* splitmix64 -> [-1, 1) */
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (float)(((z ^ (z >> 31)) >> 11) * 0x1.0p-53 * 2 - 1);
-}
-
-static double rel_l2(const float *got, const float *want, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)got[i] - want[i];
-        num += d * d, den += (double)want[i] * want[i];
-    }
-    double r = den > 0 ? sqrt(num / den) : sqrt(num);
-    return r == r ? r : INFINITY; /* NaN (an element not written, or an unstaged read) fails */
-}
+static float urand(void) { return splitmix_unit(&rng); }
 
 template <int HSP> static int check(int B, int T, int NH, int hs) {
     const Backend *cpu = backend_cpu();

@@ -30,6 +30,7 @@
 
 #include "backend.h"
 #include "checkrun.h"
+#include "relerr.h"
 
 /* the kernels' constants (cuda/flash_attn.cu) */
 #define FA_BR 64
@@ -190,21 +191,7 @@ static void emul_backward(float *dqkv, const float *dout, const float *qkv, cons
 /* ---- the comparison ---------------------------------------------------------------------- */
 
 static uint64_t rng = 12345;
-static float urand(void) { /* splitmix64 -> [-1, 1) */
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (float)(((z ^ (z >> 31)) >> 11) * 0x1.0p-53 * 2 - 1);
-}
-
-static double rel_l2(const float *got, const float *want, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)got[i] - want[i];
-        num += d * d, den += (double)want[i] * want[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
+static float urand(void) { return splitmix_unit(&rng); }
 
 typedef struct {
     double out, dqkv, lse; /* relative L2 of out and dqkv; max abs error of the lse */
