@@ -25,7 +25,8 @@
 
 static const char *usage =
     "usage: pptrain --config FILE [--set key=value ...] [--trace] [--print-config]\n"
-    "       pptrain schedule --config FILE [--set key=value ...] [--text] [--json] [--svg FILE] [--costs F,B,X]\n"
+    "       pptrain schedule --config FILE [--set key=value ...] [--text] [--json] [--svg FILE] [--costs ...] [--plan ...]\n"
+    "                        (pptrain schedule --help: the costs, the link model and the planner)\n"
     "       pptrain --config FILE --resume [CHECKPOINT]   (default: output.dir/checkpoints/latest)\n"
     "       pptrain --config FILE --resume-if-present     (resume from latest if there is one, else start)\n"
     "       pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]\n"
@@ -395,6 +396,10 @@ int main(int argc, char **argv) {
         return argc < 2 ? PP_EUSAGE : PP_OK;
     }
     int sub = !strcmp(argv[1], "schedule");
+    if (sub && argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+        sched_cmd_usage(stdout);
+        return PP_OK;
+    }
     Cli cli = {0};
     int rc = cli_parse(&cli, argc - 1 - sub, argv + 1 + sub);
     if (rc == PP_OK) rc = dispatch(&cli, sub);

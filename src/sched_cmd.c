@@ -25,9 +25,8 @@ typedef struct {
     int nlinks;             /* --link flags given */
 } SchedCmdOpts;
 
-static int usage(const char *why) {
-    if (why) pp_error("%s", why);
-    fprintf(stderr,
+void sched_cmd_usage(FILE *f) {
+    fprintf(f,
             "usage: pptrain schedule --config FILE [--set key=value ...] [--text | --json]\n"
             "                        [--svg FILE] [--costs F,B[,X] | --costs F=f,B=b,W=w[,X=x]]\n"
             "                        [--measure | --costs-from TRACE | --layer-costs F,B[,EF,EB,HF,HB]]\n"
@@ -56,6 +55,11 @@ static int usage(const char *why) {
             "  --act-bytes N   bytes per transferred element: 4 (fp32, what pptrain sends) or 2\n"
             "  --plan          predict step time, bubble, efficiency, tokens/s and memory per\n"
             "                  rank for every P, schedule and M instead (docs/schedules.md)\n");
+}
+
+static int usage(const char *why) {
+    if (why) pp_error("%s", why);
+    sched_cmd_usage(stderr);
     return PP_EUSAGE;
 }
 

@@ -3,6 +3,8 @@
 #ifndef PP_SCHED_CMD_H
 #define PP_SCHED_CMD_H
 
+#include <stdio.h>
+
 #include "config.h"
 
 /* Run the schedule subcommand. cfg is the finalized config (pipeline.stages,
@@ -25,5 +27,8 @@
  * Returns an exit code: 0 done; 1 simulation or I/O failure; 2 bad usage (with a
  * usage message on stderr) or an impossible schedule/config combination. */
 int sched_cmd_main(const Config *cfg, int argc, char **argv);
+
+/* The subcommand's options, one per line with what each does (--help). */
+void sched_cmd_usage(FILE *f);
 
 #endif

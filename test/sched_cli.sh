@@ -118,6 +118,9 @@ rc=0
 "$PPTRAIN" schedule --config "$CONFIG" --bogus >"$tmp/out.txt" 2>&1 || rc=$?
 [ "$rc" = 2 ] || fail "an unknown option exited $rc, want 2"
 has "$tmp/out.txt" "usage: pptrain schedule"
+"$PPTRAIN" schedule --help >"$tmp/out.txt" || fail "schedule --help exited $?"  # needs no config
+has "$tmp/out.txt" "--plan"
+has "$tmp/out.txt" "--link"
 rc=0
 "$PPTRAIN" schedule --config "$CONFIG" --set pipeline.virtual_stages=2 >"$tmp/out.txt" 2>&1 || rc=$?
 [ "$rc" = 2 ] || fail "1f1b with 2 chunks per rank exited $rc, want 2"
