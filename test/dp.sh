@@ -118,7 +118,7 @@ expect2 batch-split 3 "train.batch_size 8 is not a multiple of 3 replicas" --set
 
 # SIGKILL of a replica rank (rank 1: pipeline rank 0 of replica 1) mid-run: every other
 # rank exits 1 within the timeout, naming rank 1.
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source "$(dirname "$0")/lib/ranks.sh" # free_port
 port=$(free_port)
 pids=()
 for r in 0 1 2 3; do

@@ -90,14 +90,8 @@ done
 grep -q 'tied embeddings: the copies on ranks 0 and 1 are bitwise identical' "$tmp/1f1b-P2.out" &&
   ok "tied embeddings (the NCCL all-reduce) identical on ranks 0 and 1" || bad "tied embedding check missing on 2 ranks"
 
-# start 2 ranks by hand (no launcher), so the test knows every PID
-start_rank() { # rank world port args...
-  local r=$1 P=$2 port=$3; shift 3
-  RANK=$r WORLD_SIZE=$P LOCAL_RANK=$r LOCAL_WORLD_SIZE=$P MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-    "$PPTRAIN" "$@" >"$tmp/r$r.out" 2>&1 &
-  pids+=($!)
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# start ranks by hand (no launcher), so the test knows every PID: start_rank, free_port
+source "$(dirname "$0")/lib/ranks.sh"
 # lose_rank1 SIGNAL TIMEOUT: two ranks train over NCCL; once rank 0 logged a step, rank
 # 1 gets SIGNAL; sets rc (rank 0's exit code) and dt (seconds rank 0 took to exit)
 lose_rank1() {

@@ -129,14 +129,8 @@ halves=$(sed -n 's/.*| params \([0-9]*\) (.*/\1/p' "$tmp/1f1b-P2-M4.out" | pytho
 wte=$((256 * 32))  # the tied embedding is held by both the first and the last rank
 if [ "$halves" -eq $((total + wte)) ]; then ok "ranks hold only their own parameters ($halves = $total + wte)"; else bad "params per rank $halves vs total $total + $wte"; fi
 
-# start P ranks by hand (no launcher), so the test knows every PID; env RANK etc.
-start_rank() { # rank world port args...
-  local r=$1 P=$2 port=$3; shift 3
-  RANK=$r WORLD_SIZE=$P LOCAL_RANK=$r LOCAL_WORLD_SIZE=$P MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-    "$PPTRAIN" "$@" >"$tmp/r$r.out" 2>&1 &
-  pids+=($!)
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# start ranks by hand (no launcher), so the test knows every PID: start_rank, free_port
+source "$(dirname "$0")/lib/ranks.sh"
 
 # lose_rank1 SIGNAL TIMEOUT: two ranks train; 2 s in, rank 1 gets SIGNAL; sets rc
 # (rank 0's exit code) and dt (seconds rank 0 took to notice).
