@@ -130,6 +130,20 @@ static __device__ __forceinline__ void mma_from_acc(float d[NB][4], const float 
     }
 }
 
+/* Row half hf of a warp's [16 x 8*NO] fp32 accumulator acc (C-fragment layout, [Note: mma
+ * fragments]) times `scale`, to y[0..hs) (the columns of this thread's row that exist). */
+template <int NO>
+static __device__ __forceinline__ void store_row(float *y, const float acc[NO][4], int hf, int t, int hs,
+                                                 float scale) {
+#pragma unroll
+    for (int i = 0; i < NO; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int col = i * 8 + 2 * t + e;
+            if (col < hs) y[col] = acc[i][2 * hf + e] * scale;
+        }
+}
+
 /* Stage rows r0..r0+R-1 of one head's q, k or v (src points at row 0, channel h*hs of
  * it; row stride ld) as bf16: row-major into x[R][LD] and/or transposed into xt[HSP][LDT]
  * (either may be NULL), zero past T and past hs. */
@@ -220,14 +234,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_fwd(float *out, float *lse, 
         int row = q0 + wr + g + 8 * hf;
         if (row >= T) continue;
         float inv = 1.0f / L;
-        float *y = out + ((size_t)b * T + row) * C + (size_t)h * hs;
-#pragma unroll
-        for (int i = 0; i < NO; i++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int col = i * 8 + 2 * t + e;
-                if (col < hs) y[col] = o[i][2 * hf + e] * inv;
-            }
+        store_row<NO>(out + ((size_t)b * T + row) * C + (size_t)h * hs, o, hf, t, hs, inv);
         if (t == 0) lse[((size_t)b * NH + h) * T + row] = (m[hf] + log2f(L)) * FA_LN2;
     }
 }
@@ -317,14 +324,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, float *D
     for (int hf = 0; hf < 2; hf++) {
         int row = q0 + wr + g + 8 * hf;
         if (row >= T) continue;
-        float *y = dqkv + ((size_t)b * T + row) * ld + (size_t)h * hs;
-#pragma unroll
-        for (int i = 0; i < NO; i++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int col = i * 8 + 2 * t + e;
-                if (col < hs) y[col] = dq[i][2 * hf + e] * scale;
-            }
+        store_row<NO>(dqkv + ((size_t)b * T + row) * ld + (size_t)h * hs, dq, hf, t, hs, scale);
         if (t == 0) Dout[bh * T + row] = D[hf];
     }
 }
