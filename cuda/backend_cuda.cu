@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h> /* _exit */
 
 #include "cuda_internal.cuh"
 
@@ -20,7 +21,8 @@ void pp_cuda_die(const CudaCtx *c, const char *file, int line, const char *call,
     if (c && c->rank >= 0) fprintf(stderr, "[rank %d] ", c->rank);
     fprintf(stderr, "%s:%d: CUDA error on cuda:%d: %s failed: %s: %s\n", file, line, c ? c->device : -1, call, name,
             msg);
-    exit(1);
+    fflush(stderr);
+    _exit(1); /* not exit: [Note: CUDA checks] */
 }
 
 static void die_msg(const CudaCtx *c, const char *file, int line, const char *what) {
@@ -63,7 +65,8 @@ static void *cu_alloc(const Backend *be, size_t bytes) {
         fprintf(stderr, "out of GPU memory on cuda:%d allocating %.1f MB (%.1f MB free of %.1f MB, %.1f MB held by "
                 "this rank): lower train.batch_size, raise pipeline.microbatches or pipeline.stages\n",
                 c->device, bytes / 1e6, fr / 1e6, tot / 1e6, c->allocated / 1e6);
-        exit(1);
+        fflush(stderr);
+        _exit(1); /* not exit: [Note: CUDA checks] */
     }
     if (c->nallocs == c->cap_allocs) {
         c->cap_allocs = c->cap_allocs ? 2 * c->cap_allocs : 256;

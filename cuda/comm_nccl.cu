@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h> /* _exit */
 #include <time.h>
 
 #include "cuda_internal.cuh"
@@ -359,7 +360,8 @@ static NcReq *req_new(NcComm *s, int type, int peer, const CommTag *tag, void *b
     NcReq *r = (NcReq *)calloc(1, sizeof *r);
     if (!r) {
         fprintf(stderr, "comm_nccl: out of host memory\n");
-        exit(1);
+        fflush(stdout);
+        _exit(1); /* [Note: CUDA checks]: no static destructors after an error */
     }
     r->type = type;
     r->peer = peer;
@@ -593,7 +595,12 @@ static int req_progress(NcComm *s, NcReq *r, int once) {
         }
         if (!d) return 4;
     }
-    cudaStreamWaitEvent(s->cx->stream, r->done, 0); /* the compute stream's next work after it */
+    cudaError_t e = cudaStreamWaitEvent(s->cx->stream, r->done, 0); /* the compute stream's next work after it */
+    if (e != cudaSuccess) {
+        nc_fail(s, "cudaStreamWaitEvent after a transfer with rank %d%s: %s", s->jranks[r->peer], s->name,
+                cudaGetErrorString(e));
+        return nc_break(s), 3;
+    }
     return 0;
 }
 
@@ -663,8 +670,8 @@ static int coll_end(NcComm *s, int op, unsigned seq, size_t bytes) {
     st = nc_poll(s, s->ev, s->nc, -1, now_s() + s->base.timeout_s + (double)bytes / DIST_MIN_RATE, 0, &who, why,
                  sizeof why);
     if (st == 0) {
-        cudaStreamWaitEvent(s->cx->stream, s->ev, 0);
-        return PP_OK;
+        if ((e = cudaStreamWaitEvent(s->cx->stream, s->ev, 0)) == cudaSuccess) return PP_OK;
+        return nc_fail(s, "%s%s: cudaStreamWaitEvent: %s", coll_names[op], s->name, cudaGetErrorString(e)), nc_break(s);
     }
     if (st == 1)
         nc_fail(s, "lost connection to rank %d in %s #%u%s: %s — did it crash? see its log", s->jranks[who],
@@ -683,11 +690,13 @@ static int coll_end(NcComm *s, int op, unsigned seq, size_t bytes) {
 
 static int scratch_for(NcComm *s, size_t floats) {
     if (floats <= s->scratch_floats) return PP_OK;
-    cudaStreamSynchronize(s->stream); /* nothing of ours is pending between collectives */
-    cudaFree(s->scratch);
+    cudaError_t e = cudaStreamSynchronize(s->stream); /* nothing of ours is pending between collectives */
+    if (e == cudaSuccess) e = cudaFree(s->scratch);
+    if (e != cudaSuccess)
+        return nc_fail(s, "freeing the float sums' buffer%s: %s", s->name, cudaGetErrorString(e)), nc_break(s);
     s->scratch = NULL;
     s->scratch_floats = 0;
-    cudaError_t e = cudaMalloc(&s->scratch, floats * sizeof(float));
+    e = cudaMalloc(&s->scratch, floats * sizeof(float));
     if (e != cudaSuccess)
         return nc_fail(s, "cudaMalloc of %.1f MB for the float sums%s: %s", floats * 4 / 1e6, s->name,
                        cudaGetErrorString(e));

@@ -71,7 +71,10 @@ static inline CudaCtx *ctx_of(const Backend *be) { return (CudaCtx *)be->ctx; }
 
 /* [Note: CUDA checks] Every CUDA and cuBLASLt call goes through a check that names the
  * call, the library's message, the rank and the device, then exits 1 (nothing can be
- * recovered on a broken device). After each kernel launch KCHECK reads the last error. */
+ * recovered on a broken device). After each kernel launch KCHECK reads the last error.
+ * The exit is _exit after flushing stdout and stderr: exit() would run the static
+ * destructors of cudart and NCCL's proxy thread on a broken device, and those can hang;
+ * the peers learn of the death from the closed sockets. */
 #define CK(c, call)                                                                                            \
     do {                                                                                                       \
         cudaError_t e_ = (call);                                                                               \

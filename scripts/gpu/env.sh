@@ -1,0 +1,37 @@
+# scripts/gpu/env.sh — sourced THERE (the GPU machine) by first-call, second-call and
+# device-check, from the repository root with .gpu-pack/ carried: points the loader at the
+# pack's libraries (libyaml; the machine has OpenBLAS, zlib, cuBLASLt, NCCL), names the
+# packed binaries (PPTRAIN, GPU_OPS, NCCL_SELF, BENCH_GPU, BENCH_OPS: what test/gpu/run.sh
+# and bench/gpu.sh read), puts the tiny token files at data/tiny, and defines gpu_env FILE,
+# which writes what the machine has (nvidia-smi, nvcc, the libraries each binary resolves)
+# to FILE and prints any library that is missing.
+pack=$PWD/.gpu-pack
+export LD_LIBRARY_PATH="$pack/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# cuBLASLt (540 MB: it cannot travel) is looked for where this build machine has it; a
+# machine that keeps it elsewhere (a pip wheel's nvidia/cublas/lib) gets that folder added
+if ldd "$pack/bin/libpptrain_cuda.so" | grep -q "libcublasLt.* => not found"; then
+  lt=$(timeout 15 find /usr/local /usr/lib /opt -name "libcublasLt.so.13" 2>/dev/null | head -n1)
+  [ -n "$lt" ] && export LD_LIBRARY_PATH="$(dirname "$lt"):$LD_LIBRARY_PATH"
+  echo "env.sh: libcublasLt.so.13 is not in /usr/local/cuda/lib64; using ${lt:-none found}"
+fi
+export PPTRAIN="$pack/bin/pptrain" GPU_OPS="$pack/bin/gpu_ops" NCCL_SELF="$pack/bin/nccl_self" \
+  BENCH_GPU="$pack/bin/bench_gpu" BENCH_OPS="$pack/bin/bench_ops"
+mkdir -p data/tiny && cp "$pack"/data/*.bin data/tiny/
+gpu_env() {
+  {
+    date -u
+    echo "pack built from $(cat "$pack/commit" 2>/dev/null)"
+    nvidia-smi 2>&1 | head -15
+    nvcc --version 2>&1 | tail -2
+    "$PPTRAIN" --version
+    echo "== NCCL (opened by libpptrain_cuda.so on demand): $(ldconfig -p | grep -m1 'libnccl.so.2 ' || ls /usr/local/cuda/lib64/libnccl.so.2* 2>&1 | head -n1)"
+    for b in pptrain libpptrain_cuda.so gpu_ops nccl_self bench_gpu bench_ops; do
+      echo "== ldd $b"
+      ldd "$pack/bin/$b" | grep -v "^\s*linux-vdso"
+    done
+  } >"$1" 2>&1
+  if grep -q "=> not found" "$1"; then
+    echo "env.sh: a library is missing (see $(basename "$1")):"
+    grep "=> not found" "$1" | sort -u
+  fi
+}
