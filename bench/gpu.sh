@@ -8,7 +8,8 @@
 # figures on the same card are in ../shared/GPU.md. Last, the planner on the GPU's own
 # stage costs (bench/plan.sh --gpu): GPT-2 124M / 350M / 1.5B measured on this GPU, the
 # predicted pipeline efficiency of 1f1b and interleaved at P = 2..8, M = 8..32 over NVLink
-# and InfiniBand.
+# and InfiniBand. Every program runs under a timeout (60 s; the plan's 45 s a model), so
+# a hang costs its row, not the device call.
 set -euo pipefail
 build=${1:-build/cpu}
 bench=${BENCH_GPU:-build/cuda/bench_gpu}
@@ -18,14 +19,14 @@ out=$(mktemp -d /tmp/pptrain-gpubench.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 
 echo "== GPU ceilings"
-"$bench" | tee "$out/ceil.txt"
+timeout -k 3 60 "$bench" | tee "$out/ceil.txt"
 gemm=$(sed -n 's/^gemm_bf16_tflops=\([0-9.]*\).*/\1/p' "$out/ceil.txt")
 copy=$(sed -n 's/^d2d_gbps=\([0-9.]*\).*/\1/p' "$out/ceil.txt")
 
 # the per-op table (bench/bench_ops.c): one GPT-2 124M layer, the head and AdamW at B=16,
 # T=1024, each op against the ceiling that bounds it
 echo "== per op, GPT-2 124M, B=16, T=1024, bf16 (fp32 storage): time, rate, % of the GEMM or copy ceiling"
-"${BENCH_OPS:-$build/bench_ops}" --device cuda --precision bf16 --gemm-tflops "$gemm" \
+timeout -k 3 60 "${BENCH_OPS:-$build/bench_ops}" --device cuda --precision bf16 --gemm-tflops "$gemm" \
   --copy-gbps "$copy" || echo "bench_ops failed"
 
 echo "== GPT-2 124M, 1 GPU, T=1024, $steps steps each (the first is not measured)"
@@ -33,7 +34,7 @@ printf "%-5s %4s %9s %10s %10s %8s %10s\n" prec B ms/step tok/s TFLOP/s gemm% GP
 for row in "bf16 16" "bf16 32" "fp32 16"; do
   read -r prec B <<<"$row"
   log="$out/$prec-$B.log"
-  "$pptrain" --config configs/gpt2-124m.yaml --set pipeline.stages=1 --set pipeline.microbatches=1 \
+  timeout -k 3 60 "$pptrain" --config configs/gpt2-124m.yaml --set pipeline.stages=1 --set pipeline.microbatches=1 \
     --set train.batch_size="$B" --set train.steps="$steps" --set data.train=data/tiny/train.bin --set data.val=null \
     --set output.checkpoint_final=false --set output.log_every="$steps" --set runtime.device=cuda \
     --set runtime.precision="$prec" --set output.dir="$out/run-$prec-$B" >"$log" 2>&1 || {

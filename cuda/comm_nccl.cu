@@ -322,12 +322,13 @@ static int nc_poll(NcComm *s, cudaEvent_t ev, ncclComm_t nc, int peer, double de
 
 /* After an NCCL call on a non-blocking communicator: ncclInProgress means "enqueued once
  * ncclCommGetAsyncError says ncclSuccess", waited for at most `patience` s. PP_OK, or
- * the Comm fails (aborted). */
+ * the Comm fails (aborted). ncclSuccess is polled the same way (one look when it is
+ * true): NCCL 2.28's ncclCommSplit returns it while its thread still works (the first
+ * H100 run), and a poll of a settled communicator costs one atomic load. */
 static int nc_settle_for(NcComm *s, ncclComm_t nc, ncclResult_t r, const char *call, double patience) {
     char why[PP_ERR_MAX / 2];
     int who, st;
-    if (r == ncclSuccess) return PP_OK;
-    if (r != ncclInProgress) {
+    if (r != ncclSuccess && r != ncclInProgress) {
         nc_fail(s, "%s failed%s: %s (%s)", call, s->name, nccl.GetErrorString(r), nccl.GetLastError(nc));
         return nc_break(s);
     }
@@ -916,10 +917,26 @@ static int nc_split(Comm *c, int color, int key, Comm **out) {
     }
     cfg.blocking = 0;
     ncclResult_t r = nccl.CommSplit(s->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &cfg);
-    /* a non-blocking split is polled on the parent (NCCL's docs, usage/communicators.rst:
-     * "nonblocking communicator split"): NCCL sets child only when the split is complete,
-     * from its own thread, before the parent's state leaves ncclInProgress */
-    if (nc_settle_for(s, s->nc, r, "ncclCommSplit", setup_patience(s))) { /* aborted; child, if set, after it */
+    /* A non-blocking split is polled on the parent (NCCL's docs, usage/communicators.rst:
+     * "nonblocking communicator split"): NCCL sets child from its own thread when the
+     * split is complete. NCCL 2.28 returns ncclSuccess here, not ncclInProgress, while
+     * that thread still runs (seen on the first H100 run: the child was NULL, and the
+     * next call on the parent was refused as "before the previous operation returned
+     * ncclSuccess"): so the parent is always polled (nc_settle_for), and a member then
+     * waits for its child to appear and for the child's own state to settle. */
+    double patience = setup_patience(s), end = now_s() + patience;
+    int st = nc_settle_for(s, s->nc, r, "ncclCommSplit", patience);
+    if (st == PP_OK && color >= 0) {
+        for (long it = 0; !__atomic_load_n(&child, __ATOMIC_ACQUIRE) && now_s() < end; it++) nap(it);
+        ncclComm_t got = __atomic_load_n(&child, __ATOMIC_ACQUIRE);
+        if (!got) {
+            nc_fail(s, "ncclCommSplit%s: the parent settled but no communicator came back in %g s", s->name, patience);
+            st = nc_break(s);
+        } else {
+            st = nc_settle_for(s, got, ncclInProgress, "ncclCommSplit (the new communicator)", patience);
+        }
+    }
+    if (st != PP_OK) { /* aborted; child, if set, after it */
         if (child) nccl.CommAbort(child);
         if (sg) sg->ops->destroy(sg);
         return PP_ERUNTIME;

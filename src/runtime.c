@@ -414,6 +414,8 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
  * of the global batch ([Note: data parallel] in runtime_dp.c). */
 static void load_batch(Runtime *rt, const DataSet *d, long n) {
     if (rt->chunk_of[0] < 0 && rt->chunk_of[rt->S - 1] < 0) return;
+    const Backend *be = rt->model.be;
+    if (be->device_memory) be->wait(be); /* the last uploads read these (pinned) buffers until done */
     data_batch(d, n, rt->global_batch, rt->T, rt->inputs, rt->targets);
     size_t share = (size_t)rt->local_batch * rt->T, from = (size_t)rt->lay.dp * share;
     if (from) {
@@ -774,8 +776,10 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
         return pp_errf(err, errlen, PP_ERUNTIME, "forming the tied embedding pair: %s", comm_error(comm));
     if ((rc = dp_init(rt, err, errlen))) return rc;
     staging_init(rt);
-    rt->inputs = pp_malloc((size_t)rt->global_batch * rt->T * sizeof(int));
-    rt->targets = pp_malloc((size_t)rt->global_batch * rt->T * sizeof(int));
+    /* pinned on a GPU (host_alloc): the tokens and targets upload asynchronously */
+    size_t tb = (size_t)rt->global_batch * rt->T * sizeof(int);
+    rt->inputs = be->host_alloc ? be->host_alloc(be, tb) : pp_malloc(tb);
+    rt->targets = be->host_alloc ? be->host_alloc(be, tb) : pp_malloc(tb);
     return open_data(rt, err, errlen);
 }
 
@@ -789,12 +793,14 @@ void runtime_free(Runtime *rt) {
     comm_destroy(rt->tied); /* safe after its parent's (main.c destroys that first) */
     if (rt->own_comm) comm_destroy(rt->comm); /* the NCCL Comm: before the buffers it may still write */
     model_free(&rt->model);
+    if (be) host_free(be, rt->inputs), host_free(be, rt->targets);
+    else free(rt->inputs), free(rt->targets);
     backend_release(be);
     sched_free(&rt->sched);
     sched_free(&rt->fwd);
     data_close(&rt->train);
     data_close(&rt->val);
-    free(rt->inputs), free(rt->targets), free(rt->loss_host), free(rt->sumsq_host);
+    free(rt->loss_host), free(rt->sumsq_host);
     memset(rt, 0, sizeof *rt);
 }
 

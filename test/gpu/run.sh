@@ -18,7 +18,17 @@
 #   9. test/pipeline-nccl.sh: the NCCL pipeline between GPUs (skips below 2 GPUs).
 # PPTRAIN, GPU_OPS and NCCL_SELF name the binaries (the Makefile sets them). Results: stdout, and
 # gpu_ops' whole output in $GPU_OPS_LOG when that is set.
+# Time: the whole suite has GPU_TEST_BUDGET_S seconds (default 280; on an H100 it takes
+# about 90); every run's own timeout is cut to what is left of it, and a check with
+# under 5 s left is not run but counted as failed, naming itself: a hang costs one
+# check, never the device call that runs the suite.
 set -u
+deadline=$((SECONDS + ${GPU_TEST_BUDGET_S:-280}))
+cap() { # the timeout for a step that wants $1 s: what is left of the budget at most
+  local left=$((deadline - SECONDS))
+  left=$((left < 1 ? 1 : left)) # never 0: timeout 0 would mean no limit
+  echo $(($1 < left ? $1 : left))
+}
 PPTRAIN=${PPTRAIN:-./pptrain}
 GPU_OPS=${GPU_OPS:-build/cpu/test/gpu_ops}
 NCCL_SELF=${NCCL_SELF:-build/cpu/test/nccl_self}
@@ -37,9 +47,11 @@ trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+# budget NAME: true while at least 5 s of the suite's budget are left; else a failure
+budget() { [ $((deadline - SECONDS)) -ge 5 ] || { bad "$1: not run, the suite's ${GPU_TEST_BUDGET_S:-280} s are spent"; return 1; }; }
 
 # 1. the ops
-timeout 240 "$GPU_OPS" >"$tmp/ops.out" 2>&1
+timeout -k 3 "$(cap 90)" "$GPU_OPS" >"$tmp/ops.out" 2>&1
 rc=$?
 [ -n "${GPU_OPS_LOG:-}" ] && cp "$tmp/ops.out" "$GPU_OPS_LOG" # every check's error (scripts/gpu/device-check)
 grep -E "^FAIL|^gpu_ops" "$tmp/ops.out"
@@ -50,12 +62,12 @@ else # a CUDA error ends gpu_ops with one line naming the call: show where it st
   tail -n 8 "$tmp/ops.out" | sed 's/^/   /'
 fi
 
-run_s=90 # a gpt-tiny run takes seconds: one that hangs (exit 124) must not eat the device call
+run_s=30 # a gpt-tiny run takes a few seconds: one that hangs (exit 124) must not eat the device call
 
 # 7. the NCCL transport on a 1-rank communicator (run early: it takes seconds, and the
 #    GPU session's minutes are few): every line it prints is shown (each names its
 #    check; a FAIL says what it got)
-timeout -k 5 150 "$NCCL_SELF" >"$tmp/nccl_self.out" 2>&1
+timeout -k 5 "$(cap 45)" "$NCCL_SELF" >"$tmp/nccl_self.out" 2>&1
 rc=$?
 sed 's/^/   /' "$tmp/nccl_self.out"
 if [ $rc -eq 0 ]; then ok "nccl_self: $(tail -n1 "$tmp/nccl_self.out")"
@@ -66,7 +78,8 @@ else bad "nccl_self exited $rc ($(grep -c '^FAIL' "$tmp/nccl_self.out") checks f
 #    device: both ranks open it)
 one=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | head -n1)
 sel() { # name, transport, expected rc
-  CUDA_VISIBLE_DEVICES=${one:-0} timeout $run_s scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config configs/gpt-tiny.yaml \
+  budget "runtime.transport $2" || return 1
+  CUDA_VISIBLE_DEVICES=${one:-0} timeout -k 3 "$(cap $run_s)" scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config configs/gpt-tiny.yaml \
     --set pipeline.stages=2 --set train.steps=3 --set data.val=null --set runtime.device=cuda --set runtime.precision=fp32 \
     --set runtime.transport="$2" --set output.dir="$tmp/$1" >"$tmp/$1.out" 2>&1
   local rc=$?
@@ -85,7 +98,8 @@ tiny=(--config configs/gpt-tiny.yaml --set pipeline.stages=1 --set data.val=null
 train() { # name, args...: run, keep the loss column and the exported final weights
   local name=$1
   shift
-  timeout $run_s "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" "$@" >"$tmp/$name.out" 2>&1
+  budget "$name" || return 1
+  timeout -k 3 "$(cap $run_s)" "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" "$@" >"$tmp/$name.out" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then bad "$name exited $rc: $(tail -n 5 "$tmp/$name.out")"; return 1; fi
   tail -n +2 "$tmp/$name/losses.csv" | cut -d, -f1,2 >"$tmp/$name.loss"
@@ -137,7 +151,8 @@ train bf16b --set train.steps=60 --set runtime.device=cuda --set runtime.precisi
 resume() { # name, checkpoint run, reference, device args...
   local name=$1 from=$2 ref=$3
   shift 3
-  timeout $run_s "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" --set train.steps=20 "$@" \
+  budget "$name" || return 1
+  timeout -k 3 "$(cap $run_s)" "$PPTRAIN" "${tiny[@]}" --set output.dir="$tmp/$name" --set train.steps=20 "$@" \
     --resume "$tmp/$from/checkpoints/step_0000010" >"$tmp/$name.out" 2>&1 ||
     { bad "$name: the resume exited $?: $(tail -n 3 "$tmp/$name.out")"; return 1; }
   tail -n +2 "$tmp/$name/losses.csv" | cut -d, -f1,2 >"$tmp/$name.loss"
@@ -153,7 +168,8 @@ train c20ck --set train.steps=20 --set output.checkpoint_every=10 --set runtime.
 # 6. 2 ranks on one GPU: activations through pinned host staging and the socket transport
 two() { # name, schedule, more args...
   local name=$1
-  timeout $run_s scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config configs/gpt-tiny.yaml --set pipeline.stages=2 \
+  budget "$name" || return 1
+  timeout -k 3 "$(cap $run_s)" scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config configs/gpt-tiny.yaml --set pipeline.stages=2 \
     --set pipeline.schedule="$2" --set train.steps=20 --set data.val=null --set output.log_every=1 \
     --set runtime.device=cuda --set runtime.precision=fp32 --set output.dir="$tmp/$name" "${@:3}" >"$tmp/$name.out" 2>&1 ||
     { bad "$name exited $?: $(tail -n 5 "$tmp/$name.out")"; return 1; }
@@ -180,12 +196,14 @@ two p2-gpipe gpipe && two p2-1f1b 1f1b && {
 }
 
 # 9. the NCCL pipeline between GPUs (needs 2; it says so and skips with 77 below that)
-timeout -k 5 300 bash test/pipeline-nccl.sh >"$tmp/pnccl.out" 2>&1
-rc=$?
-sed 's/^/   /' "$tmp/pnccl.out" | tail -n 40
-if [ $rc -eq 0 ]; then ok "pipeline-nccl.sh: $(tail -n1 "$tmp/pnccl.out")"
-elif [ $rc -eq 77 ]; then grep -m1 '^skip' "$tmp/pnccl.out"
-else bad "pipeline-nccl.sh exited $rc"; fi
+if budget "pipeline-nccl.sh"; then
+  timeout -k 5 "$(cap 120)" bash test/pipeline-nccl.sh >"$tmp/pnccl.out" 2>&1
+  rc=$?
+  sed 's/^/   /' "$tmp/pnccl.out" | tail -n 40
+  if [ $rc -eq 0 ]; then ok "pipeline-nccl.sh: $(tail -n1 "$tmp/pnccl.out")"
+  elif [ $rc -eq 77 ]; then grep -m1 '^skip' "$tmp/pnccl.out"
+  else bad "pipeline-nccl.sh exited $rc"; fi
+fi
 
 echo "make test-gpu: $pass passed, $fail failed"
 [ $fail -eq 0 ]
