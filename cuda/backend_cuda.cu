@@ -672,7 +672,11 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         grow(c, &c->partials, ((N + 255) / 256) * 4 * C * sizeof(float));
         grow(c, &c->enc, 2 * N * sizeof(int));
         if (NH && T && !att_flash) grow(c, &c->att, NH * T * T * sizeof(float));
-        if (NH && T && att_flash) grow(c, &c->flashD, N / T * NH * T * sizeof(float)); /* B*NH*T */
+        if (NH && T && att_flash) { /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
+            grow(c, &c->flashD, N / T * NH * T * sizeof(float));
+            grow(c, &c->castA, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)(C / NH), 3));
+            grow(c, &c->castB, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)(C / NH), 1));
+        }
         if (precision == PP_PREC_BF16) {
             size_t wb = Vp * C > 4 * C * C ? Vp * C : 4 * C * C;
             grow(c, &c->castA, (N * 4 * C > head ? N * 4 * C : head) * sizeof(__nv_bfloat16));

@@ -51,7 +51,7 @@ struct CudaCtx {
     cudaEvent_t landed;       /* recorded on side after the last snapshot copy */
     cublasLtHandle_t lt;
     Grow lt_ws;               /* cuBLASLt workspace */
-    Grow castA, castB;        /* bf16 copies of a matmul's operands (precision bf16) */
+    Grow castA, castB;        /* bf16 copies of a matmul's or flash attention's operands */
     Grow partials;            /* column partial sums (bias and LayerNorm weight grads) */
     Grow sums;                /* double partials of sum / sumsq */
     Grow enc;                 /* encoder backward: next row with the same token, and flags */
@@ -139,6 +139,8 @@ void k_to_bf16(CudaCtx *c, __nv_bfloat16 *dst, const float *src, size_t n);
 /* The template head size that runs head size hs (hs padded with zeros up to it), or 0
  * when hs is over 128 (the materialised attention runs those). */
 int flash_head_pad(int hs);
+/* Bytes of the packed bf16 copy of `parts` blocks of NH heads ([Note: flash tiling]). */
+size_t flash_pack_bytes(int B, int T, int NH, int hs, int parts);
 /* out[B,T,C] and lse[B,NH,T] (natural log-sum-exp of each row's scaled scores). */
 void k_flash_forward(CudaCtx *c, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 /* dqkv[B,T,3C] overwritten; D[B,NH,T] is the kernel pair's own scratch. */

@@ -9,21 +9,27 @@
  * kernels there, each CTA's threads as fibers, mma.sync by the layout below.
  *
  * [Note: flash tiling]
- * The activations are fp32 [B,T,3C] (q, k, v of head h at channels h*hs..); each tile
- * is converted to bf16 (round to nearest even) as it is staged into shared memory,
- * zero-filled past T and past hs up to HSP, the head size padded to a template size
- * (32, 64, 80, 96, 128): zero columns add nothing to a dot product, and the padded
- * output columns are never written. Scores are handled in base 2: s2 = (q.k) * sl2 with
- * sl2 = log2(e)/sqrt(hs), so p = exp2(s2 - m) is the softmax numerator.
+ * The activations are fp32 [B,T,3C] (q, k, v of head h at channels h*hs..). A pack kernel
+ * first writes them as bf16 (round to nearest even) in a head-major layout,
+ * [B][NH][3][T][HSP] (and dO [B,T,C] as [B][NH][T][HSP] for the backward): each head's
+ * rows contiguous, the head size zero-padded to a template size HSP (32, 64, 80, 96,
+ * 128; zero columns add nothing to a dot product, and the padded output columns are
+ * never written). Tiles then move with 16-byte cp.async copies, rows past T zero-filled,
+ * into row-major shared arrays, the next tile's copies in flight while the current one
+ * is computed (two buffers; a barrier after each tile's work guards the reuse). The
+ * operand that an MMA reads transposed (V in P V, K in dS K, dO in P^T dO, Q in
+ * dS^T Q) is read from its row-major tile by ldmatrix .trans; the operands a warp uses
+ * on every tile (its Q rows, or its K and V rows in the dkv kernel) sit in registers.
+ * Scores are handled in base 2: s2 = (q.k) * sl2 with sl2 = log2(e)/sqrt(hs), so
+ * p = exp2(s2 - m) is the softmax numerator.
  *
  * forward: one CTA of 4 warps per (query tile of 64 rows, head, sequence); each warp
  *   owns 16 query rows. Key tiles of 64 (kt = 0..qt: the tiles past the diagonal are
- *   fully masked and never visited) are staged, K row-major and V transposed; then
- *   S = Q K^T (fp32), the running max m and the running sum l per row are updated
- *   (O and l rescaled by exp2(m_old - m_new)), P is rounded to bf16 and O += P V. The
- *   causal mask (key > query) is applied on the diagonal tile only. At the end O / l is
- *   written, and lse = (m + log2 l) * ln 2 (natural log, of the scaled scores) to
- *   lse[B,NH,T]: the backend's saved floats.
+ *   fully masked and never visited); S = Q K^T (fp32), the running max m and the
+ *   running sum l per row are updated (O and l rescaled by exp2(m_old - m_new)), P is
+ *   rounded to bf16 and O += P V. The causal mask (key > query) is applied on the
+ *   diagonal tile only. At the end O / l is written, and lse = (m + log2 l) * ln 2
+ *   (natural log, of the scaled scores) to lse[B,NH,T]: the backend's saved floats.
  * backward, two kernels, each output element written by exactly one thread:
  *   dq kernel, per query tile of 64 (4 warps x 16 rows): sweep 1 over the key tiles
  *     0..qt recomputes S and P = exp2(S*sl2 - lse2) and dP = dO V^T, and sums
@@ -81,6 +87,29 @@ static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4],
 }
 #endif
 
+#ifndef FLASH_HOST_SIM /* the simulator's versions: test/flash_sim.cc */
+static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+/* 16 bytes from global to shared memory, asynchronously; valid = 0 writes 16 zero bytes
+ * (src is then not read, but must be a valid address). Both addresses 16-byte aligned. */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid));
+}
+static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+/* This thread's copies have landed (a barrier then makes every thread's visible). */
+static __device__ __forceinline__ void cp_async_wait_all(void) {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+/* Four 8x8 bf16 matrices read transposed: lane l passes the address of row l % 8 of
+ * matrix l / 8 (16-byte aligned); register i gets matrix i's elements [2t][g], [2t+1][g]
+ * (g = lane / 4, t = lane % 4), the B fragment of a row-major [k][n] array. */
+static __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const __nv_bfloat16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p))
+                 : "memory");
+}
+#endif
+
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (low half) = lo */
     uint32_t u;
@@ -98,35 +127,37 @@ static __device__ __forceinline__ void load_a(uint32_t a[4], const bf16 *x, int 
     a[3] = ld32(x + (r0 + g + 8) * ld + c0 + 2 * t + 8);
 }
 
-/* D[16 x 8*NB] += A[16 x 16*KC] B, A rows r0.. of array a (row-major [m][k]), B from the
- * [n][k] array b (rows n = 0..8*NB-1): each warp one 16-row strip. */
+/* D[16 x 8*NB] += A[16 x 16*KC] B, A in fragment registers (the warp's 16 rows), B from
+ * the [n][k] array b (rows n = 0..8*NB-1, row stride ldb). */
 template <int NB, int KC>
-static __device__ __forceinline__ void mma_strip(float d[NB][4], const bf16 *a, int lda, int r0, const bf16 *b,
-                                                 int ldb, int g, int t) {
+static __device__ __forceinline__ void mma_rows(float d[NB][4], const uint32_t a[KC][4], const bf16 *b, int ldb,
+                                                int g, int t) {
 #pragma unroll
-    for (int kc = 0; kc < KC; kc++) {
-        uint32_t fa[4];
-        load_a(fa, a, lda, r0, kc * 16, g, t);
+    for (int kc = 0; kc < KC; kc++)
 #pragma unroll
         for (int nb = 0; nb < NB; nb++)
-            mma_bf16(d[nb], fa, ld32(b + (nb * 8 + g) * ldb + kc * 16 + 2 * t),
+            mma_bf16(d[nb], a[kc], ld32(b + (nb * 8 + g) * ldb + kc * 16 + 2 * t),
                      ld32(b + (nb * 8 + g) * ldb + kc * 16 + 2 * t + 8));
-    }
 }
 
-/* D[16 x 8*NB] += P[16 x 16*KC] B where P is in C-fragment form (p[2*KC][4]) and B is the
- * [n][k] array b. */
-template <int NB, int KC>
-static __device__ __forceinline__ void mma_from_acc(float d[NB][4], const float p[2 * KC][4], const bf16 *b, int ldb,
-                                                    int g, int t) {
+/* D[16 x 8*NO] += P[16 x 16*KC] X where P is in C-fragment form (p[2*KC][4], rounded to
+ * bf16 here) and X is the row-major [k][n] array x (k = 16*KC rows, row stride ld): the
+ * B fragments by ldmatrix .trans, two 8-column blocks per load. */
+template <int NO, int KC>
+static __device__ __forceinline__ void mma_acc_t(float d[NO][4], const float p[2 * KC][4], const bf16 *x, int ld,
+                                                 int lane) {
+    int lr = (lane & 7) + ((lane >> 3) & 1) * 8, lc = (lane >> 4) * 8; /* this lane's row address */
 #pragma unroll
     for (int kk = 0; kk < KC; kk++) {
         uint32_t fa[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
                           pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]), pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
-        for (int nb = 0; nb < NB; nb++)
-            mma_bf16(d[nb], fa, ld32(b + (nb * 8 + g) * ldb + kk * 16 + 2 * t),
-                     ld32(b + (nb * 8 + g) * ldb + kk * 16 + 2 * t + 8));
+        for (int n2 = 0; n2 < NO / 2; n2++) {
+            uint32_t r[4];
+            ldsm_x4_t(r, x + (kk * 16 + lr) * ld + n2 * 16 + lc);
+            mma_bf16(d[2 * n2], fa, r[0], r[1]);
+            mma_bf16(d[2 * n2 + 1], fa, r[2], r[3]);
+        }
     }
 }
 
@@ -144,55 +175,87 @@ static __device__ __forceinline__ void store_row(float *y, const float acc[NO][4
         }
 }
 
-/* Stage rows r0..r0+R-1 of one head's q, k or v (src points at row 0, channel h*hs of
- * it; row stride ld) as bf16: row-major into x[R][LD] and/or transposed into xt[HSP][LDT]
- * (either may be NULL), zero past T and past hs. */
+/* ---- packing ----------------------------------------------------------------------------- */
+
+/* src fp32 rows [B,T][ld] holding `parts` blocks of NH heads of hs channels (q, k, v: 3;
+ * dO: 1) -> dst bf16 [B][NH][parts][T][HSP], channels hs..HSP-1 zero. A thread per 8
+ * channels (one 16-byte store). */
+template <int HSP>
+__global__ void __launch_bounds__(FA_THREADS) flash_pack(bf16 *dst, const float *src, int B, int T, int NH, int hs,
+                                                         int parts, size_t ld) {
+    constexpr int CH = HSP / 8;
+    size_t total = (size_t)B * NH * parts * T * CH;
+    for (size_t i = (size_t)blockIdx.x * FA_THREADS + threadIdx.x; i < total; i += (size_t)gridDim.x * FA_THREADS) {
+        int c = (int)(i % CH);
+        size_t row = i / CH; /* ((b * NH + h) * parts + p) * T + tt */
+        int tt = (int)(row % T), p = (int)(row / T % parts), h = (int)(row / T / parts % NH);
+        int b = (int)(row / T / parts / NH);
+        const float *x = src + ((size_t)b * T + tt) * ld + ((size_t)p * NH + h) * hs;
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int d = c * 8 + 2 * j;
+            w[j] = pack_bf16(d < hs ? x[d] : 0.0f, d + 1 < hs ? x[d + 1] : 0.0f);
+        }
+        uint4 v = {w[0], w[1], w[2], w[3]};
+        *reinterpret_cast<uint4 *>(dst + row * HSP + c * 8) = v;
+    }
+}
+
+/* Copy rows r0..r0+R-1 of a packed [T][HSP] matrix into x[R][LD] with cp.async (issued,
+ * not waited for); rows past T zero. */
 template <int R, int HSP>
-static __device__ __forceinline__ void stage(bf16 *x, int LD, bf16 *xt, int LDT, const float *src, size_t ld, int r0,
-                                             int T, int hs) {
-    for (int i = threadIdx.x; i < R * HSP; i += FA_THREADS) {
-        int r = i / HSP, d = i % HSP; /* consecutive threads: consecutive channels */
-        float v = r0 + r < T && d < hs ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
-        bf16 b = __float2bfloat16_rn(v);
-        if (x) x[r * LD + d] = b;
-        if (xt) xt[d * LDT + r] = b;
+static __device__ __forceinline__ void stage(bf16 *x, int LD, const bf16 *src, int r0, int T) {
+    constexpr int CH = HSP / 8;
+    for (int i = threadIdx.x; i < R * CH; i += FA_THREADS) {
+        int r = i / CH, c = i % CH;
+        bool in = r0 + r < T;
+        cp_async16(x + r * LD + c * 8, src + (size_t)(in ? r0 + r : 0) * HSP + c * 8, in ? 16 : 0);
     }
 }
 
 /* ---- forward --------------------------------------------------------------------------- */
 
 template <int HSP> struct FwdSmem {
-    static constexpr int LD = HSP + 8, LDT = FA_BC + 8;
-    static constexpr size_t bytes = (size_t)(FA_BR * LD + FA_BC * LD + HSP * LDT) * sizeof(bf16);
+    static constexpr int LD = HSP + 8;
+    static constexpr size_t bytes = (size_t)(FA_BR * LD + 4 * FA_BC * LD) * sizeof(bf16); /* Q, 2 x (K, V) */
 };
 
 template <int HSP>
-__global__ void __launch_bounds__(FA_THREADS) flash_fwd(float *out, float *lse, const float *qkv, int T, int C,
+__global__ void __launch_bounds__(FA_THREADS) flash_fwd(float *out, float *lse, const bf16 *qh, int T, int C,
                                                         int NH, int hs, float sl2) {
-    constexpr int LD = FwdSmem<HSP>::LD, LDT = FwdSmem<HSP>::LDT, KC = HSP / 16, NO = HSP / 8, NS = FA_BC / 8;
+    constexpr int LD = FwdSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8, NS = FA_BC / 8, KV = FA_BC * LD;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *sQ = (bf16 *)smem, *sK = sQ + FA_BR * LD, *sVt = sK + FA_BC * LD;
+    bf16 *sQ = (bf16 *)smem, *sK = sQ + FA_BR * LD, *sV = sK + 2 * KV; /* sK, sV: two buffers each */
     int qt = gridDim.x - 1 - blockIdx.x; /* the longest rows (most key tiles) start first */
     int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    size_t ld = 3 * (size_t)C;
-    const float *q = qkv + (size_t)b * T * ld + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+    const bf16 *q = qh + ((size_t)b * NH + h) * 3 * T * HSP, *k = q + (size_t)T * HSP, *v = k + (size_t)T * HSP;
     int q0 = qt * FA_BR, wr = warp * 16; /* the warp's rows in the tile */
 
-    stage<FA_BR, HSP>(sQ, LD, NULL, 0, q, ld, q0, T, hs);
+    stage<FA_BR, HSP>(sQ, LD, q, q0, T);
+    stage<FA_BC, HSP>(sK, LD, k, 0, T);
+    stage<FA_BC, HSP>(sV, LD, v, 0, T);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    uint32_t qf[KC][4];
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) load_a(qf[kc], sQ, LD, wr, kc * 16, g, t);
     float o[NO][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < NO; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 
     for (int kt = 0; kt <= qt; kt++) {
-        int k0 = kt * FA_BC;
-        __syncthreads(); /* the previous tile's K, V reads are done (and Q is staged) */
-        stage<FA_BC, HSP>(sK, LD, NULL, 0, k, ld, k0, T, hs);
-        stage<FA_BC, HSP>(NULL, 0, sVt, LDT, v, ld, k0, T, hs);
-        __syncthreads();
+        const bf16 *K = sK + (kt & 1) * KV, *V = sV + (kt & 1) * KV;
+        if (kt < qt) { /* the next tile's copies fly while this one is computed */
+            stage<FA_BC, HSP>(sK + ((kt + 1) & 1) * KV, LD, k, (kt + 1) * FA_BC, T);
+            stage<FA_BC, HSP>(sV + ((kt + 1) & 1) * KV, LD, v, (kt + 1) * FA_BC, T);
+        }
+        cp_async_commit();
         float s[NS][4];
 #pragma unroll
         for (int i = 0; i < NS; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-        mma_strip<NS, KC>(s, sQ, LD, wr, sK, LD, g, t);
+        mma_rows<NS, KC>(s, qf, K, LD, g, t);
         bool diag = kt == qt; /* q0 == k0: key column j is masked for tile row r when j > r */
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) { /* hf 0: row wr+g (c0, c1); hf 1: row wr+g+8 (c2, c3) */
@@ -224,7 +287,9 @@ __global__ void __launch_bounds__(FA_THREADS) flash_fwd(float *out, float *lse, 
 #pragma unroll
             for (int i = 0; i < NO; i++) o[i][2 * hf] *= alpha, o[i][2 * hf + 1] *= alpha;
         }
-        mma_from_acc<NO, FA_BC / 16>(o, s, sVt, LDT, g, t);
+        mma_acc_t<NO, FA_BC / 16>(o, s, V, LD, lane);
+        cp_async_wait_all();
+        __syncthreads(); /* the next tile landed; nobody reads this one's buffers any more */
     }
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
@@ -242,21 +307,22 @@ __global__ void __launch_bounds__(FA_THREADS) flash_fwd(float *out, float *lse, 
 /* ---- backward: dQ (and D) per query tile ------------------------------------------------ */
 
 template <int HSP> struct DqSmem {
-    static constexpr int LD = HSP + 8, LDT = FA_BC + 8;
-    static constexpr size_t bytes = (size_t)(2 * FA_BR * LD + 2 * FA_BC * LD + HSP * LDT) * sizeof(bf16);
+    static constexpr int LD = HSP + 8;
+    static constexpr size_t bytes = (size_t)(2 * FA_BR * LD + 4 * FA_BC * LD) * sizeof(bf16); /* Q, dO, 2 x (K, V) */
 };
 
-/* S and dP of the warp's 16 rows against key tile k0 (staged), P from the lse, masked. */
+/* S and dP of the warp's 16 rows against the staged key tile, P from the lse, masked. */
 template <int HSP>
-static __device__ __forceinline__ void dq_tile(float s[FA_BC / 8][4], float dp[FA_BC / 8][4], const bf16 *sQ,
-                                               const bf16 *sdO, const bf16 *sK, const bf16 *sV, int wr, bool diag,
-                                               const float lse2[2], float sl2, int g, int t) {
+static __device__ __forceinline__ void dq_tile(float s[FA_BC / 8][4], float dp[FA_BC / 8][4],
+                                               const uint32_t qf[HSP / 16][4], const uint32_t df[HSP / 16][4],
+                                               const bf16 *K, const bf16 *V, int wr, bool diag, const float lse2[2],
+                                               float sl2, int g, int t) {
     constexpr int LD = HSP + 8, KC = HSP / 16, NS = FA_BC / 8;
 #pragma unroll
     for (int i = 0; i < NS; i++)
         s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
-    mma_strip<NS, KC>(s, sQ, LD, wr, sK, LD, g, t);
-    mma_strip<NS, KC>(dp, sdO, LD, wr, sV, LD, g, t);
+    mma_rows<NS, KC>(s, qf, K, LD, g, t);
+    mma_rows<NS, KC>(dp, df, V, LD, g, t);
 #pragma unroll
     for (int nb = 0; nb < NS; nb++)
 #pragma unroll
@@ -267,58 +333,70 @@ static __device__ __forceinline__ void dq_tile(float s[FA_BC / 8][4], float dp[F
 }
 
 template <int HSP>
-__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, float *Dout, const float *dout,
-                                                           const float *qkv, const float *lse, int T, int C, int NH,
-                                                           int hs, float sl2, float scale) {
-    constexpr int LD = DqSmem<HSP>::LD, LDT = DqSmem<HSP>::LDT, NO = HSP / 8, NS = FA_BC / 8;
+__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, float *Dout, const bf16 *doh, const bf16 *qh,
+                                                           const float *lse, int T, int C, int NH, int hs, float sl2,
+                                                           float scale) {
+    constexpr int LD = DqSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8, NS = FA_BC / 8, KV = FA_BC * LD;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *sQ = (bf16 *)smem, *sdO = sQ + FA_BR * LD, *sK = sdO + FA_BR * LD, *sV = sK + FA_BC * LD,
-         *sKt = sV + FA_BC * LD;
+    bf16 *sQ = (bf16 *)smem, *sdO = sQ + FA_BR * LD, *sK = sdO + FA_BR * LD, *sV = sK + 2 * KV;
     int qt = gridDim.x - 1 - blockIdx.x;
     int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     size_t ld = 3 * (size_t)C, bh = (size_t)b * NH + h;
-    const float *q = qkv + (size_t)b * T * ld + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
-    const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+    const bf16 *q = qh + bh * 3 * T * HSP, *k = q + (size_t)T * HSP, *v = k + (size_t)T * HSP;
+    const bf16 *dy = doh + bh * T * HSP;
     int q0 = qt * FA_BR, wr = warp * 16;
 
-    stage<FA_BR, HSP>(sQ, LD, NULL, 0, q, ld, q0, T, hs);
-    stage<FA_BR, HSP>(sdO, LD, NULL, 0, dy, C, q0, T, hs);
     float lse2[2], D[2] = {0.0f, 0.0f};
     for (int hf = 0; hf < 2; hf++) { /* rows past T: a finite stand-in (nothing of theirs is written) */
         int row = q0 + wr + g + 8 * hf;
         lse2[hf] = row < T ? lse[bh * T + row] * FA_LOG2E : 0.0f;
     }
-    float s[NS][4], dp[NS][4];
-    for (int kt = 0; kt <= qt; kt++) { /* sweep 1: D = rowsum(P o dP) */
-        __syncthreads();
-        stage<FA_BC, HSP>(sK, LD, NULL, 0, k, ld, kt * FA_BC, T, hs);
-        stage<FA_BC, HSP>(sV, LD, NULL, 0, v, ld, kt * FA_BC, T, hs);
-        __syncthreads();
-        dq_tile<HSP>(s, dp, sQ, sdO, sK, sV, wr, kt == qt, lse2, sl2, g, t);
-#pragma unroll
-        for (int nb = 0; nb < NS; nb++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) D[j / 2] += s[nb][j] * dp[nb][j];
-    }
-#pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        D[hf] += __shfl_xor_sync(0xffffffffu, D[hf], 1);
-        D[hf] += __shfl_xor_sync(0xffffffffu, D[hf], 2);
-    }
-    float dq[NO][4];
+    stage<FA_BR, HSP>(sQ, LD, q, q0, T);
+    stage<FA_BR, HSP>(sdO, LD, dy, q0, T);
+    uint32_t qf[KC][4], df[KC][4];
+    float s[NS][4], dp[NS][4], dq[NO][4];
 #pragma unroll
     for (int i = 0; i < NO; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
-    for (int kt = 0; kt <= qt; kt++) { /* sweep 2: dS = P o (dP - D), dQ += dS K */
+    for (int sweep = 0; sweep < 2; sweep++) { /* 0: D = rowsum(P o dP); 1: dS = P o (dP - D), dQ += dS K */
+        stage<FA_BC, HSP>(sK, LD, k, 0, T);
+        stage<FA_BC, HSP>(sV, LD, v, 0, T);
+        cp_async_commit();
+        cp_async_wait_all();
         __syncthreads();
-        stage<FA_BC, HSP>(sK, LD, sKt, LDT, k, ld, kt * FA_BC, T, hs);
-        stage<FA_BC, HSP>(sV, LD, NULL, 0, v, ld, kt * FA_BC, T, hs);
-        __syncthreads();
-        dq_tile<HSP>(s, dp, sQ, sdO, sK, sV, wr, kt == qt, lse2, sl2, g, t);
+        if (sweep == 0) {
 #pragma unroll
-        for (int nb = 0; nb < NS; nb++)
+            for (int kc = 0; kc < KC; kc++) load_a(qf[kc], sQ, LD, wr, kc * 16, g, t), load_a(df[kc], sdO, LD, wr, kc * 16, g, t);
+        }
+        for (int kt = 0; kt <= qt; kt++) {
+            const bf16 *K = sK + (kt & 1) * KV, *V = sV + (kt & 1) * KV;
+            if (kt < qt) {
+                stage<FA_BC, HSP>(sK + ((kt + 1) & 1) * KV, LD, k, (kt + 1) * FA_BC, T);
+                stage<FA_BC, HSP>(sV + ((kt + 1) & 1) * KV, LD, v, (kt + 1) * FA_BC, T);
+            }
+            cp_async_commit();
+            dq_tile<HSP>(s, dp, qf, df, K, V, wr, kt == qt, lse2, sl2, g, t);
+            if (sweep == 0) {
 #pragma unroll
-            for (int j = 0; j < 4; j++) s[nb][j] *= dp[nb][j] - D[j / 2];
-        mma_from_acc<NO, FA_BC / 16>(dq, s, sKt, LDT, g, t);
+                for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) D[j / 2] += s[nb][j] * dp[nb][j];
+            } else {
+#pragma unroll
+                for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) s[nb][j] *= dp[nb][j] - D[j / 2];
+                mma_acc_t<NO, FA_BC / 16>(dq, s, K, LD, lane);
+            }
+            cp_async_wait_all();
+            __syncthreads();
+        }
+        if (sweep == 0) {
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                D[hf] += __shfl_xor_sync(0xffffffffu, D[hf], 1);
+                D[hf] += __shfl_xor_sync(0xffffffffu, D[hf], 2);
+            }
+        }
     }
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
@@ -332,60 +410,77 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, float *D
 /* ---- backward: dK, dV per key tile ------------------------------------------------------ */
 
 template <int HSP> struct DkvSmem {
-    static constexpr int LD = HSP + 8, LDT = FA_BQ + 8;
-    static constexpr size_t bytes =
-        (size_t)(2 * FA_BC * LD + 2 * FA_BQ * LD + 2 * HSP * LDT) * sizeof(bf16) + 2 * FA_BQ * sizeof(float);
+    static constexpr int LD = HSP + 8;
+    static constexpr size_t bytes = (size_t)(2 * FA_BC * LD + 4 * FA_BQ * LD) * sizeof(bf16) /* K, V, 2 x (Q, dO) */
+                                    + 4 * FA_BQ * sizeof(float); /* 2 x (lse2, D) of the step's queries */
 };
 
 template <int HSP>
-__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const float *Din, const float *dout,
-                                                            const float *qkv, const float *lse, int T, int C, int NH,
+__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const float *Din, const bf16 *doh,
+                                                            const bf16 *qh, const float *lse, int T, int C, int NH,
                                                             int hs, float sl2, float scale) {
-    constexpr int LD = DkvSmem<HSP>::LD, LDT = DkvSmem<HSP>::LDT, KC = HSP / 16, NO = HSP / 8, NS = FA_BQ / 8;
+    constexpr int LD = DkvSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8, NS = FA_BQ / 8, QS = FA_BQ * LD;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *sK = (bf16 *)smem, *sV = sK + FA_BC * LD, *sQ = sV + FA_BC * LD, *sdO = sQ + FA_BQ * LD,
-         *sQt = sdO + FA_BQ * LD, *sdOt = sQt + HSP * LDT;
-    float *sL = (float *)(sdOt + HSP * LDT), *sD = sL + FA_BQ; /* lse2 and D of the step's queries */
+    bf16 *sK = (bf16 *)smem, *sV = sK + FA_BC * LD, *sQ = sV + FA_BC * LD, *sdO = sQ + 2 * QS; /* two buffers each */
+    float *sL = (float *)(sdO + 2 * QS), *sD = sL + 2 * FA_BQ;                                 /* two buffers each */
     int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     size_t ld = 3 * (size_t)C, bh = (size_t)b * NH + h;
-    const float *q = qkv + (size_t)b * T * ld + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
-    const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+    const bf16 *q = qh + bh * 3 * T * HSP, *k = q + (size_t)T * HSP, *v = k + (size_t)T * HSP;
+    const bf16 *dy = doh + bh * T * HSP;
     int k0 = blockIdx.x * FA_BC, wr = warp * 16; /* the warp's 16 keys: k0+wr.. */
 
-    stage<FA_BC, HSP>(sK, LD, NULL, 0, k, ld, k0, T, hs);
-    stage<FA_BC, HSP>(sV, LD, NULL, 0, v, ld, k0, T, hs);
+    stage<FA_BC, HSP>(sK, LD, k, k0, T);
+    stage<FA_BC, HSP>(sV, LD, v, k0, T);
+    stage<FA_BQ, HSP>(sQ, LD, q, k0, T); /* the first query step: queries before k0 see none of these keys */
+    stage<FA_BQ, HSP>(sdO, LD, dy, k0, T);
+    cp_async_commit();
+    if (threadIdx.x < FA_BQ) {
+        int row = k0 + threadIdx.x;
+        sL[threadIdx.x] = row < T ? lse[bh * T + row] * FA_LOG2E : 0.0f;
+        sD[threadIdx.x] = row < T ? Din[bh * T + row] : 0.0f;
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    uint32_t kf[KC][4], vf[KC][4];
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) load_a(kf[kc], sK, LD, wr, kc * 16, g, t), load_a(vf[kc], sV, LD, wr, kc * 16, g, t);
     float dk[NO][4], dv[NO][4];
 #pragma unroll
     for (int i = 0; i < NO; i++)
         dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.0f;
-    for (int q0 = k0; q0 < T; q0 += FA_BQ) { /* queries before k0 see none of these keys */
-        __syncthreads();
-        stage<FA_BQ, HSP>(sQ, LD, sQt, LDT, q, ld, q0, T, hs);
-        stage<FA_BQ, HSP>(sdO, LD, sdOt, LDT, dy, C, q0, T, hs);
-        if (threadIdx.x < FA_BQ) {
-            int row = q0 + threadIdx.x;
-            sL[threadIdx.x] = row < T ? lse[bh * T + row] * FA_LOG2E : 0.0f;
-            sD[threadIdx.x] = row < T ? Din[bh * T + row] : 0.0f;
+    for (int it = 0, q0 = k0; q0 < T; it++, q0 += FA_BQ) {
+        int cur = it & 1, nq = q0 + FA_BQ;
+        const bf16 *Q = sQ + cur * QS, *dO = sdO + cur * QS;
+        const float *L = sL + cur * FA_BQ, *Dq = sD + cur * FA_BQ;
+        float nl = 0.0f, nd = 0.0f; /* the next step's lse2 and D (thread < FA_BQ), stored after the work */
+        if (nq < T) {
+            stage<FA_BQ, HSP>(sQ + (cur ^ 1) * QS, LD, q, nq, T);
+            stage<FA_BQ, HSP>(sdO + (cur ^ 1) * QS, LD, dy, nq, T);
+            int row = nq + threadIdx.x;
+            if (threadIdx.x < FA_BQ && row < T) nl = lse[bh * T + row] * FA_LOG2E, nd = Din[bh * T + row];
         }
-        __syncthreads();
+        cp_async_commit();
         float s[NS][4], dp[NS][4];
 #pragma unroll
         for (int i = 0; i < NS; i++)
             s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
-        mma_strip<NS, KC>(s, sK, LD, wr, sQ, LD, g, t);   /* S^T = K Q^T: keys x queries */
-        mma_strip<NS, KC>(dp, sV, LD, wr, sdO, LD, g, t); /* dP^T = V dO^T */
+        mma_rows<NS, KC>(s, kf, Q, LD, g, t);   /* S^T = K Q^T: keys x queries */
+        mma_rows<NS, KC>(dp, vf, dO, LD, g, t); /* dP^T = V dO^T */
 #pragma unroll
         for (int nb = 0; nb < NS; nb++)
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 int key = k0 + wr + g + 8 * (j / 2), qc = nb * 8 + 2 * t + (j & 1), qrow = q0 + qc;
                 /* (queries past T are zero rows, so their dS and dO are 0 anyway) */
-                float p = qrow < key || qrow >= T ? 0.0f : exp2f(s[nb][j] * sl2 - sL[qc]);
+                float p = qrow < key || qrow >= T ? 0.0f : exp2f(s[nb][j] * sl2 - L[qc]);
                 s[nb][j] = p;
-                dp[nb][j] = p * (dp[nb][j] - sD[qc]);
+                dp[nb][j] = p * (dp[nb][j] - Dq[qc]);
             }
-        mma_from_acc<NO, FA_BQ / 16>(dv, s, sdOt, LDT, g, t); /* dV += P^T dO */
-        mma_from_acc<NO, FA_BQ / 16>(dk, dp, sQt, LDT, g, t); /* dK += dS^T Q */
+        mma_acc_t<NO, FA_BQ / 16>(dv, s, dO, LD, lane); /* dV += P^T dO */
+        mma_acc_t<NO, FA_BQ / 16>(dk, dp, Q, LD, lane); /* dK += dS^T Q */
+        if (nq < T && threadIdx.x < FA_BQ) sL[(cur ^ 1) * FA_BQ + threadIdx.x] = nl, sD[(cur ^ 1) * FA_BQ + threadIdx.x] = nd;
+        cp_async_wait_all();
+        __syncthreads();
     }
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
@@ -414,11 +509,25 @@ int flash_head_pad(int hs) {
 
 static unsigned qtiles(int T, int tile) { return (unsigned)((T + tile - 1) / tile); }
 
+/* The packed bf16 copies ([Note: flash tiling]) live in the backend's bf16 operand
+ * buffers (castA: q, k, v; castB: dO), which every op uses only while it runs. */
+template <int HSP>
+static bf16 *pack(CudaCtx *c, Grow *buf, const float *src, int B, int T, int NH, int hs, int parts, size_t ld) {
+    size_t rows = (size_t)B * NH * parts * T, chunks = rows * (HSP / 8);
+    bf16 *dst = (bf16 *)grow(c, buf, rows * HSP * sizeof(bf16));
+    size_t blocks = (chunks + FA_THREADS - 1) / FA_THREADS;
+    flash_pack<HSP><<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(dst, src, B, T, NH, hs,
+                                                                                               parts, ld);
+    KCHECK(c, "flash_pack");
+    return dst;
+}
+
 template <int HSP> static void fwd(CudaCtx *c, float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
     int hs = C / NH;
     size_t sm = FwdSmem<HSP>::bytes;
+    const bf16 *qh = pack<HSP>(c, &c->castA, qkv, B, T, NH, hs, 3, 3 * (size_t)C);
     CK(c, cudaFuncSetAttribute(flash_fwd<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    flash_fwd<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(out, lse, qkv, T, C, NH, hs,
+    flash_fwd<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(out, lse, qh, T, C, NH, hs,
                                                                                 FA_LOG2E / sqrtf((float)hs));
     KCHECK(c, "flash_fwd");
 }
@@ -429,14 +538,20 @@ static void bwd(CudaCtx *c, float *dqkv, float *D, const float *dout, const floa
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
     size_t sm = DqSmem<HSP>::bytes, sm2 = DkvSmem<HSP>::bytes;
+    const bf16 *qh = pack<HSP>(c, &c->castA, qkv, B, T, NH, hs, 3, 3 * (size_t)C);
+    const bf16 *doh = pack<HSP>(c, &c->castB, dout, B, T, NH, hs, 1, (size_t)C);
     CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
     CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2));
-    flash_bwd_dq<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(dqkv, D, dout, qkv, lse, T, C,
-                                                                                    NH, hs, sl2, scale);
+    flash_bwd_dq<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(dqkv, D, doh, qh, lse, T, C, NH,
+                                                                                    hs, sl2, scale);
     KCHECK(c, "flash_bwd_dq");
-    flash_bwd_dkv<HSP><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm2, c->stream>>>(dqkv, D, dout, qkv, lse, T, C,
+    flash_bwd_dkv<HSP><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm2, c->stream>>>(dqkv, D, doh, qh, lse, T, C,
                                                                                       NH, hs, sl2, scale);
     KCHECK(c, "flash_bwd_dkv");
+}
+
+size_t flash_pack_bytes(int B, int T, int NH, int hs, int parts) {
+    return (size_t)B * NH * parts * T * flash_head_pad(hs) * sizeof(bf16);
 }
 
 void k_flash_forward(CudaCtx *c, float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {

@@ -39,7 +39,7 @@ extern "C" {
 SimDim sim_block, sim_grid;
 int sim_cur;
 
-enum { NT = FA_THREADS, STACK = 128 * 1024, SMEM = 100 * 1024 };
+enum { NT = FA_THREADS, STACK = 128 * 1024, SMEM = 128 * 1024 };
 alignas(16) unsigned char smem[SMEM]; /* the block's shared memory: the kernels' extern array */
 static ucontext_t sched_ctx, fib[NT];
 static std::vector<char> stacks((size_t)NT * STACK);
@@ -108,6 +108,52 @@ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     __syncthreads();
 }
 
+struct Pending {
+    void *dst;
+    const void *src;
+    int valid;
+};
+static std::vector<Pending> pend[NT];
+
+static void in_smem(const void *p, size_t n, const char *what) {
+    const unsigned char *c = (const unsigned char *)p;
+    if (c < smem || c + n > smem + SMEM) fail(what);
+    if ((uintptr_t)p % 16) fail("an ldmatrix row or cp.async destination not 16-byte aligned");
+}
+
+void cp_async16(void *dst, const void *src, int valid) {
+    in_smem(dst, 16, "cp.async to an address outside shared memory");
+    if ((uintptr_t)src % 16) fail("cp.async from a global address not 16-byte aligned");
+    if (valid != 0 && valid != 16) fail("cp.async with a source size other than 0 or 16");
+    memset(dst, 0xff, 16); /* in flight: NaN until the wait */
+    pend[sim_cur].push_back(Pending{dst, src, valid});
+}
+
+void cp_async_commit(void) {}
+
+void cp_async_wait_all(void) {
+    for (const Pending &p : pend[sim_cur]) {
+        if (p.valid) memcpy(p.dst, p.src, 16);
+        else memset(p.dst, 0, 16);
+    }
+    pend[sim_cur].clear();
+}
+
+static const __nv_bfloat16 *xp[NT];
+
+void ldsm_x4_t(uint32_t r[4], const __nv_bfloat16 *p) {
+    int t = sim_cur, w0 = t & ~31, lane = t & 31;
+    in_smem(p, 16, "ldmatrix from an address outside shared memory");
+    xp[t] = p;
+    __syncthreads();
+    int g = lane / 4, q = lane % 4; /* matrix i's row j is at lane 8i+j's address; .trans: */
+    for (int i = 0; i < 4; i++) {   /* register i = M_i[2q][g] (low half), M_i[2q+1][g] (high) */
+        const __nv_bfloat16 *r0 = xp[w0 + 8 * i + 2 * q], *r1 = xp[w0 + 8 * i + 2 * q + 1];
+        r[i] = (uint32_t)r0[g].bits | (uint32_t)r1[g].bits << 16;
+    }
+    __syncthreads();
+}
+
 static void entry(void) {
     body();
     done[sim_cur] = 1;
@@ -116,7 +162,7 @@ static void entry(void) {
 /* Run every CTA of a launch, its threads as fibers; smem_bytes is the launch's dynamic
  * shared memory (the rest of the array must stay untouched). */
 static void run(SimDim grid, size_t smem_bytes, const std::function<void()> &kernel) {
-    if (smem_bytes > SMEM) fail("dynamic shared memory over the simulator's 100 KB");
+    if (smem_bytes > SMEM) fail("dynamic shared memory over the simulator's 128 KB");
     body = kernel;
     sim_grid = grid;
     for (unsigned z = 0; z < grid.z; z++)
@@ -145,6 +191,8 @@ static void run(SimDim grid, size_t smem_bytes, const std::function<void()> &ker
                     if (nd == NT) break;
                     if (nd) fail("some threads of a block ended while others wait at a barrier");
                 }
+                for (int t = 0; t < NT; t++)
+                    if (!pend[t].empty()) fail("a cp.async was never waited for");
                 for (size_t i = smem_bytes; i < SMEM; i++)
                     if (smem[i] != 0xff) fail("a kernel wrote shared memory past its launch's dynamic size");
             }
@@ -188,12 +236,20 @@ template <int HSP> static int check(int B, int T, int NH, int hs) {
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
     unsigned nq = (unsigned)((T + FA_BR - 1) / FA_BR), nk = (unsigned)((T + FA_BC - 1) / FA_BC);
     const float *pq = qkv.data(), *pd = dout.data();
+    /* the packed bf16 copies, bf16 NaN first (an element the pack kernel skips shows);
+     * 3 blocks: the grid-stride loop goes round */
+    size_t nqh = (size_t)B * NH * 3 * T * HSP, ndo = (size_t)B * NH * T * HSP;
+    std::vector<bf16> qh(nqh + 8), doh(ndo + 8); /* +8: 16-byte alignment slack */
+    bf16 *pqh = (bf16 *)(((uintptr_t)qh.data() + 15) & ~(uintptr_t)15), *pdo = (bf16 *)(((uintptr_t)doh.data() + 15) & ~(uintptr_t)15);
+    memset(pqh, 0xff, nqh * sizeof(bf16)), memset(pdo, 0xff, ndo * sizeof(bf16));
+    run(SimDim{3, 1, 1}, 0, [&] { flash_pack<HSP>(pqh, pq, B, T, NH, hs, 3, 3 * (size_t)C); });
+    run(SimDim{3, 1, 1}, 0, [&] { flash_pack<HSP>(pdo, pd, B, T, NH, hs, 1, (size_t)C); });
     run(SimDim{nq, (unsigned)NH, (unsigned)B}, FwdSmem<HSP>::bytes,
-        [&] { flash_fwd<HSP>(out, lse, pq, T, C, NH, hs, sl2); });
+        [&] { flash_fwd<HSP>(out, lse, pqh, T, C, NH, hs, sl2); });
     run(SimDim{nq, (unsigned)NH, (unsigned)B}, DqSmem<HSP>::bytes,
-        [&] { flash_bwd_dq<HSP>(dqkv, D, pd, pq, lse, T, C, NH, hs, sl2, scale); });
+        [&] { flash_bwd_dq<HSP>(dqkv, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale); });
     run(SimDim{nk, (unsigned)NH, (unsigned)B}, DkvSmem<HSP>::bytes,
-        [&] { flash_bwd_dkv<HSP>(dqkv, D, pd, pq, lse, T, C, NH, hs, sl2, scale); });
+        [&] { flash_bwd_dkv<HSP>(dqkv, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale); });
     guards_intact(out, NC, "out"), guards_intact(lse, NL, "lse"), guards_intact(dqkv, Q, "dqkv");
     guards_intact(D, NL, "D");
 

@@ -1,8 +1,9 @@
 /* flash_sim.h — host stand-ins for the CUDA built-ins that cuda/flash_attn.cu's kernels
  * use, so that test/flash_sim.cc can compile that file unchanged (FLASH_HOST_SIM) and run
  * its kernels on the host: each CTA's 128 threads as fibers, every collective
- * (__syncthreads, __shfl_xor_sync, mma.sync) a barrier over them, and mma_bf16 computing
- * the product of the fragments as the PTX ISA lays them out (§9.7.14.5.8). */
+ * (__syncthreads, __shfl_xor_sync, mma.sync, ldmatrix) a barrier over them, mma_bf16
+ * computing the product of the fragments as the PTX ISA lays them out (§9.7.14.5.8),
+ * ldmatrix .trans handing out the elements by its rule, cp.async deferred to the wait. */
 #ifndef PP_FLASH_SIM_H
 #define PP_FLASH_SIM_H
 
@@ -45,7 +46,19 @@ static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
     return __nv_bfloat162{{sim_bf16_bits(lo)}, {sim_bf16_bits(hi)}};
 }
 
+struct uint4 {
+    uint32_t x, y, z, w;
+};
+
 void __syncthreads(void);
+/* cp.async: the destination reads as bf16 NaN from the issue until this thread's wait,
+ * which writes the data; so a read before the wait (and its barrier), and a copy issued
+ * into a buffer others still read, both show as NaN. Addresses must be 16-byte aligned. */
+void cp_async16(void *dst, const void *src, int valid);
+void cp_async_commit(void);
+void cp_async_wait_all(void);
+/* ldmatrix.sync.aligned.m8n8.x4.trans: a warp collective, by the PTX ISA's rule. */
+void ldsm_x4_t(uint32_t r[4], const __nv_bfloat16 *p);
 float __shfl_xor_sync(unsigned mask, float v, int lanemask);
 /* D = A B + C for the warp, each lane passing its fragments (the PTX layout). */
 void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
