@@ -166,7 +166,7 @@ int main(int argc, char **argv) {
     TIME(&b, "matmul bwd attproj", 'G', 4 * Nd * Cd * Cd, f * (3 * Nd * Cd + 3 * Cd * Cd), L,
          be->matmul_backward(be, y, dw, db, dx, ln, wqkv, (int)N, C, C));
     TIME(&b, "attention bwd (causal)", 'G', 5 * BT2C, f * (3 * Nd * Cd + 2 * Nd * Cd + 3 * Nd * Cd), L,
-         be->attention_backward(be, dqkv, y, qkv, att, B, T, C, NH, scratch));
+         be->attention_backward(be, dqkv, y, qkv, y, att, B, T, C, NH, scratch));
     TIME(&b, "matmul bwd qkv", 'G', 4 * Nd * Cd * 3 * Cd, f * (3 * Nd * Cd + 2 * Nd * Cd + 3 * 3 * Cd * Cd), L,
          be->matmul_backward(be, dx, dw, db, dqkv, ln, wqkv, (int)N, C, 3 * C));
     /* once per step */

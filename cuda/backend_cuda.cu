@@ -444,12 +444,12 @@ static void cu_attention_forward(const Backend *be, float *out, float *att, cons
 }
 
 static void cu_attention_backward(const Backend *be, float *dqkv, const float *dout, const float *qkv,
-                                  const float *att, int B, int T, int C, int NH, float *scratch) {
+                                  const float *out, const float *att, int B, int T, int C, int NH, float *scratch) {
     CudaCtx *c = ctx_of(be);
     if (!c->att_flash) return materialized_backward(be, dqkv, dout, qkv, att, B, T, C, NH, scratch);
     flash_shape(c, C, NH);
     float *D = (float *)grow(c, &c->flashD, (size_t)B * NH * T * sizeof(float));
-    k_flash_backward(c, dqkv, D, dout, qkv, att, B, T, C, NH);
+    k_flash_backward(c, dqkv, D, dout, qkv, out, att, B, T, C, NH);
 }
 
 static size_t cu_attention_saved_floats(const Backend *be, int B, int T, int NH) {

@@ -144,7 +144,7 @@ size_t flash_pack_bytes(int B, int T, int NH, int hs, int parts);
 /* out[B,T,C] and lse[B,NH,T] (natural log-sum-exp of each row's scaled scores). */
 void k_flash_forward(CudaCtx *c, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 /* dqkv[B,T,3C] overwritten; D[B,NH,T] is the kernel pair's own scratch. */
-void k_flash_backward(CudaCtx *c, float *dqkv, float *D, const float *dout, const float *qkv, const float *lse, int B,
-                      int T, int C, int NH);
+void k_flash_backward(CudaCtx *c, float *dqkv, float *D, const float *dout, const float *qkv, const float *out,
+                      const float *lse, int B, int T, int C, int NH);
 
 #endif

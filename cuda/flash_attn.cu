@@ -31,11 +31,11 @@
  *   diagonal tile only. At the end O / l is written, and lse = (m + log2 l) * ln 2
  *   (natural log, of the scaled scores) to lse[B,NH,T]: the backend's saved floats.
  * backward, two kernels, each output element written by exactly one thread:
- *   dq kernel, per query tile of 64 (4 warps x 16 rows): sweep 1 over the key tiles
- *     0..qt recomputes S and P = exp2(S*sl2 - lse2) and dP = dO V^T, and sums
- *     D = rowsum(P o dP) (= rowsum(dO o O): the contract hands the backward no O); sweep
- *     2 recomputes S, P, dP, forms dS = P o (dP - D), rounds it to bf16 and accumulates
- *     dQ += dS K; dQ * scale is written, and D to a [B,NH,T] buffer for the next kernel.
+ *   D = rowsum(dO o O) per row and head, in fp32 from the forward's output (a warp per
+ *     row and head; the contract passes O to the backward), into a [B,NH,T] buffer.
+ *   dq kernel, per query tile of 64 (4 warps x 16 rows): over the key tiles 0..qt
+ *     recomputes S, P = exp2(S*sl2 - lse2) and dP = dO V^T, forms dS = P o (dP - D),
+ *     rounds it to bf16 and accumulates dQ += dS K; dQ * scale is written.
  *   dkv kernel, per key tile of 64 (4 warps x 16 keys): over the query steps of 32 from
  *     the tile's first key to T, recomputes S^T = K Q^T and dP^T = V dO^T, P^T and
  *     dS^T = P^T o (dP^T - D), and accumulates dV += P^T dO and dK += dS^T Q (both
@@ -202,6 +202,25 @@ __global__ void __launch_bounds__(FA_THREADS) flash_pack(bf16 *dst, const float 
     }
 }
 
+/* D[b,h,t] = sum over head h's channels of dout o out, fp32 ([B,T,C] both): the
+ * backward's D = rowsum(dO o O), a warp per (row, head), lanes over the channels, then a
+ * fixed shuffle tree. The loop is the block's (every warp the same trips). */
+__global__ void __launch_bounds__(FA_THREADS) flash_rowdot(float *D, const float *dout, const float *out, int B, int T,
+                                                           int NH, int hs) {
+    size_t n = (size_t)B * T * NH, C = (size_t)NH * hs;
+    int lane = threadIdx.x % 32;
+    for (size_t w0 = (size_t)blockIdx.x * FA_WARPS; w0 < n; w0 += (size_t)gridDim.x * FA_WARPS) {
+        size_t w = w0 + threadIdx.x / 32, row = w / NH; /* row = b * T + t */
+        int h = (int)(w % NH);
+        float acc = 0.0f;
+        if (w < n)
+            for (int d = lane; d < hs; d += 32) acc += dout[row * C + (size_t)h * hs + d] * out[row * C + (size_t)h * hs + d];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (w < n && lane == 0) D[(row / T * NH + h) * T + row % T] = acc;
+    }
+}
+
 /* Copy rows r0..r0+R-1 of a packed [T][HSP] matrix into x[R][LD] with cp.async (issued,
  * not waited for); rows past T zero. */
 template <int R, int HSP>
@@ -333,9 +352,9 @@ static __device__ __forceinline__ void dq_tile(float s[FA_BC / 8][4], float dp[F
 }
 
 template <int HSP>
-__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, float *Dout, const bf16 *doh, const bf16 *qh,
-                                                           const float *lse, int T, int C, int NH, int hs, float sl2,
-                                                           float scale) {
+__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, const float *Din, const bf16 *doh,
+                                                           const bf16 *qh, const float *lse, int T, int C, int NH,
+                                                           int hs, float sl2, float scale) {
     constexpr int LD = DqSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8, NS = FA_BC / 8, KV = FA_BC * LD;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sQ = (bf16 *)smem, *sdO = sQ + FA_BR * LD, *sK = sdO + FA_BR * LD, *sV = sK + 2 * KV;
@@ -346,64 +365,45 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, float *D
     const bf16 *dy = doh + bh * T * HSP;
     int q0 = qt * FA_BR, wr = warp * 16;
 
-    float lse2[2], D[2] = {0.0f, 0.0f};
-    for (int hf = 0; hf < 2; hf++) { /* rows past T: a finite stand-in (nothing of theirs is written) */
+    float lse2[2], D[2];
+    for (int hf = 0; hf < 2; hf++) { /* rows past T: finite stand-ins (nothing of theirs is written) */
         int row = q0 + wr + g + 8 * hf;
         lse2[hf] = row < T ? lse[bh * T + row] * FA_LOG2E : 0.0f;
+        D[hf] = row < T ? Din[bh * T + row] : 0.0f;
     }
     stage<FA_BR, HSP>(sQ, LD, q, q0, T);
     stage<FA_BR, HSP>(sdO, LD, dy, q0, T);
+    stage<FA_BC, HSP>(sK, LD, k, 0, T);
+    stage<FA_BC, HSP>(sV, LD, v, 0, T);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
     uint32_t qf[KC][4], df[KC][4];
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) load_a(qf[kc], sQ, LD, wr, kc * 16, g, t), load_a(df[kc], sdO, LD, wr, kc * 16, g, t);
     float s[NS][4], dp[NS][4], dq[NO][4];
 #pragma unroll
     for (int i = 0; i < NO; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
-    for (int sweep = 0; sweep < 2; sweep++) { /* 0: D = rowsum(P o dP); 1: dS = P o (dP - D), dQ += dS K */
-        stage<FA_BC, HSP>(sK, LD, k, 0, T);
-        stage<FA_BC, HSP>(sV, LD, v, 0, T);
+    for (int kt = 0; kt <= qt; kt++) { /* dS = P o (dP - D), dQ += dS K */
+        const bf16 *K = sK + (kt & 1) * KV, *V = sV + (kt & 1) * KV;
+        if (kt < qt) {
+            stage<FA_BC, HSP>(sK + ((kt + 1) & 1) * KV, LD, k, (kt + 1) * FA_BC, T);
+            stage<FA_BC, HSP>(sV + ((kt + 1) & 1) * KV, LD, v, (kt + 1) * FA_BC, T);
+        }
         cp_async_commit();
+        dq_tile<HSP>(s, dp, qf, df, K, V, wr, kt == qt, lse2, sl2, g, t);
+#pragma unroll
+        for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) s[nb][j] *= dp[nb][j] - D[j / 2];
+        mma_acc_t<NO, FA_BC / 16>(dq, s, K, LD, lane);
         cp_async_wait_all();
         __syncthreads();
-        if (sweep == 0) {
-#pragma unroll
-            for (int kc = 0; kc < KC; kc++) load_a(qf[kc], sQ, LD, wr, kc * 16, g, t), load_a(df[kc], sdO, LD, wr, kc * 16, g, t);
-        }
-        for (int kt = 0; kt <= qt; kt++) {
-            const bf16 *K = sK + (kt & 1) * KV, *V = sV + (kt & 1) * KV;
-            if (kt < qt) {
-                stage<FA_BC, HSP>(sK + ((kt + 1) & 1) * KV, LD, k, (kt + 1) * FA_BC, T);
-                stage<FA_BC, HSP>(sV + ((kt + 1) & 1) * KV, LD, v, (kt + 1) * FA_BC, T);
-            }
-            cp_async_commit();
-            dq_tile<HSP>(s, dp, qf, df, K, V, wr, kt == qt, lse2, sl2, g, t);
-            if (sweep == 0) {
-#pragma unroll
-                for (int nb = 0; nb < NS; nb++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) D[j / 2] += s[nb][j] * dp[nb][j];
-            } else {
-#pragma unroll
-                for (int nb = 0; nb < NS; nb++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) s[nb][j] *= dp[nb][j] - D[j / 2];
-                mma_acc_t<NO, FA_BC / 16>(dq, s, K, LD, lane);
-            }
-            cp_async_wait_all();
-            __syncthreads();
-        }
-        if (sweep == 0) {
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                D[hf] += __shfl_xor_sync(0xffffffffu, D[hf], 1);
-                D[hf] += __shfl_xor_sync(0xffffffffu, D[hf], 2);
-            }
-        }
     }
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         int row = q0 + wr + g + 8 * hf;
-        if (row >= T) continue;
-        store_row<NO>(dqkv + ((size_t)b * T + row) * ld + (size_t)h * hs, dq, hf, t, hs, scale);
-        if (t == 0) Dout[bh * T + row] = D[hf];
+        if (row < T) store_row<NO>(dqkv + ((size_t)b * T + row) * ld + (size_t)h * hs, dq, hf, t, hs, scale);
     }
 }
 
@@ -533,13 +533,16 @@ template <int HSP> static void fwd(CudaCtx *c, float *out, float *lse, const flo
 }
 
 template <int HSP>
-static void bwd(CudaCtx *c, float *dqkv, float *D, const float *dout, const float *qkv, const float *lse, int B, int T,
-                int C, int NH) {
+static void bwd(CudaCtx *c, float *dqkv, float *D, const float *dout, const float *qkv, const float *out,
+                const float *lse, int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
     size_t sm = DqSmem<HSP>::bytes, sm2 = DkvSmem<HSP>::bytes;
     const bf16 *qh = pack<HSP>(c, &c->castA, qkv, B, T, NH, hs, 3, 3 * (size_t)C);
     const bf16 *doh = pack<HSP>(c, &c->castB, dout, B, T, NH, hs, 1, (size_t)C);
+    size_t warps = (size_t)B * T * NH, blocks = (warps + FA_WARPS - 1) / FA_WARPS;
+    flash_rowdot<<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(D, dout, out, B, T, NH, hs);
+    KCHECK(c, "flash_rowdot");
     CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
     CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2));
     flash_bwd_dq<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(dqkv, D, doh, qh, lse, T, C, NH,
@@ -565,14 +568,14 @@ void k_flash_forward(CudaCtx *c, float *out, float *lse, const float *qkv, int B
     }
 }
 
-void k_flash_backward(CudaCtx *c, float *dqkv, float *D, const float *dout, const float *qkv, const float *lse, int B,
-                      int T, int C, int NH) {
+void k_flash_backward(CudaCtx *c, float *dqkv, float *D, const float *dout, const float *qkv, const float *out,
+                      const float *lse, int B, int T, int C, int NH) {
     switch (flash_head_pad(C / NH)) {
-    case 32: bwd<32>(c, dqkv, D, dout, qkv, lse, B, T, C, NH); break;
-    case 64: bwd<64>(c, dqkv, D, dout, qkv, lse, B, T, C, NH); break;
-    case 80: bwd<80>(c, dqkv, D, dout, qkv, lse, B, T, C, NH); break;
-    case 96: bwd<96>(c, dqkv, D, dout, qkv, lse, B, T, C, NH); break;
-    case 128: bwd<128>(c, dqkv, D, dout, qkv, lse, B, T, C, NH); break;
+    case 32: bwd<32>(c, dqkv, D, dout, qkv, out, lse, B, T, C, NH); break;
+    case 64: bwd<64>(c, dqkv, D, dout, qkv, out, lse, B, T, C, NH); break;
+    case 80: bwd<80>(c, dqkv, D, dout, qkv, out, lse, B, T, C, NH); break;
+    case 96: bwd<96>(c, dqkv, D, dout, qkv, out, lse, B, T, C, NH); break;
+    case 128: bwd<128>(c, dqkv, D, dout, qkv, out, lse, B, T, C, NH); break;
     default: pp_cuda_die(c, __FILE__, __LINE__, "flash attention", "unsupported head size", "head size over 128");
     }
 }

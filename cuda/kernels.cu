@@ -326,23 +326,69 @@ void k_softmax_causal_backward(CudaCtx *c, float *dp, const float *p, int rows, 
 
 /* ---- fused cross-entropy: one block per row ----------------------------------------- */
 
+/* (m, s) += (m2, s2): running max and sum of exp(x - m). Commutative to the bit (the two
+ * terms are formed alike and a + b == b + a), so a butterfly gives every lane the same. */
+static __device__ __forceinline__ void ms_add(float &m, float &s, float m2, float s2) {
+    float mn = fmaxf(m, m2);
+    float a = m == -INFINITY ? 0.0f : s * expf(m - mn), b = m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mn);
+    m = mn, s = a + b;
+}
+
+/* The block's (max, sum of exp) pair, in every thread; sh holds 64 floats. */
+static __device__ void block_reduce_ms(float &m, float &s, float *sh) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    __syncthreads();
+    if (lane == 0) sh[wid] = m, sh[32 + wid] = s;
+    __syncthreads();
+    m = lane < nw ? sh[lane] : -INFINITY, s = lane < nw ? sh[32 + lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+}
+
+/* One pass over the row for its max and sum (online), one for the loss's gradient,
+ * written over the logits: 2 reads and 1 write of the row, in 16-byte accesses when Vp
+ * is a multiple of 4 (then every row is 16-byte aligned; the default Vp is a multiple of
+ * 128), else one float at a time. */
 __global__ void crossentropy(float *logits, float *losses, const int *targets, float dloss, int V, int Vp,
                              int want_grad) {
-    __shared__ float sh[32];
+    __shared__ float sh[64];
     float *x = logits + (size_t)blockIdx.x * Vp;
-    int tgt = targets[blockIdx.x];
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    int tgt = targets[blockIdx.x], V4 = Vp % 4 ? 0 : V / 4; /* whole vectors below V */
     float xt = x[tgt], mx = -INFINITY, s = 0.0f; /* read before any thread writes the row */
-    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
-    mx = block_reduce<true>(mx, sh);
-    for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(x[j] - mx);
-    s = block_reduce<false>(s, sh);
+    for (int j = threadIdx.x; j < V4; j += blockDim.x) {
+        float4 v = x4[j];
+        float lm = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+        if (lm > mx) s *= expf(mx - lm), mx = lm;
+        s += expf(v.x - mx) + expf(v.y - mx) + expf(v.z - mx) + expf(v.w - mx);
+    }
+    for (int j = 4 * V4 + threadIdx.x; j < V; j += blockDim.x) {
+        float v = x[j];
+        if (v > mx) s *= expf(mx - v), mx = v;
+        s += expf(v - mx);
+    }
+    block_reduce_ms(mx, s, sh);
     if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) - (xt - mx);
     if (!want_grad) return;
     float k = dloss / s;
-    for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
-        float v = j < V ? expf(x[j] - mx) * k : 0.0f;
-        if (j == tgt) v -= dloss;
-        x[j] = v;
+    if (Vp % 4) {
+        for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+            float v = j < V ? expf(x[j] - mx) * k : 0.0f;
+            x[j] = j == tgt ? v - dloss : v;
+        }
+        return;
+    }
+    float4 *y4 = reinterpret_cast<float4 *>(x);
+    for (int j = threadIdx.x; j < Vp / 4; j += blockDim.x) {
+        float4 v = y4[j];
+        float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int col = 4 * j + i;
+            e[i] = col < V ? expf(e[i] - mx) * k : 0.0f;
+            if (col == tgt) e[i] -= dloss;
+        }
+        y4[j] = make_float4(e[0], e[1], e[2], e[3]);
     }
 }
 

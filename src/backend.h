@@ -109,10 +109,12 @@ struct Backend {
      * 0..t); a flash attention saves the log-sum-exp [B,NH,T] instead. */
     void (*attention_forward)(const Backend *be, float *out, float *att, const float *qkv,
                               int B, int T, int C, int NH);
-    /* dqkv[B,T,3C] OVERWRITTEN from dout[B,T,C], qkv and att. scratch as above. */
+    /* dqkv[B,T,3C] OVERWRITTEN from dout[B,T,C], qkv, the forward's out[B,T,C] and att.
+     * scratch as above. (A flash attention takes D = rowsum(dout o out) per head from
+     * out; the CPU's needs only att.) */
     void (*attention_backward)(const Backend *be, float *dqkv, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C,
-                               int NH, float *scratch);
+                               const float *qkv, const float *out, const float *att, int B,
+                               int T, int C, int NH, float *scratch);
     /* Floats attention_forward saves per microbatch of B sequences of length T. */
     size_t (*attention_saved_floats)(const Backend *be, int B, int T, int NH);
 

@@ -207,7 +207,7 @@ static void attention_forward(const Backend *be, float *out, float *att, const f
 }
 
 static void attention_backward(const Backend *be, float *dqkv, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH, float *scratch) {
+                               const float *out, const float *att, int B, int T, int C, int NH, float *scratch) {
     int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel

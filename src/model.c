@@ -595,7 +595,7 @@ static void layer_backward(Model *m, LayerParams *g, float *dres, const LayerAct
     be->layernorm_backward(be, dres, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C, m->scratch);
     if (ws->dres2) be->copy(be, ws->dres2, dres, NC * sizeof(float));
     be->matmul_backward(be, m->dmid, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C, C);
-    be->attention_backward(be, ws->dqkv, m->dmid, a->qkv, a->att, B, T, C, NH, m->scratch);
+    be->attention_backward(be, ws->dqkv, m->dmid, a->qkv, a->atty, a->att, B, T, C, NH, m->scratch);
     be->matmul_backward(be, ws->dln1, g->qkvw, g->qkvb, ws->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
     /* the attention branch's gradient joins too: dres = d(x) */
     be->layernorm_backward(be, dres, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C, m->scratch);

@@ -230,7 +230,7 @@ template <int HSP> static int check(int B, int T, int NH, int hs) {
     for (auto &x : dout) x = urand();
     std::vector<float> att(cpu->attention_saved_floats(cpu, B, T, NH)), scratch(cpu->scratch_floats(cpu, N, T, C));
     cpu->attention_forward(cpu, ref.data(), att.data(), qkv.data(), B, T, C, NH);
-    cpu->attention_backward(cpu, dref.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, scratch.data());
+    cpu->attention_backward(cpu, dref.data(), dout.data(), qkv.data(), ref.data(), att.data(), B, T, C, NH, scratch.data());
 
     float *out = poisoned(NC), *lse = poisoned(NL), *dqkv = poisoned(Q), *D = poisoned(NL);
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
@@ -246,6 +246,7 @@ template <int HSP> static int check(int B, int T, int NH, int hs) {
     run(SimDim{3, 1, 1}, 0, [&] { flash_pack<HSP>(pdo, pd, B, T, NH, hs, 1, (size_t)C); });
     run(SimDim{nq, (unsigned)NH, (unsigned)B}, FwdSmem<HSP>::bytes,
         [&] { flash_fwd<HSP>(out, lse, pqh, T, C, NH, hs, sl2); });
+    run(SimDim{2, 1, 1}, 0, [&] { flash_rowdot(D, pd, out, B, T, NH, hs); }); /* D from the forward's out */
     run(SimDim{nq, (unsigned)NH, (unsigned)B}, DqSmem<HSP>::bytes,
         [&] { flash_bwd_dq<HSP>(dqkv, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale); });
     run(SimDim{nk, (unsigned)NH, (unsigned)B}, DkvSmem<HSP>::bytes,

@@ -6,9 +6,9 @@
  * tiles of 64 rows, key tiles of 64 visited only up to the diagonal tile, the causal
  * mask on that tile alone, the online softmax in base 2 (the running max, the rescale of
  * O and l by exp2(m_old - m_new)), the head size zero-padded to the template size, the
- * log-sum-exp saved per row (natural log), and the backward's three steps: D =
- * rowsum(P o dP) in a first sweep, dQ in a second, dK and dV per key tile over query
- * steps of 32 starting at the tile's first key. Operands are rounded to bf16 (round to
+ * log-sum-exp saved per row (natural log), and the backward's three steps:
+ * D = rowsum(dO o O) from the forward's output, dQ in one sweep, dK and dV per key tile
+ * over query steps of 32 starting at the tile's first key. Operands are rounded to bf16 (round to
  * nearest even) exactly where the kernels round them: Q, K, V, dO as they are staged,
  * P before P V and P^T dO, dS before dS K and dS^T Q; every accumulation is fp32. What
  * the emulation does not replay is the warp-level fragment layout ([Note: mma
@@ -124,8 +124,8 @@ static void emul_forward(float *out, float *lse, const float *qkv, int B, int T,
     free(o);
 }
 
-static void emul_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B, int T, int C,
-                          int NH) {
+static void emul_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,
+                          int T, int C, int NH) {
     int hs = C / NH, HSP = head_pad(hs);
     size_t ld = 3 * (size_t)C;
     float scale = 1.0f / sqrtf((float)hs), sl2 = LOG2E * scale;
@@ -136,28 +136,27 @@ static void emul_backward(float *dqkv, const float *dout, const float *qkv, cons
             float *Q = staged(base, ld, T, hs, HSP), *K = staged(base + C, ld, T, hs, HSP),
                   *V = staged(base + 2 * C, ld, T, hs, HSP),
                   *dO = staged(dout + (size_t)b * T * C + (size_t)h * hs, C, T, hs, HSP);
-            /* dq kernel: per query tile; sweep 1 (D), sweep 2 (dQ) */
+            /* D = rowsum(dO o O) in fp32 from the forward's output (flash_rowdot) */
+            for (int i = 0; i < T; i++) {
+                const float *x = dout + ((size_t)b * T + i) * C + (size_t)h * hs, *o = out + ((size_t)b * T + i) * C + (size_t)h * hs;
+                D[i] = mutant == MUT_D ? 0.0f : dot(x, o, hs);
+            }
+            /* dq kernel: per query tile, one sweep: dS = P o (dP - D), dQ += dS K */
             int nqt = (T + FA_BR - 1) / FA_BR;
             for (int qt = 0; qt < nqt; qt++)
                 for (int r = 0; r < FA_BR && qt * FA_BR + r < T; r++) {
                     int i = qt * FA_BR + r;
-                    float lse2 = L[i] * LOG2E, Di = 0.0f;
+                    float lse2 = L[i] * LOG2E;
                     memset(acc, 0, HSP * sizeof(float));
-                    for (int sweep = 1; sweep <= 2; sweep++)
-                        for (int kt = 0; kt <= qt; kt++)
-                            for (int c = 0; c < FA_BC; c++) {
-                                int j = kt * FA_BC + c;
-                                if ((kt == qt && c > r && mutant != MUT_MASK) || j >= T) continue; /* p = 0 */
-                                float p = exp2f(dot(Q + (size_t)i * HSP, K + (size_t)j * HSP, HSP) * sl2 - lse2);
-                                float dp = dot(dO + (size_t)i * HSP, V + (size_t)j * HSP, HSP);
-                                if (sweep == 1) {
-                                    Di += p * dp;
-                                } else {
-                                    float ds = bf(p * (dp - Di));
-                                    for (int d = 0; d < HSP; d++) acc[d] += ds * K[(size_t)j * HSP + d];
-                                }
-                            }
-                    D[i] = mutant == MUT_D ? 0.0f : Di;
+                    for (int kt = 0; kt <= qt; kt++)
+                        for (int c = 0; c < FA_BC; c++) {
+                            int j = kt * FA_BC + c;
+                            if ((kt == qt && c > r && mutant != MUT_MASK) || j >= T) continue; /* p = 0 */
+                            float p = exp2f(dot(Q + (size_t)i * HSP, K + (size_t)j * HSP, HSP) * sl2 - lse2);
+                            float dp = dot(dO + (size_t)i * HSP, V + (size_t)j * HSP, HSP);
+                            float ds = bf(p * (dp - D[i]));
+                            for (int d = 0; d < HSP; d++) acc[d] += ds * K[(size_t)j * HSP + d];
+                        }
                     float *y = dqkv + ((size_t)b * T + i) * ld + (size_t)h * hs;
                     for (int d = 0; d < hs; d++) y[d] = acc[d] * scale;
                 }
@@ -210,12 +209,12 @@ static Errs run_shape(int B, int T, int NH, int hs, float amp) {
     float *ref = malloc(NC * 4), *dref = malloc(Q * 4), *out = malloc(NC * 4), *dq = malloc(Q * 4);
     float *lse = malloc((size_t)B * NH * T * 4);
     cpu->attention_forward(cpu, ref, att, qkv, B, T, C, NH);
-    cpu->attention_backward(cpu, dref, dout, qkv, att, B, T, C, NH, scratch);
+    cpu->attention_backward(cpu, dref, dout, qkv, ref, att, B, T, C, NH, scratch);
     for (size_t i = 0; i < NC; i++) out[i] = NAN; /* poisoned: an element not written fails */
     for (size_t i = 0; i < Q; i++) dq[i] = NAN;
     for (size_t i = 0; i < (size_t)B * NH * T; i++) lse[i] = NAN;
     emul_forward(out, lse, qkv, B, T, C, NH);
-    emul_backward(dq, dout, qkv, lse, B, T, C, NH);
+    emul_backward(dq, dout, qkv, out, lse, B, T, C, NH);
     Errs e = {rel_l2(out, ref, NC), rel_l2(dq, dref, Q), 0.0};
     double scale = 1.0 / sqrt((double)hs);
     for (int b = 0; b < B; b++) /* the log-sum-exp in double */

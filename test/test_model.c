@@ -219,7 +219,7 @@ static void check_attention(int B, int T, int C, int NH) {
                 rand_buf((size_t)B * T * 3 * C, 1), rand_buf((size_t)B * T * C, 1), B, T, C, NH};
     att_loss(&c);
     float *dqkv = talloc((size_t)B * T * 3 * C * 4);
-    backend_cpu()->attention_backward(backend_cpu(), dqkv, c.R, c.qkv, c.att, B, T, C, NH,
+    backend_cpu()->attention_backward(backend_cpu(), dqkv, c.R, c.qkv, c.out, c.att, B, T, C, NH,
                                       talloc(backend_cpu()->scratch_floats(backend_cpu(), B * T, T, C) * 4));
     double *g = numgrad(att_loss, &c, c.qkv, (size_t)B * T * 3 * C, 1e-2f);
     assert_close("dqkv", dqkv, g, (size_t)B * T * 3 * C, 2e-3, 2e-3);
