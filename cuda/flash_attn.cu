@@ -60,6 +60,7 @@
  * padded by 8 bf16 (16 bytes) so that a fragment load's 32 lanes hit 32 banks. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef FLASH_HOST_SIM /* test/flash_sim.cc: these kernels run on the host, lanes as fibers */
@@ -409,20 +410,20 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, const fl
 
 /* ---- backward: dK, dV per key tile ------------------------------------------------------ */
 
-template <int HSP> struct DkvSmem {
+template <int HSP, int BQ = FA_BQ> struct DkvSmem {
     static constexpr int LD = HSP + 8;
-    static constexpr size_t bytes = (size_t)(2 * FA_BC * LD + 4 * FA_BQ * LD) * sizeof(bf16) /* K, V, 2 x (Q, dO) */
-                                    + 4 * FA_BQ * sizeof(float); /* 2 x (lse2, D) of the step's queries */
+    static constexpr size_t bytes = (size_t)(2 * FA_BC * LD + 4 * BQ * LD) * sizeof(bf16) /* K, V, 2 x (Q, dO) */
+                                    + 4 * BQ * sizeof(float); /* 2 x (lse2, D) of the step's queries */
 };
 
-template <int HSP>
+template <int HSP, int BQ = FA_BQ>
 __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const float *Din, const bf16 *doh,
                                                             const bf16 *qh, const float *lse, int T, int C, int NH,
                                                             int hs, float sl2, float scale) {
-    constexpr int LD = DkvSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8, NS = FA_BQ / 8, QS = FA_BQ * LD;
+    constexpr int LD = DkvSmem<HSP, BQ>::LD, KC = HSP / 16, NO = HSP / 8, NS = BQ / 8, QS = BQ * LD;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sK = (bf16 *)smem, *sV = sK + FA_BC * LD, *sQ = sV + FA_BC * LD, *sdO = sQ + 2 * QS; /* two buffers each */
-    float *sL = (float *)(sdO + 2 * QS), *sD = sL + 2 * FA_BQ;                                 /* two buffers each */
+    float *sL = (float *)(sdO + 2 * QS), *sD = sL + 2 * BQ;                                 /* two buffers each */
     int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     size_t ld = 3 * (size_t)C, bh = (size_t)b * NH + h;
     const bf16 *q = qh + bh * 3 * T * HSP, *k = q + (size_t)T * HSP, *v = k + (size_t)T * HSP;
@@ -431,10 +432,10 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const f
 
     stage<FA_BC, HSP>(sK, LD, k, k0, T);
     stage<FA_BC, HSP>(sV, LD, v, k0, T);
-    stage<FA_BQ, HSP>(sQ, LD, q, k0, T); /* the first query step: queries before k0 see none of these keys */
-    stage<FA_BQ, HSP>(sdO, LD, dy, k0, T);
+    stage<BQ, HSP>(sQ, LD, q, k0, T); /* the first query step: queries before k0 see none of these keys */
+    stage<BQ, HSP>(sdO, LD, dy, k0, T);
     cp_async_commit();
-    if (threadIdx.x < FA_BQ) {
+    if (threadIdx.x < BQ) {
         int row = k0 + threadIdx.x;
         sL[threadIdx.x] = row < T ? lse[bh * T + row] * FA_LOG2E : 0.0f;
         sD[threadIdx.x] = row < T ? Din[bh * T + row] : 0.0f;
@@ -448,16 +449,16 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const f
 #pragma unroll
     for (int i = 0; i < NO; i++)
         dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.0f;
-    for (int it = 0, q0 = k0; q0 < T; it++, q0 += FA_BQ) {
-        int cur = it & 1, nq = q0 + FA_BQ;
+    for (int it = 0, q0 = k0; q0 < T; it++, q0 += BQ) {
+        int cur = it & 1, nq = q0 + BQ;
         const bf16 *Q = sQ + cur * QS, *dO = sdO + cur * QS;
-        const float *L = sL + cur * FA_BQ, *Dq = sD + cur * FA_BQ;
-        float nl = 0.0f, nd = 0.0f; /* the next step's lse2 and D (thread < FA_BQ), stored after the work */
+        const float *L = sL + cur * BQ, *Dq = sD + cur * BQ;
+        float nl = 0.0f, nd = 0.0f; /* the next step's lse2 and D (thread < BQ), stored after the work */
         if (nq < T) {
-            stage<FA_BQ, HSP>(sQ + (cur ^ 1) * QS, LD, q, nq, T);
-            stage<FA_BQ, HSP>(sdO + (cur ^ 1) * QS, LD, dy, nq, T);
+            stage<BQ, HSP>(sQ + (cur ^ 1) * QS, LD, q, nq, T);
+            stage<BQ, HSP>(sdO + (cur ^ 1) * QS, LD, dy, nq, T);
             int row = nq + threadIdx.x;
-            if (threadIdx.x < FA_BQ && row < T) nl = lse[bh * T + row] * FA_LOG2E, nd = Din[bh * T + row];
+            if (threadIdx.x < BQ && row < T) nl = lse[bh * T + row] * FA_LOG2E, nd = Din[bh * T + row];
         }
         cp_async_commit();
         float s[NS][4], dp[NS][4];
@@ -476,9 +477,9 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const f
                 s[nb][j] = p;
                 dp[nb][j] = p * (dp[nb][j] - Dq[qc]);
             }
-        mma_acc_t<NO, FA_BQ / 16>(dv, s, dO, LD, lane); /* dV += P^T dO */
-        mma_acc_t<NO, FA_BQ / 16>(dk, dp, Q, LD, lane); /* dK += dS^T Q */
-        if (nq < T && threadIdx.x < FA_BQ) sL[(cur ^ 1) * FA_BQ + threadIdx.x] = nl, sD[(cur ^ 1) * FA_BQ + threadIdx.x] = nd;
+        mma_acc_t<NO, BQ / 16>(dv, s, dO, LD, lane); /* dV += P^T dO */
+        mma_acc_t<NO, BQ / 16>(dk, dp, Q, LD, lane); /* dK += dS^T Q */
+        if (nq < T && threadIdx.x < BQ) sL[(cur ^ 1) * BQ + threadIdx.x] = nl, sD[(cur ^ 1) * BQ + threadIdx.x] = nd;
         cp_async_wait_all();
         __syncthreads();
     }
@@ -538,18 +539,26 @@ static void bwd(CudaCtx *c, float *dqkv, float *D, const float *dout, const floa
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
     size_t sm = DqSmem<HSP>::bytes, sm2 = DkvSmem<HSP>::bytes;
+    const char *bq = getenv("PPTRAIN_FLASH_BQ"); /* EXPERIMENT: the dkv kernel's query step */
+    int bq64 = bq && !strcmp(bq, "64");
+    if (bq64) sm2 = DkvSmem<HSP, 64>::bytes;
     const bf16 *qh = pack<HSP>(c, &c->castA, qkv, B, T, NH, hs, 3, 3 * (size_t)C);
     const bf16 *doh = pack<HSP>(c, &c->castB, dout, B, T, NH, hs, 1, (size_t)C);
     size_t warps = (size_t)B * T * NH, blocks = (warps + FA_WARPS - 1) / FA_WARPS;
     flash_rowdot<<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(D, dout, out, B, T, NH, hs);
     KCHECK(c, "flash_rowdot");
     CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2));
+    if (bq64) CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2));
+    else CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2));
     flash_bwd_dq<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(dqkv, D, doh, qh, lse, T, C, NH,
                                                                                     hs, sl2, scale);
     KCHECK(c, "flash_bwd_dq");
-    flash_bwd_dkv<HSP><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm2, c->stream>>>(dqkv, D, doh, qh, lse, T, C,
-                                                                                      NH, hs, sl2, scale);
+    if (bq64)
+        flash_bwd_dkv<HSP, 64><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm2, c->stream>>>(dqkv, D, doh, qh, lse, T,
+                                                                                              C, NH, hs, sl2, scale);
+    else
+        flash_bwd_dkv<HSP><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm2, c->stream>>>(dqkv, D, doh, qh, lse, T, C,
+                                                                                          NH, hs, sl2, scale);
     KCHECK(c, "flash_bwd_dkv");
 }
 
