@@ -36,7 +36,8 @@
  *   dq kernel, per query tile of 64 (4 warps x 16 rows): over the key tiles 0..qt
  *     recomputes S, P = exp2(S*sl2 - lse2) and dP = dO V^T, forms dS = P o (dP - D),
  *     rounds it to bf16 and accumulates dQ += dS K; dQ * scale is written.
- *   dkv kernel, per key tile of 64 (4 warps x 16 keys): over the query steps of 32 from
+ *   dkv kernel, per key tile of 64 (4 warps x 16 keys): over the query steps of 64 (32 at
+ *     head sizes over 80: dkv_bq) from
  *     the tile's first key to T, recomputes S^T = K Q^T and dP^T = V dO^T, P^T and
  *     dS^T = P^T o (dP^T - D), and accumulates dV += P^T dO and dK += dS^T Q (both
  *     operands rounded to bf16); queries before the key or at/after T are masked.
@@ -60,7 +61,6 @@
  * padded by 8 bf16 (16 bytes) so that a fragment load's 32 lanes hit 32 banks. */
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #ifdef FLASH_HOST_SIM /* test/flash_sim.cc: these kernels run on the host, lanes as fibers */
@@ -73,7 +73,9 @@
 #define FA_THREADS (32 * FA_WARPS)
 #define FA_BR 64 /* query rows per CTA (forward, dq kernel) */
 #define FA_BC 64 /* keys per tile (forward, dq kernel); keys per CTA (dkv kernel) */
-#define FA_BQ 32 /* query rows per step of the dkv kernel */
+/* Query rows per step of the dkv kernel: 64 (8% faster than 32 at hs 64 on the H100,
+ * cuda/NOTES.md), 32 from HSP 96 on, where 64 would spill registers. */
+template <int HSP> constexpr int dkv_bq() { return HSP >= 96 ? 32 : 64; }
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
 
@@ -410,13 +412,13 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, const fl
 
 /* ---- backward: dK, dV per key tile ------------------------------------------------------ */
 
-template <int HSP, int BQ = FA_BQ> struct DkvSmem {
+template <int HSP, int BQ = dkv_bq<HSP>()> struct DkvSmem {
     static constexpr int LD = HSP + 8;
     static constexpr size_t bytes = (size_t)(2 * FA_BC * LD + 4 * BQ * LD) * sizeof(bf16) /* K, V, 2 x (Q, dO) */
                                     + 4 * BQ * sizeof(float); /* 2 x (lse2, D) of the step's queries */
 };
 
-template <int HSP, int BQ = FA_BQ>
+template <int HSP, int BQ = dkv_bq<HSP>()>
 __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const float *Din, const bf16 *doh,
                                                             const bf16 *qh, const float *lse, int T, int C, int NH,
                                                             int hs, float sl2, float scale) {
@@ -539,26 +541,18 @@ static void bwd(CudaCtx *c, float *dqkv, float *D, const float *dout, const floa
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
     size_t sm = DqSmem<HSP>::bytes, sm2 = DkvSmem<HSP>::bytes;
-    const char *bq = getenv("PPTRAIN_FLASH_BQ"); /* EXPERIMENT: the dkv kernel's query step */
-    int bq64 = bq && !strcmp(bq, "64");
-    if (bq64) sm2 = DkvSmem<HSP, 64>::bytes;
     const bf16 *qh = pack<HSP>(c, &c->castA, qkv, B, T, NH, hs, 3, 3 * (size_t)C);
     const bf16 *doh = pack<HSP>(c, &c->castB, dout, B, T, NH, hs, 1, (size_t)C);
     size_t warps = (size_t)B * T * NH, blocks = (warps + FA_WARPS - 1) / FA_WARPS;
     flash_rowdot<<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(D, dout, out, B, T, NH, hs);
     KCHECK(c, "flash_rowdot");
     CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    if (bq64) CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2));
-    else CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2));
+    CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2));
     flash_bwd_dq<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(dqkv, D, doh, qh, lse, T, C, NH,
                                                                                     hs, sl2, scale);
     KCHECK(c, "flash_bwd_dq");
-    if (bq64)
-        flash_bwd_dkv<HSP, 64><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm2, c->stream>>>(dqkv, D, doh, qh, lse, T,
-                                                                                              C, NH, hs, sl2, scale);
-    else
-        flash_bwd_dkv<HSP><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm2, c->stream>>>(dqkv, D, doh, qh, lse, T, C,
-                                                                                          NH, hs, sl2, scale);
+    flash_bwd_dkv<HSP><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm2, c->stream>>>(dqkv, D, doh, qh, lse, T, C,
+                                                                                      NH, hs, sl2, scale);
     KCHECK(c, "flash_bwd_dkv");
 }
 

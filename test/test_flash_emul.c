@@ -8,7 +8,7 @@
  * O and l by exp2(m_old - m_new)), the head size zero-padded to the template size, the
  * log-sum-exp saved per row (natural log), and the backward's three steps:
  * D = rowsum(dO o O) from the forward's output, dQ in one sweep, dK and dV per key tile
- * over query steps of 32 starting at the tile's first key. Operands are rounded to bf16 (round to
+ * over query steps of 64 starting at the tile's first key. Operands are rounded to bf16 (round to
  * nearest even) exactly where the kernels round them: Q, K, V, dO as they are staged,
  * P before P V and P^T dO, dS before dS K and dS^T Q; every accumulation is fp32. What
  * the emulation does not replay is the warp-level fragment layout ([Note: mma
@@ -35,7 +35,7 @@
 /* the kernels' constants (cuda/flash_attn.cu) */
 #define FA_BR 64
 #define FA_BC 64
-#define FA_BQ 32
+#define FA_BQ 64 /* (32 at head sizes over 80: the same sums, in the same order) */
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 #define BOUND 1e-2
@@ -160,7 +160,7 @@ static void emul_backward(float *dqkv, const float *dout, const float *qkv, cons
                     float *y = dqkv + ((size_t)b * T + i) * ld + (size_t)h * hs;
                     for (int d = 0; d < hs; d++) y[d] = acc[d] * scale;
                 }
-            /* dkv kernel: per key tile of 64, query steps of 32 from the tile's first key */
+            /* dkv kernel: per key tile of 64, query steps of 64 from the tile's first key */
             int nkt = (T + FA_BC - 1) / FA_BC;
             for (int kt = 0; kt < nkt; kt++)
                 for (int c = 0; c < FA_BC && kt * FA_BC + c < T; c++) {
