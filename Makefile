@@ -60,7 +60,8 @@ CUDA_SO    := $(if $(NVCC),$(CUDA_BUILD)/libpptrain_cuda.so)
 CUDA_SRC   := $(wildcard cuda/*.cu)
 CUDA_OBJ   := $(patsubst cuda/%.cu,$(CUDA_BUILD)/%.o,$(CUDA_SRC))
 NVFLAGS    := -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-Wall,-Wno-unused-parameter -MMD -MP \
-              $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) -Isrc -Icuda
+              $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+              -Xcompiler -iquote,src,-iquote,cuda
 GEN_INFO   := $(BUILD)/gen/cuda_info.h
 
 .PHONY: all deps run test unit-tests bench clean data test-gpu

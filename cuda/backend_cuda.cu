@@ -157,7 +157,7 @@ static void cu_snapshot_wait(const Backend *be) {
 
 static void cu_memory(const Backend *be, size_t *allocated, size_t *workspace) {
     CudaCtx *c = ctx_of(be);
-    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->partials, &c->sums, &c->enc, &c->att, &c->flashD};
+    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials, &c->sums, &c->enc, &c->att, &c->flashD};
     *allocated = c->allocated;
     *workspace = 0;
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) *workspace += g[i]->bytes;
@@ -326,9 +326,11 @@ static cublasComputeType_t att_compute(const CudaCtx *c) {
                                      : CUBLAS_COMPUTE_32F;
 }
 
-/* x[n] as bf16 in workspace g (precision bf16), else x itself. */
+/* x[n] as bf16 in workspace g (precision bf16; the held copy when x is the held weight),
+ * else x itself. */
 static const void *operand(CudaCtx *c, Grow *g, const float *x, size_t n) {
     if (c->prec != PP_PREC_BF16) return x;
+    if (x == c->held && n == c->held_n) return c->castW.p;
     __nv_bfloat16 *d = (__nv_bfloat16 *)grow(c, g, n * sizeof(__nv_bfloat16));
     k_to_bf16(c, d, x, n);
     return d;
@@ -345,6 +347,14 @@ static void mm_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, const float
         return;
     cublasComputeType_t comp = c->prec == PP_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : mm_compute(c);
     gemm(c, tA, tB, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, AB_F32, comp, bias);
+}
+
+static void cu_weight_hold(const Backend *be, const float *w, size_t n) {
+    CudaCtx *c = ctx_of(be);
+    c->held = NULL, c->held_n = 0;
+    if (!w || c->prec != PP_PREC_BF16) return;
+    k_to_bf16(c, (__nv_bfloat16 *)grow(c, &c->castW, n * sizeof(__nv_bfloat16)), w, n); /* in stream order */
+    c->held = w, c->held_n = n;
 }
 
 static void cu_matmul_forward(const Backend *be, float *out, const float *inp, const float *w, const float *b, int N,
@@ -528,7 +538,7 @@ static void cu_close(const Backend *be) {
     CudaCtx *c = ctx_of(be);
     CK(c, cudaStreamSynchronize(c->stream));
     CK(c, cudaStreamSynchronize(c->side));
-    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->partials, &c->sums, &c->enc, &c->att, &c->flashD};
+    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials, &c->sums, &c->enc, &c->att, &c->flashD};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) CK(c, cudaFree(g[i]->p));
     for (int i = 0; i < c->nallocs; i++) CK(c, cudaFree(c->allocs[i].p)); /* leaks of the caller's */
     LTCK(c, cublasLtDestroy(c->lt));
@@ -593,6 +603,7 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->scratch_floats = cu_scratch_floats;
     be->add_inplace = cu_add_inplace;
     be->device_memory = 1;
+    be->weight_hold = cu_weight_hold;
     be->host_alloc = cu_host_alloc;
     be->host_free = cu_host_free;
     be->snapshot = cu_snapshot;
@@ -670,7 +681,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     grow(c, &c->sums, 256 * sizeof(double));
     if (N && C) {
         grow(c, &c->partials, ((N + 255) / 256) * 4 * C * sizeof(float));
-        grow(c, &c->enc, 2 * N * sizeof(int));
+        grow(c, &c->enc, k_encoder_workspace((int)N));
         if (NH && T && !att_flash) grow(c, &c->att, NH * T * T * sizeof(float));
         if (NH && T && att_flash) { /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
             grow(c, &c->flashD, N / T * NH * T * sizeof(float));
@@ -681,6 +692,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
             size_t wb = Vp * C > 4 * C * C ? Vp * C : 4 * C * C;
             grow(c, &c->castA, (N * 4 * C > head ? N * 4 * C : head) * sizeof(__nv_bfloat16));
             grow(c, &c->castB, (N * 4 * C > wb ? N * 4 * C : wb) * sizeof(__nv_bfloat16));
+            grow(c, &c->castW, Vp * C * sizeof(__nv_bfloat16)); /* the head's weight, held over its chunks */
         }
     }
     Backend *be = &c->be;

@@ -52,9 +52,12 @@ struct CudaCtx {
     cublasLtHandle_t lt;
     Grow lt_ws;               /* cuBLASLt workspace */
     Grow castA, castB;        /* bf16 copies of a matmul's or flash attention's operands */
+    Grow castW;               /* the held weight's bf16 copy (weight_hold) */
+    const float *held;        /* the held weight, held_n floats (NULL: none) */
+    size_t held_n;
     Grow partials;            /* column partial sums (bias and LayerNorm weight grads) */
     Grow sums;                /* double partials of sum / sumsq */
-    Grow enc;                 /* encoder backward: next row with the same token, and flags */
+    Grow enc;                 /* encoder backward: the sort of rows by token, next row with the same token, flags */
     Grow att;                 /* attention backward: dP of one sequence, [NH,T,T] */
     Grow flashD;              /* flash attention backward: D = rowsum(dO o O), [B,NH,T] */
     int att_flash;            /* 1: flash attention ([Note: attention path] in backend_cuda.cu) */
@@ -134,6 +137,8 @@ void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr,
            float grad_scale, int first);
 /* bf16 copy of n floats (round to nearest even). */
 void k_to_bf16(CudaCtx *c, __nv_bfloat16 *dst, const float *src, size_t n);
+/* Device bytes the encoder backward needs for N rows (the sort of rows by token). */
+size_t k_encoder_workspace(int N);
 
 /* ---- flash attention (flash_attn.cu, [Note: flash tiling]) ---- */
 /* The template head size that runs head size hs (hs padded with zeros up to it), or 0

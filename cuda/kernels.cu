@@ -10,6 +10,8 @@
  * kernel's FLOPs and bytes. */
 #include <math.h>
 
+#include <cub/cub.cuh>
+
 #include "cuda_internal.cuh"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
@@ -49,17 +51,18 @@ __global__ void enc_fwd(float *out, const int *inp, const float *wte, const floa
     }
 }
 
-/* nxt[n] = the next row after n with the same token, or -1. O(N) per row, coalesced. */
-__global__ void enc_next(int *nxt, const int *inp, int N) {
-    int n = blockIdx.x * blockDim.x + threadIdx.x;
-    if (n >= N) return;
-    int tok = inp[n], r = -1;
-    for (int m = n + 1; m < N; m++)
-        if (inp[m] == tok) {
-            r = m;
-            break;
-        }
-    nxt[n] = r;
+/* nxt[n] = the next row after n with the same token, or -1, from the rows sorted by
+ * token (a stable sort: rows of one token in row order): the next entry, if its token
+ * is the same. */
+__global__ void enc_next(int *nxt, const int *tok_sorted, const int *row_sorted, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    nxt[row_sorted[i]] = i + 1 < N && tok_sorted[i + 1] == tok_sorted[i] ? row_sorted[i + 1] : -1;
+}
+
+__global__ void iota(int *x, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) x[i] = i;
 }
 
 /* flag[m] = 1 when some earlier row has m's token (m is not the first of its chain). */
@@ -95,11 +98,27 @@ void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte,
     KCHECK(c, "enc_fwd");
 }
 
+/* The radix sort's temporary storage for N rows, rounded up to 256 bytes. */
+static size_t enc_sort_bytes(int N) {
+    size_t tmp = 0;
+    cub::DeviceRadixSort::SortPairs(NULL, tmp, (const int *)NULL, (int *)NULL, (const int *)NULL, (int *)NULL, N, 0, 32);
+    return (tmp + 255) / 256 * 256;
+}
+
+size_t k_encoder_workspace(int N) { return enc_sort_bytes(N) + 5 * (size_t)N * sizeof(int); }
+
 void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
     int N = B * T;
-    int *nxt = (int *)grow(c, &c->enc, 2 * (size_t)N * sizeof(int)), *flag = nxt + N;
+    /* the rows sorted by token (CUB's stable radix sort), then each row's successor; the
+     * sort's own storage first (256-byte aligned, as cudaMalloc's), then 5 int arrays */
+    size_t tmp = enc_sort_bytes(N);
+    char *base = (char *)grow(c, &c->enc, k_encoder_workspace(N));
+    int *nxt = (int *)(base + tmp), *flag = nxt + N, *rows = flag + N, *tok_s = rows + N, *rows_s = tok_s + N;
     CK(c, cudaMemsetAsync(flag, 0, (size_t)N * sizeof(int), c->stream));
-    enc_next<<<(N + 255) / 256, 256, 0, c->stream>>>(nxt, inp, N);
+    iota<<<(N + 255) / 256, 256, 0, c->stream>>>(rows, N);
+    KCHECK(c, "iota");
+    CK(c, cub::DeviceRadixSort::SortPairs(base, tmp, inp, tok_s, rows, rows_s, N, 0, 32, c->stream));
+    enc_next<<<(N + 255) / 256, 256, 0, c->stream>>>(nxt, tok_s, rows_s, N);
     KCHECK(c, "enc_next");
     enc_flag<<<(N + 255) / 256, 256, 0, c->stream>>>(flag, nxt, N);
     KCHECK(c, "enc_flag");

@@ -152,6 +152,12 @@ struct Backend {
      * the runtime sends and receives it through host staging buffers ([Note: host
      * staging] in runtime.c). */
     int device_memory;
+    /* Until weight_hold(be, NULL, 0), the matmuls may use one converted copy of w[0..n)
+     * (the bf16 operand at precision bf16) instead of converting w on every call: the
+     * caller promises that w does not change meanwhile, and the results are the bits of
+     * the unheld calls. The head holds its weight over its row chunks ([Note: chunked
+     * head] in model.c). NULL: nothing to hold (the CPU). */
+    void (*weight_hold)(const Backend *be, const float *w, size_t n);
     /* Pinned host memory for staging (NULL: the caller uses malloc / free). */
     void *(*host_alloc)(const Backend *be, size_t bytes);
     void (*host_free)(const Backend *be, void *p);

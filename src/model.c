@@ -642,6 +642,7 @@ static void head_forward(Model *m, ActSlot *a, const float *x, float dloss, int 
     const Backend *be = m->be;
     int N = m->B * m->T, C = m->d.C, V = m->d.V, Vp = m->d.Vp;
     be->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->lnfw, m->lnfb, N, C);
+    if (be->weight_hold) be->weight_hold(be, m->head, (size_t)Vp * C); /* converted once, not per chunk */
     for (int r0 = 0; r0 < N; r0 += m->logits_rows) {
         int R = N - r0 < m->logits_rows ? N - r0 : m->logits_rows;
         const float *xr = a->lnf + (size_t)r0 * C;
@@ -656,6 +657,7 @@ static void head_forward(Model *m, ActSlot *a, const float *x, float dloss, int 
         be->crossentropy_forward_backward(be, m->logits, m->losses + r0, a->targets + r0, dloss, R, V, Vp);
         be->matmul_backward(be, a->dlnf + (size_t)r0 * C, m->dhead, NULL, m->logits, xr, m->head, R, C, Vp);
     }
+    if (be->weight_hold) be->weight_hold(be, NULL, 0);
     if (loss) be->sum(be, loss, m->losses, (size_t)N);
 }
 
