@@ -61,7 +61,6 @@
  * padded by 8 bf16 (16 bytes) so that a fragment load's 32 lanes hit 32 banks. */
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #ifdef FLASH_HOST_SIM /* test/flash_sim.cc: these kernels run on the host, lanes as fibers */
@@ -356,9 +355,9 @@ static __device__ __forceinline__ void dq_tile(float s[FA_BC / 8][4], float dp[F
 }
 
 template <int HSP>
-static __device__ __forceinline__ void dq_body(float *dqkv, const float *Din, const bf16 *doh, const bf16 *qh,
-                                               const float *lse, int T, int C, int NH, int hs, float sl2,
-                                               float scale) {
+__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, const float *Din, const bf16 *doh,
+                                                           const bf16 *qh, const float *lse, int T, int C, int NH,
+                                                           int hs, float sl2, float scale) {
     constexpr int LD = DqSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8, NS = FA_BC / 8, KV = FA_BC * LD;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sQ = (bf16 *)smem, *sdO = sQ + FA_BR * LD, *sK = sdO + FA_BR * LD, *sV = sK + 2 * KV;
@@ -409,20 +408,6 @@ static __device__ __forceinline__ void dq_body(float *dqkv, const float *Din, co
         int row = q0 + wr + g + 8 * hf;
         if (row < T) store_row<NO>(dqkv + ((size_t)b * T + row) * ld + (size_t)h * hs, dq, hf, t, hs, scale);
     }
-}
-
-template <int HSP>
-__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, const float *Din, const bf16 *doh,
-                                                           const bf16 *qh, const float *lse, int T, int C, int NH,
-                                                           int hs, float sl2, float scale) {
-    dq_body<HSP>(dqkv, Din, doh, qh, lse, T, C, NH, hs, sl2, scale);
-}
-/* EXPERIMENT (PPTRAIN_FLASH_DQ_MINB=3): the same kernel held to 3 CTAs an SM */
-template <int HSP>
-__global__ void __launch_bounds__(FA_THREADS, 3) flash_bwd_dq3(float *dqkv, const float *Din, const bf16 *doh,
-                                                               const bf16 *qh, const float *lse, int T, int C, int NH,
-                                                               int hs, float sl2, float scale) {
-    dq_body<HSP>(dqkv, Din, doh, qh, lse, T, C, NH, hs, sl2, scale);
 }
 
 /* ---- backward: dK, dV per key tile ------------------------------------------------------ */
@@ -561,17 +546,10 @@ static void bwd(CudaCtx *c, float *dqkv, float *D, const float *dout, const floa
     size_t warps = (size_t)B * T * NH, blocks = (warps + FA_WARPS - 1) / FA_WARPS;
     flash_rowdot<<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(D, dout, out, B, T, NH, hs);
     KCHECK(c, "flash_rowdot");
-    const char *mb = getenv("PPTRAIN_FLASH_DQ_MINB"); /* EXPERIMENT: 3 CTAs an SM for the dq kernel */
-    int minb3 = mb && !strcmp(mb, "3");
-    if (minb3) CK(c, cudaFuncSetAttribute(flash_bwd_dq3<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    else CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
     CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2));
-    if (minb3)
-        flash_bwd_dq3<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(dqkv, D, doh, qh, lse, T, C,
-                                                                                           NH, hs, sl2, scale);
-    else
-        flash_bwd_dq<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(dqkv, D, doh, qh, lse, T, C, NH,
-                                                                                        hs, sl2, scale);
+    flash_bwd_dq<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(dqkv, D, doh, qh, lse, T, C, NH,
+                                                                                    hs, sl2, scale);
     KCHECK(c, "flash_bwd_dq");
     flash_bwd_dkv<HSP><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm2, c->stream>>>(dqkv, D, doh, qh, lse, T, C,
                                                                                       NH, hs, sl2, scale);
