@@ -316,8 +316,7 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     if (rt.chunk_of[rt.S - 1] >= 0 && rt.lay.dp == 0 && (rc = log_open(&log, cfg->out_dir, cfg->steps, (int)start, resume != NULL, err, sizeof err)))
         goto out;
     if (rt.model.be->peak_flops > 0) { /* the MFU: model FLOPs per token as GPU.md counts them, one GPU per rank */
-        double L = cfg->n_layers, C = cfg->dim, Vp = cfg->padded_vocab_size, T = cfg->seq_len;
-        log.mfu_flops = (6 * (12 * L * C * C + Vp * C) + 12 * L * T * C) / (rt.model.be->peak_flops * env->world);
+        log.mfu_flops = model_train_flops_per_token(&rt.model.d, cfg->seq_len) / (rt.model.be->peak_flops * env->world);
     }
     if ((rc = train_loop(cfg, &rt, &ck, &log, (int)start, err, sizeof err)) && rc != 130) goto out;
     int rc2 = runtime_report(&rt, err, sizeof err);

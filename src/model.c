@@ -34,6 +34,37 @@ size_t model_total_params(const ModelDims *d) {
     return d->tied ? n : n + (size_t)d->Vp * C;
 }
 
+void model_arch_costs(const ModelDims *d, int T, ArchCosts *a) {
+    double C = d->C, Vp = d->Vp;
+    a->layer_params = 12.0 * C * C + 13.0 * C; /* qkv, attproj, fc, fcproj; 13 C of biases and norms */
+    a->embed_params = (Vp + d->maxT) * C;
+    a->head_params = Vp * C + 2.0 * C; /* its matrix (the tied head: its copy of wte) and the final norm */
+    a->layer_flops = 24.0 * C * C + 4.0 * T * C; /* the four matmuls, and attention's QK^T and PV */
+    a->embed_flops = C;                          /* a gather and an add */
+    a->head_flops = 2.0 * Vp * C;                /* the logits */
+    a->boundary_floats = C;
+    a->head_act_floats = 2.0 * C + 2; /* lnf and its gradient, mean and rstd */
+    a->logits_floats = Vp;
+}
+
+ModelDims model_dims(const Config *cfg) {
+    return (ModelDims){cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, cfg->n_layers, cfg->n_heads,
+                       cfg->dim, cfg->tie_embeddings};
+}
+
+size_t model_boundary_floats(const ModelDims *d, int B, int T) { return (size_t)B * T * d->C; }
+
+double model_layer_act_floats(const ModelDims *d, double N, double att, int mode) {
+    double C = d->C, all = N * (16.0 * C + 4) + att; /* [Note: recompute] in model.h */
+    return mode == 2 ? N * C : mode == 1 ? all - att - 4 * N * C : all;
+}
+
+double model_train_flops_per_token(const ModelDims *d, int T) {
+    ArchCosts a;
+    model_arch_costs(d, T, &a);
+    return 3 * (d->L * a.layer_flops + a.head_flops);
+}
+
 static void build_table(Model *m);
 
 int model_dims_check(const ModelDims *d, char *err, size_t errlen) {

@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "config.h"
+#include "partition.h"
 
 #define PP_MAX_CHUNKS 64
 
@@ -315,6 +317,26 @@ size_t model_largest_tensor(const Model *m);
 
 /* Number of parameters of the whole model (all stages) for these dims. */
 size_t model_total_params(const ModelDims *d);
+
+/* [Note: architecture costs] What the partitioner's balance modes, the planner and the
+ * MFU need of the architecture, from here alone (GPT-2's block today; the Arch table's,
+ * issue 24): a layer's, the embedding's and the head's parameters and forward FLOPs
+ * per token (attention at sequence length T), the floats crossing a stage boundary and
+ * those the head keeps, per token. */
+void model_arch_costs(const ModelDims *d, int T, ArchCosts *a);
+/* The dims of the model a config describes. */
+ModelDims model_dims(const Config *cfg);
+/* Floats of the activation (and of its gradient) crossing a stage boundary for a
+ * microbatch of B sequences of T tokens: one function, so every buffer and message
+ * agrees (the element type is float). */
+size_t model_boundary_floats(const ModelDims *d, int B, int T);
+/* Floats one layer keeps for its backward for N tokens under recompute mode `mode`
+ * (model_recompute_mode: 0 none, 1 selective, 2 full), att of them attention's saved
+ * state: the memory balance's per-layer cost. */
+double model_layer_act_floats(const ModelDims *d, double N, double att, int mode);
+/* Model FLOPs per token of a training step (forward and backward: 3x the forward, the
+ * embedding not counted), as ../shared/GPU.md counts them for the MFU. */
+double model_train_flops_per_token(const ModelDims *d, int T);
 
 /* Whether dims describe a model this code can build: V >= 1, Vp >= V, maxT, L, NH, C
  * >= 1, C a multiple of NH, tied 0 or 1, and no size the model computes in an int

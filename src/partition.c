@@ -8,10 +8,6 @@
 
 #include "common.h"
 
-/* Per-token forward flops of one decoder layer: four weight matmuls (2·12·C²) and
- * attention's QKᵀ and PV (2·2·T·C). */
-static double layer_cost(int C, int T) { return 24.0 * C * C + 4.0 * T * C; }
-
 /* Read the list "[a, b, ...]" into ints (kind 'n') or layer.N points (kind 'p'). */
 static int parse_list(const char *s, int *vals, int max, int *count, char *kind, char *err,
                       size_t errlen) {
@@ -74,38 +70,37 @@ static void balance(Partition *p, int L, int S, const PartitionCosts *pc) {
     free(cut);
 }
 
-void partition_costs_time(PartitionCosts *pc, int S, int C, int Vp, int T, const double *measured) {
+void partition_costs_time(PartitionCosts *pc, int S, const ArchCosts *a, const double *measured) {
     memset(pc, 0, sizeof *pc);
-    for (int s = 0; s < S; s++) pc->layer[s] = measured ? measured[0] : 3 * layer_cost(C, T);
-    pc->embed = measured ? measured[1] : 3.0 * C; /* a gather and an add per token */
-    pc->head = measured ? measured[2] : 3 * 2.0 * Vp * C;
+    for (int s = 0; s < S; s++) pc->layer[s] = measured ? measured[0] : 3 * a->layer_flops;
+    pc->embed = measured ? measured[1] : 3 * a->embed_flops;
+    pc->head = measured ? measured[2] : 3 * a->head_flops;
     pc->unit = measured ? "measured time" : "estimated time";
 }
 
-void partition_costs_parameters(PartitionCosts *pc, int S, int C, int Vp, int maxT) {
+void partition_costs_parameters(PartitionCosts *pc, int S, const ArchCosts *a) {
     memset(pc, 0, sizeof *pc);
-    for (int s = 0; s < S; s++) pc->layer[s] = 12.0 * C * C + 13.0 * C;
-    pc->embed = ((double)Vp + maxT) * C;
-    pc->head = (double)Vp * C + 2.0 * C;
+    for (int s = 0; s < S; s++) pc->layer[s] = a->layer_params;
+    pc->embed = a->embed_params;
+    pc->head = a->head_params;
     pc->unit = "parameters";
 }
 
-void partition_costs_memory(PartitionCosts *pc, int S, int C, int Vp, int maxT, int N, int nopt,
-                            const int *inflight, double layer_act) {
+void partition_costs_memory(PartitionCosts *pc, int S, const ArchCosts *a, int N, int nopt, const int *inflight,
+                            double layer_act) {
     PartitionCosts params;
-    partition_costs_parameters(&params, S, C, Vp, maxT);
+    partition_costs_parameters(&params, S, a);
     memset(pc, 0, sizeof *pc);
-    double per_param = 4.0 * (2 + nopt), io = 2.0 * 4 * N * C; /* a slot's input and gradient */
+    double per_param = 4.0 * (2 + nopt), io = 2.0 * 4 * N * a->boundary_floats; /* a slot's input and gradient */
     for (int s = 0; s < S; s++) pc->layer[s] = per_param * params.layer[s] + inflight[s] * layer_act;
     pc->embed = per_param * params.embed + inflight[0] * io;
-    pc->head = per_param * params.head + 4.0 * N * Vp + inflight[S - 1] * (io + 4.0 * N * (2 * C + 2));
+    pc->head = per_param * params.head + 4.0 * N * a->logits_floats + inflight[S - 1] * (io + 4.0 * N * a->head_act_floats);
     pc->unit = "memory";
 }
 
-int partition_build(Partition *p, const char *split, int L, int S, int C, int Vp, int T,
-                    char *err, size_t errlen) {
+int partition_build(Partition *p, const char *split, int L, int S, const ArchCosts *a, char *err, size_t errlen) {
     PartitionCosts pc;
-    partition_costs_time(&pc, S < PP_MAX_STAGES ? S : PP_MAX_STAGES, C, Vp, T, NULL);
+    partition_costs_time(&pc, S < PP_MAX_STAGES ? S : PP_MAX_STAGES, a, NULL);
     return partition_build_costs(p, split, L, S, &pc, err, errlen);
 }
 

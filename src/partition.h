@@ -15,13 +15,22 @@ typedef struct {
     const char *unit;         /* what cost is */
 } Partition;
 
-/* Split L layers over S stages. split is "auto" (balance the estimated per-token cost,
- * counting the LM head — 2·Vp·C flops — on the last stage, and attention at length T),
+/* What the partitioner needs of the model's architecture, per token: model_arch_costs
+ * (model.c) fills it, so that no architecture's arithmetic is restated here. */
+typedef struct {
+    double layer_params, embed_params, head_params; /* parameters (the tied head: its wte copy) */
+    double layer_flops, embed_flops, head_flops;    /* forward FLOPs per token, attention at length T */
+    double boundary_floats;                         /* an activation crossing a stage boundary */
+    double head_act_floats;                         /* what the head keeps per in-flight microbatch */
+    double logits_floats;                           /* the head's logits (one microbatch at a time) */
+} ArchCosts;
+
+/* Split L layers over S stages. split is "auto" (balance the per-token FLOPs of a's layers,
+ * embedding and head: partition_costs_time),
  * "[n0, n1, ...]" (layers per stage, S numbers adding up to L), or
  * "[\"layers.a\", ...]" (S-1 increasing split points, like torch's split_spec).
  * Every stage gets at least one layer. Returns PP_OK or PP_EUSAGE with a message. */
-int partition_build(Partition *p, const char *split, int L, int S, int C, int Vp, int T,
-                    char *err, size_t errlen);
+int partition_build(Partition *p, const char *split, int L, int S, const ArchCosts *a, char *err, size_t errlen);
 
 /* What split auto balances (pipeline.balance): the cost of stage s holding layers
  * [a, b) is (b - a) * layer[s], plus embed on stage 0 and head on stage S-1. A cost
@@ -37,15 +46,16 @@ typedef struct {
 /* pipeline.balance: time. Per token, forward plus backward: the cost model (flops:
  * 3x the forward's) or, when measured is not NULL, measured[0..2] = seconds of one
  * layer, the embedding, and the head on this machine (`pptrain schedule --measure`). */
-void partition_costs_time(PartitionCosts *pc, int S, int C, int Vp, int T, const double *measured);
+void partition_costs_time(PartitionCosts *pc, int S, const ArchCosts *a, const double *measured);
 /* pipeline.balance: parameters. Parameter counts; the tied head's copy of wte counts on
  * the last stage (it holds, updates and keeps optimizer state for it). */
-void partition_costs_parameters(PartitionCosts *pc, int S, int C, int Vp, int maxT);
+void partition_costs_parameters(PartitionCosts *pc, int S, const ArchCosts *a);
 /* pipeline.balance: memory. Bytes: parameters with their gradient and nopt optimizer
  * arrays, plus inflight[s] microbatch slots (the schedule's peak) of layer_act bytes per
- * layer and N*C*4-byte input and gradient per slot; the head adds its [N,Vp] logits. */
-void partition_costs_memory(PartitionCosts *pc, int S, int C, int Vp, int maxT, int N, int nopt,
-                            const int *inflight, double layer_act);
+ * layer and a 4-byte boundary activation and gradient per token per slot; the head adds
+ * its logits and what it keeps. N tokens a microbatch. */
+void partition_costs_memory(PartitionCosts *pc, int S, const ArchCosts *a, int N, int nopt, const int *inflight,
+                            double layer_act);
 
 /* partition_build with the costs split auto balances given. */
 int partition_build_costs(Partition *p, const char *split, int L, int S, const PartitionCosts *pc, char *err,

@@ -138,8 +138,8 @@ static void fill_for_timing(Model *m, float std) {
 static void time_chunks(const Config *cfg, const Backend *be, int B, double f[3], double b[3]) {
     int T = cfg->seq_len;
     size_t N = (size_t)B * T, C = cfg->dim;
-    ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, 3, cfg->n_heads, cfg->dim,
-                   cfg->tie_embeddings};
+    ModelDims d = model_dims(cfg);
+    d.L = 3; /* the 3-layer timing model */
     /* ChunkSpec: stage, l0, l1, first, last, nslots, nrecv */
     ChunkSpec specs[3] = {{0, 0, 1, 1, 0, 1, 0}, {1, 1, 2, 0, 0, 1, 0}, {2, 2, 3, 0, 1, 1, 0}};
     Model m;
@@ -390,9 +390,9 @@ done:
     free(a);
 }
 
-double plan_fit_layers(const Partition *p, const double *F, const double *B, int C, int Vp, int T, LayerCosts *c) {
+double plan_fit_layers(const Partition *p, const double *F, const double *B, const ArchCosts *a, LayerCosts *c) {
     PartitionCosts flops;
-    partition_costs_time(&flops, 1, C, Vp, T, NULL);
+    partition_costs_time(&flops, 1, a, NULL);
     double re = flops.embed / flops.layer[0], rh = flops.head / flops.layer[0], xf[3], xb[3], worst = 0;
     fit_one(p, F, re, rh, xf);
     fit_one(p, B, re, rh, xb);
@@ -413,8 +413,7 @@ void plan_rank_memory(const Config *cfg, const Schedule *s, const Schedule *fwd,
     ChunkSpec specs[PP_MAX_CHUNKS];
     ChunkRecompute rc[PP_MAX_CHUNKS];
     int nws[PP_MAX_CHUNKS], nblocks[2], T = cfg->seq_len;
-    ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, cfg->n_layers, cfg->n_heads, cfg->dim,
-                   cfg->tie_embeddings};
+    ModelDims d = model_dims(cfg);
     const Backend *be = backend_cpu();
     runtime_chunk_plan(s, fwd, part, pp, mode, cfg->recompute_layers, specs, rc, nws, nblocks);
     model_plan(plan, &d, specs, rc, nws, s->v, B, T, be->attention_saved_floats(be, B, T, d.NH),

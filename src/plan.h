@@ -82,9 +82,9 @@ int plan_trace_costs(const char *path, int S, TraceCosts *tc, char *err, size_t 
  * least squares of stage = layers * layer + embedding (stage 0) + head (last stage),
  * the embedding and head held at >= 0. With fewer than 3 stages (or no middle stage)
  * the three are not separable: the embedding and head then take their share of the
- * FLOP model (partition_costs_time's ratios at C, Vp, T). Returns the largest relative
+ * FLOP model (partition_costs_time's ratios, a from model_arch_costs). Returns the largest relative
  * misfit of a stage's F + B. */
-double plan_fit_layers(const Partition *p, const double *F, const double *B, int C, int Vp, int T, LayerCosts *c);
+double plan_fit_layers(const Partition *p, const double *F, const double *B, const ArchCosts *a, LayerCosts *c);
 
 /* Rank pp's memory plan ([Note: memory plan] in model.h) for schedule s (fwd: its
  * forward-only twin), partition part, microbatch B x seq_len and recompute mode `mode`:

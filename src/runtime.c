@@ -167,7 +167,7 @@ static void stage_received(Runtime *rt, const void *host, void *dev, size_t byte
 static void staging_init(Runtime *rt) {
     const Backend *be = rt->model.be;
     if (!be->device_memory || rt->comm->device_memory) return;
-    size_t act = (size_t)rt->Bmb * rt->T * rt->model.d.C * sizeof(float);
+    size_t act = model_boundary_floats(&rt->model.d, rt->Bmb, rt->T) * sizeof(float);
     for (int c = 0; c < rt->model.nchunks; c++) {
         const Chunk *ck = &rt->model.chunks[c];
         int s = ck->stage, prev = s > 0 && rt->chunk_of[s - 1] < 0, next = s < rt->S - 1 && rt->chunk_of[s + 1] < 0;
@@ -237,7 +237,7 @@ static double compute_end(const Runtime *rt) {
 static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, size_t errlen) {
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = slot_find(rt, c, m), rc;
     const Backend *be = rt->model.be;
-    size_t ntok = (size_t)rt->Bmb * rt->T, NC = ntok * rt->model.d.C, rows = (size_t)m * ntok;
+    size_t ntok = (size_t)rt->Bmb * rt->T, NC = model_boundary_floats(&rt->model.d, rt->Bmb, rt->T), rows = (size_t)m * ntok;
     /* the schedule's mark says whether it keeps everything ([Note: schedule-aware recompute]) */
     int keep = x->fwd_only || rt->model.nblocks_keep == rt->model.nblocks ? -1 : rt->sched.keep[(size_t)s * rt->M + m];
     if (i < 0 && (rc = slot_acquire(rt, c, m, keep, x->step, &i, err, errlen))) return rc;
@@ -279,7 +279,7 @@ static int wset_find(Runtime *rt, int c, int mb) {
  * set until W(s,m) (exec_weight). */
 static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, size_t errlen) {
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = held_slot(rt, c, m), rc;
-    size_t NC = (size_t)rt->Bmb * rt->T * rt->model.d.C;
+    size_t NC = model_boundary_floats(&rt->model.d, rt->Bmb, rt->T);
     SlotState *st = &rt->slots[c][i];
     ActSlot *as = &rt->model.chunks[c].slots[i];
     if ((rc = wait_req(rt, &st->recv, "recv gradient", s, m, x->step, err, errlen))) return rc;
@@ -318,7 +318,7 @@ static void exec_weight(Runtime *rt, const Action *a, StepCtx *x) {
 
 static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, size_t errlen) {
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i, rc;
-    size_t bytes = (size_t)rt->Bmb * rt->T * rt->model.d.C * sizeof(float);
+    size_t bytes = model_boundary_floats(&rt->model.d, rt->Bmb, rt->T) * sizeof(float);
     Comm *cm = rt->comm;
     double t0 = trace_now_us();
     CommTag tag;
@@ -577,23 +577,25 @@ static int build_schedules(Runtime *rt, char *err, size_t errlen) {
 int runtime_partition(const Config *cfg, const Schedule *sched, const double *measured, int replicas,
                       Partition *part, char *err, size_t errlen) {
     PartitionCosts pc;
-    int S = sched->S, C = cfg->dim, Vp = cfg->padded_vocab_size, T = cfg->seq_len;
+    ModelDims d = model_dims(cfg);
+    ArchCosts a;
+    int S = sched->S, T = cfg->seq_len;
     int B = cfg->batch_size / (replicas * cfg->microbatches);
     if (S > PP_MAX_STAGES) return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages is out of range 1..%d", S, PP_MAX_STAGES);
+    model_arch_costs(&d, T, &a);
     if (!strcmp(cfg->balance, "parameters")) {
-        partition_costs_parameters(&pc, S, C, Vp, cfg->max_seq_len);
+        partition_costs_parameters(&pc, S, &a);
     } else if (!strcmp(cfg->balance, "memory")) {
         /* a layer's activation bytes per in-flight microbatch under the recompute mode
          * ([Note: recompute] in model.h), on the CPU backend */
         const Backend *be = backend_cpu();
         double N = (double)B * T, att = (double)be->attention_saved_floats(be, B, T, cfg->n_heads);
-        double all = N * (16.0 * C + 4) + att, act[3] = {all, all - att - 4 * N * C, N * C};
         int inflight[PP_MAX_STAGES], mode = model_recompute_mode(cfg->recompute);
         for (int s = 0; s < S; s++) inflight[s] = sched_peak_inflight(sched, s);
-        partition_costs_memory(&pc, S, C, Vp, cfg->max_seq_len, (int)N, optim_state_arrays(cfg), inflight,
-                               4.0 * act[mode < 0 ? 0 : mode]);
+        partition_costs_memory(&pc, S, &a, (int)N, optim_state_arrays(cfg), inflight,
+                               4.0 * model_layer_act_floats(&d, N, att, mode < 0 ? 0 : mode));
     } else {
-        partition_costs_time(&pc, S, C, Vp, T, measured);
+        partition_costs_time(&pc, S, &a, measured);
     }
     return partition_build_costs(part, cfg->split, cfg->n_layers, S, &pc, err, errlen);
 }
@@ -744,8 +746,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     if (rt->v > PP_MAX_CHUNKS)
         return pp_errf(err, errlen, PP_EUSAGE, "pipeline.virtual_stages %d is more than this build supports (%d)", rt->v,
                        PP_MAX_CHUNKS);
-    ModelDims d = {cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, cfg->n_layers, cfg->n_heads, cfg->dim,
-                   cfg->tie_embeddings};
+    ModelDims d = model_dims(cfg);
     if ((rc = build_schedules(rt, err, errlen)) || (rc = runtime_partition(cfg, &rt->sched, NULL, rt->lay.D, &rt->part, err, errlen)))
         return rc;
     const Backend *be;
@@ -763,7 +764,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
      * wte in the tied pair's all-reduce; the small collectives (loss, norm, report,
      * agreement) fit in the 1 MiB floor. A peer claiming more is refused unread. Set
      * before the split: groups copy it. */
-    size_t act = (size_t)rt->Bmb * rt->T * d.C * sizeof(float), wte = d.tied ? (size_t)d.Vp * d.C * sizeof(float) : 0;
+    size_t act = model_boundary_floats(&d, rt->Bmb, rt->T) * sizeof(float), wte = d.tied ? (size_t)d.Vp * d.C * sizeof(float) : 0;
     size_t most = act > wte ? act : wte, big = model_largest_tensor(&rt->model);
     size_t ring = (big > DP_BUCKET_FLOATS ? big : DP_BUCKET_FLOATS) * sizeof(float); /* a whole bucket at most */
     if (rt->lay.D > 1 && ring > most) most = ring; /* a block of the replicas' ring ([Note: data parallel]) */

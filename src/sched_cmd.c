@@ -373,7 +373,10 @@ static int run_plan(const Config *cfg, SchedCmdOpts *o, const Schedule *s, const
             return PP_EUSAGE;
         }
         for (int st = 0; st < s->S; st++) B[st] = trace->B[st] + trace->W[st]; /* a full backward */
-        double miss = plan_fit_layers(&part, trace->F, B, cfg->dim, cfg->padded_vocab_size, cfg->seq_len, &o->layer);
+        ModelDims d = model_dims(cfg);
+        ArchCosts a;
+        model_arch_costs(&d, cfg->seq_len, &a);
+        double miss = plan_fit_layers(&part, trace->F, B, &a, &o->layer);
         snprintf(from, sizeof from, "fitted to the %d stages of %s, largest misfit of a stage's F+B %.1f%%", s->S,
                  o->costs_from, 100 * miss);
         if (s->S < 3)

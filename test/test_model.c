@@ -826,7 +826,9 @@ START_TEST(test_memory_plan_sweep) {
                     if (sched_kind_check(*kind, P, v, M, err, sizeof err) != PP_OK) continue;
                     ck_assert_msg(sched_build(&s, *kind, P, v, M, err, sizeof err) == PP_OK, "%s", err);
                     ck_assert(sched_build_forward_only(&fwd, &s, err, sizeof err) == PP_OK);
-                    ck_assert(partition_build(&part, "auto", d.L, P * v, d.C, d.Vp, T, err, sizeof err) == PP_OK);
+                    ArchCosts ac;
+                    model_arch_costs(&d, T, &ac);
+                    ck_assert(partition_build(&part, "auto", d.L, P * v, &ac, err, sizeof err) == PP_OK);
                     for (int mode = 0; mode < 3; mode++)
                         for (int r = 0; r < P; r++) {
                             ChunkSpec specs[PP_MAX_CHUNKS];

@@ -13,6 +13,14 @@
 #include "testdir.h"
 #include "checkrun.h"
 
+/* GPT-2's costs at width C, padded vocabulary Vp and length T (= the position table). */
+static const ArchCosts *arch(int C, int Vp, int T) {
+    static ArchCosts a;
+    ModelDims d = {Vp, Vp, T, 1, 1, C, 1};
+    model_arch_costs(&d, T, &a);
+    return &a;
+}
+
 static char err[PP_ERR_MAX];
 
 static double makespan(const char *kind, int P, int M, double F, double B, double X, int serial) {
@@ -114,11 +122,11 @@ START_TEST(test_fit_layers) {
     Partition p;
     LayerCosts want = {1.0, 2.0, 0.1, 0.2, 5.0, 0.5}, got;
     double F[PP_MAX_STAGES], B[PP_MAX_STAGES];
-    ck_assert_int_eq(partition_build(&p, "[2, 3, 3, 2]", 10, 4, 64, 256, 64, err, sizeof err), PP_OK);
+    ck_assert_int_eq(partition_build(&p, "[2, 3, 3, 2]", 10, 4, arch(64, 256, 64), err, sizeof err), PP_OK);
     plan_stage_costs(&want, &p, F, B);
     ck_assert_double_eq_tol(F[0], 2.1, 1e-12);
     ck_assert_double_eq_tol(B[3], 4.5, 1e-12);
-    ck_assert_double_eq_tol(plan_fit_layers(&p, F, B, 64, 256, 64, &got), 0, 1e-9);
+    ck_assert_double_eq_tol(plan_fit_layers(&p, F, B, arch(64, 256, 64), &got), 0, 1e-9);
     ck_assert_double_eq_tol(got.layer_f, 1.0, 1e-9);
     ck_assert_double_eq_tol(got.layer_b, 2.0, 1e-9);
     ck_assert_double_eq_tol(got.embed_f, 0.1, 1e-9);
@@ -126,13 +134,13 @@ START_TEST(test_fit_layers) {
     ck_assert_double_eq_tol(got.head_b, 0.5, 1e-9);
     /* a negative embedding (noise) is held at 0 and the rest refitted */
     F[0] -= 0.3;
-    plan_fit_layers(&p, F, B, 64, 256, 64, &got);
+    plan_fit_layers(&p, F, B, arch(64, 256, 64), &got);
     ck_assert_double_eq(got.embed_f, 0);
     ck_assert(got.layer_f > 0.8 && got.layer_f < 1.0);
     /* two stages: the FLOP model's shares; the stages' total is kept */
-    ck_assert_int_eq(partition_build(&p, "[5, 5]", 10, 2, 64, 256, 64, err, sizeof err), PP_OK);
+    ck_assert_int_eq(partition_build(&p, "[5, 5]", 10, 2, arch(64, 256, 64), err, sizeof err), PP_OK);
     plan_stage_costs(&want, &p, F, B);
-    plan_fit_layers(&p, F, B, 64, 256, 64, &got);
+    plan_fit_layers(&p, F, B, arch(64, 256, 64), &got);
     double sf[2], sb[2];
     plan_stage_costs(&got, &p, sf, sb);
     ck_assert_double_eq_tol(sf[0] + sf[1], F[0] + F[1], 1e-9);
