@@ -1,32 +1,11 @@
-/* comm.c — picks the transport (comm_create) and holds what every transport shares:
- * the request record's helpers, tag and group names, the order floats are added in. */
+/* comm.c — what every transport shares: the request record's helpers, tag and group
+ * names, the order floats are added in. The transports build on it; which transport a
+ * job gets (comm_create) is comm_select.c's, above them. */
 #include "comm_impl.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---------------------------------------------------------- transport choice -- */
-
-Comm *comm_local_create(void) {
-    Comm *c;
-    PP_CHECK(comm_memory_create(1, 0.0, &c) == PP_OK);
-    return c;
-}
-
-int comm_create(const DistEnv *env, const char *config_text, double timeout_s, Comm **out,
-                char *err, size_t errlen) {
-    DistMesh m;
-    int rc;
-    *out = NULL;
-    if (env->world == 1) {
-        *out = comm_local_create();
-        (*out)->timeout_s = timeout_s;
-        return PP_OK;
-    }
-    if ((rc = dist_connect(env, config_text, timeout_s, &m, err, errlen))) return rc;
-    return comm_socket_create(&m, timeout_s, out, err, errlen);
-}
 
 /* ------------------------------------------------------------------- messages -- */
 

@@ -1,8 +1,35 @@
-/* comm_select.c — runtime.transport: which transport the ranks use, decided alike on
- * every rank from every rank's device ([Note: transport selection] in comm_select.h). */
+/* comm_select.c — which transport a job gets: comm_create (one rank: the memory
+ * transport; several: the socket mesh), and runtime.transport, decided alike on every
+ * rank from every rank's device ([Note: transport selection] in comm_select.h). Above
+ * the transports: comm.c, their shared base, calls none of them. */
 #include "comm_select.h"
 
 #include <string.h>
+
+#include "comm_impl.h"
+
+/* ----------------------------------------------------------- the job's Comm -- */
+
+Comm *comm_local_create(void) {
+    Comm *c;
+    PP_CHECK(comm_memory_create(1, 0.0, &c) == PP_OK);
+    return c;
+}
+
+int comm_create(const DistEnv *env, const char *config_text, double timeout_s, Comm **out,
+                char *err, size_t errlen) {
+    DistMesh m;
+    int rc;
+    *out = NULL;
+    if (env->world == 1) {
+        *out = comm_local_create();
+        (*out)->timeout_s = timeout_s;
+        return PP_OK;
+    }
+    if ((rc = dist_connect(env, config_text, timeout_s, &m, err, errlen))) return rc;
+    return comm_socket_create(&m, timeout_s, out, err, errlen);
+}
+
 
 const char *comm_select_name(int use) {
     return use == COMM_USE_LOCAL ? "local" : use == COMM_USE_NCCL ? "nccl" : "socket";

@@ -1,6 +1,5 @@
 /* sched.c — pipeline schedules as data: action IR, generators, lowering, validator. */
 #include "sched.h"
-#include "sched_gen.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -683,37 +682,38 @@ int sched_lower(Schedule *s, char *err, size_t errlen, FILE *grid) {
     return lower_at(s, err, errlen, grid, NULL);
 }
 
-/* =================================================================== builds === */
+/* ===================================================================== grid === */
 
-/* Lower and validate a freshly generated schedule; failures here are bugs. */
-static int finish_generated(Schedule *s, char *err, size_t errlen) {
-    char why[PP_ERR_MAX];
-    int rc = sched_lower(s, why, sizeof why, stderr);
-    if (rc == PP_OK) rc = sched_validate(s, why, sizeof why, stderr);
-    if (rc == PP_OK) return PP_OK;
-    pp_errf(err, errlen, PP_ERUNTIME, "internal error: generated schedule %s (P=%d v=%d M=%d)"
-            " is invalid: %s", s->name, s->P, s->v, s->M, why);
-    sched_free(s);
-    return PP_ERUNTIME;
-}
-
-int sched_build(Schedule *s, const char *kind, int P, int v, int M, char *err,
-                size_t errlen) {
-    int rc = sched_generate(s, kind, P, v, M, err, errlen);
-    return rc == PP_OK ? finish_generated(s, err, errlen) : rc;
-}
-
-int sched_build_forward_only(Schedule *s, const Schedule *train, char *err, size_t errlen) {
-    int rc = sched_init(s, "forward-only", train->P, train->v, train->M, err, errlen);
-    if (rc == PP_OK) rc = sched_set_placement(s, train->stage_rank, err, errlen);
-    if (rc != PP_OK) {
-        sched_free(s);
-        return rc;
+/* Grid of the lists for error reports (declared in sched.h, used by the validator,
+ * the lowering and the simulator: here, beside them, so that nothing below calls up). */
+void sched_print_grid(const Schedule *s, const int *mark, FILE *f) {
+    char text[SCHED_ACTION_TEXT_MAX + 2];
+    int width = 8, rows = 0;
+    for (int r = 0; r < s->P; r++) {
+        if (s->len[r] > rows) rows = s->len[r];
+        for (int i = 0; i < s->len[r]; i++) {
+            int n = sched_action_format(s->acts[r][i], text, sizeof text) + 3;
+            if (n > width) width = n;
+        }
     }
-    s->forward_only = 1;
-    for (int r = 0; r < s->P; r++)
-        for (int k = 0; k < s->v * s->M; k++) sched_gen_forward(s, r, k);
-    return finish_generated(s, err, errlen);
+    fprintf(f, "schedule %s (P=%d, v=%d, M=%d) as a grid%s\n", s->name, s->P, s->v, s->M,
+            mark ? "; * marks the offending action" : "");
+    fprintf(f, " step");
+    for (int r = 0; r < s->P; r++) fprintf(f, " | rank %-*d", width - 6, r);
+    fputc('\n', f);
+    for (int i = 0; i < rows; i++) {
+        fprintf(f, "%5d", i);
+        for (int r = 0; r < s->P; r++) {
+            char cell[SCHED_ACTION_TEXT_MAX + 4] = "";
+            if (i < s->len[r]) {
+                sched_action_format(s->acts[r][i], text, sizeof text);
+                int marked = mark && mark[r] == i;
+                snprintf(cell, sizeof cell, "%s%s%s", marked ? "*" : " ", text, marked ? "*" : "");
+            }
+            fprintf(f, " |%-*s", width, cell);
+        }
+        fputc('\n', f);
+    }
 }
 
 /* =============================================================== properties === */

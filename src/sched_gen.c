@@ -1,7 +1,6 @@
 /* sched_gen.c — the schedule generators (pure functions of P, v, M) and the table of
  * schedule kinds; the IR, lowering and validator they feed are in sched.c. */
 #include "sched.h"
-#include "sched_gen.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -75,7 +74,9 @@ static void emit_1f1b_family(Schedule *s, int r, int warmup) {
     while (nb < total) emit_compute(s, r, ACT_B, nb++);
 }
 
-void sched_gen_forward(Schedule *s, int r, int k) { emit_compute(s, r, ACT_F, k); }
+/* Rank r's k-th forward of the interleaved order (chunk-major groups of P microbatches,
+ * [Note: the 1F1B family]): sched_build_forward_only's order. */
+static void gen_forward(Schedule *s, int r, int k) { emit_compute(s, r, ACT_F, k); }
 
 static void gen_gpipe(Schedule *s) {
     for (int r = 0; r < s->P; r++) emit_1f1b_family(s, r, s->v * s->M);
@@ -322,3 +323,37 @@ double sched_bubble_closed_form(const Schedule *s, const char **formula) {
     return k ? k->bubble(s->P, s->v, s->M, formula) : -1;
 }
 
+/* =================================================================== builds ===
+ * The generators' output lowered and validated (sched.c): the builds live with the
+ * generators, so that sched.c never calls up into them. */
+
+/* Lower and validate a freshly generated schedule; failures here are bugs. */
+static int finish_generated(Schedule *s, char *err, size_t errlen) {
+    char why[PP_ERR_MAX];
+    int rc = sched_lower(s, why, sizeof why, stderr);
+    if (rc == PP_OK) rc = sched_validate(s, why, sizeof why, stderr);
+    if (rc == PP_OK) return PP_OK;
+    pp_errf(err, errlen, PP_ERUNTIME, "internal error: generated schedule %s (P=%d v=%d M=%d)"
+            " is invalid: %s", s->name, s->P, s->v, s->M, why);
+    sched_free(s);
+    return PP_ERUNTIME;
+}
+
+int sched_build(Schedule *s, const char *kind, int P, int v, int M, char *err,
+                size_t errlen) {
+    int rc = sched_generate(s, kind, P, v, M, err, errlen);
+    return rc == PP_OK ? finish_generated(s, err, errlen) : rc;
+}
+
+int sched_build_forward_only(Schedule *s, const Schedule *train, char *err, size_t errlen) {
+    int rc = sched_init(s, "forward-only", train->P, train->v, train->M, err, errlen);
+    if (rc == PP_OK) rc = sched_set_placement(s, train->stage_rank, err, errlen);
+    if (rc != PP_OK) {
+        sched_free(s);
+        return rc;
+    }
+    s->forward_only = 1;
+    for (int r = 0; r < s->P; r++)
+        for (int k = 0; k < s->v * s->M; k++) gen_forward(s, r, k);
+    return finish_generated(s, err, errlen);
+}

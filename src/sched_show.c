@@ -115,38 +115,6 @@ void sched_show_timeline(const Schedule *s, const SimResult *res, FILE *f) {
     free(cursor);
 }
 
-/* Grid of the lists for error reports (declared in sched.h, used by the validator,
- * the lowering and the simulator). */
-void sched_print_grid(const Schedule *s, const int *mark, FILE *f) {
-    char text[SCHED_ACTION_TEXT_MAX + 2];
-    int width = 8, rows = 0;
-    for (int r = 0; r < s->P; r++) {
-        if (s->len[r] > rows) rows = s->len[r];
-        for (int i = 0; i < s->len[r]; i++) {
-            int n = sched_action_format(s->acts[r][i], text, sizeof text) + 3;
-            if (n > width) width = n;
-        }
-    }
-    fprintf(f, "schedule %s (P=%d, v=%d, M=%d) as a grid%s\n", s->name, s->P, s->v, s->M,
-            mark ? "; * marks the offending action" : "");
-    fprintf(f, " step");
-    for (int r = 0; r < s->P; r++) fprintf(f, " | rank %-*d", width - 6, r);
-    fputc('\n', f);
-    for (int i = 0; i < rows; i++) {
-        fprintf(f, "%5d", i);
-        for (int r = 0; r < s->P; r++) {
-            char cell[SCHED_ACTION_TEXT_MAX + 4] = "";
-            if (i < s->len[r]) {
-                sched_action_format(s->acts[r][i], text, sizeof text);
-                int marked = mark && mark[r] == i;
-                snprintf(cell, sizeof cell, "%s%s%s", marked ? "*" : " ", text, marked ? "*" : "");
-            }
-            fprintf(f, " |%-*s", width, cell);
-        }
-        fputc('\n', f);
-    }
-}
-
 /* ================================================================== summary === */
 
 static int uniform_costs(const SimCosts *c) {
