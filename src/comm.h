@@ -186,8 +186,8 @@ int comm_socket_create(DistMesh *mesh, double timeout_s, Comm **out, char *err,
                        size_t errlen);
 
 /* Everything a rank needs (comm_select.c): comm_local_create when env->world == 1, else
- * dist_connect (rendezvous and config check, see dist.h) then comm_socket_create. Errors as those
- * (PP_EUSAGE for a config or world-size mismatch). */
+ * dist_connect (rendezvous and config check, see dist.h) then comm_socket_create.
+ * Errors as those (PP_EUSAGE for a config or world-size mismatch). */
 int comm_create(const DistEnv *env, const char *config_text, double timeout_s, Comm **out,
                 char *err, size_t errlen);
 
