@@ -8,10 +8,7 @@ set -u
 unset MAKEFLAGS MFLAGS MAKELEVEL DEBUG V
 tmp=$(mktemp -d /tmp/pptrain-build.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
 
 # the sources only: no build outputs, no runs, no git metadata
 tar --exclude=./build --exclude=./pptrain --exclude=./runs --exclude=./carry --exclude=./.git -cf - . |
@@ -44,5 +41,4 @@ make -n test >dry-release.log 2>&1
 check "make test runs the scripts against ./pptrain" "grep -q 'PPTRAIN=./pptrain ' dry-release.log"
 check "make test DEBUG=1 builds the test binaries in build/debug" "grep -q 'build/debug/test/test_model' dry.log && ! grep -q 'build/cpu/' dry.log"
 
-echo "build.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -8,9 +8,7 @@ tmp=$(mktemp -d /tmp/pptrain-ckpt.XXXXXX)
 bgpid=
 cleanup() { [ -n "$bgpid" ] && kill -9 $bgpid 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
 cfg=test/configs/pipe8.yaml
 
 # run NAME P [--set ...]: output.dir $tmp/NAME (reused, so --resume finds it)
@@ -172,5 +170,4 @@ if [ $rc -eq 0 ] && [ "$stopped" -lt 400 ] && grep -q 'stopping on a signal' "$t
 run term 2 --set train.steps=400 --set model.dim=64 --resume || bad "resume after SIGTERM: $(tail -n 3 "$tmp/term.out")"
 same_rows term-full term '1,400p' "SIGTERM, resume: all 400 losses bitwise equal to the uninterrupted run"
 
-echo "checkpoint.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

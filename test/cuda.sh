@@ -10,10 +10,7 @@ set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 tmp=$(mktemp -d /tmp/pptrain-cuda.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-skip() { echo "skip $1"; [ -n "${PP_TEST_SKIPS:-}" ] && echo "cuda.sh: $1" >>"$PP_TEST_SKIPS"; }
+source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
 run() { # name, expected rc, grep pattern, args... (output in $tmp/out)
   local name=$1 want=$2 pat=$3; shift 3
   "$@" >"$tmp/out" 2>&1
@@ -176,5 +173,4 @@ else
   [ -z "${PP_TEST_SKIPS:-}" ] || echo "gpu_ops --cpu: GPU_OPS not set (make test sets it)" >>"$PP_TEST_SKIPS"
 fi
 
-echo "cuda.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

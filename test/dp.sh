@@ -10,9 +10,7 @@ tmp=$(mktemp -d /tmp/pptrain-dp.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; [ -n "${KEEP:-}" ] || rm -rf "$tmp"; }
 trap cleanup EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
 cfg=test/configs/pipe8.yaml
 
 # run NAME NPROC STAGES [--set ...]: train into $tmp/NAME; losses in $tmp/NAME.loss,
@@ -146,5 +144,4 @@ grep -Eq "step +[0-9]+/" "$tmp/k2.out" || { good=0; echo "   the job had not tra
 if [ $good -eq 1 ] && [ $dt -le 12 ]; then ok "SIGKILL of replica rank 1: ranks 0, 2, 3 exit 1 within ${dt}s naming it: $(grep -m1 -i error "$tmp/k2.out" | head -c 200)"
 else bad "SIGKILL of replica rank 1 (after ${dt}s)"; fi
 
-echo "dp.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

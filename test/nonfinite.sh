@@ -8,9 +8,7 @@ set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 tmp=$(mktemp -d /tmp/pptrain-nonfinite.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
 
 base=(--config configs/gpt-tiny.yaml --set pipeline.stages=1 --set output.log_every=1)
 run() { # name, args...: one run into $tmp/<name>.out; returns its exit code
@@ -58,5 +56,4 @@ rc=$?
 [ $rc -eq 0 ] && grep -q 'nothing to do' "$tmp/resume.out" && ok "latest (step 3) resumes" ||
   bad "resume: rc=$rc $(tail -n 2 "$tmp/resume.out")"
 
-echo "nonfinite.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

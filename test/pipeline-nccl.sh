@@ -13,11 +13,7 @@ tmp=$(mktemp -d /tmp/pptrain-pnccl.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
 trap cleanup EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-skip_all() { echo "skip pipeline-nccl.sh: $1"; [ -n "${PP_TEST_SKIPS:-}" ] && echo "pipeline-nccl.sh: $1" >>"$PP_TEST_SKIPS"; exit 77; }
-skip() { echo "skip $1"; [ -n "${PP_TEST_SKIPS:-}" ] && echo "pipeline-nccl.sh: $1" >>"$PP_TEST_SKIPS"; }
+source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
 
 # how many GPUs this process may use: nvidia-smi's list, narrowed by CUDA_VISIBLE_DEVICES
 if [ "${CUDA_VISIBLE_DEVICES+set}" = set ] && [ -z "$CUDA_VISIBLE_DEVICES" ]; then
@@ -130,5 +126,4 @@ else
   bad "SIGSTOP of rank 1 over NCCL: rank 0 rc=$rc after ${dt}s: $(tail -n 3 "$tmp/r0.out")"
 fi
 
-echo "pipeline-nccl.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

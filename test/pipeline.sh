@@ -8,9 +8,7 @@ tmp=$(mktemp -d /tmp/pptrain-pipe.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
 trap cleanup EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
 
 # run NAME CONFIG P [--set ...]: train into $tmp/NAME; the losses column is $tmp/NAME.loss
 run() {
@@ -202,5 +200,4 @@ else
 fi
 pids=()
 
-echo "pipeline.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -8,9 +8,7 @@ set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 tmp=$(mktemp -d /tmp/pptrain-recompute.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
 cfg=test/configs/pipe8.yaml
 common=(--set train.steps=4 --set output.log_every=1 --set data.val=data/tiny/val.bin --set data.val_every=2
         --set data.val_batches=1)
@@ -73,5 +71,5 @@ if "$PPTRAIN" schedule --config "$cfg" --set pipeline.recompute=some >"$tmp/bad.
 elif grep -q "none, selective, full" "$tmp/bad.out"; then ok "pipeline.recompute=some refused with the choices"
 else bad "pipeline.recompute=some: $(head -c 300 "$tmp/bad.out")"; fi
 
-echo "recompute.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ] && [ $pass -ge 30 ]
+[ $pass -ge 30 ] || bad "only $pass checks ran (at least 30 expected)"
+finish

@@ -5,10 +5,7 @@ set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 tmp=$(mktemp -d /tmp/pptrain-train.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
 
 # 1. gpt-tiny on one process: the loss falls well below its start (ln 256 = 5.55).
 $PPTRAIN --config configs/gpt-tiny.yaml --set pipeline.stages=1 --set train.steps=120 \
@@ -107,5 +104,4 @@ PY
 rc=$?
 check "peak RSS in MB and efficiency <= 100%: $(head -c 300 "$tmp/rss.txt")" "[ $rc -eq 0 ]"
 
-echo "train.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -9,10 +9,7 @@ set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 tmp=$(mktemp -d /tmp/pptrain-transport.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-skip() { echo "skip $1"; [ -n "${PP_TEST_SKIPS:-}" ] && echo "transport.sh: $1" >>"$PP_TEST_SKIPS"; }
+source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
 export CUDA_VISIBLE_DEVICES= # the CPU, also on a GPU machine
 tiny=(--config configs/gpt-tiny.yaml --set train.steps=2 --set data.val=null)
 two() { # name, args...: 2 ranks through scripts/pprun (lines "[rank R] ..."); rc in $rc, output in $tmp/NAME.out
@@ -107,5 +104,4 @@ else
   skip "NCCL_SELF (make builds build/cpu/test/nccl_self) is not set: its probe"
 fi
 
-echo "transport.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -10,9 +10,7 @@ set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 tmp=$(mktemp -d /tmp/pptrain-untrusted.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
 cfg=configs/gpt-tiny.yaml
 one=(--config "$cfg" --set pipeline.stages=1 --set runtime.threads=1 --set data.val_every=0)
 
@@ -116,5 +114,4 @@ sed 's/n_layers: 4/n_layers: !!str 4/' "$cfg" >"$tmp/tag.yaml"
 expect "n_layers: !!str 4 (an int before)" 2 "model.n_layers: the YAML tag !!str makes '4' a string" \
   "$PPTRAIN" --config "$tmp/tag.yaml" --set pipeline.stages=1 --set train.steps=1 --set output.dir="$tmp/o9-tag"
 
-echo "untrusted.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish
