@@ -85,29 +85,6 @@ int comm_req_release(Comm *c, CommReq **live, CommReq *r) {
     return st;
 }
 
-void comm_queue_push(ReqQueue *q, CommReq *r) {
-    r->next = NULL;
-    if (q->tail) q->tail->next = r;
-    else q->head = r;
-    q->tail = r;
-}
-
-CommReq *comm_queue_pop(ReqQueue *q) {
-    CommReq *r = q->head;
-    if (r) {
-        q->head = r->next;
-        if (!q->head) q->tail = NULL;
-    }
-    return r;
-}
-
-void comm_queue_remove(ReqQueue *q, CommReq *r) {
-    CommReq **pp = &q->head, *last = NULL;
-    while (*pp != r) last = *pp, pp = &(*pp)->next;
-    *pp = r->next;
-    if (q->tail == r) q->tail = last;
-}
-
 Early *comm_early_new(const CommTag *t, size_t n) {
     Early *e = comm_early_try_new(t, n);
     if (!e) PP_DIE("out of memory allocating %zu bytes for an early message", n);
@@ -123,29 +100,6 @@ Early *comm_early_try_new(const CommTag *t, size_t n) {
     e->tag = *t;
     e->bytes = n;
     return e;
-}
-
-void comm_early_push(EarlyList *l, Early *e) {
-    e->next = NULL;
-    if (l->tail) l->tail->next = e;
-    else l->head = e;
-    l->tail = e;
-}
-
-Early *comm_early_pop(EarlyList *l) {
-    Early *e = l->head;
-    if (e) {
-        l->head = e->next;
-        if (!l->head) l->tail = NULL;
-    }
-    return e;
-}
-
-void comm_early_remove(EarlyList *l, Early *e) {
-    Early **pp = &l->head, *last = NULL;
-    while (*pp != e) last = *pp, pp = &(*pp)->next;
-    *pp = e->next;
-    if (l->tail == e) l->tail = last;
 }
 
 void comm_early_free(Early *e) {

@@ -58,17 +58,35 @@ CommReq *comm_req_new(Comm *c, CommReq **live, int type, int peer, const CommTag
 /* Unlink r from *live and free it; returns its status (its message copied to c->err). */
 int comm_req_release(Comm *c, CommReq **live, CommReq *r);
 
-void comm_queue_push(ReqQueue *q, CommReq *r);
-CommReq *comm_queue_pop(ReqQueue *q);
-void comm_queue_remove(ReqQueue *q, CommReq *r); /* r must be in q */
+/* [Note: intrusive FIFO] One queue for every element type T with a `next` member, whose
+ * queue type Q holds T *head, *tail: FIFO_FNS defines prefix_push (at the tail),
+ * prefix_pop (the head, or NULL) and prefix_remove (e, which must be in q). */
+#define FIFO_FNS(prefix, Q, T)                                                                                 \
+    static inline void prefix##_push(Q *q, T *e) {                                                             \
+        e->next = NULL;                                                                                        \
+        if (q->tail) q->tail->next = e;                                                                        \
+        else q->head = e;                                                                                      \
+        q->tail = e;                                                                                           \
+    }                                                                                                          \
+    static inline T *prefix##_pop(Q *q) {                                                                      \
+        T *e = q->head;                                                                                        \
+        if (e && !(q->head = e->next)) q->tail = NULL;                                                         \
+        return e;                                                                                              \
+    }                                                                                                          \
+    static inline void prefix##_remove(Q *q, T *e) {                                                           \
+        T **pp = &q->head, *last = NULL;                                                                       \
+        while (*pp != e) last = *pp, pp = &(*pp)->next;                                                        \
+        *pp = e->next;                                                                                         \
+        if (q->tail == e) q->tail = last;                                                                      \
+    }
+
+FIFO_FNS(comm_queue, ReqQueue, CommReq) /* a peer's sends, a lane's posted receives */
+FIFO_FNS(comm_early, EarlyList, Early)  /* messages that arrived before their receive */
 
 /* A message of n bytes with tag t; its buffer is allocated, not filled. comm_early_new
  * dies when memory runs out; comm_early_try_new returns NULL instead. */
 Early *comm_early_new(const CommTag *t, size_t n);
 Early *comm_early_try_new(const CommTag *t, size_t n);
-void comm_early_push(EarlyList *l, Early *e);
-Early *comm_early_pop(EarlyList *l);
-void comm_early_remove(EarlyList *l, Early *e); /* e must be in l */
 void comm_early_free(Early *e);
 
 /* Check a message (tag t, n bytes) from r->peer against receive r posted by rank `me`
