@@ -719,7 +719,8 @@ static int transport_init(Runtime *rt, Comm *comm, const Backend *be, char *err,
     return PP_OK;
 }
 
-int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err, size_t errlen) {
+/* runtime_init's first step: the config's shape, the rank layout and the batch split. */
+static int shape_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err, size_t errlen) {
     memset(rt, 0, sizeof *rt);
     rt->cfg = cfg;
     rt->comm = comm;
@@ -741,14 +742,47 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
                        rt->global_batch, D, rt->M, D * rt->M);
     rt->local_batch = rt->global_batch / D;
     rt->Bmb = rt->local_batch / rt->M;
+    if (rt->v > PP_MAX_CHUNKS)
+        return pp_errf(err, errlen, PP_EUSAGE, "pipeline.virtual_stages %d is more than this build supports (%d)",
+                       rt->v, PP_MAX_CHUNKS);
+    return PP_OK;
+}
+
+/* The longest message this job sends: an activation or its gradient, or the whole wte
+ * in the tied pair's all-reduce, or a block of the replicas' ring; the small
+ * collectives (loss, norm, report, agreement) fit in the 1 MiB floor. A peer claiming
+ * more is refused unread. Set before any split: groups copy it. */
+static void message_limit(Runtime *rt, Comm *comm, const ModelDims *d) {
+    size_t act = model_boundary_floats(d, rt->Bmb, rt->T) * sizeof(float);
+    size_t wte = d->tied ? (size_t)d->Vp * d->C * sizeof(float) : 0;
+    size_t most = act > wte ? act : wte, big = model_largest_tensor(&rt->model);
+    size_t ring = (big > DP_BUCKET_FLOATS ? big : DP_BUCKET_FLOATS) * sizeof(float); /* a whole bucket at most */
+    if (rt->lay.D > 1 && ring > most) most = ring; /* [Note: data parallel] */
+    comm->max_message_bytes = most > ((size_t)1 << 20) ? most : (size_t)1 << 20;
+    if (rt->own_comm) rt->comm_base->max_message_bytes = comm->max_message_bytes; /* its groups' host messages */
+}
+
+/* The tied embedding's pair (stage 0's and the last stage's ranks, when they differ):
+ * every rank takes part in the split (it is collective); stage 0's rank is the group's
+ * rank 0, so its part of the sum comes first ([Note: tied gradient order]). */
+static int tied_pair(Runtime *rt, Comm *comm, const ModelDims *d, char *err, size_t errlen) {
+    int r0 = stage_peer(rt, 0), rl = stage_peer(rt, rt->S - 1);
+    rt->tied_peer = (!d->tied || r0 == rl) ? -1 : rt->lay.rank == r0 ? rl : rt->lay.rank == rl ? r0 : -1;
+    if (d->tied && r0 != rl &&
+        comm_split(comm, rt->tied_peer >= 0 ? rt->lay.dp : -1, rt->lay.rank == r0 ? 0 : 1, &rt->tied) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "forming the tied embedding pair: %s", comm_error(comm));
+    return PP_OK;
+}
+
+int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err, size_t errlen) {
+    int rc;
+    if ((rc = shape_init(rt, cfg, comm, trace, err, errlen))) return rc;
+    ModelDims d = model_dims(cfg);
+    if ((rc = build_schedules(rt, err, errlen)) ||
+        (rc = runtime_partition(cfg, &rt->sched, NULL, rt->lay.D, &rt->part, err, errlen)))
+        return rc;
     /* [Note: backends] the device is chosen by backend_select (CPU, or the CUDA backend
      * loaded on demand), then the transport by transport_init. */
-    if (rt->v > PP_MAX_CHUNKS)
-        return pp_errf(err, errlen, PP_EUSAGE, "pipeline.virtual_stages %d is more than this build supports (%d)", rt->v,
-                       PP_MAX_CHUNKS);
-    ModelDims d = model_dims(cfg);
-    if ((rc = build_schedules(rt, err, errlen)) || (rc = runtime_partition(cfg, &rt->sched, NULL, rt->lay.D, &rt->part, err, errlen)))
-        return rc;
     const Backend *be;
     BackendSizes bs = {rt->Bmb * rt->T, rt->T, d.C, d.NH, d.Vp};
     if ((rc = backend_select(cfg, comm->rank, &bs, &be, rt->device_note, sizeof rt->device_note, err, errlen)) ||
@@ -758,24 +792,8 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     build_model(rt, &d, be);
     model_init_weights(&rt->model, cfg->seed, cfg->init_std);
     if (cfg->init_from[0] && (rc = model_load_llmc(&rt->model, cfg->init_from, err, errlen))) return rc;
-    int r0 = stage_peer(rt, 0), rl = stage_peer(rt, rt->S - 1);
-    rt->tied_peer = (!d.tied || r0 == rl) ? -1 : rt->lay.rank == r0 ? rl : rt->lay.rank == rl ? r0 : -1;
-    /* the longest message this job sends: an activation or its gradient, or the whole
-     * wte in the tied pair's all-reduce; the small collectives (loss, norm, report,
-     * agreement) fit in the 1 MiB floor. A peer claiming more is refused unread. Set
-     * before the split: groups copy it. */
-    size_t act = model_boundary_floats(&d, rt->Bmb, rt->T) * sizeof(float), wte = d.tied ? (size_t)d.Vp * d.C * sizeof(float) : 0;
-    size_t most = act > wte ? act : wte, big = model_largest_tensor(&rt->model);
-    size_t ring = (big > DP_BUCKET_FLOATS ? big : DP_BUCKET_FLOATS) * sizeof(float); /* a whole bucket at most */
-    if (rt->lay.D > 1 && ring > most) most = ring; /* a block of the replicas' ring ([Note: data parallel]) */
-    comm->max_message_bytes = most > ((size_t)1 << 20) ? most : (size_t)1 << 20;
-    if (rt->own_comm) rt->comm_base->max_message_bytes = comm->max_message_bytes; /* its groups' host messages */
-    /* every rank takes part in the split (it is collective); stage 0's rank is the
-     * group's rank 0, so its part of the sum comes first ([Note: tied gradient order]) */
-    if (d.tied && r0 != rl &&
-        comm_split(comm, rt->tied_peer >= 0 ? rt->lay.dp : -1, rt->lay.rank == r0 ? 0 : 1, &rt->tied) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "forming the tied embedding pair: %s", comm_error(comm));
-    if ((rc = dp_init(rt, err, errlen))) return rc;
+    message_limit(rt, comm, &d);
+    if ((rc = tied_pair(rt, comm, &d, err, errlen)) || (rc = dp_init(rt, err, errlen))) return rc;
     staging_init(rt);
     /* pinned on a GPU (host_alloc): the tokens and targets upload asynchronously */
     size_t tb = (size_t)rt->global_batch * rt->T * sizeof(int);
