@@ -1,4 +1,4 @@
-/* test_runtime.c — the pool sizes the runtime allocates from the schedule ([Note:
+/* test_pools.c — the pool sizes the runtime allocates from the schedule ([Note:
  * runtime slots]: sched_peak_inflight / sched_peak_recv), for every generated schedule,
  * and the rank layout. The interpreter itself is tested in test_interp.c. */
 #include <check.h>
@@ -83,7 +83,7 @@ START_TEST(test_layout) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("runtime");
+    Suite *s = suite_create("pools and layout");
     TCase *tc = tcase_create("pool");
     tcase_add_test(tc, test_pool_gpipe);
     tcase_add_test(tc, test_pool_1f1b);
