@@ -157,7 +157,8 @@ static void cu_snapshot_wait(const Backend *be) {
 
 static void cu_memory(const Backend *be, size_t *allocated, size_t *workspace) {
     CudaCtx *c = ctx_of(be);
-    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials, &c->sums, &c->enc, &c->att, &c->flashD};
+    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials,
+                       &c->sums,  &c->enc,   &c->att,   &c->flashD};
     *allocated = c->allocated;
     *workspace = 0;
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) *workspace += g[i]->bytes;
@@ -538,7 +539,8 @@ static void cu_close(const Backend *be) {
     CudaCtx *c = ctx_of(be);
     CK(c, cudaStreamSynchronize(c->stream));
     CK(c, cudaStreamSynchronize(c->side));
-    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials, &c->sums, &c->enc, &c->att, &c->flashD};
+    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials,
+                 &c->sums,  &c->enc,   &c->att,   &c->flashD};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) CK(c, cudaFree(g[i]->p));
     for (int i = 0; i < c->nallocs; i++) CK(c, cudaFree(c->allocs[i].p)); /* leaks of the caller's */
     LTCK(c, cublasLtDestroy(c->lt));

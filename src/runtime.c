@@ -237,7 +237,8 @@ static double compute_end(const Runtime *rt) {
 static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, size_t errlen) {
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = slot_find(rt, c, m), rc;
     const Backend *be = rt->model.be;
-    size_t ntok = (size_t)rt->Bmb * rt->T, NC = model_boundary_floats(&rt->model.d, rt->Bmb, rt->T), rows = (size_t)m * ntok;
+    size_t ntok = (size_t)rt->Bmb * rt->T, rows = (size_t)m * ntok;
+    size_t NC = model_boundary_floats(&rt->model.d, rt->Bmb, rt->T);
     /* the schedule's mark says whether it keeps everything ([Note: schedule-aware recompute]) */
     int keep = x->fwd_only || rt->model.nblocks_keep == rt->model.nblocks ? -1 : rt->sched.keep[(size_t)s * rt->M + m];
     if (i < 0 && (rc = slot_acquire(rt, c, m, keep, x->step, &i, err, errlen))) return rc;

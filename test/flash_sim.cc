@@ -240,7 +240,8 @@ template <int HSP, int BQ = dkv_bq<HSP>()> static int check(int B, int T, int NH
      * 3 blocks: the grid-stride loop goes round */
     size_t nqh = (size_t)B * NH * 3 * T * HSP, ndo = (size_t)B * NH * T * HSP;
     std::vector<bf16> qh(nqh + 8), doh(ndo + 8); /* +8: 16-byte alignment slack */
-    bf16 *pqh = (bf16 *)(((uintptr_t)qh.data() + 15) & ~(uintptr_t)15), *pdo = (bf16 *)(((uintptr_t)doh.data() + 15) & ~(uintptr_t)15);
+    auto aligned = [](bf16 *p) { return (bf16 *)(((uintptr_t)p + 15) & ~(uintptr_t)15); };
+    bf16 *pqh = aligned(qh.data()), *pdo = aligned(doh.data());
     memset(pqh, 0xff, nqh * sizeof(bf16)), memset(pdo, 0xff, ndo * sizeof(bf16));
     run(SimDim{3, 1, 1}, 0, [&] { flash_pack<HSP>(pqh, pq, B, T, NH, hs, 3, 3 * (size_t)C); });
     run(SimDim{3, 1, 1}, 0, [&] { flash_pack<HSP>(pdo, pd, B, T, NH, hs, 1, (size_t)C); });
