@@ -23,10 +23,11 @@ EXE := ./$(BIN)
 
 # No -ffast-math: the CPU backend is the numerical reference. -fno-math-errno and
 # -fno-trapping-math change no result; they let sqrtf and the clamped exp vectorize.
-# cuda/ holds plain-C headers too (the CUDA backend's face, cuda/backend_cuda.h);
-# $(BUILD)/gen the generated cuda_info.h.
+# src/ never includes from cuda/ (cuda/ depends on src/: the CUDA backend's plain-C faces,
+# backend_cuda.h and comm_nccl.h, are src/'s); $(BUILD)/gen holds the generated cuda_info.h.
+# The tests may look into cuda/ (TEST_CFLAGS: the NCCL sum order's header).
 CFLAGS  += -std=gnu11 -fopenmp -fno-math-errno -fno-trapping-math -Wall -Wextra -Wno-unused-parameter -Wshadow -MMD -MP \
-           -I$(BLASDIR:/usr/lib/%=/usr/include/%) -iquote src -iquote cuda -iquote $(BUILD)/gen $(OPT) \
+           -I$(BLASDIR:/usr/lib/%=/usr/include/%) -iquote src -iquote $(BUILD)/gen $(OPT) \
            $(shell pkg-config --cflags yaml-0.1 zlib libcrypto 2>/dev/null)
 LDFLAGS += -fopenmp $(filter -fsanitize=%,$(OPT)) -L$(BLASDIR) -Wl,-rpath,$(BLASDIR)
 LDLIBS  += -lopenblas -lyaml -lz $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) -lm -lpthread -ldl
@@ -125,7 +126,7 @@ $(BUILD)/%.o: src/%.c Makefile
 $(BUILD)/test/%.o: test/%.c Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
-	$(Q)$(CC) $(CFLAGS) $(shell pkg-config --cflags check 2>/dev/null) -c -o $@ $<
+	$(Q)$(CC) $(CFLAGS) -iquote cuda $(shell pkg-config --cflags check 2>/dev/null) -c -o $@ $<
 
 $(BUILD)/test/test_%: $(BUILD)/test/test_%.o $(TEST_UTIL) $(LIB_OBJ)
 	@echo "  LD    $@"
