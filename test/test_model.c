@@ -886,6 +886,33 @@ START_TEST(test_init_split_independent) {
 }
 END_TEST
 
+/* [Note: architecture costs] agree with the model: the parameters of L layers, the
+ * embedding and the head are the tensor table's (the tied head's copy of wte counted on
+ * the head's side too), a built model holds that many, and the training FLOPs per token
+ * of GPT-2 124M at T = 1024 are ../shared/GPU.md's 854,654,976. */
+START_TEST(test_arch_costs) {
+    for (int tied = 0; tied < 2; tied++) {
+        ModelDims d = {37, 40, 9, 3, 2, 8, tied};
+        ArchCosts a;
+        model_arch_costs(&d, 7, &a);
+        double table = (double)model_total_params(&d) + (tied ? (double)d.Vp * d.C : 0);
+        ck_assert_double_eq(d.L * a.layer_params + a.embed_params + a.head_params, table);
+        ck_assert_uint_eq(model_boundary_floats(&d, 5, 7), 5 * 7 * 8);
+    }
+    ModelDims g = {50257, 50304, 1024, 12, 12, 768, 1};
+    ck_assert_double_eq(model_train_flops_per_token(&g, 1024), 854654976.0);
+    ChunkSpec whole = {0, 0, 4, 1, 1, 1, 0};
+    Model w;
+    setup_model(&w, &whole, 1, 1, 4, 5);
+    ArchCosts t;
+    model_arch_costs(&tiny, 4, &t);
+    ck_assert_double_eq((double)w.nparams, tiny.L * t.layer_params + t.embed_params + t.head_params -
+                                               (tiny.tied ? (double)tiny.Vp * tiny.C : 0));
+    model_free(&w);
+    tfree_all();
+}
+END_TEST
+
 /* init_from round trip: save a whole model in llm.c's format, load it into a split
  * model with another padded vocabulary size: every held tensor equal. */
 START_TEST(test_llmc_roundtrip) {
@@ -952,6 +979,7 @@ int main(void) {
     tcase_add_test(model, test_middle_stage_gradcheck);
     tcase_add_test(model, test_stage_split_exact);
     tcase_add_test(model, test_init_split_independent);
+    tcase_add_test(model, test_arch_costs);
     tcase_add_test(model, test_llmc_roundtrip);
     tcase_add_test(model, test_split_backward_chunk);
     tcase_add_test(model, test_recompute_chunk);
