@@ -623,13 +623,15 @@ static void layer_backward(Model *m, LayerParams *g, float *dres, const LayerAct
     be->gelu_backward(be, ws->dfch, a->fch, ws->dfch, (size_t)N * 4 * C);
     be->matmul_backward(be, ws->dln2, g->fcw, g->fcb, ws->dfch, a->ln2, p->fcw, N, C, 4 * C);
     /* the MLP branch's gradient joins the residual path: dres = d(res2) */
-    be->layernorm_backward(be, dres, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C, m->scratch);
+    be->layernorm_backward(be, dres, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C,
+                           m->scratch);
     if (ws->dres2) be->copy(be, ws->dres2, dres, NC * sizeof(float));
     be->matmul_backward(be, m->dmid, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C, C);
     be->attention_backward(be, ws->dqkv, m->dmid, a->qkv, a->atty, a->att, B, T, C, NH, m->scratch);
     be->matmul_backward(be, ws->dln1, g->qkvw, g->qkvb, ws->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
     /* the attention branch's gradient joins too: dres = d(x) */
-    be->layernorm_backward(be, dres, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C, m->scratch);
+    be->layernorm_backward(be, dres, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C,
+                           m->scratch);
 }
 
 /* The weight half: the same weight-gradient calls as the fused layer_backward, each
@@ -640,10 +642,12 @@ static void layer_backward_weight(Model *m, LayerParams *g, const LayerActs *a, 
     int N = m->B * m->T, C = m->d.C;
     be->matmul_backward(be, NULL, g->fcprojw, g->fcprojb, ws->dres3, a->fch_gelu, p->fcprojw, N, 4 * C, C);
     be->matmul_backward(be, NULL, g->fcw, g->fcb, ws->dfch, a->ln2, p->fcw, N, C, 4 * C);
-    be->layernorm_backward(be, NULL, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C, m->scratch);
+    be->layernorm_backward(be, NULL, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C,
+                           m->scratch);
     be->matmul_backward(be, NULL, g->attprojw, g->attprojb, ws->dres2, a->atty, p->attprojw, N, C, C);
     be->matmul_backward(be, NULL, g->qkvw, g->qkvb, ws->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
-    be->layernorm_backward(be, NULL, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C, m->scratch);
+    be->layernorm_backward(be, NULL, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C,
+                           m->scratch);
 }
 
 /* [Note: chunked head] The head's logits are [N,Vp] fp32, 3.3 GB for GPT-2 124M at B = 16,
@@ -799,7 +803,8 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
     for (int c = 0; c < nchunks; c++) first |= specs[c].first, last |= specs[c].last;
     for (int c = 0; c < nchunks; c++) {
         const ChunkSpec *k = &specs[c];
-        int mode = rc ? rc[c].mode : PP_RECOMPUTE_NONE, nl = k->l1 - k->l0, nrc = chunk_nrc(mode, rc ? rc[c].layers : 0, nl);
+        int mode = rc ? rc[c].mode : PP_RECOMPUTE_NONE, nl = k->l1 - k->l0,
+            nrc = chunk_nrc(mode, rc ? rc[c].layers : 0, nl);
         size_t own = 2 * N * C + (k->last ? N * (2 * C + 2) : 0), kept = (size_t)nl * layer_all;
         /* a layer that drops keeps res3 (full), or all but att and fch_gelu (selective) */
         size_t drops = mode == PP_RECOMPUTE_FULL ? layer_all - PAD(N * C) : PAD(att_floats) + PAD(4 * N * C);
@@ -928,7 +933,8 @@ static void write_from(const Model *m, FILE *f, const float *src, size_t n, floa
 int model_save_llmc(const Model *m, const char *path, char *err, size_t errlen) {
     const ModelDims *d = &m->d;
     for (int l = 0; l < d->L; l++)
-        if (!m->lp[l].qkvw) return pp_errf(err, errlen, PP_ERUNTIME, "model_save_llmc needs every layer; layer %d is not held", l);
+        if (!m->lp[l].qkvw)
+            return pp_errf(err, errlen, PP_ERUNTIME, "model_save_llmc needs every layer; layer %d is not held", l);
     if (!m->wte || !m->wpe || !m->lnfw)
         return pp_errf(err, errlen, PP_ERUNTIME, "model_save_llmc needs the embeddings and the final norm");
     if (!d->tied)

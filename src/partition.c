@@ -94,7 +94,8 @@ void partition_costs_memory(PartitionCosts *pc, int S, const ArchCosts *a, int N
     double per_param = 4.0 * (2 + nopt), io = 2.0 * 4 * N * a->boundary_floats; /* a slot's input and gradient */
     for (int s = 0; s < S; s++) pc->layer[s] = per_param * params.layer[s] + inflight[s] * layer_act;
     pc->embed = per_param * params.embed + inflight[0] * io;
-    pc->head = per_param * params.head + 4.0 * N * a->logits_floats + inflight[S - 1] * (io + 4.0 * N * a->head_act_floats);
+    pc->head = per_param * params.head + 4.0 * N * a->logits_floats +
+               inflight[S - 1] * (io + 4.0 * N * a->head_act_floats);
     pc->unit = "memory";
 }
 
@@ -107,9 +108,12 @@ int partition_build(Partition *p, const char *split, int L, int S, const ArchCos
 int partition_build_costs(Partition *p, const char *split, int L, int S, const PartitionCosts *pc, char *err,
                           size_t errlen) {
     memset(p, 0, sizeof *p);
-    if (S < 1 || S > PP_MAX_STAGES) return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages is out of range 1..%d", S, PP_MAX_STAGES);
+    if (S < 1 || S > PP_MAX_STAGES)
+        return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages is out of range 1..%d", S, PP_MAX_STAGES);
     if (S > L)
-        return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages (stages x virtual_stages) but only %d layers: every stage needs a layer", S, L);
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "pipeline: %d stages (stages x virtual_stages) but only %d layers: every stage needs a layer", S,
+                       L);
     p->S = S;
     p->unit = pc->unit;
     if (strcmp(split, "auto") == 0) {
@@ -120,21 +124,33 @@ int partition_build_costs(Partition *p, const char *split, int L, int S, const P
         int rc = parse_list(split, vals, PP_MAX_STAGES, &n, &kind, err, errlen);
         if (rc) return rc;
         if (kind == 'n') {
-            if (n != S) return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split %s lists %d stages, but stages x virtual_stages = %d", split, n, S);
+            if (n != S)
+                return pp_errf(err, errlen, PP_EUSAGE,
+                               "pipeline.split %s lists %d stages, but stages x virtual_stages = %d", split, n, S);
             int at = 0;
             for (int s = 0; s < S; s++) {
-                if (vals[s] < 1) return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split %s: stage %d would be empty (every stage needs at least one layer)", split, s);
+                if (vals[s] < 1)
+                    return pp_errf(err, errlen, PP_EUSAGE,
+                                   "pipeline.split %s: stage %d would be empty (every stage needs at least one layer)",
+                                   split, s);
                 p->l0[s] = at;
                 p->l1[s] = at += vals[s];
             }
-            if (at != L) return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split %s adds up to %d layers, but model.n_layers = %d", split, at, L);
+            if (at != L)
+                return pp_errf(err, errlen, PP_EUSAGE,
+                               "pipeline.split %s adds up to %d layers, but model.n_layers = %d", split, at, L);
         } else {
-            if (n != S - 1) return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split %s gives %d split points; %d stages need %d", split, n, S, S - 1);
+            if (n != S - 1)
+                return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split %s gives %d split points; %d stages need %d",
+                               split, n, S, S - 1);
             for (int s = 0; s < S; s++) {
                 p->l0[s] = s == 0 ? 0 : vals[s - 1];
                 p->l1[s] = s == S - 1 ? L : vals[s];
                 if (p->l1[s] <= p->l0[s] || p->l1[s] > L)
-                    return pp_errf(err, errlen, PP_EUSAGE, "pipeline.split %s: split points must increase strictly within 1..%d (stage %d would hold layers %d..%d)", split, L - 1, s, p->l0[s], p->l1[s] - 1);
+                    return pp_errf(err, errlen, PP_EUSAGE,
+                                   "pipeline.split %s: split points must increase strictly within 1..%d (stage %d "
+                                   "would hold layers %d..%d)",
+                                   split, L - 1, s, p->l0[s], p->l1[s] - 1);
             }
         }
     }

@@ -284,7 +284,8 @@ static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     SlotState *st = &rt->slots[c][i];
     ActSlot *as = &rt->model.chunks[c].slots[i];
     if ((rc = wait_req(rt, &st->recv, "recv gradient", s, m, x->step, err, errlen))) return rc;
-    if (s < rt->S - 1 && rt->chunk_of[s + 1] < 0) stage_received(rt, st->host[HOST_RECV_DOUT], as->grad, NC * sizeof(float));
+    if (s < rt->S - 1 && rt->chunk_of[s + 1] < 0)
+        stage_received(rt, st->host[HOST_RECV_DOUT], as->grad, NC * sizeof(float));
     double t0 = trace_now_us();
     if (a->type == ACT_I) {
         int w = wset_find(rt, c, -1);
@@ -328,14 +329,16 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     case ACT_SEND_F:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, x->kind_act);
-        rc = comm_isend(cm, stage_peer(rt, s + 1), &tag,
-                        stage_send(rt, rt->slots[c][i].host[HOST_SEND_OUT], model_chunk_output(&rt->model, c, i), bytes),
-                        bytes, &rt->slots[c][i].send[0]);
+        rc = comm_isend(
+                cm, stage_peer(rt, s + 1), &tag,
+                stage_send(rt, rt->slots[c][i].host[HOST_SEND_OUT], model_chunk_output(&rt->model, c, i), bytes), bytes,
+                &rt->slots[c][i].send[0]);
         what = "send activation";
         break;
     case ACT_RECV_F: {
         int r = recv_find(rt, c, -1);
-        if (r < 0) PP_DIE("stage %d: all %d receive buffers busy at microbatch %d (a bug)", s, rt->model.chunks[c].nrecv, m);
+        if (r < 0)
+            PP_DIE("stage %d: all %d receive buffers busy at microbatch %d (a bug)", s, rt->model.chunks[c].nrecv, m);
         rt->rbufs[c][r].mb = m;
         tag = tag_of(x->step, s - 1, m, x->kind_act);
         rc = comm_irecv(cm, stage_peer(rt, s - 1), &tag,
@@ -405,7 +408,8 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
             SlotState *st = &rt->slots[c][i];
             PP_CHECK(!st->busy && !st->recv); /* the schedule released everything */
             for (int k = 0; k < 2 && rc == PP_OK; k++)
-                rc = wait_req(rt, &st->send[k], "a send to complete", rt->model.chunks[c].stage, st->mb, x->step, err, errlen);
+                rc = wait_req(rt, &st->send[k], "a send to complete", rt->model.chunks[c].stage, st->mb, x->step, err,
+                              errlen);
         }
     }
     return rc;
@@ -501,15 +505,17 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     PP_CHECK(nctl >= 0 && nctl <= RUNTIME_MAX_CTL);
     for (int i = 0; i < nctl; i++) red[2 + i] = ctl[i];
     if (comm_allreduce_sum_f64(cm, red, 2 + nctl) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of loss and gradient norm at step %d: %s", step, comm_error(cm));
+        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of loss and gradient norm at step %d: %s", step,
+                       comm_error(cm));
     for (int i = 0; i < nctl; i++) ctl[i] = red[2 + i];
     res->loss = red[0] / ((double)rt->global_batch * rt->T);
     res->grad_norm = sqrt(red[1]);
     res->lr = optim_lr(cfg, step);
     if (!isfinite(res->loss) || !isfinite(res->grad_norm))
-        return pp_errf(err, errlen, PP_ERUNTIME, "step %d: loss %g, gradient norm %g are not finite: lower "
-                       "train.optimizer.lr%s, or resume from an earlier checkpoint", step + 1, res->loss, res->grad_norm,
-                       cfg->grad_clip > 0 ? "" : " or enable train.grad_clip");
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "step %d: loss %g, gradient norm %g are not finite: lower "
+                       "train.optimizer.lr%s, or resume from an earlier checkpoint",
+                       step + 1, res->loss, res->grad_norm, cfg->grad_clip > 0 ? "" : " or enable train.grad_clip");
     update(rt, res->lr, optim_clip_scale(red[1], cfg->grad_clip), step + 1);
     if ((rc = dp_gather_params(rt, err, errlen))) return rc;
     if (rt->trace) trace_add(rt->trace, "optimizer", "compute", ts, trace_now_us(), -1, -1, step);
@@ -547,9 +553,10 @@ int runtime_check_loss(Runtime *rt, int step, double *loss, char *err, size_t er
 
 int runtime_check_finite(const Runtime *rt, int step, const char *what, double loss, char *err, size_t errlen) {
     if (isfinite(loss)) return PP_OK;
-    return pp_errf(err, errlen, PP_ERUNTIME, "step %d: %s is %g, not finite: the weights diverged, and no checkpoint of "
-                   "them is written; lower train.optimizer.lr%s, or resume from an earlier checkpoint", step, what, loss,
-                   rt->cfg->grad_clip > 0 ? "" : " or enable train.grad_clip");
+    return pp_errf(err, errlen, PP_ERUNTIME,
+                   "step %d: %s is %g, not finite: the weights diverged, and no checkpoint of "
+                   "them is written; lower train.optimizer.lr%s, or resume from an earlier checkpoint",
+                   step, what, loss, rt->cfg->grad_clip > 0 ? "" : " or enable train.grad_clip");
 }
 
 /* ---- build -------------------------------------------------------------------- */
@@ -582,7 +589,8 @@ int runtime_partition(const Config *cfg, const Schedule *sched, const double *me
     ArchCosts a;
     int S = sched->S, T = cfg->seq_len;
     int B = cfg->batch_size / (replicas * cfg->microbatches);
-    if (S > PP_MAX_STAGES) return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages is out of range 1..%d", S, PP_MAX_STAGES);
+    if (S > PP_MAX_STAGES)
+        return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages is out of range 1..%d", S, PP_MAX_STAGES);
     model_arch_costs(&d, T, &a);
     if (!strcmp(cfg->balance, "parameters")) {
         partition_costs_parameters(&pc, S, &a);
