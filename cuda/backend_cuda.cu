@@ -157,8 +157,7 @@ static void cu_snapshot_wait(const Backend *be) {
 
 static void cu_memory(const Backend *be, size_t *allocated, size_t *workspace) {
     CudaCtx *c = ctx_of(be);
-    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials,
-                       &c->sums,  &c->enc,   &c->att,   &c->flashD};
+    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials, &c->sums, &c->enc, &c->att, &c->flashD};
     *allocated = c->allocated;
     *workspace = 0;
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) *workspace += g[i]->bytes;
@@ -539,8 +538,7 @@ static void cu_close(const Backend *be) {
     CudaCtx *c = ctx_of(be);
     CK(c, cudaStreamSynchronize(c->stream));
     CK(c, cudaStreamSynchronize(c->side));
-    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials,
-                 &c->sums,  &c->enc,   &c->att,   &c->flashD};
+    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials, &c->sums, &c->enc, &c->att, &c->flashD};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) CK(c, cudaFree(g[i]->p));
     for (int i = 0; i < c->nallocs; i++) CK(c, cudaFree(c->allocs[i].p)); /* leaks of the caller's */
     LTCK(c, cublasLtDestroy(c->lt));
@@ -619,37 +617,60 @@ static void fill_table(Backend *be, CudaCtx *c) {
         cudaError_t e_ = (call);                                                                               \
         if (e_ != cudaSuccess) {                                                                               \
             snprintf(err, errlen, "%s: %s (%s)", #call, cudaGetErrorString(e_), cudaGetErrorName(e_));        \
-            goto fail;                                                                                         \
+            return NULL;                                                                                       \
         }                                                                                                      \
     } while (0)
 
-/* [Note: attention path]: flash or materialised, from PPTRAIN_ATTENTION and the run's
- * head size (0: unknown), for the whole run. 0, or -1 with the reason in err. */
-static int attention_choice(PPPrecision precision, int run_hs, int *att_flash, char *err, size_t errlen) {
+extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCudaSizes *sizes, int rank, char *err,
+                                 size_t errlen) {
+    cudaDeviceProp prop;
+    OPEN_CK(cudaSetDevice(device));
+    OPEN_CK(cudaGetDeviceProperties(&prop, device));
+    if (prop.major < 8 || prop.major > 9) { /* sm_8x runs sm_80 code; nothing here runs on 10.x and later */
+        snprintf(err, errlen, "%s has compute capability %d.%d; this build has machine code for 8.0 and 9.0 only",
+                 prop.name, prop.major, prop.minor);
+        return NULL;
+    }
+    /* [Note: attention path]: flash or materialised, decided here for the whole run */
     const char *att_env = getenv("PPTRAIN_ATTENTION");
+    int run_hs = sizes->NH ? (int)(sizes->C / sizes->NH) : 0, att_flash;
     if (!att_env || !*att_env) {
-        *att_flash = precision == PP_PREC_BF16 && (!run_hs || flash_head_pad(run_hs));
+        att_flash = precision == PP_PREC_BF16 && (!run_hs || flash_head_pad(run_hs));
     } else if (!strcmp(att_env, "flash")) {
         if (run_hs && !flash_head_pad(run_hs)) {
             snprintf(err, errlen, "PPTRAIN_ATTENTION=flash: flash attention supports head sizes up to 128, and this "
                      "run's is C/NH = %d; unset it (or set materialized)", run_hs);
-            return -1;
+            return NULL;
         }
-        *att_flash = 1;
+        att_flash = 1;
     } else if (!strcmp(att_env, "materialized")) {
-        *att_flash = 0;
+        att_flash = 0;
     } else {
         snprintf(err, errlen, "PPTRAIN_ATTENTION='%.40s': expected 'flash' or 'materialized' (or unset: flash at "
                  "bf16 when the head size allows)", att_env);
-        return -1;
+        return NULL;
     }
-    return 0;
-}
-
-/* [Note: CUDA workspace]: reserve for the run's sizes now, so that training allocates
- * nothing; N rows, C channels, Vp padded vocabulary, NH heads, T positions. Returns the
- * head's logits rows per chunk. */
-static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
+    CudaCtx *c = (CudaCtx *)calloc(1, sizeof(CudaCtx));
+    if (!c) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    c->device = device;
+    c->rank = rank;
+    c->prec = precision;
+    c->sizes = *sizes;
+    c->att_flash = att_flash;
+    OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    OPEN_CK(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
+    OPEN_CK(cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming));
+    OPEN_CK(cudaEventCreateWithFlags(&c->landed, cudaEventDisableTiming));
+    cublasStatus_t s = cublasLtCreate(&c->lt);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cublasLtCreate: %s", cublasLtGetStatusString(s));
+        return NULL;
+    }
+    /* [Note: CUDA workspace]: reserve for the run's sizes now, so that training
+     * allocates nothing; N rows, C channels, Vp padded vocabulary, NH heads, T positions */
     size_t N = sizes->N, C = sizes->C, Vp = sizes->Vp, T = sizes->T, NH = sizes->NH;
     /* [Note: chunked head] in src/model.c: the head's logits in chunks of at most 256 MiB of
      * fp32, in whole 128-row tiles (1280 rows at GPT-2's Vp); its bf16 copy is one chunk's */
@@ -661,77 +682,28 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
     if (N && C) {
         grow(c, &c->partials, ((N + 255) / 256) * 4 * C * sizeof(float));
         grow(c, &c->enc, k_encoder_workspace((int)N));
-        if (NH && T && !c->att_flash) grow(c, &c->att, NH * T * T * sizeof(float));
-        if (NH && T && c->att_flash) { /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
+        if (NH && T && !att_flash) grow(c, &c->att, NH * T * T * sizeof(float));
+        if (NH && T && att_flash) { /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
             grow(c, &c->flashD, N / T * NH * T * sizeof(float));
             grow(c, &c->castA, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)(C / NH), 3));
             grow(c, &c->castB, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)(C / NH), 1));
         }
-        if (c->prec == PP_PREC_BF16) {
+        if (precision == PP_PREC_BF16) {
             size_t wb = Vp * C > 4 * C * C ? Vp * C : 4 * C * C;
             grow(c, &c->castA, (N * 4 * C > head ? N * 4 * C : head) * sizeof(__nv_bfloat16));
             grow(c, &c->castB, (N * 4 * C > wb ? N * 4 * C : wb) * sizeof(__nv_bfloat16));
             grow(c, &c->castW, Vp * C * sizeof(__nv_bfloat16)); /* the head's weight, held over its chunks */
         }
     }
-    return rows;
-}
-
-/* What an open that failed after calloc had made (nothing allocated from its buffers). */
-static void ctx_abandon(CudaCtx *c) {
-    if (c->lt) cublasLtDestroy(c->lt);
-    if (c->issued) cudaEventDestroy(c->issued);
-    if (c->landed) cudaEventDestroy(c->landed);
-    if (c->side) cudaStreamDestroy(c->side);
-    if (c->stream) cudaStreamDestroy(c->stream);
-    free(c);
-}
-
-extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCudaSizes *sizes, int rank, char *err,
-                                 size_t errlen) {
-    cudaDeviceProp prop;
-    CudaCtx *c = NULL;
-    int att_flash;
-    OPEN_CK(cudaSetDevice(device));
-    OPEN_CK(cudaGetDeviceProperties(&prop, device));
-    if (prop.major < 8 || prop.major > 9) { /* sm_8x runs sm_80 code; nothing here runs on 10.x and later */
-        snprintf(err, errlen, "%s has compute capability %d.%d; this build has machine code for 8.0 and 9.0 only",
-                 prop.name, prop.major, prop.minor);
-        return NULL;
-    }
-    if (attention_choice(precision, sizes->NH ? (int)(sizes->C / sizes->NH) : 0, &att_flash, err, errlen)) return NULL;
-    if (!(c = (CudaCtx *)calloc(1, sizeof(CudaCtx)))) {
-        snprintf(err, errlen, "out of host memory");
-        return NULL;
-    }
-    c->device = device, c->rank = rank, c->prec = precision, c->sizes = *sizes, c->att_flash = att_flash;
-    OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    OPEN_CK(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
-    OPEN_CK(cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming));
-    OPEN_CK(cudaEventCreateWithFlags(&c->landed, cudaEventDisableTiming));
-    {
-        cublasStatus_t s = cublasLtCreate(&c->lt);
-        if (s != CUBLAS_STATUS_SUCCESS) {
-            c->lt = NULL;
-            snprintf(err, errlen, "cublasLtCreate: %s", cublasLtGetStatusString(s));
-            goto fail;
-        }
-    }
-    {
-        size_t rows = reserve_workspace(c, sizes);
-        Backend *be = &c->be;
-        fill_table(be, c);
-        be->logits_chunk_rows = (int)rows;
-        be->peak_flops = peak_flops(&prop, precision);
-        snprintf(c->desc, sizeof c->desc, "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s", device,
-                 prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1e9,
-                 prec_name(precision), att_flash ? "flash (bf16 mma.sync)" : "materialized (cuBLASLt)");
-        be->description = c->desc;
-        return be;
-    }
-fail:
-    if (c) ctx_abandon(c);
-    return NULL;
+    Backend *be = &c->be;
+    fill_table(be, c);
+    be->logits_chunk_rows = (int)rows;
+    be->peak_flops = peak_flops(&prop, precision);
+    snprintf(c->desc, sizeof c->desc, "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s", device, prop.name,
+             prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1e9, prec_name(precision),
+             att_flash ? "flash (bf16 mma.sync)" : "materialized (cuBLASLt)");
+    be->description = c->desc;
+    return be;
 }
 
 extern "C" int pp_cuda_device_count(char *err, size_t errlen) {

@@ -215,10 +215,9 @@ __global__ void __launch_bounds__(FA_THREADS) flash_rowdot(float *D, const float
     for (size_t w0 = (size_t)blockIdx.x * FA_WARPS; w0 < n; w0 += (size_t)gridDim.x * FA_WARPS) {
         size_t w = w0 + threadIdx.x / 32, row = w / NH; /* row = b * T + t */
         int h = (int)(w % NH);
-        const float *x = dout + row * C + (size_t)h * hs, *o = out + row * C + (size_t)h * hs;
         float acc = 0.0f;
         if (w < n)
-            for (int d = lane; d < hs; d += 32) acc += x[d] * o[d];
+            for (int d = lane; d < hs; d += 32) acc += dout[row * C + (size_t)h * hs + d] * out[row * C + (size_t)h * hs + d];
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (w < n && lane == 0) D[(row / T * NH + h) * T + row % T] = acc;
@@ -384,10 +383,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, const fl
     __syncthreads();
     uint32_t qf[KC][4], df[KC][4];
 #pragma unroll
-    for (int kc = 0; kc < KC; kc++) {
-        load_a(qf[kc], sQ, LD, wr, kc * 16, g, t);
-        load_a(df[kc], sdO, LD, wr, kc * 16, g, t);
-    }
+    for (int kc = 0; kc < KC; kc++) load_a(qf[kc], sQ, LD, wr, kc * 16, g, t), load_a(df[kc], sdO, LD, wr, kc * 16, g, t);
     float s[NS][4], dp[NS][4], dq[NO][4];
 #pragma unroll
     for (int i = 0; i < NO; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
@@ -450,10 +446,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const f
     __syncthreads();
     uint32_t kf[KC][4], vf[KC][4];
 #pragma unroll
-    for (int kc = 0; kc < KC; kc++) {
-        load_a(kf[kc], sK, LD, wr, kc * 16, g, t);
-        load_a(vf[kc], sV, LD, wr, kc * 16, g, t);
-    }
+    for (int kc = 0; kc < KC; kc++) load_a(kf[kc], sK, LD, wr, kc * 16, g, t), load_a(vf[kc], sV, LD, wr, kc * 16, g, t);
     float dk[NO][4], dv[NO][4];
 #pragma unroll
     for (int i = 0; i < NO; i++)

@@ -101,8 +101,7 @@ void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte,
 /* The radix sort's temporary storage for N rows, rounded up to 256 bytes. */
 static size_t enc_sort_bytes(int N) {
     size_t tmp = 0;
-    const int *none = NULL;
-    cub::DeviceRadixSort::SortPairs(NULL, tmp, none, (int *)NULL, none, (int *)NULL, N, 0, 32);
+    cub::DeviceRadixSort::SortPairs(NULL, tmp, (const int *)NULL, (int *)NULL, (const int *)NULL, (int *)NULL, N, 0, 32);
     return (tmp + 255) / 256 * 256;
 }
 
@@ -354,20 +353,15 @@ static __device__ __forceinline__ void ms_add(float &m, float &s, float m2, floa
     m = mn, s = a + b;
 }
 
-/* The warp's pair, in every lane (a butterfly). */
-static __device__ __forceinline__ void warp_ms(float &m, float &s) {
-    for (int o = 16; o > 0; o >>= 1) ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
-}
-
 /* The block's (max, sum of exp) pair, in every thread; sh holds 64 floats. */
 static __device__ void block_reduce_ms(float &m, float &s, float *sh) {
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    warp_ms(m, s);
+    for (int o = 16; o > 0; o >>= 1) ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
     __syncthreads();
     if (lane == 0) sh[wid] = m, sh[32 + wid] = s;
     __syncthreads();
     m = lane < nw ? sh[lane] : -INFINITY, s = lane < nw ? sh[32 + lane] : 0.0f;
-    warp_ms(m, s);
+    for (int o = 16; o > 0; o >>= 1) ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
 }
 
 /* One pass over the row for its max and sum (online), one for the loss's gradient,
