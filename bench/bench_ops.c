@@ -1,17 +1,19 @@
 /* bench_ops.c — the per-op table of one GPT-2 decoder layer, its head and its optimizer
  * step on the backend runtime.device selects (issue 11's kernel bench; METHOD.md "count
  * the FLOPs and bytes first"): for each op the time per call, the FLOPs and the least
- * bytes it must move (fp32 storage), the rate reached and its fraction of the ceiling
- * that bounds it (the GEMM rate for matmuls and attention, the copy bandwidth for the
- * rest), then the sum over a whole step of an L-layer model.
+ * bytes it must move (4 per fp32 element; the operand activations at the backend's
+ * operand size, [Note: operand activations]), the rate reached and its fraction of the
+ * ceiling that bounds it (the GEMM rate for matmuls and attention, the copy bandwidth
+ * for the rest), then the sum over a whole step of an L-layer model.
  *
  *   bench_ops [--device cpu|cuda] [--precision P] [--B 16] [--T 1024] [--C 768] [--NH 12]
  *             [--L 12] [--Vp 50304] [--reps 10] [--gemm-tflops X] [--copy-gbps Y]
  *
  * Times are wall time over `reps` back-to-back calls between two be->wait (device work
  * is asynchronous, so launch gaps count too, as in a step), after one warm-up call. The
- * inputs are random; ops that work in place (cross-entropy) see their own output again,
- * which changes no time. Without --gemm-tflops / --copy-gbps no fraction is printed. */
+ * inputs are random; ops that work in place (cross-entropy on an fp32 operand) or
+ * clobber their input (cross-entropy's logits) see their own output again, which changes
+ * no time. Without --gemm-tflops / --copy-gbps no fraction is printed. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +40,15 @@ static float *dev_random(const Backend *be, size_t n, uint64_t seed, float scale
     be->to_device(be, d, h, n * sizeof(float));
     be->wait(be);
     free(h);
+    return d;
+}
+
+/* n random values (as dev_random) in the backend's operand type. */
+static void *dev_operand(const Backend *be, size_t n, uint64_t seed, float scale) {
+    float *x = dev_random(be, n, seed, scale);
+    void *d = be->alloc(be, n * pp_dtype_bytes(be->operand));
+    be->to_operand(be, d, x, n);
+    be->dealloc(be, x); /* waits for the conversion */
     return d;
 }
 
@@ -115,68 +126,81 @@ int main(int argc, char **argv) {
     const Backend *be = b.be;
     if (!gpu) backend_cpu_set_threads(0);
 
-    /* one layer's tensors, as model.c lays them out */
+    /* one layer's tensors, as model.c lays them out; the operand activations ([Note:
+     * operand activations]: ln, y, hg and the gradients dxo, dho, dqkv, dlogits that feed
+     * a matmul) in the backend's operand type, the rest fp32 */
     size_t NC = N * C, nlayer = 12 * (size_t)C * C + 13 * (size_t)C;
     size_t P = (size_t)L * nlayer + (size_t)Vp * C + 1024 * (size_t)C + 2 * (size_t)C; /* GPT-2 parameters */
-    float *x = dev_random(be, NC, 1, 1), *ln = dev_random(be, NC, 2, 1), *mean = dev_random(be, N, 3, 1),
-          *rstd = dev_random(be, N, 4, 1), *lnw = dev_random(be, C, 5, 1), *lnb = dev_random(be, C, 6, 0.1f);
+    float *x = dev_random(be, NC, 1, 1), *mean = dev_random(be, N, 3, 1), *rstd = dev_random(be, N, 4, 1),
+          *lnw = dev_random(be, C, 5, 1), *lnb = dev_random(be, C, 6, 0.1f);
+    void *ln = dev_operand(be, NC, 2, 1);
     float *qkv = dev_random(be, 3 * NC, 7, 1), *wqkv = dev_random(be, 3 * (size_t)C * C, 8, 0.02f),
           *bqkv = dev_random(be, 3 * (size_t)C, 9, 0.02f);
     size_t natt = be->attention_saved_floats(be, B, T, NH);
-    float *att = dev_random(be, natt, 10, 0.01f), *y = dev_random(be, NC, 11, 1);
-    float *h = dev_random(be, 4 * NC, 12, 1), *hg = dev_random(be, 4 * NC, 13, 1),
-          *wfc = dev_random(be, 4 * (size_t)C * C, 14, 0.02f), *bfc = dev_random(be, 4 * (size_t)C, 15, 0.02f);
+    float *att = dev_random(be, natt, 10, 0.01f);
+    void *y = dev_operand(be, NC, 11, 1), *hg = dev_operand(be, 4 * NC, 13, 1);
+    float *h = dev_random(be, 4 * NC, 12, 1), *wfc = dev_random(be, 4 * (size_t)C * C, 14, 0.02f),
+          *bfc = dev_random(be, 4 * (size_t)C, 15, 0.02f);
     float *dx = dev_random(be, NC, 16, 1), *dw = dev_random(be, 4 * (size_t)C * C, 17, 0), *db = dev_random(be, 4 * (size_t)C, 18, 0);
-    float *dqkv = dev_random(be, 3 * NC, 19, 1), *dh = dev_random(be, 4 * NC, 20, 1);
+    float *dh = dev_random(be, 4 * NC, 20, 1), *dy = dev_random(be, NC, 31, 1);
+    void *dqkv = dev_operand(be, 3 * NC, 19, 1), *dxo = dev_operand(be, NC, 32, 1),
+         *dho = dev_operand(be, 4 * NC, 33, 1);
     float *scratch = be->alloc(be, be->scratch_floats(be, (int)N, T, C) * sizeof(float) + 64);
     float *wte = dev_random(be, (size_t)Vp * C, 21, 0.02f), *dwte = dev_random(be, (size_t)Vp * C, 22, 0),
           *wpe = dev_random(be, (size_t)T * C, 23, 0.02f), *dwpe = dev_random(be, (size_t)T * C, 24, 0);
     float *logits = dev_random(be, N * Vp, 25, 1), *losses = dev_random(be, N, 26, 0);
+    /* dlogits: the logits themselves where the operand is fp32 (in place, as the model) */
+    void *dlogits = be->operand == PP_F32 ? (void *)logits : dev_operand(be, N * Vp, 34, 0.001f);
     int *tok = dev_tokens(be, N, V);
     float *p = dev_random(be, P, 27, 0.02f), *g = dev_random(be, P, 28, 0.01f), *m = dev_random(be, P, 29, 0.001f),
           *v = dev_random(be, P, 30, 0.001f);
     double *sum = be->alloc(be, sizeof(double));
     be->wait(be);
 
-    const double f = 4; /* bytes per element */
+    const double f = 4, o = (double)pp_dtype_bytes(be->operand); /* bytes per element: fp32, operand */
     double Nd = (double)N, Cd = C, Vd = Vp, Pd = (double)P, BT2C = (double)B * T * (double)T * C;
     /* forward of a layer */
-    TIME(&b, "layernorm fwd", 'M', 8 * Nd * Cd, f * (2 * Nd * Cd + 2 * Nd + 2 * Cd), 2 * L,
+    TIME(&b, "layernorm fwd", 'M', 8 * Nd * Cd, f * (Nd * Cd + 2 * Nd + 2 * Cd) + o * Nd * Cd, 2 * L,
          be->layernorm_forward(be, ln, mean, rstd, x, lnw, lnb, (int)N, C));
-    TIME(&b, "matmul fwd qkv", 'G', 2 * Nd * Cd * 3 * Cd, f * (Nd * Cd + 3 * Cd * Cd + 3 * Nd * Cd), L,
+    TIME(&b, "matmul fwd qkv", 'G', 2 * Nd * Cd * 3 * Cd, o * Nd * Cd + f * (3 * Cd * Cd + 3 * Nd * Cd), L,
          be->matmul_forward(be, qkv, ln, wqkv, bqkv, (int)N, C, 3 * C));
-    TIME(&b, "attention fwd (causal)", 'G', 2 * BT2C, f * (3 * Nd * Cd + Nd * Cd), L,
+    TIME(&b, "attention fwd (causal)", 'G', 2 * BT2C, f * 3 * Nd * Cd + o * Nd * Cd, L,
          be->attention_forward(be, y, att, qkv, B, T, C, NH));
-    TIME(&b, "matmul fwd attproj", 'G', 2 * Nd * Cd * Cd, f * (2 * Nd * Cd + Cd * Cd), L,
+    TIME(&b, "matmul fwd attproj", 'G', 2 * Nd * Cd * Cd, o * Nd * Cd + f * (Nd * Cd + Cd * Cd), L,
          be->matmul_forward(be, x, y, wqkv, bqkv, (int)N, C, C));
-    TIME(&b, "residual add", 'M', Nd * Cd, f * 3 * Nd * Cd, 2 * L, be->add_inplace(be, x, ln, NC));
-    TIME(&b, "matmul fwd fc", 'G', 2 * Nd * Cd * 4 * Cd, f * (Nd * Cd + 4 * Cd * Cd + 4 * Nd * Cd), L,
+    TIME(&b, "residual add", 'M', Nd * Cd, f * 3 * Nd * Cd, 2 * L, be->add_inplace(be, x, dy, NC));
+    TIME(&b, "matmul fwd fc", 'G', 2 * Nd * Cd * 4 * Cd, o * Nd * Cd + f * (4 * Cd * Cd + 4 * Nd * Cd), L,
          be->matmul_forward(be, h, ln, wfc, bfc, (int)N, C, 4 * C));
-    TIME(&b, "gelu fwd", 'M', 20 * 4 * Nd * Cd, f * 8 * Nd * Cd, L, be->gelu_forward(be, hg, h, 4 * NC));
-    TIME(&b, "matmul fwd fcproj", 'G', 2 * Nd * 4 * Cd * Cd, f * (4 * Nd * Cd + 4 * Cd * Cd + Nd * Cd), L,
+    TIME(&b, "gelu fwd", 'M', 20 * 4 * Nd * Cd, (f + o) * 4 * Nd * Cd, L, be->gelu_forward(be, hg, h, 4 * NC));
+    TIME(&b, "matmul fwd fcproj", 'G', 2 * Nd * 4 * Cd * Cd, o * 4 * Nd * Cd + f * (4 * Cd * Cd + Nd * Cd), L,
          be->matmul_forward(be, x, hg, wfc, bfc, (int)N, 4 * C, C));
     /* backward of a layer */
-    TIME(&b, "matmul bwd fcproj", 'G', 4 * Nd * 4 * Cd * Cd, f * (Nd * Cd + 2 * 4 * Nd * Cd + 3 * 4 * Cd * Cd), L,
-         be->matmul_backward(be, dh, dw, db, dx, hg, wfc, (int)N, 4 * C, C));
-    TIME(&b, "gelu bwd", 'M', 24 * 4 * Nd * Cd, f * 12 * Nd * Cd, L, be->gelu_backward(be, dh, h, dh, 4 * NC));
-    TIME(&b, "matmul bwd fc", 'G', 4 * Nd * Cd * 4 * Cd, f * (4 * Nd * Cd + 2 * Nd * Cd + 3 * 4 * Cd * Cd), L,
-         be->matmul_backward(be, dx, dw, db, dh, ln, wfc, (int)N, C, 4 * C));
+    TIME(&b, "to operand (cast)", 'M', 0, (f + o) * Nd * Cd, 2 * L, be->to_operand(be, dxo, dx, NC));
+    TIME(&b, "matmul bwd fcproj", 'G', 4 * Nd * 4 * Cd * Cd,
+         o * (Nd * Cd + 4 * Nd * Cd) + f * (4 * Nd * Cd + 3 * 4 * Cd * Cd), L,
+         be->matmul_backward(be, dh, dw, db, dxo, hg, wfc, (int)N, 4 * C, C));
+    TIME(&b, "gelu bwd", 'M', 24 * 4 * Nd * Cd, (2 * f + o) * 4 * Nd * Cd, L,
+         be->gelu_backward(be, dho, h, dh, 4 * NC));
+    TIME(&b, "matmul bwd fc", 'G', 4 * Nd * Cd * 4 * Cd,
+         o * (4 * Nd * Cd + Nd * Cd) + f * (Nd * Cd + 3 * 4 * Cd * Cd), L,
+         be->matmul_backward(be, dx, dw, db, dho, ln, wfc, (int)N, C, 4 * C));
     TIME(&b, "layernorm bwd", 'M', 12 * Nd * Cd, f * (4 * Nd * Cd + 2 * Nd), 2 * L,
-         be->layernorm_backward(be, dx, dw, db, y, x, mean, rstd, lnw, (int)N, C, scratch));
-    TIME(&b, "matmul bwd attproj", 'G', 4 * Nd * Cd * Cd, f * (3 * Nd * Cd + 3 * Cd * Cd), L,
-         be->matmul_backward(be, y, dw, db, dx, ln, wqkv, (int)N, C, C));
-    TIME(&b, "attention bwd (causal)", 'G', 5 * BT2C, f * (3 * Nd * Cd + 2 * Nd * Cd + 3 * Nd * Cd), L,
-         be->attention_backward(be, dqkv, y, qkv, y, att, B, T, C, NH, scratch));
-    TIME(&b, "matmul bwd qkv", 'G', 4 * Nd * Cd * 3 * Cd, f * (3 * Nd * Cd + 2 * Nd * Cd + 3 * 3 * Cd * Cd), L,
+         be->layernorm_backward(be, dx, dw, db, dy, x, mean, rstd, lnw, (int)N, C, scratch));
+    TIME(&b, "matmul bwd attproj", 'G', 4 * Nd * Cd * Cd, o * 2 * Nd * Cd + f * (Nd * Cd + 3 * Cd * Cd), L,
+         be->matmul_backward(be, dy, dw, db, dxo, y, wqkv, (int)N, C, C));
+    TIME(&b, "attention bwd (causal)", 'G', 5 * BT2C, f * (3 * Nd * Cd + Nd * Cd) + o * (Nd * Cd + 3 * Nd * Cd), L,
+         be->attention_backward(be, dqkv, dy, qkv, y, att, B, T, C, NH, scratch));
+    TIME(&b, "matmul bwd qkv", 'G', 4 * Nd * Cd * 3 * Cd,
+         o * (3 * Nd * Cd + Nd * Cd) + f * (Nd * Cd + 3 * 3 * Cd * Cd), L,
          be->matmul_backward(be, dx, dw, db, dqkv, ln, wqkv, (int)N, C, 3 * C));
     /* once per step */
     TIME(&b, "encoder fwd", 'M', Nd * Cd, f * 3 * Nd * Cd, 1, be->encoder_forward(be, x, tok, wte, wpe, B, T, C));
-    TIME(&b, "head matmul fwd (logits)", 'G', 2 * Nd * Cd * Vd, f * (Nd * Cd + Vd * Cd + Nd * Vd), 1,
-         be->matmul_forward(be, logits, x, wte, NULL, (int)N, C, Vp));
-    TIME(&b, "cross-entropy fwd+bwd", 'M', 5 * Nd * Vd, f * 2 * Nd * Vd, 1,
-         be->crossentropy_forward_backward(be, logits, losses, tok, 1.0f / (float)N, (int)N, V, Vp));
-    TIME(&b, "head matmul bwd", 'G', 4 * Nd * Cd * Vd, f * (Nd * Vd + 2 * Nd * Cd + 3 * Vd * Cd), 1,
-         be->matmul_backward(be, dx, dwte, NULL, logits, x, wte, (int)N, C, Vp));
+    TIME(&b, "head matmul fwd (logits)", 'G', 2 * Nd * Cd * Vd, o * Nd * Cd + f * (Vd * Cd + Nd * Vd), 1,
+         be->matmul_forward(be, logits, ln, wte, NULL, (int)N, C, Vp));
+    TIME(&b, "cross-entropy fwd+bwd", 'M', 5 * Nd * Vd, (f + o) * Nd * Vd, 1,
+         be->crossentropy_forward_backward(be, dlogits, losses, logits, tok, 1.0f / (float)N, (int)N, V, Vp));
+    TIME(&b, "head matmul bwd", 'G', 4 * Nd * Cd * Vd, o * (Nd * Vd + Nd * Cd) + f * (Nd * Cd + 3 * Vd * Cd), 1,
+         be->matmul_backward(be, dx, dwte, NULL, dlogits, ln, wte, (int)N, C, Vp));
     TIME(&b, "encoder bwd", 'M', Nd * Cd, f * 3 * Nd * Cd, 1, be->encoder_backward(be, dwte, dwpe, dx, tok, B, T, C));
     TIME(&b, "grad norm (sumsq)", 'M', 2 * Pd, f * Pd, 1, be->sumsq(be, sum, g, P));
     TIME(&b, "AdamW", 'M', 15 * Pd, f * 7 * Pd, 1,
@@ -205,9 +229,10 @@ int main(int argc, char **argv) {
            Nd * fpt / step / 1e12, gemm > 0 ? "" : " (no ceilings given)");
     (void)flops;
     be->dealloc(be, sum);
-    float *all[] = {x, ln, mean, rstd, lnw, lnb, qkv, wqkv, bqkv, att, y, h, hg, wfc, bfc, dx, dw, db,
-                    dqkv, dh, scratch, wte, dwte, wpe, dwpe, logits, losses, p, g, m, v};
+    void *all[] = {x, ln, mean, rstd, lnw, lnb, qkv, wqkv, bqkv, att, y, h, hg, wfc, bfc, dx, dw, db, dqkv,
+                   dh, dy, dxo, dho, scratch, wte, dwte, wpe, dwpe, logits, losses, p, g, m, v};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->dealloc(be, all[i]);
+    if (dlogits != logits) be->dealloc(be, dlogits);
     be->dealloc(be, tok);
     backend_release(be);
     return 0;

@@ -157,7 +157,8 @@ static void cu_snapshot_wait(const Backend *be) {
 
 static void cu_memory(const Backend *be, size_t *allocated, size_t *workspace) {
     CudaCtx *c = ctx_of(be);
-    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials, &c->sums, &c->enc, &c->att, &c->flashD};
+    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials,
+                       &c->sums,  &c->enc,   &c->att,   &c->flashD, &c->stage};
     *allocated = c->allocated;
     *workspace = 0;
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) *workspace += g[i]->bytes;
@@ -308,14 +309,17 @@ static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, c
 }
 
 /* [Note: CUDA precision] fp32: fp32 operands, fp32 math (CUBLAS_COMPUTE_32F). tf32: the
- * same operands on the tensor cores' tf32 path (CUBLAS_COMPUTE_32F_FAST_TF32). bf16, a
- * first step: the model still stores fp32 activations and weights, so each matmul
- * casts its two operands to bf16 in the backend's workspace and runs a bf16 GEMM with
- * fp32 accumulation and fp32 output; the attention GEMMs, whose operands are large and
- * strided, run CUBLAS_COMPUTE_32F_FAST_16BF on the fp32 operands instead (cuBLASLt
- * converts). Everything else (LayerNorm, softmax, GELU, the loss, the optimizer, the
- * gradients) stays fp32. The next step keeps bf16 activations and a bf16 copy of the
- * weights in the model itself, with no casts. */
+ * same operands on the tensor cores' tf32 path (CUBLAS_COMPUTE_32F_FAST_TF32). bf16: the
+ * operand activations are bf16 (be.operand, [Note: operand activations] in
+ * src/backend.h): the ops that write them round to bf16, and every matmul runs a bf16
+ * GEMM with fp32 accumulation and fp32 output on them as they are. The fp32 master
+ * weights are converted once per action list while the model holds them ([Note: held
+ * weights] in model.h; per call otherwise). The residual stream, qkv, the pre-GELU
+ * activation, the logits, LayerNorm's statistics, the gradients and the optimizer stay
+ * fp32; the materialised attention's GEMMs run CUBLAS_COMPUTE_32F_FAST_16BF on the fp32
+ * qkv (cuBLASLt converts). PPTRAIN_BF16_OPERANDS=fp32 keeps fp32 operand activations at
+ * bf16 and casts them in every matmul instead (the path before bf16 activations, kept
+ * for side-by-side measurement: cuda/NOTES.md). */
 static cublasComputeType_t mm_compute(const CudaCtx *c) {
     return c->prec == PP_PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
@@ -326,25 +330,42 @@ static cublasComputeType_t att_compute(const CudaCtx *c) {
                                      : CUBLAS_COMPUTE_32F;
 }
 
-/* x[n] as bf16 in workspace g (precision bf16; the held copy when x is the held weight),
- * else x itself. */
+/* Weight x[n] as bf16 in workspace g (precision bf16; the held copy when x lies inside
+ * the held weights), else x itself. */
 static const void *operand(CudaCtx *c, Grow *g, const float *x, size_t n) {
     if (c->prec != PP_PREC_BF16) return x;
-    if (x == c->held && n == c->held_n) return c->castW.p;
+    if (c->held && x >= c->held && x + n <= c->held + c->held_n) /* inside the held weights */
+        return (const __nv_bfloat16 *)c->castW.p + (x - c->held);
     __nv_bfloat16 *d = (__nv_bfloat16 *)grow(c, g, n * sizeof(__nv_bfloat16));
     k_to_bf16(c, d, x, n);
     return d;
 }
 
-/* One matmul GEMM (batch 1) at the backend's precision: the bf16 operands when they were
- * cast (A16, B16 non-NULL), falling back to cuBLASLt's own bf16 conversion of the fp32
- * operands (CUBLAS_COMPUTE_32F_FAST_16BF) if no bf16 algorithm exists for the shape. */
+/* Activation x[n] (operand) as a bf16 GEMM operand at precision bf16: itself when the
+ * operand type is bf16, else cast into workspace g; itself at fp32 and tf32. */
+static const void *act_operand(CudaCtx *c, Grow *g, const void *x, size_t n) {
+    if (c->prec != PP_PREC_BF16 || c->op == PP_BF16) return x;
+    __nv_bfloat16 *d = (__nv_bfloat16 *)grow(c, g, n * sizeof(__nv_bfloat16));
+    k_to_bf16(c, d, (const float *)x, n);
+    return d;
+}
+
+/* One matmul GEMM (batch 1) at the backend's precision: at bf16 on the bf16 operands A16
+ * and B16; when cuBLASLt has no bf16 algorithm for the shape and both fp32 operands A and
+ * B exist (fp32 operand activations), on those with its own bf16 conversion
+ * (CUBLAS_COMPUTE_32F_FAST_16BF); with bf16 activations, gemm names the shape and stops. */
 static void mm_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, const float *A, const void *A16, int lda,
                     const float *B, const void *B16, int ldb, float beta, float *C, int ldc, const float *bias) {
-    if (c->prec == PP_PREC_BF16 &&
-        try_gemm(c, tA, tB, M, N, K, 1.0f, A16, lda, 0, B16, ldb, 0, beta, C, ldc, 0, 1, AB_BF16, CUBLAS_COMPUTE_32F,
-                 bias) == 0)
-        return;
+    if (c->prec == PP_PREC_BF16) {
+        if (try_gemm(c, tA, tB, M, N, K, 1.0f, A16, lda, 0, B16, ldb, 0, beta, C, ldc, 0, 1, AB_BF16,
+                     CUBLAS_COMPUTE_32F, bias) == 0)
+            return;
+        if (!A || !B) { /* dies naming the shape */
+            gemm(c, tA, tB, M, N, K, 1.0f, A16, lda, 0, B16, ldb, 0, beta, C, ldc, 0, 1, AB_BF16, CUBLAS_COMPUTE_32F,
+                 bias);
+            return;
+        }
+    }
     cublasComputeType_t comp = c->prec == PP_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : mm_compute(c);
     gemm(c, tA, tB, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, AB_F32, comp, bias);
 }
@@ -357,25 +378,28 @@ static void cu_weight_hold(const Backend *be, const float *w, size_t n) {
     c->held = w, c->held_n = n;
 }
 
-static void cu_matmul_forward(const Backend *be, float *out, const float *inp, const float *w, const float *b, int N,
+/* The fp32 view of an operand activation (NULL when it is bf16: no fp32 copy exists). */
+static const float *act_f32(const CudaCtx *c, const void *x) { return c->op == PP_F32 ? (const float *)x : NULL; }
+
+static void cu_matmul_forward(const Backend *be, float *out, const void *inp, const float *w, const float *b, int N,
                               int C, int OC) {
     CudaCtx *c = ctx_of(be);
-    const void *A = operand(c, &c->castA, inp, (size_t)N * C), *W = operand(c, &c->castB, w, (size_t)OC * C);
+    const void *A = act_operand(c, &c->castA, inp, (size_t)N * C), *W = operand(c, &c->castB, w, (size_t)OC * C);
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + b */
-    mm_gemm(c, 0, 1, N, OC, C, inp, A, C, w, W, C, 0.0f, out, OC, b);
+    mm_gemm(c, 0, 1, N, OC, C, act_f32(c, inp), A, C, w, W, C, 0.0f, out, OC, b);
 }
 
-static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, int N, int C, int OC) {
+static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float *db, const void *dout,
+                               const void *inp, const float *w, int N, int C, int OC) {
     CudaCtx *c = ctx_of(be);
-    const void *D = dinp || dw ? operand(c, &c->castA, dout, (size_t)N * OC) : NULL;
+    const void *D = dinp || dw ? act_operand(c, &c->castA, dout, (size_t)N * OC) : NULL;
     if (dinp) { /* dinp[N,C] = dout[N,OC] @ w[OC,C] (overwrites) */
         const void *W = operand(c, &c->castB, w, (size_t)OC * C);
-        mm_gemm(c, 0, 0, N, C, OC, dout, D, OC, w, W, C, 0.0f, dinp, C, NULL);
+        mm_gemm(c, 0, 0, N, C, OC, act_f32(c, dout), D, OC, w, W, C, 0.0f, dinp, C, NULL);
     }
     if (dw) { /* dw[OC,C] += dout^T @ inp; castB is reused in stream order, after the GEMM above */
-        const void *I = operand(c, &c->castB, inp, (size_t)N * C);
-        mm_gemm(c, 1, 0, OC, C, N, dout, D, OC, inp, I, C, 1.0f, dw, C, NULL);
+        const void *I = act_operand(c, &c->castB, inp, (size_t)N * C);
+        mm_gemm(c, 1, 0, OC, C, N, act_f32(c, dout), D, OC, act_f32(c, inp), I, C, 1.0f, dw, C, NULL);
     }
     if (db) k_bias_backward(c, db, dout, N, OC);
 }
@@ -402,9 +426,15 @@ static void flash_shape(const CudaCtx *c, int C, int NH) {
     die_msg(c, __FILE__, __LINE__, what);
 }
 
-static void materialized_forward(const Backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
+/* The materialised path computes in fp32: its bf16 outputs go through c->stage. */
+static float *staged(CudaCtx *c, void *x, size_t n) {
+    return c->op == PP_BF16 ? (float *)grow(c, &c->stage, n * sizeof(float)) : (float *)x;
+}
+
+static void materialized_forward(const Backend *be, void *outp, float *att, const float *qkv, int B, int T, int C,
                                  int NH) {
     CudaCtx *c = ctx_of(be);
+    float *out = staged(c, outp, (size_t)B * T * C);
     int hs = C / NH, ld = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
@@ -420,11 +450,13 @@ static void materialized_forward(const Backend *be, float *out, float *att, cons
         gemm(c, 0, 0, T, hs, T, 1.0f, att + (size_t)b * NH * TT, T, TT, v, ld, hs, 0.0f, out + (size_t)b * T * C, C,
              hs, NH, AB_F32, comp, NULL);
     }
+    if (out != outp) k_to_operand(c, outp, out, (size_t)B * T * C);
 }
 
-static void materialized_backward(const Backend *be, float *dqkv, const float *dout, const float *qkv,
+static void materialized_backward(const Backend *be, void *dqkvp, const float *dout, const float *qkv,
                                   const float *att, int B, int T, int C, int NH, float *scratch) {
     CudaCtx *c = ctx_of(be);
+    float *dqkv = staged(c, dqkvp, (size_t)B * T * 3 * C);
     int hs = C / NH, ld = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
@@ -443,9 +475,10 @@ static void materialized_backward(const Backend *be, float *dqkv, const float *d
         gemm(c, 0, 0, T, hs, T, 1.0f, dP, T, TT, k, ld, hs, 0.0f, dq, ld, hs, NH, AB_F32, comp, NULL);
         gemm(c, 1, 0, T, hs, T, 1.0f, dP, T, TT, q, ld, hs, 0.0f, dk, ld, hs, NH, AB_F32, comp, NULL);
     }
+    if (dqkv != dqkvp) k_to_operand(c, dqkvp, dqkv, (size_t)B * T * 3 * C);
 }
 
-static void cu_attention_forward(const Backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
+static void cu_attention_forward(const Backend *be, void *out, float *att, const float *qkv, int B, int T, int C,
                                  int NH) {
     CudaCtx *c = ctx_of(be);
     if (!c->att_flash) return materialized_forward(be, out, att, qkv, B, T, C, NH);
@@ -453,8 +486,8 @@ static void cu_attention_forward(const Backend *be, float *out, float *att, cons
     k_flash_forward(c, out, att, qkv, B, T, C, NH);
 }
 
-static void cu_attention_backward(const Backend *be, float *dqkv, const float *dout, const float *qkv,
-                                  const float *out, const float *att, int B, int T, int C, int NH, float *scratch) {
+static void cu_attention_backward(const Backend *be, void *dqkv, const float *dout, const float *qkv,
+                                  const void *out, const float *att, int B, int T, int C, int NH, float *scratch) {
     CudaCtx *c = ctx_of(be);
     if (!c->att_flash) return materialized_backward(be, dqkv, dout, qkv, att, B, T, C, NH, scratch);
     flash_shape(c, C, NH);
@@ -479,7 +512,7 @@ static void cu_encoder_backward(const Backend *be, float *dwte, float *dwpe, con
     k_encoder_backward(ctx_of(be), dwte, dwpe, dout, inp, B, T, C);
 }
 
-static void cu_layernorm_forward(const Backend *be, float *out, float *mean, float *rstd, const float *inp,
+static void cu_layernorm_forward(const Backend *be, void *out, float *mean, float *rstd, const float *inp,
                                  const float *w, const float *b, int N, int C) {
     k_layernorm_forward(ctx_of(be), out, mean, rstd, inp, w, b, N, C);
 }
@@ -490,22 +523,22 @@ static void cu_layernorm_backward(const Backend *be, float *dinp, float *dw, flo
     k_layernorm_backward(ctx_of(be), dinp, dw, db, dout, inp, mean, rstd, w, N, C);
 }
 
-static void cu_gelu_forward(const Backend *be, float *out, const float *inp, size_t count) {
+static void cu_gelu_forward(const Backend *be, void *out, const float *inp, size_t count) {
     k_gelu_forward(ctx_of(be), out, inp, count);
 }
 
-static void cu_gelu_backward(const Backend *be, float *dinp, const float *inp, const float *dout, size_t count) {
+static void cu_gelu_backward(const Backend *be, void *dinp, const float *inp, const float *dout, size_t count) {
     k_gelu_backward(ctx_of(be), dinp, inp, dout, count);
 }
 
-static void cu_crossentropy_forward_backward(const Backend *be, float *logits, float *losses, const int *targets,
-                                             float dloss, int N, int V, int Vp) {
-    k_crossentropy(ctx_of(be), logits, losses, targets, dloss, N, V, Vp, 1);
+static void cu_crossentropy_forward_backward(const Backend *be, void *dlogits, float *losses, float *logits,
+                                             const int *targets, float dloss, int N, int V, int Vp) {
+    k_crossentropy(ctx_of(be), dlogits, losses, logits, targets, dloss, N, V, Vp, 1);
 }
 
 static void cu_crossentropy_forward(const Backend *be, float *logits, float *losses, const int *targets, int N, int V,
                                     int Vp) {
-    k_crossentropy(ctx_of(be), logits, losses, targets, 0.0f, N, V, Vp, 0);
+    k_crossentropy(ctx_of(be), logits, losses, logits, targets, 0.0f, N, V, Vp, 0);
 }
 
 /* The ops' scratch is the backend's own (c->partials, c->att), sized at open. */
@@ -513,6 +546,10 @@ static size_t cu_scratch_floats(const Backend *be, int N, int T, int C) { return
 
 static void cu_add_inplace(const Backend *be, float *dst, const float *src, size_t count) {
     k_add_inplace(ctx_of(be), dst, src, count);
+}
+
+static void cu_to_operand(const Backend *be, void *dst, const float *src, size_t count) {
+    k_to_operand(ctx_of(be), dst, src, count);
 }
 
 static void cu_sum(const Backend *be, double *out, const float *x, size_t n) { k_sum(ctx_of(be), out, x, n, 0); }
@@ -538,7 +575,8 @@ static void cu_close(const Backend *be) {
     CudaCtx *c = ctx_of(be);
     CK(c, cudaStreamSynchronize(c->stream));
     CK(c, cudaStreamSynchronize(c->side));
-    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials, &c->sums, &c->enc, &c->att, &c->flashD};
+    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials,
+                 &c->sums,  &c->enc,   &c->att,   &c->flashD, &c->stage};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) CK(c, cudaFree(g[i]->p));
     for (int i = 0; i < c->nallocs; i++) CK(c, cudaFree(c->allocs[i].p)); /* leaks of the caller's */
     LTCK(c, cublasLtDestroy(c->lt));
@@ -566,10 +604,12 @@ static double peak_flops(const cudaDeviceProp *p, PPPrecision prec) {
     return 0.0;
 }
 
-static const char *prec_name(PPPrecision p) {
-    return p == PP_PREC_BF16 ? "bf16 (bf16 GEMM operands, fp32 activations, weights and gradients)"
-           : p == PP_PREC_TF32 ? "tf32 (tf32 GEMMs, fp32 storage)"
-                               : "fp32";
+static const char *prec_name(PPPrecision p, PPDType op) {
+    if (p == PP_PREC_BF16)
+        return op == PP_BF16 ? "bf16 (bf16 GEMMs on bf16 operand activations; fp32 residual stream, weights and "
+                               "gradients)"
+                             : "bf16 (bf16 GEMM operands cast per call, fp32 activations, weights and gradients)";
+    return p == PP_PREC_TF32 ? "tf32 (tf32 GEMMs, fp32 storage)" : "fp32";
 }
 
 /* The Backend table: the same entries as backend_cpu.c's, in its order. */
@@ -602,6 +642,8 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->crossentropy_forward = cu_crossentropy_forward;
     be->scratch_floats = cu_scratch_floats;
     be->add_inplace = cu_add_inplace;
+    be->to_operand = cu_to_operand;
+    be->operand = c->op;
     be->device_memory = 1;
     be->weight_hold = cu_weight_hold;
     be->host_alloc = cu_host_alloc;
@@ -617,60 +659,37 @@ static void fill_table(Backend *be, CudaCtx *c) {
         cudaError_t e_ = (call);                                                                               \
         if (e_ != cudaSuccess) {                                                                               \
             snprintf(err, errlen, "%s: %s (%s)", #call, cudaGetErrorString(e_), cudaGetErrorName(e_));        \
-            return NULL;                                                                                       \
+            goto fail;                                                                                         \
         }                                                                                                      \
     } while (0)
 
-extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCudaSizes *sizes, int rank, char *err,
-                                 size_t errlen) {
-    cudaDeviceProp prop;
-    OPEN_CK(cudaSetDevice(device));
-    OPEN_CK(cudaGetDeviceProperties(&prop, device));
-    if (prop.major < 8 || prop.major > 9) { /* sm_8x runs sm_80 code; nothing here runs on 10.x and later */
-        snprintf(err, errlen, "%s has compute capability %d.%d; this build has machine code for 8.0 and 9.0 only",
-                 prop.name, prop.major, prop.minor);
-        return NULL;
-    }
-    /* [Note: attention path]: flash or materialised, decided here for the whole run */
+/* [Note: attention path]: flash or materialised, from PPTRAIN_ATTENTION and the run's
+ * head size (0: unknown), for the whole run. 0, or -1 with the reason in err. */
+static int attention_choice(PPPrecision precision, int run_hs, int *att_flash, char *err, size_t errlen) {
     const char *att_env = getenv("PPTRAIN_ATTENTION");
-    int run_hs = sizes->NH ? (int)(sizes->C / sizes->NH) : 0, att_flash;
     if (!att_env || !*att_env) {
-        att_flash = precision == PP_PREC_BF16 && (!run_hs || flash_head_pad(run_hs));
+        *att_flash = precision == PP_PREC_BF16 && (!run_hs || flash_head_pad(run_hs));
     } else if (!strcmp(att_env, "flash")) {
         if (run_hs && !flash_head_pad(run_hs)) {
             snprintf(err, errlen, "PPTRAIN_ATTENTION=flash: flash attention supports head sizes up to 128, and this "
                      "run's is C/NH = %d; unset it (or set materialized)", run_hs);
-            return NULL;
+            return -1;
         }
-        att_flash = 1;
+        *att_flash = 1;
     } else if (!strcmp(att_env, "materialized")) {
-        att_flash = 0;
+        *att_flash = 0;
     } else {
         snprintf(err, errlen, "PPTRAIN_ATTENTION='%.40s': expected 'flash' or 'materialized' (or unset: flash at "
                  "bf16 when the head size allows)", att_env);
-        return NULL;
+        return -1;
     }
-    CudaCtx *c = (CudaCtx *)calloc(1, sizeof(CudaCtx));
-    if (!c) {
-        snprintf(err, errlen, "out of host memory");
-        return NULL;
-    }
-    c->device = device;
-    c->rank = rank;
-    c->prec = precision;
-    c->sizes = *sizes;
-    c->att_flash = att_flash;
-    OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    OPEN_CK(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
-    OPEN_CK(cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming));
-    OPEN_CK(cudaEventCreateWithFlags(&c->landed, cudaEventDisableTiming));
-    cublasStatus_t s = cublasLtCreate(&c->lt);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-        snprintf(err, errlen, "cublasLtCreate: %s", cublasLtGetStatusString(s));
-        return NULL;
-    }
-    /* [Note: CUDA workspace]: reserve for the run's sizes now, so that training
-     * allocates nothing; N rows, C channels, Vp padded vocabulary, NH heads, T positions */
+    return 0;
+}
+
+/* [Note: CUDA workspace]: reserve for the run's sizes now, so that training allocates
+ * nothing; N rows, C channels, Vp padded vocabulary, NH heads, T positions. Returns the
+ * head's logits rows per chunk. */
+static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
     size_t N = sizes->N, C = sizes->C, Vp = sizes->Vp, T = sizes->T, NH = sizes->NH;
     /* [Note: chunked head] in src/model.c: the head's logits in chunks of at most 256 MiB of
      * fp32, in whole 128-row tiles (1280 rows at GPT-2's Vp); its bf16 copy is one chunk's */
@@ -682,28 +701,82 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     if (N && C) {
         grow(c, &c->partials, ((N + 255) / 256) * 4 * C * sizeof(float));
         grow(c, &c->enc, k_encoder_workspace((int)N));
-        if (NH && T && !att_flash) grow(c, &c->att, NH * T * T * sizeof(float));
-        if (NH && T && att_flash) { /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
+        if (NH && T && !c->att_flash) grow(c, &c->att, NH * T * T * sizeof(float));
+        if (NH && T && !c->att_flash && c->op == PP_BF16) grow(c, &c->stage, N * 3 * C * sizeof(float));
+        if (NH && T && c->att_flash) { /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
             grow(c, &c->flashD, N / T * NH * T * sizeof(float));
             grow(c, &c->castA, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)(C / NH), 3));
             grow(c, &c->castB, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)(C / NH), 1));
         }
-        if (precision == PP_PREC_BF16) {
+        if (c->prec == PP_PREC_BF16) {
             size_t wb = Vp * C > 4 * C * C ? Vp * C : 4 * C * C;
             grow(c, &c->castA, (N * 4 * C > head ? N * 4 * C : head) * sizeof(__nv_bfloat16));
             grow(c, &c->castB, (N * 4 * C > wb ? N * 4 * C : wb) * sizeof(__nv_bfloat16));
             grow(c, &c->castW, Vp * C * sizeof(__nv_bfloat16)); /* the head's weight, held over its chunks */
         }
     }
-    Backend *be = &c->be;
-    fill_table(be, c);
-    be->logits_chunk_rows = (int)rows;
-    be->peak_flops = peak_flops(&prop, precision);
-    snprintf(c->desc, sizeof c->desc, "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s", device, prop.name,
-             prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1e9, prec_name(precision),
-             att_flash ? "flash (bf16 mma.sync)" : "materialized (cuBLASLt)");
-    be->description = c->desc;
-    return be;
+    return rows;
+}
+
+/* What an open that failed after calloc had made (nothing allocated from its buffers). */
+static void ctx_abandon(CudaCtx *c) {
+    if (c->lt) cublasLtDestroy(c->lt);
+    if (c->issued) cudaEventDestroy(c->issued);
+    if (c->landed) cudaEventDestroy(c->landed);
+    if (c->side) cudaStreamDestroy(c->side);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCudaSizes *sizes, int rank, char *err,
+                                 size_t errlen) {
+    cudaDeviceProp prop;
+    CudaCtx *c = NULL;
+    int att_flash;
+    OPEN_CK(cudaSetDevice(device));
+    OPEN_CK(cudaGetDeviceProperties(&prop, device));
+    if (prop.major < 8 || prop.major > 9) { /* sm_8x runs sm_80 code; nothing here runs on 10.x and later */
+        snprintf(err, errlen, "%s has compute capability %d.%d; this build has machine code for 8.0 and 9.0 only",
+                 prop.name, prop.major, prop.minor);
+        return NULL;
+    }
+    if (attention_choice(precision, sizes->NH ? (int)(sizes->C / sizes->NH) : 0, &att_flash, err, errlen)) return NULL;
+    if (!(c = (CudaCtx *)calloc(1, sizeof(CudaCtx)))) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    c->device = device, c->rank = rank, c->prec = precision, c->sizes = *sizes, c->att_flash = att_flash;
+    {
+        const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
+        c->op = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32")) ? PP_BF16 : PP_F32;
+    }
+    OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    OPEN_CK(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
+    OPEN_CK(cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming));
+    OPEN_CK(cudaEventCreateWithFlags(&c->landed, cudaEventDisableTiming));
+    {
+        cublasStatus_t s = cublasLtCreate(&c->lt);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            c->lt = NULL;
+            snprintf(err, errlen, "cublasLtCreate: %s", cublasLtGetStatusString(s));
+            goto fail;
+        }
+    }
+    {
+        size_t rows = reserve_workspace(c, sizes);
+        Backend *be = &c->be;
+        fill_table(be, c);
+        be->logits_chunk_rows = (int)rows;
+        be->peak_flops = peak_flops(&prop, precision);
+        snprintf(c->desc, sizeof c->desc, "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s", device,
+                 prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1e9,
+                 prec_name(precision, c->op), att_flash ? "flash (bf16 mma.sync)" : "materialized (cuBLASLt)");
+        be->description = c->desc;
+        return be;
+    }
+fail:
+    if (c) ctx_abandon(c);
+    return NULL;
 }
 
 extern "C" int pp_cuda_device_count(char *err, size_t errlen) {

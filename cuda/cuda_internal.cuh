@@ -61,13 +61,15 @@ struct CudaCtx {
     Grow att;                 /* attention backward: dP of one sequence, [NH,T,T] */
     Grow flashD;              /* flash attention backward: D = rowsum(dO o O), [B,NH,T] */
     int att_flash;            /* 1: flash attention ([Note: attention path] in backend_cuda.cu) */
+    PPDType op;               /* the operand activations' type (be.operand, [Note: CUDA precision]) */
+    Grow stage;               /* fp32 staging of the materialised attention's bf16 outputs */
     Alloc *allocs;
     int nallocs, cap_allocs;
     size_t allocated;
     GemmEntry gemm[GEMM_CACHE];
     int ngemm;
     int warned_fallback;      /* a fast GEMM mode fell back to fp32 (said once) */
-    char desc[256];
+    char desc[320];
 };
 
 static inline CudaCtx *ctx_of(const Backend *be) { return (CudaCtx *)be->ctx; }
@@ -111,15 +113,17 @@ static inline unsigned grid_for(size_t n, int threads) {
 /* ---- kernel launchers (kernels.cu): same arguments as the backend ops ---- */
 void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
 void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C);
-void k_layernorm_forward(CudaCtx *c, float *out, float *mean, float *rstd, const float *inp, const float *w,
+/* The (operand) void * arguments below are of c->op's type ([Note: operand activations]
+ * in src/backend.h). */
+void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const float *inp, const float *w,
                          const float *b, int N, int C);
 void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *mean, const float *rstd, const float *w, int N, int C);
-void k_gelu_forward(CudaCtx *c, float *out, const float *inp, size_t n);
-void k_gelu_backward(CudaCtx *c, float *dinp, const float *inp, const float *dout, size_t n);
+void k_gelu_forward(CudaCtx *c, void *out, const float *inp, size_t n);
+void k_gelu_backward(CudaCtx *c, void *dinp, const float *inp, const float *dout, size_t n);
 void k_add_inplace(CudaCtx *c, float *dst, const float *src, size_t n);
-/* db[OC] += column sums of dout[N,OC], fixed order. */
-void k_bias_backward(CudaCtx *c, float *db, const float *dout, int N, int OC);
+/* db[OC] += column sums of dout[N,OC] (operand), fixed order. */
+void k_bias_backward(CudaCtx *c, float *db, const void *dout, int N, int OC);
 /* out[N,OC] += b[OC] (where the bias epilogue is not available). */
 void k_add_bias(CudaCtx *c, float *out, const float *b, int N, int OC);
 /* In place over rows of length T: row t of each [T,T] block becomes the softmax of its
@@ -127,8 +131,9 @@ void k_add_bias(CudaCtx *c, float *out, const float *b, int N, int OC);
 void k_softmax_causal(CudaCtx *c, float *att, int rows, int T);
 /* In place: dP (rows of length T) becomes dS = P * (dP - sum_j P dP) * scale, causal. */
 void k_softmax_causal_backward(CudaCtx *c, float *dp, const float *p, int rows, int T, float scale);
-void k_crossentropy(CudaCtx *c, float *logits, float *losses, const int *targets, float dloss, int N, int V, int Vp,
-                    int want_grad);
+/* losses[N]; with want_grad dlogits[N,Vp] (operand; logits itself allowed at fp32). */
+void k_crossentropy(CudaCtx *c, void *dlogits, float *losses, const float *logits, const int *targets, float dloss,
+                    int N, int V, int Vp, int want_grad);
 /* out (one double) = sum over x[0..n) of x or x^2, fixed order. */
 void k_sum(CudaCtx *c, double *out, const float *x, size_t n, int squares);
 void k_adamw(CudaCtx *c, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
@@ -137,6 +142,8 @@ void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr,
            float grad_scale, int first);
 /* bf16 copy of n floats (round to nearest even). */
 void k_to_bf16(CudaCtx *c, __nv_bfloat16 *dst, const float *src, size_t n);
+/* dst[n] (operand) = src[n]: a copy, or k_to_bf16. */
+void k_to_operand(CudaCtx *c, void *dst, const float *src, size_t n);
 /* Device bytes the encoder backward needs for N rows (the sort of rows by token). */
 size_t k_encoder_workspace(int N);
 
@@ -146,10 +153,11 @@ size_t k_encoder_workspace(int N);
 int flash_head_pad(int hs);
 /* Bytes of the packed bf16 copy of `parts` blocks of NH heads ([Note: flash tiling]). */
 size_t flash_pack_bytes(int B, int T, int NH, int hs, int parts);
-/* out[B,T,C] and lse[B,NH,T] (natural log-sum-exp of each row's scaled scores). */
-void k_flash_forward(CudaCtx *c, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
-/* dqkv[B,T,3C] overwritten; D[B,NH,T] is the kernel pair's own scratch. */
-void k_flash_backward(CudaCtx *c, float *dqkv, float *D, const float *dout, const float *qkv, const float *out,
+/* out[B,T,C] (operand) and lse[B,NH,T] (natural log-sum-exp of each row's scaled scores). */
+void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+/* dqkv[B,T,3C] (operand) overwritten, from out (operand); D[B,NH,T] is the kernel pair's
+ * own scratch. */
+void k_flash_backward(CudaCtx *c, void *dqkv, float *D, const float *dout, const float *qkv, const void *out,
                       const float *lse, int B, int T, int C, int NH);
 
 #endif

@@ -164,17 +164,25 @@ static __device__ __forceinline__ void mma_acc_t(float d[NO][4], const float p[2
     }
 }
 
+/* The kernels' outputs (out, dqkv) and the backward's reading of out are in the backend's
+ * operand type ([Note: operand activations] in src/backend.h): fp32, or bf16 rounded to
+ * nearest even. */
+static __device__ __forceinline__ void put(float *y, float v) { *y = v; }
+static __device__ __forceinline__ void put(bf16 *y, float v) { *y = __float2bfloat16_rn(v); }
+static __device__ __forceinline__ float get(const float *x) { return *x; }
+static __device__ __forceinline__ float get(const bf16 *x) { return __bfloat162float(*x); }
+
 /* Row half hf of a warp's [16 x 8*NO] fp32 accumulator acc (C-fragment layout, [Note: mma
  * fragments]) times `scale`, to y[0..hs) (the columns of this thread's row that exist). */
-template <int NO>
-static __device__ __forceinline__ void store_row(float *y, const float acc[NO][4], int hf, int t, int hs,
+template <int NO, typename OutT>
+static __device__ __forceinline__ void store_row(OutT *y, const float acc[NO][4], int hf, int t, int hs,
                                                  float scale) {
 #pragma unroll
     for (int i = 0; i < NO; i++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             int col = i * 8 + 2 * t + e;
-            if (col < hs) y[col] = acc[i][2 * hf + e] * scale;
+            if (col < hs) put(y + col, acc[i][2 * hf + e] * scale);
         }
 }
 
@@ -208,16 +216,19 @@ __global__ void __launch_bounds__(FA_THREADS) flash_pack(bf16 *dst, const float 
 /* D[b,h,t] = sum over head h's channels of dout o out, fp32 ([B,T,C] both): the
  * backward's D = rowsum(dO o O), a warp per (row, head), lanes over the channels, then a
  * fixed shuffle tree. The loop is the block's (every warp the same trips). */
-__global__ void __launch_bounds__(FA_THREADS) flash_rowdot(float *D, const float *dout, const float *out, int B, int T,
+template <typename OutT>
+__global__ void __launch_bounds__(FA_THREADS) flash_rowdot(float *D, const float *dout, const OutT *out, int B, int T,
                                                            int NH, int hs) {
     size_t n = (size_t)B * T * NH, C = (size_t)NH * hs;
     int lane = threadIdx.x % 32;
     for (size_t w0 = (size_t)blockIdx.x * FA_WARPS; w0 < n; w0 += (size_t)gridDim.x * FA_WARPS) {
         size_t w = w0 + threadIdx.x / 32, row = w / NH; /* row = b * T + t */
         int h = (int)(w % NH);
+        const float *x = dout + row * C + (size_t)h * hs;
+        const OutT *o = out + row * C + (size_t)h * hs;
         float acc = 0.0f;
         if (w < n)
-            for (int d = lane; d < hs; d += 32) acc += dout[row * C + (size_t)h * hs + d] * out[row * C + (size_t)h * hs + d];
+            for (int d = lane; d < hs; d += 32) acc += x[d] * get(o + d);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (w < n && lane == 0) D[(row / T * NH + h) * T + row % T] = acc;
@@ -243,8 +254,8 @@ template <int HSP> struct FwdSmem {
     static constexpr size_t bytes = (size_t)(FA_BR * LD + 4 * FA_BC * LD) * sizeof(bf16); /* Q, 2 x (K, V) */
 };
 
-template <int HSP>
-__global__ void __launch_bounds__(FA_THREADS) flash_fwd(float *out, float *lse, const bf16 *qh, int T, int C,
+template <int HSP, typename OutT = float>
+__global__ void __launch_bounds__(FA_THREADS) flash_fwd(OutT *out, float *lse, const bf16 *qh, int T, int C,
                                                         int NH, int hs, float sl2) {
     constexpr int LD = FwdSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8, NS = FA_BC / 8, KV = FA_BC * LD;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -354,8 +365,8 @@ static __device__ __forceinline__ void dq_tile(float s[FA_BC / 8][4], float dp[F
         }
 }
 
-template <int HSP>
-__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, const float *Din, const bf16 *doh,
+template <int HSP, typename OutT = float>
+__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(OutT *dqkv, const float *Din, const bf16 *doh,
                                                            const bf16 *qh, const float *lse, int T, int C, int NH,
                                                            int hs, float sl2, float scale) {
     constexpr int LD = DqSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8, NS = FA_BC / 8, KV = FA_BC * LD;
@@ -383,7 +394,10 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(float *dqkv, const fl
     __syncthreads();
     uint32_t qf[KC][4], df[KC][4];
 #pragma unroll
-    for (int kc = 0; kc < KC; kc++) load_a(qf[kc], sQ, LD, wr, kc * 16, g, t), load_a(df[kc], sdO, LD, wr, kc * 16, g, t);
+    for (int kc = 0; kc < KC; kc++) {
+        load_a(qf[kc], sQ, LD, wr, kc * 16, g, t);
+        load_a(df[kc], sdO, LD, wr, kc * 16, g, t);
+    }
     float s[NS][4], dp[NS][4], dq[NO][4];
 #pragma unroll
     for (int i = 0; i < NO; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
@@ -418,8 +432,8 @@ template <int HSP, int BQ = dkv_bq<HSP>()> struct DkvSmem {
                                     + 4 * BQ * sizeof(float); /* 2 x (lse2, D) of the step's queries */
 };
 
-template <int HSP, int BQ = dkv_bq<HSP>()>
-__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const float *Din, const bf16 *doh,
+template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float>
+__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(OutT *dqkv, const float *Din, const bf16 *doh,
                                                             const bf16 *qh, const float *lse, int T, int C, int NH,
                                                             int hs, float sl2, float scale) {
     constexpr int LD = DkvSmem<HSP, BQ>::LD, KC = HSP / 16, NO = HSP / 8, NS = BQ / 8, QS = BQ * LD;
@@ -446,7 +460,10 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const f
     __syncthreads();
     uint32_t kf[KC][4], vf[KC][4];
 #pragma unroll
-    for (int kc = 0; kc < KC; kc++) load_a(kf[kc], sK, LD, wr, kc * 16, g, t), load_a(vf[kc], sV, LD, wr, kc * 16, g, t);
+    for (int kc = 0; kc < KC; kc++) {
+        load_a(kf[kc], sK, LD, wr, kc * 16, g, t);
+        load_a(vf[kc], sV, LD, wr, kc * 16, g, t);
+    }
     float dk[NO][4], dv[NO][4];
 #pragma unroll
     for (int i = 0; i < NO; i++)
@@ -489,13 +506,13 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(float *dqkv, const f
     for (int hf = 0; hf < 2; hf++) {
         int key = k0 + wr + g + 8 * hf;
         if (key >= T) continue;
-        float *yk = dqkv + ((size_t)b * T + key) * ld + C + (size_t)h * hs, *yv = yk + C;
+        OutT *yk = dqkv + ((size_t)b * T + key) * ld + C + (size_t)h * hs, *yv = yk + C;
 #pragma unroll
         for (int i = 0; i < NO; i++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int col = i * 8 + 2 * t + e;
-                if (col < hs) yk[col] = dk[i][2 * hf + e] * scale, yv[col] = dv[i][2 * hf + e];
+                if (col < hs) put(yk + col, dk[i][2 * hf + e] * scale), put(yv + col, dv[i][2 * hf + e]);
             }
     }
 }
@@ -525,18 +542,19 @@ static bf16 *pack(CudaCtx *c, Grow *buf, const float *src, int B, int T, int NH,
     return dst;
 }
 
-template <int HSP> static void fwd(CudaCtx *c, float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+template <int HSP, typename OutT>
+static void fwd(CudaCtx *c, OutT *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
     int hs = C / NH;
     size_t sm = FwdSmem<HSP>::bytes;
     const bf16 *qh = pack<HSP>(c, &c->castA, qkv, B, T, NH, hs, 3, 3 * (size_t)C);
-    CK(c, cudaFuncSetAttribute(flash_fwd<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    flash_fwd<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(out, lse, qh, T, C, NH, hs,
-                                                                                FA_LOG2E / sqrtf((float)hs));
+    CK(c, cudaFuncSetAttribute(flash_fwd<HSP, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    flash_fwd<HSP, OutT><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(out, lse, qh, T, C, NH, hs,
+                                                                                      FA_LOG2E / sqrtf((float)hs));
     KCHECK(c, "flash_fwd");
 }
 
-template <int HSP>
-static void bwd(CudaCtx *c, float *dqkv, float *D, const float *dout, const float *qkv, const float *out,
+template <int HSP, typename OutT>
+static void bwd(CudaCtx *c, OutT *dqkv, float *D, const float *dout, const float *qkv, const OutT *out,
                 const float *lse, int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
@@ -546,13 +564,14 @@ static void bwd(CudaCtx *c, float *dqkv, float *D, const float *dout, const floa
     size_t warps = (size_t)B * T * NH, blocks = (warps + FA_WARPS - 1) / FA_WARPS;
     flash_rowdot<<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(D, dout, out, B, T, NH, hs);
     KCHECK(c, "flash_rowdot");
-    CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2));
-    flash_bwd_dq<HSP><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(dqkv, D, doh, qh, lse, T, C, NH,
-                                                                                    hs, sl2, scale);
+    CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, dkv_bq<HSP>(), OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)sm2));
+    flash_bwd_dq<HSP, OutT><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(dqkv, D, doh, qh, lse, T,
+                                                                                          C, NH, hs, sl2, scale);
     KCHECK(c, "flash_bwd_dq");
-    flash_bwd_dkv<HSP><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm2, c->stream>>>(dqkv, D, doh, qh, lse, T, C,
-                                                                                      NH, hs, sl2, scale);
+    flash_bwd_dkv<HSP, dkv_bq<HSP>(), OutT><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm2, c->stream>>>(
+        dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale);
     KCHECK(c, "flash_bwd_dkv");
 }
 
@@ -560,26 +579,33 @@ size_t flash_pack_bytes(int B, int T, int NH, int hs, int parts) {
     return (size_t)B * NH * parts * T * flash_head_pad(hs) * sizeof(bf16);
 }
 
-void k_flash_forward(CudaCtx *c, float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-    switch (flash_head_pad(C / NH)) {
-    case 32: fwd<32>(c, out, lse, qkv, B, T, C, NH); break;
-    case 64: fwd<64>(c, out, lse, qkv, B, T, C, NH); break;
-    case 80: fwd<80>(c, out, lse, qkv, B, T, C, NH); break;
-    case 96: fwd<96>(c, out, lse, qkv, B, T, C, NH); break;
-    case 128: fwd<128>(c, out, lse, qkv, B, T, C, NH); break;
-    default: pp_cuda_die(c, __FILE__, __LINE__, "flash attention", "unsupported head size", "head size over 128");
+/* The head-size switch of a launcher template, for fp32 or bf16 operands. */
+#define FLASH_HS_SWITCH(c, C, NH, CALL)                                                                      \
+    switch (flash_head_pad((C) / (NH))) {                                                                  \
+    case 32: CALL(32); break;                                                                              \
+    case 64: CALL(64); break;                                                                              \
+    case 80: CALL(80); break;                                                                              \
+    case 96: CALL(96); break;                                                                              \
+    case 128: CALL(128); break;                                                                            \
+    default: pp_cuda_die(c, __FILE__, __LINE__, "flash attention", "unsupported head size", "head size over 128"); \
     }
+
+void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+#define FWD_F32(H) fwd<H>(c, (float *)out, lse, qkv, B, T, C, NH)
+#define FWD_BF16(H) fwd<H>(c, (bf16 *)out, lse, qkv, B, T, C, NH)
+    if (c->op == PP_BF16) FLASH_HS_SWITCH(c, C, NH, FWD_BF16)
+    else FLASH_HS_SWITCH(c, C, NH, FWD_F32)
+#undef FWD_F32
+#undef FWD_BF16
 }
 
-void k_flash_backward(CudaCtx *c, float *dqkv, float *D, const float *dout, const float *qkv, const float *out,
+void k_flash_backward(CudaCtx *c, void *dqkv, float *D, const float *dout, const float *qkv, const void *out,
                       const float *lse, int B, int T, int C, int NH) {
-    switch (flash_head_pad(C / NH)) {
-    case 32: bwd<32>(c, dqkv, D, dout, qkv, out, lse, B, T, C, NH); break;
-    case 64: bwd<64>(c, dqkv, D, dout, qkv, out, lse, B, T, C, NH); break;
-    case 80: bwd<80>(c, dqkv, D, dout, qkv, out, lse, B, T, C, NH); break;
-    case 96: bwd<96>(c, dqkv, D, dout, qkv, out, lse, B, T, C, NH); break;
-    case 128: bwd<128>(c, dqkv, D, dout, qkv, out, lse, B, T, C, NH); break;
-    default: pp_cuda_die(c, __FILE__, __LINE__, "flash attention", "unsupported head size", "head size over 128");
-    }
+#define BWD_F32(H) bwd<H>(c, (float *)dqkv, D, dout, qkv, (const float *)out, lse, B, T, C, NH)
+#define BWD_BF16(H) bwd<H>(c, (bf16 *)dqkv, D, dout, qkv, (const bf16 *)out, lse, B, T, C, NH)
+    if (c->op == PP_BF16) FLASH_HS_SWITCH(c, C, NH, BWD_BF16)
+    else FLASH_HS_SWITCH(c, C, NH, BWD_F32)
+#undef BWD_F32
+#undef BWD_BF16
 }
 #endif /* FLASH_HOST_SIM */

@@ -41,6 +41,24 @@ template <bool MAX> static __device__ float block_reduce(float v, float *sh) {
     return MAX ? warp_max(r) : warp_sum(r); /* every warp the same: fixed order */
 }
 
+/* Whether p is a multiple of `to` bytes. */
+static inline int aligned(const void *p, size_t to) { return (uintptr_t)p % to == 0; }
+
+/* [Note: operand activations] (src/backend.h): the kernels that write or read an
+ * operand activation are templates over its type, fp32 or bf16 (c->op); put rounds to
+ * nearest even, put4 stores four (16 bytes of fp32, 8 of bf16). */
+static __device__ __forceinline__ void put(float *y, float v) { *y = v; }
+static __device__ __forceinline__ void put(__nv_bfloat16 *y, float v) { *y = __float2bfloat16_rn(v); }
+static __device__ __forceinline__ float get(const float *x) { return *x; }
+static __device__ __forceinline__ float get(const __nv_bfloat16 *x) { return __bfloat162float(*x); }
+static __device__ __forceinline__ void put4(float *y, float4 v) { *reinterpret_cast<float4 *>(y) = v; }
+static __device__ __forceinline__ void put4(__nv_bfloat16 *y, float4 v) {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    uint2 u;
+    u.x = *reinterpret_cast<const unsigned *>(&lo), u.y = *reinterpret_cast<const unsigned *>(&hi);
+    *reinterpret_cast<uint2 *>(y) = u;
+}
+
 /* ---- encoder ------------------------------------------------------------------- */
 
 __global__ void enc_fwd(float *out, const int *inp, const float *wte, const float *wpe, size_t NC, int T, int C) {
@@ -101,7 +119,8 @@ void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte,
 /* The radix sort's temporary storage for N rows, rounded up to 256 bytes. */
 static size_t enc_sort_bytes(int N) {
     size_t tmp = 0;
-    cub::DeviceRadixSort::SortPairs(NULL, tmp, (const int *)NULL, (int *)NULL, (const int *)NULL, (int *)NULL, N, 0, 32);
+    const int *none = NULL;
+    cub::DeviceRadixSort::SortPairs(NULL, tmp, none, (int *)NULL, none, (int *)NULL, N, 0, 32);
     return (tmp + 255) / 256 * 256;
 }
 
@@ -132,38 +151,75 @@ void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout,
 
 /* ---- LayerNorm: one warp per row --------------------------------------------------- */
 
-__global__ void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
+/* Element group j (of 4 floats when V4, else 1) of row x: the lane's share of a row is
+ * groups lane, lane + 32, ... ([Note: vector loads]; V4 needs C % 4 == 0 and 16-byte
+ * aligned rows). The sums run in each lane's group order, then the warp's butterfly:
+ * an order fixed by C alone. */
+template <bool V4> struct Row4 {
+    static __device__ __forceinline__ int groups(int C) { return V4 ? C / 4 : C; }
+    static __device__ __forceinline__ float4 load(const float *x, int j) {
+        if (V4) return ((const float4 *)x)[j];
+        return make_float4(x[j], 0.0f, 0.0f, 0.0f);
+    }
+    static __device__ __forceinline__ void store(float *x, int j, float4 v) {
+        if (V4) ((float4 *)x)[j] = v;
+        else x[j] = v.x;
+    }
+};
+
+static __device__ __forceinline__ float sum4(float4 v, bool all) { return all ? (v.x + v.y) + (v.z + v.w) : v.x; }
+
+template <bool V4, typename OutT>
+__global__ void ln_fwd(OutT *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
                        int C) {
-    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32, lane = threadIdx.x & 31;
+    typedef Row4<V4> R;
+    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32, lane = threadIdx.x & 31, G = R::groups(C);
     if (row >= N) return;
     const float *x = inp + (size_t)row * C;
-    float *o = out + (size_t)row * C;
+    OutT *o = out + (size_t)row * C;
     float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += x[c];
+    for (int j = lane; j < G; j += 32) s += sum4(R::load(x, j), V4);
     float m = warp_sum(s) / C, v = 0.0f;
-    for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+    for (int j = lane; j < G; j += 32) {
+        float4 d = R::load(x, j);
+        d = make_float4(d.x - m, d.y - m, d.z - m, d.w - m);
+        v += sum4(make_float4(d.x * d.x, d.y * d.y, d.z * d.z, d.w * d.w), V4);
+    }
     float r = 1.0f / sqrtf(warp_sum(v) / C + LN_EPS);
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+    for (int j = lane; j < G; j += 32) {
+        float4 xv = R::load(x, j), wv = R::load(w, j), bv = R::load(b, j);
+        float4 y = make_float4((xv.x - m) * r * wv.x + bv.x, (xv.y - m) * r * wv.y + bv.y,
+                               (xv.z - m) * r * wv.z + bv.z, (xv.w - m) * r * wv.w + bv.w);
+        if (V4) put4(o + 4 * j, y);
+        else put(o + j, y.x);
+    }
     if (lane == 0) mean[row] = m, rstd[row] = r;
 }
 
 /* dinp[row] += r * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)). */
+template <bool V4>
 __global__ void ln_bwd_dx(float *dinp, const float *dout, const float *inp, const float *mean, const float *rstd,
                           const float *w, int N, int C) {
-    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32, lane = threadIdx.x & 31;
+    typedef Row4<V4> R;
+    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32, lane = threadIdx.x & 31, G = R::groups(C);
     if (row >= N) return;
     const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
     float *dx = dinp + (size_t)row * C, m = mean[row], r = rstd[row], sd = 0.0f, sdx = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float xhat = (x[c] - m) * r, dn = w[c] * d[c];
-        sd += dn;
-        sdx += dn * xhat;
+    for (int j = lane; j < G; j += 32) {
+        float4 xv = R::load(x, j), wv = R::load(w, j), dv = R::load(d, j);
+        float4 dn = make_float4(wv.x * dv.x, wv.y * dv.y, wv.z * dv.z, wv.w * dv.w);
+        float4 xh = make_float4((xv.x - m) * r, (xv.y - m) * r, (xv.z - m) * r, (xv.w - m) * r);
+        sd += sum4(dn, V4);
+        sdx += sum4(make_float4(dn.x * xh.x, dn.y * xh.y, dn.z * xh.z, dn.w * xh.w), V4);
     }
     sd = warp_sum(sd) / C;
     sdx = warp_sum(sdx) / C;
-    for (int c = lane; c < C; c += 32) {
-        float xhat = (x[c] - m) * r, dn = w[c] * d[c];
-        dx[c] += r * (dn - sd - xhat * sdx);
+    for (int j = lane; j < G; j += 32) {
+        float4 xv = R::load(x, j), wv = R::load(w, j), dv = R::load(d, j), o = R::load(dx, j);
+        float4 dn = make_float4(wv.x * dv.x, wv.y * dv.y, wv.z * dv.z, wv.w * dv.w);
+        float4 xh = make_float4((xv.x - m) * r, (xv.y - m) * r, (xv.z - m) * r, (xv.w - m) * r);
+        R::store(dx, j, make_float4(o.x + r * (dn.x - sd - xh.x * sdx), o.y + r * (dn.y - sd - xh.y * sdx),
+                                    o.z + r * (dn.z - sd - xh.z * sdx), o.w + r * (dn.w - sd - xh.w * sdx)));
     }
 }
 
@@ -171,7 +227,8 @@ __global__ void ln_bwd_dx(float *dinp, const float *dout, const float *inp, cons
  * (threads (32, 8): eight rows at a time, added in a fixed order): part[chunk][0][c]
  * = sum of dout * xhat (LayerNorm's dw; plain dout when mean is NULL: a bias grad) and,
  * with two sums, part[chunk][1][c] = sum of dout (db). */
-__global__ void col_partial(float *part, const float *dout, const float *inp, const float *mean, const float *rstd,
+template <typename DT>
+__global__ void col_partial(float *part, const DT *dout, const float *inp, const float *mean, const float *rstd,
                             int N, int C, int two) {
     __shared__ float sa[8][33], sb[8][33];
     int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx, chunk = blockIdx.y;
@@ -179,7 +236,7 @@ __global__ void col_partial(float *part, const float *dout, const float *inp, co
     float a = 0.0f, b = 0.0f;
     if (c < C)
         for (int r = r0 + ty; r < r1; r += 8) {
-            float d = dout[(size_t)r * C + c];
+            float d = get(dout + (size_t)r * C + c);
             a += mean ? d * ((inp[(size_t)r * C + c] - mean[r]) * rstd[r]) : d;
             b += d;
         }
@@ -203,7 +260,8 @@ __global__ void col_final(float *dst, const float *part, int nchunks, size_t str
     dst[c] += s;
 }
 
-static void col_sums(CudaCtx *c, float *dst0, float *dst1, const float *dout, const float *inp, const float *mean,
+template <typename DT>
+static void col_sums(CudaCtx *c, float *dst0, float *dst1, const DT *dout, const float *inp, const float *mean,
                      const float *rstd, int N, int C) {
     int nchunks = (N + COL_ROWS - 1) / COL_ROWS, two = dst1 != NULL;
     float *part = (float *)grow(c, &c->partials, (size_t)nchunks * (two ? 2 : 1) * C * sizeof(float));
@@ -219,25 +277,44 @@ static void col_sums(CudaCtx *c, float *dst0, float *dst1, const float *dout, co
     }
 }
 
-void k_layernorm_forward(CudaCtx *c, float *out, float *mean, float *rstd, const float *inp, const float *w,
-                         const float *b, int N, int C) {
-    ln_fwd<<<(N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK, 32 * ROWS_PER_WARP_BLOCK, 0, c->stream>>>(
-        out, mean, rstd, inp, w, b, N, C);
+/* Whether the LayerNorm rows of C floats at these pointers take float4 access. */
+static int ln_vec4(int C, const void *a, const void *b, const void *d, const void *e, const void *f) {
+    return C % 4 == 0 && aligned(a, 16) && aligned(b, 16) && aligned(d, 16) && aligned(e, 16) && aligned(f, 16);
+}
+
+template <typename OutT>
+static void ln_forward(CudaCtx *c, OutT *out, float *mean, float *rstd, const float *inp, const float *w,
+                       const float *b, int N, int C) {
+    unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK, threads = 32 * ROWS_PER_WARP_BLOCK;
+    if (ln_vec4(C, out, inp, w, b, NULL))
+        ln_fwd<true><<<blocks, threads, 0, c->stream>>>(out, mean, rstd, inp, w, b, N, C);
+    else
+        ln_fwd<false><<<blocks, threads, 0, c->stream>>>(out, mean, rstd, inp, w, b, N, C);
     KCHECK(c, "ln_fwd");
+}
+
+void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const float *inp, const float *w,
+                         const float *b, int N, int C) {
+    if (c->op == PP_BF16) ln_forward(c, (__nv_bfloat16 *)out, mean, rstd, inp, w, b, N, C);
+    else ln_forward(c, (float *)out, mean, rstd, inp, w, b, N, C);
 }
 
 void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *mean, const float *rstd, const float *w, int N, int C) {
     if (dinp) {
-        ln_bwd_dx<<<(N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK, 32 * ROWS_PER_WARP_BLOCK, 0, c->stream>>>(
-            dinp, dout, inp, mean, rstd, w, N, C);
+        unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK, threads = 32 * ROWS_PER_WARP_BLOCK;
+        if (ln_vec4(C, dinp, dout, inp, w, NULL))
+            ln_bwd_dx<true><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w, N, C);
+        else
+            ln_bwd_dx<false><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w, N, C);
         KCHECK(c, "ln_bwd_dx");
     }
     if (dw || db) col_sums(c, dw, db ? db : NULL, dout, inp, mean, rstd, N, C);
 }
 
-void k_bias_backward(CudaCtx *c, float *db, const float *dout, int N, int OC) {
-    col_sums(c, db, NULL, dout, NULL, NULL, NULL, N, OC);
+void k_bias_backward(CudaCtx *c, float *db, const void *dout, int N, int OC) {
+    if (c->op == PP_BF16) col_sums(c, db, NULL, (const __nv_bfloat16 *)dout, NULL, NULL, NULL, N, OC);
+    else col_sums(c, db, NULL, (const float *)dout, NULL, NULL, NULL, N, OC);
 }
 
 __global__ void add_bias(float *out, const float *b, size_t NOC, int OC) {
@@ -256,48 +333,98 @@ void k_add_bias(CudaCtx *c, float *out, const float *b, int N, int OC) {
 #define GRID_STRIDE(i, n) \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
-__global__ void gelu_fwd(float *out, const float *inp, size_t n) {
-    GRID_STRIDE(i, n) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+/* [Note: vector loads] The elementwise kernels move 16 bytes per load and store (float4)
+ * over the first 4·n4 elements, and the last n - 4·n4 one at a time; the launcher sets
+ * n4 = n / 4 when every pointer is 16-byte aligned (8 for a bf16 output), else 0 (all
+ * one at a time). Each element's arithmetic is the same either way, and so are its bits. */
+#define TAIL_STRIDE(i, n4, n)                                                                      \
+    for (size_t i = 4 * (n4) + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);          \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* n / 4 when the pointers (16-byte alignment, a NULL ignored) allow float4 access, else 0. */
+static size_t vec4_count(size_t n, const void *a, const void *b, const void *d) {
+    return aligned(a, 16) && aligned(b, 16) && aligned(d, 16) ? n / 4 : 0;
+}
+
+static __device__ __forceinline__ float gelu_of(float x) {
+    return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+}
+
+static __device__ __forceinline__ float dgelu_times(float x, float d) {
+    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    float th = tanhf(u), sech2 = 1.0f - th * th;
+    float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    return g * d;
+}
+
+template <typename OutT> __global__ void gelu_fwd(OutT *out, const float *inp, size_t n4, size_t n) {
+    GRID_STRIDE(i, n4) {
+        float4 x = ((const float4 *)inp)[i];
+        put4(out + 4 * i, make_float4(gelu_of(x.x), gelu_of(x.y), gelu_of(x.z), gelu_of(x.w)));
     }
+    TAIL_STRIDE(i, n4, n) put(out + i, gelu_of(inp[i]));
 }
 
-__global__ void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
-    GRID_STRIDE(i, n) {
-        float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        float th = tanhf(u), sech2 = 1.0f - th * th;
-        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = g * dout[i]; /* dinp may alias dout: one element per thread */
+template <typename OutT>
+__global__ void gelu_bwd(OutT *dinp, const float *inp, const float *dout, size_t n4, size_t n) {
+    GRID_STRIDE(i, n4) {
+        float4 x = ((const float4 *)inp)[i], d = ((const float4 *)dout)[i];
+        put4(dinp + 4 * i, make_float4(dgelu_times(x.x, d.x), dgelu_times(x.y, d.y), dgelu_times(x.z, d.z),
+                                       dgelu_times(x.w, d.w)));
     }
+    TAIL_STRIDE(i, n4, n) put(dinp + i, dgelu_times(inp[i], dout[i]));
 }
 
-__global__ void add_k(float *dst, const float *src, size_t n) {
-    GRID_STRIDE(i, n) dst[i] += src[i];
+__global__ void add_k(float *dst, const float *src, size_t n4, size_t n) {
+    GRID_STRIDE(i, n4) {
+        float4 a = ((float4 *)dst)[i], b = ((const float4 *)src)[i];
+        ((float4 *)dst)[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+    }
+    TAIL_STRIDE(i, n4, n) dst[i] += src[i];
 }
 
-__global__ void to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
-    GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(src[i]);
+__global__ void to_bf16(__nv_bfloat16 *dst, const float *src, size_t n4, size_t n) {
+    GRID_STRIDE(i, n4) {
+        float4 x = ((const float4 *)src)[i];
+        __nv_bfloat162 lo = __floats2bfloat162_rn(x.x, x.y), hi = __floats2bfloat162_rn(x.z, x.w);
+        uint2 u;
+        u.x = *(const unsigned *)&lo, u.y = *(const unsigned *)&hi;
+        ((uint2 *)dst)[i] = u;
+    }
+    TAIL_STRIDE(i, n4, n) dst[i] = __float2bfloat16_rn(src[i]);
 }
 
-void k_gelu_forward(CudaCtx *c, float *out, const float *inp, size_t n) {
-    gelu_fwd<<<grid_for(n, 256), 256, 0, c->stream>>>(out, inp, n);
+void k_gelu_forward(CudaCtx *c, void *out, const float *inp, size_t n) {
+    size_t n4 = vec4_count(n, out, inp, NULL);
+    unsigned g = grid_for(n4 ? n4 : n, 256);
+    if (c->op == PP_BF16) gelu_fwd<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)out, inp, n4, n);
+    else gelu_fwd<<<g, 256, 0, c->stream>>>((float *)out, inp, n4, n);
     KCHECK(c, "gelu_fwd");
 }
 
-void k_gelu_backward(CudaCtx *c, float *dinp, const float *inp, const float *dout, size_t n) {
-    gelu_bwd<<<grid_for(n, 256), 256, 0, c->stream>>>(dinp, inp, dout, n);
+void k_gelu_backward(CudaCtx *c, void *dinp, const float *inp, const float *dout, size_t n) {
+    size_t n4 = vec4_count(n, dinp, inp, dout);
+    unsigned g = grid_for(n4 ? n4 : n, 256);
+    if (c->op == PP_BF16) gelu_bwd<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)dinp, inp, dout, n4, n);
+    else gelu_bwd<<<g, 256, 0, c->stream>>>((float *)dinp, inp, dout, n4, n);
     KCHECK(c, "gelu_bwd");
 }
 
 void k_add_inplace(CudaCtx *c, float *dst, const float *src, size_t n) {
-    add_k<<<grid_for(n, 256), 256, 0, c->stream>>>(dst, src, n);
+    size_t n4 = vec4_count(n, dst, src, NULL);
+    add_k<<<grid_for(n4 ? n4 : n, 256), 256, 0, c->stream>>>(dst, src, n4, n);
     KCHECK(c, "add_k");
 }
 
 void k_to_bf16(CudaCtx *c, __nv_bfloat16 *dst, const float *src, size_t n) {
-    to_bf16<<<grid_for(n, 256), 256, 0, c->stream>>>(dst, src, n);
+    size_t n4 = aligned(dst, 8) ? vec4_count(n, src, NULL, NULL) : 0;
+    to_bf16<<<grid_for(n4 ? n4 : n, 256), 256, 0, c->stream>>>(dst, src, n4, n);
     KCHECK(c, "to_bf16");
+}
+
+void k_to_operand(CudaCtx *c, void *dst, const float *src, size_t n) {
+    if (c->op == PP_BF16) k_to_bf16(c, (__nv_bfloat16 *)dst, src, n);
+    else CK(c, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
 }
 
 /* ---- attention's causal softmax: one warp per row of a [T,T] block ---------------- */
@@ -353,25 +480,32 @@ static __device__ __forceinline__ void ms_add(float &m, float &s, float m2, floa
     m = mn, s = a + b;
 }
 
+/* The warp's pair, in every lane (a butterfly). */
+static __device__ __forceinline__ void warp_ms(float &m, float &s) {
+    for (int o = 16; o > 0; o >>= 1) ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+}
+
 /* The block's (max, sum of exp) pair, in every thread; sh holds 64 floats. */
 static __device__ void block_reduce_ms(float &m, float &s, float *sh) {
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    warp_ms(m, s);
     __syncthreads();
     if (lane == 0) sh[wid] = m, sh[32 + wid] = s;
     __syncthreads();
     m = lane < nw ? sh[lane] : -INFINITY, s = lane < nw ? sh[32 + lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    warp_ms(m, s);
 }
 
 /* One pass over the row for its max and sum (online), one for the loss's gradient,
  * written over the logits: 2 reads and 1 write of the row, in 16-byte accesses when Vp
  * is a multiple of 4 (then every row is 16-byte aligned; the default Vp is a multiple of
  * 128), else one float at a time. */
-__global__ void crossentropy(float *logits, float *losses, const int *targets, float dloss, int V, int Vp,
-                             int want_grad) {
+template <typename OutT>
+__global__ void crossentropy(OutT *dlogits, float *losses, const float *logits, const int *targets, float dloss, int V,
+                             int Vp, int want_grad) {
     __shared__ float sh[64];
-    float *x = logits + (size_t)blockIdx.x * Vp;
+    const float *x = logits + (size_t)blockIdx.x * Vp; /* dlogits may be logits itself (fp32) */
+    OutT *y = dlogits + (size_t)blockIdx.x * Vp;
     const float4 *x4 = reinterpret_cast<const float4 *>(x);
     int tgt = targets[blockIdx.x], V4 = Vp % 4 ? 0 : V / 4; /* whole vectors below V */
     float xt = x[tgt], mx = -INFINITY, s = 0.0f; /* read before any thread writes the row */
@@ -393,13 +527,12 @@ __global__ void crossentropy(float *logits, float *losses, const int *targets, f
     if (Vp % 4) {
         for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
             float v = j < V ? expf(x[j] - mx) * k : 0.0f;
-            x[j] = j == tgt ? v - dloss : v;
+            put(y + j, j == tgt ? v - dloss : v);
         }
         return;
     }
-    float4 *y4 = reinterpret_cast<float4 *>(x);
-    for (int j = threadIdx.x; j < Vp / 4; j += blockDim.x) {
-        float4 v = y4[j];
+    for (int j = threadIdx.x; j < Vp / 4; j += blockDim.x) { /* each thread reads its 4 before writing them */
+        float4 v = x4[j];
         float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -407,13 +540,16 @@ __global__ void crossentropy(float *logits, float *losses, const int *targets, f
             e[i] = col < V ? expf(e[i] - mx) * k : 0.0f;
             if (col == tgt) e[i] -= dloss;
         }
-        y4[j] = make_float4(e[0], e[1], e[2], e[3]);
+        put4(y + 4 * j, make_float4(e[0], e[1], e[2], e[3]));
     }
 }
 
-void k_crossentropy(CudaCtx *c, float *logits, float *losses, const int *targets, float dloss, int N, int V, int Vp,
-                    int want_grad) {
-    crossentropy<<<N, 512, 0, c->stream>>>(logits, losses, targets, dloss, V, Vp, want_grad);
+void k_crossentropy(CudaCtx *c, void *dlogits, float *losses, const float *logits, const int *targets, float dloss,
+                    int N, int V, int Vp, int want_grad) {
+    if (want_grad && c->op == PP_BF16)
+        crossentropy<<<N, 512, 0, c->stream>>>((__nv_bfloat16 *)dlogits, losses, logits, targets, dloss, V, Vp, 1);
+    else
+        crossentropy<<<N, 512, 0, c->stream>>>((float *)dlogits, losses, logits, targets, dloss, V, Vp, want_grad);
     KCHECK(c, "crossentropy");
 }
 

@@ -6,9 +6,11 @@
 
 #include <stddef.h>
 
-/* Element type of a tensor. Everything is fp32 today; the CUDA backend keeps a bf16
- * copy of the weights and bf16 activations. */
+/* Element type of a tensor. */
 typedef enum { PP_F32 = 0, PP_BF16 = 1 } PPDType;
+
+/* Bytes of one element of type t. */
+static inline size_t pp_dtype_bytes(PPDType t) { return t == PP_BF16 ? 2 : 4; }
 
 typedef struct Backend Backend;
 
@@ -25,7 +27,17 @@ typedef struct Backend Backend;
  * Argument order (STYLE.md habit 3): forward (outputs, saved-for-backward, inputs,
  * weights, sizes); backward (input grads, weight grads, dout, saved, weights, sizes).
  * Backward ops ADD (+=) into weight grads. Whether an input grad is overwritten or
- * accumulated is stated per op. */
+ * accumulated is stated per op.
+ *
+ * [Note: operand activations] The activations that only GEMMs read are stored in the
+ * backend's operand type (Backend.operand): fp32 on the CPU and on a GPU at fp32 or
+ * tf32, bf16 on a GPU at precision bf16, so that a bf16 GEMM takes them as they are,
+ * with no cast and half the bytes. They are the outputs of LayerNorm, attention and
+ * GELU, and in the backward the gradients that feed a matmul: GELU's input gradient
+ * (d fch), attention's (d qkv), the head's dlogits, and the residual gradient once
+ * to_operand has converted it. Their arguments are `void *` below, marked (operand);
+ * everything else (the residual stream and its gradient, qkv, the pre-GELU fch, the
+ * logits, LayerNorm's statistics, parameters, gradients) is fp32. */
 /* [Note: device memory] Every buffer the model and the runtime compute on (parameters,
  * gradients, optimizer state, activation slots, receive buffers, scratch, token ids,
  * the loss and norm sums) is device memory from be->alloc; the host touches it only
@@ -81,9 +93,9 @@ struct Backend {
     void (*encoder_backward)(const Backend *be, float *dwte, float *dwpe, const float *dout, const int *inp,
                              int B, int T, int C);
 
-    /* out[N,C] = (inp - mean) * rstd * w + b over the last dimension, eps 1e-5;
-     * saves mean[N] and rstd[N]. */
-    void (*layernorm_forward)(const Backend *be, float *out, float *mean, float *rstd, const float *inp,
+    /* out[N,C] (operand) = (inp - mean) * rstd * w + b over the last dimension, eps
+     * 1e-5; saves mean[N] and rstd[N]. */
+    void (*layernorm_forward)(const Backend *be, void *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
     /* dinp[N,C] += (accumulates), dw[C] +=, db[C] +=. scratch: scratch_floats(...).
      * [Note: split backward] dinp == NULL: only dw and db (the W half); dw == NULL and
@@ -93,43 +105,47 @@ struct Backend {
                                const float *inp, const float *mean, const float *rstd,
                                const float *w, int N, int C, float *scratch);
 
-    /* out[N,OC] = inp[N,C] @ w[OC,C]^T + b[OC] (b may be NULL). */
-    void (*matmul_forward)(const Backend *be, float *out, const float *inp, const float *w, const float *b,
+    /* out[N,OC] = inp[N,C] (operand) @ w[OC,C]^T + b[OC] (b may be NULL). */
+    void (*matmul_forward)(const Backend *be, float *out, const void *inp, const float *w, const float *b,
                            int N, int C, int OC);
     /* dinp[N,C] = dout @ w (OVERWRITES; skipped when dinp is NULL);
      * dw[OC,C] += dout^T @ inp; db[OC] += column sums of dout (skipped when NULL).
+     * dout[N,OC] and inp[N,C] are operands.
      * [Note: split backward] dw == NULL (then db must be NULL too): only dinp (the I
      * half); dinp == NULL: only dw/db (the W half); the halves give the fused bits. */
-    void (*matmul_backward)(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
-                            const float *inp, const float *w, int N, int C, int OC);
+    void (*matmul_backward)(const Backend *be, float *dinp, float *dw, float *db, const void *dout,
+                            const void *inp, const float *w, int N, int C, int OC);
 
     /* Causal self-attention. qkv[B,T,3C] holds q, k, v (head h at channels h*hs..);
-     * out[B,T,C]; att[attention_saved_floats(B,T,NH)] is what the backward needs besides
+     * out[B,T,C] (operand); att[attention_saved_floats(B,T,NH)] is what the backward needs besides
      * qkv: on the CPU the softmax probabilities [B,NH,T,T] (row t valid in columns
      * 0..t); a flash attention saves the log-sum-exp [B,NH,T] instead. */
-    void (*attention_forward)(const Backend *be, float *out, float *att, const float *qkv,
+    void (*attention_forward)(const Backend *be, void *out, float *att, const float *qkv,
                               int B, int T, int C, int NH);
-    /* dqkv[B,T,3C] OVERWRITTEN from dout[B,T,C], qkv, the forward's out[B,T,C] and att.
+    /* dqkv[B,T,3C] (operand) OVERWRITTEN from dout[B,T,C], qkv, the forward's out[B,T,C]
+     * (operand) and att.
      * scratch as above. (A flash attention takes D = rowsum(dout o out) per head from
      * out; the CPU's needs only att.) */
-    void (*attention_backward)(const Backend *be, float *dqkv, const float *dout,
-                               const float *qkv, const float *out, const float *att, int B,
+    void (*attention_backward)(const Backend *be, void *dqkv, const float *dout,
+                               const float *qkv, const void *out, const float *att, int B,
                                int T, int C, int NH, float *scratch);
     /* Floats attention_forward saves per microbatch of B sequences of length T. */
     size_t (*attention_saved_floats)(const Backend *be, int B, int T, int NH);
 
-    /* out[n] = gelu_tanh(inp[n]) for n < count. */
-    void (*gelu_forward)(const Backend *be, float *out, const float *inp, size_t count);
-    /* dinp[n] = gelu_tanh'(inp[n]) * dout[n] (OVERWRITES; dinp may alias dout). */
-    void (*gelu_backward)(const Backend *be, float *dinp, const float *inp, const float *dout, size_t count);
+    /* out[n] (operand) = gelu_tanh(inp[n]) for n < count. */
+    void (*gelu_forward)(const Backend *be, void *out, const float *inp, size_t count);
+    /* dinp[n] (operand) = gelu_tanh'(inp[n]) * dout[n] (OVERWRITES; dinp does not
+     * overlap dout or inp). */
+    void (*gelu_backward)(const Backend *be, void *dinp, const float *inp, const float *dout, size_t count);
 
     /* Fused softmax cross-entropy over the first V of Vp columns (padded columns get
-     * no probability). logits[N,Vp] is turned IN PLACE into dlogits =
-     * (softmax - onehot(target)) * dloss (padded columns 0). losses[N] receives each
+     * no probability): dlogits[N,Vp] (operand) = (softmax(logits) - onehot(target)) *
+     * dloss (padded columns 0); logits[N,Vp] are left clobbered, and when the operand
+     * type is fp32 dlogits may be logits itself (in place). losses[N] receives each
      * row's -log p(target). targets[N]. Rows are independent: the model calls it on
      * chunks of rows (logits_chunk_rows below). */
-    void (*crossentropy_forward_backward)(const Backend *be, float *logits, float *losses, const int *targets,
-                                          float dloss, int N, int V, int Vp);
+    void (*crossentropy_forward_backward)(const Backend *be, void *dlogits, float *losses, float *logits,
+                                          const int *targets, float dloss, int N, int V, int Vp);
     /* As above but without the gradient (validation): logits are left clobbered. */
     void (*crossentropy_forward)(const Backend *be, float *logits, float *losses, const int *targets, int N,
                                  int V, int Vp);
@@ -140,6 +156,11 @@ struct Backend {
 
     /* dst[count] += src[count]. */
     void (*add_inplace)(const Backend *be, float *dst, const float *src, size_t count);
+    /* dst[count] (operand) = src[count] (a copy in fp32, rounded to nearest even in
+     * bf16; the buffers do not overlap). */
+    void (*to_operand)(const Backend *be, void *dst, const float *src, size_t count);
+    /* The element type of the operand activations ([Note: operand activations]). */
+    PPDType operand;
 
     /* Rows of the head's logits the model computes at once ([Note: chunked head] in
      * model.c): its one logits buffer is [min(this, N), Vp] fp32. 0: all N rows of a
@@ -153,10 +174,12 @@ struct Backend {
      * staging] in runtime.c). */
     int device_memory;
     /* Until weight_hold(be, NULL, 0), the matmuls may use one converted copy of w[0..n)
-     * (the bf16 operand at precision bf16) instead of converting w on every call: the
-     * caller promises that w does not change meanwhile, and the results are the bits of
-     * the unheld calls. The head holds its weight over its row chunks ([Note: chunked
-     * head] in model.c). NULL: nothing to hold (the CPU). */
+     * (the bf16 operand at precision bf16), for w or any weight inside it, instead of
+     * converting the weight on every call: the caller promises that w[0..n) does not
+     * change meanwhile, and the results are the bits of the unheld calls. A new hold
+     * replaces the last. The runtime holds all of a rank's parameters over an action
+     * list ([Note: held weights] in model.h); the head holds its own weight over its
+     * row chunks when nothing is held. NULL: nothing to hold (the CPU). */
     void (*weight_hold)(const Backend *be, const float *w, size_t n);
     /* Pinned host memory for staging (NULL: the caller uses malloc / free). */
     void *(*host_alloc)(const Backend *be, size_t bytes);

@@ -52,8 +52,12 @@ static void encoder_backward(const Backend *be, float *dwte, float *dwpe, const 
     }
 }
 
-static void layernorm_forward(const Backend *be, float *out, float *mean, float *rstd, const float *inp,
+/* The CPU's operand type is fp32 ([Note: operand activations]): the (operand) void *
+ * arguments below are float arrays. */
+
+static void layernorm_forward(const Backend *be, void *outp, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C) {
+    float *out = outp;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -133,8 +137,9 @@ static void layernorm_backward(const Backend *be, float *dinp, float *dw, float 
     }
 }
 
-static void matmul_forward(const Backend *be, float *out, const float *inp, const float *w, const float *b,
+static void matmul_forward(const Backend *be, float *out, const void *inpp, const float *w, const float *b,
                            int N, int C, int OC) {
+    const float *inp = inpp;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f,
                 out, OC);
     if (!b) return;
@@ -146,8 +151,9 @@ static void matmul_forward(const Backend *be, float *out, const float *inp, cons
     }
 }
 
-static void matmul_backward(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
-                            const float *inp, const float *w, int N, int C, int OC) {
+static void matmul_backward(const Backend *be, float *dinp, float *dw, float *db, const void *doutp,
+                            const void *inpp, const float *w, int N, int C, int OC) {
+    const float *dout = doutp, *inp = inpp;
     if (dinp) /* dinp[N,C] = dout[N,OC] @ w[OC,C] */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
                     0.0f, dinp, C);
@@ -184,8 +190,9 @@ static void causal_softmax_row(float *row, int t, int end) {
     for (int j = t + 1; j < end; j++) row[j] = 0.0f;
 }
 
-static void attention_forward(const Backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
+static void attention_forward(const Backend *be, void *outp, float *att, const float *qkv, int B, int T, int C,
                               int NH) {
+    float *out = outp;
     int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -206,8 +213,9 @@ static void attention_forward(const Backend *be, float *out, float *att, const f
     }
 }
 
-static void attention_backward(const Backend *be, float *dqkv, const float *dout, const float *qkv,
-                               const float *out, const float *att, int B, int T, int C, int NH, float *scratch) {
+static void attention_backward(const Backend *be, void *dqkvp, const float *dout, const float *qkv,
+                               const void *out, const float *att, int B, int T, int C, int NH, float *scratch) {
+    float *dqkv = dqkvp;
     int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
@@ -253,7 +261,8 @@ static void attention_backward(const Backend *be, float *dqkv, const float *dout
     }
 }
 
-static void gelu_forward(const Backend *be, float *out, const float *inp, size_t count) {
+static void gelu_forward(const Backend *be, void *outp, const float *inp, size_t count) {
+    float *out = outp;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < count; i++) {
         float x = inp[i];
@@ -261,7 +270,8 @@ static void gelu_forward(const Backend *be, float *out, const float *inp, size_t
     }
 }
 
-static void gelu_backward(const Backend *be, float *dinp, const float *inp, const float *dout, size_t count) {
+static void gelu_backward(const Backend *be, void *dinpp, const float *inp, const float *dout, size_t count) {
+    float *dinp = dinpp;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < count; i++) {
         float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x);
@@ -274,6 +284,10 @@ static void gelu_backward(const Backend *be, float *dinp, const float *inp, cons
 static void add_inplace(const Backend *be, float *dst, const float *src, size_t count) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < count; i++) dst[i] += src[i];
+}
+
+static void to_operand(const Backend *be, void *dst, const float *src, size_t count) {
+    memcpy(dst, src, count * sizeof(float));
 }
 
 /* One row of softmax cross-entropy: returns -log p[target]; with want_grad the row
@@ -297,11 +311,14 @@ static float crossentropy_row(float *x, int target, float dloss, int V, int Vp, 
     return logf(s) - (xt - mx);
 }
 
-static void crossentropy_forward_backward(const Backend *be, float *logits, float *losses, const int *targets,
-                                          float dloss, int N, int V, int Vp) {
+static void crossentropy_forward_backward(const Backend *be, void *dlogits, float *losses, float *logits,
+                                          const int *targets, float dloss, int N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        losses[n] = crossentropy_row(logits + (size_t)n * Vp, targets[n], dloss, V, Vp, 1);
+    for (int n = 0; n < N; n++) {
+        float *x = logits + (size_t)n * Vp;
+        losses[n] = crossentropy_row(x, targets[n], dloss, V, Vp, 1);
+        if (dlogits != logits) memcpy((float *)dlogits + (size_t)n * Vp, x, (size_t)Vp * sizeof(float));
+    }
 }
 
 static void crossentropy_forward(const Backend *be, float *logits, float *losses, const int *targets, int N, int V,
@@ -374,6 +391,8 @@ static const Backend cpu_backend = {
     .crossentropy_forward = crossentropy_forward,
     .scratch_floats = scratch_floats,
     .add_inplace = add_inplace,
+    .to_operand = to_operand,
+    .operand = PP_F32,
 };
 
 const Backend *backend_cpu(void) { return &cpu_backend; }

@@ -231,12 +231,12 @@ static size_t block_pad(size_t n) { return (n + BLOCK_ALIGN - 1) / BLOCK_ALIGN *
 static size_t layers_carve(const Model *m, const Chunk *ck, LayerActs *layers, int keep, float *base) {
     size_t sizes[NACTS], used = 0;
     layer_sizes(m, sizes);
-    const float *const *work = (const float *const *)&m->work;
+    void *const *work = (void *const *)&m->work; /* LayerActs as an array of pointers */
     for (int li = 0; li < ck->l1 - ck->l0; li++)
         for (size_t k = 0; k < NACTS; k++) {
-            float **f = layers ? (float **)&layers[li] + k : NULL;
+            void **f = layers ? (void **)&layers[li] + k : NULL;
             if (!member_kept(ck, li, keep, k)) {
-                if (f) *f = (float *)work[k];
+                if (f) *f = work[k];
                 continue;
             }
             if (f) *f = base + used;
@@ -250,7 +250,7 @@ static void layers_own(Model *m, const Chunk *ck, LayerActs *layers) {
     size_t sizes[NACTS];
     layer_sizes(m, sizes);
     for (int li = 0; li < ck->l1 - ck->l0; li++)
-        for (size_t k = 0; k < NACTS; k++) ((float **)&layers[li])[k] = act_alloc(m, sizes[k]);
+        for (size_t k = 0; k < NACTS; k++) ((void **)&layers[li])[k] = act_alloc(m, sizes[k]);
 }
 
 static void slot_init(Model *m, const Chunk *ck, ActSlot *a) {
@@ -277,7 +277,7 @@ static void slot_free(const Model *m, const Chunk *ck, ActSlot *a) {
     void *own[] = {a->input, a->grad, a->tokens, a->targets, a->lnf, a->lnf_mean, a->lnf_rstd, a->dlnf};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) be->dealloc(be, own[k]);
     for (int l = 0; l < ck->l1 - ck->l0 && !m->pooled; l++) { /* blocks go at model_free */
-        float **f = (float **)&a->layers[l];
+        void **f = (void **)&a->layers[l];
         for (size_t k = 0; k < NACTS; k++) be->dealloc(be, f[k]);
     }
     free(a->layers);
@@ -319,10 +319,10 @@ static void work_init(Model *m) {
     if (!full && !sel) return;
     size_t sizes[NACTS];
     layer_sizes(m, sizes);
-    float **f = (float **)&m->work;
+    void **f = (void **)&m->work;
     LayerActs want = {0};
-    want.atty = want.att = want.fch_gelu = (float *)1; /* selective's */
-    const float *const *w = (const float *const *)&want;
+    want.att = (float *)1, want.atty = want.fch_gelu = (void *)1; /* selective's */
+    void *const *w = (void *const *)&want;
     for (size_t k = 0; k < NACTS; k++) {
         if (!full && !w[k]) continue;
         f[k] = dev_alloc(m, sizes[k] * sizeof(float));
@@ -351,12 +351,21 @@ static void wstate_sizes(size_t NC, size_t sizes[NWS]) {
     memcpy(sizes, s, sizeof s);
 }
 
+/* Bytes of an element of each LayerWState member, in its order: the matmul douts are
+ * operands ([Note: operand activations] in backend.h), the LayerNorm douts fp32. */
+static void wstate_elem_bytes(const Backend *be, size_t bytes[NWS]) {
+    size_t o = pp_dtype_bytes(be->operand), f = sizeof(float);
+    size_t s[] = {o, o, f, o, o, f}; /* LayerWState's order */
+    _Static_assert(sizeof s / sizeof s[0] == NWS, "bytes: LayerWState's order");
+    memcpy(bytes, s, sizeof s);
+}
+
 static void wstate_init(Model *m, const Chunk *ck, LayerWState *ws) {
     size_t N = (size_t)m->B * m->T, C = m->d.C, sizes[NWS];
     size_t att = m->att_floats;
     wstate_sizes(N * C, sizes);
     for (int l = 0; l < ck->l1 - ck->l0; l++) {
-        float **f = (float **)&ws[l];
+        void **f = (void **)&ws[l]; /* LayerWState as an array of pointers */
         int own = l < ck->nrc; /* all six, or ... */
         for (size_t k = 0; k < NWS; k++) {
             if (!own && (sizes[k] != N * C || wstate_in_att(att, N, C))) continue; /* ... the [N,C] four */
@@ -387,7 +396,7 @@ static LayerWState wstate_at(const Model *m, const Chunk *ck, const ActSlot *a, 
 
 static void wstate_free(const Model *m, const Chunk *ck, LayerWState *ws) {
     for (int l = 0; l < ck->l1 - ck->l0; l++) {
-        float **f = (float **)&ws[l];
+        void **f = (void **)&ws[l];
         for (size_t k = 0; k < NWS; k++) m->be->dealloc(m->be, f[k]);
     }
     free(ws);
@@ -460,13 +469,17 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, 
         m->recv_bytes += (size_t)ck->nrecv * B * T * d->C * sizeof(float);
     }
     size_t N = (size_t)B * T, C = d->C;
+    size_t ob = pp_dtype_bytes(be->operand);
     m->dbig = dev_alloc(m, N * 4 * C * sizeof(float));
     m->dmid = dev_alloc(m, N * C * sizeof(float));
-    m->dqkv = dev_alloc(m, N * 3 * C * sizeof(float));
+    m->dqkv = dev_alloc(m, N * 3 * C * ob);
+    m->dfch = dev_alloc(m, N * 4 * C * ob);
+    m->dres = dev_alloc(m, N * C * ob);
     m->scratch = dev_alloc(m, be->scratch_floats(be, (int)N, T, (int)C) * sizeof(float));
     m->losses = dev_alloc(m, N * sizeof(float));
     m->logits_rows = head_rows(be->logits_chunk_rows, B, T);
     m->logits = any_last ? act_alloc(m, (size_t)m->logits_rows * d->Vp) : NULL; /* [Note: chunked head] */
+    if (any_last && be->operand != PP_F32) m->dlogits = dev_alloc(m, (size_t)m->logits_rows * d->Vp * ob);
 }
 
 void model_init_optimizer(Model *m, int narrays) {
@@ -502,12 +515,12 @@ void model_free(Model *m) {
         for (int w = 0; w < ck->nwstate; w++) wstate_free(m, ck, ck->wstate[w]);
         free(ck->slots), free(ck->recv), free(ck->wstate);
     }
-    float **work = (float **)&m->work;
+    void **work = (void **)&m->work;
     for (size_t k = 0; k < NACTS; k++) be->dealloc(be, work[k]);
     for (int b = 0; b < m->nblocks; b++) be->dealloc(be, m->blocks[b]);
     free(m->blocks);
-    void *own[] = {m->params, m->grads, m->opt_m, m->opt_v, m->dbig, m->dmid, m->dqkv, m->dkeep, m->losses, m->logits,
-                   m->dhead_tied, m->scratch};
+    void *own[] = {m->params, m->grads,  m->opt_m,  m->opt_v,      m->dbig,    m->dmid,   m->dqkv,   m->dfch,
+                   m->dres,   m->dkeep,  m->losses, m->logits,     m->dlogits, m->dhead_tied, m->scratch};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) be->dealloc(be, own[k]);
     free(m->tensors), free(m->lp), free(m->lg);
     memset(m, 0, sizeof *m);
@@ -516,6 +529,12 @@ void model_free(Model *m) {
 void model_zero_grads(Model *m) {
     m->be->zero(m->be, m->grads, m->nparams * sizeof(float));
     if (m->dhead_tied) m->be->zero(m->be, m->dhead_tied, (size_t)m->d.Vp * m->d.C * sizeof(float));
+}
+
+void model_hold_weights(Model *m, int hold) {
+    const Backend *be = m->be;
+    m->weights_held = hold && be->weight_hold;
+    if (be->weight_hold) be->weight_hold(be, hold ? m->params : NULL, hold ? m->nparams : 0);
 }
 
 void model_fold_tied_grad(Model *m) {
@@ -608,9 +627,10 @@ static void layer_forward(Model *m, const LayerParams *p, LayerActs *a, const fl
 
 /* dres[N,C]: in d(layer output), out d(layer input x). With g, weight grads
  * accumulate in g (the fused backward; ws points at the model's scratch, dres3 and
- * dres2 NULL); with g NULL only the input gradient, and ws keeps each op's output
- * gradient for layer_backward_weight ([Note: W state]). One body for both, so the
- * two compute dres by the same calls. */
+ * dres2 NULL: the residual gradient goes to the matmuls through m->dres); with g NULL
+ * only the input gradient, and ws keeps each op's output gradient for
+ * layer_backward_weight ([Note: W state]). One body for both, so the two compute dres
+ * by the same calls. */
 static void layer_backward(Model *m, LayerParams *g, float *dres, const LayerActs *a,
                            const LayerParams *p, const float *x, const LayerWState *ws) {
     const Backend *be = m->be;
@@ -618,15 +638,17 @@ static void layer_backward(Model *m, LayerParams *g, float *dres, const LayerAct
     size_t NC = (size_t)N * C;
     LayerParams none = {0};
     if (!g) g = &none; /* NULL weight grads: the ops skip them */
-    if (ws->dres3) be->copy(be, ws->dres3, dres, NC * sizeof(float));
-    be->matmul_backward(be, ws->dfch, g->fcprojw, g->fcprojb, dres, a->fch_gelu, p->fcprojw, N, 4 * C, C);
-    be->gelu_backward(be, ws->dfch, a->fch, ws->dfch, (size_t)N * 4 * C);
+    void *dr = ws->dres3 ? ws->dres3 : m->dres; /* [Note: operand activations] in backend.h */
+    be->to_operand(be, dr, dres, NC);
+    be->matmul_backward(be, m->dbig, g->fcprojw, g->fcprojb, dr, a->fch_gelu, p->fcprojw, N, 4 * C, C);
+    be->gelu_backward(be, ws->dfch, a->fch, m->dbig, (size_t)N * 4 * C);
     be->matmul_backward(be, ws->dln2, g->fcw, g->fcb, ws->dfch, a->ln2, p->fcw, N, C, 4 * C);
     /* the MLP branch's gradient joins the residual path: dres = d(res2) */
     be->layernorm_backward(be, dres, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C,
                            m->scratch);
-    if (ws->dres2) be->copy(be, ws->dres2, dres, NC * sizeof(float));
-    be->matmul_backward(be, m->dmid, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, N, C, C);
+    dr = ws->dres2 ? ws->dres2 : m->dres;
+    be->to_operand(be, dr, dres, NC);
+    be->matmul_backward(be, m->dmid, g->attprojw, g->attprojb, dr, a->atty, p->attprojw, N, C, C);
     be->attention_backward(be, ws->dqkv, m->dmid, a->qkv, a->atty, a->att, B, T, C, NH, m->scratch);
     be->matmul_backward(be, ws->dln1, g->qkvw, g->qkvb, ws->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
     /* the attention branch's gradient joins too: dres = d(x) */
@@ -677,10 +699,13 @@ static void head_forward(Model *m, ActSlot *a, const float *x, float dloss, int 
     const Backend *be = m->be;
     int N = m->B * m->T, C = m->d.C, V = m->d.V, Vp = m->d.Vp;
     be->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->lnfw, m->lnfb, N, C);
-    if (be->weight_hold) be->weight_hold(be, m->head, (size_t)Vp * C); /* converted once, not per chunk */
+    size_t ob = pp_dtype_bytes(be->operand);
+    void *dl = m->dlogits ? m->dlogits : m->logits; /* in place when the operand type is fp32 */
+    int hold = be->weight_hold && !m->weights_held; /* converted once, not per chunk */
+    if (hold) be->weight_hold(be, m->head, (size_t)Vp * C);
     for (int r0 = 0; r0 < N; r0 += m->logits_rows) {
         int R = N - r0 < m->logits_rows ? N - r0 : m->logits_rows;
-        const float *xr = a->lnf + (size_t)r0 * C;
+        const void *xr = (const char *)a->lnf + (size_t)r0 * C * ob;
         be->matmul_forward(be, m->logits, xr, m->head, NULL, R, C, Vp);
         if (!want_grad) {
             be->crossentropy_forward(be, m->logits, m->losses + r0, a->targets + r0, R, V, Vp);
@@ -689,10 +714,10 @@ static void head_forward(Model *m, ActSlot *a, const float *x, float dloss, int 
         /* [Note: fused head] the last stage's forward already turns the logits into
          * d(loss)/d(logits) and pushes them through the head, so only dlnf [N,C]
          * survives until backward, not [N,Vp] logits per in-flight microbatch. */
-        be->crossentropy_forward_backward(be, m->logits, m->losses + r0, a->targets + r0, dloss, R, V, Vp);
-        be->matmul_backward(be, a->dlnf + (size_t)r0 * C, m->dhead, NULL, m->logits, xr, m->head, R, C, Vp);
+        be->crossentropy_forward_backward(be, dl, m->losses + r0, m->logits, a->targets + r0, dloss, R, V, Vp);
+        be->matmul_backward(be, a->dlnf + (size_t)r0 * C, m->dhead, NULL, dl, xr, m->head, R, C, Vp);
     }
-    if (be->weight_hold) be->weight_hold(be, NULL, 0);
+    if (hold) be->weight_hold(be, NULL, 0);
     if (loss) be->sum(be, loss, m->losses, (size_t)N);
 }
 
@@ -735,7 +760,7 @@ static void chunk_backward(Model *m, int c, int s, int weights, LayerWState *wst
     const Chunk *ck = &m->chunks[c];
     ActSlot *a = &ck->slots[s];
     int N = m->B * m->T, C = m->d.C, nl = ck->l1 - ck->l0;
-    LayerWState fused = {NULL, m->dbig, m->dmid, NULL, m->dqkv, m->dmid};
+    LayerWState fused = {NULL, m->dfch, m->dmid, NULL, m->dqkv, m->dmid};
     if (ck->last) {
         m->be->zero(m->be, a->grad, (size_t)N * C * sizeof(float));
         m->be->layernorm_backward(m->be, a->grad, weights ? m->dlnfw : NULL, weights ? m->dlnfb : NULL, a->dlnf,
@@ -751,15 +776,14 @@ static void chunk_backward(Model *m, int c, int s, int weights, LayerWState *wst
         }
         /* the douts in scratch, then into the layer's dead activations ([Note: W state]) */
         size_t NC = (size_t)N * C;
-        LayerWState tmp = {m->dkeep, m->dbig, m->dkeep + NC, m->dkeep + 2 * NC, m->dqkv, m->dkeep + 3 * NC};
+        LayerWState tmp = {m->dkeep, m->dfch, m->dkeep + NC, m->dkeep + 2 * NC, m->dqkv, m->dkeep + 3 * NC};
         LayerWState to = wstate_at(m, ck, a, li, wstate);
         layer_backward(m, NULL, a->grad, la, &m->lp[l], layer_input(a, li), &tmp);
-        const float *const *from = (const float *const *)&tmp;
-        float *const *dst = (float *const *)&to;
-        size_t sizes[NWS];
+        void *const *from = (void *const *)&tmp, *const *dst = (void *const *)&to;
+        size_t sizes[NWS], bytes[NWS];
         wstate_sizes(NC, sizes);
-        for (size_t k = 0; k < NWS; k++)
-            m->be->copy(m->be, dst[k], from[k], sizes[k] * sizeof(float));
+        wstate_elem_bytes(m->be, bytes);
+        for (size_t k = 0; k < NWS; k++) m->be->copy(m->be, dst[k], from[k], sizes[k] * bytes[k]);
     }
     if (ck->first && weights)
         m->be->encoder_backward(m->be, m->dwte, m->dwpe, a->grad, a->tokens, m->B, m->T, C);

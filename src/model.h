@@ -44,16 +44,21 @@ typedef struct {
     float *fcprojw, *fcprojb;   /* [C,4C], [C] */
 } LayerParams;
 
-/* One layer's saved activations for one microbatch (N = B*T rows). All device memory. */
+/* One layer's saved activations for one microbatch (N = B*T rows). All device memory.
+ * The void * members hold the backend's operand type ([Note: operand activations] in
+ * backend.h), in room sized for fp32. */
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
+    void *ln1;                        /* [N,C] (operand) */
+    float *ln1_mean, *ln1_rstd;       /* [N], [N] */
     float *qkv;                       /* [N,3C] */
-    float *atty;                      /* [N,C] */
+    void *atty;                       /* [N,C] (operand) */
     float *att;                       /* [be->attention_saved_floats(B,T,NH)]: on the
                                          CPU the probabilities [B,NH,T,T] */
     float *res2;                      /* [N,C] residual after attention */
-    float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
-    float *fch, *fch_gelu;            /* [N,4C] */
+    void *ln2;                        /* [N,C] (operand) */
+    float *ln2_mean, *ln2_rstd;       /* [N], [N] */
+    float *fch;                       /* [N,4C] before GELU */
+    void *fch_gelu;                   /* [N,4C] (operand) */
     float *res3;                      /* [N,C] layer output */
 } LayerActs;
 
@@ -76,11 +81,11 @@ typedef struct {
  * Ws pending at once (sched_peak_pending_w), each holding what its layers need; this
  * is how a zero-bubble schedule keeps 1F1B's activation bytes. */
 typedef struct {
-    float *dres3;  /* [N,C] d(layer output): fcproj's dout */
-    float *dfch;   /* [N,4C] d(fch): fc's dout */
+    void *dres3;   /* [N,C] d(layer output): fcproj's dout (operand) */
+    void *dfch;    /* [N,4C] d(fch): fc's dout (operand) */
     float *dln2;   /* [N,C] d(ln2 output) */
-    float *dres2;  /* [N,C] d(res2): attproj's dout */
-    float *dqkv;   /* [N,3C] qkv's dout */
+    void *dres2;   /* [N,C] d(res2): attproj's dout (operand) */
+    void *dqkv;    /* [N,3C] qkv's dout (operand) */
     float *dln1;   /* [N,C] d(ln1 output) */
 } LayerWState;
 
@@ -122,7 +127,8 @@ typedef struct {
     int *tokens;        /* [N] first stage: input ids */
     int *targets;       /* [N] last stage: target ids */
     LayerActs *layers;  /* [nlayers of the chunk] */
-    float *lnf, *lnf_mean, *lnf_rstd; /* last stage: [N,C], [N], [N] */
+    void *lnf;          /* last stage: [N,C] (operand) */
+    float *lnf_mean, *lnf_rstd; /* last stage: [N], [N] */
     float *dlnf;        /* last stage: [N,C] d(loss)/d(lnf output), computed in forward */
 } ActSlot;
 
@@ -159,6 +165,7 @@ typedef struct {
     float *opt_m, *opt_v;     /* [nparams] each, or NULL: AdamW's moments / SGD's momentum */
     int ntensors;
     ParamTensor *tensors;
+    int weights_held;         /* model_hold_weights: the backend holds all of params */
     float *wte, *wpe, *lnfw, *lnfb, *head;  /* NULL when this rank holds none; head is */
     float *dwte, *dwpe, *dlnfw, *dlnfb, *dhead; /* wte when tied, else lm_head */
     LayerParams *lp, *lg;     /* [L] indexed by global layer; zeroed when not owned */
@@ -168,10 +175,14 @@ typedef struct {
     float *logits;            /* [logits_rows,Vp] last stage: one chunk of the head's rows
                                  ([Note: chunked head] in model.c), counted in act_bytes */
     int logits_rows;          /* be->logits_chunk_rows, or N = B*T when that is 0 or more */
+    void *dlogits;            /* [logits_rows,Vp] (operand) when the operand type is not
+                                 fp32; NULL: the head's dlogits overwrite its logits */
     float *losses;            /* [N] */
     float *dbig;              /* [N,4C] */
     float *dmid;              /* [N,C] */
-    float *dqkv;              /* [N,3C] */
+    void *dqkv;               /* [N,3C] (operand) */
+    void *dfch;               /* [N,4C] (operand) */
+    void *dres;               /* [N,C] (operand): a matmul's dout, from the residual gradient */
     float *dkeep;             /* [N,4C] the input half's four [N,C] douts until they move
                                  into the layer ([Note: W state]); NULL without */
     float *scratch;           /* be->scratch_floats(N, T, C) for the backward ops */
@@ -300,6 +311,13 @@ void model_zero_grads(Model *m);
  * interleaves forwards and backwards, so every schedule gives the same bits. Call
  * after the step's last backward; no-op when the rank does not hold both. */
 void model_fold_tied_grad(Model *m);
+
+/* [Note: held weights] hold 1: the parameters do not change until model_hold_weights(m,
+ * 0), so the backend may convert them once (Backend.weight_hold: the bf16 copy of a
+ * bf16 GPU run) instead of in every matmul of every microbatch. The runtime holds them
+ * over each action list (a step's forwards and backwards, a validation batch): the
+ * optimizer, the data-parallel gather and a checkpoint load all write them outside it. */
+void model_hold_weights(Model *m, int hold);
 
 /* Load llm.c's fp32 GPT-2 checkpoint (DESIGN.md §6) into the tensors this rank holds.
  * The file's V, L, NH, C must equal the config's; its maxT must be >= maxT; any padded

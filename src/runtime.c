@@ -387,6 +387,7 @@ static void release_after(Runtime *rt, const Schedule *sc, const Action *a) {
 static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, size_t errlen) {
     int rc = PP_OK;
     int pp = rt->lay.pp;
+    model_hold_weights(&rt->model, 1); /* [Note: held weights] */
     for (int k = 0; k < sc->len[pp] && rc == PP_OK; k++) {
         const Action *a = &sc->acts[pp][k];
         if (rt->action_hook) rt->action_hook(rt->hook_ctx, sc, pp, k, 0);
@@ -401,6 +402,7 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
         if (rc == PP_OK && x->dp) rc = dp_after_action(rt, k, err, errlen);
         if (rt->action_hook) rt->action_hook(rt->hook_ctx, sc, pp, k, 1);
     }
+    model_hold_weights(&rt->model, 0);
     for (int c = 0; c < rt->model.nchunks && rc == PP_OK; c++) {
         for (int i = 0; i < rt->model.chunks[c].nrecv; i++) PP_CHECK(rt->rbufs[c][i].mb < 0); /* every F ran */
         for (int w = 0; w < rt->model.chunks[c].nwstate; w++) PP_CHECK(rt->wsets[c][w] < 0); /* every W ran */

@@ -221,7 +221,18 @@ static void guards_intact(const float *x, size_t n, const char *what) {
 static uint64_t rng = 99;
 static float urand(void) { return splitmix_unit(&rng); }
 
-template <int HSP, int BQ = dkv_bq<HSP>()> static int check(int B, int T, int NH, int hs) {
+/* Words (4 bytes) that n elements of T take. */
+template <typename T> static size_t words(size_t n) { return (n * sizeof(T) + 3) / 4; }
+
+/* The kernels' out and dqkv in the operand type OutT ([Note: operand activations] in
+ * src/backend.h), widened to fp32. */
+template <typename OutT> static std::vector<float> widened(const float *x, size_t n) {
+    std::vector<float> w(n);
+    for (size_t i = 0; i < n; i++) w[i] = get((const OutT *)x + i);
+    return w;
+}
+
+template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float> static int check(int B, int T, int NH, int hs) {
     const Backend *cpu = backend_cpu();
     int C = NH * hs, N = B * T;
     size_t Q = (size_t)N * 3 * C, NC = (size_t)N * C, NL = (size_t)B * NH * T;
@@ -232,7 +243,8 @@ template <int HSP, int BQ = dkv_bq<HSP>()> static int check(int B, int T, int NH
     cpu->attention_forward(cpu, ref.data(), att.data(), qkv.data(), B, T, C, NH);
     cpu->attention_backward(cpu, dref.data(), dout.data(), qkv.data(), ref.data(), att.data(), B, T, C, NH, scratch.data());
 
-    float *out = poisoned(NC), *lse = poisoned(NL), *dqkv = poisoned(Q), *D = poisoned(NL);
+    float *out = poisoned(words<OutT>(NC)), *lse = poisoned(NL), *dqkv = poisoned(words<OutT>(Q)), *D = poisoned(NL);
+    OutT *o = (OutT *)out, *dq = (OutT *)dqkv;
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
     unsigned nq = (unsigned)((T + FA_BR - 1) / FA_BR), nk = (unsigned)((T + FA_BC - 1) / FA_BC);
     const float *pq = qkv.data(), *pd = dout.data();
@@ -246,16 +258,17 @@ template <int HSP, int BQ = dkv_bq<HSP>()> static int check(int B, int T, int NH
     run(SimDim{3, 1, 1}, 0, [&] { flash_pack<HSP>(pqh, pq, B, T, NH, hs, 3, 3 * (size_t)C); });
     run(SimDim{3, 1, 1}, 0, [&] { flash_pack<HSP>(pdo, pd, B, T, NH, hs, 1, (size_t)C); });
     run(SimDim{nq, (unsigned)NH, (unsigned)B}, FwdSmem<HSP>::bytes,
-        [&] { flash_fwd<HSP>(out, lse, pqh, T, C, NH, hs, sl2); });
-    run(SimDim{2, 1, 1}, 0, [&] { flash_rowdot(D, pd, out, B, T, NH, hs); }); /* D from the forward's out */
+        [&] { flash_fwd<HSP, OutT>(o, lse, pqh, T, C, NH, hs, sl2); });
+    run(SimDim{2, 1, 1}, 0, [&] { flash_rowdot(D, pd, (const OutT *)o, B, T, NH, hs); }); /* D from the forward's out */
     run(SimDim{nq, (unsigned)NH, (unsigned)B}, DqSmem<HSP>::bytes,
-        [&] { flash_bwd_dq<HSP>(dqkv, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale); });
+        [&] { flash_bwd_dq<HSP, OutT>(dq, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale); });
     run(SimDim{nk, (unsigned)NH, (unsigned)B}, DkvSmem<HSP, BQ>::bytes,
-        [&] { flash_bwd_dkv<HSP, BQ>(dqkv, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale); });
-    guards_intact(out, NC, "out"), guards_intact(lse, NL, "lse"), guards_intact(dqkv, Q, "dqkv");
-    guards_intact(D, NL, "D");
+        [&] { flash_bwd_dkv<HSP, BQ, OutT>(dq, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale); });
+    guards_intact(out, words<OutT>(NC), "out"), guards_intact(lse, NL, "lse");
+    guards_intact(dqkv, words<OutT>(Q), "dqkv"), guards_intact(D, NL, "D");
 
-    double eo = rel_l2(out, ref.data(), NC), ed = rel_l2(dqkv, dref.data(), Q), el = 0;
+    std::vector<float> outw = widened<OutT>(out, NC), dqkvw = widened<OutT>(dqkv, Q);
+    double eo = rel_l2(outw.data(), ref.data(), NC), ed = rel_l2(dqkvw.data(), dref.data(), Q), el = 0;
     for (int b = 0; b < B; b++) /* the log-sum-exp against double */
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
@@ -274,8 +287,9 @@ template <int HSP, int BQ = dkv_bq<HSP>()> static int check(int B, int T, int NH
             }
     int ok = eo <= 1e-2 && ed <= 1e-2 && el <= 2e-2 && eo > 1e-4 && ed > 1e-4;
     printf("%-4s flash kernels on the host, B=%d T=%d NH=%d hs=%d (template %d): out rel %.2e, dqkv rel %.2e, "
-           "lse max abs %.2e (bounds 1e-2, 1e-2, 2e-2)%s\n",
-           ok ? "ok" : "FAIL", B, T, NH, hs, HSP, eo, ed, el, BQ != dkv_bq<HSP>() ? " (dkv query step changed)" : "");
+           "lse max abs %.2e (bounds 1e-2, 1e-2, 2e-2)%s%s\n",
+           ok ? "ok" : "FAIL", B, T, NH, hs, HSP, eo, ed, el, BQ != dkv_bq<HSP>() ? " (dkv query step changed)" : "",
+           sizeof(OutT) == 2 ? " (bf16 out and dqkv)" : "");
     free(out), free(lse), free(dqkv), free(D);
     return !ok;
 }
@@ -296,6 +310,8 @@ int main(void) {
     bad += check<80>(1, 40, 2, 72);
     bad += check<64, 32>(1, 130, 2, 64); /* the other query step of the dkv kernel at each size */
     bad += check<128, 64>(1, 70, 1, 128);
+    bad += check<64, dkv_bq<64>(), bf16>(2, 70, 2, 64); /* bf16 operand activations: out, dqkv, D's read of out */
+    bad += check<96, dkv_bq<96>(), bf16>(1, 65, 1, 72);
     printf("flash_sim: %s\n", bad ? "FAILED" : "every shape within the bounds");
     return bad ? 1 : 0;
 }

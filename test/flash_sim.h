@@ -42,6 +42,12 @@ static inline uint16_t sim_bf16_bits(float f) { /* round to nearest even; NaN st
     return (uint16_t)(u >> 16);
 }
 static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16{sim_bf16_bits(f)}; }
+static inline float __bfloat162float(__nv_bfloat16 b) {
+    uint32_t u = (uint32_t)b.bits << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
     return __nv_bfloat162{{sim_bf16_bits(lo)}, {sim_bf16_bits(hi)}};
 }

@@ -306,7 +306,11 @@ START_TEST(test_crossentropy_grad) {
     ck_assert_msg(fabs(loss - ref / N) < 1e-5, "loss %g vs %g", loss, ref / N);
     float *d = talloc(N * Vp * 4);
     memcpy(d, c.logits, N * Vp * 4);
-    backend_cpu()->crossentropy_forward_backward(backend_cpu(), d, c.losses, targets, 1.0f / N, N, V, Vp);
+    float *e = talloc(N * Vp * 4), *scratch = talloc(N * Vp * 4);
+    memcpy(scratch, c.logits, N * Vp * 4);
+    backend_cpu()->crossentropy_forward_backward(backend_cpu(), d, c.losses, d, targets, 1.0f / N, N, V, Vp);
+    backend_cpu()->crossentropy_forward_backward(backend_cpu(), e, c.losses, scratch, targets, 1.0f / N, N, V, Vp);
+    ck_assert_msg(!memcmp(d, e, N * Vp * 4), "dlogits into their own buffer differ from those in place");
     double *g = numgrad(ce_loss, &c, c.logits, N * Vp, 1e-2f);
     assert_close("dlogits", d, g, N * Vp, 1e-4, 2e-3);
     for (int n = 0; n < N; n++)
@@ -314,6 +318,104 @@ START_TEST(test_crossentropy_grad) {
     tfree_all();
 }
 END_TEST
+
+/* ---- bf16 operand activations on the CPU ([Note: operand activations] in backend.h) ----
+ * A GPU at precision bf16 stores the operand activations in bf16, so the model engine
+ * must size, offset and copy them by pp_dtype_bytes(be->operand). This backend is the
+ * CPU's with operand PP_BF16: each op widens its operand inputs from bf16 and rounds its
+ * operand outputs to bf16 (nearest even), so the engine runs a bf16 GPU run's byte
+ * layout here, where its bits can be compared. */
+static uint16_t bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static float *widen(const void *x, size_t n) { /* freed by the caller */
+    float *w = pp_malloc(n * sizeof(float) + 1);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)((const uint16_t *)x)[i] << 16;
+        memcpy(&w[i], &u, 4);
+    }
+    return w;
+}
+static void narrow(void *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = bf16_bits(src[i]);
+}
+#define CPU backend_cpu()
+static void emu_ln_fwd(const Backend *be, void *out, float *mean, float *rstd, const float *inp, const float *w,
+                       const float *b, int N, int C) {
+    float *t = pp_malloc((size_t)N * C * sizeof(float));
+    CPU->layernorm_forward(CPU, t, mean, rstd, inp, w, b, N, C);
+    narrow(out, t, (size_t)N * C);
+    free(t);
+}
+static void emu_mm_fwd(const Backend *be, float *out, const void *inp, const float *w, const float *b, int N, int C,
+                       int OC) {
+    float *x = widen(inp, (size_t)N * C);
+    CPU->matmul_forward(CPU, out, x, w, b, N, C, OC);
+    free(x);
+}
+static void emu_mm_bwd(const Backend *be, float *dinp, float *dw, float *db, const void *dout, const void *inp,
+                       const float *w, int N, int C, int OC) {
+    float *d = widen(dout, (size_t)N * OC), *x = widen(inp, (size_t)N * C);
+    CPU->matmul_backward(CPU, dinp, dw, db, d, x, w, N, C, OC);
+    free(d), free(x);
+}
+static void emu_att_fwd(const Backend *be, void *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    float *t = pp_malloc((size_t)B * T * C * sizeof(float));
+    CPU->attention_forward(CPU, t, att, qkv, B, T, C, NH);
+    narrow(out, t, (size_t)B * T * C);
+    free(t);
+}
+static void emu_att_bwd(const Backend *be, void *dqkv, const float *dout, const float *qkv, const void *out,
+                        const float *att, int B, int T, int C, int NH, float *scratch) {
+    float *o = widen(out, (size_t)B * T * C), *t = pp_malloc((size_t)B * T * 3 * C * sizeof(float));
+    CPU->attention_backward(CPU, t, dout, qkv, o, att, B, T, C, NH, scratch);
+    narrow(dqkv, t, (size_t)B * T * 3 * C);
+    free(o), free(t);
+}
+static void emu_gelu_fwd(const Backend *be, void *out, const float *inp, size_t n) {
+    float *t = pp_malloc(n * sizeof(float) + 1);
+    CPU->gelu_forward(CPU, t, inp, n);
+    narrow(out, t, n);
+    free(t);
+}
+static void emu_gelu_bwd(const Backend *be, void *dinp, const float *inp, const float *dout, size_t n) {
+    float *t = pp_malloc(n * sizeof(float) + 1);
+    CPU->gelu_backward(CPU, t, inp, dout, n);
+    narrow(dinp, t, n);
+    free(t);
+}
+static void emu_ce(const Backend *be, void *dlogits, float *losses, float *logits, const int *targets, float dloss,
+                   int N, int V, int Vp) {
+    CPU->crossentropy_forward_backward(CPU, logits, losses, logits, targets, dloss, N, V, Vp);
+    narrow(dlogits, logits, (size_t)N * Vp);
+}
+static void emu_to_operand(const Backend *be, void *dst, const float *src, size_t n) { narrow(dst, src, n); }
+#undef CPU
+
+static const Backend *backend_bf16_operands(void) {
+    static Backend be;
+    be = *backend_cpu();
+    be.name = "cpu, bf16 operand activations (test)";
+    be.operand = PP_BF16;
+    be.layernorm_forward = emu_ln_fwd;
+    be.matmul_forward = emu_mm_fwd;
+    be.matmul_backward = emu_mm_bwd;
+    be.attention_forward = emu_att_fwd;
+    be.attention_backward = emu_att_bwd;
+    be.gelu_forward = emu_gelu_fwd;
+    be.gelu_backward = emu_gelu_bwd;
+    be.crossentropy_forward_backward = emu_ce;
+    be.to_operand = emu_to_operand;
+    return &be;
+}
+
+/* The backend the whole-model tests below run on: loop tests set it from _i (0: the CPU,
+ * 1: bf16 operand activations). */
+static const Backend *model_be;
+static void pick_backend(int i) { model_be = i ? backend_bf16_operands() : backend_cpu(); }
 
 /* ---- whole model ---- */
 static const ModelDims tiny = {.V = 13, .Vp = 16, .maxT = 8, .L = 4, .NH = 2, .C = 8, .tied = 1};
@@ -327,7 +429,7 @@ static double fwd(Model *m, int c, int s, float dloss, int want_grad) {
 
 static void setup_model_dims(Model *m, const ModelDims *d, const ChunkSpec *specs, int n, int B, int T,
                              uint64_t seed) {
-    model_init(m, d, specs, n, B, T, backend_cpu());
+    model_init(m, d, specs, n, B, T, model_be ? model_be : backend_cpu());
     model_init_weights(m, seed, 0.3f); /* large std: gradients well above rounding */
 }
 static void setup_model(Model *m, const ChunkSpec *specs, int n, int B, int T, uint64_t seed) {
@@ -690,6 +792,7 @@ END_TEST
  * NH*T < 4C the four [N,C] douts go to the sets; with NH*T >= 4C into the attention
  * probabilities, and the sets hold nothing. */
 START_TEST(test_split_backward_chunk) {
+    pick_backend(_i);
     ModelDims wide = tiny;
     wide.NH = 4; /* T = 8: NH*T = 32 = 4C */
     const ModelDims *dims[2] = {&tiny, &wide};
@@ -738,6 +841,7 @@ START_TEST(test_split_backward_chunk) {
         model_free(&f), model_free(&sp);
     }
     }
+    model_be = NULL;
     tfree_all();
 }
 END_TEST
@@ -749,6 +853,7 @@ END_TEST
  * action. Two microbatches forward before either backward, so the workspace holds
  * the second's layers when the first's backward runs. */
 START_TEST(test_recompute_chunk) {
+    pick_backend(_i);
     int B = 2, T = 5, N = B * T, C = tiny.C;
     ChunkSpec specs[] = {{0, 0, 4, 1, 1, 2, 0}, {0, 0, 2, 1, 0, 2, 0}, {1, 1, 3, 0, 0, 2, 0}, {2, 2, 4, 0, 1, 2, 0}};
     int checked = 0;
@@ -760,7 +865,7 @@ START_TEST(test_recompute_chunk) {
                     ChunkRecompute rc = {mode, layers};
                     int nl = specs[k].l1 - specs[k].l0, nrc = layers ? 1 : nl;
                     setup_model(&f, &specs[k], 1, B, T, 21);
-                    model_init_recompute(&r, &tiny, &specs[k], &rc, 1, B, T, backend_cpu(), 0, 2);
+                    model_init_recompute(&r, &tiny, &specs[k], &rc, 1, B, T, model_be, 0, 2);
                     model_init_weights(&r, 21, 0.3f);
                     model_slot_attach(&r, 0, 0, 1), model_slot_attach(&r, 0, 1, 0); /* blocks crosswise */
                     ck_assert(r.chunks[0].slots[0].layers[0].att == r.work.att); /* dropped: recomputed */
@@ -801,6 +906,48 @@ START_TEST(test_recompute_chunk) {
                     checked++;
                 }
     ck_assert_int_eq(checked, 32);
+    model_be = NULL;
+    tfree_all();
+}
+END_TEST
+
+/* [Note: operand activations] The model on bf16 operand activations (the CPU emulating
+ * a bf16 GPU's storage) against fp32, per chunk (whole, first, middle, last) and head
+ * chunk rows (all, 3): the loss and d(input) within bf16's rounding, the gradients within
+ * a few of its ulps (relative L2), and not equal (the emulation really rounds). */
+START_TEST(test_operand_bf16) {
+    int B = 2, T = 5, N = B * T, C = tiny.C, checked = 0;
+    ChunkSpec specs[] = {{0, 0, 4, 1, 1, 1, 0}, {0, 0, 2, 1, 0, 1, 0}, {1, 1, 3, 0, 0, 1, 0}, {2, 2, 4, 0, 1, 1, 0}};
+    float *in = rand_buf((size_t)N * C, 1), *dout = rand_buf((size_t)N * C, 1);
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++)
+        for (int rows = 0; rows <= 3; rows += 3) {
+            Backend fb = *backend_cpu(), hb = *backend_bf16_operands();
+            fb.logits_chunk_rows = hb.logits_chunk_rows = rows;
+            Model f, h;
+            model_init(&f, &tiny, &specs[k], 1, B, T, &fb);
+            model_init(&h, &tiny, &specs[k], 1, B, T, &hb);
+            Model *ms[2] = {&f, &h};
+            double loss[2];
+            for (int i = 0; i < 2; i++) {
+                model_init_weights(ms[i], 9, 0.3f);
+                model_zero_grads(ms[i]);
+                fill_tokens(ms[i], 0, 0, B, T);
+                memcpy(ms[i]->chunks[0].slots[0].input, in, (size_t)N * C * 4);
+                loss[i] = fwd(ms[i], 0, 0, 1.0f / N, 1);
+                if (!specs[k].last) memcpy(ms[i]->chunks[0].slots[0].grad, dout, (size_t)N * C * 4);
+                model_backward(ms[i], 0, 0);
+                model_fold_tied_grad(ms[i]);
+            }
+            if (specs[k].last) ck_assert_msg(fabs(loss[1] - loss[0]) <= 1e-2 * fabs(loss[0]), "chunk %zu rows %d: "
+                                             "loss %g against fp32 %g", k, rows, loss[1], loss[0]);
+            double eg = rel_l2(h.grads, f.grads, f.nparams);
+            double ei = rel_l2(h.chunks[0].slots[0].grad, f.chunks[0].slots[0].grad, (size_t)N * C);
+            ck_assert_msg(eg <= 3e-2 && eg > 0, "chunk %zu rows %d: gradients %.2e from fp32's", k, rows, eg);
+            ck_assert_msg(ei <= 3e-2 && ei > 0, "chunk %zu rows %d: d(input) %.2e from fp32's", k, rows, ei);
+            model_free(&f), model_free(&h);
+            checked++;
+        }
+    ck_assert_int_eq(checked, 8);
     tfree_all();
 }
 END_TEST
@@ -981,8 +1128,9 @@ int main(void) {
     tcase_add_test(model, test_init_split_independent);
     tcase_add_test(model, test_arch_costs);
     tcase_add_test(model, test_llmc_roundtrip);
-    tcase_add_test(model, test_split_backward_chunk);
-    tcase_add_test(model, test_recompute_chunk);
+    tcase_add_loop_test(model, test_split_backward_chunk, 0, 2); /* the CPU, bf16 operand activations */
+    tcase_add_loop_test(model, test_recompute_chunk, 0, 2);
+    tcase_add_test(model, test_operand_bf16);
     tcase_add_test(model, test_memory_plan_sweep);
     suite_add_tcase(s, model);
     return check_run(s, 0);

@@ -15,6 +15,11 @@
  * with a tolerance per kind of op and precision (../shared/GPU.md): elementwise fp32
  * 1e-5; reductions 1e-4; GEMM-based ops 1e-4 (fp32), 2e-3 (tf32), 1.5e-2 (bf16). A NaN
  * never passes. The ops that promise determinism run twice and must give the same bits.
+ * [Note: operand activations]: where gpu->operand is bf16, an operand input goes to the
+ * GPU in bf16 and the CPU reads the same bf16-rounded values (in fp32), so a comparison
+ * measures the op and not the rounding of its inputs; an operand output is poisoned with
+ * a bf16 NaN, read back in bf16, widened, and compared within at least TOL_BF16_STORE.
+ * to_operand must give the host's own rounding bit for bit (a bitwise copy in fp32).
  * --small: the two smallest shapes and the flash shapes with T <= 129 only (every kernel,
  * template and tile edge still runs), for compute-sanitizer (scripts/gpu/second-call).
  * The head of src/model.c runs on the GPU with its logits in row chunks (all, 1, 7 rows:
@@ -95,6 +100,9 @@ static void compare(const char *op, const char *what, const char *shape, const f
            bad_nan ? "  (NaN: an element not written)" : "");
 }
 
+/* Record one bitwise comparison of n floats. (An operand output compared here was widened
+ * by host_op; widening bf16 is exact and one-to-one, so equal widened bits are equal
+ * stored bits: the n * 2 bytes the op wrote.) */
 static void same_bits(const char *op, const char *shape, const float *a, const float *b, size_t n) {
     checks++;
     int ok = memcmp(a, b, n * sizeof(float)) == 0;
@@ -107,6 +115,85 @@ static void same_bits(const char *op, const char *shape, const float *a, const f
 #define TOL_ELEM 1e-5
 #define TOL_RED 1e-4
 static double tol_gemm(void) { return !strcmp(prec, "bf16") ? 1.5e-2 : !strcmp(prec, "tf32") ? 2e-3 : 1e-4; }
+
+/* ---- operand tensors ([Note: operand activations] in src/backend.h) ----------------------
+ * bf16 is the upper 16 bits of the fp32 pattern after rounding to nearest even. An
+ * output stored in bf16 carries up to 2^-8 (3.9e-3) relative rounding error per element
+ * (8 significant bits), so its relative L2 error against the CPU's fp32 output can
+ * reach that however exact the op: such outputs are compared within TOL_BF16_STORE at
+ * least (the rounding bound plus the fp32 op's own 1e-5 to 1e-4). fp32 outputs keep the
+ * op's tolerance. */
+#define TOL_BF16_STORE 4e-3
+
+static int op_bf16(void) { return gpu->operand == PP_BF16; }
+
+static uint16_t bf16_round(float f) { /* round to nearest even; a NaN stays a (quiet) NaN */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
+}
+
+static float bf16_widen(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* The tolerance of an operand output for an op whose fp32 tolerance is tol. */
+static double tol_op(double tol) { return op_bf16() && tol < TOL_BF16_STORE ? TOL_BF16_STORE : tol; }
+
+/* Round x[0..n) in place to the values the GPU's operand type holds (nothing in fp32), so
+ * that the CPU reference reads what the GPU op reads. */
+static void op_round(float *x, size_t n) {
+    if (op_bf16())
+        for (size_t i = 0; i < n; i++) x[i] = bf16_widen(bf16_round(x[i]));
+}
+
+/* A device operand tensor of n elements holding x (NULL: contents undefined). */
+static void *dev_op(const float *x, size_t n) {
+    if (!op_bf16()) return dev(x, n * sizeof(float));
+    void *d = gpu->alloc(gpu, n ? n * 2 : 4);
+    if (n && x) {
+        uint16_t *h = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) h[i] = bf16_round(x[i]);
+        gpu->to_device(gpu, d, h, n * 2);
+        gpu->wait(gpu); /* h must outlive the copy */
+        free(h);
+    }
+    return d;
+}
+
+/* A device operand tensor of n NaNs: all-ones bits in fp32 (as nanbuf), 0x7FC0 in bf16. */
+static void *dev_op_nan(size_t n) {
+    if (!op_bf16()) {
+        float *x = nanbuf(n);
+        void *d = dev(x, n * sizeof(float));
+        gpu->wait(gpu);
+        free(x);
+        return d;
+    }
+    uint16_t *h = malloc((n ? n : 1) * 2);
+    for (size_t i = 0; i < n; i++) h[i] = 0x7FC0;
+    void *d = gpu->alloc(gpu, n ? n * 2 : 4);
+    if (n) gpu->to_device(gpu, d, h, n * 2);
+    gpu->wait(gpu);
+    free(h);
+    return d;
+}
+
+/* The device operand tensor's n elements, widened to fp32 (malloc'd). */
+static float *host_op(const void *d, size_t n) {
+    if (!op_bf16()) return host(d, n);
+    uint16_t *h = malloc((n ? n : 1) * 2);
+    gpu->to_host(gpu, h, d, n * 2);
+    gpu->wait(gpu);
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = bf16_widen(h[i]);
+    free(h);
+    return x;
+}
 
 /* ---- memory, reductions, optimizer ---------------------------------------------------- */
 
@@ -140,6 +227,48 @@ static void check_memory(size_t n) {
     same_bits("sum, sumsq", shape, (float *)hs, (float *)hs2, 4);
     gpu->dealloc(gpu, d), gpu->dealloc(gpu, d2), gpu->dealloc(gpu, s);
     free(x), free(back), free(z), free(zero);
+}
+
+/* to_operand on n random values led by the cases rounding gets wrong (ties to even, carries
+ * into the exponent, overflow to infinity, subnormals, NaNs that naive rounding turns into
+ * infinity or zero): in bf16 the host's rounding bit for bit (a NaN only needs to stay a
+ * NaN: its payload is free), in fp32 the CPU op's bits (a copy); every element wrong is
+ * counted. The output is poisoned first. */
+static void check_to_operand(size_t n) {
+    static const uint32_t special[] = {
+        0x00000000, 0x80000000, 0x3F800000, 0x3F808000, 0x3F818000, 0xBF808000, 0x3F808001, 0x3F807FFF,
+        0x3FFF8000, 0x7F7FFFFF, 0x7F7F7FFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x00000001, 0x00008000,
+        0x00018000, 0x0000C000, 0x807FFFFF, 0x7FC00000, 0x7F800001, 0xFFFFFFFF,
+    };
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    float *x = rnd(n, 3);
+    for (size_t i = 0; i < n && i < sizeof special / sizeof special[0]; i++) memcpy(&x[i], &special[i], 4);
+    size_t ob = pp_dtype_bytes(gpu->operand);
+    void *dx = dev(x, n * sizeof(float)), *dy = dev_op_nan(n);
+    gpu->to_operand(gpu, dy, dx, n);
+    unsigned char *got = malloc(n ? n * ob : 1), *want = malloc(n ? n * ob : 1);
+    gpu->to_host(gpu, got, dy, n * ob);
+    gpu->wait(gpu);
+    if (op_bf16())
+        for (size_t i = 0; i < n; i++) ((uint16_t *)want)[i] = bf16_round(x[i]);
+    else
+        cpu->to_operand(cpu, want, x, n);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!op_bf16()) {
+            wrong += memcmp(got + 4 * i, want + 4 * i, 4) != 0;
+            continue;
+        }
+        uint16_t g = ((uint16_t *)got)[i], w = ((uint16_t *)want)[i];
+        wrong += isnan(x[i]) ? !isnan(bf16_widen(g)) : g != w;
+    }
+    checks++;
+    failures += wrong != 0;
+    printf("%-4s %-28s %-10s %-34s %-5s %s %zu of %zu elements wrong\n", wrong ? "FAIL" : "ok", "to_operand", "bits",
+           shape, prec, op_bf16() ? "bf16 (rounded to nearest even)" : "fp32 (a copy)", wrong, n);
+    gpu->dealloc(gpu, dx), gpu->dealloc(gpu, dy);
+    free(x), free(got), free(want);
 }
 
 static void check_optimizer(size_t n) {
@@ -216,12 +345,13 @@ static void check_layernorm(const Shape *s, const char *sh) {
     size_t NC = (size_t)N * C;
     float *x = rnd(NC, 2), *w = rnd(C, 1), *b = rnd(C, 1), *out = nanbuf(NC), *mean = nanbuf(N), *rstd = nanbuf(N);
     for (size_t i = 0; i < NC; i++) x[i] += 0.5f; /* a non-zero mean */
-    float *dx = dev(x, NC * 4), *dw = dev(w, C * 4), *db = dev(b, C * 4), *dout = dev(out, NC * 4), *dm = dev(mean, N * 4),
+    float *dx = dev(x, NC * 4), *dw = dev(w, C * 4), *db = dev(b, C * 4), *dm = dev(mean, N * 4),
           *dr = dev(rstd, N * 4);
+    void *dout = dev_op_nan(NC);
     gpu->layernorm_forward(gpu, dout, dm, dr, dx, dw, db, N, C);
     cpu->layernorm_forward(cpu, out, mean, rstd, x, w, b, N, C);
-    float *ho = host(dout, NC), *hm = host(dm, N), *hr = host(dr, N);
-    compare("layernorm_forward", "out", sh, ho, out, NC, TOL_ELEM);
+    float *ho = host_op(dout, NC), *hm = host(dm, N), *hr = host(dr, N);
+    compare("layernorm_forward", "out", sh, ho, out, NC, tol_op(TOL_ELEM));
     compare("layernorm_forward", "mean", sh, hm, mean, N, TOL_ELEM);
     compare("layernorm_forward", "rstd", sh, hr, rstd, N, TOL_ELEM);
     /* backward, with the NULL variants of the split backward: all, only dinp, only dw/db.
@@ -289,7 +419,9 @@ static void check_matmul(int N, int C, int OC, int bias, const char *sh0) {
     snprintf(sh, sizeof sh, "%s N=%d C=%d OC=%d%s", sh0, N, C, OC, bias ? "" : " nobias");
     size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
     float *x = rnd(NC, 1), *w = rnd(OCC, 0.1f), *b = bias ? rnd(OC, 1) : NULL, *out = nanbuf(NO);
-    float *dx = dev(x, NC * 4), *dw = dev(w, OCC * 4), *db = bias ? dev(b, OC * 4) : NULL, *dout = dev(out, NO * 4);
+    op_round(x, NC); /* inp is an operand */
+    void *dx = dev_op(x, NC);
+    float *dw = dev(w, OCC * 4), *db = bias ? dev(b, OC * 4) : NULL, *dout = dev(out, NO * 4);
     gpu->matmul_forward(gpu, dout, dx, dw, db, N, C, OC);
     cpu->matmul_forward(cpu, out, x, w, b, N, C, OC);
     float *h = host(dout, NO);
@@ -302,7 +434,9 @@ static void check_matmul(int N, int C, int OC, int bias, const char *sh0) {
         int want_x = variant == 0 || variant == 1, want_w = variant != 1, want_b = (variant == 0 || variant == 2) && bias;
         float *g = rnd(NO, 1), *gx = nanbuf(NC), *gw = rnd(OCC, 1), *gb = rnd(OC, 1);
         float *gw0 = dup(gw, OCC), *gb0 = dup(gb, OC);
-        float *dg = dev(g, NO * 4), *dgx = dev(gx, NC * 4), *dgw = dev(gw, OCC * 4), *dgb = dev(gb, OC * 4);
+        op_round(g, NO); /* dout is an operand */
+        void *dg = dev_op(g, NO);
+        float *dgx = dev(gx, NC * 4), *dgw = dev(gw, OCC * 4), *dgb = dev(gb, OC * 4);
         gpu->matmul_backward(gpu, want_x ? dgx : NULL, want_w ? dgw : NULL, want_b ? dgb : NULL, dg, dx, dw, N, C, OC);
         cpu->matmul_backward(cpu, gx, gw, gb, g, x, w, N, C, OC);
         float *hx = host(dgx, NC), *hw = host(dgw, OCC), *hb = host(dgb, OC);
@@ -327,7 +461,8 @@ static void check_matmul(int N, int C, int OC, int bias, const char *sh0) {
      * fused call (what makes a zero-bubble schedule train bitwise like 1F1B) */
     {
         float *g = rnd(NO, 1), *gw = rnd(OCC, 1), *gb = rnd(OC, 1);
-        float *dg = dev(g, NO * 4), *fx = dev(NULL, NC * 4), *fw = dev(gw, OCC * 4), *fb = dev(gb, OC * 4);
+        void *dg = dev_op(g, NO); /* (rounded on the way: both halves and the fused call read the same) */
+        float *fx = dev(NULL, NC * 4), *fw = dev(gw, OCC * 4), *fb = dev(gb, OC * 4);
         float *ix = dev(NULL, NC * 4), *ww = dev(gw, OCC * 4), *wb = dev(gb, OC * 4);
         gpu->matmul_backward(gpu, fx, fw, bias ? fb : NULL, dg, dx, dw, N, C, OC);
         gpu->matmul_backward(gpu, ix, NULL, NULL, dg, dx, dw, N, C, OC);
@@ -350,11 +485,12 @@ static void check_attention(const Shape *s, const char *sh) {
     size_t Q = (size_t)N * 3 * C, NC = (size_t)N * C;
     size_t nsave = cpu->attention_saved_floats(cpu, B, T, NH), gsave = gpu->attention_saved_floats(gpu, B, T, NH);
     float *qkv = rnd(Q, 1), *out = nanbuf(NC), *att = nanbuf(nsave);
-    float *dq = dev(qkv, Q * 4), *dout = dev(out, NC * 4), *datt = dev(NULL, gsave * 4);
+    float *dq = dev(qkv, Q * 4), *datt = dev(NULL, gsave * 4);
+    void *dout = dev_op_nan(NC);
     gpu->attention_forward(gpu, dout, datt, dq, B, T, C, NH);
     cpu->attention_forward(cpu, out, att, qkv, B, T, C, NH);
-    float *h = host(dout, NC);
-    compare("attention_forward", "out", sh, h, out, NC, tol_gemm());
+    float *h = host_op(dout, NC);
+    compare("attention_forward", "out", sh, h, out, NC, tol_op(tol_gemm()));
     /* the probabilities, causal part only (the CPU leaves the rest unwritten), on the
      * materialised path: flash saves each row's log-sum-exp, B*NH*T floats, which at T = 1
      * is as many as the probabilities (the first H100 run compared those, and failed) */
@@ -369,16 +505,18 @@ static void check_attention(const Shape *s, const char *sh) {
         compare("attention_forward", "probs", sh, pg, pc, k, tol_gemm());
         free(ha), free(pg), free(pc);
     }
-    float *g = rnd(NC, 1), *gq = nanbuf(Q), *dg = dev(g, NC * 4), *dgq = dev(gq, Q * 4);
+    /* out: each its own forward's (the CPU's op reads only att) */
+    float *g = rnd(NC, 1), *gq = nanbuf(Q), *dg = dev(g, NC * 4);
+    void *dgq = dev_op_nan(Q);
     float *scratch = malloc(cpu->scratch_floats(cpu, N, T, C) * sizeof(float));
     float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, T, C) * sizeof(float));
     gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, C, NH, gscratch);
     cpu->attention_backward(cpu, gq, g, qkv, out, att, B, T, C, NH, scratch);
-    float *hq = host(dgq, Q);
-    compare("attention_backward", "dqkv", sh, hq, gq, Q, tol_gemm());
-    float *dgq2 = dev(NULL, Q * 4);
+    float *hq = host_op(dgq, Q);
+    compare("attention_backward", "dqkv", sh, hq, gq, Q, tol_op(tol_gemm()));
+    void *dgq2 = dev_op(NULL, Q);
     gpu->attention_backward(gpu, dgq2, dg, dq, dout, datt, B, T, C, NH, gscratch);
-    float *hq2 = host(dgq2, Q);
+    float *hq2 = host_op(dgq2, Q);
     same_bits("attention_backward", sh, hq, hq2, Q);
     void *all[] = {dq, dout, datt, dg, dgq, dgq2, gscratch};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
@@ -387,20 +525,22 @@ static void check_attention(const Shape *s, const char *sh) {
 
 static void check_elementwise(const Shape *s, const char *sh) {
     size_t n = (size_t)s->B * s->T * 4 * s->C;
-    float *x = rnd(n, 4), *out = nanbuf(n), *dx = dev(x, n * 4), *dout = dev(out, n * 4);
+    float *x = rnd(n, 4), *out = nanbuf(n), *dx = dev(x, n * 4);
+    void *dout = dev_op_nan(n);
     gpu->gelu_forward(gpu, dout, dx, n);
     cpu->gelu_forward(cpu, out, x, n);
-    float *h = host(dout, n);
-    compare("gelu_forward", "out", sh, h, out, n, TOL_ELEM);
-    float *g = rnd(n, 1), *dg = dev(g, n * 4), *gi = nanbuf(n), *dgi = dev(gi, n * 4);
+    float *h = host_op(dout, n);
+    compare("gelu_forward", "out", sh, h, out, n, tol_op(TOL_ELEM));
+    /* dinp (an operand) in a buffer of its own: it may no longer alias dout, which must come
+     * back unchanged */
+    float *g = rnd(n, 1), *dg = dev(g, n * 4), *gi = nanbuf(n);
+    void *dgi = dev_op_nan(n);
     gpu->gelu_backward(gpu, dgi, dx, dg, n);
     cpu->gelu_backward(cpu, gi, x, g, n);
-    float *hg = host(dgi, n);
-    compare("gelu_backward", "dinp", sh, hg, gi, n, TOL_ELEM);
-    gpu->gelu_backward(gpu, dg, dx, dg, n); /* in place: dinp aliases dout */
-    cpu->gelu_backward(cpu, g, x, g, n);
+    float *hg = host_op(dgi, n);
+    compare("gelu_backward", "dinp", sh, hg, gi, n, tol_op(TOL_ELEM));
     float *hg2 = host(dg, n);
-    compare("gelu_backward in place", "dinp", sh, hg2, g, n, TOL_ELEM);
+    same_bits("gelu_backward leaves dout", sh, hg2, g, n);
     float *a = rnd(n, 1), *da = dev(a, n * 4);
     gpu->add_inplace(gpu, da, dx, n);
     cpu->add_inplace(cpu, a, x, n);
@@ -418,19 +558,29 @@ static void check_crossentropy(const Shape *s, const char *sh) {
     for (int i = 0; i < N; i++) tgt[i] = (int)(urand() * V);
     float *lg = rnd(NV, 5), *lg2 = dup(lg, NV), *loss = nanbuf(N), *loss2 = nanbuf(N);
     int *dt = dev(tgt, N * sizeof(int));
-    float *dl = dev(lg, NV * 4), *dl2 = dev(lg, NV * 4), *dloss = dev(loss, N * 4), *dloss2 = dev(loss, N * 4);
-    gpu->crossentropy_forward_backward(gpu, dl, dloss, dt, 1.0f / 777, N, V, Vp);
-    cpu->crossentropy_forward_backward(cpu, lg, loss, tgt, 1.0f / 777, N, V, Vp);
-    float *hl = host(dl, NV), *hloss = host(dloss, N);
-    compare("crossentropy_fwd_bwd", "dlogits", sh, hl, lg, NV, TOL_RED);
-    compare("crossentropy_fwd_bwd", "losses", sh, hloss, loss, N, TOL_RED);
+    float *dl = dev(lg, NV * 4), *dl2 = dev(lg, NV * 4), *dl3 = dev(lg, NV * 4), *dloss = dev(loss, N * 4),
+          *dloss2 = dev(loss, N * 4), *dloss3 = dev(loss, N * 4);
+    void *dd = dev_op_nan(NV); /* dlogits in a buffer of its own (the only way in bf16) */
+    /* in place (dlogits = logits), which only an fp32 operand allows */
+    if (!op_bf16()) gpu->crossentropy_forward_backward(gpu, dl, dloss, dl, dt, 1.0f / 777, N, V, Vp);
+    gpu->crossentropy_forward_backward(gpu, dd, dloss3, dl3, dt, 1.0f / 777, N, V, Vp);
+    cpu->crossentropy_forward_backward(cpu, lg, loss, lg, tgt, 1.0f / 777, N, V, Vp);
+    if (!op_bf16()) {
+        float *hl = host(dl, NV), *hloss = host(dloss, N);
+        compare("crossentropy_fwd_bwd", "dlogits", sh, hl, lg, NV, TOL_RED);
+        compare("crossentropy_fwd_bwd", "losses", sh, hloss, loss, N, TOL_RED);
+        free(hl), free(hloss);
+    }
+    float *hd = host_op(dd, NV), *hloss3 = host(dloss3, N);
+    compare("crossentropy_fwd_bwd (own)", "dlogits", sh, hd, lg, NV, tol_op(TOL_RED));
+    compare("crossentropy_fwd_bwd (own)", "losses", sh, hloss3, loss, N, TOL_RED);
     gpu->crossentropy_forward(gpu, dl2, dloss2, dt, N, V, Vp);
     cpu->crossentropy_forward(cpu, lg2, loss2, tgt, N, V, Vp);
     float *hloss2 = host(dloss2, N);
     compare("crossentropy_forward", "losses", sh, hloss2, loss2, N, TOL_RED);
-    void *all[] = {dt, dl, dl2, dloss, dloss2};
-    for (size_t i = 0; i < 5; i++) gpu->dealloc(gpu, all[i]);
-    free(tgt), free(lg), free(lg2), free(loss), free(loss2), free(hl), free(hloss), free(hloss2);
+    void *all[] = {dt, dl, dl2, dl3, dloss, dloss2, dloss3, dd};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
+    free(tgt), free(lg), free(lg2), free(loss), free(loss2), free(hd), free(hloss3), free(hloss2);
 }
 
 /* ---- flash attention (cuda/flash_attn.cu, issue 11) --------------------------------------
@@ -450,14 +600,14 @@ static void check_flash_shape(int B, int T, int NH, int hs) {
     snprintf(sh, sizeof sh, "B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
     size_t Q = (size_t)N * 3 * C, NC = (size_t)N * C, nl = (size_t)B * NH * T;
     size_t nsave = cpu->attention_saved_floats(cpu, B, T, NH), gsave = gpu->attention_saved_floats(gpu, B, T, NH);
-    float *qkv = rnd(Q, 1), *out = nanbuf(NC), *att = nanbuf(nsave), *poison = nanbuf(gsave > Q ? gsave : Q);
-    float *dq = dev(qkv, Q * 4), *dout = dev(out, NC * 4), *dout2 = dev(out, NC * 4);
-    float *datt = dev(poison, gsave * 4), *datt2 = dev(poison, gsave * 4);
+    float *qkv = rnd(Q, 1), *out = nanbuf(NC), *att = nanbuf(nsave), *poison = nanbuf(gsave);
+    float *dq = dev(qkv, Q * 4), *datt = dev(poison, gsave * 4), *datt2 = dev(poison, gsave * 4);
+    void *dout = dev_op_nan(NC), *dout2 = dev_op_nan(NC);
     gpu->attention_forward(gpu, dout, datt, dq, B, T, C, NH);
     gpu->attention_forward(gpu, dout2, datt2, dq, B, T, C, NH);
     cpu->attention_forward(cpu, out, att, qkv, B, T, C, NH);
-    float *h = host(dout, NC), *h2 = host(dout2, NC), *ha = host(datt, gsave), *ha2 = host(datt2, gsave);
-    compare("flash attention_forward", "out", sh, h, out, NC, 1.5e-2);
+    float *h = host_op(dout, NC), *h2 = host_op(dout2, NC), *ha = host(datt, gsave), *ha2 = host(datt2, gsave);
+    compare("flash attention_forward", "out", sh, h, out, NC, tol_op(1.5e-2));
     same_bits("flash attention_forward", sh, h, h2, NC);
     same_bits("flash attention_forward lse", sh, ha, ha2, gsave);
     int flash = gpu->description && strstr(gpu->description, "attention flash") && gsave == nl;
@@ -491,14 +641,15 @@ static void check_flash_shape(int B, int T, int NH, int hs) {
         printf("note flash attention_forward: not the flash path (saves %zu floats; the log-sum-exp is %zu): "
                "no lse check\n", gsave, nl);
     }
-    float *g = rnd(NC, 1), *gq = nanbuf(Q), *dg = dev(g, NC * 4), *dgq = dev(poison, Q * 4), *dgq2 = dev(poison, Q * 4);
+    float *g = rnd(NC, 1), *gq = nanbuf(Q), *dg = dev(g, NC * 4);
+    void *dgq = dev_op_nan(Q), *dgq2 = dev_op_nan(Q);
     float *scratch = malloc(cpu->scratch_floats(cpu, N, T, C) * sizeof(float));
     float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, T, C) * sizeof(float));
     gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, C, NH, gscratch);
     gpu->attention_backward(gpu, dgq2, dg, dq, dout, datt, B, T, C, NH, gscratch);
     cpu->attention_backward(cpu, gq, g, qkv, out, att, B, T, C, NH, scratch);
-    float *hq = host(dgq, Q), *hq2 = host(dgq2, Q);
-    compare("flash attention_backward", "dqkv", sh, hq, gq, Q, 1.5e-2);
+    float *hq = host_op(dgq, Q), *hq2 = host_op(dgq2, Q);
+    compare("flash attention_backward", "dqkv", sh, hq, gq, Q, tol_op(1.5e-2));
     same_bits("flash attention_backward", sh, hq, hq2, Q);
     void *all[] = {dq, dout, dout2, datt, datt2, dg, dgq, dgq2, gscratch};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
@@ -684,8 +835,8 @@ int main(int argc, char **argv) {
                              gpu->layernorm_backward, gpu->matmul_forward, gpu->matmul_backward,
                              gpu->attention_forward, gpu->attention_backward, gpu->attention_saved_floats,
                              gpu->gelu_forward, gpu->gelu_backward, gpu->crossentropy_forward_backward,
-                             gpu->crossentropy_forward, gpu->scratch_floats, gpu->add_inplace, gpu->host_alloc,
-                             gpu->host_free, gpu->memory, gpu->close};
+                             gpu->crossentropy_forward, gpu->scratch_floats, gpu->add_inplace, gpu->to_operand,
+                             gpu->host_alloc, gpu->host_free, gpu->memory, gpu->close};
     for (size_t i = 0; i < sizeof entries / sizeof entries[0] && !cpu_as_gpu; i++) /* the CPU has no device extras */
         if (!entries[i]) return printf("FAIL the CUDA backend's table has no entry %zu\n", i), 1;
     if (!gpu->device_memory) return printf("FAIL the CUDA backend does not say its memory is a device's\n"), 1;
@@ -709,17 +860,27 @@ int main(int argc, char **argv) {
             printf("FAIL open the CUDA backend at %s: %s\n", prec, why);
             return 1;
         }
-        if (p == 0 || only) {
-            check_memory(1), check_memory(1000003), check_optimizer(1), check_optimizer(300007);
+        /* The fp32 ops run once (at fp32, or at the one precision asked for); the ops with
+         * an operand output again wherever the operand is not fp32. */
+        int fp32_ops = p == 0 || only, operand_ops = fp32_ops || gpu->operand != PP_F32;
+        if (!cpu_as_gpu) { /* [Note: operand activations]: bf16 exactly at precision bf16, unless
+                              * PPTRAIN_BF16_OPERANDS=fp32 ([Note: CUDA precision]) */
+            const char *ov = getenv("PPTRAIN_BF16_OPERANDS");
+            int keep_fp32 = ov && !strcmp(ov, "fp32");
+            PPDType want = !strcmp(prec, "bf16") && !keep_fp32 ? PP_BF16 : PP_F32;
+            checks++, failures += gpu->operand != want;
+            printf("%-4s operand type at %s: %s (want %s)\n", gpu->operand == want ? "ok" : "FAIL", prec,
+                   gpu->operand == PP_BF16 ? "bf16" : "fp32", want == PP_BF16 ? "bf16" : "fp32");
         }
+        if (fp32_ops) check_memory(1), check_memory(1000003), check_optimizer(1), check_optimizer(300007);
+        if (operand_ops) check_to_operand(1), check_to_operand(1000003);
         for (size_t k = 0; k < (small ? 2 : sizeof shapes / sizeof shapes[0]); k++) {
             const Shape *s = &shapes[k];
             char sh[96];
             snprintf(sh, sizeof sh, "B=%d T=%d C=%d NH=%d V=%d/%d", s->B, s->T, s->C, s->NH, s->V, s->Vp);
             int N = s->B * s->T;
-            if (p == 0 || only) { /* the fp32 ops: once */
-                check_encoder(s, sh), check_layernorm(s, sh), check_elementwise(s, sh), check_crossentropy(s, sh);
-            }
+            if (fp32_ops) check_encoder(s, sh);
+            if (operand_ops) check_layernorm(s, sh), check_elementwise(s, sh), check_crossentropy(s, sh);
             char shm[16];
             snprintf(shm, sizeof shm, "#%zu", k);
             check_matmul(N, s->C, 3 * s->C, 1, shm);
@@ -729,7 +890,7 @@ int main(int argc, char **argv) {
             int rows[] = {0, 1, 7}; /* all, one, and a count that divides no N here */
             for (int r = 0; r < 3; r++) check_head(s, sh, rows[r]);
         }
-        if (p == 0 || only) { /* a padded vocabulary that is no multiple of 4: the scalar path */
+        if (operand_ops) { /* a padded vocabulary that is no multiple of 4: the scalar path */
             static const Shape odd = {2, 9, 64, 1, 37, 39};
             check_crossentropy(&odd, "B=2 T=9 V=37/39 (Vp odd)");
         }
