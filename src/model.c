@@ -168,9 +168,9 @@ static void bind(Model *m, float *base, LayerParams *lp, float **wte, float **wp
 
 static void *dev_alloc(const Model *m, size_t bytes) { return m->be->alloc(m->be, bytes); }
 
-static float *act_alloc(Model *m, size_t n) {
-    m->act_bytes += n * sizeof(float);
-    return dev_alloc(m, n * sizeof(float));
+static void *act_alloc(Model *m, size_t bytes) {
+    m->act_bytes += bytes;
+    return dev_alloc(m, bytes);
 }
 
 /* Layers of a chunk of nl layers that recompute ([Note: recompute]). */
@@ -188,24 +188,31 @@ int model_recompute_mode(const char *name) {
 
 #define NACTS (sizeof(LayerActs) / sizeof(float *))
 
-/* Floats of each LayerActs member, in its order. */
-static void layer_sizes(const Model *m, size_t sizes[NACTS]) {
-    size_t N = (size_t)m->B * m->T, C = m->d.C;
-    size_t s[] = {N * C, N, N, N * 3 * C, N * C, m->att_floats,
-                  N * C, N * C, N, N, N * 4 * C, N * 4 * C, N * C}; /* LayerActs' order */
-    _Static_assert(sizeof s / sizeof s[0] == NACTS, "sizes: LayerActs' order");
-    memcpy(sizes, s, sizeof s);
+/* Bytes of each LayerActs member, in its order, for N rows of C channels, att floats of
+ * saved attention state and operand elements of ob bytes ([Note: operand activations]
+ * in backend.h). */
+static void act_bytes_of(size_t N, size_t C, size_t att, size_t ob, size_t bytes[NACTS]) {
+    size_t f = sizeof(float);
+    size_t s[] = {N * C * ob, N * f, N * f, N * 3 * C * f, N * C * ob, att * f, N * C * f,
+                  N * C * ob, N * f, N * f, N * 4 * C * f, N * 4 * C * ob, N * C * f}; /* LayerActs' order */
+    _Static_assert(sizeof s / sizeof s[0] == NACTS, "bytes: LayerActs' order");
+    memcpy(bytes, s, sizeof s);
 }
+
+static void layer_sizes(const Model *m, size_t bytes[NACTS]) {
+    act_bytes_of((size_t)m->B * m->T, m->d.C, m->att_floats, pp_dtype_bytes(m->be->operand), bytes);
+}
+
+enum { ACT_ATTY = offsetof(LayerActs, atty) / sizeof(void *), ACT_ATT = offsetof(LayerActs, att) / sizeof(void *),
+       ACT_GELU = offsetof(LayerActs, fch_gelu) / sizeof(void *), ACT_RES3 = offsetof(LayerActs, res3) / sizeof(void *) };
 
 /* Whether member k of layer li is the slot's own (1) or the workspace's (0): all kept
  * in a keep slot and on layers that do not recompute; else full keeps res3 only and
  * selective all but att and fch_gelu ([Note: recompute]). */
 static int member_kept(const Chunk *ck, int li, int keep, size_t k) {
-    enum { ATT = offsetof(LayerActs, att) / sizeof(float *), GELU = offsetof(LayerActs, fch_gelu) / sizeof(float *),
-           RES3 = offsetof(LayerActs, res3) / sizeof(float *) };
     if (keep || li >= ck->nrc || ck->recompute == PP_RECOMPUTE_NONE) return 1;
-    if (ck->recompute == PP_RECOMPUTE_FULL) return k == RES3;
-    return k != ATT && k != GELU;
+    if (ck->recompute == PP_RECOMPUTE_FULL) return k == ACT_RES3;
+    return k != ACT_ATT && k != ACT_GELU;
 }
 
 /* Whether a model whose chunks recompute like this, with nred slots or blocks that do
@@ -221,14 +228,14 @@ static int chunk_uses_work(int recompute, int nrc, int nred) {
  * the sum of each chunk's own peak when the chunks' peaks fall at different times
  * (ZB-V, interleaving). A block fits the largest chunk; model_slot_attach lays a
  * chunk's layers out in it. Blocks 0 .. nblocks_keep-1 keep everything, the others
- * drop what the recompute drops. Each tensor starts BLOCK_ALIGN floats aligned. */
-#define BLOCK_ALIGN 64
-static size_t block_pad(size_t n) { return (n + BLOCK_ALIGN - 1) / BLOCK_ALIGN * BLOCK_ALIGN; }
+ * drop what the recompute drops. Each tensor starts BLOCK_ALIGN bytes aligned. */
+#define BLOCK_ALIGN 256
+static size_t block_pad(size_t bytes) { return (bytes + BLOCK_ALIGN - 1) / BLOCK_ALIGN * BLOCK_ALIGN; }
 
 /* Lay the layer activations of a slot of chunk ck (keep or not) out from base: kept
  * members carved in order, dropped ones the workspace's. base NULL: only count.
- * Returns the floats used. */
-static size_t layers_carve(const Model *m, const Chunk *ck, LayerActs *layers, int keep, float *base) {
+ * Returns the bytes used. */
+static size_t layers_carve(const Model *m, const Chunk *ck, LayerActs *layers, int keep, char *base) {
     size_t sizes[NACTS], used = 0;
     layer_sizes(m, sizes);
     void *const *work = (void *const *)&m->work; /* LayerActs as an array of pointers */
@@ -258,17 +265,18 @@ static void slot_init(Model *m, const Chunk *ck, ActSlot *a) {
     memset(a, 0, sizeof *a);
     a->keep = 1;
     a->block = -1;
-    a->input = act_alloc(m, N * C);
-    a->grad = act_alloc(m, N * C);
+    size_t f = sizeof(float);
+    a->input = act_alloc(m, N * C * f);
+    a->grad = act_alloc(m, N * C * f);
     a->tokens = dev_alloc(m, N * sizeof(int));
     a->targets = dev_alloc(m, N * sizeof(int));
     a->layers = pp_calloc(ck->l1 - ck->l0, sizeof(LayerActs));
     if (!m->pooled) layers_own(m, ck, a->layers); /* else model_slot_attach */
     if (ck->last) {
-        a->lnf = act_alloc(m, N * C);
-        a->lnf_mean = act_alloc(m, N);
-        a->lnf_rstd = act_alloc(m, N);
-        a->dlnf = act_alloc(m, N * C);
+        a->lnf = act_alloc(m, N * C * pp_dtype_bytes(m->be->operand));
+        a->lnf_mean = act_alloc(m, N * f);
+        a->lnf_rstd = act_alloc(m, N * f);
+        a->dlnf = act_alloc(m, N * C * f);
     }
 }
 
@@ -286,7 +294,7 @@ static void slot_free(const Model *m, const Chunk *ck, ActSlot *a) {
 /* The rank's activation blocks ([Note: activation blocks]), each sized for the largest
  * chunk's layout of its kind. */
 static void blocks_init(Model *m, int nkeep, int nred) {
-    size_t fl[2] = {0, 0}; /* floats of a block that drops, that keeps */
+    size_t fl[2] = {0, 0}; /* bytes of a block that drops, that keeps */
     for (int c = 0; c < m->nchunks; c++)
         for (int keep = 0; keep < 2; keep++) {
             size_t n = layers_carve(m, &m->chunks[c], NULL, keep, NULL);
@@ -294,7 +302,7 @@ static void blocks_init(Model *m, int nkeep, int nred) {
         }
     m->nblocks = nkeep + nred;
     m->nblocks_keep = nkeep;
-    m->blocks = pp_calloc(m->nblocks ? m->nblocks : 1, sizeof(float *));
+    m->blocks = pp_calloc(m->nblocks ? m->nblocks : 1, sizeof(void *));
     for (int b = 0; b < m->nblocks; b++) m->blocks[b] = act_alloc(m, fl[b < nkeep]);
 }
 
@@ -325,21 +333,27 @@ static void work_init(Model *m) {
     void *const *w = (void *const *)&want;
     for (size_t k = 0; k < NACTS; k++) {
         if (!full && !w[k]) continue;
-        f[k] = dev_alloc(m, sizes[k] * sizeof(float));
-        m->work_bytes += sizes[k] * sizeof(float);
+        f[k] = dev_alloc(m, sizes[k]);
+        m->work_bytes += sizes[k];
     }
 }
 
+/* Bytes of the four [N,C] douts of the W state: dres3 and dres2 operands, dln2 and
+ * dln1 fp32 ([Note: W state]; ob: the operand's element bytes). */
+static size_t wstate_four_bytes(size_t NC, size_t ob) { return NC * (2 * ob + 2 * sizeof(float)); }
+
 /* Whether the four [N,C] douts of the W state fit in a layer's attention probabilities
  * ([Note: W state]). */
-static int wstate_in_att(size_t att_floats, size_t N, size_t C) { return att_floats >= 4 * N * C; }
+static int wstate_in_att(size_t att_floats, size_t N, size_t C, size_t ob) {
+    return att_floats * sizeof(float) >= wstate_four_bytes(N * C, ob);
+}
 
-/* Floats of W state set memory layer li of a chunk needs ([Note: W state]): all of it
- * when it recomputes (li < nrc), else the four [N,C] douts when the probabilities
+/* Bytes of W state set memory layer li of a chunk needs ([Note: W state]): all six
+ * douts when it recomputes (li < nrc), else the four [N,C] ones when the probabilities
  * cannot hold them. */
-static size_t wstate_floats(int li, int nrc, size_t att_floats, size_t N, size_t C) {
-    if (li < nrc) return 11 * N * C;
-    return wstate_in_att(att_floats, N, C) ? 0 : 4 * N * C;
+static size_t wstate_layer_bytes(int li, int nrc, size_t att_floats, size_t N, size_t C, size_t ob) {
+    if (li < nrc) return N * C * (9 * ob + 2 * sizeof(float)); /* dres3, dfch 4, dres2, dqkv 3; dln2, dln1 */
+    return wstate_in_att(att_floats, N, C, ob) ? 0 : wstate_four_bytes(N * C, ob);
 }
 
 #define NWS (sizeof(LayerWState) / sizeof(float *))
@@ -361,16 +375,17 @@ static void wstate_elem_bytes(const Backend *be, size_t bytes[NWS]) {
 }
 
 static void wstate_init(Model *m, const Chunk *ck, LayerWState *ws) {
-    size_t N = (size_t)m->B * m->T, C = m->d.C, sizes[NWS];
-    size_t att = m->att_floats;
+    size_t N = (size_t)m->B * m->T, C = m->d.C, sizes[NWS], bytes[NWS];
+    size_t att = m->att_floats, ob = pp_dtype_bytes(m->be->operand);
     wstate_sizes(N * C, sizes);
+    wstate_elem_bytes(m->be, bytes);
     for (int l = 0; l < ck->l1 - ck->l0; l++) {
         void **f = (void **)&ws[l]; /* LayerWState as an array of pointers */
         int own = l < ck->nrc; /* all six, or ... */
         for (size_t k = 0; k < NWS; k++) {
-            if (!own && (sizes[k] != N * C || wstate_in_att(att, N, C))) continue; /* ... the [N,C] four */
-            f[k] = dev_alloc(m, sizes[k] * sizeof(float));
-            m->wstate_bytes += sizes[k] * sizeof(float);
+            if (!own && (sizes[k] != N * C || wstate_in_att(att, N, C, ob))) continue; /* ... the [N,C] four */
+            f[k] = dev_alloc(m, sizes[k] * bytes[k]);
+            m->wstate_bytes += sizes[k] * bytes[k];
         }
     }
 }
@@ -381,15 +396,16 @@ static void wstate_init(Model *m, const Chunk *ck, LayerWState *ws) {
 static LayerWState wstate_at(const Model *m, const Chunk *ck, const ActSlot *a, int li, const LayerWState *set) {
     if (li < ck->nrc) return set[li];
     const LayerActs *la = &a->layers[li];
-    size_t NC = (size_t)m->B * m->T * m->d.C;
+    size_t NC = (size_t)m->B * m->T * m->d.C, ob = pp_dtype_bytes(m->be->operand), f = sizeof(float);
     LayerWState ws = set[li];
     ws.dfch = la->fch;
     ws.dqkv = la->qkv;
-    if (wstate_in_att(m->att_floats, (size_t)m->B * m->T, m->d.C)) {
-        ws.dres3 = la->att;
-        ws.dln2 = la->att + NC;
-        ws.dres2 = la->att + 2 * NC;
-        ws.dln1 = la->att + 3 * NC;
+    if (wstate_in_att(m->att_floats, (size_t)m->B * m->T, m->d.C, ob)) { /* the fp32 two first: aligned */
+        char *p = (char *)la->att;
+        ws.dln2 = (float *)p;
+        ws.dln1 = (float *)(p + NC * f);
+        ws.dres3 = p + 2 * NC * f;
+        ws.dres2 = p + 2 * NC * f + NC * ob;
     }
     return ws;
 }
@@ -478,7 +494,7 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, 
     m->scratch = dev_alloc(m, be->scratch_floats(be, (int)N, T, (int)C) * sizeof(float));
     m->losses = dev_alloc(m, N * sizeof(float));
     m->logits_rows = head_rows(be->logits_chunk_rows, B, T);
-    m->logits = any_last ? act_alloc(m, (size_t)m->logits_rows * d->Vp) : NULL; /* [Note: chunked head] */
+    m->logits = any_last ? act_alloc(m, (size_t)m->logits_rows * d->Vp * sizeof(float)) : NULL; /* [Note: chunked head] */
     if (any_last && be->operand != PP_F32) m->dlogits = dev_alloc(m, (size_t)m->logits_rows * d->Vp * ob);
 }
 
@@ -816,11 +832,13 @@ void model_backward_weight(Model *m, int c, int s, int w) {
 /* ---- memory plan ([Note: memory plan] in model.h) ---- */
 
 void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
-                const int *nwstate, int nchunks, int B, int T, size_t att_floats, int logits_rows, int nopt,
-                int nblocks_keep, int nblocks_drop) {
-    size_t N = (size_t)B * T, C = d->C, f = sizeof(float), params = 0, head_tied = 0, blk[2] = {0, 0};
+                const int *nwstate, int nchunks, int B, int T, size_t att_floats, size_t operand_bytes,
+                int logits_rows, int nopt, int nblocks_keep, int nblocks_drop) {
+    size_t N = (size_t)B * T, C = d->C, f = sizeof(float), ob = operand_bytes, params = 0, head_tied = 0;
+    size_t blk[2] = {0, 0}, ab[NACTS], layer_all = 0, layer_raw = 0;
 #define PAD(n) (rc ? block_pad(n) : (n)) /* blocks align each tensor ([Note: activation blocks]) */
-    size_t layer_all = 5 * PAD(N * C) + 4 * PAD(N) + PAD(3 * N * C) + PAD(att_floats) + 2 * PAD(4 * N * C);
+    act_bytes_of(N, C, att_floats, ob, ab);
+    for (size_t k = 0; k < NACTS; k++) layer_all += PAD(ab[k]), layer_raw += ab[k];
     int first = 0, last = 0, full = 0, sel = 0;
     size_t dkeep = 0; /* the input half's scratch for in-layer W state, once per model */
     memset(p, 0, sizeof *p);
@@ -829,21 +847,22 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
         const ChunkSpec *k = &specs[c];
         int mode = rc ? rc[c].mode : PP_RECOMPUTE_NONE, nl = k->l1 - k->l0,
             nrc = chunk_nrc(mode, rc ? rc[c].layers : 0, nl);
-        size_t own = 2 * N * C + (k->last ? N * (2 * C + 2) : 0), kept = (size_t)nl * layer_all;
+        /* input and grad; the last stage's lnf (operand), its statistics and dlnf */
+        size_t own = 2 * N * C * f + (k->last ? N * C * ob + 2 * N * f + N * C * f : 0), kept = (size_t)nl * layer_all;
         /* a layer that drops keeps res3 (full), or all but att and fch_gelu (selective) */
-        size_t drops = mode == PP_RECOMPUTE_FULL ? layer_all - PAD(N * C) : PAD(att_floats) + PAD(4 * N * C);
+        size_t drops = mode == PP_RECOMPUTE_FULL ? layer_all - PAD(ab[ACT_RES3]) : PAD(ab[ACT_ATT]) + PAD(ab[ACT_GELU]);
         size_t dropped = kept - (size_t)nrc * drops;
         if (rc) { /* the slot's own part; the layers in the rank's blocks */
-            p->slots += f * (size_t)k->nslots * own;
+            p->slots += (size_t)k->nslots * own;
             blk[1] = kept > blk[1] ? kept : blk[1];
             blk[0] = dropped > blk[0] ? dropped : blk[0];
         } else {
-            p->slots += f * (size_t)k->nslots * (own + kept);
+            p->slots += (size_t)k->nslots * (own + kept);
         }
         p->recv += f * (size_t)k->nrecv * N * C;
         for (int li = 0; li < nl; li++) /* [Note: W state] */
-            p->wstate += f * (size_t)(nwstate ? nwstate[c] : 0) * wstate_floats(li, nrc, att_floats, N, C);
-        if (nwstate && nwstate[c] > 0 && nl > nrc) dkeep = 4 * N * C;
+            p->wstate += (size_t)(nwstate ? nwstate[c] : 0) * wstate_layer_bytes(li, nrc, att_floats, N, C, ob);
+        if (nwstate && nwstate[c] > 0 && nl > nrc) dkeep = 4 * N * C * f;
         if (rc && chunk_uses_work(mode, nrc, nblocks_drop)) {
             full |= mode == PP_RECOMPUTE_FULL;
             sel |= mode == PP_RECOMPUTE_SELECTIVE;
@@ -853,13 +872,13 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
         if (k->last) params += 2 * C + (d->tied && first ? 0 : (size_t)d->Vp * C); /* a shared wte counts once */
     }
 #undef PAD
-    if (rc) p->slots += f * ((size_t)nblocks_keep * blk[1] + (size_t)nblocks_drop * blk[0]);
+    if (rc) p->slots += (size_t)nblocks_keep * blk[1] + (size_t)nblocks_drop * blk[0];
     if (last) p->logits = f * (size_t)head_rows(logits_rows, B, T) * d->Vp; /* [Note: chunked head] */
     p->slots += p->logits;
-    p->wstate += f * dkeep;
+    p->wstate += dkeep;
     if (d->tied && first && last) head_tied = (size_t)d->Vp * C; /* [Note: tied gradient order] */
-    size_t layer_raw = N * (16 * C + 4) + att_floats;
-    p->work = f * (full ? layer_raw : sel ? att_floats + N * 5 * C : 0);
+    /* the workspace: a whole layer (full), or what selective recomputes: att, atty, fch_gelu */
+    p->work = full ? layer_raw : sel ? ab[ACT_ATT] + ab[ACT_ATTY] + ab[ACT_GELU] : 0;
     p->params = f * params;
     p->grads = f * (params + head_tied);
     p->optimizer = f * (size_t)nopt * params;

@@ -198,7 +198,7 @@ typedef struct {
     int pooled;               /* the layers' activations are in blocks (model_init_recompute) */
     int nblocks, nblocks_keep; /* activation blocks ([Note: activation blocks] in model.c);
                                   the first nblocks_keep keep everything */
-    float **blocks;           /* [nblocks] */
+    void **blocks;            /* [nblocks] */
     long recomputes;          /* layer recomputes run so far (a backward, I or W of one
                                  layer on a slot without keep), for the runtime's check */
 } Model;
@@ -228,12 +228,13 @@ typedef struct {
 
 /* Fill *p for model_init_recompute(d, specs, rc, nchunks, B, T, be, nblocks_keep,
  * nblocks_drop) (rc NULL: model_init) with a backend whose attention keeps att_floats
- * floats per layer (be->attention_saved_floats(B, T, NH)) and whose head computes
+ * floats per layer (be->attention_saved_floats(B, T, NH)), whose operand activations
+ * take operand_bytes an element (pp_dtype_bytes(be->operand)) and whose head computes
  * logits_rows rows at once (be->logits_chunk_rows, 0: all), nopt optimizer arrays, and
  * nwstate[c] W state sets for chunk c. */
 void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
-                const int *nwstate, int nchunks, int B, int T, size_t att_floats, int logits_rows, int nopt,
-                int nblocks_keep, int nblocks_drop);
+                const int *nwstate, int nchunks, int B, int T, size_t att_floats, size_t operand_bytes,
+                int logits_rows, int nopt, int nblocks_keep, int nblocks_drop);
 /* The activation total of a plan: slots, workspace, receive buffers and W state. */
 size_t model_plan_activations(const ModelPlan *p);
 

@@ -655,7 +655,8 @@ START_TEST(test_chunked_head) {
             ck_assert_int_eq(ch.logits_rows, Reff);
             ck_assert_uint_eq(ref.act_bytes - ch.act_bytes, (size_t)(N - Reff) * Vp * sizeof(float));
             ModelPlan plan;
-            model_plan(&plan, d, &spec, NULL, NULL, 1, B, T, be.attention_saved_floats(&be, B, T, d->NH), R, 0, 0, 0);
+            model_plan(&plan, d, &spec, NULL, NULL, 1, B, T, be.attention_saved_floats(&be, B, T, d->NH),
+                       pp_dtype_bytes(be.operand), R, 0, 0, 0);
             ck_assert_uint_eq(plan.slots, ch.act_bytes);
             ck_assert_uint_eq(plan.logits, (size_t)Reff * Vp * sizeof(float));
             Model *ms[2] = {&ref, &ch};
@@ -806,8 +807,9 @@ START_TEST(test_split_backward_chunk) {
         setup_model_dims(&sp, dims[v], &specs[k], 1, B, T, 21);
         model_init_wstate(&sp, 0, 2);
         size_t nl = (size_t)(specs[k].l1 - specs[k].l0), nc = (size_t)N * C * sizeof(float);
+        size_t four = (size_t)N * C * (2 * pp_dtype_bytes(model_be->operand) + 2 * sizeof(float));
         /* the input half's scratch, and the [N,C] four per set and layer when they do not fit */
-        ck_assert_uint_eq(sp.wstate_bytes, 4 * nc + (v == 0 ? 2 * nl * 4 * nc : 0));
+        ck_assert_uint_eq(sp.wstate_bytes, 4 * nc + (v == 0 ? 2 * nl * four : 0));
         ck_assert_uint_eq(f.wstate_bytes, 0);
         Model *ms[2] = {&f, &sp};
         float *in[2], *dout[2];
@@ -956,7 +958,8 @@ END_TEST
  * M <= 5, every recompute mode and every rank: what model_init_recompute,
  * model_init_optimizer and model_init_wstate allocate for runtime_chunk_plan's chunks
  * equals model_plan's bytes, term by term. Twice ([Note: W state]): NH*T < 4C (the
- * [N,C] douts in sets) and NH*T = 4C (in the probabilities). */
+ * [N,C] douts in sets) and NH*T = 4C (in the probabilities). On the CPU and with bf16
+ * operand activations ([Note: operand activations] in backend.h). */
 START_TEST(test_memory_plan_sweep) {
     ModelDims dims[2] = {{16, 16, 4, 8, 2, 8, 1}, {16, 16, 4, 8, 8, 8, 1}};
     int B = 1, T = 4, checked = 0, kinds = 0;
@@ -984,10 +987,10 @@ START_TEST(test_memory_plan_sweep) {
                             ModelPlan plan;
                             Model m;
                             runtime_chunk_plan(&s, &fwd, &part, r, mode, M % 2, specs, rc, nws, nb);
-                            Backend be = *backend_cpu();
+                            Backend be = *(_i ? backend_bf16_operands() : backend_cpu());
                             be.logits_chunk_rows = M % 3; /* all, 1 or 2 of the 4 rows ([Note: chunked head]) */
                             model_plan(&plan, &d, specs, rc, nws, v, B, T, be.attention_saved_floats(&be, B, T, d.NH),
-                                       be.logits_chunk_rows, 2, nb[1], nb[0]);
+                                       pp_dtype_bytes(be.operand), be.logits_chunk_rows, 2, nb[1], nb[0]);
                             model_init_recompute(&m, &d, specs, rc, v, B, T, &be, nb[1], nb[0]);
                             model_init_optimizer(&m, 2);
                             for (int c = 0; c < v; c++) model_init_wstate(&m, c, nws[c]);
@@ -1131,7 +1134,7 @@ int main(void) {
     tcase_add_loop_test(model, test_split_backward_chunk, 0, 2); /* the CPU, bf16 operand activations */
     tcase_add_loop_test(model, test_recompute_chunk, 0, 2);
     tcase_add_test(model, test_operand_bf16);
-    tcase_add_test(model, test_memory_plan_sweep);
+    tcase_add_loop_test(model, test_memory_plan_sweep, 0, 2); /* the CPU, bf16 operand activations */
     suite_add_tcase(s, model);
     return check_run(s, 0);
 }
