@@ -860,9 +860,17 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
     if (n == 0) return PP_OK;
     double step = rt->sum_step_s / n, busy = rt->sum_busy_s / n;
     double rss_mb = ru.ru_maxrss * 1024.0 / 1e6; /* KiB -> MB (10^6 bytes, as every size pptrain prints) */
-    printf("rank %d: per step %.1f ms (fastest %.1f, pipeline %.1f ms), busy %.1f ms, idle (bubble) %.1f ms = %.1f%% "
-           "| peak RSS %.1f MB\n", rt->lay.rank, step * 1e3, rt->min_step_s * 1e3, rt->sum_pipe_s / n * 1e3, busy * 1e3,
-           (step - busy) * 1e3, 100.0 * (step - busy) / step, rss_mb);
+    /* [Note: traced device time]: untraced, a device's action times are the host's enqueue
+     * times, so neither the busy share nor the simulated pipeline would mean anything */
+    int timed = !rt->model.be->device_memory || rt->trace;
+    if (timed)
+        printf("rank %d: per step %.1f ms (fastest %.1f, pipeline %.1f ms), busy %.1f ms, idle (bubble) %.1f ms = "
+               "%.1f%% | peak RSS %.1f MB\n", rt->lay.rank, step * 1e3, rt->min_step_s * 1e3, rt->sum_pipe_s / n * 1e3,
+               busy * 1e3, (step - busy) * 1e3, 100.0 * (step - busy) / step, rss_mb);
+    else
+        printf("rank %d: per step %.1f ms (fastest %.1f, pipeline %.1f ms) | peak RSS %.1f MB (the GPU runs "
+               "asynchronously: --trace times each action on it, and then the busy and bubble shares)\n",
+               rt->lay.rank, step * 1e3, rt->min_step_s * 1e3, rt->sum_pipe_s / n * 1e3, rss_mb);
     /* mean per-action times of every stage (each rank contributes its own), and the
      * slowest rank's pipeline time: the step ends when the last rank finishes */
     double *v = pp_calloc(3 * S + 1, sizeof(double)); /* F, B (or I), W of each stage; the pipeline */
@@ -876,7 +884,7 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
         free(v);
         return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the timing report: %s", comm_error(rt->comm));
     }
-    if (rt->lay.rank == 0) {
+    if (rt->lay.rank == 0 && timed) {
         SimCosts c;
         SimResult res;
         char serr[PP_ERR_MAX];
