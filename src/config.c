@@ -13,6 +13,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "pathpat.h"
 #include "sched.h"
 
 /* ------------------------------------------------------------------------------------
@@ -24,8 +25,8 @@ typedef enum {
     T_U64,    /* uint64_t, any value */
     T_FLOAT,  /* float, limits lo..hi; OPEN_LO / OPEN_HI exclude the limit itself */
     T_BOOL,   /* int 0/1 from true/false (also yes/no, on/off) */
-    T_STRING, /* char[size], non-empty */
-    T_PATH,   /* char[size]; YAML null (or no value) stores "" */
+    T_STRING, /* char[size], a non-empty path ([Note: path patterns] expand it) */
+    T_PATH,   /* char[size], a path; YAML null (or no value) stores "" */
     T_ENUM,   /* char[size], one of `choices` */
     T_SPLIT,  /* char[size]: "auto", "[4, 4]" or "[\"layers.4\"]" (see read_split) */
     T_AUTO,   /* int: "auto" stores 0, else an integer in lo..hi (lo >= 1) */
@@ -352,7 +353,7 @@ static void format_float(float v, char *buf, size_t n) {
     if (!strpbrk(buf, ".e")) strncat(buf, ".0", n - strlen(buf) - 1);
 }
 
-#define VALUE_MAX (4 * PP_PATH_MAX + 8) /* a path with every byte escaped, quoted */
+#define VALUE_MAX (4 * PP_PATH_MAX + 8) /* a path with every byte escaped (or % and $ doubled), quoted */
 
 /* The value of f in c as YAML text that field_parse / read_split read back. */
 static void format_value(const Field *f, const Config *c, char *buf, size_t n) {
@@ -368,7 +369,13 @@ static void format_value(const Field *f, const Config *c, char *buf, size_t n) {
             break;
         }
         /* fall through */
-    case T_STRING:
+    case T_STRING: { /* expanded; % and $ doubled so that it reads back as itself */
+        char path[2 * PP_PATH_MAX];
+        pathpat_escape(p, path, sizeof path);
+        if (plain_safe(path)) snprintf(buf, n, "%s", path);
+        else quote(path, buf, n);
+        break;
+    }
     case T_ENUM:
         if (plain_safe(p)) snprintf(buf, n, "%s", (const char *)p);
         else quote(p, buf, n);
@@ -874,9 +881,25 @@ static int check_cross(const Config *c, char *err, size_t errlen) {
 #undef REJECT
 }
 
+/* Expand the patterns of every path key (T_STRING and T_PATH: all of them are paths) in
+ * place: [Note: path patterns] in pathpat.c. */
+static int expand_paths(Config *c, char *err, size_t errlen) {
+    char why[PP_ERR_MAX], out[PP_PATH_MAX];
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const Field *f = &k_fields[i];
+        char *s = field_ptr(f, c);
+        if (f->type != T_STRING && f->type != T_PATH) continue;
+        if (pathpat_expand(s, out, f->size < sizeof out ? f->size : sizeof out, why, sizeof why))
+            return pp_errf(err, errlen, PP_EUSAGE, "%s '%s': %s", f->key, s, why);
+        set_text(s, f->size, out);
+    }
+    return PP_OK;
+}
+
 int config_finalize(Config *c, char *err, size_t errlen) {
     if (c->padded_vocab_size == 0) c->padded_vocab_size = (c->vocab_size + 127) / 128 * 128;
-    int rc = check_fields(c, err, errlen);
+    int rc = expand_paths(c, err, errlen);
+    if (rc == PP_OK) rc = check_fields(c, err, errlen);
     return rc ? rc : check_cross(c, err, errlen);
 }
 

@@ -80,12 +80,15 @@ int config_load_file(Config *c, const char *path, char *err, size_t errlen);
 /* Apply one "a.b=v" override (the value is parsed as YAML scalar or flow sequence). */
 int config_set(Config *c, const char *assignment, char *err, size_t errlen);
 
-/* Resolve derived values (padded_vocab_size 0 -> round up to 128) and check every
- * key and the cross-field rules. Returns PP_OK or PP_EUSAGE with a message. */
+/* Resolve derived values (padded_vocab_size 0 -> round up to 128), expand the patterns
+ * of the path keys (%j, %A, %a, ${NAME}: [Note: path patterns] in pathpat.c) and check
+ * every key and the cross-field rules. Returns PP_OK or PP_EUSAGE with a message (an
+ * unset variable is named). Call it once per config: a second call would expand the
+ * expanded paths again. */
 int config_finalize(Config *c, char *err, size_t errlen);
 
 /* Print the effective config as YAML that config_load_file reads back to the same
- * config. */
+ * config (paths as expanded, with % and $ doubled so that they read back as they are). */
 void config_print(const Config *c, FILE *f);
 
 /* FNV-1a hash of the printed config; `model_only` hashes only the model-defining

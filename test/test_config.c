@@ -729,6 +729,76 @@ START_TEST(test_finalize_checks_direct_values) {
 }
 END_TEST
 
+/* ---- path patterns ([Note: path patterns] in src/pathpat.c) ------------------------------ */
+
+/* Every path key expands %j, %A, %a (with a width), %%, ${NAME} and $$ from the
+ * environment, once, in config_finalize; the printed config reads back to the same
+ * expanded paths. Each test is its own fork: setenv stays in it. */
+START_TEST(test_path_patterns_expand) {
+    char err[PP_ERR_MAX] = "";
+    Config c;
+    setenv("SLURM_JOB_ID", "4242", 1);
+    setenv("SLURM_ARRAY_JOB_ID", "4240", 1);
+    setenv("SLURM_ARRAY_TASK_ID", "7", 1);
+    setenv("PP_TEST_DIR", "/scratch/me", 1);
+    valid_config(&c);
+    set_ok(&c, "output.dir=runs/arr-%A_%a-%j");
+    set_ok(&c, "data.train=${PP_TEST_DIR}/train-%3a.bin");
+    set_ok(&c, "data.val=100%%-$$x");
+    set_ok(&c, "model.init_from=${PP_TEST_DIR}/gpt2.bin");
+    set_ok(&c, "pipeline.schedule_file=plans/%j.txt");
+    ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s", err);
+    ck_assert_str_eq(c.out_dir, "runs/arr-4240_7-4242");
+    ck_assert_str_eq(c.train_path, "/scratch/me/train-007.bin");
+    ck_assert_str_eq(c.val_path, "100%-$x");
+    ck_assert_str_eq(c.init_from, "/scratch/me/gpt2.bin");
+    ck_assert_str_eq(c.schedule_file, "plans/4242.txt");
+    assert_round_trip(&c, "expanded paths"); /* the literal % and $ of data.val too */
+    valid_config(&c);
+    set_ok(&c, "output.dir=r/%12j"); /* sbatch pads to at most 10 */
+    ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s", err);
+    ck_assert_str_eq(c.out_dir, "r/0000004242");
+}
+END_TEST
+
+/* An unset or empty variable, an unknown pattern and a result too long are errors that
+ * name the key, the pattern and the variable: never an empty string or a literal "%a". */
+static const char *const k_pattern_errors[][2] = {
+    {"output.dir=runs/%j", "output.dir 'runs/%j': %j (the environment variable SLURM_JOB_ID) is not set"},
+    {"output.dir=runs/%A", "%A (the environment variable SLURM_ARRAY_JOB_ID) is not set"},
+    {"output.dir=runs/arr-%a", "output.dir 'runs/arr-%a': %a (the environment variable SLURM_ARRAY_TASK_ID) is not set"},
+    {"data.train=${PP_TEST_UNSET}/t.bin",
+     "data.train '${PP_TEST_UNSET}/t.bin': ${PP_TEST_UNSET} (the environment variable PP_TEST_UNSET) is not set"},
+    {"data.val=${PP_TEST_EMPTY}", "${PP_TEST_EMPTY} (the environment variable PP_TEST_EMPTY) is empty"},
+    {"model.init_from=\"%x.bin\"", "model.init_from '%x.bin': '%x' is not a pattern pptrain expands"},
+    {"output.dir=runs/%", "'%' is not a pattern pptrain expands"},
+    {"output.dir=runs/%3%", "'%3%' is not a pattern pptrain expands"},
+    {"output.dir=runs/%123a", "'%123a' is not a pattern pptrain expands"},
+    {"pipeline.schedule_file=$HOME/p.txt", "'$HOME' is not a pattern pptrain expands: write an environment "
+                                           "variable as ${NAME}"},
+    {"output.dir=runs/${1x}", "'${1x}' is not a pattern"},
+    {"output.dir=runs/${X", "'${X' is not a pattern"},
+    {"output.dir=${PP_TEST_LONG}", "output.dir '${PP_TEST_LONG}': it expands to more than 1023 bytes"},
+};
+
+START_TEST(test_path_pattern_errors) {
+    char err[PP_ERR_MAX] = "", long_value[1100];
+    memset(long_value, 'a', sizeof long_value - 1);
+    long_value[sizeof long_value - 1] = '\0';
+    unsetenv("SLURM_JOB_ID");
+    unsetenv("SLURM_ARRAY_JOB_ID");
+    unsetenv("SLURM_ARRAY_TASK_ID");
+    unsetenv("PP_TEST_UNSET");
+    setenv("PP_TEST_EMPTY", "", 1);
+    setenv("PP_TEST_LONG", long_value, 1);
+    Config c;
+    valid_config(&c);
+    set_ok(&c, k_pattern_errors[_i][0]);
+    ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_EUSAGE, "%s accepted", k_pattern_errors[_i][0]);
+    assert_has(err, k_pattern_errors[_i][1]);
+}
+END_TEST
+
 /* ---- hash and first_diff --------------------------------------------------------------- */
 
 START_TEST(test_hash) {
@@ -835,6 +905,8 @@ static Suite *config_suite(void) {
     tcase_add_loop_test(tc, test_cross_field_errors, 0, sizeof k_cross / sizeof k_cross[0]);
     tcase_add_test(tc, test_cross_field_valid_edges);
     tcase_add_test(tc, test_finalize_checks_direct_values);
+    tcase_add_test(tc, test_path_patterns_expand);
+    tcase_add_loop_test(tc, test_path_pattern_errors, 0, sizeof k_pattern_errors / sizeof k_pattern_errors[0]);
     tcase_add_test(tc, test_hash);
     tcase_add_test(tc, test_first_diff);
     tcase_add_test(tc, test_docs_cover_every_key);
