@@ -17,6 +17,7 @@
 #include "data.h"
 #include "dist.h"
 #include "log.h"
+#include "outdir.h"
 #include "runtime.h"
 #include "sched_cmd.h"
 #include "trace.h"
@@ -284,6 +285,20 @@ static int resume_choice(const Checkpointer *ck, Comm *comm, const char **resume
     return PP_OK;
 }
 
+/* Rank 0 takes output.dir's lock ([Note: output.dir lock] in outdir.c) and every rank
+ * returns its status, so that all ranks of a second run on the directory exit 2. */
+static int lock_outdir(const char *dir, Comm *comm, OutdirLock *lock, char *err, size_t errlen) {
+    int rc = comm->rank == 0 ? outdir_lock(lock, dir, err, errlen) : PP_OK;
+    double status = rc;
+    if (comm_allreduce_sum_f64(comm, &status, 1))
+        return pp_errf(err, errlen, PP_ERUNTIME, "agreeing on the lock of output.dir: %s", comm_error(comm));
+    if (rc == PP_OK && status == PP_EUSAGE)
+        return pp_errf(err, errlen, PP_EUSAGE, "output.dir '%s' is in use by another run (rank 0 names it)", dir);
+    if (rc == PP_OK && status != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "rank 0 could not lock output.dir '%s' (see its message)", dir);
+    return rc;
+}
+
 static int train(const Config *cfg, const DistEnv *env, const char *resume, int resume_if_present) {
     char err[PP_ERR_MAX];
     int rc, rank = env->rank;
@@ -296,11 +311,14 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
         free(text);
         return pp_error("%s", err), rc;
     }
-    Trace *trace = cfg->trace ? trace_create(cfg->out_dir, rank) : NULL;
-    Runtime rt;
+    Trace *trace = NULL;
+    Runtime rt = {0}; /* rt.cfg is set by runtime_init: out: frees only what was built */
     Checkpointer ck = {0};
     Log log = {0};
+    OutdirLock lock = {.fd = -1};
     long start = 0;
+    if ((rc = lock_outdir(cfg->out_dir, comm, &lock, err, sizeof err))) goto out; /* before any write there */
+    trace = cfg->trace ? trace_create(cfg->out_dir, rank) : NULL;
     if ((rc = runtime_init(&rt, cfg, comm, trace, err, sizeof err))) goto out;
     report_build(&rt);
     checkpoint_init(&ck, &rt, text);
@@ -339,6 +357,7 @@ out:
     if (ck.writer) checkpoint_free(&ck);
     if (rt.cfg) runtime_free(&rt);
     trace_destroy(trace);
+    outdir_unlock(&lock); /* last: the checkpoint writers and the log are done with output.dir */
     free(text);
     return rc;
 }

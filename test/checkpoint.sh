@@ -75,7 +75,8 @@ if [ $rc -eq 2 ] && grep -q 'already holds the checkpoints of a run' "$tmp/full-
   cmp -s "$tmp/m1.bin" "$tmp/m2.bin" && ok "export -> init_from -> export is byte-identical" || bad "export/init_from round trip"
 head -c 8 "$tmp/m1.bin" | od -An -tu4 | grep -q '20240326 *3' && ok "export writes llm.c's header (magic 20240326, version 3)" || bad "export header"
 
-# 4. Corrupt checkpoints: resume exits 1 naming the file (and tensor), nothing changes.
+# 4. Corrupt checkpoints: resume exits 1 naming the file (and tensor), nothing changes
+#    (but output.dir/lock, whose line names the run that holds it last).
 corrupt() { # label, grep pattern, a command that damages $tmp/bad/checkpoints/step_0000010
   local label=$1 pat=$2 damage=$3
   rm -rf "$tmp/bad" && cp -r "$tmp/full-1f1b" "$tmp/bad"
@@ -83,8 +84,8 @@ corrupt() { # label, grep pattern, a command that damages $tmp/bad/checkpoints/s
   local before; before=$(cd "$tmp/bad" && find . -type f -o -type l | sort | xargs md5sum 2>/dev/null)
   run bad 2 --set pipeline.microbatches=4 --set train.steps=12 --resume
   local rc=$?
-  local after; after=$(cd "$tmp/bad" && find . -type f -o -type l | sort | grep -v -e losses.csv | xargs md5sum 2>/dev/null)
-  if [ $rc -eq 1 ] && grep -q -- "$pat" "$tmp/bad.out" && [ "$(grep -v losses.csv <<<"$before")" = "$after" ]; then
+  local after; after=$(cd "$tmp/bad" && find . -type f -o -type l | sort | grep -v -e losses.csv -e '^\./lock$' | xargs md5sum 2>/dev/null)
+  if [ $rc -eq 1 ] && grep -q -- "$pat" "$tmp/bad.out" && [ "$(grep -v -e losses.csv -e ' \./lock$' <<<"$before")" = "$after" ]; then
     ok "$label: exit 1, $(grep -m1 'error' "$tmp/bad.out" | cut -c1-150)"
   else bad "$label: rc=$rc $(grep -m1 error "$tmp/bad.out")"; fi
 }
