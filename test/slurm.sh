@@ -7,7 +7,9 @@
 # COMPLETED (or requeued) and the resumed losses equal an uninterrupted run's bit for
 # bit; a requeued run ends once it finishes; a plain ./pptrain in a 2-task batch script
 # exits 2 at once naming srun; a killed rank fails the job within runtime.timeout_s; two
-# jobs at once on one node do not collide. Before the cluster, checks that need no
+# jobs at once on one node do not collide; a job array's output.dir arr-%A_%a is one
+# directory per task, and a second job on a running job's directory fails at once naming
+# it. Before the cluster, checks that need no
 # SLURM: the batch shell's environment, a rank of another job at the rendezvous, the
 # [rank R] prefix of environment errors, threads from the CPU affinity mask.
 # Needs root (it installs the packages where missing, and adds two names to /etc/hosts,
@@ -303,5 +305,39 @@ for i in 0 1; do
   check "...losses of steps 1-$want equal the uninterrupted run's bitwise" \
     test "$(nrows "$R/$name")" -eq $want -a -n "$(same_rows "$R/$name" "$R/ref-big" $want && echo y)"
 done
+
+# 7. A job array with output.dir arr-%A_%a (sbatch expands the patterns only in its -o;
+#    pptrain expands them itself): each task trains into a directory of its own, which
+#    the batch script names. A second job on the directory of a running one fails at
+#    once (2:0) naming the first's host, pid and job; once the first ended (scancel: it
+#    saves), the same command resumes it.
+arr=$(CONFIG=test/configs/pipe8.yaml sbatch --parsable --array=1-2 -o "$R/arr-%A_%a.log" --nodes=1 --ntasks-per-node=2 \
+  --cpus-per-task=1 --gpus-per-node=0 scripts/slurm/pptrain.sbatch --set pipeline.stages=2 --set train.steps=20 \
+  --set output.dir="$R/arr-%A_%a")
+for t in 1 2; do
+  job_wait "${arr}_$t" 60
+  job_ok "job array task $t with output.dir $R/arr-%A_%a" "$R/arr-${arr}_$t.log"
+  check "...trained into arr-${arr}_$t ($(nrows "$R/arr-${arr}_$t") rows), the batch script naming it" \
+    test "$(nrows "$R/arr-${arr}_$t")" -eq 20 -a -n "$(grep -F "output.dir $R/arr-${arr}_$t," "$R/arr-${arr}_$t.log")"
+done
+check "...and nothing into a directory named arr-%A_%a" test ! -e "$R/arr-%A_%a"
+lock=(--set pipeline.stages=2 --set train.lr_schedule.decay=constant --set output.dir="$R/locked")
+j1=$(PPTRAIN_REQUEUE=0 CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/locked1.log" --nodes=1 --ntasks-per-node=2 \
+  --cpus-per-task=1 --gpus-per-node=0 scripts/slurm/pptrain.sbatch "${lock[@]}" --set train.steps=1000000)
+wait_rows "$R/locked" 2 60 || bad "the first job on $R/locked did not train: $(tail -n 3 "$R/locked1.log")"
+t0=$SECONDS
+j2=$(CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/locked2.log" --nodes=1 --ntasks-per-node=2 \
+  --cpus-per-task=1 --gpus-per-node=0 scripts/slurm/pptrain.sbatch "${lock[@]}" --set train.steps=1000000)
+job_wait "$j2" 30
+check "a second job on the directory of running job $j1: $ST $EXIT in $((SECONDS - t0)) s, naming job $j1" \
+  test "$ST" = FAILED -a "$EXIT" = 2:0 -a -n "$(grep -F "is in use by another run: pid" "$R/locked2.log" | grep -F ", SLURM job $j1,")"
+scancel -s USR1 "$j1"
+job_wait "$j1" 60
+job_ok "...the first job, sent USR1: saved and stopped (PPTRAIN_REQUEUE=0)" "$R/locked1.log"
+n=$(rows "$R/locked" | tail -n 1 | cut -d, -f1)
+j3=$(CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/locked3.log" --nodes=1 --ntasks-per-node=2 \
+  --cpus-per-task=1 --gpus-per-node=0 scripts/slurm/pptrain.sbatch "${lock[@]}" --set train.steps=$((${n:-0} + 5)))
+job_wait "$j3" 60
+job_ok "...then the same command resumes it at step ${n:-?} and trains 5 more steps" "$R/locked3.log"
 
 finish
