@@ -59,18 +59,18 @@ static int expand_percent(const char *p, char *out, size_t n, size_t *len, size_
     static const char *const hint = ": write the path without it, or run inside a SLURM job (a job array "
                                     "for %A and %a), where SLURM sets it (%% is a literal %)";
     size_t d = strspn(p + 1, "0123456789");
-    char letter = p[1 + d], text[32];
-    int width = d ? atoi(p + 1) : 0;
-    snprintf(text, sizeof text, "%.*s", (int)(d + 2), p);
+    char letter = p[1 + d], text[8];
     *used = d + 2;
     if (letter == '%' && !d) return append(out, n, len, "%", 0);
     const char *var = letter == 'j' ? "SLURM_JOB_ID" : letter == 'A' ? "SLURM_ARRAY_JOB_ID"
                     : letter == 'a' ? "SLURM_ARRAY_TASK_ID" : NULL;
-    if (!var || d > 2)
+    if (!var || d > 2) /* two digits of width are more than sbatch's 10 */
         return pp_errf(err, errlen, PP_EUSAGE, "'%.*s' is not a pattern pptrain expands: it knows %%j "
                        "(SLURM_JOB_ID), %%A (SLURM_ARRAY_JOB_ID), %%a (SLURM_ARRAY_TASK_ID), each with an "
                        "optional width (%%4a), ${NAME} for any environment variable, and %%%% and $$ for a "
                        "literal %% and $", letter ? (int)(d + 2) : (int)(d + 1), p);
+    int width = d ? atoi(p + 1) : 0;
+    snprintf(text, sizeof text, "%.*s", (int)(d + 2), p);
     const char *v = env_value(var, strlen(var), text, hint, err, errlen);
     if (!v) return PP_EUSAGE;
     return append(out, n, len, v, width > PAD_MAX ? PAD_MAX : width);
