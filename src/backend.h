@@ -85,7 +85,9 @@ struct Backend {
 
     /* ---- layer ops ---- */
 
-    /* out[N,C] = wte[inp[n],:] + wpe[n mod T,:]; inp[N] token ids. */
+    /* out[N,C] = wte[inp[n],:] + wpe[n mod T,:]; inp[N] token ids, each below the
+     * vocabulary (unchecked here: data_batch checks every id it reads, [Note: checked
+     * batch reads] in data.c). */
     void (*encoder_forward)(const Backend *be, float *out, const int *inp, const float *wte, const float *wpe,
                             int B, int T, int C);
     /* dwte[inp[n],:] += dout[n,:]; dwpe[t,:] += sum over b of dout[b,t,:]. All weight
@@ -142,8 +144,9 @@ struct Backend {
      * no probability): dlogits[N,Vp] (operand) = (softmax(logits) - onehot(target)) *
      * dloss (padded columns 0); logits[N,Vp] are left clobbered, and when the operand
      * type is fp32 dlogits may be logits itself (in place). losses[N] receives each
-     * row's -log p(target). targets[N]. Rows are independent: the model calls it on
-     * chunks of rows (logits_chunk_rows below). */
+     * row's -log p(target). targets[N], each in [0, V) (unchecked, as encoder_forward's
+     * ids). Rows are independent: the model calls it on chunks of rows
+     * (logits_chunk_rows below). */
     void (*crossentropy_forward_backward)(const Backend *be, void *dlogits, float *losses, float *logits,
                                           const int *targets, float dloss, int N, int V, int Vp);
     /* As above but without the gradient (validation): logits are left clobbered. */
