@@ -211,7 +211,13 @@ struct Backend {
 /* The CPU reference backend (BLAS sgemm + OpenMP loops); a static instance. */
 const Backend *backend_cpu(void);
 
-/* Set the CPU thread count (OpenMP and OpenBLAS); n <= 0 keeps the default. */
-void backend_cpu_set_threads(int n);
+/* The CPUs this process may run on: its affinity mask, which SLURM, taskset or numactl
+ * narrow, not the machine's core count; at least 1. */
+int backend_cpu_cpus(void);
+
+/* Set the CPU thread count (OpenMP and OpenBLAS) to n (runtime.threads), at most
+ * backend_cpu_cpus(): more is capped there, with a warning on stderr that says so. n <= 0
+ * keeps the default. Returns the count in force. */
+int backend_cpu_set_threads(int n);
 
 #endif

@@ -1,8 +1,6 @@
 /* main.c — the pptrain command line: wires config, transport, runtime and log. */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <errno.h>
 #include <math.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -362,15 +360,10 @@ out:
     return rc;
 }
 
-/* runtime.threads 0: the CPUs this process may run on — its affinity mask, which SLURM,
- * taskset or numactl narrow, not the machine's core count — divided among the
- * local_world ranks of this node, at least 1. */
+/* runtime.threads 0: the CPUs this process may run on (backend_cpu_cpus) divided among
+ * the local_world ranks of this node, at least 1. */
 static int default_threads(int local_world) {
-    cpu_set_t set;
-    long cpus = 0;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
-    if (cpus <= 0) cpus = sysconf(_SC_NPROCESSORS_ONLN); /* more CPUs than a cpu_set_t holds */
-    int threads = (int)(cpus / (local_world > 0 ? local_world : 1));
+    int threads = backend_cpu_cpus() / (local_world > 0 ? local_world : 1);
     return threads < 1 ? 1 : threads;
 }
 
@@ -396,7 +389,7 @@ static int dispatch(Cli *cli, int sub) {
         printf("rank %d: runtime.threads 0: %d compute thread(s) (the CPUs this process may run on, shared "
                "by %d rank(s) on this node)\n", env.rank, threads, env.local_world);
     }
-    backend_cpu_set_threads(threads);
+    backend_cpu_set_threads(threads); /* at most backend_cpu_cpus(), saying so */
     return train(&cli->cfg, &env, cli->resume, cli->resume_if_present);
 }
 
