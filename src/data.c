@@ -240,7 +240,8 @@ int data_check_batch(DataSet *d, int B, int T, char *err, size_t errlen) {
                        "train.batch_size / train.seq_len",
                        d->path, d->ntok, B, T, (long long)B * T + 1);
     /* B*T + 1 tokens from any even offset span at most this many whole blocks */
-    size_t span = 2 * ((size_t)B * T + 1), need = ((span + DATA_BLOCK_BYTES - 1) / DATA_BLOCK_BYTES + 1) * DATA_BLOCK_BYTES;
+    size_t span = 2 * ((size_t)B * T + 1);
+    size_t need = ((span + DATA_BLOCK_BYTES - 1) / DATA_BLOCK_BYTES + 1) * DATA_BLOCK_BYTES;
     if (need > d->buf_bytes) {
         free(d->buf);
         d->buf = pp_malloc(need);
@@ -272,9 +273,11 @@ static int read_batch(DataSet *d, long n, long nb, size_t bt, int *inputs, int *
     to = to < d->bytes ? to : d->bytes;
     PP_CHECK(to - from <= (long long)d->buf_bytes); /* data_check_batch made room */
     struct stat st;
-    long long got = fstat(d->fd, &st);
-    if (got == 0 && st.st_size != d->bytes) return changed_size(d, st.st_size, n, t0, t1, err, errlen);
-    if (got == 0) got = read_at(d->fd, d->buf, (size_t)(to - from), from);
+    long long got = -1;
+    if (fstat(d->fd, &st) == 0) {
+        if (st.st_size != d->bytes) return changed_size(d, st.st_size, n, t0, t1, err, errlen);
+        got = read_at(d->fd, d->buf, (size_t)(to - from), from);
+    }
     if (got < 0)
         return pp_errf(err, errlen, PP_ERUNTIME, "cannot read data file '%s' (batch %ld, bytes %lld..%lld): %s",
                        d->path, n, lo, hi - 1, strerror(errno));
