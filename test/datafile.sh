@@ -15,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
 
 [ -s data/tiny/train.bin ] && [ -s data/tiny/val.bin ] || skip_all "data/tiny not prepared (make data)"
-STEPS=60 AT=5
+STEPS=80 AT=3
 one=(--config configs/gpt-tiny.yaml --set pipeline.stages=1 --set runtime.threads=1 --set output.log_every=1
   --set train.steps=$STEPS --set data.val_every=0 --set output.checkpoint_every=0)
 cp data/tiny/train.bin "$tmp/orig.bin"
