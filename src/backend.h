@@ -85,7 +85,9 @@ struct Backend {
 
     /* ---- layer ops ---- */
 
-    /* out[N,C] = wte[inp[n],:] + wpe[n mod T,:]; inp[N] token ids. */
+    /* out[N,C] = wte[inp[n],:] + wpe[n mod T,:]; inp[N] token ids, each below the
+     * vocabulary (unchecked here: data_batch checks every id it reads, [Note: checked
+     * batch reads] in data.c). */
     void (*encoder_forward)(const Backend *be, float *out, const int *inp, const float *wte, const float *wpe,
                             int B, int T, int C);
     /* dwte[inp[n],:] += dout[n,:]; dwpe[t,:] += sum over b of dout[b,t,:]. All weight
@@ -142,8 +144,9 @@ struct Backend {
      * no probability): dlogits[N,Vp] (operand) = (softmax(logits) - onehot(target)) *
      * dloss (padded columns 0); logits[N,Vp] are left clobbered, and when the operand
      * type is fp32 dlogits may be logits itself (in place). losses[N] receives each
-     * row's -log p(target). targets[N]. Rows are independent: the model calls it on
-     * chunks of rows (logits_chunk_rows below). */
+     * row's -log p(target). targets[N], each in [0, V) (unchecked, as encoder_forward's
+     * ids). Rows are independent: the model calls it on chunks of rows
+     * (logits_chunk_rows below). */
     void (*crossentropy_forward_backward)(const Backend *be, void *dlogits, float *losses, float *logits,
                                           const int *targets, float dloss, int N, int V, int Vp);
     /* As above but without the gradient (validation): logits are left clobbered. */
@@ -208,7 +211,13 @@ struct Backend {
 /* The CPU reference backend (BLAS sgemm + OpenMP loops); a static instance. */
 const Backend *backend_cpu(void);
 
-/* Set the CPU thread count (OpenMP and OpenBLAS); n <= 0 keeps the default. */
-void backend_cpu_set_threads(int n);
+/* The CPUs this process may run on: its affinity mask, which SLURM, taskset or numactl
+ * narrow, not the machine's core count; at least 1. */
+int backend_cpu_cpus(void);
+
+/* Set the CPU thread count (OpenMP and OpenBLAS) to n (runtime.threads), at most
+ * backend_cpu_cpus(): more is capped there, with a warning on stderr that says so. n <= 0
+ * keeps the default. Returns the count in force. */
+int backend_cpu_set_threads(int n);
 
 #endif

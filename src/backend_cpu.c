@@ -1,12 +1,16 @@
 /* backend_cpu.c — the reference backend: GEMMs through OpenBLAS sgemm, everything else
  * in OpenMP loops. Every other backend is tested against these ops. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "backend.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "fastmath.h"
@@ -16,10 +20,25 @@
 #define LN_EPS 1e-5f
 #define ATT_BLOCK 64 /* query rows per causal block: skips the masked upper triangle */
 
-void backend_cpu_set_threads(int n) {
-    if (n <= 0) return;
+int backend_cpu_cpus(void) {
+    cpu_set_t set;
+    long cpus = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+    if (cpus <= 0) cpus = sysconf(_SC_NPROCESSORS_ONLN); /* more CPUs than a cpu_set_t holds */
+    return cpus < 1 ? 1 : cpus > INT_MAX ? INT_MAX : (int)cpus;
+}
+
+int backend_cpu_set_threads(int n) {
+    if (n <= 0) return omp_get_max_threads();
+    int cpus = backend_cpu_cpus();
+    if (n > cpus) { /* more threads than CPUs only wait on each other */
+        pp_warn("runtime.threads is %d, more than the %d CPU(s) this process may run on (its affinity mask): "
+                "using %d compute threads", n, cpus, cpus);
+        n = cpus;
+    }
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
+    return n;
 }
 
 static void encoder_forward(const Backend *be, float *out, const int *inp, const float *wte, const float *wpe,

@@ -41,6 +41,16 @@ void pp_error(const char *fmt, ...) {
     fputc('\n', stderr);
 }
 
+void pp_warn(const char *fmt, ...) {
+    va_list ap;
+    prefix();
+    fputs("warning: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
 void pp_die(const char *file, int line, const char *fmt, ...) {
     va_list ap;
     prefix();

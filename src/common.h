@@ -25,6 +25,8 @@ void pp_log_error(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Print "[rank R] error: message" to stderr (no source location: for user errors). */
 void pp_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Print "[rank R] warning: message" to stderr: a setting taken otherwise than given. */
+void pp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Like pp_log_error, then exit(PP_ERUNTIME). For failures nothing can recover from. */
 void pp_die(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));

@@ -108,7 +108,7 @@ static const Field k_fields[] = {
     INT("output.log_every", log_every, "1", 1, IMAX, "steps between progress lines"),
     INT("output.checkpoint_every", checkpoint_every, "0", 0, IMAX,
         "steps between checkpoints; 0 = at the end and on SIGTERM/SIGUSR1 only"),
-    INT("output.checkpoint_keep", checkpoint_keep, "2", 1, IMAX, "checkpoints kept on disk"),
+    INT("output.checkpoint_keep", checkpoint_keep, "2", 0, IMAX, "checkpoints kept on disk; 0 = all"),
     OTHER("output.checkpoint_final", T_BOOL, checkpoint_final, "true", "save a checkpoint at the end of the run"),
     INT("output.compression_level", compression_level, "6", 0, 9, "zlib level of checkpoints"),
     OTHER("output.trace", T_BOOL, trace, "false", "write trace.json"),

@@ -6,9 +6,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 /* The header and tokens are read and written in host order, which must be the
  * little-endian order of the format. */
@@ -54,85 +54,176 @@ static int check_header(const char *path, const int32_t *h, long long size, char
     return PP_OK;
 }
 
-/* Index of the first token >= vocab_size, or n if there is none. The parallel min is
- * exact, so the answer does not depend on the thread count. */
-static size_t first_bad_token(const uint16_t *tok, size_t n, int vocab_size) {
-    size_t first = n;
-#pragma omp parallel for reduction(min : first) if (n > 65536)
-    for (size_t i = 0; i < n; i++)
-        if ((int)tok[i] >= vocab_size && i < first) first = i;
-    return first;
+/* [Note: checked batch reads] A run reads its token files for days, and nothing
+ * stops another program from writing them meanwhile. So the file is read with pread
+ * through the descriptor opened at the start, never mapped (a mapping of a file
+ * truncated under it faults with SIGBUS), and what data_open validated is what every
+ * batch gets, or the batch is an error:
+ *   - the size: fstat before each batch; a file that shrank or grew has changed;
+ *   - the tokens: each batch's ids are checked against vocab_size as they are copied
+ *     out, so that no op ever sees an id out of range, whatever the file holds now
+ *     (the embedding and the classifier index with them unchecked, on CPU and GPU);
+ *   - the bytes: data_open keeps the CRC-32 of each DATA_BLOCK_BYTES block; a batch
+ *     reads the blocks it spans whole and compares them, so that a file rewritten in
+ *     place with other valid tokens is caught too, at the first batch that reads them.
+ * A file replaced by a rename (data_write, or any careful writer) is another inode: the
+ * open descriptor still reads the old one, and the run goes on unchanged. The cost per
+ * batch is one fstat, a copy of at most 2*(B*T + 1) + 2*DATA_BLOCK_BYTES bytes and a
+ * CRC over them (about 4 GB/s): microseconds against a step's milliseconds. What the run
+ * does with the error is the runtime's ([Note: a batch that cannot be read] in
+ * runtime.c). */
+
+/* Read n bytes at off into p: the count read (short only at the end of the file), or -1
+ * with errno. */
+static long long read_at(int fd, void *p, size_t n, long long off) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)p + done, n - done, (off_t)(off + (long long)done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        done += (size_t)r;
+    }
+    return (long long)done;
 }
 
-/* Map the whole file at path read-only into *map, *size bytes (at least the header).
- * Returns PP_OK or PP_EUSAGE with a message. */
-static int map_file(const char *path, void **map, long long *size, char *err, size_t errlen) {
+/* Bytes of block k of a file of `bytes` bytes. */
+static size_t block_len(long long bytes, size_t k) {
+    long long from = (long long)k * DATA_BLOCK_BYTES, left = bytes - from;
+    return (size_t)(left < DATA_BLOCK_BYTES ? left : DATA_BLOCK_BYTES);
+}
+
+/* Index of the first token >= vocab_size among tok[0, n), or n. */
+static size_t first_bad_token(const uint16_t *tok, size_t n, int vocab_size) {
+    unsigned mx = 0;
+#pragma omp simd reduction(max : mx)
+    for (size_t i = 0; i < n; i++) mx = tok[i] > mx ? tok[i] : mx;
+    if ((int)mx < vocab_size) return n;
+    size_t i = 0;
+    while ((int)tok[i] < vocab_size) i++;
+    return i;
+}
+
+/* The tokens of a block that starts at file byte `from` (the header is no token). */
+static const uint16_t *block_tokens(const unsigned char *blk, long long from, size_t len, size_t *ntok,
+                                    size_t *first) {
+    size_t skip = from < DATA_HEADER_BYTES ? (size_t)(DATA_HEADER_BYTES - from) : 0;
+    skip = skip < len ? skip : len;
+    *ntok = (len - skip) / 2;
+    *first = (size_t)((from + (long long)skip - DATA_HEADER_BYTES) / 2);
+    return (const uint16_t *)(blk + skip);
+}
+
+/* Read the whole file once: each block's CRC into d->crc, and the index of the first
+ * token >= vocab_size (if vocab_size > 0) into *bad (d->ntok if none). The blocks are
+ * read in parallel; the minimum index is exact, so the answer does not depend on the
+ * thread count. Returns PP_OK or PP_ERUNTIME (a read failed or came up short: the file
+ * changed while being read). */
+static int scan_file(DataSet *d, const char *path, size_t *bad, char *err, size_t errlen) {
+    size_t nb = d->nblocks, first_bad = d->ntok, failed = nb;
+    int check = d->vocab_size > 0 && d->vocab_size <= UINT16_MAX;
+#pragma omp parallel if (nb > 16)
+    {
+        unsigned char *blk = pp_malloc(DATA_BLOCK_BYTES);
+#pragma omp for schedule(static) reduction(min : first_bad, failed)
+        for (size_t k = 0; k < nb; k++) {
+            size_t len = block_len(d->bytes, k), n, t0;
+            long long from = (long long)k * DATA_BLOCK_BYTES;
+            if (read_at(d->fd, blk, len, from) != (long long)len) {
+                failed = k < failed ? k : failed;
+                continue;
+            }
+            d->crc[k] = (uint32_t)crc32_z(0, blk, len);
+            const uint16_t *tok = block_tokens(blk, from, len, &n, &t0);
+            size_t i = check ? first_bad_token(tok, n, d->vocab_size) : n;
+            if (i < n && t0 + i < first_bad) first_bad = t0 + i;
+        }
+        free(blk);
+    }
+    *bad = first_bad;
+    if (failed == nb) return PP_OK;
+    long long from = (long long)failed * DATA_BLOCK_BYTES;
+    unsigned char *blk = pp_malloc(DATA_BLOCK_BYTES); /* again, for errno */
+    long long got = read_at(d->fd, blk, block_len(d->bytes, failed), from);
+    int e = errno;
+    free(blk);
+    if (got < 0)
+        return pp_errf(err, errlen, PP_ERUNTIME, "cannot read data file '%s' at byte %lld: %s", path, from,
+                       strerror(e));
+    return pp_errf(err, errlen, PP_ERUNTIME, "data file '%s' changed while it was being opened: it ended at byte "
+                   "%lld, %lld bytes before the end it had; write token files under another name and rename "
+                   "them into place (as prepare-data does)", path, from + got, d->bytes - from - got);
+}
+
+/* Open path: a regular file of at least the header's size, its header read into h and
+ * its size into *size. Returns the descriptor, or -1 with a PP_EUSAGE message in err. */
+static int open_file(const char *path, int32_t *h, long long *size, char *err, size_t errlen) {
     struct stat st;
     int fd = pp_open_regular(path, &st); /* a FIFO must not block the open */
     if (fd == -2)
         return pp_errf(err, errlen, PP_EUSAGE, "data file '%s' is %s, not a regular file: point "
                        "data.train / data.val at a token file (llm.c's .bin format)", path,
-                       pp_file_kind(st.st_mode));
+                       pp_file_kind(st.st_mode)), -1;
     if (fd < 0)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "cannot open data file '%s': %s; check data.train / data.val, or create "
                        "it with `pptrain prepare-data --text FILE --out %s` (`make data` makes "
                        "data/tiny)",
-                       path, strerror(errno), path);
+                       path, strerror(errno), path), -1;
     *size = st.st_size;
-    if (*size < DATA_HEADER_BYTES) {
+    if (*size < DATA_HEADER_BYTES || read_at(fd, h, DATA_HEADER_BYTES, 0) != DATA_HEADER_BYTES) {
         close(fd);
         return pp_errf(err, errlen, PP_EUSAGE,
                        "data file '%s' is truncated or not a token file: it is %lld bytes, "
                        "shorter than the %d-byte header" DATA_HINT,
-                       path, *size, DATA_HEADER_BYTES, path);
+                       path, *size, DATA_HEADER_BYTES, path), -1;
     }
-    *map = mmap(NULL, (size_t)*size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
-    close(fd); /* the mapping keeps the file alive */
-    if (*map == MAP_FAILED)
-        return pp_errf(err, errlen, PP_EUSAGE, "cannot map data file '%s': %s", path,
-                       strerror(map_errno));
-    return PP_OK;
+    return fd;
 }
 
 int data_open(DataSet *d, const char *path, int vocab_size, char *err, size_t errlen) {
+    int32_t h[DATA_HEADER_INTS];
+    long long size = 0;
+    size_t bad;
     memset(d, 0, sizeof *d);
+    d->fd = -1;
     if (strlen(path) >= sizeof d->path)
         return pp_errf(err, errlen, PP_EUSAGE, "data file path is too long: '%s'", path);
-    void *map = NULL;
-    long long size = 0;
-    int rc = map_file(path, &map, &size, err, errlen);
-    if (rc != PP_OK) return rc;
-    rc = check_header(path, (const int32_t *)map, size, err, errlen);
-    const uint16_t *tok = (const uint16_t *)((const char *)map + DATA_HEADER_BYTES);
-    size_t ntok = (size_t)((const int32_t *)map)[2];
-    if (rc == PP_OK && vocab_size > 0 && vocab_size <= UINT16_MAX) {
-        size_t bad = first_bad_token(tok, ntok, vocab_size);
-        if (bad < ntok)
-            rc = pp_errf(err, errlen, PP_EUSAGE,
-                         "data file '%s': token %zu (byte offset %lld) is %u, not below "
-                         "model.vocab_size = %d; the file was made with a larger vocabulary: "
-                         "set model.vocab_size to its tokenizer's (256 for prepare-data files, "
-                         "50257 for GPT-2) or re-tokenize the text for this model",
-                         path, bad, DATA_HEADER_BYTES + 2LL * (long long)bad,
-                         (unsigned)tok[bad], vocab_size);
+    int fd = open_file(path, h, &size, err, errlen);
+    if (fd < 0) return PP_EUSAGE;
+    int rc = check_header(path, h, size, err, errlen);
+    if (rc != PP_OK) {
+        close(fd);
+        return rc;
+    }
+    *d = (DataSet){.fd = fd, .ntok = (size_t)h[2], .bytes = size, .vocab_size = vocab_size,
+                   .nblocks = (size_t)((size + DATA_BLOCK_BYTES - 1) / DATA_BLOCK_BYTES)};
+    d->crc = pp_malloc(d->nblocks * sizeof *d->crc);
+    rc = scan_file(d, path, &bad, err, errlen);
+    if (rc == PP_OK && bad < d->ntok) {
+        uint16_t tok = 0;
+        read_at(fd, &tok, sizeof tok, DATA_HEADER_BYTES + 2LL * (long long)bad);
+        rc = pp_errf(err, errlen, PP_EUSAGE,
+                     "data file '%s': token %zu (byte offset %lld) is %u, not below "
+                     "model.vocab_size = %d; the file was made with a larger vocabulary: "
+                     "set model.vocab_size to its tokenizer's (256 for prepare-data files, "
+                     "50257 for GPT-2) or re-tokenize the text for this model",
+                     path, bad, DATA_HEADER_BYTES + 2LL * (long long)bad, (unsigned)tok, vocab_size);
     }
     if (rc != PP_OK) {
-        munmap(map, (size_t)size);
+        data_close(d);
         return rc;
     }
     strcpy(d->path, path);
-    d->map = map;
-    d->map_bytes = (size_t)size;
-    d->tokens = tok;
-    d->ntok = ntok;
     return PP_OK;
 }
 
 void data_close(DataSet *d) {
-    if (d->map) munmap(d->map, d->map_bytes);
+    if (d->crc) close(d->fd); /* an open DataSet always has a block (the header's) */
+    free(d->crc);
+    free(d->buf);
     memset(d, 0, sizeof *d);
+    d->fd = -1;
 }
 
 long data_num_batches(const DataSet *d, int B, int T) {
@@ -141,24 +232,92 @@ long data_num_batches(const DataSet *d, int B, int T) {
     return (long)((d->ntok - 1) / bt);
 }
 
-int data_check_batch(const DataSet *d, int B, int T, char *err, size_t errlen) {
-    if (data_num_batches(d, B, T) >= 1) return PP_OK;
-    return pp_errf(err, errlen, PP_EUSAGE,
-                   "data file '%s' has %zu tokens, fewer than one batch needs (batch_size * "
-                   "seq_len + 1 = %d * %d + 1 = %lld); use a bigger file or lower "
-                   "train.batch_size / train.seq_len",
-                   d->path, d->ntok, B, T, (long long)B * T + 1);
+int data_check_batch(DataSet *d, int B, int T, char *err, size_t errlen) {
+    if (data_num_batches(d, B, T) < 1)
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "data file '%s' has %zu tokens, fewer than one batch needs (batch_size * "
+                       "seq_len + 1 = %d * %d + 1 = %lld); use a bigger file or lower "
+                       "train.batch_size / train.seq_len",
+                       d->path, d->ntok, B, T, (long long)B * T + 1);
+    /* B*T + 1 tokens from any even offset span at most this many whole blocks */
+    size_t span = 2 * ((size_t)B * T + 1);
+    size_t need = ((span + DATA_BLOCK_BYTES - 1) / DATA_BLOCK_BYTES + 1) * DATA_BLOCK_BYTES;
+    if (need > d->buf_bytes) {
+        free(d->buf);
+        d->buf = pp_malloc(need);
+        d->buf_bytes = need;
+    }
+    return PP_OK;
 }
 
-void data_batch(const DataSet *d, long n, int B, int T, int *inputs, int *targets) {
-    long nb = data_num_batches(d, B, T);
-    PP_CHECK(nb >= 1 && n >= 0);
-    size_t bt = (size_t)B * (size_t)T;
-    const uint16_t *tok = d->tokens + (size_t)(n % nb) * bt;
+/* Appended to every message about a file changed under the run. */
+#define DATA_CHANGED_HINT "; a token file must not be written while a run reads it (write a new one under " \
+    "another name and rename it into place): restore the file"
+
+/* The message for a file now `now` bytes long while reading batch n, tokens t0 .. t1. */
+static int changed_size(const DataSet *d, long long now, long n, size_t t0, size_t t1, char *err, size_t errlen) {
+    long long lo = DATA_HEADER_BYTES + 2LL * (long long)t0;
+    return pp_errf(err, errlen, PP_ERUNTIME,
+                   "data file '%s' changed under the run: it was %lld bytes when opened and is %lld bytes now "
+                   "(reading batch %ld (tokens %zu..%zu, bytes %lld..%lld))" DATA_CHANGED_HINT,
+                   d->path, d->bytes, now, n, t0, t1, lo, lo + 2LL * (long long)(t1 - t0) + 1);
+}
+
+/* data_batch, except that inputs and targets are left as they are on an error. */
+static int read_batch(DataSet *d, long n, long nb, size_t bt, int *inputs, int *targets, char *err, size_t errlen) {
+    size_t t0 = (size_t)(n % nb) * bt, t1 = t0 + bt;
+    /* tokens t0 .. t1 are bytes lo .. hi - 1, in blocks k0 .. k1, bytes from .. to - 1 */
+    long long lo = DATA_HEADER_BYTES + 2LL * (long long)t0, hi = lo + 2LL * (long long)(bt + 1);
+    size_t k0 = (size_t)(lo / DATA_BLOCK_BYTES), k1 = (size_t)((hi - 1) / DATA_BLOCK_BYTES);
+    long long from = (long long)k0 * DATA_BLOCK_BYTES, to = (long long)(k1 + 1) * DATA_BLOCK_BYTES;
+    to = to < d->bytes ? to : d->bytes;
+    PP_CHECK(to - from <= (long long)d->buf_bytes); /* data_check_batch made room */
+    struct stat st;
+    long long got = -1;
+    if (fstat(d->fd, &st) == 0) {
+        if (st.st_size != d->bytes) return changed_size(d, st.st_size, n, t0, t1, err, errlen);
+        got = read_at(d->fd, d->buf, (size_t)(to - from), from);
+    }
+    if (got < 0)
+        return pp_errf(err, errlen, PP_ERUNTIME, "cannot read data file '%s' (batch %ld, bytes %lld..%lld): %s",
+                       d->path, n, lo, hi - 1, strerror(errno));
+    if (got < to - from) /* it shrank since the fstat */
+        return changed_size(d, fstat(d->fd, &st) == 0 && st.st_size != d->bytes ? st.st_size : from + got, n, t0,
+                            t1, err, errlen);
+    const uint16_t *tok = (const uint16_t *)(d->buf + (lo - from));
+    size_t bad = d->vocab_size > 0 ? first_bad_token(tok, bt + 1, d->vocab_size) : bt + 1;
+    if (bad <= bt)
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "data file '%s' changed under the run: token %zu (byte offset %lld) is %u, not below "
+                       "model.vocab_size = %d, as every token was when it was opened (reading batch %ld)"
+                       DATA_CHANGED_HINT, d->path, t0 + bad, lo + 2LL * (long long)bad, (unsigned)tok[bad],
+                       d->vocab_size, n);
+    for (size_t k = k0; k <= k1; k++) {
+        long long at = (long long)k * DATA_BLOCK_BYTES;
+        size_t len = block_len(d->bytes, k);
+        if ((uint32_t)crc32_z(0, d->buf + (at - from), len) != d->crc[k])
+            return pp_errf(err, errlen, PP_ERUNTIME,
+                           "data file '%s' changed under the run: bytes %lld..%lld differ from when it was "
+                           "opened (reading batch %ld (tokens %zu..%zu))" DATA_CHANGED_HINT,
+                           d->path, at, at + (long long)len - 1, n, t0, t1);
+    }
     for (size_t i = 0; i < bt; i++) {
         inputs[i] = tok[i];
         targets[i] = tok[i + 1];
     }
+    return PP_OK;
+}
+
+int data_batch(DataSet *d, long n, int B, int T, int *inputs, int *targets, char *err, size_t errlen) {
+    long nb = data_num_batches(d, B, T);
+    PP_CHECK(nb >= 1 && n >= 0);
+    size_t bt = (size_t)B * (size_t)T;
+    int rc = read_batch(d, n, nb, bt, inputs, targets, err, errlen);
+    if (rc != PP_OK) {
+        memset(inputs, 0, bt * sizeof *inputs);
+        memset(targets, 0, bt * sizeof *targets);
+    }
+    return rc;
 }
 
 /* ---- writing ---------------------------------------------------------------- */

@@ -18,43 +18,59 @@
 #define DATA_HEADER_INTS 256
 #define DATA_HEADER_BYTES (DATA_HEADER_INTS * 4)
 
-/* An open token file. The tokens are mapped read-only from the file (shared page
- * cache, nothing copied); a file replaced on disk by data_write's rename does not
- * change an open DataSet. */
+/* The file is checked in blocks of this many bytes ([Note: checked batch reads] in
+ * data.c): block k holds bytes [k*DATA_BLOCK_BYTES, (k+1)*DATA_BLOCK_BYTES) of the file,
+ * header included, the last one what is left. */
+#define DATA_BLOCK_BYTES 16384
+
+/* An open token file. Batches are read from the file as it was opened, through its file
+ * descriptor: a file replaced on disk by a rename (as data_write does) does not change
+ * an open DataSet, and one changed in place is an error of data_batch. */
 typedef struct {
-    char path[PP_PATH_MAX];
-    const uint16_t *tokens; /* [ntok], points into the mapping */
-    size_t ntok;
-    void *map;              /* the whole file's mapping (header included) */
-    size_t map_bytes;
+    char path[PP_PATH_MAX]; /* "" when not open */
+    int fd;
+    size_t ntok;            /* tokens, as the header says */
+    long long bytes;        /* the file's size when it was opened */
+    int vocab_size;         /* every token is below it (0: not checked) */
+    uint32_t *crc;          /* [nblocks] the CRC-32 of each block when it was opened */
+    size_t nblocks;
+    unsigned char *buf;     /* [buf_bytes] the blocks of one batch (data_check_batch) */
+    size_t buf_bytes;
 } DataSet;
 
-/* Open `path`, map it and validate it: magic, version, file size ==
- * DATA_HEADER_BYTES + 2*count, and (if vocab_size > 0) every token < vocab_size.
- * Returns PP_OK, or PP_EUSAGE (a bad or missing data file is a config problem) with a
- * message in err that names the file, what is wrong (expected vs actual size; the
- * index, byte offset and value of the first out-of-range token) and how to fix it.
- * On error *d is left empty, so data_close(d) is safe either way. */
+/* Open `path`, read it whole and validate it: magic, version, file size ==
+ * DATA_HEADER_BYTES + 2*count, and (if vocab_size > 0) every token < vocab_size; keep
+ * it open, with each block's CRC-32. Returns PP_OK, or PP_EUSAGE (a bad or missing data
+ * file is a config problem) with a message in err that names the file, what is wrong
+ * (expected vs actual size; the index, byte offset and value of the first out-of-range
+ * token) and how to fix it; PP_ERUNTIME if reading it fails or it changes while being
+ * read. On error *d is left empty, so data_close(d) is safe either way. */
 int data_open(DataSet *d, const char *path, int vocab_size, char *err, size_t errlen);
 
-/* Unmap and zero *d. Safe on a zeroed or already closed DataSet. */
+/* Close the file, free and empty *d. Safe on a zeroed or already closed DataSet. */
 void data_close(DataSet *d);
 
 /* Batches per pass over the file: floor((ntok - 1) / (B*T)), 0 when the file has
  * fewer than B*T + 1 tokens (one batch reads B*T inputs plus one more target). */
 long data_num_batches(const DataSet *d, int B, int T);
 
-/* PP_OK if the file holds at least one B x T batch (B*T + 1 tokens), else PP_EUSAGE
- * with a message naming the file, its token count and what one batch needs. Callers
- * of data_batch must check this first. */
-int data_check_batch(const DataSet *d, int B, int T, char *err, size_t errlen);
+/* PP_OK if the file holds at least one B x T batch (B*T + 1 tokens), and then makes
+ * room in *d to read one (the only allocation of reading); else PP_EUSAGE with a
+ * message naming the file, its token count and what one batch needs. Callers of
+ * data_batch must call this first, with the same or a larger B*T. */
+int data_check_batch(DataSet *d, int B, int T, char *err, size_t errlen);
 
 /* Batch n (0-based, any n >= 0) in llm.c's order, no shuffle: with nb =
  * data_num_batches, start = (n mod nb) * B*T, and for i < B*T
  *   inputs[i] = tokens[start + i],  targets[i] = tokens[start + i + 1].
  * Row b of the B x T batch is inputs[b*T .. b*T+T). Stateless in n, so resuming at
- * step n needs no saved position. inputs, targets: [B*T], written. */
-void data_batch(const DataSet *d, long n, int B, int T, int *inputs, int *targets);
+ * step n needs no saved position. inputs, targets: [B*T], written.
+ * Every token is read from the file now and checked: below vocab_size, its blocks as
+ * they were when the file was opened, the file's size unchanged. Returns PP_OK, or
+ * PP_ERUNTIME with a message naming the file, the batch, and the token and byte
+ * position of what changed ([Note: checked batch reads]); then inputs and targets
+ * are token 0 throughout, so that a caller may still run the step on them. */
+int data_batch(DataSet *d, long n, int B, int T, int *inputs, int *targets, char *err, size_t errlen);
 
 /* Write n tokens to `path` atomically and durably (PPFile, [Note: atomic file writes]
  * in common.c): readers see the old file or the complete new one. n must fit the int32

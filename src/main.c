@@ -1,7 +1,6 @@
 /* main.c — the pptrain command line: wires config, transport, runtime and log. */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <errno.h>
-#include <sched.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,12 +194,28 @@ static int fail_keeping_good(Checkpointer *ck, Runtime *rt, long good, int rc) {
     return rc;
 }
 
+/* End the run with error rc. When it is a batch that could not be read ([Note: a batch
+ * that cannot be read] in runtime.c), `loss` is that of the weights after `w` steps on a
+ * stand-in batch: when it is finite, they are the last good step's and are saved (unless
+ * `saved` says the run started from them or their save is pending, then committed);
+ * otherwise a pending save of weights known good (after at most `good` steps) is. */
+static int fail_on_batch(Checkpointer *ck, Runtime *rt, long good, int w, int saved, double loss, int rc, char *err,
+                         size_t errlen) {
+    char why[PP_ERR_MAX];
+    if (!rt->data_failed) return rc;
+    if (!isfinite(loss) || saved || ck->pending == w) return fail_keeping_good(ck, rt, isfinite(loss) ? w : good, rc);
+    if (checkpoint_save(ck, rt, w, 1, why, sizeof why) != PP_OK) return pp_error("%s", why), rc;
+    pp_strappendf(err, errlen, "; the weights after step %d are saved: continue with --resume once it is restored", w);
+    return rc;
+}
+
 /* Make sure the weights after `step` steps have a finite loss (*good == step: known). */
 static int check_weights(Checkpointer *ck, Runtime *rt, int step, long *good, char *err, size_t errlen) {
     double loss;
     int rc;
     if (*good == step) return PP_OK;
-    if ((rc = runtime_check_loss(rt, step, &loss, err, errlen))) return rc;
+    if ((rc = runtime_check_loss(rt, step, &loss, err, errlen)))
+        return fail_on_batch(ck, rt, *good, step, 0, loss, rc, err, errlen);
     if ((rc = runtime_check_finite(rt, step, "the loss of the weights after it (on the next batch)", loss, err, errlen)))
         return fail_keeping_good(ck, rt, *good, rc);
     *good = step;
@@ -233,16 +248,18 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
     long good = -1; /* the weights after this many steps have a finite loss ([Note: diverged weights]) */
     int rc = PP_OK, step;
     for (step = start; step < cfg->steps; step++) {
-        StepResult r;
+        StepResult r = {0};
         double ctl[CTL_N] = {g_stop_signal != 0, ck->pending >= 0 && checkpoint_idle(ck)};
-        if ((rc = runtime_step(rt, step, ctl, CTL_N, &r, err, errlen))) return rc;
+        if ((rc = runtime_step(rt, step, ctl, CTL_N, &r, err, errlen)))
+            return fail_on_batch(ck, rt, good, step, step == start, r.loss, rc, err, errlen);
         good = step;
         if (step > start || cfg->steps - start == 1) runtime_measure(rt); /* the first step warms up */
         if ((step + 1) % cfg->log_every == 0 || step + 1 == cfg->steps)
             log_step(log, step + 1, r.loss, r.lr, r.grad_norm, tokens / rt->step_s, rt->step_s * 1e3);
         if (rt->has_val && ((step + 1) % cfg->val_every == 0 || step + 1 == cfg->steps)) {
             double vl;
-            if ((rc = runtime_validate(rt, cfg->val_batches, &vl, err, errlen))) return rc;
+            if ((rc = runtime_validate(rt, cfg->val_batches, &vl, err, errlen)))
+                return fail_on_batch(ck, rt, good, step + 1, 0, vl, rc, err, errlen);
             log_val(log, step + 1, vl);
             if ((rc = runtime_check_finite(rt, step + 1, "validation loss", vl, err, errlen)))
                 return fail_keeping_good(ck, rt, good, rc);
@@ -362,15 +379,10 @@ out:
     return rc;
 }
 
-/* runtime.threads 0: the CPUs this process may run on — its affinity mask, which SLURM,
- * taskset or numactl narrow, not the machine's core count — divided among the
- * local_world ranks of this node, at least 1. */
+/* runtime.threads 0: the CPUs this process may run on (backend_cpu_cpus) divided among
+ * the local_world ranks of this node, at least 1. */
 static int default_threads(int local_world) {
-    cpu_set_t set;
-    long cpus = 0;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
-    if (cpus <= 0) cpus = sysconf(_SC_NPROCESSORS_ONLN); /* more CPUs than a cpu_set_t holds */
-    int threads = (int)(cpus / (local_world > 0 ? local_world : 1));
+    int threads = backend_cpu_cpus() / (local_world > 0 ? local_world : 1);
     return threads < 1 ? 1 : threads;
 }
 
@@ -396,7 +408,7 @@ static int dispatch(Cli *cli, int sub) {
         printf("rank %d: runtime.threads 0: %d compute thread(s) (the CPUs this process may run on, shared "
                "by %d rank(s) on this node)\n", env.rank, threads, env.local_world);
     }
-    backend_cpu_set_threads(threads);
+    backend_cpu_set_threads(threads); /* at most backend_cpu_cpus(), saying so */
     return train(&cli->cfg, &env, cli->resume, cli->resume_if_present);
 }
 

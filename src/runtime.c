@@ -417,18 +417,42 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
     return rc;
 }
 
+/* [Note: a batch that cannot be read] A token file changed under the run fails the read
+ * of a batch ([Note: checked batch reads] in data.c), on the ranks of the first and last
+ * stage only, which read it. Those ranks do not stop there: the others would wait for
+ * them until the timeout and then blame them as lost. They run the step (or the
+ * validation pass) on a stand-in batch of token 0, which any model can read, and say so
+ * in the all-reduce that ends it anyway (one more double: no extra message), so that
+ * every rank learns it at the same point and fails the same way, before the optimizer
+ * has changed a weight. The stand-in batch's loss is a loss of the weights all the same:
+ * main.c saves them when it is finite, as the checkpoint of the last good step
+ * ([Note: diverged weights] in main.c), and the run ends with exit 1. */
+
 /* Batch n of d, this replica's share of it first: sequences [dp, dp + 1) x local_batch
- * of the global batch ([Note: data parallel] in runtime_dp.c). */
-static void load_batch(Runtime *rt, const DataSet *d, long n) {
-    if (rt->chunk_of[0] < 0 && rt->chunk_of[rt->S - 1] < 0) return;
+ * of the global batch ([Note: data parallel] in runtime_dp.c). PP_OK, or PP_ERUNTIME
+ * with a message when it could not be read: then the batch is token 0 throughout. */
+static int load_batch(Runtime *rt, DataSet *d, long n, char *err, size_t errlen) {
+    if (rt->chunk_of[0] < 0 && rt->chunk_of[rt->S - 1] < 0) return PP_OK;
     const Backend *be = rt->model.be;
     if (be->device_memory) be->wait(be); /* the last uploads read these (pinned) buffers until done */
-    data_batch(d, n, rt->global_batch, rt->T, rt->inputs, rt->targets);
+    int rc = data_batch(d, n, rt->global_batch, rt->T, rt->inputs, rt->targets, err, errlen);
     size_t share = (size_t)rt->local_batch * rt->T, from = (size_t)rt->lay.dp * share;
     if (from) {
         memmove(rt->inputs, rt->inputs + from, share * sizeof(int));
         memmove(rt->targets, rt->targets + from, share * sizeof(int));
     }
+    return rc;
+}
+
+/* After the all-reduce in which `failed` ranks said that they could not read their batch
+ * of `path` (this one among them if mine is PP_ERUNTIME, with its message in why): the
+ * error of every rank, "<when>: <what>". */
+static int batch_failed(Runtime *rt, double failed, int mine, const char *why, const char *path, const char *when,
+                        char *err, size_t errlen) {
+    rt->data_failed = 1;
+    if (mine != PP_OK) return pp_errf(err, errlen, PP_ERUNTIME, "%s: %s", when, why);
+    return pp_errf(err, errlen, PP_ERUNTIME, "%s: %d rank(s) could not read their batch of data file '%s' "
+                   "(see their message)", when, (int)failed, path);
 }
 
 int runtime_tied_replica(const Runtime *rt, const ParamTensor *t) {
@@ -480,7 +504,9 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     memset(rt->cur_f, 0, sizeof rt->cur_f);
     memset(rt->cur_b, 0, sizeof rt->cur_b);
     memset(rt->cur_w, 0, sizeof rt->cur_w);
-    load_batch(rt, &rt->train, step);
+    char why[PP_ERR_MAX], when[32];
+    rt->data_failed = 0;
+    int read = load_batch(rt, &rt->train, step, why, sizeof why); /* [Note: a batch that cannot be read] */
     model_zero_grads(m);
     dp_begin(rt, step + 1);
     StepCtx x = {.step = step + 1, .kind_act = KIND_ACT, .dp = rt->dp.group != NULL,
@@ -502,17 +528,22 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     if (rt->tied && allreduce_tied(rt) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "summing tied embedding gradients with rank %d: %s", rt->tied_peer,
                        comm_error(rt->tied));
-    double red[2 + RUNTIME_MAX_CTL];
+    double red[3 + RUNTIME_MAX_CTL]; /* loss, squared gradient norm, ranks that could not read their batch, ctl */
     local_sums(rt, 1, &red[0], &red[1]);
+    red[2] = read != PP_OK;
     PP_CHECK(nctl >= 0 && nctl <= RUNTIME_MAX_CTL);
-    for (int i = 0; i < nctl; i++) red[2 + i] = ctl[i];
-    if (comm_allreduce_sum_f64(cm, red, 2 + nctl) != PP_OK)
+    for (int i = 0; i < nctl; i++) red[3 + i] = ctl[i];
+    if (comm_allreduce_sum_f64(cm, red, 3 + nctl) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of loss and gradient norm at step %d: %s", step,
                        comm_error(cm));
-    for (int i = 0; i < nctl; i++) ctl[i] = red[2 + i];
+    for (int i = 0; i < nctl; i++) ctl[i] = red[3 + i];
     res->loss = red[0] / ((double)rt->global_batch * rt->T);
     res->grad_norm = sqrt(red[1]);
     res->lr = optim_lr(cfg, step);
+    if (red[2] > 0) {
+        snprintf(when, sizeof when, "step %d", step + 1);
+        return batch_failed(rt, red[2], read, why, cfg->train_path, when, err, errlen);
+    }
     if (!isfinite(res->loss) || !isfinite(res->grad_norm))
         return pp_errf(err, errlen, PP_ERUNTIME,
                        "step %d: loss %g, gradient norm %g are not finite: lower "
@@ -526,31 +557,38 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
 }
 
 /* The mean loss of the current weights over batches first .. first + n - 1 of d
- * (forward only, all ranks together); `what` names it in a transport error. */
-static int forward_loss(Runtime *rt, const DataSet *d, int first, int n, const char *what, double *loss, char *err,
-                        size_t errlen) {
-    double sum = 0;
+ * (forward only, all ranks together); `what` names it in an error, `path` is d's file. */
+static int forward_loss(Runtime *rt, DataSet *d, const char *path, int first, int n, const char *what, double *loss,
+                        char *err, size_t errlen) {
+    double sum[2] = {0, 0}; /* the loss, ranks that could not read a batch */
+    char why[PP_ERR_MAX], later[PP_ERR_MAX], when[128];
+    int read = PP_OK;
+    rt->data_failed = 0;
     for (int b = first; b < first + n; b++) {
-        load_batch(rt, d, b);
+        int rc = load_batch(rt, d, b, read == PP_OK ? why : later, sizeof why); /* the first failure's message */
+        if (read == PP_OK) read = rc;
         StepCtx x = {.step = b, .fwd_only = 1, .kind_act = KIND_VAL_ACT};
-        int rc = run_actions(rt, &rt->fwd, &x, err, errlen);
-        if (rc) return rc;
+        if ((rc = run_actions(rt, &rt->fwd, &x, err, errlen))) return rc;
         double batch_loss, unused;
         local_sums(rt, 0, &batch_loss, &unused);
-        sum += batch_loss;
+        sum[0] += batch_loss;
     }
-    if (comm_allreduce_sum_f64(rt->comm, &sum, 1) != PP_OK)
+    sum[1] = read != PP_OK;
+    if (comm_allreduce_sum_f64(rt->comm, sum, 2) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of %s: %s", what, comm_error(rt->comm));
-    *loss = sum / ((double)n * rt->global_batch * rt->T);
-    return PP_OK;
+    *loss = sum[0] / ((double)n * rt->global_batch * rt->T);
+    if (sum[1] == 0) return PP_OK;
+    snprintf(when, sizeof when, "while computing %s", what);
+    return batch_failed(rt, sum[1], read, why, path, when, err, errlen);
 }
 
 int runtime_validate(Runtime *rt, int batches, double *loss, char *err, size_t errlen) {
-    return forward_loss(rt, &rt->val, 0, batches, "the validation loss", loss, err, errlen);
+    return forward_loss(rt, &rt->val, rt->cfg->val_path, 0, batches, "the validation loss", loss, err, errlen);
 }
 
 int runtime_check_loss(Runtime *rt, int step, double *loss, char *err, size_t errlen) {
-    return forward_loss(rt, &rt->train, step, 1, "the loss before a checkpoint", loss, err, errlen);
+    return forward_loss(rt, &rt->train, rt->cfg->train_path, step, 1, "the loss before a checkpoint", loss, err,
+                        errlen);
 }
 
 int runtime_check_finite(const Runtime *rt, int step, const char *what, double loss, char *err, size_t errlen) {

@@ -67,6 +67,8 @@ typedef struct Runtime {
     char transport_note[640];  /* "nccl (runtime.transport auto: ...)" for the build report */
     DataSet train, val;
     int has_val;               /* data.val set and data.val_every > 0 (every rank) */
+    int data_failed;           /* the last call failed because a batch could not be read
+                                  (every rank: [Note: a batch that cannot be read]) */
     int *inputs, *targets;     /* [global_batch*T] host: the step's batch (first / last
                                   stage's rank only) */
     double *loss_dev;          /* [M] device: each microbatch's loss sum (last stage) */
@@ -140,21 +142,24 @@ typedef struct {
  * (nctl <= RUNTIME_MAX_CTL, ctl may be NULL when nctl is 0) rides on the step's one
  * all-reduce: each rank passes its values and gets the sums over all ranks back, so
  * that decisions (stop on a signal, a checkpoint written everywhere) are the same on
- * every rank. Returns PP_OK or PP_ERUNTIME (transport failure, non-finite loss) with
- * a message. */
+ * every rank. Returns PP_OK or PP_ERUNTIME (transport failure, non-finite loss, a batch
+ * that could not be read) with a message. When a batch could not be read, on any rank,
+ * every rank fails with rt->data_failed set, no weight has changed, and res->loss is
+ * the loss of the weights on a stand-in batch ([Note: a batch that cannot be read]). */
 int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, char *err,
                  size_t errlen);
 
 /* Collective (every rank calls it): mean loss over `batches` batches of the
- * validation set (forward only). PP_ERUNTIME only for a transport failure: the caller
- * judges the value (runtime_check_finite). */
+ * validation set (forward only). PP_ERUNTIME for a transport failure, or a batch that
+ * could not be read (as in runtime_step: rt->data_failed, *loss on stand-in batches);
+ * the caller judges the value (runtime_check_finite). */
 int runtime_validate(Runtime *rt, int batches, double *loss, char *err, size_t errlen);
 
 /* Collective: the loss of the current weights, those after `step` steps, on training
  * batch `step`: the first loss a run resumed from them computes (forward only; weights
  * and optimizer state are untouched). What main.c checks before it commits a checkpoint
- * of weights no step has used yet ([Note: diverged weights] in main.c). PP_ERUNTIME only
- * for a transport failure. */
+ * of weights no step has used yet ([Note: diverged weights] in main.c). PP_ERUNTIME for a
+ * transport failure, or a batch that could not be read (as runtime_validate). */
 int runtime_check_loss(Runtime *rt, int step, double *loss, char *err, size_t errlen);
 
 /* PP_OK if loss is finite; else PP_ERUNTIME with "step <step>: <what> is <loss>, not

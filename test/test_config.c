@@ -516,11 +516,13 @@ START_TEST(test_int_limits_at_the_edges) {
     ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s", err);
     c.checkpoint_keep = INT_MIN;
     ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
-    assert_has(err, "output.checkpoint_keep (checkpoints kept on disk) is -2147483648: expected "
-                    "an integer >= 1");
-    c.checkpoint_keep = 0;
+    assert_has(err, "output.checkpoint_keep (checkpoints kept on disk; 0 = all) is -2147483648: expected "
+                    "an integer >= 0");
+    c.checkpoint_keep = -1;
     ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
-    assert_has(err, "is 0: expected an integer >= 1");
+    assert_has(err, "is -1: expected an integer >= 0");
+    c.checkpoint_keep = 0; /* keeps every checkpoint (docs/checkpoint-format.md) */
+    ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s", err);
     c.checkpoint_keep = 1, c.steps = -1;
     ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
     assert_has(err, "train.steps");

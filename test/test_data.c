@@ -47,7 +47,9 @@ static void expect_open_error(const char *path, int vocab, ...) {
     DataSet d;
     char err[PP_ERR_MAX] = "";
     ck_assert_int_eq(data_open(&d, path, vocab, err, sizeof err), PP_EUSAGE);
-    ck_assert_ptr_null(d.map);
+    ck_assert_ptr_null(d.crc);
+    ck_assert_int_eq(d.fd, -1);
+    ck_assert_str_eq(d.path, "");
     ck_assert_uint_eq(d.ntok, 0);
     data_close(&d); /* safe on a failed open */
     ck_assert_ptr_nonnull(strstr(err, path));
@@ -56,6 +58,20 @@ static void expect_open_error(const char *path, int vocab, ...) {
     for (const char *want; (want = va_arg(ap, const char *));)
         ck_assert_msg(strstr(err, want), "message lacks '%s': %s", want, err);
     va_end(ap);
+}
+
+/* Every token of an open file (at least 2), read as one batch of ntok - 1 inputs. */
+static uint16_t *read_tokens(DataSet *d) {
+    char err[PP_ERR_MAX] = "";
+    int T = (int)d->ntok - 1, *in = malloc(T * sizeof *in), *tg = malloc(T * sizeof *tg);
+    uint16_t *t = malloc(d->ntok * sizeof *t);
+    ck_assert_int_eq(data_check_batch(d, 1, T, err, sizeof err), PP_OK);
+    ck_assert_msg(data_batch(d, 0, 1, T, in, tg, err, sizeof err) == PP_OK, "%s", err);
+    for (int i = 0; i < T; i++) t[i] = (uint16_t)in[i];
+    t[T] = (uint16_t)tg[T - 1];
+    free(in);
+    free(tg);
+    return t;
 }
 
 /* ---- files ------------------------------------------------------------------- */
@@ -77,9 +93,12 @@ START_TEST(test_round_trip) {
     ck_assert_int_eq(data_open(&d, path, 50, err, sizeof err), PP_OK);
     ck_assert_uint_eq(d.ntok, n);
     ck_assert_str_eq(d.path, path);
-    ck_assert_mem_eq(d.tokens, t, n * sizeof *t);
+    uint16_t *got = read_tokens(&d);
+    ck_assert_mem_eq(got, t, n * sizeof *t);
+    free(got);
     data_close(&d);
-    ck_assert_ptr_null(d.tokens);
+    ck_assert_ptr_null(d.crc);
+    ck_assert_int_eq(d.fd, -1);
     data_close(&d); /* twice is safe */
     /* nothing but the file is left behind: the temporary was renamed */
     ck_assert(!file_exists(tmp("tok.bin.tmp")));
@@ -90,8 +109,8 @@ START_TEST(test_round_trip) {
 }
 END_TEST
 
-/* Overwriting replaces the file; a DataSet opened before still sees the old tokens
- * (rename swaps the inode, the mapping keeps the old one). */
+/* Overwriting replaces the file; a DataSet opened before still reads the old tokens
+ * (rename swaps the inode, the open descriptor reads the old one). */
 START_TEST(test_write_replaces_atomically) {
     uint16_t a[5] = {1, 2, 3, 4, 5}, b[3] = {9, 8, 7};
     char err[PP_ERR_MAX];
@@ -102,9 +121,13 @@ START_TEST(test_write_replaces_atomically) {
     ck_assert_int_eq(data_write(path, b, 3, err, sizeof err), PP_OK);
     ck_assert_int_eq(data_open(&cur, path, 256, err, sizeof err), PP_OK);
     ck_assert_uint_eq(old.ntok, 5);
-    ck_assert_mem_eq(old.tokens, a, sizeof a);
+    uint16_t *got = read_tokens(&old);
+    ck_assert_mem_eq(got, a, sizeof a);
+    free(got);
     ck_assert_uint_eq(cur.ntok, 3);
-    ck_assert_mem_eq(cur.tokens, b, sizeof b);
+    got = read_tokens(&cur);
+    ck_assert_mem_eq(got, b, sizeof b);
+    free(got);
     data_close(&old);
     data_close(&cur);
 }
@@ -246,22 +269,22 @@ START_TEST(test_batches_and_wraparound) {
     int in[10], tg[10], in2[10], tg2[10];
     long cases[4] = {0, 1, 50, 98};
     for (int k = 0; k < 4; k++) {
-        data_batch(&d, cases[k], 2, 5, in, tg);
+        ck_assert_int_eq(data_batch(&d, cases[k], 2, 5, in, tg, err, sizeof err), PP_OK);
         for (int i = 0; i < 10; i++) {
             ck_assert_int_eq(in[i], t[cases[k] * 10 + i]);
             ck_assert_int_eq(tg[i], t[cases[k] * 10 + i + 1]);
         }
     }
     /* the last batch's last target is token 980 + 10 = 990 */
-    data_batch(&d, 98, 2, 5, in, tg);
+    ck_assert_int_eq(data_batch(&d, 98, 2, 5, in, tg, err, sizeof err), PP_OK);
     ck_assert_int_eq(tg[9], t[990]);
     /* batch 99 wraps to batch 0, batch 99 * 3 + 7 is batch 7 */
-    data_batch(&d, 0, 2, 5, in, tg);
-    data_batch(&d, 99, 2, 5, in2, tg2);
+    ck_assert_int_eq(data_batch(&d, 0, 2, 5, in, tg, err, sizeof err), PP_OK);
+    ck_assert_int_eq(data_batch(&d, 99, 2, 5, in2, tg2, err, sizeof err), PP_OK);
     ck_assert_mem_eq(in, in2, sizeof in);
     ck_assert_mem_eq(tg, tg2, sizeof tg);
-    data_batch(&d, 7, 2, 5, in, tg);
-    data_batch(&d, 99 * 3 + 7, 2, 5, in2, tg2);
+    ck_assert_int_eq(data_batch(&d, 7, 2, 5, in, tg, err, sizeof err), PP_OK);
+    ck_assert_int_eq(data_batch(&d, 99 * 3 + 7, 2, 5, in2, tg2, err, sizeof err), PP_OK);
     ck_assert_mem_eq(in, in2, sizeof in);
     ck_assert_mem_eq(tg, tg2, sizeof tg);
     data_close(&d);
@@ -283,7 +306,8 @@ START_TEST(test_batch_count_edges) {
         ck_assert_int_eq(data_num_batches(&d, 2, 5), want[k]);
         if (k == 0) {
             int in[10], tg[10];
-            data_batch(&d, 1, 2, 5, in, tg);
+            ck_assert_int_eq(data_check_batch(&d, 2, 5, err, sizeof err), PP_OK);
+            ck_assert_int_eq(data_batch(&d, 1, 2, 5, in, tg, err, sizeof err), PP_OK);
             ck_assert_int_eq(tg[9], t[20]);
         }
         data_close(&d);
@@ -309,7 +333,7 @@ START_TEST(test_file_shorter_than_batch) {
 END_TEST
 
 /* Runs without the fixture (exit skips the teardown): the file is removed before the
- * call that dies, the mapping keeps its tokens. */
+ * call that dies, the open descriptor keeps it. */
 START_TEST(test_batch_without_check_dies) {
     setup();
     uint16_t t[4] = {1, 2, 3, 4};
@@ -321,7 +345,152 @@ START_TEST(test_batch_without_check_dies) {
     ck_assert(!file_exists(g_dir));
     ck_assert_ptr_nonnull(freopen("/dev/null", "w", stderr)); /* expected message */
     int in[8], tg[8];
-    data_batch(&d, 0, 2, 4, in, tg); /* needs 9 tokens: a bug, dies with PP_ERUNTIME */
+    data_batch(&d, 0, 2, 4, in, tg, err, sizeof err); /* needs 9 tokens: a bug, dies with PP_ERUNTIME */
+}
+END_TEST
+
+/* ---- a file changed under a run ([Note: checked batch reads] in data.c) ---------- */
+
+/* 20000 tokens (1024 + 40000 bytes: blocks 0, 1 full, block 2 of 8576 bytes), opened
+ * with vocab 50 and room for B = 4, T = 256 (1024 tokens a batch, 19 batches). */
+#define CH_N 20000
+#define CH_B 4
+#define CH_T 256
+static uint16_t *open_changing(DataSet *d, const char *path) {
+    char err[PP_ERR_MAX] = "";
+    uint16_t *t = make_tokens(CH_N);
+    ck_assert_int_eq(data_write(path, t, CH_N, err, sizeof err), PP_OK);
+    ck_assert_int_eq(data_open(d, path, 50, err, sizeof err), PP_OK);
+    ck_assert_uint_eq(d->nblocks, 3);
+    ck_assert_int_eq(data_check_batch(d, CH_B, CH_T, err, sizeof err), PP_OK);
+    return t;
+}
+
+/* Batch n must fail naming the file, "changed under the run" and each NULL-terminated
+ * string, with inputs and targets token 0 throughout. */
+static void expect_batch_error(DataSet *d, long n, ...) {
+    static int in[CH_B * CH_T], tg[CH_B * CH_T];
+    char err[PP_ERR_MAX] = "";
+    for (int i = 0; i < CH_B * CH_T; i++) in[i] = tg[i] = 7;
+    ck_assert_int_eq(data_batch(d, n, CH_B, CH_T, in, tg, err, sizeof err), PP_ERUNTIME);
+    ck_assert_msg(strstr(err, d->path) && strstr(err, "changed under the run") && strstr(err, "restore the file"),
+                  "%s", err);
+    va_list ap;
+    va_start(ap, n);
+    for (const char *want; (want = va_arg(ap, const char *));)
+        ck_assert_msg(strstr(err, want), "message lacks '%s': %s", want, err);
+    va_end(ap);
+    for (int i = 0; i < CH_B * CH_T; i++) ck_assert(in[i] == 0 && tg[i] == 0);
+}
+
+/* Batch n reads tokens [n*1024, n*1024 + 1024] of t. */
+static void expect_batch(DataSet *d, long n, const uint16_t *t) {
+    static int in[CH_B * CH_T], tg[CH_B * CH_T];
+    char err[PP_ERR_MAX] = "";
+    ck_assert_msg(data_batch(d, n, CH_B, CH_T, in, tg, err, sizeof err) == PP_OK, "%s", err);
+    size_t t0 = (size_t)(n % 19) * CH_B * CH_T;
+    for (int i = 0; i < CH_B * CH_T; i++) ck_assert(in[i] == t[t0 + i] && tg[i] == t[t0 + i + 1]);
+}
+
+/* Overwrite tokens [at, at + n) of the file in place. */
+static void poke(const char *path, size_t at, const uint16_t *tok, size_t n) {
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, DATA_HEADER_BYTES + 2 * (long)at, SEEK_SET), 0);
+    ck_assert_uint_eq(fwrite(tok, 2, n, f), n);
+    fclose(f);
+}
+
+/* Every batch, across the block boundaries too, and wrapped. */
+START_TEST(test_batches_across_blocks) {
+    DataSet d;
+    uint16_t *t = open_changing(&d, tmp("c.bin"));
+    for (long n = 0; n < 40; n++) expect_batch(&d, n, t);
+    data_close(&d);
+    free(t);
+}
+END_TEST
+
+/* Truncated: every batch fails, naming the sizes and the batch's position (batch 3 is
+ * tokens 3072..4096, bytes 1024 + 6144 = 7168 .. 1024 + 8194 - 1 = 9217). */
+START_TEST(test_batch_truncated) {
+    DataSet d;
+    uint16_t *t = open_changing(&d, tmp("c.bin"));
+    expect_batch(&d, 3, t);
+    ck_assert_int_eq(truncate(tmp("c.bin"), 30000), 0);
+    expect_batch_error(&d, 3, "it was 41024 bytes when opened and is 30000 bytes now",
+                       "batch 3 (tokens 3072..4096, bytes 7168..9217)", NULL);
+    expect_batch_error(&d, 0, "is 30000 bytes now", NULL); /* also where the bytes are still there */
+    ck_assert_int_eq(truncate(tmp("c.bin"), 0), 0);
+    expect_batch_error(&d, 18, "is 0 bytes now", NULL);
+    data_close(&d);
+    free(t);
+}
+END_TEST
+
+START_TEST(test_batch_grown) {
+    DataSet d;
+    uint16_t *t = open_changing(&d, tmp("c.bin"));
+    FILE *f = fopen(tmp("c.bin"), "ab");
+    fputs("more", f);
+    fclose(f);
+    expect_batch_error(&d, 5, "it was 41024 bytes when opened and is 41028 bytes now", NULL);
+    data_close(&d);
+    free(t);
+}
+END_TEST
+
+/* A token >= vocab_size written in place: the batch that reads it fails naming the
+ * token and its byte offset; the others still read (their blocks did not change). */
+START_TEST(test_batch_bad_token_in_place) {
+    DataSet d;
+    uint16_t *t = open_changing(&d, tmp("c.bin"));
+    uint16_t big[2] = {65535, 50};
+    poke(tmp("c.bin"), 19000, big, 2);
+    expect_batch_error(&d, 18, "token 19000 (byte offset 39024) is 65535, not below model.vocab_size = 50",
+                       "reading batch 18", NULL);
+    expect_batch(&d, 0, t); /* block 0: unchanged */
+    /* the last target of batch 17 (token 18432) is the first input of batch 18 */
+    poke(tmp("c.bin"), 18432, big + 1, 1);
+    expect_batch_error(&d, 17, "token 18432 (byte offset 37888) is 50", NULL);
+    data_close(&d);
+    free(t);
+}
+END_TEST
+
+/* Other valid tokens written in place: caught by the block's CRC, at every batch that
+ * reads the block (batches 7 .. 15 read bytes of block 1, 16384 .. 32767); the header is
+ * in block 0. */
+START_TEST(test_batch_changed_in_place) {
+    DataSet d;
+    uint16_t *t = open_changing(&d, tmp("c.bin"));
+    uint16_t other = (uint16_t)((t[10000] + 1) % 50);
+    poke(tmp("c.bin"), 10000, &other, 1);
+    for (long n = 0; n < 19; n++) {
+        if (n >= 7 && n <= 15) expect_batch_error(&d, n, "bytes 16384..32767 differ from when it was opened", NULL);
+        else expect_batch(&d, n, t);
+    }
+    FILE *f = fopen(tmp("c.bin"), "r+b");
+    int32_t count = 19999;
+    ck_assert_int_eq(fseek(f, 8, SEEK_SET), 0);
+    ck_assert_uint_eq(fwrite(&count, 4, 1, f), 1);
+    fclose(f);
+    expect_batch_error(&d, 0, "bytes 0..16383 differ", NULL);
+    data_close(&d);
+    free(t);
+}
+END_TEST
+
+/* Replaced by a rename (data_write): harmless, the old file is read to the end. */
+START_TEST(test_batch_after_rename) {
+    DataSet d;
+    char err[PP_ERR_MAX];
+    uint16_t *t = open_changing(&d, tmp("c.bin")), junk[100];
+    for (int i = 0; i < 100; i++) junk[i] = 65535;
+    ck_assert_int_eq(data_write(tmp("c.bin"), junk, 100, err, sizeof err), PP_OK);
+    for (long n = 0; n < 19; n++) expect_batch(&d, n, t);
+    data_close(&d);
+    free(t);
 }
 END_TEST
 
@@ -388,7 +557,9 @@ static void expect_tokens(const char *path, const unsigned char *bytes, size_t n
     char err[PP_ERR_MAX] = "";
     ck_assert_msg(data_open(&d, path, 256, err, sizeof err) == PP_OK, "%s", err);
     ck_assert_uint_eq(d.ntok, n);
-    for (size_t i = 0; i < n; i++) ck_assert_uint_eq(d.tokens[i], bytes[i]);
+    uint16_t *got = read_tokens(&d);
+    for (size_t i = 0; i < n; i++) ck_assert_uint_eq(got[i], bytes[i]);
+    free(got);
     data_close(&d);
 }
 
@@ -504,6 +675,15 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_batches_and_wraparound);
     tcase_add_test(tc, test_batch_count_edges);
     tcase_add_test(tc, test_file_shorter_than_batch);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("changed");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_batches_across_blocks);
+    tcase_add_test(tc, test_batch_truncated);
+    tcase_add_test(tc, test_batch_grown);
+    tcase_add_test(tc, test_batch_bad_token_in_place);
+    tcase_add_test(tc, test_batch_changed_in_place);
+    tcase_add_test(tc, test_batch_after_rename);
     suite_add_tcase(s, tc);
     tc = tcase_create("misuse"); /* no fixture: the test exits */
     tcase_add_exit_test(tc, test_batch_without_check_dies, PP_ERUNTIME);
