@@ -36,8 +36,8 @@
  *   dq kernel, per query tile of 64 (4 warps x 16 rows): over the key tiles 0..qt
  *     recomputes S, P = exp2(S*sl2 - lse2) and dP = dO V^T, forms dS = P o (dP - D),
  *     rounds it to bf16 and accumulates dQ += dS K; dQ * scale is written.
- *   dkv kernel, per key tile of 64 (4 warps x 16 keys): over the query steps of 64 (32 at
- *     head sizes over 80: dkv_bq) from
+ *   dkv kernel, per key tile of 64 (4 warps x 16 keys): over the query steps of 32 (head
+ *     sizes up to 64, three CTAs an SM: bwd's launch), 64 (80) or 32 (96, 128: dkv_bq) from
  *     the tile's first key to T, recomputes S^T = K Q^T and dP^T = V dO^T, P^T and
  *     dS^T = P^T o (dP^T - D), and accumulates dV += P^T dO and dK += dS^T Q (both
  *     operands rounded to bf16); queries before the key or at/after T are masked.
@@ -432,8 +432,8 @@ template <int HSP, int BQ = dkv_bq<HSP>()> struct DkvSmem {
                                     + 4 * BQ * sizeof(float); /* 2 x (lse2, D) of the step's queries */
 };
 
-template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float>
-__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv(OutT *dqkv, const float *Din, const bf16 *doh,
+template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float, int MINB = 1>
+__global__ void __launch_bounds__(FA_THREADS, MINB) flash_bwd_dkv(OutT *dqkv, const float *Din, const bf16 *doh,
                                                             const bf16 *qh, const float *lse, int T, int C, int NH,
                                                             int hs, float sl2, float scale) {
     constexpr int LD = DkvSmem<HSP, BQ>::LD, KC = HSP / 16, NO = HSP / 8, NS = BQ / 8, QS = BQ * LD;
@@ -553,26 +553,40 @@ static void fwd(CudaCtx *c, OutT *out, float *lse, const float *qkv, int B, int 
     KCHECK(c, "flash_fwd");
 }
 
+/* The dkv kernel with query step BQ, held to MINB CTAs an SM (its registers capped to fit). */
+template <int HSP, int BQ, typename OutT, int MINB>
+static void launch_dkv(CudaCtx *c, OutT *dqkv, const float *D, const bf16 *doh, const bf16 *qh, const float *lse, int B,
+                       int T, int C, int NH, int hs, float sl2, float scale) {
+    size_t sm = DkvSmem<HSP, BQ>::bytes;
+    CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, BQ, OutT, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)sm));
+    flash_bwd_dkv<HSP, BQ, OutT, MINB><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm, c->stream>>>(
+        dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale);
+    KCHECK(c, "flash_bwd_dkv");
+}
+
 template <int HSP, typename OutT>
 static void bwd(CudaCtx *c, OutT *dqkv, float *D, const float *dout, const float *qkv, const OutT *out,
                 const float *lse, int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
-    size_t sm = DqSmem<HSP>::bytes, sm2 = DkvSmem<HSP>::bytes;
+    size_t sm = DqSmem<HSP>::bytes;
     const bf16 *qh = pack<HSP>(c, &c->castA, qkv, B, T, NH, hs, 3, 3 * (size_t)C);
     const bf16 *doh = pack<HSP>(c, &c->castB, dout, B, T, NH, hs, 1, (size_t)C);
     size_t warps = (size_t)B * T * NH, blocks = (warps + FA_WARPS - 1) / FA_WARPS;
     flash_rowdot<<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(D, dout, out, B, T, NH, hs);
     KCHECK(c, "flash_rowdot");
     CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, dkv_bq<HSP>(), OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)sm2));
     flash_bwd_dq<HSP, OutT><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(dqkv, D, doh, qh, lse, T,
                                                                                           C, NH, hs, sl2, scale);
     KCHECK(c, "flash_bwd_dq");
-    flash_bwd_dkv<HSP, dkv_bq<HSP>(), OutT><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm2, c->stream>>>(
-        dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale);
-    KCHECK(c, "flash_bwd_dkv");
+    /* up to 64 channels, query steps of 32 let three CTAs share an SM within 168 registers
+     * and no spill (0.794 -> 0.760 ms a layer at GPT-2 124M, B 16: cuda/NOTES.md); wider
+     * heads would spill there and keep two */
+    if (HSP <= 64)
+        launch_dkv<HSP, 32, OutT, 3>(c, dqkv, D, doh, qh, lse, B, T, C, NH, hs, sl2, scale);
+    else
+        launch_dkv<HSP, dkv_bq<HSP>(), OutT, 1>(c, dqkv, D, doh, qh, lse, B, T, C, NH, hs, sl2, scale);
 }
 
 size_t flash_pack_bytes(int B, int T, int NH, int hs, int parts) {
