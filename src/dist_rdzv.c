@@ -100,7 +100,7 @@ static int root_listen(const DistEnv *e, int *out, int *wide, char *err, size_t 
             }
         }
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, (struct sockaddr *)&ss, len) == 0 && listen(fd, SOMAXCONN) == 0) {
+        if (bind(fd, (struct sockaddr *)&ss, len) == 0 && listen(fd, DIST_BACKLOG) == 0) {
             freeaddrinfo(res);
             *out = fd;
             return PP_OK;
@@ -286,8 +286,9 @@ static void root_timeout(RootState *st, double timeout) {
 static int rdzv_root(const DistEnv *e, const char *cfg, double timeout, int lfd,
                      RdzvEntry *tab, char *err, size_t n) {
     RootState st;
-    Door d = {lfd, AUTH_RDZV, e->token, "the rendezvous", sizeof(RdzvHello), root_body_len,
-              root_ready, root_done, &st, 0, 0};
+    Door d = {.lfd = lfd, .purpose = AUTH_RDZV, .token = e->token, .what = "the rendezvous",
+              .hdr_len = sizeof(RdzvHello), .body_len = root_body_len, .ready = root_ready,
+              .done = root_done, .ctx = &st};
     double end = pp_now() + timeout, tell_end;
     int lost = -1;
     memset(&st, 0, sizeof st);
@@ -337,7 +338,7 @@ static int member_listen(int fd, int multi_node, int *lfd, int *port, char *err,
     else ((struct sockaddr_in *)&ss)->sin_port = 0;
     l = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (l < 0) goto fail;
-    if (bind(l, (struct sockaddr *)&ss, len) != 0 || listen(l, SOMAXCONN) != 0 ||
+    if (bind(l, (struct sockaddr *)&ss, len) != 0 || listen(l, DIST_BACKLOG) != 0 ||
         getsockname(l, (struct sockaddr *)&ss, &len) != 0) {
         close(l);
         goto fail;
@@ -554,8 +555,9 @@ static int mesh_done(void *ctx) { return ((MeshState *)ctx)->need == 0; }
 static int mesh_accept(const DistEnv *e, int lfd, double deadline, double timeout, DistMesh *m,
                        char *err, size_t n) {
     MeshState ms = {e, m, 2 * (e->world - 1 - e->rank)};
-    Door d = {lfd, AUTH_MESH, e->token, "this rank's mesh port", sizeof(MeshHello),
-              mesh_body_len, mesh_ready, mesh_done, &ms, 0, 0};
+    Door d = {.lfd = lfd, .purpose = AUTH_MESH, .token = e->token,
+              .what = "this rank's mesh port", .hdr_len = sizeof(MeshHello),
+              .body_len = mesh_body_len, .ready = mesh_ready, .done = mesh_done, .ctx = &ms};
     char missing[256] = "";
     size_t off = 0;
     if (door_run(&d, deadline)) return PP_OK;
