@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # flood.sh — a connection flood cannot stop a job (issue 25, item 1). test/flood.c makes
-# plain, silent TCP connections to one loopback port at 6,000 a second, holding the last
-# 2,000 open (more than a rank's door holds: it must shed some): (a) against rank 0's rendezvous port while rank 1 joins (2 ranks, no job
-# token: the flood needs none), (b) against rank 1's mesh port while the late rank 3
-# connects (4 ranks, PPTRAIN_JOB_TOKEN set); each three times. Every flooded job must
-# complete with losses.csv equal, bit for bit, to the unflooded job's, the flood must
-# really have reached >= 5,000 connections a second with most of them at the port, and
-# the rank it hit logs it as one count, not a line per connection. Ranks are started by
-# hand (test/lib/ranks.sh) so that the test knows every PID; it ends only those and the
-# floods it started, by PID.
+# plain, silent TCP connections to one loopback port at 6,000 a second, holding the
+# newest 2,000 open (more than a rank's door holds: it must shed some): (a) at rank 0's
+# rendezvous port while rank 1 joins (2 ranks, no job token: the flood needs none),
+# (b) at rank 1's mesh port while the late rank 3 connects (4 ranks, PPTRAIN_JOB_TOKEN
+# set); each three times. Every flooded job must complete with losses.csv equal, bit
+# for bit, to the unflooded job's; the flood must have made >= 5,000 connections a
+# second, >= 2,000 of them reaching the port; and the flooded rank logs it once, as a
+# count, not a line per connection. Ranks are started by hand (test/lib/ranks.sh), so
+# the test knows every PID; it ends only the processes it started, by PID.
+# PP_FLOOD_RUNS=N floods each port N times; PP_FLOOD_KEEP=1 keeps the outputs.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 FLOOD=${FLOOD:-build/cpu/test/flood}
@@ -105,10 +106,11 @@ job() {
   return 0
 }
 
-# flooded LABEL NAME REF WHO WORLD: the checks of one flooded job of WORLD ranks against
-# the reference REF; WHO is the rank whose port was flooded.
+# flooded LABEL NAME REF WHO WORLD DOOR: the checks of one flooded job of WORLD ranks
+# against the reference REF; WHO is the rank whose port was flooded, DOOR what its log
+# calls that port ("the rendezvous", "this rank's mesh port").
 flooded() {
-  local label=$1 d=$tmp/$2 ref=$tmp/$3/run who=$4 line rate est made lines counts
+  local label=$1 d=$tmp/$2 ref=$tmp/$3/run who=$4 door=$6 line rate est made lines counts
   line=$(grep -m1 'connections to' "$d/flood")
   made=$(sed -nE 's/^flood: ([0-9]+) connections.*/\1/p' <<<"$line")
   rate=$(sed -nE 's/.*\(([0-9]+)\/s\).*/\1/p' <<<"$line")
@@ -121,10 +123,10 @@ flooded() {
     ok "$label: losses.csv equals the unflooded run's ($(rows "$d/run" | wc -l) steps)"
   else bad "$label: losses.csv differs from the unflooded run's"; fi
   lines=$(grep -c 'warning: dropped a connection' "$d/r$who.out")
-  counts=$(grep -c 'warning: dropped [0-9]* connection(s) to .* in all' "$d/r$who.out")
+  counts=$(grep -c "warning: dropped [0-9]* connection(s) to $door in all" "$d/r$who.out")
   if [ "$lines" -eq 0 ] && [ "$counts" -eq 1 ]; then
-    ok "$label: rank $who logged the flood once, as a count: $(grep -m1 'in all' "$d/r$who.out" | cut -c1-240)"
-  else bad "$label: rank $who logged $lines dropped connections one by one and $counts counts"; fi
+    ok "$label: rank $who logged the flood once, as a count: $(grep -m1 "to $door in all" "$d/r$who.out" | cut -c1-240)"
+  else bad "$label: rank $who logged $lines dropped connections one by one and $counts counts for $door"; fi
   if grep -qE "$SAN" "$d"/r*.out; then bad "$label: a sanitizer report: $(grep -h -m1 -E "$SAN" "$d"/r*.out)"; fi
 }
 
@@ -140,14 +142,14 @@ check "the unflooded 4-rank job completes (exit $rcs)" '[ "$rcs" = "0 0 0 0" ] &
 unset PPTRAIN_JOB_TOKEN
 for i in $(seq "$RUNS"); do
   job "rdzv$i" 2 1 rdzv
-  flooded "rendezvous flood $i" "rdzv$i" ref2 0 2
+  flooded "rendezvous flood $i" "rdzv$i" ref2 0 2 "the rendezvous"
 done
 
 # ---- (b) rank 1's mesh port while rank 3 comes late, with a token -----------------------
 export PPTRAIN_JOB_TOKEN=flood-test-$RANDOM-0123456789abcdef
 for i in $(seq "$RUNS"); do
   job "mesh$i" 4 3 mesh
-  flooded "mesh flood $i" "mesh$i" ref4 1 4
+  flooded "mesh flood $i" "mesh$i" ref4 1 4 "this rank's mesh port"
 done
 
 finish
