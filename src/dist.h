@@ -88,8 +88,10 @@ typedef struct {
  * to each other directly (IPv4 or IPv6). Every connection starts with the job token's
  * challenge-response ([Note: job authentication] in auth.c); a listening rank handles
  * all its pending connections at once and drops, with one log line naming the peer's
- * address, those that fail it or stay silent for DIST_HANDSHAKE_S; they never stop
- * the job ([Note: rendezvous under attack] in dist_rdzv.c).
+ * address, those that fail it or do not finish within DIST_HANDSHAKE_S; those that
+ * send nothing, or are shed under a flood of connections, are counted in one line.
+ * None of them stops the job: a rank whose connection ends before the job has formed
+ * makes it again with backoff ([Note: rendezvous under attack] in dist_rdzv.c).
  * Every rank sends `config_text` (the printed effective config) and its WORLD_SIZE;
  * rank 0 compares them with its own. With a token, any difference makes every rank
  * fail with the same message, e.g. "rank 1's config differs from rank 0's at

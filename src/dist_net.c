@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -189,6 +190,56 @@ int dist_auth_client(AuthConn *a, int fd, int purpose, const char *token, double
 
 /* --------------------------------------------------------------------- doors -- */
 
+/* [Note: a flood of connections]
+ * Anyone who reaches a door's port can open connections faster than a rank finishes
+ * one handshake. Issue 25: 2,000 silent connects a second at rank 0's port stopped the
+ * job, because the door then held 64 pending connections and evicted the oldest, which
+ * soon was the joining rank's, halfway through its hello. So that no flood can push a
+ * real rank out:
+ * - A pending connection is ranked by how far it has come (door_class): silent (not a
+ *   byte yet), in the handshake, past the handshake of a job without a token (anyone
+ *   gets that far, so its hello, taken the moment it is complete, is what counts), and
+ *   proven (it proved the job token). When the table is full, the lowest goes, the
+ *   oldest among equals, the newcomer included: a connection is never given up for a
+ *   less advanced one, and a proven one never.
+ * - A newcomer is heard at once: a real rank sends its first message as soon as it is
+ *   connected, so it usually arrives in the handshake, above every silent connection.
+ * - A silent connection has DOOR_FIRST_BYTE_S to send its first byte; the handshake and
+ *   hello then have the rest of DIST_HANDSHAKE_S.
+ * - The table holds DOOR_MAX_CONNS (half the open-file limit when that is lower), and a
+ *   round accepts at most that many, so the pending ones are heard between rounds. At
+ *   5,000 silent connects a second, 1,024 slots leave a newcomer 0.2 s before it is the
+ *   oldest silent one. The listen backlog is as long as the kernel allows (DIST_BACKLOG),
+ *   for the time before a door opens (a mesh port listens from the rendezvous on).
+ * - Connections that never send a byte (a flood or a port scan: they close, stay silent
+ *   or are shed before they do) and those shed to make room are counted, not logged
+ *   one a line; door_run ends with one line with the counts. A connection that says
+ *   something wrong (garbage, a wrong token, a forged hello) is logged with its address.
+ * - A shed connection closes: the rank behind it, if any, connects again with backoff
+ *   until its deadline (member_join, rdzv_member, mesh_dial in dist_rdzv.c). */
+
+enum { DC_SILENT, DC_HANDSHAKE, DC_HELLO, DC_PROVEN };
+
+/* How far c has come ([Note: a flood of connections]). */
+static int door_class(const Door *d, const DoorConn *c) {
+    if (!c->heard) return DC_SILENT;
+    if (!c->authed) return DC_HANDSHAKE;
+    return d->token && d->token[0] ? DC_PROVEN : DC_HELLO;
+}
+
+/* When c is dropped unless it has moved on. */
+static double door_deadline(const DoorConn *c) {
+    return c->since + (c->heard ? DIST_HANDSHAKE_S : DOOR_FIRST_BYTE_S);
+}
+
+static void door_close(DoorConn *c) {
+    if (c->fd >= 0) close(c->fd);
+    free(c->body);
+    c->fd = -1;
+    c->body = NULL;
+}
+
+/* Drop c with a log line saying why (DOOR_LOG_MAX of them, then only counted). */
 static void door_drop(Door *d, DoorConn *c, const char *why) {
     d->dropped++;
     if (d->logged < DOOR_LOG_MAX) {
@@ -196,10 +247,15 @@ static void door_drop(Door *d, DoorConn *c, const char *why) {
         dist_warn("dropped a connection from %s to %s: %s%s", c->addr, d->what, why,
                   d->logged == DOOR_LOG_MAX ? " (further drops are counted, not logged)" : "");
     }
-    if (c->fd >= 0) close(c->fd);
-    free(c->body);
-    c->fd = -1;
-    c->body = NULL;
+    door_close(c);
+}
+
+/* Drop c without a line: it sent nothing (shed = 0) or was shed to make room. */
+static void door_quiet(Door *d, DoorConn *c, int shed) {
+    d->dropped++;
+    if (shed) d->shed++;
+    else d->silent++;
+    door_close(c);
 }
 
 /* Read what c sent after the handshake: the hello's fixed part, then its body. Returns
@@ -242,6 +298,16 @@ static int door_hello(Door *d, DoorConn *c) {
 /* Move connection c on as far as it goes. */
 static void door_step(Door *d, DoorConn *c) {
     char why[PP_ERR_MAX / 2];
+    if (!c->heard) { /* a first byte, or the end of a connection that never sent one */
+        char b;
+        ssize_t k = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (k < 0 && io_again()) return;
+        if (k <= 0) {
+            door_quiet(d, c, 0);
+            return;
+        }
+        c->heard = 1;
+    }
     if (!c->authed) {
         int r = auth_step(&c->auth, c->fd);
         if (r == AUTH_FAIL) {
@@ -261,65 +327,137 @@ static void door_step(Door *d, DoorConn *c) {
     c->fd = -1; /* taken */
 }
 
-/* Accept what waits at the listening socket into free slots of conns. */
-static void door_accept(Door *d, DoorConn *conns, int *n) {
-    for (;;) {
-        int fd = accept4(d->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), slot = -1;
-        if (fd < 0) return;
+/* Drop c, whose deadline passed. */
+static void door_expire(Door *d, DoorConn *c) {
+    if (!c->heard) door_quiet(d, c, 0);
+    else
+        door_drop(d, c, c->authed ? "its hello was not complete within " STR(DIST_HANDSHAKE_S) " s"
+                                  : "it did not complete the handshake within "
+                                    STR(DIST_HANDSHAKE_S) " s (an idle or slow connection)");
+}
+
+/* The pending connection to shed for room: the least advanced, the oldest among equals;
+ * -1 when every one has proven the token. */
+static int door_victim(const Door *d, const DoorConn *conns, int n) {
+    int v = -1, vc = DC_PROVEN;
+    for (int i = 0; i < n; i++) {
+        int k;
+        if (conns[i].fd < 0) continue;
+        k = door_class(d, &conns[i]);
+        if (k < vc || (k == vc && v >= 0 && conns[i].since < conns[v].since)) v = i, vc = k;
+    }
+    return v;
+}
+
+/* Pending connections a door holds: DOOR_MAX_CONNS, or half the open-file limit. */
+static int door_capacity(void) {
+    struct rlimit rl;
+    rlim_t cap = DOOR_MAX_CONNS;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 2 < cap)
+        cap = rl.rlim_cur / 2;
+    return cap < 16 ? 16 : (int)cap;
+}
+
+/* Accept up to cap connections waiting at the listening socket into conns (*n used of
+ * cap), hearing each at once and shedding per [Note: a flood of connections]. Returns 0,
+ * or 1 when out of file descriptors with nothing to shed (the caller pauses). */
+static int door_accept(Door *d, DoorConn *conns, int *n, int cap) {
+    for (int round = 0; round < cap && !d->done(d->ctx); round++) {
+        int fd = accept4(d->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), slot = -1, v;
+        DoorConn nc;
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+            if ((v = door_victim(d, conns, *n)) < 0) return 1;
+            door_quiet(d, &conns[v], 1);
+            continue;
+        }
+        if (fd < 0 && (errno == ECONNABORTED || errno == EINTR)) continue;
+        if (fd < 0) return 0; /* EAGAIN: all taken */
+        memset(&nc, 0, sizeof nc);
+        nc.fd = fd;
+        nc.since = pp_now();
+        dist_peer_str(fd, nc.addr, sizeof nc.addr);
+        auth_begin(&nc.auth, 1, d->purpose, d->token);
+        door_step(d, &nc); /* its first message may be here already */
+        if (nc.fd < 0) continue; /* taken or dropped */
         for (int i = 0; i < *n && slot < 0; i++)
             if (conns[i].fd < 0) slot = i;
-        if (slot < 0 && *n < DOOR_MAX_CONNS) slot = (*n)++;
-        if (slot < 0) { /* full: the oldest goes (a real rank's hello takes milliseconds) */
-            slot = 0;
-            for (int i = 1; i < *n; i++)
-                if (conns[i].deadline < conns[slot].deadline) slot = i;
-            door_drop(d, &conns[slot], "too many connections at once; this one was the oldest");
+        if (slot < 0 && *n < cap) slot = (*n)++;
+        if (slot < 0) { /* full: the least advanced goes, the newcomer included */
+            v = door_victim(d, conns, *n);
+            if (v < 0 || door_class(d, &conns[v]) > door_class(d, &nc)) {
+                door_quiet(d, &nc, 1);
+                continue;
+            }
+            door_quiet(d, &conns[v], 1);
+            slot = v;
         }
-        memset(&conns[slot], 0, sizeof conns[slot]);
-        conns[slot].fd = fd;
-        conns[slot].deadline = pp_now() + DIST_HANDSHAKE_S;
-        dist_peer_str(fd, conns[slot].addr, sizeof conns[slot].addr);
-        auth_begin(&conns[slot].auth, 1, d->purpose, d->token);
+        conns[slot] = nc;
     }
+    return 0;
+}
+
+/* The one line on what a door dropped beyond the lines it logged, if any. */
+static void door_report(const Door *d, const Door *before, int cap) {
+    int dropped = d->dropped - before->dropped, silent = d->silent - before->silent;
+    int shed = d->shed - before->shed, logged = d->logged - before->logged;
+    int unlogged = dropped - silent - shed - logged;
+    char line[PP_ERR_MAX];
+    size_t k = 0;
+    if (silent + shed + unlogged == 0) return;
+    k += (size_t)snprintf(line + k, sizeof line - k, "dropped %d connection(s) to %s in all:",
+                          dropped, d->what);
+    if (silent)
+        k += (size_t)snprintf(line + k, sizeof line - k, " %d closed or stayed silent for "
+                              "%g s without sending a byte,", silent, DOOR_FIRST_BYTE_S);
+    if (shed)
+        k += (size_t)snprintf(line + k, sizeof line - k, " %d shed to make room when %d "
+                              "were pending at once (a flood of connections: the job went "
+                              "on),", shed, cap);
+    if (logged)
+        k += (size_t)snprintf(line + k, sizeof line - k, " %d logged above,", logged);
+    if (unlogged)
+        k += (size_t)snprintf(line + k, sizeof line - k, " %d more not logged,", unlogged);
+    if (k < sizeof line) line[k - 1] = '\0'; /* the last comma */
+    dist_warn("%s", line);
 }
 
 int door_run(Door *d, double deadline) {
-    DoorConn *conns = pp_calloc(DOOR_MAX_CONNS, sizeof *conns);
-    struct pollfd *pfd = pp_malloc((DOOR_MAX_CONNS + 1) * sizeof *pfd);
-    int n = 0, done = d->done(d->ctx), logged0 = d->logged, dropped0 = d->dropped;
+    int cap = door_capacity();
+    DoorConn *conns = pp_calloc((size_t)cap, sizeof *conns);
+    struct pollfd *pfd = pp_malloc((size_t)(cap + 1) * sizeof *pfd);
+    int *at = pp_malloc((size_t)(cap + 1) * sizeof *at); /* pfd[j] is conns[at[j]]'s */
+    int n = 0, done = d->done(d->ctx);
+    double accept_at = 0; /* out of file descriptors: no accepting before then */
+    Door before = *d;
     fcntl(d->lfd, F_SETFL, fcntl(d->lfd, F_GETFL) | O_NONBLOCK); /* accept until EAGAIN */
     while (!done && pp_now() < deadline) {
         double wake = deadline;
-        int k = 0;
-        pfd[k++] = (struct pollfd){d->lfd, POLLIN, 0};
+        int k = 0, listening = pp_now() >= accept_at;
+        if (listening) pfd[k] = (struct pollfd){d->lfd, POLLIN, 0}, at[k++] = -1;
+        else if (accept_at < wake) wake = accept_at;
         for (int i = 0; i < n; i++) {
             if (conns[i].fd < 0) continue;
-            if (conns[i].deadline < wake) wake = conns[i].deadline;
-            pfd[k++] = (struct pollfd){conns[i].fd,
-                                       conns[i].authed ? POLLIN : auth_events(&conns[i].auth), 0};
+            if (door_deadline(&conns[i]) < wake) wake = door_deadline(&conns[i]);
+            pfd[k] = (struct pollfd){conns[i].fd, !conns[i].heard || conns[i].authed
+                                                      ? POLLIN : auth_events(&conns[i].auth), 0};
+            at[k++] = i;
         }
         if (poll(pfd, (nfds_t)k, dist_poll_ms(wake - pp_now())) < 0 && errno != EINTR) break;
-        for (int i = 0; i < n && !done; i++) {
-            DoorConn *c = &conns[i];
-            if (c->fd < 0) continue;
-            door_step(d, c);
-            if (c->fd >= 0 && pp_now() >= c->deadline)
-                door_drop(d, c, c->authed ? "its hello was not complete within "
-                                            STR(DIST_HANDSHAKE_S) " s"
-                                          : "it did not complete the handshake within "
-                                            STR(DIST_HANDSHAKE_S) " s (an idle or slow "
-                                            "connection)");
+        for (int j = listening; j < k && !done; j++) {
+            DoorConn *c = &conns[at[j]];
+            if (pfd[j].revents) door_step(d, c);
+            if (c->fd >= 0 && pp_now() >= door_deadline(c)) door_expire(d, c);
             done = d->done(d->ctx);
         }
-        if (!done && (pfd[0].revents & POLLIN)) door_accept(d, conns, &n);
+        if (!done && listening && (pfd[0].revents & POLLIN) && door_accept(d, conns, &n, cap))
+            accept_at = pp_now() + 0.05;
+        done = d->done(d->ctx);
         while (n > 0 && conns[n - 1].fd < 0) n--;
     }
-    for (int i = 0; i < n; i++)
-        if (conns[i].fd >= 0) close(conns[i].fd), free(conns[i].body);
-    if (d->dropped - dropped0 > d->logged - logged0)
-        dist_warn("dropped %d connection(s) to %s in all, %d of them not logged", d->dropped - dropped0,
-                  d->what, (d->dropped - dropped0) - (d->logged - logged0));
+    for (int i = 0; i < n; i++) door_close(&conns[i]);
+    door_report(d, &before, cap);
     free(conns);
     free(pfd);
+    free(at);
     return done;
 }

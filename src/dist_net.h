@@ -10,8 +10,13 @@
 #include "dist.h"
 
 #define DIST_ADDR_MAX 80 /* "host:port" or "[v6host]:port", numeric */
-#define DOOR_MAX_CONNS 64 /* pending connections a door holds; more evict the oldest */
-#define DOOR_LOG_MAX 10   /* dropped connections logged one per line, then counted */
+/* The listen backlog asked for; the kernel caps it at net.core.somaxconn (4096 by
+ * default since Linux 5.4). [Note: a flood of connections] in dist_net.c. */
+#define DIST_BACKLOG 65535
+#define DOOR_MAX_CONNS 1024    /* pending connections a door holds (fewer under a low
+                                  open-file limit: door_capacity) */
+#define DOOR_FIRST_BYTE_S 1.0  /* an accepted connection's time to send its first byte */
+#define DOOR_LOG_MAX 10        /* dropped connections logged one per line, then counted */
 
 /* "[rank R] warning: ..." on stderr. */
 void dist_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -48,7 +53,8 @@ int dist_auth_client(AuthConn *a, int fd, int purpose, const char *token, double
 /* A connection a door accepted, while it proves the token and says hello. */
 typedef struct {
     int fd;
-    double deadline;        /* dropped if its hello is not complete by then */
+    double since;           /* accepted at (pp_now); see door_deadline in dist_net.c */
+    int heard;              /* it sent a byte */
     char addr[DIST_ADDR_MAX];
     AuthConn auth;
     int authed;
@@ -74,15 +80,20 @@ typedef struct {
     /* Whether the door's owner has all it waits for. */
     int (*done)(void *ctx);
     void *ctx;
-    int dropped, logged; /* connections dropped, of which logged */
+    /* Connections dropped; of them logged one a line, and counted only: those that
+     * closed or stayed silent without a byte, and those shed to make room. */
+    int dropped, logged, silent, shed;
 } Door;
 
 /* Accept, authenticate and hear the hellos of every connection at d->lfd together, each
- * with DIST_HANDSHAKE_S to finish, until d->done(ctx) or the absolute `deadline`.
- * Connections that fail the handshake, send a malformed hello, stay silent past their
- * deadline or overflow DOOR_MAX_CONNS are dropped with a log line naming their address
- * ([Note: rendezvous under attack] in dist_rdzv.c). Returns 1 when done, 0 at the
- * deadline; connections still pending are closed either way. */
+ * with DOOR_FIRST_BYTE_S to send a byte and DIST_HANDSHAKE_S to finish, until
+ * d->done(ctx) or the absolute `deadline`. Connections that fail the handshake, send a
+ * malformed hello or do not finish in time are dropped with a log line naming their
+ * address (DOOR_LOG_MAX of them, then counted); those that send nothing, and those shed
+ * when the table is full (the least advanced first, never one that proved the token),
+ * are counted; one line at the end gives the counts ([Note: a flood of connections] in
+ * dist_net.c, [Note: rendezvous under attack] in dist_rdzv.c). Returns 1 when done, 0
+ * at the deadline; connections still pending are closed either way. */
 int door_run(Door *d, double deadline);
 
 #endif

@@ -14,13 +14,19 @@
 /* [Note: rendezvous under attack]
  * Rank 0's port, and in a multi-node job every rank's mesh port, can be reached by any
  * host on the network, so what arrives there may be a port scan, an idle connection,
- * one that sends a byte every few seconds, a forged hello, or a process of another job.
- * None of them may stop or stall the job:
+ * one that sends a byte every few seconds, a flood of thousands of connections a
+ * second, a forged hello, or a process of another job. None of them may stop or stall
+ * the job:
  * - A listening rank hears all its pending connections together in one poll loop (a
  *   door, dist_net.c), each under its own deadline of DIST_HANDSHAKE_S from accept to
- *   a complete hello: idle and slow-drip connections are dropped when it passes, and
- *   never delay the others. The rendezvous itself ends timeout_s after rank 0 started
- *   listening, however many bytes trickle in.
+ *   a complete hello (DOOR_FIRST_BYTE_S to its first byte): idle and slow-drip
+ *   connections are dropped when it passes, and never delay the others. The rendezvous
+ *   itself ends timeout_s after rank 0 started listening, however many bytes trickle in.
+ * - Under a flood the door sheds the least advanced connections, never one that proved
+ *   the token, and counts them in one line ([Note: a flood of connections] in
+ *   dist_net.c). A rank whose connection ends before the job has formed all the same
+ *   (shed, or cut) makes it again with backoff until its deadline: rdzv_member until
+ *   rank 0's verdict, mesh_dial until its hello is sent.
  * - Every connection first proves it holds the job token (auth.c); one that fails is
  *   dropped, logged with its address, and the job goes on.
  * - Every length a hello announces is checked before anything is allocated for it
@@ -100,7 +106,7 @@ static int root_listen(const DistEnv *e, int *out, int *wide, char *err, size_t 
             }
         }
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, (struct sockaddr *)&ss, len) == 0 && listen(fd, SOMAXCONN) == 0) {
+        if (bind(fd, (struct sockaddr *)&ss, len) == 0 && listen(fd, DIST_BACKLOG) == 0) {
             freeaddrinfo(res);
             *out = fd;
             return PP_OK;
@@ -286,8 +292,9 @@ static void root_timeout(RootState *st, double timeout) {
 static int rdzv_root(const DistEnv *e, const char *cfg, double timeout, int lfd,
                      RdzvEntry *tab, char *err, size_t n) {
     RootState st;
-    Door d = {lfd, AUTH_RDZV, e->token, "the rendezvous", sizeof(RdzvHello), root_body_len,
-              root_ready, root_done, &st, 0, 0};
+    Door d = {.lfd = lfd, .purpose = AUTH_RDZV, .token = e->token, .what = "the rendezvous",
+              .hdr_len = sizeof(RdzvHello), .body_len = root_body_len, .ready = root_ready,
+              .done = root_done, .ctx = &st};
     double end = pp_now() + timeout, tell_end;
     int lost = -1;
     memset(&st, 0, sizeof st);
@@ -337,7 +344,7 @@ static int member_listen(int fd, int multi_node, int *lfd, int *port, char *err,
     else ((struct sockaddr_in *)&ss)->sin_port = 0;
     l = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (l < 0) goto fail;
-    if (bind(l, (struct sockaddr *)&ss, len) != 0 || listen(l, SOMAXCONN) != 0 ||
+    if (bind(l, (struct sockaddr *)&ss, len) != 0 || listen(l, DIST_BACKLOG) != 0 ||
         getsockname(l, (struct sockaddr *)&ss, &len) != 0) {
         close(l);
         goto fail;
@@ -394,13 +401,16 @@ static int member_join(const DistEnv *e, double deadline, int *out, char *err, s
                    "port reachable from this host?", e->master_addr, e->rdzv_port, last);
 }
 
-/* Receive rank 0's verdict on connection fd by deadline: the table, or its message. */
+/* Receive rank 0's verdict on connection fd by deadline: the table, or its message.
+ * *lost = 1 when the connection ended before a byte of it came: rank 0 did not admit
+ * this connection (or died), and joining again may work. */
 static int member_verdict(const DistEnv *e, int fd, double deadline, RdzvEntry *tab,
-                          char *err, size_t n) {
+                          int *lost, char *err, size_t n) {
     RdzvReply rep;
     char why[128] = "", text[PP_ERR_MAX];
     size_t so = 0, ro = 0;
     int io = dist_xfer_part(fd, NULL, 0, &so, &rep, sizeof rep, &ro, 0, deadline, why, sizeof why);
+    *lost = (io == DIST_IO_CLOSED || io == DIST_IO_ERROR) && ro == 0;
     if (io == DIST_IO_OK && rep.magic != RDZV_MAGIC) io = DIST_IO_ERROR;
     if (io == DIST_IO_OK && rep.status != PP_OK) {
         uint32_t len = rep.len < sizeof text - 1 ? rep.len : (uint32_t)sizeof text - 1;
@@ -418,38 +428,61 @@ static int member_verdict(const DistEnv *e, int fd, double deadline, RdzvEntry *
                        "are all %d ranks started? see rank 0's log", e->world);
     if (io != DIST_IO_OK)
         return pp_errf(err, n, PP_ERUNTIME, "lost connection to rank 0 during the rendezvous "
-                       "(%s) — see rank 0's log", io == DIST_IO_ERROR ? "bad reply" : why);
+                       "(%s) — see rank 0's log", io == DIST_IO_ERROR && !*lost ? "bad reply" : why);
     for (int r = 0; r < e->world; r++) tab[r].host[RDZV_HOST - 1] = '\0';
     return PP_OK;
 }
 
+/* Send hello h and its body (job identity, config text) on fd by deadline; *lost = 1
+ * when the connection ended (rank 0 dropped it, or died). */
+static int member_hello(const DistEnv *e, int fd, const RdzvHello *h, const char *cfg,
+                        double deadline, int *lost, char *err, size_t n) {
+    size_t so = 0, ro = 0, co = 0, jo = 0;
+    char why[128];
+    int io = dist_xfer_part(fd, h, sizeof *h, &so, NULL, 0, &ro, 0, deadline, why, sizeof why);
+    if (io == DIST_IO_OK)
+        io = dist_xfer_part(fd, e->job, h->job_len, &jo, NULL, 0, &ro, 0, deadline, why, sizeof why);
+    if (io == DIST_IO_OK)
+        io = dist_xfer_part(fd, cfg, h->cfg_len, &co, NULL, 0, &ro, 0, deadline, why, sizeof why);
+    *lost = io == DIST_IO_CLOSED || io == DIST_IO_ERROR;
+    if (io != DIST_IO_OK)
+        return pp_errf(err, n, PP_ERUNTIME, "lost connection to rank 0 during the rendezvous "
+                       "(%s) — see rank 0's log", why);
+    return PP_OK;
+}
+
 /* A rank > 0's side: join rank 0, announce the listen port and config, get the table.
- * *root gets rank 0's address (the one this rank reached it at). */
+ * *root gets rank 0's address (the one this rank reached it at). A connection that ends
+ * before rank 0's verdict (a door sheds it under a flood of connections, [Note: a flood
+ * of connections] in dist_net.c) is made again, with backoff, until timeout. */
 static int rdzv_member(const DistEnv *e, const char *cfg, double timeout, int *lfd,
                        RdzvEntry *tab, struct sockaddr_storage *root, socklen_t *rootlen,
                        char *err, size_t n) {
     RdzvHello h = {RDZV_MAGIC, RDZV_VERSION, e->rank, e->world, 0, (uint32_t)strlen(e->job),
                    (uint32_t)strlen(cfg)};
-    double t0 = pp_now(), end = t0 + timeout;
-    int fd = -1, port = 0, rc;
-    size_t so = 0, ro = 0, co = 0, jo = 0;
-    char why[128];
-    if ((rc = member_join(e, end, &fd, err, n))) return rc;
-    rc = member_listen(fd, e->local_world < e->world, lfd, &port, err, n);
-    h.listen_port = (uint32_t)port;
-    *rootlen = sizeof *root;
-    if (rc == PP_OK && getpeername(fd, (struct sockaddr *)root, rootlen) != 0)
-        rc = pp_errf(err, n, PP_ERUNTIME, "getpeername: %s", strerror(errno));
-    if (rc == PP_OK &&
-        (dist_xfer_part(fd, &h, sizeof h, &so, NULL, 0, &ro, 0, end, why, sizeof why) ||
-         dist_xfer_part(fd, e->job, h.job_len, &jo, NULL, 0, &ro, 0, end, why, sizeof why) ||
-         dist_xfer_part(fd, cfg, h.cfg_len, &co, NULL, 0, &ro, 0, end, why, sizeof why)))
-        rc = pp_errf(err, n, PP_ERUNTIME, "lost connection to rank 0 during the rendezvous "
-                     "(%s) — see rank 0's log", why);
-    /* Rank 0 answers once every rank joined: allow it its own timeout and then some. */
-    if (rc == PP_OK) rc = member_verdict(e, fd, t0 + 2 * timeout + 5, tab, err, n);
-    close(fd);
-    return rc;
+    double t0 = pp_now(), end = t0 + timeout, delay = 0.02;
+    int port = 0, rc;
+    for (int again = 0;; again++) {
+        int fd = -1, lost = 0;
+        if ((rc = member_join(e, end, &fd, err, n))) return rc;
+        if (*lfd < 0) /* the first time only: every hello announces the same port */
+            rc = member_listen(fd, e->local_world < e->world, lfd, &port, err, n);
+        h.listen_port = (uint32_t)port;
+        *rootlen = sizeof *root;
+        if (rc == PP_OK && getpeername(fd, (struct sockaddr *)root, rootlen) != 0)
+            rc = pp_errf(err, n, PP_ERUNTIME, "getpeername: %s", strerror(errno));
+        if (rc == PP_OK) rc = member_hello(e, fd, &h, cfg, end, &lost, err, n);
+        /* Rank 0 answers once every rank joined: allow it its own timeout and then some. */
+        if (rc == PP_OK) rc = member_verdict(e, fd, t0 + 2 * timeout + 5, tab, &lost, err, n);
+        close(fd);
+        if (!lost || pp_now() + delay > end) return rc;
+        if (again == 0)
+            dist_warn("the connection to rank 0 ended before rank 0 admitted this rank (a "
+                      "flood of connections there? see its log); joining again until the "
+                      "rendezvous's deadline (runtime.timeout_s = %g)", timeout);
+        dist_sleep(delay);
+        delay = delay * 2 < 1.0 ? delay * 2 : 1.0;
+    }
 }
 
 /* ------------------------------------------------------------------------ mesh -- */
@@ -477,7 +510,43 @@ static int mesh_addr(int p, const RdzvEntry *tab, const struct sockaddr_storage 
     return PP_OK;
 }
 
-/* Connect to rank p twice (data and collective channel), authenticate, announce. */
+/* One connection to rank p at sa for channel ch by deadline: connect, authenticate,
+ * announce. Returns PP_OK with *out, or an error with *again = 1 when it ended before
+ * it was made (rank p's door shed it under a flood of connections, [Note: a flood of
+ * connections] in dist_net.c): a new one may get through. A refusal (nobody listens:
+ * rank p is gone) or a failed proof is final. */
+static int mesh_dial_one(const DistEnv *e, int p, int ch, const struct sockaddr *sa,
+                         socklen_t len, double deadline, int *out, int *again, char *err,
+                         size_t n) {
+    MeshHello h = {MESH_MAGIC, e->rank, e->world, ch};
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0), rc = PP_OK, io;
+    int eno = fd < 0 ? errno : dist_connect_by(fd, sa, len, deadline);
+    char where[DIST_ADDR_MAX], why[256] = "";
+    size_t so = 0, ro = 0;
+    AuthConn a;
+    dist_addr_str(sa, len, where, sizeof where);
+    *again = eno == ECONNRESET || eno == ECONNABORTED;
+    if (eno != 0) {
+        rc = pp_errf(err, n, PP_ERUNTIME, "cannot connect to rank %d at %s: %s — is that "
+                     "address reachable from this host?", p, where, strerror(eno));
+    } else if (dist_auth_client(&a, fd, AUTH_MESH, e->token, deadline) != AUTH_DONE) {
+        *again = a.fail == AUTH_CLOSED || a.fail == AUTH_IO;
+        rc = pp_errf(err, n, a.fail == AUTH_MISMATCH || a.fail == AUTH_BAD_MAC ? PP_EUSAGE
+                                                                             : PP_ERUNTIME,
+                     "cannot connect to rank %d at %s: %s", p, where, a.err);
+    } else if ((io = dist_xfer_part(fd, &h, sizeof h, &so, NULL, 0, &ro, 0, deadline, why,
+                                    sizeof why)) != DIST_IO_OK) {
+        *again = io == DIST_IO_CLOSED || io == DIST_IO_ERROR;
+        rc = pp_errf(err, n, PP_ERUNTIME, "lost connection to rank %d at %s while connecting "
+                     "(%s) — see its log", p, where, why);
+    }
+    if (rc != PP_OK && fd >= 0) close(fd);
+    if (rc == PP_OK) *out = fd;
+    return rc;
+}
+
+/* Connect to rank p twice (data and collective channel), each made again with backoff
+ * until deadline when it ends before it is made (mesh_dial_one). */
 static int mesh_dial(const DistEnv *e, int p, const RdzvEntry *tab,
                      const struct sockaddr_storage *root, socklen_t rootlen, double deadline,
                      DistMesh *m, char *err, size_t n) {
@@ -485,30 +554,17 @@ static int mesh_dial(const DistEnv *e, int p, const RdzvEntry *tab,
     socklen_t len;
     int rc = mesh_addr(p, tab, root, rootlen, &sa, &len, err, n);
     for (int ch = 0; ch < 2 && rc == PP_OK; ch++) {
-        MeshHello h = {MESH_MAGIC, e->rank, e->world, ch};
-        int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        int eno = fd < 0 ? errno : dist_connect_by(fd, (struct sockaddr *)&sa, len, deadline);
-        char where[DIST_ADDR_MAX], why[256] = "";
-        size_t so = 0, ro = 0;
-        AuthConn a;
-        dist_addr_str((struct sockaddr *)&sa, len, where, sizeof where);
-        if (eno == 0 && dist_auth_client(&a, fd, AUTH_MESH, e->token, deadline) != AUTH_DONE) {
-            rc = pp_errf(err, n, a.fail == AUTH_MISMATCH || a.fail == AUTH_BAD_MAC ? PP_EUSAGE
-                                                                                 : PP_ERUNTIME,
-                         "cannot connect to rank %d at %s: %s", p, where, a.err);
-        } else if (eno == 0 &&
-                   dist_xfer_part(fd, &h, sizeof h, &so, NULL, 0, &ro, 0, deadline, why, sizeof why)) {
-            rc = pp_errf(err, n, PP_ERUNTIME, "lost connection to rank %d at %s while connecting "
-                         "(%s) — see its log", p, where, why);
-        } else if (eno != 0) {
-            rc = pp_errf(err, n, PP_ERUNTIME, "cannot connect to rank %d at %s: %s — is that "
-                         "address reachable from this host?", p, where, strerror(eno));
+        int *slot = &(ch == 0 ? m->data_fd : m->coll_fd)[p], again = 1;
+        double delay = 0.02;
+        for (int tries = 0; again; tries++) {
+            rc = mesh_dial_one(e, p, ch, (struct sockaddr *)&sa, len, deadline, slot, &again,
+                               err, n);
+            if (rc == PP_OK || !again || pp_now() + delay > deadline) break;
+            if (tries == 0)
+                dist_warn("%s; connecting again until the deadline (runtime.timeout_s)", err);
+            dist_sleep(delay);
+            delay = delay * 2 < 1.0 ? delay * 2 : 1.0;
         }
-        if (rc != PP_OK) {
-            if (fd >= 0) close(fd);
-            break;
-        }
-        (ch == 0 ? m->data_fd : m->coll_fd)[p] = fd;
     }
     return rc;
 }
@@ -554,8 +610,9 @@ static int mesh_done(void *ctx) { return ((MeshState *)ctx)->need == 0; }
 static int mesh_accept(const DistEnv *e, int lfd, double deadline, double timeout, DistMesh *m,
                        char *err, size_t n) {
     MeshState ms = {e, m, 2 * (e->world - 1 - e->rank)};
-    Door d = {lfd, AUTH_MESH, e->token, "this rank's mesh port", sizeof(MeshHello),
-              mesh_body_len, mesh_ready, mesh_done, &ms, 0, 0};
+    Door d = {.lfd = lfd, .purpose = AUTH_MESH, .token = e->token,
+              .what = "this rank's mesh port", .hdr_len = sizeof(MeshHello),
+              .body_len = mesh_body_len, .ready = mesh_ready, .done = mesh_done, .ctx = &ms};
     char missing[256] = "";
     size_t off = 0;
     if (door_run(&d, deadline)) return PP_OK;

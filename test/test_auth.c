@@ -1,12 +1,14 @@
 /* test_auth.c — the job token and the connection handshake (auth.c), and the rendezvous
  * and transport under attack (issue 17): forged hellos, idle and slow-drip connections,
- * wrong or missing tokens, a forged message header claiming 2^62 bytes. Every attack is
+ * wrong or missing tokens, a forged message header claiming 2^62 bytes; and (issue 25)
+ * connections cut before the job has formed, which the ranks make again. Every attack is
  * mounted by forked processes against a real job on loopback; the job must go on (or
  * fail within its deadline, naming the right rank) and never die of it. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -413,6 +415,98 @@ START_TEST(test_max_message_bytes) {
 }
 END_TEST
 
+/* ------------------------------------------------ connections that end early -- */
+
+/* Issue 25: a connection a rank makes before the job has formed may end early (rank 0's
+ * or a peer's door sheds it under a flood of connections); the rank makes it again
+ * until its deadline, where before it failed at once. Rank 1 reaches rank 0 through a
+ * relay (process 2) that cuts rank 1's first rendezvous connection after the handshake,
+ * halfway through its hello, and its first mesh connection halfway through the
+ * handshake; the job must form all the same. */
+typedef struct {
+    int relay_port;
+} CutArg;
+
+#define RELAY_MAX 8
+
+/* The relay: accept at relay_port, connect each to rank 0 at port and copy both ways.
+ * Rank 1 makes 5 connections through it: the rendezvous, cut after CUT_RDZV bytes from
+ * rank 1; the rendezvous again; the mesh's data connection, cut after CUT_MESH; again;
+ * the collective connection. Exits 0 once all 5 came, both cuts were made and every
+ * connection closed. */
+enum { CUT_RDZV = 48 + 40 + 20, CUT_MESH = 10 }; /* auth hello, proof; 20 of the hello */
+static int relay_main(int port, int relay_port) {
+    struct sockaddr_in to = {AF_INET, htons((uint16_t)port), {htonl(INADDR_LOOPBACK)}, {0}};
+    struct sockaddr_in at = {AF_INET, htons((uint16_t)relay_port), {htonl(INADDR_LOOPBACK)}, {0}};
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1, n = 0, open_n = 0, cuts = 0;
+    int c[RELAY_MAX], s[RELAY_MAX];
+    size_t up[RELAY_MAX] = {0};
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    CHILD_CHECK(bind(lfd, (struct sockaddr *)&at, sizeof at) == 0 && listen(lfd, 16) == 0);
+    for (double end = pp_now() + 20; pp_now() < end && (n < 5 || open_n > 0);) {
+        struct pollfd pfd[1 + 2 * RELAY_MAX];
+        int k = 0, polled = n;
+        pfd[k++] = (struct pollfd){n < RELAY_MAX ? lfd : -1, POLLIN, 0};
+        for (int i = 0; i < polled; i++) {
+            pfd[k++] = (struct pollfd){c[i], POLLIN, 0};
+            pfd[k++] = (struct pollfd){s[i], POLLIN, 0};
+        }
+        if (poll(pfd, (nfds_t)k, 100) <= 0) continue;
+        if (pfd[0].revents & POLLIN) {
+            c[n] = accept(lfd, NULL, NULL);
+            s[n] = socket(AF_INET, SOCK_STREAM, 0);
+            CHILD_CHECK(c[n] >= 0 && connect(s[n], (struct sockaddr *)&to, sizeof to) == 0);
+            n++, open_n++;
+        }
+        for (int i = 0; i < polled; i++) {
+            char buf[4096];
+            size_t cut = i == 0 ? CUT_RDZV : i == 2 ? CUT_MESH : (size_t)-1, want;
+            for (int dir = 0; dir < 2 && c[i] >= 0; dir++) {
+                int from = dir ? s[i] : c[i], to_fd = dir ? c[i] : s[i];
+                ssize_t got;
+                if (!(pfd[1 + 2 * i + dir].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+                want = dir == 0 && cut - up[i] < sizeof buf ? cut - up[i] : sizeof buf;
+                got = recv(from, buf, want, 0);
+                if (got > 0 && send(to_fd, buf, (size_t)got, MSG_NOSIGNAL) == got) {
+                    if (dir == 0 && (up[i] += (size_t)got) == cut) got = 0, cuts++;
+                    else continue;
+                }
+                close(c[i]), close(s[i]); /* one side closed, or the cut: end both */
+                c[i] = s[i] = -1, open_n--;
+            }
+        }
+    }
+    fprintf(stderr, "relay: %d connections, %d cut\n", n, cuts);
+    CHILD_CHECK(n == 5 && cuts == 2 && open_n == 0);
+    return 0;
+}
+
+static int cut_main(int rank, int port, void *arg) {
+    const CutArg *a = arg;
+    DistEnv e = make_env(rank, 2, rank == 1 ? a->relay_port : port, NULL);
+    char err[PP_ERR_MAX] = "";
+    double v = rank + 1;
+    Comm *c;
+    int rc;
+    if (rank == 2) return relay_main(port, a->relay_port);
+    snprintf(e.token, sizeof e.token, "%s", TEST_TOKEN);
+    if (rank == 1) sleep_s(0.3); /* after the relay and rank 0 listen */
+    if ((rc = comm_create(&e, BASE_CFG, 10.0, &c, err, sizeof err)) != PP_OK)
+        fprintf(stderr, "rank %d: %s\n", rank, err);
+    CHILD_CHECK(rc == PP_OK);
+    CHILD_CHECK(comm_allreduce_sum_f64(c, &v, 1) == PP_OK && v == 3);
+    comm_destroy(c);
+    return 0;
+}
+
+START_TEST(test_cut_connections_retried) {
+    CutArg a = {free_port()};
+    int st[MAXP];
+    spawn(3, cut_main, &a, 30, st);
+    for (int r = 0; r < 3; r++) ck_assert_msg(st[r] == 0, "process %d exited %d", r, st[r]);
+}
+END_TEST
+
 static Suite *auth_suite(void) {
     Suite *s = suite_create("auth");
     TCase *hs = tcase_create("handshake"), *att = tcase_create("attacks");
@@ -428,6 +522,7 @@ static Suite *auth_suite(void) {
     tcase_add_loop_test(att, test_intruder_refused, 0, 2);
     tcase_add_test(att, test_forged_header_2e62);
     tcase_add_test(att, test_max_message_bytes);
+    tcase_add_test(att, test_cut_connections_retried);
     suite_add_tcase(s, hs);
     suite_add_tcase(s, att);
     return s;
