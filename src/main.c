@@ -13,6 +13,7 @@
 #include "checkpoint.h"
 #include "comm.h"
 #include "config.h"
+#include "cpuset.h"
 #include "data.h"
 #include "dist.h"
 #include "log.h"
@@ -316,6 +317,29 @@ static int lock_outdir(const char *dir, Comm *comm, OutdirLock *lock, char *err,
     return rc;
 }
 
+/* The CPU threads: runtime.threads, or for 0 this rank's share of its affinity mask,
+ * which it divides only with the ranks of its node whose masks overlap it ([Note: thread
+ * share] in cpuset.h; a collective of comm, as every rank has the same config). */
+static int set_threads(const Config *cfg, Comm *comm, char *err, size_t errlen) {
+    char why[PP_ERR_MAX / 2];
+    CpuSet mine, *all;
+    int threads = cfg->threads;
+    if (threads <= 0) {
+        all = pp_malloc(comm->world * sizeof *all);
+        cpuset_mine(&mine);
+        if (cpuset_exchange(comm, &mine, all) != PP_OK) {
+            free(all);
+            return pp_errf(err, errlen, PP_ERUNTIME, "exchanging the ranks' CPU affinity masks: %s",
+                           comm_error(comm));
+        }
+        threads = cpuset_threads(comm->world, all, comm->rank, why, sizeof why);
+        free(all);
+        printf("rank %d: runtime.threads 0: %d compute thread(s) (%s)\n", comm->rank, threads, why);
+    }
+    backend_cpu_set_threads(threads); /* at most backend_cpu_cpus(), saying so */
+    return PP_OK;
+}
+
 static int train(const Config *cfg, const DistEnv *env, const char *resume, int resume_if_present) {
     char err[PP_ERR_MAX];
     int rc, rank = env->rank;
@@ -334,6 +358,7 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     Log log = {0};
     OutdirLock lock = {.fd = -1};
     long start = 0;
+    if ((rc = set_threads(cfg, comm, err, sizeof err))) goto out;
     if ((rc = lock_outdir(cfg->out_dir, comm, &lock, err, sizeof err))) goto out; /* before any write there */
     trace = cfg->trace ? trace_create(cfg->out_dir, rank) : NULL;
     if ((rc = runtime_init(&rt, cfg, comm, trace, err, sizeof err))) goto out;
@@ -379,13 +404,6 @@ out:
     return rc;
 }
 
-/* runtime.threads 0: the CPUs this process may run on (backend_cpu_cpus) divided among
- * the local_world ranks of this node, at least 1. */
-static int default_threads(int local_world) {
-    int threads = backend_cpu_cpus() / (local_world > 0 ? local_world : 1);
-    return threads < 1 ? 1 : threads;
-}
-
 /* Run what the parsed command line asks for; returns the exit code. */
 static int dispatch(Cli *cli, int sub) {
     if (sub) {
@@ -402,13 +420,6 @@ static int dispatch(Cli *cli, int sub) {
      * environment too ("[rank 3] error: MASTER_ADDR is not set") */
     if (env.world > 1 && env.rank >= 0 && env.rank < env.world) pp_set_rank(env.rank);
     if (env_rc) return pp_error("%s", err), PP_EUSAGE;
-    int threads = cli->cfg.threads;
-    if (threads <= 0) {
-        threads = default_threads(env.local_world);
-        printf("rank %d: runtime.threads 0: %d compute thread(s) (the CPUs this process may run on, shared "
-               "by %d rank(s) on this node)\n", env.rank, threads, env.local_world);
-    }
-    backend_cpu_set_threads(threads); /* at most backend_cpu_cpus(), saying so */
     return train(&cli->cfg, &env, cli->resume, cli->resume_if_present);
 }
 
