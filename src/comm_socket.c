@@ -118,8 +118,9 @@ void sock_peer_lose(SockNet *n, int p, const char *why) {
     CommReq *r;
     if (P->lost) return;
     /* a first failure, reported to the others ([Note: blame]) — unless p said goodbye
-     * and leaves nothing of this rank's broken: it finished its part */
-    if (!P->bye || peer_busy(P)) sock_origin_set(n, p, why, -1);
+     * and leaves nothing of this rank's broken (it finished its part), or p gave up on
+     * this rank (p's report of that is the one the others get) */
+    if (!P->dropped_me && (!P->bye || peer_busy(P))) sock_origin_set(n, p, why, -1);
     tell_dropped(n, p, why);
     P->lost = 1;
     snprintf(P->why, sizeof P->why, "%s", why);
@@ -274,10 +275,12 @@ static void peer_read(SockNet *n, int p) {
         size_t want = P->in_payload ? P->in_len - P->in_got : sizeof(WireHdr) - P->in_hdr_got;
         ssize_t k = recv(P->fd, dst, want < budget ? want : budget, MSG_DONTWAIT);
         if (k == 0) {
-            char why[256];
+            char why[PP_ERR_MAX / 2], gave_up[360];
+            snprintf(gave_up, sizeof gave_up, ": it gave up on this rank (%.320s)",
+                     P->dropped_why);
             snprintf(why, sizeof why, "rank %d closed the connection%s%s", p,
                      P->in_payload || P->in_hdr_got ? " in the middle of a message" : "",
-                     P->dropped_me ? ": it gave up on this rank"
+                     P->dropped_me ? gave_up
                      : P->bye      ? " (it was closing down: it finished, or stopped on an "
                                      "error of its own — see its log)"
                                    : " — did it crash or exit early? see its log");

@@ -51,7 +51,8 @@ typedef struct {
     char ctrl_in[CTRL_TEXT + 1];
     int lost;            /* unusable from now on, because of `why` */
     int bye;             /* it said it is closing its connections */
-    int dropped_me;      /* it said it gave up on this rank (its closing is no failure) */
+    int dropped_me;      /* it said it gave up on this rank (its closing is no failure), */
+    char dropped_why[CTRL_TEXT + 1]; /* in these words */
     char why[PP_ERR_MAX / 2];
     double last_rx, last_tx; /* pp_now() of the last whole message from / to it */
     double last_heard;   /* pp_now() of the last bytes of any kind from it (heartbeats too) */

@@ -43,7 +43,7 @@
  *   that peer, in a CTRL_LOST naming the peer itself, so that the peer takes the closing
  *   that follows for what it is, not for a failure of the rank that closed: otherwise
  *   the peer would report the wrong rank to the others, racing the right report. The
- *   dropped rank records itself as the first failure.
+ *   dropped rank reports nothing of that closing to the others (sock_origin_set).
  * - Goodbye. The last comm_destroy of a process sends CTRL_BYE. A peer that said
  *   goodbye and then closes while nothing of this rank's is under way with it (no send,
  *   no posted receive, no half-read message) finished its part: that is no failure. If
@@ -51,6 +51,11 @@
  *   the first failure like any other, and the message says whether it closed in an
  *   orderly way ("it finished, or stopped on an error of its own") or vanished ("did it
  *   crash?").
+ * - Claims about this rank. A CTRL_LOST that names the receiving rank says only that the
+ *   sender gives up on it (the Dropped case): it marks that peer's closing as no
+ *   failure of the peer's, in the peer's words, and nothing more. It never makes this
+ *   rank the first failure in its own messages — a rank with the job token could
+ *   otherwise make rank 0 print "rank 0 failed first" about itself (issue 25, section 3).
  * Every message about a peer on another host ends with where it runs (its address as
  * this rank's connection sees it), and the first failure is named with its host: across
  * nodes, the host is what one needs to find the peer's log, or the link that broke.
@@ -90,6 +95,7 @@ static const char *host_of(const SockNet *n, int p) {
 
 void sock_origin_set(SockNet *n, int o, const char *why, int from) {
     if (n->origin >= 0 || n->stopping || o == n->rank || o < 0 || o >= n->world) return;
+    if (from < 0 && n->peers[o].dropped_me) return; /* o gave up on this rank */
     n->origin = o;
     if (from >= 0)
         snprintf(n->origin_why, sizeof n->origin_why, "%s, as rank %d reported", why, from);
@@ -137,13 +143,10 @@ void sock_on_ctrl(SockNet *n, int p) {
                      * wait on who learns for itself (its end of file, or a probe) */
         if (who >= 0 && who < n->world && who != n->rank && who != p)
             sock_origin_set(n, who, P->ctrl_in, p);
-        if (who == n->rank) { /* p gave up on this rank and is closing: no failure of p's */
+        if (who == n->rank) { /* p gave up on this rank and is closing: no failure of p's,
+                               * and no first failure of this rank's ([Note: blame]) */
             P->dropped_me = P->bye = 1;
-            if (n->origin < 0 && !n->stopping) {
-                n->origin = n->rank;
-                snprintf(n->origin_why, sizeof n->origin_why, "%.400s, as rank %d reported",
-                         P->ctrl_in, p);
-            }
+            snprintf(P->dropped_why, sizeof P->dropped_why, "%s", P->ctrl_in);
         }
         break;
     case CTRL_BYE:

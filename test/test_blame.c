@@ -8,6 +8,7 @@
 
 #include "commtest.h"
 #include "checkrun.h"
+#include "comm_socket.h" /* to forge a control message */
 
 /* The first rank a message names ("... rank 3 ..."), or -1. */
 static int first_rank(const char *msg) {
@@ -128,6 +129,34 @@ START_TEST(test_quiet_peer) {
 }
 END_TEST
 
+/* Issue 25, section 3: an insider (rank 1, with the token) tells rank 0 that rank 0 failed
+ * first (a CTRL_LOST naming the receiving rank), then leaves. Rank 0 must not print that
+ * about itself: its message names rank 1, whose closing it is. */
+static int body_forged(Comm *c, void *arg) {
+    char buf[16];
+    CommReq *r;
+    if (c->rank == 1) {
+        SockNet *n = ((SockComm *)c)->net;
+        pthread_mutex_lock(&n->mu);
+        sock_ctrl_push(n, 0, CTRL_LOST, 0, 0, "forged: rank 0 crashed");
+        pthread_mutex_unlock(&n->mu);
+        sleep_s(0.5); /* the progress thread writes it at its next beat */
+        return 0;
+    }
+    CHILD_CHECK(comm_irecv(c, 1, &(CommTag){1, 1, 0, 1}, buf, sizeof buf, &r) == 0);
+    CHILD_CHECK(comm_wait(c, r) == PP_ERUNTIME);
+    fprintf(stderr, "(expected) rank 0: %s\n", comm_error(c));
+    CHILD_CHECK(!strstr(comm_error(c), "rank 0 failed first"));
+    CHILD_CHECK(first_rank(comm_error(c)) == 1);
+    return 0;
+}
+
+START_TEST(test_forged_self_blame) {
+    Job j = {2, 1.0, NULL, 0, body_forged, NULL, TEST_TOKEN};
+    run_job_ok(&j, 20);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("blame");
     TCase *tc = tcase_create("blame");
@@ -135,6 +164,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_blame_rank3, 0, 4);
     tcase_add_test(tc, test_blame_busy_rank);
     tcase_add_loop_test(tc, test_quiet_peer, 0, 2);
+    tcase_add_test(tc, test_forged_self_blame);
     suite_add_tcase(s, tc);
     return check_run(s, 1);
 }
