@@ -394,9 +394,12 @@ static void *progress_main(void *arg) {
                 pfd[k] = (struct pollfd){n->peers[p].fd, ev, 0};
                 who[k++] = p;
             }
+        n->poll_due = pp_now() + ms / 1000.0;
         pthread_mutex_unlock(&n->mu);
         poll(pfd, (nfds_t)k, ms);
         pthread_mutex_lock(&n->mu);
+        sock_stall_note(n, pp_now()); /* before anything read counts as heard */
+        n->poll_due = 0;
         for (int i = 0; i < k; i++) {
             char drain[64];
             short ev = pfd[i].revents;
@@ -594,7 +597,8 @@ static int sock_peer_state(Comm *c, int r, double silent_s, char *why, size_t le
     if (P->lost) {
         st = 1;
         snprintf(why, len, "%s", P->why);
-    } else if (pp_now() - P->last_heard > silent_s) {
+    } else if (sock_stall_note(s->net, pp_now()) <= 0.05 && /* [Note: stopped] */
+               pp_now() - P->last_heard - sock_stall_within(s->net, P->last_heard) > silent_s) {
         st = 2;
         snprintf(why, len, "nothing at all came from it, not even a heartbeat, for %.3g s", pp_now() - P->last_heard);
     }
