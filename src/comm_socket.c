@@ -118,8 +118,9 @@ void sock_peer_lose(SockNet *n, int p, const char *why) {
     CommReq *r;
     if (P->lost) return;
     /* a first failure, reported to the others ([Note: blame]) — unless p said goodbye
-     * and leaves nothing of this rank's broken: it finished its part */
-    if (!P->bye || peer_busy(P)) sock_origin_set(n, p, why, -1);
+     * and leaves nothing of this rank's broken (it finished its part), or p gave up on
+     * this rank (p's report of that is the one the others get) */
+    if (!P->dropped_me && (!P->bye || peer_busy(P))) sock_origin_set(n, p, why, -1);
     tell_dropped(n, p, why);
     P->lost = 1;
     snprintf(P->why, sizeof P->why, "%s", why);
@@ -274,10 +275,12 @@ static void peer_read(SockNet *n, int p) {
         size_t want = P->in_payload ? P->in_len - P->in_got : sizeof(WireHdr) - P->in_hdr_got;
         ssize_t k = recv(P->fd, dst, want < budget ? want : budget, MSG_DONTWAIT);
         if (k == 0) {
-            char why[256];
+            char why[PP_ERR_MAX / 2], gave_up[360];
+            snprintf(gave_up, sizeof gave_up, ": it gave up on this rank (%.320s)",
+                     P->dropped_why);
             snprintf(why, sizeof why, "rank %d closed the connection%s%s", p,
                      P->in_payload || P->in_hdr_got ? " in the middle of a message" : "",
-                     P->dropped_me ? ": it gave up on this rank"
+                     P->dropped_me ? gave_up
                      : P->bye      ? " (it was closing down: it finished, or stopped on an "
                                      "error of its own — see its log)"
                                    : " — did it crash or exit early? see its log");
@@ -391,9 +394,12 @@ static void *progress_main(void *arg) {
                 pfd[k] = (struct pollfd){n->peers[p].fd, ev, 0};
                 who[k++] = p;
             }
+        n->poll_due = pp_now() + ms / 1000.0;
         pthread_mutex_unlock(&n->mu);
         poll(pfd, (nfds_t)k, ms);
         pthread_mutex_lock(&n->mu);
+        sock_stall_note(n, pp_now()); /* before anything read counts as heard */
+        n->poll_due = 0;
         for (int i = 0; i < k; i++) {
             char drain[64];
             short ev = pfd[i].revents;
@@ -591,7 +597,8 @@ static int sock_peer_state(Comm *c, int r, double silent_s, char *why, size_t le
     if (P->lost) {
         st = 1;
         snprintf(why, len, "%s", P->why);
-    } else if (pp_now() - P->last_heard > silent_s) {
+    } else if (sock_stall_note(s->net, pp_now()) <= 0.05 && /* [Note: stopped] */
+               pp_now() - P->last_heard - sock_stall_within(s->net, P->last_heard) > silent_s) {
         st = 2;
         snprintf(why, len, "nothing at all came from it, not even a heartbeat, for %.3g s", pp_now() - P->last_heard);
     }

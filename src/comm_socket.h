@@ -51,7 +51,8 @@ typedef struct {
     char ctrl_in[CTRL_TEXT + 1];
     int lost;            /* unusable from now on, because of `why` */
     int bye;             /* it said it is closing its connections */
-    int dropped_me;      /* it said it gave up on this rank (its closing is no failure) */
+    int dropped_me;      /* it said it gave up on this rank (its closing is no failure), */
+    char dropped_why[CTRL_TEXT + 1]; /* in these words */
     char why[PP_ERR_MAX / 2];
     double last_rx, last_tx; /* pp_now() of the last whole message from / to it */
     double last_heard;   /* pp_now() of the last bytes of any kind from it (heartbeats too) */
@@ -78,6 +79,9 @@ typedef struct {
     char origin_why[PP_ERR_MAX / 2];
     int block_on;       /* the rank this rank's caller is blocked on (-1: none) ... */
     double block_until; /* ... and when it gives up at the latest (pp_now() clock) */
+    double poll_due;    /* the progress thread sleeps in poll until then at the latest (0: awake) */
+    double stall_end, stall_s; /* this process last did not run for stall_s s, until
+                                * stall_end ([Note: stopped], comm_socket_blame.c) */
 } SockNet;
 
 typedef struct {
@@ -159,6 +163,14 @@ void sock_origin_set(SockNet *n, int o, const char *why, int from);
 
 /* sock_blame without taking the lock. */
 void sock_blame_text(const SockNet *n, int peer, const char *msg, char *out, size_t len);
+
+/* Record a stall of this process ([Note: stopped]) if the progress thread, asleep in
+ * poll until n->poll_due at the latest, is overdue at `now`; returns how long it is
+ * overdue (<= 0: it is not). Call with the lock held. */
+double sock_stall_note(SockNet *n, double now);
+/* How much of the time since `since` (pp_now() clock) this process was found not
+ * running: silence in it is no peer's. Call with the lock held. */
+double sock_stall_within(const SockNet *n, double since);
 
 /* The SockWatch functions without taking the lock. */
 void sock_watch_begin_locked(SockNet *n, SockWatch *w, int peer);

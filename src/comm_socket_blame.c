@@ -43,7 +43,7 @@
  *   that peer, in a CTRL_LOST naming the peer itself, so that the peer takes the closing
  *   that follows for what it is, not for a failure of the rank that closed: otherwise
  *   the peer would report the wrong rank to the others, racing the right report. The
- *   dropped rank records itself as the first failure.
+ *   dropped rank reports nothing of that closing to the others (sock_origin_set).
  * - Goodbye. The last comm_destroy of a process sends CTRL_BYE. A peer that said
  *   goodbye and then closes while nothing of this rank's is under way with it (no send,
  *   no posted receive, no half-read message) finished its part: that is no failure. If
@@ -51,6 +51,12 @@
  *   the first failure like any other, and the message says whether it closed in an
  *   orderly way ("it finished, or stopped on an error of its own") or vanished ("did it
  *   crash?").
+ * - Claims about this rank. A CTRL_LOST that names the receiving rank says only that the
+ *   sender gives up on it (the Dropped case): it marks that peer's closing as no
+ *   failure of the peer's, in the peer's words, and nothing more. It never makes this
+ *   rank the first failure in its own messages — a rank with the job token could
+ *   otherwise make rank 0 print "rank 0 failed first" about itself (issue 25, section 3).
+ *   What a rank says about itself it learns from its own clock ([Note: stopped]).
  * Every message about a peer on another host ends with where it runs (its address as
  * this rank's connection sees it), and the first failure is named with its host: across
  * nodes, the host is what one needs to find the peer's log, or the link that broke.
@@ -74,6 +80,46 @@
  * or two late (a loaded machine) is no failure.
  */
 
+/* [Note: stopped]
+ * A rank that was itself stopped (SIGSTOP, a debugger, an overloaded host) for longer
+ * than its peers wait has been given up on by them; when it runs again, every peer
+ * looks silent to it (their beats sit unread in its sockets) and its waits are past
+ * their deadlines, so it would blame a live neighbour. It notices from its own clock
+ * instead: the progress thread sleeps in poll at most until n->poll_due, and a poll that
+ * returns, or a wait that finds it still asleep, more than stall_min later means that
+ * this process did not run in between (sock_stall_note). Such a stall
+ * - does not count against a peer: the heartbeat's silence and a wait's deadline are
+ *   both extended by the part of the stall inside them (sock_stall_within), and no verdict
+ *   is given while the progress thread is overdue (it may have unread bytes);
+ * - when recent (stall_recent: within the longest a wait can take, sock_watch_span),
+ *   heads every failure message of this rank: "rank 1 (this rank) was itself stopped or
+ *   too slow (...); then " + the message (after a first failure that a peer reported
+ *   before, if any); and what this rank loses then is not reported to the others as a
+ *   peer's failure (sock_origin_set) — the peers already blamed this rank.
+ * stall_min is timeout_s / 2: a peer gives up after timeout_s of silence, and beats are
+ * grace() apart, so a shorter stall cannot be what made the job fail.
+ */
+static double stall_min(const SockNet *n) { return n->timeout_s / 2; }
+
+double sock_stall_note(SockNet *n, double now) {
+    double late = n->poll_due > 0 ? now - n->poll_due : 0;
+    if (late >= stall_min(n)) { /* an episode's notes only grow: poll_due is the same */
+        n->stall_s = late;
+        n->stall_end = now;
+    }
+    return late;
+}
+
+double sock_stall_within(const SockNet *n, double since) {
+    double begin = n->stall_end - n->stall_s;
+    if (n->stall_end <= since) return 0;
+    return begin < since ? n->stall_end - since : n->stall_s;
+}
+
+static int stall_recent(const SockNet *n) {
+    return n->stall_end > 0 && pp_now() - n->stall_end < sock_watch_span(n) + n->timeout_s;
+}
+
 static double grace(const SockNet *n) {
     double g = n->timeout_s / 4;
     return g < 0.25 ? 0.25 : g > 5.0 ? 5.0 : g;
@@ -90,6 +136,8 @@ static const char *host_of(const SockNet *n, int p) {
 
 void sock_origin_set(SockNet *n, int o, const char *why, int from) {
     if (n->origin >= 0 || n->stopping || o == n->rank || o < 0 || o >= n->world) return;
+    /* this rank's own loss of o: o gave up on this rank, or this rank was stopped */
+    if (from < 0 && (n->peers[o].dropped_me || stall_recent(n))) return;
     n->origin = o;
     if (from >= 0)
         snprintf(n->origin_why, sizeof n->origin_why, "%s, as rank %d reported", why, from);
@@ -100,14 +148,19 @@ void sock_origin_set(SockNet *n, int o, const char *why, int from) {
 }
 
 void sock_blame_text(const SockNet *n, int peer, const char *msg, char *out, size_t len) {
-    char first[PP_ERR_MAX], where[96] = "";
+    char first[PP_ERR_MAX], self[PP_ERR_MAX / 2], where[96] = "";
     const char *ho = host_of(n, n->origin), *hp = host_of(n, peer);
-    first[0] = '\0';
+    first[0] = self[0] = '\0';
     if (n->origin >= 0 && n->origin != peer)
         snprintf(first, sizeof first, "rank %d%s%s failed first (%s); then ", n->origin,
                  ho[0] ? " on host " : "", ho, n->origin_why);
+    if (stall_recent(n)) /* [Note: stopped] */
+        snprintf(self, sizeof self, "rank %d (this rank) was itself stopped or too slow (its "
+                 "process did not run for %.1f s or more, and its peers give up after %g s "
+                 "of silence, runtime.timeout_s: SIGSTOP, Ctrl-Z, a debugger, or an "
+                 "overloaded host?); then ", n->rank, n->stall_s, n->timeout_s);
     if (hp[0]) snprintf(where, sizeof where, " (rank %d runs on host %s)", peer, hp);
-    snprintf(out, len, "%s%s%s", first, msg, where);
+    snprintf(out, len, "%s%s%s%s", first, self, msg, where);
 }
 
 void sock_blame(SockComm *s, int peer, const char *msg, char *out, size_t n) {
@@ -137,13 +190,10 @@ void sock_on_ctrl(SockNet *n, int p) {
                      * wait on who learns for itself (its end of file, or a probe) */
         if (who >= 0 && who < n->world && who != n->rank && who != p)
             sock_origin_set(n, who, P->ctrl_in, p);
-        if (who == n->rank) { /* p gave up on this rank and is closing: no failure of p's */
+        if (who == n->rank) { /* p gave up on this rank and is closing: no failure of p's,
+                               * and no first failure of this rank's ([Note: blame]) */
             P->dropped_me = P->bye = 1;
-            if (n->origin < 0 && !n->stopping) {
-                n->origin = n->rank;
-                snprintf(n->origin_why, sizeof n->origin_why, "%.400s, as rank %d reported",
-                         P->ctrl_in, p);
-            }
+            snprintf(P->dropped_why, sizeof P->dropped_why, "%s", P->ctrl_in);
         }
         break;
     case CTRL_BYE:
@@ -202,6 +252,7 @@ static int watch_step(SockNet *n, SockWatch *w, double base, double now, double 
                       char *why, size_t len) {
     const Peer *P = &n->peers[w->peer];
     double g = grace(n), deadline = base > w->ext ? base : w->ext;
+    deadline += sock_stall_within(n, w->start); /* [Note: stopped] */
     if (now < deadline) { /* still patient (the peer may have moved since a probe) */
         w->ping_at = 0;
         *until = deadline;
@@ -229,6 +280,11 @@ int sock_watch_check_locked(SockNet *n, SockWatch *w, double base, double *until
                             size_t len) {
     const Peer *P = &n->peers[w->peer];
     double now = pp_now(), quiet = P->last_heard + n->timeout_s;
+    if (!n->stop && sock_stall_note(n, now) > 0.05) { /* [Note: stopped]: let it read */
+        *until = now + 0.01;
+        return 0;
+    }
+    quiet += sock_stall_within(n, P->last_heard); /* silence while this rank did not run */
     if (!P->lost && now >= quiet) /* [Note: heartbeat] */
         return pp_errf(why, len, 1, "not even the heartbeat it sends every %g s: its host "
                        "is unreachable (a network or link down?) or the process stopped "

@@ -3,11 +3,14 @@
  * wait on each other (issue 17, item 5; [Note: blame] in comm_socket_blame.c). */
 #include <check.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "commtest.h"
 #include "checkrun.h"
+#include "comm_socket.h" /* to forge a control message */
 
 /* The first rank a message names ("... rank 3 ..."), or -1. */
 static int first_rank(const char *msg) {
@@ -128,6 +131,80 @@ START_TEST(test_quiet_peer) {
 }
 END_TEST
 
+/* Issue 25, section 3: rank 1 is stopped (SIGSTOP, by a helper it forks) for 2.5 timeouts
+ * and then continued (SIGCONT). Rank 0 blames rank 1; rank 1's own message must say that
+ * it was itself stopped or too slow, and name itself first, not the live rank 0.
+ * *arg: 0 = stopped while it waits on rank 0; 1 = while it computes, the wait after. */
+static int body_stopped(Comm *c, void *arg) {
+    char buf[16];
+    CommReq *r;
+    double T = c->timeout_s;
+    pid_t helper;
+    int rc;
+    if (c->rank == 0) {
+        CHILD_CHECK(comm_irecv(c, 1, &(CommTag){1, 1, 0, 1}, buf, sizeof buf, &r) == 0);
+        CHILD_CHECK(comm_wait(c, r) == PP_ERUNTIME);
+        fprintf(stderr, "(expected) rank 0: %s\n", comm_error(c));
+        CHILD_CHECK(first_rank(comm_error(c)) == 1);
+        return 0;
+    }
+    helper = fork();
+    CHILD_CHECK(helper >= 0);
+    if (helper == 0) { /* one thread, async-signal-safe calls only */
+        pid_t me = getppid();
+        struct timespec a = {0, 300000000}, b = {(time_t)(2.5 * T), (long)(0.5 * 1e9)};
+        nanosleep(&a, NULL);
+        kill(me, SIGSTOP);
+        nanosleep(&b, NULL);
+        kill(me, SIGCONT);
+        _exit(0);
+    }
+    if (*(const int *)arg) sleep_s(0.6 + 2.5 * T);
+    rc = comm_irecv(c, 0, &(CommTag){1, 0, 0, 1}, buf, sizeof buf, &r);
+    if (rc == 0) rc = comm_wait(c, r); /* or it failed at once: rank 0 is gone */
+    CHILD_CHECK(rc == PP_ERUNTIME);
+    waitpid(helper, NULL, 0);
+    fprintf(stderr, "(expected) rank 1: %s\n", comm_error(c));
+    CHILD_CHECK(strstr(comm_error(c), "was itself stopped or too slow"));
+    CHILD_CHECK(first_rank(comm_error(c)) == 1);
+    return 0;
+}
+
+START_TEST(test_stopped_self) {
+    static const int late[2] = {0, 1};
+    Job j = {2, 1.0, NULL, 0, body_stopped, (void *)&late[_i], TEST_TOKEN};
+    run_job_ok(&j, 20);
+}
+END_TEST
+
+/* Issue 25, section 3: an insider (rank 1, with the token) tells rank 0 that rank 0 failed
+ * first (a CTRL_LOST naming the receiving rank), then leaves. Rank 0 must not print that
+ * about itself: its message names rank 1, whose closing it is. */
+static int body_forged(Comm *c, void *arg) {
+    char buf[16];
+    CommReq *r;
+    if (c->rank == 1) {
+        SockNet *n = ((SockComm *)c)->net;
+        pthread_mutex_lock(&n->mu);
+        sock_ctrl_push(n, 0, CTRL_LOST, 0, 0, "forged: rank 0 crashed");
+        pthread_mutex_unlock(&n->mu);
+        sleep_s(0.5); /* the progress thread writes it at its next beat */
+        return 0;
+    }
+    CHILD_CHECK(comm_irecv(c, 1, &(CommTag){1, 1, 0, 1}, buf, sizeof buf, &r) == 0);
+    CHILD_CHECK(comm_wait(c, r) == PP_ERUNTIME);
+    fprintf(stderr, "(expected) rank 0: %s\n", comm_error(c));
+    CHILD_CHECK(!strstr(comm_error(c), "rank 0 failed first"));
+    CHILD_CHECK(first_rank(comm_error(c)) == 1);
+    return 0;
+}
+
+START_TEST(test_forged_self_blame) {
+    Job j = {2, 1.0, NULL, 0, body_forged, NULL, TEST_TOKEN};
+    run_job_ok(&j, 20);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("blame");
     TCase *tc = tcase_create("blame");
@@ -135,6 +212,8 @@ int main(void) {
     tcase_add_loop_test(tc, test_blame_rank3, 0, 4);
     tcase_add_test(tc, test_blame_busy_rank);
     tcase_add_loop_test(tc, test_quiet_peer, 0, 2);
+    tcase_add_loop_test(tc, test_stopped_self, 0, 2);
+    tcase_add_test(tc, test_forged_self_blame);
     suite_add_tcase(s, tc);
     return check_run(s, 1);
 }
