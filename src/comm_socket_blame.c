@@ -165,6 +165,9 @@ void sock_blame_text(const SockNet *n, int peer, const char *msg, char *out, siz
 
 void sock_blame(SockComm *s, int peer, const char *msg, char *out, size_t n) {
     pthread_mutex_lock(&s->net->mu);
+    /* [Note: stopped] a failure this thread meets first after a stall (a send to a peer
+     * that gave up) may come before the progress thread has woken to note the stall */
+    sock_stall_note(s->net, pp_now());
     sock_blame_text(s->net, peer, msg, out, n);
     pthread_mutex_unlock(&s->net->mu);
 }
