@@ -9,7 +9,8 @@
 # exits 2 at once naming srun; a killed rank fails the job within runtime.timeout_s; two
 # jobs at once on one node do not collide; a job array's output.dir arr-%A_%a is one
 # directory per task, and a second job on a running job's directory fails at once naming
-# it. Before the cluster, checks that need no
+# it; a node lost whole ends the job PPTRAIN_FAIL_GRACE s after its rank failed. Before
+# the cluster, checks that need no
 # SLURM: the batch shell's environment, a rank of another job at the rendezvous, the
 # [rank R] prefix of environment errors, threads from the CPU affinity mask.
 # Needs root (it installs the packages where missing, and adds two names to /etc/hosts,
