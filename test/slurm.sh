@@ -9,7 +9,8 @@
 # exits 2 at once naming srun; a killed rank fails the job within runtime.timeout_s; two
 # jobs at once on one node do not collide; a job array's output.dir arr-%A_%a is one
 # directory per task, and a second job on a running job's directory fails at once naming
-# it. Before the cluster, checks that need no
+# it; a node lost whole ends the job PPTRAIN_FAIL_GRACE s after its rank failed. Before
+# the cluster, checks that need no
 # SLURM: the batch shell's environment, a rank of another job at the rendezvous, the
 # [rank R] prefix of environment errors, threads from the CPU affinity mask.
 # Needs root (it installs the packages where missing, and adds two names to /etc/hosts,
@@ -339,5 +340,39 @@ j3=$(CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/locked3.log" --node
   --cpus-per-task=1 --gpus-per-node=0 scripts/slurm/pptrain.sbatch "${lock[@]}" --set train.steps=$((${n:-0} + 5)))
 job_wait "$j3" 60
 job_ok "...then the same command resumes it at step ${n:-?} and trains 5 more steps" "$R/locked3.log"
+
+# 8. A node lost whole (its slurmd, the step's daemon and its rank SIGKILLed, by the PIDs
+#    this test started or found under the step): rank 0 fails at once, but srun waits for
+#    the dead node's step daemon until SlurmdTimeout (300 s). The batch script's watchdog
+#    ends the step PPTRAIN_FAIL_GRACE s (5 here) after the failure and fails the job,
+#    saying so. Last: node 1 stays down. The job leaves RUNNING for FAILED; it is shown
+#    COMPLETING (ExitCode 1:0) while the dead node cannot confirm its end.
+grace=5
+j=$(PPTRAIN_FAIL_GRACE=$grace PPTRAIN_REQUEUE=0 CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/lost.log" \
+  --partition=two --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --gpus-per-node=0 scripts/slurm/pptrain.sbatch \
+  "${long[@]}" --set runtime.timeout_s=10 --set output.dir="$R/lost")
+rank1= stepd1=
+if wait_rows "$R/lost" 2 60; then
+  for p in /proc/[0-9]*; do # rank 1's pptrain (on node 1) and its parent, node 1's step daemon
+    [ "$(cat "$p/comm" 2>/dev/null)" = pptrain ] || continue
+    env_=$(tr '\0' '\n' <"$p/environ" 2>/dev/null)
+    grep -qx "SLURM_JOB_ID=$j" <<<"$env_" && grep -qx SLURM_PROCID=1 <<<"$env_" &&
+      rank1=${p#/proc/} stepd1=$(awk '/^PPid:/ {print $2}' "$p/status")
+  done
+fi
+if [ -n "$rank1" ] && [ "$(cut -c1-10 "/proc/$stepd1/comm" 2>/dev/null)" = slurmstepd ]; then
+  t0=$SECONDS
+  kill -KILL "${SL_PIDS[3]}" "$stepd1" "$rank1" # slurmd of node 1 (started last), its step daemon, rank 1
+  while st=$(scontrol -o show job "$j" | sed -n 's/.* JobState=\([A-Z_]*\) .*/\1/p') && [ "$st" = RUNNING ] &&
+    [ $((SECONDS - t0)) -lt 60 ]; do sleep 0.3; done
+  EXIT=$(scontrol -o show job "$j" | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p')
+  check "node 1 lost whole (slurmd, step daemon, rank 1): job $st $EXIT after $((SECONDS - t0)) s (limit $((grace + 6)) s)" \
+    test "$st" != RUNNING -a "$EXIT" = 1:0 -a $((SECONDS - t0)) -le $((grace + 6))
+  check "...the batch script says it ended the step because a rank failed" \
+    grep -qF "pptrain.sbatch: rank(s) failed (${SL_NODE0}: task 0: Exited with exit code 1) and srun has not ended in $grace s" "$R/lost.log"
+else
+  bad "rank 1 of the lost-node job or its step daemon not found: $(tail -n 3 "$R/lost.log")"
+  scancel "$j"
+fi
 
 finish
