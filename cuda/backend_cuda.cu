@@ -708,10 +708,10 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
             grow(c, &c->castA, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)(C / NH), 3));
             grow(c, &c->castB, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)(C / NH), 1));
         }
-        if (c->prec == PP_PREC_BF16) {
-            size_t wb = Vp * C > 4 * C * C ? Vp * C : 4 * C * C;
-            grow(c, &c->castA, (N * 4 * C > head ? N * 4 * C : head) * sizeof(__nv_bfloat16));
-            grow(c, &c->castB, (N * 4 * C > wb ? N * 4 * C : wb) * sizeof(__nv_bfloat16));
+        if (c->prec == PP_PREC_BF16) { /* bf16 operand activations need no cast: only the weights' */
+            size_t wb = Vp * C > 4 * C * C ? Vp * C : 4 * C * C, acts = c->op == PP_F32 ? N * 4 * C : 0;
+            if (acts) grow(c, &c->castA, (acts > head ? acts : head) * sizeof(__nv_bfloat16));
+            grow(c, &c->castB, (acts > wb ? acts : wb) * sizeof(__nv_bfloat16));
             grow(c, &c->castW, Vp * C * sizeof(__nv_bfloat16)); /* the head's weight, held over its chunks */
         }
     }

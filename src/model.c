@@ -14,8 +14,8 @@
 /* LayerParams and LayerActs are walked as arrays of pointers (llm.c's loaders do the
  * same): their members must be exactly that. */
 _Static_assert(sizeof(LayerParams) == P_NLAYER * sizeof(float *), "LayerParams: one float * per kind");
-_Static_assert(sizeof(LayerActs) % sizeof(float *) == 0, "LayerActs: float * members only");
-_Static_assert(sizeof(LayerWState) == 6 * sizeof(float *), "LayerWState: six float * members");
+_Static_assert(sizeof(LayerActs) % sizeof(void *) == 0, "LayerActs: pointer members only");
+_Static_assert(sizeof(LayerWState) == 6 * sizeof(void *), "LayerWState: six pointer members");
 
 static const char *layer_names[P_NLAYER] = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
                                             "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"};
@@ -490,7 +490,7 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, 
     m->dmid = dev_alloc(m, N * C * sizeof(float));
     m->dqkv = dev_alloc(m, N * 3 * C * ob);
     m->dfch = dev_alloc(m, N * 4 * C * ob);
-    m->dres = dev_alloc(m, N * C * ob);
+    if (be->operand != PP_F32) m->dres = dev_alloc(m, N * C * ob); /* else dres serves as it is */
     m->scratch = dev_alloc(m, be->scratch_floats(be, (int)N, T, (int)C) * sizeof(float));
     m->losses = dev_alloc(m, N * sizeof(float));
     m->logits_rows = head_rows(be->logits_chunk_rows, B, T);
@@ -654,16 +654,17 @@ static void layer_backward(Model *m, LayerParams *g, float *dres, const LayerAct
     size_t NC = (size_t)N * C;
     LayerParams none = {0};
     if (!g) g = &none; /* NULL weight grads: the ops skip them */
-    void *dr = ws->dres3 ? ws->dres3 : m->dres; /* [Note: operand activations] in backend.h */
-    be->to_operand(be, dr, dres, NC);
+    /* [Note: operand activations] in backend.h: an fp32 operand is dres itself */
+    void *dr = ws->dres3 ? ws->dres3 : m->dres ? m->dres : dres;
+    if (dr != dres) be->to_operand(be, dr, dres, NC);
     be->matmul_backward(be, m->dbig, g->fcprojw, g->fcprojb, dr, a->fch_gelu, p->fcprojw, N, 4 * C, C);
     be->gelu_backward(be, ws->dfch, a->fch, m->dbig, (size_t)N * 4 * C);
     be->matmul_backward(be, ws->dln2, g->fcw, g->fcb, ws->dfch, a->ln2, p->fcw, N, C, 4 * C);
     /* the MLP branch's gradient joins the residual path: dres = d(res2) */
     be->layernorm_backward(be, dres, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean, a->ln2_rstd, p->ln2w, N, C,
                            m->scratch);
-    dr = ws->dres2 ? ws->dres2 : m->dres;
-    be->to_operand(be, dr, dres, NC);
+    dr = ws->dres2 ? ws->dres2 : m->dres ? m->dres : dres;
+    if (dr != dres) be->to_operand(be, dr, dres, NC);
     be->matmul_backward(be, m->dmid, g->attprojw, g->attprojb, dr, a->atty, p->attprojw, N, C, C);
     be->attention_backward(be, ws->dqkv, m->dmid, a->qkv, a->atty, a->att, B, T, C, NH, m->scratch);
     be->matmul_backward(be, ws->dln1, g->qkvw, g->qkvb, ws->dqkv, a->ln1, p->qkvw, N, C, 3 * C);

@@ -182,7 +182,8 @@ typedef struct {
     float *dmid;              /* [N,C] */
     void *dqkv;               /* [N,3C] (operand) */
     void *dfch;               /* [N,4C] (operand) */
-    void *dres;               /* [N,C] (operand): a matmul's dout, from the residual gradient */
+    void *dres;               /* [N,C] (operand): a matmul's dout, from the residual gradient;
+                                 NULL when the operand type is fp32 (the gradient itself) */
     float *dkeep;             /* [N,4C] the input half's four [N,C] douts until they move
                                  into the layer ([Note: W state]); NULL without */
     float *scratch;           /* be->scratch_floats(N, T, C) for the backward ops */
