@@ -31,24 +31,26 @@ void pp_log_error(const char *file, int line, const char *fmt, ...) {
     fputc('\n', stderr);
 }
 
+/* One line on stderr: the rank's prefix, what ("error: ", "warning: "), the message. */
+static void report(const char *what, const char *fmt, va_list ap) {
+    prefix();
+    fputs(what, stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 void pp_error(const char *fmt, ...) {
     va_list ap;
-    prefix();
-    fputs("error: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    report("error: ", fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
 }
 
 void pp_warn(const char *fmt, ...) {
     va_list ap;
-    prefix();
-    fputs("warning: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    report("warning: ", fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
 }
 
 void pp_die(const char *file, int line, const char *fmt, ...) {

@@ -60,12 +60,12 @@ static int check_header(const char *path, const int32_t *h, long long size, char
  * truncated under it faults with SIGBUS), and what data_open validated is what every
  * batch gets, or the batch is an error:
  *   - the size: fstat before each batch; a file that shrank or grew has changed;
- *   - the tokens: each batch's ids are checked against vocab_size as they are copied
- *     out, so that no op ever sees an id out of range, whatever the file holds now
- *     (the embedding and the classifier index with them unchecked, on CPU and GPU);
- *   - the bytes: data_open keeps the CRC-32 of each DATA_BLOCK_BYTES block; a batch
- *     reads the blocks it spans whole and compares them, so that a file rewritten in
- *     place with other valid tokens is caught too, at the first batch that reads them.
+ *   - the bytes: data_open checks every id against vocab_size and keeps the CRC-32 of
+ *     each DATA_BLOCK_BYTES block; a batch reads the blocks it spans whole and compares
+ *     them, so a batch is only ever what was checked at open, and no op sees an id out
+ *     of range whatever the file holds now (the embedding and the classifier index with
+ *     them unchecked, on CPU and GPU). A block that differs is an error, naming the
+ *     first id out of range when the change made one, else the changed bytes.
  * A file replaced by a rename (data_write, or any careful writer) is another inode: the
  * open descriptor still reads the old one, and the run goes on unchanged. The cost per
  * batch is one fstat, a copy of at most 2*(B*T + 1) + 2*DATA_BLOCK_BYTES bytes and a
@@ -285,21 +285,22 @@ static int read_batch(DataSet *d, long n, long nb, size_t bt, int *inputs, int *
         return changed_size(d, fstat(d->fd, &st) == 0 && st.st_size != d->bytes ? st.st_size : from + got, n, t0,
                             t1, err, errlen);
     const uint16_t *tok = (const uint16_t *)(d->buf + (lo - from));
-    size_t bad = d->vocab_size > 0 ? first_bad_token(tok, bt + 1, d->vocab_size) : bt + 1;
-    if (bad <= bt)
-        return pp_errf(err, errlen, PP_ERUNTIME,
-                       "data file '%s' changed under the run: token %zu (byte offset %lld) is %u, not below "
-                       "model.vocab_size = %d, as every token was when it was opened (reading batch %ld)"
-                       DATA_CHANGED_HINT, d->path, t0 + bad, lo + 2LL * (long long)bad, (unsigned)tok[bad],
-                       d->vocab_size, n);
+    /* blocks as they were at open, whose ids were checked then: nothing more to check */
     for (size_t k = k0; k <= k1; k++) {
         long long at = (long long)k * DATA_BLOCK_BYTES;
         size_t len = block_len(d->bytes, k);
-        if ((uint32_t)crc32_z(0, d->buf + (at - from), len) != d->crc[k])
+        if ((uint32_t)crc32_z(0, d->buf + (at - from), len) == d->crc[k]) continue;
+        size_t bad = d->vocab_size > 0 ? first_bad_token(tok, bt + 1, d->vocab_size) : bt + 1;
+        if (bad <= bt) /* the more telling message */
             return pp_errf(err, errlen, PP_ERUNTIME,
-                           "data file '%s' changed under the run: bytes %lld..%lld differ from when it was "
-                           "opened (reading batch %ld (tokens %zu..%zu))" DATA_CHANGED_HINT,
-                           d->path, at, at + (long long)len - 1, n, t0, t1);
+                           "data file '%s' changed under the run: token %zu (byte offset %lld) is %u, not below "
+                           "model.vocab_size = %d, as every token was when it was opened (reading batch %ld)"
+                           DATA_CHANGED_HINT, d->path, t0 + bad, lo + 2LL * (long long)bad, (unsigned)tok[bad],
+                           d->vocab_size, n);
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "data file '%s' changed under the run: bytes %lld..%lld differ from when it was "
+                       "opened (reading batch %ld (tokens %zu..%zu))" DATA_CHANGED_HINT,
+                       d->path, at, at + (long long)len - 1, n, t0, t1);
     }
     for (size_t i = 0; i < bt; i++) {
         inputs[i] = tok[i];

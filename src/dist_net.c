@@ -25,8 +25,7 @@ void dist_warn(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (pp_rank() >= 0) fprintf(stderr, "[rank %d] warning: %s\n", pp_rank(), line);
-    else fprintf(stderr, "warning: %s\n", line);
+    pp_warn("%s", line);
 }
 
 int dist_poll_ms(double left) {

@@ -123,10 +123,9 @@ int outdir_lock(OutdirLock *l, const char *dir, char *err, size_t errlen) {
         if (e == EACCES || e == EAGAIN) {
             rc = held_elsewhere(fd, dir, path, err, errlen);
         } else if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) {
-            fprintf(stderr, "[rank %d] warning: cannot lock %s: %s: this file system has no (working) fcntl "
-                    "locks, so another run writing into output.dir '%s' at the same time would not be "
-                    "stopped (docs/config.md, output.dir)\n", pp_rank() < 0 ? 0 : pp_rank(), path,
-                    strerror(e), dir);
+            pp_warn("cannot lock %s: %s: this file system has no (working) fcntl locks, so another run "
+                    "writing into output.dir '%s' at the same time would not be stopped (docs/config.md, "
+                    "output.dir)", path, strerror(e), dir);
             rc = PP_OK;
         } else {
             rc = pp_errf(err, errlen, PP_ERUNTIME, "cannot lock %s: %s", path, strerror(e));
