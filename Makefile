@@ -39,7 +39,7 @@ else
   Q := @
 endif
 
-SRC      := $(wildcard src/*.c)
+SRC      := $(wildcard src/*.c src/*/*.c)
 LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/%.o,$(filter-out src/main.c,$(SRC)))
 MAIN_OBJ := $(BUILD)/main.o
 TEST_SRC := $(wildcard test/test_*.c)
@@ -48,7 +48,7 @@ TEST_UTIL:= $(patsubst test/%.c,$(BUILD)/test/%.o,$(filter-out $(TEST_SRC) test/
 # a program of its own, for test/flood.sh (not linked into the test binaries)
 FLOOD    := $(BUILD)/test/flood
 
-# ---- the CUDA backend ([Note: CUDA backend loading] in src/backend_load.c) ----------
+# ---- the CUDA backend ([Note: CUDA backend loading] in src/backend/backend_load.c) ----------
 # With nvcc: cuda/*.cu -> build/cuda/*.o -> build/cuda/libpptrain_cuda.so (cuBLASLt, CUDA's
 # runtime linked static), which pptrain dlopens only when runtime.device asks for a GPU;
 # pptrain itself never links a CUDA library. Machine code for sm_80 (A100) and sm_90
@@ -82,7 +82,7 @@ endif
 
 $(BIN): $(LIB_OBJ) $(MAIN_OBJ)
 	@echo "  LD    $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 
 # the toolkit's versions for --version: rewritten only when they change (nvcc appears,
 # goes or is upgraded), so backend_load.o is rebuilt only then
@@ -91,7 +91,7 @@ $(GEN_INFO): FORCE
 	@mkdir -p $(dir $@)
 	$(Q)scripts/gpu/cuda-info "$(NVCC)" "$(CC)" "$(foreach a,$(CUDA_ARCHS),sm_$(a))" >$@.tmp && \
 	  { cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@; }
-$(BUILD)/backend_load.o: $(GEN_INFO)
+$(BUILD)/backend/backend_load.o: $(GEN_INFO)
 
 $(CUDA_BUILD)/%.o: cuda/%.cu Makefile
 	@mkdir -p $(dir $@)
@@ -111,14 +111,14 @@ test-gpu: all data $(BUILD)/test/gpu_ops $(BUILD)/test/nccl_self
 $(BUILD)/test/gpu_ops: test/gpu/gpu_ops.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 
 # the NCCL transport on one GPU (cuda/comm_nccl.cu through the loader): links no CUDA
 # library either; NCCL is loaded by libpptrain_cuda.so at run time
 $(BUILD)/test/nccl_self: test/gpu/nccl_self.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 
 $(BUILD)/%.o: src/%.c Makefile
 	@mkdir -p $(dir $@)
@@ -206,15 +206,15 @@ $(CUDA_BUILD)/bench_gpu: cuda/bench/bench_gpu.cu
 
 $(BUILD)/bench_ckpt: bench/bench_ckpt.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 
 $(BUILD)/bench_allreduce: bench/bench_allreduce.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 
 $(BUILD)/bench_ops: bench/bench_ops.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 
 $(BUILD)/bench_gemm: bench/bench_gemm.c
 	@mkdir -p $(dir $@)
@@ -223,4 +223,4 @@ $(BUILD)/bench_gemm: bench/bench_gemm.c
 clean:
 	rm -rf build pptrain
 
--include $(wildcard $(BUILD)/*.d $(BUILD)/test/*.d $(CUDA_BUILD)/*.d)
+-include $(wildcard $(BUILD)/*.d $(BUILD)/*/*.d $(CUDA_BUILD)/*.d)

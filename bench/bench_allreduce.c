@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "comm_ring.h"
+#include "comm/comm.h"
+#include "comm/comm_ring.h"
 
 static int run_rank(int rank, int W, int port, size_t max_mb) {
     DistEnv e;

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt.h"
+#include "ckpt/ckpt.h"
 #include "common.h"
 
 #define MAX_TENSORS 1024

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_load.h"
+#include "backend/backend_load.h"
 #include "common.h"
 #include "config.h"
 

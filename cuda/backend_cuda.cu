@@ -1,7 +1,7 @@
 /* backend_cuda.cu — the CUDA backend: memory, the cuBLASLt GEMMs (matmul and attention)
  * and the Backend table, with the state of a rank's GPU (stream, cuBLASLt handle,
  * workspaces) in its context. The kernels are in kernels.cu. Built into
- * libpptrain_cuda.so and loaded by src/backend_load.c ([Note: CUDA backend loading]). */
+ * libpptrain_cuda.so and loaded by src/backend/backend_load.c ([Note: CUDA backend loading]). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -311,7 +311,7 @@ static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, c
 /* [Note: CUDA precision] fp32: fp32 operands, fp32 math (CUBLAS_COMPUTE_32F). tf32: the
  * same operands on the tensor cores' tf32 path (CUBLAS_COMPUTE_32F_FAST_TF32). bf16: the
  * operand activations are bf16 (be.operand, [Note: operand activations] in
- * src/backend.h): the ops that write them round to bf16, and every matmul runs a bf16
+ * src/backend/backend.h): the ops that write them round to bf16, and every matmul runs a bf16
  * GEMM with fp32 accumulation and fp32 output on them as they are. The fp32 master
  * weights are converted once per action list while the model holds them ([Note: held
  * weights] in model.h; per call otherwise). The residual stream, qkv, the pre-GELU
@@ -691,7 +691,7 @@ static int attention_choice(PPPrecision precision, int run_hs, int *att_flash, c
  * head's logits rows per chunk. */
 static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
     size_t N = sizes->N, C = sizes->C, Vp = sizes->Vp, T = sizes->T, NH = sizes->NH;
-    /* [Note: chunked head] in src/model.c: the head's logits in chunks of at most 256 MiB of
+    /* [Note: chunked head] in src/model/model.c: the head's logits in chunks of at most 256 MiB of
      * fp32, in whole 128-row tiles (1280 rows at GPT-2's Vp); its bf16 copy is one chunk's */
     size_t rows = Vp ? ((size_t)256 << 20) / (Vp * sizeof(float)) / 128 * 128 : 0;
     rows = Vp && rows < 128 ? 128 : rows;

@@ -2,7 +2,7 @@
  * between device buffers with ncclSend/ncclRecv on a communication stream of its own,
  * the float collectives run on device memory, and the job's socket Comm carries what
  * NCCL cannot: the unique id, message headers, liveness, the host collectives. Built
- * into libpptrain_cuda.so; loaded through src/comm_nccl.h. */
+ * into libpptrain_cuda.so; loaded through src/comm/comm_nccl.h. */
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -14,9 +14,9 @@
 
 #include <nccl.h>
 
-#include "comm_nccl.h"
+#include "comm/comm_nccl.h"
 #include "comm_nccl_sum.h"
-#include "dist.h" /* DIST_MIN_RATE */
+#include "dist/dist.h" /* DIST_MIN_RATE */
 
 /* [Note: NCCL transport]
  * One NCCL communicator per Comm (the job's; each group's from ncclCommSplit), all

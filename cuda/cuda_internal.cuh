@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend_cuda.h"
+#include "backend/backend_cuda.h"
 
 /* A cached cuBLASLt algorithm for one GEMM shape ([Note: GEMM cache] in backend_cuda.cu). */
 struct GemmKey { /* compared with memcmp: no padding (10 ints, 3 long longs, 6 ints) */
@@ -114,7 +114,7 @@ static inline unsigned grid_for(size_t n, int threads) {
 void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
 void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C);
 /* The (operand) void * arguments below are of c->op's type ([Note: operand activations]
- * in src/backend.h). */
+ * in src/backend/backend.h). */
 void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const float *inp, const float *w,
                          const float *b, int N, int C);
 void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const float *dout, const float *inp,

@@ -165,7 +165,7 @@ static __device__ __forceinline__ void mma_acc_t(float d[NO][4], const float p[2
 }
 
 /* The kernels' outputs (out, dqkv) and the backward's reading of out are in the backend's
- * operand type ([Note: operand activations] in src/backend.h): fp32, or bf16 rounded to
+ * operand type ([Note: operand activations] in src/backend/backend.h): fp32, or bf16 rounded to
  * nearest even. */
 static __device__ __forceinline__ void put(float *y, float v) { *y = v; }
 static __device__ __forceinline__ void put(bf16 *y, float v) { *y = __float2bfloat16_rn(v); }

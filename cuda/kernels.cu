@@ -44,7 +44,7 @@ template <bool MAX> static __device__ float block_reduce(float v, float *sh) {
 /* Whether p is a multiple of `to` bytes. */
 static inline int aligned(const void *p, size_t to) { return (uintptr_t)p % to == 0; }
 
-/* [Note: operand activations] (src/backend.h): the kernels that write or read an
+/* [Note: operand activations] (src/backend/backend.h): the kernels that write or read an
  * operand activation are templates over its type, fp32 or bf16 (c->op); put rounds to
  * nearest even, put4 stores four (16 bytes of fp32, 8 of bf16). */
 static __device__ __forceinline__ void put(float *y, float v) { *y = v; }

@@ -14,7 +14,7 @@
 #include <yaml.h>
 
 #include "pathpat.h"
-#include "sched.h"
+#include "sched/sched.h"
 
 /* ------------------------------------------------------------------------------------
  * The field table

@@ -8,18 +8,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "backend_load.h"
-#include "checkpoint.h"
-#include "comm.h"
+#include "backend/backend.h"
+#include "backend/backend_load.h"
+#include "ckpt/ckpt_state.h"
+#include "comm/comm.h"
 #include "config.h"
-#include "cpuset.h"
+#include "runtime/cpuset.h"
 #include "data.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "log.h"
 #include "outdir.h"
-#include "runtime.h"
-#include "sched_cmd.h"
+#include "runtime/runtime.h"
+#include "plan/plan_cmd.h"
 #include "trace.h"
 
 #define PP_VERSION "0.1.0"
@@ -189,9 +189,9 @@ static int mark_interrupted(const Config *cfg, int rank, int step, int sig, char
 
 /* End the run with error rc, first committing a pending save of weights known good
  * (those after at most `good` steps). */
-static int fail_keeping_good(Checkpointer *ck, Runtime *rt, long good, int rc) {
+static int fail_keeping_good(CkptState *ck, Runtime *rt, long good, int rc) {
     char err[PP_ERR_MAX];
-    if (ck->pending >= 0 && ck->pending <= good && checkpoint_finish(ck, rt, err, sizeof err)) pp_error("%s", err);
+    if (ck->pending >= 0 && ck->pending <= good && ckpt_state_finish(ck, rt, err, sizeof err)) pp_error("%s", err);
     return rc;
 }
 
@@ -200,18 +200,18 @@ static int fail_keeping_good(Checkpointer *ck, Runtime *rt, long good, int rc) {
  * stand-in batch: when it is finite, they are the last good step's and are saved (unless
  * `saved` says the run started from them or their save is pending, then committed);
  * otherwise a pending save of weights known good (after at most `good` steps) is. */
-static int fail_on_batch(Checkpointer *ck, Runtime *rt, long good, int w, int saved, double loss, int rc, char *err,
+static int fail_on_batch(CkptState *ck, Runtime *rt, long good, int w, int saved, double loss, int rc, char *err,
                          size_t errlen) {
     char why[PP_ERR_MAX];
     if (!rt->data_failed) return rc;
     if (!isfinite(loss) || saved || ck->pending == w) return fail_keeping_good(ck, rt, isfinite(loss) ? w : good, rc);
-    if (checkpoint_save(ck, rt, w, 1, why, sizeof why) != PP_OK) return pp_error("%s", why), rc;
+    if (ckpt_state_save(ck, rt, w, 1, why, sizeof why) != PP_OK) return pp_error("%s", why), rc;
     pp_strappendf(err, errlen, "; the weights after step %d are saved: continue with --resume once it is restored", w);
     return rc;
 }
 
 /* Make sure the weights after `step` steps have a finite loss (*good == step: known). */
-static int check_weights(Checkpointer *ck, Runtime *rt, int step, long *good, char *err, size_t errlen) {
+static int check_weights(CkptState *ck, Runtime *rt, int step, long *good, char *err, size_t errlen) {
     double loss;
     int rc;
     if (*good == step) return PP_OK;
@@ -225,32 +225,32 @@ static int check_weights(Checkpointer *ck, Runtime *rt, int step, long *good, ch
 
 /* The end of the run: the final checkpoint unless output.checkpoint_final is false (a
  * periodic save still pending is committed), or nothing if resumed at the end already. */
-static int finish_run(const Config *cfg, Runtime *rt, Checkpointer *ck, int start, long good, char *err,
+static int finish_run(const Config *cfg, Runtime *rt, CkptState *ck, int start, long good, char *err,
                       size_t errlen) {
     int rc, trained = start < cfg->steps, convert = cfg->steps == 0 && start == 0; /* steps 0: convert init_from */
     if (!trained && !convert) {
         if (rt->lay.rank == 0)
             printf("nothing to do: the checkpoint has %d steps, train.steps is %d (raise train.steps to go on)\n", start,
                    cfg->steps);
-        return checkpoint_finish(ck, rt, err, errlen);
+        return ckpt_state_finish(ck, rt, err, errlen);
     }
     if (trained && (cfg->checkpoint_final || ck->pending == cfg->steps) &&
         (rc = check_weights(ck, rt, cfg->steps, &good, err, errlen)))
         return rc;
-    if (cfg->checkpoint_final) return checkpoint_save(ck, rt, cfg->steps, 1, err, errlen);
+    if (cfg->checkpoint_final) return ckpt_state_save(ck, rt, cfg->steps, 1, err, errlen);
     if (rt->lay.rank == 0 && ck->pending != cfg->steps)
         printf("no checkpoint at the end of the run (output.checkpoint_final is false)\n");
-    return checkpoint_finish(ck, rt, err, errlen);
+    return ckpt_state_finish(ck, rt, err, errlen);
 }
 
 /* The training loop from step `start` on; checkpoints as configured. */
-static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log, int start, char *err, size_t errlen) {
+static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, int start, char *err, size_t errlen) {
     double tokens = (double)cfg->batch_size * cfg->seq_len;
     long good = -1; /* the weights after this many steps have a finite loss ([Note: diverged weights]) */
     int rc = PP_OK, step;
     for (step = start; step < cfg->steps; step++) {
         StepResult r = {0};
-        double ctl[CTL_N] = {g_stop_signal != 0, ck->pending >= 0 && checkpoint_idle(ck)};
+        double ctl[CTL_N] = {g_stop_signal != 0, ck->pending >= 0 && ckpt_state_idle(ck)};
         if ((rc = runtime_step(rt, step, ctl, CTL_N, &r, err, errlen)))
             return fail_on_batch(ck, rt, good, step, step == start, r.loss, rc, err, errlen);
         good = step;
@@ -267,17 +267,17 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
             good = step + 1;
         }
         if (rt->trace) trace_flush(rt->trace);
-        if (ctl[CTL_SAVED] == rt->lay.world && (rc = checkpoint_finish(ck, rt, err, errlen))) return rc;
+        if (ctl[CTL_SAVED] == rt->lay.world && (rc = ckpt_state_finish(ck, rt, err, errlen))) return rc;
         if (ctl[CTL_STOP] > 0) {
             if (rt->lay.rank == 0) printf("stopping on a signal after step %d: saving a checkpoint\n", step + 1);
             if ((rc = check_weights(ck, rt, step + 1, &good, err, errlen))) return rc;
-            rc = checkpoint_save(ck, rt, step + 1, 1, err, errlen);
+            rc = ckpt_state_save(ck, rt, step + 1, 1, err, errlen);
             if (rc == PP_OK) rc = mark_interrupted(cfg, rt->lay.rank, step + 1, g_stop_signal, err, errlen);
             return rc ? rc : g_stop_signal == SIGINT ? 130 : PP_OK;
         }
         /* the last step's weights are saved by the final checkpoint, if there is one */
         if (cfg->checkpoint_every > 0 && (step + 1) % cfg->checkpoint_every == 0 &&
-            (step + 1 < cfg->steps || !cfg->checkpoint_final) && (rc = checkpoint_save(ck, rt, step + 1, 0, err, errlen)))
+            (step + 1 < cfg->steps || !cfg->checkpoint_final) && (rc = ckpt_state_save(ck, rt, step + 1, 0, err, errlen)))
             return rc;
     }
     return finish_run(cfg, rt, ck, start, good, err, errlen);
@@ -286,7 +286,7 @@ static int train_loop(const Config *cfg, Runtime *rt, Checkpointer *ck, Log *log
 /* --resume-if-present: every rank looks for output.dir/checkpoints/latest and they
  * agree: resume from it ("") when all see it, start fresh (NULL) when none does. A run
  * that had finished resumes at its last step and has nothing to do (finish_run). */
-static int resume_choice(const Checkpointer *ck, Comm *comm, const char **resume, char *err, size_t errlen) {
+static int resume_choice(const CkptState *ck, Comm *comm, const char **resume, char *err, size_t errlen) {
     char latest[sizeof ck->root + 8];
     struct stat st;
     double seen;
@@ -354,7 +354,7 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     }
     Trace *trace = NULL;
     Runtime rt = {0}; /* rt.cfg is set by runtime_init: out: frees only what was built */
-    Checkpointer ck = {0};
+    CkptState ck = {0};
     Log log = {0};
     OutdirLock lock = {.fd = -1};
     long start = 0;
@@ -363,14 +363,14 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     trace = cfg->trace ? trace_create(cfg->out_dir, rank) : NULL;
     if ((rc = runtime_init(&rt, cfg, comm, trace, err, sizeof err))) goto out;
     report_build(&rt);
-    checkpoint_init(&ck, &rt, text);
+    ckpt_state_init(&ck, &rt, text);
     if (resume_if_present && (rc = resume_choice(&ck, comm, &resume, err, sizeof err))) goto out;
     if ((rc = mark_interrupted(cfg, rank, -1, 0, err, sizeof err))) goto out;
-    if (!resume && (rc = checkpoint_refuse_existing(&ck, &rt, err, sizeof err))) goto out;
+    if (!resume && (rc = ckpt_state_refuse_existing(&ck, &rt, err, sizeof err))) goto out;
     if (resume) {
         char root[PP_PATH_MAX + 16];
         snprintf(root, sizeof root, "%s/checkpoints", cfg->out_dir);
-        if ((rc = checkpoint_load(&rt, resume[0] ? resume : root, &start, err, sizeof err))) goto out;
+        if ((rc = ckpt_state_load(&rt, resume[0] ? resume : root, &start, err, sizeof err))) goto out;
         if (rank == 0) printf("resumed from %s at step %ld\n", resume[0] ? resume : root, start);
     }
     if (rt.chunk_of[rt.S - 1] >= 0 && rt.lay.dp == 0 && (rc = log_open(&log, cfg->out_dir, cfg->steps, (int)start, resume != NULL, err, sizeof err)))
@@ -396,7 +396,7 @@ out:
     if (rc && rc != 130) pp_error("%s", err);
     log_close(&log);
     comm_destroy(comm); /* first: its thread may still write into posted receive buffers */
-    if (ck.writer) checkpoint_free(&ck);
+    if (ck.writer) ckpt_state_free(&ck);
     if (rt.cfg) runtime_free(&rt);
     trace_destroy(trace);
     outdir_unlock(&lock); /* last: the checkpoint writers and the log are done with output.dir */
@@ -409,7 +409,7 @@ static int dispatch(Cli *cli, int sub) {
     if (sub) {
         memmove(cli->rest_argv + 1, cli->rest_argv, (cli->rest_argc + 1) * sizeof(char *));
         cli->rest_argv[0] = "schedule";
-        return sched_cmd_main(&cli->cfg, cli->rest_argc + 1, cli->rest_argv);
+        return plan_cmd_main(&cli->cfg, cli->rest_argc + 1, cli->rest_argv);
     }
     if (cli->print_config) return config_print(&cli->cfg, stdout), PP_OK;
     if (cli->rest_argc > 0) return pp_error("unknown argument '%s'\n%s", cli->rest_argv[0], usage), PP_EUSAGE;
@@ -426,7 +426,7 @@ static int dispatch(Cli *cli, int sub) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 2 && !strcmp(argv[1], "prepare-data")) return data_prepare_main(argc - 1, argv + 1);
-    if (argc >= 2 && !strcmp(argv[1], "export")) return checkpoint_export_main(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "export")) return ckpt_state_export_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "--version")) {
         printf("pptrain %s\n", PP_VERSION);
         backend_print_builtin(stdout);
@@ -438,7 +438,7 @@ int main(int argc, char **argv) {
     }
     int sub = !strcmp(argv[1], "schedule");
     if (sub && argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
-        sched_cmd_usage(stdout);
+        plan_cmd_usage(stdout);
         return PP_OK;
     }
     Cli cli = {0};

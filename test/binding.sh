@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # binding.sh — runtime.threads 0 with 2 ranks on one node ([Note: thread share] in
-# src/cpuset.h, issue 25, item 4): ranks bound to CPUs of their own (taskset, as SLURM's
+# src/runtime/cpuset.h, issue 25, item 4): ranks bound to CPUs of their own (taskset, as SLURM's
 # task binding does) each use all of their own and say that no other rank shares them;
 # ranks sharing both CPUs divide them and say by how many; masks that overlap in part
 # give each rank its share. Each through scripts/pprun, and the disjoint case also as

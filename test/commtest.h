@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "dist.h"
+#include "comm/comm.h"
+#include "dist/dist.h"
 
 #define MAXP 8
 

@@ -4,7 +4,7 @@
 # runtime.device: cuda is refused with exit 2 naming the cause, auto falls back to the
 # CPU and says why, the precision rules, pptrain itself links no CUDA library, and the
 # runtime's host staging (how ranks on one GPU talk) gives the direct path's bits.
-# ([Note: CUDA backend loading] in src/backend_load.c.) On a GPU machine the checks
+# ([Note: CUDA backend loading] in src/backend/backend_load.c.) On a GPU machine the checks
 # that need "no GPU" run with CUDA_VISIBLE_DEVICES empty, and the no-driver ones skip.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
@@ -131,7 +131,7 @@ run "precision fp32 on the CPU trains" 0 "^rank 0: device cpu, fp32" "$PPTRAIN" 
   --set runtime.precision=fp32 --set output.dir="$tmp/pf"
 run "an unknown precision is a config error" 2 "runtime.precision" "$PPTRAIN" "${tiny[@]}" --set runtime.precision=fp16
 
-# 7. host staging ([Note: host staging] in src/runtime.c), the path by which ranks on one
+# 7. host staging ([Note: host staging] in src/runtime/runtime.c), the path by which ranks on one
 #    GPU exchange activations, run here on the CPU posing as a device
 #    (PPTRAIN_HOST_STAGING=1): 2 ranks, 1f1b and interleaved, the tied all-reduce across
 #    ranks: losses and final weights bitwise those of the direct path.

@@ -32,7 +32,7 @@
 #include "flash_attn.cu"
 
 extern "C" {
-#include "backend.h"
+#include "backend/backend.h"
 #include "relerr.h"
 }
 
@@ -225,7 +225,7 @@ static float urand(void) { return splitmix_unit(&rng); }
 template <typename T> static size_t words(size_t n) { return (n * sizeof(T) + 3) / 4; }
 
 /* The kernels' out and dqkv in the operand type OutT ([Note: operand activations] in
- * src/backend.h), widened to fp32. */
+ * src/backend/backend.h), widened to fp32. */
 template <typename OutT> static std::vector<float> widened(const float *x, size_t n) {
     std::vector<float> w(n);
     for (size_t i = 0; i < n; i++) w[i] = get((const OutT *)x + i);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """forge.py — edit a pptrain checkpoint the way an attacker would: change fields and
 recompute every CRC (docs/checkpoint-format.md), so that only the loader's own checks
-([Note: checkpoint trust] in src/checkpoint.c) stand between the edit and a run.
+([Note: checkpoint trust] in src/ckpt/ckpt_state.c) stand between the edit and a run.
 
   forge.py manifest STEPDIR KEY=VALUE...   set manifest keys (extra.* too), new crc32 line
   forge.py meta SHARD OLD NEW              replace bytes OLD by NEW (same length, Python

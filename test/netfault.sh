@@ -2,7 +2,7 @@
 # netfault.sh — a 4-rank pptrain job under scripts/pprun loses rank 3 mid-training, to
 # SIGKILL (it died) or SIGSTOP (it went silent): every survivor must fail with a message
 # whose first named rank is 3, the rank that actually failed (issue 17, item 5; [Note:
-# blame] in src/comm_socket_blame.c), and within its deadline.
+# blame] in src/comm/comm_socket_blame.c), and within its deadline.
 # By default one SIGKILL and one SIGSTOP; for the figures of the issue,
 #   PP_NETFAULT_KILLS=30 PP_NETFAULT_STOPS=10 bash test/netfault.sh
 # kills (or stops) rank 3 at a random moment of each of that many runs and counts;

@@ -88,7 +88,7 @@ fi
 
 # The link between the hosts goes down mid-run (issue 16, item 3): nothing closes, TCP
 # retransmits into the void, and only silence can tell ([Note: heartbeat] in
-# src/comm_socket_blame.c). Every rank must exit 1 within runtime.timeout_s of the link
+# src/comm/comm_socket_blame.c). Every rank must exit 1 within runtime.timeout_s of the link
 # going down, naming the peer it lost by rank and host. T/4, the probe's grace, is more
 # than the slack allowed for a process to exit: giving up only after a probe went
 # unanswered would be too late.

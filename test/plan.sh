@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# plan.sh — `pptrain schedule --plan` end to end ([Note: planning model] in src/plan.c):
+# plan.sh — `pptrain schedule --plan` end to end ([Note: planning model] in src/plan/plan.c):
 # the sweep's numbers against hand-computed ones, the link model's exact transfer terms,
 # efficiency against P and M, costs read from the trace of a real 2-process run, and the
 # errors. Run by `make test` with PPTRAIN=./pptrain from the repository root.

@@ -3,7 +3,7 @@
 # mid-training and then continued (SIGCONT): rank 0 fails naming rank 1 first, and rank
 # 1's own message says that it was itself stopped or too slow, naming itself first
 # rather than the live rank 0 (issue 25, section 3; [Note: stopped] in
-# src/comm_socket_blame.c). The ranks are started by hand (test/lib/ranks.sh), so that
+# src/comm/comm_socket_blame.c). The ranks are started by hand (test/lib/ranks.sh), so that
 # nothing but this test signals the stopped rank.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}

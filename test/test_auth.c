@@ -1,4 +1,4 @@
-/* test_auth.c — the job token and the connection handshake (auth.c), and the rendezvous
+/* test_auth.c — the job token and the connection handshake (dist_auth.c), and the rendezvous
  * and transport under attack (issue 17): forged hellos, idle and slow-drip connections,
  * wrong or missing tokens, a forged message header claiming 2^62 bytes; and (issue 25)
  * connections cut before the job has formed, which the ranks make again. Every attack is
@@ -14,11 +14,11 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "auth.h"
-#include "comm_socket.h" /* WireHdr, WIRE_MAGIC: to forge a message header */
+#include "dist/dist_auth.h"
+#include "comm/comm_socket_internal.h" /* WireHdr, WIRE_MAGIC: to forge a message header */
 #include "commtest.h"
 #include "checkrun.h"
-#include "dist_net.h"    /* dist_auth_client */
+#include "dist/dist_net.h"    /* dist_auth_client */
 
 /* ------------------------------------------------------------ the handshake -- */
 
@@ -29,11 +29,11 @@ static void pair(int sv[2]) {
 
 /* Step client c on fd cf and server s on fd sf in turns until both are finished; a
  * side that fails shuts its end (as a closing rank would). */
-static void run_pair(AuthConn *c, int cf, AuthConn *s, int sf, int *rc, int *rs) {
+static void run_pair(DistAuthConn *c, int cf, DistAuthConn *s, int sf, int *rc, int *rs) {
     *rc = *rs = AUTH_MORE;
     for (int i = 0; i < 100 && (*rc == AUTH_MORE || *rs == AUTH_MORE); i++) {
-        if (*rc == AUTH_MORE && (*rc = auth_step(c, cf)) == AUTH_FAIL) shutdown(cf, SHUT_RDWR);
-        if (*rs == AUTH_MORE && (*rs = auth_step(s, sf)) == AUTH_FAIL) shutdown(sf, SHUT_RDWR);
+        if (*rc == AUTH_MORE && (*rc = dist_auth_step(c, cf)) == AUTH_FAIL) shutdown(cf, SHUT_RDWR);
+        if (*rs == AUTH_MORE && (*rs = dist_auth_step(s, sf)) == AUTH_FAIL) shutdown(sf, SHUT_RDWR);
     }
 }
 
@@ -59,11 +59,11 @@ static const HsCase HS[] = {
 
 START_TEST(test_handshake_cases) {
     const HsCase *k = &HS[_i];
-    AuthConn c, s;
+    DistAuthConn c, s;
     int sv[2], rc, rs;
     pair(sv);
-    auth_begin(&c, 0, k->cpurpose, k->ctok);
-    auth_begin(&s, 1, k->spurpose, k->stok);
+    dist_auth_begin(&c, 0, k->cpurpose, k->ctok);
+    dist_auth_begin(&s, 1, k->spurpose, k->stok);
     run_pair(&c, sv[0], &s, sv[1], &rc, &rs);
     ck_assert_msg(rc == (k->cfail ? AUTH_FAIL : AUTH_DONE) && c.fail == k->cfail,
                   "case %d client: %d/%d (%s)", _i, rc, c.fail, c.err);
@@ -94,15 +94,15 @@ START_TEST(test_handshake_replay) {
     unsigned char cs[512], sc[512], junk[256];
     size_t ncs = 0, nsc = 0;
     int a[2], b[2], sv[2], rc, rs;
-    AuthConn c, s;
+    DistAuthConn c, s;
     pair(a), pair(b);
-    auth_begin(&c, 0, AUTH_RDZV, tok);
-    auth_begin(&s, 1, AUTH_RDZV, tok);
+    dist_auth_begin(&c, 0, AUTH_RDZV, tok);
+    dist_auth_begin(&s, 1, AUTH_RDZV, tok);
     rc = rs = AUTH_MORE;
     for (int i = 0; i < 50 && (rc == AUTH_MORE || rs == AUTH_MORE); i++) {
-        if (rc == AUTH_MORE) rc = auth_step(&c, a[0]);
+        if (rc == AUTH_MORE) rc = dist_auth_step(&c, a[0]);
         relay(a[1], b[0], cs, &ncs);
-        if (rs == AUTH_MORE) rs = auth_step(&s, b[1]);
+        if (rs == AUTH_MORE) rs = dist_auth_step(&s, b[1]);
         relay(b[0], a[1], sc, &nsc);
     }
     ck_assert_int_eq(rc, AUTH_DONE);
@@ -111,20 +111,20 @@ START_TEST(test_handshake_replay) {
     ck_assert_uint_eq(nsc, 80 + 8);  /* challenge + result */
     /* the client's messages to a new server */
     pair(sv);
-    auth_begin(&s, 1, AUTH_RDZV, tok);
+    dist_auth_begin(&s, 1, AUTH_RDZV, tok);
     ck_assert_int_eq(write(sv[0], cs, 48), 48);
-    ck_assert_int_eq(auth_step(&s, sv[1]), AUTH_MORE);
+    ck_assert_int_eq(dist_auth_step(&s, sv[1]), AUTH_MORE);
     while (read(sv[0], junk, sizeof junk) > 0) {}
     ck_assert_int_eq(write(sv[0], cs + 48, 40), 40);
-    ck_assert_int_eq(auth_step(&s, sv[1]), AUTH_FAIL);
+    ck_assert_int_eq(dist_auth_step(&s, sv[1]), AUTH_FAIL);
     ck_assert_int_eq(s.fail, AUTH_BAD_MAC);
     close(sv[0]), close(sv[1]);
     /* the server's challenge to a new client */
     pair(sv);
-    auth_begin(&c, 0, AUTH_RDZV, tok);
-    ck_assert_int_eq(auth_step(&c, sv[0]), AUTH_MORE);
+    dist_auth_begin(&c, 0, AUTH_RDZV, tok);
+    ck_assert_int_eq(dist_auth_step(&c, sv[0]), AUTH_MORE);
     ck_assert_int_eq(write(sv[1], sc, 80), 80);
-    ck_assert_int_eq(auth_step(&c, sv[0]), AUTH_FAIL);
+    ck_assert_int_eq(dist_auth_step(&c, sv[0]), AUTH_FAIL);
     ck_assert_int_eq(c.fail, AUTH_BAD_MAC);
     close(sv[0]), close(sv[1]);
     close(a[0]), close(a[1]), close(b[0]), close(b[1]);
@@ -134,19 +134,19 @@ END_TEST
 /* Something that is not a rank: an HTTP request, then a peer that closes at once. */
 START_TEST(test_handshake_garbage) {
     const char *http = "GET / HTTP/1.1\r\nHost: x\r\nUser-Agent: scanner\r\nAccept: */*\r\n\r\n";
-    AuthConn s;
+    DistAuthConn s;
     int sv[2];
     pair(sv);
-    auth_begin(&s, 1, AUTH_RDZV, "the-same-token-0123");
+    dist_auth_begin(&s, 1, AUTH_RDZV, "the-same-token-0123");
     ck_assert_int_eq(write(sv[0], http, strlen(http)), (ssize_t)strlen(http));
-    ck_assert_int_eq(auth_step(&s, sv[1]), AUTH_FAIL);
+    ck_assert_int_eq(dist_auth_step(&s, sv[1]), AUTH_FAIL);
     ck_assert_int_eq(s.fail, AUTH_GARBAGE);
     ck_assert(strstr(s.err, "does not speak pptrain's protocol"));
     close(sv[0]), close(sv[1]);
     pair(sv);
-    auth_begin(&s, 1, AUTH_RDZV, "");
+    dist_auth_begin(&s, 1, AUTH_RDZV, "");
     close(sv[0]);
-    ck_assert_int_eq(auth_step(&s, sv[1]), AUTH_FAIL);
+    ck_assert_int_eq(dist_auth_step(&s, sv[1]), AUTH_FAIL);
     ck_assert_int_eq(s.fail, AUTH_CLOSED);
     close(sv[1]);
 }
@@ -159,7 +159,7 @@ START_TEST(test_hmac_known_answer) {
         0x5a, 0x00, 0x3f, 0x08, 0x9d, 0x27, 0x39, 0x83, 0x9d, 0xec, 0x58, 0xb9, 0x64, 0xec, 0x38, 0x43};
     const char *msg = "what do ya want for nothing?";
     unsigned char mac[AUTH_MAC];
-    auth_hmac("Jefe", 4, msg, strlen(msg), mac);
+    dist_auth_hmac("Jefe", 4, msg, strlen(msg), mac);
     ck_assert_mem_eq(mac, want, AUTH_MAC);
 }
 END_TEST
@@ -169,10 +169,10 @@ START_TEST(test_token_env) {
     DistEnv e;
     unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("SLURM_PROCID");
     unsetenv("PPTRAIN_JOB_TOKEN");
-    ck_assert_int_eq(auth_token_read(tok, err, sizeof err), PP_OK);
+    ck_assert_int_eq(dist_auth_token_read(tok, err, sizeof err), PP_OK);
     ck_assert_str_eq(tok, "");
     setenv("PPTRAIN_JOB_TOKEN", "0123456789abcdef", 1);
-    ck_assert_int_eq(auth_token_read(tok, err, sizeof err), PP_OK);
+    ck_assert_int_eq(dist_auth_token_read(tok, err, sizeof err), PP_OK);
     ck_assert_str_eq(tok, "0123456789abcdef");
     ck_assert_int_eq(dist_env_read(&e, err, sizeof err), PP_OK);
     ck_assert_str_eq(e.token, "0123456789abcdef");
@@ -182,7 +182,7 @@ START_TEST(test_token_env) {
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     setenv("PPTRAIN_JOB_TOKEN", big, 1);
-    ck_assert_int_eq(auth_token_read(tok, err, sizeof err), PP_EUSAGE);
+    ck_assert_int_eq(dist_auth_token_read(tok, err, sizeof err), PP_EUSAGE);
     unsetenv("PPTRAIN_JOB_TOKEN");
 }
 END_TEST
@@ -234,7 +234,7 @@ static int forge(int k, int port) {
     const char *cfg = BASE_CFG, *job = "SLURM job 999 step 0";
     char reply[PP_ERR_MAX] = "";
     int fd = raw_connect(port);
-    AuthConn a;
+    DistAuthConn a;
     CHILD_CHECK(fd >= 0);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     CHILD_CHECK(dist_auth_client(&a, fd, AUTH_RDZV, "", pp_now() + 3) == AUTH_DONE);

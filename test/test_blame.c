@@ -10,7 +10,7 @@
 
 #include "commtest.h"
 #include "checkrun.h"
-#include "comm_socket.h" /* to forge a control message */
+#include "comm/comm_socket_internal.h" /* to forge a control message */
 
 /* The first rank a message names ("... rank 3 ..."), or -1. */
 static int first_rank(const char *msg) {

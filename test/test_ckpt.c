@@ -20,7 +20,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "ckpt.h"
+#include "ckpt/ckpt.h"
 #include "testdir.h"
 #include "checkrun.h"
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_ring.h"
+#include "comm/comm_ring.h"
 #include "commtest.h"
 #include "checkrun.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_select.h"
+#include "comm/comm_select.h"
 #include "commtest.h"
 #include "checkrun.h"
 

@@ -8,7 +8,7 @@
 
 #include "checkrun.h"
 #include "commtest.h"
-#include "cpuset.h"
+#include "runtime/cpuset.h"
 
 /* A set on host `host` holding CPUs lo..hi. */
 static CpuSet cpus(const char *host, int lo, int hi) {

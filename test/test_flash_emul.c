@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "checkrun.h"
 #include "relerr.h"
 

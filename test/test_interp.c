@@ -14,9 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm.h"
-#include "runtime.h"
-#include "sim.h"
+#include "comm/comm.h"
+#include "runtime/runtime.h"
+#include "sched/sched_sim.h"
 #include "checkrun.h"
 
 #define STEPS 2
@@ -50,12 +50,12 @@ static int by_time(const void *a, const void *b) {
  * message's consumer starts strictly after its sender; a rank's own actions keep their
  * list order (their start times never decrease). */
 static void turns_build(Turns *t, const Schedule *sc) {
-    SimCosts c;
-    SimResult res;
+    SchedSimCosts c;
+    SchedSimResult res;
     char err[PP_ERR_MAX];
-    sim_costs_default(&c);
+    sched_sim_costs_default(&c);
     c.X = 0.5;
-    ck_assert_msg(sim_run(sc, &c, &res, err, sizeof err, NULL) == PP_OK, "sim: %s", err);
+    ck_assert_msg(sched_sim_run(sc, &c, &res, err, sizeof err, NULL) == PP_OK, "sim: %s", err);
     t->n = 0, t->maxlen = 0;
     for (int r = 0; r < sc->P; r++) t->n += sc->len[r], t->maxlen = sc->len[r] > t->maxlen ? sc->len[r] : t->maxlen;
     Slot *all = malloc(t->n * sizeof *all);
@@ -66,7 +66,7 @@ static void turns_build(Turns *t, const Schedule *sc) {
     t->pos = malloc((size_t)sc->P * t->maxlen * sizeof(int));
     for (i = 0; i < t->n; i++) t->pos[all[i].r * t->maxlen + all[i].k] = i;
     free(all);
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
 }
 
 /* Runtime action hook: wait for (rank, k)'s turn before it runs; pass the turn on after. */

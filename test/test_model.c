@@ -6,12 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "backend_load.h"
-#include "fastmath.h"
-#include "model.h"
-#include "optim.h"
-#include "runtime.h"
+#include "backend/backend.h"
+#include "backend/backend_load.h"
+#include "backend/fastmath.h"
+#include "model/model.h"
+#include "backend/optim.h"
+#include "runtime/runtime.h"
 #include "checkrun.h"
 
 /* Test allocations, freed together at the end of each test (LeakSanitizer-clean). */

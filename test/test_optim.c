@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "optim.h"
+#include "backend/optim.h"
 #include "checkrun.h"
 
 /* A config with only the fields optim reads set (no config.c at link time). */

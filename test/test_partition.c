@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "common.h"
-#include "model.h"
-#include "partition.h"
+#include "model/model.h"
+#include "model/partition.h"
 #include "checkrun.h"
 
 /* GPT-2's costs at width C, padded vocabulary Vp and length T (= the position table). */

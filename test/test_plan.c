@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "common.h"
-#include "plan.h"
-#include "sched.h"
-#include "sim.h"
+#include "plan/plan.h"
+#include "sched/sched.h"
+#include "sched/sched_sim.h"
 #include "testdir.h"
 #include "checkrun.h"
 
@@ -25,14 +25,14 @@ static char err[PP_ERR_MAX];
 
 static double makespan(const char *kind, int P, int M, double F, double B, double X, int serial) {
     Schedule s;
-    SimCosts c;
-    SimResult res;
+    SchedSimCosts c;
+    SchedSimResult res;
     ck_assert_int_eq(sched_build(&s, kind, P, 1, M, err, sizeof err), PP_OK);
-    sim_costs_default(&c);
+    sched_sim_costs_default(&c);
     c.F = F, c.B = B, c.X = X, c.serial_links = serial;
-    ck_assert_msg(sim_run(&s, &c, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+    ck_assert_msg(sched_sim_run(&s, &c, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
     double t = res.makespan;
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
     sched_free(&s);
     return t;
 }

@@ -5,9 +5,9 @@
 
 #include <string.h>
 
-#include "layout.h"
-#include "runtime.h"
-#include "sched.h"
+#include "runtime/layout.h"
+#include "runtime/runtime.h"
+#include "sched/sched.h"
 #include "checkrun.h"
 
 static void check_kind(const char *kind, int vmax) {

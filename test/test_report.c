@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime.h"
+#include "runtime/runtime.h"
 #include "checkrun.h"
 
 START_TEST(test_efficiency_at_most_100) {

@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "sched.h"
-#include "sched_cmd.h"
-#include "sched_show.h"
-#include "sim.h"
+#include "sched/sched.h"
+#include "plan/plan_cmd.h"
+#include "sched/sched_show.h"
+#include "sched/sched_sim.h"
 #include "checkrun.h"
 
 #define ERRLEN 2048
@@ -454,11 +454,11 @@ static void check_text_round_trip(const char *kind, const Schedule *s, int P, in
 /* Simulated time and memory against the closed forms, F = B = 1, free transfers. */
 static void check_unit_costs(const char *kind, const Schedule *s, int P, int v, int M) {
     char err[ERRLEN];
-    SimResult res;
-    SimCosts unit;
-    sim_costs_default(&unit);
+    SchedSimResult res;
+    SchedSimCosts unit;
+    sched_sim_costs_default(&unit);
     unit.B = 1;
-    REQUIRE(sim_run(s, &unit, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+    REQUIRE(sched_sim_run(s, &unit, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
     int flat = strcmp(kind, "interleaved-1f1b") != 0 || v == 1;
     if (flat) { /* GPipe and 1F1B: 2(M+P-1) units, bubble (P-1)/(M+P-1) */
         REQUIRE_NEAR(res.makespan, 2.0 * (M + P - 1), "makespan");
@@ -487,26 +487,26 @@ static void check_unit_costs(const char *kind, const Schedule *s, int P, int v, 
         REQUIRE(remote_input ? nr >= 1 && nr <= M : nr == 0, "%s P=%d v=%d M=%d: stage %d has"
                 " %d receive buffers", kind, P, v, M, st, nr);
     }
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
 }
 
 /* Invariants of one generated schedule. */
 static void check_generated(const char *kind, int P, int v, int M) {
     char err[ERRLEN];
     Schedule s;
-    SimResult res;
-    SimCosts dflt;
+    SchedSimResult res;
+    SchedSimCosts dflt;
     REQUIRE(sched_build(&s, kind, P, v, M, err, sizeof err) == PP_OK, "%s", err);
     REQUIRE(sched_validate(&s, err, sizeof err, NULL) == PP_OK, "%s", err);
     REQUIRE(s.lowered, "not lowered");
     check_text_round_trip(kind, &s, P, v, M);
     check_unit_costs(kind, &s, P, v, M);
-    sim_costs_default(&dflt); /* F=1, B=2: (M+P-1)(F+B) resp. (vM+P-1)(F+B) */
-    REQUIRE(sim_run(&s, &dflt, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+    sched_sim_costs_default(&dflt); /* F=1, B=2: (M+P-1)(F+B) resp. (vM+P-1)(F+B) */
+    REQUIRE(sched_sim_run(&s, &dflt, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
     int flat = strcmp(kind, "interleaved-1f1b") != 0 || v == 1;
     if (flat) REQUIRE_NEAR(res.makespan, 3.0 * (M + P - 1), "makespan (F=1, B=2)");
     if (!flat && M >= P) REQUIRE_NEAR(res.makespan, 3.0 * (v * M + P - 1), "makespan (F=1, B=2)");
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
     sched_free(&s);
 }
 
@@ -556,14 +556,14 @@ static int max_rank_peak(const char *kind, int P, int v, int M) {
 }
 
 /* Bubble of kind at P, v, M with costs c. */
-static double bubble_of(const char *kind, int P, int v, int M, const SimCosts *c) {
+static double bubble_of(const char *kind, int P, int v, int M, const SchedSimCosts *c) {
     char err[ERRLEN];
     Schedule s;
-    SimResult res;
+    SchedSimResult res;
     REQUIRE(sched_build(&s, kind, P, v, M, err, sizeof err) == PP_OK, "%s", err);
-    REQUIRE(sim_run(&s, c, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+    REQUIRE(sched_sim_run(&s, c, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
     double b = res.bubble;
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
     sched_free(&s);
     return b;
 }
@@ -574,16 +574,16 @@ static double bubble_of(const char *kind, int P, int v, int M, const SimCosts *c
 static void check_new_kind(const char *kind, int P, int v, int M) {
     char err[ERRLEN];
     Schedule s;
-    SimResult res;
-    SimCosts unit;
-    sim_costs_default(&unit);
+    SchedSimResult res;
+    SchedSimCosts unit;
+    sched_sim_costs_default(&unit);
     unit.B = 1;
     if (split_kind(kind)) unit.W = 1;
     REQUIRE(sched_build(&s, kind, P, v, M, err, sizeof err) == PP_OK, "%s", err);
     REQUIRE(sched_validate(&s, err, sizeof err, NULL) == PP_OK, "%s", err);
     check_text_round_trip(kind, &s, P, v, M);
     check_weight_order(kind, &s, P, v, M);
-    REQUIRE(sim_run(&s, &unit, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+    REQUIRE(sched_sim_run(&s, &unit, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
     double work = (split_kind(kind) ? 3.0 : 2.0) * v * M, closed = sched_bubble_closed_form(&s, NULL);
     if (closed >= 0) REQUIRE_NEAR(res.bubble, closed, "bubble vs closed form");
     for (int r = 0; r < P; r++) {
@@ -604,7 +604,7 @@ static void check_new_kind(const char *kind, int P, int v, int M) {
                 kind, P, M, peak, max_rank_peak("1f1b", P, 1, M));
     } else { /* zbv: a chunk is half a 1F1B stage's layers */
         if (P <= 4 && M >= 2 * P) REQUIRE_NEAR(res.makespan, 6.0 * M + P - 1, "makespan");
-        SimCosts h1 = unit;
+        SchedSimCosts h1 = unit;
         REQUIRE(res.bubble <= bubble_of("zb-h1", P, 1, M, &h1) + 1e-12, "%s P=%d M=%d: bubble %g above"
                 " zb-h1's", kind, P, M, res.bubble);
         REQUIRE(peak <= 2 * max_rank_peak("1f1b", P, 1, M), "%s P=%d M=%d: peak %d chunks, more than"
@@ -615,7 +615,7 @@ static void check_new_kind(const char *kind, int P, int v, int M) {
         REQUIRE(split_kind(kind) ? pw >= 1 && pw <= M : pw == 0, "%s P=%d v=%d M=%d: stage %d has"
                 " %d pending Ws", kind, P, v, M, st, pw);
     }
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
     sched_free(&s);
 }
 
@@ -649,8 +649,8 @@ END_TEST
 
 /* The numbers: F = B = W = 1, P = 4, M = 8. */
 START_TEST(test_zero_bubble_must_show) {
-    SimCosts unit;
-    sim_costs_default(&unit);
+    SchedSimCosts unit;
+    sched_sim_costs_default(&unit);
     unit.B = 1, unit.W = 1;
     double b1 = bubble_of("1f1b", 4, 1, 8, &unit), bh = bubble_of("zb-h1", 4, 1, 8, &unit);
     double bv = bubble_of("zbv", 4, 2, 8, &unit);
@@ -962,7 +962,7 @@ START_TEST(test_v_placement) {
     char err[ERRLEN];
     int v_shape[4] = {0, 1, 1, 0};
     Schedule s, fwd;
-    SimResult res;
+    SchedSimResult res;
     empty_schedule(&s, 2, 2, 2, v_shape, 0);
     append_text(&s, 0, "0F0 0F1 3F0 3B0 3F1 3B1 0B0 0B1");
     append_text(&s, 1, "1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1");
@@ -983,7 +983,7 @@ START_TEST(test_v_placement) {
         }
     ck_assert_msg(sched_validate(&s, err, sizeof err, NULL) == PP_OK, "%s", err);
     /* F=1, B=2: rank 0 waits for 1B0 (ends at 10) and 1B1 (ends at 14) */
-    ck_assert_msg(sim_run(&s, NULL, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+    ck_assert_msg(sched_sim_run(&s, NULL, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
     ck_assert_double_eq(res.makespan, 16);
     ck_assert_double_eq(res.busy[0], 12);
     ck_assert_double_eq(res.bubble, 0.25);
@@ -995,16 +995,16 @@ START_TEST(test_v_placement) {
     }
     ck_assert_int_eq(sched_peak_inflight_rank(&s, 0), 3);
     ck_assert_int_eq(sched_peak_inflight_rank(&s, 1), 4);
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
     /* the forward-only schedule takes the placement from the training one */
     ck_assert_msg(sched_build_forward_only(&fwd, &s, err, sizeof err) == PP_OK, "%s", err);
     text = write_to_string(&fwd);
     ck_assert_msg(strstr(text, "rank 1: 1RECV_F0 1F0 1RECV_F1 1F1 2F0 2SEND_F0 2F1 2SEND_F1\n"),
                   "%s", text);
     free(text);
-    ck_assert_int_eq(sim_run(&fwd, NULL, &res, err, sizeof err, NULL), PP_OK);
+    ck_assert_int_eq(sched_sim_run(&fwd, NULL, &res, err, sizeof err, NULL), PP_OK);
     ck_assert_double_eq(res.makespan, 6);
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
     sched_free(&fwd);
     sched_free(&s);
 }
@@ -1141,7 +1141,7 @@ static int rank_orders(const Schedule *base, int r, int keep_mb, Action **orders
  * simulator runs. Returns how many there were. */
 static int check_swaps(Schedule *s) {
     char err[ERRLEN];
-    SimResult res;
+    SchedSimResult res;
     int accepted = 0;
     for (int r = 0; r < s->P; r++)
         for (int i = 0; i + 1 < s->len[r]; i++) {
@@ -1149,8 +1149,8 @@ static int check_swaps(Schedule *s) {
             s->acts[r][i] = s->acts[r][i + 1], s->acts[r][i + 1] = tmp;
             if (sched_validate(s, err, sizeof err, NULL) == PP_OK) {
                 accepted++;
-                REQUIRE(sim_run(s, NULL, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
-                sim_result_free(&res);
+                REQUIRE(sched_sim_run(s, NULL, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+                sched_sim_result_free(&res);
             }
             s->acts[r][i + 1] = s->acts[r][i], s->acts[r][i] = tmp;
         }
@@ -1173,7 +1173,7 @@ static void check_orders(int v, int M, const int *placement, const char *rank0, 
     int lowered = 0, refused = 0, swaps_ok = 0;
     for (int k = 0; k < n0 * n1; k++) {
         Schedule s;
-        SimResult res;
+        SchedSimResult res;
         empty_schedule(&s, 2, v, M, placement, 0);
         for (int r = 0; r < 2; r++)
             for (int i = 0; i < base.len[r]; i++)
@@ -1184,8 +1184,8 @@ static void check_orders(int v, int M, const int *placement, const char *rank0, 
         if (rc == PP_OK) {
             lowered++;
             REQUIRE(sched_validate(&s, err, sizeof err, NULL) == PP_OK, "%s", err);
-            REQUIRE(sim_run(&s, NULL, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
-            sim_result_free(&res);
+            REQUIRE(sched_sim_run(&s, NULL, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
+            sched_sim_result_free(&res);
             swaps_ok += check_swaps(&s);
         } else {
             refused++;
@@ -1220,7 +1220,7 @@ START_TEST(test_forward_only) {
         for (int v = 1; v <= 3; v++)
             for (int M = 1; M <= 9; M += 4) {
                 Schedule s, train;
-                SimResult res;
+                SchedSimResult res;
                 ck_assert_int_eq(sched_build(&train, v > 1 ? "interleaved-1f1b" : "1f1b", P, v, M,
                                              err, sizeof err), PP_OK);
                 ck_assert_msg(sched_build_forward_only(&s, &train, err, sizeof err) == PP_OK, "%s", err);
@@ -1240,10 +1240,10 @@ START_TEST(test_forward_only) {
                 /* on one rank F(s+1) reads stage s's slot while it fills its own */
                 for (int r = 0; r < P; r++)
                     ck_assert_int_eq(sched_peak_inflight_rank(&s, r), P == 1 && v > 1 ? 2 : 1);
-                ck_assert_int_eq(sim_run(&s, NULL, &res, err, sizeof err, NULL), PP_OK);
+                ck_assert_int_eq(sched_sim_run(&s, NULL, &res, err, sizeof err, NULL), PP_OK);
                 if (v == 1) ck_assert_double_eq(res.makespan, M + P - 1.0); /* F = 1 */
                 ck_assert_double_eq(sched_bubble_closed_form(&s, NULL), -1);
-                sim_result_free(&res);
+                sched_sim_result_free(&res);
                 sched_free(&s);
             }
 }
@@ -1260,35 +1260,35 @@ static double cost_by_stage(void *ctx, int rank, Action a) {
 START_TEST(test_sim_costs) {
     char err[ERRLEN];
     Schedule s;
-    SimResult res;
-    SimCosts c;
+    SchedSimResult res;
+    SchedSimCosts c;
     /* one microbatch through P stages: P(F+B) + 2(P-1)X */
     ck_assert_int_eq(sched_build(&s, "gpipe", 4, 1, 1, err, sizeof err), PP_OK);
-    sim_costs_default(&c);
+    sched_sim_costs_default(&c);
     c.F = 1.5, c.B = 2.5, c.X = 0.5;
-    ck_assert_int_eq(sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
+    ck_assert_int_eq(sched_sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
     ck_assert_double_eq_tol(res.makespan, 4 * 4.0 + 2 * 3 * 0.5, 1e-12);
     ck_assert_double_eq_tol(res.busy[2], 4.0, 1e-12);
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
     /* per-stage arrays: the slowest stage sets the pace of GPipe */
     double fs[4] = {1, 1, 3, 1}, bs[4] = {1, 1, 3, 1};
-    sim_costs_default(&c);
+    sched_sim_costs_default(&c);
     c.F_stage = fs, c.B_stage = bs;
     sched_free(&s);
     ck_assert_int_eq(sched_build(&s, "gpipe", 4, 1, 5, err, sizeof err), PP_OK);
-    ck_assert_int_eq(sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
+    ck_assert_int_eq(sched_sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
     /* forward: 2 + 5*3 + 1 = 18 until the last F ends; backward mirrors it: 18 */
     ck_assert_double_eq_tol(res.makespan, 36, 1e-12);
     ck_assert_double_eq_tol(res.busy[2], 30, 1e-12);
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
     /* a callback overrides everything, transfers included */
-    sim_costs_default(&c);
+    sched_sim_costs_default(&c);
     c.action_cost = cost_by_stage, c.ctx = fs;
     sched_free(&s);
     ck_assert_int_eq(sched_build(&s, "1f1b", 4, 1, 1, err, sizeof err), PP_OK);
-    ck_assert_int_eq(sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
+    ck_assert_int_eq(sched_sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
     ck_assert_double_eq_tol(res.makespan, 6 + 12 + 6 * 0.25, 1e-12);
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
     sched_free(&s);
 }
 END_TEST
@@ -1298,7 +1298,7 @@ START_TEST(test_sim_deadlock) {
      * microbatch 0's gradient before it sends microbatch 1 */
     char err[ERRLEN];
     Schedule s;
-    SimResult res;
+    SchedSimResult res;
     Capture grid;
     ck_assert_int_eq(sched_init(&s, "cycle", 2, 1, 2, err, sizeof err), PP_OK);
     s.lowered = 1;
@@ -1312,21 +1312,21 @@ START_TEST(test_sim_deadlock) {
         sched_append(&s, 1, a);
     }
     cap_open(&grid);
-    ck_assert_int_eq(sim_run(&s, NULL, &res, err, sizeof err, grid.f), PP_ERUNTIME);
+    ck_assert_int_eq(sched_sim_run(&s, NULL, &res, err, sizeof err, grid.f), PP_ERUNTIME);
     ck_assert_ptr_nonnull(strstr(err, "deadlock"));
     ck_assert_ptr_nonnull(strstr(err, "rank 0 stuck at step 3 (0B0)"));
     ck_assert_ptr_nonnull(strstr(err, "rank 1 stuck at step 2 (1F1)"));
     ck_assert_ptr_nonnull(strstr(cap_text(&grid), "*0B0*"));
     ck_assert_ptr_nonnull(strstr(cap_text(&grid), "*1F1*"));
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
     /* the validator rejects it too (the gradients come back out of order) */
     ck_assert_int_eq(sched_validate(&s, err, sizeof err, NULL), PP_EUSAGE);
     cap_close(&grid);
     sched_free(&s);
     /* a compute-only multi-rank schedule cannot be simulated */
     ck_assert_int_eq(sched_generate(&s, "1f1b", 2, 1, 2, err, sizeof err), PP_OK);
-    ck_assert_int_eq(sim_run(&s, NULL, &res, err, sizeof err, NULL), PP_EUSAGE);
-    sim_result_free(&res);
+    ck_assert_int_eq(sched_sim_run(&s, NULL, &res, err, sizeof err, NULL), PP_EUSAGE);
+    sched_sim_result_free(&res);
     sched_free(&s);
 }
 END_TEST
@@ -1336,7 +1336,7 @@ START_TEST(test_sim_posted_receives) {
      * validator rejects for blocking receives (see sched.h's runtime contract). */
     char err[ERRLEN];
     Schedule s;
-    SimResult res;
+    SchedSimResult res;
     ck_assert_int_eq(sched_init(&s, "early", 2, 1, 1, err, sizeof err), PP_OK);
     s.lowered = 1;
     const char *r0[] = {"0RECV_B0", "0F0", "0SEND_F0", "0B0"};
@@ -1346,10 +1346,10 @@ START_TEST(test_sim_posted_receives) {
         sched_action_parse(r0[i], &a), sched_append(&s, 0, a);
         sched_action_parse(r1[i], &a), sched_append(&s, 1, a);
     }
-    ck_assert_int_eq(sim_run(&s, NULL, &res, err, sizeof err, NULL), PP_OK);
+    ck_assert_int_eq(sched_sim_run(&s, NULL, &res, err, sizeof err, NULL), PP_OK);
     ck_assert_double_eq(res.makespan, 6);
     ck_assert_int_eq(sched_validate(&s, err, sizeof err, NULL), PP_EUSAGE);
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
     sched_free(&s);
 }
 END_TEST
@@ -1359,13 +1359,13 @@ END_TEST
 START_TEST(test_timeline_text) {
     char err[ERRLEN];
     Schedule s;
-    SimResult res;
-    SimCosts c;
+    SchedSimResult res;
+    SchedSimCosts c;
     Capture out;
     ck_assert_int_eq(sched_build(&s, "gpipe", 2, 1, 2, err, sizeof err), PP_OK);
-    sim_costs_default(&c);
+    sched_sim_costs_default(&c);
     c.B = 1;
-    ck_assert_int_eq(sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
+    ck_assert_int_eq(sched_sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
     cap_open(&out);
     sched_show_timeline(&s, &res, out.f);
     ck_assert_str_eq(cap_text(&out),
@@ -1374,7 +1374,7 @@ START_TEST(test_timeline_text) {
                      "rank 0  F0 F1 .  .  B0 B1\n"
                      "rank 1  .  F0 F1 B0 B1 .\n");
     cap_close(&out);
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
     sched_free(&s);
 }
 END_TEST
@@ -1382,12 +1382,12 @@ END_TEST
 START_TEST(test_json_and_svg) {
     char err[ERRLEN];
     Schedule s;
-    SimResult res;
-    SimCosts c;
+    SchedSimResult res;
+    SchedSimCosts c;
     Capture out;
     ck_assert_int_eq(sched_build(&s, "interleaved-1f1b", 2, 2, 4, err, sizeof err), PP_OK);
-    sim_costs_default(&c);
-    ck_assert_int_eq(sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
+    sched_sim_costs_default(&c);
+    ck_assert_int_eq(sched_sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
     cap_open(&out);
     const char *layers[4] = {"layers 0-1", "layers 2-3", "layers 4-5", "layers \"6-7\""};
     sched_show_json(&s, &res, &c, layers, out.f);
@@ -1411,7 +1411,7 @@ START_TEST(test_json_and_svg) {
     ck_assert_ptr_nonnull(strstr(svg, "url(#idle)"));
     ck_assert_ptr_nonnull(strstr(svg, "<title>3B3: "));
     cap_close(&out);
-    sim_result_free(&res);
+    sched_sim_result_free(&res);
     sched_free(&s);
 }
 END_TEST
@@ -1434,14 +1434,14 @@ static Config cmd_config(const char *kind, int P, int v, int M) {
     return c;
 }
 
-/* Run sched_cmd_main with stdout and stderr captured into *out (malloc'd). */
+/* Run plan_cmd_main with stdout and stderr captured into *out (malloc'd). */
 static int run_cmd(const Config *cfg, char **out, int argc, char **argv) {
     char path[] = "/tmp/test_sched_out_XXXXXX";
     int fd = mkstemp(path), saved_out = dup(1), saved_err = dup(2);
     ck_assert_int_ge(fd, 0);
     fflush(stdout), fflush(stderr);
     dup2(fd, 1), dup2(fd, 2);
-    int rc = sched_cmd_main(cfg, argc, argv);
+    int rc = plan_cmd_main(cfg, argc, argv);
     fflush(stdout), fflush(stderr);
     dup2(saved_out, 1), dup2(saved_err, 2);
     close(fd), close(saved_out), close(saved_err);
@@ -1557,8 +1557,8 @@ static Suite *sched_suite(void) {
         {"one_rule", test_one_rule},
         {"forward_only", test_forward_only},
         {"sim_costs", test_sim_costs},
-        {"sim_deadlock", test_sim_deadlock},
-        {"sim_posted_receives", test_sim_posted_receives},
+        {"sched_sim_deadlock", test_sim_deadlock},
+        {"sched_sim_posted_receives", test_sim_posted_receives},
         {"timeline_text", test_timeline_text},
         {"json_and_svg", test_json_and_svg},
         {"cmd_default_and_json", test_cmd_default_and_json},

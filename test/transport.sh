@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # transport.sh — runtime.transport on a machine that cannot run NCCL ([Note: transport
-# selection] in src/comm_select.h; the rules themselves: test_comm_select.c): the build
+# selection] in src/comm/comm_select.h; the rules themselves: test_comm_select.c): the build
 # report names the transport and why, nccl on the CPU is exit 2 on every rank with the
 # reason and what to do, and the CUDA backend object carries the NCCL transport without
 # needing NCCL to load (ldd; loaded with libnccl.so.2 named away and hidden: a clear

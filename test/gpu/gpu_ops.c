@@ -22,7 +22,7 @@
  * to_operand must give the host's own rounding bit for bit (a bitwise copy in fp32).
  * --small: the two smallest shapes and the flash shapes with T <= 129 only (every kernel,
  * template and tile edge still runs), for compute-sanitizer (scripts/gpu/second-call).
- * The head of src/model.c runs on the GPU with its logits in row chunks (all, 1, 7 rows:
+ * The head of src/model/model.c runs on the GPU with its logits in row chunks (all, 1, 7 rows:
  * [Note: chunked head]) against the CPU's unchunked head. */
 #include <math.h>
 #include <stdint.h>
@@ -31,10 +31,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
-#include "backend_load.h"
+#include "backend/backend.h"
+#include "backend/backend_load.h"
 #include "config.h"
-#include "model.h"
+#include "model/model.h"
 
 static const Backend *cpu, *gpu;
 static int failures, checks;
@@ -116,7 +116,7 @@ static void same_bits(const char *op, const char *shape, const float *a, const f
 #define TOL_RED 1e-4
 static double tol_gemm(void) { return !strcmp(prec, "bf16") ? 1.5e-2 : !strcmp(prec, "tf32") ? 2e-3 : 1e-4; }
 
-/* ---- operand tensors ([Note: operand activations] in src/backend.h) ----------------------
+/* ---- operand tensors ([Note: operand activations] in src/backend/backend.h) ----------------------
  * bf16 is the upper 16 bits of the fp32 pattern after rounding to nearest even. An
  * output stored in bf16 carries up to 2^-8 (3.9e-3) relative rounding error per element
  * (8 significant bits), so its relative L2 error against the CPU's fp32 output can
@@ -721,7 +721,7 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
     return 0;
 }
 
-/* ---- the chunked head ([Note: chunked head] in src/model.c) ------------------------------ */
+/* ---- the chunked head ([Note: chunked head] in src/model/model.c) ------------------------------ */
 
 typedef struct {
     double loss, vloss;              /* the loss sums: training, validation */
@@ -737,7 +737,7 @@ static float *fetch(const Backend *be, const void *p, size_t n) {
 }
 
 /* The last stage's head alone (final LayerNorm, tied head, loss; no layers) through
- * src/model.c on `base` with its logits in chunks of `rows` (0: all N): a validation
+ * src/model/model.c on `base` with its logits in chunks of `rows` (0: all N): a validation
  * forward, then a training one. x[N,C] the stage input, tgt[N] the targets. */
 static void head_run(const Backend *base, const Shape *s, int rows, const float *x, const int *tgt, HeadOut *o) {
     Backend be = *base; /* the model keeps this pointer: it lives until model_free */

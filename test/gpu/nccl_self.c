@@ -21,8 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_load.h"
-#include "comm_nccl.h"
+#include "backend/backend_load.h"
+#include "comm/comm_nccl.h"
+#include "comm/comm_nccl_load.h"
 #include "config.h"
 
 static const Backend *gpu;
@@ -79,7 +80,7 @@ static Comm *nccl_one(Comm **base, char *err, size_t n) {
     Comm *c = NULL;
     *base = comm_local_create();
     (*base)->timeout_s = TIMEOUT_S;
-    int rc = backend_nccl_create(*base, gpu, &c, err, n);
+    int rc = comm_nccl_create(*base, gpu, &c, err, n);
     if (rc) {
         comm_destroy(*base);
         *base = NULL;
@@ -345,7 +346,7 @@ int main(int argc, char **argv) {
         return 77;
     }
     CommDevice dev;
-    backend_comm_device(gpu, &dev, nwhy, sizeof nwhy);
+    comm_nccl_device(gpu, &dev, nwhy, sizeof nwhy);
     if (!dev.nccl) {
         printf("skipped: NCCL cannot be used here (%s)\n", nwhy);
         backend_release(gpu);

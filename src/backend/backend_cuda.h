@@ -1,0 +1,51 @@
+/* backend_cuda.h — the plain-C face of libpptrain_cuda.so, the CUDA backend: what
+ * src/backend/backend_load.c looks up with dlsym after dlopen. Nothing here needs a CUDA header
+ * ([Note: CUDA backend loading] in src/backend/backend_load.c). */
+#ifndef PP_BACKEND_CUDA_H
+#define PP_BACKEND_CUDA_H
+
+#include <stddef.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever the Backend struct or a function below changes: the loader refuses a
+ * shared object built from another version of the sources. */
+#define PP_CUDA_ABI 4 /* 4: attention_backward takes the forward's output; weight_hold. 3: Backend grew (logits_chunk_rows, snapshot), struct Comm and CommOps too (comm_nccl.h) */
+
+/* runtime.precision of a CUDA backend. */
+typedef enum { PP_PREC_FP32 = 0, PP_PREC_TF32 = 1, PP_PREC_BF16 = 2 } PPPrecision;
+
+/* Sizes the backend reserves its workspace for at open (it grows it, once, if an op is
+ * called with larger ones): rows N = B*T of a microbatch, sequence length T, channels C,
+ * heads NH, padded vocab Vp. All 0: reserve nothing. */
+typedef struct {
+    int N, T, C, NH, Vp;
+} PPCudaSizes;
+
+/* The symbols, with their types (the loader declares pointers of these types). */
+typedef int (*PPCudaAbiFn)(size_t backend_struct_size);
+/* Number of visible GPUs (>= 1), or 0 with the reason in err: no driver, driver too old
+ * for this build, no device, CUDA_VISIBLE_DEVICES hides them all. */
+typedef int (*PPCudaDeviceCountFn)(char *err, size_t errlen);
+/* Open the backend on GPU `device` (0 .. count-1) at `precision`; `rank` prefixes its
+ * fatal messages. Returns the backend (closed by be->close), or NULL with the reason. */
+typedef Backend *(*PPCudaOpenFn)(int device, PPPrecision precision, const PPCudaSizes *sizes, int rank,
+                                 char *err, size_t errlen);
+/* "CUDA 13.0, cuBLASLt 13.0.2, NCCL 2.28.3; sm_80 sm_90": what the object was built with. */
+typedef const char *(*PPCudaBuiltWithFn)(void);
+
+int pp_cuda_abi(size_t backend_struct_size);
+int pp_cuda_device_count(char *err, size_t errlen);
+Backend *pp_cuda_open(int device, PPPrecision precision, const PPCudaSizes *sizes, int rank, char *err,
+                      size_t errlen);
+const char *pp_cuda_built_with(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

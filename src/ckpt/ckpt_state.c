@@ -1,0 +1,475 @@
+/* ckpt_state.c — the run's state to and from the checkpoint store. */
+#include "ckpt_state.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <string.h>
+
+#include "common.h"
+
+/* [Note: checkpoint names] Parameters are stored under their global names (model.h),
+ * optimizer state as "<name>.opt_m" and "<name>.opt_v" (AdamW moments; SGD keeps its
+ * momentum in opt_m). The tied wte is held by the first and the last stage's rank with
+ * identical values ([Note: tied embeddings]); only the rank of stage 0 stores it, and
+ * both load it from there. Data-parallel replicas hold identical copies too ([Note: data
+ * parallel] in runtime_dp.c): only replica 0 stores its tensors, the other replicas
+ * write a shard with none (with ZeRO-1 each replica stores the state of the tensors it
+ * holds, [Note: ZeRO-1] in runtime_dp.c), and every rank loads by name from wherever it
+ * is, so a checkpoint loads into any number of replicas, sharded or not, and any split. The manifest holds the model's dimensions ("model") and the
+ * printed config ("config"). */
+
+#define MAX_TENSORS_PER_PARAM 3
+
+static const char *const state_suffix[MAX_TENSORS_PER_PARAM] = {"", ".opt_m", ".opt_v"};
+
+/* The arrays stored for parameter t (device memory): its values, then the optimizer
+ * state this run keeps (NULL where it keeps none), in state_suffix order. */
+static void state_arrays(const Runtime *rt, const ParamTensor *t, float *out[MAX_TENSORS_PER_PARAM]) {
+    const Model *m = &rt->model;
+    int i = (int)(t - m->tensors);
+    out[0] = m->params + t->offset;
+    out[1] = dp_opt_state(rt, i, 0); /* NULL where another ZeRO-1 replica holds it */
+    out[2] = dp_opt_state(rt, i, 1);
+}
+
+/* The writer's staging copy reads device memory through the backend ([Note: checkpoint
+ * snapshot] in backend.h): a device backend's snapshot copies into pinned staging memory
+ * on its side stream while the host goes on, and the writer's thread waits for it; else
+ * to_host and a wait per block (the CPU backend: a memcpy). */
+static void copy_to_host(void *ctx, void *dst, const void *src, size_t bytes) {
+    const Backend *be = ctx;
+    be->to_host(be, dst, src, bytes);
+    be->wait(be);
+}
+static void snapshot_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    const Backend *be = ctx;
+    be->snapshot(be, dst, src, bytes);
+}
+static void snapshot_finish(void *ctx) {
+    const Backend *be = ctx;
+    be->snapshot_wait(be);
+}
+static void *staging_alloc(void *ctx, size_t bytes) {
+    const Backend *be = ctx;
+    return be->host_alloc(be, bytes);
+}
+static void staging_release(void *ctx, void *p) {
+    const Backend *be = ctx;
+    be->host_free(be, p);
+}
+
+static void writer_device(CkptWriter *w, const Backend *be) {
+    CkptDevice dev = {copy_to_host, NULL, NULL, NULL, (void *)be};
+    if (be->snapshot && be->snapshot_wait) dev.copy = snapshot_copy, dev.finish = snapshot_finish;
+    if (be->host_alloc && be->host_free) dev.alloc = staging_alloc, dev.release = staging_release;
+    ckpt_writer_set_device(w, &dev);
+}
+
+static void model_string(const Runtime *rt, char *buf, size_t n) {
+    const ModelDims *d = &rt->model.d;
+    snprintf(buf, n, "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d", d->V, d->Vp, d->maxT, d->L, d->NH, d->C, d->tied);
+}
+
+/* The tensors this rank stores: parameters and optimizer state. */
+static int collect(const Runtime *rt, CkptTensor *out, char (*names)[64]) {
+    const Model *m = &rt->model;
+    int n = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        if (runtime_tied_replica(rt, t)) continue;
+        float *src[MAX_TENSORS_PER_PARAM];
+        state_arrays(rt, t, src);
+        for (int k = 0; k < MAX_TENSORS_PER_PARAM; k++) {
+            if (!src[k] || !dp_counts(rt, i, k == 0 ? DP_PARAMS : DP_STATE)) continue;
+            snprintf(names[n], 64, "%s%s", t->name, state_suffix[k]);
+            out[n] = (CkptTensor){.name = names[n], .dtype = CKPT_F32, .ndim = t->ndim, .data = src[k]};
+            out[n].shape[0] = t->shape[0];
+            out[n].shape[1] = t->shape[1];
+            n++;
+        }
+    }
+    return n;
+}
+
+void ckpt_state_init(CkptState *c, const Runtime *rt, const char *config_text) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->root, sizeof c->root, "%s/checkpoints", rt->cfg->out_dir);
+    CkptOptions o;
+    ckpt_options_default(&o);
+    o.level = rt->cfg->compression_level;
+    /* Level 1 is "fastest": on byte-shuffled floats zlib's run-length strategy is both
+     * faster and smaller than level-1 deflate (bench_ckpt: 0.86 vs 0.88 of the raw size
+     * on trained weights). Levels 2-9 are deflate at that level. */
+    o.strategy = o.level == 1 ? CKPT_RLE : CKPT_DEFLATE;
+    c->writer = ckpt_writer_create(&o);
+    writer_device(c->writer, rt->model.be);
+    c->pending = -1;
+    if (rt->cfg->checkpoint_every > 0) { /* background saves: no page faults in a step */
+        int cap = rt->model.ntensors * MAX_TENSORS_PER_PARAM;
+        CkptTensor *t = pp_calloc(cap, sizeof *t);
+        char(*names)[64] = pp_calloc(cap, 64);
+        ckpt_writer_reserve(c->writer, t, collect(rt, t, names));
+        free(t);
+        free(names);
+    }
+    c->config_text = strdup(config_text);
+}
+
+void ckpt_state_free(CkptState *c) {
+    ckpt_writer_destroy(c->writer);
+    free(c->config_text);
+    memset(c, 0, sizeof *c);
+}
+
+int ckpt_state_idle(const CkptState *c) { return !ckpt_writer_busy(c->writer); }
+
+/* Sum `ok` (1/0) over the ranks; PP_OK only if every rank is ok. */
+static int agree(Runtime *rt, int ok, const char *what, char *err, size_t errlen) {
+    double v = ok ? 1.0 : 0.0;
+    if (comm_allreduce_sum_f64(rt->comm, &v, 1) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s: %s", what, comm_error(rt->comm));
+    if (v != rt->lay.world && ok)
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s failed on another rank (see its message)", what);
+    return ok ? PP_OK : PP_ERUNTIME;
+}
+
+int ckpt_state_save(CkptState *c, Runtime *rt, long step, int wait, char *err, size_t errlen) {
+    char dir[PP_PATH_MAX], path[PP_PATH_MAX + 32], model[128];
+    double t0 = pp_now(); /* the stall: waiting for an earlier save, then the copy */
+    int rc = ckpt_state_finish(c, rt, err, errlen);
+    if (rc) return rc;
+    if (rt->lay.rank == 0) rc = ckpt_stage_dir(c->root, step, dir, sizeof dir, err, errlen);
+    if ((rc = agree(rt, rc == PP_OK, "preparing the checkpoint directory", err, errlen))) return rc;
+    ckpt_dir_path(c->root, step, 1, dir, sizeof dir);
+    ckpt_shard_path(dir, rt->lay.rank, path, sizeof path);
+    int cap = rt->model.ntensors * MAX_TENSORS_PER_PARAM;
+    CkptTensor *t = pp_calloc(cap, sizeof *t);
+    char(*names)[64] = pp_calloc(cap, 64);
+    int n = collect(rt, t, names);
+    CkptMeta *meta = ckpt_meta_create();
+    model_string(rt, model, sizeof model);
+    ckpt_meta_set_u64(meta, "step", (uint64_t)step);
+    ckpt_meta_set_u64(meta, "rank", (uint64_t)rt->lay.rank);
+    ckpt_meta_set_u64(meta, "world", (uint64_t)rt->lay.world);
+    ckpt_meta_set_u64(meta, "seed", rt->cfg->seed);
+    ckpt_meta_set_u64(meta, "data_batch", (uint64_t)step); /* the next batch to read */
+    ckpt_meta_set_str(meta, "model", model);
+    ckpt_meta_set_u64(meta, "model_hash", config_hash(rt->cfg, 1)); /* the model: section */
+    /* a save the run waits for (the end, a signal) may use every core; one written
+     * while training goes on gets one thread, so the steps keep theirs */
+    ckpt_writer_set_threads(c->writer, wait ? 0 : 1);
+    rc = ckpt_writer_submit(c->writer, path, meta, t, n, err, errlen);
+    rt->save_stall_s = pp_now() - t0;
+    ckpt_meta_destroy(meta);
+    free(t);
+    free(names);
+    if (rc) return rc;
+    c->pending = step;
+    return wait ? ckpt_state_finish(c, rt, err, errlen) : PP_OK;
+}
+
+int ckpt_state_finish(CkptState *c, Runtime *rt, char *err, size_t errlen) {
+    if (c->pending < 0) return PP_OK;
+    char model[128], step[32], hash[32];
+    int rc = ckpt_writer_wait(c->writer, err, errlen);
+    if ((rc = agree(rt, rc == PP_OK, "writing the checkpoint shards", err, errlen))) return rc;
+    if (rt->lay.rank == 0) {
+        model_string(rt, model, sizeof model);
+        snprintf(hash, sizeof hash, "%" PRIu64, config_hash(rt->cfg, 1)); /* as in each shard */
+        CkptKV kv[] = {{"model", model}, {"model_hash", hash}, {"optimizer", rt->cfg->optimizer},
+                       {"config", c->config_text}};
+        rc = ckpt_commit(c->root, c->pending, rt->lay.world, kv, 4, rt->cfg->checkpoint_keep, err, errlen);
+    }
+    if ((rc = agree(rt, rc == PP_OK, "committing the checkpoint", err, errlen))) return rc;
+    snprintf(step, sizeof step, "%07ld", c->pending);
+    if (rt->chunk_of[rt->S - 1] >= 0)
+        printf("saved checkpoint %s/step_%s (training stalled %.1f ms to hand it over)\n", c->root, step,
+               rt->save_stall_s * 1e3);
+    c->pending = -1;
+    return PP_OK;
+}
+
+/* [Note: checkpoint trust] CRCs catch damage, not intent: a manifest or shard edited
+ * with its CRCs recomputed passes ckpt_open. So what the run then relies on is checked
+ * against what else the checkpoint says: the manifest's step must fit the run's step
+ * counter (an int, like train.steps); each shard's own record of step, rank, world size,
+ * model and model hash must agree with the manifest (one shard from another run or step
+ * is named); export checks the manifest's model dimensions before it allocates anything
+ * and then against the shapes and the set of tensors in the shards. */
+
+/* The manifest's step as the run's step (an int), or an error naming the manifest. */
+static int manifest_step(const CkptReader *r, const char *dir, long *step, char *err,
+                         size_t errlen) {
+    long s = ckpt_step(r);
+    if (s < 0 || s > INT_MAX)
+        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint manifest %s/manifest: step %ld is "
+                       "more than any run can reach (train.steps is at most %d): the manifest "
+                       "is corrupted or was edited; use another checkpoint", dir, s, INT_MAX);
+    *step = s;
+    return PP_OK;
+}
+
+/* One shard's u64 metadata `key`, which must equal `want`. */
+static int meta_agrees(const CkptReader *r, int s, const char *key, uint64_t want,
+                       const char *what, char *err, size_t errlen) {
+    uint64_t v;
+    if (ckpt_meta_u64(r, s, key, &v) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint shard %s has no '%s' entry: it was "
+                       "not written by a pptrain run", ckpt_shard_file(r, s), key);
+    if (v != want)
+        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint shard %s was written %s %llu, but "
+                       "its manifest says %llu: the shard belongs to another checkpoint (copied "
+                       "in?) or was edited; use another checkpoint", ckpt_shard_file(r, s), what,
+                       (unsigned long long)v, (unsigned long long)want);
+    return PP_OK;
+}
+
+/* Every shard's own record (step, rank, world, model, model hash) against the manifest
+ * of dir ([Note: checkpoint trust]). Checkpoints written before the manifest recorded
+ * the model hash have their shards' hashes compared with the first shard's. */
+static int check_shards(const CkptReader *r, const char *dir, char *err, size_t errlen) {
+    const char *model = ckpt_extra(r, "model"), *hash = ckpt_extra(r, "model_hash"), *theirs;
+    uint64_t h0 = 0;
+    int n = ckpt_nshards(r), rc = PP_OK;
+    if (hash) {
+        char *end;
+        errno = 0;
+        h0 = strtoull(hash, &end, 10);
+        if (errno || end == hash || *end || *hash == '-')
+            return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint manifest %s/manifest: model_hash "
+                           "'%.40s' is not a number: the manifest was edited", dir, hash);
+    } else if (ckpt_meta_u64(r, 0, "model_hash", &h0) != PP_OK) {
+        h0 = 0; /* meta_agrees below names the missing entry */
+    }
+    if (!model)
+        return pp_errf(err, errlen, PP_ERUNTIME, "checkpoint manifest %s/manifest has no model "
+                       "entry: not a pptrain run's checkpoint", dir);
+    for (int s = 0; s < n && rc == PP_OK; s++) {
+        if ((rc = meta_agrees(r, s, "step", (uint64_t)ckpt_step(r), "at step", err, errlen)) ||
+            (rc = meta_agrees(r, s, "rank", (uint64_t)s, "by rank", err, errlen)) ||
+            (rc = meta_agrees(r, s, "world", (uint64_t)n, "by a run of world size", err, errlen)) ||
+            (rc = meta_agrees(r, s, "model_hash", h0, "for a model of config hash", err, errlen)))
+            break;
+        if (ckpt_meta_str(r, s, "model", &theirs) != PP_OK) theirs = "(none)";
+        if (strcmp(theirs, model))
+            rc = pp_errf(err, errlen, PP_ERUNTIME, "checkpoint shard %s holds model '%s', but its "
+                         "manifest says '%s': the shard belongs to another checkpoint or one of "
+                         "them was edited; use another checkpoint", ckpt_shard_file(r, s), theirs,
+                         model);
+    }
+    return rc;
+}
+
+/* This rank's part of ckpt_state_load. */
+static int load_local(Runtime *rt, const char *path, long *step, char *err, size_t errlen) {
+    char dir[PP_PATH_MAX], model[128], name[80];
+    int rc = ckpt_resolve(path, dir, sizeof dir, err, errlen);
+    if (rc) return rc;
+    CkptReader *r = ckpt_open(dir, err, errlen);
+    if (!r) return PP_ERUNTIME;
+    if ((rc = manifest_step(r, dir, step, err, errlen)) || (rc = check_shards(r, dir, err, errlen))) {
+        ckpt_close(r);
+        return rc;
+    }
+    model_string(rt, model, sizeof model);
+    const char *theirs = ckpt_extra(r, "model");
+    if (!theirs || strcmp(theirs, model) != 0) { /* theirs lives in r: format first */
+        pp_errf(err, errlen, PP_ERUNTIME, "%s holds another model (%s) than this config (%s): resume with the "
+                "model config it was written with", dir, theirs ? theirs : "no model entry", model);
+        ckpt_close(r);
+        return PP_ERUNTIME;
+    }
+    const char *opt = ckpt_extra(r, "optimizer");
+    if (!opt || strcmp(opt, rt->cfg->optimizer) != 0) { /* SGD's momentum is not Adam's m */
+        pp_errf(err, errlen, PP_ERUNTIME, "%s was written with train.optimizer.name %s, this run uses %s: resume with "
+                "the same optimizer", dir, opt ? opt : "(unknown)", rt->cfg->optimizer);
+        ckpt_close(r);
+        return PP_ERUNTIME;
+    }
+    const Model *m = &rt->model;
+    float *host = pp_malloc(model_largest_tensor(m) * sizeof(float)); /* each array is read here, then copied to the device */
+    for (int i = 0; i < m->ntensors && rc == PP_OK; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        int64_t shape[2] = {t->shape[0], t->shape[1]};
+        float *dst[MAX_TENSORS_PER_PARAM];
+        state_arrays(rt, t, dst);
+        for (int k = 0; k < MAX_TENSORS_PER_PARAM && rc == PP_OK; k++) {
+            if (!dst[k]) continue;
+            snprintf(name, sizeof name, "%s%s", t->name, state_suffix[k]);
+            if (ckpt_find(r, name, NULL) != 0) {
+                rc = pp_errf(err, errlen, PP_ERUNTIME, "%s has no tensor '%s'%s", dir, name,
+                             k ? ": it was written with another optimizer (train.optimizer.name)" : "");
+                break;
+            }
+            rc = ckpt_read(r, name, host, shape, t->ndim, err, errlen);
+            if (rc == PP_OK) m->be->to_device(m->be, dst[k], host, t->numel * sizeof(float));
+            m->be->wait(m->be);
+        }
+    }
+    free(host);
+    ckpt_close(r);
+    return rc;
+}
+
+/* ---- export ------------------------------------------------------------------- */
+
+/* Parse model_string's "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d" strictly: every
+ * field, in order, decimal digits that fit an int. 0 on success. */
+static int parse_model(const char *s, ModelDims *d) {
+    static const char *const keys[] = {"V", "Vp", "maxT", "L", "NH", "C", "tied"};
+    int *dst[] = {&d->V, &d->Vp, &d->maxT, &d->L, &d->NH, &d->C, &d->tied};
+    for (int i = 0; i < 7; i++) {
+        size_t k = strlen(keys[i]);
+        if (strncmp(s, keys[i], k) || s[k] != '=') return -1;
+        s += k + 1;
+        size_t nd = strspn(s, "0123456789");
+        if (nd == 0 || nd > 10) return -1;
+        long long v = strtoll(s, NULL, 10);
+        if (v > INT_MAX) return -1;
+        *dst[i] = (int)v;
+        s += nd;
+        if (*s != (i < 6 ? ' ' : '\0')) return -1;
+        s += i < 6;
+    }
+    return 0;
+}
+
+/* Whether a tensor name is optimizer state ([Note: checkpoint names]). */
+static int is_state(const char *name) {
+    size_t n = strlen(name);
+    for (int k = 1; k < MAX_TENSORS_PER_PARAM; k++) {
+        size_t sl = strlen(state_suffix[k]);
+        if (n > sl && !strcmp(name + n - sl, state_suffix[k])) return 1;
+    }
+    return 0;
+}
+
+/* The manifest's model dimensions, parsed and checked (model_dims_check) before anything
+ * is sized from them. */
+static int export_dims(const CkptReader *r, const char *dir, ModelDims *d, char *err,
+                       size_t errlen) {
+    const char *ms = ckpt_extra(r, "model");
+    char why[256];
+    if (!ms) return pp_errf(err, errlen, PP_ERUNTIME, "%s: the manifest has no model entry; not a "
+                            "pptrain checkpoint", dir);
+    if (parse_model(ms, d) != 0)
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s/manifest: model entry '%.200s' is not 'V=.. "
+                       "Vp=.. maxT=.. L=.. NH=.. C=.. tied=..': the manifest was edited", dir, ms);
+    if (model_dims_check(d, why, sizeof why) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s/manifest: model entry '%s' describes no "
+                       "buildable model (%s): the manifest was edited", dir, ms, why);
+    if (!d->tied)
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: untied embeddings (model.tie_embeddings: "
+                       "false) cannot be written in llm.c's format", dir);
+    return PP_OK;
+}
+
+/* The model of dims d against the shards: every parameter is stored with its shape, and
+ * no shard stores a parameter the model lacks (L=3 claimed of 4 layers is caught here,
+ * also when the shards' own records were edited to agree). */
+static int export_match(const CkptReader *r, const char *dir, const ModelDims *d, char *err,
+                        size_t errlen) {
+    const char *ms = ckpt_extra(r, "model");
+    int nt, rc = PP_OK;
+    ParamTensor *t = model_table(d, &nt);
+    for (int i = 0; i < nt && rc == PP_OK; i++) {
+        CkptTensorInfo info;
+        int same = ckpt_find(r, t[i].name, &info) == 0 && info.ndim == t[i].ndim;
+        for (int k = 0; same && k < t[i].ndim; k++) same = info.shape[k] == t[i].shape[k];
+        if (!same)
+            rc = pp_errf(err, errlen, PP_ERUNTIME, "%s: its manifest's model (%s) has tensor '%s' "
+                         "of shape [%d, %d], which no shard holds with that shape: the manifest "
+                         "does not match its shards (edited?)", dir, ms, t[i].name, t[i].shape[0],
+                         t[i].shape[1]);
+    }
+    for (int i = 0; i < ckpt_ntensors(r) && rc == PP_OK; i++) {
+        CkptTensorInfo info;
+        ckpt_tensor_at(r, i, &info);
+        int known = is_state(info.name);
+        for (int k = 0; k < nt && !known; k++) known = !strcmp(t[k].name, info.name);
+        if (!known)
+            rc = pp_errf(err, errlen, PP_ERUNTIME, "%s: shard %s holds tensor '%s', which its "
+                         "manifest's model (%s) does not have: the manifest does not match its "
+                         "shards (edited?)", dir, ckpt_shard_file(r, info.shard), info.name, ms);
+    }
+    free(t);
+    return rc;
+}
+
+int ckpt_state_export_main(int argc, char **argv) {
+    const char *in = NULL, *out = NULL;
+    char err[PP_ERR_MAX], dir[PP_PATH_MAX];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) in = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else return pp_error("export: unknown argument '%s'\nusage: pptrain export --checkpoint DIR --out model.bin", argv[i]), PP_EUSAGE;
+    }
+    if (!in || !out) return pp_error("usage: pptrain export --checkpoint DIR --out model.bin"), PP_EUSAGE;
+    if (ckpt_resolve(in, dir, sizeof dir, err, sizeof err)) return pp_error("%s", err), PP_ERUNTIME;
+    CkptReader *r = ckpt_open(dir, err, sizeof err);
+    if (!r) return pp_error("%s", err), PP_ERUNTIME;
+    ModelDims d;
+    long step;
+    int rc = manifest_step(r, dir, &step, err, sizeof err);
+    if (rc == PP_OK) rc = export_dims(r, dir, &d, err, sizeof err);
+    if (rc == PP_OK) rc = check_shards(r, dir, err, sizeof err);
+    if (rc == PP_OK) rc = export_match(r, dir, &d, err, sizeof err);
+    if (rc != PP_OK) {
+        ckpt_close(r);
+        return pp_error("%s", err), rc;
+    }
+    ChunkSpec all = {0, 0, d.L, 1, 1, 0, 0};
+    Model m;
+    model_init(&m, &d, &all, 1, 1, 1, backend_cpu());
+    for (int i = 0; i < m.ntensors && rc == PP_OK; i++) { /* a CPU model: its memory is the host's */
+        const ParamTensor *t = &m.tensors[i];
+        int64_t shape[2] = {t->shape[0], t->shape[1]};
+        rc = ckpt_read(r, t->name, m.params + t->offset, shape, t->ndim, err, sizeof err);
+    }
+    ckpt_close(r);
+    if (rc == PP_OK) rc = model_save_llmc(&m, out, err, sizeof err);
+    if (rc == PP_OK) printf("exported %s (%zu parameters) to %s\n", dir, m.nparams, out);
+    else pp_error("%s", err);
+    model_free(&m);
+    return rc;
+}
+
+int ckpt_state_load(Runtime *rt, const char *path, long *step, char *err, size_t errlen) {
+    int rc = load_local(rt, path, step, err, errlen);
+    return agree(rt, rc == PP_OK, "loading the checkpoint", err, errlen);
+}
+
+/* Whether ROOT holds a run's checkpoints (`latest`, or any committed step directory:
+ * a copy that dropped the symlink still holds them); the message says what to do. */
+static int holds_checkpoints(const CkptState *c, const Runtime *rt, char *err, size_t errlen) {
+    char latest[PP_PATH_MAX + 32], dir[PP_PATH_MAX];
+    struct stat st;
+    long *steps;
+    int n = ckpt_list_steps(c->root, &steps), found = 1;
+    snprintf(latest, sizeof latest, "%s/latest", c->root);
+    if (n < 0)
+        pp_errf(err, errlen, PP_EUSAGE, "cannot look into '%s' for the checkpoints of an earlier "
+                "run: %s: fix it or choose another output.dir", c->root, strerror(errno));
+    else if (lstat(latest, &st) == 0)
+        pp_errf(err, errlen, PP_EUSAGE, "output.dir '%s' already holds the checkpoints of a run "
+                "(%s): pass --resume to continue it, or choose another output.dir (or delete "
+                "it) to start afresh", rt->cfg->out_dir, latest);
+    else if (n > 0 && ckpt_dir_path(c->root, steps[0], 0, dir, sizeof dir) == PP_OK)
+        pp_errf(err, errlen, PP_EUSAGE, "output.dir '%s' already holds the checkpoints of a run "
+                "(%d step directories up to %s, but no `latest` link: copied without "
+                "symlinks?): pass --resume %s to continue it, or choose another output.dir (or "
+                "delete it) to start afresh", rt->cfg->out_dir, n, dir, dir);
+    else
+        found = 0;
+    free(steps);
+    return found;
+}
+
+int ckpt_state_refuse_existing(CkptState *c, Runtime *rt, char *err, size_t errlen) {
+    int found = holds_checkpoints(c, rt, err, errlen);
+    int rc = agree(rt, !found, "checking output.dir for earlier checkpoints", err, errlen);
+    return rc ? PP_EUSAGE : PP_OK;
+}
