@@ -418,7 +418,8 @@ static const Backend *model_be;
 static void pick_backend(int i) { model_be = i ? backend_bf16_operands() : backend_cpu(); }
 
 /* ---- whole model ---- */
-static const ModelDims tiny = {.V = 13, .Vp = 16, .maxT = 8, .L = 4, .NH = 2, .C = 8, .tied = 1};
+static const ModelDims tiny = {.V = 13, .Vp = 16, .maxT = 8, .L = 4, .NH = 2, .C = 8, .tied = 1,
+                               .arch = &arch_gpt2};
 
 /* model_forward's loss sum: on the CPU backend device memory is host memory. */
 static double fwd(Model *m, int c, int s, float dloss, int want_grad) {
@@ -544,7 +545,8 @@ START_TEST(test_middle_stage_gradcheck) {
 END_TEST
 
 START_TEST(test_loss_at_init) {
-    ModelDims d = {.V = 256, .Vp = 256, .maxT = 16, .L = 2, .NH = 2, .C = 32, .tied = 1};
+    ModelDims d = {.V = 256, .Vp = 256, .maxT = 16, .L = 2, .NH = 2, .C = 32, .tied = 1,
+                   .arch = &arch_gpt2};
     ChunkSpec spec = {0, 0, d.L, 1, 1, 1, 0};
     Model m;
     model_init(&m, &d, &spec, 1, 4, 16, backend_cpu());
@@ -635,7 +637,9 @@ static double rel_l2(const float *a, const float *b, size_t n) {
  * misplaced would be off by O(1). The logits buffer, and so the plan, shrink by exactly
  * (N - R) * Vp floats. */
 START_TEST(test_chunked_head) {
-    ModelDims dims[3] = {tiny, tiny, {.V = 500, .Vp = 512, .maxT = 64, .L = 2, .NH = 2, .C = 64, .tied = 1}};
+    ModelDims dims[3] = {tiny, tiny,
+                         {.V = 500, .Vp = 512, .maxT = 64, .L = 2, .NH = 2, .C = 64, .tied = 1,
+                          .arch = &arch_gpt2}};
     dims[1].tied = 0;
     int Ts[3] = {5, 5, 50}, rows[] = {1, 3, 4, 7, 64, 99, 1000}, checked = 0;
     double worst[3] = {0, 0, 0}; /* a row's loss, dlnf, a gradient */
@@ -670,7 +674,7 @@ START_TEST(test_chunked_head) {
                 vlosses[i] = copy_of(ms[i]->losses, N);
                 loss[i] = fwd(ms[i], 0, 0, 1.0f / N, 1);
                 losses[i] = copy_of(ms[i]->losses, N);
-                dlnf[i] = copy_of(a->dlnf, (size_t)N * C);
+                dlnf[i] = copy_of(model_head_grad(ms[i], 0, 0), (size_t)N * C);
                 model_backward(ms[i], 0, 0);
                 model_fold_tied_grad(ms[i]);
             }
@@ -870,8 +874,15 @@ START_TEST(test_recompute_chunk) {
                     model_init_recompute(&r, &tiny, &specs[k], &rc, 1, B, T, model_be, 0, 2);
                     model_init_weights(&r, 21, 0.3f);
                     model_slot_attach(&r, 0, 0, 1), model_slot_attach(&r, 0, 1, 0); /* blocks crosswise */
-                    ck_assert(r.chunks[0].slots[0].layers[0].att == r.work.att); /* dropped: recomputed */
-                    ck_assert(r.chunks[0].slots[1].layers[0].res3 && r.chunks[0].slots[1].layers[0].res3 != r.work.res3);
+                    /* layer 0 recomputes: what the mode drops is the workspace's, the output
+                     * the slot's own */
+                    void **a0 = r.chunks[0].slots[0].acts, **a1 = r.chunks[0].slots[1].acts;
+                    int out = r.arch->act_out, dropped = 0;
+                    for (int j = 0; j < r.arch->nacts; j++)
+                        if (!(r.arch->acts[j].keep & 1 << mode))
+                            ck_assert(a0[j] == r.work[j]), dropped++;
+                    ck_assert_int_gt(dropped, 0);
+                    ck_assert(a1[out] && a1[out] != r.work[out]);
                     if (split) model_init_wstate(&r, 0, 2);
                     ck_assert_uint_gt(r.work_bytes, 0);
                     Model *ms[2] = {&f, &r};
@@ -961,7 +972,7 @@ END_TEST
  * [N,C] douts in sets) and NH*T = 4C (in the probabilities). On the CPU and with bf16
  * operand activations ([Note: operand activations] in backend.h). */
 START_TEST(test_memory_plan_sweep) {
-    ModelDims dims[2] = {{16, 16, 4, 8, 2, 8, 1}, {16, 16, 4, 8, 8, 8, 1}};
+    ModelDims dims[2] = {{16, 16, 4, 8, 2, 8, 1, &arch_gpt2}, {16, 16, 4, 8, 8, 8, 1, &arch_gpt2}};
     int B = 1, T = 4, checked = 0, kinds = 0;
     for (int di = 0; di < 2; di++) {
     ModelDims d = dims[di];
@@ -1042,14 +1053,14 @@ END_TEST
  * of GPT-2 124M at T = 1024 are ../shared/GPU.md's 854,654,976. */
 START_TEST(test_arch_costs) {
     for (int tied = 0; tied < 2; tied++) {
-        ModelDims d = {37, 40, 9, 3, 2, 8, tied};
+        ModelDims d = {37, 40, 9, 3, 2, 8, tied, &arch_gpt2};
         ArchCosts a;
         model_arch_costs(&d, 7, &a);
         double table = (double)model_total_params(&d) + (tied ? (double)d.Vp * d.C : 0);
         ck_assert_double_eq(d.L * a.layer_params + a.embed_params + a.head_params, table);
         ck_assert_uint_eq(model_boundary_floats(&d, 5, 7), 5 * 7 * 8);
     }
-    ModelDims g = {50257, 50304, 1024, 12, 12, 768, 1};
+    ModelDims g = {50257, 50304, 1024, 12, 12, 768, 1, &arch_gpt2};
     ck_assert_double_eq(model_train_flops_per_token(&g, 1024), 854654976.0);
     ChunkSpec whole = {0, 0, 4, 1, 1, 1, 0};
     Model w;

@@ -16,7 +16,7 @@
 /* GPT-2's costs at width C, padded vocabulary Vp and length T (= the position table). */
 static const ArchCosts *arch(int C, int Vp, int T) {
     static ArchCosts a;
-    ModelDims d = {Vp, Vp, T, 1, 1, C, 1};
+    ModelDims d = {Vp, Vp, T, 1, 1, C, 1, &arch_gpt2};
     model_arch_costs(&d, T, &a);
     return &a;
 }

@@ -355,6 +355,7 @@ static int export_dims(const CkptReader *r, const char *dir, ModelDims *d, char 
     char why[256];
     if (!ms) return pp_errf(err, errlen, PP_ERUNTIME, "%s: the manifest has no model entry; not a "
                             "pptrain checkpoint", dir);
+    d->arch = arch_find("gpt2"); /* a manifest names no architecture: GPT-2's, the only one */
     if (parse_model(ms, d) != 0)
         return pp_errf(err, errlen, PP_ERUNTIME, "%s/manifest: model entry '%.200s' is not 'V=.. "
                        "Vp=.. maxT=.. L=.. NH=.. C=.. tied=..': the manifest was edited", dir, ms);

@@ -1,110 +1,67 @@
-/* model.h — a rank's share of a GPT-2 model: the parameters of the stages (chunks) it
- * owns in one flat buffer with a table of globally named tensors, their activation
- * slots, and forward/backward of one chunk on one microbatch. */
+/* model.h — the stage engine: a rank's share of a decoder model, the parameters of the
+ * stages (chunks) it owns in one flat buffer with a table of globally named tensors,
+ * their activation slots, recompute and W state, and forward/backward of one chunk on
+ * one microbatch; the layers themselves are its Arch's (arch.h). */
 #ifndef PP_MODEL_H
 #define PP_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arch.h"
 #include "backend/backend.h"
 #include "config.h"
-#include "partition.h"
 
 #define PP_MAX_CHUNKS 64
 
-typedef struct {
+/* The shape of a model (model_dims: a config's). */
+struct ModelDims {
     int V, Vp, maxT, L, NH, C; /* vocab, padded vocab, max positions, layers, heads, channels */
     int tied;                  /* the head is wte (else a separate "lm_head" [Vp,C]) */
-} ModelDims;
-
-/* Per-layer parameter kinds, in llm.c's order (DESIGN.md §6). */
-enum {
-    P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB, P_LN2W, P_LN2B,
-    P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_NLAYER
+    const Arch *arch;          /* the layer family ([Note: Arch table] in arch.h); never NULL */
 };
 
 typedef struct {
-    char name[32];   /* global name: "wte", "wpe", "h.7.qkvw", "lnfw", ... */
+    char name[32]; /* global name: "wte", "wpe", "h.7.qkvw", "lnfw", ... */
     int ndim;
     int shape[2];
-    size_t offset;   /* into Model.params / grads / opt_m / opt_v, in elements */
+    size_t offset; /* into Model.params / grads / opt_m / opt_v, in elements */
     size_t numel;
-    PPDType dtype;   /* of the master copy (PP_F32; a bf16 compute copy may exist) */
-    int decay;       /* AdamW weight decay applies (2-D weight matrices only) */
+    PPDType dtype; /* of the master copy (PP_F32; a bf16 compute copy may exist) */
+    int decay;     /* AdamW weight decay applies (2-D weight matrices only) */
+    int init;      /* how model_init_weights fills it: ARCH_INIT_* */
 } ParamTensor;
 
-/* One layer's parameters (or gradients): pointers into the flat buffer. */
-typedef struct {
-    float *ln1w, *ln1b;         /* [C] */
-    float *qkvw, *qkvb;         /* [3C,C], [3C] */
-    float *attprojw, *attprojb; /* [C,C], [C] */
-    float *ln2w, *ln2b;         /* [C] */
-    float *fcw, *fcb;           /* [4C,C], [4C] */
-    float *fcprojw, *fcprojb;   /* [C,4C], [C] */
-} LayerParams;
-
-/* One layer's saved activations for one microbatch (N = B*T rows). All device memory.
- * The void * members hold the backend's operand type ([Note: operand activations] in
- * backend.h), in room sized for fp32. */
-typedef struct {
-    void *ln1;                        /* [N,C] (operand) */
-    float *ln1_mean, *ln1_rstd;       /* [N], [N] */
-    float *qkv;                       /* [N,3C] */
-    void *atty;                       /* [N,C] (operand) */
-    float *att;                       /* [be->attention_saved_floats(B,T,NH)]: on the
-                                         CPU the probabilities [B,NH,T,T] */
-    float *res2;                      /* [N,C] residual after attention */
-    void *ln2;                        /* [N,C] (operand) */
-    float *ln2_mean, *ln2_rstd;       /* [N], [N] */
-    float *fch;                       /* [N,4C] before GELU */
-    void *fch_gelu;                   /* [N,4C] (operand) */
-    float *res3;                      /* [N,C] layer output */
-} LayerActs;
-
 /* [Note: W state] What the weight half of a split backward (model_backward_weight)
- * reads besides the activation slot: the output gradient of each matmul and LayerNorm
- * of a layer, which the input half (model_backward_input) computes and the fused
- * backward throws away; 11*N*C floats per layer. The inputs of those ops are the saved
- * activations, which the slot keeps until W ([Note: activation slots] in sched.h).
+ * reads besides the activation slot: the output gradient of each op of a layer that has
+ * weights, which the input half (model_backward_input) computes and the fused backward
+ * throws away: the Arch's ws set, nws pointers per layer. The inputs of those ops are
+ * the saved activations, which the slot keeps until W ([Note: activation slots] in
+ * sched.h).
  *
- * Where it lives. Once the input half is through a layer, three of the layer's saved
- * activations are dead: W reads neither the attention probabilities, nor qkv, nor the
- * pre-GELU fch. So a layer that keeps its activations (every layer without recompute,
- * and those past pipeline.recompute_layers) stores dqkv in qkv, dfch in fch and the four
- * [N,C] douts in the probabilities: the input half computes them in scratch (dkeep and
- * the fused backward's buffers) and moves them there at the end of the layer. Only the
- * four [N,C] douts need memory of their own, and only where the probabilities are
- * smaller than 4*N*C floats (attention_saved_floats: NH*T < 4C, or a flash attention).
- * A layer that recomputes keeps all 11*N*C in a W state set: its activations may be
- * recomputed again, elsewhere, before W. A chunk has as many sets as its schedule has
- * Ws pending at once (sched_peak_pending_w), each holding what its layers need; this
- * is how a zero-bubble schedule keeps 1F1B's activation bytes. */
-typedef struct {
-    void *dres3;   /* [N,C] d(layer output): fcproj's dout (operand) */
-    void *dfch;    /* [N,4C] d(fch): fc's dout (operand) */
-    float *dln2;   /* [N,C] d(ln2 output) */
-    void *dres2;   /* [N,C] d(res2): attproj's dout (operand) */
-    void *dqkv;    /* [N,3C] qkv's dout (operand) */
-    float *dln1;   /* [N,C] d(ln1 output) */
-} LayerWState;
+ * Where it lives. A layer that recomputes keeps all of it in a W state set: its
+ * activations may be recomputed again, elsewhere, before W. A chunk has as many sets as
+ * its schedule has Ws pending at once (sched_peak_pending_w), each holding what its
+ * layers need; this is how a zero-bubble schedule keeps 1F1B's activation bytes. A layer
+ * that keeps its activations may keep some of it in activations that the input half
+ * leaves dead (Arch.ws_in_acts, ws_place: GPT-2's in [Note: GPT-2 W state] in gpt2.c);
+ * the input half then computes those into scratch (Arch.ws_stage) and the engine copies
+ * them there at the end of the layer, and the set holds only the rest. */
 
 /* [Note: recompute] pipeline.recompute trades activation memory for compute on the
  * first nrc layers of each chunk (pipeline.recompute_layers; 0 = all). A slot either
  * keeps everything (ActSlot.keep) or, on those layers, keeps less and the backward
  * recomputes the rest from what is kept, into the model's one recompute workspace
  * (Model.work: one layer's worth, shared because one op runs at a time):
- *  - full: a layer keeps only its output res3 (the next layer's input, the chunk's
- *    output); its backward first runs the layer's forward again into the workspace;
- *  - selective: a layer drops the attention probabilities (the [B,NH,T,T] term, which
- *    dominates at long T) and the GELU output fch_gelu; the backward runs attention's
- *    forward on the kept qkv and GELU on the kept pre-GELU fch again. (Dropping fch
- *    instead would save the same bytes but recompute the fc matmul, about a third of
- *    the layer's forward; GELU's output is one elementwise pass.)
+ *  - full: a layer keeps only its output (the next layer's input, the chunk's output);
+ *    its backward first runs the layer's forward again into the workspace;
+ *  - selective: a layer drops what its Arch says is cheap to remake and costly to keep
+ *    (ArchBuf.keep; GPT-2: the attention probabilities and the GELU output, gpt2.c),
+ *    and the backward remakes it (Arch.layer_recompute).
  * The recompute calls the same backend ops on the same inputs as the forward did, so
  * the backward sees the same bits and training is bitwise equal to keeping everything.
  * A split backward recomputes twice, before I and before W (the workspace does not
- * survive the actions in between; selective's W needs only GELU again).
+ * survive the actions in between; W may need less again).
  * Which forwards keep everything is the schedule's decision, not the model's
  * (Schedule.keep, [Note: schedule-aware recompute] in sched.h): the runtime gives such
  * a forward's slot an activation block that keeps everything, the others one that
@@ -116,34 +73,33 @@ int model_recompute_mode(const char *name);
 
 /* The activations one chunk keeps for one in-flight microbatch. */
 typedef struct {
-    int keep;           /* 1: every activation is kept; 0: the recomputed layers keep
-                           only part ([Note: recompute]) */
-    int block;          /* the activation block its layers are laid out in
-                           ([Note: activation blocks] in model.c), -1: none or its own */
-    float *input;       /* [N,C] stage input: received, or the embedding output */
-    float *grad;        /* [N,C] in: d(stage output) (zero on the last stage); out, after
-                           backward: d(stage input). The residual stream's gradient is
-                           accumulated in place here. */
-    int *tokens;        /* [N] first stage: input ids */
-    int *targets;       /* [N] last stage: target ids */
-    LayerActs *layers;  /* [nlayers of the chunk] */
-    void *lnf;          /* last stage: [N,C] (operand) */
-    float *lnf_mean, *lnf_rstd; /* last stage: [N], [N] */
-    float *dlnf;        /* last stage: [N,C] d(loss)/d(lnf output), computed in forward */
+    int keep;      /* 1: every activation is kept; 0: the recomputed layers keep only part
+                      ([Note: recompute]) */
+    int block;     /* the activation block its layers are laid out in ([Note: activation
+                      blocks] in model.c), -1: none or its own */
+    float *input;  /* [N,C] stage input: received, or the embedding output */
+    float *grad;   /* [N,C] in: d(stage output) (zero on the last stage); out, after
+                      backward: d(stage input). The residual stream's gradient is
+                      accumulated in place here. */
+    int *tokens;   /* [N] first stage: input ids */
+    int *targets;  /* [N] last stage: target ids */
+    void **acts;   /* [nlayers of the chunk * arch->nacts]: layer li's saved activations at
+                      acts + li * nacts, in the Arch's order */
+    void *head[ARCH_MAX_BUFS]; /* last stage: the head's saved activations (Arch.head) */
 } ActSlot;
 
 typedef struct {
-    int stage;          /* global stage index */
-    int l0, l1;         /* global layers [l0, l1) */
-    int first, last;    /* holds the embeddings / the final norm, head and loss */
-    int nslots;         /* activation slots (peak in-flight microbatches) */
+    int stage;       /* global stage index */
+    int l0, l1;      /* global layers [l0, l1) */
+    int first, last; /* holds the embeddings / the final norm, head and loss */
+    int nslots;      /* activation slots (peak in-flight microbatches) */
     ActSlot *slots;
-    int nrecv;          /* receive buffers: inputs received ahead of their forward */
-    float **recv;       /* [nrecv] each [N,C]; model_take_input swaps one into a slot */
-    int nwstate;        /* W state sets ([Note: W state]); 0 without split backwards */
-    LayerWState **wstate; /* [nwstate][nlayers of the chunk] */
-    int recompute;      /* PP_RECOMPUTE_* ([Note: recompute]) */
-    int nrc;            /* layers l0 .. l0+nrc-1 recompute in slots without keep */
+    int nrecv;       /* receive buffers: inputs received ahead of their forward */
+    float **recv;    /* [nrecv] each [N,C]; model_take_input swaps one into a slot */
+    int nwstate;     /* W state sets ([Note: W state]); 0 without split backwards */
+    void ***wstate;  /* [nwstate][nlayers of the chunk * arch->nws] */
+    int recompute;   /* PP_RECOMPUTE_* ([Note: recompute]) */
+    int nrc;         /* layers l0 .. l0+nrc-1 recompute in slots without keep */
 } Chunk;
 
 /* [Note: model memory] The model owns every device buffer of its rank: parameters,
@@ -151,9 +107,10 @@ typedef struct {
  * offsets), the activation slots and receive buffers of each chunk, and the scratch.
  * All come from be->alloc at model_init / model_init_optimizer and go back at
  * model_free; nothing is allocated while training ([Note: device memory]). */
-typedef struct {
+struct Model {
     ModelDims d;
-    int B, T;                 /* microbatch sequences and length the slots are sized for */
+    const Arch *arch;     /* d.arch ([Note: Arch table] in arch.h) */
+    int B, T;             /* microbatch sequences and length the slots are sized for */
     const Backend *be;
     int nchunks;
     Chunk chunks[PP_MAX_CHUNKS];
@@ -161,48 +118,46 @@ typedef struct {
      * tied wte is shared by a first and a last chunk on the same rank). */
     size_t nparams;
     float *params, *grads;
-    int nopt;                 /* optimizer state arrays (model_init_optimizer) */
-    float *opt_m, *opt_v;     /* [nparams] each, or NULL: AdamW's moments / SGD's momentum */
+    int nopt;             /* optimizer state arrays (model_init_optimizer) */
+    float *opt_m, *opt_v; /* [nparams] each, or NULL: AdamW's moments / SGD's momentum */
     int ntensors;
     ParamTensor *tensors;
-    int weights_held;         /* model_hold_weights: the backend holds all of params */
-    float *wte, *wpe, *lnfw, *lnfb, *head;  /* NULL when this rank holds none; head is */
-    float *dwte, *dwpe, *dlnfw, *dlnfb, *dhead; /* wte when tied, else lm_head */
-    LayerParams *lp, *lg;     /* [L] indexed by global layer; zeroed when not owned */
-    float *dhead_tied;        /* [Vp,C] the head's share of d(wte) when this rank holds both
-                                 the first and the last stage ([Note: tied gradient order]) */
+    int weights_held;     /* model_hold_weights: the backend holds all of params */
+    /* NULL when this rank holds none; head is wte when tied, else lm_head */
+    float *wte, *head, *dwte, *dhead;
+    float *gp[ARCH_MAX_GLOBALS], *gg[ARCH_MAX_GLOBALS]; /* the Arch's globals (Arch.globals'
+                                                          order): params, grads */
+    float **lp, **lg;     /* [L * arch->nlayer_params] layer l's tensors (params, grads) at
+                             lp + l * nlayer_params, by global layer; NULL when not owned */
+    float *dhead_tied;    /* [Vp,C] the head's share of d(wte) when this rank holds both the
+                             first and the last stage ([Note: tied gradient order]) */
     /* Scratch shared by all chunks (one op runs at a time). */
-    float *logits;            /* [logits_rows,Vp] last stage: one chunk of the head's rows
-                                 ([Note: chunked head] in model.c), counted in act_bytes */
-    int logits_rows;          /* be->logits_chunk_rows, or N = B*T when that is 0 or more */
-    void *dlogits;            /* [logits_rows,Vp] (operand) when the operand type is not
-                                 fp32; NULL: the head's dlogits overwrite its logits */
-    float *losses;            /* [N] */
-    float *dbig;              /* [N,4C] */
-    float *dmid;              /* [N,C] */
-    void *dqkv;               /* [N,3C] (operand) */
-    void *dfch;               /* [N,4C] (operand) */
-    void *dres;               /* [N,C] (operand): a matmul's dout, from the residual gradient;
-                                 NULL when the operand type is fp32 (the gradient itself) */
-    float *dkeep;             /* [N,4C] the input half's four [N,C] douts until they move
-                                 into the layer ([Note: W state]); NULL without */
-    float *scratch;           /* be->scratch_floats(N, T, C) for the backward ops */
-    size_t act_bytes;         /* activation slot (and block) bytes and the logits buffer,
-                                 for the build report */
-    size_t recv_bytes;        /* receive buffer bytes, for the build report */
-    size_t wstate_bytes;      /* W state bytes ([Note: W state]), for the build report */
-    LayerActs work;           /* the recompute workspace ([Note: recompute]): what one
-                                 layer drops, NULL members when nothing recomputes */
-    size_t work_bytes;        /* its bytes, for the build report */
-    size_t att_floats;        /* be->attention_saved_floats(B, T, NH), asked once: the
-                                 backward reads it per layer ([Note: W state]) */
-    int pooled;               /* the layers' activations are in blocks (model_init_recompute) */
+    float *logits;        /* [logits_rows,Vp] last stage: one chunk of the head's rows
+                             ([Note: chunked head] in model.c), counted in act_bytes */
+    int logits_rows;      /* be->logits_chunk_rows, or N = B*T when that is 0 or more */
+    void *dlogits;        /* [logits_rows,Vp] (operand) when the operand type is not fp32;
+                             NULL: the head's dlogits overwrite its logits */
+    float *losses;        /* [N] */
+    void *bufs[ARCH_MAX_BUFS]; /* the Arch's backward scratch (Arch.scratch); NULL where its
+                                  ArchBuf.when leaves one out */
+    float *scratch;       /* be->scratch_floats(N, T, C) for the backward ops */
+    size_t act_bytes;     /* activation slot (and block) bytes and the logits buffer, for the
+                             build report */
+    size_t recv_bytes;    /* receive buffer bytes, for the build report */
+    size_t wstate_bytes;  /* W state bytes ([Note: W state]), for the build report */
+    void *work[ARCH_MAX_BUFS]; /* the recompute workspace ([Note: recompute]), in the
+                                  Arch's activation order: what one layer drops, NULL
+                                  members when nothing recomputes */
+    size_t work_bytes;    /* its bytes, for the build report */
+    size_t att_floats;    /* be->attention_saved_floats(B, T, NH), asked once: the backward
+                             reads it per layer ([Note: W state]) */
+    int pooled;           /* the layers' activations are in blocks (model_init_recompute) */
     int nblocks, nblocks_keep; /* activation blocks ([Note: activation blocks] in model.c);
                                   the first nblocks_keep keep everything */
-    void **blocks;            /* [nblocks] */
-    long recomputes;          /* layer recomputes run so far (a backward, I or W of one
-                                 layer on a slot without keep), for the runtime's check */
-} Model;
+    void **blocks;        /* [nblocks] */
+    long recomputes;      /* layer recomputes run so far (a backward, I or W of one layer on
+                             a slot without keep), for the runtime's check */
+};
 
 typedef struct {
     int stage, l0, l1, first, last, nslots, nrecv;
@@ -210,8 +165,8 @@ typedef struct {
 
 /* A chunk's recompute ([Note: recompute]); model_init keeps everything. */
 typedef struct {
-    int mode;           /* PP_RECOMPUTE_*; none keeps everything */
-    int layers;         /* pipeline.recompute_layers: 0 = every layer of the chunk */
+    int mode;   /* PP_RECOMPUTE_*; none keeps everything */
+    int layers; /* pipeline.recompute_layers: 0 = every layer of the chunk */
 } ChunkRecompute;
 
 /* [Note: memory plan] What model_init and model_init_wstate allocate for these chunks,
@@ -233,9 +188,10 @@ typedef struct {
  * take operand_bytes an element (pp_dtype_bytes(be->operand)) and whose head computes
  * logits_rows rows at once (be->logits_chunk_rows, 0: all), nopt optimizer arrays, and
  * nwstate[c] W state sets for chunk c. */
-void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
-                const int *nwstate, int nchunks, int B, int T, size_t att_floats, size_t operand_bytes,
-                int logits_rows, int nopt, int nblocks_keep, int nblocks_drop);
+void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs,
+                const ChunkRecompute *rc, const int *nwstate, int nchunks, int B, int T,
+                size_t att_floats, size_t operand_bytes, int logits_rows, int nopt,
+                int nblocks_keep, int nblocks_drop);
 /* The activation total of a plan: slots, workspace, receive buffers and W state. */
 size_t model_plan_activations(const ModelPlan *p);
 
@@ -249,8 +205,9 @@ void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunk
  * nblocks_keep that keep everything and nblocks_drop that drop what the recompute
  * drops. A slot has no layer activations until model_slot_attach gives it a block.
  * rc NULL: model_init (each slot keeps its own, every activation). */
-void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
-                          int nchunks, int B, int T, const Backend *be, int nblocks_keep, int nblocks_drop);
+void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs,
+                          const ChunkRecompute *rc, int nchunks, int B, int T, const Backend *be,
+                          int nblocks_keep, int nblocks_drop);
 /* Lay slot s of chunk c's layer activations out in block b (keep: b < nblocks_keep).
  * The caller keeps each block with one slot at a time, and a block's last holder's
  * posted send of its output (model_chunk_output) complete before it moves on. */
@@ -264,25 +221,24 @@ void model_init_optimizer(Model *m, int narrays);
 void model_init_wstate(Model *m, int c, int n);
 void model_free(Model *m);
 
-/* GPT-2 initialisation, independent of the split: each tensor is drawn from its own
- * stream seeded by (seed, global name). Weights ~ N(0, std), the residual projections
- * (attprojw, fcprojw) with std/sqrt(2L); biases 0; LayerNorm weights 1. Padded
- * vocabulary rows of wte are 0. */
+/* Initialisation by each tensor's rule (ParamTensor.init, from the Arch: GPT-2's
+ * weights ~ N(0, std), the residual projections with std/sqrt(2L), biases 0, LayerNorm
+ * weights 1), independent of the split: each tensor is drawn from its own stream seeded
+ * by (seed, global name). Padded vocabulary rows of wte and lm_head are 0. */
 void model_init_weights(Model *m, uint64_t seed, float std);
 
 /* Index of the tensor with this global name, or -1. */
 int model_find(const Model *m, const char *name);
-
 /* Forward of chunk c on slot s. The first stage embeds s->tokens; other stages read
  * s->input. On the last stage it computes the loss against s->targets and writes the
  * SUM of per-token losses to *loss (one device double; not touched elsewhere, may be
- * NULL there); with want_grad it also computes d(loss)/d(lnf output) into s->dlnf and
- * the head's contribution to dwte, scaling every token's loss by dloss (1/(global
- * tokens), so the microbatches add up to the mean). The stage output is
- * model_chunk_output(). */
+ * NULL there); with want_grad it also computes d(loss)/d(final norm output) into the
+ * slot (model_head_grad) and the head's contribution to d(head), scaling every token's
+ * loss by dloss (1/(global tokens), so the microbatches add up to the mean). The stage
+ * output is model_chunk_output(). */
 void model_forward(Model *m, int c, int s, float dloss, int want_grad, double *loss);
 /* Backward of chunk c on slot s. Reads s->grad as d(stage output) (ignored on the last
- * stage, which starts from s->dlnf) and leaves d(stage input) in s->grad (the first
+ * stage, which starts from model_head_grad) and leaves d(stage input) in s->grad (the first
  * stage instead accumulates into the embedding gradients). Weight grads accumulate. */
 void model_backward(Model *m, int c, int s);
 /* The two halves of model_backward for zero-bubble schedules ([Note: split backward]
@@ -290,13 +246,23 @@ void model_backward(Model *m, int c, int s);
  * every layer, computing no weight gradient; it keeps each op's output gradient in W
  * state set w of the chunk ([Note: W state]). model_backward_weight: the weight and
  * bias gradients of chunk c on slot s from W state set w (and the embedding gradients
- * from s->grad on the first stage, the final norm's from s->dlnf on the last); it
+ * from s->grad on the first stage, the final norm's from model_head_grad on the last); it
  * reads the slot's activations, so the slot must stay held until it has run. Input
  * then weight gives model_backward's bits in every gradient. */
 void model_backward_input(Model *m, int c, int s, int w);
 void model_backward_weight(Model *m, int c, int s, int w);
 /* The [N,C] output activation of chunk c, slot s (not for the last stage). */
 float *model_chunk_output(Model *m, int c, int s);
+/* The last stage's d(loss)/d(final norm output) [N,C] of chunk c, slot s: what the
+ * forward with want_grad left for the backward. */
+float *model_head_grad(const Model *m, int c, int s);
+
+/* For an Arch's head_forward ([Note: chunked head] in model.c): the loss of the head's
+ * input x [N,C] (operand; the final norm's output) against targets [N], its sum into
+ * *loss (may be NULL) and, with want_grad, dx [N,C] = d(loss)/d(x) (OVERWRITTEN) and
+ * d(head) added, every token's loss scaled by dloss. */
+void model_head_loss(Model *m, const void *x, float *dx, const int *targets, float dloss,
+                     int want_grad, double *loss);
 
 /* Receive buffer r of chunk c ([N,C], device). */
 float *model_recv_buffer(Model *m, int c, int r);
@@ -321,30 +287,30 @@ void model_fold_tied_grad(Model *m);
  * optimizer, the data-parallel gather and a checkpoint load all write them outside it. */
 void model_hold_weights(Model *m, int hold);
 
-/* Load llm.c's fp32 GPT-2 checkpoint (DESIGN.md §6) into the tensors this rank holds.
- * The file's V, L, NH, C must equal the config's; its maxT must be >= maxT; any padded
- * vocabulary. Returns PP_OK, or PP_EUSAGE with a message naming the file. */
+/* Load llm.c's fp32 GPT-2 checkpoint (DESIGN.md §6) into the tensors this rank holds,
+ * through the Arch's import_llmc. The file's V, L, NH, C must equal the config's; its
+ * maxT must be >= maxT; any padded vocabulary. Returns PP_OK, or PP_EUSAGE with a
+ * message naming the file (or saying that model.arch has no llm.c format). */
 int model_load_llmc(Model *m, const char *path, char *err, size_t errlen);
 
 /* Write the tensors of a model that holds every stage (a 1-rank, all-layer model) as
- * llm.c's fp32 checkpoint, padded vocabulary Vp. tmp file + rename. Returns PP_OK or
- * PP_ERUNTIME with a message. The inverse of model_load_llmc. */
+ * llm.c's fp32 checkpoint, padded vocabulary Vp, through the Arch's export_llmc. tmp
+ * file + rename. Returns PP_OK or PP_ERUNTIME with a message. The inverse of
+ * model_load_llmc. */
 int model_save_llmc(const Model *m, const char *path, char *err, size_t errlen);
 
 /* Elements of this rank's largest tensor (at least 1): the size of a host staging
  * buffer through which any one tensor can be copied. */
 size_t model_largest_tensor(const Model *m);
 
-/* Number of parameters of the whole model (all stages) for these dims. */
+/* Number of parameters of the whole model (all stages) for these dims: its table's. */
 size_t model_total_params(const ModelDims *d);
 
-/* [Note: architecture costs] What the partitioner's balance modes, the planner and the
- * MFU need of the architecture, from here alone (GPT-2's block today; the Arch table's,
- * issue 24): a layer's, the embedding's and the head's parameters and forward FLOPs
- * per token (attention at sequence length T), the floats crossing a stage boundary and
- * those the head keeps, per token. */
+/* [Note: architecture costs] in arch.h, from d's Arch: a layer's, the embedding's and
+ * the head's parameters and forward FLOPs per token (attention at sequence length T),
+ * the floats crossing a stage boundary and those the head keeps, per token. */
 void model_arch_costs(const ModelDims *d, int T, ArchCosts *a);
-/* The dims of the model a config describes. */
+/* The dims of the model a config describes, its Arch the one model.arch names. */
 ModelDims model_dims(const Config *cfg);
 /* Floats of the activation (and of its gradient) crossing a stage boundary for a
  * microbatch of B sequences of T tokens: one function, so every buffer and message
@@ -352,17 +318,18 @@ ModelDims model_dims(const Config *cfg);
 size_t model_boundary_floats(const ModelDims *d, int B, int T);
 /* Floats one layer keeps for its backward for N tokens under recompute mode `mode`
  * (model_recompute_mode: 0 none, 1 selective, 2 full), att of them attention's saved
- * state: the memory balance's per-layer cost. */
+ * state, operands counted as fp32: the memory balance's per-layer cost, from the Arch's
+ * activations and what each mode keeps. */
 double model_layer_act_floats(const ModelDims *d, double N, double att, int mode);
 /* Model FLOPs per token of a training step (forward and backward: 3x the forward, the
  * embedding not counted), as ../shared/GPU.md counts them for the MFU. */
 double model_train_flops_per_token(const ModelDims *d, int T);
 
-/* Whether dims describe a model this code can build: V >= 1, Vp >= V, maxT, L, NH, C
- * >= 1, C a multiple of NH, tied 0 or 1, and no size the model computes in an int
- * overflows (4C rows of fcw, 12L + 6 table entries). Returns PP_OK, or PP_EUSAGE with
- * what is wrong ("NH=0: the number of heads must be >= 1") in err. For dims that come
- * from a file (a manifest), before model_table or model_init. */
+/* Whether dims describe a model this code can build: V >= 1, Vp >= V, maxT, L, NH >= 1,
+ * tied 0 or 1, no table size overflows an int, and what the Arch requires (GPT-2: C in
+ * [1, INT_MAX/4], a multiple of NH). Returns PP_OK, or PP_EUSAGE with what is wrong
+ * ("NH=0: the number of heads must be >= 1") in err. For dims that come from a file (a
+ * manifest), before model_table or model_init. */
 int model_dims_check(const ModelDims *d, char *err, size_t errlen);
 
 /* The tensor table of the whole model (embeddings, every layer, final norm, and lm_head

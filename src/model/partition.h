@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "arch.h" /* ArchCosts: what the partitioner needs of the architecture */
+
 #define PP_MAX_STAGES 256
 
 typedef struct {
@@ -14,16 +16,6 @@ typedef struct {
     double cost[PP_MAX_STAGES]; /* the balanced cost of each stage (PartitionCosts), for display */
     const char *unit;         /* what cost is */
 } Partition;
-
-/* What the partitioner needs of the model's architecture, per token: model_arch_costs
- * (model.c) fills it, so that no architecture's arithmetic is restated here. */
-typedef struct {
-    double layer_params, embed_params, head_params; /* parameters (the tied head: its wte copy) */
-    double layer_flops, embed_flops, head_flops;    /* forward FLOPs per token, attention at length T */
-    double boundary_floats;                         /* an activation crossing a stage boundary */
-    double head_act_floats;                         /* what the head keeps per in-flight microbatch */
-    double logits_floats;                           /* the head's logits (one microbatch at a time) */
-} ArchCosts;
 
 /* Split L layers over S stages. split is "auto" (balance the per-token FLOPs of a's layers,
  * embedding and head: partition_costs_time),

@@ -742,7 +742,7 @@ static float *fetch(const Backend *be, const void *p, size_t n) {
 static void head_run(const Backend *base, const Shape *s, int rows, const float *x, const int *tgt, HeadOut *o) {
     Backend be = *base; /* the model keeps this pointer: it lives until model_free */
     be.logits_chunk_rows = rows;
-    ModelDims d = {s->V, s->Vp, s->T, 1, s->NH, s->C, 1};
+    ModelDims d = {s->V, s->Vp, s->T, 1, s->NH, s->C, 1, &arch_gpt2};
     ChunkSpec spec = {1, 1, 1, 0, 1, 1, 0}; /* stage 1 of 2: layers [1, 1), the head */
     int N = s->B * s->T, C = s->C;
     Model m;
@@ -759,7 +759,7 @@ static void head_run(const Backend *base, const Shape *s, int rows, const float 
     model_forward(&m, 0, 0, 1.0f / N, 1, dsum);
     be.to_host(&be, &o->loss, dsum, sizeof(double));
     o->losses = fetch(&be, m.losses, N);
-    o->dlnf = fetch(&be, a->dlnf, (size_t)N * C);
+    o->dlnf = fetch(&be, model_head_grad(&m, 0, 0), (size_t)N * C);
     o->dwte = fetch(&be, m.dhead, (size_t)s->Vp * C);
     be.dealloc(&be, dsum);
     model_free(&m);

@@ -1,0 +1,199 @@
+/* arch.h — a decoder architecture as one table: its tensors, the forward and backward of
+ * its embedding, layer and head, the activations, W state and scratch they keep, its
+ * costs and its weight files. The stage engine (model.c) runs whatever the table says;
+ * gpt2.c fills GPT-2's, selected by model.arch. */
+#ifndef PP_ARCH_H
+#define PP_ARCH_H
+
+#include <stddef.h>
+
+typedef struct Arch Arch;
+typedef struct ModelDims ModelDims; /* model.h */
+typedef struct Model Model;         /* model.h */
+
+/* [Note: architecture costs] What the partitioner's balance modes, the planner and the
+ * MFU need of an architecture, per token: Arch.costs fills it (model_arch_costs), so
+ * that no architecture's arithmetic is restated outside its own file. */
+typedef struct {
+    double layer_params, embed_params, head_params; /* parameters (the tied head: its wte copy) */
+    double layer_flops, embed_flops, head_flops;    /* forward FLOPs per token, attention at T */
+    double boundary_floats;                         /* an activation crossing a stage boundary */
+    double head_act_floats; /* what the head keeps per in-flight microbatch */
+    double logits_floats;   /* the head's logits (one microbatch at a time) */
+} ArchCosts;
+
+/* How model_init_weights fills a tensor (seeded by its global name): N(0, std), N(0,
+ * std / sqrt(2L)) (the residual projections), ones (norm weights) or zeros (biases). */
+enum { ARCH_INIT_NORMAL, ARCH_INIT_PROJ, ARCH_INIT_ONE, ARCH_INIT_ZERO };
+
+/* Which stage holds a global tensor. */
+enum { ARCH_FIRST, ARCH_LAST };
+
+/* A parameter tensor kind. A layer's "ln1w" is layer l's global "h.<l>.ln1w"; a
+ * global's name is its global name. Its shape comes from Arch.shape (AdamW decays the
+ * 2-D ones). */
+typedef struct {
+    const char *name;
+    int init;  /* ARCH_INIT_* */
+    int stage; /* globals: ARCH_FIRST or ARCH_LAST */
+} ArchTensor;
+
+/* The buffer sets an architecture declares (Arch.elems' set argument). */
+enum {
+    ARCH_ACTS,   /* a layer's saved activations, per slot (or block) and layer */
+    ARCH_HEAD,   /* the head's saved activations, per last-stage slot */
+    ARCH_WS,     /* a layer's W state ([Note: W state] in model.h), per set and layer */
+    ARCH_SCRATCH /* the backward's model-wide scratch, one op at a time */
+};
+
+/* When a scratch buffer is allocated (ArchBuf.when). */
+enum {
+    ARCH_ALWAYS,
+    ARCH_CAST,    /* only where the operand type is not fp32 (a cast copy of an fp32 buffer) */
+    ARCH_WS_STAGE /* at model_init_wstate, when some layer keeps its W state in its own
+                     activations (Arch.ws_stage carves it; counted in the W state bytes) */
+};
+
+/* The recompute modes as bits (1 << PP_RECOMPUTE_SELECTIVE, 1 << PP_RECOMPUTE_FULL). */
+#define ARCH_SEL 2
+#define ARCH_FULL 4
+
+/* One buffer of a set: its elements come from Arch.elems, its element type from here. */
+typedef struct {
+    const char *name;
+    int operand; /* 1: the backend's operand type ([Note: operand activations] in backend.h);
+                    0: fp32 */
+    int keep;    /* ARCH_ACTS: the recompute modes (ARCH_SEL, ARCH_FULL) under which a layer
+                    that recomputes still keeps it in its slot ([Note: recompute] in
+                    model.h); the layer's output is kept under every mode */
+    int work;    /* ARCH_ACTS: the modes whose recompute workspace holds it */
+    int when;    /* ARCH_SCRATCH: ARCH_ALWAYS, ARCH_CAST or ARCH_WS_STAGE */
+} ArchBuf;
+
+/* The most buffers in a set and globals an Arch may declare: the engine's fixed arrays
+ * (Model.work, .bufs, .gp, ActSlot.head, stack arrays). */
+#define ARCH_MAX_BUFS 32
+#define ARCH_MAX_GLOBALS 4
+
+/* [Note: Arch table] An architecture is this table of constants and functions; the
+ * engine (model.c) holds a layer's parameters as nlayer_params float pointers, its
+ * saved activations as nacts void pointers, its W state as nws, the head's as nhead
+ * and the backward's scratch as nscratch, every one sized and typed by the table, and
+ * calls the table's functions on them. The vocabulary tables are the engine's, being
+ * every decoder LM's: "wte" [Vp,C] on the first stage and the head, "wte" again when
+ * tied (ModelDims.tied) or "lm_head" [Vp,C] on the last stage, with the tied gradient's
+ * fold and all-reduce, the logits buffer, the chunked loss (model_head_loss) and the
+ * stage boundary [N,C] fp32 (model_boundary_floats). Functions take the model for its
+ * backend, sizes (B, T, d), parameters (Model.wte, .head, .gp[k], .lp) and buffers
+ * (.bufs[k], .scratch); p / g are a layer's parameter / gradient pointers, acts its
+ * activations, ws its W state, in the table's order.
+ *
+ * How a Llama block fits, with no change to the engine, the runtime or the schedules
+ * (ModelDims gains its n_kv_heads, ffn_dim, norm_eps and rope theta; the backend gains
+ * the ops it lacks: RMSNorm, RoPE, SwiGLU, a grouped-query attention, an embedding
+ * without positions):
+ *  - RMSNorm: a norm with a weight only. The layer lists "ln1w" and "ln2w" and no bias,
+ *    the globals "lnfw" (ARCH_LAST) alone; the activations keep rstd [N] and no mean;
+ *    the head's set is lnf, its rstd and dlnf; head_forward / head_backward call the
+ *    RMSNorm ops.
+ *  - RoPE on q and k: inside layer_forward, between the qkv matmul and attention (an op
+ *    on q and k in place, so acts' qkv is the rotated one attention reads); its
+ *    backward in layer_backward, on dq and dk after attention_backward, before the qkv
+ *    matmul's. The angles come from (position, theta): no tensor, no state.
+ *  - SwiGLU: three matrices, "gatew" [F,C], "upw" [F,C], "downw" [C,F] in
+ *    layer_params, shaped by shape() from ffn_dim; acts declares the gate and up
+ *    pre-activations (fp32) and the gated product (operand), with keep / work saying
+ *    that selective drops the product and layer_recompute remakes it from the kept
+ *    two; ws declares d(gate) and d(up); costs counts 3 C F per token.
+ *  - Grouped-query attention: k and v narrower than q. The qkv matrix is [C + 2 KVH hs,
+ *    C] (shape()), the qkv activation and its W state [N, C + 2 KVH hs] (elems()), the
+ *    attention call passes KVH; the saved attention state stays the backend's
+ *    (attention_saved_floats, per query head).
+ *  - No biases: the tables list none, and the arch passes NULL biases to the matmuls
+ *    (matmul_forward takes b NULL; matmul_backward skips a NULL db).
+ *  - An untied head: ModelDims.tied 0, which the engine already builds ("lm_head" on
+ *    the last stage, its own gradient and optimizer state; no tied fold or all-reduce).
+ *    Llama has no wpe: embed_forward / embed_backward gather and scatter wte only.
+ *  - Weight files: import_llmc / export_llmc NULL (llm.c's format is GPT-2's; the
+ *    engine says so); a Hugging Face import would be another hook of this table. */
+struct Arch {
+    const char *name; /* model.arch */
+
+    /* ---- tensors ---- */
+    int nlayer_params;              /* tensors per layer, in the flat buffer's order */
+    const ArchTensor *layer_params; /* [nlayer_params] */
+    int nglobals;                   /* tensors outside the layers besides wte and the head */
+    const ArchTensor *globals;      /* [nglobals]: after wte on the first stage, before the
+                                       head on the last, in this order */
+    /* rows and cols (0: a vector) of layer tensor k (global 0) or global k (global 1) */
+    void (*shape)(const ModelDims *d, int global, int k, int shape[2]);
+    /* What the architecture requires of d beyond the engine's checks (model_dims_check). */
+    int (*dims_check)(const ModelDims *d, char *err, size_t errlen);
+
+    /* ---- buffers ---- */
+    int nacts;            /* a layer's saved activations ... */
+    const ArchBuf *acts;  /* [nacts] */
+    int act_out;          /* ... of which the layer's output, [N,C] fp32: the next layer's
+                             input and the chunk's; kept under every mode */
+    int nhead;            /* the head's saved activations */
+    const ArchBuf *head;  /* [nhead] */
+    int head_dout;        /* of which d(loss)/d(the head matmul's input), [N,C] fp32 */
+    int nws;              /* a layer's W state */
+    const ArchBuf *ws;    /* [nws] */
+    int nscratch;         /* the backward's scratch (Model.bufs) */
+    const ArchBuf *scratch; /* [nscratch] */
+    /* Elements of buffer k of a set (ARCH_*) for N tokens; att: the floats attention
+     * saves (be->attention_saved_floats). */
+    size_t (*elems)(const ModelDims *d, int set, int k, size_t N, size_t att);
+
+    /* ---- W state ([Note: W state] in model.h) ---- */
+    /* Whether W state member k of a layer that keeps its activations lives in them
+     * (ws_place puts it there; it has no memory of its own). ob: operand bytes. */
+    int (*ws_in_acts)(const ModelDims *d, size_t N, size_t att, size_t ob, int k);
+    /* Point the members ws_in_acts names into a kept layer's activations acts. */
+    void (*ws_place)(const Model *m, void *const *acts, void **ws);
+    /* Point ws at scratch for an input half whose W state goes into its layer's
+     * activations: the engine copies it there after the layer (which still reads them). */
+    void (*ws_stage)(const Model *m, void **ws);
+
+    /* ---- compute (op pairs: STYLE.md habit 3) ---- */
+    /* out [N,C] = the embedding of tokens [N]; its backward adds d(wte) (and the arch's
+     * own first-stage gradients) from dout [N,C]: weight gradient only. */
+    void (*embed_forward)(const Model *m, float *out, const int *tokens);
+    void (*embed_backward)(const Model *m, const float *dout, const int *tokens);
+    /* One layer, x [N,C] in, acts[act_out] out. */
+    void (*layer_forward)(const Model *m, void *const *acts, float *const *p, const float *x);
+    /* dres [N,C]: in d(layer output), out d(layer input). g NULL: the input half, keeping
+     * each op's output gradient in ws for layer_backward_weight; else the fused backward
+     * (ws NULL), weight gradients added into g. Both give dres by the same calls. */
+    void (*layer_backward)(const Model *m, float *const *g, float *dres, void *const *acts,
+                           float *const *p, const float *x, void *const *ws);
+    /* The weight half: the fused backward's weight-gradient calls on ws's gradients. */
+    void (*layer_backward_weight)(const Model *m, float *const *g, void *const *acts,
+                                  float *const *p, const float *x, void *const *ws);
+    /* Recompute what mode (PP_RECOMPUTE_*) dropped, by the forward's own calls: acts are
+     * the slot's (dropped members point into the workspace work); returns the
+     * activations the backward reads. weight_half: for layer_backward_weight only. */
+    void *const *(*layer_recompute)(const Model *m, int mode, int weight_half, void *const *acts,
+                                    void *const *work, float *const *p, const float *x);
+    /* The head on x [N,C], the last layer's output: the final norm into h, then
+     * model_head_loss (the loss and, with want_grad, h[head_dout] and d(head)). */
+    void (*head_forward)(Model *m, void *const *h, const int *targets, const float *x,
+                         float dloss, int want_grad, double *loss);
+    /* From h[head_dout]: dx [N,C] OVERWRITTEN with d(x) (NULL: skipped) and, with
+     * weights, the final norm's gradients added. */
+    void (*head_backward)(const Model *m, float *dx, int weights, void *const *h, const float *x);
+
+    /* ---- costs and files ---- */
+    void (*costs)(const ModelDims *d, int T, ArchCosts *a); /* [Note: architecture costs] */
+    /* llm.c's checkpoint (model_load_llmc / model_save_llmc); NULL: no such format */
+    int (*import_llmc)(Model *m, const char *path, char *err, size_t errlen);
+    int (*export_llmc)(const Model *m, const char *path, char *err, size_t errlen);
+};
+
+extern const Arch arch_gpt2; /* gpt2.c */
+
+/* The architecture model.arch names ("gpt2"), or NULL. */
+const Arch *arch_find(const char *name);
+
+#endif
