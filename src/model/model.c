@@ -150,6 +150,17 @@ int model_find(const Model *m, const char *name) {
     return -1;
 }
 
+int model_chunk_holds(const Model *m, int c, const ParamTensor *t) {
+    const Chunk *ck = &m->chunks[c];
+    int layer;
+    if (sscanf(t->name, "h.%d.", &layer) == 1) return layer >= ck->l0 && layer < ck->l1;
+    if (!strcmp(t->name, "wte")) return ck->first || (ck->last && m->d.tied);
+    for (int k = 0; k < m->arch->nglobals; k++)
+        if (!strcmp(t->name, m->arch->globals[k].name))
+            return m->arch->globals[k].stage == ARCH_FIRST ? ck->first : ck->last;
+    return ck->last; /* lm_head */
+}
+
 /* Append a tensor of shape s (s[1] 0: a vector) to the table unless this rank already
  * holds it. AdamW decays the 2-D ones. */
 static void add_tensor(Model *m, int cap, const char *name, const int s[2], int init) {

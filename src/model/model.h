@@ -229,6 +229,11 @@ void model_init_weights(Model *m, uint64_t seed, float std);
 
 /* Index of the tensor with this global name, or -1. */
 int model_find(const Model *m, const char *name);
+/* Whether chunk c holds tensor t of this rank's table: its actions write t's gradient
+ * (a layer's tensor on its layers' chunk, a global on its stage, wte on the first stage
+ * and, tied, the last). */
+int model_chunk_holds(const Model *m, int c, const ParamTensor *t);
+
 /* Forward of chunk c on slot s. The first stage embeds s->tokens; other stages read
  * s->input. On the last stage it computes the loss against s->targets and writes the
  * SUM of per-token losses to *loss (one device double; not touched elsewhere, may be

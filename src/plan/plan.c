@@ -109,17 +109,16 @@ double plan_link_ms(const Link *l, double bytes) {
 
 /* ================================================================== measure === */
 
-/* Weights for timing only: what model_init_weights gives in shape and scale (LayerNorm
- * weights 1, biases 0, matrices of standard deviation std), drawn uniformly from a cheap
- * generator: dense kernels take the same time whatever the values, and the GPT-2 normal
- * draws of a vocabulary-sized table take seconds on a CPU. */
+/* Weights for timing only: what model_init_weights gives in shape and scale (norm
+ * weights 1, biases 0, matrices of standard deviation std: ParamTensor.init), drawn
+ * uniformly from a cheap generator: dense kernels take the same time whatever the values,
+ * and the normal draws of a vocabulary-sized table take seconds on a CPU. */
 static void fill_for_timing(Model *m, float std) {
     float *p = pp_malloc(model_largest_tensor(m) * sizeof(float));
     uint64_t x = 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < m->ntensors; i++) {
         const ParamTensor *t = &m->tensors[i];
-        const char *kind = strrchr(t->name, '.') ? strrchr(t->name, '.') + 1 : t->name;
-        float one = !strcmp(kind, "ln1w") || !strcmp(kind, "ln2w") || !strcmp(kind, "lnfw");
+        float one = t->init == ARCH_INIT_ONE;
         for (size_t j = 0; j < t->numel; j++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull; /* uniform in [-sqrt3, sqrt3) std */
             p[j] = t->ndim == 2 ? std * 1.7320508f * ((float)(x >> 40) * (2.0f / 16777216.0f) - 1.0f) : one;

@@ -42,16 +42,9 @@ enum { KIND_DP = 4 }; /* runtime.c's kind_names[4] */
 /* The local stages whose actions write tensor t's gradient. */
 static int tensor_stages(const Runtime *rt, const ParamTensor *t, int *stages) {
     const Model *m = &rt->model;
-    int n = 0, layer;
-    for (int c = 0; c < m->nchunks; c++) {
-        const Chunk *ck = &m->chunks[c];
-        int hit = 0;
-        if (sscanf(t->name, "h.%d.", &layer) == 1) hit = layer >= ck->l0 && layer < ck->l1;
-        else if (!strcmp(t->name, "wte")) hit = ck->first || (ck->last && m->d.tied);
-        else if (!strcmp(t->name, "wpe")) hit = ck->first;
-        else hit = ck->last; /* lnfw, lnfb, lm_head */
-        if (hit) stages[n++] = ck->stage;
-    }
+    int n = 0;
+    for (int c = 0; c < m->nchunks; c++)
+        if (model_chunk_holds(m, c, t)) stages[n++] = m->chunks[c].stage;
     return n;
 }
 
