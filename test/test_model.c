@@ -1047,6 +1047,40 @@ START_TEST(test_init_split_independent) {
 }
 END_TEST
 
+/* [Note: Arch table] What the engine relies on of every architecture: model.arch finds
+ * it by its name; it fits the engine's fixed arrays; the layer's output is fp32 [N,C]
+ * and kept under every recompute mode, the head's d(x) fp32 [N,C]; what a mode drops,
+ * the workspace of that mode holds (a dropped activation points there), full drops all
+ * but the output and selective something. */
+START_TEST(test_arch_table) {
+    const Arch *archs[] = {&arch_gpt2};
+    ck_assert_ptr_null(arch_find("gpt3"));
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        const Arch *A = archs[i];
+        ModelDims d = tiny;
+        d.arch = A;
+        size_t N = 10;
+        ck_assert_ptr_eq(arch_find(A->name), A);
+        ck_assert(A->nacts <= ARCH_MAX_BUFS && A->nhead <= ARCH_MAX_BUFS &&
+                  A->nws <= ARCH_MAX_BUFS && A->nscratch <= ARCH_MAX_BUFS &&
+                  A->nglobals <= ARCH_MAX_GLOBALS);
+        ck_assert_int_eq(model_dims_check(&d, NULL, 0), PP_OK);
+        const ArchBuf *out = &A->acts[A->act_out], *dx = &A->head[A->head_dout];
+        ck_assert(!out->operand && out->keep == (ARCH_SEL | ARCH_FULL));
+        ck_assert_uint_eq(A->elems(&d, ARCH_ACTS, A->act_out, N, 0), N * d.C);
+        ck_assert(!dx->operand);
+        ck_assert_uint_eq(A->elems(&d, ARCH_HEAD, A->head_dout, N, 0), N * d.C);
+        int dropped[2] = {0, 0}; /* selective, full */
+        for (int k = 0; k < A->nacts; k++)
+            for (int mode = ARCH_SEL; mode <= ARCH_FULL; mode <<= 1)
+                if (!(A->acts[k].keep & mode))
+                    ck_assert(A->acts[k].work & mode), dropped[mode == ARCH_FULL]++;
+        ck_assert_int_gt(dropped[0], 0);
+        ck_assert_int_eq(dropped[1], A->nacts - 1);
+    }
+}
+END_TEST
+
 /* [Note: architecture costs] agree with the model: the parameters of L layers, the
  * embedding and the head are the tensor table's (the tied head's copy of wte counted on
  * the head's side too), a built model holds that many, and the training FLOPs per token
@@ -1140,6 +1174,7 @@ int main(void) {
     tcase_add_test(model, test_middle_stage_gradcheck);
     tcase_add_test(model, test_stage_split_exact);
     tcase_add_test(model, test_init_split_independent);
+    tcase_add_test(model, test_arch_table);
     tcase_add_test(model, test_arch_costs);
     tcase_add_test(model, test_llmc_roundtrip);
     tcase_add_loop_test(model, test_split_backward_chunk, 0, 2); /* the CPU, bf16 operand activations */
