@@ -22,7 +22,8 @@ typedef struct {
  * "[n0, n1, ...]" (layers per stage, S numbers adding up to L), or
  * "[\"layers.a\", ...]" (S-1 increasing split points, like torch's split_spec).
  * Every stage gets at least one layer. Returns PP_OK or PP_EUSAGE with a message. */
-int partition_build(Partition *p, const char *split, int L, int S, const ArchCosts *a, char *err, size_t errlen);
+int partition_build(Partition *p, const char *split, int L, int S, const ArchCosts *a, char *err,
+                    size_t errlen);
 
 /* What split auto balances (pipeline.balance): the cost of stage s holding layers
  * [a, b) is (b - a) * layer[s], plus embed on stage 0 and head on stage S-1. A cost
@@ -46,12 +47,12 @@ void partition_costs_parameters(PartitionCosts *pc, int S, const ArchCosts *a);
  * arrays, plus inflight[s] microbatch slots (the schedule's peak) of layer_act bytes per
  * layer and a 4-byte boundary activation and gradient per token per slot; the head adds
  * its logits and what it keeps. N tokens a microbatch. */
-void partition_costs_memory(PartitionCosts *pc, int S, const ArchCosts *a, int N, int nopt, const int *inflight,
-                            double layer_act);
+void partition_costs_memory(PartitionCosts *pc, int S, const ArchCosts *a, int N, int nopt,
+                            const int *inflight, double layer_act);
 
 /* partition_build with the costs split auto balances given. */
-int partition_build_costs(Partition *p, const char *split, int L, int S, const PartitionCosts *pc, char *err,
-                          size_t errlen);
+int partition_build_costs(Partition *p, const char *split, int L, int S, const PartitionCosts *pc,
+                          char *err, size_t errlen);
 
 /* Print "stage s on rank r: layers a-b (+embeddings) (+head)  cost share" lines for P
  * ranks; stage_rank[S] says where each stage lives (the schedule's placement). */
