@@ -30,7 +30,9 @@ static int run_rank(int rank, int W, int port, size_t max_mb) {
     size_t nmax = (max_mb << 20) / sizeof(float);
     float *buf = malloc(nmax * sizeof *buf), *tmp = malloc((nmax / (size_t)W + 1) * sizeof *tmp);
     for (size_t i = 0; i < nmax; i++) buf[i] = (float)(i % 7);
-    if (rank == 0) printf("%10s %6s %10s %12s %12s\n", "bytes", "ranks", "time ms", "algbw GB/s", "busbw GB/s");
+    if (rank == 0)
+        printf("%10s %6s %10s %12s %12s\n", "bytes", "ranks", "time ms", "algbw GB/s",
+               "busbw GB/s");
     int seq = 0;
     for (size_t mb = 1; mb <= max_mb; mb *= 4) {
         size_t n = (mb << 20) / sizeof(float);
@@ -41,17 +43,20 @@ static int run_rank(int rank, int W, int port, size_t max_mb) {
             CommTag t = {seq++, 0, 0, 1};
             if (comm_barrier(c) != PP_OK) return fprintf(stderr, "%s\n", comm_error(c)), 1;
             double t0 = pp_now();
-            if (comm_ring_start(&r, c, RING_ALLREDUCE, buf, n, NULL, tmp, &t) != PP_OK || comm_ring_wait(&r) != PP_OK)
+            if (comm_ring_start(&r, c, RING_ALLREDUCE, buf, n, NULL, tmp, &t) != PP_OK ||
+                comm_ring_wait(&r) != PP_OK)
                 return fprintf(stderr, "rank %d: %s\n", rank, comm_error(c)), 1;
             double dt = pp_now() - t0;
             if (it >= 0 && dt < best) best = dt;
         }
         double alg = (double)(mb << 20) / best / 1e9;
         if (rank == 0)
-            printf("%10zu %6d %10.2f %12.2f %12.2f\n", mb << 20, W, best * 1e3, alg, alg * 2 * (W - 1) / W);
+            printf("%10zu %6d %10.2f %12.2f %12.2f\n", mb << 20, W, best * 1e3, alg,
+                   alg * 2 * (W - 1) / W);
         fflush(stdout);
     }
-    free(buf), free(tmp);
+    free(buf);
+    free(tmp);
     comm_destroy(c);
     return 0;
 }

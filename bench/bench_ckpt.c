@@ -79,7 +79,9 @@ static void name_tensors(Model *m) {
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
 
 static double uniform(void) { /* xorshift64*, in (0, 1) */
-    g_rng ^= g_rng >> 12, g_rng ^= g_rng << 25, g_rng ^= g_rng >> 27;
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
     return ((g_rng * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0) + 1e-300;
 }
 
@@ -249,7 +251,9 @@ int main(int argc, char **argv) {
     for (int c = 0; c < (int)(sizeof cfg / sizeof cfg[0]); c++) {
         CkptOptions o;
         ckpt_options_default(&o);
-        o.level = cfg[c][0], o.shuffle = cfg[c][1], o.threads = threads;
+        o.level = cfg[c][0];
+        o.shuffle = cfg[c][1];
+        o.threads = threads;
         o.strategy = (CkptStrategy)cfg[c][2];
         Result r = run_one(&m, root, &o, c, back);
         printf("%5d %7s %8s  %9.1f  %9.1f  %14.4f\n", o.level, o.shuffle ? "yes" : "no",

@@ -15,9 +15,14 @@ static double now(void) {
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 1, n = argc > 2 ? atoi(argv[2]) : 2048;
     openblas_set_num_threads(threads);
-    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
-    for (long i = 0; i < (long)n * n; i++) a[i] = (float)(i % 7) * 0.1f, b[i] = (float)(i % 5) * 0.1f;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n); /* warm-up */
+    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n);
+    float *c = malloc(sizeof(float) * n * n);
+    for (long i = 0; i < (long)n * n; i++) {
+        a[i] = (float)(i % 7) * 0.1f;
+        b[i] = (float)(i % 5) * 0.1f;
+    }
+    /* warm-up */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
     double best = 0;
     for (int rep = 0; rep < 5; rep++) { /* best of 5: the machine is shared */
         double t0 = now();
@@ -26,6 +31,8 @@ int main(int argc, char **argv) {
         best = g > best ? g : best;
     }
     printf("sgemm threads=%d n=%d gflops=%.1f\n", threads, n, best);
-    free(a), free(b), free(c);
+    free(a);
+    free(b);
+    free(c);
     return 0;
 }

@@ -73,14 +73,15 @@ typedef struct {
 static Row rows[MAX_ROWS];
 static int nrows;
 
-#define TIME(b, name_, kind_, flops_, bytes_, per_step_, call)                                                 \
-    do {                                                                                                       \
-        call;                                                                                                  \
-        (b)->be->wait((b)->be);                                                                                \
-        double t0_ = pp_now();                                                                                 \
-        for (int r_ = 0; r_ < (b)->reps; r_++) call;                                                           \
-        (b)->be->wait((b)->be);                                                                                \
-        rows[nrows++] = (Row){name_, (pp_now() - t0_) / (b)->reps, (flops_), (bytes_), (per_step_), (kind_)}; \
+#define TIME(b, name_, kind_, flops_, bytes_, per_step_, call)                                     \
+    do {                                                                                           \
+        call;                                                                                      \
+        (b)->be->wait((b)->be);                                                                    \
+        double t0_ = pp_now();                                                                     \
+        for (int r_ = 0; r_ < (b)->reps; r_++) call;                                               \
+        (b)->be->wait((b)->be);                                                                    \
+        rows[nrows++] =                                                                            \
+            (Row){name_, (pp_now() - t0_) / (b)->reps, (flops_), (bytes_), (per_step_), (kind_)};  \
     } while (0)
 
 static double arg(int argc, char **argv, const char *name, double dflt) {
@@ -95,12 +96,16 @@ static const char *sarg(int argc, char **argv, const char *name, const char *dfl
 }
 
 int main(int argc, char **argv) {
-    const char *device = sarg(argc, argv, "--device", "cpu"), *prec = sarg(argc, argv, "--precision", "auto");
+    const char *device = sarg(argc, argv, "--device", "cpu");
+    const char *prec = sarg(argc, argv, "--precision", "auto");
     int gpu = strcmp(device, "cpu") != 0;
-    int B = (int)arg(argc, argv, "--B", gpu ? 16 : 1), T = (int)arg(argc, argv, "--T", gpu ? 1024 : 256);
-    int C = (int)arg(argc, argv, "--C", 768), NH = (int)arg(argc, argv, "--NH", 12), L = (int)arg(argc, argv, "--L", 12);
+    int B = (int)arg(argc, argv, "--B", gpu ? 16 : 1);
+    int T = (int)arg(argc, argv, "--T", gpu ? 1024 : 256);
+    int C = (int)arg(argc, argv, "--C", 768), NH = (int)arg(argc, argv, "--NH", 12);
+    int L = (int)arg(argc, argv, "--L", 12);
     int Vp = (int)arg(argc, argv, "--Vp", 50304), V = Vp > 50257 ? 50257 : Vp;
-    double gemm = arg(argc, argv, "--gemm-tflops", 0) * 1e12, copy = arg(argc, argv, "--copy-gbps", 0) * 1e9;
+    double gemm = arg(argc, argv, "--gemm-tflops", 0) * 1e12;
+    double copy = arg(argc, argv, "--copy-gbps", 0) * 1e9;
     Bench b = {NULL, (int)arg(argc, argv, "--reps", gpu ? 10 : 2)};
     if (B < 1 || T < 1 || C < 1 || NH < 1 || C % NH || L < 1 || Vp < 1 || b.reps < 1) {
         fprintf(stderr, "bench_ops: sizes must be positive and C a multiple of NH\n");
@@ -130,9 +135,11 @@ int main(int argc, char **argv) {
      * operand activations]: ln, y, hg and the gradients dxo, dho, dqkv, dlogits that feed
      * a matmul) in the backend's operand type, the rest fp32 */
     size_t NC = N * C, nlayer = 12 * (size_t)C * C + 13 * (size_t)C;
-    size_t P = (size_t)L * nlayer + (size_t)Vp * C + 1024 * (size_t)C + 2 * (size_t)C; /* GPT-2 parameters */
-    float *x = dev_random(be, NC, 1, 1), *mean = dev_random(be, N, 3, 1), *rstd = dev_random(be, N, 4, 1),
-          *lnw = dev_random(be, C, 5, 1), *lnb = dev_random(be, C, 6, 0.1f);
+    /* GPT-2 parameters */
+    size_t P = (size_t)L * nlayer + (size_t)Vp * C + 1024 * (size_t)C + 2 * (size_t)C;
+    float *x = dev_random(be, NC, 1, 1), *mean = dev_random(be, N, 3, 1);
+    float *rstd = dev_random(be, N, 4, 1), *lnw = dev_random(be, C, 5, 1);
+    float *lnb = dev_random(be, C, 6, 0.1f);
     void *ln = dev_operand(be, NC, 2, 1);
     float *qkv = dev_random(be, 3 * NC, 7, 1), *wqkv = dev_random(be, 3 * (size_t)C * C, 8, 0.02f),
           *bqkv = dev_random(be, 3 * (size_t)C, 9, 0.02f);
@@ -141,41 +148,51 @@ int main(int argc, char **argv) {
     void *y = dev_operand(be, NC, 11, 1), *hg = dev_operand(be, 4 * NC, 13, 1);
     float *h = dev_random(be, 4 * NC, 12, 1), *wfc = dev_random(be, 4 * (size_t)C * C, 14, 0.02f),
           *bfc = dev_random(be, 4 * (size_t)C, 15, 0.02f);
-    float *dx = dev_random(be, NC, 16, 1), *dw = dev_random(be, 4 * (size_t)C * C, 17, 0), *db = dev_random(be, 4 * (size_t)C, 18, 0);
+    float *dx = dev_random(be, NC, 16, 1), *dw = dev_random(be, 4 * (size_t)C * C, 17, 0);
+    float *db = dev_random(be, 4 * (size_t)C, 18, 0);
     float *dh = dev_random(be, 4 * NC, 20, 1), *dy = dev_random(be, NC, 31, 1);
     void *dqkv = dev_operand(be, 3 * NC, 19, 1), *dxo = dev_operand(be, NC, 32, 1),
          *dho = dev_operand(be, 4 * NC, 33, 1);
     float *scratch = be->alloc(be, be->scratch_floats(be, (int)N, T, C) * sizeof(float) + 64);
-    float *wte = dev_random(be, (size_t)Vp * C, 21, 0.02f), *dwte = dev_random(be, (size_t)Vp * C, 22, 0),
-          *wpe = dev_random(be, (size_t)T * C, 23, 0.02f), *dwpe = dev_random(be, (size_t)T * C, 24, 0);
+    float *wte = dev_random(be, (size_t)Vp * C, 21, 0.02f);
+    float *dwte = dev_random(be, (size_t)Vp * C, 22, 0);
+    float *wpe = dev_random(be, (size_t)T * C, 23, 0.02f);
+    float *dwpe = dev_random(be, (size_t)T * C, 24, 0);
     float *logits = dev_random(be, N * Vp, 25, 1), *losses = dev_random(be, N, 26, 0);
     /* dlogits: the logits themselves where the operand is fp32 (in place, as the model) */
     void *dlogits = be->operand == PP_F32 ? (void *)logits : dev_operand(be, N * Vp, 34, 0.001f);
     int *tok = dev_tokens(be, N, V);
-    float *p = dev_random(be, P, 27, 0.02f), *g = dev_random(be, P, 28, 0.01f), *m = dev_random(be, P, 29, 0.001f),
-          *v = dev_random(be, P, 30, 0.001f);
+    float *p = dev_random(be, P, 27, 0.02f), *g = dev_random(be, P, 28, 0.01f);
+    float *m = dev_random(be, P, 29, 0.001f), *v = dev_random(be, P, 30, 0.001f);
     double *sum = be->alloc(be, sizeof(double));
     be->wait(be);
 
-    const double f = 4, o = (double)pp_dtype_bytes(be->operand); /* bytes per element: fp32, operand */
-    double Nd = (double)N, Cd = C, Vd = Vp, Pd = (double)P, BT2C = (double)B * T * (double)T * C;
+    /* bytes per element: fp32, operand */
+    const double f = 4, o = (double)pp_dtype_bytes(be->operand);
+    double Nd = (double)N, Cd = C, Vd = Vp, Pd = (double)P;
+    double BT2C = (double)B * T * (double)T * C;
     /* forward of a layer */
-    TIME(&b, "layernorm fwd", 'M', 8 * Nd * Cd, f * (Nd * Cd + 2 * Nd + 2 * Cd) + o * Nd * Cd, 2 * L,
-         be->layernorm_forward(be, ln, mean, rstd, x, lnw, lnb, (int)N, C));
-    TIME(&b, "matmul fwd qkv", 'G', 2 * Nd * Cd * 3 * Cd, o * Nd * Cd + f * (3 * Cd * Cd + 3 * Nd * Cd), L,
+    TIME(&b, "layernorm fwd", 'M', 8 * Nd * Cd, f * (Nd * Cd + 2 * Nd + 2 * Cd) + o * Nd * Cd,
+         2 * L, be->layernorm_forward(be, ln, mean, rstd, x, lnw, lnb, (int)N, C));
+    TIME(&b, "matmul fwd qkv", 'G', 2 * Nd * Cd * 3 * Cd,
+         o * Nd * Cd + f * (3 * Cd * Cd + 3 * Nd * Cd), L,
          be->matmul_forward(be, qkv, ln, wqkv, bqkv, (int)N, C, 3 * C));
     TIME(&b, "attention fwd (causal)", 'G', 2 * BT2C, f * 3 * Nd * Cd + o * Nd * Cd, L,
          be->attention_forward(be, y, att, qkv, B, T, C, NH));
     TIME(&b, "matmul fwd attproj", 'G', 2 * Nd * Cd * Cd, o * Nd * Cd + f * (Nd * Cd + Cd * Cd), L,
          be->matmul_forward(be, x, y, wqkv, bqkv, (int)N, C, C));
     TIME(&b, "residual add", 'M', Nd * Cd, f * 3 * Nd * Cd, 2 * L, be->add_inplace(be, x, dy, NC));
-    TIME(&b, "matmul fwd fc", 'G', 2 * Nd * Cd * 4 * Cd, o * Nd * Cd + f * (4 * Cd * Cd + 4 * Nd * Cd), L,
+    TIME(&b, "matmul fwd fc", 'G', 2 * Nd * Cd * 4 * Cd,
+         o * Nd * Cd + f * (4 * Cd * Cd + 4 * Nd * Cd), L,
          be->matmul_forward(be, h, ln, wfc, bfc, (int)N, C, 4 * C));
-    TIME(&b, "gelu fwd", 'M', 20 * 4 * Nd * Cd, (f + o) * 4 * Nd * Cd, L, be->gelu_forward(be, hg, h, 4 * NC));
-    TIME(&b, "matmul fwd fcproj", 'G', 2 * Nd * 4 * Cd * Cd, o * 4 * Nd * Cd + f * (4 * Cd * Cd + Nd * Cd), L,
+    TIME(&b, "gelu fwd", 'M', 20 * 4 * Nd * Cd, (f + o) * 4 * Nd * Cd, L,
+         be->gelu_forward(be, hg, h, 4 * NC));
+    TIME(&b, "matmul fwd fcproj", 'G', 2 * Nd * 4 * Cd * Cd,
+         o * 4 * Nd * Cd + f * (4 * Cd * Cd + Nd * Cd), L,
          be->matmul_forward(be, x, hg, wfc, bfc, (int)N, 4 * C, C));
     /* backward of a layer */
-    TIME(&b, "to operand (cast)", 'M', 0, (f + o) * Nd * Cd, 2 * L, be->to_operand(be, dxo, dx, NC));
+    TIME(&b, "to operand (cast)", 'M', 0, (f + o) * Nd * Cd, 2 * L,
+         be->to_operand(be, dxo, dx, NC));
     TIME(&b, "matmul bwd fcproj", 'G', 4 * Nd * 4 * Cd * Cd,
          o * (Nd * Cd + 4 * Nd * Cd) + f * (4 * Nd * Cd + 3 * 4 * Cd * Cd), L,
          be->matmul_backward(be, dh, dw, db, dxo, hg, wfc, (int)N, 4 * C, C));
@@ -186,51 +203,63 @@ int main(int argc, char **argv) {
          be->matmul_backward(be, dx, dw, db, dho, ln, wfc, (int)N, C, 4 * C));
     TIME(&b, "layernorm bwd", 'M', 12 * Nd * Cd, f * (4 * Nd * Cd + 2 * Nd), 2 * L,
          be->layernorm_backward(be, dx, dw, db, dy, x, mean, rstd, lnw, (int)N, C, scratch));
-    TIME(&b, "matmul bwd attproj", 'G', 4 * Nd * Cd * Cd, o * 2 * Nd * Cd + f * (Nd * Cd + 3 * Cd * Cd), L,
+    TIME(&b, "matmul bwd attproj", 'G', 4 * Nd * Cd * Cd,
+         o * 2 * Nd * Cd + f * (Nd * Cd + 3 * Cd * Cd), L,
          be->matmul_backward(be, dy, dw, db, dxo, y, wqkv, (int)N, C, C));
-    TIME(&b, "attention bwd (causal)", 'G', 5 * BT2C, f * (3 * Nd * Cd + Nd * Cd) + o * (Nd * Cd + 3 * Nd * Cd), L,
+    TIME(&b, "attention bwd (causal)", 'G', 5 * BT2C,
+         f * (3 * Nd * Cd + Nd * Cd) + o * (Nd * Cd + 3 * Nd * Cd), L,
          be->attention_backward(be, dqkv, dy, qkv, y, att, B, T, C, NH, scratch));
     TIME(&b, "matmul bwd qkv", 'G', 4 * Nd * Cd * 3 * Cd,
          o * (3 * Nd * Cd + Nd * Cd) + f * (Nd * Cd + 3 * 3 * Cd * Cd), L,
          be->matmul_backward(be, dx, dw, db, dqkv, ln, wqkv, (int)N, C, 3 * C));
     /* once per step */
-    TIME(&b, "encoder fwd", 'M', Nd * Cd, f * 3 * Nd * Cd, 1, be->encoder_forward(be, x, tok, wte, wpe, B, T, C));
-    TIME(&b, "head matmul fwd (logits)", 'G', 2 * Nd * Cd * Vd, o * Nd * Cd + f * (Vd * Cd + Nd * Vd), 1,
+    TIME(&b, "encoder fwd", 'M', Nd * Cd, f * 3 * Nd * Cd, 1,
+         be->encoder_forward(be, x, tok, wte, wpe, B, T, C));
+    TIME(&b, "head matmul fwd (logits)", 'G', 2 * Nd * Cd * Vd,
+         o * Nd * Cd + f * (Vd * Cd + Nd * Vd), 1,
          be->matmul_forward(be, logits, ln, wte, NULL, (int)N, C, Vp));
     TIME(&b, "cross-entropy fwd+bwd", 'M', 5 * Nd * Vd, (f + o) * Nd * Vd, 1,
-         be->crossentropy_forward_backward(be, dlogits, losses, logits, tok, 1.0f / (float)N, (int)N, V, Vp));
-    TIME(&b, "head matmul bwd", 'G', 4 * Nd * Cd * Vd, o * (Nd * Vd + Nd * Cd) + f * (Nd * Cd + 3 * Vd * Cd), 1,
+         be->crossentropy_forward_backward(be, dlogits, losses, logits, tok, 1.0f / (float)N,
+                                           (int)N, V, Vp));
+    TIME(&b, "head matmul bwd", 'G', 4 * Nd * Cd * Vd,
+         o * (Nd * Vd + Nd * Cd) + f * (Nd * Cd + 3 * Vd * Cd), 1,
          be->matmul_backward(be, dx, dwte, NULL, dlogits, ln, wte, (int)N, C, Vp));
-    TIME(&b, "encoder bwd", 'M', Nd * Cd, f * 3 * Nd * Cd, 1, be->encoder_backward(be, dwte, dwpe, dx, tok, B, T, C));
+    TIME(&b, "encoder bwd", 'M', Nd * Cd, f * 3 * Nd * Cd, 1,
+         be->encoder_backward(be, dwte, dwpe, dx, tok, B, T, C));
     TIME(&b, "grad norm (sumsq)", 'M', 2 * Pd, f * Pd, 1, be->sumsq(be, sum, g, P));
     TIME(&b, "AdamW", 'M', 15 * Pd, f * 7 * Pd, 1,
          be->adamw_update(be, p, g, m, v, P, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 2));
 
-    printf("bench_ops: %s; one layer of GPT-2 (C %d, NH %d) at B %d x T %d, the head (Vp %d), AdamW over %zu "
-           "parameters (L %d); %d calls each\n", note, C, NH, B, T, Vp, P, L, b.reps);
-    printf("%-26s %10s %9s %9s %10s %9s %7s %10s\n", "op", "ms/call", "GFLOP", "MB", "TFLOP/s", "GB/s", "% ceil",
-           "ms/step");
+    printf("bench_ops: %s; one layer of GPT-2 (C %d, NH %d) at B %d x T %d, the head (Vp %d), "
+           "AdamW over %zu parameters (L %d); %d calls each\n",
+           note, C, NH, B, T, Vp, P, L, b.reps);
+    printf("%-26s %10s %9s %9s %10s %9s %7s %10s\n", "op", "ms/call", "GFLOP", "MB", "TFLOP/s",
+           "GB/s", "% ceil", "ms/step");
     double step = 0, gemm_s = 0, flops = 0;
     for (int i = 0; i < nrows; i++) {
         Row *r = &rows[i];
-        double tf = r->flops / r->s / 1e12, gbs = r->bytes / r->s / 1e9, ceil = r->kind == 'G' ? gemm : copy;
+        double tf = r->flops / r->s / 1e12, gbs = r->bytes / r->s / 1e9;
+        double ceil = r->kind == 'G' ? gemm : copy;
         double frac = ceil > 0 ? 100 * (r->kind == 'G' ? r->flops : r->bytes) / r->s / ceil : NAN;
         char pc[16] = "-";
         if (!isnan(frac)) snprintf(pc, sizeof pc, "%.0f%%", frac);
-        printf("%-26s %10.3f %9.2f %9.1f %10.2f %9.1f %7s %10.2f\n", r->name, r->s * 1e3, r->flops / 1e9,
-               r->bytes / 1e6, tf, gbs, pc, r->s * r->per_step * 1e3);
+        printf("%-26s %10.3f %9.2f %9.1f %10.2f %9.1f %7s %10.2f\n", r->name, r->s * 1e3,
+               r->flops / 1e9, r->bytes / 1e6, tf, gbs, pc, r->s * r->per_step * 1e3);
         step += r->s * r->per_step;
         flops += r->flops * r->per_step;
         if (r->kind == 'G') gemm_s += r->s * r->per_step;
     }
-    double fpt = 6 * (12.0 * L * Cd * Cd + Vd * Cd) + 12.0 * L * T * Cd; /* model FLOPs per token, as bench/gpu.sh */
-    printf("sum over a step of %d layers: %.2f ms (matmuls and attention %.2f ms, the rest %.2f ms): %.0f tokens/s, "
-           "%.1f model TFLOP/s%s\n", L, step * 1e3, gemm_s * 1e3, (step - gemm_s) * 1e3, Nd / step,
-           Nd * fpt / step / 1e12, gemm > 0 ? "" : " (no ceilings given)");
+    /* model FLOPs per token, as bench/gpu.sh */
+    double fpt = 6 * (12.0 * L * Cd * Cd + Vd * Cd) + 12.0 * L * T * Cd;
+    printf("sum over a step of %d layers: %.2f ms (matmuls and attention %.2f ms, the rest %.2f "
+           "ms): %.0f tokens/s, %.1f model TFLOP/s%s\n",
+           L, step * 1e3, gemm_s * 1e3, (step - gemm_s) * 1e3, Nd / step, Nd * fpt / step / 1e12,
+           gemm > 0 ? "" : " (no ceilings given)");
     (void)flops;
     be->dealloc(be, sum);
-    void *all[] = {x, ln, mean, rstd, lnw, lnb, qkv, wqkv, bqkv, att, y, h, hg, wfc, bfc, dx, dw, db, dqkv,
-                   dh, dy, dxo, dho, scratch, wte, dwte, wpe, dwpe, logits, losses, p, g, m, v};
+    void *all[] = {x, ln, mean, rstd, lnw, lnb, qkv, wqkv, bqkv, att, y, h, hg, wfc, bfc, dx, dw,
+                   db, dqkv, dh, dy, dxo, dho, scratch, wte, dwte, wpe, dwpe, logits, losses, p, g,
+                   m, v};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->dealloc(be, all[i]);
     if (dlogits != logits) be->dealloc(be, dlogits);
     be->dealloc(be, tok);

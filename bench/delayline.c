@@ -52,7 +52,8 @@ static int tun_in(const char *ns) {
     if ((nsfd = open(path, O_RDONLY | O_CLOEXEC)) < 0) die("cannot open namespace", path);
     if (setns(nsfd, CLONE_NEWNET) != 0) die("cannot enter namespace", ns);
     close(nsfd);
-    if ((fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC | O_NONBLOCK)) < 0) die("cannot open", "/dev/net/tun");
+    if ((fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC | O_NONBLOCK)) < 0)
+        die("cannot open", "/dev/net/tun");
     memset(&ifr, 0, sizeof ifr);
     ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
     snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "pptun0");

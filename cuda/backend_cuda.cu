@@ -16,11 +16,12 @@
 
 /* ---- errors ------------------------------------------------------------------------ */
 
-void pp_cuda_die(const CudaCtx *c, const char *file, int line, const char *call, const char *name, const char *msg) {
+void pp_cuda_die(const CudaCtx *c, const char *file, int line, const char *call, const char *name,
+                 const char *msg) {
     fflush(stdout);
     if (c && c->rank >= 0) fprintf(stderr, "[rank %d] ", c->rank);
-    fprintf(stderr, "%s:%d: CUDA error on cuda:%d: %s failed: %s: %s\n", file, line, c ? c->device : -1, call, name,
-            msg);
+    fprintf(stderr, "%s:%d: CUDA error on cuda:%d: %s failed: %s: %s\n", file, line,
+            c ? c->device : -1, call, name, msg);
     fflush(stderr);
     _exit(1); /* not exit: [Note: CUDA checks] */
 }
@@ -43,8 +44,8 @@ void *grow(CudaCtx *c, Grow *g, size_t bytes) {
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
         char what[160];
-        snprintf(what, sizeof what, "cudaMalloc of %.1f MB of workspace (%.1f MB free of %.1f MB)", bytes / 1e6,
-                 fr / 1e6, tot / 1e6);
+        snprintf(what, sizeof what, "cudaMalloc of %.1f MB of workspace (%.1f MB free of %.1f MB)",
+                 bytes / 1e6, fr / 1e6, tot / 1e6);
         pp_cuda_die(c, __FILE__, __LINE__, what, cudaGetErrorName(e), cudaGetErrorString(e));
     }
     g->bytes = bytes;
@@ -62,8 +63,10 @@ static void *cu_alloc(const Backend *be, size_t bytes) {
         cudaMemGetInfo(&fr, &tot);
         fflush(stdout);
         if (c->rank >= 0) fprintf(stderr, "[rank %d] ", c->rank);
-        fprintf(stderr, "out of GPU memory on cuda:%d allocating %.1f MB (%.1f MB free of %.1f MB, %.1f MB held by "
-                "this rank): lower train.batch_size, raise pipeline.microbatches or pipeline.stages\n",
+        fprintf(stderr,
+                "out of GPU memory on cuda:%d allocating %.1f MB (%.1f MB free of %.1f MB, %.1f MB "
+                "held by this rank): lower train.batch_size, raise pipeline.microbatches or "
+                "pipeline.stages\n",
                 c->device, bytes / 1e6, fr / 1e6, tot / 1e6, c->allocated / 1e6);
         fflush(stderr);
         _exit(1); /* not exit: [Note: CUDA checks] */
@@ -170,17 +173,19 @@ enum { AB_F32 = 0, AB_BF16 = 1 };
 
 /* Alignment in bytes (<= 256) that p and every batch's p + k * stride share. */
 static int align_of(const void *p, long long stride_bytes) {
-    unsigned long long a = (unsigned long long)(uintptr_t)p | (unsigned long long)stride_bytes | 256ull;
+    unsigned long long a = (unsigned long long)(uintptr_t)p | (unsigned long long)stride_bytes |
+                           256ull;
     return (int)(a & (~a + 1ull));
 }
 
-static void layout(CudaCtx *c, cublasLtMatrixLayout_t *l, cudaDataType t, int rows, int cols, int ld, int batch,
-                   long long stride) {
+static void layout(CudaCtx *c, cublasLtMatrixLayout_t *l, cudaDataType t, int rows, int cols,
+                   int ld, int batch, long long stride) {
     LTCK(c, cublasLtMatrixLayoutCreate(l, t, rows, cols, ld));
     if (batch > 1) {
-        LTCK(c, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
-        LTCK(c, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                                 sizeof stride));
+        LTCK(c, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                                 sizeof batch));
+        LTCK(c, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                 &stride, sizeof stride));
     }
 }
 
@@ -197,36 +202,46 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
     cublasLtMatmulPreference_t pref;
     LTCK(c, cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws = c->lt_ws.bytes;
-    uint32_t al[4] = {(uint32_t)key->alA, (uint32_t)key->alB, (uint32_t)key->alC, (uint32_t)key->alC};
-    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], 4));
-    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], 4));
-    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], 4));
-    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], 4));
+    uint32_t al[4] = {(uint32_t)key->alA, (uint32_t)key->alB, (uint32_t)key->alC,
+                      (uint32_t)key->alC};
+    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof ws));
+    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                 &al[0], 4));
+    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                 &al[1], 4));
+    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                 &al[2], 4));
+    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                 &al[3], 4));
     /* Split-K only through the workspace (partial sums reduced in a separate, ordered
      * step), never "in place" into the output, whose order of additions is the one
      * thing here not fixed by the shape ([Note: deterministic kernels]). */
     uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
                    CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
-    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red));
+    LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                 &red, sizeof red));
     cublasLtMatmulHeuristicResult_t res;
     int n = 0;
     GemmEntry e;
     memset(&e, 0, sizeof e);
     e.key = *key;
     if (desc_bias) { /* any refusal of the epilogue (type, alignment) only unfuses the bias */
-        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_bias, la, lb, lc, lc, pref, 1, &res, &n);
+        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_bias, la, lb, lc, lc, pref, 1,
+                                                          &res, &n);
         e.with_bias = s == CUBLAS_STATUS_SUCCESS && n > 0;
     }
     if (!e.with_bias) {
-        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_plain, la, lb, lc, lc, pref, 1, &res, &n);
+        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_plain, la, lb, lc, lc, pref,
+                                                          1, &res, &n);
         if (s == CUBLAS_STATUS_NOT_SUPPORTED) n = 0;
         else LTCK(c, s);
     }
     LTCK(c, cublasLtMatmulPreferenceDestroy(pref));
     e.found = n > 0; /* if not, the caller falls back, or dies naming the shape */
     if (e.found) e.algo = res.algo;
-    int slot = c->ngemm < GEMM_CACHE ? c->ngemm++ : (int)(((unsigned)key->m * 31u + key->n) % GEMM_CACHE);
+    int slot = c->ngemm < GEMM_CACHE ? c->ngemm++
+                                     : (int)(((unsigned)key->m * 31u + key->n) % GEMM_CACHE);
     c->gemm[slot] = e;
     return &c->gemm[slot];
 }
@@ -238,9 +253,10 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
  *
  * cuBLASLt is column-major, and a row-major X is the column-major X^T, so this computes
  * C^T = op(B)^T op(A)^T: m = N, n = M, the first operand is B (op tB), the second A. */
-static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, const void *A, int lda,
-                    long long sA, const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
-                    int batch, int ab, cublasComputeType_t comp, const float *bias) {
+static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, const void *A,
+                    int lda, long long sA, const void *B, int ldb, long long sB, float beta,
+                    float *C, int ldc, long long sC, int batch, int ab, cublasComputeType_t comp,
+                    const float *bias) {
     if (M <= 0 || N <= 0) return 0;
     /* the epilogue reads the bias with vector loads: only a 16-byte aligned one is fused */
     int fuse_bias = bias && (uintptr_t)bias % 16 == 0;
@@ -248,11 +264,24 @@ static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha
     cudaDataType t = ab == AB_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     GemmKey key;
     memset(&key, 0, sizeof key);
-    key.opA = tB, key.opB = tA, key.m = N, key.n = M, key.k = K, key.lda = ldb, key.ldb = lda, key.ldc = ldc;
-    key.batch = batch, key.sA = sB, key.sB = sA, key.sC = sC, key.ab = ab, key.compute = (int)comp;
+    key.opA = tB;
+    key.opB = tA;
+    key.m = N;
+    key.n = M;
+    key.k = K;
+    key.lda = ldb;
+    key.ldb = lda;
+    key.ldc = ldc;
+    key.batch = batch;
+    key.sA = sB;
+    key.sB = sA;
+    key.sC = sC;
+    key.ab = ab;
+    key.compute = (int)comp;
     /* the bias pointer's alignment too: the heuristic reads it from the descriptor */
     key.bias = fuse_bias ? align_of(bias, 0) : 0;
-    key.alA = align_of(B, sB * (long long)es), key.alB = align_of(A, sA * (long long)es);
+    key.alA = align_of(B, sB * (long long)es);
+    key.alB = align_of(A, sA * (long long)es);
     key.alC = align_of(C, sC * 4ll);
     cublasLtMatrixLayout_t la, lb, lc;
     layout(c, &la, t, tB ? K : N, tB ? N : K, ldb, batch, sB);
@@ -267,17 +296,22 @@ static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha
         cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         cudaDataType bt = CUDA_R_32F;
         LTCK(c, cublasLtMatmulDescCreate(&withb, comp, CUDA_R_32F));
-        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
+                                               sizeof opa));
+        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
+                                               sizeof opb));
+        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                               sizeof epi));
+        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                               sizeof bias));
+        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                               sizeof bt));
     }
     const GemmEntry *e = gemm_algo(c, &key, withb, plain, la, lb, lc);
     int found = e->found, fused = found && fuse_bias && e->with_bias;
     if (found) {
-        LTCK(c, cublasLtMatmul(c->lt, fused ? withb : plain, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &e->algo,
-                               c->lt_ws.p, c->lt_ws.bytes, c->stream));
+        LTCK(c, cublasLtMatmul(c->lt, fused ? withb : plain, &alpha, B, la, A, lb, &beta, C, lc, C,
+                               lc, &e->algo, c->lt_ws.p, c->lt_ws.bytes, c->stream));
         if (bias && !fused) k_add_bias(c, C, bias, M, N);
     }
     LTCK(c, cublasLtMatmulDescDestroy(plain));
@@ -289,22 +323,29 @@ static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha
 }
 
 /* try_gemm, or die naming the GEMM when cuBLASLt has no algorithm for it. */
-static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, const void *A, int lda, long long sA,
-                 const void *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC, int batch, int ab,
-                 cublasComputeType_t comp, const float *bias) {
-    if (try_gemm(c, tA, tB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch, ab, comp, bias) == 0) return;
-    if (comp != CUBLAS_COMPUTE_32F && ab == AB_F32) { /* a fast mode has no algorithm here: plain fp32, said once */
+static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, const void *A,
+                 int lda, long long sA, const void *B, int ldb, long long sB, float beta, float *C,
+                 int ldc, long long sC, int batch, int ab, cublasComputeType_t comp,
+                 const float *bias) {
+    if (try_gemm(c, tA, tB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch, ab,
+                 comp, bias) == 0)
+        return;
+    /* a fast mode has no algorithm here: plain fp32, said once */
+    if (comp != CUBLAS_COMPUTE_32F && ab == AB_F32) {
         if (!c->warned_fallback++)
-            fprintf(stderr, "[rank %d] cuda: cuBLASLt has no algorithm for a GEMM (M=%d N=%d K=%d batch=%d) at compute "
-                    "type %d: running it in fp32 (said once)\n", c->rank, M, N, K, batch, (int)comp);
+            fprintf(stderr,
+                    "[rank %d] cuda: cuBLASLt has no algorithm for a GEMM (M=%d N=%d K=%d "
+                    "batch=%d) at compute type %d: running it in fp32 (said once)\n",
+                    c->rank, M, N, K, batch, (int)comp);
         if (try_gemm(c, tA, tB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch, ab,
                      CUBLAS_COMPUTE_32F, bias) == 0)
             return;
     }
     char what[256];
-    snprintf(what, sizeof what, "cuBLASLt has no algorithm for the row-major GEMM M=%d N=%d K=%d lda=%d ldb=%d ldc=%d "
-             "batch=%d (operands %s, compute type %d)", M, N, K, lda, ldb, ldc, batch, ab == AB_BF16 ? "bf16" : "fp32",
-             (int)comp);
+    snprintf(what, sizeof what,
+             "cuBLASLt has no algorithm for the row-major GEMM M=%d N=%d K=%d lda=%d ldb=%d ldc=%d "
+             "batch=%d (operands %s, compute type %d)",
+             M, N, K, lda, ldb, ldc, batch, ab == AB_BF16 ? "bf16" : "fp32", (int)comp);
     die_msg(c, __FILE__, __LINE__, what);
 }
 
@@ -354,43 +395,52 @@ static const void *act_operand(CudaCtx *c, Grow *g, const void *x, size_t n) {
  * and B16; when cuBLASLt has no bf16 algorithm for the shape and both fp32 operands A and
  * B exist (fp32 operand activations), on those with its own bf16 conversion
  * (CUBLAS_COMPUTE_32F_FAST_16BF); with bf16 activations, gemm names the shape and stops. */
-static void mm_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, const float *A, const void *A16, int lda,
-                    const float *B, const void *B16, int ldb, float beta, float *C, int ldc, const float *bias) {
+static void mm_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, const float *A,
+                    const void *A16, int lda, const float *B, const void *B16, int ldb, float beta,
+                    float *C, int ldc, const float *bias) {
     if (c->prec == PP_PREC_BF16) {
-        if (try_gemm(c, tA, tB, M, N, K, 1.0f, A16, lda, 0, B16, ldb, 0, beta, C, ldc, 0, 1, AB_BF16,
-                     CUBLAS_COMPUTE_32F, bias) == 0)
+        if (try_gemm(c, tA, tB, M, N, K, 1.0f, A16, lda, 0, B16, ldb, 0, beta, C, ldc, 0, 1,
+                     AB_BF16, CUBLAS_COMPUTE_32F, bias) == 0)
             return;
         if (!A || !B) { /* dies naming the shape */
-            gemm(c, tA, tB, M, N, K, 1.0f, A16, lda, 0, B16, ldb, 0, beta, C, ldc, 0, 1, AB_BF16, CUBLAS_COMPUTE_32F,
-                 bias);
+            gemm(c, tA, tB, M, N, K, 1.0f, A16, lda, 0, B16, ldb, 0, beta, C, ldc, 0, 1, AB_BF16,
+                 CUBLAS_COMPUTE_32F, bias);
             return;
         }
     }
-    cublasComputeType_t comp = c->prec == PP_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : mm_compute(c);
+    cublasComputeType_t comp = c->prec == PP_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                       : mm_compute(c);
     gemm(c, tA, tB, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, AB_F32, comp, bias);
 }
 
 static void cu_weight_hold(const Backend *be, const float *w, size_t n) {
     CudaCtx *c = ctx_of(be);
-    c->held = NULL, c->held_n = 0;
+    c->held = NULL;
+    c->held_n = 0;
     if (!w || c->prec != PP_PREC_BF16) return;
-    k_to_bf16(c, (__nv_bfloat16 *)grow(c, &c->castW, n * sizeof(__nv_bfloat16)), w, n); /* in stream order */
-    c->held = w, c->held_n = n;
+    /* in stream order */
+    k_to_bf16(c, (__nv_bfloat16 *)grow(c, &c->castW, n * sizeof(__nv_bfloat16)), w, n);
+    c->held = w;
+    c->held_n = n;
 }
 
 /* The fp32 view of an operand activation (NULL when it is bf16: no fp32 copy exists). */
-static const float *act_f32(const CudaCtx *c, const void *x) { return c->op == PP_F32 ? (const float *)x : NULL; }
+static const float *act_f32(const CudaCtx *c, const void *x) {
+    return c->op == PP_F32 ? (const float *)x : NULL;
+}
 
-static void cu_matmul_forward(const Backend *be, float *out, const void *inp, const float *w, const float *b, int N,
-                              int C, int OC) {
+static void cu_matmul_forward(const Backend *be, float *out, const void *inp, const float *w,
+                              const float *b, int N, int C, int OC) {
     CudaCtx *c = ctx_of(be);
-    const void *A = act_operand(c, &c->castA, inp, (size_t)N * C), *W = operand(c, &c->castB, w, (size_t)OC * C);
+    const void *A = act_operand(c, &c->castA, inp, (size_t)N * C);
+    const void *W = operand(c, &c->castB, w, (size_t)OC * C);
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + b */
     mm_gemm(c, 0, 1, N, OC, C, act_f32(c, inp), A, C, w, W, C, 0.0f, out, OC, b);
 }
 
-static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float *db, const void *dout,
-                               const void *inp, const float *w, int N, int C, int OC) {
+static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float *db,
+                               const void *dout, const void *inp, const float *w, int N, int C,
+                               int OC) {
     CudaCtx *c = ctx_of(be);
     const void *D = dinp || dw ? act_operand(c, &c->castA, dout, (size_t)N * OC) : NULL;
     if (dinp) { /* dinp[N,C] = dout[N,OC] @ w[OC,C] (overwrites) */
@@ -399,7 +449,8 @@ static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float 
     }
     if (dw) { /* dw[OC,C] += dout^T @ inp; castB is reused in stream order, after the GEMM above */
         const void *I = act_operand(c, &c->castB, inp, (size_t)N * C);
-        mm_gemm(c, 1, 0, OC, C, N, act_f32(c, dout), D, OC, act_f32(c, inp), I, C, 1.0f, dw, C, NULL);
+        mm_gemm(c, 1, 0, OC, C, N, act_f32(c, dout), D, OC, act_f32(c, inp), I, C, 1.0f,
+                dw, C, NULL);
     }
     if (db) k_bias_backward(c, db, dout, N, OC);
 }
@@ -421,8 +472,10 @@ static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float 
 static void flash_shape(const CudaCtx *c, int C, int NH) {
     if (flash_head_pad(C / NH)) return;
     char what[256];
-    snprintf(what, sizeof what, "flash attention supports head sizes up to 128, not C/NH = %d/%d = %d; set "
-             "PPTRAIN_ATTENTION=materialized", C, NH, C / NH);
+    snprintf(what, sizeof what,
+             "flash attention supports head sizes up to 128, not C/NH = %d/%d = %d; set "
+             "PPTRAIN_ATTENTION=materialized",
+             C, NH, C / NH);
     die_msg(c, __FILE__, __LINE__, what);
 }
 
@@ -431,63 +484,71 @@ static float *staged(CudaCtx *c, void *x, size_t n) {
     return c->op == PP_BF16 ? (float *)grow(c, &c->stage, n * sizeof(float)) : (float *)x;
 }
 
-static void materialized_forward(const Backend *be, void *outp, float *att, const float *qkv, int B, int T, int C,
-                                 int NH) {
+static void materialized_forward(const Backend *be, void *outp, float *att, const float *qkv, int B,
+                                 int T, int C, int NH) {
     CudaCtx *c = ctx_of(be);
     float *out = staged(c, outp, (size_t)B * T * C);
     int hs = C / NH, ld = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
     cublasComputeType_t comp = att_compute(c);
-    for (int b = 0; b < B; b++) { /* S[h] = scale * Q_h K_h^T, all T x T (the mask is the softmax's) */
+    /* S[h] = scale * Q_h K_h^T, all T x T (the mask is the softmax's) */
+    for (int b = 0; b < B; b++) {
         const float *q = qkv + (size_t)b * T * ld, *k = q + C;
-        gemm(c, 0, 1, T, T, hs, scale, q, ld, hs, k, ld, hs, 0.0f, att + (size_t)b * NH * TT, T, TT, NH, AB_F32,
-             comp, NULL);
+        gemm(c, 0, 1, T, T, hs, scale, q, ld, hs, k, ld, hs, 0.0f, att + (size_t)b * NH * TT, T, TT,
+             NH, AB_F32, comp, NULL);
     }
     k_softmax_causal(c, att, B * NH * T, T);
     for (int b = 0; b < B; b++) { /* Y_h = P_h V_h */
         const float *v = qkv + (size_t)b * T * ld + 2 * C;
-        gemm(c, 0, 0, T, hs, T, 1.0f, att + (size_t)b * NH * TT, T, TT, v, ld, hs, 0.0f, out + (size_t)b * T * C, C,
-             hs, NH, AB_F32, comp, NULL);
+        gemm(c, 0, 0, T, hs, T, 1.0f, att + (size_t)b * NH * TT, T, TT, v, ld, hs, 0.0f,
+             out + (size_t)b * T * C, C, hs, NH, AB_F32, comp, NULL);
     }
     if (out != outp) k_to_operand(c, outp, out, (size_t)B * T * C);
 }
 
-static void materialized_backward(const Backend *be, void *dqkvp, const float *dout, const float *qkv,
-                                  const float *att, int B, int T, int C, int NH, float *scratch) {
+static void materialized_backward(const Backend *be, void *dqkvp, const float *dout,
+                                  const float *qkv, const float *att, int B, int T, int C, int NH,
+                                  float *scratch) {
     CudaCtx *c = ctx_of(be);
     float *dqkv = staged(c, dqkvp, (size_t)B * T * 3 * C);
     int hs = C / NH, ld = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
     cublasComputeType_t comp = att_compute(c);
-    float *dP = (float *)grow(c, &c->att, (size_t)NH * TT * sizeof(float)); /* one sequence's [NH,T,T] */
+    /* one sequence's [NH,T,T] */
+    float *dP = (float *)grow(c, &c->att, (size_t)NH * TT * sizeof(float));
     for (int b = 0; b < B; b++) {
         const float *q = qkv + (size_t)b * T * ld, *k = q + C, *v = q + 2 * C;
         const float *P = att + (size_t)b * NH * TT, *dy = dout + (size_t)b * T * C;
         float *dq = dqkv + (size_t)b * T * ld, *dk = dq + C, *dv = dq + 2 * C;
         /* dP = dY V^T;  dV = P^T dY (overwrites) */
-        gemm(c, 0, 1, T, T, hs, 1.0f, dy, C, hs, v, ld, hs, 0.0f, dP, T, TT, NH, AB_F32, comp, NULL);
-        gemm(c, 1, 0, T, hs, T, 1.0f, P, T, TT, dy, C, hs, 0.0f, dv, ld, hs, NH, AB_F32, comp, NULL);
+        gemm(c, 0, 1, T, T, hs, 1.0f, dy, C, hs, v, ld, hs, 0.0f, dP, T, TT, NH,
+             AB_F32, comp, NULL);
+        gemm(c, 1, 0, T, hs, T, 1.0f, P, T, TT, dy, C, hs, 0.0f, dv, ld, hs, NH,
+             AB_F32, comp, NULL);
         /* dS = P * (dP - rowsum(P dP)) * scale, causal part only */
         k_softmax_causal_backward(c, dP, P, NH * T, T, scale);
         /* dQ = dS K;  dK = dS^T Q (overwrite) */
-        gemm(c, 0, 0, T, hs, T, 1.0f, dP, T, TT, k, ld, hs, 0.0f, dq, ld, hs, NH, AB_F32, comp, NULL);
-        gemm(c, 1, 0, T, hs, T, 1.0f, dP, T, TT, q, ld, hs, 0.0f, dk, ld, hs, NH, AB_F32, comp, NULL);
+        gemm(c, 0, 0, T, hs, T, 1.0f, dP, T, TT, k, ld, hs, 0.0f, dq, ld, hs, NH,
+             AB_F32, comp, NULL);
+        gemm(c, 1, 0, T, hs, T, 1.0f, dP, T, TT, q, ld, hs, 0.0f, dk, ld, hs, NH,
+             AB_F32, comp, NULL);
     }
     if (dqkv != dqkvp) k_to_operand(c, dqkvp, dqkv, (size_t)B * T * 3 * C);
 }
 
-static void cu_attention_forward(const Backend *be, void *out, float *att, const float *qkv, int B, int T, int C,
-                                 int NH) {
+static void cu_attention_forward(const Backend *be, void *out, float *att, const float *qkv, int B,
+                                 int T, int C, int NH) {
     CudaCtx *c = ctx_of(be);
     if (!c->att_flash) return materialized_forward(be, out, att, qkv, B, T, C, NH);
     flash_shape(c, C, NH);
     k_flash_forward(c, out, att, qkv, B, T, C, NH);
 }
 
-static void cu_attention_backward(const Backend *be, void *dqkv, const float *dout, const float *qkv,
-                                  const void *out, const float *att, int B, int T, int C, int NH, float *scratch) {
+static void cu_attention_backward(const Backend *be, void *dqkv, const float *dout,
+                                  const float *qkv, const void *out, const float *att, int B, int T,
+                                  int C, int NH, float *scratch) {
     CudaCtx *c = ctx_of(be);
     if (!c->att_flash) return materialized_backward(be, dqkv, dout, qkv, att, B, T, C, NH, scratch);
     flash_shape(c, C, NH);
@@ -502,24 +563,24 @@ static size_t cu_attention_saved_floats(const Backend *be, int B, int T, int NH)
 
 /* ---- the other ops: kernels.cu -------------------------------------------------------- */
 
-static void cu_encoder_forward(const Backend *be, float *out, const int *inp, const float *wte, const float *wpe,
-                               int B, int T, int C) {
+static void cu_encoder_forward(const Backend *be, float *out, const int *inp, const float *wte,
+                               const float *wpe, int B, int T, int C) {
     k_encoder_forward(ctx_of(be), out, inp, wte, wpe, B, T, C);
 }
 
-static void cu_encoder_backward(const Backend *be, float *dwte, float *dwpe, const float *dout, const int *inp, int B,
-                                int T, int C) {
+static void cu_encoder_backward(const Backend *be, float *dwte, float *dwpe, const float *dout,
+                                const int *inp, int B, int T, int C) {
     k_encoder_backward(ctx_of(be), dwte, dwpe, dout, inp, B, T, C);
 }
 
-static void cu_layernorm_forward(const Backend *be, void *out, float *mean, float *rstd, const float *inp,
-                                 const float *w, const float *b, int N, int C) {
+static void cu_layernorm_forward(const Backend *be, void *out, float *mean, float *rstd,
+                                 const float *inp, const float *w, const float *b, int N, int C) {
     k_layernorm_forward(ctx_of(be), out, mean, rstd, inp, w, b, N, C);
 }
 
-static void cu_layernorm_backward(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                  const float *inp, const float *mean, const float *rstd, const float *w, int N, int C,
-                                  float *scratch) {
+static void cu_layernorm_backward(const Backend *be, float *dinp, float *dw, float *db,
+                                  const float *dout, const float *inp, const float *mean,
+                                  const float *rstd, const float *w, int N, int C, float *scratch) {
     k_layernorm_backward(ctx_of(be), dinp, dw, db, dout, inp, mean, rstd, w, N, C);
 }
 
@@ -527,17 +588,19 @@ static void cu_gelu_forward(const Backend *be, void *out, const float *inp, size
     k_gelu_forward(ctx_of(be), out, inp, count);
 }
 
-static void cu_gelu_backward(const Backend *be, void *dinp, const float *inp, const float *dout, size_t count) {
+static void cu_gelu_backward(const Backend *be, void *dinp, const float *inp, const float *dout,
+                             size_t count) {
     k_gelu_backward(ctx_of(be), dinp, inp, dout, count);
 }
 
-static void cu_crossentropy_forward_backward(const Backend *be, void *dlogits, float *losses, float *logits,
-                                             const int *targets, float dloss, int N, int V, int Vp) {
+static void cu_crossentropy_forward_backward(const Backend *be, void *dlogits, float *losses,
+                                             float *logits, const int *targets, float dloss, int N,
+                                             int V, int Vp) {
     k_crossentropy(ctx_of(be), dlogits, losses, logits, targets, dloss, N, V, Vp, 1);
 }
 
-static void cu_crossentropy_forward(const Backend *be, float *logits, float *losses, const int *targets, int N, int V,
-                                    int Vp) {
+static void cu_crossentropy_forward(const Backend *be, float *logits, float *losses,
+                                    const int *targets, int N, int V, int Vp) {
     k_crossentropy(ctx_of(be), logits, losses, logits, targets, 0.0f, N, V, Vp, 0);
 }
 
@@ -552,20 +615,26 @@ static void cu_to_operand(const Backend *be, void *dst, const float *src, size_t
     k_to_operand(ctx_of(be), dst, src, count);
 }
 
-static void cu_sum(const Backend *be, double *out, const float *x, size_t n) { k_sum(ctx_of(be), out, x, n, 0); }
+static void cu_sum(const Backend *be, double *out, const float *x, size_t n) {
+    k_sum(ctx_of(be), out, x, n, 0);
+}
 
-static void cu_sumsq(const Backend *be, double *out, const float *x, size_t n) { k_sum(ctx_of(be), out, x, n, 1); }
+static void cu_sumsq(const Backend *be, double *out, const float *x, size_t n) {
+    k_sum(ctx_of(be), out, x, n, 1);
+}
 
-static void cu_adamw(const Backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                     float beta2, float eps, float weight_decay, float grad_scale, int t) {
+static void cu_adamw(const Backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                     float lr, float beta1, float beta2, float eps, float weight_decay,
+                     float grad_scale, int t) {
     /* the bias corrections as optim_adamw_update computes them: in double, then float */
     float bc1 = (float)(1.0 - pow(beta1, t)), bc2 = (float)(1.0 - pow(beta2, t));
     k_adamw(ctx_of(be), p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
 }
 
-static void cu_sgd(const Backend *be, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
-                   float weight_decay, float grad_scale, int t) {
-    if (momentum != 0.0f && !buf) die_msg(ctx_of(be), __FILE__, __LINE__, "sgd_update with momentum and no buffer");
+static void cu_sgd(const Backend *be, float *p, const float *g, float *buf, size_t n, float lr,
+                   float momentum, float weight_decay, float grad_scale, int t) {
+    if (momentum != 0.0f && !buf)
+        die_msg(ctx_of(be), __FILE__, __LINE__, "sgd_update with momentum and no buffer");
     k_sgd(ctx_of(be), p, g, buf, n, lr, momentum, weight_decay, grad_scale, t == 1);
 }
 
@@ -578,7 +647,8 @@ static void cu_close(const Backend *be) {
     Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials,
                  &c->sums,  &c->enc,   &c->att,   &c->flashD, &c->stage};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) CK(c, cudaFree(g[i]->p));
-    for (int i = 0; i < c->nallocs; i++) CK(c, cudaFree(c->allocs[i].p)); /* leaks of the caller's */
+    /* leaks of the caller's */
+    for (int i = 0; i < c->nallocs; i++) CK(c, cudaFree(c->allocs[i].p));
     LTCK(c, cublasLtDestroy(c->lt));
     CK(c, cudaEventDestroy(c->issued));
     CK(c, cudaEventDestroy(c->landed));
@@ -600,15 +670,18 @@ static double peak_flops(const cudaDeviceProp *p, PPPrecision prec) {
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strstr(p->name, table[i].name))
-            return prec == PP_PREC_BF16 ? table[i].bf16 : prec == PP_PREC_TF32 ? table[i].tf32 : table[i].fp32;
+            return prec == PP_PREC_BF16   ? table[i].bf16
+                   : prec == PP_PREC_TF32 ? table[i].tf32
+                                          : table[i].fp32;
     return 0.0;
 }
 
 static const char *prec_name(PPPrecision p, PPDType op) {
     if (p == PP_PREC_BF16)
-        return op == PP_BF16 ? "bf16 (bf16 GEMMs on bf16 operand activations; fp32 residual stream, weights and "
-                               "gradients)"
-                             : "bf16 (bf16 GEMM operands cast per call, fp32 activations, weights and gradients)";
+        return op == PP_BF16 ? "bf16 (bf16 GEMMs on bf16 operand activations; fp32 residual "
+                               "stream, weights and gradients)"
+                             : "bf16 (bf16 GEMM operands cast per call, fp32 activations, weights "
+                               "and gradients)";
     return p == PP_PREC_TF32 ? "tf32 (tf32 GEMMs, fp32 storage)" : "fp32";
 }
 
@@ -654,33 +727,39 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->close = cu_close;
 }
 
-#define OPEN_CK(call)                                                                                          \
-    do {                                                                                                       \
-        cudaError_t e_ = (call);                                                                               \
-        if (e_ != cudaSuccess) {                                                                               \
-            snprintf(err, errlen, "%s: %s (%s)", #call, cudaGetErrorString(e_), cudaGetErrorName(e_));        \
-            goto fail;                                                                                         \
-        }                                                                                                      \
+#define OPEN_CK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            snprintf(err, errlen, "%s: %s (%s)", #call, cudaGetErrorString(e_),                    \
+                     cudaGetErrorName(e_));                                                        \
+            goto fail;                                                                             \
+        }                                                                                          \
     } while (0)
 
 /* [Note: attention path]: flash or materialised, from PPTRAIN_ATTENTION and the run's
  * head size (0: unknown), for the whole run. 0, or -1 with the reason in err. */
-static int attention_choice(PPPrecision precision, int run_hs, int *att_flash, char *err, size_t errlen) {
+static int attention_choice(PPPrecision precision, int run_hs, int *att_flash, char *err,
+                            size_t errlen) {
     const char *att_env = getenv("PPTRAIN_ATTENTION");
     if (!att_env || !*att_env) {
         *att_flash = precision == PP_PREC_BF16 && (!run_hs || flash_head_pad(run_hs));
     } else if (!strcmp(att_env, "flash")) {
         if (run_hs && !flash_head_pad(run_hs)) {
-            snprintf(err, errlen, "PPTRAIN_ATTENTION=flash: flash attention supports head sizes up to 128, and this "
-                     "run's is C/NH = %d; unset it (or set materialized)", run_hs);
+            snprintf(err, errlen,
+                     "PPTRAIN_ATTENTION=flash: flash attention supports head sizes up to 128, and "
+                     "this run's is C/NH = %d; unset it (or set materialized)",
+                     run_hs);
             return -1;
         }
         *att_flash = 1;
     } else if (!strcmp(att_env, "materialized")) {
         *att_flash = 0;
     } else {
-        snprintf(err, errlen, "PPTRAIN_ATTENTION='%.40s': expected 'flash' or 'materialized' (or unset: flash at "
-                 "bf16 when the head size allows)", att_env);
+        snprintf(err, errlen,
+                 "PPTRAIN_ATTENTION='%.40s': expected 'flash' or 'materialized' (or unset: flash "
+                 "at bf16 when the head size allows)",
+                 att_env);
         return -1;
     }
     return 0;
@@ -690,7 +769,8 @@ static int attention_choice(PPPrecision precision, int run_hs, int *att_flash, c
  * nothing; N rows, C channels, Vp padded vocabulary, NH heads, T positions. Returns the
  * head's logits rows per chunk. */
 static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
-    size_t N = sizes->N, C = sizes->C, Vp = sizes->Vp, T = sizes->T, NH = sizes->NH;
+    size_t N = sizes->N, C = sizes->C, Vp = sizes->Vp;
+    size_t T = sizes->T, NH = sizes->NH;
     /* [Note: chunked head] in src/model/model.c: the head's logits in chunks of at most 256 MiB of
      * fp32, in whole 128-row tiles (1280 rows at GPT-2's Vp); its bf16 copy is one chunk's */
     size_t rows = Vp ? ((size_t)256 << 20) / (Vp * sizeof(float)) / 128 * 128 : 0;
@@ -702,17 +782,22 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
         grow(c, &c->partials, ((N + 255) / 256) * 4 * C * sizeof(float));
         grow(c, &c->enc, k_encoder_workspace((int)N));
         if (NH && T && !c->att_flash) grow(c, &c->att, NH * T * T * sizeof(float));
-        if (NH && T && !c->att_flash && c->op == PP_BF16) grow(c, &c->stage, N * 3 * C * sizeof(float));
-        if (NH && T && c->att_flash) { /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
+        if (NH && T && !c->att_flash && c->op == PP_BF16)
+            grow(c, &c->stage, N * 3 * C * sizeof(float));
+        /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
+        if (NH && T && c->att_flash) {
             grow(c, &c->flashD, N / T * NH * T * sizeof(float));
             grow(c, &c->castA, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)(C / NH), 3));
             grow(c, &c->castB, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)(C / NH), 1));
         }
-        if (c->prec == PP_PREC_BF16) { /* bf16 operand activations need no cast: only the weights' */
-            size_t wb = Vp * C > 4 * C * C ? Vp * C : 4 * C * C, acts = c->op == PP_F32 ? N * 4 * C : 0;
+        /* bf16 operand activations need no cast: only the weights' */
+        if (c->prec == PP_PREC_BF16) {
+            size_t wb = Vp * C > 4 * C * C ? Vp * C : 4 * C * C;
+            size_t acts = c->op == PP_F32 ? N * 4 * C : 0;
             if (acts) grow(c, &c->castA, (acts > head ? acts : head) * sizeof(__nv_bfloat16));
             grow(c, &c->castB, (acts > wb ? acts : wb) * sizeof(__nv_bfloat16));
-            grow(c, &c->castW, Vp * C * sizeof(__nv_bfloat16)); /* the head's weight, held over its chunks */
+            /* the head's weight, held over its chunks */
+            grow(c, &c->castW, Vp * C * sizeof(__nv_bfloat16));
         }
     }
     return rows;
@@ -728,24 +813,33 @@ static void ctx_abandon(CudaCtx *c) {
     free(c);
 }
 
-extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCudaSizes *sizes, int rank, char *err,
-                                 size_t errlen) {
+extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCudaSizes *sizes,
+                                 int rank, char *err, size_t errlen) {
     cudaDeviceProp prop;
     CudaCtx *c = NULL;
     int att_flash;
     OPEN_CK(cudaSetDevice(device));
     OPEN_CK(cudaGetDeviceProperties(&prop, device));
-    if (prop.major < 8 || prop.major > 9) { /* sm_8x runs sm_80 code; nothing here runs on 10.x and later */
-        snprintf(err, errlen, "%s has compute capability %d.%d; this build has machine code for 8.0 and 9.0 only",
+    /* sm_8x runs sm_80 code; nothing here runs on 10.x and later */
+    if (prop.major < 8 || prop.major > 9) {
+        snprintf(err, errlen,
+                 "%s has compute capability %d.%d; this build has machine code for 8.0 and "
+                 "9.0 only",
                  prop.name, prop.major, prop.minor);
         return NULL;
     }
-    if (attention_choice(precision, sizes->NH ? (int)(sizes->C / sizes->NH) : 0, &att_flash, err, errlen)) return NULL;
+    if (attention_choice(precision, sizes->NH ? (int)(sizes->C / sizes->NH) : 0, &att_flash,
+                         err, errlen))
+        return NULL;
     if (!(c = (CudaCtx *)calloc(1, sizeof(CudaCtx)))) {
         snprintf(err, errlen, "out of host memory");
         return NULL;
     }
-    c->device = device, c->rank = rank, c->prec = precision, c->sizes = *sizes, c->att_flash = att_flash;
+    c->device = device;
+    c->rank = rank;
+    c->prec = precision;
+    c->sizes = *sizes;
+    c->att_flash = att_flash;
     {
         const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
         c->op = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32")) ? PP_BF16 : PP_F32;
@@ -768,9 +862,11 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         fill_table(be, c);
         be->logits_chunk_rows = (int)rows;
         be->peak_flops = peak_flops(&prop, precision);
-        snprintf(c->desc, sizeof c->desc, "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s", device,
-                 prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1e9,
-                 prec_name(precision, c->op), att_flash ? "flash (bf16 mma.sync)" : "materialized (cuBLASLt)");
+        snprintf(c->desc, sizeof c->desc,
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s", device, prop.name,
+                 prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1e9,
+                 prec_name(precision, c->op),
+                 att_flash ? "flash (bf16 mma.sync)" : "materialized (cuBLASLt)");
         be->description = c->desc;
         return be;
     }
@@ -792,7 +888,8 @@ extern "C" int pp_cuda_device_count(char *err, size_t errlen) {
     if (e != cudaSuccess || n <= 0) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         snprintf(err, errlen, "cudaGetDeviceCount: %s (%s)%s%s%s",
-                 e != cudaSuccess ? cudaGetErrorString(e) : "no devices", e != cudaSuccess ? cudaGetErrorName(e) : "0",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "no devices",
+                 e != cudaSuccess ? cudaGetErrorName(e) : "0",
                  vis ? "; CUDA_VISIBLE_DEVICES is '" : "", vis ? vis : "", vis ? "'" : "");
         return 0;
     }
@@ -806,6 +903,7 @@ extern "C" int pp_cuda_abi(size_t backend_struct_size) {
 #define STR2(x) #x
 #define STR(x) STR2(x)
 extern "C" const char *pp_cuda_built_with(void) {
-    return "CUDA " STR(CUDART_VERSION) ", cuBLASLt " STR(CUBLAS_VER_MAJOR) "." STR(CUBLAS_VER_MINOR) "." STR(
-        CUBLAS_VER_PATCH) ", NCCL " STR(NCCL_MAJOR) "." STR(NCCL_MINOR) "." STR(NCCL_PATCH);
+    return "CUDA " STR(CUDART_VERSION)
+           ", cuBLASLt " STR(CUBLAS_VER_MAJOR) "." STR(CUBLAS_VER_MINOR) "." STR(CUBLAS_VER_PATCH)
+           ", NCCL " STR(NCCL_MAJOR) "." STR(NCCL_MINOR) "." STR(NCCL_PATCH);
 }

@@ -83,10 +83,10 @@ enum { NC_SEND, NC_RECV };
  * from $PPTRAIN_NCCL_LIB when set (a path, or a name the loader looks up), else
  * libnccl.so.2 (LD_LIBRARY_PATH, then this object's run path: /usr/local/cuda/lib64). */
 
-#define NC_FNS(X)                                                                                            \
-    X(GetUniqueId) X(CommInitRankConfig) X(CommGetAsyncError) X(CommAbort) X(CommFinalize) X(CommDestroy)   \
-    X(CommSplit) X(Send) X(Recv) X(GroupStart) X(GroupEnd) X(AllGather) X(Broadcast) X(GetErrorString)     \
-    X(GetLastError) X(GetVersion)
+#define NC_FNS(X)                                                                                  \
+    X(GetUniqueId) X(CommInitRankConfig) X(CommGetAsyncError) X(CommAbort) X(CommFinalize)         \
+    X(CommDestroy) X(CommSplit) X(Send) X(Recv) X(GroupStart) X(GroupEnd) X(AllGather)             \
+    X(Broadcast) X(GetErrorString) X(GetLastError) X(GetVersion)
 
 static struct {
 #define NC_FIELD(f) decltype(&nccl##f) f;
@@ -102,17 +102,19 @@ extern "C" int pp_nccl_available(char *why, size_t whylen) {
         void *h = dlopen(lib && *lib ? lib : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
         nccl.state = h ? 1 : -1;
         if (!h) snprintf(nccl.why, sizeof nccl.why, "%s", dlerror());
-#define NC_SYM(f)                                                                                              \
-    if (nccl.state == 1 && !(nccl.f = (decltype(nccl.f))dlsym(h, "nccl" #f))) {                                \
-        nccl.state = -1;                                                                                       \
-        snprintf(nccl.why, sizeof nccl.why, "libnccl.so.2 lacks nccl" #f " (NCCL older than 2.18?)");          \
+#define NC_SYM(f)                                                                                  \
+    if (nccl.state == 1 && !(nccl.f = (decltype(nccl.f))dlsym(h, "nccl" #f))) {                    \
+        nccl.state = -1;                                                                           \
+        snprintf(nccl.why, sizeof nccl.why,                                                        \
+                 "libnccl.so.2 lacks nccl" #f " (NCCL older than 2.18?)");                         \
     }
         NC_FNS(NC_SYM)
 #undef NC_SYM
         int v = 0;
         if (nccl.state == 1 && (nccl.GetVersion(&v) != ncclSuccess || v < 21800)) {
             nccl.state = -1;
-            snprintf(nccl.why, sizeof nccl.why, "libnccl.so.2 is NCCL %d; the transport needs 2.18 or later", v);
+            snprintf(nccl.why, sizeof nccl.why,
+                     "libnccl.so.2 is NCCL %d; the transport needs 2.18 or later", v);
         }
     }
     if (nccl.state < 0) snprintf(why, whylen, "%s", nccl.why);
@@ -207,7 +209,8 @@ static int nc_stall_open;
 
 static void CUDART_CB stall_fn(void *) { /* a host function: no CUDA calls */
     struct timespec t = {0, 1000000};
-    for (int ms = 0; ms < 30000 && !__atomic_load_n(&nc_stall_open, __ATOMIC_ACQUIRE); ms++) nanosleep(&t, NULL);
+    for (int ms = 0; ms < 30000 && !__atomic_load_n(&nc_stall_open, __ATOMIC_ACQUIRE); ms++)
+        nanosleep(&t, NULL);
 }
 
 /* Let a stalled comm stream go and wait (10 s at most) until its transfers are done. */
@@ -215,7 +218,8 @@ static void stall_open(NcComm *s) {
     if (!s->stall || !s->stream) return;
     __atomic_store_n(&nc_stall_open, 1, __ATOMIC_RELEASE);
     double end = now_s() + 10;
-    for (long it = 0; cudaStreamQuery(s->stream) == cudaErrorNotReady && now_s() < end; it++) nap(it);
+    for (long it = 0; cudaStreamQuery(s->stream) == cudaErrorNotReady && now_s() < end; it++)
+        nap(it);
 }
 
 /* Abort the communicator (once) and fail from now on with base.err's message. */
@@ -259,7 +263,8 @@ static int peer_state(NcComm *s, int p, char *why, size_t n) {
 static void nc_async(NcComm *s, ncclComm_t nc, char *why, size_t n) {
     ncclResult_t ar = ncclSuccess;
     why[0] = '\0';
-    if (nc && nccl.CommGetAsyncError(nc, &ar) == ncclSuccess && ar != ncclSuccess && ar != ncclInProgress)
+    if (nc && nccl.CommGetAsyncError(nc, &ar) == ncclSuccess && ar != ncclSuccess &&
+        ar != ncclInProgress)
         snprintf(why, n, "NCCL: %s (%s)", nccl.GetErrorString(ar), nccl.GetLastError(nc));
 }
 
@@ -268,8 +273,8 @@ static void nc_async(NcComm *s, ncclComm_t nc, char *why, size_t n) {
  * all when peer < 0) is lost or silent. once: one look, no waiting (test). Returns 0
  * done, 1 lost, 2 silent or past the deadline, 3 a CUDA/NCCL error, 4 still running
  * (once); *who = the member blamed, why = the reason. */
-static int nc_poll(NcComm *s, cudaEvent_t ev, ncclComm_t nc, int peer, double deadline, int once, int *who, char *why,
-                   size_t n) {
+static int nc_poll(NcComm *s, cudaEvent_t ev, ncclComm_t nc, int peer, double deadline, int once,
+                   int *who, char *why, size_t n) {
     double next_look = 0;
     *who = peer;
     why[0] = '\0';
@@ -325,24 +330,30 @@ static int nc_poll(NcComm *s, cudaEvent_t ev, ncclComm_t nc, int peer, double de
  * the Comm fails (aborted). ncclSuccess is polled the same way (one look when it is
  * true): NCCL 2.28's ncclCommSplit returns it while its thread still works (the first
  * H100 run), and a poll of a settled communicator costs one atomic load. */
-static int nc_settle_for(NcComm *s, ncclComm_t nc, ncclResult_t r, const char *call, double patience) {
+static int nc_settle_for(NcComm *s, ncclComm_t nc, ncclResult_t r, const char *call,
+                         double patience) {
     char why[PP_ERR_MAX / 2];
     int who, st;
     if (r != ncclSuccess && r != ncclInProgress) {
-        nc_fail(s, "%s failed%s: %s (%s)", call, s->name, nccl.GetErrorString(r), nccl.GetLastError(nc));
+        nc_fail(s, "%s failed%s: %s (%s)", call, s->name, nccl.GetErrorString(r),
+                nccl.GetLastError(nc));
         return nc_break(s);
     }
     st = nc_poll(s, NULL, nc, -1, now_s() + patience, 0, &who, why, sizeof why);
     if (st == 0) return PP_OK;
     if (st == 1)
-        nc_fail(s, "lost connection to rank %d in %s%s: %s — did it crash? see its log", s->jranks[who], call,
-                s->name, why);
+        nc_fail(s, "lost connection to rank %d in %s%s: %s — did it crash? see its log",
+                s->jranks[who], call, s->name, why);
     else if (st == 2 && who >= 0 && why[0])
-        nc_fail(s, "timed out in %s%s: rank %d sent nothing for %g s (runtime.timeout_s) and %s — see its log", call,
-                s->name, s->jranks[who], s->base.timeout_s, why);
+        nc_fail(s,
+                "timed out in %s%s: rank %d sent nothing for %g s (runtime.timeout_s) and %s "
+                "— see its log",
+                call, s->name, s->jranks[who], s->base.timeout_s, why);
     else if (st == 2)
-        nc_fail(s, "timed out in %s%s: it did not complete in %g s%s while every rank still sends heartbeats — "
-                "see the other ranks' logs", call, s->name, patience,
+        nc_fail(s,
+                "timed out in %s%s: it did not complete in %g s%s while every rank still sends "
+                "heartbeats — see the other ranks' logs",
+                call, s->name, patience,
                 patience == s->base.timeout_s ? " (runtime.timeout_s)" : "");
     else
         nc_fail(s, "%s failed%s: %s", call, s->name, why);
@@ -353,11 +364,14 @@ static int nc_settle(NcComm *s, ncclComm_t nc, ncclResult_t r, const char *call)
     return nc_settle_for(s, nc, r, call, s->base.timeout_s);
 }
 
-static double setup_patience(const NcComm *s) { return s->base.timeout_s > NC_SETUP_S ? s->base.timeout_s : NC_SETUP_S; }
+static double setup_patience(const NcComm *s) {
+    return s->base.timeout_s > NC_SETUP_S ? s->base.timeout_s : NC_SETUP_S;
+}
 
 /* ---- point to point ----------------------------------------------------------------- */
 
-static NcReq *req_new(NcComm *s, int type, int peer, const CommTag *tag, void *buf, size_t bytes, int device) {
+static NcReq *req_new(NcComm *s, int type, int peer, const CommTag *tag, void *buf, size_t bytes,
+                      int device) {
     NcReq *r = (NcReq *)calloc(1, sizeof *r);
     if (!r) {
         fprintf(stderr, "comm_nccl: out of host memory\n");
@@ -411,7 +425,8 @@ static ncclResult_t req_enqueue(NcComm *s, NcReq *r) {
 static int issue(NcComm *s, NcReq *list) {
     cudaError_t ce;
     if (s->stall && (ce = cudaLaunchHostFunc(s->stream, stall_fn, NULL)) != cudaSuccess) {
-        nc_fail(s, "cudaLaunchHostFunc (PPTRAIN_NCCL_TEST_STALL)%s: %s", s->name, cudaGetErrorString(ce));
+        nc_fail(s, "cudaLaunchHostFunc (PPTRAIN_NCCL_TEST_STALL)%s: %s", s->name,
+                cudaGetErrorString(ce));
         return nc_break(s);
     }
     ncclResult_t r = nccl.GroupStart();
@@ -422,7 +437,8 @@ static int issue(NcComm *s, NcReq *list) {
     for (NcReq *q = list; q; q = q->next_q) {
         ce = cudaEventRecord(q->done, s->stream);
         if (ce != cudaSuccess) {
-            nc_fail(s, "cudaEventRecord after an NCCL transfer%s: %s", s->name, cudaGetErrorString(ce));
+            nc_fail(s, "cudaEventRecord after an NCCL transfer%s: %s", s->name,
+                    cudaGetErrorString(ce));
             return nc_break(s);
         }
         q->issued = 1;
@@ -448,7 +464,8 @@ static int post_device(NcComm *s, NcReq *r) {
         r->next_q = NULL;
         return issue(s, r);
     }
-    NcReq **mine = r->type == NC_SEND ? &s->self_s : &s->self_r, **other = r->type == NC_SEND ? &s->self_r : &s->self_s;
+    NcReq **mine = r->type == NC_SEND ? &s->self_s : &s->self_r;
+    NcReq **other = r->type == NC_SEND ? &s->self_r : &s->self_s;
     if (!*other) { /* FIFO: append */
         NcReq **pp = mine;
         while (*pp) pp = &(*pp)->next_q;
@@ -465,7 +482,8 @@ static int post_device(NcComm *s, NcReq *r) {
     return issue(s, o);
 }
 
-static int nc_post(Comm *c, int type, int peer, const CommTag *tag, void *buf, size_t bytes, CommReq **out) {
+static int nc_post(Comm *c, int type, int peer, const CommTag *tag, void *buf, size_t bytes,
+                   CommReq **out) {
     NcComm *s = nc_of(c);
     const char *op = type == NC_SEND ? "isend" : "irecv";
     int device = on_device(buf), rc;
@@ -473,7 +491,8 @@ static int nc_post(Comm *c, int type, int peer, const CommTag *tag, void *buf, s
     *out = NULL;
     if (s->broken) return nc_broken(s);
     if (peer < 0 || peer >= c->world)
-        return nc_fail(s, "%s: no peer rank %d (this is rank %d of %d)", op, peer, c->rank, c->world);
+        return nc_fail(s, "%s: no peer rank %d (this is rank %d of %d)", op, peer, c->rank,
+                       c->world);
     NcReq *r = req_new(s, type, peer, tag, buf, bytes, device);
     if (!device) { /* a host message: the socket Comm carries it whole */
         rc = type == NC_SEND ? s->sock->ops->isend(s->sock, peer, tag, buf, bytes, &r->sreq)
@@ -508,7 +527,8 @@ static int nc_post(Comm *c, int type, int peer, const CommTag *tag, void *buf, s
     return PP_OK;
 }
 
-static int nc_isend(Comm *c, int peer, const CommTag *tag, const void *buf, size_t bytes, CommReq **out) {
+static int nc_isend(Comm *c, int peer, const CommTag *tag, const void *buf, size_t bytes,
+                    CommReq **out) {
     return nc_post(c, NC_SEND, peer, tag, (void *)buf, bytes, out);
 }
 
@@ -525,12 +545,16 @@ static int req_failed(NcComm *s, NcReq *r, int st, const char *why) {
         nc_fail(s, "lost connection to rank %d while %s (%s): %s", jp,
                 r->type == NC_SEND ? "sending" : "waiting to receive", t, why);
     else if (st == 2)
-        nc_fail(s, "timed out %s rank %d (%s): %s for %g s (runtime.timeout_s) and %s — see rank %d's log",
+        nc_fail(s,
+                "timed out %s rank %d (%s): %s for %g s (runtime.timeout_s) and %s "
+                "— see rank %d's log",
                 r->type == NC_SEND ? "sending to" : "waiting for", jp, t,
                 r->type == NC_SEND ? "it accepted no data" : "nothing arrived", s->base.timeout_s,
-                why[0] ? why : "its NCCL transfer did not complete (stopped, or its GPU stuck?)", jp);
+                why[0] ? why : "its NCCL transfer did not complete (stopped, or its GPU stuck?)",
+                jp);
     else
-        nc_fail(s, "NCCL transfer %s rank %d (%s) failed: %s", r->type == NC_SEND ? "to" : "from", jp, t, why);
+        nc_fail(s, "NCCL transfer %s rank %d (%s) failed: %s",
+                r->type == NC_SEND ? "to" : "from", jp, t, why);
     return nc_break(s);
 }
 
@@ -545,13 +569,17 @@ static int header_check(NcComm *s, NcReq *r) {
     }
     tag_text(s, &r->tag, t, sizeof t);
     if (r->hdr[0] != NC_MAGIC)
-        nc_fail(s, "message from rank %d does not match the receive posted for it: rank %d sent a host message "
-                "(%s) where rank %d expected a device one — the ranks disagree on where the buffer lives", jp, jp, t,
-                s->jranks[s->base.rank]);
+        nc_fail(s,
+                "message from rank %d does not match the receive posted for it: rank %d sent a "
+                "host message (%s) where rank %d expected a device one — the ranks disagree on "
+                "where the buffer lives",
+                jp, jp, t, s->jranks[s->base.rank]);
     else
-        nc_fail(s, "message from rank %d does not match the receive posted for it: rank %d sent (%s; %llu bytes) but "
-                "rank %d expected (%s; %zu bytes) — the ranks disagree on the schedule", jp, jp, t,
-                (unsigned long long)r->hdr[1], s->jranks[s->base.rank], t, r->bytes);
+        nc_fail(s,
+                "message from rank %d does not match the receive posted for it: rank %d sent (%s; "
+                "%llu bytes) but rank %d expected (%s; %zu bytes) — the ranks disagree on the "
+                "schedule",
+                jp, jp, t, (unsigned long long)r->hdr[1], s->jranks[s->base.rank], t, r->bytes);
     return nc_break(s);
 }
 
@@ -579,8 +607,10 @@ static int req_progress(NcComm *s, NcReq *r, int once) {
     if (!r->issued) { /* to itself, its other end never posted (or the Comm broke) */
         char t[160];
         tag_text(s, &r->tag, t, sizeof t);
-        nc_fail(s, "timed out %s rank %d (%s): it is this rank, and the matching %s was never posted — in one thread "
-                "it would wait forever", r->type == NC_SEND ? "sending to" : "waiting for", s->jranks[r->peer], t,
+        nc_fail(s,
+                "timed out %s rank %d (%s): it is this rank, and the matching %s was never posted "
+                "— in one thread it would wait forever",
+                r->type == NC_SEND ? "sending to" : "waiting for", s->jranks[r->peer], t,
                 r->type == NC_SEND ? "receive" : "send");
         return nc_break(s), 3;
     }
@@ -596,10 +626,11 @@ static int req_progress(NcComm *s, NcReq *r, int once) {
         }
         if (!d) return 4;
     }
-    cudaError_t e = cudaStreamWaitEvent(s->cx->stream, r->done, 0); /* the compute stream's next work after it */
+    /* the compute stream's next work after it */
+    cudaError_t e = cudaStreamWaitEvent(s->cx->stream, r->done, 0);
     if (e != cudaSuccess) {
-        nc_fail(s, "cudaStreamWaitEvent after a transfer with rank %d%s: %s", s->jranks[r->peer], s->name,
-                cudaGetErrorString(e));
+        nc_fail(s, "cudaStreamWaitEvent after a transfer with rank %d%s: %s", s->jranks[r->peer],
+                s->name, cudaGetErrorString(e));
         return nc_break(s), 3;
     }
     return 0;
@@ -640,7 +671,8 @@ static int nc_group_end(Comm *c) {
  * parts + q*len; NaN sums canonical (pp_nccl_sum_at, which the host test holds to the
  * socket transport's bits). */
 __global__ static void sum_parts_kernel(float *out, const float *parts, size_t len, int W, int f) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x)
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len;
+         i += (size_t)gridDim.x * blockDim.x)
         out[i] = pp_nccl_sum_at(parts, len, W, f, i);
 }
 
@@ -656,7 +688,8 @@ enum { NC_ALLREDUCE, NC_REDUCE_SCATTER, NC_ALL_GATHER, NC_BROADCAST };
 /* Start a device collective: the comm stream waits for the compute stream's work so far. */
 static int coll_begin(NcComm *s) {
     cudaError_t e;
-    if ((e = cudaEventRecord(s->ev, s->cx->stream)) != cudaSuccess || (e = cudaStreamWaitEvent(s->stream, s->ev, 0)))
+    if ((e = cudaEventRecord(s->ev, s->cx->stream)) != cudaSuccess ||
+        (e = cudaStreamWaitEvent(s->stream, s->ev, 0)))
         return nc_fail(s, "a collective%s: CUDA: %s", s->name, cudaGetErrorString(e)), nc_break(s);
     return PP_OK;
 }
@@ -667,22 +700,30 @@ static int coll_end(NcComm *s, int op, unsigned seq, size_t bytes) {
     char why[PP_ERR_MAX / 2];
     int who, st;
     cudaError_t e = cudaEventRecord(s->ev, s->stream);
-    if (e != cudaSuccess) return nc_fail(s, "%s%s: CUDA: %s", coll_names[op], s->name, cudaGetErrorString(e)), nc_break(s);
-    st = nc_poll(s, s->ev, s->nc, -1, now_s() + s->base.timeout_s + (double)bytes / DIST_MIN_RATE, 0, &who, why,
-                 sizeof why);
+    if (e != cudaSuccess)
+        return nc_fail(s, "%s%s: CUDA: %s", coll_names[op], s->name, cudaGetErrorString(e)),
+               nc_break(s);
+    st = nc_poll(s, s->ev, s->nc, -1, now_s() + s->base.timeout_s + (double)bytes / DIST_MIN_RATE,
+                 0, &who, why, sizeof why);
     if (st == 0) {
         if ((e = cudaStreamWaitEvent(s->cx->stream, s->ev, 0)) == cudaSuccess) return PP_OK;
-        return nc_fail(s, "%s%s: cudaStreamWaitEvent: %s", coll_names[op], s->name, cudaGetErrorString(e)), nc_break(s);
+        return nc_fail(s, "%s%s: cudaStreamWaitEvent: %s", coll_names[op], s->name,
+                       cudaGetErrorString(e)),
+               nc_break(s);
     }
     if (st == 1)
-        nc_fail(s, "lost connection to rank %d in %s #%u%s: %s — did it crash? see its log", s->jranks[who],
-                coll_names[op], seq, s->name, why);
+        nc_fail(s, "lost connection to rank %d in %s #%u%s: %s — did it crash? see its log",
+                s->jranks[who], coll_names[op], seq, s->name, why);
     else if (st == 2 && why[0])
-        nc_fail(s, "timed out in %s #%u%s: rank %d sent nothing for %g s (runtime.timeout_s) and %s — see its log",
+        nc_fail(s,
+                "timed out in %s #%u%s: rank %d sent nothing for %g s (runtime.timeout_s) and %s "
+                "— see its log",
                 coll_names[op], seq, s->name, s->jranks[who], s->base.timeout_s, why);
     else if (st == 2)
-        nc_fail(s, "timed out in %s #%u%s: the NCCL collective did not complete in %g s (runtime.timeout_s) while "
-                "every rank still sends heartbeats — is a rank stuck, or in a different collective? see their logs",
+        nc_fail(s,
+                "timed out in %s #%u%s: the NCCL collective did not complete in %g s "
+                "(runtime.timeout_s) while every rank still sends heartbeats — is a rank "
+                "stuck, or in a different collective? see their logs",
                 coll_names[op], seq, s->name, s->base.timeout_s);
     else
         nc_fail(s, "%s #%u%s failed: %s", coll_names[op], seq, s->name, why);
@@ -691,16 +732,18 @@ static int coll_end(NcComm *s, int op, unsigned seq, size_t bytes) {
 
 static int scratch_for(NcComm *s, size_t floats) {
     if (floats <= s->scratch_floats) return PP_OK;
-    cudaError_t e = cudaStreamSynchronize(s->stream); /* nothing of ours is pending between collectives */
+    /* nothing of ours is pending between collectives */
+    cudaError_t e = cudaStreamSynchronize(s->stream);
     if (e == cudaSuccess) e = cudaFree(s->scratch);
     if (e != cudaSuccess)
-        return nc_fail(s, "freeing the float sums' buffer%s: %s", s->name, cudaGetErrorString(e)), nc_break(s);
+        return nc_fail(s, "freeing the float sums' buffer%s: %s", s->name, cudaGetErrorString(e)),
+               nc_break(s);
     s->scratch = NULL;
     s->scratch_floats = 0;
     e = cudaMalloc(&s->scratch, floats * sizeof(float));
     if (e != cudaSuccess)
-        return nc_fail(s, "cudaMalloc of %.1f MB for the float sums%s: %s", floats * 4 / 1e6, s->name,
-                       cudaGetErrorString(e));
+        return nc_fail(s, "cudaMalloc of %.1f MB for the float sums%s: %s", floats * 4 / 1e6,
+                       s->name, cudaGetErrorString(e));
     s->scratch_floats = floats;
     return PP_OK;
 }
@@ -725,12 +768,15 @@ static int nc_allreduce_sum_f32(Comm *c, float *buf, size_t n) {
             sum_parts(s, buf + off, buf + off, len, 0);
             continue;
         }
-        if (nc_settle(s, s->nc, nccl.AllGather(buf + off, s->scratch, len, ncclFloat, s->nc, s->stream), "ncclAllGather"))
+        if (nc_settle(s, s->nc,
+                      nccl.AllGather(buf + off, s->scratch, len, ncclFloat, s->nc, s->stream),
+                      "ncclAllGather"))
             return PP_ERUNTIME;
         sum_parts(s, buf + off, s->scratch, len, 0); /* rank order: ((v0 + v1) + v2) ... */
     }
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return nc_fail(s, "allreduce%s: launch: %s", s->name, cudaGetErrorString(e)), nc_break(s);
+    if (e != cudaSuccess)
+        return nc_fail(s, "allreduce%s: launch: %s", s->name, cudaGetErrorString(e)), nc_break(s);
     return coll_end(s, NC_ALLREDUCE, seq, n * sizeof(float) * W);
 }
 
@@ -746,16 +792,21 @@ static int nc_reduce_scatter_sum_f32(Comm *c, const float *send, float *recv, si
     for (size_t off = 0; off < count; off += chunk) {
         size_t len = count - off < chunk ? count - off : chunk;
         ncclResult_t res = nccl.GroupStart();
-        for (int q = 0; q < W && res == ncclSuccess; q++) { /* block q of mine to q; block r of q's into part q */
+        /* block q of mine to q; block r of q's into part q */
+        for (int q = 0; q < W && res == ncclSuccess; q++) {
             res = nccl.Send(send + (size_t)q * count + off, len, ncclFloat, q, s->nc, s->stream);
-            if (res == ncclSuccess) res = nccl.Recv(s->scratch + (size_t)q * len, len, ncclFloat, q, s->nc, s->stream);
+            if (res == ncclSuccess)
+                res = nccl.Recv(s->scratch + (size_t)q * len, len, ncclFloat, q, s->nc, s->stream);
         }
         ncclResult_t e = nccl.GroupEnd();
-        if (nc_settle(s, s->nc, res == ncclSuccess ? e : res, "ncclSend/ncclRecv (reduce-scatter)")) return PP_ERUNTIME;
+        if (nc_settle(s, s->nc, res == ncclSuccess ? e : res, "ncclSend/ncclRecv (reduce-scatter)"))
+            return PP_ERUNTIME;
         sum_parts(s, recv + off, s->scratch, len, (r + 1) % W); /* the ring's order, v[r] last */
     }
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return nc_fail(s, "reduce-scatter%s: launch: %s", s->name, cudaGetErrorString(e)), nc_break(s);
+    if (e != cudaSuccess)
+        return nc_fail(s, "reduce-scatter%s: launch: %s", s->name, cudaGetErrorString(e)),
+               nc_break(s);
     return coll_end(s, NC_REDUCE_SCATTER, seq, count * sizeof(float) * W);
 }
 
@@ -766,7 +817,8 @@ static int nc_all_gather_f32(Comm *c, const float *send, float *recv, size_t cou
     if (!on_device(send) || !on_device(recv))
         return sock_result(s, s->sock->ops->all_gather_f32(s->sock, send, recv, count));
     if (coll_begin(s) ||
-        nc_settle(s, s->nc, nccl.AllGather(send, recv, count, ncclFloat, s->nc, s->stream), "ncclAllGather"))
+        nc_settle(s, s->nc, nccl.AllGather(send, recv, count, ncclFloat, s->nc, s->stream),
+                  "ncclAllGather"))
         return PP_ERUNTIME;
     return coll_end(s, NC_ALL_GATHER, seq, count * sizeof(float) * c->world);
 }
@@ -778,9 +830,11 @@ static int nc_broadcast(Comm *c, int root, void *buf, size_t bytes) {
     if (!on_device(buf))
         return sock_result(s, s->sock->ops->broadcast(s->sock, root, buf, bytes));
     if (root < 0 || root >= c->world)
-        return nc_fail(s, "broadcast: no root rank %d (this is rank %d of %d)", root, c->rank, c->world);
+        return nc_fail(s, "broadcast: no root rank %d (this is rank %d of %d)", root, c->rank,
+                       c->world);
     if (coll_begin(s) ||
-        nc_settle(s, s->nc, nccl.Broadcast(buf, buf, bytes, ncclChar, root, s->nc, s->stream), "ncclBroadcast"))
+        nc_settle(s, s->nc, nccl.Broadcast(buf, buf, bytes, ncclChar, root, s->nc, s->stream),
+                  "ncclBroadcast"))
         return PP_ERUNTIME;
     return coll_end(s, NC_BROADCAST, seq, bytes);
 }
@@ -848,9 +902,12 @@ static void nc_destroy(Comm *c) {
     }
     if (s->nc && !pending && !s->broken) {
         ncclResult_t r = nccl.CommFinalize(s->nc), ar = r;
-        double end = now_s() + (s->base.timeout_s < 10 ? s->base.timeout_s : 10); /* then abort: never a hang */
+        /* then abort: never a hang */
+        double end = now_s() + (s->base.timeout_s < 10 ? s->base.timeout_s : 10);
         for (long it = 0; r == ncclInProgress || r == ncclSuccess; it++) {
-            if (nccl.CommGetAsyncError(s->nc, &ar) != ncclSuccess || ar != ncclInProgress || now_s() > end) break;
+            if (nccl.CommGetAsyncError(s->nc, &ar) != ncclSuccess || ar != ncclInProgress ||
+                now_s() > end)
+                break;
             nap(it);
         }
         if (ar == ncclSuccess && nccl.CommDestroy(s->nc) == ncclSuccess) s->nc = NULL;
@@ -892,7 +949,8 @@ static int nc_streams(NcComm *s) {
     if ((e = cudaSetDevice(s->cx->device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&s->ev, cudaEventDisableTiming)) != cudaSuccess)
-        return nc_fail(s, "creating the NCCL transport's stream on cuda:%d: %s", s->cx->device, cudaGetErrorString(e));
+        return nc_fail(s, "creating the NCCL transport's stream on cuda:%d: %s", s->cx->device,
+                       cudaGetErrorString(e));
     return PP_OK;
 }
 
@@ -900,7 +958,8 @@ static void name_group(NcComm *s) {
     size_t k = (size_t)snprintf(s->name, sizeof s->name, " in the group of ranks {");
     for (int i = 0; i < s->base.world && i < 8 && k < sizeof s->name; i++)
         k += (size_t)snprintf(s->name + k, sizeof s->name - k, "%s%d", i ? ", " : "", s->jranks[i]);
-    if (k < sizeof s->name) snprintf(s->name + k, sizeof s->name - k, "%s}", s->base.world > 8 ? ", ..." : "");
+    if (k < sizeof s->name)
+        snprintf(s->name + k, sizeof s->name - k, "%s}", s->base.world > 8 ? ", ..." : "");
 }
 
 static int nc_split(Comm *c, int color, int key, Comm **out) {
@@ -916,7 +975,8 @@ static int nc_split(Comm *c, int color, int key, Comm **out) {
         return rc;
     }
     cfg.blocking = 0;
-    ncclResult_t r = nccl.CommSplit(s->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &cfg);
+    ncclResult_t r = nccl.CommSplit(s->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
+                                    &child, &cfg);
     /* A non-blocking split is polled on the parent (NCCL's docs, usage/communicators.rst:
      * "nonblocking communicator split"): NCCL sets child from its own thread when the
      * split is complete. NCCL 2.28 returns ncclSuccess here, not ncclInProgress, while
@@ -927,13 +987,16 @@ static int nc_split(Comm *c, int color, int key, Comm **out) {
     double patience = setup_patience(s), end = now_s() + patience;
     int st = nc_settle_for(s, s->nc, r, "ncclCommSplit", patience);
     if (st == PP_OK && color >= 0) {
-        for (long it = 0; !__atomic_load_n(&child, __ATOMIC_ACQUIRE) && now_s() < end; it++) nap(it);
+        for (long it = 0; !__atomic_load_n(&child, __ATOMIC_ACQUIRE) && now_s() < end; it++)
+            nap(it);
         ncclComm_t got = __atomic_load_n(&child, __ATOMIC_ACQUIRE);
         if (!got) {
-            nc_fail(s, "ncclCommSplit%s: the parent settled but no communicator came back in %g s", s->name, patience);
+            nc_fail(s, "ncclCommSplit%s: the parent settled but no communicator came back in %g s",
+                    s->name, patience);
             st = nc_break(s);
         } else {
-            st = nc_settle_for(s, got, ncclInProgress, "ncclCommSplit (the new communicator)", patience);
+            st = nc_settle_for(s, got, ncclInProgress, "ncclCommSplit (the new communicator)",
+                               patience);
         }
     }
     if (st != PP_OK) { /* aborted; child, if set, after it */
@@ -971,8 +1034,8 @@ static int nc_split(Comm *c, int color, int key, Comm **out) {
     return PP_OK;
 }
 
-extern "C" int pp_nccl_create(Comm *sock, const Backend *be, const PPNcclHost *host, Comm **out, char *err,
-                              size_t errlen) {
+extern "C" int pp_nccl_create(Comm *sock, const Backend *be, const PPNcclHost *host, Comm **out,
+                              char *err, size_t errlen) {
     char why[256];
     struct {
         int32_t ok;
@@ -1008,7 +1071,8 @@ extern "C" int pp_nccl_create(Comm *sock, const Backend *be, const PPNcclHost *h
         return PP_ERUNTIME;
     }
     if (!hello.ok) {
-        snprintf(err, errlen, "ncclGetUniqueId failed on rank 0 (see its log; NCCL_DEBUG=WARN says more)");
+        snprintf(err, errlen,
+                 "ncclGetUniqueId failed on rank 0 (see its log; NCCL_DEBUG=WARN says more)");
         nc_destroy(&s->base);
         return PP_ERUNTIME;
     }

@@ -20,7 +20,8 @@
  * quiet NaN 0x7fc00000. f = 0: the all-reduce's rank order; f = r+1 on rank r: the
  * ring reduce-scatter's order, v[r] last (comm.h). Plain IEEE single additions, no
  * contraction possible (no multiply), so host and device give the same bits. */
-static inline PP_HOST_DEVICE float pp_nccl_sum_at(const float *parts, size_t len, int W, int f, size_t i) {
+static inline PP_HOST_DEVICE float pp_nccl_sum_at(const float *parts, size_t len, int W, int f,
+                                                  size_t i) {
     float acc = parts[(size_t)f * len + i];
     for (int k = 1; k < W; k++) acc = acc + parts[(size_t)((f + k) % W) * len + i];
     if (acc != acc) {

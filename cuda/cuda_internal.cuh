@@ -17,7 +17,8 @@
 struct GemmKey { /* compared with memcmp: no padding (10 ints, 3 long longs, 6 ints) */
     int opA, opB, m, n, k, lda, ldb, ldc, batch, unused;
     long long sA, sB, sC;
-    int ab, compute, bias, alA, alB, alC; /* bias: the fused bias pointer's alignment, 0 when none */
+    int ab, compute, bias, alA, alB, alC; /* bias: the fused bias pointer's alignment,
+                                             0 when none */
 };
 struct GemmEntry {
     GemmKey key;
@@ -57,11 +58,13 @@ struct CudaCtx {
     size_t held_n;
     Grow partials;            /* column partial sums (bias and LayerNorm weight grads) */
     Grow sums;                /* double partials of sum / sumsq */
-    Grow enc;                 /* encoder backward: the sort of rows by token, next row with the same token, flags */
+    Grow enc;                 /* encoder backward: the sort of rows by token, next row with
+                                 the same token, flags */
     Grow att;                 /* attention backward: dP of one sequence, [NH,T,T] */
     Grow flashD;              /* flash attention backward: D = rowsum(dO o O), [B,NH,T] */
     int att_flash;            /* 1: flash attention ([Note: attention path] in backend_cuda.cu) */
-    PPDType op;               /* the operand activations' type (be.operand, [Note: CUDA precision]) */
+    PPDType op;               /* the operand activations' type (be.operand,
+                                 [Note: CUDA precision]) */
     Grow stage;               /* fp32 staging of the materialised attention's bf16 outputs */
     Alloc *allocs;
     int nallocs, cap_allocs;
@@ -80,26 +83,30 @@ static inline CudaCtx *ctx_of(const Backend *be) { return (CudaCtx *)be->ctx; }
  * The exit is _exit after flushing stdout and stderr: exit() would run the static
  * destructors of cudart and NCCL's proxy thread on a broken device, and those can hang;
  * the peers learn of the death from the closed sockets. */
-#define CK(c, call)                                                                                            \
-    do {                                                                                                       \
-        cudaError_t e_ = (call);                                                                               \
-        if (e_ != cudaSuccess) pp_cuda_die((c), __FILE__, __LINE__, #call, cudaGetErrorName(e_), cudaGetErrorString(e_)); \
+#define CK(c, call)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            pp_cuda_die((c), __FILE__, __LINE__, #call, cudaGetErrorName(e_),                      \
+                        cudaGetErrorString(e_));                                                   \
     } while (0)
-#define LTCK(c, call)                                                                                          \
-    do {                                                                                                       \
-        cublasStatus_t s_ = (call);                                                                            \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                       \
-            pp_cuda_die((c), __FILE__, __LINE__, #call, cublasLtGetStatusName(s_), cublasLtGetStatusString(s_)); \
+#define LTCK(c, call)                                                                              \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            pp_cuda_die((c), __FILE__, __LINE__, #call, cublasLtGetStatusName(s_),                 \
+                        cublasLtGetStatusString(s_));                                              \
     } while (0)
-#define KCHECK(c, name)                                                                                       \
-    do {                                                                                                       \
-        cudaError_t e_ = cudaGetLastError();                                                                   \
-        if (e_ != cudaSuccess)                                                                                 \
-            pp_cuda_die((c), __FILE__, __LINE__, "launch of " name, cudaGetErrorName(e_), cudaGetErrorString(e_)); \
+#define KCHECK(c, name)                                                                            \
+    do {                                                                                           \
+        cudaError_t e_ = cudaGetLastError();                                                       \
+        if (e_ != cudaSuccess)                                                                     \
+            pp_cuda_die((c), __FILE__, __LINE__, "launch of " name, cudaGetErrorName(e_),          \
+                        cudaGetErrorString(e_));                                                   \
     } while (0)
 
-void pp_cuda_die(const CudaCtx *c, const char *file, int line, const char *call, const char *name, const char *msg)
-    __attribute__((noreturn));
+void pp_cuda_die(const CudaCtx *c, const char *file, int line, const char *call, const char *name,
+                 const char *msg) __attribute__((noreturn));
 
 /* Make g hold at least `bytes` (waits for the stream first when it must reallocate). */
 void *grow(CudaCtx *c, Grow *g, size_t bytes);
@@ -111,14 +118,17 @@ static inline unsigned grid_for(size_t n, int threads) {
 }
 
 /* ---- kernel launchers (kernels.cu): same arguments as the backend ops ---- */
-void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
-void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C);
+void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte, const float *wpe,
+                       int B, int T, int C);
+void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout, const int *inp,
+                        int B, int T, int C);
 /* The (operand) void * arguments below are of c->op's type ([Note: operand activations]
  * in src/backend/backend.h). */
-void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const float *inp, const float *w,
-                         const float *b, int N, int C);
-void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                          const float *mean, const float *rstd, const float *w, int N, int C);
+void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const float *inp,
+                         const float *w, const float *b, int N, int C);
+void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const float *dout,
+                          const float *inp, const float *mean, const float *rstd, const float *w,
+                          int N, int C);
 void k_gelu_forward(CudaCtx *c, void *out, const float *inp, size_t n);
 void k_gelu_backward(CudaCtx *c, void *dinp, const float *inp, const float *dout, size_t n);
 void k_add_inplace(CudaCtx *c, float *dst, const float *src, size_t n);
@@ -132,14 +142,14 @@ void k_softmax_causal(CudaCtx *c, float *att, int rows, int T);
 /* In place: dP (rows of length T) becomes dS = P * (dP - sum_j P dP) * scale, causal. */
 void k_softmax_causal_backward(CudaCtx *c, float *dp, const float *p, int rows, int T, float scale);
 /* losses[N]; with want_grad dlogits[N,Vp] (operand; logits itself allowed at fp32). */
-void k_crossentropy(CudaCtx *c, void *dlogits, float *losses, const float *logits, const int *targets, float dloss,
-                    int N, int V, int Vp, int want_grad);
+void k_crossentropy(CudaCtx *c, void *dlogits, float *losses, const float *logits,
+                    const int *targets, float dloss, int N, int V, int Vp, int want_grad);
 /* out (one double) = sum over x[0..n) of x or x^2, fixed order. */
 void k_sum(CudaCtx *c, double *out, const float *x, size_t n, int squares);
-void k_adamw(CudaCtx *c, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-             float eps, float wd, float grad_scale, float bc1, float bc2);
-void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr, float momentum, float wd,
-           float grad_scale, int first);
+void k_adamw(CudaCtx *c, float *p, const float *g, float *m, float *v, size_t n, float lr,
+             float beta1, float beta2, float eps, float wd, float grad_scale, float bc1, float bc2);
+void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+           float wd, float grad_scale, int first);
 /* bf16 copy of n floats (round to nearest even). */
 void k_to_bf16(CudaCtx *c, __nv_bfloat16 *dst, const float *src, size_t n);
 /* dst[n] (operand) = src[n]: a copy, or k_to_bf16. */
@@ -154,10 +164,11 @@ int flash_head_pad(int hs);
 /* Bytes of the packed bf16 copy of `parts` blocks of NH heads ([Note: flash tiling]). */
 size_t flash_pack_bytes(int B, int T, int NH, int hs, int parts);
 /* out[B,T,C] (operand) and lse[B,NH,T] (natural log-sum-exp of each row's scaled scores). */
-void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T, int C,
+                     int NH);
 /* dqkv[B,T,3C] (operand) overwritten, from out (operand); D[B,NH,T] is the kernel pair's
  * own scratch. */
-void k_flash_backward(CudaCtx *c, void *dqkv, float *D, const float *dout, const float *qkv, const void *out,
-                      const float *lse, int B, int T, int C, int NH);
+void k_flash_backward(CudaCtx *c, void *dqkv, float *D, const float *dout, const float *qkv,
+                      const void *out, const float *lse, int B, int T, int C, int NH);
 
 #endif

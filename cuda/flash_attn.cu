@@ -82,22 +82,28 @@ template <int HSP> constexpr int dkv_bq() { return HSP >= 96 ? 32 : 64; }
 typedef __nv_bfloat16 bf16;
 
 #ifndef FLASH_HOST_SIM /* the simulator's mma_bf16 computes the PTX layout's product on the host */
-static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
+static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0,
+                                                uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 #endif
 
 #ifndef FLASH_HOST_SIM /* the simulator's versions: test/flash_sim.cc */
-static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
 /* 16 bytes from global to shared memory, asynchronously; valid = 0 writes 16 zero bytes
  * (src is then not read, but must be a valid address). Both addresses 16-byte aligned. */
 static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(valid));
 }
-static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+static __device__ __forceinline__ void cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
 /* This thread's copies have landed (a barrier then makes every thread's visible). */
 static __device__ __forceinline__ void cp_async_wait_all(void) {
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
@@ -120,10 +126,13 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return u;
 }
 
-static __device__ __forceinline__ uint32_t ld32(const bf16 *p) { return *reinterpret_cast<const uint32_t *>(p); }
+static __device__ __forceinline__ uint32_t ld32(const bf16 *p) {
+    return *reinterpret_cast<const uint32_t *>(p);
+}
 
 /* The A fragment of rows r0.., columns c0.. of a [m][k] array with row stride ld. */
-static __device__ __forceinline__ void load_a(uint32_t a[4], const bf16 *x, int ld, int r0, int c0, int g, int t) {
+static __device__ __forceinline__ void load_a(uint32_t a[4], const bf16 *x, int ld, int r0, int c0,
+                                              int g, int t) {
     a[0] = ld32(x + (r0 + g) * ld + c0 + 2 * t);
     a[1] = ld32(x + (r0 + g + 8) * ld + c0 + 2 * t);
     a[2] = ld32(x + (r0 + g) * ld + c0 + 2 * t + 8);
@@ -133,8 +142,8 @@ static __device__ __forceinline__ void load_a(uint32_t a[4], const bf16 *x, int 
 /* D[16 x 8*NB] += A[16 x 16*KC] B, A in fragment registers (the warp's 16 rows), B from
  * the [n][k] array b (rows n = 0..8*NB-1, row stride ldb). */
 template <int NB, int KC>
-static __device__ __forceinline__ void mma_rows(float d[NB][4], const uint32_t a[KC][4], const bf16 *b, int ldb,
-                                                int g, int t) {
+static __device__ __forceinline__ void mma_rows(float d[NB][4], const uint32_t a[KC][4],
+                                                const bf16 *b, int ldb, int g, int t) {
 #pragma unroll
     for (int kc = 0; kc < KC; kc++)
 #pragma unroll
@@ -147,13 +156,15 @@ static __device__ __forceinline__ void mma_rows(float d[NB][4], const uint32_t a
  * bf16 here) and X is the row-major [k][n] array x (k = 16*KC rows, row stride ld): the
  * B fragments by ldmatrix .trans, two 8-column blocks per load. */
 template <int NO, int KC>
-static __device__ __forceinline__ void mma_acc_t(float d[NO][4], const float p[2 * KC][4], const bf16 *x, int ld,
-                                                 int lane) {
+static __device__ __forceinline__ void mma_acc_t(float d[NO][4], const float p[2 * KC][4],
+                                                 const bf16 *x, int ld, int lane) {
     int lr = (lane & 7) + ((lane >> 3) & 1) * 8, lc = (lane >> 4) * 8; /* this lane's row address */
 #pragma unroll
     for (int kk = 0; kk < KC; kk++) {
-        uint32_t fa[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
-                          pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]), pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+        uint32_t fa[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]),
+                          pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                          pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                          pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
         for (int n2 = 0; n2 < NO / 2; n2++) {
             uint32_t r[4];
@@ -175,8 +186,8 @@ static __device__ __forceinline__ float get(const bf16 *x) { return __bfloat162f
 /* Row half hf of a warp's [16 x 8*NO] fp32 accumulator acc (C-fragment layout, [Note: mma
  * fragments]) times `scale`, to y[0..hs) (the columns of this thread's row that exist). */
 template <int NO, typename OutT>
-static __device__ __forceinline__ void store_row(OutT *y, const float acc[NO][4], int hf, int t, int hs,
-                                                 float scale) {
+static __device__ __forceinline__ void store_row(OutT *y, const float acc[NO][4], int hf, int t,
+                                                 int hs, float scale) {
 #pragma unroll
     for (int i = 0; i < NO; i++)
 #pragma unroll
@@ -192,11 +203,12 @@ static __device__ __forceinline__ void store_row(OutT *y, const float acc[NO][4]
  * dO: 1) -> dst bf16 [B][NH][parts][T][HSP], channels hs..HSP-1 zero. A thread per 8
  * channels (one 16-byte store). */
 template <int HSP>
-__global__ void __launch_bounds__(FA_THREADS) flash_pack(bf16 *dst, const float *src, int B, int T, int NH, int hs,
-                                                         int parts, size_t ld) {
+__global__ void __launch_bounds__(FA_THREADS)
+flash_pack(bf16 *dst, const float *src, int B, int T, int NH, int hs, int parts, size_t ld) {
     constexpr int CH = HSP / 8;
     size_t total = (size_t)B * NH * parts * T * CH;
-    for (size_t i = (size_t)blockIdx.x * FA_THREADS + threadIdx.x; i < total; i += (size_t)gridDim.x * FA_THREADS) {
+    for (size_t i = (size_t)blockIdx.x * FA_THREADS + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * FA_THREADS) {
         int c = (int)(i % CH);
         size_t row = i / CH; /* ((b * NH + h) * parts + p) * T + tt */
         int tt = (int)(row % T), p = (int)(row / T % parts), h = (int)(row / T / parts % NH);
@@ -217,8 +229,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_pack(bf16 *dst, const float 
  * backward's D = rowsum(dO o O), a warp per (row, head), lanes over the channels, then a
  * fixed shuffle tree. The loop is the block's (every warp the same trips). */
 template <typename OutT>
-__global__ void __launch_bounds__(FA_THREADS) flash_rowdot(float *D, const float *dout, const OutT *out, int B, int T,
-                                                           int NH, int hs) {
+__global__ void __launch_bounds__(FA_THREADS)
+flash_rowdot(float *D, const float *dout, const OutT *out, int B, int T, int NH, int hs) {
     size_t n = (size_t)B * T * NH, C = (size_t)NH * hs;
     int lane = threadIdx.x % 32;
     for (size_t w0 = (size_t)blockIdx.x * FA_WARPS; w0 < n; w0 += (size_t)gridDim.x * FA_WARPS) {
@@ -251,18 +263,23 @@ static __device__ __forceinline__ void stage(bf16 *x, int LD, const bf16 *src, i
 
 template <int HSP> struct FwdSmem {
     static constexpr int LD = HSP + 8;
-    static constexpr size_t bytes = (size_t)(FA_BR * LD + 4 * FA_BC * LD) * sizeof(bf16); /* Q, 2 x (K, V) */
+    /* Q, 2 x (K, V) */
+    static constexpr size_t bytes = (size_t)(FA_BR * LD + 4 * FA_BC * LD) * sizeof(bf16);
 };
 
 template <int HSP, typename OutT = float>
-__global__ void __launch_bounds__(FA_THREADS) flash_fwd(OutT *out, float *lse, const bf16 *qh, int T, int C,
-                                                        int NH, int hs, float sl2) {
-    constexpr int LD = FwdSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8, NS = FA_BC / 8, KV = FA_BC * LD;
+__global__ void __launch_bounds__(FA_THREADS)
+flash_fwd(OutT *out, float *lse, const bf16 *qh, int T, int C, int NH, int hs, float sl2) {
+    constexpr int LD = FwdSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8;
+    constexpr int NS = FA_BC / 8, KV = FA_BC * LD;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *sQ = (bf16 *)smem, *sK = sQ + FA_BR * LD, *sV = sK + 2 * KV; /* sK, sV: two buffers each */
+    /* sK, sV: two buffers each */
+    bf16 *sQ = (bf16 *)smem, *sK = sQ + FA_BR * LD, *sV = sK + 2 * KV;
     int qt = gridDim.x - 1 - blockIdx.x; /* the longest rows (most key tiles) start first */
-    int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const bf16 *q = qh + ((size_t)b * NH + h) * 3 * T * HSP, *k = q + (size_t)T * HSP, *v = k + (size_t)T * HSP;
+    int h = blockIdx.y, b = blockIdx.z;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const bf16 *q = qh + ((size_t)b * NH + h) * 3 * T * HSP;
+    const bf16 *k = q + (size_t)T * HSP, *v = k + (size_t)T * HSP;
     int q0 = qt * FA_BR, wr = warp * 16; /* the warp's rows in the tile */
 
     stage<FA_BR, HSP>(sQ, LD, q, q0, T);
@@ -341,15 +358,17 @@ __global__ void __launch_bounds__(FA_THREADS) flash_fwd(OutT *out, float *lse, c
 
 template <int HSP> struct DqSmem {
     static constexpr int LD = HSP + 8;
-    static constexpr size_t bytes = (size_t)(2 * FA_BR * LD + 4 * FA_BC * LD) * sizeof(bf16); /* Q, dO, 2 x (K, V) */
+    /* Q, dO, 2 x (K, V) */
+    static constexpr size_t bytes = (size_t)(2 * FA_BR * LD + 4 * FA_BC * LD) * sizeof(bf16);
 };
 
 /* S and dP of the warp's 16 rows against the staged key tile, P from the lse, masked. */
 template <int HSP>
 static __device__ __forceinline__ void dq_tile(float s[FA_BC / 8][4], float dp[FA_BC / 8][4],
-                                               const uint32_t qf[HSP / 16][4], const uint32_t df[HSP / 16][4],
-                                               const bf16 *K, const bf16 *V, int wr, bool diag, const float lse2[2],
-                                               float sl2, int g, int t) {
+                                               const uint32_t qf[HSP / 16][4],
+                                               const uint32_t df[HSP / 16][4], const bf16 *K,
+                                               const bf16 *V, int wr, bool diag,
+                                               const float lse2[2], float sl2, int g, int t) {
     constexpr int LD = HSP + 8, KC = HSP / 16, NS = FA_BC / 8;
 #pragma unroll
     for (int i = 0; i < NS; i++)
@@ -366,21 +385,24 @@ static __device__ __forceinline__ void dq_tile(float s[FA_BC / 8][4], float dp[F
 }
 
 template <int HSP, typename OutT = float>
-__global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(OutT *dqkv, const float *Din, const bf16 *doh,
-                                                           const bf16 *qh, const float *lse, int T, int C, int NH,
-                                                           int hs, float sl2, float scale) {
-    constexpr int LD = DqSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8, NS = FA_BC / 8, KV = FA_BC * LD;
+__global__ void __launch_bounds__(FA_THREADS)
+flash_bwd_dq(OutT *dqkv, const float *Din, const bf16 *doh, const bf16 *qh, const float *lse,
+             int T, int C, int NH, int hs, float sl2, float scale) {
+    constexpr int LD = DqSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8;
+    constexpr int NS = FA_BC / 8, KV = FA_BC * LD;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sQ = (bf16 *)smem, *sdO = sQ + FA_BR * LD, *sK = sdO + FA_BR * LD, *sV = sK + 2 * KV;
     int qt = gridDim.x - 1 - blockIdx.x;
-    int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    int h = blockIdx.y, b = blockIdx.z;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     size_t ld = 3 * (size_t)C, bh = (size_t)b * NH + h;
     const bf16 *q = qh + bh * 3 * T * HSP, *k = q + (size_t)T * HSP, *v = k + (size_t)T * HSP;
     const bf16 *dy = doh + bh * T * HSP;
     int q0 = qt * FA_BR, wr = warp * 16;
 
     float lse2[2], D[2];
-    for (int hf = 0; hf < 2; hf++) { /* rows past T: finite stand-ins (nothing of theirs is written) */
+    /* rows past T: finite stand-ins (nothing of theirs is written) */
+    for (int hf = 0; hf < 2; hf++) {
         int row = q0 + wr + g + 8 * hf;
         lse2[hf] = row < T ? lse[bh * T + row] * FA_LOG2E : 0.0f;
         D[hf] = row < T ? Din[bh * T + row] : 0.0f;
@@ -420,7 +442,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(OutT *dqkv, const flo
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         int row = q0 + wr + g + 8 * hf;
-        if (row < T) store_row<NO>(dqkv + ((size_t)b * T + row) * ld + (size_t)h * hs, dq, hf, t, hs, scale);
+        if (row < T)
+            store_row<NO>(dqkv + ((size_t)b * T + row) * ld + (size_t)h * hs, dq, hf, t, hs, scale);
     }
 }
 
@@ -428,19 +451,23 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq(OutT *dqkv, const flo
 
 template <int HSP, int BQ = dkv_bq<HSP>()> struct DkvSmem {
     static constexpr int LD = HSP + 8;
-    static constexpr size_t bytes = (size_t)(2 * FA_BC * LD + 4 * BQ * LD) * sizeof(bf16) /* K, V, 2 x (Q, dO) */
-                                    + 4 * BQ * sizeof(float); /* 2 x (lse2, D) of the step's queries */
+    static constexpr size_t bytes =
+        (size_t)(2 * FA_BC * LD + 4 * BQ * LD) * sizeof(bf16) /* K, V, 2 x (Q, dO) */
+        + 4 * BQ * sizeof(float); /* 2 x (lse2, D) of the step's queries */
 };
 
 template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float, int MINB = 1>
-__global__ void __launch_bounds__(FA_THREADS, MINB) flash_bwd_dkv(OutT *dqkv, const float *Din, const bf16 *doh,
-                                                            const bf16 *qh, const float *lse, int T, int C, int NH,
-                                                            int hs, float sl2, float scale) {
-    constexpr int LD = DkvSmem<HSP, BQ>::LD, KC = HSP / 16, NO = HSP / 8, NS = BQ / 8, QS = BQ * LD;
+__global__ void __launch_bounds__(FA_THREADS, MINB)
+flash_bwd_dkv(OutT *dqkv, const float *Din, const bf16 *doh, const bf16 *qh, const float *lse,
+              int T, int C, int NH, int hs, float sl2, float scale) {
+    constexpr int LD = DkvSmem<HSP, BQ>::LD, KC = HSP / 16, NO = HSP / 8;
+    constexpr int NS = BQ / 8, QS = BQ * LD;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *sK = (bf16 *)smem, *sV = sK + FA_BC * LD, *sQ = sV + FA_BC * LD, *sdO = sQ + 2 * QS; /* two buffers each */
-    float *sL = (float *)(sdO + 2 * QS), *sD = sL + 2 * BQ;                                 /* two buffers each */
-    int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    bf16 *sK = (bf16 *)smem, *sV = sK + FA_BC * LD;
+    bf16 *sQ = sV + FA_BC * LD, *sdO = sQ + 2 * QS;         /* two buffers each */
+    float *sL = (float *)(sdO + 2 * QS), *sD = sL + 2 * BQ; /* two buffers each */
+    int h = blockIdx.y, b = blockIdx.z;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     size_t ld = 3 * (size_t)C, bh = (size_t)b * NH + h;
     const bf16 *q = qh + bh * 3 * T * HSP, *k = q + (size_t)T * HSP, *v = k + (size_t)T * HSP;
     const bf16 *dy = doh + bh * T * HSP;
@@ -448,7 +475,8 @@ __global__ void __launch_bounds__(FA_THREADS, MINB) flash_bwd_dkv(OutT *dqkv, co
 
     stage<FA_BC, HSP>(sK, LD, k, k0, T);
     stage<FA_BC, HSP>(sV, LD, v, k0, T);
-    stage<BQ, HSP>(sQ, LD, q, k0, T); /* the first query step: queries before k0 see none of these keys */
+    /* the first query step: queries before k0 see none of these keys */
+    stage<BQ, HSP>(sQ, LD, q, k0, T);
     stage<BQ, HSP>(sdO, LD, dy, k0, T);
     cp_async_commit();
     if (threadIdx.x < BQ) {
@@ -467,23 +495,29 @@ __global__ void __launch_bounds__(FA_THREADS, MINB) flash_bwd_dkv(OutT *dqkv, co
     float dk[NO][4], dv[NO][4];
 #pragma unroll
     for (int i = 0; i < NO; i++)
-        dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.0f;
+        dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] =
+            dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.0f;
     for (int it = 0, q0 = k0; q0 < T; it++, q0 += BQ) {
         int cur = it & 1, nq = q0 + BQ;
         const bf16 *Q = sQ + cur * QS, *dO = sdO + cur * QS;
         const float *L = sL + cur * BQ, *Dq = sD + cur * BQ;
-        float nl = 0.0f, nd = 0.0f; /* the next step's lse2 and D (thread < BQ), stored after the work */
+        /* the next step's lse2 and D (thread < BQ), stored after the work */
+        float nl = 0.0f, nd = 0.0f;
         if (nq < T) {
             stage<BQ, HSP>(sQ + (cur ^ 1) * QS, LD, q, nq, T);
             stage<BQ, HSP>(sdO + (cur ^ 1) * QS, LD, dy, nq, T);
             int row = nq + threadIdx.x;
-            if (threadIdx.x < BQ && row < T) nl = lse[bh * T + row] * FA_LOG2E, nd = Din[bh * T + row];
+            if (threadIdx.x < BQ && row < T) {
+                nl = lse[bh * T + row] * FA_LOG2E;
+                nd = Din[bh * T + row];
+            }
         }
         cp_async_commit();
         float s[NS][4], dp[NS][4];
 #pragma unroll
         for (int i = 0; i < NS; i++)
-            s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
+            s[i][0] = s[i][1] = s[i][2] = s[i][3] =
+                dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
         mma_rows<NS, KC>(s, kf, Q, LD, g, t);   /* S^T = K Q^T: keys x queries */
         mma_rows<NS, KC>(dp, vf, dO, LD, g, t); /* dP^T = V dO^T */
 #pragma unroll
@@ -498,7 +532,10 @@ __global__ void __launch_bounds__(FA_THREADS, MINB) flash_bwd_dkv(OutT *dqkv, co
             }
         mma_acc_t<NO, BQ / 16>(dv, s, dO, LD, lane); /* dV += P^T dO */
         mma_acc_t<NO, BQ / 16>(dk, dp, Q, LD, lane); /* dK += dS^T Q */
-        if (nq < T && threadIdx.x < BQ) sL[(cur ^ 1) * BQ + threadIdx.x] = nl, sD[(cur ^ 1) * BQ + threadIdx.x] = nd;
+        if (nq < T && threadIdx.x < BQ) {
+            sL[(cur ^ 1) * BQ + threadIdx.x] = nl;
+            sD[(cur ^ 1) * BQ + threadIdx.x] = nd;
+        }
         cp_async_wait_all();
         __syncthreads();
     }
@@ -512,7 +549,10 @@ __global__ void __launch_bounds__(FA_THREADS, MINB) flash_bwd_dkv(OutT *dqkv, co
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int col = i * 8 + 2 * t + e;
-                if (col < hs) put(yk + col, dk[i][2 * hf + e] * scale), put(yv + col, dv[i][2 * hf + e]);
+                if (col < hs) {
+                    put(yk + col, dk[i][2 * hf + e] * scale);
+                    put(yv + col, dv[i][2 * hf + e]);
+                }
             }
     }
 }
@@ -532,12 +572,13 @@ static unsigned qtiles(int T, int tile) { return (unsigned)((T + tile - 1) / til
 /* The packed bf16 copies ([Note: flash tiling]) live in the backend's bf16 operand
  * buffers (castA: q, k, v; castB: dO), which every op uses only while it runs. */
 template <int HSP>
-static bf16 *pack(CudaCtx *c, Grow *buf, const float *src, int B, int T, int NH, int hs, int parts, size_t ld) {
+static bf16 *pack(CudaCtx *c, Grow *buf, const float *src, int B, int T, int NH, int hs, int parts,
+                  size_t ld) {
     size_t rows = (size_t)B * NH * parts * T, chunks = rows * (HSP / 8);
     bf16 *dst = (bf16 *)grow(c, buf, rows * HSP * sizeof(bf16));
     size_t blocks = (chunks + FA_THREADS - 1) / FA_THREADS;
-    flash_pack<HSP><<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(dst, src, B, T, NH, hs,
-                                                                                               parts, ld);
+    flash_pack<HSP><<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(
+        dst, src, B, T, NH, hs, parts, ld);
     KCHECK(c, "flash_pack");
     return dst;
 }
@@ -547,38 +588,43 @@ static void fwd(CudaCtx *c, OutT *out, float *lse, const float *qkv, int B, int 
     int hs = C / NH;
     size_t sm = FwdSmem<HSP>::bytes;
     const bf16 *qh = pack<HSP>(c, &c->castA, qkv, B, T, NH, hs, 3, 3 * (size_t)C);
-    CK(c, cudaFuncSetAttribute(flash_fwd<HSP, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    flash_fwd<HSP, OutT><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(out, lse, qh, T, C, NH, hs,
-                                                                                      FA_LOG2E / sqrtf((float)hs));
+    CK(c, cudaFuncSetAttribute(flash_fwd<HSP, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)sm));
+    flash_fwd<HSP, OutT><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(
+        out, lse, qh, T, C, NH, hs, FA_LOG2E / sqrtf((float)hs));
     KCHECK(c, "flash_fwd");
 }
 
 /* The dkv kernel with query step BQ, held to MINB CTAs an SM (its registers capped to fit). */
 template <int HSP, int BQ, typename OutT, int MINB>
-static void launch_dkv(CudaCtx *c, OutT *dqkv, const float *D, const bf16 *doh, const bf16 *qh, const float *lse, int B,
-                       int T, int C, int NH, int hs, float sl2, float scale) {
+static void launch_dkv(CudaCtx *c, OutT *dqkv, const float *D, const bf16 *doh, const bf16 *qh,
+                       const float *lse, int B, int T, int C, int NH, int hs, float sl2,
+                       float scale) {
     size_t sm = DkvSmem<HSP, BQ>::bytes;
-    CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, BQ, OutT, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)sm));
-    flash_bwd_dkv<HSP, BQ, OutT, MINB><<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm, c->stream>>>(
-        dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale);
+    CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, BQ, OutT, MINB>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    flash_bwd_dkv<HSP, BQ, OutT, MINB>
+        <<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm, c->stream>>>(
+            dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale);
     KCHECK(c, "flash_bwd_dkv");
 }
 
 template <int HSP, typename OutT>
-static void bwd(CudaCtx *c, OutT *dqkv, float *D, const float *dout, const float *qkv, const OutT *out,
-                const float *lse, int B, int T, int C, int NH) {
+static void bwd(CudaCtx *c, OutT *dqkv, float *D, const float *dout, const float *qkv,
+                const OutT *out, const float *lse, int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
     size_t sm = DqSmem<HSP>::bytes;
     const bf16 *qh = pack<HSP>(c, &c->castA, qkv, B, T, NH, hs, 3, 3 * (size_t)C);
     const bf16 *doh = pack<HSP>(c, &c->castB, dout, B, T, NH, hs, 1, (size_t)C);
     size_t warps = (size_t)B * T * NH, blocks = (warps + FA_WARPS - 1) / FA_WARPS;
-    flash_rowdot<<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(D, dout, out, B, T, NH, hs);
+    flash_rowdot<<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(
+        D, dout, out, B, T, NH, hs);
     KCHECK(c, "flash_rowdot");
-    CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    flash_bwd_dq<HSP, OutT><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(dqkv, D, doh, qh, lse, T,
-                                                                                          C, NH, hs, sl2, scale);
+    CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)sm));
+    flash_bwd_dq<HSP, OutT><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(
+        dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale);
     KCHECK(c, "flash_bwd_dq");
     /* up to 64 channels, query steps of 32 let three CTAs share an SM within 168 registers
      * and no spill (0.794 -> 0.760 ms a layer at GPT-2 124M, B 16: cuda/NOTES.md); wider
@@ -586,7 +632,8 @@ static void bwd(CudaCtx *c, OutT *dqkv, float *D, const float *dout, const float
     if (HSP <= 64)
         launch_dkv<HSP, 32, OutT, 3>(c, dqkv, D, doh, qh, lse, B, T, C, NH, hs, sl2, scale);
     else
-        launch_dkv<HSP, dkv_bq<HSP>(), OutT, 1>(c, dqkv, D, doh, qh, lse, B, T, C, NH, hs, sl2, scale);
+        launch_dkv<HSP, dkv_bq<HSP>(), OutT, 1>(c, dqkv, D, doh, qh, lse, B, T, C, NH, hs, sl2,
+                                                scale);
 }
 
 size_t flash_pack_bytes(int B, int T, int NH, int hs, int parts) {
@@ -594,17 +641,20 @@ size_t flash_pack_bytes(int B, int T, int NH, int hs, int parts) {
 }
 
 /* The head-size switch of a launcher template, for fp32 or bf16 operands. */
-#define FLASH_HS_SWITCH(c, C, NH, CALL)                                                                      \
-    switch (flash_head_pad((C) / (NH))) {                                                                  \
-    case 32: CALL(32); break;                                                                              \
-    case 64: CALL(64); break;                                                                              \
-    case 80: CALL(80); break;                                                                              \
-    case 96: CALL(96); break;                                                                              \
-    case 128: CALL(128); break;                                                                            \
-    default: pp_cuda_die(c, __FILE__, __LINE__, "flash attention", "unsupported head size", "head size over 128"); \
+#define FLASH_HS_SWITCH(c, C, NH, CALL)                                                            \
+    switch (flash_head_pad((C) / (NH))) {                                                          \
+    case 32: CALL(32); break;                                                                      \
+    case 64: CALL(64); break;                                                                      \
+    case 80: CALL(80); break;                                                                      \
+    case 96: CALL(96); break;                                                                      \
+    case 128: CALL(128); break;                                                                    \
+    default:                                                                                       \
+        pp_cuda_die(c, __FILE__, __LINE__, "flash attention", "unsupported head size",             \
+                    "head size over 128");                                                         \
     }
 
-void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T, int C,
+                     int NH) {
 #define FWD_F32(H) fwd<H>(c, (float *)out, lse, qkv, B, T, C, NH)
 #define FWD_BF16(H) fwd<H>(c, (bf16 *)out, lse, qkv, B, T, C, NH)
     if (c->op == PP_BF16) FLASH_HS_SWITCH(c, C, NH, FWD_BF16)
@@ -613,8 +663,8 @@ void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B,
 #undef FWD_BF16
 }
 
-void k_flash_backward(CudaCtx *c, void *dqkv, float *D, const float *dout, const float *qkv, const void *out,
-                      const float *lse, int B, int T, int C, int NH) {
+void k_flash_backward(CudaCtx *c, void *dqkv, float *D, const float *dout, const float *qkv,
+                      const void *out, const float *lse, int B, int T, int C, int NH) {
 #define BWD_F32(H) bwd<H>(c, (float *)dqkv, D, dout, qkv, (const float *)out, lse, B, T, C, NH)
 #define BWD_BF16(H) bwd<H>(c, (bf16 *)dqkv, D, dout, qkv, (const bf16 *)out, lse, B, T, C, NH)
     if (c->op == PP_BF16) FLASH_HS_SWITCH(c, C, NH, BWD_BF16)

@@ -48,21 +48,28 @@ static inline int aligned(const void *p, size_t to) { return (uintptr_t)p % to =
  * operand activation are templates over its type, fp32 or bf16 (c->op); put rounds to
  * nearest even, put4 stores four (16 bytes of fp32, 8 of bf16). */
 static __device__ __forceinline__ void put(float *y, float v) { *y = v; }
-static __device__ __forceinline__ void put(__nv_bfloat16 *y, float v) { *y = __float2bfloat16_rn(v); }
+static __device__ __forceinline__ void put(__nv_bfloat16 *y, float v) {
+    *y = __float2bfloat16_rn(v);
+}
 static __device__ __forceinline__ float get(const float *x) { return *x; }
 static __device__ __forceinline__ float get(const __nv_bfloat16 *x) { return __bfloat162float(*x); }
-static __device__ __forceinline__ void put4(float *y, float4 v) { *reinterpret_cast<float4 *>(y) = v; }
+static __device__ __forceinline__ void put4(float *y, float4 v) {
+    *reinterpret_cast<float4 *>(y) = v;
+}
 static __device__ __forceinline__ void put4(__nv_bfloat16 *y, float4 v) {
     __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
     uint2 u;
-    u.x = *reinterpret_cast<const unsigned *>(&lo), u.y = *reinterpret_cast<const unsigned *>(&hi);
+    u.x = *reinterpret_cast<const unsigned *>(&lo);
+    u.y = *reinterpret_cast<const unsigned *>(&hi);
     *reinterpret_cast<uint2 *>(y) = u;
 }
 
 /* ---- encoder ------------------------------------------------------------------- */
 
-__global__ void enc_fwd(float *out, const int *inp, const float *wte, const float *wpe, size_t NC, int T, int C) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < NC; i += (size_t)gridDim.x * blockDim.x) {
+__global__ void enc_fwd(float *out, const int *inp, const float *wte, const float *wpe, size_t NC,
+                        int T, int C) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < NC;
+         i += (size_t)gridDim.x * blockDim.x) {
         size_t n = i / C;
         int c = (int)(i % C);
         out[i] = wte[(size_t)inp[n] * C + c] + wpe[(size_t)(n % T) * C + c];
@@ -91,7 +98,8 @@ __global__ void enc_flag(int *flag, const int *nxt, int N) {
 
 /* One block per chain head: dwte[tok, c] += dout rows of the chain, in row order (the
  * CPU's order, so the CPU's bits). */
-__global__ void enc_bwd_wte(float *dwte, const float *dout, const int *inp, const int *nxt, const int *flag, int C) {
+__global__ void enc_bwd_wte(float *dwte, const float *dout, const int *inp, const int *nxt,
+                            const int *flag, int C) {
     int n = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (flag[n] || c >= C) return;
     float *dw = dwte + (size_t)inp[n] * C;
@@ -109,8 +117,8 @@ __global__ void enc_bwd_wpe(float *dwpe, const float *dout, int B, int T, int C)
     dwpe[i] = acc;
 }
 
-void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
-                       int C) {
+void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte, const float *wpe,
+                       int B, int T, int C) {
     size_t NC = (size_t)B * T * C;
     enc_fwd<<<grid_for(NC, 256), 256, 0, c->stream>>>(out, inp, wte, wpe, NC, T, C);
     KCHECK(c, "enc_fwd");
@@ -126,17 +134,20 @@ static size_t enc_sort_bytes(int N) {
 
 size_t k_encoder_workspace(int N) { return enc_sort_bytes(N) + 5 * (size_t)N * sizeof(int); }
 
-void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
+void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout, const int *inp,
+                        int B, int T, int C) {
     int N = B * T;
     /* the rows sorted by token (CUB's stable radix sort), then each row's successor; the
      * sort's own storage first (256-byte aligned, as cudaMalloc's), then 5 int arrays */
     size_t tmp = enc_sort_bytes(N);
     char *base = (char *)grow(c, &c->enc, k_encoder_workspace(N));
-    int *nxt = (int *)(base + tmp), *flag = nxt + N, *rows = flag + N, *tok_s = rows + N, *rows_s = tok_s + N;
+    int *nxt = (int *)(base + tmp), *flag = nxt + N, *rows = flag + N;
+    int *tok_s = rows + N, *rows_s = tok_s + N;
     CK(c, cudaMemsetAsync(flag, 0, (size_t)N * sizeof(int), c->stream));
     iota<<<(N + 255) / 256, 256, 0, c->stream>>>(rows, N);
     KCHECK(c, "iota");
-    CK(c, cub::DeviceRadixSort::SortPairs(base, tmp, inp, tok_s, rows, rows_s, N, 0, 32, c->stream));
+    CK(c, cub::DeviceRadixSort::SortPairs(base, tmp, inp, tok_s, rows, rows_s, N, 0, 32,
+                                          c->stream));
     enc_next<<<(N + 255) / 256, 256, 0, c->stream>>>(nxt, tok_s, rows_s, N);
     KCHECK(c, "enc_next");
     enc_flag<<<(N + 255) / 256, 256, 0, c->stream>>>(flag, nxt, N);
@@ -167,13 +178,16 @@ template <bool V4> struct Row4 {
     }
 };
 
-static __device__ __forceinline__ float sum4(float4 v, bool all) { return all ? (v.x + v.y) + (v.z + v.w) : v.x; }
+static __device__ __forceinline__ float sum4(float4 v, bool all) {
+    return all ? (v.x + v.y) + (v.z + v.w) : v.x;
+}
 
 template <bool V4, typename OutT>
-__global__ void ln_fwd(OutT *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
-                       int C) {
+__global__ void ln_fwd(OutT *out, float *mean, float *rstd, const float *inp, const float *w,
+                       const float *b, int N, int C) {
     typedef Row4<V4> R;
-    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32, lane = threadIdx.x & 31, G = R::groups(C);
+    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x & 31, G = R::groups(C);
     if (row >= N) return;
     const float *x = inp + (size_t)row * C;
     OutT *o = out + (size_t)row * C;
@@ -193,18 +207,23 @@ __global__ void ln_fwd(OutT *out, float *mean, float *rstd, const float *inp, co
         if (V4) put4(o + 4 * j, y);
         else put(o + j, y.x);
     }
-    if (lane == 0) mean[row] = m, rstd[row] = r;
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
 }
 
 /* dinp[row] += r * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)). */
 template <bool V4>
-__global__ void ln_bwd_dx(float *dinp, const float *dout, const float *inp, const float *mean, const float *rstd,
-                          const float *w, int N, int C) {
+__global__ void ln_bwd_dx(float *dinp, const float *dout, const float *inp, const float *mean,
+                          const float *rstd, const float *w, int N, int C) {
     typedef Row4<V4> R;
-    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32, lane = threadIdx.x & 31, G = R::groups(C);
+    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x & 31, G = R::groups(C);
     if (row >= N) return;
     const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
-    float *dx = dinp + (size_t)row * C, m = mean[row], r = rstd[row], sd = 0.0f, sdx = 0.0f;
+    float *dx = dinp + (size_t)row * C, m = mean[row], r = rstd[row];
+    float sd = 0.0f, sdx = 0.0f;
     for (int j = lane; j < G; j += 32) {
         float4 xv = R::load(x, j), wv = R::load(w, j), dv = R::load(d, j);
         float4 dn = make_float4(wv.x * dv.x, wv.y * dv.y, wv.z * dv.z, wv.w * dv.w);
@@ -218,8 +237,10 @@ __global__ void ln_bwd_dx(float *dinp, const float *dout, const float *inp, cons
         float4 xv = R::load(x, j), wv = R::load(w, j), dv = R::load(d, j), o = R::load(dx, j);
         float4 dn = make_float4(wv.x * dv.x, wv.y * dv.y, wv.z * dv.z, wv.w * dv.w);
         float4 xh = make_float4((xv.x - m) * r, (xv.y - m) * r, (xv.z - m) * r, (xv.w - m) * r);
-        R::store(dx, j, make_float4(o.x + r * (dn.x - sd - xh.x * sdx), o.y + r * (dn.y - sd - xh.y * sdx),
-                                    o.z + r * (dn.z - sd - xh.z * sdx), o.w + r * (dn.w - sd - xh.w * sdx)));
+        R::store(dx, j, make_float4(o.x + r * (dn.x - sd - xh.x * sdx),
+                                    o.y + r * (dn.y - sd - xh.y * sdx),
+                                    o.z + r * (dn.z - sd - xh.z * sdx),
+                                    o.w + r * (dn.w - sd - xh.w * sdx)));
     }
 }
 
@@ -228,8 +249,8 @@ __global__ void ln_bwd_dx(float *dinp, const float *dout, const float *inp, cons
  * = sum of dout * xhat (LayerNorm's dw; plain dout when mean is NULL: a bias grad) and,
  * with two sums, part[chunk][1][c] = sum of dout (db). */
 template <typename DT>
-__global__ void col_partial(float *part, const DT *dout, const float *inp, const float *mean, const float *rstd,
-                            int N, int C, int two) {
+__global__ void col_partial(float *part, const DT *dout, const float *inp, const float *mean,
+                            const float *rstd, int N, int C, int two) {
     __shared__ float sa[8][33], sb[8][33];
     int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx, chunk = blockIdx.y;
     int r0 = chunk * COL_ROWS, r1 = min(N, r0 + COL_ROWS);
@@ -245,7 +266,10 @@ __global__ void col_partial(float *part, const DT *dout, const float *inp, const
     __syncthreads();
     if (ty != 0 || c >= C) return;
     float ta = 0.0f, tb = 0.0f;
-    for (int k = 0; k < 8; k++) ta += sa[k][tx], tb += sb[k][tx];
+    for (int k = 0; k < 8; k++) {
+        ta += sa[k][tx];
+        tb += sb[k][tx];
+    }
     float *p = part + (size_t)chunk * (two ? 2 : 1) * C;
     p[c] = ta;
     if (two) p[C + c] = tb;
@@ -255,7 +279,8 @@ __global__ void col_partial(float *part, const DT *dout, const float *inp, const
  * C, when given), 32 columns per block (threads (32, 8)): lane row ty adds chunks ty,
  * ty + 8, ... in order, then the eight in order: an order fixed by the sizes, with eight
  * loads in flight per column instead of one chain of nchunks. */
-__global__ void col_final(float *dst0, float *dst1, const float *part, int nchunks, size_t stride, int C) {
+__global__ void col_final(float *dst0, float *dst1, const float *part, int nchunks, size_t stride,
+                          int C) {
     __shared__ float sa[8][33], sb[8][33];
     int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
     float a = 0.0f, b = 0.0f;
@@ -264,20 +289,25 @@ __global__ void col_final(float *dst0, float *dst1, const float *part, int nchun
             a += part[k * stride + c];
             if (dst1) b += part[k * stride + C + c];
         }
-    sa[ty][tx] = a, sb[ty][tx] = b;
+    sa[ty][tx] = a;
+    sb[ty][tx] = b;
     __syncthreads();
     if (ty != 0 || c >= C) return;
     float ta = 0.0f, tb = 0.0f;
-    for (int k = 0; k < 8; k++) ta += sa[k][tx], tb += sb[k][tx];
+    for (int k = 0; k < 8; k++) {
+        ta += sa[k][tx];
+        tb += sb[k][tx];
+    }
     if (dst0) dst0[c] += ta;
     if (dst1) dst1[c] += tb;
 }
 
 template <typename DT>
-static void col_sums(CudaCtx *c, float *dst0, float *dst1, const DT *dout, const float *inp, const float *mean,
-                     const float *rstd, int N, int C) {
+static void col_sums(CudaCtx *c, float *dst0, float *dst1, const DT *dout, const float *inp,
+                     const float *mean, const float *rstd, int N, int C) {
     int nchunks = (N + COL_ROWS - 1) / COL_ROWS, two = dst1 != NULL;
-    float *part = (float *)grow(c, &c->partials, (size_t)nchunks * (two ? 2 : 1) * C * sizeof(float));
+    float *part = (float *)grow(c, &c->partials,
+                                (size_t)nchunks * (two ? 2 : 1) * C * sizeof(float));
     dim3 g((C + 31) / 32, nchunks), b(32, 8);
     col_partial<<<g, b, 0, c->stream>>>(part, dout, inp, mean, rstd, N, C, two);
     KCHECK(c, "col_partial");
@@ -287,14 +317,17 @@ static void col_sums(CudaCtx *c, float *dst0, float *dst1, const DT *dout, const
 }
 
 /* Whether the LayerNorm rows of C floats at these pointers take float4 access. */
-static int ln_vec4(int C, const void *a, const void *b, const void *d, const void *e, const void *f) {
-    return C % 4 == 0 && aligned(a, 16) && aligned(b, 16) && aligned(d, 16) && aligned(e, 16) && aligned(f, 16);
+static int ln_vec4(int C, const void *a, const void *b, const void *d, const void *e,
+                   const void *f) {
+    return C % 4 == 0 && aligned(a, 16) && aligned(b, 16) && aligned(d, 16) && aligned(e, 16) &&
+           aligned(f, 16);
 }
 
 template <typename OutT>
-static void ln_forward(CudaCtx *c, OutT *out, float *mean, float *rstd, const float *inp, const float *w,
-                       const float *b, int N, int C) {
-    unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK, threads = 32 * ROWS_PER_WARP_BLOCK;
+static void ln_forward(CudaCtx *c, OutT *out, float *mean, float *rstd, const float *inp,
+                       const float *w, const float *b, int N, int C) {
+    unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
+    unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
     if (ln_vec4(C, out, inp, w, b, NULL))
         ln_fwd<true><<<blocks, threads, 0, c->stream>>>(out, mean, rstd, inp, w, b, N, C);
     else
@@ -302,32 +335,38 @@ static void ln_forward(CudaCtx *c, OutT *out, float *mean, float *rstd, const fl
     KCHECK(c, "ln_fwd");
 }
 
-void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const float *inp, const float *w,
-                         const float *b, int N, int C) {
+void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const float *inp,
+                         const float *w, const float *b, int N, int C) {
     if (c->op == PP_BF16) ln_forward(c, (__nv_bfloat16 *)out, mean, rstd, inp, w, b, N, C);
     else ln_forward(c, (float *)out, mean, rstd, inp, w, b, N, C);
 }
 
-void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                          const float *mean, const float *rstd, const float *w, int N, int C) {
+void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const float *dout,
+                          const float *inp, const float *mean, const float *rstd, const float *w,
+                          int N, int C) {
     if (dinp) {
-        unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK, threads = 32 * ROWS_PER_WARP_BLOCK;
+        unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
+        unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
         if (ln_vec4(C, dinp, dout, inp, w, NULL))
-            ln_bwd_dx<true><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w, N, C);
+            ln_bwd_dx<true><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w,
+                                                               N, C);
         else
-            ln_bwd_dx<false><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w, N, C);
+            ln_bwd_dx<false><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w,
+                                                                N, C);
         KCHECK(c, "ln_bwd_dx");
     }
     if (dw || db) col_sums(c, dw, db ? db : NULL, dout, inp, mean, rstd, N, C);
 }
 
 void k_bias_backward(CudaCtx *c, float *db, const void *dout, int N, int OC) {
-    if (c->op == PP_BF16) col_sums(c, db, NULL, (const __nv_bfloat16 *)dout, NULL, NULL, NULL, N, OC);
+    if (c->op == PP_BF16)
+        col_sums(c, db, NULL, (const __nv_bfloat16 *)dout, NULL, NULL, NULL, N, OC);
     else col_sums(c, db, NULL, (const float *)dout, NULL, NULL, NULL, N, OC);
 }
 
 __global__ void add_bias(float *out, const float *b, size_t NOC, int OC) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < NOC; i += (size_t)gridDim.x * blockDim.x)
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < NOC;
+         i += (size_t)gridDim.x * blockDim.x)
         out[i] += b[i % OC];
 }
 
@@ -339,8 +378,9 @@ void k_add_bias(CudaCtx *c, float *out, const float *b, int N, int OC) {
 
 /* ---- elementwise ------------------------------------------------------------------ */
 
-#define GRID_STRIDE(i, n) \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+#define GRID_STRIDE(i, n)                                                                          \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                        \
+         i += (size_t)gridDim.x * blockDim.x)
 
 /* [Note: vector loads] The elementwise kernels move 16 bytes per load and store (float4)
  * over the first 4·n4 elements, and the last n - 4·n4 one at a time; the launcher sets
@@ -362,11 +402,13 @@ static __device__ __forceinline__ float gelu_of(float x) {
 static __device__ __forceinline__ float dgelu_times(float x, float d) {
     float u = GELU_SCALE * (x + 0.044715f * x * x * x);
     float th = tanhf(u), sech2 = 1.0f - th * th;
-    float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    float g = 0.5f * (1.0f + th) +
+              0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
     return g * d;
 }
 
-template <typename OutT> __global__ void gelu_fwd(OutT *out, const float *inp, size_t n4, size_t n) {
+template <typename OutT>
+__global__ void gelu_fwd(OutT *out, const float *inp, size_t n4, size_t n) {
     GRID_STRIDE(i, n4) {
         float4 x = ((const float4 *)inp)[i];
         put4(out + 4 * i, make_float4(gelu_of(x.x), gelu_of(x.y), gelu_of(x.z), gelu_of(x.w)));
@@ -378,8 +420,8 @@ template <typename OutT>
 __global__ void gelu_bwd(OutT *dinp, const float *inp, const float *dout, size_t n4, size_t n) {
     GRID_STRIDE(i, n4) {
         float4 x = ((const float4 *)inp)[i], d = ((const float4 *)dout)[i];
-        put4(dinp + 4 * i, make_float4(dgelu_times(x.x, d.x), dgelu_times(x.y, d.y), dgelu_times(x.z, d.z),
-                                       dgelu_times(x.w, d.w)));
+        put4(dinp + 4 * i, make_float4(dgelu_times(x.x, d.x), dgelu_times(x.y, d.y),
+                                       dgelu_times(x.z, d.z), dgelu_times(x.w, d.w)));
     }
     TAIL_STRIDE(i, n4, n) put(dinp + i, dgelu_times(inp[i], dout[i]));
 }
@@ -397,7 +439,8 @@ __global__ void to_bf16(__nv_bfloat16 *dst, const float *src, size_t n4, size_t 
         float4 x = ((const float4 *)src)[i];
         __nv_bfloat162 lo = __floats2bfloat162_rn(x.x, x.y), hi = __floats2bfloat162_rn(x.z, x.w);
         uint2 u;
-        u.x = *(const unsigned *)&lo, u.y = *(const unsigned *)&hi;
+        u.x = *(const unsigned *)&lo;
+        u.y = *(const unsigned *)&hi;
         ((uint2 *)dst)[i] = u;
     }
     TAIL_STRIDE(i, n4, n) dst[i] = __float2bfloat16_rn(src[i]);
@@ -414,7 +457,8 @@ void k_gelu_forward(CudaCtx *c, void *out, const float *inp, size_t n) {
 void k_gelu_backward(CudaCtx *c, void *dinp, const float *inp, const float *dout, size_t n) {
     size_t n4 = vec4_count(n, dinp, inp, dout);
     unsigned g = grid_for(n4 ? n4 : n, 256);
-    if (c->op == PP_BF16) gelu_bwd<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)dinp, inp, dout, n4, n);
+    if (c->op == PP_BF16)
+        gelu_bwd<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)dinp, inp, dout, n4, n);
     else gelu_bwd<<<g, 256, 0, c->stream>>>((float *)dinp, inp, dout, n4, n);
     KCHECK(c, "gelu_bwd");
 }
@@ -468,14 +512,15 @@ __global__ void softmax_causal_bwd(float *dp, const float *p, int rows, int T, f
 }
 
 void k_softmax_causal(CudaCtx *c, float *att, int rows, int T) {
-    softmax_causal<<<(rows + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK, 32 * ROWS_PER_WARP_BLOCK, 0,
-                     c->stream>>>(att, rows, T);
+    softmax_causal<<<(rows + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK,
+                     32 * ROWS_PER_WARP_BLOCK, 0, c->stream>>>(att, rows, T);
     KCHECK(c, "softmax_causal");
 }
 
-void k_softmax_causal_backward(CudaCtx *c, float *dp, const float *p, int rows, int T, float scale) {
-    softmax_causal_bwd<<<(rows + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK, 32 * ROWS_PER_WARP_BLOCK, 0,
-                         c->stream>>>(dp, p, rows, T, scale);
+void k_softmax_causal_backward(CudaCtx *c, float *dp, const float *p, int rows, int T,
+                               float scale) {
+    softmax_causal_bwd<<<(rows + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK,
+                         32 * ROWS_PER_WARP_BLOCK, 0, c->stream>>>(dp, p, rows, T, scale);
     KCHECK(c, "softmax_causal_bwd");
 }
 
@@ -485,13 +530,16 @@ void k_softmax_causal_backward(CudaCtx *c, float *dp, const float *p, int rows, 
  * terms are formed alike and a + b == b + a), so a butterfly gives every lane the same. */
 static __device__ __forceinline__ void ms_add(float &m, float &s, float m2, float s2) {
     float mn = fmaxf(m, m2);
-    float a = m == -INFINITY ? 0.0f : s * expf(m - mn), b = m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mn);
-    m = mn, s = a + b;
+    float a = m == -INFINITY ? 0.0f : s * expf(m - mn);
+    float b = m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mn);
+    m = mn;
+    s = a + b;
 }
 
 /* The warp's pair, in every lane (a butterfly). */
 static __device__ __forceinline__ void warp_ms(float &m, float &s) {
-    for (int o = 16; o > 0; o >>= 1) ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    for (int o = 16; o > 0; o >>= 1)
+        ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
 }
 
 /* The block's (max, sum of exp) pair, in every thread; sh holds 64 floats. */
@@ -499,9 +547,13 @@ static __device__ void block_reduce_ms(float &m, float &s, float *sh) {
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     warp_ms(m, s);
     __syncthreads();
-    if (lane == 0) sh[wid] = m, sh[32 + wid] = s;
+    if (lane == 0) {
+        sh[wid] = m;
+        sh[32 + wid] = s;
+    }
     __syncthreads();
-    m = lane < nw ? sh[lane] : -INFINITY, s = lane < nw ? sh[32 + lane] : 0.0f;
+    m = lane < nw ? sh[lane] : -INFINITY;
+    s = lane < nw ? sh[32 + lane] : 0.0f;
     warp_ms(m, s);
 }
 
@@ -510,8 +562,8 @@ static __device__ void block_reduce_ms(float &m, float &s, float *sh) {
  * is a multiple of 4 (then every row is 16-byte aligned; the default Vp is a multiple of
  * 128), else one float at a time. */
 template <typename OutT>
-__global__ void crossentropy(OutT *dlogits, float *losses, const float *logits, const int *targets, float dloss, int V,
-                             int Vp, int want_grad) {
+__global__ void crossentropy(OutT *dlogits, float *losses, const float *logits, const int *targets,
+                             float dloss, int V, int Vp, int want_grad) {
     __shared__ float sh[64];
     const float *x = logits + (size_t)blockIdx.x * Vp; /* dlogits may be logits itself (fp32) */
     OutT *y = dlogits + (size_t)blockIdx.x * Vp;
@@ -521,12 +573,18 @@ __global__ void crossentropy(OutT *dlogits, float *losses, const float *logits, 
     for (int j = threadIdx.x; j < V4; j += blockDim.x) {
         float4 v = x4[j];
         float lm = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
-        if (lm > mx) s *= expf(mx - lm), mx = lm;
+        if (lm > mx) {
+            s *= expf(mx - lm);
+            mx = lm;
+        }
         s += expf(v.x - mx) + expf(v.y - mx) + expf(v.z - mx) + expf(v.w - mx);
     }
     for (int j = 4 * V4 + threadIdx.x; j < V; j += blockDim.x) {
         float v = x[j];
-        if (v > mx) s *= expf(mx - v), mx = v;
+        if (v > mx) {
+            s *= expf(mx - v);
+            mx = v;
+        }
         s += expf(v - mx);
     }
     block_reduce_ms(mx, s, sh);
@@ -540,7 +598,8 @@ __global__ void crossentropy(OutT *dlogits, float *losses, const float *logits, 
         }
         return;
     }
-    for (int j = threadIdx.x; j < Vp / 4; j += blockDim.x) { /* each thread reads its 4 before writing them */
+    /* each thread reads its 4 before writing them */
+    for (int j = threadIdx.x; j < Vp / 4; j += blockDim.x) {
         float4 v = x4[j];
         float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -553,12 +612,14 @@ __global__ void crossentropy(OutT *dlogits, float *losses, const float *logits, 
     }
 }
 
-void k_crossentropy(CudaCtx *c, void *dlogits, float *losses, const float *logits, const int *targets, float dloss,
-                    int N, int V, int Vp, int want_grad) {
+void k_crossentropy(CudaCtx *c, void *dlogits, float *losses, const float *logits,
+                    const int *targets, float dloss, int N, int V, int Vp, int want_grad) {
     if (want_grad && c->op == PP_BF16)
-        crossentropy<<<N, 512, 0, c->stream>>>((__nv_bfloat16 *)dlogits, losses, logits, targets, dloss, V, Vp, 1);
+        crossentropy<<<N, 512, 0, c->stream>>>((__nv_bfloat16 *)dlogits, losses, logits, targets,
+                                               dloss, V, Vp, 1);
     else
-        crossentropy<<<N, 512, 0, c->stream>>>((float *)dlogits, losses, logits, targets, dloss, V, Vp, want_grad);
+        crossentropy<<<N, 512, 0, c->stream>>>((float *)dlogits, losses, logits, targets, dloss, V,
+                                               Vp, want_grad);
     KCHECK(c, "crossentropy");
 }
 
@@ -601,8 +662,9 @@ void k_sum(CudaCtx *c, double *out, const float *x, size_t n, int squares) {
     KCHECK(c, "sum_final");
 }
 
-__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                        float eps, float wd, float grad_scale, float bc1, float bc2) {
+__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                        float beta1, float beta2, float eps, float wd, float grad_scale, float bc1,
+                        float bc2) {
     GRID_STRIDE(i, n) { /* optim.h optim_adamw_update, term for term */
         float gi = grad_scale * g[i];
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
@@ -614,8 +676,8 @@ __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, 
     }
 }
 
-__global__ void sgd_k(float *p, const float *g, float *buf, size_t n, float lr, float momentum, float wd,
-                      float grad_scale, float keep) {
+__global__ void sgd_k(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                      float wd, float grad_scale, float keep) {
     GRID_STRIDE(i, n) { /* optim.h optim_sgd_update */
         float d = grad_scale * g[i] + wd * p[i];
         if (momentum == 0.0f) {
@@ -628,14 +690,16 @@ __global__ void sgd_k(float *p, const float *g, float *buf, size_t n, float lr, 
     }
 }
 
-void k_adamw(CudaCtx *c, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-             float eps, float wd, float grad_scale, float bc1, float bc2) {
-    adamw_k<<<grid_for(n, 256), 256, 0, c->stream>>>(p, g, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2);
+void k_adamw(CudaCtx *c, float *p, const float *g, float *m, float *v, size_t n, float lr,
+             float beta1, float beta2, float eps, float wd, float grad_scale, float bc1,
+             float bc2) {
+    adamw_k<<<grid_for(n, 256), 256, 0, c->stream>>>(p, g, m, v, n, lr, beta1, beta2, eps, wd,
+                                                     grad_scale, bc1, bc2);
     KCHECK(c, "adamw_k");
 }
 
-void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr, float momentum, float wd,
-           float grad_scale, int first) {
+void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+           float wd, float grad_scale, int first) {
     sgd_k<<<grid_for(n, 256), 256, 0, c->stream>>>(p, g, buf, n, lr, momentum, wd, grad_scale,
                                                     first ? 0.0f : momentum);
     KCHECK(c, "sgd_k");

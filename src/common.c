@@ -180,13 +180,15 @@ FILE *pp_fopen_regular(const char *path, const char *mode, const char *hint, cha
     FILE *f = fd >= 0 ? fdopen(fd, mode) : NULL;
     if (f && mode[0] == 'a' && fseek(f, 0, SEEK_END) != 0) { /* as fopen "a": ftell = size */
         fclose(f);
-        f = NULL, fd = -1;
+        f = NULL;
+        fd = -1;
     }
     if (f) return f;
     int e = errno;
     if (fd >= 0) close(fd);
     char why[128];
-    if (fd == -2) snprintf(why, sizeof why, "it is %s, not a regular file", pp_file_kind(st.st_mode));
+    if (fd == -2)
+        snprintf(why, sizeof why, "it is %s, not a regular file", pp_file_kind(st.st_mode));
     else snprintf(why, sizeof why, "%s", strerror(e));
     pp_errf(err, errlen, PP_ERUNTIME, "cannot open %s for %s: %s%s%s%s", path, how, why,
             hint ? " (" : "", hint ? hint : "", hint ? ")" : "");
@@ -229,7 +231,8 @@ int pp_read_file_max(const char *path, const char *what, size_t max_bytes, char 
             char *grown = pp_malloc(cap * 2);
             memcpy(grown, buf, n);
             free(buf);
-            buf = grown, cap *= 2;
+            buf = grown;
+            cap *= 2;
         }
         ssize_t got = read(fd, buf + n, cap - 1 - n);
         if (got < 0 && errno == EINTR) continue;
@@ -285,7 +288,8 @@ static ssize_t sink_write(void *cookie, const char *p, size_t n) {
             if (!s->werr) s->werr = w < 0 ? errno : EIO;
             return -1;
         }
-        p += w, left -= (size_t)w;
+        p += w;
+        left -= (size_t)w;
     }
     return (ssize_t)n;
 }
@@ -335,13 +339,23 @@ int pp_file_create(PPFile *pf, const char *path, const char *tmp_suffix, char *e
 /* Close f and fd; the first failure's description into *what and errno into *e. */
 static void file_close(PPFile *pf, const char **what, int *e) {
     *what = NULL;
-    if (fflush(pf->f) != 0 || pf->sink->werr)
-        *what = "", *e = pf->sink->werr ? pf->sink->werr : errno;
+    if (fflush(pf->f) != 0 || pf->sink->werr) {
+        *what = "";
+        *e = pf->sink->werr ? pf->sink->werr : errno;
+    }
     fclose(pf->f);
-    if (!*what && fsync(pf->fd) != 0) *what = "fsync: ", *e = errno;
-    if (close(pf->fd) != 0 && !*what) *what = "close: ", *e = errno;
+    if (!*what && fsync(pf->fd) != 0) {
+        *what = "fsync: ";
+        *e = errno;
+    }
+    if (close(pf->fd) != 0 && !*what) {
+        *what = "close: ";
+        *e = errno;
+    }
     free(pf->sink);
-    pf->f = NULL, pf->fd = -1, pf->sink = NULL;
+    pf->f = NULL;
+    pf->fd = -1;
+    pf->sink = NULL;
 }
 
 int pp_file_commit(PPFile *pf, char *err, size_t errlen) {
@@ -350,8 +364,10 @@ int pp_file_commit(PPFile *pf, char *err, size_t errlen) {
     const char *what;
     int e = 0;
     file_close(pf, &what, &e);
-    if (!what && rename(pf->tmp, pf->path) != 0)
-        what = "cannot rename the temporary file over it: ", e = errno;
+    if (!what && rename(pf->tmp, pf->path) != 0) {
+        what = "cannot rename the temporary file over it: ";
+        e = errno;
+    }
     if (what) {
         unlink(pf->tmp);
         pp_errf(err, errlen, PP_ERUNTIME, "writing %s failed: %s%s", pf->path, what,
@@ -377,7 +393,9 @@ void pp_file_abort(PPFile *pf) {
         unlink(pf->tmp);
     }
     free(pf->sink);
-    pf->f = NULL, pf->fd = -1, pf->sink = NULL;
+    pf->f = NULL;
+    pf->fd = -1;
+    pf->sink = NULL;
 }
 
 int pp_fsync_dir(const char *dir) {

@@ -57,7 +57,8 @@ typedef struct {
  * fcw's 4 C rows): model_dims_check's limits. */
 static const Field k_fields[] = {
     ENUM("model.arch", arch, "gpt2", "gpt2", "decoder block family"),
-    INT("model.vocab_size", vocab_size, NULL, 1, 65536, "vocabulary size V; token files hold uint16 ids"),
+    INT("model.vocab_size", vocab_size, NULL, 1, 65536,
+        "vocabulary size V; token files hold uint16 ids"),
     INT("model.padded_vocab_size", padded_vocab_size, "0", 0, IMAX,
         "Vp, rows of the embedding table; 0 = V rounded up to a multiple of 128"),
     INT("model.max_seq_len", max_seq_len, NULL, 1, IMAX, "maxT, rows of the position table"),
@@ -65,7 +66,8 @@ static const Field k_fields[] = {
     INT("model.n_heads", n_heads, NULL, 1, IMAX, "NH, attention heads per block"),
     INT("model.dim", dim, NULL, 1, IMAX / 4, "C, channels; a multiple of n_heads"),
     OTHER("model.tie_embeddings", T_BOOL, tie_embeddings, "true", "lm_head shares wte"),
-    OTHER("model.init_from", T_PATH, init_from, "null", "llm.c fp32 GPT-2 checkpoint to start from"),
+    OTHER("model.init_from", T_PATH, init_from, "null",
+          "llm.c fp32 GPT-2 checkpoint to start from"),
     FLT("model.init_std", init_std, "0.02", 0, INFINITY, OPEN_LO, "std of the random init"),
     INT("pipeline.stages", stages, "1", 1, IMAX, "P, pipeline ranks (= processes launched)"),
     INT("pipeline.virtual_stages", virtual_stages, "1", 1, IMAX, "model chunks per rank"),
@@ -84,7 +86,8 @@ static const Field k_fields[] = {
         "layers of each chunk that recompute, the first ones; 0 = every layer"),
     INT("train.batch_size", batch_size, "8", 1, IMAX, "B, sequences per optimizer step (global)"),
     INT("train.seq_len", seq_len, "64", 1, IMAX, "T, tokens per sequence"),
-    INT("train.steps", steps, "100", 0, IMAX, "optimizer steps of the run (0: build, load init_from, save a checkpoint)"),
+    INT("train.steps", steps, "100", 0, IMAX,
+        "optimizer steps of the run (0: build, load init_from, save a checkpoint)"),
     OTHER("train.seed", T_U64, seed, "1337", "seed of the random init"),
     FLT("train.grad_clip", grad_clip, "1.0", 0, INFINITY, 0, "max global grad L2 norm; 0 = off"),
     ENUM("train.optimizer.name", optimizer, "adamw", "adamw|sgd", "the optimizer"),
@@ -98,7 +101,8 @@ static const Field k_fields[] = {
     OTHER("train.optimizer.shard", T_BOOL, optimizer_shard, "false",
           "ZeRO-1: each data-parallel replica keeps the optimizer state of 1/D of the parameters"),
     INT("train.lr_schedule.warmup_steps", warmup_steps, "0", 0, IMAX, "linear warmup steps"),
-    ENUM("train.lr_schedule.decay", decay, "cosine", "constant|linear|cosine", "decay after warmup"),
+    ENUM("train.lr_schedule.decay", decay, "cosine", "constant|linear|cosine",
+         "decay after warmup"),
     FLT("train.lr_schedule.min_lr_ratio", min_lr_ratio, "0.1", 0, 1, 0, "final lr / peak lr"),
     OTHER("data.train", T_STRING, train_path, "data/tiny/train.bin", "training token file"),
     OTHER("data.val", T_PATH, val_path, "null", "validation token file"),
@@ -108,8 +112,10 @@ static const Field k_fields[] = {
     INT("output.log_every", log_every, "1", 1, IMAX, "steps between progress lines"),
     INT("output.checkpoint_every", checkpoint_every, "0", 0, IMAX,
         "steps between checkpoints; 0 = at the end and on SIGTERM/SIGUSR1 only"),
-    INT("output.checkpoint_keep", checkpoint_keep, "2", 0, IMAX, "checkpoints kept on disk; 0 = all"),
-    OTHER("output.checkpoint_final", T_BOOL, checkpoint_final, "true", "save a checkpoint at the end of the run"),
+    INT("output.checkpoint_keep", checkpoint_keep, "2", 0, IMAX,
+        "checkpoints kept on disk; 0 = all"),
+    OTHER("output.checkpoint_final", T_BOOL, checkpoint_final, "true",
+          "save a checkpoint at the end of the run"),
     INT("output.compression_level", compression_level, "6", 0, 9, "zlib level of checkpoints"),
     OTHER("output.trace", T_BOOL, trace, "false", "write trace.json"),
     ENUM("runtime.device", device, "auto", "auto|cpu|cuda",
@@ -216,8 +222,9 @@ static int parse_float(const Field *f, const char *s, float *out) {
 /* YAML 1.1's booleans as written there: all lower case, capitalized or all upper case
  * (so "tRuE", a string to YAML, is refused rather than read as true). */
 static int parse_bool(const char *s, int *out) {
-    static const char *const words[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON",
-                                        "false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+    static const char *const words[] = {
+        "true",  "True",  "TRUE",  "yes", "Yes", "YES", "on",  "On",  "ON",
+        "false", "False", "FALSE", "no",  "No",  "NO",  "off", "Off", "OFF"};
     for (int i = 0; i < 18; i++) {
         if (!strcmp(s, words[i])) {
             *out = i < 9;
@@ -269,8 +276,12 @@ static void field_expected(const Field *f, char *buf, size_t n) {
     case T_ENUM: { /* "a|b|c" -> "one of a, b, c" */
         size_t len = (size_t)snprintf(buf, n, "one of ");
         for (const char *p = f->choices; *p && len + 3 < n; p++) {
-            if (*p == '|') buf[len++] = ',', buf[len++] = ' ';
-            else buf[len++] = *p;
+            if (*p == '|') {
+                buf[len++] = ',';
+                buf[len++] = ' ';
+            } else {
+                buf[len++] = *p;
+            }
         }
         buf[len] = '\0';
         break;
@@ -338,7 +349,8 @@ static void quote(const char *s, char *buf, size_t n) {
     for (; *s && len + 5 < n; s++) {
         unsigned char ch = (unsigned char)*s;
         if (ch == '"' || ch == '\\') len += (size_t)snprintf(buf + len, n - len, "\\%c", ch);
-        else if (ch < 0x20 || ch == 0x7f) len += (size_t)snprintf(buf + len, n - len, "\\x%02x", ch);
+        else if (ch < 0x20 || ch == 0x7f)
+            len += (size_t)snprintf(buf + len, n - len, "\\x%02x", ch);
         else buf[len++] = (char)ch;
     }
     snprintf(buf + len, n - len, "\"");
@@ -353,7 +365,8 @@ static void format_float(float v, char *buf, size_t n) {
     if (!strpbrk(buf, ".e")) strncat(buf, ".0", n - strlen(buf) - 1);
 }
 
-#define VALUE_MAX (4 * PP_PATH_MAX + 8) /* a path with every byte escaped (or % and $ doubled), quoted */
+/* a path with every byte escaped (or % and $ doubled), quoted */
+#define VALUE_MAX (4 * PP_PATH_MAX + 8)
 
 /* The value of f in c as YAML text that field_parse / read_split read back. */
 static void format_value(const Field *f, const Config *c, char *buf, size_t n) {
@@ -425,7 +438,10 @@ static const char *key_suggest(const char *key) {
     for (size_t i = 0; i < N_FIELDS + N_SECTIONS; i++) {
         const char *cand = i < N_FIELDS ? k_fields[i].key : k_sections[i - N_FIELDS];
         int d = candidate_distance(key, cand);
-        if (d < bestd) bestd = d, best = cand;
+        if (d < bestd) {
+            bestd = d;
+            best = cand;
+        }
     }
     int len = (int)strlen(last_component(key));
     int limit = len / 3 > 2 ? len / 3 : 2;
@@ -835,7 +851,8 @@ static int check_fields(const Config *c, char *err, size_t errlen) {
         const char *s = field_ptr(f, c);
         int ok = 1;
         if (f->type == T_INT || f->type == T_FLOAT) ok = in_limits(f, field_number(f, c));
-        else if (f->type == T_AUTO) ok = field_number(f, c) == 0 || in_limits(f, field_number(f, c));
+        else if (f->type == T_AUTO)
+            ok = field_number(f, c) == 0 || in_limits(f, field_number(f, c));
         else if (f->type == T_ENUM) ok = in_choices(f->choices, s);
         else if (f->type == T_STRING || f->type == T_SPLIT) ok = *s != '\0';
         if (ok) continue;
@@ -873,8 +890,9 @@ static int check_cross(const Config *c, char *err, size_t errlen) {
                "every model chunk needs at least one layer; use fewer stages or virtual stages",
                c->stages, c->virtual_stages, c->n_layers);
     if (!strcmp(c->device, "cpu") && strcmp(c->precision, "auto") && strcmp(c->precision, "fp32"))
-        REJECT("runtime.precision: %s needs a GPU, but runtime.device is cpu, which computes in fp32: set "
-               "runtime.precision: fp32 (or auto), or runtime.device: cuda", c->precision);
+        REJECT("runtime.precision: %s needs a GPU, but runtime.device is cpu, which computes "
+               "in fp32: set runtime.precision: fp32 (or auto), or runtime.device: cuda",
+               c->precision);
     /* the schedule kind's row says which virtual_stages it runs, and the message */
     return sched_kind_check(c->schedule, c->stages, c->virtual_stages, c->microbatches, err,
                             errlen);

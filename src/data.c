@@ -17,7 +17,8 @@
 #endif
 
 /* Appended to every message about a bad file; the argument is the file's path. */
-#define DATA_HINT "; regenerate it with `pptrain prepare-data --text FILE --out %s` (or llm.c's data scripts)"
+#define DATA_HINT                                                                                  \
+    "; regenerate it with `pptrain prepare-data --text FILE --out %s` (or llm.c's data scripts)"
 
 #define PREP_USAGE "usage: pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]\n"
 
@@ -105,8 +106,8 @@ static size_t first_bad_token(const uint16_t *tok, size_t n, int vocab_size) {
 }
 
 /* The tokens of a block that starts at file byte `from` (the header is no token). */
-static const uint16_t *block_tokens(const unsigned char *blk, long long from, size_t len, size_t *ntok,
-                                    size_t *first) {
+static const uint16_t *block_tokens(const unsigned char *blk, long long from, size_t len,
+                                    size_t *ntok, size_t *first) {
     size_t skip = from < DATA_HEADER_BYTES ? (size_t)(DATA_HEADER_BYTES - from) : 0;
     skip = skip < len ? skip : len;
     *ntok = (len - skip) / 2;
@@ -148,11 +149,13 @@ static int scan_file(DataSet *d, const char *path, size_t *bad, char *err, size_
     int e = errno;
     free(blk);
     if (got < 0)
-        return pp_errf(err, errlen, PP_ERUNTIME, "cannot read data file '%s' at byte %lld: %s", path, from,
-                       strerror(e));
-    return pp_errf(err, errlen, PP_ERUNTIME, "data file '%s' changed while it was being opened: it ended at byte "
-                   "%lld, %lld bytes before the end it had; write token files under another name and rename "
-                   "them into place (as prepare-data does)", path, from + got, d->bytes - from - got);
+        return pp_errf(err, errlen, PP_ERUNTIME, "cannot read data file '%s' at byte %lld: %s",
+                       path, from, strerror(e));
+    return pp_errf(err, errlen, PP_ERUNTIME,
+                   "data file '%s' changed while it was being opened: it ended at byte %lld, %lld "
+                   "bytes before the end it had; write token files under another name and rename "
+                   "them into place (as prepare-data does)",
+                   path, from + got, d->bytes - from - got);
 }
 
 /* Open path: a regular file of at least the header's size, its header read into h and
@@ -208,7 +211,8 @@ int data_open(DataSet *d, const char *path, int vocab_size, char *err, size_t er
                      "model.vocab_size = %d; the file was made with a larger vocabulary: "
                      "set model.vocab_size to its tokenizer's (256 for prepare-data files, "
                      "50257 for GPT-2) or re-tokenize the text for this model",
-                     path, bad, DATA_HEADER_BYTES + 2LL * (long long)bad, (unsigned)tok, vocab_size);
+                     path, bad, DATA_HEADER_BYTES + 2LL * (long long)bad,
+                     (unsigned)tok, vocab_size);
     }
     if (rc != PP_OK) {
         data_close(d);
@@ -251,20 +255,24 @@ int data_check_batch(DataSet *d, int B, int T, char *err, size_t errlen) {
 }
 
 /* Appended to every message about a file changed under the run. */
-#define DATA_CHANGED_HINT "; a token file must not be written while a run reads it (write a new one under " \
+#define DATA_CHANGED_HINT                                                                          \
+    "; a token file must not be written while a run reads it (write a new one under "              \
     "another name and rename it into place): restore the file"
 
 /* The message for a file now `now` bytes long while reading batch n, tokens t0 .. t1. */
-static int changed_size(const DataSet *d, long long now, long n, size_t t0, size_t t1, char *err, size_t errlen) {
+static int changed_size(const DataSet *d, long long now, long n, size_t t0, size_t t1, char *err,
+                        size_t errlen) {
     long long lo = DATA_HEADER_BYTES + 2LL * (long long)t0;
     return pp_errf(err, errlen, PP_ERUNTIME,
-                   "data file '%s' changed under the run: it was %lld bytes when opened and is %lld bytes now "
-                   "(reading batch %ld (tokens %zu..%zu, bytes %lld..%lld))" DATA_CHANGED_HINT,
+                   "data file '%s' changed under the run: it was %lld bytes when opened and is "
+                   "%lld bytes now (reading batch %ld (tokens %zu..%zu, bytes "
+                   "%lld..%lld))" DATA_CHANGED_HINT,
                    d->path, d->bytes, now, n, t0, t1, lo, lo + 2LL * (long long)(t1 - t0) + 1);
 }
 
 /* data_batch, except that inputs and targets are left as they are on an error. */
-static int read_batch(DataSet *d, long n, long nb, size_t bt, int *inputs, int *targets, char *err, size_t errlen) {
+static int read_batch(DataSet *d, long n, long nb, size_t bt, int *inputs, int *targets, char *err,
+                      size_t errlen) {
     size_t t0 = (size_t)(n % nb) * bt, t1 = t0 + bt;
     /* tokens t0 .. t1 are bytes lo .. hi - 1, in blocks k0 .. k1, bytes from .. to - 1 */
     long long lo = DATA_HEADER_BYTES + 2LL * (long long)t0, hi = lo + 2LL * (long long)(bt + 1);
@@ -279,11 +287,14 @@ static int read_batch(DataSet *d, long n, long nb, size_t bt, int *inputs, int *
         got = read_at(d->fd, d->buf, (size_t)(to - from), from);
     }
     if (got < 0)
-        return pp_errf(err, errlen, PP_ERUNTIME, "cannot read data file '%s' (batch %ld, bytes %lld..%lld): %s",
-                       d->path, n, lo, hi - 1, strerror(errno));
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "cannot read data file '%s' (batch %ld, bytes %lld..%lld): %s", d->path, n,
+                       lo, hi - 1, strerror(errno));
     if (got < to - from) /* it shrank since the fstat */
-        return changed_size(d, fstat(d->fd, &st) == 0 && st.st_size != d->bytes ? st.st_size : from + got, n, t0,
-                            t1, err, errlen);
+        return changed_size(d,
+                            fstat(d->fd, &st) == 0 && st.st_size != d->bytes ? st.st_size
+                                                                             : from + got,
+                            n, t0, t1, err, errlen);
     const uint16_t *tok = (const uint16_t *)(d->buf + (lo - from));
     /* blocks as they were at open, whose ids were checked then: nothing more to check */
     for (size_t k = k0; k <= k1; k++) {
@@ -293,13 +304,14 @@ static int read_batch(DataSet *d, long n, long nb, size_t bt, int *inputs, int *
         size_t bad = d->vocab_size > 0 ? first_bad_token(tok, bt + 1, d->vocab_size) : bt + 1;
         if (bad <= bt) /* the more telling message */
             return pp_errf(err, errlen, PP_ERUNTIME,
-                           "data file '%s' changed under the run: token %zu (byte offset %lld) is %u, not below "
-                           "model.vocab_size = %d, as every token was when it was opened (reading batch %ld)"
-                           DATA_CHANGED_HINT, d->path, t0 + bad, lo + 2LL * (long long)bad, (unsigned)tok[bad],
+                           "data file '%s' changed under the run: token %zu (byte offset %lld) is "
+                           "%u, not below model.vocab_size = %d, as every token was when it was "
+                           "opened (reading batch %ld)" DATA_CHANGED_HINT,
+                           d->path, t0 + bad, lo + 2LL * (long long)bad, (unsigned)tok[bad],
                            d->vocab_size, n);
         return pp_errf(err, errlen, PP_ERUNTIME,
-                       "data file '%s' changed under the run: bytes %lld..%lld differ from when it was "
-                       "opened (reading batch %ld (tokens %zu..%zu))" DATA_CHANGED_HINT,
+                       "data file '%s' changed under the run: bytes %lld..%lld differ from when it "
+                       "was opened (reading batch %ld (tokens %zu..%zu))" DATA_CHANGED_HINT,
                        d->path, at, at + (long long)len - 1, n, t0, t1);
     }
     for (size_t i = 0; i < bt; i++) {
@@ -309,7 +321,8 @@ static int read_batch(DataSet *d, long n, long nb, size_t bt, int *inputs, int *
     return PP_OK;
 }
 
-int data_batch(DataSet *d, long n, int B, int T, int *inputs, int *targets, char *err, size_t errlen) {
+int data_batch(DataSet *d, long n, int B, int T, int *inputs, int *targets, char *err,
+               size_t errlen) {
     long nb = data_num_batches(d, B, T);
     PP_CHECK(nb >= 1 && n >= 0);
     size_t bt = (size_t)B * (size_t)T;
@@ -360,7 +373,8 @@ static int make_parent_dirs(const char *path, char *err, size_t errlen) {
     char dir[PP_PATH_MAX];
     pp_dirname(path, dir, sizeof dir);
     if (pp_mkdirs(dir) != 0)
-        return pp_errf(err, errlen, PP_ERUNTIME, "cannot create directory '%s': %s", dir, strerror(errno));
+        return pp_errf(err, errlen, PP_ERUNTIME, "cannot create directory '%s': %s", dir,
+                       strerror(errno));
     return PP_OK;
 }
 

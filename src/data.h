@@ -70,7 +70,8 @@ int data_check_batch(DataSet *d, int B, int T, char *err, size_t errlen);
  * PP_ERUNTIME with a message naming the file, the batch, and the token and byte
  * position of what changed ([Note: checked batch reads]); then inputs and targets
  * are token 0 throughout, so that a caller may still run the step on them. */
-int data_batch(DataSet *d, long n, int B, int T, int *inputs, int *targets, char *err, size_t errlen);
+int data_batch(DataSet *d, long n, int B, int T, int *inputs, int *targets, char *err,
+               size_t errlen);
 
 /* Write n tokens to `path` atomically and durably (PPFile, [Note: atomic file writes]
  * in common.c): readers see the old file or the complete new one. n must fit the int32

@@ -28,7 +28,8 @@ static int truncate_after(const char *path, int last, char *err, size_t errlen) 
     return rc == PP_OK ? pp_file_commit(&pf, err, errlen) : rc;
 }
 
-int log_open(Log *l, const char *dir, int steps, int first_step, int append, char *err, size_t errlen) {
+int log_open(Log *l, const char *dir, int steps, int first_step, int append, char *err,
+             size_t errlen) {
     char path[PP_PATH_MAX + 16];
     memset(l, 0, sizeof *l);
     l->steps = steps;
@@ -52,17 +53,21 @@ static void fmt_eta(double s, char *buf, size_t n) {
     else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
 
-void log_step(Log *l, int step, double loss, float lr, double grad_norm, double tokens_per_s, double step_ms) {
+void log_step(Log *l, int step, double loss, float lr, double grad_norm, double tokens_per_s,
+              double step_ms) {
     if (!l->csv) return;
-    fprintf(l->csv, "%d,%.17g,%.9g,%.17g,%.1f,%.3f\n", step, loss, lr, grad_norm, tokens_per_s, step_ms);
+    fprintf(l->csv, "%d,%.17g,%.9g,%.17g,%.1f,%.3f\n", step, loss, lr, grad_norm,
+            tokens_per_s, step_ms);
     fflush(l->csv);
     char eta[32];
     double per = (pp_now() - l->t_start) / (step - l->first_step);
     fmt_eta(per * (l->steps - step), eta, sizeof eta);
     char mfu[32] = "";
-    if (l->mfu_flops > 0) snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * tokens_per_s * l->mfu_flops);
+    if (l->mfu_flops > 0)
+        snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * tokens_per_s * l->mfu_flops);
     printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s%s | %.1f ms | eta %s\n",
-           (int)snprintf(NULL, 0, "%d", l->steps), step, l->steps, loss, lr, grad_norm, tokens_per_s, mfu, step_ms, eta);
+           (int)snprintf(NULL, 0, "%d", l->steps), step, l->steps, loss, lr, grad_norm,
+           tokens_per_s, mfu, step_ms, eta);
     fflush(stdout);
 }
 

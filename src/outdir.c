@@ -57,7 +57,8 @@ static void holder_line(char *buf, size_t n) {
     if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %Z", &tm);
     if (id && *id) {
         int k = snprintf(job, sizeof job, ", SLURM job %.40s", id);
-        if (aj && *aj && at && *at) snprintf(job + k, sizeof job - k, " (array job %.40s task %.40s)", aj, at);
+        if (aj && *aj && at && *at)
+            snprintf(job + k, sizeof job - k, " (array job %.40s task %.40s)", aj, at);
     }
     snprintf(buf, n, "pid %d on host %s%s, since %s\n", (int)getpid(), host, job, when);
 }
@@ -69,17 +70,20 @@ static void read_holder(int fd, char *buf, size_t n) {
     buf[strcspn(buf, "\n")] = '\0';
     for (char *p = buf; *p; p++)
         if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f) *p = '?';
-    if (!*buf) snprintf(buf, n, "a process that has not yet written its host and pid into the file");
+    if (!*buf)
+        snprintf(buf, n, "a process that has not yet written its host and pid into the file");
 }
 
 static int held_elsewhere(int fd, const char *dir, const char *path, char *err, size_t errlen) {
     char holder[512];
     read_holder(fd, holder, sizeof holder);
-    return pp_errf(err, errlen, PP_EUSAGE, "output.dir '%s' is in use by another run: %s (it holds the lock "
-                   "on %s). Two runs writing one directory garble each other's losses.csv and checkpoints: "
-                   "wait until that run ends (then --resume continues it), or give this run a directory of "
-                   "its own (under SLURM, %%j or %%a in output.dir make one per job or array task: "
-                   "docs/config.md)", dir, holder, path);
+    return pp_errf(err, errlen, PP_EUSAGE,
+                   "output.dir '%s' is in use by another run: %s (it holds the lock on %s). Two "
+                   "runs writing one directory garble each other's losses.csv and checkpoints: "
+                   "wait until that run ends (then --resume continues it), or give this run a "
+                   "directory of its own (under SLURM, %%j or %%a in output.dir make one per job "
+                   "or array task: docs/config.md)",
+                   dir, holder, path);
 }
 
 /* Write the holder's line over the file's content, durably (a reader on another NFS
@@ -89,9 +93,11 @@ static int write_holder(int fd, const char *path, char *err, size_t errlen) {
     holder_line(line, sizeof line);
     size_t len = strlen(line);
     errno = 0;
-    if (pwrite(fd, line, len, 0) != (ssize_t)len || ftruncate(fd, (off_t)len) != 0 || fdatasync(fd) != 0)
-        return pp_errf(err, errlen, PP_ERUNTIME, "cannot write %s: %s: check that output.dir is writable",
-                       path, strerror(errno ? errno : EIO));
+    if (pwrite(fd, line, len, 0) != (ssize_t)len || ftruncate(fd, (off_t)len) != 0 ||
+        fdatasync(fd) != 0)
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "cannot write %s: %s: check that output.dir is writable", path,
+                       strerror(errno ? errno : EIO));
     return PP_OK;
 }
 
@@ -104,9 +110,11 @@ int outdir_lock(OutdirLock *l, const char *dir, char *err, size_t errlen) {
      * lead the lock (and the holder's line) elsewhere */
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
     if (fd < 0)
-        return pp_errf(err, errlen, PP_ERUNTIME, "cannot open %s, the lock that keeps other runs out of "
-                       "output.dir: %s%s", path, strerror(errno),
-                       errno == ELOOP ? " (a symbolic link: remove it)" : ": check that output.dir is writable");
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "cannot open %s, the lock that keeps other runs out of output.dir: %s%s",
+                       path, strerror(errno),
+                       errno == ELOOP ? " (a symbolic link: remove it)"
+                                      : ": check that output.dir is writable");
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
@@ -114,8 +122,10 @@ int outdir_lock(OutdirLock *l, const char *dir, char *err, size_t errlen) {
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return pp_errf(err, errlen, PP_ERUNTIME, "%s, the lock that keeps other runs out of output.dir, is %s, "
-                       "not a regular file: remove it", path, pp_file_kind(st.st_mode));
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "%s, the lock that keeps other runs out of output.dir, is %s, not a regular "
+                       "file: remove it",
+                       path, pp_file_kind(st.st_mode));
     }
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
     if (fcntl(fd, F_SETLK, &fl) != 0) {
@@ -123,9 +133,10 @@ int outdir_lock(OutdirLock *l, const char *dir, char *err, size_t errlen) {
         if (e == EACCES || e == EAGAIN) {
             rc = held_elsewhere(fd, dir, path, err, errlen);
         } else if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) {
-            pp_warn("cannot lock %s: %s: this file system has no (working) fcntl locks, so another run "
-                    "writing into output.dir '%s' at the same time would not be stopped (docs/config.md, "
-                    "output.dir)", path, strerror(e), dir);
+            pp_warn("cannot lock %s: %s: this file system has no (working) fcntl locks, so another "
+                    "run writing into output.dir '%s' at the same time would not be stopped "
+                    "(docs/config.md, output.dir)",
+                    path, strerror(e), dir);
             rc = PP_OK;
         } else {
             rc = pp_errf(err, errlen, PP_ERUNTIME, "cannot lock %s: %s", path, strerror(e));

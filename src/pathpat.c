@@ -56,8 +56,8 @@ static int append(char *out, size_t n, size_t *len, const char *v, int width) {
 /* The %-pattern at p ("%j", "%3a", "%%"): its value into out, *used = bytes of it read. */
 static int expand_percent(const char *p, char *out, size_t n, size_t *len, size_t *used, char *err,
                           size_t errlen) {
-    static const char *const hint = ": write the path without it, or run inside a SLURM job (a job array "
-                                    "for %A and %a), where SLURM sets it (%% is a literal %)";
+    static const char *const hint = ": write the path without it, or run inside a SLURM job (a job "
+                                    "array for %A and %a), where SLURM sets it (%% is a literal %)";
     size_t d = strspn(p + 1, "0123456789");
     char letter = p[1 + d], text[8];
     *used = d + 2;
@@ -65,10 +65,12 @@ static int expand_percent(const char *p, char *out, size_t n, size_t *len, size_
     const char *var = letter == 'j' ? "SLURM_JOB_ID" : letter == 'A' ? "SLURM_ARRAY_JOB_ID"
                     : letter == 'a' ? "SLURM_ARRAY_TASK_ID" : NULL;
     if (!var || d > 2) /* two digits of width are more than sbatch's 10 */
-        return pp_errf(err, errlen, PP_EUSAGE, "'%.*s' is not a pattern pptrain expands: it knows %%j "
-                       "(SLURM_JOB_ID), %%A (SLURM_ARRAY_JOB_ID), %%a (SLURM_ARRAY_TASK_ID), each with an "
-                       "optional width (%%4a), ${NAME} for any environment variable, and %%%% and $$ for a "
-                       "literal %% and $", letter ? (int)(d + 2) : (int)(d + 1), p);
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "'%.*s' is not a pattern pptrain expands: it knows %%j (SLURM_JOB_ID), %%A "
+                       "(SLURM_ARRAY_JOB_ID), %%a (SLURM_ARRAY_TASK_ID), each with an optional "
+                       "width (%%4a), ${NAME} for any environment variable, and %%%% and $$ for a "
+                       "literal %% and $",
+                       letter ? (int)(d + 2) : (int)(d + 1), p);
     int width = d ? atoi(p + 1) : 0;
     snprintf(text, sizeof text, "%.*s", (int)(d + 2), p);
     const char *v = env_value(var, strlen(var), text, hint, err, errlen);
@@ -88,9 +90,10 @@ static int expand_dollar(const char *p, char *out, size_t n, size_t *len, size_t
     while (name && (isalnum((unsigned char)p[2 + name]) || p[2 + name] == '_')) name++;
     if (!name || p[2 + name] != '}') {
         size_t shown = strcspn(p, "/");
-        return pp_errf(err, errlen, PP_EUSAGE, "'%.*s' is not a pattern pptrain expands: write an "
-                       "environment variable as ${NAME} (braces, a name of letters, digits and _), and "
-                       "a literal $ as $$", (int)(shown > 64 ? 64 : shown), p);
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "'%.*s' is not a pattern pptrain expands: write an environment variable as "
+                       "${NAME} (braces, a name of letters, digits and _), and a literal $ as $$",
+                       (int)(shown > 64 ? 64 : shown), p);
     }
     char text[PP_PATH_MAX + 4];
     snprintf(text, sizeof text, "%.*s", (int)(name + 3), p);

@@ -61,8 +61,9 @@ void trace_flush(Trace *t) {
         char label[64];
         if (e->stage >= 0) snprintf(label, sizeof label, "%s %d.%d", e->name, e->stage, e->mb);
         else snprintf(label, sizeof label, "%s", e->name);
-        fprintf(f, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-                   "\"args\":{\"stage\":%d,\"microbatch\":%d,\"step\":%d}}\n",
+        fprintf(f,
+                "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,"
+                "\"dur\":%.3f,\"args\":{\"stage\":%d,\"microbatch\":%d,\"step\":%d}}\n",
                 label, e->cat, t->rank, e->t0, e->t1 - e->t0, e->stage, e->mb, e->step);
     }
     fclose(f);
@@ -80,7 +81,9 @@ int trace_merge(const char *dir, int world) {
     FILE *out = pf.f;
     fprintf(out, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
     for (int r = 0; r < world; r++) /* track names; events follow, comma-separated */
-        fprintf(out, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}}",
+        fprintf(out,
+                "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+                "\"args\":{\"name\":\"rank %d\"}}",
                 r ? ",\n" : "", r, r);
     for (int r = 0; r < world; r++) {
         snprintf(path, sizeof path, "%s/trace.rank%d.part", dir, r);
@@ -89,7 +92,8 @@ int trace_merge(const char *dir, int world) {
         FILE *in = fd >= 0 ? fdopen(fd, "r") : NULL;
         if (!in) { /* a rank with no events (or a part that is not a file: skipped) */
             if (fd >= 0) close(fd);
-            if (fd == -2) pp_error("%s is %s, not a trace part: skipped", path, pp_file_kind(st.st_mode));
+            if (fd == -2)
+                pp_error("%s is %s, not a trace part: skipped", path, pp_file_kind(st.st_mode));
             continue;
         }
         while (fgets(line, sizeof line, in)) {

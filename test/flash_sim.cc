@@ -85,18 +85,25 @@ static float bf_hi(uint32_t w) {
 void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     int t = sim_cur, w0 = t & ~31, lane = t & 31;
     memcpy(xa[t], a, sizeof xa[t]);
-    xb[t][0] = b0, xb[t][1] = b1;
+    xb[t][0] = b0;
+    xb[t][1] = b1;
     __syncthreads();
     float A[16][16], Bm[16][8];
     for (int L = 0; L < 32; L++) { /* PTX ISA 9.7.14.5.8, lane L = 4 g + q */
         int g = L / 4, q = L % 4;
         const uint32_t *ra = xa[w0 + L], *rb = xb[w0 + L];
-        A[g][2 * q] = bf_lo(ra[0]), A[g][2 * q + 1] = bf_hi(ra[0]);
-        A[g + 8][2 * q] = bf_lo(ra[1]), A[g + 8][2 * q + 1] = bf_hi(ra[1]);
-        A[g][2 * q + 8] = bf_lo(ra[2]), A[g][2 * q + 9] = bf_hi(ra[2]);
-        A[g + 8][2 * q + 8] = bf_lo(ra[3]), A[g + 8][2 * q + 9] = bf_hi(ra[3]);
-        Bm[2 * q][g] = bf_lo(rb[0]), Bm[2 * q + 1][g] = bf_hi(rb[0]);
-        Bm[2 * q + 8][g] = bf_lo(rb[1]), Bm[2 * q + 9][g] = bf_hi(rb[1]);
+        A[g][2 * q] = bf_lo(ra[0]);
+        A[g][2 * q + 1] = bf_hi(ra[0]);
+        A[g + 8][2 * q] = bf_lo(ra[1]);
+        A[g + 8][2 * q + 1] = bf_hi(ra[1]);
+        A[g][2 * q + 8] = bf_lo(ra[2]);
+        A[g][2 * q + 9] = bf_hi(ra[2]);
+        A[g + 8][2 * q + 8] = bf_lo(ra[3]);
+        A[g + 8][2 * q + 9] = bf_hi(ra[3]);
+        Bm[2 * q][g] = bf_lo(rb[0]);
+        Bm[2 * q + 1][g] = bf_hi(rb[0]);
+        Bm[2 * q + 8][g] = bf_lo(rb[1]);
+        Bm[2 * q + 9][g] = bf_hi(rb[1]);
     }
     int g = lane / 4, q = lane % 4;
     for (int e = 0; e < 4; e++) { /* c0, c1: row g; c2, c3: row g + 8; columns 2q, 2q + 1 */
@@ -176,7 +183,8 @@ static void run(SimDim grid, size_t smem_bytes, const std::function<void()> &ker
                     fib[t].uc_stack.ss_size = STACK;
                     fib[t].uc_link = &sched_ctx;
                     makecontext(&fib[t], entry, 0);
-                    done[t] = 0, nbar[t] = 0;
+                    done[t] = 0;
+                    nbar[t] = 0;
                 }
                 for (;;) { /* one round: every fiber runs to its next collective (or its end) */
                     for (int t = 0; t < NT; t++) {
@@ -186,7 +194,8 @@ static void run(SimDim grid, size_t smem_bytes, const std::function<void()> &ker
                     int nd = 0;
                     for (int t = 0; t < NT; t++) {
                         nd += done[t];
-                        if (nbar[t] != nbar[0]) fail("threads of a block passed different numbers of barriers");
+                        if (nbar[t] != nbar[0])
+                            fail("threads of a block passed different numbers of barriers");
                     }
                     if (nd == NT) break;
                     if (nd) fail("some threads of a block ended while others wait at a barrier");
@@ -194,7 +203,8 @@ static void run(SimDim grid, size_t smem_bytes, const std::function<void()> &ker
                 for (int t = 0; t < NT; t++)
                     if (!pend[t].empty()) fail("a cp.async was never waited for");
                 for (size_t i = smem_bytes; i < SMEM; i++)
-                    if (smem[i] != 0xff) fail("a kernel wrote shared memory past its launch's dynamic size");
+                    if (smem[i] != 0xff)
+                        fail("a kernel wrote shared memory past its launch's dynamic size");
             }
 }
 
@@ -232,18 +242,22 @@ template <typename OutT> static std::vector<float> widened(const float *x, size_
     return w;
 }
 
-template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float> static int check(int B, int T, int NH, int hs) {
+template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float>
+static int check(int B, int T, int NH, int hs) {
     const Backend *cpu = backend_cpu();
     int C = NH * hs, N = B * T;
     size_t Q = (size_t)N * 3 * C, NC = (size_t)N * C, NL = (size_t)B * NH * T;
     std::vector<float> qkv(Q), dout(NC), ref(NC), dref(Q);
     for (auto &x : qkv) x = 1.5f * urand();
     for (auto &x : dout) x = urand();
-    std::vector<float> att(cpu->attention_saved_floats(cpu, B, T, NH)), scratch(cpu->scratch_floats(cpu, N, T, C));
+    std::vector<float> att(cpu->attention_saved_floats(cpu, B, T, NH)),
+        scratch(cpu->scratch_floats(cpu, N, T, C));
     cpu->attention_forward(cpu, ref.data(), att.data(), qkv.data(), B, T, C, NH);
-    cpu->attention_backward(cpu, dref.data(), dout.data(), qkv.data(), ref.data(), att.data(), B, T, C, NH, scratch.data());
+    cpu->attention_backward(cpu, dref.data(), dout.data(), qkv.data(), ref.data(), att.data(), B, T,
+                            C, NH, scratch.data());
 
-    float *out = poisoned(words<OutT>(NC)), *lse = poisoned(NL), *dqkv = poisoned(words<OutT>(Q)), *D = poisoned(NL);
+    float *out = poisoned(words<OutT>(NC)), *lse = poisoned(NL), *dqkv = poisoned(words<OutT>(Q));
+    float *D = poisoned(NL);
     OutT *o = (OutT *)out, *dq = (OutT *)dqkv;
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
     unsigned nq = (unsigned)((T + FA_BR - 1) / FA_BR), nk = (unsigned)((T + FA_BC - 1) / FA_BC);
@@ -254,21 +268,26 @@ template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float> static int che
     std::vector<bf16> qh(nqh + 8), doh(ndo + 8); /* +8: 16-byte alignment slack */
     auto aligned = [](bf16 *p) { return (bf16 *)(((uintptr_t)p + 15) & ~(uintptr_t)15); };
     bf16 *pqh = aligned(qh.data()), *pdo = aligned(doh.data());
-    memset(pqh, 0xff, nqh * sizeof(bf16)), memset(pdo, 0xff, ndo * sizeof(bf16));
+    memset(pqh, 0xff, nqh * sizeof(bf16));
+    memset(pdo, 0xff, ndo * sizeof(bf16));
     run(SimDim{3, 1, 1}, 0, [&] { flash_pack<HSP>(pqh, pq, B, T, NH, hs, 3, 3 * (size_t)C); });
     run(SimDim{3, 1, 1}, 0, [&] { flash_pack<HSP>(pdo, pd, B, T, NH, hs, 1, (size_t)C); });
     run(SimDim{nq, (unsigned)NH, (unsigned)B}, FwdSmem<HSP>::bytes,
         [&] { flash_fwd<HSP, OutT>(o, lse, pqh, T, C, NH, hs, sl2); });
-    run(SimDim{2, 1, 1}, 0, [&] { flash_rowdot(D, pd, (const OutT *)o, B, T, NH, hs); }); /* D from the forward's out */
+    /* D from the forward's out */
+    run(SimDim{2, 1, 1}, 0, [&] { flash_rowdot(D, pd, (const OutT *)o, B, T, NH, hs); });
     run(SimDim{nq, (unsigned)NH, (unsigned)B}, DqSmem<HSP>::bytes,
         [&] { flash_bwd_dq<HSP, OutT>(dq, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale); });
     run(SimDim{nk, (unsigned)NH, (unsigned)B}, DkvSmem<HSP, BQ>::bytes,
         [&] { flash_bwd_dkv<HSP, BQ, OutT>(dq, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale); });
-    guards_intact(out, words<OutT>(NC), "out"), guards_intact(lse, NL, "lse");
-    guards_intact(dqkv, words<OutT>(Q), "dqkv"), guards_intact(D, NL, "D");
+    guards_intact(out, words<OutT>(NC), "out");
+    guards_intact(lse, NL, "lse");
+    guards_intact(dqkv, words<OutT>(Q), "dqkv");
+    guards_intact(D, NL, "D");
 
     std::vector<float> outw = widened<OutT>(out, NC), dqkvw = widened<OutT>(dqkv, Q);
-    double eo = rel_l2(outw.data(), ref.data(), NC), ed = rel_l2(dqkvw.data(), dref.data(), Q), el = 0;
+    double eo = rel_l2(outw.data(), ref.data(), NC), ed = rel_l2(dqkvw.data(), dref.data(), Q);
+    double el = 0;
     for (int b = 0; b < B; b++) /* the log-sum-exp against double */
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
@@ -279,18 +298,23 @@ template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float> static int che
                     const float *kj = &qkv[((size_t)b * T + j) * 3 * C + C + (size_t)h * hs];
                     double s = 0;
                     for (int d = 0; d < hs; d++) s += (double)qi[d] * kj[d];
-                    sc[j] = s / sqrt((double)hs), mx = fmax(mx, sc[j]);
+                    sc[j] = s / sqrt((double)hs);
+                    mx = fmax(mx, sc[j]);
                 }
                 for (int j = 0; j <= i; j++) sum += exp(sc[j] - mx);
                 double e = fabs(lse[((size_t)b * NH + h) * T + i] - (mx + log(sum)));
                 el = e == e && e > el ? e : e == e ? el : INFINITY;
             }
     int ok = eo <= 1e-2 && ed <= 1e-2 && el <= 2e-2 && eo > 1e-4 && ed > 1e-4;
-    printf("%-4s flash kernels on the host, B=%d T=%d NH=%d hs=%d (template %d): out rel %.2e, dqkv rel %.2e, "
-           "lse max abs %.2e (bounds 1e-2, 1e-2, 2e-2)%s%s\n",
-           ok ? "ok" : "FAIL", B, T, NH, hs, HSP, eo, ed, el, BQ != dkv_bq<HSP>() ? " (dkv query step changed)" : "",
+    printf("%-4s flash kernels on the host, B=%d T=%d NH=%d hs=%d (template %d): out rel %.2e, "
+           "dqkv rel %.2e, lse max abs %.2e (bounds 1e-2, 1e-2, 2e-2)%s%s\n",
+           ok ? "ok" : "FAIL", B, T, NH, hs, HSP, eo, ed, el,
+           BQ != dkv_bq<HSP>() ? " (dkv query step changed)" : "",
            sizeof(OutT) == 2 ? " (bf16 out and dqkv)" : "");
-    free(out), free(lse), free(dqkv), free(D);
+    free(out);
+    free(lse);
+    free(dqkv);
+    free(D);
     return !ok;
 }
 
@@ -310,7 +334,8 @@ int main(void) {
     bad += check<80>(1, 40, 2, 72);
     bad += check<64, 32>(1, 130, 2, 64); /* the other query step of the dkv kernel at each size */
     bad += check<128, 64>(1, 70, 1, 128);
-    bad += check<64, dkv_bq<64>(), bf16>(2, 70, 2, 64); /* bf16 operand activations: out, dqkv, D's read of out */
+    /* bf16 operand activations: out, dqkv, D's read of out */
+    bad += check<64, dkv_bq<64>(), bf16>(2, 70, 2, 64);
     bad += check<96, dkv_bq<96>(), bf16>(1, 65, 1, 72);
     printf("flash_sim: %s\n", bad ? "FAILED" : "every shape within the bounds");
     return bad ? 1 : 0;

@@ -87,7 +87,9 @@ int main(int argc, char **argv) {
     static const char junk[64] = "flood";
     struct sockaddr_in to = {AF_INET, 0, {htonl(INADDR_LOOPBACK)}, {0}};
     struct rlimit rl;
-    long port, rate, secs, hold, max, bytes, made = 0, failed = 0, next = 0;
+    long port, rate, secs;
+    long hold, max, bytes;
+    long made = 0, failed = 0, next = 0;
     long count[3] = {0, 0, 0};
     double t0, t;
     int *ring;

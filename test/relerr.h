@@ -22,7 +22,8 @@ static inline double rel_l2(const float *got, const float *want, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
         double d = (double)got[i] - want[i];
-        num += d * d, den += (double)want[i] * want[i];
+        num += d * d;
+        den += (double)want[i] * want[i];
     }
     double r = den > 0 ? sqrt(num / den) : sqrt(num);
     return r == r ? r : INFINITY;

@@ -93,9 +93,11 @@ START_TEST(test_handshake_replay) {
     const char *tok = "the-same-token-0123";
     unsigned char cs[512], sc[512], junk[256];
     size_t ncs = 0, nsc = 0;
-    int a[2], b[2], sv[2], rc, rs;
+    int a[2], b[2], sv[2];
+    int rc, rs;
     DistAuthConn c, s;
-    pair(a), pair(b);
+    pair(a);
+    pair(b);
     dist_auth_begin(&c, 0, AUTH_RDZV, tok);
     dist_auth_begin(&s, 1, AUTH_RDZV, tok);
     rc = rs = AUTH_MORE;
@@ -118,7 +120,8 @@ START_TEST(test_handshake_replay) {
     ck_assert_int_eq(write(sv[0], cs + 48, 40), 40);
     ck_assert_int_eq(dist_auth_step(&s, sv[1]), AUTH_FAIL);
     ck_assert_int_eq(s.fail, AUTH_BAD_MAC);
-    close(sv[0]), close(sv[1]);
+    close(sv[0]);
+    close(sv[1]);
     /* the server's challenge to a new client */
     pair(sv);
     dist_auth_begin(&c, 0, AUTH_RDZV, tok);
@@ -126,8 +129,12 @@ START_TEST(test_handshake_replay) {
     ck_assert_int_eq(write(sv[1], sc, 80), 80);
     ck_assert_int_eq(dist_auth_step(&c, sv[0]), AUTH_FAIL);
     ck_assert_int_eq(c.fail, AUTH_BAD_MAC);
-    close(sv[0]), close(sv[1]);
-    close(a[0]), close(a[1]), close(b[0]), close(b[1]);
+    close(sv[0]);
+    close(sv[1]);
+    close(a[0]);
+    close(a[1]);
+    close(b[0]);
+    close(b[1]);
 }
 END_TEST
 
@@ -142,7 +149,8 @@ START_TEST(test_handshake_garbage) {
     ck_assert_int_eq(dist_auth_step(&s, sv[1]), AUTH_FAIL);
     ck_assert_int_eq(s.fail, AUTH_GARBAGE);
     ck_assert(strstr(s.err, "does not speak pptrain's protocol"));
-    close(sv[0]), close(sv[1]);
+    close(sv[0]);
+    close(sv[1]);
     pair(sv);
     dist_auth_begin(&s, 1, AUTH_RDZV, "");
     close(sv[0]);
@@ -154,9 +162,10 @@ END_TEST
 
 /* The MAC is OpenSSL's HMAC-SHA256: RFC 4231, test case 2. */
 START_TEST(test_hmac_known_answer) {
-    static const unsigned char want[AUTH_MAC] = {
-        0x5b, 0xdc, 0xc1, 0x46, 0xbf, 0x60, 0x75, 0x4e, 0x6a, 0x04, 0x24, 0x26, 0x08, 0x95, 0x75, 0xc7,
-        0x5a, 0x00, 0x3f, 0x08, 0x9d, 0x27, 0x39, 0x83, 0x9d, 0xec, 0x58, 0xb9, 0x64, 0xec, 0x38, 0x43};
+    static const unsigned char want[AUTH_MAC] = {0x5b, 0xdc, 0xc1, 0x46, 0xbf, 0x60, 0x75, 0x4e,
+                                                 0x6a, 0x04, 0x24, 0x26, 0x08, 0x95, 0x75, 0xc7,
+                                                 0x5a, 0x00, 0x3f, 0x08, 0x9d, 0x27, 0x39, 0x83,
+                                                 0x9d, 0xec, 0x58, 0xb9, 0x64, 0xec, 0x38, 0x43};
     const char *msg = "what do ya want for nothing?";
     unsigned char mac[AUTH_MAC];
     dist_auth_hmac("Jefe", 4, msg, strlen(msg), mac);
@@ -167,7 +176,9 @@ END_TEST
 START_TEST(test_token_env) {
     char tok[AUTH_TOKEN_MAX + 1], err[PP_ERR_MAX] = "", big[AUTH_TOKEN_MAX + 2];
     DistEnv e;
-    unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("SLURM_PROCID");
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("SLURM_PROCID");
     unsetenv("PPTRAIN_JOB_TOKEN");
     ck_assert_int_eq(dist_auth_token_read(tok, err, sizeof err), PP_OK);
     ck_assert_str_eq(tok, "");
@@ -438,7 +449,8 @@ enum { CUT_RDZV = 48 + 40 + 20, CUT_MESH = 10 }; /* auth hello, proof; 20 of the
 static int relay_main(int port, int relay_port) {
     struct sockaddr_in to = {AF_INET, htons((uint16_t)port), {htonl(INADDR_LOOPBACK)}, {0}};
     struct sockaddr_in at = {AF_INET, htons((uint16_t)relay_port), {htonl(INADDR_LOOPBACK)}, {0}};
-    int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1, n = 0, open_n = 0, cuts = 0;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    int n = 0, open_n = 0, cuts = 0;
     int c[RELAY_MAX], s[RELAY_MAX];
     size_t up[RELAY_MAX] = {0};
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -456,7 +468,8 @@ static int relay_main(int port, int relay_port) {
             c[n] = accept(lfd, NULL, NULL);
             s[n] = socket(AF_INET, SOCK_STREAM, 0);
             CHILD_CHECK(c[n] >= 0 && connect(s[n], (struct sockaddr *)&to, sizeof to) == 0);
-            n++, open_n++;
+            n++;
+            open_n++;
         }
         for (int i = 0; i < polled; i++) {
             char buf[4096];
@@ -468,11 +481,18 @@ static int relay_main(int port, int relay_port) {
                 want = dir == 0 && cut - up[i] < sizeof buf ? cut - up[i] : sizeof buf;
                 got = recv(from, buf, want, 0);
                 if (got > 0 && send(to_fd, buf, (size_t)got, MSG_NOSIGNAL) == got) {
-                    if (dir == 0 && (up[i] += (size_t)got) == cut) got = 0, cuts++;
-                    else continue;
+                    if (dir == 0 && (up[i] += (size_t)got) == cut) {
+                        got = 0;
+                        cuts++;
+                    } else {
+                        continue;
+                    }
                 }
-                close(c[i]), close(s[i]); /* one side closed, or the cut: end both */
-                c[i] = s[i] = -1, open_n--;
+                /* one side closed, or the cut: end both */
+                close(c[i]);
+                close(s[i]);
+                c[i] = s[i] = -1;
+                open_n--;
             }
         }
     }

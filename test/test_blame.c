@@ -113,7 +113,8 @@ static int body_quiet(Comm *c, void *arg) {
     t = pp_now();
     CHILD_CHECK(comm_wait(c, r) == PP_ERUNTIME);
     t = pp_now() - t;
-    fprintf(stderr, "(expected, posted %.1f s in, failed %.2f s later) %s\n", late, t, comm_error(c));
+    fprintf(stderr, "(expected, posted %.1f s in, failed %.2f s later) %s\n", late, t,
+            comm_error(c));
     CHILD_CHECK(strstr(comm_error(c), "timed out waiting for rank 1") &&
                 strstr(comm_error(c), "not even the heartbeat"));
     CHILD_CHECK(late > T ? t < 0.3 : late + t < 0.2 + T + 0.5);

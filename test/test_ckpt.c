@@ -69,7 +69,9 @@ static void flip_byte(const char *path, long long off, unsigned char mask) {
 static uint64_t g_rng;
 
 static double uniform(void) { /* xorshift64*, in (0, 1) */
-    g_rng ^= g_rng >> 12, g_rng ^= g_rng << 25, g_rng ^= g_rng >> 27;
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
     return ((g_rng * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0) + 1e-300;
 }
 
@@ -122,7 +124,10 @@ static int64_t numel(const CkptTensor *t) {
 static CkptOptions opts(int level, int shuffle, int threads, size_t chunk) {
     CkptOptions o;
     ckpt_options_default(&o);
-    o.level = level, o.shuffle = shuffle, o.threads = threads, o.chunk_bytes = chunk;
+    o.level = level;
+    o.shuffle = shuffle;
+    o.threads = threads;
+    o.chunk_bytes = chunk;
     return o;
 }
 
@@ -179,7 +184,8 @@ static int try_load(const char *dir, const CkptTensor *t, int n, int *at_read, i
         for (int64_t j = 0; j < ne; j++) got[j] = -7.0f;
         rc = ckpt_read(r, t[i].name, got, t[i].shape, t[i].ndim, g_err, sizeof g_err);
         if (rc != PP_OK) {
-            *at_read = 1, *which = i;
+            *at_read = 1;
+            *which = i;
             for (int64_t j = 0; j < ne; j++) ck_assert_msg(got[j] == -7.0f, "dst written");
         }
         free(got);
@@ -381,7 +387,10 @@ END_TEST
 START_TEST(test_flip_every_shard_byte) {
     Set s;
     set_init(&s, 3);
-    s.t[6].shape[0] = 100, s.t[7].shape[0] = 40, s.t[8].shape[1] = 30; /* a small shard */
+    /* a small shard */
+    s.t[6].shape[0] = 100;
+    s.t[7].shape[0] = 40;
+    s.t[8].shape[1] = 30;
     CkptMeta *m = ckpt_meta_create();
     ckpt_meta_set_str(m, "note", "meta");
     char dir[600], path[700];
@@ -410,7 +419,8 @@ START_TEST(test_flip_every_shard_byte) {
             ASSERT_ERR_HAS(want);
             ASSERT_ERR_HAS("CRC32");
         }
-        nread += at_read, nopen += !at_read;
+        nread += at_read;
+        nopen += !at_read;
         flip_byte(shard, off, mask);
     }
     ck_assert_int_gt(nread, size / 4); /* most bytes are tensor data */
@@ -797,12 +807,15 @@ static uint32_t doc_check_shard(const char *path, const CkptTensor *t, int nt, i
                 ck_assert(compress2(zb, &zl, tmpb, rl, level) == Z_OK);
                 ck_assert(zl == sl && memcmp(zb, st, sl) == 0);
             }
-            at += rl, off += sl;
+            at += rl;
+            off += sl;
         }
         ck_assert_uint_eq(at, raw_bytes);
         ck_assert(memcmp(raw, t[i].data, raw_bytes) == 0);
         ck_assert_uint_eq(off, le64(rec + 144) + le64(rec + 152));
-        free(raw), free(tmpb), free(zb);
+        free(raw);
+        free(tmpb);
+        free(zb);
         rec += 160 + 16 * nch;
     }
     ck_assert(rec == f + n - 32 && off == ioff);
@@ -1135,7 +1148,8 @@ typedef struct {
 static void fake_copy(void *ctx, void *dst, const void *src, size_t bytes) {
     FakeDevice *d = ctx;
     ck_assert_int_lt(d->npend, 64);
-    d->pend[d->npend].dst = dst, d->pend[d->npend].bytes = bytes;
+    d->pend[d->npend].dst = dst;
+    d->pend[d->npend].bytes = bytes;
     d->pend[d->npend].data = pp_malloc(bytes);
     memcpy(d->pend[d->npend++].data, src, bytes);
     memset(dst, 0xff, bytes); /* not there yet: NaN poison */
@@ -1144,11 +1158,16 @@ static void fake_copy(void *ctx, void *dst, const void *src, size_t bytes) {
 static void fake_finish(void *ctx) {
     FakeDevice *d = ctx;
     d->finish_on_caller += pthread_equal(pthread_self(), d->caller) != 0;
-    for (int i = 0; i < d->npend; i++) memcpy(d->pend[i].dst, d->pend[i].data, d->pend[i].bytes), free(d->pend[i].data);
+    for (int i = 0; i < d->npend; i++) {
+        memcpy(d->pend[i].dst, d->pend[i].data, d->pend[i].bytes);
+        free(d->pend[i].data);
+    }
     d->npend = 0;
     d->finishes++;
 }
-static void *fake_alloc(void *ctx, size_t bytes) { return ((FakeDevice *)ctx)->allocs++, pp_malloc(bytes); }
+static void *fake_alloc(void *ctx, size_t bytes) {
+    return ((FakeDevice *)ctx)->allocs++, pp_malloc(bytes);
+}
 static void fake_release(void *ctx, void *p) {
     if (p) ((FakeDevice *)ctx)->releases++;
     free(p);

@@ -779,7 +779,8 @@ START_TEST(test_env_bad) {
         {"SLURM_PROCID=0", "SLURM_NTASKS is not"},
         {"SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_NODEID=1 SLURM_STEP_TASKS_PER_NODE=4 SLURM_STEP_ID=0",
          "MASTER_ADDR is not set"}, /* the control: everything else is valid */
-        {"SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_NODEID=1 SLURM_STEP_TASKS_PER_NODE=4(x1) SLURM_STEP_ID=0",
+        {"SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_NODEID=1 SLURM_STEP_TASKS_PER_NODE=4(x1) "
+         "SLURM_STEP_ID=0",
          "SLURM_STEP_TASKS_PER_NODE: tasks-per-node list \"4(x1)\" has no entry for node 1"},
         /* the batch shell of #SBATCH -n 2: no job step ([Note: pptrain outside srun]) */
         {"SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_JOB_ID=9 MASTER_ADDR=h", "start the ranks with srun"},

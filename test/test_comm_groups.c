@@ -2,9 +2,10 @@
  * over sockets between forked processes and over memory between threads: the groups
  * a split must form, their collectives and messages interleaved with the parent's
  * without crossing, float sums bit for bit (in rank order; reduce-scatter's in the
- * ring's order), reduce-scatter and all-gather at counts 1, odd and 1M, grouped posting, Comms destroyed with requests pending or
- * before their groups, and a dead or silent member failing the group's collective with
- * a message naming it. Data every rank can predict; wrong elements are counted. */
+ * ring's order), reduce-scatter and all-gather at counts 1, odd and 1M, grouped
+ * posting, Comms destroyed with requests pending or before their groups, and a dead or
+ * silent member failing the group's collective with a message naming it. Data every
+ * rank can predict; wrong elements are counted. */
 #include <check.h>
 #include <math.h>
 #include <signal.h>
@@ -46,7 +47,11 @@ __attribute__((noinline)) static float f_input(int r, size_t i, int seed) {
                  (uint32_t)seed * 0xC2B2AE3Du;
     uint32_t bits;
     float f;
-    x ^= x >> 15, x *= 0x2C1B3C6Du, x ^= x >> 12, x *= 0x297A2D39u, x ^= x >> 15;
+    x ^= x >> 15;
+    x *= 0x2C1B3C6Du;
+    x ^= x >> 12;
+    x *= 0x297A2D39u;
+    x ^= x >> 15;
     bits = i % 1009 == 5 ? 0x7fc00000u | (uint32_t)(r + 1)
                          : (x & 0x80000000u) | (127u + (x >> 23) % 20) << 23 | (x & 0x7fffffu);
     memcpy(&f, &bits, sizeof f);
@@ -123,11 +128,11 @@ enum { SHAPE_PAIRS, SHAPE_PARITY, SHAPE_ALL_BUT_1, SHAPE_REVERSED, SHAPE_SINGLES
 
 static void shape_of(int shape, int r, int P, int *color, int *key) {
     switch (shape) {
-    case SHAPE_PAIRS: *color = r / 2, *key = r; break;        /* the tied pair's kind */
-    case SHAPE_PARITY: *color = r % 2, *key = -r; break;      /* interleaved, reversed */
-    case SHAPE_ALL_BUT_1: *color = r == 1 ? -1 : 3, *key = 0; break; /* ties: rank order */
-    case SHAPE_REVERSED: *color = 7, *key = P - r; break;     /* everyone, reversed */
-    default: *color = r, *key = 0; break;                     /* 1-rank groups */
+    case SHAPE_PAIRS: *color = r / 2; *key = r; break;        /* the tied pair's kind */
+    case SHAPE_PARITY: *color = r % 2; *key = -r; break;      /* interleaved, reversed */
+    case SHAPE_ALL_BUT_1: *color = r == 1 ? -1 : 3; *key = 0; break; /* ties: rank order */
+    case SHAPE_REVERSED: *color = 7; *key = P - r; break;     /* everyone, reversed */
+    default: *color = r; *key = 0; break;                     /* 1-rank groups */
     }
 }
 
@@ -143,7 +148,10 @@ static int check_no_crossing(Comm *c, Comm *g, const int *members) {
     CommReq *req[4];
     size_t wrong;
     if (n == 1) return 0;
-    gsb = malloc(gs), psb = malloc(ps), grb = malloc(gr), prb = malloc(pr);
+    gsb = malloc(gs);
+    psb = malloc(ps);
+    grb = malloc(gr);
+    prb = malloc(pr);
     fill(gsb, gs, me, to, 100);
     fill(psb, ps, me, to, 200);
     CHILD_CHECK(comm_isend(g, next, &t, gsb, gs, &req[0]) == 0);
@@ -155,7 +163,10 @@ static int check_no_crossing(Comm *c, Comm *g, const int *members) {
     CHILD_CHECK(comm_wait(g, req[0]) == 0);
     CHILD_CHECK(comm_wait(c, req[1]) == 0);
     wrong = count_wrong(grb, gr, from, me, 100) + count_wrong(prb, pr, from, me, 200);
-    free(gsb), free(psb), free(grb), free(prb);
+    free(gsb);
+    free(psb);
+    free(grb);
+    free(prb);
     CHILD_CHECK(wrong == 0);
     return 0;
 }
@@ -169,12 +180,17 @@ typedef struct {
  * split of the group itself. */
 static int body_shape(Comm *c, void *arg) {
     const ShapeArg *a = arg;
-    int P = c->world, me = c->rank, color[MAXP] = {0}, key[MAXP] = {0}, members[MAXP], idx = -1, n;
+    int P = c->world, me = c->rank;
+    int color[MAXP] = {0}, key[MAXP] = {0}, members[MAXP];
+    int idx = -1, n;
     int all[MAXP], bc[64];
     Comm *g = (Comm *)1, *h = NULL;
     CommReq *inflight = NULL;
     uint8_t msg[1000];
-    for (int r = 0; r < P; r++) shape_of(a->shape, r, P, &color[r], &key[r]), all[r] = r;
+    for (int r = 0; r < P; r++) {
+        shape_of(a->shape, r, P, &color[r], &key[r]);
+        all[r] = r;
+    }
     n = expect_group(P, color, key, me, members, &idx);
     fill(msg, sizeof msg, me, (me + 1) % P, 5);
     CHILD_CHECK(comm_isend(c, (me + 1) % P, &(CommTag){0, 0, 0, 1}, msg, sizeof msg,
@@ -205,8 +221,12 @@ static int body_shape(Comm *c, void *arg) {
         if (check_no_crossing(c, g, members)) return 1;
         /* a group of the group: its halves by parity, each in reverse */
         CHILD_CHECK(comm_split(g, g->rank % 2, -g->rank, &h) == 0);
-        int hm[MAXP], hc[MAXP], hk[MAXP], hi = -1, hn;
-        for (int i = 0; i < n; i++) hc[i] = i % 2, hk[i] = -i;
+        int hm[MAXP], hc[MAXP], hk[MAXP];
+    int hi = -1, hn;
+        for (int i = 0; i < n; i++) {
+            hc[i] = i % 2;
+            hk[i] = -i;
+        }
         hn = expect_group(n, hc, hk, g->rank, hm, &hi);
         for (int i = 0; i < hn; i++) hm[i] = members[hm[i]];
         CHILD_CHECK(h && h->world == hn && h->rank == hi);
@@ -233,7 +253,10 @@ static int body_float_counts(Comm *c, void *arg) {
     static const size_t counts[] = {1, 4097, 1u << 20};
     int P = c->world, all[MAXP], rev[MAXP];
     Comm *g;
-    for (int r = 0; r < P; r++) all[r] = r, rev[r] = P - 1 - r;
+    for (int r = 0; r < P; r++) {
+        all[r] = r;
+        rev[r] = P - 1 - r;
+    }
     CHILD_CHECK(comm_split(c, 0, -c->rank, &g) == 0);
     for (int k = 0; k < 3; k++)
         if (check_float_collectives(c, c->rank, all, counts[k], k) ||
@@ -458,7 +481,8 @@ static int body_dead_mid_upload(Comm *c, void *arg) {
     /* rank 1 may learn of rank 2's death from the root's abort first (under load): then
      * its message starts with the origin, "rank 2 ... failed first (...); then ..." */
     CHILD_CHECK(strstr(comm_error(c), "lost connection to rank 2 in allreduce_f32 #0") ||
-                (c->rank == 1 && !strncmp(comm_error(c), "rank 2", 6) && strstr(comm_error(c), "failed first")));
+                (c->rank == 1 && !strncmp(comm_error(c), "rank 2", 6) &&
+                 strstr(comm_error(c), "failed first")));
     free(b);
     return 0;
 }

@@ -22,8 +22,13 @@ static const size_t k_sizes[] = {1, 2, 3, 4, 5, 7, 13, 64, 1001, 65537, 1000000}
  * random signs, mantissas and magnitudes 2^0 .. 2^19 (rounding depends on the order).
  * Not inlined, so that GCC cannot contract anything into the expected sums. */
 __attribute__((noinline)) static float input(int r, size_t i, int exact) {
-    uint32_t x = (uint32_t)i * 0x9E3779B1u ^ (uint32_t)(r + 1) * 0x85EBCA77u ^ (uint32_t)exact * 0xC2B2AE3Du;
-    x ^= x >> 15, x *= 0x2C1B3C6Du, x ^= x >> 12, x *= 0x297A2D39u, x ^= x >> 15;
+    uint32_t x = (uint32_t)i * 0x9E3779B1u ^ (uint32_t)(r + 1) * 0x85EBCA77u ^
+                 (uint32_t)exact * 0xC2B2AE3Du;
+    x ^= x >> 15;
+    x *= 0x2C1B3C6Du;
+    x ^= x >> 12;
+    x *= 0x297A2D39u;
+    x ^= x >> 15;
     if (exact) return (float)((int)(x % 129) - 64);
     uint32_t bits = (x & 0x80000000u) | (127u + (x >> 23) % 20) << 23 | (x & 0x7fffffu);
     float f;
@@ -64,7 +69,8 @@ static int body_ring(Comm *c, void *arg) {
     int W = c->world, me = c->rank, seq = 0;
     for (size_t s = 0; s < NSIZES; s++) {
         size_t n = k_sizes[s], wrong = 0, checked = 0;
-        float *buf = malloc(n * sizeof *buf), *tmp = malloc((comm_ring_max_block(n, W) + 1) * sizeof *tmp);
+        float *buf = malloc(n * sizeof *buf);
+        float *tmp = malloc((comm_ring_max_block(n, W) + 1) * sizeof *tmp);
         CHILD_CHECK(buf && tmp);
         for (int exact = 0; exact < 2; exact++) {
             /* all-reduce: every element of every rank */
@@ -72,10 +78,13 @@ static int body_ring(Comm *c, void *arg) {
             CHILD_CHECK(run_ring(c, RING_ALLREDUCE, buf, n, tmp, seq++, (int)(s + exact) % 2) == 0);
             for (size_t i = 0; i < n; i++, checked++) {
                 double plain = 0, mag = 0;
-                for (int r = 0; r < W; r++) plain += input(r, i, exact), mag += fabs(input(r, i, exact));
+                for (int r = 0; r < W; r++) {
+                    plain += input(r, i, exact);
+                    mag += fabs(input(r, i, exact));
+                }
                 float want = ring_order_sum(W, block_of(n, W, i), i, exact);
-                int bad = memcmp(&buf[i], &want, sizeof want) != 0 || fabs(buf[i] - plain) > 1e-6 * mag ||
-                          (exact && buf[i] != (float)plain);
+                int bad = memcmp(&buf[i], &want, sizeof want) != 0 ||
+                          fabs(buf[i] - plain) > 1e-6 * mag || (exact && buf[i] != (float)plain);
                 wrong += bad;
             }
             /* reduce-scatter: this rank's block */
@@ -87,7 +96,8 @@ static int body_ring(Comm *c, void *arg) {
                 wrong += memcmp(&buf[i], &want, sizeof want) != 0;
             }
             /* all-gather: rank q's block q everywhere, bits unchanged */
-            for (size_t i = 0; i < n; i++) buf[i] = block_of(n, W, i) == me ? input(me, i, exact) : NAN;
+            for (size_t i = 0; i < n; i++)
+                buf[i] = block_of(n, W, i) == me ? input(me, i, exact) : NAN;
             CHILD_CHECK(run_ring(c, RING_ALL_GATHER, buf, n, tmp, seq++, 1) == 0);
             for (size_t i = 0; i < n; i++, checked++) {
                 float want = input(block_of(n, W, i), i, exact);
@@ -101,23 +111,28 @@ static int body_ring(Comm *c, void *arg) {
         CommRing r;
         CommTag t = {seq++, 0, 0, 1};
         float *big = malloc(n * sizeof *big);
-        CHILD_CHECK(big && comm_ring_start(&r, c, RING_REDUCE_SCATTER, buf, n, bounds, big, &t) == PP_OK &&
+        CHILD_CHECK(big &&
+                    comm_ring_start(&r, c, RING_REDUCE_SCATTER, buf, n, bounds, big, &t) == PP_OK &&
                     comm_ring_wait(&r) == PP_OK);
         for (size_t i = bounds[me]; i < bounds[me + 1]; i++, checked++) {
             float want = ring_order_sum(W, me, i, 0);
             wrong += memcmp(&buf[i], &want, sizeof want) != 0;
         }
         t.step = seq++;
-        CHILD_CHECK(comm_ring_start(&r, c, RING_ALL_GATHER, buf, n, bounds, big, &t) == PP_OK && comm_ring_wait(&r) == PP_OK);
+        CHILD_CHECK(comm_ring_start(&r, c, RING_ALL_GATHER, buf, n, bounds, big, &t) == PP_OK &&
+                    comm_ring_wait(&r) == PP_OK);
         for (int q = 0; q < W; q++)
             for (size_t i = bounds[q]; i < bounds[q + 1]; i++, checked++) {
                 float want = ring_order_sum(W, q, i, 0);
                 wrong += memcmp(&buf[i], &want, sizeof want) != 0;
             }
         free(big);
-        if (wrong) fprintf(stderr, "ring on %d ranks, n %zu: rank %d has %zu wrong elements\n", W, n, me, wrong);
+        if (wrong)
+            fprintf(stderr, "ring on %d ranks, n %zu: rank %d has %zu wrong elements\n", W, n, me,
+                    wrong);
         CHILD_CHECK(wrong == 0 && checked >= 3 * n);
-        free(buf), free(tmp);
+        free(buf);
+        free(tmp);
     }
     return 0;
 }
@@ -156,7 +171,8 @@ static int body_ring_dead(Comm *c, void *arg) {
     CHILD_CHECK(comm_ring_wait(&r) != PP_OK);
     CHILD_CHECK(strstr(comm_error(c), "rank ") != NULL);
     fprintf(stderr, "rank %d: %s\n", c->rank, comm_error(c));
-    free(buf), free(tmp);
+    free(buf);
+    free(tmp);
     return 0;
 }
 

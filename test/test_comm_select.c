@@ -37,28 +37,36 @@ static Case CASES[] = {
     {"auto", 1, {G0}, PP_OK, COMM_USE_LOCAL, {"one rank"}},
     {"nccl", 1, {G0}, PP_OK, COMM_USE_LOCAL, {"runtime.transport nccl: one rank"}},
     {"socket", 1, {CPU}, PP_OK, COMM_USE_LOCAL, {"one rank"}},
-    {"nccl", 1, {CPU}, PP_EUSAGE, COMM_USE_SOCKET, {"runtime.transport=nccl: rank 0 runs on the CPU",
-                                                     "runtime.transport: socket"}},
+    {"nccl", 1, {CPU}, PP_EUSAGE, COMM_USE_SOCKET,
+     {"runtime.transport=nccl: rank 0 runs on the CPU", "runtime.transport: socket"}},
     /* socket is always honoured */
     {"socket", 2, {G0, G1}, PP_OK, COMM_USE_SOCKET, {"runtime.transport socket: host-staged"}},
     {"socket", 2, {CPU, CPU}, PP_OK, COMM_USE_SOCKET, {"runtime.transport socket"}},
     /* auto */
-    {"auto", 2, {G0, G1}, PP_OK, COMM_USE_NCCL, {"runtime.transport auto: every rank has a GPU of its own"}},
+    {"auto", 2, {G0, G1}, PP_OK, COMM_USE_NCCL,
+     {"runtime.transport auto: every rank has a GPU of its own"}},
     {"auto", 2, {G0, G0B}, PP_OK, COMM_USE_NCCL, {"every rank has a GPU of its own"}},
-    {"auto", 2, {G0, G0}, PP_OK, COMM_USE_SOCKET, {"runtime.transport auto: ranks 0 and 1 share GPU 0000:1b:00.0"}},
-    {"auto", 3, {G1, G0, G0}, PP_OK, COMM_USE_SOCKET, {"ranks 1 and 2 share GPU 0000:1b:00.0 on host node1"}},
-    {"auto", 2, {G0, CPU}, PP_OK, COMM_USE_SOCKET, {"runtime.transport auto: rank 1 runs on the CPU"}},
+    {"auto", 2, {G0, G0}, PP_OK, COMM_USE_SOCKET,
+     {"runtime.transport auto: ranks 0 and 1 share GPU 0000:1b:00.0"}},
+    {"auto", 3, {G1, G0, G0}, PP_OK, COMM_USE_SOCKET,
+     {"ranks 1 and 2 share GPU 0000:1b:00.0 on host node1"}},
+    {"auto", 2, {G0, CPU}, PP_OK, COMM_USE_SOCKET,
+     {"runtime.transport auto: rank 1 runs on the CPU"}},
     {"auto", 2, {CPU, CPU}, PP_OK, COMM_USE_SOCKET, {"rank 0 runs on the CPU"}},
-    {"auto", 2, {G0, {1, 0, "node1", "0000:29:00.0"}}, PP_OK, COMM_USE_SOCKET, {"rank 1 cannot load NCCL"}},
+    {"auto", 2, {G0, {1, 0, "node1", "0000:29:00.0"}}, PP_OK, COMM_USE_SOCKET,
+     {"rank 1 cannot load NCCL"}},
     /* nccl forced */
-    {"nccl", 4, {G0, G1, G0B, {1, 1, "node2", "0000:29:00.0"}}, PP_OK, COMM_USE_NCCL, {"runtime.transport nccl"}},
+    {"nccl", 4, {G0, G1, G0B, {1, 1, "node2", "0000:29:00.0"}}, PP_OK, COMM_USE_NCCL,
+     {"runtime.transport nccl"}},
     {"nccl", 2, {G0, G0}, PP_EUSAGE, COMM_USE_SOCKET,
-     {"runtime.transport=nccl: ranks 0 and 1 share GPU 0000:1b:00.0", "NCCL refuses two ranks on one GPU",
-      "runtime.transport: socket (or auto)"}},
+     {"runtime.transport=nccl: ranks 0 and 1 share GPU 0000:1b:00.0",
+      "NCCL refuses two ranks on one GPU", "runtime.transport: socket (or auto)"}},
     {"nccl", 2, {CPU, G0}, PP_EUSAGE, COMM_USE_SOCKET,
-     {"runtime.transport=nccl: rank 0 runs on the CPU", "runtime.device: cuda", "runtime.transport: socket"}},
+     {"runtime.transport=nccl: rank 0 runs on the CPU", "runtime.device: cuda",
+      "runtime.transport: socket"}},
     {"nccl", 3, {G0, G1, {1, 0, "node1", "0000:3a:00.0"}}, PP_EUSAGE, COMM_USE_SOCKET,
-     {"runtime.transport=nccl: rank 2 cannot load NCCL", "libnccl.so.2", "runtime.transport: socket"}},
+     {"runtime.transport=nccl: rank 2 cannot load NCCL", "libnccl.so.2",
+      "runtime.transport: socket"}},
     /* the CPU is named before a shared GPU */
     {"nccl", 3, {G0, G0, CPU}, PP_EUSAGE, COMM_USE_SOCKET, {"rank 2 runs on the CPU"}},
 };
@@ -68,12 +76,13 @@ START_TEST(test_select_rules) {
     char why[PP_ERR_MAX], err[PP_ERR_MAX] = "";
     int use = -1;
     int rc = comm_select(k->want, k->world, k->dev, "", &use, why, sizeof why, err, sizeof err);
-    ck_assert_msg(rc == k->rc, "case %d (%s, %d ranks): rc %d, want %d (%s%s)", _i, k->want, k->world, rc, k->rc, why,
-                  err);
-    ck_assert_msg(use == k->use, "case %d: use %s, want %s", _i, comm_select_name(use), comm_select_name(k->use));
+    ck_assert_msg(rc == k->rc, "case %d (%s, %d ranks): rc %d, want %d (%s%s)", _i, k->want,
+                  k->world, rc, k->rc, why, err);
+    ck_assert_msg(use == k->use, "case %d: use %s, want %s", _i, comm_select_name(use),
+                  comm_select_name(k->use));
     for (int i = 0; i < 3 && k->says[i]; i++)
-        ck_assert_msg(strstr(rc ? err : why, k->says[i]), "case %d: \"%s\" lacks \"%s\"", _i, rc ? err : why,
-                      k->says[i]);
+        ck_assert_msg(strstr(rc ? err : why, k->says[i]), "case %d: \"%s\" lacks \"%s\"", _i,
+                      rc ? err : why, k->says[i]);
 }
 END_TEST
 
@@ -82,8 +91,8 @@ START_TEST(test_select_quotes_reason) {
     CommDevice d[2] = {G0, {1, 0, "node1", "0000:29:00.0"}};
     char why[256], err[PP_ERR_MAX];
     int use;
-    ck_assert_int_eq(comm_select("nccl", 2, d, "libnccl.so.2: cannot open shared object file", &use, why, sizeof why,
-                                 err, sizeof err),
+    ck_assert_int_eq(comm_select("nccl", 2, d, "libnccl.so.2: cannot open shared object file", &use,
+                                 why, sizeof why, err, sizeof err),
                      PP_EUSAGE);
     ck_assert_msg(strstr(err, "rank 1 cannot load NCCL: libnccl.so.2: cannot open"), "%s", err);
 }
@@ -95,16 +104,19 @@ static int exchange_body(Comm *c, void *arg) {
     CommDevice mine = gpu("hostA", ""), all[MAXP];
     char why[PP_ERR_MAX], err[PP_ERR_MAX];
     int use;
-    snprintf(mine.bus, sizeof mine.bus, "0000:%02x:00.0", c->rank < 2 ? 0x1b : 0x20 + c->rank); /* 0 and 1 share */
+    /* 0 and 1 share */
+    snprintf(mine.bus, sizeof mine.bus, "0000:%02x:00.0", c->rank < 2 ? 0x1b : 0x20 + c->rank);
     CHILD_CHECK(comm_select_exchange(c, &mine, all) == PP_OK);
     for (int r = 0; r < c->world; r++) {
         char bus[COMM_BUS_MAX];
         snprintf(bus, sizeof bus, "0000:%02x:00.0", r < 2 ? 0x1b : 0x20 + r);
         CHILD_CHECK(!strcmp(all[r].bus, bus) && !strcmp(all[r].host, "hostA") && all[r].cuda == 1);
     }
-    CHILD_CHECK(comm_select("auto", c->world, all, "", &use, why, sizeof why, err, sizeof err) == PP_OK);
+    CHILD_CHECK(comm_select("auto", c->world, all, "", &use, why, sizeof why, err, sizeof err) ==
+                PP_OK);
     CHILD_CHECK(use == COMM_USE_SOCKET && strstr(why, "ranks 0 and 1 share GPU 0000:1b:00.0"));
-    CHILD_CHECK(comm_select("nccl", c->world, all, "", &use, why, sizeof why, err, sizeof err) == PP_EUSAGE);
+    CHILD_CHECK(comm_select("nccl", c->world, all, "", &use, why, sizeof why, err, sizeof err) ==
+                PP_EUSAGE);
     return 0;
 }
 
@@ -123,10 +135,12 @@ static int peer_state_body(Comm *c, void *arg) {
     CHILD_CHECK(c->ops->peer_state(c, c->rank, 60.0, why, sizeof why) == 0); /* itself */
     CHILD_CHECK(comm_barrier(c) == PP_OK);
     if (c->rank == 1) _exit(0); /* without a goodbye: a crash as rank 0 sees it */
-    for (int i = 0; i < 500 && c->ops->peer_state(c, 1, 60.0, why, sizeof why) != 1; i++) sleep_s(0.01);
+    for (int i = 0; i < 500 && c->ops->peer_state(c, 1, 60.0, why, sizeof why) != 1; i++)
+        sleep_s(0.01);
     CHILD_CHECK(c->ops->peer_state(c, 1, 60.0, why, sizeof why) == 1);
     /* an orderly close, or a reset when rank 1 died with bytes unread (a timing matter) */
-    CHILD_CHECK(strstr(why, "rank 1 closed the connection") || strstr(why, "the connection was reset"));
+    CHILD_CHECK(strstr(why, "rank 1 closed the connection") ||
+                strstr(why, "the connection was reset"));
     return 0;
 }
 

@@ -352,7 +352,8 @@ static const FileError k_file_errors[] = {
     {"train: {steps: 4\n", ":8:1: ", "YAML syntax error", "did not find expected ',' or '}'"},
     {"train:\n  steps: 4: 5\n", ":8:11: ", "YAML syntax error", "mapping values are not allowed"},
     /* what YAML 1.1 reads otherwise: 010 is octal 8 there, tRuE a string */
-    {"train:\n  steps: 010\n", ":8:10: ", "train.steps: ", "written without leading zeros, got '010'"},
+    {"train:\n  steps: 010\n", ":8:10: ", "train.steps: ",
+     "written without leading zeros, got '010'"},
     {"train:\n  seed: 00\n", ":8:9: ", "train.seed: ", "without leading zeros"},
     {"train:\n  grad_clip: 010\n", ":8:14: ", "train.grad_clip: ", "got '010'"},
     {"train:\n  optimizer: {lr: -00.5}\n", ":8:19: ", "train.optimizer.lr: ", "got '-00.5'"},
@@ -511,19 +512,23 @@ START_TEST(test_int_limits_at_the_edges) {
     }
     Config c;
     valid_config(&c);
-    c.steps = INT_MAX, c.checkpoint_keep = INT_MAX, c.timeout_s = INT_MAX - 63;
-    c.max_seq_len = INT_MAX, c.padded_vocab_size = INT_MAX;
+    c.steps = INT_MAX;
+    c.checkpoint_keep = INT_MAX;
+    c.timeout_s = INT_MAX - 63;
+    c.max_seq_len = INT_MAX;
+    c.padded_vocab_size = INT_MAX;
     ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s", err);
     c.checkpoint_keep = INT_MIN;
     ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
-    assert_has(err, "output.checkpoint_keep (checkpoints kept on disk; 0 = all) is -2147483648: expected "
-                    "an integer >= 0");
+    assert_has(err, "output.checkpoint_keep (checkpoints kept on disk; 0 = all) is -2147483648: "
+                    "expected an integer >= 0");
     c.checkpoint_keep = -1;
     ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
     assert_has(err, "is -1: expected an integer >= 0");
     c.checkpoint_keep = 0; /* keeps every checkpoint (docs/checkpoint-format.md) */
     ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s", err);
-    c.checkpoint_keep = 1, c.steps = -1;
+    c.checkpoint_keep = 1;
+    c.steps = -1;
     ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
     assert_has(err, "train.steps");
     assert_has(err, "is -1: expected an integer >= 0");
@@ -766,21 +771,27 @@ END_TEST
 /* An unset or empty variable, an unknown pattern and a result too long are errors that
  * name the key, the pattern and the variable: never an empty string or a literal "%a". */
 static const char *const k_pattern_errors[][2] = {
-    {"output.dir=runs/%j", "output.dir 'runs/%j': %j (the environment variable SLURM_JOB_ID) is not set"},
+    {"output.dir=runs/%j",
+     "output.dir 'runs/%j': %j (the environment variable SLURM_JOB_ID) is not set"},
     {"output.dir=runs/%A", "%A (the environment variable SLURM_ARRAY_JOB_ID) is not set"},
-    {"output.dir=runs/arr-%a", "output.dir 'runs/arr-%a': %a (the environment variable SLURM_ARRAY_TASK_ID) is not set"},
+    {"output.dir=runs/arr-%a",
+     "output.dir 'runs/arr-%a': %a (the environment variable SLURM_ARRAY_TASK_ID) is not set"},
     {"data.train=${PP_TEST_UNSET}/t.bin",
-     "data.train '${PP_TEST_UNSET}/t.bin': ${PP_TEST_UNSET} (the environment variable PP_TEST_UNSET) is not set"},
-    {"data.val=${PP_TEST_EMPTY}", "${PP_TEST_EMPTY} (the environment variable PP_TEST_EMPTY) is empty"},
-    {"model.init_from=\"%x.bin\"", "model.init_from '%x.bin': '%x' is not a pattern pptrain expands"},
+     "data.train '${PP_TEST_UNSET}/t.bin': ${PP_TEST_UNSET} (the environment variable "
+     "PP_TEST_UNSET) is not set"},
+    {"data.val=${PP_TEST_EMPTY}",
+     "${PP_TEST_EMPTY} (the environment variable PP_TEST_EMPTY) is empty"},
+    {"model.init_from=\"%x.bin\"",
+     "model.init_from '%x.bin': '%x' is not a pattern pptrain expands"},
     {"output.dir=runs/%", "'%' is not a pattern pptrain expands"},
     {"output.dir=runs/%3%", "'%3%' is not a pattern pptrain expands"},
     {"output.dir=runs/%123a", "'%123a' is not a pattern pptrain expands"},
-    {"pipeline.schedule_file=$HOME/p.txt", "'$HOME' is not a pattern pptrain expands: write an environment "
-                                           "variable as ${NAME}"},
+    {"pipeline.schedule_file=$HOME/p.txt",
+     "'$HOME' is not a pattern pptrain expands: write an environment variable as ${NAME}"},
     {"output.dir=runs/${1x}", "'${1x}' is not a pattern"},
     {"output.dir=runs/${X", "'${X' is not a pattern"},
-    {"output.dir=${PP_TEST_LONG}", "output.dir '${PP_TEST_LONG}': it expands to more than 1023 bytes"},
+    {"output.dir=${PP_TEST_LONG}",
+     "output.dir '${PP_TEST_LONG}': it expands to more than 1023 bytes"},
 };
 
 START_TEST(test_path_pattern_errors) {
@@ -796,7 +807,8 @@ START_TEST(test_path_pattern_errors) {
     Config c;
     valid_config(&c);
     set_ok(&c, k_pattern_errors[_i][0]);
-    ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_EUSAGE, "%s accepted", k_pattern_errors[_i][0]);
+    ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_EUSAGE, "%s accepted",
+                  k_pattern_errors[_i][0]);
     assert_has(err, k_pattern_errors[_i][1]);
 }
 END_TEST
@@ -866,7 +878,8 @@ START_TEST(test_docs_cover_every_key) {
     FILE *m = open_memstream(&text, &len);
     config_print(&c, m);
     fclose(m);
-    for (char *save, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *save, *line = strtok_r(text, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
         int depth = (int)(strspn(line, " ") / 2);
         ck_assert_int_lt(depth, 3);
         char *name = line + 2 * depth, *colon = strchr(name, ':');
@@ -908,7 +921,8 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, test_cross_field_valid_edges);
     tcase_add_test(tc, test_finalize_checks_direct_values);
     tcase_add_test(tc, test_path_patterns_expand);
-    tcase_add_loop_test(tc, test_path_pattern_errors, 0, sizeof k_pattern_errors / sizeof k_pattern_errors[0]);
+    tcase_add_loop_test(tc, test_path_pattern_errors, 0,
+                        sizeof k_pattern_errors / sizeof k_pattern_errors[0]);
     tcase_add_test(tc, test_hash);
     tcase_add_test(tc, test_first_diff);
     tcase_add_test(tc, test_docs_cover_every_key);

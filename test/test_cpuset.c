@@ -38,22 +38,25 @@ static const Case CASES[] = {
      {"the 8 CPU(s) of its affinity mask, " OWN, "the 8 CPU(s) of its affinity mask, " OWN}},
     {"no binding: 16 CPUs shared by 2", 2, {{"n1", 0, 15}, {"n1", 0, 15}}, {8, 8},
      {"the 16 CPU(s) of its affinity mask, shared by 2 rank(s) on this node"}},
-    {"no binding: 16 CPUs shared by 3 (rounded down)", 3, {{"n1", 0, 15}, {"n1", 0, 15}, {"n1", 0, 15}},
-     {5, 5, 5}, {"shared by 3 rank(s)"}},
+    {"no binding: 16 CPUs shared by 3 (rounded down)", 3,
+     {{"n1", 0, 15}, {"n1", 0, 15}, {"n1", 0, 15}}, {5, 5, 5}, {"shared by 3 rank(s)"}},
     {"3 ranks on 3 CPUs: 1 each, not 0", 3, {{"n1", 0, 2}, {"n1", 0, 2}, {"n1", 0, 2}}, {1, 1, 1},
      {"the 3 CPU(s) of its affinity mask, shared by 3 rank(s)"}},
     {"4 ranks on 2 CPUs: at least 1", 4, {{"n1", 0, 1}, {"n1", 0, 1}, {"n1", 0, 1}, {"n1", 0, 1}},
      {1, 1, 1, 1}, {"the 2 CPU(s) of its affinity mask, shared by 4 rank(s)"}},
     {"partly overlapping: 0-7 and 4-11 share 4-7", 2, {{"n1", 0, 7}, {"n1", 4, 11}}, {6, 6},
-     {"its share of the 8 CPU(s) of its affinity mask, 4 of which other ranks on this node may run on too",
+     {"its share of the 8 CPU(s) of its affinity mask, 4 of which other ranks on this node "
+      "may run on too",
       "its share of the 8 CPU(s)"}},
     {"one rank on the node's 16, two bound to 8 each inside them", 3,
      {{"n1", 0, 15}, {"n1", 0, 7}, {"n1", 8, 15}}, {8, 4, 4},
-     {"the 16 CPU(s) of its affinity mask, shared by 2 rank(s)", "the 8 CPU(s) of its affinity mask, shared by 2 rank(s)"}},
+     {"the 16 CPU(s) of its affinity mask, shared by 2 rank(s)",
+      "the 8 CPU(s) of its affinity mask, shared by 2 rank(s)"}},
     {"two nodes with the same CPU numbers: no sharing", 2, {{"n1", 0, 7}, {"n2", 0, 7}}, {8, 8},
      {OWN, OWN}},
     {"2 nodes x 2 ranks, unbound", 4, {{"n1", 0, 15}, {"n1", 0, 15}, {"n2", 0, 15}, {"n2", 0, 15}},
-     {8, 8, 8, 8}, {"shared by 2 rank(s)", "shared by 2 rank(s)", "shared by 2 rank(s)", "shared by 2 rank(s)"}},
+     {8, 8, 8, 8},
+     {"shared by 2 rank(s)", "shared by 2 rank(s)", "shared by 2 rank(s)", "shared by 2 rank(s)"}},
     {"one rank alone", 1, {{"n1", 0, 63}}, {64}, {"the 64 CPU(s) of its affinity mask, " OWN}},
     {"CPUs past 64 count", 2, {{"n1", 0, 99}, {"n1", 100, 1023}}, {100, 924}, {OWN, OWN}},
 };
@@ -70,11 +73,11 @@ START_TEST(test_threads_rules) {
     for (int r = 0; r < k->world; r++) {
         char why[256];
         int t = cpuset_threads(k->world, set, r, why, sizeof why);
-        ck_assert_msg(t == k->threads[r], "%s: rank %d gets %d thread(s), expected %d (%s)", k->what, r, t,
-                      k->threads[r], why);
+        ck_assert_msg(t == k->threads[r], "%s: rank %d gets %d thread(s), expected %d (%s)",
+                      k->what, r, t, k->threads[r], why);
         if (k->why[r]) {
-            ck_assert_msg(strstr(why, k->why[r]), "%s: rank %d says '%s', expected '%s' in it", k->what, r, why,
-                          k->why[r]);
+            ck_assert_msg(strstr(why, k->why[r]), "%s: rank %d says '%s', expected '%s' in it",
+                          k->what, r, why, k->why[r]);
         }
     }
 }
@@ -96,8 +99,8 @@ START_TEST(test_threads_add_up) {
             sum += cpuset_threads(k->world, set, r, why, sizeof why);
         }
         if (cpuset_count(&node) < k->world) continue; /* the at-least-1 rule may exceed it */
-        ck_assert_msg(sum <= cpuset_count(&node), "%s: node n1's ranks use %d threads on %d CPUs", k->what, sum,
-                      cpuset_count(&node));
+        ck_assert_msg(sum <= cpuset_count(&node), "%s: node n1's ranks use %d threads on %d CPUs",
+                      k->what, sum, cpuset_count(&node));
         n++;
     }
     ck_assert_int_ge(n, 8); /* it checked something */
@@ -119,7 +122,8 @@ static int exchange_body(Comm *c, void *arg) {
     CpuSet mine, all[4];
     char host[16], why[256];
     snprintf(host, sizeof host, "h%d", c->rank / 2);
-    mine = cpus(host, 2 * c->rank, 2 * c->rank + 1 + (c->rank % 2 == 0)); /* ranks 2q, 2q+1 share one CPU */
+    /* ranks 2q, 2q+1 share one CPU */
+    mine = cpus(host, 2 * c->rank, 2 * c->rank + 1 + (c->rank % 2 == 0));
     CHILD_CHECK(cpuset_exchange(c, &mine, all) == PP_OK);
     for (int r = 0; r < c->world; r++) {
         CpuSet want;
@@ -128,7 +132,8 @@ static int exchange_body(Comm *c, void *arg) {
         CHILD_CHECK(!memcmp(&all[r], &want, sizeof want));
     }
     /* rank 2q: CPUs 4q..4q+2, one shared: 2 + 1/2 -> 2; rank 2q+1: 4q+2, 4q+3: 1/2 + 1 -> 1 */
-    CHILD_CHECK(cpuset_threads(c->world, all, c->rank, why, sizeof why) == (c->rank % 2 == 0 ? 2 : 1));
+    CHILD_CHECK(cpuset_threads(c->world, all, c->rank, why, sizeof why) ==
+                (c->rank % 2 == 0 ? 2 : 1));
     CHILD_CHECK(strstr(why, "1 of which other ranks on this node may run on too"));
     return 0;
 }

@@ -345,7 +345,8 @@ START_TEST(test_batch_without_check_dies) {
     ck_assert(!file_exists(g_dir));
     ck_assert_ptr_nonnull(freopen("/dev/null", "w", stderr)); /* expected message */
     int in[8], tg[8];
-    data_batch(&d, 0, 2, 4, in, tg, err, sizeof err); /* needs 9 tokens: a bug, dies with PP_ERUNTIME */
+    /* needs 9 tokens: a bug, dies with PP_ERUNTIME */
+    data_batch(&d, 0, 2, 4, in, tg, err, sizeof err);
 }
 END_TEST
 
@@ -373,7 +374,8 @@ static void expect_batch_error(DataSet *d, long n, ...) {
     char err[PP_ERR_MAX] = "";
     for (int i = 0; i < CH_B * CH_T; i++) in[i] = tg[i] = 7;
     ck_assert_int_eq(data_batch(d, n, CH_B, CH_T, in, tg, err, sizeof err), PP_ERUNTIME);
-    ck_assert_msg(strstr(err, d->path) && strstr(err, "changed under the run") && strstr(err, "restore the file"),
+    ck_assert_msg(strstr(err, d->path) && strstr(err, "changed under the run") &&
+                      strstr(err, "restore the file"),
                   "%s", err);
     va_list ap;
     va_start(ap, n);
@@ -420,7 +422,8 @@ START_TEST(test_batch_truncated) {
     ck_assert_int_eq(truncate(tmp("c.bin"), 30000), 0);
     expect_batch_error(&d, 3, "it was 41024 bytes when opened and is 30000 bytes now",
                        "batch 3 (tokens 3072..4096, bytes 7168..9217)", NULL);
-    expect_batch_error(&d, 0, "is 30000 bytes now", NULL); /* also where the bytes are still there */
+    /* also where the bytes are still there */
+    expect_batch_error(&d, 0, "is 30000 bytes now", NULL);
     ck_assert_int_eq(truncate(tmp("c.bin"), 0), 0);
     expect_batch_error(&d, 18, "is 0 bytes now", NULL);
     data_close(&d);
@@ -447,7 +450,8 @@ START_TEST(test_batch_bad_token_in_place) {
     uint16_t *t = open_changing(&d, tmp("c.bin"));
     uint16_t big[2] = {65535, 50};
     poke(tmp("c.bin"), 19000, big, 2);
-    expect_batch_error(&d, 18, "token 19000 (byte offset 39024) is 65535, not below model.vocab_size = 50",
+    expect_batch_error(&d, 18,
+                       "token 19000 (byte offset 39024) is 65535, not below model.vocab_size = 50",
                        "reading batch 18", NULL);
     expect_batch(&d, 0, t); /* block 0: unchanged */
     /* the last target of batch 17 (token 18432) is the first input of batch 18 */
@@ -467,7 +471,8 @@ START_TEST(test_batch_changed_in_place) {
     uint16_t other = (uint16_t)((t[10000] + 1) % 50);
     poke(tmp("c.bin"), 10000, &other, 1);
     for (long n = 0; n < 19; n++) {
-        if (n >= 7 && n <= 15) expect_batch_error(&d, n, "bytes 16384..32767 differ from when it was opened", NULL);
+        if (n >= 7 && n <= 15)
+            expect_batch_error(&d, n, "bytes 16384..32767 differ from when it was opened", NULL);
         else expect_batch(&d, n, t);
     }
     FILE *f = fopen(tmp("c.bin"), "r+b");

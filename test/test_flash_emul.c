@@ -96,13 +96,18 @@ static void emul_forward(float *out, float *lse, const float *qkv, int B, int T,
                         float mx = -INFINITY;
                         for (int c = 0; c < FA_BC; c++) {
                             int j = k0 + c;
-                            float x = j < T ? dot(Q + (size_t)i * HSP, K + (size_t)j * HSP, HSP) * sl2 : 0.0f;
+                            float x = j < T
+                                          ? dot(Q + (size_t)i * HSP, K + (size_t)j * HSP, HSP) * sl2
+                                          : 0.0f;
                             if (diag && c > r && mutant != MUT_MASK) x = -INFINITY;
-                            if (!diag && j >= T) x = -INFINITY; /* only the mutant visits past the diagonal */
+                            /* only the mutant visits past the diagonal */
+                            if (!diag && j >= T) x = -INFINITY;
                             s[c] = x;
                             mx = fmaxf(mx, x);
                         }
-                        float mnew = fmaxf(m, mx), alpha = mutant == MUT_RESCALE && m > -INFINITY ? 1.0f : exp2f(m - mnew);
+                        float mnew = fmaxf(m, mx);
+                        float alpha =
+                            mutant == MUT_RESCALE && m > -INFINITY ? 1.0f : exp2f(m - mnew);
                         m = mnew;
                         float sum = 0.0f;
                         for (int d = 0; d < HSP; d++) o[d] *= alpha;
@@ -111,7 +116,8 @@ static void emul_forward(float *out, float *lse, const float *qkv, int B, int T,
                             sum += p;
                             int j = k0 + c;
                             if (j < T && p != 0.0f)
-                                for (int d = 0; d < HSP; d++) o[d] += bf(p) * V[(size_t)j * HSP + d];
+                                for (int d = 0; d < HSP; d++)
+                                    o[d] += bf(p) * V[(size_t)j * HSP + d];
                         }
                         l = l * alpha + sum;
                     }
@@ -119,26 +125,31 @@ static void emul_forward(float *out, float *lse, const float *qkv, int B, int T,
                     for (int d = 0; d < hs; d++) y[d] = o[d] * (1.0f / l);
                     lse[((size_t)b * NH + h) * T + i] = (m + log2f(l)) * LN2;
                 }
-            free(Q), free(K), free(V);
+            free(Q);
+            free(K);
+            free(V);
         }
     free(o);
 }
 
-static void emul_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,
-                          int T, int C, int NH) {
+static void emul_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                          const float *lse, int B, int T, int C, int NH) {
     int hs = C / NH, HSP = head_pad(hs);
     size_t ld = 3 * (size_t)C;
     float scale = 1.0f / sqrtf((float)hs), sl2 = LOG2E * scale;
-    float *acc = malloc(HSP * sizeof(float)), *acc2 = malloc(HSP * sizeof(float)), *D = malloc(T * sizeof(float));
+    float *acc = malloc(HSP * sizeof(float)), *acc2 = malloc(HSP * sizeof(float));
+    float *D = malloc(T * sizeof(float));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs, *L = lse + ((size_t)b * NH + h) * T;
+            const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+            const float *L = lse + ((size_t)b * NH + h) * T;
             float *Q = staged(base, ld, T, hs, HSP), *K = staged(base + C, ld, T, hs, HSP),
                   *V = staged(base + 2 * C, ld, T, hs, HSP),
                   *dO = staged(dout + (size_t)b * T * C + (size_t)h * hs, C, T, hs, HSP);
             /* D = rowsum(dO o O) in fp32 from the forward's output (flash_rowdot) */
             for (int i = 0; i < T; i++) {
-                const float *x = dout + ((size_t)b * T + i) * C + (size_t)h * hs, *o = out + ((size_t)b * T + i) * C + (size_t)h * hs;
+                const float *x = dout + ((size_t)b * T + i) * C + (size_t)h * hs;
+                const float *o = out + ((size_t)b * T + i) * C + (size_t)h * hs;
                 D[i] = mutant == MUT_D ? 0.0f : dot(x, o, hs);
             }
             /* dq kernel: per query tile, one sweep: dS = P o (dP - D), dQ += dS K */
@@ -151,8 +162,10 @@ static void emul_backward(float *dqkv, const float *dout, const float *qkv, cons
                     for (int kt = 0; kt <= qt; kt++)
                         for (int c = 0; c < FA_BC; c++) {
                             int j = kt * FA_BC + c;
-                            if ((kt == qt && c > r && mutant != MUT_MASK) || j >= T) continue; /* p = 0 */
-                            float p = exp2f(dot(Q + (size_t)i * HSP, K + (size_t)j * HSP, HSP) * sl2 - lse2);
+                            /* p = 0 */
+                            if ((kt == qt && c > r && mutant != MUT_MASK) || j >= T) continue;
+                            float p = exp2f(
+                                dot(Q + (size_t)i * HSP, K + (size_t)j * HSP, HSP) * sl2 - lse2);
                             float dp = dot(dO + (size_t)i * HSP, V + (size_t)j * HSP, HSP);
                             float ds = bf(p * (dp - D[i]));
                             for (int d = 0; d < HSP; d++) acc[d] += ds * K[(size_t)j * HSP + d];
@@ -164,14 +177,16 @@ static void emul_backward(float *dqkv, const float *dout, const float *qkv, cons
             int nkt = (T + FA_BC - 1) / FA_BC;
             for (int kt = 0; kt < nkt; kt++)
                 for (int c = 0; c < FA_BC && kt * FA_BC + c < T; c++) {
-                    int j = kt * FA_BC + c, start = kt * FA_BC + (mutant == MUT_DKV_START ? FA_BQ : 0);
+                    int j = kt * FA_BC + c;
+                    int start = kt * FA_BC + (mutant == MUT_DKV_START ? FA_BQ : 0);
                     memset(acc, 0, HSP * sizeof(float));
                     memset(acc2, 0, HSP * sizeof(float));
                     for (int q0 = start; q0 < T; q0 += FA_BQ)
                         for (int qc = 0; qc < FA_BQ; qc++) {
                             int i = q0 + qc;
                             if ((i < j && mutant != MUT_MASK) || i >= T) continue;
-                            float p = exp2f(dot(K + (size_t)j * HSP, Q + (size_t)i * HSP, HSP) * sl2 - L[i] * LOG2E);
+                            float p = exp2f(dot(K + (size_t)j * HSP, Q + (size_t)i * HSP, HSP) *
+                                            sl2 - L[i] * LOG2E);
                             float dp = dot(V + (size_t)j * HSP, dO + (size_t)i * HSP, HSP);
                             float ds = bf(p * (dp - D[i])), pb = bf(p);
                             for (int d = 0; d < HSP; d++) {
@@ -180,11 +195,19 @@ static void emul_backward(float *dqkv, const float *dout, const float *qkv, cons
                             }
                         }
                     float *yk = dqkv + ((size_t)b * T + j) * ld + C + (size_t)h * hs, *yv = yk + C;
-                    for (int d = 0; d < hs; d++) yv[d] = acc[d], yk[d] = acc2[d] * scale;
+                    for (int d = 0; d < hs; d++) {
+                        yv[d] = acc[d];
+                        yk[d] = acc2[d] * scale;
+                    }
                 }
-            free(Q), free(K), free(V), free(dO);
+            free(Q);
+            free(K);
+            free(V);
+            free(dO);
         }
-    free(acc), free(acc2), free(D);
+    free(acc);
+    free(acc2);
+    free(D);
 }
 
 /* ---- the comparison ---------------------------------------------------------------------- */
@@ -226,7 +249,8 @@ static Errs run_shape(int B, int T, int NH, int hs, float amp) {
                     const float *kj = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
                     double s = 0;
                     for (int d = 0; d < hs; d++) s += (double)qi[d] * kj[d];
-                    sc[j] = s * scale, mx = fmax(mx, sc[j]);
+                    sc[j] = s * scale;
+                    mx = fmax(mx, sc[j]);
                 }
                 for (int j = 0; j <= i; j++) sum += exp(sc[j] - mx);
                 double err = fabs(lse[((size_t)b * NH + h) * T + i] - (mx + log(sum)));
@@ -235,41 +259,53 @@ static Errs run_shape(int B, int T, int NH, int hs, float amp) {
             }
     if (e.out != e.out) e.out = INFINITY;
     if (e.dqkv != e.dqkv) e.dqkv = INFINITY;
-    free(qkv), free(dout), free(att), free(scratch), free(ref), free(dref), free(out), free(dq), free(lse);
+    free(qkv);
+    free(dout);
+    free(att);
+    free(scratch);
+    free(ref);
+    free(dref);
+    free(out);
+    free(dq);
+    free(lse);
     return e;
 }
 
 static const struct {
     int B, T, NH, hs;
 } shapes[] = {
-    {1, 1, 1, 64},    {3, 7, 12, 64},   {1, 64, 12, 32}, {3, 127, 12, 64}, {1, 129, 1, 80}, {1, 129, 2, 128},
-    {1, 1024, 1, 64}, {1, 300, 2, 96},  {2, 70, 3, 48},  {1, 100, 1, 20},  {3, 129, 1, 32}, {1, 65, 12, 128},
+    {1, 1, 1, 64},   {3, 7, 12, 64},   {1, 64, 12, 32},  {3, 127, 12, 64},
+    {1, 129, 1, 80}, {1, 129, 2, 128}, {1, 1024, 1, 64}, {1, 300, 2, 96},
+    {2, 70, 3, 48},  {1, 100, 1, 20},  {3, 129, 1, 32},  {1, 65, 12, 128},
 };
 
 START_TEST(test_emulation_matches_cpu) {
     const typeof(shapes[0]) *s = &shapes[_i];
     mutant = MUT_NONE;
     Errs e = run_shape(s->B, s->T, s->NH, s->hs, 1.5f);
-    printf("flash emulation B=%d T=%d NH=%d hs=%d: out rel %.2e, dqkv rel %.2e, lse max abs %.2e\n", s->B, s->T,
-           s->NH, s->hs, e.out, e.dqkv, e.lse);
+    printf("flash emulation B=%d T=%d NH=%d hs=%d: out rel %.2e, dqkv rel %.2e, lse max abs %.2e\n",
+           s->B, s->T, s->NH, s->hs, e.out, e.dqkv, e.lse);
     ck_assert_msg(e.out <= BOUND, "out rel %.3e over %.0e", e.out, BOUND);
     ck_assert_msg(e.dqkv <= BOUND, "dqkv rel %.3e over %.0e", e.dqkv, BOUND);
     ck_assert_msg(e.lse <= 2e-2, "lse max abs err %.3e", e.lse);
     /* not vacuous: bf16 rounding leaves a trace (an fp32 path would be ~1e-6) */
-    ck_assert_msg(e.out > 1e-4 && e.dqkv > 1e-4, "errors %.1e %.1e: are the bf16 roundings replayed?", e.out, e.dqkv);
+    ck_assert_msg(e.out > 1e-4 && e.dqkv > 1e-4,
+                  "errors %.1e %.1e: are the bf16 roundings replayed?", e.out, e.dqkv);
 }
 END_TEST
 
 /* Each break of the algorithm must fail the bound (at a shape with several tiles). */
 START_TEST(test_mutants_are_caught) {
-    static const char *names[] = {"", "no rescale", "no causal mask", "a tile past the diagonal", "D = 0",
-                                  "dK/dV query loop starts late"};
+    static const char *names[] = {"", "no rescale", "no causal mask", "a tile past the diagonal",
+                                  "D = 0", "dK/dV query loop starts late"};
     mutant = MUT_RESCALE + _i;
     Errs e = run_shape(1, 200, 2, 64, 1.5f);
     mutant = MUT_NONE;
-    printf("flash emulation mutant '%s': out rel %.2e, dqkv rel %.2e\n", names[MUT_RESCALE + _i], e.out, e.dqkv);
-    ck_assert_msg(e.out > BOUND || e.dqkv > BOUND, "mutant '%s' passed the bound (out %.2e, dqkv %.2e)",
-                  names[MUT_RESCALE + _i], e.out, e.dqkv);
+    printf("flash emulation mutant '%s': out rel %.2e, dqkv rel %.2e\n", names[MUT_RESCALE + _i],
+           e.out, e.dqkv);
+    ck_assert_msg(e.out > BOUND || e.dqkv > BOUND,
+                  "mutant '%s' passed the bound (out %.2e, dqkv %.2e)", names[MUT_RESCALE + _i],
+                  e.out, e.dqkv);
 }
 END_TEST
 

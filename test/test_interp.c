@@ -56,8 +56,12 @@ static void turns_build(Turns *t, const Schedule *sc) {
     sched_sim_costs_default(&c);
     c.X = 0.5;
     ck_assert_msg(sched_sim_run(sc, &c, &res, err, sizeof err, NULL) == PP_OK, "sim: %s", err);
-    t->n = 0, t->maxlen = 0;
-    for (int r = 0; r < sc->P; r++) t->n += sc->len[r], t->maxlen = sc->len[r] > t->maxlen ? sc->len[r] : t->maxlen;
+    t->n = 0;
+    t->maxlen = 0;
+    for (int r = 0; r < sc->P; r++) {
+        t->n += sc->len[r];
+        t->maxlen = sc->len[r] > t->maxlen ? sc->len[r] : t->maxlen;
+    }
     Slot *all = malloc(t->n * sizeof *all);
     int i = 0;
     for (int r = 0; r < sc->P; r++)
@@ -124,12 +128,15 @@ static void *run_rank(void *arg) {
         for (int step = 0; step < STEPS && j->rc == PP_OK; step++) {
             StepResult res;
             j->rc = runtime_step(&rt, step, NULL, 0, &res, j->err, sizeof j->err);
-            j->loss[step] = res.loss, j->norm[step] = res.grad_norm;
+            j->loss[step] = res.loss;
+            j->norm[step] = res.grad_norm;
         }
     }
     if (j->rc == PP_OK) {
         const Model *m = &rt.model;
-        j->recomputes = m->recomputes, j->plan = rt.recompute_plan, j->skipped = rt.recompute_skipped;
+        j->recomputes = m->recomputes;
+        j->plan = rt.recompute_plan;
+        j->skipped = rt.recompute_skipped;
         j->logits_rows = m->logits_rows;
         j->nparams = m->ntensors;
         j->params = calloc(m->ntensors, sizeof(Named));
@@ -154,23 +161,28 @@ static void job_free(Job *j) {
 }
 
 /* recompute: "pipeline.recompute=..." (and any other setting), or NULL */
-static void make_config(Config *c, const char *kind, int P, int v, int M, int tied, const char *recompute) {
+static void make_config(Config *c, const char *kind, int P, int v, int M, int tied,
+                        const char *recompute) {
     char err[PP_ERR_MAX], set[128];
     config_defaults(c);
-    ck_assert_msg(config_load_file(c, "configs/gpt-tiny.yaml", err, sizeof err) == PP_OK, "%s", err);
-    const char *fixed[] = {"model.n_layers=8", "model.dim=16", "model.n_heads=2", "model.max_seq_len=8",
-                           "train.seq_len=8", "data.val=null", "runtime.threads=1", "train.grad_clip=0"};
+    ck_assert_msg(config_load_file(c, "configs/gpt-tiny.yaml", err, sizeof err) == PP_OK, "%s",
+                  err);
+    const char *fixed[] = {"model.n_layers=8", "model.dim=16", "model.n_heads=2",
+                           "model.max_seq_len=8", "train.seq_len=8", "data.val=null",
+                           "runtime.threads=1", "train.grad_clip=0"};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         ck_assert_msg(config_set(c, fixed[i], err, sizeof err) == PP_OK, "%s: %s", fixed[i], err);
-    const char *fmt[] = {"pipeline.schedule=%s", "pipeline.stages=%d", "pipeline.virtual_stages=%d",
-                         "pipeline.microbatches=%d", "train.batch_size=%d", "model.tie_embeddings=%s"};
+    const char *fmt[] = {"pipeline.schedule=%s", "pipeline.stages=%d",
+                         "pipeline.virtual_stages=%d", "pipeline.microbatches=%d",
+                         "train.batch_size=%d", "model.tie_embeddings=%s"};
     for (int i = 0; i < 6; i++) {
         if (i == 0) snprintf(set, sizeof set, fmt[i], kind);
         else if (i == 5) snprintf(set, sizeof set, fmt[i], tied ? "true" : "false");
         else snprintf(set, sizeof set, fmt[i], i == 1 ? P : i == 2 ? v : M);
         ck_assert_msg(config_set(c, set, err, sizeof err) == PP_OK, "%s: %s", set, err);
     }
-    if (recompute) ck_assert_msg(config_set(c, recompute, err, sizeof err) == PP_OK, "%s: %s", recompute, err);
+    if (recompute)
+        ck_assert_msg(config_set(c, recompute, err, sizeof err) == PP_OK, "%s: %s", recompute, err);
     ck_assert_msg(config_finalize(c, err, sizeof err) == PP_OK, "%s", err);
 }
 
@@ -204,10 +216,12 @@ static int compare(const Job *ref, const Job *jobs, int P, const char *what) {
     int compared = 0;
     for (int s = 0; s < STEPS; s++)
         for (int r = 0; r < P; r++) {
-            ck_assert_msg(jobs[r].loss[s] == ref->loss[s], "%s rank %d step %d: loss %.17g, one rank %.17g", what, r,
-                          s, jobs[r].loss[s], ref->loss[s]);
+            ck_assert_msg(jobs[r].loss[s] == ref->loss[s],
+                          "%s rank %d step %d: loss %.17g, one rank %.17g", what, r, s,
+                          jobs[r].loss[s], ref->loss[s]);
             ck_assert_msg(fabs(jobs[r].norm[s] - ref->norm[s]) <= 1e-12 * ref->norm[s],
-                          "%s rank %d step %d: norm %.17g, one rank %.17g", what, r, s, jobs[r].norm[s], ref->norm[s]);
+                          "%s rank %d step %d: norm %.17g, one rank %.17g", what, r, s,
+                          jobs[r].norm[s], ref->norm[s]);
         }
     for (int i = 0; i < ref->nparams; i++) {
         const Named *want = &ref->params[i];
@@ -218,9 +232,11 @@ static int compare(const Job *ref, const Job *jobs, int P, const char *what) {
             held++;
             ck_assert_uint_eq(got->n, want->n);
             size_t wrong = 0;
-            for (size_t e = 0; e < want->n; e++) wrong += memcmp(&got->data[e], &want->data[e], sizeof(float)) != 0;
-            ck_assert_msg(wrong == 0, "%s rank %d: %zu of %zu elements of %s differ from the one-rank run", what, r,
-                          wrong, want->n, want->name);
+            for (size_t e = 0; e < want->n; e++)
+                wrong += memcmp(&got->data[e], &want->data[e], sizeof(float)) != 0;
+            ck_assert_msg(wrong == 0,
+                          "%s rank %d: %zu of %zu elements of %s differ from the one-rank run",
+                          what, r, wrong, want->n, want->name);
             compared++;
         }
         ck_assert_msg(held >= 1, "%s: no rank holds %s", what, want->name);
@@ -247,9 +263,10 @@ static void sweep_rows(const char *kind, int vmin, int vmax, int mmax, int tied,
                 run(&c, jobs);
                 ck_assert_int_gt(compare(&ref, jobs, P, what), 0);
                 for (int r = 0; r < P && rows; r++)
-                    ck_assert_msg(jobs[r].logits_rows == rows && ref.logits_rows == rows, "%s rank %d: the head "
-                                  "computes %d rows at once, one rank %d, expected %d", what, r, jobs[r].logits_rows,
-                                  ref.logits_rows, rows);
+                    ck_assert_msg(jobs[r].logits_rows == rows && ref.logits_rows == rows,
+                                  "%s rank %d: the head computes %d rows at once, one rank %d, "
+                                  "expected %d",
+                                  what, r, jobs[r].logits_rows, ref.logits_rows, rows);
                 for (int r = 0; r < P; r++) job_free(&jobs[r]);
                 cases++;
             }
@@ -284,27 +301,35 @@ static void sweep_recompute(const char *kind, int v) {
                 make_config(&c, kind, P, v, M, 1, modes[k]);
                 if (rcl) {
                     char err[PP_ERR_MAX];
-                    ck_assert(config_set(&c, "pipeline.recompute_layers=1", err, sizeof err) == PP_OK);
+                    ck_assert(config_set(&c, "pipeline.recompute_layers=1", err, sizeof err) ==
+                              PP_OK);
                 }
-                snprintf(what, sizeof what, "%s P=%d v=%d M=%d %s layers=%d", kind, P, v, M, modes[k], rcl);
+                snprintf(what, sizeof what, "%s P=%d v=%d M=%d %s layers=%d", kind, P, v, M,
+                         modes[k], rcl);
                 run(&c, jobs);
                 ck_assert_int_gt(compare(&ref, jobs, P, what), 0);
                 long total = 0;
                 for (int r = 0; r < P; r++) {
-                    ck_assert_msg(jobs[r].recomputes == STEPS * jobs[r].plan, "%s rank %d: %ld recomputes, plan %ld x %d",
-                                  what, r, jobs[r].recomputes, jobs[r].plan, STEPS);
+                    ck_assert_msg(jobs[r].recomputes == STEPS * jobs[r].plan,
+                                  "%s rank %d: %ld recomputes, plan %ld x %d", what, r,
+                                  jobs[r].recomputes, jobs[r].plan, STEPS);
                     total += jobs[r].plan + jobs[r].skipped;
                 }
                 /* every backward action (B, or I and W) of every layer that recomputes */
                 int per = rcl ? P * v : layers, nback = strstr(kind, "zb") ? 2 : 1;
-                ck_assert_msg(total == (long)M * per * nback, "%s: %ld recomputes planned or skipped, want %d", what,
-                              total, M * per * nback);
+                ck_assert_msg(total == (long)M * per * nback,
+                              "%s: %ld recomputes planned or skipped, want %d", what, total,
+                              M * per * nback);
                 if (!strcmp(kind, "1f1b")) {
-                    /* M backwards of each of its layers (split: auto gives the head's stage fewer) */
-                    ck_assert_msg(jobs[P - 1].plan == 0 && jobs[P - 1].skipped > 0 && jobs[P - 1].skipped % M == 0,
-                                  "%s: the last stage recomputes %ld, skips %ld", what, jobs[P - 1].plan, jobs[P - 1].skipped);
+                    /* M backwards of each of its layers (split: auto gives the head's stage
+                     * fewer) */
+                    ck_assert_msg(jobs[P - 1].plan == 0 && jobs[P - 1].skipped > 0 &&
+                                      jobs[P - 1].skipped % M == 0,
+                                  "%s: the last stage recomputes %ld, skips %ld", what,
+                                  jobs[P - 1].plan, jobs[P - 1].skipped);
                     ck_assert_msg(jobs[0].skipped == 0 && jobs[0].plan > 0 && jobs[0].plan % M == 0,
-                                  "%s: the first stage recomputes %ld, skips %ld", what, jobs[0].plan, jobs[0].skipped);
+                                  "%s: the first stage recomputes %ld, skips %ld", what,
+                                  jobs[0].plan, jobs[0].skipped);
                 }
                 for (int r = 0; r < P; r++) job_free(&jobs[r]);
                 cases++;

@@ -55,7 +55,8 @@ static int sums_body(Comm *c, void *arg) {
     /* reduce-scatter: part q = block r of rank q's buffer (grouped send/recv), f = r+1 */
     CHILD_CHECK(comm_reduce_scatter_sum_f32(c, send, got, COUNT) == PP_OK);
     for (int q = 0; q < W; q++)
-        for (size_t i = 0; i < COUNT; i++) parts[(size_t)q * COUNT + i] = input(q, (size_t)r * COUNT + i);
+        for (size_t i = 0; i < COUNT; i++)
+            parts[(size_t)q * COUNT + i] = input(q, (size_t)r * COUNT + i);
     for (size_t i = 0; i < COUNT; i++) want[i] = pp_nccl_sum_at(parts, COUNT, W, (r + 1) % W, i);
     CHILD_CHECK(same_bits(got, want, COUNT, "reduce-scatter", r));
     /* the emulation is not trivially right: another start gives other bits somewhere */
@@ -65,7 +66,11 @@ static int sums_body(Comm *c, void *arg) {
         differ += memcmp(&o, &want[i], sizeof o) != 0;
     }
     CHILD_CHECK(W <= 2 || differ > 0);
-    free(send), free(got), free(parts), free(want), free(all);
+    free(send);
+    free(got);
+    free(parts);
+    free(want);
+    free(all);
     return 0;
 }
 

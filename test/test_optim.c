@@ -88,7 +88,9 @@ END_TEST
 /* grad_scale multiplies the gradient before both moments: g = 2 with scale 0.25 is
  * g = 0.5 with scale 1 (both exact in binary), so the states agree bitwise. */
 START_TEST(test_adamw_grad_scale) {
-    float pa = 1, ma = 0, va = 0, pb = 1, mb = 0, vb = 0, ga = 2.0f, gb = 0.5f;
+    float pa = 1, ma = 0, va = 0;
+    float pb = 1, mb = 0, vb = 0;
+    float ga = 2.0f, gb = 0.5f;
     for (int t = 1; t <= 3; t++) {
         optim_adamw_update(&pa, &ga, &ma, &va, 1, 0.1f, 0.9f, 0.99f, 1e-8f, 0.1f, 0.25f, t);
         optim_adamw_update(&pb, &gb, &mb, &vb, 1, 0.1f, 0.9f, 0.99f, 1e-8f, 0.1f, 1.0f, t);
@@ -125,8 +127,16 @@ START_TEST(test_adamw_large_matches_reference) {
     size_t wrong = 0;
     for (size_t i = 0; i < n; i++) wrong += fabs(p1[i] - pr[i]) > 1e-6 || p1[i] != p2[i];
     ck_assert_uint_eq(wrong, 0);
-    free(p1), free(p2), free(g), free(m1), free(v1), free(m2), free(v2);
-    free(pr), free(mr), free(vr);
+    free(p1);
+    free(p2);
+    free(g);
+    free(m1);
+    free(v1);
+    free(m2);
+    free(v2);
+    free(pr);
+    free(mr);
+    free(vr);
 }
 END_TEST
 
@@ -168,7 +178,8 @@ START_TEST(test_update_dispatch) {
     float p[2] = {1, 1}, g[2] = {0.5f, 0.5f}, m[2] = {0}, v[2] = {0};
     float q[2] = {1, 1}, mq[2] = {0}, vq[2] = {0};
     optim_update(&c, backend_cpu(), p, g, m, v, 1, 0.1f, 0, 1.0f, 1);         /* no decay */
-    optim_update(&c, backend_cpu(), p + 1, g + 1, m + 1, v + 1, 1, 0.1f, 1, 1.0f, 1); /* decay 0.1 */
+    /* decay 0.1 */
+    optim_update(&c, backend_cpu(), p + 1, g + 1, m + 1, v + 1, 1, 0.1f, 1, 1.0f, 1);
     optim_adamw_update(q, g, mq, vq, 1, 0.1f, 0.9f, 0.99f, 1e-8f, 0.0f, 1.0f, 1);
     optim_adamw_update(q + 1, g + 1, mq + 1, vq + 1, 1, 0.1f, 0.9f, 0.99f, 1e-8f, 0.1f, 1.0f, 1);
     ck_assert(p[0] == q[0] && p[1] == q[1] && p[0] != p[1]);

@@ -93,7 +93,8 @@ START_TEST(test_lock_fresh_dir) {
     ck_assert_int_eq(outdir_lock(&l, g_dir, g_err, sizeof g_err), PP_OK);
     ck_assert_int_ge(l.fd, 0);
     holder_of(getpid(), me, sizeof me);
-    ck_assert_msg(strncmp(lock_text(), me, strlen(me)) == 0, "lock file '%s', want '%s...'", lock_text(), me);
+    ck_assert_msg(strncmp(lock_text(), me, strlen(me)) == 0, "lock file '%s', want '%s...'",
+                  lock_text(), me);
     ck_assert_ptr_null(strstr(lock_text(), "SLURM")); /* not a SLURM job here */
     outdir_unlock(&l);
     ck_assert_int_eq(l.fd, -1);
@@ -123,11 +124,13 @@ START_TEST(test_held_then_killed) {
     ASSERT_ERR_HAS("is in use by another run: ");
     ASSERT_ERR_HAS(them);
     ASSERT_ERR_HAS("wait until that run ends");
-    ck_assert_msg(strncmp(lock_text(), them, strlen(them)) == 0, "the refused run changed the file: %s", lock_text());
+    ck_assert_msg(strncmp(lock_text(), them, strlen(them)) == 0,
+                  "the refused run changed the file: %s", lock_text());
     end_child(pid);
     ck_assert_msg(outdir_lock(&l, g_dir, g_err, sizeof g_err) == PP_OK, "after SIGKILL: %s", g_err);
     holder_of(getpid(), me, sizeof me);
-    ck_assert_msg(strncmp(lock_text(), me, strlen(me)) == 0, "lock file '%s', want '%s...'", lock_text(), me);
+    ck_assert_msg(strncmp(lock_text(), me, strlen(me)) == 0, "lock file '%s', want '%s...'",
+                  lock_text(), me);
     outdir_unlock(&l);
 }
 END_TEST

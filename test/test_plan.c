@@ -29,7 +29,10 @@ static double makespan(const char *kind, int P, int M, double F, double B, doubl
     SchedSimResult res;
     ck_assert_int_eq(sched_build(&s, kind, P, 1, M, err, sizeof err), PP_OK);
     sched_sim_costs_default(&c);
-    c.F = F, c.B = B, c.X = X, c.serial_links = serial;
+    c.F = F;
+    c.B = B;
+    c.X = X;
+    c.serial_links = serial;
     ck_assert_msg(sched_sim_run(&s, &c, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
     double t = res.makespan;
     sched_sim_result_free(&res);
@@ -46,7 +49,8 @@ START_TEST(test_serial_links_queue) {
     ck_assert_double_eq_tol(makespan("gpipe", 2, 4, 1, 1, 3, 1), 28, 1e-12);
     ck_assert_double_eq_tol(makespan("gpipe", 2, 4, 1, 1, 3, 0), 16, 1e-12);
     /* a link that is free again before the next send changes nothing */
-    ck_assert_double_eq_tol(makespan("gpipe", 2, 4, 1, 1, 0.5, 1), makespan("gpipe", 2, 4, 1, 1, 0.5, 0), 1e-12);
+    ck_assert_double_eq_tol(makespan("gpipe", 2, 4, 1, 1, 0.5, 1),
+                            makespan("gpipe", 2, 4, 1, 1, 0.5, 0), 1e-12);
 }
 END_TEST
 
@@ -65,14 +69,16 @@ START_TEST(test_1f1b_transfer_closed_form) {
                 double X = xs[k], crossings = 2.0 * (P - 1 + (M - 1) * (P - 1) / P);
                 double want = (M + P - 1) * (F + B) + crossings * X;
                 double got = makespan("1f1b", P, M, F, B, X, 1);
-                ck_assert_msg(fabs(got - want) < 1e-9, "P=%d M=%d X=%g: makespan %.12g, closed form %.12g", P, M, X,
-                              got, want);
+                ck_assert_msg(fabs(got - want) < 1e-9,
+                              "P=%d M=%d X=%g: makespan %.12g, closed form %.12g", P, M, X, got,
+                              want);
                 checked++;
             }
     ck_assert_int_eq(checked, 7 * 24 * 5);
     int off = 0; /* beyond X = F + B the closed form is not the simulator's */
     for (int P = 2; P <= 8; P++) {
-        double X = 1.4 * (F + B), want = (16 + P - 1) * (F + B) + 2.0 * (P - 1 + 15 * (P - 1) / P) * X;
+        double X = 1.4 * (F + B);
+        double want = (16 + P - 1) * (F + B) + 2.0 * (P - 1 + 15 * (P - 1) / P) * X;
         off += fabs(makespan("1f1b", P, 16, F, B, X, 1) - want) > 1e-9;
     }
     ck_assert_int_gt(off, 0);
@@ -94,7 +100,8 @@ START_TEST(test_link_parse) {
     /* 10 us + 50e6 B / 50 GB/s = 0.01 ms + 1 ms */
     ck_assert_double_eq_tol(plan_link_ms(&l, 50e6), 1.01, 1e-12);
     ck_assert_double_eq(plan_link_ms(&l, 0), 0);
-    const char *bad[] = {"", "fast", "5", "5,0", "-1,3", "5,inf", "5,nan", "5,450,1", "5,,450", "5;450", "nvlink2"};
+    const char *bad[] = {"", "fast", "5", "5,0", "-1,3", "5,inf", "5,nan", "5,450,1", "5,,450",
+                         "5;450", "nvlink2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(plan_parse_link(bad[i], &l) == PP_EUSAGE, "'%s' was accepted", bad[i]);
 }
@@ -110,7 +117,8 @@ START_TEST(test_layer_costs_parse) {
     ck_assert_double_eq(c.embed_b, 0.2);
     ck_assert_double_eq(c.head_f, 5);
     ck_assert_double_eq(c.head_b, 0.5);
-    const char *bad[] = {"", "1", "0,2", "1,0", "1,2,3", "1,2,3,4,5", "1,2,3,4,5,6,7", "1,-2", "1,2,x,1,1,1"};
+    const char *bad[] = {"", "1", "0,2", "1,0", "1,2,3", "1,2,3,4,5", "1,2,3,4,5,6,7", "1,-2",
+                         "1,2,x,1,1,1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(plan_parse_layer_costs(bad[i], &c) == PP_EUSAGE, "'%s' was accepted", bad[i]);
 }
@@ -122,7 +130,8 @@ START_TEST(test_fit_layers) {
     Partition p;
     LayerCosts want = {1.0, 2.0, 0.1, 0.2, 5.0, 0.5}, got;
     double F[PP_MAX_STAGES], B[PP_MAX_STAGES];
-    ck_assert_int_eq(partition_build(&p, "[2, 3, 3, 2]", 10, 4, arch(64, 256, 64), err, sizeof err), PP_OK);
+    ck_assert_int_eq(partition_build(&p, "[2, 3, 3, 2]", 10, 4, arch(64, 256, 64), err, sizeof err),
+                     PP_OK);
     plan_stage_costs(&want, &p, F, B);
     ck_assert_double_eq_tol(F[0], 2.1, 1e-12);
     ck_assert_double_eq_tol(B[3], 4.5, 1e-12);
@@ -138,7 +147,8 @@ START_TEST(test_fit_layers) {
     ck_assert_double_eq(got.embed_f, 0);
     ck_assert(got.layer_f > 0.8 && got.layer_f < 1.0);
     /* two stages: the FLOP model's shares; the stages' total is kept */
-    ck_assert_int_eq(partition_build(&p, "[5, 5]", 10, 2, arch(64, 256, 64), err, sizeof err), PP_OK);
+    ck_assert_int_eq(partition_build(&p, "[5, 5]", 10, 2, arch(64, 256, 64), err, sizeof err),
+                     PP_OK);
     plan_stage_costs(&want, &p, F, B);
     plan_fit_layers(&p, F, B, arch(64, 256, 64), &got);
     double sf[2], sb[2];
@@ -158,9 +168,10 @@ static void write_file(const char *path, const char *text) {
 
 /* One compute slice line as trace.c writes it. */
 static void slice(FILE *f, const char *type, int stage, int mb, int step, double dur_us) {
-    fprintf(f, ",\n{\"name\":\"%s %d.%d\",\"cat\":\"compute\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":1.000,"
-               "\"dur\":%.3f,\"args\":{\"stage\":%d,\"microbatch\":%d,\"step\":%d}}", type, stage, mb, dur_us, stage,
-            mb, step);
+    fprintf(f,
+            ",\n{\"name\":\"%s %d.%d\",\"cat\":\"compute\",\"ph\":\"X\",\"pid\":0,\"tid\":0,"
+            "\"ts\":1.000,\"dur\":%.3f,\"args\":{\"stage\":%d,\"microbatch\":%d,\"step\":%d}}",
+            type, stage, mb, dur_us, stage, mb, step);
 }
 
 START_TEST(test_trace_costs) {
@@ -168,11 +179,14 @@ START_TEST(test_trace_costs) {
     const char *path = tmp("trace.json");
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
-    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,"
-               "\"tid\":0,\"args\":{\"name\":\"rank 0\"}}");
+    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n{\"name\":\"thread_name\","
+               "\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"rank 0\"}}");
     /* step 1 warms up (slow, left out); steps 2-3: stage 0 F 1,2,3 ms, B 4,6,8; stage 1
      * F 10, B 20 (with one outlier) */
-    for (int m = 0; m < 3; m++) slice(f, "F", 0, m, 1, 99000), slice(f, "B", 0, m, 1, 99000);
+    for (int m = 0; m < 3; m++) {
+        slice(f, "F", 0, m, 1, 99000);
+        slice(f, "B", 0, m, 1, 99000);
+    }
     for (int step = 2; step <= 3; step++)
         for (int m = 0; m < 3; m++) {
             slice(f, "F", 0, m, step, 1000.0 * (m + 1));
@@ -180,8 +194,8 @@ START_TEST(test_trace_costs) {
             slice(f, "F", 1, m, step, 10000);
             slice(f, "B", 1, m, step, step == 3 && m == 2 ? 90000 : 20000);
         }
-    fprintf(f, ",\n{\"name\":\"optimizer\",\"cat\":\"compute\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":1,\"dur\":5e6,"
-               "\"args\":{\"stage\":-1,\"microbatch\":-1,\"step\":2}}\n]}\n");
+    fprintf(f, ",\n{\"name\":\"optimizer\",\"cat\":\"compute\",\"ph\":\"X\",\"pid\":0,\"tid\":0,"
+               "\"ts\":1,\"dur\":5e6,\"args\":{\"stage\":-1,\"microbatch\":-1,\"step\":2}}\n]}\n");
     fclose(f);
     TraceCosts tc;
     ck_assert_msg(plan_trace_costs(path, 2, &tc, err, sizeof err) == PP_OK, "%s", err);
@@ -217,7 +231,8 @@ START_TEST(test_trace_errors) {
     /* forwards only */
     FILE *f = fopen(tmp("fonly.json"), "w");
     fprintf(f, "{\"traceEvents\":[\n{\"name\":\"thread_name\",\"ph\":\"M\"}");
-    slice(f, "F", 0, 0, 1, 5), slice(f, "F", 1, 0, 1, 5);
+    slice(f, "F", 0, 0, 1, 5);
+    slice(f, "F", 1, 0, 1, 5);
     fprintf(f, "\n]}\n");
     fclose(f);
     ck_assert_int_eq(plan_trace_costs(tmp("fonly.json"), 2, &tc, err, sizeof err), PP_EUSAGE);
@@ -231,7 +246,11 @@ START_TEST(test_trace_split) {
     testdir_create("test_plan");
     FILE *f = fopen(tmp("zb.json"), "w");
     fprintf(f, "{\"traceEvents\":[\n{\"name\":\"thread_name\",\"ph\":\"M\"}");
-    for (int s = 0; s < 2; s++) slice(f, "F", s, 0, 1, 1000), slice(f, "I", s, 0, 1, 1500), slice(f, "W", s, 0, 1, 700);
+    for (int s = 0; s < 2; s++) {
+        slice(f, "F", s, 0, 1, 1000);
+        slice(f, "I", s, 0, 1, 1500);
+        slice(f, "W", s, 0, 1, 700);
+    }
     fprintf(f, "\n]}\n");
     fclose(f);
     TraceCosts tc;
@@ -243,8 +262,11 @@ START_TEST(test_trace_split) {
     /* a schedule may mix them: a stage with B keeps W = 0, so B + W is its backward */
     f = fopen(tmp("mixed.json"), "w");
     fprintf(f, "{\"traceEvents\":[\n{\"name\":\"thread_name\",\"ph\":\"M\"}");
-    slice(f, "F", 0, 0, 1, 1000), slice(f, "B", 0, 0, 1, 2200);
-    slice(f, "F", 1, 0, 1, 1000), slice(f, "I", 1, 0, 1, 1500), slice(f, "W", 1, 0, 1, 700);
+    slice(f, "F", 0, 0, 1, 1000);
+    slice(f, "B", 0, 0, 1, 2200);
+    slice(f, "F", 1, 0, 1, 1000);
+    slice(f, "I", 1, 0, 1, 1500);
+    slice(f, "W", 1, 0, 1, 700);
     fprintf(f, "\n]}\n");
     fclose(f);
     ck_assert_msg(plan_trace_costs(tmp("mixed.json"), 2, &tc, err, sizeof err) == PP_OK, "%s", err);

@@ -22,12 +22,15 @@ static void check_kind(const char *kind, int vmax) {
                 for (int st = 0; st < s.S; st++) {
                     int r = sched_stage_rank(&s, st);
                     int pool = sched_peak_inflight(&s, st);
-                    ck_assert_msg(pool >= 1 && pool <= M, "%s P=%d v=%d M=%d stage %d: pool %d", kind, P, v, M, st, pool);
-                    ck_assert_int_eq(sched_peak_inflight(&f, st), 1); /* forward-only: one at a time */
+                    ck_assert_msg(pool >= 1 && pool <= M, "%s P=%d v=%d M=%d stage %d: pool %d",
+                                  kind, P, v, M, st, pool);
+                    /* forward-only: one at a time */
+                    ck_assert_int_eq(sched_peak_inflight(&f, st), 1);
                     int nr = sched_peak_recv(&s, st);
                     int remote_input = st > 0 && sched_stage_rank(&s, st - 1) != r;
-                    ck_assert_msg(remote_input ? (nr >= 1 && nr <= M) : nr == 0, "%s P=%d v=%d M=%d stage %d: %d receive buffers",
-                                  kind, P, v, M, st, nr);
+                    ck_assert_msg(remote_input ? (nr >= 1 && nr <= M) : nr == 0,
+                                  "%s P=%d v=%d M=%d stage %d: %d receive buffers", kind, P, v, M,
+                                  st, nr);
                     checked++;
                 }
                 sched_free(&s);
@@ -65,18 +68,21 @@ START_TEST(test_layout) {
         seen[layout_rank_of(&l, 2 - l.pp, l.dp)]++;
     }
     for (int r = 0; r < 12; r++) ck_assert_int_eq(seen[r], 1);
-    ck_assert_int_eq(layout_init(&l, 6, 5, 3, 0, err, sizeof err), PP_OK); /* auto: D = world / stages */
+    /* auto: D = world / stages */
+    ck_assert_int_eq(layout_init(&l, 6, 5, 3, 0, err, sizeof err), PP_OK);
     ck_assert_int_eq(l.D, 2);
     ck_assert_int_eq(layout_init(&l, 3, 0, 2, 1, err, sizeof err), PP_EUSAGE);
-    ck_assert_msg(strstr(err, "pipeline.stages 2 x pipeline.data_parallel 1 = 2 processes, but 3 processes were "
-                              "launched"), "%s", err);
-    ck_assert_int_eq(layout_init(&l, 3, 0, 2, 0, err, sizeof err), PP_EUSAGE); /* auto: 3 is not a multiple of 2 */
+    ck_assert_msg(strstr(err, "pipeline.stages 2 x pipeline.data_parallel 1 = 2 processes, but 3 "
+                              "processes were launched"),
+                  "%s", err);
+    /* auto: 3 is not a multiple of 2 */
+    ck_assert_int_eq(layout_init(&l, 3, 0, 2, 0, err, sizeof err), PP_EUSAGE);
     ck_assert_msg(strstr(err, "the world size must be a multiple of the stages"), "%s", err);
     char line[512];
     ck_assert_int_eq(layout_init(&l, 4, 3, 2, 0, err, sizeof err), PP_OK);
     layout_describe(&l, line, sizeof line);
-    ck_assert_str_eq(line, "layout: 2 pipeline ranks x 2 replicas = 4 processes; pipelines: {0 2} {1 3}; replicas "
-                           "of a pipeline rank (gradient all-reduce): {0 1} {2 3}");
+    ck_assert_str_eq(line, "layout: 2 pipeline ranks x 2 replicas = 4 processes; pipelines: {0 2} "
+                           "{1 3}; replicas of a pipeline rank (gradient all-reduce): {0 1} {2 3}");
     ck_assert_int_eq(layout_init(&l, 1, 0, 1, 1, err, sizeof err), PP_OK);
     ck_assert_int_eq(l.P * l.D, 1);
 }

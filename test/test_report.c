@@ -16,7 +16,9 @@ START_TEST(test_efficiency_at_most_100) {
     ck_assert_str_eq(buf, "efficiency 100.0%");
     /* the measured run beat the estimate: both times are on the line, no 104% */
     runtime_efficiency_text(0.0104, 0.0100, buf, sizeof buf);
-    ck_assert_msg(strstr(buf, "%") == NULL && strstr(buf, "measured faster than the simulator's estimate"), "%s", buf);
+    ck_assert_msg(strstr(buf, "%") == NULL &&
+                      strstr(buf, "measured faster than the simulator's estimate"),
+                  "%s", buf);
     runtime_efficiency_text(0.0100, 0.0, buf, sizeof buf); /* nothing measured: no division by 0 */
     ck_assert_msg(strstr(buf, "%") == NULL, "%s", buf);
 }

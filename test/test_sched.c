@@ -31,7 +31,8 @@ typedef struct {
 } Capture;
 
 static void cap_open(Capture *c) {
-    c->buf = NULL, c->len = 0;
+    c->buf = NULL;
+    c->len = 0;
     c->f = open_memstream(&c->buf, &c->len);
     ck_assert_ptr_nonnull(c->f);
 }
@@ -154,7 +155,8 @@ START_TEST(test_placement) {
     ck_assert_int_eq(sched_rank_stage(&s, 1, 1), 2);
     /* tables that are not placements are refused, and s keeps its own */
     ck_assert_int_eq(sched_set_placement(&s, bad1, err, sizeof err), PP_EUSAGE);
-    ck_assert_str_eq(err, "placement gives rank 0 3 stages, but every rank holds virtual_stages = 2");
+    ck_assert_str_eq(err,
+                     "placement gives rank 0 3 stages, but every rank holds virtual_stages = 2");
     ck_assert_int_eq(sched_set_placement(&s, bad2, err, sizeof err), PP_EUSAGE);
     ck_assert_str_eq(err, "placement puts stage 2 on rank 2, but there are 2 ranks");
     ck_assert_int_eq(sched_stage_rank(&s, 3), 0);
@@ -297,10 +299,13 @@ START_TEST(test_keep_marks) {
                 ck_assert_int_eq(run, st == P - 1 ? 0 : M);
                 ck_assert_int_eq(skipped, st == P - 1 ? M : 0);
                 ck_assert_int_eq(sched_peak_inflight_kept(&a, st, 1), st == P - 1);
-                ck_assert_int_ge(sched_peak_inflight_kept(&a, st, 0) + sched_peak_inflight_kept(&a, st, 1),
+                ck_assert_int_ge(sched_peak_inflight_kept(&a, st, 0) +
+                                     sched_peak_inflight_kept(&a, st, 1),
                                  sched_peak_inflight(&a, st));
             }
-            sched_free(&a), sched_free(&g), sched_free(&f);
+            sched_free(&a);
+            sched_free(&g);
+            sched_free(&f);
         }
     ck_assert_int_gt(checked, 100);
 }
@@ -353,7 +358,8 @@ START_TEST(test_kind_table) {
         ck_assert_str_eq(k->name, names[i]);
         ck_assert_ptr_nonnull(sched_kind_find(k->instead)); /* suggests a real kind */
         ck_assert_int_eq(sched_kind_check(names[i], 2, k->v_min, 4, err, sizeof err), PP_OK);
-        ck_assert_int_eq(sched_kind_check(names[i], 2, k->v_min - 1, 4, err, sizeof err), PP_EUSAGE);
+        ck_assert_int_eq(sched_kind_check(names[i], 2, k->v_min - 1, 4, err, sizeof err),
+                         PP_EUSAGE);
         size_t used = strlen(joined);
         snprintf(joined + used, sizeof joined - used, "%s%s", i ? "|" : "", names[i]);
         /* the generator runs on the row's placement */
@@ -368,12 +374,12 @@ START_TEST(test_kind_table) {
     ck_assert_ptr_null(sched_kind_find("zigzag"));
     /* the messages config validation prints */
     ck_assert_int_eq(sched_kind_check("zigzag", 2, 1, 4, err, sizeof err), PP_EUSAGE);
-    ck_assert_str_eq(err, "unknown schedule 'zigzag' (known: gpipe, 1f1b, interleaved-1f1b, looped-bfs,"
-                          " zb-h1, zbv)");
+    ck_assert_str_eq(err, "unknown schedule 'zigzag' (known: gpipe, 1f1b, interleaved-1f1b, "
+                          "looped-bfs, zb-h1, zbv)");
     ck_assert_int_eq(sched_kind_check("1f1b", 2, 2, 4, err, sizeof err), PP_EUSAGE);
-    ck_assert_str_eq(err, "pipeline.virtual_stages is 2 but pipeline.schedule is 1f1b: more than one"
-                          " model chunk per rank needs schedule interleaved-1f1b (or set"
-                          " virtual_stages: 1)");
+    ck_assert_str_eq(err, "pipeline.virtual_stages is 2 but pipeline.schedule is 1f1b: more than "
+                          "one model chunk per rank needs schedule interleaved-1f1b (or set "
+                          "virtual_stages: 1)");
     ck_assert_int_eq(sched_kind_check("interleaved-1f1b", 2, 1, 4, err, sizeof err), PP_EUSAGE);
     ck_assert_str_eq(err, "pipeline.schedule interleaved-1f1b needs pipeline.virtual_stages >= 2"
                           " (got 1): set virtual_stages to 2 or more, or use schedule 1f1b");
@@ -584,7 +590,8 @@ static void check_new_kind(const char *kind, int P, int v, int M) {
     check_text_round_trip(kind, &s, P, v, M);
     check_weight_order(kind, &s, P, v, M);
     REQUIRE(sched_sim_run(&s, &unit, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
-    double work = (split_kind(kind) ? 3.0 : 2.0) * v * M, closed = sched_bubble_closed_form(&s, NULL);
+    double work = (split_kind(kind) ? 3.0 : 2.0) * v * M;
+    double closed = sched_bubble_closed_form(&s, NULL);
     if (closed >= 0) REQUIRE_NEAR(res.bubble, closed, "bubble vs closed form");
     for (int r = 0; r < P; r++) {
         REQUIRE_NEAR(res.busy[r], work, "busy");
@@ -600,15 +607,16 @@ static void check_new_kind(const char *kind, int P, int v, int M) {
         double want = 3.0 * M + P - 1 > 2.0 * M + 2 * P - 1 ? 3.0 * M + P - 1 : 2.0 * M + 2 * P - 1;
         REQUIRE_NEAR(res.makespan, want, "makespan");
         if (M >= P) REQUIRE_NEAR(res.idle[0], P - 1.0, "idle per rank");
-        REQUIRE(peak == max_rank_peak("1f1b", P, 1, M), "%s P=%d M=%d: peak in-flight %d, 1f1b's %d",
-                kind, P, M, peak, max_rank_peak("1f1b", P, 1, M));
+        REQUIRE(peak == max_rank_peak("1f1b", P, 1, M),
+                "%s P=%d M=%d: peak in-flight %d, 1f1b's %d", kind, P, M, peak,
+                max_rank_peak("1f1b", P, 1, M));
     } else { /* zbv: a chunk is half a 1F1B stage's layers */
         if (P <= 4 && M >= 2 * P) REQUIRE_NEAR(res.makespan, 6.0 * M + P - 1, "makespan");
         SchedSimCosts h1 = unit;
-        REQUIRE(res.bubble <= bubble_of("zb-h1", P, 1, M, &h1) + 1e-12, "%s P=%d M=%d: bubble %g above"
-                " zb-h1's", kind, P, M, res.bubble);
-        REQUIRE(peak <= 2 * max_rank_peak("1f1b", P, 1, M), "%s P=%d M=%d: peak %d chunks, more than"
-                " twice 1f1b's stages", kind, P, M, peak);
+        REQUIRE(res.bubble <= bubble_of("zb-h1", P, 1, M, &h1) + 1e-12,
+                "%s P=%d M=%d: bubble %g above zb-h1's", kind, P, M, res.bubble);
+        REQUIRE(peak <= 2 * max_rank_peak("1f1b", P, 1, M),
+                "%s P=%d M=%d: peak %d chunks, more than twice 1f1b's stages", kind, P, M, peak);
     }
     for (int st = 0; st < s.S; st++) {
         int pw = sched_peak_pending_w(&s, st);
@@ -651,7 +659,8 @@ END_TEST
 START_TEST(test_zero_bubble_must_show) {
     SchedSimCosts unit;
     sched_sim_costs_default(&unit);
-    unit.B = 1, unit.W = 1;
+    unit.B = 1;
+    unit.W = 1;
     double b1 = bubble_of("1f1b", 4, 1, 8, &unit), bh = bubble_of("zb-h1", 4, 1, 8, &unit);
     double bv = bubble_of("zbv", 4, 2, 8, &unit);
     ck_assert_double_eq_tol(b1, 9.0 / 33, 1e-12); /* a full B costs B + W = 2 */
@@ -759,7 +768,8 @@ START_TEST(test_golden) {
         char *want = read_all(path);
         ck_assert_msg(want != NULL, "missing golden file %s", path);
         ck_assert_str_eq(got, want);
-        free(got), free(want);
+        free(got);
+        free(want);
         sched_free(&s);
     }
 }
@@ -855,7 +865,8 @@ START_TEST(test_reject_text_errors) {
         {"0F0 0SEND_F0 0RECV_B0 0B0\n1RECV_F0 1F0 1B0\n", 2, 1, 1, "gradient never sent"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        expect_rejected(cases[i].text, cases[i].P, cases[i].v, cases[i].M, cases[i].msg, NULL, NULL);
+        expect_rejected(cases[i].text, cases[i].P, cases[i].v, cases[i].M, cases[i].msg, NULL,
+                        NULL);
 }
 END_TEST
 
@@ -888,14 +899,17 @@ START_TEST(test_load_compute_only_and_lowered) {
     ck_assert_int_eq(sched_build(&built, "interleaved-1f1b", 3, 2, 5, err, sizeof err), PP_OK);
     char *compute = write_to_string(&gen), *lowered = write_to_string(&built);
     /* a compute-only file goes through the same lowering as the generator's output */
-    ck_assert_msg(sched_load_text(&loaded, compute, "c.txt", 3, 2, 5, err, sizeof err, NULL) == PP_OK,
+    ck_assert_msg(sched_load_text(&loaded, compute, "c.txt", 3, 2, 5, err, sizeof err, NULL) ==
+                      PP_OK,
                   "%s", err);
     ck_assert(same_lists(&loaded, &built));
     ck_assert_str_eq(loaded.name, "file");
     sched_free(&loaded);
     /* commas, comments, blank lines and no "rank R:" prefix are fine too */
-    ck_assert_int_eq(sched_load_text(&loaded, "# one rank, two chunks\n\n  0F0, 1F0,1B0\t0B0 # all\n\n",
-                                     "t", 1, 2, 1, err, sizeof err, NULL), PP_OK);
+    ck_assert_int_eq(sched_load_text(&loaded,
+                                     "# one rank, two chunks\n\n  0F0, 1F0,1B0\t0B0 # all\n\n",
+                                     "t", 1, 2, 1, err, sizeof err, NULL),
+                     PP_OK);
     ck_assert_int_eq(loaded.len[0], 4);
     ck_assert_int_eq(loaded.acts[0][2].type, ACT_B);
     ck_assert_int_eq(loaded.acts[0][2].stage, 1);
@@ -917,8 +931,10 @@ START_TEST(test_load_compute_only_and_lowered) {
     ck_assert_int_eq(sched_load_file(&loaded, path, 3, 2, 5, err, sizeof err), PP_EUSAGE);
     ck_assert_ptr_nonnull(strstr(err, "cannot open"));
     ck_assert_ptr_nonnull(strstr(err, path));
-    free(compute), free(lowered);
-    sched_free(&gen), sched_free(&built);
+    free(compute);
+    free(lowered);
+    sched_free(&gen);
+    sched_free(&built);
 }
 END_TEST
 
@@ -968,10 +984,11 @@ START_TEST(test_v_placement) {
     append_text(&s, 1, "1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1");
     ck_assert_msg(sched_lower(&s, err, sizeof err, NULL) == PP_OK, "%s", err);
     char *text = write_to_string(&s);
-    ck_assert_msg(strstr(text, "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 3RECV_F0 3F0 3B0 3SEND_B0 3RECV_F1 3F1"
-                               " 3B1 3SEND_B1 0RECV_B0 0B0 0RECV_B1 0B1\n") &&
-                  strstr(text, "rank 1: 1RECV_F0 1F0 1RECV_F1 2F0 2SEND_F0 1F1 2RECV_B0 2F1 2SEND_F1"
-                               " 2B0 2RECV_B1 1B0 1SEND_B0 2B1 1B1 1SEND_B1\n"), "%s", text);
+    ck_assert_msg(strstr(text, "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 3RECV_F0 3F0 3B0 3SEND_B0 "
+                               "3RECV_F1 3F1 3B1 3SEND_B1 0RECV_B0 0B0 0RECV_B1 0B1\n") &&
+                      strstr(text, "rank 1: 1RECV_F0 1F0 1RECV_F1 2F0 2SEND_F0 1F1 2RECV_B0 2F1 "
+                                   "2SEND_F1 2B0 2RECV_B1 1B0 1SEND_B0 2B1 1B1 1SEND_B1\n"),
+                  "%s", text);
     free(text);
     for (int r = 0; r < 2; r++) /* transfers only across ranks: none on the 1 -> 2 edge */
         for (int i = 0; i < s.len[r]; i++) {
@@ -1086,7 +1103,8 @@ static int node_of(const Schedule *s, Action a) { return (a.type * s->S + a.stag
  * that produces it) admit one global order (Kahn's algorithm). */
 static int orders_consistent(const Schedule *s) {
     enum { N = 64 };
-    int indeg[N] = {0}, nout[N] = {0}, out[N][8], queue[N], head = 0, tail = 0;
+    int indeg[N] = {0}, nout[N] = {0}, out[N][8], queue[N];
+    int head = 0, tail = 0;
     ck_assert_int_le(2 * s->S * s->M, N);
     for (int r = 0; r < s->P; r++)
         for (int i = 0; i < s->len[r]; i++) {
@@ -1146,13 +1164,15 @@ static int check_swaps(Schedule *s) {
     for (int r = 0; r < s->P; r++)
         for (int i = 0; i + 1 < s->len[r]; i++) {
             Action tmp = s->acts[r][i];
-            s->acts[r][i] = s->acts[r][i + 1], s->acts[r][i + 1] = tmp;
+            s->acts[r][i] = s->acts[r][i + 1];
+            s->acts[r][i + 1] = tmp;
             if (sched_validate(s, err, sizeof err, NULL) == PP_OK) {
                 accepted++;
                 REQUIRE(sched_sim_run(s, NULL, &res, err, sizeof err, NULL) == PP_OK, "%s", err);
                 sched_sim_result_free(&res);
             }
-            s->acts[r][i + 1] = s->acts[r][i], s->acts[r][i] = tmp;
+            s->acts[r][i + 1] = s->acts[r][i];
+            s->acts[r][i] = tmp;
         }
     return accepted;
 }
@@ -1196,7 +1216,8 @@ static void check_orders(int v, int M, const int *placement, const char *rank0, 
     ck_assert_int_gt(lowered, 0); /* the sweep checked both outcomes */
     ck_assert_int_gt(refused, 0);
     ck_assert_int_gt(swaps_ok, 0);
-    free(orders[0]), free(orders[1]);
+    free(orders[0]);
+    free(orders[1]);
     sched_free(&base);
 }
 
@@ -1223,7 +1244,8 @@ START_TEST(test_forward_only) {
                 SchedSimResult res;
                 ck_assert_int_eq(sched_build(&train, v > 1 ? "interleaved-1f1b" : "1f1b", P, v, M,
                                              err, sizeof err), PP_OK);
-                ck_assert_msg(sched_build_forward_only(&s, &train, err, sizeof err) == PP_OK, "%s", err);
+                ck_assert_msg(sched_build_forward_only(&s, &train, err, sizeof err) == PP_OK, "%s",
+                              err);
                 ck_assert(s.forward_only && s.lowered);
                 ck_assert(!memcmp(s.stage_rank, train.stage_rank, s.S * sizeof(int)));
                 sched_free(&train);
@@ -1265,7 +1287,9 @@ START_TEST(test_sim_costs) {
     /* one microbatch through P stages: P(F+B) + 2(P-1)X */
     ck_assert_int_eq(sched_build(&s, "gpipe", 4, 1, 1, err, sizeof err), PP_OK);
     sched_sim_costs_default(&c);
-    c.F = 1.5, c.B = 2.5, c.X = 0.5;
+    c.F = 1.5;
+    c.B = 2.5;
+    c.X = 0.5;
     ck_assert_int_eq(sched_sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
     ck_assert_double_eq_tol(res.makespan, 4 * 4.0 + 2 * 3 * 0.5, 1e-12);
     ck_assert_double_eq_tol(res.busy[2], 4.0, 1e-12);
@@ -1273,7 +1297,8 @@ START_TEST(test_sim_costs) {
     /* per-stage arrays: the slowest stage sets the pace of GPipe */
     double fs[4] = {1, 1, 3, 1}, bs[4] = {1, 1, 3, 1};
     sched_sim_costs_default(&c);
-    c.F_stage = fs, c.B_stage = bs;
+    c.F_stage = fs;
+    c.B_stage = bs;
     sched_free(&s);
     ck_assert_int_eq(sched_build(&s, "gpipe", 4, 1, 5, err, sizeof err), PP_OK);
     ck_assert_int_eq(sched_sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
@@ -1283,7 +1308,8 @@ START_TEST(test_sim_costs) {
     sched_sim_result_free(&res);
     /* a callback overrides everything, transfers included */
     sched_sim_costs_default(&c);
-    c.action_cost = cost_by_stage, c.ctx = fs;
+    c.action_cost = cost_by_stage;
+    c.ctx = fs;
     sched_free(&s);
     ck_assert_int_eq(sched_build(&s, "1f1b", 4, 1, 1, err, sizeof err), PP_OK);
     ck_assert_int_eq(sched_sim_run(&s, &c, &res, err, sizeof err, NULL), PP_OK);
@@ -1343,8 +1369,10 @@ START_TEST(test_sim_posted_receives) {
     const char *r1[] = {"1RECV_F0", "1F0", "1B0", "1SEND_B0"};
     for (int i = 0; i < 4; i++) {
         Action a;
-        sched_action_parse(r0[i], &a), sched_append(&s, 0, a);
-        sched_action_parse(r1[i], &a), sched_append(&s, 1, a);
+        sched_action_parse(r0[i], &a);
+        sched_append(&s, 0, a);
+        sched_action_parse(r1[i], &a);
+        sched_append(&s, 1, a);
     }
     ck_assert_int_eq(sched_sim_run(&s, NULL, &res, err, sizeof err, NULL), PP_OK);
     ck_assert_double_eq(res.makespan, 6);
@@ -1392,10 +1420,15 @@ START_TEST(test_json_and_svg) {
     const char *layers[4] = {"layers 0-1", "layers 2-3", "layers 4-5", "layers \"6-7\""};
     sched_show_json(&s, &res, &c, layers, out.f);
     const char *j = cap_text(&out);
-    const char *keys[] = {"\"schedule\": \"interleaved-1f1b\"", "\"ranks\": 2", "\"virtual_stages\": 2",
-                          "\"microbatches\": 4", "\"makespan\": 27", "\"bubble_fraction\": 0.1111111111",
-                          "\"per_rank\": [", "{\"rank\": 1, \"busy\": 24, \"idle\": 3, \"peak_inflight\": 3,"
-                          " \"actions\": [\"1RECV_F0\", \"1F0\", \"1SEND_F0\"",
+    const char *keys[] = {"\"schedule\": \"interleaved-1f1b\"",
+                          "\"ranks\": 2",
+                          "\"virtual_stages\": 2",
+                          "\"microbatches\": 4",
+                          "\"makespan\": 27",
+                          "\"bubble_fraction\": 0.1111111111",
+                          "\"per_rank\": [",
+                          "{\"rank\": 1, \"busy\": 24, \"idle\": 3, \"peak_inflight\": 3, "
+                          "\"actions\": [\"1RECV_F0\", \"1F0\", \"1SEND_F0\"",
                           "\"layers\": \"layers \\\"6-7\\\"\""};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         ck_assert_msg(strstr(j, keys[i]) != NULL, "JSON lacks %s:\n%s", keys[i], j);
@@ -1421,13 +1454,22 @@ END_TEST
 static Config cmd_config(const char *kind, int P, int v, int M) {
     Config c;
     memset(&c, 0, sizeof c);
-    c.stages = P, c.virtual_stages = v, c.microbatches = M;
+    c.stages = P;
+    c.virtual_stages = v;
+    c.microbatches = M;
     snprintf(c.schedule, sizeof c.schedule, "%s", kind);
     /* the model the partition column splits: one layer per stage at least */
-    c.n_layers = 2 * P * v, c.dim = 64, c.padded_vocab_size = 256, c.seq_len = 64;
+    c.n_layers = 2 * P * v;
+    c.dim = 64;
+    c.padded_vocab_size = 256;
+    c.seq_len = 64;
     snprintf(c.split, sizeof c.split, "auto");
     /* and what the memory plan reads */
-    c.vocab_size = 256, c.max_seq_len = 64, c.n_heads = 4, c.batch_size = M, c.tie_embeddings = 1;
+    c.vocab_size = 256;
+    c.max_seq_len = 64;
+    c.n_heads = 4;
+    c.batch_size = M;
+    c.tie_embeddings = 1;
     snprintf(c.balance, sizeof c.balance, "time");
     snprintf(c.recompute, sizeof c.recompute, "none");
     snprintf(c.optimizer, sizeof c.optimizer, "adamw");
@@ -1439,12 +1481,18 @@ static int run_cmd(const Config *cfg, char **out, int argc, char **argv) {
     char path[] = "/tmp/test_sched_out_XXXXXX";
     int fd = mkstemp(path), saved_out = dup(1), saved_err = dup(2);
     ck_assert_int_ge(fd, 0);
-    fflush(stdout), fflush(stderr);
-    dup2(fd, 1), dup2(fd, 2);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(fd, 1);
+    dup2(fd, 2);
     int rc = plan_cmd_main(cfg, argc, argv);
-    fflush(stdout), fflush(stderr);
-    dup2(saved_out, 1), dup2(saved_err, 2);
-    close(fd), close(saved_out), close(saved_err);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved_out, 1);
+    dup2(saved_err, 2);
+    close(fd);
+    close(saved_out);
+    close(saved_err);
     *out = read_all(path);
     unlink(path);
     return rc;
@@ -1511,7 +1559,8 @@ START_TEST(test_cmd_errors) {
     char *out, *argv[] = {"schedule"};
     cfg.virtual_stages = 2;
     ck_assert_int_eq(run_cmd(&cfg, &out, 1, argv), 2);
-    ck_assert_ptr_nonnull(strstr(out, "pipeline.virtual_stages is 2 but pipeline.schedule is 1f1b"));
+    ck_assert_ptr_nonnull(
+        strstr(out, "pipeline.virtual_stages is 2 but pipeline.schedule is 1f1b"));
     free(out);
     cfg = cmd_config("1f1b", 2, 1, 4);
     snprintf(cfg.schedule_file, sizeof cfg.schedule_file, "/nonexistent/plan.txt");

@@ -16,7 +16,9 @@ void testdir_create(const char *prefix) {
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *f) {
-    (void)st, (void)flag, (void)f;
+    (void)st;
+    (void)flag;
+    (void)f;
     return remove(path);
 }
 

@@ -13,26 +13,28 @@
 #include <stdlib.h>
 #include <vector>
 
-#define CK(call)                                                                                               \
-    do {                                                                                                       \
-        cudaError_t e_ = (call);                                                                               \
-        if (e_ != cudaSuccess) {                                                                               \
-            fprintf(stderr, "bench_gpu: %s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                                           \
-        }                                                                                                      \
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "bench_gpu: %s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,        \
+                    cudaGetErrorString(e_));                                                       \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
-#define LTCK(call)                                                                                             \
-    do {                                                                                                       \
-        cublasStatus_t s_ = (call);                                                                            \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                     \
-            fprintf(stderr, "bench_gpu: %s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                  \
-                    cublasLtGetStatusString(s_));                                                              \
-            exit(1);                                                                                           \
-        }                                                                                                      \
+#define LTCK(call)                                                                                 \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            fprintf(stderr, "bench_gpu: %s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,        \
+                    cublasLtGetStatusString(s_));                                                  \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 __global__ void fill(__nv_bfloat16 *x, size_t n, uint64_t seed) { /* a hash: values in [-1, 1) */
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
         uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
         z ^= z >> 31;
@@ -84,7 +86,8 @@ int main(int argc, char **argv) {
     LTCK(cublasLtMatrixLayoutCreate(&l, CUDA_R_16BF, S, S, S));
     cublasLtMatmulPreference_t pref;
     LTCK(cublasLtMatmulPreferenceCreate(&pref));
-    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    LTCK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                              sizeof wsb));
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
     LTCK(cublasLtMatmulAlgoGetHeuristic(lt, desc, l, l, l, l, pref, 1, &res, &nres));
@@ -93,7 +96,8 @@ int main(int argc, char **argv) {
     std::vector<float> ms;
     for (int r = 0; r < REP + 3; r++) {
         CK(cudaEventRecord(e0, st));
-        LTCK(cublasLtMatmul(lt, desc, &alpha, A[r & 1], l, B[r & 1], l, &beta, D, l, D, l, &res.algo, ws, wsb, st));
+        LTCK(cublasLtMatmul(lt, desc, &alpha, A[r & 1], l, B[r & 1], l, &beta, D, l, D, l,
+                            &res.algo, ws, wsb, st));
         CK(cudaEventRecord(e1, st));
         CK(cudaEventSynchronize(e1));
         float t;
@@ -101,8 +105,8 @@ int main(int argc, char **argv) {
         if (r >= 3) ms.push_back(t);
     }
     double gemm = 2.0 * S * S * (double)S / (median(ms) * 1e-3) / 1e12;
-    printf("gemm_bf16_tflops=%.1f   (cuBLASLt bf16 8192^3, fp32 accumulation, median of %d: %.3f ms)\n", gemm, REP,
-           median(ms));
+    printf("gemm_bf16_tflops=%.1f   (cuBLASLt bf16 8192^3, fp32 accumulation, median of %d: "
+           "%.3f ms)\n", gemm, REP, median(ms));
 
     /* 2. device-to-device copy of 2 GiB */
     size_t bytes = (size_t)2 << 30;

@@ -88,28 +88,28 @@ struct Backend {
     /* out[N,C] = wte[inp[n],:] + wpe[n mod T,:]; inp[N] token ids, each below the
      * vocabulary (unchecked here: data_batch checks every id it reads, [Note: checked
      * batch reads] in data.c). */
-    void (*encoder_forward)(const Backend *be, float *out, const int *inp, const float *wte, const float *wpe,
-                            int B, int T, int C);
+    void (*encoder_forward)(const Backend *be, float *out, const int *inp, const float *wte,
+                            const float *wpe, int B, int T, int C);
     /* dwte[inp[n],:] += dout[n,:]; dwpe[t,:] += sum over b of dout[b,t,:]. All weight
      * gradient: a split backward runs it in W. (GELU and attention have no weights: I.) */
-    void (*encoder_backward)(const Backend *be, float *dwte, float *dwpe, const float *dout, const int *inp,
-                             int B, int T, int C);
+    void (*encoder_backward)(const Backend *be, float *dwte, float *dwpe, const float *dout,
+                             const int *inp, int B, int T, int C);
 
     /* out[N,C] (operand) = (inp - mean) * rstd * w + b over the last dimension, eps
      * 1e-5; saves mean[N] and rstd[N]. */
-    void (*layernorm_forward)(const Backend *be, void *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C);
+    void (*layernorm_forward)(const Backend *be, void *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b, int N, int C);
     /* dinp[N,C] += (accumulates), dw[C] +=, db[C] +=. scratch: scratch_floats(...).
      * [Note: split backward] dinp == NULL: only dw and db (the W half); dw == NULL and
      * db == NULL: only dinp (the I half). Either half gives the same bits as the fused
      * call with all three. */
-    void (*layernorm_backward)(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *mean, const float *rstd,
-                               const float *w, int N, int C, float *scratch);
+    void (*layernorm_backward)(const Backend *be, float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp, const float *mean,
+                               const float *rstd, const float *w, int N, int C, float *scratch);
 
     /* out[N,OC] = inp[N,C] (operand) @ w[OC,C]^T + b[OC] (b may be NULL). */
-    void (*matmul_forward)(const Backend *be, float *out, const void *inp, const float *w, const float *b,
-                           int N, int C, int OC);
+    void (*matmul_forward)(const Backend *be, float *out, const void *inp, const float *w,
+                           const float *b, int N, int C, int OC);
     /* dinp[N,C] = dout @ w (OVERWRITES; skipped when dinp is NULL);
      * dw[OC,C] += dout^T @ inp; db[OC] += column sums of dout (skipped when NULL).
      * dout[N,OC] and inp[N,C] are operands.
@@ -138,7 +138,8 @@ struct Backend {
     void (*gelu_forward)(const Backend *be, void *out, const float *inp, size_t count);
     /* dinp[n] (operand) = gelu_tanh'(inp[n]) * dout[n] (OVERWRITES; dinp does not
      * overlap dout or inp). */
-    void (*gelu_backward)(const Backend *be, void *dinp, const float *inp, const float *dout, size_t count);
+    void (*gelu_backward)(const Backend *be, void *dinp, const float *inp, const float *dout,
+                          size_t count);
 
     /* Fused softmax cross-entropy over the first V of Vp columns (padded columns get
      * no probability): dlogits[N,Vp] (operand) = (softmax(logits) - onehot(target)) *
@@ -147,11 +148,12 @@ struct Backend {
      * row's -log p(target). targets[N], each in [0, V) (unchecked, as encoder_forward's
      * ids). Rows are independent: the model calls it on chunks of rows
      * (logits_chunk_rows below). */
-    void (*crossentropy_forward_backward)(const Backend *be, void *dlogits, float *losses, float *logits,
-                                          const int *targets, float dloss, int N, int V, int Vp);
+    void (*crossentropy_forward_backward)(const Backend *be, void *dlogits, float *losses,
+                                          float *logits, const int *targets, float dloss, int N,
+                                          int V, int Vp);
     /* As above but without the gradient (validation): logits are left clobbered. */
-    void (*crossentropy_forward)(const Backend *be, float *logits, float *losses, const int *targets, int N,
-                                 int V, int Vp);
+    void (*crossentropy_forward)(const Backend *be, float *logits, float *losses,
+                                 const int *targets, int N, int V, int Vp);
 
     /* Floats of scratch memory the backward ops need for up to N rows of length T and
      * C channels with the current thread count (allocated once, at build time). */

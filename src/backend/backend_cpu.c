@@ -32,8 +32,9 @@ int backend_cpu_set_threads(int n) {
     if (n <= 0) return omp_get_max_threads();
     int cpus = backend_cpu_cpus();
     if (n > cpus) { /* more threads than CPUs only wait on each other */
-        pp_warn("runtime.threads is %d, more than the %d CPU(s) this process may run on (its affinity mask): "
-                "using %d compute threads", n, cpus, cpus);
+        pp_warn("runtime.threads is %d, more than the %d CPU(s) this process may run on (its "
+                "affinity mask): using %d compute threads",
+                n, cpus, cpus);
         n = cpus;
     }
     omp_set_num_threads(n);
@@ -41,8 +42,8 @@ int backend_cpu_set_threads(int n) {
     return n;
 }
 
-static void encoder_forward(const Backend *be, float *out, const int *inp, const float *wte, const float *wpe,
-                            int B, int T, int C) {
+static void encoder_forward(const Backend *be, float *out, const int *inp, const float *wte,
+                            const float *wpe, int B, int T, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < B * T; n++) {
         const float *we = wte + (size_t)inp[n] * C, *pe = wpe + (size_t)(n % T) * C;
@@ -52,8 +53,8 @@ static void encoder_forward(const Backend *be, float *out, const int *inp, const
     }
 }
 
-static void encoder_backward(const Backend *be, float *dwte, float *dwpe, const float *dout, const int *inp,
-                             int B, int T, int C) {
+static void encoder_backward(const Backend *be, float *dwte, float *dwpe, const float *dout,
+                             const int *inp, int B, int T, int C) {
     /* Threads own disjoint channel ranges, so rows with the same token never race and
      * the summation order (row order) is fixed. */
 #pragma omp parallel
@@ -74,8 +75,8 @@ static void encoder_backward(const Backend *be, float *dwte, float *dwpe, const 
 /* The CPU's operand type is fp32 ([Note: operand activations]): the (operand) void *
  * arguments below are float arrays. */
 
-static void layernorm_forward(const Backend *be, void *outp, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C) {
+static void layernorm_forward(const Backend *be, void *outp, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b, int N, int C) {
     float *out = outp;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -107,9 +108,9 @@ static size_t scratch_floats(const Backend *be, int N, int T, int C) {
  * (the I and W halves of a zero-bubble backward). Each output is computed by the same
  * expressions, in the same order, whichever others are asked for: the halves give the
  * bits of the fused call. */
-static void layernorm_backward(const Backend *be, float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *mean, const float *rstd,
-                               const float *w, int N, int C, float *scratch) {
+static void layernorm_backward(const Backend *be, float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp, const float *mean,
+                               const float *rstd, const float *w, int N, int C, float *scratch) {
     int nt = omp_get_max_threads(), weights = dw != NULL;
     float *part = scratch; /* [nt][2][C]: per-thread dw, db */
     if (weights) memset(part, 0, (size_t)nt * 2 * C * sizeof(float));
@@ -156,8 +157,8 @@ static void layernorm_backward(const Backend *be, float *dinp, float *dw, float 
     }
 }
 
-static void matmul_forward(const Backend *be, float *out, const void *inpp, const float *w, const float *b,
-                           int N, int C, int OC) {
+static void matmul_forward(const Backend *be, float *out, const void *inpp, const float *w,
+                           const float *b, int N, int C, int OC) {
     const float *inp = inpp;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f,
                 out, OC);
@@ -209,8 +210,8 @@ static void causal_softmax_row(float *row, int t, int end) {
     for (int j = t + 1; j < end; j++) row[j] = 0.0f;
 }
 
-static void attention_forward(const Backend *be, void *outp, float *att, const float *qkv, int B, int T, int C,
-                              int NH) {
+static void attention_forward(const Backend *be, void *outp, float *att, const float *qkv, int B,
+                              int T, int C, int NH) {
     float *out = outp;
     int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -233,7 +234,8 @@ static void attention_forward(const Backend *be, void *outp, float *att, const f
 }
 
 static void attention_backward(const Backend *be, void *dqkvp, const float *dout, const float *qkv,
-                               const void *out, const float *att, int B, int T, int C, int NH, float *scratch) {
+                               const void *out, const float *att, int B, int T, int C, int NH,
+                               float *scratch) {
     float *dqkv = dqkvp;
     int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -289,13 +291,15 @@ static void gelu_forward(const Backend *be, void *outp, const float *inp, size_t
     }
 }
 
-static void gelu_backward(const Backend *be, void *dinpp, const float *inp, const float *dout, size_t count) {
+static void gelu_backward(const Backend *be, void *dinpp, const float *inp, const float *dout,
+                          size_t count) {
     float *dinp = dinpp;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < count; i++) {
         float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x);
         float th = pp_tanhf(u), sech2 = 1.0f - th * th;
-        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        float g = 0.5f * (1.0f + th) +
+                  0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = g * dout[i];
     }
 }
@@ -330,18 +334,20 @@ static float crossentropy_row(float *x, int target, float dloss, int V, int Vp, 
     return logf(s) - (xt - mx);
 }
 
-static void crossentropy_forward_backward(const Backend *be, void *dlogits, float *losses, float *logits,
-                                          const int *targets, float dloss, int N, int V, int Vp) {
+static void crossentropy_forward_backward(const Backend *be, void *dlogits, float *losses,
+                                          float *logits, const int *targets, float dloss, int N,
+                                          int V, int Vp) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *x = logits + (size_t)n * Vp;
         losses[n] = crossentropy_row(x, targets[n], dloss, V, Vp, 1);
-        if (dlogits != logits) memcpy((float *)dlogits + (size_t)n * Vp, x, (size_t)Vp * sizeof(float));
+        if (dlogits != logits)
+            memcpy((float *)dlogits + (size_t)n * Vp, x, (size_t)Vp * sizeof(float));
     }
 }
 
-static void crossentropy_forward(const Backend *be, float *logits, float *losses, const int *targets, int N, int V,
-                                 int Vp) {
+static void crossentropy_forward(const Backend *be, float *logits, float *losses,
+                                 const int *targets, int N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
         losses[n] = crossentropy_row(logits + (size_t)n * Vp, targets[n], 0.0f, V, Vp, 0);

@@ -14,7 +14,9 @@ extern "C" {
 
 /* Bumped whenever the Backend struct or a function below changes: the loader refuses a
  * shared object built from another version of the sources. */
-#define PP_CUDA_ABI 4 /* 4: attention_backward takes the forward's output; weight_hold. 3: Backend grew (logits_chunk_rows, snapshot), struct Comm and CommOps too (comm_nccl.h) */
+/* 4: attention_backward takes the forward's output; weight_hold. 3: Backend grew
+ * (logits_chunk_rows, snapshot), struct Comm and CommOps too (comm_nccl.h) */
+#define PP_CUDA_ABI 4
 
 /* runtime.precision of a CUDA backend. */
 typedef enum { PP_PREC_FP32 = 0, PP_PREC_TF32 = 1, PP_PREC_BF16 = 2 } PPPrecision;
@@ -33,15 +35,15 @@ typedef int (*PPCudaAbiFn)(size_t backend_struct_size);
 typedef int (*PPCudaDeviceCountFn)(char *err, size_t errlen);
 /* Open the backend on GPU `device` (0 .. count-1) at `precision`; `rank` prefixes its
  * fatal messages. Returns the backend (closed by be->close), or NULL with the reason. */
-typedef Backend *(*PPCudaOpenFn)(int device, PPPrecision precision, const PPCudaSizes *sizes, int rank,
-                                 char *err, size_t errlen);
+typedef Backend *(*PPCudaOpenFn)(int device, PPPrecision precision, const PPCudaSizes *sizes,
+                                 int rank, char *err, size_t errlen);
 /* "CUDA 13.0, cuBLASLt 13.0.2, NCCL 2.28.3; sm_80 sm_90": what the object was built with. */
 typedef const char *(*PPCudaBuiltWithFn)(void);
 
 int pp_cuda_abi(size_t backend_struct_size);
 int pp_cuda_device_count(char *err, size_t errlen);
-Backend *pp_cuda_open(int device, PPPrecision precision, const PPCudaSizes *sizes, int rank, char *err,
-                      size_t errlen);
+Backend *pp_cuda_open(int device, PPPrecision precision, const PPCudaSizes *sizes, int rank,
+                      char *err, size_t errlen);
 const char *pp_cuda_built_with(void);
 
 #ifdef __cplusplus

@@ -38,8 +38,9 @@ int backend_cuda_path(char *path, size_t n) {
     }
     exe[len] = 0;
     pp_dirname(exe, dir, sizeof dir);
+    /* ./pptrain, build/debug/pptrain, build/x/test/ */
     static const char *const rel[] = {"/" CUDA_LIB, "/build/cuda/" CUDA_LIB, "/../cuda/" CUDA_LIB,
-                                      "/../../cuda/" CUDA_LIB}; /* ./pptrain, build/debug/pptrain, build/x/test/ */
+                                      "/../../cuda/" CUDA_LIB};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         snprintf(path, n, "%s%s", dir, rel[i]);
         if (access(path, R_OK) == 0) return 1;
@@ -74,27 +75,33 @@ void *backend_cuda_library(void) { return cuda_handle; }
 static int cuda_lib_open(CudaLib *lib, char *err, size_t errlen) {
     char path[PP_PATH_MAX];
     if (!backend_cuda_path(path, sizeof path))
-        return pp_errf(err, errlen, PP_EUSAGE, "%s", PP_CUDA_INFO[0]
-                       ? "the CUDA backend " CUDA_LIB " is not next to the binary nor in build/cuda (set "
-                         "PPTRAIN_CUDA_LIB to its path)"
-                       : "this pptrain was built without the CUDA backend (nvcc was not found at build time; "
-                         "install the CUDA toolkit and rebuild)");
+        return pp_errf(err, errlen, PP_EUSAGE, "%s",
+                       PP_CUDA_INFO[0]
+                           ? "the CUDA backend " CUDA_LIB " is not next to the binary nor in "
+                             "build/cuda (set PPTRAIN_CUDA_LIB to its path)"
+                           : "this pptrain was built without the CUDA backend (nvcc was not found "
+                             "at build time; install the CUDA toolkit and rebuild)");
     /* the cheap checks first: runtime.device auto on a machine without a driver (CI)
      * must not pay for loading cuBLASLt */
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    if (vis && !*vis) return pp_errf(err, errlen, PP_EUSAGE, "no GPU visible: CUDA_VISIBLE_DEVICES is empty");
+    if (vis && !*vis)
+        return pp_errf(err, errlen, PP_EUSAGE, "no GPU visible: CUDA_VISIBLE_DEVICES is empty");
     if (!dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) /* kept open: the backend loads it too */
-        return pp_errf(err, errlen, PP_EUSAGE, "no NVIDIA driver: libcuda.so.1 cannot be loaded (%s)", dlerror());
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "no NVIDIA driver: libcuda.so.1 cannot be loaded (%s)", dlerror());
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h)
-        return pp_errf(err, errlen, PP_EUSAGE, "cannot load the CUDA backend: %s (the CUDA libraries it needs, "
-                       "e.g. libcublasLt, must be on LD_LIBRARY_PATH)", dlerror());
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "cannot load the CUDA backend: %s (the CUDA libraries it needs, e.g. "
+                       "libcublasLt, must be on LD_LIBRARY_PATH)",
+                       dlerror());
     PPCudaAbiFn abi = (PPCudaAbiFn)dlsym(h, "pp_cuda_abi");
     lib->count = (PPCudaDeviceCountFn)dlsym(h, "pp_cuda_device_count");
     lib->open = (PPCudaOpenFn)dlsym(h, "pp_cuda_open");
     if (!abi || !lib->count || !lib->open || abi(sizeof(Backend)) != PP_CUDA_ABI)
-        return pp_errf(err, errlen, PP_EUSAGE, "%s is not the CUDA backend of this pptrain (another version: "
-                       "rebuild both with make)", path);
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s is not the CUDA backend of this pptrain (another version: rebuild "
+                       "both with make)", path);
     cuda_handle = h; /* the NCCL transport's entry points are looked up in it (comm_nccl_load.c) */
     return PP_OK;
 }
@@ -118,8 +125,9 @@ static int logits_knob(int *rows, char *err, size_t errlen) {
     errno = 0;
     long r = strtol(v, &end, 10);
     if (*end || errno || r < 0 || r > INT_MAX)
-        return pp_errf(err, errlen, PP_EUSAGE, "PPTRAIN_LOGITS_CHUNK_ROWS='%s': must be a number of rows >= 0 (0: "
-                       "all rows of a microbatch at once), or unset", v);
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "PPTRAIN_LOGITS_CHUNK_ROWS='%s': must be a number of rows >= 0 (0: all "
+                       "rows of a microbatch at once), or unset", v);
     *rows = (int)r;
     return PP_OK;
 }
@@ -137,22 +145,24 @@ static const Backend *cpu_with_rows(const Backend *base, int rows) {
 
 /* The CUDA backend on GPU LOCAL_RANK mod count. *be stays NULL with the cause in why
  * when no GPU can be used. */
-static int open_cuda(const Config *cfg, int rank, const BackendSizes *sz, const Backend **be, char *why,
-                     size_t whylen) {
+static int open_cuda(const Config *cfg, int rank, const BackendSizes *sz, const Backend **be,
+                     char *why, size_t whylen) {
     CudaLib lib = {0};
     char msg[PP_ERR_MAX];
     *be = NULL;
     if (cuda_lib_open(&lib, why, whylen)) return PP_EUSAGE;
     int n = lib.count(msg, sizeof msg);
     if (n <= 0) return pp_errf(why, whylen, PP_EUSAGE, "no usable GPU (%s)", msg);
-    PPPrecision prec = !strcmp(cfg->precision, "fp32") ? PP_PREC_FP32
-                       : !strcmp(cfg->precision, "tf32") ? PP_PREC_TF32 : PP_PREC_BF16; /* auto: bf16 */
+    PPPrecision prec = !strcmp(cfg->precision, "fp32")   ? PP_PREC_FP32
+                       : !strcmp(cfg->precision, "tf32") ? PP_PREC_TF32
+                                                         : PP_PREC_BF16; /* auto: bf16 */
     PPCudaSizes s = {sz->N, sz->T, sz->C, sz->NH, sz->Vp};
     int dev = local_rank() % n; /* ranks beyond the GPU count share them round-robin */
     Backend *b = lib.open(dev, prec, &s, rank, msg, sizeof msg);
     if (!b) return pp_errf(why, whylen, PP_EUSAGE, "cannot open GPU %d: %s", dev, msg);
     int rows;
-    if (logits_knob(&rows, why, whylen) == PP_OK && rows >= 0) b->logits_chunk_rows = rows; /* checked before */
+    /* checked before */
+    if (logits_knob(&rows, why, whylen) == PP_OK && rows >= 0) b->logits_chunk_rows = rows;
     *be = b;
     return PP_OK;
 }
@@ -161,12 +171,12 @@ static int open_cuda(const Config *cfg, int rank, const BackendSizes *sz, const 
 static void note_chunks(const Backend *be, int knob, char *note, size_t notelen) {
     size_t n = strlen(note);
     if (be->logits_chunk_rows > 0)
-        snprintf(note + n, notelen - n, ", head logits in chunks of %d rows%s", be->logits_chunk_rows,
-                 knob >= 0 ? " (PPTRAIN_LOGITS_CHUNK_ROWS)" : "");
+        snprintf(note + n, notelen - n, ", head logits in chunks of %d rows%s",
+                 be->logits_chunk_rows, knob >= 0 ? " (PPTRAIN_LOGITS_CHUNK_ROWS)" : "");
 }
 
-int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const Backend **be, char *note,
-                   size_t notelen, char *err, size_t errlen) {
+int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const Backend **be,
+                   char *note, size_t notelen, char *err, size_t errlen) {
     char why[PP_ERR_MAX] = "";
     int rows;
     *be = NULL;
@@ -174,8 +184,8 @@ int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const
     if (strcmp(cfg->device, "cpu") != 0) {
         int rc = open_cuda(cfg, rank, sizes, be, why, sizeof why);
         if (rc && !strcmp(cfg->device, "cuda"))
-            return pp_errf(err, errlen, PP_EUSAGE, "runtime.device=cuda: %s; or use runtime.device: cpu (or auto)",
-                           why);
+            return pp_errf(err, errlen, PP_EUSAGE,
+                           "runtime.device=cuda: %s; or use runtime.device: cpu (or auto)", why);
         if (*be) {
             snprintf(note, notelen, "%s", (*be)->description);
             note_chunks(*be, rows, note, notelen);
@@ -184,8 +194,10 @@ int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const
     }
     /* the CPU: fp32 only */
     if (strcmp(cfg->precision, "auto") && strcmp(cfg->precision, "fp32"))
-        return pp_errf(err, errlen, PP_EUSAGE, "runtime.precision=%s needs a GPU, but this rank runs on the CPU "
-                       "(runtime.device %s%s%s), which computes in fp32: set runtime.precision: fp32 (or auto)",
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "runtime.precision=%s needs a GPU, but this rank runs on the CPU "
+                       "(runtime.device %s%s%s), which computes in fp32: set "
+                       "runtime.precision: fp32 (or auto)",
                        cfg->precision, cfg->device, why[0] ? ": " : "", why);
     *be = backend_cpu();
     if (!strcmp(cfg->device, "auto"))
@@ -195,7 +207,8 @@ int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const
     const char *st = getenv("PPTRAIN_HOST_STAGING");
     if (st && !strcmp(st, "1")) { /* the CPU posing as a device: see backend_cpu_staged */
         *be = backend_cpu_staged();
-        snprintf(note + strlen(note), notelen - strlen(note), ", host staging (PPTRAIN_HOST_STAGING=1)");
+        snprintf(note + strlen(note), notelen - strlen(note),
+                 ", host staging (PPTRAIN_HOST_STAGING=1)");
     }
     if (rows >= 0) *be = cpu_with_rows(*be, rows);
     note_chunks(*be, rows, note, notelen);

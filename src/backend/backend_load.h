@@ -25,8 +25,8 @@ typedef struct {
  * copy that backend_release frees. Returns PP_OK, or PP_EUSAGE with a message naming
  * the key and the cause (no CUDA build, a library that does not load, no driver, no GPU,
  * a knob that is not a row count) and what to do. */
-int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const Backend **be, char *note,
-                   size_t notelen, char *err, size_t errlen);
+int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const Backend **be,
+                   char *note, size_t notelen, char *err, size_t errlen);
 
 /* The CPU backend flagged device_memory: the runtime then moves every activation,
  * gradient and tied all-reduce through host staging buffers ([Note: host staging] in

@@ -106,8 +106,8 @@ int optim_state_arrays(const Config *c) {
     PP_DIE("unknown train.optimizer.name '%s' (adamw | sgd)", c->optimizer);
 }
 
-void optim_update(const Config *c, const Backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                  float lr, int decay, float grad_scale, int t) {
+void optim_update(const Config *c, const Backend *be, float *p, const float *g, float *m, float *v,
+                  size_t n, float lr, int decay, float grad_scale, int t) {
     float wd = decay ? c->weight_decay : 0.0f;
     if (strcmp(c->optimizer, "adamw") == 0) {
         be->adamw_update(be, p, g, m, v, n, lr, c->beta1, c->beta2, c->eps, wd, grad_scale, t);

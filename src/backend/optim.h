@@ -72,7 +72,7 @@ int optim_state_arrays(const Config *c);
  * may be NULL where optim_state_arrays(c) says that state is not kept. decay: apply
  * c->weight_decay (1) or not (0, for biases and LayerNorm parameters). lr from
  * optim_lr, grad_scale from optim_clip_scale, t the 1-based step count. */
-void optim_update(const Config *c, const Backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                  float lr, int decay, float grad_scale, int t);
+void optim_update(const Config *c, const Backend *be, float *p, const float *g, float *m, float *v,
+                  size_t n, float lr, int decay, float grad_scale, int t);
 
 #endif

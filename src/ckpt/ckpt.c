@@ -300,7 +300,10 @@ typedef struct {
 } Manifest;
 
 static void manifest_free(Manifest *m) {
-    for (int i = 0; i < m->nextra; i++) free(m->ekey[i]), free(m->eval[i]);
+    for (int i = 0; i < m->nextra; i++) {
+        free(m->ekey[i]);
+        free(m->eval[i]);
+    }
     free(m->ekey);
     free(m->eval);
     free(m->file);
@@ -430,7 +433,10 @@ static int manifest_load(const char *dir, Manifest *m, char *err, size_t errlen)
     else {
         text = pp_malloc((size_t)st.st_size + 1);
         if (ckpt_pread_all(fd, text, (size_t)st.st_size, 0) != 0) why = ckpt_syserr();
-        else text[st.st_size] = 0, why = manifest_parse(m, text, (size_t)st.st_size);
+        else {
+            text[st.st_size] = 0;
+            why = manifest_parse(m, text, (size_t)st.st_size);
+        }
     }
     close(fd);
     free(text);

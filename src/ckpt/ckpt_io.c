@@ -563,7 +563,10 @@ static const char *entry_decode(CkptEntry *e, const uint8_t *p, uint64_t avail,
     for (const uint8_t *q = nul; q < p + CKPT_NAME_MAX; q++)
         if (*q) return "name padding is not zero";
     if (!ckpt_name_ok(e->name)) return "invalid name";
-    e->dtype = p[64], e->ndim = p[65], e->filter = p[66], e->codec = p[67];
+    e->dtype = p[64];
+    e->ndim = p[65];
+    e->filter = p[66];
+    e->codec = p[67];
     e->nchunks = get_u32(p + 68);
     if (e->dtype != CKPT_F32) return "unknown dtype";
     if (e->ndim > CKPT_MAX_DIMS || e->filter > CKPT_FILTER_SHUFFLE4 ||
@@ -576,7 +579,8 @@ static const char *entry_decode(CkptEntry *e, const uint8_t *p, uint64_t avail,
         e->shape[d] = (int64_t)v;
     }
     int64_t numel = ckpt_numel(e->ndim, e->shape);
-    e->raw_bytes = get_u64(p + 136), e->data_offset = get_u64(p + 144);
+    e->raw_bytes = get_u64(p + 136);
+    e->data_offset = get_u64(p + 144);
     e->data_bytes = get_u64(p + 152);
     if (numel < 0 || e->raw_bytes != (uint64_t)numel * 4) return "size does not match shape";
     if (e->data_offset != *cursor || e->data_bytes > data_end - *cursor)

@@ -18,8 +18,9 @@
  * parallel] in runtime_dp.c): only replica 0 stores its tensors, the other replicas
  * write a shard with none (with ZeRO-1 each replica stores the state of the tensors it
  * holds, [Note: ZeRO-1] in runtime_dp.c), and every rank loads by name from wherever it
- * is, so a checkpoint loads into any number of replicas, sharded or not, and any split. The manifest holds the model's dimensions ("model") and the
- * printed config ("config"). */
+ * is, so a checkpoint loads into any number of replicas, sharded or not, and any split.
+ * The manifest holds the model's dimensions ("model") and the printed config
+ * ("config"). */
 
 #define MAX_TENSORS_PER_PARAM 3
 
@@ -27,7 +28,8 @@ static const char *const state_suffix[MAX_TENSORS_PER_PARAM] = {"", ".opt_m", ".
 
 /* The arrays stored for parameter t (device memory): its values, then the optimizer
  * state this run keeps (NULL where it keeps none), in state_suffix order. */
-static void state_arrays(const Runtime *rt, const ParamTensor *t, float *out[MAX_TENSORS_PER_PARAM]) {
+static void state_arrays(const Runtime *rt, const ParamTensor *t,
+                         float *out[MAX_TENSORS_PER_PARAM]) {
     const Model *m = &rt->model;
     int i = (int)(t - m->tensors);
     out[0] = m->params + t->offset;
@@ -63,14 +65,21 @@ static void staging_release(void *ctx, void *p) {
 
 static void writer_device(CkptWriter *w, const Backend *be) {
     CkptDevice dev = {copy_to_host, NULL, NULL, NULL, (void *)be};
-    if (be->snapshot && be->snapshot_wait) dev.copy = snapshot_copy, dev.finish = snapshot_finish;
-    if (be->host_alloc && be->host_free) dev.alloc = staging_alloc, dev.release = staging_release;
+    if (be->snapshot && be->snapshot_wait) {
+        dev.copy = snapshot_copy;
+        dev.finish = snapshot_finish;
+    }
+    if (be->host_alloc && be->host_free) {
+        dev.alloc = staging_alloc;
+        dev.release = staging_release;
+    }
     ckpt_writer_set_device(w, &dev);
 }
 
 static void model_string(const Runtime *rt, char *buf, size_t n) {
     const ModelDims *d = &rt->model.d;
-    snprintf(buf, n, "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d", d->V, d->Vp, d->maxT, d->L, d->NH, d->C, d->tied);
+    snprintf(buf, n, "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d", d->V, d->Vp, d->maxT, d->L,
+             d->NH, d->C, d->tied);
 }
 
 /* The tensors this rank stores: parameters and optimizer state. */
@@ -85,7 +94,8 @@ static int collect(const Runtime *rt, CkptTensor *out, char (*names)[64]) {
         for (int k = 0; k < MAX_TENSORS_PER_PARAM; k++) {
             if (!src[k] || !dp_counts(rt, i, k == 0 ? DP_PARAMS : DP_STATE)) continue;
             snprintf(names[n], 64, "%s%s", t->name, state_suffix[k]);
-            out[n] = (CkptTensor){.name = names[n], .dtype = CKPT_F32, .ndim = t->ndim, .data = src[k]};
+            out[n] = (CkptTensor){.name = names[n], .dtype = CKPT_F32, .ndim = t->ndim,
+                                  .data = src[k]};
             out[n].shape[0] = t->shape[0];
             out[n].shape[1] = t->shape[1];
             n++;
@@ -132,7 +142,8 @@ static int agree(Runtime *rt, int ok, const char *what, char *err, size_t errlen
     if (comm_allreduce_sum_f64(rt->comm, &v, 1) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "%s: %s", what, comm_error(rt->comm));
     if (v != rt->lay.world && ok)
-        return pp_errf(err, errlen, PP_ERUNTIME, "%s failed on another rank (see its message)", what);
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "%s failed on another rank (see its message)", what);
     return ok ? PP_OK : PP_ERUNTIME;
 }
 
@@ -181,13 +192,14 @@ int ckpt_state_finish(CkptState *c, Runtime *rt, char *err, size_t errlen) {
         snprintf(hash, sizeof hash, "%" PRIu64, config_hash(rt->cfg, 1)); /* as in each shard */
         CkptKV kv[] = {{"model", model}, {"model_hash", hash}, {"optimizer", rt->cfg->optimizer},
                        {"config", c->config_text}};
-        rc = ckpt_commit(c->root, c->pending, rt->lay.world, kv, 4, rt->cfg->checkpoint_keep, err, errlen);
+        rc = ckpt_commit(c->root, c->pending, rt->lay.world, kv, 4, rt->cfg->checkpoint_keep,
+                         err, errlen);
     }
     if ((rc = agree(rt, rc == PP_OK, "committing the checkpoint", err, errlen))) return rc;
     snprintf(step, sizeof step, "%07ld", c->pending);
     if (rt->chunk_of[rt->S - 1] >= 0)
-        printf("saved checkpoint %s/step_%s (training stalled %.1f ms to hand it over)\n", c->root, step,
-               rt->save_stall_s * 1e3);
+        printf("saved checkpoint %s/step_%s (training stalled %.1f ms to hand it over)\n", c->root,
+               step, rt->save_stall_s * 1e3);
     c->pending = -1;
     return PP_OK;
 }
@@ -270,27 +282,33 @@ static int load_local(Runtime *rt, const char *path, long *step, char *err, size
     if (rc) return rc;
     CkptReader *r = ckpt_open(dir, err, errlen);
     if (!r) return PP_ERUNTIME;
-    if ((rc = manifest_step(r, dir, step, err, errlen)) || (rc = check_shards(r, dir, err, errlen))) {
+    if ((rc = manifest_step(r, dir, step, err, errlen)) ||
+        (rc = check_shards(r, dir, err, errlen))) {
         ckpt_close(r);
         return rc;
     }
     model_string(rt, model, sizeof model);
     const char *theirs = ckpt_extra(r, "model");
     if (!theirs || strcmp(theirs, model) != 0) { /* theirs lives in r: format first */
-        pp_errf(err, errlen, PP_ERUNTIME, "%s holds another model (%s) than this config (%s): resume with the "
-                "model config it was written with", dir, theirs ? theirs : "no model entry", model);
+        pp_errf(err, errlen, PP_ERUNTIME,
+                "%s holds another model (%s) than this config (%s): resume with the model config "
+                "it was written with",
+                dir, theirs ? theirs : "no model entry", model);
         ckpt_close(r);
         return PP_ERUNTIME;
     }
     const char *opt = ckpt_extra(r, "optimizer");
     if (!opt || strcmp(opt, rt->cfg->optimizer) != 0) { /* SGD's momentum is not Adam's m */
-        pp_errf(err, errlen, PP_ERUNTIME, "%s was written with train.optimizer.name %s, this run uses %s: resume with "
-                "the same optimizer", dir, opt ? opt : "(unknown)", rt->cfg->optimizer);
+        pp_errf(err, errlen, PP_ERUNTIME,
+                "%s was written with train.optimizer.name %s, this run uses %s: resume with the "
+                "same optimizer",
+                dir, opt ? opt : "(unknown)", rt->cfg->optimizer);
         ckpt_close(r);
         return PP_ERUNTIME;
     }
     const Model *m = &rt->model;
-    float *host = pp_malloc(model_largest_tensor(m) * sizeof(float)); /* each array is read here, then copied to the device */
+    /* each array is read here, then copied to the device */
+    float *host = pp_malloc(model_largest_tensor(m) * sizeof(float));
     for (int i = 0; i < m->ntensors && rc == PP_OK; i++) {
         const ParamTensor *t = &m->tensors[i];
         int64_t shape[2] = {t->shape[0], t->shape[1]};
@@ -301,7 +319,8 @@ static int load_local(Runtime *rt, const char *path, long *step, char *err, size
             snprintf(name, sizeof name, "%s%s", t->name, state_suffix[k]);
             if (ckpt_find(r, name, NULL) != 0) {
                 rc = pp_errf(err, errlen, PP_ERUNTIME, "%s has no tensor '%s'%s", dir, name,
-                             k ? ": it was written with another optimizer (train.optimizer.name)" : "");
+                             k ? ": it was written with another optimizer (train.optimizer.name)"
+                               : "");
                 break;
             }
             rc = ckpt_read(r, name, host, shape, t->ndim, err, errlen);
@@ -406,9 +425,12 @@ int ckpt_state_export_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) in = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else return pp_error("export: unknown argument '%s'\nusage: pptrain export --checkpoint DIR --out model.bin", argv[i]), PP_EUSAGE;
+        else
+            return pp_error("export: unknown argument '%s'\nusage: pptrain export "
+                            "--checkpoint DIR --out model.bin", argv[i]), PP_EUSAGE;
     }
-    if (!in || !out) return pp_error("usage: pptrain export --checkpoint DIR --out model.bin"), PP_EUSAGE;
+    if (!in || !out)
+        return pp_error("usage: pptrain export --checkpoint DIR --out model.bin"), PP_EUSAGE;
     if (ckpt_resolve(in, dir, sizeof dir, err, sizeof err)) return pp_error("%s", err), PP_ERUNTIME;
     CkptReader *r = ckpt_open(dir, err, sizeof err);
     if (!r) return pp_error("%s", err), PP_ERUNTIME;
@@ -425,7 +447,8 @@ int ckpt_state_export_main(int argc, char **argv) {
     ChunkSpec all = {0, 0, d.L, 1, 1, 0, 0};
     Model m;
     model_init(&m, &d, &all, 1, 1, 1, backend_cpu());
-    for (int i = 0; i < m.ntensors && rc == PP_OK; i++) { /* a CPU model: its memory is the host's */
+    /* a CPU model: its memory is the host's */
+    for (int i = 0; i < m.ntensors && rc == PP_OK; i++) {
         const ParamTensor *t = &m.tensors[i];
         int64_t shape[2] = {t->shape[0], t->shape[1]};
         rc = ckpt_read(r, t->name, m.params + t->offset, shape, t->ndim, err, sizeof err);

@@ -82,7 +82,8 @@ static void stage_grow(CkptWriter *w, size_t total) {
 void ckpt_writer_reserve(CkptWriter *w, const CkptTensor *t, int n) {
     size_t total = 0;
     for (int i = 0; i < n; i++)
-        total += ((size_t)ckpt_numel(t[i].ndim, t[i].shape) * 4 + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+        total += ((size_t)ckpt_numel(t[i].ndim, t[i].shape) * 4 + STAGE_ALIGN - 1) / STAGE_ALIGN *
+                 STAGE_ALIGN;
     pthread_mutex_lock(&w->mu);
     wait_idle(w);
     stage_grow(w, total);
@@ -110,9 +111,11 @@ static void copy_block(void *ctx, int j, int tid) {
 void ckpt_writer_set_device(CkptWriter *w, const CkptDevice *dev) {
     pthread_mutex_lock(&w->mu);
     wait_idle(w);
-    if (w->dev.release) w->dev.release(w->dev.ctx, w->stage); /* the staging memory is the old hooks' */
+    /* the staging memory is the old hooks' */
+    if (w->dev.release) w->dev.release(w->dev.ctx, w->stage);
     else free(w->stage);
-    w->stage = NULL, w->stage_cap = 0;
+    w->stage = NULL;
+    w->stage_cap = 0;
     if (dev) w->dev = *dev;
     else memset(&w->dev, 0, sizeof w->dev);
     pthread_mutex_unlock(&w->mu);

@@ -143,7 +143,10 @@ int comm_split_plan(int world, const int *color, const int *key, int me, int *me
         int i;
         if (color[r] != color[me]) continue;
         i = n++;
-        while (i > 0 && key[members[i - 1]] > key[r]) members[i] = members[i - 1], i--;
+        while (i > 0 && key[members[i - 1]] > key[r]) {
+            members[i] = members[i - 1];
+            i--;
+        }
         members[i] = r;
     }
     for (int i = 0; i < n; i++)

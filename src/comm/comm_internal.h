@@ -61,23 +61,26 @@ int comm_req_release(Comm *c, CommReq **live, CommReq *r);
 /* [Note: intrusive FIFO] One queue for every element type T with a `next` member, whose
  * queue type Q holds T *head, *tail: FIFO_FNS defines prefix_push (at the tail),
  * prefix_pop (the head, or NULL) and prefix_remove (e, which must be in q). */
-#define FIFO_FNS(prefix, Q, T)                                                                                 \
-    static inline void prefix##_push(Q *q, T *e) {                                                             \
-        e->next = NULL;                                                                                        \
-        if (q->tail) q->tail->next = e;                                                                        \
-        else q->head = e;                                                                                      \
-        q->tail = e;                                                                                           \
-    }                                                                                                          \
-    static inline T *prefix##_pop(Q *q) {                                                                      \
-        T *e = q->head;                                                                                        \
-        if (e && !(q->head = e->next)) q->tail = NULL;                                                         \
-        return e;                                                                                              \
-    }                                                                                                          \
-    static inline void prefix##_remove(Q *q, T *e) {                                                           \
-        T **pp = &q->head, *last = NULL;                                                                       \
-        while (*pp != e) last = *pp, pp = &(*pp)->next;                                                        \
-        *pp = e->next;                                                                                         \
-        if (q->tail == e) q->tail = last;                                                                      \
+#define FIFO_FNS(prefix, Q, T)                                                                     \
+    static inline void prefix##_push(Q *q, T *e) {                                                 \
+        e->next = NULL;                                                                            \
+        if (q->tail) q->tail->next = e;                                                            \
+        else q->head = e;                                                                          \
+        q->tail = e;                                                                               \
+    }                                                                                              \
+    static inline T *prefix##_pop(Q *q) {                                                          \
+        T *e = q->head;                                                                            \
+        if (e && !(q->head = e->next)) q->tail = NULL;                                             \
+        return e;                                                                                  \
+    }                                                                                              \
+    static inline void prefix##_remove(Q *q, T *e) {                                               \
+        T **pp = &q->head, *last = NULL;                                                           \
+        while (*pp != e) {                                                                         \
+            last = *pp;                                                                            \
+            pp = &(*pp)->next;                                                                     \
+        }                                                                                          \
+        *pp = e->next;                                                                             \
+        if (q->tail == e) q->tail = last;                                                          \
     }
 
 FIFO_FNS(comm_queue, ReqQueue, CommReq) /* a peer's sends, a lane's posted receives */

@@ -101,8 +101,13 @@ static void group_free(MemGroup *g) {
     }
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
-    free(g->global), free(g->gone), free(g->msgs), free(g->recvs);
-    free(g->coll.here), free(g->coll.in), free(g->coll.result);
+    free(g->global);
+    free(g->gone);
+    free(g->msgs);
+    free(g->recvs);
+    free(g->coll.here);
+    free(g->coll.in);
+    free(g->coll.result);
     free(g);
 }
 
@@ -296,7 +301,8 @@ static void coll_combine(MemGroup *g) {
         for (int q = 0; q < W; q++) {
             float *dst = v + (size_t)q * blk;
             memcpy(dst, (const float *)k->in[(q + 1) % W] + (size_t)q * blk, blk * sizeof *v);
-            for (int j = 2; j <= W; j++) comm_add_f32(dst, (const float *)k->in[(q + j) % W] + (size_t)q * blk, blk);
+            for (int j = 2; j <= W; j++)
+                comm_add_f32(dst, (const float *)k->in[(q + j) % W] + (size_t)q * blk, blk);
         }
         comm_canon_nan_f32(v, n);
         k->result = v;
@@ -316,8 +322,10 @@ static void coll_combine(MemGroup *g) {
         int W = g->world, *ints = pp_malloc(4 * (size_t)W * sizeof *ints);
         int *color = ints, *key = ints + W, *members = ints + 2 * W, *glob = ints + 3 * W;
         MemSplitOut *out = pp_calloc((size_t)W, sizeof *out);
-        for (int r = 0; r < W; r++)
-            color[r] = ((const int *)k->in[r])[0], key[r] = ((const int *)k->in[r])[1];
+        for (int r = 0; r < W; r++) {
+            color[r] = ((const int *)k->in[r])[0];
+            key[r] = ((const int *)k->in[r])[1];
+        }
         for (int r = 0; r < W; r++) {
             int idx, n_in = comm_split_plan(W, color, key, r, members, &idx);
             MemGroup *sub;
@@ -394,7 +402,12 @@ static int coll_run(MemComm *m, int op, int root, size_t count, const void *in, 
                        "collectives in the same order", g->global[k->first], mc_name(k->op),
                        k->seq, k->count, g->global[me], mc_name(op), k->seq, count, g->name);
     } else {
-        if (k->arrived == 0) k->op = op, k->count = count, k->root = root, k->first = me;
+        if (k->arrived == 0) {
+            k->op = op;
+            k->count = count;
+            k->root = root;
+            k->first = me;
+        }
         k->in[me] = in;
         k->here[me] = 1;
         if (++k->arrived == g->world) {

@@ -23,9 +23,10 @@ typedef struct {
     void (*tag_format)(const Comm *c, const CommTag *tag, char *buf, size_t n);
 } PPNcclHost;
 
-/* Whether NCCL can be used: $PPTRAIN_NCCL_LIB or libnccl.so.2 is loaded here on first call (the object does
- * not link it, so it loads on machines without NCCL) and its entry points resolved.
- * 1, or 0 with the reason in why ("libnccl.so.2: cannot open shared object file"). */
+/* Whether NCCL can be used: $PPTRAIN_NCCL_LIB or libnccl.so.2 is loaded here on first
+ * call (the object does not link it, so it loads on machines without NCCL) and its
+ * entry points resolved. 1, or 0 with the reason in why ("libnccl.so.2: cannot open
+ * shared object file"). */
 typedef int (*PPNcclAvailableFn)(char *why, size_t whylen);
 /* GPU `be` (a backend from pp_cuda_open) as "0000:1b:00.0" (cudaDeviceGetPCIBusId,
  * lower case). 0, or -1 with the CUDA error in buf. */
@@ -36,12 +37,13 @@ typedef int (*PPCudaBusIdFn)(const Backend *be, char *buf, size_t n);
  * liveness, message headers and the host collectives. Groups split from the result own
  * their socket groups. PP_OK with *out (device_memory = 1), or PP_ERUNTIME (PP_EUSAGE
  * when NCCL cannot be loaded) with err; then *out = NULL. */
-typedef int (*PPNcclCreateFn)(Comm *sock, const Backend *be, const PPNcclHost *host, Comm **out, char *err,
-                              size_t errlen);
+typedef int (*PPNcclCreateFn)(Comm *sock, const Backend *be, const PPNcclHost *host, Comm **out,
+                              char *err, size_t errlen);
 
 int pp_nccl_available(char *why, size_t whylen);
 int pp_cuda_bus_id(const Backend *be, char *buf, size_t n);
-int pp_nccl_create(Comm *sock, const Backend *be, const PPNcclHost *host, Comm **out, char *err, size_t errlen);
+int pp_nccl_create(Comm *sock, const Backend *be, const PPNcclHost *host, Comm **out, char *err,
+                   size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -41,7 +41,8 @@ void comm_nccl_device(const Backend *be, CommDevice *d, char *nccl_why, size_t w
     d->cuda = 1;
     if (!lib.bus_id || lib.bus_id(be, d->bus, sizeof d->bus) != 0) {
         if (!lib.bus_id) snprintf(d->bus, sizeof d->bus, "?");
-        snprintf(nccl_why, whylen, "%s", lib.bus_id ? d->bus : CUDA_LIB " was built without the NCCL transport");
+        snprintf(nccl_why, whylen, "%s",
+                 lib.bus_id ? d->bus : CUDA_LIB " was built without the NCCL transport");
         return;
     }
     d->nccl = lib.available && lib.create && lib.available(nccl_why, whylen);
@@ -53,10 +54,12 @@ int comm_nccl_create(Comm *sock, const Backend *be, Comm **out, char *err, size_
     NcclLib lib = nccl_lib();
     *out = NULL;
     if (!is_cuda(be))
-        return pp_errf(err, errlen, PP_EUSAGE, "the NCCL transport needs the CUDA backend (this rank runs on %s)",
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "the NCCL transport needs the CUDA backend (this rank runs on %s)",
                        be && be->name ? be->name : "no backend");
     if (!lib.create || !lib.available)
-        return pp_errf(err, errlen, PP_EUSAGE, CUDA_LIB " was built without the NCCL transport: rebuild with make");
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       CUDA_LIB " was built without the NCCL transport: rebuild with make");
     if (!lib.available(why, sizeof why))
         return pp_errf(err, errlen, PP_EUSAGE, "NCCL cannot be loaded: %s", why);
     return lib.create(sock, be, &host, out, err, errlen);

@@ -30,7 +30,8 @@ static int ring_post(CommRing *r) {
     ro = ring_block(r, r->rb, &rlen);
     CommTag t = r->tag;
     t.mb = r->phase * W + r->k;
-    int rc = comm_irecv(c, prev, &t, r->phase == 0 ? r->tmp : r->buf + ro, rlen * sizeof(float), &r->rreq);
+    int rc = comm_irecv(c, prev, &t, r->phase == 0 ? r->tmp : r->buf + ro, rlen * sizeof(float),
+                        &r->rreq);
     if (rc == PP_OK) rc = comm_isend(c, next, &t, r->buf + so, slen * sizeof(float), &r->sreq);
     r->posted = 1;
     if (rc != PP_OK) r->phase = 2;
@@ -56,7 +57,8 @@ static void ring_step_done(CommRing *r) {
 
 int comm_ring_start(CommRing *r, Comm *c, RingOp op, float *buf, size_t n,
                     const size_t *bounds, float *tmp, const CommTag *tag) {
-    *r = (CommRing){.c = c, .op = op, .buf = buf, .n = n, .bounds = bounds, .tmp = tmp, .tag = *tag};
+    *r = (CommRing){.c = c, .op = op, .buf = buf, .n = n, .bounds = bounds, .tmp = tmp,
+                    .tag = *tag};
     r->phase = op == RING_ALL_GATHER ? 1 : 0;
     if (c->world == 1) {
         if (op != RING_ALL_GATHER) comm_canon_nan_f32(buf, n);
@@ -82,7 +84,8 @@ static int ring_advance(CommRing *r, int block, int *done) {
     while (r->phase < 2) {
         int pending = 0, rc;
         if (!r->posted && (rc = ring_post(r)) != PP_OK) return rc;
-        if ((rc = ring_req(r, &r->rreq, block, &pending)) || (rc = ring_req(r, &r->sreq, block, &pending))) {
+        if ((rc = ring_req(r, &r->rreq, block, &pending)) ||
+            (rc = ring_req(r, &r->sreq, block, &pending))) {
             r->phase = 2;
             return rc;
         }

@@ -39,51 +39,59 @@ const char *comm_select_name(int use) {
 static int shared_gpu(int world, const CommDevice *dev, int *a, int *b) {
     for (int j = 0; j < world; j++)
         for (int i = 0; i < j; i++)
-            if (dev[i].cuda && dev[j].cuda && !strcmp(dev[i].host, dev[j].host) && !strcmp(dev[i].bus, dev[j].bus)) {
-                *a = i, *b = j;
+            if (dev[i].cuda && dev[j].cuda && !strcmp(dev[i].host, dev[j].host) &&
+                !strcmp(dev[i].bus, dev[j].bus)) {
+                *a = i;
+                *b = j;
                 return PP_OK;
             }
     return -1;
 }
 
 /* Why NCCL cannot run this job (into why), or 0 when it can; 1 for a usage problem. */
-static int nccl_obstacle(int world, const CommDevice *dev, const char *nccl_why, char *why, size_t len,
-                         char *todo, size_t todolen) {
+static int nccl_obstacle(int world, const CommDevice *dev, const char *nccl_why, char *why,
+                         size_t len, char *todo, size_t todolen) {
     int a, b;
     for (int r = 0; r < world; r++)
         if (!dev[r].cuda) {
             snprintf(why, len, "rank %d runs on the CPU, and NCCL moves GPU memory only", r);
-            snprintf(todo, todolen, "run every rank on a GPU (runtime.device: cuda), or use runtime.transport: socket "
-                     "(or auto)");
+            snprintf(todo, todolen,
+                     "run every rank on a GPU (runtime.device: cuda), or use runtime.transport: "
+                     "socket (or auto)");
             return 1;
         }
     if (shared_gpu(world, dev, &a, &b) == PP_OK) {
-        snprintf(why, len, "ranks %d and %d share GPU %s%s%s, and NCCL refuses two ranks on one GPU", a, b, dev[a].bus,
-                 dev[a].host[0] ? " on host " : "", dev[a].host);
-        snprintf(todo, todolen, "give each rank a GPU of its own (as many GPUs per node as ranks per node), or use "
-                 "runtime.transport: socket (or auto), which stages through the host");
+        snprintf(why, len,
+                 "ranks %d and %d share GPU %s%s%s, and NCCL refuses two ranks on one GPU", a, b,
+                 dev[a].bus, dev[a].host[0] ? " on host " : "", dev[a].host);
+        snprintf(todo, todolen,
+                 "give each rank a GPU of its own (as many GPUs per node as ranks per node), or "
+                 "use runtime.transport: socket (or auto), which stages through the host");
         return 1;
     }
     for (int r = 0; r < world; r++)
         if (!dev[r].nccl) {
-            snprintf(why, len, "rank %d cannot load NCCL%s%s", r, nccl_why && nccl_why[0] ? ": " : " (see its log)",
-                     nccl_why ? nccl_why : "");
-            snprintf(todo, todolen, "put libnccl.so.2 on LD_LIBRARY_PATH on every host, or use runtime.transport: "
+            snprintf(why, len, "rank %d cannot load NCCL%s%s", r,
+                     nccl_why && nccl_why[0] ? ": " : " (see its log)", nccl_why ? nccl_why : "");
+            snprintf(todo, todolen,
+                     "put libnccl.so.2 on LD_LIBRARY_PATH on every host, or use runtime.transport: "
                      "socket (or auto)");
             return 1;
         }
     return 0;
 }
 
-int comm_select(const char *want, int world, const CommDevice *dev, const char *nccl_why, int *use, char *why,
-                size_t whylen, char *err, size_t errlen) {
+int comm_select(const char *want, int world, const CommDevice *dev, const char *nccl_why, int *use,
+                char *why, size_t whylen, char *err, size_t errlen) {
     char obst[PP_ERR_MAX / 2], todo[PP_ERR_MAX / 4];
     int nccl = !strcmp(want, "nccl");
     *use = COMM_USE_SOCKET;
     why[0] = '\0';
     if (nccl && world == 1 && !dev[0].cuda)
-        return pp_errf(err, errlen, PP_EUSAGE, "runtime.transport=nccl: rank 0 runs on the CPU, and NCCL moves GPU "
-                       "memory only: run on a GPU (runtime.device: cuda), or use runtime.transport: socket (or auto)");
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "runtime.transport=nccl: rank 0 runs on the CPU, and NCCL moves GPU memory "
+                       "only: run on a GPU (runtime.device: cuda), or use runtime.transport: "
+                       "socket (or auto)");
     if (world <= 1) {
         *use = COMM_USE_LOCAL;
         snprintf(why, whylen, "runtime.transport %s: one rank, nothing moves between ranks", want);

@@ -600,7 +600,8 @@ static int sock_peer_state(Comm *c, int r, double silent_s, char *why, size_t le
     } else if (sock_stall_note(s->net, pp_now()) <= 0.05 && /* [Note: stopped] */
                pp_now() - P->last_heard - sock_stall_within(s->net, P->last_heard) > silent_s) {
         st = 2;
-        snprintf(why, len, "nothing at all came from it, not even a heartbeat, for %.3g s", pp_now() - P->last_heard);
+        snprintf(why, len, "nothing at all came from it, not even a heartbeat, for %.3g s",
+                 pp_now() - P->last_heard);
     }
     pthread_mutex_unlock(&s->net->mu);
     return st;
@@ -836,7 +837,10 @@ int comm_socket_create(DistMesh *m, double timeout_s, Comm **out, char *err, siz
         int rc = pp_errf(err, errlen, PP_ERUNTIME, "cannot start the socket transport: %s",
                          strerror(errno));
         net_free(n);
-        free(s->ranks), free(s->coll_seq), free(s->scratch), free(s);
+        free(s->ranks);
+        free(s->coll_seq);
+        free(s->scratch);
+        free(s);
         return rc;
     }
     *out = &s->base;

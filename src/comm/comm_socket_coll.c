@@ -454,12 +454,13 @@ static void ring_end(SockComm *s, int next, int prev) {
 
 /* One ring step of block length n: send sb to the successor, receive into rb (add sb2,
  * this rank's own part, when add), chunk by chunk through the scratch when adding. */
-static int ring_step(SockComm *s, int next, int prev, const CollHdr *mine, const float *sb, float *rb,
-                     const float *own, size_t n) {
+static int ring_step(SockComm *s, int next, int prev, const CollHdr *mine, const float *sb,
+                     float *rb, const float *own, size_t n) {
     for (size_t off = 0; off < n || (n == 0 && off == 0); off += COLL_CHUNK) {
         size_t len = n - off < COLL_CHUNK ? n - off : COLL_CHUNK;
         float *dst = own ? s->scratch : rb + off;
-        int rc = ring_move(s, next, sb + off, len * sizeof(float), prev, dst, len * sizeof(float), mine);
+        int rc = ring_move(s, next, sb + off, len * sizeof(float), prev, dst,
+                           len * sizeof(float), mine);
         if (rc) return rc;
         if (own) { /* the predecessor's partial sum, then this rank's part */
             memcpy(rb + off, s->scratch, len * sizeof(float));
@@ -474,7 +475,8 @@ static int ring_mod(int a, int W) { return ((a % W) + W) % W; }
 
 int sock_reduce_scatter_sum_f32(Comm *c, const float *send, float *recv, size_t count) {
     SockComm *s = (SockComm *)c;
-    int W = c->world, me = c->rank, next = ring_mod(me + 1, W), prev = ring_mod(me - 1, W), rc;
+    int W = c->world, me = c->rank;
+    int next = ring_mod(me + 1, W), prev = ring_mod(me - 1, W), rc;
     CollHdr mine;
     if (W == 1) {
         memcpy(recv, send, count * sizeof *recv);
@@ -502,7 +504,8 @@ int sock_reduce_scatter_sum_f32(Comm *c, const float *send, float *recv, size_t 
 
 int sock_all_gather_f32(Comm *c, const float *send, float *recv, size_t count) {
     SockComm *s = (SockComm *)c;
-    int W = c->world, me = c->rank, next = ring_mod(me + 1, W), prev = ring_mod(me - 1, W), rc;
+    int W = c->world, me = c->rank;
+    int next = ring_mod(me + 1, W), prev = ring_mod(me - 1, W), rc;
     CollHdr mine;
     memcpy(recv + (size_t)me * count, send, count * sizeof *recv);
     if (W == 1) return PP_OK;
@@ -561,7 +564,10 @@ int sock_split(Comm *c, int color, int key, Comm **out) {
     v[2 * c->rank + 1] = key;
     rc = coll_reduce_f64(s, COLL_SPLIT, v, 2 * W);
     if (rc == PP_OK) {
-        for (int r = 0; r < W; r++) col[r] = (int)v[2 * r], k[r] = (int)v[2 * r + 1];
+        for (int r = 0; r < W; r++) {
+            col[r] = (int)v[2 * r];
+            k[r] = (int)v[2 * r + 1];
+        }
         n = comm_split_plan(W, col, k, c->rank, members, &index);
         for (int i = 0; i < n; i++) members[i] = s->ranks[members[i]];
         if (n > 0)

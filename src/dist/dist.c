@@ -58,7 +58,8 @@ static int tpn_entry(const char **p, int *count, int *reps, int *plain) {
 int dist_parse_tasks_per_node(const char *s, int node, int *ntasks, char *err,
                               size_t errlen) {
     const char *p = s;
-    int entries = 0, found = 0, plain = 0, left = node, count = 0, reps = 0;
+    int entries = 0, found = 0, plain = 0;
+    int left = node, count = 0, reps = 0;
     if (!s || node < 0) return pp_errf(err, errlen, PP_EUSAGE, "bad tasks-per-node query");
     for (;;) {
         if (tpn_entry(&p, &count, &reps, &plain) != 0)
@@ -154,7 +155,8 @@ static int env_master(DistEnv *e, char *err, size_t n) {
     long job = env_id("SLURM_JOB_ID"), step = env_id("SLURM_STEP_ID");
     e->master_port = DIST_DEFAULT_PORT;
     if (e->source == DIST_SRC_SLURM && job >= 0) /* jobs sharing a node: apart */
-        e->master_port = DIST_SLURM_PORT_BASE + (int)(job % 2000) * 10 + (int)((step < 0 ? 0 : step) % 10);
+        e->master_port = DIST_SLURM_PORT_BASE + (int)(job % 2000) * 10 +
+                         (int)((step < 0 ? 0 : step) % 10);
     if ((rc = env_int("MASTER_PORT", 1, 65535, &e->master_port, &set, err, n))) return rc;
     if (addr && strlen(addr) >= sizeof e->master_addr)
         return pp_errf(err, n, PP_EUSAGE, "MASTER_ADDR is too long (%zu characters)",

@@ -1,4 +1,5 @@
-/* dist_auth.c — the job token and the challenge-response of every connection (see dist_auth.h). */
+/* dist_auth.c — the job token and the challenge-response of every connection
+ * (see dist_auth.h). */
 #include "dist_auth.h"
 
 #include <errno.h>

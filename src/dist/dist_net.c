@@ -343,7 +343,10 @@ static int door_victim(const Door *d, const DoorConn *conns, int n) {
         int k;
         if (conns[i].fd < 0) continue;
         k = door_class(d, &conns[i]);
-        if (k < vc || (k == vc && v >= 0 && conns[i].since < conns[v].since)) v = i, vc = k;
+        if (k < vc || (k == vc && v >= 0 && conns[i].since < conns[v].since)) {
+            v = i;
+            vc = k;
+        }
     }
     return v;
 }
@@ -432,13 +435,18 @@ int door_run(Door *d, double deadline) {
     while (!done && pp_now() < deadline) {
         double wake = deadline;
         int k = 0, listening = pp_now() >= accept_at;
-        if (listening) pfd[k] = (struct pollfd){d->lfd, POLLIN, 0}, at[k++] = -1;
-        else if (accept_at < wake) wake = accept_at;
+        if (listening) {
+            pfd[k] = (struct pollfd){d->lfd, POLLIN, 0};
+            at[k++] = -1;
+        } else if (accept_at < wake) {
+            wake = accept_at;
+        }
         for (int i = 0; i < n; i++) {
             if (conns[i].fd < 0) continue;
             if (door_deadline(&conns[i]) < wake) wake = door_deadline(&conns[i]);
-            pfd[k] = (struct pollfd){conns[i].fd, !conns[i].heard || conns[i].authed
-                                                      ? POLLIN : dist_auth_events(&conns[i].auth), 0};
+            pfd[k] = (struct pollfd){
+                conns[i].fd,
+                !conns[i].heard || conns[i].authed ? POLLIN : dist_auth_events(&conns[i].auth), 0};
             at[k++] = i;
         }
         if (poll(pfd, (nfds_t)k, dist_poll_ms(wake - pp_now())) < 0 && errno != EINTR) break;

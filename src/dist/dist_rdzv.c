@@ -238,10 +238,13 @@ static int root_ready(void *ctx, DoorConn *c, char *why, size_t n) {
         c->fd = -1;
         return DOOR_TAKEN;
     }
-    if (st->e->token[0] && rank == 0) { /* an authenticated process that cannot be part of this job */
+    /* an authenticated process that cannot be part of this job */
+    if (st->e->token[0] && rank == 0) {
         root_fail(st, 0, status, "%s", msg);
-        if (st->n_extra < (int)(sizeof st->extra / sizeof st->extra[0]))
-            st->extra[st->n_extra++] = c->fd, c->fd = -1;
+        if (st->n_extra < (int)(sizeof st->extra / sizeof st->extra[0])) {
+            st->extra[st->n_extra++] = c->fd;
+            c->fd = -1;
+        }
         st->stop = 1;
         return c->fd < 0 ? DOOR_TAKEN : DOOR_DROP;
     }
@@ -278,7 +281,8 @@ static void root_timeout(RootState *st, double timeout) {
     size_t off = 0, k = 0;
     for (int r = 1; r < e->world && off < sizeof missing - 8; r++)
         if (st->fds[r] < 0)
-            off += (size_t)snprintf(missing + off, sizeof missing - off, "%s%d", off ? ", " : "", r);
+            off += (size_t)snprintf(missing + off, sizeof missing - off, "%s%d",
+                                    off ? ", " : "", r);
     for (int i = 0; i < st->n_notes && k < sizeof notes; i++)
         k += (size_t)snprintf(notes + k, sizeof notes - k, "%s%s", i ? "; " : "", st->notes[i]);
     root_fail(st, 0, PP_ERUNTIME, "timed out after %g s waiting for rank(s) %s to join the "
@@ -374,7 +378,8 @@ static int member_join(const DistEnv *e, double deadline, int *out, char *err, s
                 DistAuthConn a;
                 if (fd < 0) continue;
                 eno = dist_connect_by(fd, ai->ai_addr, ai->ai_addrlen, cend);
-                if (eno == 0 && dist_auth_client(&a, fd, AUTH_RDZV, e->token, deadline) == AUTH_DONE) {
+                if (eno == 0 &&
+                    dist_auth_client(&a, fd, AUTH_RDZV, e->token, deadline) == AUTH_DONE) {
                     freeaddrinfo(res);
                     *out = fd;
                     return PP_OK;
@@ -427,8 +432,9 @@ static int member_verdict(const DistEnv *e, int fd, double deadline, RdzvEntry *
         return pp_errf(err, n, PP_ERUNTIME, "rank 0 did not finish the rendezvous in time — "
                        "are all %d ranks started? see rank 0's log", e->world);
     if (io != DIST_IO_OK)
-        return pp_errf(err, n, PP_ERUNTIME, "lost connection to rank 0 during the rendezvous "
-                       "(%s) — see rank 0's log", io == DIST_IO_ERROR && !*lost ? "bad reply" : why);
+        return pp_errf(err, n, PP_ERUNTIME,
+                       "lost connection to rank 0 during the rendezvous (%s) — see rank 0's log",
+                       io == DIST_IO_ERROR && !*lost ? "bad reply" : why);
     for (int r = 0; r < e->world; r++) tab[r].host[RDZV_HOST - 1] = '\0';
     return PP_OK;
 }
@@ -441,7 +447,8 @@ static int member_hello(const DistEnv *e, int fd, const RdzvHello *h, const char
     char why[128];
     int io = dist_xfer_part(fd, h, sizeof *h, &so, NULL, 0, &ro, 0, deadline, why, sizeof why);
     if (io == DIST_IO_OK)
-        io = dist_xfer_part(fd, e->job, h->job_len, &jo, NULL, 0, &ro, 0, deadline, why, sizeof why);
+        io = dist_xfer_part(fd, e->job, h->job_len, &jo, NULL, 0, &ro, 0, deadline, why,
+                            sizeof why);
     if (io == DIST_IO_OK)
         io = dist_xfer_part(fd, cfg, h->cfg_len, &co, NULL, 0, &ro, 0, deadline, why, sizeof why);
     *lost = io == DIST_IO_CLOSED || io == DIST_IO_ERROR;
@@ -498,7 +505,8 @@ static int mesh_addr(int p, const RdzvEntry *tab, const struct sockaddr_storage 
     *len = rootlen;
     if (p == 0) return PP_OK;
     if ((rc = dist_resolve(tab[p].host, (int)tab[p].port, 1, &res, err, n))) return rc;
-    if (!dist_addr_is_loopback(res->ai_addr) || dist_addr_is_loopback((const struct sockaddr *)root)) {
+    if (!dist_addr_is_loopback(res->ai_addr) ||
+        dist_addr_is_loopback((const struct sockaddr *)root)) {
         memcpy(sa, res->ai_addr, res->ai_addrlen);
         *len = res->ai_addrlen;
     } else if (sa->ss_family == AF_INET6) { /* rank p is on rank 0's node, reached over */
@@ -594,8 +602,9 @@ static int mesh_ready(void *ctx, DoorConn *c, char *why, size_t n) {
     memcpy(&h, c->hdr, sizeof h);
     slot = &(h.channel == 0 ? ms->m->data_fd : ms->m->coll_fd)[h.rank];
     if (*slot >= 0)
-        return pp_errf(why, n, DOOR_DROP, "rank %d's %s connection is already made (a second "
-                       "process claims rank %d)", h.rank, h.channel ? "collective" : "data", h.rank);
+        return pp_errf(why, n, DOOR_DROP,
+                       "rank %d's %s connection is already made (a second process claims rank %d)",
+                       h.rank, h.channel ? "collective" : "data", h.rank);
     ack = (MeshHello){MESH_MAGIC, ms->e->rank, ms->e->world, h.channel};
     if (dist_xfer(c->fd, &ack, sizeof ack, NULL, 0, 1.0, why, n) != DIST_IO_OK) return DOOR_DROP;
     *slot = c->fd;
@@ -618,7 +627,8 @@ static int mesh_accept(const DistEnv *e, int lfd, double deadline, double timeou
     if (door_run(&d, deadline)) return PP_OK;
     for (int p = e->rank + 1; p < e->world && off < sizeof missing - 8; p++)
         if (m->data_fd[p] < 0 || m->coll_fd[p] < 0)
-            off += (size_t)snprintf(missing + off, sizeof missing - off, "%s%d", off ? ", " : "", p);
+            off += (size_t)snprintf(missing + off, sizeof missing - off, "%s%d",
+                                    off ? ", " : "", p);
     return pp_errf(err, n, PP_ERUNTIME, "timed out after %g s waiting for rank(s) %s to connect "
                    "to rank %d — see their logs", timeout, missing, e->rank);
 }
@@ -631,7 +641,8 @@ static int mesh_confirm(const DistEnv *e, double deadline, DistMesh *m, char *er
             char why[128] = "bad acknowledgement";
             int fd = (ch == 0 ? m->data_fd : m->coll_fd)[p];
             size_t so = 0, ro = 0;
-            int io = dist_xfer_part(fd, NULL, 0, &so, &h, sizeof h, &ro, 0, deadline, why, sizeof why);
+            int io = dist_xfer_part(fd, NULL, 0, &so, &h, sizeof h, &ro, 0, deadline, why,
+                                    sizeof why);
             if (io != DIST_IO_OK || h.magic != MESH_MAGIC || h.rank != p || h.channel != ch)
                 return pp_errf(err, n, PP_ERUNTIME, "lost connection to rank %d while "
                                "connecting (%s) — see rank %d's log", p, why, p);
@@ -691,6 +702,9 @@ int dist_connect(const DistEnv *e, const char *cfg, double timeout, DistMesh *m,
         return rc;
     }
     for (int p = 0; p < e->world; p++)
-        if (p != e->rank) dist_tune_socket(m->data_fd[p]), dist_tune_socket(m->coll_fd[p]);
+        if (p != e->rank) {
+            dist_tune_socket(m->data_fd[p]);
+            dist_tune_socket(m->coll_fd[p]);
+        }
     return PP_OK;
 }

@@ -84,14 +84,15 @@ int plan_trace_costs(const char *path, int S, TraceCosts *tc, char *err, size_t 
  * the three are not separable: the embedding and head then take their share of the
  * FLOP model (partition_costs_time's ratios, a from model_arch_costs). Returns the largest relative
  * misfit of a stage's F + B. */
-double plan_fit_layers(const Partition *p, const double *F, const double *B, const ArchCosts *a, LayerCosts *c);
+double plan_fit_layers(const Partition *p, const double *F, const double *B, const ArchCosts *a,
+                       LayerCosts *c);
 
 /* Rank pp's memory plan ([Note: memory plan] in model.h) for schedule s (fwd: its
  * forward-only twin), partition part, microbatch B x seq_len and recompute mode `mode`:
  * what runtime_init allocates, with the CPU backend's attention (the CUDA backend keeps
  * the same probabilities). */
-void plan_rank_memory(const Config *cfg, const Schedule *s, const Schedule *fwd, const Partition *part, int pp,
-                      int mode, int B, ModelPlan *plan);
+void plan_rank_memory(const Config *cfg, const Schedule *s, const Schedule *fwd,
+                      const Partition *part, int pp, int mode, int B, ModelPlan *plan);
 
 #define PLAN_MAX_LINKS 8
 #define PLAN_MAX_LIST 32
@@ -117,7 +118,7 @@ void plan_grid_default(PlanGrid *g);
  * (pipeline.balance: time), and print one table per link (json: one JSON object
  * instead). Deterministic for given costs. Returns PP_OK, or PP_ERUNTIME with a
  * message if a schedule fails to build or simulate. */
-int plan_sweep(const Config *cfg, const LayerCosts *c, const PlanGrid *g, int json, FILE *f, char *err,
-               size_t errlen);
+int plan_sweep(const Config *cfg, const LayerCosts *c, const PlanGrid *g, int json, FILE *f,
+               char *err, size_t errlen);
 
 #endif

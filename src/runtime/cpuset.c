@@ -41,7 +41,8 @@ int cpuset_count(const CpuSet *s) {
 int cpuset_threads(int world, const CpuSet *all, int rank, char *why, size_t whylen) {
     const CpuSet *me = &all[rank];
     double share = 0;
-    int cpus = 0, shared = 0, kmin = 0, kmax = 0, threads;
+    int cpus = 0, shared = 0, kmin = 0, kmax = 0;
+    int threads;
     for (int c = 0; c < CPUSET_MAX; c++) {
         if (!has(me, c)) continue;
         int k = 0; /* the ranks of this node that may run on CPU c, this one included */
@@ -57,12 +58,17 @@ int cpuset_threads(int world, const CpuSet *all, int rank, char *why, size_t why
     if (cpus == 0) /* an empty mask cannot run: the kernel never reports one */
         snprintf(why, whylen, "no CPU in its affinity mask");
     else if (shared == 0)
-        snprintf(why, whylen, "the %d CPU(s) of its affinity mask, which no other rank on this node may run on",
+        snprintf(why, whylen,
+                 "the %d CPU(s) of its affinity mask, which no other rank on this node may run on",
                  cpus);
     else if (kmin == kmax && shared == cpus)
-        snprintf(why, whylen, "the %d CPU(s) of its affinity mask, shared by %d rank(s) on this node", cpus, kmax);
+        snprintf(why, whylen,
+                 "the %d CPU(s) of its affinity mask, shared by %d rank(s) on this node",
+                 cpus, kmax);
     else
-        snprintf(why, whylen, "its share of the %d CPU(s) of its affinity mask, %d of which other ranks on this node "
-                 "may run on too: a CPU that k ranks share counts 1/k", cpus, shared);
+        snprintf(why, whylen,
+                 "its share of the %d CPU(s) of its affinity mask, %d of which other ranks on this "
+                 "node may run on too: a CPU that k ranks share counts 1/k",
+                 cpus, shared);
     return threads;
 }

@@ -116,8 +116,8 @@ void runtime_free(Runtime *rt);
  * (PartitionCosts), or NULL for the cost model; replicas: the data-parallel replicas
  * (a microbatch is batch_size / (replicas x microbatches) sequences). PP_OK or PP_EUSAGE
  * with a message. */
-int runtime_partition(const Config *cfg, const Schedule *sched, const double *measured, int replicas,
-                      Partition *part, char *err, size_t errlen);
+int runtime_partition(const Config *cfg, const Schedule *sched, const double *measured,
+                      int replicas, Partition *part, char *err, size_t errlen);
 
 /* What rank pp of a pipeline builds ([Note: memory plan] in model.h): its v chunks'
  * specs (slot pools from each stage's peak in the training and forward-only
@@ -126,8 +126,9 @@ int runtime_partition(const Config *cfg, const Schedule *sched, const double *me
  * nblocks[1] that keep all and nblocks[0] that recompute, from the rank's peak over its
  * chunks together, split by the keep marks. runtime_init builds exactly this;
  * `pptrain schedule` plans with it. */
-void runtime_chunk_plan(const Schedule *train, const Schedule *fwd, const Partition *part, int pp, int recompute,
-                        int rc_layers, ChunkSpec *specs, ChunkRecompute *rc, int *nwstate, int nblocks[2]);
+void runtime_chunk_plan(const Schedule *train, const Schedule *fwd, const Partition *part, int pp,
+                        int recompute, int rc_layers, ChunkSpec *specs, ChunkRecompute *rc,
+                        int *nwstate, int nblocks[2]);
 
 /* Result of one training step (the same on every rank). */
 typedef struct {
@@ -164,7 +165,8 @@ int runtime_check_loss(Runtime *rt, int step, double *loss, char *err, size_t er
 
 /* PP_OK if loss is finite; else PP_ERUNTIME with "step <step>: <what> is <loss>, not
  * finite: ..." and what to do, as runtime_step says of a non-finite training loss. */
-int runtime_check_finite(const Runtime *rt, int step, const char *what, double loss, char *err, size_t errlen);
+int runtime_check_finite(const Runtime *rt, int step, const char *what, double loss, char *err,
+                         size_t errlen);
 
 /* Count the last step in the performance report (call after runtime_step; the first
  * steps, which warm caches and fault pages in, are best left out). */
@@ -173,7 +175,8 @@ void runtime_measure(Runtime *rt);
 /* Collective (every rank calls it): print this rank's busy/idle split and peak RSS (in
  * MB of 10^6 bytes, like every size pptrain prints) and, on rank 0, the pipeline
  * efficiency: the simulator's makespan of this schedule with the measured mean F and B
- * (and, for a split backward, I and W: [Note: split costs] in sched_sim.h) time of every stage, over the measured time of the action list (the step without the
+ * (and, for a split backward, I and W: [Note: split costs] in sched_sim.h) time of
+ * every stage, over the measured time of the action list (the step without the
  * optimizer). */
 int runtime_report(Runtime *rt, char *err, size_t errlen);
 

@@ -32,10 +32,11 @@
  * advances only between actions and during waits (no thread does its additions), and a
  * stage's gradients are final only after its last action: with one stage per rank and
  * no later stage (1 x D) nothing can hide. The report (runtime_report) says how much of
- * it ended before the slowest rank's action list did ([Note: hidden all-reduce]). The grad norm then counts each tensor once (replica 0), the tied embedding's
- * pair sum (runtime.c) runs after the replicas' sums: ((sum over replicas of stage 0's
- * part) + (sum of the head's part)), the same on all 2D ranks. On a device backend the
- * rings run on a host copy of the gradients ([Note: host staging] in runtime.c). */
+ * it ended before the slowest rank's action list did ([Note: hidden all-reduce]). The
+ * grad norm then counts each tensor once (replica 0), the tied embedding's pair sum
+ * (runtime.c) runs after the replicas' sums: ((sum over replicas of stage 0's part) +
+ * (sum of the head's part)), the same on all 2D ranks. On a device backend the rings
+ * run on a host copy of the gradients ([Note: host staging] in runtime.c). */
 
 enum { KIND_DP = 4 }; /* runtime.c's kind_names[4] */
 
@@ -50,8 +51,10 @@ static int tensor_stages(const Runtime *rt, const ParamTensor *t, int *stages) {
 
 /* After which action of this rank's training list tensor t's gradient is final. */
 static int tensor_ready(const Runtime *rt, const ParamTensor *t, const int *last) {
-    int stages[PP_MAX_CHUNKS], n = tensor_stages(rt, t, stages), len = rt->sched.len[rt->lay.pp], ready = -1;
-    if (!strcmp(t->name, "wte") && rt->chunk_of[0] >= 0 && rt->chunk_of[rt->S - 1] >= 0) return len; /* the fold */
+    int stages[PP_MAX_CHUNKS], n = tensor_stages(rt, t, stages);
+    int len = rt->sched.len[rt->lay.pp], ready = -1;
+    /* the fold */
+    if (!strcmp(t->name, "wte") && rt->chunk_of[0] >= 0 && rt->chunk_of[rt->S - 1] >= 0) return len;
     for (int i = 0; i < n; i++)
         if (last[stages[i]] > ready) ready = last[stages[i]];
     return ready < 0 ? len : ready;
@@ -91,7 +94,8 @@ static void zero_plan(Runtime *rt, const int *order, const int *first) {
     d->held = 0;
     for (int b = 0; b < d->nb; b++) {
         DpBucket *bk = &d->b[b];
-        int alone = tied_pair_wte(rt, &m->tensors[order[first[b]]]); /* a bucket of its own (plan_buckets) */
+        /* a bucket of its own (plan_buckets) */
+        int alone = tied_pair_wte(rt, &m->tensors[order[first[b]]]);
         bk->bounds = pp_calloc((size_t)D + 1, sizeof(size_t));
         int q = 0;
         for (int j = first[b]; j < first[b + 1]; j++) {
@@ -100,17 +104,28 @@ static void zero_plan(Runtime *rt, const int *order, const int *first) {
             int owner = alone ? 0 : (int)(mid * (size_t)D / bk->n);
             if (owner > D - 1) owner = D - 1;
             while (q < owner) bk->bounds[++q] = t->offset - bk->off; /* blocks q+1.. start here */
-            if (owner == rt->lay.dp) d->zoff[order[j]] = d->held, d->held += t->numel;
+            if (owner == rt->lay.dp) {
+                d->zoff[order[j]] = d->held;
+                d->held += t->numel;
+            }
         }
         while (q < D) bk->bounds[++q] = bk->n;
     }
     const Backend *be = rt->model.be;
     int arrays = optim_state_arrays(rt->cfg);
-    if (arrays >= 1) d->opt_m = be->alloc(be, (d->held ? d->held : 1) * sizeof(float)), be->zero(be, d->opt_m, d->held * sizeof(float));
-    if (arrays >= 2) d->opt_v = be->alloc(be, (d->held ? d->held : 1) * sizeof(float)), be->zero(be, d->opt_v, d->held * sizeof(float));
-    printf("rank %d: ZeRO-1: optimizer state of %zu of this stage's %zu parameters (%d array%s) = %.1f MB instead of "
-           "%.1f MB: %.1f MB saved\n", rt->lay.rank, d->held, m->nparams, arrays, arrays == 1 ? "" : "s",
-           arrays * d->held * 4 / 1e6, arrays * m->nparams * 4 / 1e6, arrays * (m->nparams - d->held) * 4 / 1e6);
+    if (arrays >= 1) {
+        d->opt_m = be->alloc(be, (d->held ? d->held : 1) * sizeof(float));
+        be->zero(be, d->opt_m, d->held * sizeof(float));
+    }
+    if (arrays >= 2) {
+        d->opt_v = be->alloc(be, (d->held ? d->held : 1) * sizeof(float));
+        be->zero(be, d->opt_v, d->held * sizeof(float));
+    }
+    printf("rank %d: ZeRO-1: optimizer state of %zu of this stage's %zu parameters (%d array%s) = "
+           "%.1f MB instead of %.1f MB: %.1f MB saved\n",
+           rt->lay.rank, d->held, m->nparams, arrays, arrays == 1 ? "" : "s",
+           arrays * d->held * 4 / 1e6, arrays * m->nparams * 4 / 1e6,
+           arrays * (m->nparams - d->held) * 4 / 1e6);
 }
 
 /* Cut the gradients into buckets ([Note: data parallel]). */
@@ -122,33 +137,44 @@ static void plan_buckets(Runtime *rt) {
     for (int s = 0; s < rt->S; s++) last[s] = -1;
     for (int k = 0; k < sc->len[pp]; k++) {
         const Action *a = &sc->acts[pp][k];
-        if (a->type == ACT_F || a->type == ACT_B || a->type == ACT_I || a->type == ACT_W) last[a->stage] = k;
+        if (a->type == ACT_F || a->type == ACT_B || a->type == ACT_I || a->type == ACT_W)
+            last[a->stage] = k;
     }
-    for (int i = 0; i < nt; i++) ready[i] = tensor_ready(rt, &m->tensors[i], last), order[i] = i;
+    for (int i = 0; i < nt; i++) {
+        ready[i] = tensor_ready(rt, &m->tensors[i], last);
+        order[i] = i;
+    }
     for (int i = 1; i < nt; i++) /* insertion sort: a few hundred tensors at most */
         for (int j = i; j > 0 && goes_before(m, ready, order[j], order[j - 1]); j--) {
             int t = order[j];
-            order[j] = order[j - 1], order[j - 1] = t;
+            order[j] = order[j - 1];
+            order[j - 1] = t;
         }
     DpSync *d = &rt->dp;
     d->b = pp_calloc((size_t)nt * 2 + 1, sizeof(DpBucket));
     d->nb = 0;
-    int *first = pp_malloc((size_t)(nt + 1) * sizeof(int)); /* bucket b's tensors: order[first[b] .. first[b+1]) */
+    /* bucket b's tensors: order[first[b] .. first[b+1]) */
+    int *first = pp_malloc((size_t)(nt + 1) * sizeof(int));
     int cur_alone = 0; /* the last bucket is the tied wte's own, which nothing joins */
     for (int j = 0; j < nt; j++) {
         const ParamTensor *t = &m->tensors[order[j]];
         DpBucket *cur = d->nb ? &d->b[d->nb - 1] : NULL;
         int alone = d->zero && tied_pair_wte(rt, t); /* [Note: ZeRO-1] */
-        if (cur && !alone && !cur_alone && cur->ready == ready[order[j]] && cur->off + cur->n == t->offset &&
-            cur->n + t->numel <= DP_BUCKET_FLOATS)
+        if (cur && !alone && !cur_alone && cur->ready == ready[order[j]] &&
+            cur->off + cur->n == t->offset && cur->n + t->numel <= DP_BUCKET_FLOATS) {
             cur->n += t->numel;
-        else
-            first[d->nb] = j, d->b[d->nb++] = (DpBucket){t->offset, t->numel, ready[order[j]], NULL};
+        } else {
+            first[d->nb] = j;
+            d->b[d->nb++] = (DpBucket){t->offset, t->numel, ready[order[j]], NULL};
+        }
         cur_alone = alone;
     }
     first[d->nb] = nt;
     if (d->zero) zero_plan(rt, order, first);
-    free(first), free(last), free(ready), free(order);
+    free(first);
+    free(last);
+    free(ready);
+    free(order);
 }
 
 int dp_init(Runtime *rt, char *err, size_t errlen) {
@@ -157,7 +183,8 @@ int dp_init(Runtime *rt, char *err, size_t errlen) {
     if (rt->lay.D == 1) return PP_OK;
     d->zero = rt->cfg->optimizer_shard;
     if (comm_split(rt->comm, rt->lay.pp, rt->lay.dp, &d->group) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "forming the group of replicas of pipeline rank %d: %s", rt->lay.pp,
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "forming the group of replicas of pipeline rank %d: %s", rt->lay.pp,
                        comm_error(rt->comm));
     plan_buckets(rt);
     size_t most = 1; /* the longest block any ring receives */
@@ -186,8 +213,13 @@ void dp_free(Runtime *rt) {
         else free(d->host);
     }
     for (int i = 0; i < d->nb && d->b; i++) free(d->b[i].bounds);
-    if (be) be->dealloc(be, d->opt_m), be->dealloc(be, d->opt_v);
-    free(d->tmp), free(d->b), free(d->zoff);
+    if (be) {
+        be->dealloc(be, d->opt_m);
+        be->dealloc(be, d->opt_v);
+    }
+    free(d->tmp);
+    free(d->b);
+    free(d->zoff);
     comm_destroy(d->group);
     memset(d, 0, sizeof *d);
 }
@@ -220,9 +252,10 @@ static int dp_advance(Runtime *rt, int limit, int block, char *err, size_t errle
         if (d->active) {
             int done = 0, rc = block ? comm_ring_wait(&d->ring) : comm_ring_test(&d->ring, &done);
             if (rc != PP_OK)
-                return pp_errf(err, errlen, PP_ERUNTIME, "gradient all-reduce among the replicas of pipeline rank %d "
-                               "(bucket %d of %d) at step %d: %s", rt->lay.pp, d->next, d->nb, d->step,
-                               comm_error(d->group));
+                return pp_errf(err, errlen, PP_ERUNTIME,
+                               "gradient all-reduce among the replicas of pipeline rank %d (bucket "
+                               "%d of %d) at step %d: %s",
+                               rt->lay.pp, d->next, d->nb, d->step, comm_error(d->group));
             if (!block && !done) return PP_OK;
             const DpBucket *b = &d->b[d->next - 1];
             if (d->host) {
@@ -231,7 +264,9 @@ static int dp_advance(Runtime *rt, int limit, int block, char *err, size_t errle
             }
             d->active = 0;
             d->t_done = pp_now();
-            if (rt->trace) trace_add(rt->trace, "all-reduce", "comm", d->bucket_us, trace_now_us(), -1, d->next - 1, d->step);
+            if (rt->trace)
+                trace_add(rt->trace, "all-reduce", "comm", d->bucket_us, trace_now_us(), -1,
+                          d->next - 1, d->step);
         }
         if (d->next >= d->nb || d->b[d->next].ready > limit) return PP_OK;
         const DpBucket *b = &d->b[d->next];
@@ -239,8 +274,10 @@ static int dp_advance(Runtime *rt, int limit, int block, char *err, size_t errle
         if (d->next == 0) d->t_first = pp_now();
         d->bucket_us = trace_now_us();
         if (comm_ring_start(&d->ring, d->group, d->zero ? RING_REDUCE_SCATTER : RING_ALLREDUCE,
-                            bucket_buf(rt, rt->model.grads, b), b->n, b->bounds, d->tmp, &tag) != PP_OK)
-            return pp_errf(err, errlen, PP_ERUNTIME, "starting the gradient all-reduce at step %d: %s", d->step,
+                            bucket_buf(rt, rt->model.grads, b), b->n, b->bounds,
+                            d->tmp, &tag) != PP_OK)
+            return pp_errf(err, errlen, PP_ERUNTIME,
+                           "starting the gradient all-reduce at step %d: %s", d->step,
                            comm_error(d->group));
         d->next++;
         d->active = 1;
@@ -303,28 +340,38 @@ int dp_report(Runtime *rt, char *err, size_t errlen) {
     if (!d->group || n == 0) return PP_OK;
     double *v = pp_calloc(4 * (size_t)W, sizeof(double));
     int r = rt->lay.rank;
-    v[r] = rt->sum_pipe_s / n, v[W + r] = d->sum_end_s / n, v[2 * W + r] = d->sum_span_s / n;
+    v[r] = rt->sum_pipe_s / n;
+    v[W + r] = d->sum_end_s / n;
+    v[2 * W + r] = d->sum_span_s / n;
     v[3 * W + r] = d->sum_exposed_s / n;
     if (comm_allreduce_sum_f64(rt->comm, v, 4 * W) != PP_OK) {
         free(v);
-        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the data-parallel report: %s", comm_error(rt->comm));
+        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the data-parallel report: %s",
+                       comm_error(rt->comm));
     }
     if (r == 0) {
         double pipe = 0, exposed = 0, dur = 0, wait = 0;
-        for (int q = 0; q < W; q++) pipe = v[q] > pipe ? v[q] : pipe, wait += v[3 * W + q] / W;
+        for (int q = 0; q < W; q++) {
+            pipe = v[q] > pipe ? v[q] : pipe;
+            wait += v[3 * W + q] / W;
+        }
         for (int p = 0; p < rt->lay.P; p++) {
             double end = 0, span = 1e30;
             for (int k = 0; k < D; k++) {
                 int q = layout_rank_of(&rt->lay, p, k);
-                end = v[W + q] > end ? v[W + q] : end, span = v[2 * W + q] < span ? v[2 * W + q] : span;
+                end = v[W + q] > end ? v[W + q] : end;
+                span = v[2 * W + q] < span ? v[2 * W + q] : span;
             }
-            exposed += end > pipe ? end - pipe : 0, dur += span;
+            exposed += end > pipe ? end - pipe : 0;
+            dur += span;
         }
         double hidden = dur > 0 ? 1 - exposed / dur : 1;
-        printf("data parallel: %d replicas; gradient all-reduce %.1f MB per step on pipeline rank 0 (%d bucket%s): "
-               "runs %.1f ms summed over the pipeline ranks, %.1f ms of it after the slowest action list: %.0f%% hidden "
-               "behind computation (ranks wait %.1f ms for it on average)\n", D, rt->model.nparams * 4 / 1e6, d->nb,
-               d->nb == 1 ? "" : "s", dur * 1e3, exposed * 1e3, 100 * (hidden < 0 ? 0 : hidden), wait * 1e3);
+        printf("data parallel: %d replicas; gradient all-reduce %.1f MB per step on pipeline rank "
+               "0 (%d bucket%s): runs %.1f ms summed over the pipeline ranks, %.1f ms of it after "
+               "the slowest action list: %.0f%% hidden behind computation (ranks wait %.1f ms for "
+               "it on average)\n",
+               D, rt->model.nparams * 4 / 1e6, d->nb, d->nb == 1 ? "" : "s", dur * 1e3,
+               exposed * 1e3, 100 * (hidden < 0 ? 0 : hidden), wait * 1e3);
     }
     free(v);
     return PP_OK;
@@ -338,10 +385,13 @@ int dp_gather_params(Runtime *rt, char *err, size_t errlen) {
         const DpBucket *b = &d->b[i];
         CommTag tag = {.step = d->step, .stage = d->nb + i, .mb = 0, .kind = KIND_DP};
         float *buf = bucket_buf(rt, rt->model.params, b);
-        if (comm_ring_start(&d->ring, d->group, RING_ALL_GATHER, buf, b->n, b->bounds, d->tmp, &tag) != PP_OK ||
+        if (comm_ring_start(&d->ring, d->group, RING_ALL_GATHER, buf, b->n, b->bounds,
+                            d->tmp, &tag) != PP_OK ||
             comm_ring_wait(&d->ring) != PP_OK)
-            return pp_errf(err, errlen, PP_ERUNTIME, "all-gather of the parameters among the replicas of pipeline rank "
-                           "%d (bucket %d of %d) at step %d: %s", rt->lay.pp, i, d->nb, d->step, comm_error(d->group));
+            return pp_errf(err, errlen, PP_ERUNTIME,
+                           "all-gather of the parameters among the replicas of pipeline rank %d "
+                           "(bucket %d of %d) at step %d: %s",
+                           rt->lay.pp, i, d->nb, d->step, comm_error(d->group));
         if (d->host) {
             be->to_device(be, rt->model.params + b->off, buf, b->n * sizeof(float));
             be->wait(be);

@@ -22,7 +22,8 @@ typedef struct {
 } DpBucket;
 
 typedef struct {
-    Comm *group;     /* the D ranks holding this pipeline rank, ranked by replica; NULL when D = 1 */
+    Comm *group;     /* the D ranks holding this pipeline rank, ranked by replica;
+                        NULL when D = 1 */
     int nb;          /* buckets, in the order every replica runs them */
     DpBucket *b;
     int next;        /* the next bucket to start this step */
@@ -37,10 +38,13 @@ typedef struct {
                         DP_NOT_HELD when another replica keeps it */
     float *opt_m, *opt_v; /* ZeRO-1: [held] device: the state of the tensors this replica holds */
     size_t held;     /* ZeRO-1: parameters whose state this replica keeps */
-    double t0, t_first, t_done; /* of the last step: its start, first bucket start, last bucket end */
+    double t0, t_first, t_done; /* of the last step: its start, first bucket start,
+                                   last bucket end */
     double bucket_us;           /* when the running bucket started (trace clock) */
-    double span_s, exposed_s;   /* of the last step: first start to last end; the wait after the list */
-    double sum_span_s, sum_end_s, sum_exposed_s; /* over measured steps: span, t_done - t0, exposed */
+    double span_s, exposed_s;   /* of the last step: first start to last end; the wait
+                                   after the list */
+    double sum_span_s, sum_end_s, sum_exposed_s; /* over measured steps: span, t_done - t0,
+                                                    exposed */
 } DpSync;
 
 struct Runtime;

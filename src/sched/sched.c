@@ -137,7 +137,10 @@ int sched_init(Schedule *s, const char *name, int P, int v, int M, char *err, si
         return pp_errf(err, errlen, PP_EUSAGE,
                        "P*v = %ld stages is more than the %d a schedule can hold",
                        (long)P * v, SCHED_MAX_STAGES);
-    s->P = P, s->v = v, s->M = M, s->S = P * v;
+    s->P = P;
+    s->v = v;
+    s->M = M;
+    s->S = P * v;
     snprintf(s->name, sizeof s->name, "%s", name);
     s->len = pp_calloc((size_t)P, sizeof *s->len);
     s->cap = pp_calloc((size_t)P, sizeof *s->cap);
@@ -198,7 +201,8 @@ int sched_action_deps(const Schedule *s, Action a, Action deps[SCHED_MAX_DEPS]) 
     case ACT_I:
         deps[n++] = act(ACT_F, st, m);
         if (st + 1 < s->S)
-            deps[n++] = same_rank(s, st + 1, st) ? grad_action(s, st + 1, m) : act(ACT_RECV_B, st, m);
+            deps[n++] = same_rank(s, st + 1, st) ? grad_action(s, st + 1, m)
+                                                 : act(ACT_RECV_B, st, m);
         return n;
     case ACT_W: /* its I; and the send that reads the slot W gives back */
         deps[n++] = act(ACT_I, st, m);
@@ -268,7 +272,9 @@ typedef struct {
 
 static void check_init(Check *c, const Schedule *s, char *err, size_t errlen) {
     size_t n = (size_t)s->S * s->M;
-    c->s = s, c->err = err, c->errlen = errlen;
+    c->s = s;
+    c->err = err;
+    c->errlen = errlen;
     for (int t = 0; t < ACT_NTYPES; t++) {
         c->pos[t] = pp_malloc(n * sizeof(int));
         for (size_t i = 0; i < n; i++) c->pos[t][i] = -1;
@@ -619,11 +625,13 @@ static int lower_into(const Schedule *s, Schedule *out, int *mark, char *err, si
         for (int r = 0; r < s->P; r++) { /* lock step: one compute action per rank */
             if (pos[r] == s->len[r] || !lower_ready(s, emitted, s->acts[r][pos[r]])) continue;
             lower_emit(out, emitted, r, s->acts[r][pos[r]++]);
-            left--, progressed = 1;
+            left--;
+            progressed = 1;
         }
         if (!progressed) rc = lower_stuck(s, emitted, pos, mark, err, errlen);
     }
-    free(emitted), free(pos);
+    free(emitted);
+    free(pos);
     return rc;
 }
 
@@ -727,13 +735,17 @@ static int peak_replay(const Schedule *s, int rank, int stage, int keep) {
     for (int i = 0; i < s->len[rank]; i++) {
         Action a = s->acts[rank][i];
         size_t k = (size_t)a.stage * s->M + a.mb;
-        if (a.type == ACT_F && (stage < 0 || a.stage == stage) && (keep < 0 || s->keep[k] == keep) && !held[k]) {
+        if (a.type == ACT_F && (stage < 0 || a.stage == stage) &&
+            (keep < 0 || s->keep[k] == keep) && !held[k]) {
             held[k] = 1;
             if (++cur > peak) peak = cur;
         }
         for (int j = 0, n = sched_action_frees(s, a, freed); j < n; j++) {
             k = (size_t)freed[j] * s->M + a.mb;
-            if ((stage < 0 || freed[j] == stage) && held[k]) held[k] = 0, cur--;
+            if ((stage < 0 || freed[j] == stage) && held[k]) {
+                held[k] = 0;
+                cur--;
+            }
         }
     }
     free(held);
@@ -750,7 +762,9 @@ int sched_peak_inflight_kept(const Schedule *s, int stage, int keep) {
 
 int sched_peak_inflight_rank(const Schedule *s, int rank) { return peak_replay(s, rank, -1, -1); }
 
-int sched_peak_inflight_rank_kept(const Schedule *s, int rank, int keep) { return peak_replay(s, rank, -1, keep); }
+int sched_peak_inflight_rank_kept(const Schedule *s, int rank, int keep) {
+    return peak_replay(s, rank, -1, keep);
+}
 
 void sched_recompute_count(const Schedule *s, int stage, int *run, int *skipped) {
     int r = sched_stage_rank(s, stage);
@@ -824,8 +838,10 @@ static int load_line(Schedule *s, char *text, int rank, const char *origin, int 
     for (char *tok = strtok_r(p, " \t\r\n,", &save); tok; tok = strtok_r(NULL, " \t\r\n,", &save)) {
         Action a;
         if (sched_action_parse(tok, &a) != PP_OK)
-            return pp_errf(err, errlen, PP_EUSAGE, "%s:%d: bad action '%s' (expected <stage><TYPE>"
-                           "<microbatch>, e.g. 1F0, 2B3, 2I3, 2W3, 0SEND_F1, 3RECV_B2)", origin, line, tok);
+            return pp_errf(err, errlen, PP_EUSAGE,
+                           "%s:%d: bad action '%s' (expected <stage><TYPE><microbatch>, e.g. 1F0, "
+                           "2B3, 2I3, 2W3, 0SEND_F1, 3RECV_B2)",
+                           origin, line, tok);
         const char *why = placement_error(s, rank, a);
         if (why)
             return pp_errf(err, errlen, PP_EUSAGE, "%s:%d: action %s on rank %d: %s (P=%d, v=%d,"

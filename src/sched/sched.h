@@ -226,8 +226,9 @@ void sched_append(Schedule *s, int rank, Action a);
 void sched_free(Schedule *s);
 
 /* Run generator `kind` alone: compute-only lists (F and B, or F, I and W, in each
- * rank's order), on the placement of the kind's row. On error returns PP_EUSAGE with a message saying
- * which combination is impossible and why (sched_kind_check), and leaves s empty. */
+ * rank's order), on the placement of the kind's row. On error returns PP_EUSAGE with a
+ * message saying which combination is impossible and why (sched_kind_check), and leaves
+ * s empty. */
 int sched_generate(Schedule *s, const char *kind, int P, int v, int M, char *err,
                    size_t errlen);
 

@@ -118,9 +118,11 @@ static double bubble_interleaved(int P, int v, int M, const char **formula) {
 static void gen_looped_bfs(Schedule *s) {
     for (int r = 0; r < s->P; r++) {
         for (int c = 0; c < s->v; c++)
-            for (int m = 0; m < s->M; m++) sched_append(s, r, act(ACT_F, sched_rank_stage(s, r, c), m));
+            for (int m = 0; m < s->M; m++)
+                sched_append(s, r, act(ACT_F, sched_rank_stage(s, r, c), m));
         for (int c = s->v - 1; c >= 0; c--)
-            for (int m = 0; m < s->M; m++) sched_append(s, r, act(ACT_B, sched_rank_stage(s, r, c), m));
+            for (int m = 0; m < s->M; m++)
+                sched_append(s, r, act(ACT_B, sched_rank_stage(s, r, c), m));
     }
 }
 
@@ -150,7 +152,8 @@ static double bubble_looped_bfs(int P, int v, int M, const char **formula) {
  * weight gradients add up in the order 1F1B adds them (bitwise the same). */
 static void gen_zb_h1(Schedule *s) {
     for (int r = 0; r < s->P; r++) {
-        int M = s->M, nf = 0, ni = 0, nw = 0, warmup = s->P - 1 - r < M ? s->P - 1 - r : M;
+        int M = s->M, nf = 0, ni = 0, nw = 0;
+        int warmup = s->P - 1 - r < M ? s->P - 1 - r : M;
         while (nf < warmup) sched_append(s, r, act(ACT_F, r, nf++));
         while (ni < M) {
             if (nf < M) sched_append(s, r, act(ACT_F, r, nf++));
@@ -193,7 +196,8 @@ static int zbv_pick(const Schedule *s, int r, int t, const int *next, const int 
     for (int kind = 0; kind < 3 && best < 0; kind++) { /* 0: I, 1: F, 2: W */
         if (kind == 1 && held >= 2 * s->P) continue;
         for (int c = 1; c >= 0; c--) {
-            int st = sched_rank_stage(s, r, c), type = kind == 0 ? ACT_I : kind == 1 ? ACT_F : ACT_W;
+            int st = sched_rank_stage(s, r, c);
+            int type = kind == 0 ? ACT_I : kind == 1 ? ACT_F : ACT_W;
             int m = next[type * S + st];
             if (m >= M) continue;
             const int *fdone = done + (size_t)ACT_F * S * M, *idone = done + (size_t)ACT_I * S * M;
@@ -208,7 +212,10 @@ static int zbv_pick(const Schedule *s, int r, int t, const int *next, const int 
                 ok = idone[st * M + m] >= 0 && idone[st * M + m] <= t;
             }
             int key = m * 2 + (1 - c); /* smallest microbatch, then the deeper chunk */
-            if (ok && key < best_key) best = type * S + st, best_key = key;
+            if (ok && key < best_key) {
+                best = type * S + st;
+                best_key = key;
+            }
         }
     }
     return best;
@@ -216,8 +223,10 @@ static int zbv_pick(const Schedule *s, int r, int t, const int *next, const int 
 
 static void gen_zbv(Schedule *s) {
     int P = s->P, S = s->S, M = s->M, left = 3 * S * M;
-    int *next = pp_calloc((size_t)ACT_NTYPES * S, sizeof(int));     /* next microbatch per type, stage */
-    int *done = pp_malloc((size_t)ACT_NTYPES * S * M * sizeof(int)); /* end time, -1 not yet */
+    /* next microbatch per type, stage */
+    int *next = pp_calloc((size_t)ACT_NTYPES * S, sizeof(int));
+    /* end time, -1 not yet */
+    int *done = pp_malloc((size_t)ACT_NTYPES * S * M * sizeof(int));
     int *free_at = pp_calloc((size_t)P, sizeof(int)), *held = pp_calloc((size_t)P, sizeof(int));
     for (size_t i = 0; i < (size_t)ACT_NTYPES * S * M; i++) done[i] = -1;
     for (int t = 0; left > 0; t++) {
@@ -234,7 +243,10 @@ static void gen_zbv(Schedule *s) {
             left--;
         }
     }
-    free(next), free(done), free(free_at), free(held);
+    free(next);
+    free(done);
+    free(free_at);
+    free(held);
 }
 
 static double bubble_zbv(int P, int v, int M, const char **formula) {

@@ -12,7 +12,8 @@
 /* The costs line of the summary and the SVG: "F=1 B=2 transfer=0", or with W costs
  * ([Note: split costs] in sched_sim.h) "F=1 B(input)=1 W=1 transfer=0". */
 static void costs_text(const SchedSimCosts *c, FILE *f) {
-    if (sched_sim_costs_split(c)) fprintf(f, "F=%g B(input)=%g W=%g transfer=%g", c->F, c->B, c->W, c->X);
+    if (sched_sim_costs_split(c))
+        fprintf(f, "F=%g B(input)=%g W=%g transfer=%g", c->F, c->B, c->W, c->X);
     else fprintf(f, "F=%g B=%g transfer=%g", c->F, c->B, c->X);
 }
 
@@ -127,13 +128,17 @@ void sched_show_summary(const Schedule *s, const SchedSimResult *res, const Sche
     double closed = sched_bubble_closed_form(s, &formula);
     fprintf(f, "schedule %s: P=%d ranks, v=%d chunk%s per rank (S=%d stages), M=%d microbatches\n",
             s->name, s->P, s->v, s->v == 1 ? "" : "s", s->S, s->M);
-    if (uniform_costs(c))
-        fprintf(f, "costs: "), costs_text(c, f), fprintf(f, " (time units per action)\n");
-    else
+    if (uniform_costs(c)) {
+        fprintf(f, "costs: ");
+        costs_text(c, f);
+        fprintf(f, " (time units per action)\n");
+    } else {
         fprintf(f, "costs: per stage or per action, as given\n");
+    }
     fprintf(f, "makespan %g, bubble fraction %.4f", res->makespan, res->bubble);
     if (closed >= 0)
-        fprintf(f, " (closed form %s = %.4f, for uniform F, B and free transfers)", formula, closed);
+        fprintf(f, " (closed form %s = %.4f, for uniform F, B and free transfers)",
+                formula, closed);
     else
         fprintf(f, " (no closed form for this case)");
     fprintf(f, "\n\nrank  busy      idle      peak_inflight\n");
@@ -220,7 +225,8 @@ static void mb_colour(int m, int dark, char out[8]) {
     double chroma = (1 - fabs(2 * l - 1)) * sat, x = chroma * (1 - fabs(fmod(h, 2) - 1));
     double rgb[3] = {0, 0, 0};
     int sector = (int)h;
-    static const int order[6][3] = {{0, 1, 2}, {1, 0, 2}, {1, 2, 0}, {2, 1, 0}, {2, 0, 1}, {0, 2, 1}};
+    static const int order[6][3] = {{0, 1, 2}, {1, 0, 2}, {1, 2, 0},
+                                    {2, 1, 0}, {2, 0, 1}, {0, 2, 1}};
     rgb[order[sector][0]] = chroma; /* order[sector]: the channels of chroma, x, 0 */
     rgb[order[sector][1]] = x;
     double base = l - chroma / 2;
@@ -243,12 +249,14 @@ static void xml_text(const char *str, FILE *f) {
     }
 }
 
-static void svg_header(const Schedule *s, const SchedSimResult *res, const SchedSimCosts *c, double width,
-                       double height, FILE *f) {
+static void svg_header(const Schedule *s, const SchedSimResult *res, const SchedSimCosts *c,
+                       double width, double height, FILE *f) {
     const char *formula;
     double closed = sched_bubble_closed_form(s, &formula);
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-            "viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+            "viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, "
+            "sans-serif\">\n",
             width, height, width, height);
     fprintf(f, "<defs><pattern id=\"idle\" width=\"8\" height=\"8\" patternUnits=\"userSpaceOnUse\""
             " patternTransform=\"rotate(45)\"><rect width=\"8\" height=\"8\" fill=\"#f3f3f3\"/>"
@@ -258,10 +266,14 @@ static void svg_header(const Schedule *s, const SchedSimResult *res, const Sched
     xml_text(s->name, f);
     fprintf(f, " — P=%d ranks, v=%d chunk%s per rank, M=%d microbatches</text>\n", s->P, s->v,
             s->v == 1 ? "" : "s", s->M);
-    fprintf(f, "<text x=\"%.0f\" y=\"50\" font-size=\"13\" fill=\"#444\">makespan %g, bubble %.1f%%",
+    fprintf(f,
+            "<text x=\"%.0f\" y=\"50\" font-size=\"13\" fill=\"#444\">makespan %g, bubble %.1f%%",
             SVG_LEFT, res->makespan, 100 * res->bubble);
     if (closed >= 0) fprintf(f, " (closed form %s = %.1f%%)", formula, 100 * closed);
-    if (uniform_costs(c)) fprintf(f, "; costs "), costs_text(c, f);
+    if (uniform_costs(c)) {
+        fprintf(f, "; costs ");
+        costs_text(c, f);
+    }
     fprintf(f, "</text>\n");
 }
 
@@ -271,20 +283,25 @@ static void svg_lanes(const Schedule *s, const SchedSimResult *res, double px, F
     double step = nice_step(res->makespan);
     for (int r = 0; r < s->P; r++) {
         double y = SVG_TOP + r * (SVG_LANE + SVG_GAP);
-        fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"url(#idle)\"/>\n",
+        fprintf(f,
+                "<rect x=\"%.0f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" "
+                "fill=\"url(#idle)\"/>\n",
                 SVG_LEFT, y, chart, SVG_LANE);
-        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"13\" text-anchor=\"end\">rank %d</text>\n",
+        fprintf(f,
+                "<text x=\"%.0f\" y=\"%.1f\" font-size=\"13\" text-anchor=\"end\">rank %d</text>\n",
                 SVG_LEFT - 10, y + SVG_LANE / 2 + 4, r);
     }
     for (double t = 0; t <= res->makespan + 1e-9; t += step) {
         double x = SVG_LEFT + t * px;
         fprintf(f, "<line x1=\"%.2f\" y1=\"%.0f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#00000022\"/>\n",
                 x, SVG_TOP - 4, x, bottom);
-        fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\" fill=\"#333\">"
-                "%g</text>\n", x, bottom + 14, t);
+        fprintf(f,
+                "<text x=\"%.2f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\" "
+                "fill=\"#333\">%g</text>\n",
+                x, bottom + 14, t);
     }
-    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\"/>\n", SVG_LEFT,
-            bottom, SVG_LEFT + chart, bottom);
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\"/>\n",
+            SVG_LEFT, bottom, SVG_LEFT + chart, bottom);
     fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" fill=\"#333\">"
             "time</text>\n", SVG_LEFT + chart / 2, bottom + 30);
 }
@@ -296,7 +313,8 @@ static void svg_actions(const Schedule *s, const SchedSimResult *res, double px,
             if (!sched_is_compute(a.type)) continue;
             int dark = a.type == ACT_B || a.type == ACT_I; /* W: dark and dashed */
             char fill[8], label[SCHED_ACTION_TEXT_MAX];
-            double x = SVG_LEFT + res->start[r][i] * px, w = (res->end[r][i] - res->start[r][i]) * px;
+            double x = SVG_LEFT + res->start[r][i] * px;
+            double w = (res->end[r][i] - res->start[r][i]) * px;
             double y = SVG_TOP + r * (SVG_LANE + SVG_GAP);
             mb_colour(a.mb, dark || a.type == ACT_W, fill);
             fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" "
@@ -310,8 +328,10 @@ static void svg_actions(const Schedule *s, const SchedSimResult *res, double px,
             if (w < 7.5 * n + 4) { /* too narrow for "F3": the microbatch alone, if it fits */
                 n = snprintf(label, sizeof label, "%d", (int)a.mb);
                 if (w >= 6.2 * n + 3)
-                    fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\" "
-                            "fill=\"%s\">%s</text>\n", x + w / 2, y + 23, ink, label);
+                    fprintf(f,
+                            "<text x=\"%.2f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\" "
+                            "fill=\"%s\">%s</text>\n",
+                            x + w / 2, y + 23, ink, label);
                 continue;
             }
             fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" "
@@ -335,9 +355,11 @@ static double svg_legend(const Schedule *s, double y, FILE *f) {
     fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"22\" height=\"14\" fill=\"%s\" stroke=\"#222\" "
             "stroke-width=\"1.2\"/><text x=\"%.0f\" y=\"%.1f\">backward B, input-grad I (dark)"
             "</text>\n", SVG_LEFT + 170, y, dark, SVG_LEFT + 198, y + 11);
-    fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"22\" height=\"14\" fill=\"%s\" fill-opacity=\"0.55\" "
-            "stroke=\"#222\" stroke-dasharray=\"3 2\"/><text x=\"%.0f\" y=\"%.1f\">weight-grad W (dashed)"
-            "</text>\n", SVG_LEFT + 420, y, dark, SVG_LEFT + 448, y + 11);
+    fprintf(f,
+            "<rect x=\"%.0f\" y=\"%.1f\" width=\"22\" height=\"14\" fill=\"%s\" "
+            "fill-opacity=\"0.55\" stroke=\"#222\" stroke-dasharray=\"3 2\"/><text x=\"%.0f\" "
+            "y=\"%.1f\">weight-grad W (dashed)</text>\n",
+            SVG_LEFT + 420, y, dark, SVG_LEFT + 448, y + 11);
     fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"22\" height=\"14\" fill=\"url(#idle)\"/>"
             "<text x=\"%.0f\" y=\"%.1f\">idle (bubble)</text>\n", SVG_LEFT + 640, y, SVG_LEFT + 668,
             y + 11);

@@ -21,7 +21,10 @@ typedef struct {
 
 void sched_sim_costs_default(SchedSimCosts *c) {
     memset(c, 0, sizeof *c);
-    c->F = 1, c->B = 2, c->X = 0, c->W = -1;
+    c->F = 1;
+    c->B = 2;
+    c->X = 0;
+    c->W = -1;
 }
 
 int sched_sim_costs_split(const SchedSimCosts *c) { return c->W_stage != NULL || c->W >= 0; }
@@ -150,7 +153,8 @@ static int sched_sim_check_input(const Schedule *s, char *err, size_t errlen) {
 
 static void result_init(SchedSimResult *res, const Schedule *s) {
     memset(res, 0, sizeof *res);
-    res->P = s->P, res->S = s->S;
+    res->P = s->P;
+    res->S = s->S;
     res->busy = pp_calloc((size_t)s->P, sizeof(double));
     res->idle = pp_calloc((size_t)s->P, sizeof(double));
     res->stage_peak = pp_calloc((size_t)s->S, sizeof(int));
@@ -176,16 +180,20 @@ static void result_finish(SchedSimResult *res, const Schedule *s, const double *
     res->bubble = res->makespan > 0 ? idle / (s->P * res->makespan) : 0;
 }
 
-int sched_sim_run(const Schedule *s, const SchedSimCosts *c, SchedSimResult *res, char *err, size_t errlen,
-            FILE *grid) {
+int sched_sim_run(const Schedule *s, const SchedSimCosts *c, SchedSimResult *res, char *err,
+                  size_t errlen, FILE *grid) {
     SchedSimCosts defaults;
-    if (!c) sched_sim_costs_default(&defaults), c = &defaults;
+    if (!c) {
+        sched_sim_costs_default(&defaults);
+        c = &defaults;
+    }
     memset(res, 0, sizeof *res);
     int rc = sched_sim_check_input(s, err, errlen);
     if (rc != PP_OK) return rc;
     result_init(res, s);
-    Sim sim = {s, c, res, times(NTYPES * (size_t)s->S * s->M), pp_calloc((size_t)s->P, sizeof(int)),
-               pp_calloc((size_t)s->P, sizeof(double)), pp_calloc((size_t)s->P * s->P, sizeof(double))};
+    Sim sim = {s, c, res, times(NTYPES * (size_t)s->S * s->M),
+               pp_calloc((size_t)s->P, sizeof(int)), pp_calloc((size_t)s->P, sizeof(double)),
+               pp_calloc((size_t)s->P * s->P, sizeof(double))};
     int left = 0;
     for (int r = 0; r < s->P; r++) left += s->len[r];
     while (left > 0 && rc == PP_OK) {
@@ -195,7 +203,10 @@ int sched_sim_run(const Schedule *s, const SchedSimCosts *c, SchedSimResult *res
         if (!ran) rc = sched_sim_stuck(&sim, err, errlen, grid);
     }
     result_finish(res, s, sim.clock);
-    free(sim.done), free(sim.ptr), free(sim.clock), free(sim.link);
+    free(sim.done);
+    free(sim.ptr);
+    free(sim.clock);
+    free(sim.link);
     return rc;
 }
 
@@ -204,7 +215,11 @@ void sched_sim_result_free(SchedSimResult *res) {
         free(res->start[r]);
         free(res->end[r]);
     }
-    free(res->start), free(res->end), free(res->busy), free(res->idle);
-    free(res->stage_peak), free(res->rank_peak);
+    free(res->start);
+    free(res->end);
+    free(res->busy);
+    free(res->idle);
+    free(res->stage_peak);
+    free(res->rank_peak);
     memset(res, 0, sizeof *res);
 }

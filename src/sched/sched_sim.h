@@ -62,8 +62,8 @@ void sched_sim_costs_default(SchedSimCosts *c);
  * met show up as a deadlock; it does not check placement, duplicates or missing
  * actions: simulate schedules that passed sched_validate. */
 
-int sched_sim_run(const Schedule *s, const SchedSimCosts *c, SchedSimResult *res, char *err, size_t errlen,
-            FILE *grid);
+int sched_sim_run(const Schedule *s, const SchedSimCosts *c, SchedSimResult *res, char *err,
+                  size_t errlen, FILE *grid);
 
 void sched_sim_result_free(SchedSimResult *res);
 

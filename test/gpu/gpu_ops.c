@@ -82,8 +82,8 @@ static float *host(const void *d, size_t n) {
 }
 
 /* Record one comparison: relative L2 error of got against want over n floats. */
-static void compare(const char *op, const char *what, const char *shape, const float *got, const float *want, size_t n,
-                    double tol) {
+static void compare(const char *op, const char *what, const char *shape, const float *got,
+                    const float *want, size_t n, double tol) {
     double num = 0, den = 0;
     size_t bad_nan = 0;
     for (size_t i = 0; i < n; i++) {
@@ -96,8 +96,8 @@ static void compare(const char *op, const char *what, const char *shape, const f
     int ok = !bad_nan && !isnan(rel) && rel <= tol;
     checks++;
     if (!ok) failures++;
-    printf("%-4s %-28s %-10s %-34s %-5s rel %.2e  tol %.0e%s\n", ok ? "ok" : "FAIL", op, what, shape, prec, rel, tol,
-           bad_nan ? "  (NaN: an element not written)" : "");
+    printf("%-4s %-28s %-10s %-34s %-5s rel %.2e  tol %.0e%s\n", ok ? "ok" : "FAIL", op, what,
+           shape, prec, rel, tol, bad_nan ? "  (NaN: an element not written)" : "");
 }
 
 /* Record one bitwise comparison of n floats. (An operand output compared here was widened
@@ -114,9 +114,11 @@ static void same_bits(const char *op, const char *shape, const float *a, const f
 /* Tolerances (GPU.md): elementwise, reductions, and ops built on GEMMs at this precision. */
 #define TOL_ELEM 1e-5
 #define TOL_RED 1e-4
-static double tol_gemm(void) { return !strcmp(prec, "bf16") ? 1.5e-2 : !strcmp(prec, "tf32") ? 2e-3 : 1e-4; }
+static double tol_gemm(void) {
+    return !strcmp(prec, "bf16") ? 1.5e-2 : !strcmp(prec, "tf32") ? 2e-3 : 1e-4;
+}
 
-/* ---- operand tensors ([Note: operand activations] in src/backend/backend.h) ----------------------
+/* ---- operand tensors ([Note: operand activations] in src/backend/backend.h) --------------
  * bf16 is the upper 16 bits of the fp32 pattern after rounding to nearest even. An
  * output stored in bf16 carries up to 2^-8 (3.9e-3) relative rounding error per element
  * (8 significant bits), so its relative L2 error against the CPU's fp32 output can
@@ -142,7 +144,9 @@ static float bf16_widen(uint16_t h) {
 }
 
 /* The tolerance of an operand output for an op whose fp32 tolerance is tol. */
-static double tol_op(double tol) { return op_bf16() && tol < TOL_BF16_STORE ? TOL_BF16_STORE : tol; }
+static double tol_op(double tol) {
+    return op_bf16() && tol < TOL_BF16_STORE ? TOL_BF16_STORE : tol;
+}
 
 /* Round x[0..n) in place to the values the GPU's operand type holds (nothing in fp32), so
  * that the CPU reference reads what the GPU op reads. */
@@ -218,15 +222,21 @@ static void check_memory(size_t n) {
     gpu->wait(gpu);
     cpu->sum(cpu, &ref[0], x, n);
     cpu->sumsq(cpu, &ref[1], x, n);
-    double e0 = fabs(hs[0] - ref[0]) / (fabs(ref[0]) + 1e-30), e1 = fabs(hs[1] - ref[1]) / (fabs(ref[1]) + 1e-30);
+    double e0 = fabs(hs[0] - ref[0]) / (fabs(ref[0]) + 1e-30);
+    double e1 = fabs(hs[1] - ref[1]) / (fabs(ref[1]) + 1e-30);
     checks++;
     int ok = e0 < 1e-9 * sqrt((double)n + 1) && e1 < 1e-12 && !isnan(hs[0]) && !isnan(hs[1]);
     failures += !ok;
-    printf("%-4s %-28s %-10s %-34s %-5s rel %.2e / %.2e (double)\n", ok ? "ok" : "FAIL", "sum, sumsq", "value", shape,
-           prec, e0, e1);
+    printf("%-4s %-28s %-10s %-34s %-5s rel %.2e / %.2e (double)\n", ok ? "ok" : "FAIL",
+           "sum, sumsq", "value", shape, prec, e0, e1);
     same_bits("sum, sumsq", shape, (float *)hs, (float *)hs2, 4);
-    gpu->dealloc(gpu, d), gpu->dealloc(gpu, d2), gpu->dealloc(gpu, s);
-    free(x), free(back), free(z), free(zero);
+    gpu->dealloc(gpu, d);
+    gpu->dealloc(gpu, d2);
+    gpu->dealloc(gpu, s);
+    free(x);
+    free(back);
+    free(z);
+    free(zero);
 }
 
 /* to_operand on n random values led by the cases rounding gets wrong (ties to even, carries
@@ -236,14 +246,16 @@ static void check_memory(size_t n) {
  * counted. The output is poisoned first. */
 static void check_to_operand(size_t n) {
     static const uint32_t special[] = {
-        0x00000000, 0x80000000, 0x3F800000, 0x3F808000, 0x3F818000, 0xBF808000, 0x3F808001, 0x3F807FFF,
-        0x3FFF8000, 0x7F7FFFFF, 0x7F7F7FFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x00000001, 0x00008000,
-        0x00018000, 0x0000C000, 0x807FFFFF, 0x7FC00000, 0x7F800001, 0xFFFFFFFF,
+        0x00000000, 0x80000000, 0x3F800000, 0x3F808000, 0x3F818000, 0xBF808000,
+        0x3F808001, 0x3F807FFF, 0x3FFF8000, 0x7F7FFFFF, 0x7F7F7FFF, 0xFF7FFFFF,
+        0x7F800000, 0xFF800000, 0x00000001, 0x00008000, 0x00018000, 0x0000C000,
+        0x807FFFFF, 0x7FC00000, 0x7F800001, 0xFFFFFFFF,
     };
     char shape[64];
     snprintf(shape, sizeof shape, "n=%zu", n);
     float *x = rnd(n, 3);
-    for (size_t i = 0; i < n && i < sizeof special / sizeof special[0]; i++) memcpy(&x[i], &special[i], 4);
+    for (size_t i = 0; i < n && i < sizeof special / sizeof special[0]; i++)
+        memcpy(&x[i], &special[i], 4);
     size_t ob = pp_dtype_bytes(gpu->operand);
     void *dx = dev(x, n * sizeof(float)), *dy = dev_op_nan(n);
     gpu->to_operand(gpu, dy, dx, n);
@@ -265,16 +277,21 @@ static void check_to_operand(size_t n) {
     }
     checks++;
     failures += wrong != 0;
-    printf("%-4s %-28s %-10s %-34s %-5s %s %zu of %zu elements wrong\n", wrong ? "FAIL" : "ok", "to_operand", "bits",
-           shape, prec, op_bf16() ? "bf16 (rounded to nearest even)" : "fp32 (a copy)", wrong, n);
-    gpu->dealloc(gpu, dx), gpu->dealloc(gpu, dy);
-    free(x), free(got), free(want);
+    printf("%-4s %-28s %-10s %-34s %-5s %s %zu of %zu elements wrong\n", wrong ? "FAIL" : "ok",
+           "to_operand", "bits", shape, prec,
+           op_bf16() ? "bf16 (rounded to nearest even)" : "fp32 (a copy)", wrong, n);
+    gpu->dealloc(gpu, dx);
+    gpu->dealloc(gpu, dy);
+    free(x);
+    free(got);
+    free(want);
 }
 
 static void check_optimizer(size_t n) {
     char shape[64];
     snprintf(shape, sizeof shape, "n=%zu", n);
-    for (int variant = 0; variant < 3; variant++) { /* adamw t=3; sgd momentum t=1 and t=2; sgd plain */
+    /* adamw t=3; sgd momentum t=1 and t=2; sgd plain */
+    for (int variant = 0; variant < 3; variant++) {
         float *p = rnd(n, 1), *g = rnd(n, 1), *m = rnd(n, 0.1f), *v = rnd(n, 0.01f);
         for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
         float *dp = dev(p, n * 4), *dg = dev(g, n * 4), *dm = dev(m, n * 4), *dv = dev(v, n * 4);
@@ -302,8 +319,16 @@ static void check_optimizer(size_t n) {
             compare(name, "state v", shape, hv, v, n, TOL_ELEM);
             free(hv);
         }
-        gpu->dealloc(gpu, dp), gpu->dealloc(gpu, dg), gpu->dealloc(gpu, dm), gpu->dealloc(gpu, dv);
-        free(p), free(g), free(m), free(v), free(hp), free(hm);
+        gpu->dealloc(gpu, dp);
+        gpu->dealloc(gpu, dg);
+        gpu->dealloc(gpu, dm);
+        gpu->dealloc(gpu, dv);
+        free(p);
+        free(g);
+        free(m);
+        free(v);
+        free(hp);
+        free(hm);
     }
 }
 
@@ -316,37 +341,54 @@ typedef struct {
 static void check_encoder(const Shape *s, const char *sh) {
     int N = s->B * s->T, C = s->C, V = s->V;
     int *tok = malloc(N * sizeof(int));
-    for (int i = 0; i < N; i++) tok[i] = (int)(urand() * (V < 7 ? V : 7)); /* few distinct: long chains */
-    float *wte = rnd((size_t)s->Vp * C, 1), *wpe = rnd((size_t)s->T * C, 1), *out = nanbuf((size_t)N * C);
+    /* few distinct: long chains */
+    for (int i = 0; i < N; i++) tok[i] = (int)(urand() * (V < 7 ? V : 7));
+    float *wte = rnd((size_t)s->Vp * C, 1), *wpe = rnd((size_t)s->T * C, 1);
+    float *out = nanbuf((size_t)N * C);
     int *dtok = dev(tok, N * sizeof(int));
-    float *dwte = dev(wte, (size_t)s->Vp * C * 4), *dwpe = dev(wpe, (size_t)s->T * C * 4), *dout = dev(out, (size_t)N * C * 4);
+    float *dwte = dev(wte, (size_t)s->Vp * C * 4), *dwpe = dev(wpe, (size_t)s->T * C * 4);
+    float *dout = dev(out, (size_t)N * C * 4);
     gpu->encoder_forward(gpu, dout, dtok, dwte, dwpe, s->B, s->T, C);
     cpu->encoder_forward(cpu, out, tok, wte, wpe, s->B, s->T, C);
     float *h = host(dout, (size_t)N * C);
     compare("encoder_forward", "out", sh, h, out, (size_t)N * C, TOL_ELEM);
     /* backward: grads seeded (they accumulate) */
-    float *d = rnd((size_t)N * C, 1), *gte = rnd((size_t)s->Vp * C, 1), *gpe = rnd((size_t)s->T * C, 1);
-    float *dd = dev(d, (size_t)N * C * 4), *dgte = dev(gte, (size_t)s->Vp * C * 4), *dgpe = dev(gpe, (size_t)s->T * C * 4);
+    float *d = rnd((size_t)N * C, 1), *gte = rnd((size_t)s->Vp * C, 1);
+    float *gpe = rnd((size_t)s->T * C, 1);
+    float *dd = dev(d, (size_t)N * C * 4), *dgte = dev(gte, (size_t)s->Vp * C * 4);
+    float *dgpe = dev(gpe, (size_t)s->T * C * 4);
     float *dgte2 = dev(gte, (size_t)s->Vp * C * 4), *dgpe2 = dev(gpe, (size_t)s->T * C * 4);
     gpu->encoder_backward(gpu, dgte, dgpe, dd, dtok, s->B, s->T, C);
     gpu->encoder_backward(gpu, dgte2, dgpe2, dd, dtok, s->B, s->T, C);
     cpu->encoder_backward(cpu, gte, gpe, d, tok, s->B, s->T, C);
-    float *hte = host(dgte, (size_t)s->Vp * C), *hpe = host(dgpe, (size_t)s->T * C), *hte2 = host(dgte2, (size_t)s->Vp * C);
+    float *hte = host(dgte, (size_t)s->Vp * C), *hpe = host(dgpe, (size_t)s->T * C);
+    float *hte2 = host(dgte2, (size_t)s->Vp * C);
     compare("encoder_backward", "dwte", sh, hte, gte, (size_t)s->Vp * C, TOL_RED);
     compare("encoder_backward", "dwpe", sh, hpe, gpe, (size_t)s->T * C, TOL_RED);
     same_bits("encoder_backward dwte", sh, hte, hte2, (size_t)s->Vp * C);
     void *all[] = {dtok, dwte, dwpe, dout, dd, dgte, dgpe, dgte2, dgpe2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
-    free(tok), free(wte), free(wpe), free(out), free(h), free(d), free(gte), free(gpe), free(hte), free(hpe), free(hte2);
+    free(tok);
+    free(wte);
+    free(wpe);
+    free(out);
+    free(h);
+    free(d);
+    free(gte);
+    free(gpe);
+    free(hte);
+    free(hpe);
+    free(hte2);
 }
 
 static void check_layernorm(const Shape *s, const char *sh) {
     int N = s->B * s->T, C = s->C;
     size_t NC = (size_t)N * C;
-    float *x = rnd(NC, 2), *w = rnd(C, 1), *b = rnd(C, 1), *out = nanbuf(NC), *mean = nanbuf(N), *rstd = nanbuf(N);
+    float *x = rnd(NC, 2), *w = rnd(C, 1), *b = rnd(C, 1);
+    float *out = nanbuf(NC), *mean = nanbuf(N), *rstd = nanbuf(N);
     for (size_t i = 0; i < NC; i++) x[i] += 0.5f; /* a non-zero mean */
-    float *dx = dev(x, NC * 4), *dw = dev(w, C * 4), *db = dev(b, C * 4), *dm = dev(mean, N * 4),
-          *dr = dev(rstd, N * 4);
+    float *dx = dev(x, NC * 4), *dw = dev(w, C * 4), *db = dev(b, C * 4);
+    float *dm = dev(mean, N * 4), *dr = dev(rstd, N * 4);
     void *dout = dev_op_nan(NC);
     gpu->layernorm_forward(gpu, dout, dm, dr, dx, dw, db, N, C);
     cpu->layernorm_forward(cpu, out, mean, rstd, x, w, b, N, C);
@@ -358,15 +400,19 @@ static void check_layernorm(const Shape *s, const char *sh) {
      * The CPU reference always computes all three (its NULL variants are another
      * branch's); an output the GPU was not asked for must keep its seed, bit for bit. */
     float *scratch = malloc(cpu->scratch_floats(cpu, N, s->T, C) * sizeof(float));
-    float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, s->T, C) * sizeof(float)); /* as the model's */
+    /* as the model's */
+    float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, s->T, C) * sizeof(float));
     for (int variant = 0; variant < 3; variant++) {
-        const char *vn[] = {"layernorm_backward", "layernorm_backward dinp", "layernorm_backward dw,db"};
-        float *g = rnd(NC, 1), *gx = rnd(NC, 1), *gw = rnd(C, 1), *gb = rnd(C, 1); /* all accumulate */
+        const char *vn[] = {"layernorm_backward", "layernorm_backward dinp",
+                            "layernorm_backward dw,db"};
+        /* all accumulate */
+        float *g = rnd(NC, 1), *gx = rnd(NC, 1), *gw = rnd(C, 1), *gb = rnd(C, 1);
         float *gx0 = dup(gx, NC), *gw0 = dup(gw, C), *gb0 = dup(gb, C);
-        float *dg = dev(g, NC * 4), *dgx = dev(gx, NC * 4), *dgw = dev(gw, C * 4), *dgb = dev(gb, C * 4);
+        float *dg = dev(g, NC * 4), *dgx = dev(gx, NC * 4), *dgw = dev(gw, C * 4);
+        float *dgb = dev(gb, C * 4);
         int want_x = variant != 2, want_w = variant != 1;
-        gpu->layernorm_backward(gpu, want_x ? dgx : NULL, want_w ? dgw : NULL, want_w ? dgb : NULL, dg, dx, dm, dr, dw,
-                                N, C, gscratch);
+        gpu->layernorm_backward(gpu, want_x ? dgx : NULL, want_w ? dgw : NULL, want_w ? dgb : NULL,
+                                dg, dx, dm, dr, dw, N, C, gscratch);
         cpu->layernorm_backward(cpu, gx, gw, gb, g, x, mean, rstd, w, N, C, scratch);
         float *hx = host(dgx, NC), *hw = host(dgw, C), *hb = host(dgb, C);
         if (want_x) compare(vn[variant], "dinp", sh, hx, gx, NC, TOL_RED);
@@ -378,24 +424,46 @@ static void check_layernorm(const Shape *s, const char *sh) {
             same_bits("layernorm_backward dw=NULL", sh, hw, gw0, C);
             same_bits("layernorm_backward db=NULL", sh, hb, gb0, C);
         }
-        gpu->dealloc(gpu, dg), gpu->dealloc(gpu, dgx), gpu->dealloc(gpu, dgw), gpu->dealloc(gpu, dgb);
-        free(g), free(gx), free(gw), free(gb), free(gx0), free(gw0), free(gb0), free(hx), free(hw), free(hb);
+        gpu->dealloc(gpu, dg);
+        gpu->dealloc(gpu, dgx);
+        gpu->dealloc(gpu, dgw);
+        gpu->dealloc(gpu, dgb);
+        free(g);
+        free(gx);
+        free(gw);
+        free(gb);
+        free(gx0);
+        free(gw0);
+        free(gb0);
+        free(hx);
+        free(hw);
+        free(hb);
     }
     /* determinism of the column sums: two runs from the same seed */
     {
         float *g = rnd(NC, 1), *gw = rnd(C, 1), *gb = rnd(C, 1);
-        float *dg = dev(g, NC * 4), *w1 = dev(gw, C * 4), *b1 = dev(gb, C * 4), *w2 = dev(gw, C * 4), *b2 = dev(gb, C * 4);
+        float *dg = dev(g, NC * 4), *w1 = dev(gw, C * 4), *b1 = dev(gb, C * 4);
+        float *w2 = dev(gw, C * 4), *b2 = dev(gb, C * 4);
         gpu->layernorm_backward(gpu, NULL, w1, b1, dg, dx, dm, dr, dw, N, C, gscratch);
         gpu->layernorm_backward(gpu, NULL, w2, b2, dg, dx, dm, dr, dw, N, C, gscratch);
         float *h1 = host(w1, C), *h2 = host(w2, C);
         same_bits("layernorm_backward dw", sh, h1, h2, C);
-        gpu->dealloc(gpu, dg), gpu->dealloc(gpu, w1), gpu->dealloc(gpu, b1), gpu->dealloc(gpu, w2), gpu->dealloc(gpu, b2);
-        free(g), free(gw), free(gb), free(h1), free(h2);
+        gpu->dealloc(gpu, dg);
+        gpu->dealloc(gpu, w1);
+        gpu->dealloc(gpu, b1);
+        gpu->dealloc(gpu, w2);
+        gpu->dealloc(gpu, b2);
+        free(g);
+        free(gw);
+        free(gb);
+        free(h1);
+        free(h2);
     }
     /* [Note: split backward]: each half gives the fused call's bits */
     {
         float *g = rnd(NC, 1), *gx = rnd(NC, 1), *gw = rnd(C, 1), *gb = rnd(C, 1);
-        float *dg = dev(g, NC * 4), *fx = dev(gx, NC * 4), *fw = dev(gw, C * 4), *fb = dev(gb, C * 4);
+        float *dg = dev(g, NC * 4), *fx = dev(gx, NC * 4), *fw = dev(gw, C * 4);
+        float *fb = dev(gb, C * 4);
         float *ix = dev(gx, NC * 4), *ww = dev(gw, C * 4), *wb = dev(gb, C * 4);
         gpu->layernorm_backward(gpu, fx, fw, fb, dg, dx, dm, dr, dw, N, C, gscratch);
         gpu->layernorm_backward(gpu, ix, NULL, NULL, dg, dx, dm, dr, dw, N, C, gscratch);
@@ -407,11 +475,29 @@ static void check_layernorm(const Shape *s, const char *sh) {
         same_bits("layernorm_backward W half=fused db", sh, hwb, hfb, C);
         void *all[] = {dg, fx, fw, fb, ix, ww, wb};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
-        free(g), free(gx), free(gw), free(gb), free(hfx), free(hix), free(hfw), free(hww), free(hfb), free(hwb);
+        free(g);
+        free(gx);
+        free(gw);
+        free(gb);
+        free(hfx);
+        free(hix);
+        free(hfw);
+        free(hww);
+        free(hfb);
+        free(hwb);
     }
     void *all[] = {dx, dw, db, dout, dm, dr, gscratch};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
-    free(x), free(w), free(b), free(out), free(mean), free(rstd), free(ho), free(hm), free(hr), free(scratch);
+    free(x);
+    free(w);
+    free(b);
+    free(out);
+    free(mean);
+    free(rstd);
+    free(ho);
+    free(hm);
+    free(hr);
+    free(scratch);
 }
 
 static void check_matmul(int N, int C, int OC, int bias, const char *sh0) {
@@ -430,14 +516,17 @@ static void check_matmul(int N, int C, int OC, int bias, const char *sh0) {
      * (the head). The CPU reference computes all; what the GPU was not asked for must
      * keep its seed (dinp: its NaN poison). */
     for (int variant = 0; variant < 4; variant++) {
-        const char *vn[] = {"matmul_backward", "matmul_backward dinp", "matmul_backward dw,db", "matmul_backward dw"};
-        int want_x = variant == 0 || variant == 1, want_w = variant != 1, want_b = (variant == 0 || variant == 2) && bias;
+        const char *vn[] = {"matmul_backward", "matmul_backward dinp", "matmul_backward dw,db",
+                            "matmul_backward dw"};
+        int want_x = variant == 0 || variant == 1, want_w = variant != 1;
+        int want_b = (variant == 0 || variant == 2) && bias;
         float *g = rnd(NO, 1), *gx = nanbuf(NC), *gw = rnd(OCC, 1), *gb = rnd(OC, 1);
         float *gw0 = dup(gw, OCC), *gb0 = dup(gb, OC);
         op_round(g, NO); /* dout is an operand */
         void *dg = dev_op(g, NO);
         float *dgx = dev(gx, NC * 4), *dgw = dev(gw, OCC * 4), *dgb = dev(gb, OC * 4);
-        gpu->matmul_backward(gpu, want_x ? dgx : NULL, want_w ? dgw : NULL, want_b ? dgb : NULL, dg, dx, dw, N, C, OC);
+        gpu->matmul_backward(gpu, want_x ? dgx : NULL, want_w ? dgw : NULL, want_b ? dgb : NULL, dg,
+                             dx, dw, N, C, OC);
         cpu->matmul_backward(cpu, gx, gw, gb, g, x, w, N, C, OC);
         float *hx = host(dgx, NC), *hw = host(dgw, OCC), *hb = host(dgb, OC);
         if (want_x) compare(vn[variant], "dinp", sh, hx, gx, NC, tol_gemm());
@@ -451,17 +540,32 @@ static void check_matmul(int N, int C, int OC, int bias, const char *sh0) {
             gpu->matmul_backward(gpu, NULL, dw1, NULL, dg, dx, dw, N, C, OC);
             float *h0 = host(dw0, OCC), *h1 = host(dw1, OCC);
             same_bits("matmul_backward dw", sh, h0, h1, OCC);
-            gpu->dealloc(gpu, dw0), gpu->dealloc(gpu, dw1);
-            free(w0), free(h0), free(h1);
+            gpu->dealloc(gpu, dw0);
+            gpu->dealloc(gpu, dw1);
+            free(w0);
+            free(h0);
+            free(h1);
         }
-        gpu->dealloc(gpu, dg), gpu->dealloc(gpu, dgx), gpu->dealloc(gpu, dgw), gpu->dealloc(gpu, dgb);
-        free(g), free(gx), free(gw), free(gb), free(gw0), free(gb0), free(hx), free(hw), free(hb);
+        gpu->dealloc(gpu, dg);
+        gpu->dealloc(gpu, dgx);
+        gpu->dealloc(gpu, dgw);
+        gpu->dealloc(gpu, dgb);
+        free(g);
+        free(gx);
+        free(gw);
+        free(gb);
+        free(gw0);
+        free(gb0);
+        free(hx);
+        free(hw);
+        free(hb);
     }
     /* [Note: split backward]: the I half's dinp and the W half's dw, db are the bits of the
      * fused call (what makes a zero-bubble schedule train bitwise like 1F1B) */
     {
         float *g = rnd(NO, 1), *gw = rnd(OCC, 1), *gb = rnd(OC, 1);
-        void *dg = dev_op(g, NO); /* (rounded on the way: both halves and the fused call read the same) */
+        /* (rounded on the way: both halves and the fused call read the same) */
+        void *dg = dev_op(g, NO);
         float *fx = dev(NULL, NC * 4), *fw = dev(gw, OCC * 4), *fb = dev(gb, OC * 4);
         float *ix = dev(NULL, NC * 4), *ww = dev(gw, OCC * 4), *wb = dev(gb, OC * 4);
         gpu->matmul_backward(gpu, fx, fw, bias ? fb : NULL, dg, dx, dw, N, C, OC);
@@ -474,16 +578,33 @@ static void check_matmul(int N, int C, int OC, int bias, const char *sh0) {
         if (bias) same_bits("matmul_backward W half=fused db", sh, hwb, hfb, OC);
         void *all[] = {dg, fx, fw, fb, ix, ww, wb};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
-        free(g), free(gw), free(gb), free(hfx), free(hix), free(hfw), free(hww), free(hfb), free(hwb);
+        free(g);
+        free(gw);
+        free(gb);
+        free(hfx);
+        free(hix);
+        free(hfw);
+        free(hww);
+        free(hfb);
+        free(hwb);
     }
-    gpu->dealloc(gpu, dx), gpu->dealloc(gpu, dw), gpu->dealloc(gpu, db), gpu->dealloc(gpu, dout);
-    free(x), free(w), free(b), free(out), free(h);
+    gpu->dealloc(gpu, dx);
+    gpu->dealloc(gpu, dw);
+    gpu->dealloc(gpu, db);
+    gpu->dealloc(gpu, dout);
+    free(x);
+    free(w);
+    free(b);
+    free(out);
+    free(h);
 }
 
 static void check_attention(const Shape *s, const char *sh) {
-    int B = s->B, T = s->T, C = s->C, NH = s->NH, N = B * T;
+    int B = s->B, T = s->T, C = s->C, NH = s->NH;
+    int N = B * T;
     size_t Q = (size_t)N * 3 * C, NC = (size_t)N * C;
-    size_t nsave = cpu->attention_saved_floats(cpu, B, T, NH), gsave = gpu->attention_saved_floats(gpu, B, T, NH);
+    size_t nsave = cpu->attention_saved_floats(cpu, B, T, NH);
+    size_t gsave = gpu->attention_saved_floats(gpu, B, T, NH);
     float *qkv = rnd(Q, 1), *out = nanbuf(NC), *att = nanbuf(nsave);
     float *dq = dev(qkv, Q * 4), *datt = dev(NULL, gsave * 4);
     void *dout = dev_op_nan(NC);
@@ -500,10 +621,14 @@ static void check_attention(const Shape *s, const char *sh) {
         size_t k = 0;
         for (size_t bh = 0; bh < (size_t)B * NH; bh++)
             for (int t = 0; t < T; t++)
-                for (int j = 0; j <= t; j++, k++)
-                    pg[k] = ha[(bh * T + t) * T + j], pc[k] = att[(bh * T + t) * T + j];
+                for (int j = 0; j <= t; j++, k++) {
+                    pg[k] = ha[(bh * T + t) * T + j];
+                    pc[k] = att[(bh * T + t) * T + j];
+                }
         compare("attention_forward", "probs", sh, pg, pc, k, tol_gemm());
-        free(ha), free(pg), free(pc);
+        free(ha);
+        free(pg);
+        free(pc);
     }
     /* out: each its own forward's (the CPU's op reads only att) */
     float *g = rnd(NC, 1), *gq = nanbuf(Q), *dg = dev(g, NC * 4);
@@ -520,7 +645,15 @@ static void check_attention(const Shape *s, const char *sh) {
     same_bits("attention_backward", sh, hq, hq2, Q);
     void *all[] = {dq, dout, datt, dg, dgq, dgq2, gscratch};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
-    free(qkv), free(out), free(att), free(h), free(g), free(gq), free(hq), free(hq2), free(scratch);
+    free(qkv);
+    free(out);
+    free(att);
+    free(h);
+    free(g);
+    free(gq);
+    free(hq);
+    free(hq2);
+    free(scratch);
 }
 
 static void check_elementwise(const Shape *s, const char *sh) {
@@ -548,7 +681,15 @@ static void check_elementwise(const Shape *s, const char *sh) {
     compare("add_inplace", "dst", sh, ha, a, n, TOL_ELEM);
     void *all[] = {dx, dout, dg, dgi, da};
     for (size_t i = 0; i < 5; i++) gpu->dealloc(gpu, all[i]);
-    free(x), free(out), free(h), free(g), free(gi), free(hg), free(hg2), free(a), free(ha);
+    free(x);
+    free(out);
+    free(h);
+    free(g);
+    free(gi);
+    free(hg);
+    free(hg2);
+    free(a);
+    free(ha);
 }
 
 static void check_crossentropy(const Shape *s, const char *sh) {
@@ -558,18 +699,20 @@ static void check_crossentropy(const Shape *s, const char *sh) {
     for (int i = 0; i < N; i++) tgt[i] = (int)(urand() * V);
     float *lg = rnd(NV, 5), *lg2 = dup(lg, NV), *loss = nanbuf(N), *loss2 = nanbuf(N);
     int *dt = dev(tgt, N * sizeof(int));
-    float *dl = dev(lg, NV * 4), *dl2 = dev(lg, NV * 4), *dl3 = dev(lg, NV * 4), *dloss = dev(loss, N * 4),
-          *dloss2 = dev(loss, N * 4), *dloss3 = dev(loss, N * 4);
+    float *dl = dev(lg, NV * 4), *dl2 = dev(lg, NV * 4), *dl3 = dev(lg, NV * 4);
+    float *dloss = dev(loss, N * 4), *dloss2 = dev(loss, N * 4), *dloss3 = dev(loss, N * 4);
     void *dd = dev_op_nan(NV); /* dlogits in a buffer of its own (the only way in bf16) */
     /* in place (dlogits = logits), which only an fp32 operand allows */
-    if (!op_bf16()) gpu->crossentropy_forward_backward(gpu, dl, dloss, dl, dt, 1.0f / 777, N, V, Vp);
+    if (!op_bf16())
+        gpu->crossentropy_forward_backward(gpu, dl, dloss, dl, dt, 1.0f / 777, N, V, Vp);
     gpu->crossentropy_forward_backward(gpu, dd, dloss3, dl3, dt, 1.0f / 777, N, V, Vp);
     cpu->crossentropy_forward_backward(cpu, lg, loss, lg, tgt, 1.0f / 777, N, V, Vp);
     if (!op_bf16()) {
         float *hl = host(dl, NV), *hloss = host(dloss, N);
         compare("crossentropy_fwd_bwd", "dlogits", sh, hl, lg, NV, TOL_RED);
         compare("crossentropy_fwd_bwd", "losses", sh, hloss, loss, N, TOL_RED);
-        free(hl), free(hloss);
+        free(hl);
+        free(hloss);
     }
     float *hd = host_op(dd, NV), *hloss3 = host(dloss3, N);
     compare("crossentropy_fwd_bwd (own)", "dlogits", sh, hd, lg, NV, tol_op(TOL_RED));
@@ -580,7 +723,14 @@ static void check_crossentropy(const Shape *s, const char *sh) {
     compare("crossentropy_forward", "losses", sh, hloss2, loss2, N, TOL_RED);
     void *all[] = {dt, dl, dl2, dl3, dloss, dloss2, dloss3, dd};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
-    free(tgt), free(lg), free(lg2), free(loss), free(loss2), free(hd), free(hloss3), free(hloss2);
+    free(tgt);
+    free(lg);
+    free(lg2);
+    free(loss);
+    free(loss2);
+    free(hd);
+    free(hloss3);
+    free(hloss2);
 }
 
 /* ---- flash attention (cuda/flash_attn.cu, issue 11) --------------------------------------
@@ -599,14 +749,16 @@ static void check_flash_shape(int B, int T, int NH, int hs) {
     char sh[96];
     snprintf(sh, sizeof sh, "B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
     size_t Q = (size_t)N * 3 * C, NC = (size_t)N * C, nl = (size_t)B * NH * T;
-    size_t nsave = cpu->attention_saved_floats(cpu, B, T, NH), gsave = gpu->attention_saved_floats(gpu, B, T, NH);
+    size_t nsave = cpu->attention_saved_floats(cpu, B, T, NH);
+    size_t gsave = gpu->attention_saved_floats(gpu, B, T, NH);
     float *qkv = rnd(Q, 1), *out = nanbuf(NC), *att = nanbuf(nsave), *poison = nanbuf(gsave);
     float *dq = dev(qkv, Q * 4), *datt = dev(poison, gsave * 4), *datt2 = dev(poison, gsave * 4);
     void *dout = dev_op_nan(NC), *dout2 = dev_op_nan(NC);
     gpu->attention_forward(gpu, dout, datt, dq, B, T, C, NH);
     gpu->attention_forward(gpu, dout2, datt2, dq, B, T, C, NH);
     cpu->attention_forward(cpu, out, att, qkv, B, T, C, NH);
-    float *h = host_op(dout, NC), *h2 = host_op(dout2, NC), *ha = host(datt, gsave), *ha2 = host(datt2, gsave);
+    float *h = host_op(dout, NC), *h2 = host_op(dout2, NC), *ha = host(datt, gsave);
+    float *ha2 = host(datt2, gsave);
     compare("flash attention_forward", "out", sh, h, out, NC, tol_op(1.5e-2));
     same_bits("flash attention_forward", sh, h, h2, NC);
     same_bits("flash attention_forward lse", sh, ha, ha2, gsave);
@@ -624,7 +776,8 @@ static void check_flash_shape(int B, int T, int NH, int hs) {
                         const float *kj = qkv + ((size_t)b * T + j) * 3 * C + C + (size_t)hh * hs;
                         double d = 0;
                         for (int c = 0; c < hs; c++) d += (double)qi[c] * kj[c];
-                        sc[j] = d * scale, mx = fmax(mx, sc[j]);
+                        sc[j] = d * scale;
+                        mx = fmax(mx, sc[j]);
                     }
                     for (int j = 0; j <= i; j++) sum += exp(sc[j] - mx);
                     double e = fabs(ha[((size_t)b * NH + hh) * T + i] - (mx + log(sum)));
@@ -636,10 +789,12 @@ static void check_flash_shape(int B, int T, int NH, int hs) {
         int ok = !bad && worst <= 2e-2;
         failures += !ok;
         printf("%-4s %-28s %-10s %-34s %-5s max abs %.2e  tol 2e-02%s\n", ok ? "ok" : "FAIL",
-               "flash attention_forward", "lse", sh, prec, worst, bad ? "  (NaN: a row not written)" : "");
+               "flash attention_forward", "lse", sh, prec, worst,
+               bad ? "  (NaN: a row not written)" : "");
     } else {
-        printf("note flash attention_forward: not the flash path (saves %zu floats; the log-sum-exp is %zu): "
-               "no lse check\n", gsave, nl);
+        printf("note flash attention_forward: not the flash path (saves %zu floats; the "
+               "log-sum-exp is %zu): no lse check\n",
+               gsave, nl);
     }
     float *g = rnd(NC, 1), *gq = nanbuf(Q), *dg = dev(g, NC * 4);
     void *dgq = dev_op_nan(Q), *dgq2 = dev_op_nan(Q);
@@ -653,8 +808,19 @@ static void check_flash_shape(int B, int T, int NH, int hs) {
     same_bits("flash attention_backward", sh, hq, hq2, Q);
     void *all[] = {dq, dout, dout2, datt, datt2, dg, dgq, dgq2, gscratch};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
-    free(qkv), free(out), free(att), free(poison), free(h), free(h2), free(ha), free(ha2), free(g), free(gq),
-        free(hq), free(hq2), free(scratch);
+    free(qkv);
+    free(out);
+    free(att);
+    free(poison);
+    free(h);
+    free(h2);
+    free(ha);
+    free(ha2);
+    free(g);
+    free(gq);
+    free(hq);
+    free(hq2);
+    free(scratch);
 }
 
 typedef int (*OpenFn)(const char *precision, char *why, size_t n);
@@ -692,7 +858,8 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
         printf("FAIL open the CUDA backend with PPTRAIN_ATTENTION=flash: %s\n", why);
         return 1;
     }
-    printf("gpu_ops: flash attention checks on %s\n", gpu->description ? gpu->description : "the CPU (--cpu)");
+    printf("gpu_ops: flash attention checks on %s\n",
+           gpu->description ? gpu->description : "the CPU (--cpu)");
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
         if (!small || fs[i].T <= 129) check_flash_shape(fs[i].B, fs[i].T, fs[i].NH, fs[i].hs);
     backend_release(gpu);
@@ -706,7 +873,8 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
     static const Shape ms[] = {{3, 67, 768, 12, 0, 0}, {1, 130, 1024, 16, 0, 0}};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
         char sh[96];
-        snprintf(sh, sizeof sh, "materialized B=%d T=%d C=%d NH=%d", ms[i].B, ms[i].T, ms[i].C, ms[i].NH);
+        snprintf(sh, sizeof sh, "materialized B=%d T=%d C=%d NH=%d", ms[i].B, ms[i].T,
+                 ms[i].C, ms[i].NH);
         check_attention(&ms[i], sh);
     }
     backend_release(gpu);
@@ -714,14 +882,16 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
     if (!cpu_mode) {
         int rc = open_attention(open, "bogus", why, sizeof why);
         int ok = rc != PP_OK && strstr(why, "PPTRAIN_ATTENTION");
-        checks++, failures += !ok;
-        printf("%-4s PPTRAIN_ATTENTION=bogus refused at open: %s\n", ok ? "ok" : "FAIL", rc == PP_OK ? "opened" : why);
+        checks++;
+        failures += !ok;
+        printf("%-4s PPTRAIN_ATTENTION=bogus refused at open: %s\n", ok ? "ok" : "FAIL",
+               rc == PP_OK ? "opened" : why);
         if (rc == PP_OK) backend_release(gpu);
     }
     return 0;
 }
 
-/* ---- the chunked head ([Note: chunked head] in src/model/model.c) ------------------------------ */
+/* ---- the chunked head ([Note: chunked head] in src/model/model.c) ------------------------ */
 
 typedef struct {
     double loss, vloss;              /* the loss sums: training, validation */
@@ -739,7 +909,8 @@ static float *fetch(const Backend *be, const void *p, size_t n) {
 /* The last stage's head alone (final LayerNorm, tied head, loss; no layers) through
  * src/model/model.c on `base` with its logits in chunks of `rows` (0: all N): a validation
  * forward, then a training one. x[N,C] the stage input, tgt[N] the targets. */
-static void head_run(const Backend *base, const Shape *s, int rows, const float *x, const int *tgt, HeadOut *o) {
+static void head_run(const Backend *base, const Shape *s, int rows, const float *x, const int *tgt,
+                     HeadOut *o) {
     Backend be = *base; /* the model keeps this pointer: it lives until model_free */
     be.logits_chunk_rows = rows;
     ModelDims d = {s->V, s->Vp, s->T, 1, s->NH, s->C, 1, &arch_gpt2};
@@ -765,7 +936,12 @@ static void head_run(const Backend *base, const Shape *s, int rows, const float 
     model_free(&m);
 }
 
-static void head_free(HeadOut *o) { free(o->losses), free(o->vlosses), free(o->dlnf), free(o->dwte); }
+static void head_free(HeadOut *o) {
+    free(o->losses);
+    free(o->vlosses);
+    free(o->dlnf);
+    free(o->dwte);
+}
 
 /* The GPU's head in chunks of `rows` (0: all) against the CPU's unchunked head: every
  * output at the GEMM tolerance of the precision (the logits and both head GEMMs are
@@ -789,8 +965,11 @@ static void check_head(const Shape *s, const char *sh0, int rows) {
     compare("head (model.c)", "dwte", sh, g.dwte, c.dwte, (size_t)s->Vp * C, tol_gemm());
     same_bits("head (model.c) dwte", sh, g.dwte, g2.dwte, (size_t)s->Vp * C);
     same_bits("head (model.c) dlnf", sh, g.dlnf, g2.dlnf, (size_t)N * C);
-    head_free(&g), head_free(&g2), head_free(&c);
-    free(x), free(tgt);
+    head_free(&g);
+    head_free(&g2);
+    head_free(&c);
+    free(x);
+    free(tgt);
 }
 
 static int cpu_as_gpu; /* --cpu */
@@ -820,26 +999,32 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--cpu")) cpu_as_gpu = 1;
         else if (!strcmp(argv[i], "--small")) small = 1;
-        else return fprintf(stderr, "usage: gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S] [--cpu] [--small]\n"), 2;
+        else
+            return fprintf(stderr, "usage: gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S] "
+                                   "[--cpu] [--small]\n"), 2;
     }
     char why[PP_ERR_MAX];
     if (open_gpu("fp32", why, sizeof why) != PP_OK) {
         printf("skipped: no GPU (%s)\n", why);
         return 77;
     }
-    printf("gpu_ops: %s, seed %llu\n", cpu_as_gpu ? "the CPU backend in the GPU's place (--cpu)" : gpu->description,
+    printf("gpu_ops: %s, seed %llu\n",
+           cpu_as_gpu ? "the CPU backend in the GPU's place (--cpu)" : gpu->description,
            (unsigned long long)seed);
-    const void *entries[] = {gpu->alloc, gpu->dealloc, gpu->to_device, gpu->to_host, gpu->zero, gpu->copy,
-                             gpu->wait, gpu->sum, gpu->sumsq, gpu->adamw_update, gpu->sgd_update,
-                             gpu->encoder_forward, gpu->encoder_backward, gpu->layernorm_forward,
-                             gpu->layernorm_backward, gpu->matmul_forward, gpu->matmul_backward,
-                             gpu->attention_forward, gpu->attention_backward, gpu->attention_saved_floats,
-                             gpu->gelu_forward, gpu->gelu_backward, gpu->crossentropy_forward_backward,
-                             gpu->crossentropy_forward, gpu->scratch_floats, gpu->add_inplace, gpu->to_operand,
+    const void *entries[] = {gpu->alloc, gpu->dealloc, gpu->to_device, gpu->to_host, gpu->zero,
+                             gpu->copy, gpu->wait, gpu->sum, gpu->sumsq, gpu->adamw_update,
+                             gpu->sgd_update, gpu->encoder_forward, gpu->encoder_backward,
+                             gpu->layernorm_forward, gpu->layernorm_backward, gpu->matmul_forward,
+                             gpu->matmul_backward, gpu->attention_forward, gpu->attention_backward,
+                             gpu->attention_saved_floats, gpu->gelu_forward, gpu->gelu_backward,
+                             gpu->crossentropy_forward_backward, gpu->crossentropy_forward,
+                             gpu->scratch_floats, gpu->add_inplace, gpu->to_operand,
                              gpu->host_alloc, gpu->host_free, gpu->memory, gpu->close};
-    for (size_t i = 0; i < sizeof entries / sizeof entries[0] && !cpu_as_gpu; i++) /* the CPU has no device extras */
+    /* the CPU has no device extras */
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0] && !cpu_as_gpu; i++)
         if (!entries[i]) return printf("FAIL the CUDA backend's table has no entry %zu\n", i), 1;
-    if (!gpu->device_memory) return printf("FAIL the CUDA backend does not say its memory is a device's\n"), 1;
+    if (!gpu->device_memory)
+        return printf("FAIL the CUDA backend does not say its memory is a device's\n"), 1;
     if (probe) return backend_release(gpu), 0;
     backend_release(gpu);
     cpu = backend_cpu();
@@ -868,19 +1053,34 @@ int main(int argc, char **argv) {
             const char *ov = getenv("PPTRAIN_BF16_OPERANDS");
             int keep_fp32 = ov && !strcmp(ov, "fp32");
             PPDType want = !strcmp(prec, "bf16") && !keep_fp32 ? PP_BF16 : PP_F32;
-            checks++, failures += gpu->operand != want;
-            printf("%-4s operand type at %s: %s (want %s)\n", gpu->operand == want ? "ok" : "FAIL", prec,
-                   gpu->operand == PP_BF16 ? "bf16" : "fp32", want == PP_BF16 ? "bf16" : "fp32");
+            checks++;
+            failures += gpu->operand != want;
+            printf("%-4s operand type at %s: %s (want %s)\n", gpu->operand == want ? "ok" : "FAIL",
+                   prec, gpu->operand == PP_BF16 ? "bf16" : "fp32",
+                   want == PP_BF16 ? "bf16" : "fp32");
         }
-        if (fp32_ops) check_memory(1), check_memory(1000003), check_optimizer(1), check_optimizer(300007);
-        if (operand_ops) check_to_operand(1), check_to_operand(1000003);
+        if (fp32_ops) {
+            check_memory(1);
+            check_memory(1000003);
+            check_optimizer(1);
+            check_optimizer(300007);
+        }
+        if (operand_ops) {
+            check_to_operand(1);
+            check_to_operand(1000003);
+        }
         for (size_t k = 0; k < (small ? 2 : sizeof shapes / sizeof shapes[0]); k++) {
             const Shape *s = &shapes[k];
             char sh[96];
-            snprintf(sh, sizeof sh, "B=%d T=%d C=%d NH=%d V=%d/%d", s->B, s->T, s->C, s->NH, s->V, s->Vp);
+            snprintf(sh, sizeof sh, "B=%d T=%d C=%d NH=%d V=%d/%d", s->B, s->T, s->C, s->NH,
+                     s->V, s->Vp);
             int N = s->B * s->T;
             if (fp32_ops) check_encoder(s, sh);
-            if (operand_ops) check_layernorm(s, sh), check_elementwise(s, sh), check_crossentropy(s, sh);
+            if (operand_ops) {
+                check_layernorm(s, sh);
+                check_elementwise(s, sh);
+                check_crossentropy(s, sh);
+            }
             char shm[16];
             snprintf(shm, sizeof shm, "#%zu", k);
             check_matmul(N, s->C, 3 * s->C, 1, shm);
@@ -896,7 +1096,9 @@ int main(int argc, char **argv) {
         }
         backend_release(gpu);
     }
-    if (check_flash(open_gpu, small || (only && strcmp(only, "bf16")), cpu_as_gpu)) return 1; /* flash attention (issue 11) */
-    printf("gpu_ops: %d checks, %d failed (seed %llu)\n", checks, failures, (unsigned long long)seed);
+    /* flash attention (issue 11) */
+    if (check_flash(open_gpu, small || (only && strcmp(only, "bf16")), cpu_as_gpu)) return 1;
+    printf("gpu_ops: %d checks, %d failed (seed %llu)\n", checks, failures,
+           (unsigned long long)seed);
     return failures ? 1 : 0;
 }

@@ -30,19 +30,21 @@ static const Backend *gpu;
 static int failures;
 static const double TIMEOUT_S = 3.0;
 
-#define CHECK(cond, ...)                                                                                       \
-    do {                                                                                                       \
-        if (cond) {                                                                                            \
-            printf("ok   ");                                                                                   \
-        } else {                                                                                               \
-            failures++;                                                                                        \
-            printf("FAIL ");                                                                                   \
-        }                                                                                                      \
-        printf(__VA_ARGS__);                                                                                   \
-        printf("\n");                                                                                          \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            printf("ok   ");                                                                       \
+        } else {                                                                                   \
+            failures++;                                                                            \
+            printf("FAIL ");                                                                       \
+        }                                                                                          \
+        printf(__VA_ARGS__);                                                                       \
+        printf("\n");                                                                              \
     } while (0)
 
-static uint8_t pat(int seq, size_t i) { return (uint8_t)(i * 131u + (unsigned)seq * 17u + (i >> 8) + 1u); }
+static uint8_t pat(int seq, size_t i) {
+    return (uint8_t)(i * 131u + (unsigned)seq * 17u + (i >> 8) + 1u);
+}
 
 static void *dev_filled(size_t n, int seq) {
     uint8_t *h = pp_malloc(n ? n : 1);
@@ -108,13 +110,16 @@ static void check_self(Comm *c) {
             void *src = dev_filled(n, (int)k), *dst = dev_poisoned(n);
             CommReq *s = NULL, *r = NULL;
             CommTag t = tag((int)k, recv_first);
-            int rc = recv_first ? comm_irecv(c, 0, &t, dst, n, &r) || comm_isend(c, 0, &t, src, n, &s)
-                                : comm_isend(c, 0, &t, src, n, &s) || comm_irecv(c, 0, &t, dst, n, &r);
+            int rc = recv_first
+                         ? comm_irecv(c, 0, &t, dst, n, &r) || comm_isend(c, 0, &t, src, n, &s)
+                         : comm_isend(c, 0, &t, src, n, &s) || comm_irecv(c, 0, &t, dst, n, &r);
             rc = rc || comm_wait(c, r) || comm_wait(c, s);
             size_t bad = rc ? n : wrong(dst, n, (int)k);
-            CHECK(rc == 0 && bad == 0, "self message of %zu bytes (receive posted %s), wait: %zu wrong bytes%s%s", n,
+            CHECK(rc == 0 && bad == 0,
+                  "self message of %zu bytes (receive posted %s), wait: %zu wrong bytes%s%s", n,
                   recv_first ? "first" : "second", bad, rc ? "; " : "", rc ? comm_error(c) : "");
-            gpu->dealloc(gpu, src), gpu->dealloc(gpu, dst);
+            gpu->dealloc(gpu, src);
+            gpu->dealloc(gpu, dst);
         }
     }
     /* test(): bounded polling until both are done */
@@ -122,7 +127,8 @@ static void check_self(Comm *c) {
     void *src = dev_filled(n, 7), *dst = dev_poisoned(n);
     CommReq *s = NULL, *r = NULL;
     CommTag t = tag(9, 0);
-    int rc = comm_isend(c, 0, &t, src, n, &s) || comm_irecv(c, 0, &t, dst, n, &r), ds = 0, dr = 0, polls = 0;
+    int rc = comm_isend(c, 0, &t, src, n, &s) || comm_irecv(c, 0, &t, dst, n, &r), ds = 0, dr = 0;
+    int polls = 0;
     double t0 = pp_now();
     while (!rc && (!ds || !dr) && pp_now() - t0 < 20) {
         if (!ds) rc = comm_test(c, s, &ds);
@@ -130,9 +136,11 @@ static void check_self(Comm *c) {
         polls++;
     }
     size_t bad = rc || !ds || !dr ? n : wrong(dst, n, 7);
-    CHECK(rc == 0 && ds && dr && bad == 0, "self message of %zu bytes through test(): %d polls, %zu wrong bytes%s%s", n,
-          polls, bad, rc ? "; " : "", rc ? comm_error(c) : "");
-    gpu->dealloc(gpu, src), gpu->dealloc(gpu, dst);
+    CHECK(rc == 0 && ds && dr && bad == 0,
+          "self message of %zu bytes through test(): %d polls, %zu wrong bytes%s%s", n, polls, bad,
+          rc ? "; " : "", rc ? comm_error(c) : "");
+    gpu->dealloc(gpu, src);
+    gpu->dealloc(gpu, dst);
 }
 
 /* 2. grouped posting: three messages each way in one group, FIFO kept. */
@@ -144,16 +152,21 @@ static void check_group(Comm *c) {
     int rc = comm_group_start(c);
     for (int i = 0; i < K; i++) {
         CommTag t = tag(20, i);
-        src[i] = dev_filled(n, 20 + i), dst[i] = dev_poisoned(n);
+        src[i] = dev_filled(n, 20 + i);
+        dst[i] = dev_poisoned(n);
         rc = rc || comm_isend(c, 0, &t, src[i], n, &s[i]) || comm_irecv(c, 0, &t, dst[i], n, &r[i]);
     }
     rc = rc || comm_group_end(c);
     for (int i = 0; i < K; i++) rc = rc || comm_wait(c, r[i]) || comm_wait(c, s[i]);
     size_t bad = 0;
     for (int i = 0; i < K; i++) bad += rc ? n : wrong(dst[i], n, 20 + i);
-    CHECK(rc == 0 && bad == 0, "grouped posting: %d sends and %d receives in one NCCL group: %zu wrong bytes%s%s", K,
-          K, bad, rc ? "; " : "", rc ? comm_error(c) : "");
-    for (int i = 0; i < K; i++) gpu->dealloc(gpu, src[i]), gpu->dealloc(gpu, dst[i]);
+    CHECK(rc == 0 && bad == 0,
+          "grouped posting: %d sends and %d receives in one NCCL group: %zu wrong bytes%s%s", K, K,
+          bad, rc ? "; " : "", rc ? comm_error(c) : "");
+    for (int i = 0; i < K; i++) {
+        gpu->dealloc(gpu, src[i]);
+        gpu->dealloc(gpu, dst[i]);
+    }
 }
 
 /* 3. a host message between device ones. */
@@ -167,9 +180,11 @@ static void check_host_message(Comm *c) {
              comm_irecv(c, 0, &t0, dst, n, &q[2]) || comm_irecv(c, 0, &t1, hr, sizeof hr, &q[3]);
     for (int i = 3; i >= 0 && !rc; i--) rc = comm_wait(c, q[i]);
     size_t bad = rc ? n : wrong(dst, n, 30);
-    CHECK(rc == 0 && bad == 0 && !strcmp(hs, hr), "a host message between device messages: %zu wrong device bytes, "
-          "host text '%s'%s%s", bad, hr, rc ? "; " : "", rc ? comm_error(c) : "");
-    gpu->dealloc(gpu, src), gpu->dealloc(gpu, dst);
+    CHECK(rc == 0 && bad == 0 && !strcmp(hs, hr),
+          "a host message between device messages: %zu wrong device bytes, host text '%s'%s%s", bad,
+          hr, rc ? "; " : "", rc ? comm_error(c) : "");
+    gpu->dealloc(gpu, src);
+    gpu->dealloc(gpu, dst);
 }
 
 /* Floats with NaNs of odd payloads, infinities, signed zeros and ordinary values. */
@@ -178,7 +193,8 @@ static void fill_floats(float *h, size_t n, int seq) {
         uint32_t u = (uint32_t)(i * 2654435761u + (unsigned)seq * 40503u);
         float v;
         switch (i % 97) {
-        case 0: u = 0x7f800001u + (u & 0xffff); memcpy(&v, &u, 4); break; /* a signalling-pattern NaN */
+        /* a signalling-pattern NaN */
+        case 0: u = 0x7f800001u + (u & 0xffff); memcpy(&v, &u, 4); break;
         case 1: u = 0xffc12345u; memcpy(&v, &u, 4); break;                 /* a negative NaN */
         case 2: v = INFINITY; break;
         case 3: v = -0.0f; break;
@@ -192,12 +208,16 @@ static void fill_floats(float *h, size_t n, int seq) {
 static void check_collectives(Comm *c) {
     size_t n = 1000003; /* odd, one chunk */
     Comm *ref = comm_local_create();
-    float *h = pp_malloc(n * sizeof(float)), *want = pp_malloc(n * sizeof(float)), *got = pp_malloc(n * sizeof(float));
+    float *h = pp_malloc(n * sizeof(float)), *want = pp_malloc(n * sizeof(float));
+    float *got = pp_malloc(n * sizeof(float));
     float *d = gpu->alloc(gpu, n * sizeof(float)), *d2 = gpu->alloc(gpu, n * sizeof(float));
     struct {
         const char *name;
         int op;
-    } ops[] = {{"allreduce_sum_f32", 0}, {"reduce_scatter_sum_f32", 1}, {"all_gather_f32", 2}, {"broadcast", 3}};
+    } ops[] = {{"allreduce_sum_f32", 0},
+               {"reduce_scatter_sum_f32", 1},
+               {"all_gather_f32", 2},
+               {"broadcast", 3}};
     for (int k = 0; k < 4; k++) {
         fill_floats(h, n, 40 + k);
         memcpy(want, h, n * sizeof(float));
@@ -216,18 +236,23 @@ static void check_collectives(Comm *c) {
         gpu->wait(gpu);
         size_t bad = 0;
         for (size_t i = 0; i < n; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
-        CHECK(rr == 0 && rc == 0 && bad == 0, "%s of %zu floats on device memory: %zu elements differ from the memory "
-              "transport's bits%s%s", ops[k].name, n, bad, rc ? "; " : "", rc ? comm_error(c) : "");
+        CHECK(rr == 0 && rc == 0 && bad == 0,
+              "%s of %zu floats on device memory: %zu elements differ from the memory transport's "
+              "bits%s%s",
+              ops[k].name, n, bad, rc ? "; " : "", rc ? comm_error(c) : "");
     }
     /* host buffers and the host collectives: through the socket (here memory) Comm */
     double v[3] = {1.5, -2.25, 1e300};
     float hf[5] = {1, 2, NAN, 4, 5};
     int rc = comm_allreduce_sum_f64(c, v, 3) || comm_barrier(c) || comm_allreduce_sum_f32(c, hf, 5);
     CHECK(rc == 0 && v[0] == 1.5 && v[1] == -2.25 && v[2] == 1e300 && hf[1] == 2 && isnan(hf[2]),
-          "allreduce_sum_f64, barrier and a host-buffer allreduce_sum_f32 over the socket Comm%s%s", rc ? ": " : "",
-          rc ? comm_error(c) : "");
-    gpu->dealloc(gpu, d), gpu->dealloc(gpu, d2);
-    free(h), free(want), free(got);
+          "allreduce_sum_f64, barrier and a host-buffer allreduce_sum_f32 over the socket Comm%s%s",
+          rc ? ": " : "", rc ? comm_error(c) : "");
+    gpu->dealloc(gpu, d);
+    gpu->dealloc(gpu, d2);
+    free(h);
+    free(want);
+    free(got);
     comm_destroy(ref);
 }
 
@@ -235,9 +260,10 @@ static void check_collectives(Comm *c) {
 static void check_split(Comm *c) {
     Comm *g = NULL, *none = (Comm *)1;
     int rc = comm_split(c, 3, 0, &g);
-    CHECK(rc == 0 && g && g->world == 1 && g->rank == 0 && g->device_memory && !strcmp(g->ops->name, "nccl"),
-          "split into a group of one: world %d, transport %s%s%s", g ? g->world : -1, g ? g->ops->name : "-",
-          rc ? "; " : "", rc ? comm_error(c) : "");
+    CHECK(rc == 0 && g && g->world == 1 && g->rank == 0 && g->device_memory &&
+              !strcmp(g->ops->name, "nccl"),
+          "split into a group of one: world %d, transport %s%s%s", g ? g->world : -1,
+          g ? g->ops->name : "-", rc ? "; " : "", rc ? comm_error(c) : "");
     if (g) {
         size_t n = 65536;
         void *src = dev_filled(n, 50), *dst = dev_poisoned(n);
@@ -246,17 +272,21 @@ static void check_split(Comm *c) {
         gpu->to_device(gpu, f, hv, sizeof hv);
         CommReq *s, *r;
         CommTag t = tag(50, 0);
-        rc = comm_isend(g, 0, &t, src, n, &s) || comm_irecv(g, 0, &t, dst, n, &r) || comm_wait(g, r) ||
-             comm_wait(g, s) || comm_allreduce_sum_f32(g, f, 4);
+        rc = comm_isend(g, 0, &t, src, n, &s) || comm_irecv(g, 0, &t, dst, n, &r) ||
+             comm_wait(g, r) || comm_wait(g, s) || comm_allreduce_sum_f32(g, f, 4);
         gpu->to_host(gpu, back, f, sizeof back);
         gpu->wait(gpu);
         size_t bad = rc ? n : wrong(dst, n, 50);
-        CHECK(rc == 0 && bad == 0 && !memcmp(back, hv, sizeof hv), "a message and an allreduce on the group: %zu "
-              "wrong bytes%s%s", bad, rc ? "; " : "", rc ? comm_error(g) : "");
-        gpu->dealloc(gpu, src), gpu->dealloc(gpu, dst), gpu->dealloc(gpu, f);
+        CHECK(rc == 0 && bad == 0 && !memcmp(back, hv, sizeof hv),
+              "a message and an allreduce on the group: %zu wrong bytes%s%s", bad, rc ? "; " : "",
+              rc ? comm_error(g) : "");
+        gpu->dealloc(gpu, src);
+        gpu->dealloc(gpu, dst);
+        gpu->dealloc(gpu, f);
     }
     rc = comm_split(c, -1, 0, &none);
-    CHECK(rc == 0 && none == NULL, "split with color -1: no group%s%s", rc ? "; " : "", rc ? comm_error(c) : "");
+    CHECK(rc == 0 && none == NULL, "split with color -1: no group%s%s", rc ? "; " : "",
+          rc ? comm_error(c) : "");
     comm_destroy(g); /* before its parent, which the caller destroys */
 }
 
@@ -272,17 +302,21 @@ static void check_mismatch(int tags) {
     void *src = dev_filled(100, 60), *dst = dev_poisoned(200);
     CommReq *s = NULL, *r = NULL;
     CommTag ts = tag(60, 1), tr = tag(60, tags ? 2 : 1);
-    int rc = comm_isend(c, 0, &ts, src, 100, &s) || comm_irecv(c, 0, &tr, dst, tags ? 100 : 200, &r);
+    int rc = comm_isend(c, 0, &ts, src, 100, &s) ||
+             comm_irecv(c, 0, &tr, dst, tags ? 100 : 200, &r);
     if (!rc) rc = comm_wait(c, r);
     const char *e = comm_error(c);
     if (tags)
-        CHECK(rc && strstr(e, "does not match the receive posted for it") && strstr(e, "microbatch 1") &&
-              strstr(e, "microbatch 2"), "a receive of another tag fails naming both tags: %s", e);
+        CHECK(rc && strstr(e, "does not match the receive posted for it") &&
+                  strstr(e, "microbatch 1") && strstr(e, "microbatch 2"),
+              "a receive of another tag fails naming both tags: %s", e);
     else
-        CHECK(rc && strstr(e, "does not match the receive posted for it") && strstr(e, "100 bytes") &&
-              strstr(e, "200 bytes"), "a receive of another size fails naming both sizes: %s", e);
+        CHECK(rc && strstr(e, "does not match the receive posted for it") &&
+                  strstr(e, "100 bytes") && strstr(e, "200 bytes"),
+              "a receive of another size fails naming both sizes: %s", e);
     if (s) comm_wait(c, s); /* fails: the Comm is aborted */
-    gpu->dealloc(gpu, src), gpu->dealloc(gpu, dst);
+    gpu->dealloc(gpu, src);
+    gpu->dealloc(gpu, dst);
     done_with(c, base);
 }
 
@@ -310,22 +344,27 @@ static void check_abort(void) {
     double took = pp_now() - t0;
     snprintf(e, sizeof e, "%s", comm_error(c));
     CHECK(r && rr && strstr(e, "timed out waiting for rank 0 (step 70, stage 1, microbatch 3") &&
-          strstr(e, "runtime.timeout_s") && took >= TIMEOUT_S * 0.9 && took < TIMEOUT_S + 15,
-          "a receive whose transfer never completes fails after %.2f s (timeout_s %g, wait returned %d): %s", took,
-          TIMEOUT_S, rr, e);
+              strstr(e, "runtime.timeout_s") && took >= TIMEOUT_S * 0.9 && took < TIMEOUT_S + 15,
+          "a receive whose transfer never completes fails after %.2f s (timeout_s %g, wait "
+          "returned %d): %s",
+          took, TIMEOUT_S, rr, e);
     t0 = pp_now();
     rc = comm_allreduce_sum_f32(c, dst, 1);
     took = pp_now() - t0;
-    CHECK(rc && took < 1 && !strcmp(comm_error(c), e), "after the abort a collective fails at once (%.3f s) with "
-          "the same message: %s", took, comm_error(c));
+    CHECK(rc && took < 1 && !strcmp(comm_error(c), e),
+          "after the abort a collective fails at once (%.3f s) with the same message: %s", took,
+          comm_error(c));
     t0 = pp_now();
     rc = s ? comm_wait(c, s) : PP_ERUNTIME;
     took = pp_now() - t0;
-    CHECK(rc && took < 1, "after the abort the send's wait fails at once (%.3f s): %s", took, comm_error(c));
+    CHECK(rc && took < 1, "after the abort the send's wait fails at once (%.3f s): %s", took,
+          comm_error(c));
     t0 = pp_now();
     done_with(c, base);
     CHECK(pp_now() - t0 < 10, "destroy after the abort returns (%.2f s)", pp_now() - t0);
-    gpu->dealloc(gpu, src), gpu->dealloc(gpu, dst); /* after destroy: the transfer may have written dst */
+    /* after destroy: the transfer may have written dst */
+    gpu->dealloc(gpu, src);
+    gpu->dealloc(gpu, dst);
 }
 
 int main(int argc, char **argv) {
@@ -357,7 +396,8 @@ int main(int argc, char **argv) {
     Comm *base, *c = nccl_one(&base, why, sizeof why);
     CHECK(c != NULL, "a 1-rank NCCL Comm over the memory Comm%s%s", c ? "" : ": ", c ? "" : why);
     if (c) {
-        CHECK(c->device_memory == 1 && c->world == 1 && !strcmp(c->ops->name, "nccl") && c->ops->peer_state,
+        CHECK(c->device_memory == 1 && c->world == 1 && !strcmp(c->ops->name, "nccl") &&
+                  c->ops->peer_state,
               "its table: transport %s, device_memory %d", c->ops->name, c->device_memory);
         check_self(c);
         check_group(c);
