@@ -22,6 +22,7 @@
 #include "backend/backend_load.h"
 #include "common.h"
 #include "config.h"
+#include "model/model.h"
 
 typedef struct {
     const Backend *be;
@@ -123,7 +124,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     size_t N = (size_t)B * T;
-    BackendSizes sz = {(int)N, T, C, NH, Vp};
+    /* a GPT-2 layer's sizes (the ops below are its), nothing held */
+    ModelDims d = {V, Vp, T, L, NH, C, 1, &arch_gpt2};
+    BackendSizes sz = model_backend_sizes(&d, B, T, 0);
     if (backend_select(&cfg, 0, &sz, &b.be, note, sizeof note, err, sizeof err) != PP_OK) {
         fprintf(stderr, "bench_ops: %s\n", err);
         return 2;

@@ -766,11 +766,14 @@ static int attention_choice(PPPrecision precision, int run_hs, int *att_flash, c
 }
 
 /* [Note: CUDA workspace]: reserve for the run's sizes now, so that training allocates
- * nothing; N rows, C channels, Vp padded vocabulary, NH heads, T positions. Returns the
- * head's logits rows per chunk. */
+ * nothing. The sizes are the model's (model_backend_sizes: the architecture's widest
+ * matmul row and largest weight, this rank's parameters), so nothing here knows a
+ * model's shapes: N rows, T positions, NH heads of HS, Vp padded vocabulary (the head's
+ * rows), width columns, weight and params elements. Returns the head's logits rows per
+ * chunk. */
 static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
-    size_t N = sizes->N, C = sizes->C, Vp = sizes->Vp;
-    size_t T = sizes->T, NH = sizes->NH;
+    size_t N = sizes->N, Vp = sizes->Vp, T = sizes->T, NH = sizes->NH, HS = sizes->HS;
+    size_t width = sizes->width;
     /* [Note: chunked head] in src/model/model.c: the head's logits in chunks of at most 256 MiB of
      * fp32, in whole 128-row tiles (1280 rows at GPT-2's Vp); its bf16 copy is one chunk's */
     size_t rows = Vp ? ((size_t)256 << 20) / (Vp * sizeof(float)) / 128 * 128 : 0;
@@ -778,26 +781,27 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
     size_t head = (rows < N ? rows : N) * Vp;
     grow(c, &c->lt_ws, LT_WORKSPACE);
     grow(c, &c->sums, 256 * sizeof(double));
-    if (N && C) {
-        grow(c, &c->partials, ((N + 255) / 256) * 4 * C * sizeof(float));
+    if (N && width) {
+        /* the column sums of a bias gradient, at most width columns */
+        grow(c, &c->partials, ((N + 255) / 256) * width * sizeof(float));
         grow(c, &c->enc, k_encoder_workspace((int)N));
         if (NH && T && !c->att_flash) grow(c, &c->att, NH * T * T * sizeof(float));
         if (NH && T && !c->att_flash && c->op == PP_BF16)
-            grow(c, &c->stage, N * 3 * C * sizeof(float));
+            grow(c, &c->stage, N * 3 * NH * HS * sizeof(float)); /* attention's qkv */
         /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
         if (NH && T && c->att_flash) {
             grow(c, &c->flashD, N / T * NH * T * sizeof(float));
-            grow(c, &c->castA, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)(C / NH), 3));
-            grow(c, &c->castB, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)(C / NH), 1));
+            grow(c, &c->castA, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)HS, 3));
+            grow(c, &c->castB, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)HS, 1));
         }
         /* bf16 operand activations need no cast: only the weights' */
         if (c->prec == PP_PREC_BF16) {
-            size_t wb = Vp * C > 4 * C * C ? Vp * C : 4 * C * C;
-            size_t acts = c->op == PP_F32 ? N * 4 * C : 0;
+            size_t wb = sizes->weight;
+            size_t acts = c->op == PP_F32 ? N * width : 0;
             if (acts) grow(c, &c->castA, (acts > head ? acts : head) * sizeof(__nv_bfloat16));
             grow(c, &c->castB, (acts > wb ? acts : wb) * sizeof(__nv_bfloat16));
-            /* the head's weight, held over its chunks */
-            grow(c, &c->castW, Vp * C * sizeof(__nv_bfloat16));
+            /* the rank's parameters, held over each action list ([Note: held weights]) */
+            grow(c, &c->castW, sizes->params * sizeof(__nv_bfloat16));
         }
     }
     return rows;
@@ -828,8 +832,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                  prop.name, prop.major, prop.minor);
         return NULL;
     }
-    if (attention_choice(precision, sizes->NH ? (int)(sizes->C / sizes->NH) : 0, &att_flash,
-                         err, errlen))
+    if (attention_choice(precision, sizes->HS, &att_flash, err, errlen))
         return NULL;
     if (!(c = (CudaCtx *)calloc(1, sizeof(CudaCtx)))) {
         snprintf(err, errlen, "out of host memory");

@@ -715,7 +715,7 @@ START_TEST(test_logits_knob) {
     Config cfg;
     config_defaults(&cfg);
     snprintf(cfg.device, sizeof cfg.device, "cpu");
-    BackendSizes sz = {10, 5, 8, 2, 16};
+    BackendSizes sz = {10, 5, 2, 4, 16, 32, 16 * 8, 0};
     const Backend *be;
     char note[256], err[PP_ERR_MAX];
     ck_assert_int_eq(backend_select(&cfg, 0, &sz, &be, note, sizeof note, err, sizeof err), PP_OK);
@@ -1108,6 +1108,34 @@ START_TEST(test_arch_costs) {
 }
 END_TEST
 
+/* [Note: CUDA workspace]: the sizes a device reserves for come from the tensor table
+ * (GPT-2 124M: rows of 4C = 3072, its largest matrix the head's Vp C, attention's 12 heads
+ * of 64), and the held copy is what the memory plan says the rank holds: a built model's
+ * nparams for a split. */
+START_TEST(test_backend_sizes) {
+    ModelDims g = {50257, 50304, 1024, 12, 12, 768, 1, &arch_gpt2};
+    BackendSizes s = model_backend_sizes(&g, 16, 1024, 7);
+    ck_assert_int_eq(s.N, 16 * 1024);
+    ck_assert_int_eq(s.T, 1024);
+    ck_assert_int_eq(s.NH, 12);
+    ck_assert_int_eq(s.HS, 64);
+    ck_assert_int_eq(s.Vp, 50304);
+    ck_assert_uint_eq(s.width, 4 * 768);
+    ck_assert_uint_eq(s.weight, (size_t)50304 * 768);
+    ck_assert_uint_eq(s.params, 7);
+    ModelDims small = {37, 40, 9, 3, 2, 64, 1, &arch_gpt2}; /* 4C C > Vp C: a layer's matrix */
+    ck_assert_uint_eq(model_backend_sizes(&small, 1, 1, 0).weight, (size_t)4 * 64 * 64);
+    ChunkSpec split[2] = {{1, 1, 3, 0, 0, 1, 0}, {3, 3, 4, 0, 1, 1, 0}};
+    Model m;
+    ModelPlan p;
+    setup_model(&m, split, 2, 1, 4, 5);
+    model_plan(&p, &tiny, split, NULL, NULL, 2, 4, 5, 0, sizeof(float), 0, 0, 0, 0);
+    ck_assert_uint_eq(p.params / sizeof(float), m.nparams);
+    model_free(&m);
+    tfree_all();
+}
+END_TEST
+
 /* init_from round trip: save a whole model in llm.c's format, load it into a split
  * model with another padded vocabulary size: every held tensor equal. */
 START_TEST(test_llmc_roundtrip) {
@@ -1176,6 +1204,7 @@ int main(void) {
     tcase_add_test(model, test_init_split_independent);
     tcase_add_test(model, test_arch_table);
     tcase_add_test(model, test_arch_costs);
+    tcase_add_test(model, test_backend_sizes);
     tcase_add_test(model, test_llmc_roundtrip);
     tcase_add_loop_test(model, test_split_backward_chunk, 0, 2); /* the CPU, bf16 operand activations */
     tcase_add_loop_test(model, test_recompute_chunk, 0, 2);

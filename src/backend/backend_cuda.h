@@ -14,18 +14,20 @@ extern "C" {
 
 /* Bumped whenever the Backend struct or a function below changes: the loader refuses a
  * shared object built from another version of the sources. */
-/* 4: attention_backward takes the forward's output; weight_hold. 3: Backend grew
- * (logits_chunk_rows, snapshot), struct Comm and CommOps too (comm_nccl.h) */
-#define PP_CUDA_ABI 4
+/* 5: PPCudaSizes from the model (width, weight, params; HS for C). 4: attention_backward
+ * takes the forward's output; weight_hold. 3: Backend grew (logits_chunk_rows,
+ * snapshot), struct Comm and CommOps too (comm_nccl.h) */
+#define PP_CUDA_ABI 5
 
 /* runtime.precision of a CUDA backend. */
 typedef enum { PP_PREC_FP32 = 0, PP_PREC_TF32 = 1, PP_PREC_BF16 = 2 } PPPrecision;
 
 /* Sizes the backend reserves its workspace for at open (it grows it, once, if an op is
- * called with larger ones): rows N = B*T of a microbatch, sequence length T, channels C,
- * heads NH, padded vocab Vp. All 0: reserve nothing. */
+ * called with larger ones): the loader's BackendSizes (backend_load.h), field for field.
+ * All 0: reserve nothing. */
 typedef struct {
-    int N, T, C, NH, Vp;
+    int N, T, NH, HS, Vp;
+    size_t width, weight, params;
 } PPCudaSizes;
 
 /* The symbols, with their types (the loader declares pointers of these types). */

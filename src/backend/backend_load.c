@@ -156,7 +156,7 @@ static int open_cuda(const Config *cfg, int rank, const BackendSizes *sz, const 
     PPPrecision prec = !strcmp(cfg->precision, "fp32")   ? PP_PREC_FP32
                        : !strcmp(cfg->precision, "tf32") ? PP_PREC_TF32
                                                          : PP_PREC_BF16; /* auto: bf16 */
-    PPCudaSizes s = {sz->N, sz->T, sz->C, sz->NH, sz->Vp};
+    PPCudaSizes s = {sz->N, sz->T, sz->NH, sz->HS, sz->Vp, sz->width, sz->weight, sz->params};
     int dev = local_rank() % n; /* ranks beyond the GPU count share them round-robin */
     Backend *b = lib.open(dev, prec, &s, rank, msg, sizeof msg);
     if (!b) return pp_errf(why, whylen, PP_EUSAGE, "cannot open GPU %d: %s", dev, msg);

@@ -9,10 +9,16 @@
 #include "backend.h"
 #include "config.h"
 
-/* What a device backend reserves its workspace for: rows of a microbatch N = B*T, its
- * sequence length T, channels C, heads NH, padded vocabulary Vp (all 0: nothing). */
+/* What a device backend reserves its workspace for ([Note: CUDA workspace] in
+ * cuda/backend_cuda.cu), from the model (model_backend_sizes): rows of a microbatch N =
+ * B*T and its sequence length T; attention's heads NH and head size HS (its packed q, k,
+ * v input is [N, 3 NH HS]); the head's rows Vp (the padded vocabulary); the widest
+ * activation row a matmul reads or writes (columns: a bias gradient's length too), the
+ * largest weight matrix (elements), and the parameters this rank holds (the copy a held
+ * run keeps: [Note: held weights] in model/model.h). All 0: reserve nothing. */
 typedef struct {
-    int N, T, C, NH, Vp;
+    int N, T, NH, HS, Vp;
+    size_t width, weight, params;
 } BackendSizes;
 
 /* Choose and open this rank's backend. runtime.device: cpu -> the CPU backend; cuda ->

@@ -93,6 +93,20 @@ size_t model_total_params(const ModelDims *d) {
 
 void model_arch_costs(const ModelDims *d, int T, ArchCosts *a) { model_arch(d)->costs(d, T, a); }
 
+BackendSizes model_backend_sizes(const ModelDims *d, int B, int T, size_t params) {
+    const Arch *A = model_arch(d);
+    size_t width = d->C, weight = (size_t)d->Vp * d->C; /* the residual stream; the head */
+    for (int k = 0; k < A->nlayer_params; k++) { /* a layer's matrices: its matmuls' */
+        int s[2];
+        A->shape(d, 0, k, s);
+        if (!s[1]) continue; /* a vector */
+        size_t wide = (size_t)(s[0] > s[1] ? s[0] : s[1]), n = (size_t)s[0] * s[1];
+        width = wide > width ? wide : width;
+        weight = n > weight ? n : weight;
+    }
+    return (BackendSizes){B * T, T, d->NH, d->C / d->NH, d->Vp, width, weight, params};
+}
+
 size_t model_boundary_floats(const ModelDims *d, int B, int T) { return (size_t)B * T * d->C; }
 
 double model_layer_act_floats(const ModelDims *d, double N, double att, int mode) {

@@ -10,6 +10,7 @@
 
 #include "arch.h"
 #include "backend/backend.h"
+#include "backend/backend_load.h"
 #include "config.h"
 
 #define PP_MAX_CHUNKS 64
@@ -317,6 +318,12 @@ size_t model_total_params(const ModelDims *d);
 void model_arch_costs(const ModelDims *d, int T, ArchCosts *a);
 /* The dims of the model a config describes, its Arch the one model.arch names. */
 ModelDims model_dims(const Config *cfg);
+/* What a device backend reserves its workspace for (backend_select's sizes, [Note: CUDA
+ * workspace] in cuda/backend_cuda.cu) to run microbatches of B x T of this model on a
+ * rank that holds `params` parameters (model_plan's, over sizeof(float); 0: unknown, the
+ * held copy then grows at the first hold): the widest row and the largest matrix of the
+ * architecture's layer tensors and of the head, attention's heads and head size. */
+BackendSizes model_backend_sizes(const ModelDims *d, int B, int T, size_t params);
 /* Floats of the activation (and of its gradient) crossing a stage boundary for a
  * microbatch of B sequences of T tokens: one function, so every buffer and message
  * agrees (the element type is float). */

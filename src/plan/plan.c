@@ -134,15 +134,23 @@ static void fill_for_timing(Model *m, float std) {
  * B x seq_len: chunk 0 the embedding and layer 0, chunk 1 layer 1, chunk 2 layer 2 and
  * the head. The fastest of 3 after a warm-up, the host waiting for the device after
  * each; one model, so the vocabulary-sized tables are allocated and initialised once. */
+/* The 3-layer timing model: the embedding with a layer, a layer, a layer with the head.
+ * ChunkSpec: stage, l0, l1, first, last, nslots, nrecv. */
+static const ChunkSpec timing_specs[3] = {
+    {0, 0, 1, 1, 0, 1, 0}, {1, 1, 2, 0, 0, 1, 0}, {2, 2, 3, 0, 1, 1, 0}};
+
+static ModelDims timing_dims(const Config *cfg) {
+    ModelDims d = model_dims(cfg);
+    d.L = 3;
+    return d;
+}
+
 static void time_chunks(const Config *cfg, const Backend *be, int B, double f[3], double b[3]) {
     int T = cfg->seq_len;
     size_t N = (size_t)B * T, C = cfg->dim;
-    ModelDims d = model_dims(cfg);
-    d.L = 3; /* the 3-layer timing model */
-    /* ChunkSpec: stage, l0, l1, first, last, nslots, nrecv */
-    ChunkSpec specs[3] = {{0, 0, 1, 1, 0, 1, 0}, {1, 1, 2, 0, 0, 1, 0}, {2, 2, 3, 0, 1, 1, 0}};
+    ModelDims d = timing_dims(cfg);
     Model m;
-    model_init(&m, &d, specs, 3, B, T, be);
+    model_init(&m, &d, timing_specs, 3, B, T, be);
     fill_for_timing(&m, cfg->init_std);
     float *x = pp_malloc(N * C * sizeof(float));
     int *tok = pp_calloc(N, sizeof(int));
@@ -178,7 +186,10 @@ static void time_chunks(const Config *cfg, const Backend *be, int B, double f[3]
 int plan_measure(const Config *cfg, int B, LayerCosts *c, char *note, size_t notelen, char *err,
                  size_t errlen) {
     const Backend *be;
-    BackendSizes sizes = {B * cfg->seq_len, cfg->seq_len, cfg->dim, cfg->n_heads, cfg->padded_vocab_size};
+    ModelDims d = timing_dims(cfg);
+    ModelPlan p;
+    model_plan(&p, &d, timing_specs, NULL, NULL, 3, B, cfg->seq_len, 0, sizeof(float), 0, 0, 0, 0);
+    BackendSizes sizes = model_backend_sizes(&d, B, cfg->seq_len, p.params / sizeof(float));
     int rc = backend_select(cfg, 0, &sizes, &be, note, notelen, err, errlen);
     if (rc != PP_OK) return rc;
     if (cfg->threads > 0) backend_cpu_set_threads(cfg->threads); /* the CPU's; a GPU ignores it */

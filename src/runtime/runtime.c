@@ -824,6 +824,19 @@ static int tied_pair(Runtime *rt, Comm *comm, const ModelDims *d, char *err, siz
     return PP_OK;
 }
 
+/* The parameters this rank's chunks hold (the memory plan's), before the model is built:
+ * what a device reserves for their held copy ([Note: held weights] in model/model.h). */
+static size_t rank_params(const Runtime *rt, const ModelDims *d) {
+    ChunkSpec specs[PP_MAX_CHUNKS];
+    ChunkRecompute rc[PP_MAX_CHUNKS];
+    int nws[PP_MAX_CHUNKS], nblocks[2];
+    ModelPlan p;
+    runtime_chunk_plan(&rt->sched, &rt->fwd, &rt->part, rt->lay.pp, PP_RECOMPUTE_NONE, 0, specs, rc,
+                       nws, nblocks);
+    model_plan(&p, d, specs, NULL, NULL, rt->v, rt->Bmb, rt->T, 0, sizeof(float), 0, 0, 0, 0);
+    return p.params / sizeof(float);
+}
+
 int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err, size_t errlen) {
     int rc;
     if ((rc = shape_init(rt, cfg, comm, trace, err, errlen))) return rc;
@@ -834,7 +847,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     /* [Note: backends] the device is chosen by backend_select (CPU, or the CUDA backend
      * loaded on demand), then the transport by transport_init. */
     const Backend *be;
-    BackendSizes bs = {rt->Bmb * rt->T, rt->T, d.C, d.NH, d.Vp};
+    BackendSizes bs = model_backend_sizes(&d, rt->Bmb, rt->T, rank_params(rt, &d));
     if ((rc = backend_select(cfg, comm->rank, &bs, &be, rt->device_note, sizeof rt->device_note, err, errlen)) ||
         (rc = transport_init(rt, comm, be, err, errlen)))
         return rc;

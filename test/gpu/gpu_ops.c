@@ -983,7 +983,7 @@ static int open_gpu(const char *precision, char *why, size_t n) {
     config_defaults(&cfg);
     snprintf(cfg.device, sizeof cfg.device, "cuda");
     snprintf(cfg.precision, sizeof cfg.precision, "%s", precision);
-    BackendSizes sz = {0, 0, 0, 0, 0}; /* reserve nothing: the checks grow what they need */
+    BackendSizes sz = {0}; /* reserve nothing: the checks grow what they need */
     char note[256];
     return backend_select(&cfg, 0, &sz, &gpu, note, sizeof note, why, n);
 }

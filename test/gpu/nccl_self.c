@@ -378,7 +378,7 @@ int main(int argc, char **argv) {
     config_defaults(&cfg);
     snprintf(cfg.device, sizeof cfg.device, "cuda");
     snprintf(cfg.precision, sizeof cfg.precision, "fp32");
-    BackendSizes sz = {0, 0, 0, 0, 0};
+    BackendSizes sz = {0};
     char note[256], why[PP_ERR_MAX], nwhy[PP_ERR_MAX / 2];
     if (backend_select(&cfg, 0, &sz, &gpu, note, sizeof note, why, sizeof why) != PP_OK) {
         printf("skipped: no GPU (%s)\n", why);
