@@ -40,8 +40,8 @@ static const char *golden(const char *name) {
     static int k;
     k = (k + 1) % 4;
     const char *slash = strrchr(__FILE__, '/');
-    snprintf(buf[k], sizeof buf[k], "%.*shf/%s", slash ? (int)(slash - __FILE__ + 1) : 0,
-             __FILE__, name);
+    snprintf(buf[k], sizeof buf[k], "%.*shf/%s", slash ? (int)(slash - __FILE__ + 1) : 0, __FILE__,
+             name);
     return buf[k];
 }
 
@@ -50,18 +50,18 @@ static const char *golden(const char *name) {
 static const uint32_t W_BITS[12] = {0x00000000, 0x80000000, 0x3F800000, 0xBF800000,
                                     0x00000001, 0x007FFFFF, 0x7F7FFFFF, 0x7F800000,
                                     0xFF800000, 0x7FC00000, 0x3EAAAAAB, 0xC0490FDB};
-static const uint32_t SRC_BITS[10] = {0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF,
-                                      0x7F7FFFFF, 0xFF800000, 0xFFC00001, 0x00000001,
-                                      0xC0490FDB, 0x80000000};
+static const uint32_t SRC_BITS[10] = {0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF, 0x7F7FFFFF,
+                                      0xFF800000, 0xFFC00001, 0x00000001, 0xC0490FDB, 0x80000000};
 /* SRC_BITS rounded as torch rounds: ties to even (0x3F80, 0x3F82), above and below a
  * tie, FLT_MAX to inf, any NaN to 0x7FC0, a subnormal to 0, -0 kept */
 static const uint16_t SRC_BF16[10] = {0x3F80, 0x3F82, 0x3F81, 0x3F80, 0x7F80,
                                       0xFF80, 0x7FC0, 0x0000, 0xC049, 0x8000};
-static const uint16_t H_BITS[16] = {0x0001, 0x03FF, 0x0400, 0x7BFF, 0x3C00, 0xBC00,
-                                    0x8000, 0x7C00, 0xFC00, 0x7E00, 0x7C01, 0xFE00,
-                                    0x3555, 0x8001, 0x0200, 0x2E66};
+static const uint16_t H_BITS[16] = {0x0001, 0x03FF, 0x0400, 0x7BFF, 0x3C00, 0xBC00, 0x8000, 0x7C00,
+                                    0xFC00, 0x7E00, 0x7C01, 0xFE00, 0x3555, 0x8001, 0x0200, 0x2E66};
 
-static float formula(int t, size_t i) { return (float)(((int)(i * 37 + t * 11) % 101) - 50) / 64.0f; }
+static float formula(int t, size_t i) {
+    return (float)(((int)(i * 37 + t * 11) % 101) - 50) / 64.0f;
+}
 
 static uint32_t bits(float x) {
     uint32_t u;
@@ -108,8 +108,8 @@ static void assert_same_files(const char *a, const char *b) {
     unsigned char *pa = read_all(a, &na), *pb = read_all(b, &nb);
     size_t i = 0;
     while (i < na && i < nb && pa[i] == pb[i]) i++;
-    ck_assert_msg(na == nb && i == na, "%s and %s differ at byte %zu (%zu and %zu bytes)", a,
-                  b, i, na, nb);
+    ck_assert_msg(na == nb && i == na, "%s and %s differ at byte %zu (%zu and %zu bytes)", a, b, i,
+                  na, nb);
     free(pa);
     free(pb);
 }
@@ -205,7 +205,9 @@ START_TEST(test_read_bf16) {
         ck_assert_uint_eq(safetensors_f32_to_bf16(src[i]), SRC_BF16[i]); /* torch's rounding */
     }
     ck_assert_uint_eq(safetensors_bytes_read(f), 20 + 40 + 40);
-    free(x), free(wide), free(src);
+    free(x);
+    free(wide);
+    free(src);
     safetensors_close(f);
 }
 END_TEST
@@ -217,18 +219,19 @@ START_TEST(test_read_f16) {
     float *h = read_tensor(f, "h", &n), *wide = read_tensor(f, "h.wide", &nw);
     ck_assert_uint_eq(n, 16);
     ck_assert_int_eq(first_diff(h, wide, n), -1); /* numpy's exact widening, NaNs too */
-    ck_assert_float_eq(h[0], ldexpf(1, -24));        /* the smallest subnormal */
-    ck_assert_float_eq(h[1], ldexpf(1023, -24));     /* the largest */
-    ck_assert_float_eq(h[2], ldexpf(1, -14));        /* the smallest normal */
+    ck_assert_float_eq(h[0], ldexpf(1, -24));     /* the smallest subnormal */
+    ck_assert_float_eq(h[1], ldexpf(1023, -24));  /* the largest */
+    ck_assert_float_eq(h[2], ldexpf(1, -14));     /* the smallest normal */
     ck_assert_float_eq(h[3], 65504.0f);
-    ck_assert_uint_eq(bits(h[6]), 0x80000000);       /* -0 */
+    ck_assert_uint_eq(bits(h[6]), 0x80000000); /* -0 */
     ck_assert(isinf(h[7]) && h[7] > 0 && isinf(h[8]) && h[8] < 0);
     ck_assert(isnan(h[9]) && isnan(h[10]) && isnan(h[11]) && signbit(h[11]));
-    ck_assert_uint_eq(bits(h[10]), 0x7F802000);      /* the payload kept */
+    ck_assert_uint_eq(bits(h[10]), 0x7F802000); /* the payload kept */
     ck_assert_float_eq(h[13], -ldexpf(1, -24));
     for (int i = 0; i < 16; i++)
         ck_assert_uint_eq(bits(safetensors_f16_to_f32(H_BITS[i])), bits(wide[i]));
-    free(h), free(wide);
+    free(h);
+    free(wide);
     safetensors_close(f);
 }
 END_TEST
@@ -236,8 +239,12 @@ END_TEST
 /* Every range of every readable dtype equals the whole read's slice, and costs exactly
  * its bytes. */
 START_TEST(test_read_ranges) {
-    static const struct { const char *file, *tensor; unsigned size; } cases[] = {
-        {"f32.safetensors", "w", 4}, {"bf16.safetensors", "x", 2}, {"f16.safetensors", "h", 2}};
+    static const struct {
+        const char *file, *tensor;
+        unsigned size;
+    } cases[] = {{"f32.safetensors", "w", 4},
+                 {"bf16.safetensors", "x", 2},
+                 {"f16.safetensors", "h", 2}};
     for (size_t c = 0; c < 3; c++) {
         SafetensorsFile *f;
         ck_assert_int_eq(safetensors_open(golden(cases[c].file), &f, g_err, sizeof g_err), PP_OK);
@@ -249,7 +256,8 @@ START_TEST(test_read_ranges) {
         for (size_t first = 0; first <= n; first++)
             for (size_t m = 0; first + m <= n; m++) {
                 for (size_t i = 0; i < 16; i++) part[i] = -7.0f;
-                ck_assert_int_eq(safetensors_read(f, t, first, m, part, g_err, sizeof g_err), PP_OK);
+                ck_assert_int_eq(safetensors_read(f, t, first, m, part, g_err, sizeof g_err),
+                                 PP_OK);
                 ck_assert_int_eq(first_diff(part, all + first, m), -1);
                 if (m < 16) ck_assert_float_eq(part[m], -7.0f); /* nothing past n */
                 want += m * cases[c].size;
@@ -289,7 +297,10 @@ static size_t load_all(const char *path, SafetensorsWriteTensor *w, float **data
 }
 
 static void free_all(SafetensorsWriteTensor *w, float **data, size_t n) {
-    for (size_t i = 0; i < n; i++) free((char *)w[i].name), free(data[i]);
+    for (size_t i = 0; i < n; i++) {
+        free((char *)w[i].name);
+        free(data[i]);
+    }
 }
 
 START_TEST(test_write_identical) {
@@ -303,8 +314,9 @@ START_TEST(test_write_identical) {
                 if (strcmp(w[i].name, "x") == 0)
                     for (size_t j = 0; j < n; j++)
                         if (strcmp(w[j].name, "src") == 0) w[i].data = data[j];
-        ck_assert_int_eq(safetensors_write(tmp("out.safetensors"), w, n, &PT, 1, NULL, NULL,
-                                           g_err, sizeof g_err), PP_OK);
+        ck_assert_int_eq(safetensors_write(tmp("out.safetensors"), w, n, &PT, 1, NULL, NULL, g_err,
+                                           sizeof g_err),
+                         PP_OK);
         assert_same_files(tmp("out.safetensors"), golden(files[k]));
         free_all(w, data, n);
     }
@@ -333,11 +345,13 @@ START_TEST(test_write_fill) {
     size_t n = load_all(golden("f32.safetensors"), w, data);
     memcpy(lazy, w, sizeof lazy);
     for (size_t i = 0; i < n; i++) lazy[i].data = NULL;
-    ck_assert_int_eq(safetensors_write(tmp("out.safetensors"), lazy, n, &PT, 1, fill_from, w,
-                                       g_err, sizeof g_err), PP_OK);
+    ck_assert_int_eq(safetensors_write(tmp("out.safetensors"), lazy, n, &PT, 1, fill_from, w, g_err,
+                                       sizeof g_err),
+                     PP_OK);
     assert_same_files(tmp("out.safetensors"), golden("f32.safetensors"));
     ck_assert_int_eq(safetensors_write(tmp("bad.safetensors"), lazy, n, &PT, 1, fill_fails, w,
-                                       g_err, sizeof g_err), PP_ERUNTIME);
+                                       g_err, sizeof g_err),
+                     PP_ERUNTIME);
     ASSERT_ERR_HAS("no data for");
     char names[256];
     ck_assert_int_eq(dir_entries(g_dir, names, sizeof names), 1); /* only out.safetensors */
@@ -355,7 +369,8 @@ START_TEST(test_round_trip) {
     safetensors_close(f);
     SafetensorsWriteTensor w = {"h", SAFETENSORS_F32, 2, {4, 4}, h};
     ck_assert_int_eq(safetensors_write(tmp("a.safetensors"), &w, 1, NULL, 0, NULL, NULL, g_err,
-                                       sizeof g_err), PP_OK);
+                                       sizeof g_err),
+                     PP_OK);
     ck_assert_int_eq(safetensors_open(tmp("a.safetensors"), &f, g_err, sizeof g_err), PP_OK);
     ck_assert_uint_eq(safetensors_meta_count(f), 0);
     float *back = read_tensor(f, "h", &n);
@@ -363,9 +378,11 @@ START_TEST(test_round_trip) {
     safetensors_close(f);
     w.data = back;
     ck_assert_int_eq(safetensors_write(tmp("b.safetensors"), &w, 1, NULL, 0, NULL, NULL, g_err,
-                                       sizeof g_err), PP_OK);
+                                       sizeof g_err),
+                     PP_OK);
     assert_same_files(tmp("a.safetensors"), tmp("b.safetensors"));
-    free(h), free(back);
+    free(h);
+    free(back);
 }
 END_TEST
 
@@ -373,27 +390,29 @@ START_TEST(test_write_refuses) {
     float x[4] = {1, 2, 3, 4};
     SafetensorsWriteTensor dup[2] = {{"a", SAFETENSORS_F32, 1, {4}, x},
                                      {"a", SAFETENSORS_F32, 1, {4}, x}};
-    ck_assert_int_eq(safetensors_write(tmp("o"), dup, 2, NULL, 0, NULL, NULL, g_err,
-                                       sizeof g_err), PP_EUSAGE);
+    ck_assert_int_eq(safetensors_write(tmp("o"), dup, 2, NULL, 0, NULL, NULL, g_err, sizeof g_err),
+                     PP_EUSAGE);
     ASSERT_ERR_HAS("\"a\" is given twice");
     SafetensorsWriteTensor f16 = {"h", SAFETENSORS_F16, 1, {4}, x};
-    ck_assert_int_eq(safetensors_write(tmp("o"), &f16, 1, NULL, 0, NULL, NULL, g_err,
-                                       sizeof g_err), PP_EUSAGE);
+    ck_assert_int_eq(safetensors_write(tmp("o"), &f16, 1, NULL, 0, NULL, NULL, g_err, sizeof g_err),
+                     PP_EUSAGE);
     ASSERT_ERR_HAS("cannot write dtype F16");
     SafetensorsWriteTensor neg = {"n", SAFETENSORS_F32, 2, {2, -2}, x};
-    ck_assert_int_eq(safetensors_write(tmp("o"), &neg, 1, NULL, 0, NULL, NULL, g_err,
-                                       sizeof g_err), PP_EUSAGE);
+    ck_assert_int_eq(safetensors_write(tmp("o"), &neg, 1, NULL, 0, NULL, NULL, g_err, sizeof g_err),
+                     PP_EUSAGE);
     ASSERT_ERR_HAS("tensor \"n\": shape[1] = -2");
     SafetensorsWriteTensor noname = {"", SAFETENSORS_F32, 1, {4}, x};
     ck_assert_int_eq(safetensors_write(tmp("o"), &noname, 1, NULL, 0, NULL, NULL, g_err,
-                                       sizeof g_err), PP_EUSAGE);
+                                       sizeof g_err),
+                     PP_EUSAGE);
     SafetensorsMeta twice[2] = {{"k", "1"}, {"k", "2"}};
-    ck_assert_int_eq(safetensors_write(tmp("o"), dup, 1, twice, 2, NULL, NULL, g_err,
-                                       sizeof g_err), PP_EUSAGE);
+    ck_assert_int_eq(safetensors_write(tmp("o"), dup, 1, twice, 2, NULL, NULL, g_err, sizeof g_err),
+                     PP_EUSAGE);
     ASSERT_ERR_HAS("metadata key \"k\" is given twice");
     SafetensorsWriteTensor nodata = {"z", SAFETENSORS_F32, 1, {4}, NULL};
     ck_assert_int_eq(safetensors_write(tmp("o"), &nodata, 1, NULL, 0, NULL, NULL, g_err,
-                                       sizeof g_err), PP_EUSAGE);
+                                       sizeof g_err),
+                     PP_EUSAGE);
     ASSERT_ERR_HAS("\"z\" has no data");
     char names[256];
     ck_assert_int_eq(dir_entries(g_dir, names, sizeof names), 0);
@@ -406,8 +425,8 @@ START_TEST(test_write_escapes) {
     float x = 1;
     const char *name = "a\"b\\c\n\x01\x7f\xc3\xa9";
     SafetensorsWriteTensor w = {name, SAFETENSORS_F32, 0, {0}, &x};
-    ck_assert_int_eq(safetensors_write(tmp("e"), &w, 1, NULL, 0, NULL, NULL, g_err,
-                                       sizeof g_err), PP_OK);
+    ck_assert_int_eq(safetensors_write(tmp("e"), &w, 1, NULL, 0, NULL, NULL, g_err, sizeof g_err),
+                     PP_OK);
     size_t n;
     unsigned char *p = read_all(tmp("e"), &n);
     const char *want = "{\"a\\\"b\\\\c\\n\\u0001\x7f\xc3\xa9\":{\"dtype\":\"F32\",\"shape\":[],"
@@ -466,8 +485,10 @@ START_TEST(test_damaged_json) {
     open_fails(tmp("trailing"), PP_EUSAGE, "not valid JSON", "end of file expected");
     put_st(tmp("array"), "[1, 2]", 0);
     open_fails(tmp("array"), PP_EUSAGE, "the header is an array, not a JSON object", NULL);
-    put_st(tmp("dupkey"), "{\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},"
-                          "\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[4,8]}}", 8);
+    put_st(tmp("dupkey"),
+           "{\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},"
+           "\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[4,8]}}",
+           8);
     open_fails(tmp("dupkey"), PP_EUSAGE, "duplicate object key", NULL);
     put_st(tmp("badutf8"), "{\"\xff\":1}", 0);
     open_fails(tmp("badutf8"), PP_EUSAGE, "not valid JSON", NULL);
@@ -488,10 +509,12 @@ static void entry_fails(const char *entry, size_t data, const char *want) {
 }
 
 START_TEST(test_damaged_entries) {
-    entry_fails("{\"dtype\":\"F17\",\"shape\":[1],\"data_offsets\":[0,4]}", 4, "unknown dtype \"F17\"");
+    entry_fails("{\"dtype\":\"F17\",\"shape\":[1],\"data_offsets\":[0,4]}", 4,
+                "unknown dtype \"F17\"");
     entry_fails("{\"shape\":[1],\"data_offsets\":[0,4]}", 4, "\"dtype\" is missing");
     entry_fails("{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}", 4, "\"dtype\" is an integer");
-    entry_fails("{\"dtype\":\"F32\",\"shape\":3,\"data_offsets\":[0,4]}", 4, "\"shape\" is an integer");
+    entry_fails("{\"dtype\":\"F32\",\"shape\":3,\"data_offsets\":[0,4]}", 4,
+                "\"shape\" is an integer");
     entry_fails("{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}", 4, "shape[0] is not");
     entry_fails("{\"dtype\":\"F32\",\"shape\":[1.0],\"data_offsets\":[0,4]}", 4, "shape[0] is not");
     entry_fails("{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}", 4,
@@ -500,14 +523,17 @@ START_TEST(test_damaged_entries) {
                 4, "more elements than 64 bits count");
     entry_fails("{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,4]}", 4,
                 "more elements than 64 bits count");
-    put_st(tmp("big"), "{\"t\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],"
-                       "\"data_offsets\":[0,4]}}", 4); /* past int64: refused by jansson */
+    put_st(tmp("big"),
+           "{\"t\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],"
+           "\"data_offsets\":[0,4]}}",
+           4); /* past int64: refused by jansson */
     open_fails(tmp("big"), PP_EUSAGE, "not valid JSON: too big integer", "line 1, column");
     entry_fails("{\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,2]}", 2,
                 "does not fill whole bytes");
     entry_fails("{\"dtype\":\"F32\",\"shape\":[2]}", 8, "\"data_offsets\" is not [BEGIN, END]");
     entry_fails("{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}", 8, "BEGIN <= END");
-    entry_fails("{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,9]}", 9, "not [BEGIN, END]");
+    entry_fails("{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,9]}", 9,
+                "not [BEGIN, END]");
     entry_fails("{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,6]}", 8,
                 "hold 6 bytes, but F32 of shape [2] takes 8");
     entry_fails("{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,24]}", 24,
@@ -518,17 +544,23 @@ START_TEST(test_damaged_entries) {
 END_TEST
 
 START_TEST(test_damaged_overlap) {
-    put_st(tmp("o"), "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
-                     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20);
+    put_st(tmp("o"),
+           "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+           "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}",
+           20);
     open_fails(tmp("o"), PP_EUSAGE, "tensors \"a\" and \"b\" overlap", NULL);
-    put_st(tmp("inside"), "{\"big\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[0,32]},"
-                          "\"small\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]},"
-                          "\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]}}", 32);
+    put_st(tmp("inside"),
+           "{\"big\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[0,32]},"
+           "\"small\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]},"
+           "\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]}}",
+           32);
     open_fails(tmp("inside"), PP_EUSAGE, "tensors \"big\" and \"small\" overlap", NULL);
     /* gaps, empty tensors anywhere and unordered entries are fine */
-    put_st(tmp("ok"), "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]},"
-                      "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[2,2]},"
-                      "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 16);
+    put_st(tmp("ok"),
+           "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]},"
+           "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[2,2]},"
+           "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+           16);
     SafetensorsFile *f;
     ck_assert_int_eq(safetensors_open(tmp("ok"), &f, g_err, sizeof g_err), PP_OK);
     ck_assert_str_eq(safetensors_tensor(f, 0)->name, "a");
@@ -539,17 +571,20 @@ END_TEST
 
 /* A dtype the format knows but fp32 cannot hold opens, and the read names it. */
 START_TEST(test_unreadable_dtype) {
-    put_st(tmp("i"), "{\"ids\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]},"
-                     "\"q\":{\"dtype\":\"F8_E4M3\",\"shape\":[4],\"data_offsets\":[16,20]}}", 20);
+    put_st(tmp("i"),
+           "{\"ids\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]},"
+           "\"q\":{\"dtype\":\"F8_E4M3\",\"shape\":[4],\"data_offsets\":[16,20]}}",
+           20);
     SafetensorsFile *f;
     ck_assert_int_eq(safetensors_open(tmp("i"), &f, g_err, sizeof g_err), PP_OK);
     float out[4];
     ck_assert_int_eq(safetensors_read(f, safetensors_find(f, "ids"), 0, 2, out, g_err,
-                                      sizeof g_err), PP_EUSAGE);
+                                      sizeof g_err),
+                     PP_EUSAGE);
     ASSERT_ERR_HAS(tmp("i"));
     ASSERT_ERR_HAS("tensor \"ids\" is stored as I64");
-    ck_assert_int_eq(safetensors_read(f, safetensors_find(f, "q"), 0, 4, out, g_err,
-                                      sizeof g_err), PP_EUSAGE);
+    ck_assert_int_eq(safetensors_read(f, safetensors_find(f, "q"), 0, 4, out, g_err, sizeof g_err),
+                     PP_EUSAGE);
     ASSERT_ERR_HAS("stored as F8_E4M3");
     ck_assert_uint_eq(safetensors_bytes_read(f), 0);
     safetensors_close(f);
@@ -565,8 +600,9 @@ START_TEST(test_truncated_after_open) {
     ck_assert_int_eq(safetensors_open(tmp("f"), &f, g_err, sizeof g_err), PP_OK);
     ck_assert_int_eq(truncate(tmp("f"), (off_t)safetensors_tensor(f, 0)->begin + 2), 0);
     float out[12];
-    ck_assert_int_eq(safetensors_read(f, safetensors_tensor(f, 0), 0, safetensors_tensor(f, 0)->numel,
-                                      out, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_int_eq(safetensors_read(f, safetensors_tensor(f, 0), 0,
+                                      safetensors_tensor(f, 0)->numel, out, g_err, sizeof g_err),
+                     PP_EUSAGE);
     ASSERT_ERR_HAS("the file ends inside tensor");
     safetensors_close(f);
     free(p);
@@ -575,7 +611,12 @@ END_TEST
 
 /* ---- directories --------------------------------------------------------------------- */
 
-static const struct { const char *name; int ndim; int64_t shape[2]; int shard; } SHARDED[8] = {
+static const struct {
+    const char *name;
+    int ndim;
+    int64_t shape[2];
+    int shard;
+} SHARDED[8] = {
     {"model.embed_tokens.weight", 2, {8, 4}, 1},
     {"model.layers.0.input_layernorm.weight", 1, {4}, 1},
     {"model.layers.0.self_attn.q_proj.weight", 2, {4, 4}, 3},
@@ -603,7 +644,8 @@ START_TEST(test_dir_sharded) {
         ck_assert_int_eq(ti->ndim, SHARDED[t].ndim);
         ck_assert_int_eq(ti->shape[0], SHARDED[t].shape[0]);
         float v[64];
-        ck_assert_int_eq(hf_dir_read(d, SHARDED[t].name, 0, ti->numel, v, g_err, sizeof g_err), PP_OK);
+        ck_assert_int_eq(hf_dir_read(d, SHARDED[t].name, 0, ti->numel, v, g_err, sizeof g_err),
+                         PP_OK);
         for (size_t i = 0; i < ti->numel; i++) ck_assert_float_eq(v[i], formula(t, i));
         bytes += ti->numel * 4;
     }
@@ -611,12 +653,14 @@ START_TEST(test_dir_sharded) {
     ck_assert_uint_eq(hf_dir_bytes_read(d), bytes);
     /* rows 2..5 of the embedding: 16 elements, 64 bytes and no more */
     float rows[16];
-    ck_assert_int_eq(hf_dir_read(d, "model.embed_tokens.weight", 8, 16, rows, g_err, sizeof g_err), PP_OK);
+    ck_assert_int_eq(hf_dir_read(d, "model.embed_tokens.weight", 8, 16, rows, g_err, sizeof g_err),
+                     PP_OK);
     for (int i = 0; i < 16; i++) ck_assert_float_eq(rows[i], formula(0, 8 + (size_t)i));
     ck_assert_uint_eq(hf_dir_bytes_read(d), bytes + 64);
     ck_assert_uint_gt(hf_dir_header_bytes(d), 659); /* the index, and the shards' headers */
     ck_assert_int_eq(hf_dir_read(d, "model.layers.2.input_layernorm.weight", 0, 4, rows, g_err,
-                                 sizeof g_err), PP_EUSAGE);
+                                 sizeof g_err),
+                     PP_EUSAGE);
     ASSERT_ERR_HAS("no tensor \"model.layers.2.input_layernorm.weight\"");
     ASSERT_ERR_HAS("model.safetensors.index.json");
     ck_assert_ptr_null(hf_dir_find(d, "nope", NULL));
@@ -632,7 +676,8 @@ static void load_sharded(SafetensorsWriteTensor *w, float **data) {
         const SafetensorsTensor *ti = hf_dir_find(d, SHARDED[t].name, NULL);
         data[t] = malloc(ti->numel * sizeof(float));
         ck_assert_int_eq(hf_dir_read(d, SHARDED[t].name, 0, ti->numel, data[t], g_err,
-                                     sizeof g_err), PP_OK);
+                                     sizeof g_err),
+                         PP_OK);
         w[t] = (SafetensorsWriteTensor){SHARDED[t].name, SAFETENSORS_F32, ti->ndim, {0}, data[t]};
         memcpy(w[t].shape, ti->shape, sizeof ti->shape);
     }
@@ -650,14 +695,18 @@ START_TEST(test_dir_write_identical) {
     char *cfg;
     size_t cfg_len;
     ck_assert_int_eq(hf_config_format(&c, HF_CONFIG_ROPE_SCALING, &cfg, &cfg_len, g_err,
-                                      sizeof g_err), PP_OK);
+                                      sizeof g_err),
+                     PP_OK);
     HfDirFile files[1] = {{"config.json", cfg, cfg_len}};
-    HfDirWriteOptions o = {.max_shard_size = 150, .meta = &PT, .nmeta = 1, .files = files,
+    HfDirWriteOptions o = {.max_shard_size = 150,
+                           .meta = &PT,
+                           .nmeta = 1,
+                           .files = files,
                            .nfiles = 1};
     ck_assert_int_eq(hf_dir_write(tmp("out/model"), w, 8, &o, g_err, sizeof g_err), PP_OK);
     const char *names[] = {"model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
                            "model-00003-of-00004.safetensors", "model-00004-of-00004.safetensors",
-                           "model.safetensors.index.json", "config.json"};
+                           "model.safetensors.index.json",     "config.json"};
     char a[PP_PATH_MAX], b[PP_PATH_MAX], list[512];
     for (int i = 0; i < 6; i++) {
         snprintf(a, sizeof a, "%s/%s", tmp("out/model"), names[i]);
@@ -688,7 +737,8 @@ START_TEST(test_dir_single) {
     for (int t = 0; t < 8; t++) {
         const SafetensorsTensor *ti = hf_dir_find(d, SHARDED[t].name, NULL);
         ck_assert_int_eq(ti->dtype, SAFETENSORS_BF16);
-        ck_assert_int_eq(hf_dir_read(d, SHARDED[t].name, 0, ti->numel, v, g_err, sizeof g_err), PP_OK);
+        ck_assert_int_eq(hf_dir_read(d, SHARDED[t].name, 0, ti->numel, v, g_err, sizeof g_err),
+                         PP_OK);
         for (size_t i = 0; i < ti->numel; i++) /* k/64 with |k| <= 50 is exact in BF16 */
             ck_assert_float_eq(v[i], formula(t, i));
     }
@@ -766,7 +816,8 @@ static void dir_fails(const char *want1, const char *want2) {
 START_TEST(test_dir_damaged) {
     copy_sharded("{\"weight_map\": {\"a.weight\": \"model-00009-of-00009.safetensors\"}}");
     dir_fails("model.safetensors.index.json: weight_map puts tensor \"a.weight\" in "
-              "model-00009-of-00009.safetensors", "No such file");
+              "model-00009-of-00009.safetensors",
+              "No such file");
     copy_sharded("{\"weight_map\": {\"model.norm.weight\": \"model-00001-of-00004.safetensors\"}}");
     dir_fails("tensor \"model.norm.weight\" in model-00001-of-00004.safetensors, but",
               "has no such tensor");
@@ -790,10 +841,13 @@ START_TEST(test_dir_damaged) {
 END_TEST
 
 START_TEST(test_parse_size) {
-    static const struct { const char *s; uint64_t v; } ok[] = {
-        {"5GB", 5000000000ull}, {"500MB", 500000000ull}, {"1.5GiB", 1610612736ull},
-        {"100", 100}, {"5gb", 5000000000ull}, {"2KiB", 2048}, {"1TB", 1000000000000ull},
-        {"10 MB", 10000000}};
+    static const struct {
+        const char *s;
+        uint64_t v;
+    } ok[] = {{"5GB", 5000000000ull},    {"500MB", 500000000ull},
+              {"1.5GiB", 1610612736ull}, {"100", 100},
+              {"5gb", 5000000000ull},    {"2KiB", 2048},
+              {"1TB", 1000000000000ull}, {"10 MB", 10000000}};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         uint64_t v = 0;
         ck_assert_int_eq(hf_dir_parse_size(ok[i].s, &v, g_err, sizeof g_err), PP_OK);
@@ -810,12 +864,24 @@ END_TEST
 
 /* ---- config.json ---------------------------------------------------------------------- */
 
-#define ASSERT_INT(f, k, v) \
-    do { ck_assert_int_eq((f).present, 1); ck_assert_str_eq((f).key, k); ck_assert_int_eq((f).value, v); } while (0)
-#define ASSERT_REAL(f, k, v) \
-    do { ck_assert_int_eq((f).present, 1); ck_assert_str_eq((f).key, k); ck_assert_double_eq((f).value, v); } while (0)
-#define ASSERT_STR(f, k, v) \
-    do { ck_assert_int_eq((f).present, 1); ck_assert_str_eq((f).key, k); ck_assert_str_eq((f).value, v); } while (0)
+#define ASSERT_INT(f, k, v)                                                                        \
+    do {                                                                                           \
+        ck_assert_int_eq((f).present, 1);                                                          \
+        ck_assert_str_eq((f).key, k);                                                              \
+        ck_assert_int_eq((f).value, v);                                                            \
+    } while (0)
+#define ASSERT_REAL(f, k, v)                                                                       \
+    do {                                                                                           \
+        ck_assert_int_eq((f).present, 1);                                                          \
+        ck_assert_str_eq((f).key, k);                                                              \
+        ck_assert_double_eq((f).value, v);                                                         \
+    } while (0)
+#define ASSERT_STR(f, k, v)                                                                        \
+    do {                                                                                           \
+        ck_assert_int_eq((f).present, 1);                                                          \
+        ck_assert_str_eq((f).key, k);                                                              \
+        ck_assert_str_eq((f).value, v);                                                            \
+    } while (0)
 
 /* What Llama 3.2 1B's two forms share. */
 static void assert_llama32(const HfConfig *c) {
@@ -867,7 +933,8 @@ END_TEST
 
 START_TEST(test_config_rope_parameters) {
     HfConfig c;
-    ck_assert_int_eq(hf_config_read(golden("llama32_v5_config.json"), &c, g_err, sizeof g_err), PP_OK);
+    ck_assert_int_eq(hf_config_read(golden("llama32_v5_config.json"), &c, g_err, sizeof g_err),
+                     PP_OK);
     assert_llama32(&c);
     ck_assert_str_eq(c.rope.key, "rope_parameters");
     ck_assert_str_eq(c.rope.type.key, "rope_parameters.rope_type");
@@ -913,7 +980,11 @@ END_TEST
 
 /* config.json written as transformers writes it, in each form, from each form. */
 START_TEST(test_config_write) {
-    static const struct { const char *in; HfConfigForm form; const char *want; } cases[] = {
+    static const struct {
+        const char *in;
+        HfConfigForm form;
+        const char *want;
+    } cases[] = {
         {"llama32_config.json", HF_CONFIG_ROPE_SCALING, "export_llama_hub.json"},
         {"llama32_config.json", HF_CONFIG_ROPE_PARAMETERS, "export_llama_v5.json"},
         {"llama32_v5_config.json", HF_CONFIG_ROPE_PARAMETERS, "export_llama_v5.json"},
@@ -925,7 +996,8 @@ START_TEST(test_config_write) {
         HfConfig c, back;
         ck_assert_int_eq(hf_config_read(golden(cases[i].in), &c, g_err, sizeof g_err), PP_OK);
         ck_assert_int_eq(hf_config_write(tmp("config.json"), &c, cases[i].form, g_err,
-                                         sizeof g_err), PP_OK);
+                                         sizeof g_err),
+                         PP_OK);
         assert_same_files(tmp("config.json"), golden(cases[i].want));
         ck_assert_int_eq(hf_config_read(tmp("config.json"), &back, g_err, sizeof g_err), PP_OK);
         if (strncmp(cases[i].in, "llama32", 7) == 0) assert_llama32(&back);
@@ -937,8 +1009,8 @@ START_TEST(test_config_write) {
     c.norm_eps.present = 0;
     char *text;
     size_t len;
-    ck_assert_int_eq(hf_config_format(&c, HF_CONFIG_ROPE_SCALING, &text, &len, g_err,
-                                      sizeof g_err), PP_EUSAGE);
+    ck_assert_int_eq(hf_config_format(&c, HF_CONFIG_ROPE_SCALING, &text, &len, g_err, sizeof g_err),
+                     PP_EUSAGE);
     ASSERT_ERR_HAS("norm_eps is not set");
     ck_assert_ptr_null(text);
 }
@@ -958,17 +1030,24 @@ START_TEST(test_config_damaged) {
     config_fails("{\"hidden_size\": \"2048\"}", "hidden_size is a string, expected an integer");
     config_fails("{\"n_embd\": 768.0}", "n_embd is a real number, expected an integer");
     config_fails("{\"rms_norm_eps\": \"1e-5\"}", "rms_norm_eps is a string, expected a number");
-    config_fails("{\"tie_word_embeddings\": 1}", "tie_word_embeddings is an integer, expected true or false");
-    config_fails("{\"architectures\": \"LlamaForCausalLM\"}", "architectures is a string, expected a list");
+    config_fails("{\"tie_word_embeddings\": 1}",
+                 "tie_word_embeddings is an integer, expected true or false");
+    config_fails("{\"architectures\": \"LlamaForCausalLM\"}",
+                 "architectures is a string, expected a list");
     config_fails("{\"architectures\": [3]}", "architectures[0] is an integer, expected a string");
-    config_fails("{\"eos_token_id\": [1, \"2\"]}", "eos_token_id[1] is a string, expected an integer");
-    config_fails("{\"bos_token_id\": \"1\"}", "bos_token_id is a string, expected an integer or a list");
+    config_fails("{\"eos_token_id\": [1, \"2\"]}",
+                 "eos_token_id[1] is a string, expected an integer");
+    config_fails("{\"bos_token_id\": \"1\"}",
+                 "bos_token_id is a string, expected an integer or a list");
     config_fails("{\"rope_scaling\": 8}", "rope_scaling is an integer, expected an object or null");
-    config_fails("{\"rope_scaling\": {\"factor\": \"8\"}}", "rope_scaling.factor is a string, expected a number");
-    config_fails("{\"rope_parameters\": {\"rope_type\": 3}}", "rope_parameters.rope_type is an integer");
+    config_fails("{\"rope_scaling\": {\"factor\": \"8\"}}",
+                 "rope_scaling.factor is a string, expected a number");
+    config_fails("{\"rope_parameters\": {\"rope_type\": 3}}",
+                 "rope_parameters.rope_type is an integer");
     config_fails("{\"rope_parameters\": {\"full_attention\": {\"rope_theta\": 1e6}}}",
                  "rope_parameters.full_attention is an object: RoPE parameters per layer type");
-    config_fails("{\"hidden_size\": 2048, \"n_embd\": 768}", "hidden_size 2048 and n_embd 768 disagree");
+    config_fails("{\"hidden_size\": 2048, \"n_embd\": 768}",
+                 "hidden_size 2048 and n_embd 768 disagree");
     config_fails("{\"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_theta\": 500000.0}}",
                  "rope_theta 10000.0 and rope_parameters.rope_theta 500000.0 disagree");
     config_fails("{\"model_type\": \"llama\",\n \"vocab_size\": 12,,}", "not valid JSON");
@@ -976,7 +1055,8 @@ START_TEST(test_config_damaged) {
     config_fails("{\"a\": 1} {\"b\": 2}", "end of file expected");
     config_fails("{\"a\": 1, \"a\": 2}", "duplicate object key");
     config_fails("[]", "is an array, not a JSON object");
-    config_fails("{\"model_type\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
+    config_fails("{\"model_type\": "
+                 "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
                  "model_type is 68 bytes long");
     HfConfig c;
     ck_assert_int_eq(hf_config_read(tmp("absent.json"), &c, g_err, sizeof g_err), PP_EUSAGE);
@@ -998,13 +1078,23 @@ END_TEST
 /* JSON as Python's json.dumps(indent=2, sort_keys=True) writes it: the expected texts
  * are Python 3.11's output. */
 START_TEST(test_json_python) {
-    static const struct { double x; const char *repr; } reals[] = {
-        {1e-05, "1e-05"}, {500000.0, "500000.0"}, {0.02, "0.02"}, {1e16, "1e+16"},
-        {1e15, "1000000000000000.0"}, {0.0001, "0.0001"}, {5e-324, "5e-324"},
-        {1.7976931348623157e+308, "1.7976931348623157e+308"}, {-0.0, "-0.0"},
-        {1.0 / 3, "0.3333333333333333"}, {2.5e-5, "2.5e-05"},
-        {9999999999999998.0, "9999999999999998.0"}, {123.456, "123.456"},
-        {-1.5e-300, "-1.5e-300"}};
+    static const struct {
+        double x;
+        const char *repr;
+    } reals[] = {{1e-05, "1e-05"},
+                 {500000.0, "500000.0"},
+                 {0.02, "0.02"},
+                 {1e16, "1e+16"},
+                 {1e15, "1000000000000000.0"},
+                 {0.0001, "0.0001"},
+                 {5e-324, "5e-324"},
+                 {1.7976931348623157e+308, "1.7976931348623157e+308"},
+                 {-0.0, "-0.0"},
+                 {1.0 / 3, "0.3333333333333333"},
+                 {2.5e-5, "2.5e-05"},
+                 {9999999999999998.0, "9999999999999998.0"},
+                 {123.456, "123.456"},
+                 {-1.5e-300, "-1.5e-300"}};
     char out[32];
     for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
         hf_json_format_real(reals[i].x, out);
@@ -1013,13 +1103,15 @@ START_TEST(test_json_python) {
     json_error_t je;
     json_t *v = json_loads("{\"b\": \"\xc3\xa9\\n\\u0001\x7f\\ud83d\\ude00\\\"\\\\\", \"a\": [], "
                            "\"c\": {}, \"d\": [1, 2.5, null, true], "
-                           "\"B\": {\"z\": 1e-07, \"y\": 1e16}}", 0, &je);
+                           "\"B\": {\"z\": 1e-07, \"y\": 1e16}}",
+                           0, &je);
     ck_assert_msg(v != NULL, "%s", je.text);
     HfBuf b = {0};
     hf_json_dump_python(&b, v);
-    ck_assert_str_eq(b.p, "{\n  \"B\": {\n    \"y\": 1e+16,\n    \"z\": 1e-07\n  },\n  \"a\": [],\n"
-                          "  \"b\": \"\\u00e9\\n\\u0001\\u007f\\ud83d\\ude00\\\"\\\\\",\n  \"c\": {},\n"
-                          "  \"d\": [\n    1,\n    2.5,\n    null,\n    true\n  ]\n}");
+    ck_assert_str_eq(b.p,
+                     "{\n  \"B\": {\n    \"y\": 1e+16,\n    \"z\": 1e-07\n  },\n  \"a\": [],\n"
+                     "  \"b\": \"\\u00e9\\n\\u0001\\u007f\\ud83d\\ude00\\\"\\\\\",\n  \"c\": {},\n"
+                     "  \"d\": [\n    1,\n    2.5,\n    null,\n    true\n  ]\n}");
     hf_buf_free(&b);
     json_decref(v);
 }
@@ -1069,6 +1161,4 @@ static Suite *hf_suite(void) {
     return s;
 }
 
-int main(void) {
-    return check_run(hf_suite(), 0);
-}
+int main(void) { return check_run(hf_suite(), 0); }

@@ -23,7 +23,8 @@ typedef struct {
     int weak;
 } Field;
 
-#define F(key, kind, field) {key, kind, offsetof(HfConfig, field), 0}
+#define F(key, kind, field)                                                                        \
+    { key, kind, offsetof(HfConfig, field), 0 }
 static const Field g_fields[] = {
     F("model_type", F_STR, model_type),
     F("architectures", F_ARCH, architecture),
@@ -100,8 +101,8 @@ static const json_t *lookup(const json_t *root, const char *key) {
 }
 
 /* Parse v as the field's kind into a fresh field *out (an HfConfig* field's type). */
-static int parse_value(const char *path, const Field *f, const json_t *v, void *out,
-                       char *err, size_t errlen) {
+static int parse_value(const char *path, const Field *f, const json_t *v, void *out, char *err,
+                       size_t errlen) {
     int ok = 1;
     switch (f->kind) {
     case F_INT:
@@ -136,11 +137,13 @@ static int parse_value(const char *path, const Field *f, const json_t *v, void *
                            f->key, n, HF_CONFIG_IDS_MAX);
         for (size_t i = 0; i < n && ok; i++) {
             const json_t *e = ids->list ? json_array_get(v, i) : v;
-            if (json_is_integer(e)) ids->ids[ids->n++] = json_integer_value(e);
+            if (json_is_integer(e))
+                ids->ids[ids->n++] = json_integer_value(e);
             else if (ids->list)
                 return pp_errf(err, errlen, PP_EUSAGE, "%s: %s[%zu] is %s, expected an integer",
                                path, f->key, i, hf_json_kind(e));
-            else ok = 0;
+            else
+                ok = 0;
         }
         break;
     }
@@ -213,8 +216,7 @@ static int same_value(FieldKind k, const FieldValue *a, const FieldValue *b) {
     return 0;
 }
 
-static int read_field(HfConfig *c, const json_t *root, const Field *f, char *err,
-                      size_t errlen) {
+static int read_field(HfConfig *c, const json_t *root, const Field *f, char *err, size_t errlen) {
     const json_t *v = lookup(root, f->key);
     FieldValue *dst = (FieldValue *)((char *)c + f->off), val;
     if (!v || (dst->head.present && f->weak)) return PP_OK;
@@ -222,7 +224,8 @@ static int read_field(HfConfig *c, const json_t *root, const Field *f, char *err
     int rc = parse_value(c->path, f, v, &val, err, errlen);
     if (rc != PP_OK) return rc;
     if (f->kind == F_ARCH && !val.s.value[0]) return PP_OK; /* [] */
-    val.head.present = 1, val.head.key = f->key;
+    val.head.present = 1;
+    val.head.key = f->key;
     if (!dst->head.present) {
         memcpy(dst, &val, field_size(f->kind));
     } else if (!same_value(f->kind, dst, &val)) {
@@ -246,12 +249,13 @@ static int read_rope(HfConfig *c, const json_t *root, char *err, size_t errlen) 
                            c->path, keys[k], hf_json_kind(o));
         const char *sub;
         json_t *v;
-        json_object_foreach((json_t *)o, sub, v)
-            if (json_is_object(v))
-                return pp_errf(err, errlen, PP_EUSAGE,
-                               "%s: %s.%s is an object: RoPE parameters per layer type are not "
-                               "supported", c->path, keys[k], sub);
-        c->rope.present = 1, c->rope.key = keys[k]; /* rope_parameters wins the name */
+        json_object_foreach((json_t *)o, sub, v) if (json_is_object(v)) return pp_errf(
+            err, errlen, PP_EUSAGE,
+            "%s: %s.%s is an object: RoPE parameters per layer type are not "
+            "supported",
+            c->path, keys[k], sub);
+        c->rope.present = 1;
+        c->rope.key = keys[k]; /* rope_parameters wins the name */
     }
     return PP_OK;
 }
@@ -271,8 +275,7 @@ int hf_config_read(const char *path, HfConfig *c, char *err, size_t errlen) {
 
 /* ---- writing ------------------------------------------------------------------------ */
 
-static int need(const HfConfig *c, const void *field, const char *name, char *err,
-                size_t errlen) {
+static int need(const HfConfig *c, const void *field, const char *name, char *err, size_t errlen) {
     if (((const FieldHead *)field)->present) return PP_OK;
     return pp_errf(err, errlen, PP_EUSAGE, "cannot write config.json: %s is not set", name);
 }
@@ -340,8 +343,7 @@ static void put_rope(json_t *o, const HfConfig *c, HfConfigForm form) {
 }
 
 /* The keys of the model type's form into o. */
-static int put_fields(json_t *o, const HfConfig *c, HfConfigForm form, char *err,
-                      size_t errlen) {
+static int put_fields(json_t *o, const HfConfig *c, HfConfigForm form, char *err, size_t errlen) {
     int gpt2 = strcmp(c->model_type.value, "gpt2") == 0;
     const char *arch = c->architecture.present ? c->architecture.value
                                                : default_architecture(c->model_type.value);
@@ -359,8 +361,10 @@ static int put_fields(json_t *o, const HfConfig *c, HfConfigForm form, char *err
         put_int(o, "n_embd", &c->hidden_size);
         put_int(o, "n_layer", &c->num_hidden_layers);
         put_int(o, "n_head", &c->num_attention_heads);
-        if (c->intermediate_size.present) put_int(o, "n_inner", &c->intermediate_size);
-        else json_object_set_new(o, "n_inner", json_null());
+        if (c->intermediate_size.present)
+            put_int(o, "n_inner", &c->intermediate_size);
+        else
+            json_object_set_new(o, "n_inner", json_null());
         put_int(o, "n_positions", &c->max_position_embeddings);
         put_real(o, "layer_norm_epsilon", &c->norm_eps);
         put_str(o, "activation_function", &c->hidden_act);
@@ -385,9 +389,10 @@ static int put_fields(json_t *o, const HfConfig *c, HfConfigForm form, char *err
     return PP_OK;
 }
 
-int hf_config_format(const HfConfig *c, HfConfigForm form, char **text, size_t *len,
-                     char *err, size_t errlen) {
-    *text = NULL, *len = 0;
+int hf_config_format(const HfConfig *c, HfConfigForm form, char **text, size_t *len, char *err,
+                     size_t errlen) {
+    *text = NULL;
+    *len = 0;
     static const struct {
         size_t off;
         const char *name;
@@ -410,7 +415,8 @@ int hf_config_format(const HfConfig *c, HfConfigForm form, char **text, size_t *
         HfBuf b = {0};
         hf_json_dump_python(&b, o);
         hf_buf_puts(&b, "\n");
-        *text = b.p, *len = b.len;
+        *text = b.p;
+        *len = b.len;
     }
     json_decref(o);
     return rc;

@@ -18,14 +18,30 @@
 /* One field. `present` is 0 when the file does not have the key or has it as null (the
  * value is then 0 / "" and the caller applies the model type's default); `key` is the
  * key it came from, for messages ("n_embd", "rope_scaling.factor"), NULL if absent. */
-typedef struct { int present; const char *key; int64_t value; } HfConfigInt;
-typedef struct { int present; const char *key; double value; } HfConfigReal;
-typedef struct { int present; const char *key; int value; } HfConfigBool;
-typedef struct { int present; const char *key; char value[HF_CONFIG_STR_MAX]; } HfConfigStr;
+typedef struct {
+    int present;
+    const char *key;
+    int64_t value;
+} HfConfigInt;
+typedef struct {
+    int present;
+    const char *key;
+    double value;
+} HfConfigReal;
+typedef struct {
+    int present;
+    const char *key;
+    int value;
+} HfConfigBool;
+typedef struct {
+    int present;
+    const char *key;
+    char value[HF_CONFIG_STR_MAX];
+} HfConfigStr;
 typedef struct { /* a token id or a list of them (Llama 3's eos_token_id) */
     int present;
     const char *key;
-    int list;                        /* 1: the file gave a list (written back as one) */
+    int list; /* 1: the file gave a list (written back as one) */
     int n;
     int64_t ids[HF_CONFIG_IDS_MAX];
 } HfConfigIds;
@@ -33,21 +49,21 @@ typedef struct { /* a token id or a list of them (Llama 3's eos_token_id) */
 /* RoPE scaling, from rope_scaling (the Hub's files, transformers 4) or rope_parameters
  * (transformers 5: also holds rope_theta, and rope_type "default" for none). */
 typedef struct {
-    int present;                /* either object was given (not null) */
-    const char *key;            /* "rope_parameters" or "rope_scaling" */
-    HfConfigStr type;           /* rope_type, or the older type */
+    int present;      /* either object was given (not null) */
+    const char *key;  /* "rope_parameters" or "rope_scaling" */
+    HfConfigStr type; /* rope_type, or the older type */
     HfConfigReal factor, low_freq_factor, high_freq_factor;
     HfConfigInt original_max_position_embeddings;
 } HfConfigRope;
 
 typedef struct {
-    char path[PP_PATH_MAX];              /* the file read, for messages */
-    HfConfigStr model_type;              /* "llama", "qwen2", "mistral", "gpt2" */
-    HfConfigStr architecture;            /* architectures[0] */
+    char path[PP_PATH_MAX];   /* the file read, for messages */
+    HfConfigStr model_type;   /* "llama", "qwen2", "mistral", "gpt2" */
+    HfConfigStr architecture; /* architectures[0] */
     HfConfigInt vocab_size;
-    HfConfigInt hidden_size;             /* hidden_size | n_embd */
-    HfConfigInt num_hidden_layers;       /* num_hidden_layers | n_layer */
-    HfConfigInt num_attention_heads;     /* num_attention_heads | n_head */
+    HfConfigInt hidden_size;         /* hidden_size | n_embd */
+    HfConfigInt num_hidden_layers;   /* num_hidden_layers | n_layer */
+    HfConfigInt num_attention_heads; /* num_attention_heads | n_head */
     HfConfigInt num_key_value_heads;
     HfConfigInt head_dim;
     HfConfigInt intermediate_size;       /* intermediate_size | n_inner */
@@ -60,9 +76,9 @@ typedef struct {
     HfConfigBool attention_bias;
     HfConfigBool mlp_bias;
     HfConfigInt sliding_window;
-    HfConfigBool use_sliding_window;     /* qwen2 */
+    HfConfigBool use_sliding_window; /* qwen2 */
     HfConfigIds bos_token_id, eos_token_id;
-    HfConfigStr dtype;                   /* torch_dtype | dtype (transformers 5) */
+    HfConfigStr dtype; /* torch_dtype | dtype (transformers 5) */
 } HfConfig;
 
 /* Read the config.json at `path` into *c (zeroed first). Unknown keys are ignored; null
@@ -88,8 +104,8 @@ typedef enum { HF_CONFIG_ROPE_SCALING = 0, HF_CONFIG_ROPE_PARAMETERS = 1 } HfCon
  * num_hidden_layers, num_attention_heads, max_position_embeddings and norm_eps are
  * required. Returns PP_OK with a malloc'd NUL-terminated *text of *len bytes (the
  * caller frees it), or PP_EUSAGE naming the missing field. */
-int hf_config_format(const HfConfig *c, HfConfigForm form, char **text, size_t *len,
-                     char *err, size_t errlen);
+int hf_config_format(const HfConfig *c, HfConfigForm form, char **text, size_t *len, char *err,
+                     size_t errlen);
 
 /* hf_config_format into the file `path`, atomically (common.h's PPFile). */
 int hf_config_write(const char *path, const HfConfig *c, HfConfigForm form, char *err,

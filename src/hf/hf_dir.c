@@ -25,12 +25,12 @@ typedef struct {
 struct HfDir {
     char dir[PP_PATH_MAX];
     int sharded;
-    json_t *index;            /* the parsed index (owns the names); NULL for one file */
+    json_t *index; /* the parsed index (owns the names); NULL for one file */
     size_t nshards;
     SafetensorsFile **shards; /* [nshards] */
     const char **files;       /* [nshards] the shards' names in the index */
     size_t n;
-    HfDirEntry *e;            /* [n] sorted by name */
+    HfDirEntry *e; /* [n] sorted by name */
     uint64_t index_bytes;
 };
 
@@ -57,23 +57,28 @@ static int path_join(char *out, const char *dir, const char *name, char *err, si
 static int shard_of(HfDir *d, const char *index_path, const char *tensor, const char *file,
                     size_t *slot, char *err, size_t errlen) {
     for (size_t s = 0; s < d->nshards; s++)
-        if (strcmp(file, d->files[s]) == 0) return *slot = s, PP_OK;
+        if (strcmp(file, d->files[s]) == 0) {
+            *slot = s;
+            return PP_OK;
+        }
     if (!plain_file_name(file))
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: weight_map puts tensor \"%s\" in \"%s\", which is not a file name "
-                       "in the directory", index_path, tensor, file);
+                       "in the directory",
+                       index_path, tensor, file);
     char path[PP_PATH_MAX], why[PP_ERR_MAX];
     int rc = path_join(path, d->dir, file, err, errlen);
     if (rc != PP_OK) return rc;
     SafetensorsFile *f;
     rc = safetensors_open(path, &f, why, sizeof why);
     if (rc != PP_OK)
-        return pp_errf(err, errlen, rc, "%s: weight_map puts tensor \"%s\" in %s: %s",
-                       index_path, tensor, file, why);
+        return pp_errf(err, errlen, rc, "%s: weight_map puts tensor \"%s\" in %s: %s", index_path,
+                       tensor, file, why);
     d->shards = realloc(d->shards, (d->nshards + 1) * sizeof *d->shards);
     d->files = realloc(d->files, (d->nshards + 1) * sizeof *d->files);
     PP_CHECK(d->shards != NULL && d->files != NULL);
-    d->shards[d->nshards] = f, d->files[d->nshards] = file;
+    d->shards[d->nshards] = f;
+    d->files[d->nshards] = file;
     *slot = d->nshards++;
     return PP_OK;
 }
@@ -89,16 +94,15 @@ static int open_index(HfDir *d, const char *index_path, char *err, size_t errlen
                        index_path, map ? hf_json_kind(map) : "missing");
     const json_t *meta = json_object_get(d->index, "metadata");
     if (meta && !json_is_object(meta) && !json_is_null(meta))
-        return pp_errf(err, errlen, PP_EUSAGE, "%s: \"metadata\" is %s, not an object",
-                       index_path, hf_json_kind(meta));
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: \"metadata\" is %s, not an object", index_path,
+                       hf_json_kind(meta));
     d->e = pp_calloc(json_object_size(map) + 1, sizeof *d->e);
     const char *name;
     json_t *file;
     json_object_foreach((json_t *)map, name, file) {
         if (!json_is_string(file))
-            return pp_errf(err, errlen, PP_EUSAGE,
-                           "%s: weight_map[\"%s\"] is %s, not a file name", index_path, name,
-                           hf_json_kind(file));
+            return pp_errf(err, errlen, PP_EUSAGE, "%s: weight_map[\"%s\"] is %s, not a file name",
+                           index_path, name, hf_json_kind(file));
         size_t s = 0;
         rc = shard_of(d, index_path, name, json_string_value(file), &s, err, errlen);
         if (rc != PP_OK) return rc;
@@ -152,7 +156,8 @@ int hf_dir_open(const char *dir, HfDir **out, char *err, size_t errlen) {
     } else {
         rc = pp_errf(err, errlen, PP_EUSAGE,
                      "%s has neither %s nor %s (not a Hugging Face model directory with "
-                     "safetensors weights?)", dir, HF_DIR_WEIGHTS, HF_DIR_INDEX);
+                     "safetensors weights?)",
+                     dir, HF_DIR_WEIGHTS, HF_DIR_INDEX);
     }
     if (rc != PP_OK) {
         hf_dir_close(d);
@@ -188,8 +193,8 @@ const SafetensorsTensor *hf_dir_find(const HfDir *d, const char *name, const cha
     return e ? e->t : NULL;
 }
 
-int hf_dir_read(HfDir *d, const char *name, uint64_t first, uint64_t n, float *out,
-                char *err, size_t errlen) {
+int hf_dir_read(HfDir *d, const char *name, uint64_t first, uint64_t n, float *out, char *err,
+                size_t errlen) {
     const HfDirEntry *e = find_entry(d, name);
     if (!e)
         return pp_errf(err, errlen, PP_EUSAGE, "%s: no tensor \"%s\" in %s", d->dir, name,
@@ -216,8 +221,7 @@ uint64_t hf_dir_header_bytes(const HfDir *d) {
  * take it past `max`; a tensor larger than max gets a shard of its own at once. Shards
  * are numbered in the order they are closed, so a large tensor's shard comes before the
  * one being filled when it arrived. */
-static size_t plan_shards(const SafetensorsWriteTensor *t, size_t n, uint64_t max,
-                          size_t *shard) {
+static size_t plan_shards(const SafetensorsWriteTensor *t, size_t n, uint64_t max, size_t *shard) {
     const size_t OPEN = (size_t)-1; /* in the shard being filled */
     size_t nshards = 0, first_open = 0, nopen = 0;
     uint64_t cur_size = 0;
@@ -230,11 +234,15 @@ static size_t plan_shards(const SafetensorsWriteTensor *t, size_t n, uint64_t ma
         if (nopen && (i == n || cur_size + size > max)) { /* close the current shard */
             for (size_t j = first_open; j < i; j++)
                 if (shard[j] == OPEN) shard[j] = nshards;
-            nshards++, nopen = 0, cur_size = 0;
+            nshards++;
+            nopen = 0;
+            cur_size = 0;
         }
         if (i == n) break;
         if (!nopen) first_open = i;
-        shard[i] = OPEN, nopen++, cur_size += size;
+        shard[i] = OPEN;
+        nopen++;
+        cur_size += size;
     }
     return nshards;
 }
@@ -260,8 +268,8 @@ static int check_target(const char *dir, char *err, size_t errlen) {
         return pp_errf(err, errlen, PP_EUSAGE, "cannot write %s: %s", dir, strerror(errno));
     }
     if (!S_ISDIR(st.st_mode))
-        return pp_errf(err, errlen, PP_EUSAGE, "cannot write the model directory %s: it is %s",
-                       dir, pp_file_kind(st.st_mode));
+        return pp_errf(err, errlen, PP_EUSAGE, "cannot write the model directory %s: it is %s", dir,
+                       pp_file_kind(st.st_mode));
     DIR *dp = opendir(dir);
     if (!dp) return pp_errf(err, errlen, PP_EUSAGE, "cannot read %s: %s", dir, strerror(errno));
     struct dirent *de;
@@ -284,16 +292,15 @@ static int make_stage(const char *dir, char *stage, char *err, size_t errlen) {
     for (int k = 0; k < 1000; k++) {
         int m = k ? snprintf(stage, PP_PATH_MAX, "%s.tmp.%ld.%d", dir, (long)getpid(), k)
                   : snprintf(stage, PP_PATH_MAX, "%s.tmp.%ld", dir, (long)getpid());
-        if (m >= PP_PATH_MAX - 64)
-            return pp_errf(err, errlen, PP_EUSAGE, "%s: path too long", dir);
+        if (m >= PP_PATH_MAX - 64) return pp_errf(err, errlen, PP_EUSAGE, "%s: path too long", dir);
         if (mkdir(stage, 0755) == 0) return PP_OK;
         if (errno != EEXIST) break;
     }
     return pp_errf(err, errlen, PP_ERUNTIME, "cannot create %s: %s", stage, strerror(errno));
 }
 
-static int write_blob(const char *stage, const char *name, const void *data, size_t len,
-                      char *err, size_t errlen) {
+static int write_blob(const char *stage, const char *name, const void *data, size_t len, char *err,
+                      size_t errlen) {
     char path[PP_PATH_MAX];
     PPFile pf;
     int rc = path_join(path, stage, name, err, errlen);
@@ -304,13 +311,15 @@ static int write_blob(const char *stage, const char *name, const void *data, siz
 }
 
 static void shard_name(char *buf, size_t n, size_t s, size_t nshards) {
-    if (nshards == 1) snprintf(buf, n, "%s", HF_DIR_WEIGHTS);
-    else snprintf(buf, n, "model-%05zu-of-%05zu.safetensors", s + 1, nshards);
+    if (nshards == 1)
+        snprintf(buf, n, "%s", HF_DIR_WEIGHTS);
+    else
+        snprintf(buf, n, "model-%05zu-of-%05zu.safetensors", s + 1, nshards);
 }
 
 /* The index as transformers writes it. */
-static void build_index(HfBuf *b, const SafetensorsWriteTensor *t, size_t n,
-                        const size_t *shard, size_t nshards) {
+static void build_index(HfBuf *b, const SafetensorsWriteTensor *t, size_t n, const size_t *shard,
+                        size_t nshards) {
     json_t *root = json_object(), *meta = json_object(), *map = json_object();
     uint64_t total = 0;
     char name[64];
@@ -366,8 +375,8 @@ static int check_names(const char *dir, const SafetensorsWriteTensor *t, size_t 
         if (!t[i].name || !t[i].name[0])
             return pp_errf(err, errlen, PP_EUSAGE, "%s: tensor %zu has no name", dir, i);
         if (safetensors_write_bytes(&t[i]) == UINT64_MAX)
-            return pp_errf(err, errlen, PP_EUSAGE, "%s: tensor \"%s\": its shape overflows",
-                           dir, t[i].name);
+            return pp_errf(err, errlen, PP_EUSAGE, "%s: tensor \"%s\": its shape overflows", dir,
+                           t[i].name);
     }
     const char **names = pp_malloc((n + 1) * sizeof *names);
     for (size_t i = 0; i < n; i++) names[i] = t[i].name;
@@ -375,8 +384,7 @@ static int check_names(const char *dir, const SafetensorsWriteTensor *t, size_t 
     int rc = PP_OK;
     for (size_t i = 1; i < n && rc == PP_OK; i++)
         if (strcmp(names[i - 1], names[i]) == 0)
-            rc = pp_errf(err, errlen, PP_EUSAGE, "%s: tensor \"%s\" is given twice", dir,
-                         names[i]);
+            rc = pp_errf(err, errlen, PP_EUSAGE, "%s: tensor \"%s\" is given twice", dir, names[i]);
     free(names);
     for (size_t i = 0; i < o->nfiles && rc == PP_OK; i++) {
         const char *f = o->files[i].name;
@@ -384,7 +392,8 @@ static int check_names(const char *dir, const SafetensorsWriteTensor *t, size_t 
             (strncmp(f, "model", 5) == 0 && strstr(f, ".safetensors")))
             rc = pp_errf(err, errlen, PP_EUSAGE,
                          "%s: \"%s\" cannot be written beside the weights (not a plain file "
-                         "name, or the weights' own)", dir, f ? f : "(null)");
+                         "name, or the weights' own)",
+                         dir, f ? f : "(null)");
         for (size_t j = 0; j < i && rc == PP_OK; j++)
             if (strcmp(f, o->files[j].name) == 0)
                 rc = pp_errf(err, errlen, PP_EUSAGE, "%s: file \"%s\" is given twice", dir, f);
@@ -419,8 +428,8 @@ int hf_dir_write(const char *dir_arg, const SafetensorsWriteTensor *t, size_t n,
     char parent[PP_PATH_MAX];
     pp_dirname(dir, parent, sizeof parent);
     if (pp_fsync_dir(parent) != 0)
-        return pp_errf(err, errlen, PP_ERUNTIME, "%s written, but cannot fsync %s: %s", dir,
-                       parent, strerror(errno));
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s written, but cannot fsync %s: %s", dir, parent,
+                       strerror(errno));
     return PP_OK;
 }
 
@@ -430,15 +439,20 @@ int hf_dir_parse_size(const char *text, uint64_t *bytes, char *err, size_t errle
     static const struct {
         const char *unit;
         double mult;
-    } units[] = {{"", 1},          {"kb", 1e3},         {"mb", 1e6},
-                 {"gb", 1e9},      {"tb", 1e12},      {"kib", 1024.0},     {"mib", 1048576.0},
-                 {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+    } units[] = {{"", 1},
+                 {"kb", 1e3},
+                 {"mb", 1e6},
+                 {"gb", 1e9},
+                 {"tb", 1e12},
+                 {"kib", 1024.0},
+                 {"mib", 1048576.0},
+                 {"gib", 1073741824.0},
+                 {"tib", 1099511627776.0}};
     char *end;
     errno = 0;
     double v = strtod(text, &end);
     while (*end == ' ') end++;
-    if (end == text || errno || !isfinite(v) || v <= 0 || isspace((unsigned char)text[0]))
-        goto bad;
+    if (end == text || errno || !isfinite(v) || v <= 0 || isspace((unsigned char)text[0])) goto bad;
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcasecmp(end, units[i].unit) != 0) continue;
         double b = floor(v * units[i].mult); /* Python's int(value * multiplier) */
@@ -449,5 +463,6 @@ int hf_dir_parse_size(const char *text, uint64_t *bytes, char *err, size_t errle
 bad:
     return pp_errf(err, errlen, PP_EUSAGE,
                    "bad size \"%s\": expected bytes, or a number with KB, MB, GB, TB (powers "
-                   "of 1000) or KiB, MiB, GiB, TiB (powers of 1024), e.g. 5GB", text);
+                   "of 1000) or KiB, MiB, GiB, TiB (powers of 1024), e.g. 5GB",
+                   text);
 }

@@ -40,8 +40,8 @@ const SafetensorsTensor *hf_dir_find(const HfDir *d, const char *name, const cha
  * (safetensors_read: only those bytes are read). Returns PP_OK; PP_EUSAGE for a tensor
  * the directory lacks ("DIR: no tensor \"NAME\" in FILE"), a range past its end or a
  * dtype that is not F32/BF16/F16, a file that ended early; PP_ERUNTIME for I/O. */
-int hf_dir_read(HfDir *d, const char *name, uint64_t first, uint64_t n, float *out,
-                char *err, size_t errlen);
+int hf_dir_read(HfDir *d, const char *name, uint64_t first, uint64_t n, float *out, char *err,
+                size_t errlen);
 
 /* Tensor bytes read so far across the directory's files (not headers nor the index). */
 uint64_t hf_dir_bytes_read(const HfDir *d);
@@ -58,12 +58,12 @@ typedef struct {
 } HfDirFile;
 
 typedef struct {
-    uint64_t max_shard_size;       /* tensor bytes per shard; 0: HF_DIR_DEFAULT_SHARD */
-    const SafetensorsMeta *meta;   /* every shard's __metadata__ ({"format": "pt"} is */
-    size_t nmeta;                  /*   what transformers writes) */
-    SafetensorsFill fill;          /* for tensors whose data is NULL (safetensors.h) */
+    uint64_t max_shard_size;     /* tensor bytes per shard; 0: HF_DIR_DEFAULT_SHARD */
+    const SafetensorsMeta *meta; /* every shard's __metadata__ ({"format": "pt"} is */
+    size_t nmeta;                /*   what transformers writes) */
+    SafetensorsFill fill;        /* for tensors whose data is NULL (safetensors.h) */
     void *ctx;
-    const HfDirFile *files;        /* written beside the weights */
+    const HfDirFile *files; /* written beside the weights */
     size_t nfiles;
 } HfDirWriteOptions;
 

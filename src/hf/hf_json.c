@@ -16,7 +16,8 @@ static void buf_reserve(HfBuf *b, size_t extra) {
     while (cap < b->len + extra + 1) cap *= 2;
     char *p = realloc(b->p, cap);
     PP_CHECK(p != NULL);
-    b->p = p, b->cap = cap;
+    b->p = p;
+    b->cap = cap;
 }
 
 void hf_buf_append(HfBuf *b, const void *data, size_t n) {
@@ -43,32 +44,30 @@ void hf_buf_printf(HfBuf *b, const char *fmt, ...) {
 
 void hf_buf_free(HfBuf *b) {
     free(b->p);
-    b->p = NULL, b->len = b->cap = 0;
+    b->p = NULL;
+    b->len = b->cap = 0;
 }
 
 /* ---- parsing ------------------------------------------------------------------------ */
 
-int hf_json_parse(const char *path, const char *what, const char *text, size_t len,
-                  json_t **out, char *err, size_t errlen) {
+int hf_json_parse(const char *path, const char *what, const char *text, size_t len, json_t **out,
+                  char *err, size_t errlen) {
     json_error_t je;
     *out = NULL;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return pp_errf(err, errlen, PP_EUSAGE,
-                       "%s: %s is not valid JSON: %s at line %d, column %d", path, what,
-                       je.text, je.line, je.column);
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: %s is not valid JSON: %s at line %d, column %d",
+                       path, what, je.text, je.line, je.column);
     if (!json_is_object(root)) {
         const char *kind = hf_json_kind(root);
         json_decref(root);
-        return pp_errf(err, errlen, PP_EUSAGE, "%s: %s is %s, not a JSON object", path, what,
-                       kind);
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: %s is %s, not a JSON object", path, what, kind);
     }
     *out = root;
     return PP_OK;
 }
 
-int hf_json_load_file(const char *path, size_t max_bytes, json_t **out, char *err,
-                      size_t errlen) {
+int hf_json_load_file(const char *path, size_t max_bytes, json_t **out, char *err, size_t errlen) {
     char *text;
     size_t len;
     *out = NULL;
@@ -146,8 +145,10 @@ void hf_json_quote_compact(HfBuf *b, const char *s, size_t n) {
             hf_buf_append(b, e, 2);
         } else if (c < 0x20) {
             char e = short_escape(c);
-            if (e) hf_buf_printf(b, "\\%c", e);
-            else hf_buf_printf(b, "\\u%04x", c);
+            if (e)
+                hf_buf_printf(b, "\\%c", e);
+            else
+                hf_buf_printf(b, "\\u%04x", c);
         } else {
             hf_buf_append(b, &s[i], 1);
         }
@@ -163,12 +164,19 @@ static void quote_python(HfBuf *b, const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned cp;
         size_t k = utf8_decode(u + i, n - i, &cp);
-        if (k == 0) cp = 0xFFFD, k = 1; /* jansson's strings are valid UTF-8 */
+        if (k == 0) { /* not met: jansson's strings are valid UTF-8 */
+            cp = 0xFFFD;
+            k = 1;
+        }
         i += k;
-        if (cp == '"' || cp == '\\') hf_buf_printf(b, "\\%c", (char)cp);
-        else if (cp >= 0x20 && cp < 0x7F) hf_buf_printf(b, "%c", (char)cp);
-        else if (cp < 0x20 && short_escape(cp)) hf_buf_printf(b, "\\%c", short_escape(cp));
-        else if (cp < 0x10000) hf_buf_printf(b, "\\u%04x", cp);
+        if (cp == '"' || cp == '\\')
+            hf_buf_printf(b, "\\%c", (char)cp);
+        else if (cp >= 0x20 && cp < 0x7F)
+            hf_buf_printf(b, "%c", (char)cp);
+        else if (cp < 0x20 && short_escape(cp))
+            hf_buf_printf(b, "\\%c", short_escape(cp));
+        else if (cp < 0x10000)
+            hf_buf_printf(b, "\\u%04x", cp);
         else
             hf_buf_printf(b, "\\u%04x\\u%04x", 0xD800 + ((cp - 0x10000) >> 10),
                           0xDC00 + ((cp - 0x10000) & 0x3FF));
@@ -211,8 +219,10 @@ void hf_json_format_real(double x, char out[32]) {
         } else {
             for (int i = 0; i <= exp; i++) *o++ = i < nd ? digits[i] : '0';
             *o++ = '.';
-            if (nd > exp + 1) o += sprintf(o, "%s", digits + exp + 1);
-            else *o++ = '0';
+            if (nd > exp + 1)
+                o += sprintf(o, "%s", digits + exp + 1);
+            else
+                *o++ = '0';
         }
         *o = 0;
     } else {

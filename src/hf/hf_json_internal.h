@@ -26,13 +26,12 @@ void hf_buf_free(HfBuf *b);
  * be an object. `path` and `what` name it in messages: "PATH: WHAT is not valid JSON:
  * REASON at line L, column C" ("PATH: WHAT is not a JSON object"). Returns PP_OK with
  * *out (the caller json_decref's it), or PP_EUSAGE. */
-int hf_json_parse(const char *path, const char *what, const char *text, size_t len,
-                  json_t **out, char *err, size_t errlen);
+int hf_json_parse(const char *path, const char *what, const char *text, size_t len, json_t **out,
+                  char *err, size_t errlen);
 
 /* Read the regular file at `path` (at most max_bytes) and hf_json_parse it ("cannot
  * open PATH: reason" and the like, pp_read_file_max's, if it cannot be read). */
-int hf_json_load_file(const char *path, size_t max_bytes, json_t **out, char *err,
-                      size_t errlen);
+int hf_json_load_file(const char *path, size_t max_bytes, json_t **out, char *err, size_t errlen);
 
 /* The JSON type of v in words, for messages: "a string", "an integer", "null", ... */
 const char *hf_json_kind(const json_t *v);

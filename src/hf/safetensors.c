@@ -54,17 +54,28 @@ static const struct {
     const char *name;
     int bits;
 } g_dtypes[SAFETENSORS_NDTYPES] = {
-    [SAFETENSORS_BOOL] = {"BOOL", 8},           [SAFETENSORS_F4] = {"F4", 4},
-    [SAFETENSORS_F6_E2M3] = {"F6_E2M3", 6},     [SAFETENSORS_F6_E3M2] = {"F6_E3M2", 6},
-    [SAFETENSORS_U8] = {"U8", 8},               [SAFETENSORS_I8] = {"I8", 8},
-    [SAFETENSORS_F8_E5M2] = {"F8_E5M2", 8},     [SAFETENSORS_F8_E4M3] = {"F8_E4M3", 8},
-    [SAFETENSORS_F8_E8M0] = {"F8_E8M0", 8},     [SAFETENSORS_F8_E4M3FNUZ] = {"F8_E4M3FNUZ", 8},
-    [SAFETENSORS_F8_E5M2FNUZ] = {"F8_E5M2FNUZ", 8}, [SAFETENSORS_I16] = {"I16", 16},
-    [SAFETENSORS_U16] = {"U16", 16},            [SAFETENSORS_F16] = {"F16", 16},
-    [SAFETENSORS_BF16] = {"BF16", 16},          [SAFETENSORS_I32] = {"I32", 32},
-    [SAFETENSORS_U32] = {"U32", 32},            [SAFETENSORS_F32] = {"F32", 32},
-    [SAFETENSORS_C64] = {"C64", 64},            [SAFETENSORS_F64] = {"F64", 64},
-    [SAFETENSORS_I64] = {"I64", 64},            [SAFETENSORS_U64] = {"U64", 64},
+    [SAFETENSORS_BOOL] = {"BOOL", 8},
+    [SAFETENSORS_F4] = {"F4", 4},
+    [SAFETENSORS_F6_E2M3] = {"F6_E2M3", 6},
+    [SAFETENSORS_F6_E3M2] = {"F6_E3M2", 6},
+    [SAFETENSORS_U8] = {"U8", 8},
+    [SAFETENSORS_I8] = {"I8", 8},
+    [SAFETENSORS_F8_E5M2] = {"F8_E5M2", 8},
+    [SAFETENSORS_F8_E4M3] = {"F8_E4M3", 8},
+    [SAFETENSORS_F8_E8M0] = {"F8_E8M0", 8},
+    [SAFETENSORS_F8_E4M3FNUZ] = {"F8_E4M3FNUZ", 8},
+    [SAFETENSORS_F8_E5M2FNUZ] = {"F8_E5M2FNUZ", 8},
+    [SAFETENSORS_I16] = {"I16", 16},
+    [SAFETENSORS_U16] = {"U16", 16},
+    [SAFETENSORS_F16] = {"F16", 16},
+    [SAFETENSORS_BF16] = {"BF16", 16},
+    [SAFETENSORS_I32] = {"I32", 32},
+    [SAFETENSORS_U32] = {"U32", 32},
+    [SAFETENSORS_F32] = {"F32", 32},
+    [SAFETENSORS_C64] = {"C64", 64},
+    [SAFETENSORS_F64] = {"F64", 64},
+    [SAFETENSORS_I64] = {"I64", 64},
+    [SAFETENSORS_U64] = {"U64", 64},
 };
 
 const char *safetensors_dtype_name(SafetensorsDtype t) {
@@ -95,7 +106,7 @@ float safetensors_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
     if (e == 0x1F) return bits_f32(sign | 0x7F800000 | m << 13); /* inf; NaN keeps its payload */
     if (e) return bits_f32(sign | (e + 112) << 23 | m << 13);    /* rebias 15 -> 127 */
-    if (m == 0) return bits_f32(sign);                            /* +-0 */
+    if (m == 0) return bits_f32(sign);                           /* +-0 */
     /* subnormal m * 2^-24 = 1.f * 2^(p-24), p the top bit of m: biased exponent p + 103 */
     uint32_t p = 31 - (uint32_t)__builtin_clz(m);
     return bits_f32(sign | (p + 103) << 23 | ((m << (23 - p)) & 0x7FFFFF));
@@ -114,14 +125,14 @@ uint16_t safetensors_f32_to_bf16(float x) {
 struct SafetensorsFile {
     char path[PP_PATH_MAX];
     int fd;
-    uint64_t size;      /* of the file at open */
-    uint64_t hlen;      /* N */
-    json_t *root;       /* the parsed header: owns the names and metadata strings */
-    size_t n;           /* tensors */
-    SafetensorsTensor *t;    /* [n] in data order */
+    uint64_t size;              /* of the file at open */
+    uint64_t hlen;              /* N */
+    json_t *root;               /* the parsed header: owns the names and metadata strings */
+    size_t n;                   /* tensors */
+    SafetensorsTensor *t;       /* [n] in data order */
     SafetensorsTensor **byname; /* [n] sorted by name */
     size_t nmeta;
-    const char **meta;  /* [2 * nmeta]: key, value, ... */
+    const char **meta; /* [2 * nmeta]: key, value, ... */
     uint64_t bytes_read;
 };
 
@@ -135,7 +146,9 @@ static int pread_full(int fd, void *buf, uint64_t n, uint64_t off) {
             if (r == 0) errno = 0;
             return -1;
         }
-        p += r, off += (uint64_t)r, n -= (uint64_t)r;
+        p += r;
+        off += (uint64_t)r;
+        n -= (uint64_t)r;
     }
     return 0;
 }
@@ -172,37 +185,40 @@ static int parse_shape(const SafetensorsFile *f, const char *name, const json_t 
     for (int i = 0; i < t->ndim; i++) {
         if (!get_count(json_array_get(sh, (size_t)i), &dim))
             return pp_errf(err, errlen, PP_EUSAGE,
-                           "%s: tensor \"%s\": shape[%d] is not a non-negative integer", P,
-                           name, i);
+                           "%s: tensor \"%s\": shape[%d] is not a non-negative integer", P, name,
+                           i);
         t->shape[i] = (int64_t)dim;
-        if (dim && numel > UINT64_MAX / dim) overflow = 1;
-        else numel *= dim;
+        if (dim && numel > UINT64_MAX / dim)
+            overflow = 1;
+        else
+            numel *= dim;
     }
     char shp[160];
     shape_str(t, shp, sizeof shp);
     uint64_t bits = (uint64_t)g_dtypes[t->dtype].bits;
     if (overflow || numel > UINT64_MAX / bits)
         return pp_errf(err, errlen, PP_EUSAGE,
-                       "%s: tensor \"%s\": shape %s has more elements than 64 bits count", P,
-                       name, shp);
+                       "%s: tensor \"%s\": shape %s has more elements than 64 bits count", P, name,
+                       shp);
     if (numel * bits % 8)
         return pp_errf(err, errlen, PP_EUSAGE,
-                       "%s: tensor \"%s\": shape %s of %s does not fill whole bytes", P, name,
-                       shp, g_dtypes[t->dtype].name);
+                       "%s: tensor \"%s\": shape %s of %s does not fill whole bytes", P, name, shp,
+                       g_dtypes[t->dtype].name);
     t->numel = numel;
     return PP_OK;
 }
 
 /* Fill t from the header entry `name`: `info`. data_len is the data section's size. */
-static int parse_tensor(SafetensorsFile *f, const char *name, const json_t *info,
-                        uint64_t data_len, SafetensorsTensor *t, char *err, size_t errlen) {
+static int parse_tensor(SafetensorsFile *f, const char *name, const json_t *info, uint64_t data_len,
+                        SafetensorsTensor *t, char *err, size_t errlen) {
     const char *P = f->path;
     memset(t, 0, sizeof *t);
     t->name = name;
     if (!json_is_object(info))
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: tensor \"%s\": expected an object of dtype, shape and "
-                       "data_offsets, found %s", P, name, hf_json_kind(info));
+                       "data_offsets, found %s",
+                       P, name, hf_json_kind(info));
     const json_t *dt = json_object_get(info, "dtype"), *sh = json_object_get(info, "shape"),
                  *off = json_object_get(info, "data_offsets");
     if (!dt || !json_is_string(dt))
@@ -219,23 +235,26 @@ static int parse_tensor(SafetensorsFile *f, const char *name, const json_t *info
     shape_str(t, shp, sizeof shp);
     uint64_t need = t->numel * (uint64_t)g_dtypes[d].bits / 8, b, e;
     if (!off || !json_is_array(off) || json_array_size(off) != 2 ||
-        !get_count(json_array_get(off, 0), &b) || !get_count(json_array_get(off, 1), &e) ||
-        e < b)
+        !get_count(json_array_get(off, 0), &b) || !get_count(json_array_get(off, 1), &e) || e < b)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: tensor \"%s\": \"data_offsets\" is not [BEGIN, END] with 0 <= "
-                       "BEGIN <= END", P, name);
+                       "BEGIN <= END",
+                       P, name);
     if (e - b != need)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: tensor \"%s\": data_offsets [%llu, %llu] hold %llu bytes, but "
-                       "%s of shape %s takes %llu", P, name, (unsigned long long)b,
-                       (unsigned long long)e, (unsigned long long)(e - b), g_dtypes[d].name,
-                       shp, (unsigned long long)need);
+                       "%s of shape %s takes %llu",
+                       P, name, (unsigned long long)b, (unsigned long long)e,
+                       (unsigned long long)(e - b), g_dtypes[d].name, shp,
+                       (unsigned long long)need);
     if (e > data_len)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: tensor \"%s\": data_offsets [%llu, %llu] run past the end of the "
-                       "data (%llu bytes; a truncated file?)", P, name, (unsigned long long)b,
-                       (unsigned long long)e, (unsigned long long)data_len);
-    t->begin = 8 + f->hlen + b, t->end = 8 + f->hlen + e;
+                       "data (%llu bytes; a truncated file?)",
+                       P, name, (unsigned long long)b, (unsigned long long)e,
+                       (unsigned long long)data_len);
+    t->begin = 8 + f->hlen + b;
+    t->end = 8 + f->hlen + e;
     return PP_OK;
 }
 
@@ -254,7 +273,8 @@ static int parse_meta(SafetensorsFile *f, const json_t *m, char *err, size_t err
             return pp_errf(err, errlen, PP_EUSAGE,
                            "%s: \"__metadata__\" key \"%s\" is %s, not a string", f->path, key,
                            hf_json_kind(v));
-        f->meta[i++] = key, f->meta[i++] = json_string_value(v);
+        f->meta[i++] = key;
+        f->meta[i++] = json_string_value(v);
     }
     return PP_OK;
 }
@@ -278,8 +298,10 @@ static int parse_header(SafetensorsFile *f, const char *text, char *err, size_t 
     const char *key;
     json_t *v;
     json_object_foreach(f->root, key, v) {
-        if (strcmp(key, "__metadata__") == 0) rc = parse_meta(f, v, err, errlen);
-        else rc = parse_tensor(f, key, v, data_len, &f->t[f->n++], err, errlen);
+        if (strcmp(key, "__metadata__") == 0)
+            rc = parse_meta(f, v, err, errlen);
+        else
+            rc = parse_tensor(f, key, v, data_len, &f->t[f->n++], err, errlen);
         if (rc != PP_OK) return rc;
     }
     qsort(f->t, f->n, sizeof *f->t, cmp_offset);
@@ -290,9 +312,10 @@ static int parse_header(SafetensorsFile *f, const char *text, char *err, size_t 
         if (last && t->begin < last->end)
             return pp_errf(err, errlen, PP_EUSAGE,
                            "%s: tensors \"%s\" and \"%s\" overlap (bytes [%llu, %llu) and "
-                           "[%llu, %llu) of the file)", f->path, last->name, t->name,
-                           (unsigned long long)last->begin, (unsigned long long)last->end,
-                           (unsigned long long)t->begin, (unsigned long long)t->end);
+                           "[%llu, %llu) of the file)",
+                           f->path, last->name, t->name, (unsigned long long)last->begin,
+                           (unsigned long long)last->end, (unsigned long long)t->begin,
+                           (unsigned long long)t->end);
         if (!last || t->end > last->end) last = t;
     }
     f->byname = pp_malloc((f->n + 1) * sizeof *f->byname);
@@ -307,22 +330,23 @@ static int read_header(SafetensorsFile *f, char *err, size_t errlen) {
     if (f->size < 8)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: the file has %llu bytes, too few for the 8-byte header length "
-                       "(a truncated file?)", f->path, (unsigned long long)f->size);
+                       "(a truncated file?)",
+                       f->path, (unsigned long long)f->size);
     if (pread_full(f->fd, nb, 8, 0) != 0)
-        return pp_errf(err, errlen, PP_ERUNTIME, "%s: cannot read the header length: %s",
-                       f->path, errno ? strerror(errno) : "the file ended");
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s: cannot read the header length: %s", f->path,
+                       errno ? strerror(errno) : "the file ended");
     f->hlen = 0;
     for (int i = 7; i >= 0; i--) f->hlen = f->hlen << 8 | nb[i];
     if (f->hlen > SAFETENSORS_HEADER_MAX)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: header length %llu is over the limit of %u bytes (not a "
-                       "safetensors file?)", f->path, (unsigned long long)f->hlen,
-                       SAFETENSORS_HEADER_MAX);
+                       "safetensors file?)",
+                       f->path, (unsigned long long)f->hlen, SAFETENSORS_HEADER_MAX);
     if (f->hlen > f->size - 8)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: the header (%llu bytes) runs past the end of the file (%llu "
-                       "bytes; a truncated file?)", f->path, (unsigned long long)f->hlen,
-                       (unsigned long long)f->size);
+                       "bytes; a truncated file?)",
+                       f->path, (unsigned long long)f->hlen, (unsigned long long)f->size);
     char *text = pp_malloc(f->hlen + 1);
     int rc = PP_OK;
     if (pread_full(f->fd, text, f->hlen, 8) != 0)
@@ -379,18 +403,20 @@ const SafetensorsTensor *safetensors_find(const SafetensorsFile *f, const char *
         size_t mid = lo + (hi - lo) / 2;
         int c = strcmp(f->byname[mid]->name, name);
         if (c == 0) return f->byname[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
 
 size_t safetensors_meta_count(const SafetensorsFile *f) { return f->nmeta; }
 
-void safetensors_meta_at(const SafetensorsFile *f, size_t i, const char **key,
-                         const char **value) {
+void safetensors_meta_at(const SafetensorsFile *f, size_t i, const char **key, const char **value) {
     PP_CHECK(i < f->nmeta);
-    *key = f->meta[2 * i], *value = f->meta[2 * i + 1];
+    *key = f->meta[2 * i];
+    *value = f->meta[2 * i + 1];
 }
 
 const char *safetensors_meta_get(const SafetensorsFile *f, const char *key) {
@@ -404,20 +430,20 @@ uint64_t safetensors_header_bytes(const SafetensorsFile *f) { return 8 + f->hlen
 
 /* ---- reading -------------------------------------------------------------------------- */
 
-int safetensors_read(SafetensorsFile *f, const SafetensorsTensor *t, uint64_t first,
-                     uint64_t n, float *out, char *err, size_t errlen) {
+int safetensors_read(SafetensorsFile *f, const SafetensorsTensor *t, uint64_t first, uint64_t n,
+                     float *out, char *err, size_t errlen) {
     PP_CHECK(t >= f->t && t < f->t + f->n); /* a tensor of this file */
     if (first > t->numel || n > t->numel - first)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: tensor \"%s\": elements [%llu, %llu) are past its end (it has "
-                       "%llu)", f->path, t->name, (unsigned long long)first,
-                       (unsigned long long)(first + n), (unsigned long long)t->numel);
-    if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_BF16 &&
-        t->dtype != SAFETENSORS_F16)
+                       "%llu)",
+                       f->path, t->name, (unsigned long long)first, (unsigned long long)(first + n),
+                       (unsigned long long)t->numel);
+    if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_BF16 && t->dtype != SAFETENSORS_F16)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: tensor \"%s\" is stored as %s, which cannot be read as floating "
-                       "point (F32, BF16 and F16 can)", f->path, t->name,
-                       g_dtypes[t->dtype].name);
+                       "point (F32, BF16 and F16 can)",
+                       f->path, t->name, g_dtypes[t->dtype].name);
     if (n == 0) return PP_OK;
     uint64_t size = (uint64_t)g_dtypes[t->dtype].bits / 8, bytes = n * size;
     uint64_t off = t->begin + first * size;
@@ -430,8 +456,9 @@ int safetensors_read(SafetensorsFile *f, const SafetensorsTensor *t, uint64_t fi
                            f->path, t->name, strerror(errno));
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: the file ends inside tensor \"%s\" (its bytes [%llu, %llu) were "
-                       "asked for; truncated since it was opened?)", f->path, t->name,
-                       (unsigned long long)off, (unsigned long long)(off + bytes));
+                       "asked for; truncated since it was opened?)",
+                       f->path, t->name, (unsigned long long)off,
+                       (unsigned long long)(off + bytes));
     }
     f->bytes_read += bytes;
     if (size == 2) {
@@ -467,15 +494,15 @@ static int cmp_write(const void *a, const void *b, void *t) {
 static int check_write_tensor(const char *path, const SafetensorsWriteTensor *t, char *err,
                               size_t errlen) {
     if (!t->name || !t->name[0] || !hf_utf8_valid(t->name, strlen(t->name)))
-        return pp_errf(err, errlen, PP_EUSAGE, "%s: tensor name \"%s\" is empty or not UTF-8",
-                       path, t->name ? t->name : "(null)");
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: tensor name \"%s\" is empty or not UTF-8", path,
+                       t->name ? t->name : "(null)");
     if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_BF16)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: tensor \"%s\": cannot write dtype %s (F32 and BF16 can be written)",
                        path, t->name, safetensors_dtype_name(t->dtype));
     if (t->ndim < 0 || t->ndim > SAFETENSORS_MAX_DIMS)
-        return pp_errf(err, errlen, PP_EUSAGE, "%s: tensor \"%s\": %d dimensions", path,
-                       t->name, t->ndim);
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: tensor \"%s\": %d dimensions", path, t->name,
+                       t->ndim);
     for (int d = 0; d < t->ndim; d++)
         if (t->shape[d] < 0)
             return pp_errf(err, errlen, PP_EUSAGE, "%s: tensor \"%s\": shape[%d] = %lld", path,
@@ -487,8 +514,8 @@ static int check_write_tensor(const char *path, const SafetensorsWriteTensor *t,
 }
 
 /* The header for the tensors in `order`, padded with spaces to a multiple of 8. */
-static void build_header(HfBuf *h, const SafetensorsWriteTensor *t, const size_t *order,
-                         size_t n, const SafetensorsMeta *meta, size_t nmeta) {
+static void build_header(HfBuf *h, const SafetensorsWriteTensor *t, const size_t *order, size_t n,
+                         const SafetensorsMeta *meta, size_t nmeta) {
     hf_buf_puts(h, "{");
     if (nmeta) {
         hf_buf_puts(h, "\"__metadata__\":{");
@@ -518,8 +545,8 @@ static void build_header(HfBuf *h, const SafetensorsWriteTensor *t, const size_t
 }
 
 /* Write tensor w's values through pf->f in its dtype. */
-static int write_data(PPFile *pf, const SafetensorsWriteTensor *w, SafetensorsFill fill,
-                      void *ctx, char *err, size_t errlen) {
+static int write_data(PPFile *pf, const SafetensorsWriteTensor *w, SafetensorsFill fill, void *ctx,
+                      char *err, size_t errlen) {
     uint64_t numel = safetensors_write_bytes(w) / ((uint64_t)safetensors_dtype_bits(w->dtype) / 8);
     const float *src = w->data;
     float *owned = NULL;
@@ -560,8 +587,8 @@ static int check_write_args(const char *path, const SafetensorsWriteTensor *t, s
     for (size_t i = 0; i < nmeta; i++) {
         if (!meta[i].key || !meta[i].value || !hf_utf8_valid(meta[i].key, strlen(meta[i].key)) ||
             !hf_utf8_valid(meta[i].value, strlen(meta[i].value)))
-            return pp_errf(err, errlen, PP_EUSAGE, "%s: metadata pair %zu is not UTF-8 text",
-                           path, i);
+            return pp_errf(err, errlen, PP_EUSAGE, "%s: metadata pair %zu is not UTF-8 text", path,
+                           i);
         for (size_t j = 0; j < i; j++)
             if (strcmp(meta[i].key, meta[j].key) == 0)
                 return pp_errf(err, errlen, PP_EUSAGE, "%s: metadata key \"%s\" is given twice",
@@ -571,8 +598,8 @@ static int check_write_args(const char *path, const SafetensorsWriteTensor *t, s
 }
 
 int safetensors_write(const char *path, const SafetensorsWriteTensor *t, size_t n,
-                      const SafetensorsMeta *meta, size_t nmeta, SafetensorsFill fill,
-                      void *ctx, char *err, size_t errlen) {
+                      const SafetensorsMeta *meta, size_t nmeta, SafetensorsFill fill, void *ctx,
+                      char *err, size_t errlen) {
     size_t *order = pp_malloc((n + 1) * sizeof *order);
     for (size_t i = 0; i < n; i++) order[i] = i;
     int rc = PP_OK;
@@ -585,8 +612,10 @@ int safetensors_write(const char *path, const SafetensorsWriteTensor *t, size_t 
     if (rc == PP_OK) {
         build_header(&h, t, order, n, meta, nmeta);
         if (h.len > SAFETENSORS_HEADER_MAX)
-            rc = pp_errf(err, errlen, PP_EUSAGE, "%s: the header would take %zu bytes, over "
-                         "the limit of %u", path, h.len, SAFETENSORS_HEADER_MAX);
+            rc = pp_errf(err, errlen, PP_EUSAGE,
+                         "%s: the header would take %zu bytes, over "
+                         "the limit of %u",
+                         path, h.len, SAFETENSORS_HEADER_MAX);
     }
     PPFile pf;
     if (rc == PP_OK) rc = pp_file_create(&pf, path, NULL, err, errlen);
@@ -597,8 +626,10 @@ int safetensors_write(const char *path, const SafetensorsWriteTensor *t, size_t 
         fwrite(h.p, 1, h.len, pf.f);
         for (size_t k = 0; k < n && rc == PP_OK; k++)
             rc = write_data(&pf, &t[order[k]], fill, ctx, err, errlen);
-        if (rc == PP_OK) rc = pp_file_commit(&pf, err, errlen);
-        else pp_file_abort(&pf);
+        if (rc == PP_OK)
+            rc = pp_file_commit(&pf, err, errlen);
+        else
+            pp_file_abort(&pf);
     }
     hf_buf_free(&h);
     free(order);

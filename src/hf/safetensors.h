@@ -54,10 +54,10 @@ int safetensors_dtype_parse(const char *name);
 typedef struct {
     const char *name;
     SafetensorsDtype dtype;
-    int ndim;                              /* 0..SAFETENSORS_MAX_DIMS; 0: a scalar */
-    int64_t shape[SAFETENSORS_MAX_DIMS];   /* each >= 0 */
-    uint64_t numel;                        /* product of shape (1 for a scalar) */
-    uint64_t begin, end;                   /* its bytes in the file: [begin, end), absolute */
+    int ndim;                            /* 0..SAFETENSORS_MAX_DIMS; 0: a scalar */
+    int64_t shape[SAFETENSORS_MAX_DIMS]; /* each >= 0 */
+    uint64_t numel;                      /* product of shape (1 for a scalar) */
+    uint64_t begin, end;                 /* its bytes in the file: [begin, end), absolute */
 } SafetensorsTensor;
 
 typedef struct SafetensorsFile SafetensorsFile;
@@ -80,8 +80,7 @@ const SafetensorsTensor *safetensors_find(const SafetensorsFile *f, const char *
 /* The header's `__metadata__` map: count, the i-th pair in the header's order, and the
  * value of `key` (NULL if absent). */
 size_t safetensors_meta_count(const SafetensorsFile *f);
-void safetensors_meta_at(const SafetensorsFile *f, size_t i, const char **key,
-                         const char **value);
+void safetensors_meta_at(const SafetensorsFile *f, size_t i, const char **key, const char **value);
 const char *safetensors_meta_get(const SafetensorsFile *f, const char *key);
 
 /* Read elements [first, first + n) of tensor `t` (row-major, from this file) into
@@ -90,8 +89,8 @@ const char *safetensors_meta_get(const SafetensorsFile *f, const char *key);
  * Returns PP_OK; PP_EUSAGE for a range past the tensor's end, a dtype other than these
  * three (named), or a file that ended early (truncated since it was opened);
  * PP_ERUNTIME for an I/O error. */
-int safetensors_read(SafetensorsFile *f, const SafetensorsTensor *t, uint64_t first,
-                     uint64_t n, float *out, char *err, size_t errlen);
+int safetensors_read(SafetensorsFile *f, const SafetensorsTensor *t, uint64_t first, uint64_t n,
+                     float *out, char *err, size_t errlen);
 
 /* Tensor bytes read from this file so far by safetensors_read (not the header). */
 uint64_t safetensors_bytes_read(const SafetensorsFile *f);
@@ -113,8 +112,8 @@ typedef struct {
 
 /* Fills dst[numel of t] with t's fp32 values, for a tensor whose data is NULL. Returns
  * PP_OK, or a status with a message in err (the write is then abandoned). */
-typedef int (*SafetensorsFill)(void *ctx, const SafetensorsWriteTensor *t, float *dst,
-                               char *err, size_t errlen);
+typedef int (*SafetensorsFill)(void *ctx, const SafetensorsWriteTensor *t, float *dst, char *err,
+                               size_t errlen);
 
 typedef struct {
     const char *key, *value; /* UTF-8 */
@@ -131,8 +130,8 @@ typedef struct {
  * tensor (named: empty or non-UTF-8 name, a duplicate, a dtype other than F32/BF16, a
  * bad shape) or metadata; PP_ERUNTIME for an I/O error; or fill's status. */
 int safetensors_write(const char *path, const SafetensorsWriteTensor *t, size_t n,
-                      const SafetensorsMeta *meta, size_t nmeta, SafetensorsFill fill,
-                      void *ctx, char *err, size_t errlen);
+                      const SafetensorsMeta *meta, size_t nmeta, SafetensorsFill fill, void *ctx,
+                      char *err, size_t errlen);
 
 /* Bytes of tensor data t would take when written (numel times its dtype's size);
  * UINT64_MAX for a shape that overflows. */
