@@ -1,6 +1,6 @@
 # scripts/gpu/env.sh — sourced THERE (the GPU machine) by first-call and second-call,
 # from the repository root with .gpu-pack/ carried: points the loader at the
-# pack's libraries (libyaml; the machine has OpenBLAS, zlib, cuBLASLt, NCCL), names the
+# pack's libraries (libyaml, libjansson; the machine has OpenBLAS, zlib, cuBLASLt, NCCL), names the
 # packed binaries (PPTRAIN, GPU_OPS, NCCL_SELF, BENCH_GPU, BENCH_OPS: what test/gpu/run.sh
 # and bench/gpu.sh read), puts the tiny token files at data/tiny, and defines gpu_env FILE,
 # which writes what the machine has (nvidia-smi, nvcc, the libraries each binary resolves)
