@@ -26,10 +26,13 @@
 
 static const char *usage =
     "usage: pptrain --config FILE [--set key=value ...] [--trace] [--print-config]\n"
-    "       pptrain schedule --config FILE [--set key=value ...] [--text] [--json] [--svg FILE] [--costs ...] [--plan ...]\n"
+    "       pptrain schedule --config FILE [--set key=value ...] [--text] [--json] [--svg FILE] "
+    "[--costs ...] [--plan ...]\n"
     "                        (pptrain schedule --help: the costs, the link model and the planner)\n"
-    "       pptrain --config FILE --resume [CHECKPOINT]   (default: output.dir/checkpoints/latest)\n"
-    "       pptrain --config FILE --resume-if-present     (resume from latest if there is one, else start)\n"
+    "       pptrain --config FILE --resume [CHECKPOINT]   "
+    "(default: output.dir/checkpoints/latest)\n"
+    "       pptrain --config FILE --resume-if-present     "
+    "(resume from latest if there is one, else start)\n"
     "       pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]\n"
     "       pptrain export --checkpoint DIR --out model.bin\n"
     "       pptrain --version   (the version and the backends built in)\n"
@@ -73,7 +76,8 @@ static int cli_parse(Cli *cli, int argc, char **argv) {
     if (!path) return pp_error("--config FILE is required\n%s", usage), PP_EUSAGE;
     if (cli->resume && cli->resume_if_present)
         return pp_error("--resume and --resume-if-present exclude each other: --resume-if-present "
-                        "already resumes from output.dir's latest checkpoint when there is one\n%s", usage),
+                        "already resumes from output.dir's latest checkpoint when there is one\n%s",
+                        usage),
                PP_EUSAGE;
     if (config_load_file(&cli->cfg, path, err, sizeof err)) return pp_error("%s", err), PP_EUSAGE;
     for (int i = 0; i + 1 < argc; i++) /* --set in command-line order, after the file */
@@ -99,7 +103,8 @@ static void report_build(const Runtime *rt) {
     const Backend *be = m->be;
     size_t pbytes = m->nparams * sizeof(float);
     printf("rank %d: device %s\n", rt->lay.rank, rt->device_note);
-    if (rt->lay.rank == 0) printf("transport: %s\n", rt->transport_note); /* every rank chose alike */
+    /* every rank chose alike */
+    if (rt->lay.rank == 0) printf("transport: %s\n", rt->transport_note);
     if (rt->lay.rank == 0) { /* [Note: rank layout] */
         char lay[1024];
         layout_describe(&rt->lay, lay, sizeof lay);
@@ -108,19 +113,22 @@ static void report_build(const Runtime *rt) {
     if (be->device_memory && be->memory) { /* what this rank holds on its GPU */
         size_t alloc = 0, ws = 0, named = (2 + m->nopt) * pbytes + m->act_bytes + m->recv_bytes;
         be->memory(be, &alloc, &ws);
-        printf("rank %d: GPU memory: params %.1f MB + grads %.1f MB + optimizer %.1f MB + activations %.1f MB + "
-               "scratch %.1f MB + workspace %.1f MB = %.1f MB\n", rt->lay.rank, pbytes / 1e6, pbytes / 1e6,
-               m->nopt * pbytes / 1e6, (m->act_bytes + m->recv_bytes) / 1e6,
-               (alloc > named ? alloc - named : 0) / 1e6, ws / 1e6, (alloc + ws) / 1e6);
+        printf("rank %d: GPU memory: params %.1f MB + grads %.1f MB + optimizer %.1f MB + "
+               "activations %.1f MB + scratch %.1f MB + workspace %.1f MB = %.1f MB\n",
+               rt->lay.rank, pbytes / 1e6, pbytes / 1e6, m->nopt * pbytes / 1e6,
+               (m->act_bytes + m->recv_bytes) / 1e6, (alloc > named ? alloc - named : 0) / 1e6,
+               ws / 1e6, (alloc + ws) / 1e6);
     }
     if (rt->staging_bytes)
-        printf("rank %d: host staging buffers %.1f MB (the transport's copies of device buffers)\n", rt->lay.rank,
-               rt->staging_bytes / 1e6);
+        printf("rank %d: host staging buffers %.1f MB (the transport's copies of device buffers)\n",
+               rt->lay.rank, rt->staging_bytes / 1e6);
     printf("rank %d: stages", rt->lay.rank);
     for (int c = 0; c < m->nchunks; c++)
-        printf(" %d (layers %d-%d, %d slots)", m->chunks[c].stage, m->chunks[c].l0, m->chunks[c].l1 - 1, m->chunks[c].nslots);
-    printf(" | params %zu (%.1f MB) + grads %.1f MB + optimizer %.1f MB + activations %.1f MB + receive buffers "
-           "%.1f MB\n", m->nparams, pbytes / 1e6, pbytes / 1e6, m->nopt * pbytes / 1e6, m->act_bytes / 1e6,
+        printf(" %d (layers %d-%d, %d slots)", m->chunks[c].stage, m->chunks[c].l0,
+               m->chunks[c].l1 - 1, m->chunks[c].nslots);
+    printf(" | params %zu (%.1f MB) + grads %.1f MB + optimizer %.1f MB + activations %.1f MB + "
+           "receive buffers %.1f MB\n",
+           m->nparams, pbytes / 1e6, pbytes / 1e6, m->nopt * pbytes / 1e6, m->act_bytes / 1e6,
            m->recv_bytes / 1e6);
 }
 
@@ -161,7 +169,8 @@ enum { CTL_STOP, CTL_SAVED, CTL_N };
 #define INTERRUPTED_FILE "interrupted"
 
 /* Rank 0: remove (step < 0) or write output.dir/interrupted. */
-static int mark_interrupted(const Config *cfg, int rank, int step, int sig, char *err, size_t errlen) {
+static int mark_interrupted(const Config *cfg, int rank, int step, int sig, char *err,
+                            size_t errlen) {
     char path[PP_PATH_MAX + 16];
     PPFile pf;
     int rc;
@@ -191,7 +200,8 @@ static int mark_interrupted(const Config *cfg, int rank, int step, int sig, char
  * (those after at most `good` steps). */
 static int fail_keeping_good(CkptState *ck, Runtime *rt, long good, int rc) {
     char err[PP_ERR_MAX];
-    if (ck->pending >= 0 && ck->pending <= good && ckpt_state_finish(ck, rt, err, sizeof err)) pp_error("%s", err);
+    if (ck->pending >= 0 && ck->pending <= good && ckpt_state_finish(ck, rt, err, sizeof err))
+        pp_error("%s", err);
     return rc;
 }
 
@@ -200,24 +210,29 @@ static int fail_keeping_good(CkptState *ck, Runtime *rt, long good, int rc) {
  * stand-in batch: when it is finite, they are the last good step's and are saved (unless
  * `saved` says the run started from them or their save is pending, then committed);
  * otherwise a pending save of weights known good (after at most `good` steps) is. */
-static int fail_on_batch(CkptState *ck, Runtime *rt, long good, int w, int saved, double loss, int rc, char *err,
-                         size_t errlen) {
+static int fail_on_batch(CkptState *ck, Runtime *rt, long good, int w, int saved, double loss,
+                         int rc, char *err, size_t errlen) {
     char why[PP_ERR_MAX];
     if (!rt->data_failed) return rc;
-    if (!isfinite(loss) || saved || ck->pending == w) return fail_keeping_good(ck, rt, isfinite(loss) ? w : good, rc);
+    if (!isfinite(loss) || saved || ck->pending == w)
+        return fail_keeping_good(ck, rt, isfinite(loss) ? w : good, rc);
     if (ckpt_state_save(ck, rt, w, 1, why, sizeof why) != PP_OK) return pp_error("%s", why), rc;
-    pp_strappendf(err, errlen, "; the weights after step %d are saved: continue with --resume once it is restored", w);
+    pp_strappendf(err, errlen,
+                  "; the weights after step %d are saved: continue with --resume once it "
+                  "is restored", w);
     return rc;
 }
 
 /* Make sure the weights after `step` steps have a finite loss (*good == step: known). */
-static int check_weights(CkptState *ck, Runtime *rt, int step, long *good, char *err, size_t errlen) {
+static int check_weights(CkptState *ck, Runtime *rt, int step, long *good, char *err,
+                         size_t errlen) {
     double loss;
     int rc;
     if (*good == step) return PP_OK;
     if ((rc = runtime_check_loss(rt, step, &loss, err, errlen)))
         return fail_on_batch(ck, rt, *good, step, 0, loss, rc, err, errlen);
-    if ((rc = runtime_check_finite(rt, step, "the loss of the weights after it (on the next batch)", loss, err, errlen)))
+    if ((rc = runtime_check_finite(rt, step, "the loss of the weights after it (on the next batch)",
+                                   loss, err, errlen)))
         return fail_keeping_good(ck, rt, *good, rc);
     *good = step;
     return PP_OK;
@@ -225,13 +240,15 @@ static int check_weights(CkptState *ck, Runtime *rt, int step, long *good, char 
 
 /* The end of the run: the final checkpoint unless output.checkpoint_final is false (a
  * periodic save still pending is committed), or nothing if resumed at the end already. */
-static int finish_run(const Config *cfg, Runtime *rt, CkptState *ck, int start, long good, char *err,
-                      size_t errlen) {
-    int rc, trained = start < cfg->steps, convert = cfg->steps == 0 && start == 0; /* steps 0: convert init_from */
+static int finish_run(const Config *cfg, Runtime *rt, CkptState *ck, int start, long good,
+                      char *err, size_t errlen) {
+    /* steps 0: convert init_from */
+    int rc, trained = start < cfg->steps, convert = cfg->steps == 0 && start == 0;
     if (!trained && !convert) {
         if (rt->lay.rank == 0)
-            printf("nothing to do: the checkpoint has %d steps, train.steps is %d (raise train.steps to go on)\n", start,
-                   cfg->steps);
+            printf("nothing to do: the checkpoint has %d steps, train.steps is %d (raise "
+                   "train.steps to go on)\n",
+                   start, cfg->steps);
         return ckpt_state_finish(ck, rt, err, errlen);
     }
     if (trained && (cfg->checkpoint_final || ck->pending == cfg->steps) &&
@@ -244,9 +261,11 @@ static int finish_run(const Config *cfg, Runtime *rt, CkptState *ck, int start, 
 }
 
 /* The training loop from step `start` on; checkpoints as configured. */
-static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, int start, char *err, size_t errlen) {
+static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, int start, char *err,
+                      size_t errlen) {
     double tokens = (double)cfg->batch_size * cfg->seq_len;
-    long good = -1; /* the weights after this many steps have a finite loss ([Note: diverged weights]) */
+    /* the weights after this many steps have a finite loss ([Note: diverged weights]) */
+    long good = -1;
     int rc = PP_OK, step;
     for (step = start; step < cfg->steps; step++) {
         StepResult r = {0};
@@ -254,9 +273,11 @@ static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, i
         if ((rc = runtime_step(rt, step, ctl, CTL_N, &r, err, errlen)))
             return fail_on_batch(ck, rt, good, step, step == start, r.loss, rc, err, errlen);
         good = step;
-        if (step > start || cfg->steps - start == 1) runtime_measure(rt); /* the first step warms up */
+        /* the first step warms up */
+        if (step > start || cfg->steps - start == 1) runtime_measure(rt);
         if ((step + 1) % cfg->log_every == 0 || step + 1 == cfg->steps)
-            log_step(log, step + 1, r.loss, r.lr, r.grad_norm, tokens / rt->step_s, rt->step_s * 1e3);
+            log_step(log, step + 1, r.loss, r.lr, r.grad_norm, tokens / rt->step_s,
+                     rt->step_s * 1e3);
         if (rt->has_val && ((step + 1) % cfg->val_every == 0 || step + 1 == cfg->steps)) {
             double vl;
             if ((rc = runtime_validate(rt, cfg->val_batches, &vl, err, errlen)))
@@ -267,17 +288,21 @@ static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, i
             good = step + 1;
         }
         if (rt->trace) trace_flush(rt->trace);
-        if (ctl[CTL_SAVED] == rt->lay.world && (rc = ckpt_state_finish(ck, rt, err, errlen))) return rc;
+        if (ctl[CTL_SAVED] == rt->lay.world && (rc = ckpt_state_finish(ck, rt, err, errlen)))
+            return rc;
         if (ctl[CTL_STOP] > 0) {
-            if (rt->lay.rank == 0) printf("stopping on a signal after step %d: saving a checkpoint\n", step + 1);
+            if (rt->lay.rank == 0)
+                printf("stopping on a signal after step %d: saving a checkpoint\n", step + 1);
             if ((rc = check_weights(ck, rt, step + 1, &good, err, errlen))) return rc;
             rc = ckpt_state_save(ck, rt, step + 1, 1, err, errlen);
-            if (rc == PP_OK) rc = mark_interrupted(cfg, rt->lay.rank, step + 1, g_stop_signal, err, errlen);
+            if (rc == PP_OK)
+                rc = mark_interrupted(cfg, rt->lay.rank, step + 1, g_stop_signal, err, errlen);
             return rc ? rc : g_stop_signal == SIGINT ? 130 : PP_OK;
         }
         /* the last step's weights are saved by the final checkpoint, if there is one */
         if (cfg->checkpoint_every > 0 && (step + 1) % cfg->checkpoint_every == 0 &&
-            (step + 1 < cfg->steps || !cfg->checkpoint_final) && (rc = ckpt_state_save(ck, rt, step + 1, 0, err, errlen)))
+            (step + 1 < cfg->steps || !cfg->checkpoint_final) &&
+            (rc = ckpt_state_save(ck, rt, step + 1, 0, err, errlen)))
             return rc;
     }
     return finish_run(cfg, rt, ck, start, good, err, errlen);
@@ -286,7 +311,8 @@ static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, i
 /* --resume-if-present: every rank looks for output.dir/checkpoints/latest and they
  * agree: resume from it ("") when all see it, start fresh (NULL) when none does. A run
  * that had finished resumes at its last step and has nothing to do (finish_run). */
-static int resume_choice(const CkptState *ck, Comm *comm, const char **resume, char *err, size_t errlen) {
+static int resume_choice(const CkptState *ck, Comm *comm, const char **resume, char *err,
+                         size_t errlen) {
     char latest[sizeof ck->root + 8];
     struct stat st;
     double seen;
@@ -296,8 +322,10 @@ static int resume_choice(const CkptState *ck, Comm *comm, const char **resume, c
     if ((rc = comm_allreduce_sum_f64(comm, &seen, 1)))
         return pp_errf(err, errlen, rc, "agreeing on --resume-if-present: %s", comm_error(comm));
     if (seen > 0 && seen < world)
-        return pp_errf(err, errlen, PP_EUSAGE, "--resume-if-present: %s exists for %d of %d ranks — "
-                       "output.dir must be on a file system that every rank shares", latest, (int)seen, world);
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "--resume-if-present: %s exists for %d of %d ranks "
+                       "— output.dir must be on a file system that every rank shares",
+                       latest, (int)seen, world);
     *resume = seen > 0 ? "" : NULL;
     if (!*resume && comm->rank == 0) printf("no checkpoint at %s: starting a fresh run\n", latest);
     return PP_OK;
@@ -309,11 +337,14 @@ static int lock_outdir(const char *dir, Comm *comm, OutdirLock *lock, char *err,
     int rc = comm->rank == 0 ? outdir_lock(lock, dir, err, errlen) : PP_OK;
     double status = rc;
     if (comm_allreduce_sum_f64(comm, &status, 1))
-        return pp_errf(err, errlen, PP_ERUNTIME, "agreeing on the lock of output.dir: %s", comm_error(comm));
+        return pp_errf(err, errlen, PP_ERUNTIME, "agreeing on the lock of output.dir: %s",
+                       comm_error(comm));
     if (rc == PP_OK && status == PP_EUSAGE)
-        return pp_errf(err, errlen, PP_EUSAGE, "output.dir '%s' is in use by another run (rank 0 names it)", dir);
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "output.dir '%s' is in use by another run (rank 0 names it)", dir);
     if (rc == PP_OK && status != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "rank 0 could not lock output.dir '%s' (see its message)", dir);
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "rank 0 could not lock output.dir '%s' (see its message)", dir);
     return rc;
 }
 
@@ -343,7 +374,8 @@ static int set_threads(const Config *cfg, Comm *comm, char *err, size_t errlen) 
 static int train(const Config *cfg, const DistEnv *env, const char *resume, int resume_if_present) {
     char err[PP_ERR_MAX];
     int rc, rank = env->rank;
-    if (pp_mkdirs(cfg->out_dir) != 0) return pp_error("cannot create output.dir '%s': %m", cfg->out_dir), PP_ERUNTIME;
+    if (pp_mkdirs(cfg->out_dir) != 0)
+        return pp_error("cannot create output.dir '%s': %m", cfg->out_dir), PP_ERUNTIME;
     char *text = config_text(cfg);
     Comm *comm = NULL;
     install_signals(); /* before the rendezvous: a stop then ends the first step */
@@ -359,7 +391,8 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     OutdirLock lock = {.fd = -1};
     long start = 0;
     if ((rc = set_threads(cfg, comm, err, sizeof err))) goto out;
-    if ((rc = lock_outdir(cfg->out_dir, comm, &lock, err, sizeof err))) goto out; /* before any write there */
+    /* before any write there */
+    if ((rc = lock_outdir(cfg->out_dir, comm, &lock, err, sizeof err))) goto out;
     trace = cfg->trace ? trace_create(cfg->out_dir, rank) : NULL;
     if ((rc = runtime_init(&rt, cfg, comm, trace, err, sizeof err))) goto out;
     report_build(&rt);
@@ -370,13 +403,18 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     if (resume) {
         char root[PP_PATH_MAX + 16];
         snprintf(root, sizeof root, "%s/checkpoints", cfg->out_dir);
-        if ((rc = ckpt_state_load(&rt, resume[0] ? resume : root, &start, err, sizeof err))) goto out;
+        if ((rc = ckpt_state_load(&rt, resume[0] ? resume : root, &start, err, sizeof err)))
+            goto out;
         if (rank == 0) printf("resumed from %s at step %ld\n", resume[0] ? resume : root, start);
     }
-    if (rt.chunk_of[rt.S - 1] >= 0 && rt.lay.dp == 0 && (rc = log_open(&log, cfg->out_dir, cfg->steps, (int)start, resume != NULL, err, sizeof err)))
+    if (rt.chunk_of[rt.S - 1] >= 0 && rt.lay.dp == 0 &&
+        (rc = log_open(&log, cfg->out_dir, cfg->steps, (int)start, resume != NULL, err,
+                       sizeof err)))
         goto out;
-    if (rt.model.be->peak_flops > 0) { /* the MFU: model FLOPs per token as GPU.md counts them, one GPU per rank */
-        log.mfu_flops = model_train_flops_per_token(&rt.model.d, cfg->seq_len) / (rt.model.be->peak_flops * env->world);
+    /* the MFU: model FLOPs per token as GPU.md counts them, one GPU per rank */
+    if (rt.model.be->peak_flops > 0) {
+        log.mfu_flops = model_train_flops_per_token(&rt.model.d, cfg->seq_len) /
+                        (rt.model.be->peak_flops * env->world);
     }
     if ((rc = train_loop(cfg, &rt, &ck, &log, (int)start, err, sizeof err)) && rc != 130) goto out;
     int rc2 = runtime_report(&rt, err, sizeof err);
@@ -387,10 +425,12 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     }
     if (trace) {
         if (comm_barrier(comm) != PP_OK) {
-            rc = pp_errf(err, sizeof err, PP_ERUNTIME, "barrier before merging the trace: %s", comm_error(comm));
+            rc = pp_errf(err, sizeof err, PP_ERUNTIME, "barrier before merging the trace: %s",
+                         comm_error(comm));
             goto out;
         }
-        if (rank == 0 && trace_merge(cfg->out_dir, env->world) == 0) printf("wrote %s/trace.json\n", cfg->out_dir);
+        if (rank == 0 && trace_merge(cfg->out_dir, env->world) == 0)
+            printf("wrote %s/trace.json\n", cfg->out_dir);
     }
 out:
     if (rc && rc != 130) pp_error("%s", err);
@@ -412,7 +452,8 @@ static int dispatch(Cli *cli, int sub) {
         return plan_cmd_main(&cli->cfg, cli->rest_argc + 1, cli->rest_argv);
     }
     if (cli->print_config) return config_print(&cli->cfg, stdout), PP_OK;
-    if (cli->rest_argc > 0) return pp_error("unknown argument '%s'\n%s", cli->rest_argv[0], usage), PP_EUSAGE;
+    if (cli->rest_argc > 0)
+        return pp_error("unknown argument '%s'\n%s", cli->rest_argv[0], usage), PP_EUSAGE;
     char err[PP_ERR_MAX];
     DistEnv env;
     int env_rc = dist_env_read(&env, err, sizeof err);

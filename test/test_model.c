@@ -100,12 +100,14 @@ START_TEST(test_expf_special_values) {
     for (int i = 0; i < N; i++) {
         float want = cases[i].want, got[2] = {pp_expf(cases[i].x), out[i]};
         for (int k = 0; k < 2; k++)
-            ck_assert_msg(isnan(want) ? isnan(got[k]) : got[k] == want, "pp_expf(%g) = %g (%s), want %g", cases[i].x,
-                          got[k], k ? "vector loop" : "scalar", want);
+            ck_assert_msg(isnan(want) ? isnan(got[k]) : got[k] == want,
+                          "pp_expf(%g) = %g (%s), want %g", cases[i].x, got[k],
+                          k ? "vector loop" : "scalar", want);
     }
     /* the ends of the accurate range */
     for (float x = -87.3f; x < 88.3f; x += 175.6f)
-        ck_assert_msg(fabs(pp_expf(x) - exp((double)x)) / exp((double)x) < 3e-7, "pp_expf(%g) = %g", x, pp_expf(x));
+        ck_assert_msg(fabs(pp_expf(x) - exp((double)x)) / exp((double)x) < 3e-7, "pp_expf(%g) = %g",
+                      x, pp_expf(x));
     ck_assert(isnan(pp_tanhf(NAN)));
     ck_assert_float_eq(pp_tanhf(INFINITY), 1.0f);
     ck_assert_float_eq(pp_tanhf(-INFINITY), -1.0f);
@@ -116,7 +118,8 @@ END_TEST
 typedef struct { float *out, *mean, *rstd, *x, *w, *b, *R; int N, C; } LnCtx;
 static double ln_loss(void *p) {
     LnCtx *c = p;
-    backend_cpu()->layernorm_forward(backend_cpu(), c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C);
+    backend_cpu()->layernorm_forward(backend_cpu(), c->out, c->mean, c->rstd, c->x, c->w, c->b,
+                                     c->N, c->C);
     return dot(c->out, c->R, (size_t)c->N * c->C);
 }
 /* The memory and step entries of the backend, through its own interface only (as a
@@ -139,7 +142,10 @@ START_TEST(test_backend_memory_and_step) {
     be->wait(be);
     ck_assert_int_eq(memcmp(back, h, N * sizeof(float)), 0);
     double s = 0, sq = 0;
-    for (int i = 0; i < N; i++) s += h[i], sq += (double)h[i] * h[i];
+    for (int i = 0; i < N; i++) {
+        s += h[i];
+        sq += (double)h[i] * h[i];
+    }
     ck_assert_double_eq(hs[0], s); /* sequential: the same bits */
     ck_assert_double_eq_tol(hs[1], sq, 1e-9 * sq);
     be->zero(be, d2, N * sizeof(float));
@@ -148,8 +154,14 @@ START_TEST(test_backend_memory_and_step) {
     for (int i = 0; i < N; i++) ck_assert_float_eq(back[i], 0.0f);
     /* AdamW and SGD through the backend equal the reference loops bitwise */
     size_t nb = N * sizeof(float);
-    float *p1 = talloc(nb), *p2 = talloc(nb), *m1 = talloc(nb), *m2 = talloc(nb), *v1 = talloc(nb), *v2 = talloc(nb);
-    for (int i = 0; i < N; i++) p1[i] = p2[i] = cosf(0.11f * i), m1[i] = m2[i] = 0.01f * (i % 5), v1[i] = v2[i] = 0.001f * (i % 3);
+    float *p1 = talloc(nb), *p2 = talloc(nb);
+    float *m1 = talloc(nb), *m2 = talloc(nb);
+    float *v1 = talloc(nb), *v2 = talloc(nb);
+    for (int i = 0; i < N; i++) {
+        p1[i] = p2[i] = cosf(0.11f * i);
+        m1[i] = m2[i] = 0.01f * (i % 5);
+        v1[i] = v2[i] = 0.001f * (i % 3);
+    }
     be->adamw_update(be, p1, h, m1, v1, N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
     optim_adamw_update(p2, h, m2, v2, N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
     be->sgd_update(be, p1, h, m1, N, 1e-2f, 0.9f, 0.01f, 1.0f, 2);
@@ -159,7 +171,9 @@ START_TEST(test_backend_memory_and_step) {
     ck_assert_int_eq(memcmp(m1, m2, N * sizeof(float)), 0);
     ck_assert_int_eq(memcmp(v1, v2, N * sizeof(float)), 0);
     ck_assert_uint_eq(be->attention_saved_floats(be, 2, 5, 3), 2 * 3 * 5 * 5);
-    be->dealloc(be, d), be->dealloc(be, d2), be->dealloc(be, sums);
+    be->dealloc(be, d);
+    be->dealloc(be, d2);
+    be->dealloc(be, sums);
 }
 END_TEST
 
@@ -171,7 +185,8 @@ START_TEST(test_layernorm_grad) {
     ln_loss(&c);
     float *dx = tcalloc(N * C, 4), *dw = tcalloc(C, 4), *db = tcalloc(C, 4);
     for (int i = 0; i < N * C; i++) dx[i] = 0.25f; /* accumulates: starts from 0.25 */
-    be->layernorm_backward(be, dx, dw, db, c.R, c.x, c.mean, c.rstd, c.w, N, C, talloc(be->scratch_floats(be, N, 1, C) * 4));
+    be->layernorm_backward(be, dx, dw, db, c.R, c.x, c.mean, c.rstd, c.w, N, C,
+                           talloc(be->scratch_floats(be, N, 1, C) * 4));
     double *gx = numgrad(ln_loss, &c, c.x, N * C, 1e-2f), *gw = numgrad(ln_loss, &c, c.w, C, 1e-2f);
     double *gb = numgrad(ln_loss, &c, c.b, C, 1e-2f);
     for (int i = 0; i < N * C; i++) gx[i] += 0.25;
@@ -197,7 +212,8 @@ START_TEST(test_matmul_grad) {
     for (int i = 0; i < OC * C; i++) dw[i] = 1.0f; /* weight grads accumulate */
     for (int i = 0; i < N * C; i++) dx[i] = 99.0f; /* input grad is overwritten */
     backend_cpu()->matmul_backward(backend_cpu(), dx, dw, db, c.R, c.x, c.w, N, C, OC);
-    double *gx = numgrad(mm_loss, &c, c.x, N * C, 1e-2f), *gw = numgrad(mm_loss, &c, c.w, OC * C, 1e-2f);
+    double *gx = numgrad(mm_loss, &c, c.x, N * C, 1e-2f);
+    double *gw = numgrad(mm_loss, &c, c.w, OC * C, 1e-2f);
     double *gb = numgrad(mm_loss, &c, c.b, OC, 1e-2f);
     for (int i = 0; i < OC * C; i++) gw[i] += 1.0;
     assert_close("dx", dx, gx, N * C, 1e-3, 1e-3);
@@ -211,7 +227,8 @@ END_TEST
 typedef struct { float *out, *att, *qkv, *R; int B, T, C, NH; } AttCtx;
 static double att_loss(void *p) {
     AttCtx *c = p;
-    backend_cpu()->attention_forward(backend_cpu(), c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+    backend_cpu()->attention_forward(backend_cpu(), c->out, c->att, c->qkv, c->B, c->T, c->C,
+                                     c->NH);
     return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 static void check_attention(int B, int T, int C, int NH) {
@@ -219,8 +236,9 @@ static void check_attention(int B, int T, int C, int NH) {
                 rand_buf((size_t)B * T * 3 * C, 1), rand_buf((size_t)B * T * C, 1), B, T, C, NH};
     att_loss(&c);
     float *dqkv = talloc((size_t)B * T * 3 * C * 4);
-    backend_cpu()->attention_backward(backend_cpu(), dqkv, c.R, c.qkv, c.out, c.att, B, T, C, NH,
-                                      talloc(backend_cpu()->scratch_floats(backend_cpu(), B * T, T, C) * 4));
+    backend_cpu()->attention_backward(
+        backend_cpu(), dqkv, c.R, c.qkv, c.out, c.att, B, T, C, NH,
+        talloc(backend_cpu()->scratch_floats(backend_cpu(), B * T, T, C) * 4));
     double *g = numgrad(att_loss, &c, c.qkv, (size_t)B * T * 3 * C, 1e-2f);
     assert_close("dqkv", dqkv, g, (size_t)B * T * 3 * C, 2e-3, 2e-3);
     /* causality: output row t must not depend on positions > t */
@@ -265,7 +283,8 @@ START_TEST(test_encoder) {
     float *wte = rand_buf(V * C, 1), *wpe = rand_buf(T * C, 1), out[24], dout[24];
     backend_cpu()->encoder_forward(backend_cpu(), out, inp, wte, wpe, B, T, C);
     for (int n = 0; n < B * T; n++)
-        for (int c = 0; c < C; c++) ck_assert_float_eq(out[n * C + c], wte[inp[n] * C + c] + wpe[(n % T) * C + c]);
+        for (int c = 0; c < C; c++)
+            ck_assert_float_eq(out[n * C + c], wte[inp[n] * C + c] + wpe[(n % T) * C + c]);
     for (int i = 0; i < 24; i++) dout[i] = (float)i;
     float dwte[20] = {0}, dwpe[12] = {0};
     backend_cpu()->encoder_backward(backend_cpu(), dwte, dwpe, dout, inp, B, T, C);
@@ -284,7 +303,8 @@ typedef struct { float *logits, *work, *losses; int *targets, N, V, Vp; } CeCtx;
 static double ce_loss(void *p) {
     CeCtx *c = p;
     memcpy(c->work, c->logits, (size_t)c->N * c->Vp * 4);
-    backend_cpu()->crossentropy_forward(backend_cpu(), c->work, c->losses, c->targets, c->N, c->V, c->Vp);
+    backend_cpu()->crossentropy_forward(backend_cpu(), c->work, c->losses, c->targets, c->N, c->V,
+                                        c->Vp);
     double s = 0;
     for (int n = 0; n < c->N; n++) s += c->losses[n];
     return s / c->N;
@@ -308,9 +328,12 @@ START_TEST(test_crossentropy_grad) {
     memcpy(d, c.logits, N * Vp * 4);
     float *e = talloc(N * Vp * 4), *scratch = talloc(N * Vp * 4);
     memcpy(scratch, c.logits, N * Vp * 4);
-    backend_cpu()->crossentropy_forward_backward(backend_cpu(), d, c.losses, d, targets, 1.0f / N, N, V, Vp);
-    backend_cpu()->crossentropy_forward_backward(backend_cpu(), e, c.losses, scratch, targets, 1.0f / N, N, V, Vp);
-    ck_assert_msg(!memcmp(d, e, N * Vp * 4), "dlogits into their own buffer differ from those in place");
+    backend_cpu()->crossentropy_forward_backward(backend_cpu(), d, c.losses, d, targets, 1.0f / N,
+                                                 N, V, Vp);
+    backend_cpu()->crossentropy_forward_backward(backend_cpu(), e, c.losses, scratch, targets,
+                                                 1.0f / N, N, V, Vp);
+    ck_assert_msg(!memcmp(d, e, N * Vp * 4),
+                  "dlogits into their own buffer differ from those in place");
     double *g = numgrad(ce_loss, &c, c.logits, N * Vp, 1e-2f);
     assert_close("dlogits", d, g, N * Vp, 1e-4, 2e-3);
     for (int n = 0; n < N; n++)
@@ -343,37 +366,41 @@ static void narrow(void *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = bf16_bits(src[i]);
 }
 #define CPU backend_cpu()
-static void emu_ln_fwd(const Backend *be, void *out, float *mean, float *rstd, const float *inp, const float *w,
-                       const float *b, int N, int C) {
+static void emu_ln_fwd(const Backend *be, void *out, float *mean, float *rstd, const float *inp,
+                       const float *w, const float *b, int N, int C) {
     float *t = pp_malloc((size_t)N * C * sizeof(float));
     CPU->layernorm_forward(CPU, t, mean, rstd, inp, w, b, N, C);
     narrow(out, t, (size_t)N * C);
     free(t);
 }
-static void emu_mm_fwd(const Backend *be, float *out, const void *inp, const float *w, const float *b, int N, int C,
-                       int OC) {
+static void emu_mm_fwd(const Backend *be, float *out, const void *inp, const float *w,
+                       const float *b, int N, int C, int OC) {
     float *x = widen(inp, (size_t)N * C);
     CPU->matmul_forward(CPU, out, x, w, b, N, C, OC);
     free(x);
 }
-static void emu_mm_bwd(const Backend *be, float *dinp, float *dw, float *db, const void *dout, const void *inp,
-                       const float *w, int N, int C, int OC) {
+static void emu_mm_bwd(const Backend *be, float *dinp, float *dw, float *db, const void *dout,
+                       const void *inp, const float *w, int N, int C, int OC) {
     float *d = widen(dout, (size_t)N * OC), *x = widen(inp, (size_t)N * C);
     CPU->matmul_backward(CPU, dinp, dw, db, d, x, w, N, C, OC);
-    free(d), free(x);
+    free(d);
+    free(x);
 }
-static void emu_att_fwd(const Backend *be, void *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+static void emu_att_fwd(const Backend *be, void *out, float *att, const float *qkv, int B, int T,
+                        int C, int NH) {
     float *t = pp_malloc((size_t)B * T * C * sizeof(float));
     CPU->attention_forward(CPU, t, att, qkv, B, T, C, NH);
     narrow(out, t, (size_t)B * T * C);
     free(t);
 }
-static void emu_att_bwd(const Backend *be, void *dqkv, const float *dout, const float *qkv, const void *out,
-                        const float *att, int B, int T, int C, int NH, float *scratch) {
+static void emu_att_bwd(const Backend *be, void *dqkv, const float *dout, const float *qkv,
+                        const void *out, const float *att, int B, int T, int C, int NH,
+                        float *scratch) {
     float *o = widen(out, (size_t)B * T * C), *t = pp_malloc((size_t)B * T * 3 * C * sizeof(float));
     CPU->attention_backward(CPU, t, dout, qkv, o, att, B, T, C, NH, scratch);
     narrow(dqkv, t, (size_t)B * T * 3 * C);
-    free(o), free(t);
+    free(o);
+    free(t);
 }
 static void emu_gelu_fwd(const Backend *be, void *out, const float *inp, size_t n) {
     float *t = pp_malloc(n * sizeof(float) + 1);
@@ -381,18 +408,21 @@ static void emu_gelu_fwd(const Backend *be, void *out, const float *inp, size_t 
     narrow(out, t, n);
     free(t);
 }
-static void emu_gelu_bwd(const Backend *be, void *dinp, const float *inp, const float *dout, size_t n) {
+static void emu_gelu_bwd(const Backend *be, void *dinp, const float *inp, const float *dout,
+                         size_t n) {
     float *t = pp_malloc(n * sizeof(float) + 1);
     CPU->gelu_backward(CPU, t, inp, dout, n);
     narrow(dinp, t, n);
     free(t);
 }
-static void emu_ce(const Backend *be, void *dlogits, float *losses, float *logits, const int *targets, float dloss,
-                   int N, int V, int Vp) {
+static void emu_ce(const Backend *be, void *dlogits, float *losses, float *logits,
+                   const int *targets, float dloss, int N, int V, int Vp) {
     CPU->crossentropy_forward_backward(CPU, logits, losses, logits, targets, dloss, N, V, Vp);
     narrow(dlogits, logits, (size_t)N * Vp);
 }
-static void emu_to_operand(const Backend *be, void *dst, const float *src, size_t n) { narrow(dst, src, n); }
+static void emu_to_operand(const Backend *be, void *dst, const float *src, size_t n) {
+    narrow(dst, src, n);
+}
 #undef CPU
 
 static const Backend *backend_bf16_operands(void) {
@@ -428,8 +458,8 @@ static double fwd(Model *m, int c, int s, float dloss, int want_grad) {
     return loss;
 }
 
-static void setup_model_dims(Model *m, const ModelDims *d, const ChunkSpec *specs, int n, int B, int T,
-                             uint64_t seed) {
+static void setup_model_dims(Model *m, const ModelDims *d, const ChunkSpec *specs, int n, int B,
+                             int T, uint64_t seed) {
     model_init(m, d, specs, n, B, T, model_be ? model_be : backend_cpu());
     model_init_weights(m, seed, 0.3f); /* large std: gradients well above rounding */
 }
@@ -473,7 +503,9 @@ static void model_gradcheck(const ModelDims *d, int rows) {
         const ParamTensor *t = &m.tensors[i];
         for (size_t j = 0; j < t->numel; j += 1 + t->numel / 5) {
             float *x = m.params + t->offset + j;
-            if ((!strcmp(t->name, "wte") || !strcmp(t->name, "lm_head")) && j >= (size_t)d->V * d->C) continue;
+            if ((!strcmp(t->name, "wte") || !strcmp(t->name, "lm_head")) &&
+                j >= (size_t)d->V * d->C)
+                continue;
             double g = *numgrad(whole_loss, &c, x, 1, 1e-2f);
             float a = m.grads[t->offset + j];
             ck_assert_msg(fabs(a - g) <= 2e-4 + 2e-2 * fabs(g), "%s[%zu]: analytic %g numeric %g",
@@ -536,7 +568,8 @@ START_TEST(test_middle_stage_gradcheck) {
         for (size_t j = 0; j < t->numel; j += 1 + t->numel / 4) {
             double g = *numgrad(mid_loss, &c, m.params + t->offset + j, 1, 1e-2f);
             float an = m.grads[t->offset + j];
-            ck_assert_msg(fabs(an - g) <= 2e-3 + 2e-2 * fabs(g), "%s[%zu]: analytic %g numeric %g", t->name, j, an, g);
+            ck_assert_msg(fabs(an - g) <= 2e-3 + 2e-2 * fabs(g), "%s[%zu]: analytic %g numeric %g",
+                          t->name, j, an, g);
         }
     }
     model_free(&m);
@@ -552,7 +585,10 @@ START_TEST(test_loss_at_init) {
     model_init(&m, &d, &spec, 1, 4, 16, backend_cpu());
     model_init_weights(&m, 1337, 0.02f);
     ActSlot *a = &m.chunks[0].slots[0];
-    for (int i = 0; i < 64; i++) a->tokens[i] = (i * 37) % 256, a->targets[i] = (i * 11) % 256;
+    for (int i = 0; i < 64; i++) {
+        a->tokens[i] = (i * 37) % 256;
+        a->targets[i] = (i * 11) % 256;
+    }
     double loss = fwd(&m, 0, 0, 0.0f, 0) / 64;
     ck_assert_msg(fabs(loss - log(256.0)) < 0.05, "loss at init %g, ln V = %g", loss, log(256.0));
     model_free(&m);
@@ -599,7 +635,9 @@ START_TEST(test_stage_split_exact) {
                           w.grads[t->offset + j]);
         }
     }
-    model_free(&w), model_free(&a), model_free(&b);
+    model_free(&w);
+    model_free(&a);
+    model_free(&b);
     tfree_all();
 }
 END_TEST
@@ -620,7 +658,10 @@ static size_t bits_differ(const float *a, const float *b, size_t n) {
 /* ||a - b|| / ||b|| over n floats. */
 static double rel_l2(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
@@ -645,7 +686,8 @@ START_TEST(test_chunked_head) {
     double worst[3] = {0, 0, 0}; /* a row's loss, dlnf, a gradient */
     for (int k = 0; k < 3; k++) {
         const ModelDims *d = &dims[k];
-        int B = 2, T = Ts[k], N = B * T, C = d->C, Vp = d->Vp;
+        int B = 2, T = Ts[k], N = B * T;
+        int C = d->C, Vp = d->Vp;
         ChunkSpec spec = {0, 0, d->L, 1, 1, 1, 0};
         Model ref;
         setup_model_dims(&ref, d, &spec, 1, B, T, 5);
@@ -657,10 +699,12 @@ START_TEST(test_chunked_head) {
             model_init(&ch, d, &spec, 1, B, T, &be);
             model_init_weights(&ch, 5, 0.3f);
             ck_assert_int_eq(ch.logits_rows, Reff);
-            ck_assert_uint_eq(ref.act_bytes - ch.act_bytes, (size_t)(N - Reff) * Vp * sizeof(float));
+            ck_assert_uint_eq(ref.act_bytes - ch.act_bytes,
+                              (size_t)(N - Reff) * Vp * sizeof(float));
             ModelPlan plan;
-            model_plan(&plan, d, &spec, NULL, NULL, 1, B, T, be.attention_saved_floats(&be, B, T, d->NH),
-                       pp_dtype_bytes(be.operand), R, 0, 0, 0);
+            model_plan(&plan, d, &spec, NULL, NULL, 1, B, T,
+                       be.attention_saved_floats(&be, B, T, d->NH), pp_dtype_bytes(be.operand), R,
+                       0, 0, 0);
             ck_assert_uint_eq(plan.slots, ch.act_bytes);
             ck_assert_uint_eq(plan.logits, (size_t)Reff * Vp * sizeof(float));
             Model *ms[2] = {&ref, &ch};
@@ -668,7 +712,10 @@ START_TEST(test_chunked_head) {
             float *losses[2], *vlosses[2], *dlnf[2];
             for (int i = 0; i < 2; i++) {
                 ActSlot *a = &ms[i]->chunks[0].slots[0];
-                for (int n = 0; n < N; n++) a->tokens[n] = (n * 7 + 3) % d->V, a->targets[n] = (n * 31 + 1) % d->V;
+                for (int n = 0; n < N; n++) {
+                    a->tokens[n] = (n * 7 + 3) % d->V;
+                    a->targets[n] = (n * 31 + 1) % d->V;
+                }
                 model_zero_grads(ms[i]);
                 vloss[i] = fwd(ms[i], 0, 0, 0.0f, 0); /* validation */
                 vlosses[i] = copy_of(ms[i]->losses, N);
@@ -678,14 +725,17 @@ START_TEST(test_chunked_head) {
                 model_backward(ms[i], 0, 0);
                 model_fold_tied_grad(ms[i]);
             }
-            ck_assert_msg(fabs(loss[1] - loss[0]) <= 1e-6 * loss[0] && fabs(vloss[1] - vloss[0]) <= 1e-6 * vloss[0],
-                          "dims %d R=%d: loss %.9g vs %.9g, validation %.9g vs %.9g", k, R, loss[1], loss[0], vloss[1],
-                          vloss[0]);
+            ck_assert_msg(fabs(loss[1] - loss[0]) <= 1e-6 * loss[0] &&
+                              fabs(vloss[1] - vloss[0]) <= 1e-6 * vloss[0],
+                          "dims %d R=%d: loss %.9g vs %.9g, validation %.9g vs %.9g", k, R, loss[1],
+                          loss[0], vloss[1], vloss[0]);
             for (int n = 0; n < N; n++) {
                 double e = fabs(losses[1][n] - losses[0][n]) / losses[0][n];
                 worst[0] = e > worst[0] ? e : worst[0];
-                ck_assert_msg(e <= 1e-6 && fabs(vlosses[1][n] - vlosses[0][n]) <= 1e-6 * vlosses[0][n],
-                              "dims %d R=%d row %d: loss %.9g vs %.9g", k, R, n, losses[1][n], losses[0][n]);
+                ck_assert_msg(e <= 1e-6 &&
+                                  fabs(vlosses[1][n] - vlosses[0][n]) <= 1e-6 * vlosses[0][n],
+                              "dims %d R=%d row %d: loss %.9g vs %.9g", k, R, n, losses[1][n],
+                              losses[0][n]);
             }
             double e = rel_l2(dlnf[1], dlnf[0], (size_t)N * C);
             worst[1] = e > worst[1] ? e : worst[1];
@@ -694,7 +744,8 @@ START_TEST(test_chunked_head) {
                 const ParamTensor *pt = &ref.tensors[t];
                 e = rel_l2(ch.grads + pt->offset, ref.grads + pt->offset, pt->numel);
                 worst[2] = e > worst[2] ? e : worst[2];
-                ck_assert_msg(e <= 1e-5, "dims %d R=%d: d%s %.2e off (relative L2)", k, R, pt->name, e);
+                ck_assert_msg(e <= 1e-5, "dims %d R=%d: d%s %.2e off (relative L2)", k, R,
+                              pt->name, e);
             }
             model_free(&ch);
             checked++;
@@ -702,7 +753,8 @@ START_TEST(test_chunked_head) {
         model_free(&ref);
     }
     ck_assert_int_eq(checked, 21);
-    printf("chunked head vs unchunked, worst relative difference: a row's loss %.2e, dlnf %.2e, a gradient %.2e\n",
+    printf("chunked head vs unchunked, worst relative difference: a row's loss %.2e, dlnf %.2e, "
+           "a gradient %.2e\n",
            worst[0], worst[1], worst[2]);
     tfree_all();
 }
@@ -725,23 +777,29 @@ START_TEST(test_logits_knob) {
     for (int staged = 0; staged < 2; staged++) {
         setenv("PPTRAIN_HOST_STAGING", staged ? "1" : "0", 1);
         setenv("PPTRAIN_LOGITS_CHUNK_ROWS", "5", 1);
-        ck_assert_int_eq(backend_select(&cfg, 0, &sz, &be, note, sizeof note, err, sizeof err), PP_OK);
+        ck_assert_int_eq(backend_select(&cfg, 0, &sz, &be, note, sizeof note, err, sizeof err),
+                         PP_OK);
         ck_assert_int_eq(be->logits_chunk_rows, 5);
         ck_assert_int_eq(be->device_memory, staged);
-        ck_assert_msg(strstr(note, "head logits in chunks of 5 rows (PPTRAIN_LOGITS_CHUNK_ROWS)"), "%s", note);
+        ck_assert_msg(strstr(note, "head logits in chunks of 5 rows (PPTRAIN_LOGITS_CHUNK_ROWS)"),
+                      "%s", note);
         Model m; /* the model takes them */
         ChunkSpec spec = {0, 0, tiny.L, 1, 1, 1, 0};
         model_init(&m, &tiny, &spec, 1, 2, 5, be);
         ck_assert_int_eq(m.logits_rows, 5);
         model_free(&m);
         backend_release(be);
-        ck_assert_int_eq(backend_cpu()->logits_chunk_rows, 0); /* a copy: the CPU backend is unchanged */
+        /* a copy: the CPU backend is unchanged */
+        ck_assert_int_eq(backend_cpu()->logits_chunk_rows, 0);
     }
     const char *bad[] = {"-1", "x", "3x", "99999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv("PPTRAIN_LOGITS_CHUNK_ROWS", bad[i], 1);
-        ck_assert_int_eq(backend_select(&cfg, 0, &sz, &be, note, sizeof note, err, sizeof err), PP_EUSAGE);
-        ck_assert_msg(strstr(err, "PPTRAIN_LOGITS_CHUNK_ROWS") && strstr(err, bad[i]) && strstr(err, ">= 0"), "%s", err);
+        ck_assert_int_eq(backend_select(&cfg, 0, &sz, &be, note, sizeof note, err, sizeof err),
+                         PP_EUSAGE);
+        ck_assert_msg(strstr(err, "PPTRAIN_LOGITS_CHUNK_ROWS") && strstr(err, bad[i]) &&
+                          strstr(err, ">= 0"),
+                      "%s", err);
     }
     unsetenv("PPTRAIN_LOGITS_CHUNK_ROWS");
     unsetenv("PPTRAIN_HOST_STAGING");
@@ -758,20 +816,25 @@ END_TEST
 START_TEST(test_split_backward_ops) {
     const Backend *be = backend_cpu();
     int N = 13, C = 21, OC = 11;
-    float *dout = rand_buf((size_t)N * OC, 1), *x = rand_buf((size_t)N * C, 1), *w = rand_buf((size_t)OC * C, 1);
+    float *dout = rand_buf((size_t)N * OC, 1), *x = rand_buf((size_t)N * C, 1);
+    float *w = rand_buf((size_t)OC * C, 1);
     float *dw0 = rand_buf((size_t)OC * C, 1), *db0 = rand_buf(OC, 1);
-    float *dx_f = talloc((size_t)N * C * 4), *dw_f = copy_of(dw0, (size_t)OC * C), *db_f = copy_of(db0, OC);
-    float *dx_s = talloc((size_t)N * C * 4), *dw_s = copy_of(dw0, (size_t)OC * C), *db_s = copy_of(db0, OC);
+    float *dx_f = talloc((size_t)N * C * 4);
+    float *dw_f = copy_of(dw0, (size_t)OC * C), *db_f = copy_of(db0, OC);
+    float *dx_s = talloc((size_t)N * C * 4);
+    float *dw_s = copy_of(dw0, (size_t)OC * C), *db_s = copy_of(db0, OC);
     be->matmul_backward(be, dx_f, dw_f, db_f, dout, x, w, N, C, OC);
     be->matmul_backward(be, dx_s, NULL, NULL, dout, x, w, N, C, OC);
-    ck_assert(bits_differ(dw_s, dw0, (size_t)OC * C) == 0 && bits_differ(db_s, db0, OC) == 0); /* untouched */
+    /* untouched */
+    ck_assert(bits_differ(dw_s, dw0, (size_t)OC * C) == 0 && bits_differ(db_s, db0, OC) == 0);
     be->matmul_backward(be, NULL, dw_s, db_s, dout, x, w, N, C, OC);
     ck_assert_uint_eq(bits_differ(dx_f, dx_s, (size_t)N * C), 0);
     ck_assert_uint_eq(bits_differ(dw_f, dw_s, (size_t)OC * C), 0);
     ck_assert_uint_eq(bits_differ(db_f, db_s, OC), 0);
     ck_assert_uint_gt(bits_differ(dw_f, dw0, (size_t)OC * C), 0); /* it did add something */
     /* LayerNorm: dinp accumulates too */
-    float *lx = rand_buf((size_t)N * C, 2), *lw = rand_buf(C, 1), *lb = rand_buf(C, 1), *ld = rand_buf((size_t)N * C, 1);
+    float *lx = rand_buf((size_t)N * C, 2), *lw = rand_buf(C, 1), *lb = rand_buf(C, 1);
+    float *ld = rand_buf((size_t)N * C, 1);
     float *out = talloc((size_t)N * C * 4), *mean = talloc(N * 4), *rstd = talloc(N * 4);
     float *scratch = talloc(be->scratch_floats(be, N, 1, C) * 4);
     be->layernorm_forward(be, out, mean, rstd, lx, lw, lb, N, C);
@@ -804,7 +867,8 @@ START_TEST(test_split_backward_chunk) {
     int Ts[2] = {5, 8};
     for (int v = 0; v < 2; v++) {
     int B = 2, T = Ts[v], N = B * T, C = tiny.C;
-    ChunkSpec specs[] = {{0, 0, 4, 1, 1, 2, 0}, {0, 0, 2, 1, 0, 2, 0}, {1, 1, 3, 0, 0, 2, 0}, {2, 2, 4, 0, 1, 2, 0}};
+    ChunkSpec specs[] = {{0, 0, 4, 1, 1, 2, 0}, {0, 0, 2, 1, 0, 2, 0},
+                         {1, 1, 3, 0, 0, 2, 0}, {2, 2, 4, 0, 1, 2, 0}};
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
         Model f, sp;
         setup_model_dims(&f, dims[v], &specs[k], 1, B, T, 21);
@@ -817,7 +881,10 @@ START_TEST(test_split_backward_chunk) {
         ck_assert_uint_eq(f.wstate_bytes, 0);
         Model *ms[2] = {&f, &sp};
         float *in[2], *dout[2];
-        for (int s = 0; s < 2; s++) in[s] = rand_buf((size_t)N * C, 1), dout[s] = rand_buf((size_t)N * C, 1);
+        for (int s = 0; s < 2; s++) {
+            in[s] = rand_buf((size_t)N * C, 1);
+            dout[s] = rand_buf((size_t)N * C, 1);
+        }
         for (int i = 0; i < 2; i++) {
             model_zero_grads(ms[i]);
             for (int s = 0; s < 2; s++) { /* both microbatches forward, as slots 0 and 1 */
@@ -832,19 +899,24 @@ START_TEST(test_split_backward_chunk) {
         model_backward_input(&sp, 0, 0, 1); /* W state sets in either order */
         model_backward_input(&sp, 0, 1, 0);
         for (int s = 0; s < 2; s++)
-            ck_assert_msg(bits_differ(f.chunks[0].slots[s].grad, sp.chunks[0].slots[s].grad, (size_t)N * C) == 0,
+            ck_assert_msg(bits_differ(f.chunks[0].slots[s].grad, sp.chunks[0].slots[s].grad,
+                                      (size_t)N * C) == 0,
                           "chunk %zu microbatch %d: d(input) of the input half differs", k, s);
-        for (size_t j = 0; j < sp.nparams; j++) ck_assert(sp.grads[j] == 0.0f || specs[k].last); /* no W yet */
+        /* no W yet */
+        for (size_t j = 0; j < sp.nparams; j++) ck_assert(sp.grads[j] == 0.0f || specs[k].last);
         model_backward_weight(&sp, 0, 0, 1);
         model_backward_weight(&sp, 0, 1, 0);
-        model_fold_tied_grad(&f), model_fold_tied_grad(&sp);
+        model_fold_tied_grad(&f);
+        model_fold_tied_grad(&sp);
         ck_assert_uint_eq(f.nparams, sp.nparams);
-        ck_assert_msg(bits_differ(f.grads, sp.grads, f.nparams) == 0, "chunk %zu: %zu of %zu gradients differ", k,
+        ck_assert_msg(bits_differ(f.grads, sp.grads, f.nparams) == 0,
+                      "chunk %zu: %zu of %zu gradients differ", k,
                       bits_differ(f.grads, sp.grads, f.nparams), f.nparams);
         size_t nonzero = 0;
         for (size_t j = 0; j < f.nparams; j++) nonzero += f.grads[j] != 0.0f;
         ck_assert_uint_gt(nonzero, f.nparams / 2); /* the comparison saw real gradients */
-        model_free(&f), model_free(&sp);
+        model_free(&f);
+        model_free(&sp);
     }
     }
     model_be = NULL;
@@ -861,7 +933,8 @@ END_TEST
 START_TEST(test_recompute_chunk) {
     pick_backend(_i);
     int B = 2, T = 5, N = B * T, C = tiny.C;
-    ChunkSpec specs[] = {{0, 0, 4, 1, 1, 2, 0}, {0, 0, 2, 1, 0, 2, 0}, {1, 1, 3, 0, 0, 2, 0}, {2, 2, 4, 0, 1, 2, 0}};
+    ChunkSpec specs[] = {{0, 0, 4, 1, 1, 2, 0}, {0, 0, 2, 1, 0, 2, 0},
+                         {1, 1, 3, 0, 0, 2, 0}, {2, 2, 4, 0, 1, 2, 0}};
     int checked = 0;
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++)
         for (int mode = PP_RECOMPUTE_SELECTIVE; mode <= PP_RECOMPUTE_FULL; mode++)
@@ -873,21 +946,28 @@ START_TEST(test_recompute_chunk) {
                     setup_model(&f, &specs[k], 1, B, T, 21);
                     model_init_recompute(&r, &tiny, &specs[k], &rc, 1, B, T, model_be, 0, 2);
                     model_init_weights(&r, 21, 0.3f);
-                    model_slot_attach(&r, 0, 0, 1), model_slot_attach(&r, 0, 1, 0); /* blocks crosswise */
+                    /* blocks crosswise */
+                    model_slot_attach(&r, 0, 0, 1);
+                    model_slot_attach(&r, 0, 1, 0);
                     /* layer 0 recomputes: what the mode drops is the workspace's, the output
                      * the slot's own */
                     void **a0 = r.chunks[0].slots[0].acts, **a1 = r.chunks[0].slots[1].acts;
                     int out = r.arch->act_out, dropped = 0;
                     for (int j = 0; j < r.arch->nacts; j++)
-                        if (!(r.arch->acts[j].keep & 1 << mode))
-                            ck_assert(a0[j] == r.work[j]), dropped++;
+                        if (!(r.arch->acts[j].keep & 1 << mode)) {
+                            ck_assert(a0[j] == r.work[j]);
+                            dropped++;
+                        }
                     ck_assert_int_gt(dropped, 0);
                     ck_assert(a1[out] && a1[out] != r.work[out]);
                     if (split) model_init_wstate(&r, 0, 2);
                     ck_assert_uint_gt(r.work_bytes, 0);
                     Model *ms[2] = {&f, &r};
                     float *in[2], *dout[2];
-                    for (int s = 0; s < 2; s++) in[s] = rand_buf((size_t)N * C, 1), dout[s] = rand_buf((size_t)N * C, 1);
+                    for (int s = 0; s < 2; s++) {
+                        in[s] = rand_buf((size_t)N * C, 1);
+                        dout[s] = rand_buf((size_t)N * C, 1);
+                    }
                     for (int i = 0; i < 2; i++) {
                         model_zero_grads(ms[i]);
                         for (int s = 0; s < 2; s++) {
@@ -906,16 +986,20 @@ START_TEST(test_recompute_chunk) {
                     ck_assert_int_eq(r.recomputes, (long)2 * nrc * (split ? 2 : 1));
                     ck_assert_int_eq(f.recomputes, 0);
                     for (int s = 0; s < 2; s++)
-                        ck_assert_msg(bits_differ(f.chunks[0].slots[s].grad, r.chunks[0].slots[s].grad, (size_t)N * C) == 0,
-                                      "chunk %zu mode %d layers %d split %d mb %d: d(input) differs", k, mode, layers,
-                                      split, s);
-                    model_fold_tied_grad(&f), model_fold_tied_grad(&r);
-                    ck_assert_msg(bits_differ(f.grads, r.grads, f.nparams) == 0, "chunk %zu mode %d layers %d split %d: "
-                                  "%zu gradients differ", k, mode, layers, split, bits_differ(f.grads, r.grads, f.nparams));
+                        ck_assert_msg(bits_differ(f.chunks[0].slots[s].grad,
+                                                  r.chunks[0].slots[s].grad, (size_t)N * C) == 0,
+                                      "chunk %zu mode %d layers %d split %d mb %d: "
+                                      "d(input) differs", k, mode, layers, split, s);
+                    model_fold_tied_grad(&f);
+                    model_fold_tied_grad(&r);
+                    ck_assert_msg(bits_differ(f.grads, r.grads, f.nparams) == 0,
+                                  "chunk %zu mode %d layers %d split %d: %zu gradients differ", k,
+                                  mode, layers, split, bits_differ(f.grads, r.grads, f.nparams));
                     size_t nonzero = 0;
                     for (size_t j = 0; j < f.nparams; j++) nonzero += f.grads[j] != 0.0f;
                     ck_assert_uint_gt(nonzero, f.nparams / 2);
-                    model_free(&f), model_free(&r);
+                    model_free(&f);
+                    model_free(&r);
                     checked++;
                 }
     ck_assert_int_eq(checked, 32);
@@ -929,8 +1013,10 @@ END_TEST
  * chunk rows (all, 3): the loss and d(input) within bf16's rounding, the gradients within
  * a few of its ulps (relative L2), and not equal (the emulation really rounds). */
 START_TEST(test_operand_bf16) {
-    int B = 2, T = 5, N = B * T, C = tiny.C, checked = 0;
-    ChunkSpec specs[] = {{0, 0, 4, 1, 1, 1, 0}, {0, 0, 2, 1, 0, 1, 0}, {1, 1, 3, 0, 0, 1, 0}, {2, 2, 4, 0, 1, 1, 0}};
+    int B = 2, T = 5, N = B * T, C = tiny.C;
+    int checked = 0;
+    ChunkSpec specs[] = {{0, 0, 4, 1, 1, 1, 0}, {0, 0, 2, 1, 0, 1, 0},
+                         {1, 1, 3, 0, 0, 1, 0}, {2, 2, 4, 0, 1, 1, 0}};
     float *in = rand_buf((size_t)N * C, 1), *dout = rand_buf((size_t)N * C, 1);
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++)
         for (int rows = 0; rows <= 3; rows += 3) {
@@ -951,13 +1037,18 @@ START_TEST(test_operand_bf16) {
                 model_backward(ms[i], 0, 0);
                 model_fold_tied_grad(ms[i]);
             }
-            if (specs[k].last) ck_assert_msg(fabs(loss[1] - loss[0]) <= 1e-2 * fabs(loss[0]), "chunk %zu rows %d: "
-                                             "loss %g against fp32 %g", k, rows, loss[1], loss[0]);
+            if (specs[k].last)
+                ck_assert_msg(fabs(loss[1] - loss[0]) <= 1e-2 * fabs(loss[0]),
+                              "chunk %zu rows %d: loss %g against fp32 %g",
+                              k, rows, loss[1], loss[0]);
             double eg = rel_l2(h.grads, f.grads, f.nparams);
             double ei = rel_l2(h.chunks[0].slots[0].grad, f.chunks[0].slots[0].grad, (size_t)N * C);
-            ck_assert_msg(eg <= 3e-2 && eg > 0, "chunk %zu rows %d: gradients %.2e from fp32's", k, rows, eg);
-            ck_assert_msg(ei <= 3e-2 && ei > 0, "chunk %zu rows %d: d(input) %.2e from fp32's", k, rows, ei);
-            model_free(&f), model_free(&h);
+            ck_assert_msg(eg <= 3e-2 && eg > 0, "chunk %zu rows %d: gradients %.2e from fp32's",
+                          k, rows, eg);
+            ck_assert_msg(ei <= 3e-2 && ei > 0, "chunk %zu rows %d: d(input) %.2e from fp32's",
+                          k, rows, ei);
+            model_free(&f);
+            model_free(&h);
             checked++;
         }
     ck_assert_int_eq(checked, 8);
@@ -985,11 +1076,13 @@ START_TEST(test_memory_plan_sweep) {
                     Partition part;
                     char err[PP_ERR_MAX];
                     if (sched_kind_check(*kind, P, v, M, err, sizeof err) != PP_OK) continue;
-                    ck_assert_msg(sched_build(&s, *kind, P, v, M, err, sizeof err) == PP_OK, "%s", err);
+                    ck_assert_msg(sched_build(&s, *kind, P, v, M, err, sizeof err) == PP_OK,
+                                  "%s", err);
                     ck_assert(sched_build_forward_only(&fwd, &s, err, sizeof err) == PP_OK);
                     ArchCosts ac;
                     model_arch_costs(&d, T, &ac);
-                    ck_assert(partition_build(&part, "auto", d.L, P * v, &ac, err, sizeof err) == PP_OK);
+                    ck_assert(partition_build(&part, "auto", d.L, P * v, &ac, err,
+                                              sizeof err) == PP_OK);
                     for (int mode = 0; mode < 3; mode++)
                         for (int r = 0; r < P; r++) {
                             ChunkSpec specs[PP_MAX_CHUNKS];
@@ -999,30 +1092,40 @@ START_TEST(test_memory_plan_sweep) {
                             Model m;
                             runtime_chunk_plan(&s, &fwd, &part, r, mode, M % 2, specs, rc, nws, nb);
                             Backend be = *(_i ? backend_bf16_operands() : backend_cpu());
-                            be.logits_chunk_rows = M % 3; /* all, 1 or 2 of the 4 rows ([Note: chunked head]) */
-                            model_plan(&plan, &d, specs, rc, nws, v, B, T, be.attention_saved_floats(&be, B, T, d.NH),
-                                       pp_dtype_bytes(be.operand), be.logits_chunk_rows, 2, nb[1], nb[0]);
+                            /* all, 1 or 2 of the 4 rows ([Note: chunked head]) */
+                            be.logits_chunk_rows = M % 3;
+                            model_plan(&plan, &d, specs, rc, nws, v, B, T,
+                                       be.attention_saved_floats(&be, B, T, d.NH),
+                                       pp_dtype_bytes(be.operand), be.logits_chunk_rows, 2,
+                                       nb[1], nb[0]);
                             model_init_recompute(&m, &d, specs, rc, v, B, T, &be, nb[1], nb[0]);
                             model_init_optimizer(&m, 2);
                             for (int c = 0; c < v; c++) model_init_wstate(&m, c, nws[c]);
                             size_t pb = m.nparams * sizeof(float);
-                            size_t gb = pb + (m.dhead_tied ? (size_t)d.Vp * d.C * sizeof(float) : 0);
-                            ck_assert_msg(plan.params == pb && plan.grads == gb && plan.optimizer == 2 * pb,
-                                          "%s P=%d v=%d M=%d rank %d: params %zu/%zu grads %zu/%zu", *kind, P, v, M, r,
-                                          plan.params, pb, plan.grads, gb);
+                            size_t gb = pb +
+                                        (m.dhead_tied ? (size_t)d.Vp * d.C * sizeof(float) : 0);
+                            ck_assert_msg(plan.params == pb && plan.grads == gb &&
+                                              plan.optimizer == 2 * pb,
+                                          "%s P=%d v=%d M=%d rank %d: params %zu/%zu grads %zu/%zu",
+                                          *kind, P, v, M, r, plan.params, pb, plan.grads, gb);
                             ck_assert_msg(plan.slots == m.act_bytes && plan.work == m.work_bytes &&
-                                          plan.recv == m.recv_bytes && plan.wstate == m.wstate_bytes,
-                                          "%s P=%d v=%d M=%d mode %d rank %d: planned slots %zu work %zu recv %zu W %zu,"
-                                          " allocated %zu %zu %zu %zu", *kind, P, v, M, mode, r, plan.slots, plan.work,
-                                          plan.recv, plan.wstate, m.act_bytes, m.work_bytes, m.recv_bytes,
+                                              plan.recv == m.recv_bytes &&
+                                              plan.wstate == m.wstate_bytes,
+                                          "%s P=%d v=%d M=%d mode %d rank %d: planned slots %zu "
+                                          "work %zu recv %zu W %zu, allocated %zu %zu %zu %zu",
+                                          *kind, P, v, M, mode, r, plan.slots, plan.work, plan.recv,
+                                          plan.wstate, m.act_bytes, m.work_bytes, m.recv_bytes,
                                           m.wstate_bytes);
                             int last = 0;
                             for (int c = 0; c < v; c++) last |= specs[c].last;
-                            ck_assert_uint_eq(plan.logits, last ? (size_t)(M % 3 ? M % 3 : B * T) * d.Vp * 4 : 0);
+                            ck_assert_uint_eq(plan.logits,
+                                              last ? (size_t)(M % 3 ? M % 3 : B * T) * d.Vp * 4
+                                                   : 0);
                             model_free(&m);
                             checked++;
                         }
-                    sched_free(&s), sched_free(&fwd);
+                    sched_free(&s);
+                    sched_free(&fwd);
                 }
     }
     ck_assert_int_eq(kinds, 6);
@@ -1042,7 +1145,8 @@ START_TEST(test_init_split_independent) {
                          b.tensors[i].numel * 4);
     }
     ck_assert_uint_eq(w.nparams, model_total_params(&tiny));
-    model_free(&w), model_free(&b);
+    model_free(&w);
+    model_free(&b);
     tfree_all();
 }
 END_TEST
@@ -1073,8 +1177,10 @@ START_TEST(test_arch_table) {
         int dropped[2] = {0, 0}; /* selective, full */
         for (int k = 0; k < A->nacts; k++)
             for (int mode = ARCH_SEL; mode <= ARCH_FULL; mode <<= 1)
-                if (!(A->acts[k].keep & mode))
-                    ck_assert(A->acts[k].work & mode), dropped[mode == ARCH_FULL]++;
+                if (!(A->acts[k].keep & mode)) {
+                    ck_assert(A->acts[k].work & mode);
+                    dropped[mode == ARCH_FULL]++;
+                }
         ck_assert_int_gt(dropped[0], 0);
         ck_assert_int_eq(dropped[1], A->nacts - 1);
     }
@@ -1101,8 +1207,9 @@ START_TEST(test_arch_costs) {
     setup_model(&w, &whole, 1, 1, 4, 5);
     ArchCosts t;
     model_arch_costs(&tiny, 4, &t);
-    ck_assert_double_eq((double)w.nparams, tiny.L * t.layer_params + t.embed_params + t.head_params -
-                                               (tiny.tied ? (double)tiny.Vp * tiny.C : 0));
+    ck_assert_double_eq((double)w.nparams,
+                        tiny.L * t.layer_params + t.embed_params + t.head_params -
+                            (tiny.tied ? (double)tiny.Vp * tiny.C : 0));
     model_free(&w);
     tfree_all();
 }
@@ -1169,7 +1276,9 @@ START_TEST(test_llmc_roundtrip) {
     ck_assert_int_eq(model_load_llmc(&b, path, err, sizeof err), 2);
     ck_assert_ptr_nonnull(strstr(err, "truncated"));
     unlink(path);
-    model_free(&w), model_free(&b), model_free(&c);
+    model_free(&w);
+    model_free(&b);
+    model_free(&c);
     tfree_all();
 }
 END_TEST
@@ -1178,7 +1287,8 @@ int main(void) {
     backend_cpu_set_threads(2);
     Suite *s = suite_create("model");
     TCase *ops = tcase_create("ops");
-    tcase_set_timeout(ops, 30); /* 0.2 s alone; OpenMP threads on a loaded 2-core machine can stall */
+    /* 0.2 s alone; OpenMP threads on a loaded 2-core machine can stall */
+    tcase_set_timeout(ops, 30);
     tcase_add_test(ops, test_expf_accuracy);
     tcase_add_test(ops, test_expf_special_values);
     tcase_add_test(ops, test_backend_memory_and_step);
@@ -1206,10 +1316,12 @@ int main(void) {
     tcase_add_test(model, test_arch_costs);
     tcase_add_test(model, test_backend_sizes);
     tcase_add_test(model, test_llmc_roundtrip);
-    tcase_add_loop_test(model, test_split_backward_chunk, 0, 2); /* the CPU, bf16 operand activations */
+    /* the CPU, bf16 operand activations */
+    tcase_add_loop_test(model, test_split_backward_chunk, 0, 2);
     tcase_add_loop_test(model, test_recompute_chunk, 0, 2);
     tcase_add_test(model, test_operand_bf16);
-    tcase_add_loop_test(model, test_memory_plan_sweep, 0, 2); /* the CPU, bf16 operand activations */
+    /* the CPU, bf16 operand activations */
+    tcase_add_loop_test(model, test_memory_plan_sweep, 0, 2);
     suite_add_tcase(s, model);
     return check_run(s, 0);
 }

@@ -20,7 +20,8 @@ static char err[PP_ERR_MAX];
 
 START_TEST(test_counts) {
     Partition p;
-    ck_assert_int_eq(partition_build(&p, "[3, 2]", 5, 2, arch(64, 256, 64), err, sizeof err), PP_OK);
+    ck_assert_int_eq(partition_build(&p, "[3, 2]", 5, 2, arch(64, 256, 64), err, sizeof err),
+                     PP_OK);
     ck_assert_int_eq(p.l0[0], 0); ck_assert_int_eq(p.l1[0], 3);
     ck_assert_int_eq(p.l0[1], 3); ck_assert_int_eq(p.l1[1], 5);
 }
@@ -28,9 +29,13 @@ END_TEST
 
 START_TEST(test_points) {
     Partition p;
-    ck_assert_int_eq(partition_build(&p, "[\"layers.4\"]", 8, 2, arch(512, 10112, 500), err, sizeof err), PP_OK);
+    ck_assert_int_eq(partition_build(&p, "[\"layers.4\"]", 8, 2, arch(512, 10112, 500), err,
+                                     sizeof err),
+                     PP_OK);
     ck_assert_int_eq(p.l1[0], 4); ck_assert_int_eq(p.l0[1], 4); ck_assert_int_eq(p.l1[1], 8);
-    ck_assert_int_eq(partition_build(&p, "[\"layers.2\", \"layers.5\"]", 8, 3, arch(8, 16, 8), err, sizeof err), PP_OK);
+    ck_assert_int_eq(partition_build(&p, "[\"layers.2\", \"layers.5\"]", 8, 3, arch(8, 16, 8), err,
+                                     sizeof err),
+                     PP_OK);
     ck_assert_int_eq(p.l1[1], 5);
 }
 END_TEST
@@ -38,7 +43,8 @@ END_TEST
 START_TEST(test_auto_balances_head) {
     Partition p;
     /* GPT-2 124M at T=256: the head costs about 5 layers, so the last stage gets fewer */
-    ck_assert_int_eq(partition_build(&p, "auto", 12, 2, arch(768, 50304, 256), err, sizeof err), PP_OK);
+    ck_assert_int_eq(partition_build(&p, "auto", 12, 2, arch(768, 50304, 256), err, sizeof err),
+                     PP_OK);
     ck_assert_int_eq(p.l0[0], 0); ck_assert_int_eq(p.l1[1], 12);
     ck_assert_int_gt(p.l1[0] - p.l0[0], p.l1[1] - p.l0[1]);
     ck_assert_int_eq(p.l1[0], 9);
@@ -46,24 +52,33 @@ START_TEST(test_auto_balances_head) {
     ck_assert_int_eq(partition_build(&p, "auto", 8, 4, arch(256, 256, 64), err, sizeof err), PP_OK);
     for (int s = 0; s < 4; s++) ck_assert_int_eq(p.l1[s] - p.l0[s], 2);
     /* every stage gets at least one layer even if the head dominates */
-    ck_assert_int_eq(partition_build(&p, "auto", 4, 4, arch(8, 1 << 20, 8), err, sizeof err), PP_OK);
+    ck_assert_int_eq(partition_build(&p, "auto", 4, 4, arch(8, 1 << 20, 8), err, sizeof err),
+                     PP_OK);
     for (int s = 0; s < 4; s++) ck_assert_int_eq(p.l1[s] - p.l0[s], 1);
 }
 END_TEST
 
 START_TEST(test_errors) {
     Partition p;
-    ck_assert_int_eq(partition_build(&p, "[3, 3]", 5, 2, arch(8, 16, 8), err, sizeof err), PP_EUSAGE);
+    ck_assert_int_eq(partition_build(&p, "[3, 3]", 5, 2, arch(8, 16, 8), err, sizeof err),
+                     PP_EUSAGE);
     ck_assert_ptr_nonnull(strstr(err, "adds up to 6"));
-    ck_assert_int_eq(partition_build(&p, "[5, 0]", 5, 2, arch(8, 16, 8), err, sizeof err), PP_EUSAGE);
+    ck_assert_int_eq(partition_build(&p, "[5, 0]", 5, 2, arch(8, 16, 8), err, sizeof err),
+                     PP_EUSAGE);
     ck_assert_ptr_nonnull(strstr(err, "empty"));
-    ck_assert_int_eq(partition_build(&p, "[2, 3]", 5, 3, arch(8, 16, 8), err, sizeof err), PP_EUSAGE);
+    ck_assert_int_eq(partition_build(&p, "[2, 3]", 5, 3, arch(8, 16, 8), err, sizeof err),
+                     PP_EUSAGE);
     ck_assert_ptr_nonnull(strstr(err, "lists 2 stages"));
-    ck_assert_int_eq(partition_build(&p, "[\"layers.9\"]", 5, 2, arch(8, 16, 8), err, sizeof err), PP_EUSAGE);
-    ck_assert_int_eq(partition_build(&p, "[\"layers.3\", \"layers.2\"]", 5, 3, arch(8, 16, 8), err, sizeof err), PP_EUSAGE);
+    ck_assert_int_eq(partition_build(&p, "[\"layers.9\"]", 5, 2, arch(8, 16, 8), err, sizeof err),
+                     PP_EUSAGE);
+    ck_assert_int_eq(partition_build(&p, "[\"layers.3\", \"layers.2\"]", 5, 3, arch(8, 16, 8), err,
+                                     sizeof err),
+                     PP_EUSAGE);
     ck_assert_int_eq(partition_build(&p, "auto", 2, 3, arch(8, 16, 8), err, sizeof err), PP_EUSAGE);
     ck_assert_ptr_nonnull(strstr(err, "only 2 layers"));
-    ck_assert_int_eq(partition_build(&p, "[\"layers.2\", 3]", 5, 3, arch(8, 16, 8), err, sizeof err), PP_EUSAGE);
+    ck_assert_int_eq(partition_build(&p, "[\"layers.2\", 3]", 5, 3, arch(8, 16, 8), err,
+                                     sizeof err),
+                     PP_EUSAGE);
 }
 END_TEST
 
@@ -73,14 +88,16 @@ START_TEST(test_print_placement) {
     int v_shape[4] = {0, 1, 1, 0};
     char *text = NULL;
     size_t len = 0;
-    ck_assert_int_eq(partition_build(&p, "[1, 1, 1, 1]", 4, 4, arch(8, 16, 8), err, sizeof err), PP_OK);
+    ck_assert_int_eq(partition_build(&p, "[1, 1, 1, 1]", 4, 4, arch(8, 16, 8), err, sizeof err),
+                     PP_OK);
     FILE *f = open_memstream(&text, &len);
     partition_print(&p, 2, v_shape, f);
     fclose(f);
     ck_assert_ptr_nonnull(strstr(text, "partition (4 stages on 2 ranks):\n"));
     ck_assert_ptr_nonnull(strstr(text, "  stage 0 on rank 0: layers 0-0 +embeddings  ("));
     ck_assert_ptr_nonnull(strstr(text, "  stage 2 on rank 1: layers 2-2  ("));
-    ck_assert_ptr_nonnull(strstr(text, "  stage 3 on rank 0: layers 3-3 +final norm, head, loss  ("));
+    ck_assert_ptr_nonnull(
+        strstr(text, "  stage 3 on rank 0: layers 3-3 +final norm, head, loss  ("));
     free(text);
 }
 END_TEST
@@ -120,16 +137,19 @@ START_TEST(test_balance_tables) {
             for (int rep = 0; rep < 20; rep++) {
                 PartitionCosts pc = {.unit = "test"};
                 for (int s = 0; s < S; s++) pc.layer[s] = 1 + rand_r(&seed) % 9;
-                pc.embed = rand_r(&seed) % 12, pc.head = rand_r(&seed) % 20;
+                pc.embed = rand_r(&seed) % 12;
+                pc.head = rand_r(&seed) % 20;
                 Partition p;
                 int n[8];
-                ck_assert_int_eq(partition_build_costs(&p, "auto", L, S, &pc, err, sizeof err), PP_OK);
+                ck_assert_int_eq(partition_build_costs(&p, "auto", L, S, &pc, err, sizeof err),
+                                 PP_OK);
                 for (int s = 0; s < S; s++) ck_assert_int_ge(p.l1[s] - p.l0[s], 1);
                 ck_assert_int_eq(p.l1[S - 1], L);
                 double want = brute(&pc, L, S, n + 0, 0, L), got;
                 for (int s = 0; s < S; s++) n[s] = p.l1[s] - p.l0[s];
                 got = max_cost(&pc, n, S);
-                ck_assert_msg(got == want, "L=%d S=%d: split's worst stage %g, best possible %g", L, S, got, want);
+                ck_assert_msg(got == want, "L=%d S=%d: split's worst stage %g, best possible %g",
+                              L, S, got, want);
                 cases++;
             }
     ck_assert_int_gt(cases, 400);
@@ -147,11 +167,14 @@ END_TEST
 START_TEST(test_balance_modes) {
     PartitionCosts t, pr, mem;
     Partition pt, pp, pm;
-    int S = 4, L = 12, C = 768, Vp = 50304, T = 1024, inflight[4] = {4, 3, 2, 1}; /* 1F1B */
+    int S = 4, L = 12;
+    int C = 768, Vp = 50304, T = 1024;
+    int inflight[4] = {4, 3, 2, 1}; /* 1F1B */
     partition_costs_time(&t, S, arch(C, Vp, T), NULL);
     partition_costs_parameters(&pr, S, arch(C, Vp, T));
     /* activations dominate: a layer's slot bytes at T=1024, B=8 */
-    partition_costs_memory(&mem, S, arch(C, Vp, T), 8 * T, 2, inflight, 4.0 * 8 * T * (16.0 * C + 4 + 12 * T));
+    partition_costs_memory(&mem, S, arch(C, Vp, T), 8 * T, 2, inflight,
+                           4.0 * 8 * T * (16.0 * C + 4 + 12 * T));
     ck_assert_int_eq(partition_build_costs(&pt, "auto", L, S, &t, err, sizeof err), PP_OK);
     ck_assert_int_eq(partition_build_costs(&pp, "auto", L, S, &pr, err, sizeof err), PP_OK);
     ck_assert_int_eq(partition_build_costs(&pm, "auto", L, S, &mem, err, sizeof err), PP_OK);

@@ -55,7 +55,8 @@ static int parse_doubles(const char *text, double *v, int max, int *n) {
         errno = 0;
         v[*n] = strtod(p, &end);
         if (end == p || errno || !isfinite(v[*n]) || v[*n] < 0) return PP_EUSAGE;
-        (*n)++, p = end;
+        (*n)++;
+        p = end;
         if (!*p) return PP_OK;
         if (*p++ != ',') return PP_EUSAGE;
     }
@@ -64,7 +65,8 @@ static int parse_doubles(const char *text, double *v, int max, int *n) {
 int plan_parse_layer_costs(const char *text, LayerCosts *c) {
     double v[6] = {0, 0, 0, 0, 0, 0};
     int n;
-    if (parse_doubles(text, v, 6, &n) != PP_OK || (n != 2 && n != 6) || v[0] <= 0 || v[1] <= 0) return PP_EUSAGE;
+    if (parse_doubles(text, v, 6, &n) != PP_OK || (n != 2 && n != 6) || v[0] <= 0 || v[1] <= 0)
+        return PP_EUSAGE;
     *c = (LayerCosts){v[0], v[1], v[2], v[3], v[4], v[5]};
     return PP_OK;
 }
@@ -98,7 +100,8 @@ int plan_parse_link(const char *text, Link *l) {
     if (parse_doubles(text, v, 2, &n) != PP_OK || n != 2 || v[1] <= 0) return PP_EUSAGE;
     memset(l, 0, sizeof *l);
     snprintf(l->name, sizeof l->name, "%gus,%gGB/s", v[0], v[1]);
-    l->latency_us = v[0], l->gbps = v[1];
+    l->latency_us = v[0];
+    l->gbps = v[1];
     return PP_OK;
 }
 
@@ -120,8 +123,11 @@ static void fill_for_timing(Model *m, float std) {
         const ParamTensor *t = &m->tensors[i];
         float one = t->init == ARCH_INIT_ONE;
         for (size_t j = 0; j < t->numel; j++) {
-            x = x * 6364136223846793005ull + 1442695040888963407ull; /* uniform in [-sqrt3, sqrt3) std */
-            p[j] = t->ndim == 2 ? std * 1.7320508f * ((float)(x >> 40) * (2.0f / 16777216.0f) - 1.0f) : one;
+            /* uniform in [-sqrt3, sqrt3) std */
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            p[j] = t->ndim == 2
+                       ? std * 1.7320508f * ((float)(x >> 40) * (2.0f / 16777216.0f) - 1.0f)
+                       : one;
         }
         m->be->to_device(m->be, m->params + t->offset, p, t->numel * sizeof(float));
         m->be->wait(m->be);
@@ -179,7 +185,8 @@ static void time_chunks(const Config *cfg, const Backend *be, int B, double f[3]
             if (rep > 0 && (t2 - t1) * 1e3 < b[c]) b[c] = (t2 - t1) * 1e3;
         }
     }
-    free(x), free(tok);
+    free(x);
+    free(tok);
     model_free(&m);
 }
 
@@ -188,7 +195,8 @@ int plan_measure(const Config *cfg, int B, LayerCosts *c, char *note, size_t not
     const Backend *be;
     ModelDims d = timing_dims(cfg);
     ModelPlan p;
-    model_plan(&p, &d, timing_specs, NULL, NULL, 3, B, cfg->seq_len, 0, sizeof(float), 0, 0, 0, 0);
+    model_plan(&p, &d, timing_specs, NULL, NULL, 3, B, cfg->seq_len, 0, sizeof(float), 0, 0, 0,
+               0);
     BackendSizes sizes = model_backend_sizes(&d, B, cfg->seq_len, p.params / sizeof(float));
     int rc = backend_select(cfg, 0, &sizes, &be, note, notelen, err, errlen);
     if (rc != PP_OK) return rc;
@@ -246,11 +254,14 @@ static double median(Samples *s) {
  * index (0 F, 1 B, 2 I, 3 W), stage, step and duration in µs; -1 for anything else. */
 static int trace_slice(const char *line, int *stage, int *step, double *dur) {
     const char *name = json_value(line, "name"), *cat = json_value(line, "cat"), *types = "FBIW";
-    const char *st = json_value(line, "stage"), *sp = json_value(line, "step"), *du = json_value(line, "dur");
-    if (!name || !cat || !st || !sp || !du || strncmp(cat, "\"compute\"", 9) || name[0] != '"' || !name[1] ||
-        name[2] != ' ' || !strchr(types, name[1]))
+    const char *st = json_value(line, "stage"), *sp = json_value(line, "step");
+    const char *du = json_value(line, "dur");
+    if (!name || !cat || !st || !sp || !du || strncmp(cat, "\"compute\"", 9) || name[0] != '"' ||
+        !name[1] || name[2] != ' ' || !strchr(types, name[1]))
         return -1;
-    *stage = atoi(st), *step = atoi(sp), *dur = atof(du);
+    *stage = atoi(st);
+    *step = atoi(sp);
+    *dur = atof(du);
     if (*stage < 0 || !isfinite(*dur) || *dur < 0) return -1;
     return (int)(strchr(types, name[1]) - types);
 }
@@ -269,20 +280,26 @@ static void trace_steps(const char *text, int *first, int *more, int *nsteps) {
         if (step < lo) lo = step;
         if (step > hi) hi = step;
     }
-    *first = lo, *more = hi > lo, *nsteps = hi >= lo ? hi - lo + 1 : 0;
+    *first = lo;
+    *more = hi > lo;
+    *nsteps = hi >= lo ? hi - lo + 1 : 0;
 }
 
-static int trace_check(const char *path, const TraceCosts *tc, Samples (*by)[4], char *err, size_t errlen) {
+static int trace_check(const char *path, const TraceCosts *tc, Samples (*by)[4], char *err,
+                       size_t errlen) {
     static const char *names = "FBIW";
     for (int s = 0; s < tc->S; s++) {
         int has_b = by[s][1].n > 0, has_iw = by[s][2].n > 0 && by[s][3].n > 0;
         if (!by[s][0].n || (!has_b && !has_iw))
-            return pp_errf(err, errlen, PP_EUSAGE, "%s: no %c slices of stage %d (a trace written by ./pptrain --trace "
-                           "holds F and B, or I and W, slices of every stage): is it a trace of this config's run?",
+            return pp_errf(err, errlen, PP_EUSAGE,
+                           "%s: no %c slices of stage %d (a trace written by ./pptrain --trace "
+                           "holds F and B, or I and W, slices of every stage): is it a trace of "
+                           "this config's run?",
                            path, !by[s][0].n ? names[0] : names[1], s);
         if (has_b && has_iw)
-            return pp_errf(err, errlen, PP_EUSAGE, "%s: stage %d has both B and I/W slices: a trace of one schedule, "
-                           "please", path, s);
+            return pp_errf(err, errlen, PP_EUSAGE,
+                           "%s: stage %d has both B and I/W slices: a trace of one "
+                           "schedule, please", path, s);
     }
     return PP_OK;
 }
@@ -291,13 +308,17 @@ int plan_trace_costs(const char *path, int S, TraceCosts *tc, char *err, size_t 
     char *text, line[1024];
     size_t len;
     memset(tc, 0, sizeof *tc);
-    if (S < 1 || S > PP_MAX_STAGES) return pp_errf(err, errlen, PP_EUSAGE, "%s: %d stages is out of range", path, S);
-    int rc = pp_read_file_max(path, "the trace (--costs-from)", (size_t)1 << 30, &text, &len, err, errlen);
+    if (S < 1 || S > PP_MAX_STAGES)
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: %d stages is out of range", path, S);
+    int rc = pp_read_file_max(path, "the trace (--costs-from)", (size_t)1 << 30, &text, &len, err,
+                              errlen);
     if (rc != PP_OK) return rc;
     if (!strstr(text, "\"traceEvents\"")) {
         free(text);
-        return pp_errf(err, errlen, PP_EUSAGE, "%s is not a trace (no traceEvents): give --costs-from the trace.json "
-                       "that ./pptrain --trace (output.trace: true) writes into output.dir", path);
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s is not a trace (no traceEvents): give --costs-from the trace.json that "
+                       "./pptrain --trace (output.trace: true) writes into output.dir",
+                       path);
     }
     int first, more, nsteps;
     trace_steps(text, &first, &more, &nsteps);
@@ -312,16 +333,21 @@ int plan_trace_costs(const char *path, int S, TraceCosts *tc, char *err, size_t 
         double dur;
         int type = trace_slice(line, &stage, &step, &dur);
         if (type < 0) continue;
-        if (stage >= S)
-            rc = pp_errf(err, errlen, PP_EUSAGE, "%s has slices of stage %d, but this config plans %d stages "
-                         "(pipeline.stages x virtual_stages): plan with the config of the run that wrote it",
-                         path, stage, S);
-        else if (!more || step != first)
-            samples_add(&by[stage][type], dur * 1e-3), tc->slices++;
+        if (stage >= S) {
+            rc = pp_errf(err, errlen, PP_EUSAGE,
+                         "%s has slices of stage %d, but this config plans %d stages "
+                         "(pipeline.stages x virtual_stages): plan with the config of the "
+                         "run that wrote it", path, stage, S);
+        } else if (!more || step != first) {
+            samples_add(&by[stage][type], dur * 1e-3);
+            tc->slices++;
+        }
     }
     if (rc == PP_OK && !tc->slices)
-        rc = pp_errf(err, errlen, PP_EUSAGE, "%s holds no F or B slices of a stage (a trace of a training run "
-                     "written by ./pptrain --trace has them)", path);
+        rc = pp_errf(err, errlen, PP_EUSAGE,
+                     "%s holds no F or B slices of a stage (a trace of a training run written by "
+                     "./pptrain --trace has them)",
+                     path);
     if (rc == PP_OK) rc = trace_check(path, tc, by, err, errlen);
     for (int s = 0; s < S; s++) tc->split |= by[s][2].n > 0; /* a schedule may mix B and I/W */
     for (int s = 0; s < S; s++) {
@@ -364,7 +390,8 @@ static int least_squares(int S, double (*a)[3], const double *y, const int *use,
         if (fabs(m[piv][i]) < 1e-12 * (1 + fabs(m[0][0]))) return 0;
         for (int j = 0; j <= n; j++) {
             double t = m[i][j];
-            m[i][j] = m[piv][j], m[piv][j] = t;
+            m[i][j] = m[piv][j];
+            m[piv][j] = t;
         }
         for (int r = 0; r < n; r++) {
             if (r == i) continue;
@@ -381,7 +408,8 @@ static void fit_one(const Partition *p, const double *y, double re, double rh, d
     double (*a)[3] = pp_calloc((size_t)p->S, sizeof *a);
     for (int s = 0; s < p->S; s++) {
         a[s][0] = p->l1[s] - p->l0[s];
-        a[s][1] = s == 0, a[s][2] = s == p->S - 1;
+        a[s][1] = s == 0;
+        a[s][2] = s == p->S - 1;
     }
     int use[3] = {1, 1, 1};
     x[0] = x[1] = x[2] = 0;
@@ -389,21 +417,34 @@ static void fit_one(const Partition *p, const double *y, double re, double rh, d
     for (int tries = 0; tries < 3; tries++) {
         if (p->S < 3 || !least_squares(p->S, a, y, use, x)) break;
         if (x[1] >= 0 && x[2] >= 0) goto done;
-        if (x[1] < 0) use[1] = 0, x[1] = 0;
-        if (x[2] < 0) use[2] = 0, x[2] = 0;
+        if (x[1] < 0) {
+            use[1] = 0;
+            x[1] = 0;
+        }
+        if (x[2] < 0) {
+            use[2] = 0;
+            x[2] = 0;
+        }
     }
     /* not separable: embedding and head in the FLOP model's proportion to a layer */
     double num = 0, den = 0;
-    for (int s = 0; s < p->S; s++) num += y[s], den += a[s][0] + a[s][1] * re + a[s][2] * rh;
-    x[0] = num / den, x[1] = re * x[0], x[2] = rh * x[0];
+    for (int s = 0; s < p->S; s++) {
+        num += y[s];
+        den += a[s][0] + a[s][1] * re + a[s][2] * rh;
+    }
+    x[0] = num / den;
+    x[1] = re * x[0];
+    x[2] = rh * x[0];
 done:
     free(a);
 }
 
-double plan_fit_layers(const Partition *p, const double *F, const double *B, const ArchCosts *a, LayerCosts *c) {
+double plan_fit_layers(const Partition *p, const double *F, const double *B, const ArchCosts *a,
+                       LayerCosts *c) {
     PartitionCosts flops;
     partition_costs_time(&flops, 1, a, NULL);
-    double re = flops.embed / flops.layer[0], rh = flops.head / flops.layer[0], xf[3], xb[3], worst = 0;
+    double re = flops.embed / flops.layer[0], rh = flops.head / flops.layer[0];
+    double xf[3], xb[3], worst = 0;
     fit_one(p, F, re, rh, xf);
     fit_one(p, B, re, rh, xb);
     *c = (LayerCosts){xf[0], xb[0], xf[1], xb[1], xf[2], xb[2]};
@@ -418,8 +459,8 @@ double plan_fit_layers(const Partition *p, const double *F, const double *B, con
 
 /* =================================================================== memory === */
 
-void plan_rank_memory(const Config *cfg, const Schedule *s, const Schedule *fwd, const Partition *part, int pp,
-                      int mode, int B, ModelPlan *plan) {
+void plan_rank_memory(const Config *cfg, const Schedule *s, const Schedule *fwd,
+                      const Partition *part, int pp, int mode, int B, ModelPlan *plan) {
     ChunkSpec specs[PP_MAX_CHUNKS];
     ChunkRecompute rc[PP_MAX_CHUNKS];
     int nws[PP_MAX_CHUNKS], nblocks[2], T = cfg->seq_len;
@@ -427,7 +468,8 @@ void plan_rank_memory(const Config *cfg, const Schedule *s, const Schedule *fwd,
     const Backend *be = backend_cpu();
     runtime_chunk_plan(s, fwd, part, pp, mode, cfg->recompute_layers, specs, rc, nws, nblocks);
     model_plan(plan, &d, specs, rc, nws, s->v, B, T, be->attention_saved_floats(be, B, T, d.NH),
-               pp_dtype_bytes(be->operand), be->logits_chunk_rows, optim_state_arrays(cfg), nblocks[1], nblocks[0]);
+               pp_dtype_bytes(be->operand), be->logits_chunk_rows, optim_state_arrays(cfg),
+               nblocks[1], nblocks[0]);
 }
 
 /* ==================================================================== sweep === */
@@ -435,7 +477,10 @@ void plan_rank_memory(const Config *cfg, const Schedule *s, const Schedule *fwd,
 void plan_grid_default(PlanGrid *g) {
     memset(g, 0, sizeof *g);
     for (int P = 2; P <= 8; P++) g->ranks[g->nranks++] = P;
-    g->mbs[0] = 8, g->mbs[1] = 16, g->mbs[2] = 32, g->nmbs = 3;
+    g->mbs[0] = 8;
+    g->mbs[1] = 16;
+    g->mbs[2] = 32;
+    g->nmbs = 3;
     snprintf(g->schedules[0], PP_NAME_MAX, "1f1b");
     snprintf(g->schedules[1], PP_NAME_MAX, "interleaved-1f1b");
     g->nschedules = 2;
@@ -451,7 +496,8 @@ static int entry_kind(const char *entry, char *kind, size_t n) {
     const char *colon = strchr(entry, ':');
     snprintf(kind, n, "%.*s", colon ? (int)(colon - entry) : (int)strlen(entry), entry);
     if (colon) return atoi(colon + 1);
-    return !strcmp(kind, "interleaved-1f1b") || !strcmp(kind, "looped-bfs") || !strcmp(kind, "zbv") ? 2 : 1;
+    return !strcmp(kind, "interleaved-1f1b") || !strcmp(kind, "looped-bfs") || !strcmp(kind, "zbv")
+               ? 2 : 1;
 }
 
 typedef struct {
@@ -474,7 +520,8 @@ typedef struct {
 } Sweep;
 
 /* The memory plan of every rank of schedule s on partition part. */
-static int row_memory(const Sweep *w, const Schedule *s, const Partition *part, PlanRow *row, char *err, size_t errlen) {
+static int row_memory(const Sweep *w, const Schedule *s, const Partition *part, PlanRow *row,
+                      char *err, size_t errlen) {
     Schedule fwd;
     if (sched_build_forward_only(&fwd, s, err, errlen) != PP_OK) return PP_ERUNTIME;
     int mode = model_recompute_mode(w->cfg->recompute);
@@ -483,7 +530,10 @@ static int row_memory(const Sweep *w, const Schedule *s, const Partition *part, 
         ModelPlan p;
         plan_rank_memory(w->cfg, s, &fwd, part, r, mode < 0 ? 0 : mode, w->B, &p);
         row->mem[r] = (double)p.params + p.grads + p.optimizer + model_plan_activations(&p);
-        if (row->mem[r] > row->mem_max) row->mem_max = row->mem[r], row->mem_rank = r;
+        if (row->mem[r] > row->mem_max) {
+            row->mem_max = row->mem[r];
+            row->mem_rank = r;
+        }
     }
     sched_free(&fwd);
     return PP_OK;
@@ -497,7 +547,8 @@ static int row_run(const Sweep *w, const Link *link, PlanRow *row, char *err, si
     SchedSimCosts sc;
     SchedSimResult res;
     double F[PP_MAX_STAGES], B[PP_MAX_STAGES];
-    if (sched_build(&s, row->kind, row->P, row->v, row->M, err, errlen) != PP_OK) return PP_ERUNTIME;
+    if (sched_build(&s, row->kind, row->P, row->v, row->M, err, errlen) != PP_OK)
+        return PP_ERUNTIME;
     row->S = s.S;
     plan_partition_costs(w->c, s.S, &pc);
     int rc = partition_build_costs(&part, "auto", w->cfg->n_layers, s.S, &pc, err, errlen);
@@ -505,15 +556,19 @@ static int row_run(const Sweep *w, const Link *link, PlanRow *row, char *err, si
         plan_stage_costs(w->c, &part, F, B);
         for (int st = 0; st < s.S; st++) row->layers[st] = part.l1[st] - part.l0[st];
         sched_sim_costs_default(&sc);
-        sc.F_stage = F, sc.B_stage = B;
+        sc.F_stage = F;
+        sc.B_stage = B;
         sc.X = plan_link_ms(link, w->act_bytes);
         sc.serial_links = 1;
         rc = sched_sim_run(&s, &sc, &res, err, errlen, NULL);
     }
     if (rc == PP_OK) {
         int r0 = sched_stage_rank(&s, 0), rl = sched_stage_rank(&s, s.S - 1);
-        double end0 = s.len[r0] ? res.end[r0][s.len[r0] - 1] : 0, endl = s.len[rl] ? res.end[rl][s.len[rl] - 1] : 0;
-        double tied = r0 != rl && w->tied_bytes > 0 ? (end0 > endl ? end0 : endl) + plan_link_ms(link, w->tied_bytes) : 0;
+        double end0 = s.len[r0] ? res.end[r0][s.len[r0] - 1] : 0;
+        double endl = s.len[rl] ? res.end[rl][s.len[rl] - 1] : 0;
+        double tied = r0 != rl && w->tied_bytes > 0
+                          ? (end0 > endl ? end0 : endl) + plan_link_ms(link, w->tied_bytes)
+                          : 0;
         row->makespan = res.makespan;
         row->step = tied > res.makespan ? tied : res.makespan;
         row->bubble = res.bubble;
@@ -529,37 +584,49 @@ static int row_run(const Sweep *w, const Link *link, PlanRow *row, char *err, si
 static void print_header(const Sweep *w, const PlanGrid *g, FILE *f) {
     const Config *cfg = w->cfg;
     const LayerCosts *c = w->c;
-    fprintf(f, "plan: GPT-2 L=%d C=%d NH=%d Vp=%d%s, one pipeline (replica), microbatch %d x %d tokens, recompute %s\n",
-            cfg->n_layers, cfg->dim, cfg->n_heads, cfg->padded_vocab_size, cfg->tie_embeddings ? " (tied head)" : "",
-            w->B, w->T, cfg->recompute);
-    fprintf(f, "costs per microbatch, ms (%s): layer F %.4f B %.4f, embedding F %.4f B %.4f, head F %.4f B %.4f\n",
-            g->costs_from ? g->costs_from : "given", c->layer_f, c->layer_b, c->embed_f, c->embed_b, c->head_f, c->head_b);
-    fprintf(f, "  (as --layer-costs %.6g,%.6g,%.6g,%.6g,%.6g,%.6g)\n", c->layer_f, c->layer_b, c->embed_f, c->embed_b,
+    fprintf(f,
+            "plan: GPT-2 L=%d C=%d NH=%d Vp=%d%s, one pipeline (replica), microbatch %d x %d "
+            "tokens, recompute %s\n",
+            cfg->n_layers, cfg->dim, cfg->n_heads, cfg->padded_vocab_size,
+            cfg->tie_embeddings ? " (tied head)" : "", w->B, w->T, cfg->recompute);
+    fprintf(f,
+            "costs per microbatch, ms (%s): layer F %.4f B %.4f, embedding F %.4f B %.4f, "
+            "head F %.4f B %.4f\n",
+            g->costs_from ? g->costs_from : "given", c->layer_f, c->layer_b, c->embed_f, c->embed_b,
             c->head_f, c->head_b);
-    fprintf(f, "transfers: an activation or its gradient = %d x %d x %d x %d B = %.2f MB", w->B, w->T, cfg->dim,
-            g->act_bytes, w->act_bytes / 1e6);
-    if (w->tied_bytes > 0) fprintf(f, "; the tied-embedding gradient exchange %d x %d x 4 B = %.1f MB", cfg->padded_vocab_size, cfg->dim, w->tied_bytes / 1e6);
-    fprintf(f, "\nstep = the simulated pipeline (each transfer latency + bytes / bandwidth, one message at a time per "
-               "link and direction, overlapping compute), then the tied exchange; not counted: the optimizer, the "
-               "gradient-norm sum, data loading\n");
-    fprintf(f, "efficiency = (M x %.4f ms, the whole model's F+B per microbatch) / P / step; bubble = idle fraction of the "
-               "pipeline; memory = params + grads + optimizer + activations of the fullest rank, MB = 1e6 bytes (docs/schedules.md)\n",
+    fprintf(f, "  (as --layer-costs %.6g,%.6g,%.6g,%.6g,%.6g,%.6g)\n", c->layer_f, c->layer_b,
+            c->embed_f, c->embed_b, c->head_f, c->head_b);
+    fprintf(f, "transfers: an activation or its gradient = %d x %d x %d x %d B = %.2f MB", w->B,
+            w->T, cfg->dim, g->act_bytes, w->act_bytes / 1e6);
+    if (w->tied_bytes > 0)
+        fprintf(f, "; the tied-embedding gradient exchange %d x %d x 4 B = %.1f MB",
+                cfg->padded_vocab_size, cfg->dim, w->tied_bytes / 1e6);
+    fprintf(f, "\nstep = the simulated pipeline (each transfer latency + bytes / bandwidth, one "
+               "message at a time per link and direction, overlapping compute), then the tied "
+               "exchange; not counted: the optimizer, the gradient-norm sum, data loading\n");
+    fprintf(f,
+            "efficiency = (M x %.4f ms, the whole model's F+B per microbatch) / P / step; "
+            "bubble = idle fraction of the pipeline; memory = params + grads + optimizer + "
+            "activations of the fullest rank, MB = 1e6 bytes (docs/schedules.md)\n",
             w->T1);
 }
 
-static void print_table(const PlanGrid *g, const Link *link, double X, double tied, PlanRow *rows, int n, FILE *f) {
-    fprintf(f, "\nlink %s: %g us + %g GB/s per direction: an activation or gradient takes %.4f ms", link->name,
-            link->latency_us, link->gbps, X);
+static void print_table(const PlanGrid *g, const Link *link, double X, double tied, PlanRow *rows,
+                        int n, FILE *f) {
+    fprintf(f, "\nlink %s: %g us + %g GB/s per direction: an activation or gradient takes %.4f ms",
+            link->name, link->latency_us, link->gbps, X);
     if (tied > 0) fprintf(f, ", the tied-embedding exchange %.4f ms", tied);
-    fprintf(f, "\n%-18s %2s %2s %4s %10s %7s %10s %11s %11s %4s  %s\n", "schedule", "P", "v", "M", "step ms", "bubble",
-            "efficiency", "tokens/s", "memory MB", "rank", "layers per stage");
+    fprintf(f, "\n%-18s %2s %2s %4s %10s %7s %10s %11s %11s %4s  %s\n", "schedule", "P", "v", "M",
+            "step ms", "bubble", "efficiency", "tokens/s", "memory MB", "rank", "layers per stage");
     for (int i = 0; i < n; i++) {
         PlanRow *r = &rows[i];
         if (!r->S) continue;
         char split[4 * PP_MAX_STAGES] = "";
-        for (int s = 0; s < r->S; s++) pp_strappendf(split, sizeof split, "%s%d", s ? "," : "", r->layers[s]);
-        fprintf(f, "%-18s %2d %2d %4d %10.3f %6.1f%% %9.1f%% %11.0f %11.1f %4d  %s\n", r->kind, r->P, r->v, r->M,
-                r->step, 100 * r->bubble, 100 * r->eff, r->tok_s, r->mem_max / 1e6, r->mem_rank, split);
+        for (int s = 0; s < r->S; s++)
+            pp_strappendf(split, sizeof split, "%s%d", s ? "," : "", r->layers[s]);
+        fprintf(f, "%-18s %2d %2d %4d %10.3f %6.1f%% %9.1f%% %11.0f %11.1f %4d  %s\n", r->kind,
+                r->P, r->v, r->M, r->step, 100 * r->bubble, 100 * r->eff, r->tok_s,
+                r->mem_max / 1e6, r->mem_rank, split);
     }
     /* the efficiency matrix: P down, schedule x M across */
     fprintf(f, "pipeline efficiency over %s (%%):\n%4s", link->name, "P");
@@ -591,17 +658,23 @@ static void print_table(const PlanGrid *g, const Link *link, double X, double ti
     }
 }
 
-static void print_json_link(const Link *link, double X, double tied, PlanRow *rows, int n, int last, FILE *f) {
-    fprintf(f, "    {\"link\": \"%s\", \"latency_us\": %.17g, \"gbps\": %.17g, \"transfer_ms\": %.17g, "
-               "\"tied_exchange_ms\": %.17g, \"rows\": [\n", link->name, link->latency_us, link->gbps, X, tied);
+static void print_json_link(const Link *link, double X, double tied, PlanRow *rows, int n, int last,
+                            FILE *f) {
+    fprintf(f,
+            "    {\"link\": \"%s\", \"latency_us\": %.17g, \"gbps\": %.17g, "
+            "\"transfer_ms\": %.17g, \"tied_exchange_ms\": %.17g, \"rows\": [\n",
+            link->name, link->latency_us, link->gbps, X, tied);
     int first = 1;
     for (int i = 0; i < n; i++) {
         PlanRow *r = &rows[i];
         if (!r->S) continue;
-        fprintf(f, "%s      {\"schedule\": \"%s\", \"ranks\": %d, \"virtual_stages\": %d, \"microbatches\": %d, "
-                   "\"makespan_ms\": %.17g, \"step_ms\": %.17g, \"bubble\": %.17g, \"efficiency\": %.17g, "
-                   "\"tokens_per_s\": %.17g, \"memory_bytes\": [", first ? "" : ",\n", r->kind, r->P, r->v, r->M,
-                r->makespan, r->step, r->bubble, r->eff, r->tok_s);
+        fprintf(f,
+                "%s      {\"schedule\": \"%s\", \"ranks\": %d, \"virtual_stages\": %d, "
+                "\"microbatches\": %d, \"makespan_ms\": %.17g, \"step_ms\": %.17g, "
+                "\"bubble\": %.17g, \"efficiency\": %.17g, \"tokens_per_s\": %.17g, "
+                "\"memory_bytes\": [",
+                first ? "" : ",\n", r->kind, r->P, r->v, r->M, r->makespan, r->step, r->bubble,
+                r->eff, r->tok_s);
         for (int k = 0; k < r->P; k++) fprintf(f, "%s%.0f", k ? ", " : "", r->mem[k]);
         fprintf(f, "], \"layers\": [");
         for (int s = 0; s < r->S; s++) fprintf(f, "%s%d", s ? ", " : "", r->layers[s]);
@@ -613,14 +686,16 @@ static void print_json_link(const Link *link, double X, double tied, PlanRow *ro
 
 /* Fill rows[schedule][ranks][mbs] for one link; a row whose stages outnumber the
  * layers keeps S = 0 (shown as "-"). */
-static int sweep_link(const Sweep *w, const PlanGrid *g, const Link *link, PlanRow *rows, char *err, size_t errlen) {
+static int sweep_link(const Sweep *w, const PlanGrid *g, const Link *link, PlanRow *rows, char *err,
+                      size_t errlen) {
     for (int k = 0; k < g->nschedules; k++)
         for (int i = 0; i < g->nranks; i++)
             for (int j = 0; j < g->nmbs; j++) {
                 PlanRow *r = &rows[((size_t)k * g->nranks + i) * g->nmbs + j];
                 memset(r, 0, sizeof *r);
                 r->v = entry_kind(g->schedules[k], r->kind, sizeof r->kind);
-                r->P = g->ranks[i], r->M = g->mbs[j];
+                r->P = g->ranks[i];
+                r->M = g->mbs[j];
                 if (r->P * r->v > w->cfg->n_layers) continue;
                 int rc = row_run(w, link, r, err, errlen);
                 if (rc != PP_OK) return rc;
@@ -628,22 +703,27 @@ static int sweep_link(const Sweep *w, const PlanGrid *g, const Link *link, PlanR
     return PP_OK;
 }
 
-int plan_sweep(const Config *cfg, const LayerCosts *c, const PlanGrid *g, int json, FILE *f, char *err,
-               size_t errlen) {
+int plan_sweep(const Config *cfg, const LayerCosts *c, const PlanGrid *g, int json, FILE *f,
+               char *err, size_t errlen) {
     int replicas = cfg->data_parallel > 0 ? cfg->data_parallel : 1;
     Sweep w = {cfg, c, cfg->batch_size / (replicas * cfg->microbatches), cfg->seq_len, 0, 0, 0};
     w.act_bytes = (double)w.B * w.T * cfg->dim * g->act_bytes;
     w.tied_bytes = cfg->tie_embeddings ? (double)cfg->padded_vocab_size * cfg->dim * 4 : 0;
-    w.T1 = cfg->n_layers * (c->layer_f + c->layer_b) + c->embed_f + c->embed_b + c->head_f + c->head_b;
+    w.T1 = cfg->n_layers * (c->layer_f + c->layer_b) + c->embed_f + c->embed_b + c->head_f +
+           c->head_b;
     int n = g->nschedules * g->nranks * g->nmbs, rc = PP_OK;
     PlanRow *rows = pp_calloc((size_t)n, sizeof *rows);
     if (json)
-        fprintf(f, "{\n  \"layers\": %d, \"dim\": %d, \"heads\": %d, \"padded_vocab\": %d, \"microbatch_sequences\": %d, "
-                   "\"seq_len\": %d, \"act_bytes\": %d,\n  \"costs_ms\": {\"layer_f\": %.17g, \"layer_b\": %.17g, "
-                   "\"embed_f\": %.17g, \"embed_b\": %.17g, \"head_f\": %.17g, \"head_b\": %.17g},\n  \"transfer_bytes\": "
-                   "%.0f, \"tied_bytes\": %.0f, \"model_ms_per_microbatch\": %.17g,\n  \"links\": [\n",
-                cfg->n_layers, cfg->dim, cfg->n_heads, cfg->padded_vocab_size, w.B, w.T, g->act_bytes, c->layer_f,
-                c->layer_b, c->embed_f, c->embed_b, c->head_f, c->head_b, w.act_bytes, w.tied_bytes, w.T1);
+        fprintf(f,
+                "{\n  \"layers\": %d, \"dim\": %d, \"heads\": %d, \"padded_vocab\": %d, "
+                "\"microbatch_sequences\": %d, \"seq_len\": %d, \"act_bytes\": %d,\n"
+                "  \"costs_ms\": {\"layer_f\": %.17g, \"layer_b\": %.17g, \"embed_f\": %.17g, "
+                "\"embed_b\": %.17g, \"head_f\": %.17g, \"head_b\": %.17g},\n"
+                "  \"transfer_bytes\": %.0f, \"tied_bytes\": %.0f, "
+                "\"model_ms_per_microbatch\": %.17g,\n  \"links\": [\n",
+                cfg->n_layers, cfg->dim, cfg->n_heads, cfg->padded_vocab_size, w.B, w.T,
+                g->act_bytes, c->layer_f, c->layer_b, c->embed_f, c->embed_b, c->head_f, c->head_b,
+                w.act_bytes, w.tied_bytes, w.T1);
     else
         print_header(&w, g, f);
     for (int l = 0; l < g->nlinks && rc == PP_OK; l++) {
@@ -652,7 +732,10 @@ int plan_sweep(const Config *cfg, const LayerCosts *c, const PlanGrid *g, int js
         rc = sweep_link(&w, g, link, rows, err, errlen);
         if (rc == PP_OK && json) print_json_link(link, X, tied, rows, n, l + 1 == g->nlinks, f);
         else if (rc == PP_OK) print_table(g, link, X, tied, rows, n, f);
-        for (int i = 0; i < n; i++) free(rows[i].mem), rows[i].mem = NULL;
+        for (int i = 0; i < n; i++) {
+            free(rows[i].mem);
+            rows[i].mem = NULL;
+        }
     }
     if (json && rc == PP_OK) fprintf(f, "  ]\n}\n");
     free(rows);

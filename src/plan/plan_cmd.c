@@ -29,8 +29,10 @@ void plan_cmd_usage(FILE *f) {
     fprintf(f,
             "usage: pptrain schedule --config FILE [--set key=value ...] [--text | --json]\n"
             "                        [--svg FILE] [--costs F,B[,X] | --costs F=f,B=b,W=w[,X=x]]\n"
-            "                        [--measure | --costs-from TRACE | --layer-costs F,B[,EF,EB,HF,HB]]\n"
-            "                        [--link nvlink|ib|ib-hdr|none|LAT_us,GBps ...] [--act-bytes 4|2]\n"
+            "                        [--measure | --costs-from TRACE | "
+            "--layer-costs F,B[,EF,EB,HF,HB]]\n"
+            "                        [--link nvlink|ib|ib-hdr|none|LAT_us,GBps ...] "
+            "[--act-bytes 4|2]\n"
             "                        [--plan [--plan-ranks 2-8] [--plan-microbatches 8,16,32]\n"
             "                                [--plan-schedules 1f1b,interleaved-1f1b]]\n"
             "  --text          per-rank action lists, text timeline and summary (default)\n"
@@ -40,7 +42,8 @@ void plan_cmd_usage(FILE *f) {
             "  --costs F=1,B=1,W=1,X=0\n"
             "                  named: B is then the input-gradient half (I) and W the weight\n"
             "                  half; a full backward costs B+W (zero-bubble schedules)\n"
-            "  --measure       time a layer's, the embedding's and the head's forward and backward\n"
+            "  --measure       time a layer's, the embedding's and the head's forward "
+            "and backward\n"
             "                  on runtime.device first; pipeline.balance: time balances those and\n"
             "                  the timeline is in milliseconds\n"
             "  --costs-from TRACE\n"
@@ -49,8 +52,10 @@ void plan_cmd_usage(FILE *f) {
             "  --layer-costs F,B[,EF,EB,HF,HB]\n"
             "                  milliseconds per microbatch: a layer's F and B, then the\n"
             "                  embedding's and the head's\n"
-            "  --link L        transfer time of each SEND: latency + bytes / bandwidth (nvlink 5us\n"
-            "                  450GB/s, ib 10us 50GB/s, ib-hdr 10us 25GB/s, none, or LAT_us,GBps);\n"
+            "  --link L        transfer time of each SEND: latency + bytes / bandwidth "
+            "(nvlink 5us\n"
+            "                  450GB/s, ib 10us 50GB/s, ib-hdr 10us 25GB/s, none, "
+            "or LAT_us,GBps);\n"
             "                  repeat it for one --plan table per link (default nvlink and ib)\n"
             "  --act-bytes N   bytes per transferred element: 4 (fp32, what pptrain sends) or 2\n"
             "  --plan          predict step time, bubble, efficiency, tokens/s and memory per\n"
@@ -82,7 +87,10 @@ static int parse_named_costs(const char *text, SchedSimCosts *c) {
         if (*p++ != ',') return PP_EUSAGE;
     }
     if (!seen[0] || !seen[1] || v[0] <= 0 || v[1] <= 0) return PP_EUSAGE;
-    c->F = v[0], c->B = v[1], c->W = seen[2] ? v[2] : -1, c->X = v[3];
+    c->F = v[0];
+    c->B = v[1];
+    c->W = seen[2] ? v[2] : -1;
+    c->X = v[3];
     return PP_OK;
 }
 
@@ -97,12 +105,15 @@ static int parse_costs(const char *text, SchedSimCosts *c) {
         errno = 0;
         v[n] = strtod(p, &end);
         if (end == p || errno || !isfinite(v[n]) || v[n] < 0) return PP_EUSAGE;
-        n++, p = end;
+        n++;
+        p = end;
         if (*p != ',' || n == 3) break;
         p++;
     }
     if (*p || n < 2 || v[0] <= 0 || v[1] <= 0) return PP_EUSAGE;
-    c->F = v[0], c->B = v[1], c->X = v[2];
+    c->F = v[0];
+    c->B = v[1];
+    c->X = v[2];
     return PP_OK;
 }
 
@@ -114,7 +125,8 @@ static int parse_int_list(const char *text, int *vals, int *n, int max) {
         char *end;
         long a = strtol(p, &end, 10), b;
         if (end == p || a < 1 || a > max) return PP_EUSAGE;
-        b = a, p = end;
+        b = a;
+        p = end;
         if (*p == '-') {
             b = strtol(p + 1, &end, 10);
             if (end == p + 1 || b < a || b > max) return PP_EUSAGE;
@@ -155,25 +167,29 @@ static int parse_value_opt(const char *a, const char *val, SchedCmdOpts *o) {
     } else if (!strcmp(a, "--layer-costs")) {
         o->have_layer = 1;
         if (plan_parse_layer_costs(val, &o->layer) != PP_OK)
-            return usage("--layer-costs wants F,B or F,B,EF,EB,HF,HB: milliseconds per microbatch of a layer's forward"
-                         " and backward (> 0), then the embedding's and the head's (>= 0)");
+            return usage(
+                "--layer-costs wants F,B or F,B,EF,EB,HF,HB: milliseconds per microbatch of a "
+                "layer's forward and backward (> 0), then the embedding's and the head's (>= 0)");
     } else if (!strcmp(a, "--link")) {
         if (o->nlinks == PLAN_MAX_LINKS) return usage("--link: at most 8 links");
         if (plan_parse_link(val, &o->grid.links[o->nlinks++]) != PP_OK)
-            return usage("--link wants nvlink, ib, ib-hdr, none, or LATENCY_us,GBps with latency >= 0 and bandwidth > 0"
-                         " (e.g. --link 5,450)");
+            return usage("--link wants nvlink, ib, ib-hdr, none, or LATENCY_us,GBps with latency "
+                         ">= 0 and bandwidth > 0 (e.g. --link 5,450)");
     } else if (!strcmp(a, "--act-bytes")) {
-        if (strcmp(val, "4") && strcmp(val, "2")) return usage("--act-bytes wants 4 (fp32) or 2 (bf16)");
+        if (strcmp(val, "4") && strcmp(val, "2"))
+            return usage("--act-bytes wants 4 (fp32) or 2 (bf16)");
         o->grid.act_bytes = atoi(val);
     } else if (!strcmp(a, "--plan-ranks")) {
         if (parse_int_list(val, o->grid.ranks, &o->grid.nranks, PP_MAX_STAGES) != PP_OK)
             return usage("--plan-ranks wants ranks such as 2-8 or 2,4,8 (at most 32 values)");
     } else if (!strcmp(a, "--plan-microbatches")) {
         if (parse_int_list(val, o->grid.mbs, &o->grid.nmbs, 1 << 16) != PP_OK)
-            return usage("--plan-microbatches wants counts such as 8,16,32 or 8-12 (at most 32 values)");
+            return usage(
+                "--plan-microbatches wants counts such as 8,16,32 or 8-12 (at most 32 values)");
     } else if (!strcmp(a, "--plan-schedules")) {
         if (parse_schedules(val, &o->grid) != PP_OK)
-            return usage("--plan-schedules wants schedule kinds such as 1f1b,interleaved-1f1b (kind:v for v chunks)");
+            return usage("--plan-schedules wants schedule kinds such as 1f1b,interleaved-1f1b "
+                         "(kind:v for v chunks)");
     } else {
         return -1;
     }
@@ -184,17 +200,20 @@ static int parse_value_opt(const char *a, const char *val, SchedCmdOpts *o) {
 static int check_opts(const SchedCmdOpts *o) {
     if (o->text && o->json) return usage("--text and --json are alternatives: pick one");
     if (o->measure + !!o->costs_from + o->have_layer > 1)
-        return usage("--measure, --costs-from and --layer-costs are alternatives: pick one source of costs");
+        return usage(
+            "--measure, --costs-from and --layer-costs are alternatives: pick one source of costs");
     int timed = o->measure || o->costs_from || o->have_layer;
     if (o->plan && !timed)
-        return usage("--plan needs per-layer costs in milliseconds: --measure, --costs-from TRACE or --layer-costs");
+        return usage("--plan needs per-layer costs in milliseconds: --measure, --costs-from TRACE "
+                     "or --layer-costs");
     if (o->plan && (o->given_costs || o->svg))
-        return usage("--plan takes its costs from --measure, --costs-from or --layer-costs and draws no timeline: drop "
-                     "--costs and --svg");
+        return usage("--plan takes its costs from --measure, --costs-from or --layer-costs and "
+                     "draws no timeline: drop --costs and --svg");
     if (o->nlinks && (!timed || o->given_costs))
-        return usage("--link gives transfer times in milliseconds: use it with --measure, --costs-from or --layer-costs "
-                     "(not with --costs, whose units are arbitrary)");
-    if (o->nlinks > 1 && !o->plan) return usage("--link: one link without --plan (the transfers of this schedule)");
+        return usage("--link gives transfer times in milliseconds: use it with --measure, "
+                     "--costs-from or --layer-costs (not with --costs, whose units are arbitrary)");
+    if (o->nlinks > 1 && !o->plan)
+        return usage("--link: one link without --plan (the transfers of this schedule)");
     return PP_OK;
 }
 
@@ -233,8 +252,12 @@ static int parse_opts(int argc, char **argv, SchedCmdOpts *o) {
 /* Sequences per microbatch: the global batch over the replicas (a fixed
  * pipeline.data_parallel; auto, which needs the process count, plans one replica) and the
  * microbatches, as runtime_init splits it. */
-static int plan_replicas(const Config *cfg) { return cfg->data_parallel > 0 ? cfg->data_parallel : 1; }
-static int plan_microbatch(const Config *cfg) { return cfg->batch_size / (plan_replicas(cfg) * cfg->microbatches); }
+static int plan_replicas(const Config *cfg) {
+    return cfg->data_parallel > 0 ? cfg->data_parallel : 1;
+}
+static int plan_microbatch(const Config *cfg) {
+    return cfg->batch_size / (plan_replicas(cfg) * cfg->microbatches);
+}
 
 /* `--measure`: the milliseconds of a decoder layer, the embedding and the head on the
  * configured device (plan_measure), printed to f. */
@@ -244,11 +267,14 @@ static int measure_costs(const Config *cfg, LayerCosts *c, FILE *f) {
         pp_error("%s", err);
         return PP_EUSAGE;
     }
-    fprintf(f, "measured on this machine, device %s, one microbatch of %d x %d tokens, the fastest of 3: layer F %.4f ms"
-               " B %.4f ms, embedding F %.4f ms B %.4f ms, head F %.4f ms B %.4f ms\n"
-               "  (as --layer-costs %.6g,%.6g,%.6g,%.6g,%.6g,%.6g)\n\n", note, plan_microbatch(cfg), cfg->seq_len,
-            c->layer_f, c->layer_b, c->embed_f, c->embed_b, c->head_f, c->head_b, c->layer_f, c->layer_b, c->embed_f,
-            c->embed_b, c->head_f, c->head_b);
+    fprintf(f,
+            "measured on this machine, device %s, one microbatch of %d x %d tokens, the fastest "
+            "of 3: layer F %.4f ms B %.4f ms, embedding F %.4f ms B %.4f ms, head F %.4f ms "
+            "B %.4f ms\n"
+            "  (as --layer-costs %.6g,%.6g,%.6g,%.6g,%.6g,%.6g)\n\n",
+            note, plan_microbatch(cfg), cfg->seq_len, c->layer_f, c->layer_b, c->embed_f,
+            c->embed_b, c->head_f, c->head_b, c->layer_f, c->layer_b, c->embed_f, c->embed_b,
+            c->head_f, c->head_b);
     return PP_OK;
 }
 
@@ -264,8 +290,8 @@ static char **stage_layers(const Config *cfg, const Schedule *s, const double *m
     char **names = pp_calloc(s->S, sizeof(char *));
     for (int st = 0; st < s->S; st++) {
         names[st] = pp_malloc(48);
-        snprintf(names[st], 48, "layers %d-%d%s%s", part.l0[st], part.l1[st] - 1, st == 0 ? " +emb" : "",
-                 st == s->S - 1 ? " +head" : "");
+        snprintf(names[st], 48, "layers %d-%d%s%s", part.l0[st], part.l1[st] - 1,
+                 st == 0 ? " +emb" : "", st == s->S - 1 ? " +head" : "");
     }
     return names;
 }
@@ -293,7 +319,8 @@ static int write_svg(const char *path, const Schedule *s, const SchedSimResult *
 /* Per rank: parameters, gradients, optimizer state and activations for the config,
  * and the activation peak under each recompute mode side by side. The numbers the
  * build report's "allocated:" line prints for the same config (test/recompute.sh). */
-static int print_memory_plan(const Config *cfg, const Schedule *s, const double *measured, FILE *f) {
+static int print_memory_plan(const Config *cfg, const Schedule *s, const double *measured,
+                             FILE *f) {
     Schedule fwd;
     Partition part;
     char err[PP_ERR_MAX];
@@ -303,21 +330,31 @@ static int print_memory_plan(const Config *cfg, const Schedule *s, const double 
         return PP_EUSAGE;
     }
     int mode = model_recompute_mode(cfg->recompute);
-    fprintf(f, "memory plan per rank (bytes on the CPU backend, microbatch %d x %d tokens%s, recompute %s%s):\n",
+    fprintf(f,
+            "memory plan per rank (bytes on the CPU backend, microbatch %d x %d tokens%s, "
+            "recompute %s%s):\n",
             plan_microbatch(cfg), cfg->seq_len,
-            cfg->data_parallel > 1 ? " of one replica" : cfg->data_parallel == 0 ? " (data_parallel auto: one replica)" : "",
-            cfg->recompute, cfg->recompute_layers ? " on the first recompute_layers of each chunk" : "");
+            cfg->data_parallel > 1 ? " of one replica"
+            : cfg->data_parallel == 0 ? " (data_parallel auto: one replica)" : "",
+            cfg->recompute,
+            cfg->recompute_layers ? " on the first recompute_layers of each chunk" : "");
     for (int r = 0; r < s->P; r++) {
         ModelPlan p, by[3];
         plan_rank_memory(cfg, s, &fwd, &part, r, mode, plan_microbatch(cfg), &p);
-        for (int k = 0; k < 3; k++) plan_rank_memory(cfg, s, &fwd, &part, r, k, plan_microbatch(cfg), &by[k]);
+        for (int k = 0; k < 3; k++)
+            plan_rank_memory(cfg, s, &fwd, &part, r, k, plan_microbatch(cfg), &by[k]);
         size_t none = model_plan_activations(&by[0]);
-        fprintf(f, "rank %d: plan: params %zu B, grads %zu B, optimizer %zu B, activations %zu B (slots %zu + recompute "
-                "workspace %zu + receive %zu + W state %zu), recompute %s\n", r, p.params, p.grads, p.optimizer,
-                model_plan_activations(&p), p.slots, p.work, p.recv, p.wstate, cfg->recompute);
-        fprintf(f, "rank %d: activation peak: none %.1f MB, selective %.1f MB (%.2fx less), full %.1f MB (%.2fx less)\n",
-                r, none / 1e6, model_plan_activations(&by[1]) / 1e6, (double)none / model_plan_activations(&by[1]),
-                model_plan_activations(&by[2]) / 1e6, (double)none / model_plan_activations(&by[2]));
+        fprintf(f,
+                "rank %d: plan: params %zu B, grads %zu B, optimizer %zu B, activations %zu B "
+                "(slots %zu + recompute workspace %zu + receive %zu + W state %zu), recompute %s\n",
+                r, p.params, p.grads, p.optimizer, model_plan_activations(&p), p.slots, p.work,
+                p.recv, p.wstate, cfg->recompute);
+        fprintf(f,
+                "rank %d: activation peak: none %.1f MB, selective %.1f MB (%.2fx less), "
+                "full %.1f MB (%.2fx less)\n",
+                r, none / 1e6, model_plan_activations(&by[1]) / 1e6,
+                (double)none / model_plan_activations(&by[1]), model_plan_activations(&by[2]) / 1e6,
+                (double)none / model_plan_activations(&by[2]));
     }
     sched_free(&fwd);
     return PP_OK;
@@ -336,7 +373,8 @@ static int load_schedule(const Config *cfg, Schedule *s) {
 
 /* The time costs of the options ([Note: planning model] in plan.c): --measure (printed
  * to f) or --layer-costs into o->layer; --costs-from into *trace. */
-static int time_costs(const Config *cfg, SchedCmdOpts *o, const Schedule *s, TraceCosts *trace, FILE *f) {
+static int time_costs(const Config *cfg, SchedCmdOpts *o, const Schedule *s, TraceCosts *trace,
+                      FILE *f) {
     char err[PP_ERR_MAX];
     if (o->measure) {
         if (measure_costs(cfg, &o->layer, f) != PP_OK) return PP_EUSAGE;
@@ -347,11 +385,12 @@ static int time_costs(const Config *cfg, SchedCmdOpts *o, const Schedule *s, Tra
         return PP_EUSAGE;
     }
     if (o->costs_from) {
-        fprintf(f, "costs from %s (medians of %d compute slices over %d step%s), ms per microbatch:", o->costs_from,
-                trace->slices, trace->steps, trace->steps == 1 ? "" : "s");
+        fprintf(f,
+                "costs from %s (medians of %d compute slices over %d step%s), ms per microbatch:",
+                o->costs_from, trace->slices, trace->steps, trace->steps == 1 ? "" : "s");
         for (int st = 0; st < s->S; st++)
-            fprintf(f, "%s stage %d F %.4f %s %.4f", st ? "," : "", st, trace->F[st], trace->split ? "I" : "B",
-                    trace->B[st]);
+            fprintf(f, "%s stage %d F %.4f %s %.4f", st ? "," : "", st, trace->F[st],
+                    trace->split ? "I" : "B", trace->B[st]);
         if (trace->split)
             for (int st = 0; st < s->S; st++) fprintf(f, "%s W %.4f", st ? "," : ";", trace->W[st]);
         fprintf(f, "\n\n");
@@ -361,7 +400,8 @@ static int time_costs(const Config *cfg, SchedCmdOpts *o, const Schedule *s, Tra
 
 /* --plan: per-layer costs (measured, given, or fitted to the trace's stages over the
  * config's partition), then the sweep. */
-static int run_plan(const Config *cfg, SchedCmdOpts *o, const Schedule *s, const TraceCosts *trace) {
+static int run_plan(const Config *cfg, SchedCmdOpts *o, const Schedule *s,
+                    const TraceCosts *trace) {
     char err[PP_ERR_MAX], from[PP_PATH_MAX + 160];
     FILE *note = o->json ? stderr : stdout;
     snprintf(from, sizeof from, "%s", o->measure ? "measured here" : "given");
@@ -377,11 +417,14 @@ static int run_plan(const Config *cfg, SchedCmdOpts *o, const Schedule *s, const
         ArchCosts a;
         model_arch_costs(&d, cfg->seq_len, &a);
         double miss = plan_fit_layers(&part, trace->F, B, &a, &o->layer);
-        snprintf(from, sizeof from, "fitted to the %d stages of %s, largest misfit of a stage's F+B %.1f%%", s->S,
+        snprintf(from, sizeof from,
+                 "fitted to the %d stages of %s, largest misfit of a stage's F+B %.1f%%", s->S,
                  o->costs_from, 100 * miss);
         if (s->S < 3)
-            fprintf(note, "note: %d stages cannot separate the embedding and head from the layers: they take the FLOP "
-                          "model's share\n", s->S);
+            fprintf(note,
+                    "note: %d stages cannot separate the embedding and head from the layers: they "
+                    "take the FLOP model's share\n",
+                    s->S);
     }
     o->grid.costs_from = from;
     if (plan_sweep(cfg, &o->layer, &o->grid, o->json, stdout, err, sizeof err) != PP_OK) {
@@ -394,27 +437,34 @@ static int run_plan(const Config *cfg, SchedCmdOpts *o, const Schedule *s, const
 /* The simulator's costs for the config's own schedule: --costs as given; else the time
  * costs in milliseconds per stage (F, B in F/B; the trace's W), with --link's transfer
  * time on serial links. */
-static void schedule_costs(const Config *cfg, const SchedCmdOpts *o, const Schedule *s, const TraceCosts *trace,
-                           const double *measured, double *F, double *B, SchedSimCosts *c) {
+static void schedule_costs(const Config *cfg, const SchedCmdOpts *o, const Schedule *s,
+                           const TraceCosts *trace, const double *measured, double *F, double *B,
+                           SchedSimCosts *c) {
     *c = o->costs;
     if (o->given_costs || !(o->have_layer || o->costs_from)) return;
     sched_sim_costs_default(c);
     if (o->costs_from) {
-        c->F_stage = trace->F, c->B_stage = trace->B, c->W_stage = trace->split ? trace->W : NULL;
+        c->F_stage = trace->F;
+        c->B_stage = trace->B;
+        c->W_stage = trace->split ? trace->W : NULL;
     } else {
         Partition part;
         char err[PP_ERR_MAX];
-        if (runtime_partition(cfg, s, measured, plan_replicas(cfg), &part, err, sizeof err) != PP_OK) return;
+        if (runtime_partition(cfg, s, measured, plan_replicas(cfg), &part, err,
+                              sizeof err) != PP_OK)
+            return;
         plan_stage_costs(&o->layer, &part, F, B); /* stage_layers already reported a bad split */
-        c->F_stage = F, c->B_stage = B;
+        c->F_stage = F;
+        c->B_stage = B;
     }
     if (o->nlinks) {
         double bytes = (double)plan_microbatch(cfg) * cfg->seq_len * cfg->dim * o->grid.act_bytes;
         c->X = plan_link_ms(&o->grid.links[0], bytes);
         c->serial_links = 1;
         if (!o->json)
-            printf("link %s: an activation or gradient of %.2f MB takes %.4f ms (one message at a time per link and "
-                   "direction)\n\n", o->grid.links[0].name, bytes / 1e6, c->X);
+            printf("link %s: an activation or gradient of %.2f MB takes %.4f ms (one message at a "
+                   "time per link and direction)\n\n",
+                   o->grid.links[0].name, bytes / 1e6, c->X);
     }
 }
 
@@ -436,7 +486,9 @@ int plan_cmd_main(const Config *cfg, int argc, char **argv) {
     }
     double measured[3], F[PP_MAX_STAGES], B[PP_MAX_STAGES];
     LayerCosts *l = &o.layer;
-    measured[0] = l->layer_f + l->layer_b, measured[1] = l->embed_f + l->embed_b, measured[2] = l->head_f + l->head_b;
+    measured[0] = l->layer_f + l->layer_b;
+    measured[1] = l->embed_f + l->embed_b;
+    measured[2] = l->head_f + l->head_b;
     const double *balance = o.have_layer ? measured : NULL;
     char **layers = stage_layers(cfg, &s, balance);
     if (!layers) {

@@ -34,13 +34,15 @@ static int wait_req(Runtime *rt, CommReq **req, const char *what, int stage, int
     if (!*req) return PP_OK;
     double t0 = trace_now_us();
     int ring_failed = 0; /* the replicas' ring advances while this rank waits (runtime_dp.c) */
-    int rc = rt->dp.active ? dp_wait(rt, rt->comm, *req, &ring_failed, err, errlen) : comm_wait(rt->comm, *req);
+    int rc = rt->dp.active ? dp_wait(rt, rt->comm, *req, &ring_failed, err, errlen)
+                           : comm_wait(rt->comm, *req);
     *req = NULL;
     if (ring_failed) return rc;
     if (rt->trace) trace_add(rt->trace, what, "wait", t0, trace_now_us(), stage, mb, step);
     if (rc != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "while waiting for %s of stage %d microbatch %d at step %d: %s",
-                       what, stage, mb, step, comm_error(rt->comm));
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "while waiting for %s of stage %d microbatch %d at step %d: %s", what, stage,
+                       mb, step, comm_error(rt->comm));
     return PP_OK;
 }
 
@@ -54,7 +56,8 @@ static int slot_find(Runtime *rt, int c, int mb) {
  * one that keeps everything; 0, one that drops what the recompute drops; -1 (a
  * forward-only pass, or nothing recomputes), any. Its last holder's send of its output
  * is waited for first, unless that slot was taken again since (which waited). */
-static int block_take(Runtime *rt, int keep, int stage, int mb, int step, int *out, char *err, size_t errlen) {
+static int block_take(Runtime *rt, int keep, int stage, int mb, int step, int *out, char *err,
+                      size_t errlen) {
     int nk = rt->model.nblocks_keep, n = rt->model.nblocks;
     for (int pass = 0; pass < (keep < 0 ? 2 : 1); pass++) { /* any: the recomputing ones first */
         int kept = keep == 1 || pass == 1, lo = kept ? 0 : nk, hi = kept ? nk : n;
@@ -63,28 +66,32 @@ static int block_take(Runtime *rt, int keep, int stage, int mb, int step, int *o
             if (k->busy) continue;
             SlotState *last = k->gen ? &rt->slots[k->c][k->i] : NULL;
             if (last && last->gen == k->gen) {
-                int rc = wait_req(rt, &last->send[0], "an earlier send", rt->model.chunks[k->c].stage, last->mb, step,
-                                  err, errlen);
+                int rc = wait_req(rt, &last->send[0], "an earlier send",
+                                  rt->model.chunks[k->c].stage, last->mb, step, err, errlen);
                 if (rc) return rc;
             }
             *out = b;
             return PP_OK;
         }
     }
-    PP_DIE("activation blocks of rank %d exhausted (%d %sblocks) at stage %d microbatch %d: the pool size does not "
-           "match the schedule (a bug)", rt->lay.rank, keep < 0 ? n : keep ? nk : n - nk,
+    PP_DIE("activation blocks of rank %d exhausted (%d %sblocks) at stage %d microbatch %d: the "
+           "pool size does not match the schedule (a bug)",
+           rt->lay.rank, keep < 0 ? n : keep ? nk : n - nk,
            keep < 0 ? "" : keep ? "keep-all " : "recomputing ", stage, mb);
 }
 
 /* A free slot of chunk c for microbatch mb, with a block of kind keep (block_take). */
-static int slot_acquire(Runtime *rt, int c, int mb, int keep, int step, int *out, char *err, size_t errlen) {
+static int slot_acquire(Runtime *rt, int c, int mb, int keep, int step, int *out, char *err,
+                        size_t errlen) {
     const Chunk *ck = &rt->model.chunks[c];
     int stage = ck->stage, b, rc;
     for (int i = 0; i < ck->nslots; i++) {
         SlotState *st = &rt->slots[c][i];
         if (st->busy) continue;
         for (int k = 0; k < 2; k++)
-            if ((rc = wait_req(rt, &st->send[k], "an earlier send", stage, st->mb, step, err, errlen))) return rc;
+            if ((rc = wait_req(rt, &st->send[k], "an earlier send", stage, st->mb, step, err,
+                               errlen)))
+                return rc;
         if ((rc = block_take(rt, keep, stage, mb, step, &b, err, errlen))) return rc;
         st->busy = 1;
         st->mb = mb;
@@ -171,15 +178,20 @@ static void staging_init(Runtime *rt) {
     size_t act = model_boundary_floats(&rt->model.d, rt->Bmb, rt->T) * sizeof(float);
     for (int c = 0; c < rt->model.nchunks; c++) {
         const Chunk *ck = &rt->model.chunks[c];
-        int s = ck->stage, prev = s > 0 && rt->chunk_of[s - 1] < 0, next = s < rt->S - 1 && rt->chunk_of[s + 1] < 0;
+        int s = ck->stage, prev = s > 0 && rt->chunk_of[s - 1] < 0;
+        int next = s < rt->S - 1 && rt->chunk_of[s + 1] < 0;
         for (int i = 0; i < ck->nslots; i++) {
             void **h = rt->slots[c][i].host;
-            if (next) h[HOST_SEND_OUT] = host_alloc(rt, act), h[HOST_RECV_DOUT] = host_alloc(rt, act);
+            if (next) {
+                h[HOST_SEND_OUT] = host_alloc(rt, act);
+                h[HOST_RECV_DOUT] = host_alloc(rt, act);
+            }
             if (prev) h[HOST_SEND_DIN] = host_alloc(rt, act);
         }
         for (int r = 0; r < ck->nrecv && prev; r++) rt->rbufs[c][r].host = host_alloc(rt, act);
     }
-    if (rt->tied) rt->tied_host = host_alloc(rt, (size_t)rt->model.d.Vp * rt->model.d.C * sizeof(float));
+    if (rt->tied)
+        rt->tied_host = host_alloc(rt, (size_t)rt->model.d.Vp * rt->model.d.C * sizeof(float));
 }
 
 static void staging_free(Runtime *rt) {
@@ -200,7 +212,8 @@ static int allreduce_tied(Runtime *rt) {
     size_t n = (size_t)rt->model.d.Vp * rt->model.d.C;
     float *buf = stage_send(rt, rt->tied_host, rt->model.dwte, n * sizeof(float));
     int rc = comm_allreduce_sum_f32(rt->tied, buf, n);
-    if (rc == PP_OK && rt->tied_host) be->to_device(be, rt->model.dwte, rt->tied_host, n * sizeof(float));
+    if (rc == PP_OK && rt->tied_host)
+        be->to_device(be, rt->model.dwte, rt->tied_host, n * sizeof(float));
     return rc;
 }
 
@@ -220,7 +233,9 @@ static CommTag tag_of(int step, int stage, int mb, int kind) {
 /* The slot of (stage, mb) on this rank; dies if it is not held (schedule bug). */
 static int held_slot(Runtime *rt, int c, int mb) {
     int i = slot_find(rt, c, mb);
-    if (i < 0) PP_DIE("stage %d has no activations for microbatch %d (schedule bug)", rt->model.chunks[c].stage, mb);
+    if (i < 0)
+        PP_DIE("stage %d has no activations for microbatch %d (schedule bug)",
+               rt->model.chunks[c].stage, mb);
     return i;
 }
 
@@ -241,14 +256,19 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     size_t ntok = (size_t)rt->Bmb * rt->T, rows = (size_t)m * ntok;
     size_t NC = model_boundary_floats(&rt->model.d, rt->Bmb, rt->T);
     /* the schedule's mark says whether it keeps everything ([Note: schedule-aware recompute]) */
-    int keep = x->fwd_only || rt->model.nblocks_keep == rt->model.nblocks ? -1 : rt->sched.keep[(size_t)s * rt->M + m];
+    int keep = x->fwd_only || rt->model.nblocks_keep == rt->model.nblocks
+                   ? -1
+                   : rt->sched.keep[(size_t)s * rt->M + m];
     if (i < 0 && (rc = slot_acquire(rt, c, m, keep, x->step, &i, err, errlen))) return rc;
     ActSlot *as = &rt->model.chunks[c].slots[i];
     if (s > 0 && rt->chunk_of[s - 1] < 0) { /* take over the received input */
         int r = recv_find(rt, c, m);
         if (r < 0) PP_DIE("stage %d: no receive posted for microbatch %d (schedule bug)", s, m);
-        if ((rc = wait_req(rt, &rt->rbufs[c][r].req, "recv activation", s, m, x->step, err, errlen))) return rc;
-        stage_received(rt, rt->rbufs[c][r].host, model_recv_buffer(&rt->model, c, r), NC * sizeof(float));
+        if ((rc = wait_req(rt, &rt->rbufs[c][r].req, "recv activation", s, m, x->step, err,
+                           errlen)))
+            return rc;
+        stage_received(rt, rt->rbufs[c][r].host, model_recv_buffer(&rt->model, c, r),
+                       NC * sizeof(float));
         model_take_input(&rt->model, c, i, r);
         rt->rbufs[c][r].mb = -1;
     }
@@ -302,7 +322,8 @@ static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     if (s > 0 && rt->chunk_of[s - 1] >= 0) { /* local handover: push d(input) to stage s-1 */
         int pc = rt->chunk_of[s - 1];
         const Backend *be = rt->model.be;
-        be->copy(be, rt->model.chunks[pc].slots[held_slot(rt, pc, m)].grad, as->grad, NC * sizeof(float));
+        be->copy(be, rt->model.chunks[pc].slots[held_slot(rt, pc, m)].grad, as->grad,
+                 NC * sizeof(float));
     }
     return PP_OK;
 }
@@ -330,21 +351,23 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     case ACT_SEND_F:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, x->kind_act);
-        rc = comm_isend(
-                cm, stage_peer(rt, s + 1), &tag,
-                stage_send(rt, rt->slots[c][i].host[HOST_SEND_OUT], model_chunk_output(&rt->model, c, i), bytes), bytes,
-                &rt->slots[c][i].send[0]);
+        rc = comm_isend(cm, stage_peer(rt, s + 1), &tag,
+                        stage_send(rt, rt->slots[c][i].host[HOST_SEND_OUT],
+                                   model_chunk_output(&rt->model, c, i), bytes),
+                        bytes, &rt->slots[c][i].send[0]);
         what = "send activation";
         break;
     case ACT_RECV_F: {
         int r = recv_find(rt, c, -1);
         if (r < 0)
-            PP_DIE("stage %d: all %d receive buffers busy at microbatch %d (a bug)", s, rt->model.chunks[c].nrecv, m);
+            PP_DIE("stage %d: all %d receive buffers busy at microbatch %d (a bug)", s,
+                   rt->model.chunks[c].nrecv, m);
         rt->rbufs[c][r].mb = m;
         tag = tag_of(x->step, s - 1, m, x->kind_act);
         rc = comm_irecv(cm, stage_peer(rt, s - 1), &tag,
-                        rt->rbufs[c][r].host ? rt->rbufs[c][r].host : model_recv_buffer(&rt->model, c, r), bytes,
-                        &rt->rbufs[c][r].req);
+                        rt->rbufs[c][r].host ? rt->rbufs[c][r].host
+                                             : model_recv_buffer(&rt->model, c, r),
+                        bytes, &rt->rbufs[c][r].req);
         what = "post recv activation";
         break;
     }
@@ -352,7 +375,8 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, KIND_GRAD);
         rc = comm_isend(cm, stage_peer(rt, s - 1), &tag,
-                        stage_send(rt, rt->slots[c][i].host[HOST_SEND_DIN], rt->model.chunks[c].slots[i].grad, bytes),
+                        stage_send(rt, rt->slots[c][i].host[HOST_SEND_DIN],
+                                   rt->model.chunks[c].slots[i].grad, bytes),
                         bytes, &rt->slots[c][i].send[1]);
         what = "send gradient";
         break;
@@ -370,8 +394,8 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     }
     if (rt->trace) trace_add(rt->trace, what, "comm", t0, trace_now_us(), s, m, x->step);
     if (rc != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "%s of stage %d microbatch %d at step %d: %s", what, s, m, x->step,
-                       comm_error(cm));
+        return pp_errf(err, errlen, PP_ERUNTIME, "%s of stage %d microbatch %d at step %d: %s",
+                       what, s, m, x->step, comm_error(cm));
     return PP_OK;
 }
 
@@ -405,14 +429,16 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
     }
     model_hold_weights(&rt->model, 0);
     for (int c = 0; c < rt->model.nchunks && rc == PP_OK; c++) {
-        for (int i = 0; i < rt->model.chunks[c].nrecv; i++) PP_CHECK(rt->rbufs[c][i].mb < 0); /* every F ran */
-        for (int w = 0; w < rt->model.chunks[c].nwstate; w++) PP_CHECK(rt->wsets[c][w] < 0); /* every W ran */
+        /* every F ran */
+        for (int i = 0; i < rt->model.chunks[c].nrecv; i++) PP_CHECK(rt->rbufs[c][i].mb < 0);
+        /* every W ran */
+        for (int w = 0; w < rt->model.chunks[c].nwstate; w++) PP_CHECK(rt->wsets[c][w] < 0);
         for (int i = 0; i < rt->model.chunks[c].nslots && rc == PP_OK; i++) {
             SlotState *st = &rt->slots[c][i];
             PP_CHECK(!st->busy && !st->recv); /* the schedule released everything */
             for (int k = 0; k < 2 && rc == PP_OK; k++)
-                rc = wait_req(rt, &st->send[k], "a send to complete", rt->model.chunks[c].stage, st->mb, x->step, err,
-                              errlen);
+                rc = wait_req(rt, &st->send[k], "a send to complete", rt->model.chunks[c].stage,
+                              st->mb, x->step, err, errlen);
         }
     }
     return rc;
@@ -435,7 +461,8 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
 static int load_batch(Runtime *rt, DataSet *d, long n, char *err, size_t errlen) {
     if (rt->chunk_of[0] < 0 && rt->chunk_of[rt->S - 1] < 0) return PP_OK;
     const Backend *be = rt->model.be;
-    if (be->device_memory) be->wait(be); /* the last uploads read these (pinned) buffers until done */
+    /* the last uploads read these (pinned) buffers until done */
+    if (be->device_memory) be->wait(be);
     int rc = data_batch(d, n, rt->global_batch, rt->T, rt->inputs, rt->targets, err, errlen);
     size_t share = (size_t)rt->local_batch * rt->T, from = (size_t)rt->lay.dp * share;
     if (from) {
@@ -448,11 +475,12 @@ static int load_batch(Runtime *rt, DataSet *d, long n, char *err, size_t errlen)
 /* After the all-reduce in which `failed` ranks said that they could not read their batch
  * of `path` (this one among them if mine is PP_ERUNTIME, with its message in why): the
  * error of every rank, "<when>: <what>". */
-static int batch_failed(Runtime *rt, double failed, int mine, const char *why, const char *path, const char *when,
-                        char *err, size_t errlen) {
+static int batch_failed(Runtime *rt, double failed, int mine, const char *why, const char *path,
+                        const char *when, char *err, size_t errlen) {
     rt->data_failed = 1;
     if (mine != PP_OK) return pp_errf(err, errlen, PP_ERUNTIME, "%s: %s", when, why);
-    return pp_errf(err, errlen, PP_ERUNTIME, "%s: %d rank(s) could not read their batch of data file '%s' "
+    return pp_errf(err, errlen, PP_ERUNTIME,
+                   "%s: %d rank(s) could not read their batch of data file '%s' "
                    "(see their message)", when, (int)failed, path);
 }
 
@@ -473,14 +501,16 @@ static void local_sums(Runtime *rt, int want_sumsq, double *loss, double *sumsq)
     if (want_sumsq)
         for (int i = 0; i < m->ntensors; i++)
             be->sumsq(be, &rt->sumsq_dev[i], m->grads + m->tensors[i].offset, m->tensors[i].numel);
-    if (want_sumsq) be->to_host(be, rt->sumsq_host, rt->sumsq_dev, (size_t)m->ntensors * sizeof(double));
+    if (want_sumsq)
+        be->to_host(be, rt->sumsq_host, rt->sumsq_dev, (size_t)m->ntensors * sizeof(double));
     if (last) be->to_host(be, rt->loss_host, rt->loss_dev, (size_t)rt->M * sizeof(double));
     be->wait(be);
     *loss = 0.0;
     for (int k = 0; last && k < rt->M; k++) *loss += rt->loss_host[k];
     *sumsq = 0.0;
     for (int i = 0; want_sumsq && i < m->ntensors; i++)
-        if (!runtime_tied_replica(rt, &m->tensors[i]) && dp_counts(rt, i, DP_NORM)) *sumsq += rt->sumsq_host[i];
+        if (!runtime_tied_replica(rt, &m->tensors[i]) && dp_counts(rt, i, DP_NORM))
+            *sumsq += rt->sumsq_host[i];
 }
 
 /* One optimizer update of every tensor of this rank (with ZeRO-1: of those whose state
@@ -490,8 +520,9 @@ static void update(Runtime *rt, float lr, float scale, int t) {
     for (int i = 0; i < m->ntensors; i++) {
         const ParamTensor *p = &m->tensors[i];
         if (rt->dp.zero && rt->dp.zoff[i] == DP_NOT_HELD) continue;
-        optim_update(rt->cfg, m->be, m->params + p->offset, m->grads + p->offset, dp_opt_state(rt, i, 0),
-                     dp_opt_state(rt, i, 1), p->numel, lr, p->decay, scale, t);
+        optim_update(rt->cfg, m->be, m->params + p->offset, m->grads + p->offset,
+                     dp_opt_state(rt, i, 0), dp_opt_state(rt, i, 1), p->numel, lr, p->decay,
+                     scale, t);
     }
 }
 
@@ -507,7 +538,8 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     memset(rt->cur_w, 0, sizeof rt->cur_w);
     char why[PP_ERR_MAX], when[32];
     rt->data_failed = 0;
-    int read = load_batch(rt, &rt->train, step, why, sizeof why); /* [Note: a batch that cannot be read] */
+    /* [Note: a batch that cannot be read] */
+    int read = load_batch(rt, &rt->train, step, why, sizeof why);
     model_zero_grads(m);
     dp_begin(rt, step + 1);
     StepCtx x = {.step = step + 1, .kind_act = KIND_ACT, .dp = rt->dp.group != NULL,
@@ -516,8 +548,8 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     int rc = run_actions(rt, &rt->sched, &x, err, errlen);
     if (rc) return rc;
     if (m->recomputes - recomputed != rt->recompute_plan) /* the model obeyed the marks */
-        PP_DIE("rank %d step %d: %ld layer recomputes, the schedule's marks say %ld (a bug)", rt->lay.rank, step + 1,
-               m->recomputes - recomputed, rt->recompute_plan);
+        PP_DIE("rank %d step %d: %ld layer recomputes, the schedule's marks say %ld (a bug)",
+               rt->lay.rank, step + 1, m->recomputes - recomputed, rt->recompute_plan);
     rt->pipe_s = pp_now() - t0;
     double ts = trace_now_us();
     model_fold_tied_grad(m);
@@ -527,16 +559,18 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
      * first: the same bits on both), so the identical optimizer update keeps the copies
      * identical. On one rank the two chunks share a single tensor. */
     if (rt->tied && allreduce_tied(rt) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "summing tied embedding gradients with rank %d: %s", rt->tied_peer,
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "summing tied embedding gradients with rank %d: %s", rt->tied_peer,
                        comm_error(rt->tied));
-    double red[3 + RUNTIME_MAX_CTL]; /* loss, squared gradient norm, ranks that could not read their batch, ctl */
+    /* loss, squared gradient norm, ranks that could not read their batch, ctl */
+    double red[3 + RUNTIME_MAX_CTL];
     local_sums(rt, 1, &red[0], &red[1]);
     red[2] = read != PP_OK;
     PP_CHECK(nctl >= 0 && nctl <= RUNTIME_MAX_CTL);
     for (int i = 0; i < nctl; i++) red[3 + i] = ctl[i];
     if (comm_allreduce_sum_f64(cm, red, 3 + nctl) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of loss and gradient norm at step %d: %s", step,
-                       comm_error(cm));
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "all-reduce of loss and gradient norm at step %d: %s", step, comm_error(cm));
     for (int i = 0; i < nctl; i++) ctl[i] = red[3 + i];
     res->loss = red[0] / ((double)rt->global_batch * rt->T);
     res->grad_norm = sqrt(red[1]);
@@ -549,7 +583,8 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
         return pp_errf(err, errlen, PP_ERUNTIME,
                        "step %d: loss %g, gradient norm %g are not finite: lower "
                        "train.optimizer.lr%s, or resume from an earlier checkpoint",
-                       step + 1, res->loss, res->grad_norm, cfg->grad_clip > 0 ? "" : " or enable train.grad_clip");
+                       step + 1, res->loss, res->grad_norm,
+                       cfg->grad_clip > 0 ? "" : " or enable train.grad_clip");
     update(rt, res->lr, optim_clip_scale(red[1], cfg->grad_clip), step + 1);
     if ((rc = dp_gather_params(rt, err, errlen))) return rc;
     if (rt->trace) trace_add(rt->trace, "optimizer", "compute", ts, trace_now_us(), -1, -1, step);
@@ -559,14 +594,15 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
 
 /* The mean loss of the current weights over batches first .. first + n - 1 of d
  * (forward only, all ranks together); `what` names it in an error, `path` is d's file. */
-static int forward_loss(Runtime *rt, DataSet *d, const char *path, int first, int n, const char *what, double *loss,
-                        char *err, size_t errlen) {
+static int forward_loss(Runtime *rt, DataSet *d, const char *path, int first, int n,
+                        const char *what, double *loss, char *err, size_t errlen) {
     double sum[2] = {0, 0}; /* the loss, ranks that could not read a batch */
     char why[PP_ERR_MAX], later[PP_ERR_MAX], when[128];
     int read = PP_OK;
     rt->data_failed = 0;
     for (int b = first; b < first + n; b++) {
-        int rc = load_batch(rt, d, b, read == PP_OK ? why : later, sizeof why); /* the first failure's message */
+        /* the first failure's message */
+        int rc = load_batch(rt, d, b, read == PP_OK ? why : later, sizeof why);
         if (read == PP_OK) read = rc;
         StepCtx x = {.step = b, .fwd_only = 1, .kind_act = KIND_VAL_ACT};
         if ((rc = run_actions(rt, &rt->fwd, &x, err, errlen))) return rc;
@@ -576,7 +612,8 @@ static int forward_loss(Runtime *rt, DataSet *d, const char *path, int first, in
     }
     sum[1] = read != PP_OK;
     if (comm_allreduce_sum_f64(rt->comm, sum, 2) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of %s: %s", what, comm_error(rt->comm));
+        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of %s: %s", what,
+                       comm_error(rt->comm));
     *loss = sum[0] / ((double)n * rt->global_batch * rt->T);
     if (sum[1] == 0) return PP_OK;
     snprintf(when, sizeof when, "while computing %s", what);
@@ -584,19 +621,21 @@ static int forward_loss(Runtime *rt, DataSet *d, const char *path, int first, in
 }
 
 int runtime_validate(Runtime *rt, int batches, double *loss, char *err, size_t errlen) {
-    return forward_loss(rt, &rt->val, rt->cfg->val_path, 0, batches, "the validation loss", loss, err, errlen);
+    return forward_loss(rt, &rt->val, rt->cfg->val_path, 0, batches, "the validation loss", loss,
+                        err, errlen);
 }
 
 int runtime_check_loss(Runtime *rt, int step, double *loss, char *err, size_t errlen) {
-    return forward_loss(rt, &rt->train, rt->cfg->train_path, step, 1, "the loss before a checkpoint", loss, err,
-                        errlen);
+    return forward_loss(rt, &rt->train, rt->cfg->train_path, step, 1,
+                        "the loss before a checkpoint", loss, err, errlen);
 }
 
-int runtime_check_finite(const Runtime *rt, int step, const char *what, double loss, char *err, size_t errlen) {
+int runtime_check_finite(const Runtime *rt, int step, const char *what, double loss, char *err,
+                         size_t errlen) {
     if (isfinite(loss)) return PP_OK;
     return pp_errf(err, errlen, PP_ERUNTIME,
-                   "step %d: %s is %g, not finite: the weights diverged, and no checkpoint of "
-                   "them is written; lower train.optimizer.lr%s, or resume from an earlier checkpoint",
+                   "step %d: %s is %g, not finite: the weights diverged, and no checkpoint of them "
+                   "is written; lower train.optimizer.lr%s, or resume from an earlier checkpoint",
                    step, what, loss, rt->cfg->grad_clip > 0 ? "" : " or enable train.grad_clip");
 }
 
@@ -618,20 +657,22 @@ static int open_data(Runtime *rt, char *err, size_t errlen) {
 static int build_schedules(Runtime *rt, char *err, size_t errlen) {
     const Config *c = rt->cfg;
     int P = rt->lay.P;
-    int rc = c->schedule_file[0] ? sched_load_file(&rt->sched, c->schedule_file, P, rt->v, rt->M, err, errlen)
-                                 : sched_build(&rt->sched, c->schedule, P, rt->v, rt->M, err, errlen);
+    int rc = c->schedule_file[0]
+                 ? sched_load_file(&rt->sched, c->schedule_file, P, rt->v, rt->M, err, errlen)
+                 : sched_build(&rt->sched, c->schedule, P, rt->v, rt->M, err, errlen);
     return rc ? rc : sched_build_forward_only(&rt->fwd, &rt->sched, err, errlen);
 }
 
-int runtime_partition(const Config *cfg, const Schedule *sched, const double *measured, int replicas,
-                      Partition *part, char *err, size_t errlen) {
+int runtime_partition(const Config *cfg, const Schedule *sched, const double *measured,
+                      int replicas, Partition *part, char *err, size_t errlen) {
     PartitionCosts pc;
     ModelDims d = model_dims(cfg);
     ArchCosts a;
     int S = sched->S, T = cfg->seq_len;
     int B = cfg->batch_size / (replicas * cfg->microbatches);
     if (S > PP_MAX_STAGES)
-        return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages is out of range 1..%d", S, PP_MAX_STAGES);
+        return pp_errf(err, errlen, PP_EUSAGE, "pipeline: %d stages is out of range 1..%d", S,
+                       PP_MAX_STAGES);
     model_arch_costs(&d, T, &a);
     if (!strcmp(cfg->balance, "parameters")) {
         partition_costs_parameters(&pc, S, &a);
@@ -650,15 +691,16 @@ int runtime_partition(const Config *cfg, const Schedule *sched, const double *me
     return partition_build_costs(part, cfg->split, cfg->n_layers, S, &pc, err, errlen);
 }
 
-void runtime_chunk_plan(const Schedule *train, const Schedule *fwd, const Partition *part, int pp, int recompute,
-                        int rc_layers, ChunkSpec *specs, ChunkRecompute *rc, int *nwstate, int nblocks[2]) {
+void runtime_chunk_plan(const Schedule *train, const Schedule *fwd, const Partition *part, int pp,
+                        int recompute, int rc_layers, ChunkSpec *specs, ChunkRecompute *rc,
+                        int *nwstate, int nblocks[2]) {
     int S = train->S;
     for (int c = 0; c < train->v; c++) {
         int s = sched_rank_stage(train, pp, c);
         int pool = sched_peak_inflight(train, s), vpool = sched_peak_inflight(fwd, s);
         int nr = sched_peak_recv(train, s), nrv = sched_peak_recv(fwd, s);
-        specs[c] = (ChunkSpec){s, part->l0[s], part->l1[s], s == 0, s == S - 1, pool > vpool ? pool : vpool,
-                               nr > nrv ? nr : nrv};
+        specs[c] = (ChunkSpec){s, part->l0[s], part->l1[s], s == 0, s == S - 1,
+                               pool > vpool ? pool : vpool, nr > nrv ? nr : nrv};
         rc[c] = (ChunkRecompute){recompute, rc_layers};
         nwstate[c] = sched_peak_pending_w(train, s); /* [Note: W state] */
     }
@@ -668,7 +710,8 @@ void runtime_chunk_plan(const Schedule *train, const Schedule *fwd, const Partit
     int fwd_peak = sched_peak_inflight_rank(fwd, pp);
     if (recompute == PP_RECOMPUTE_NONE) {
         int train_peak = sched_peak_inflight_rank(train, pp);
-        nblocks[1] = train_peak > fwd_peak ? train_peak : fwd_peak, nblocks[0] = 0;
+        nblocks[1] = train_peak > fwd_peak ? train_peak : fwd_peak;
+        nblocks[0] = 0;
     } else {
         nblocks[1] = sched_peak_inflight_rank_kept(train, pp, 1);
         int rest = sched_peak_inflight_rank_kept(train, pp, 0);
@@ -682,22 +725,27 @@ static void report_memory(Runtime *rt) {
     if (m->wstate_bytes) { /* [Note: W state] */
         printf("rank %d: split backward: W state", rt->lay.rank);
         for (int c = 0; c < rt->v; c++)
-            printf(" %d set%s on stage %d", m->chunks[c].nwstate, m->chunks[c].nwstate == 1 ? "" : "s",
-                   m->chunks[c].stage);
+            printf(" %d set%s on stage %d", m->chunks[c].nwstate,
+                   m->chunks[c].nwstate == 1 ? "" : "s", m->chunks[c].stage);
         printf(" (the most Ws the schedule keeps pending) = %.1f MB\n", m->wstate_bytes / 1e6);
     }
-    size_t p = m->nparams * sizeof(float), g = p + (m->dhead_tied ? (size_t)m->d.Vp * m->d.C * sizeof(float) : 0);
+    size_t p = m->nparams * sizeof(float);
+    size_t g = p + (m->dhead_tied ? (size_t)m->d.Vp * m->d.C * sizeof(float) : 0);
     size_t act = m->act_bytes + m->work_bytes + m->recv_bytes + m->wstate_bytes;
-    printf("rank %d: allocated: params %zu B, grads %zu B, optimizer %zu B, activations %zu B (slots %zu + recompute "
-           "workspace %zu + receive %zu + W state %zu), recompute %s\n", rt->lay.rank, p, g, (size_t)m->nopt * p, act,
-           m->act_bytes, m->work_bytes, m->recv_bytes, m->wstate_bytes, rt->cfg->recompute);
-    printf("rank %d: activation blocks: %d that keep all + %d that recompute (the most microbatches its chunks hold at "
-           "once together; slots per chunk:", rt->lay.rank, m->nblocks_keep, m->nblocks - m->nblocks_keep);
-    for (int c = 0; c < rt->v; c++) printf(" %d on stage %d", m->chunks[c].nslots, m->chunks[c].stage);
+    printf("rank %d: allocated: params %zu B, grads %zu B, optimizer %zu B, activations %zu B "
+           "(slots %zu + recompute workspace %zu + receive %zu + W state %zu), recompute %s\n",
+           rt->lay.rank, p, g, (size_t)m->nopt * p, act, m->act_bytes, m->work_bytes, m->recv_bytes,
+           m->wstate_bytes, rt->cfg->recompute);
+    printf("rank %d: activation blocks: %d that keep all + %d that recompute (the most "
+           "microbatches its chunks hold at once together; slots per chunk:",
+           rt->lay.rank, m->nblocks_keep, m->nblocks - m->nblocks_keep);
+    for (int c = 0; c < rt->v; c++)
+        printf(" %d on stage %d", m->chunks[c].nslots, m->chunks[c].stage);
     printf(")\n");
     if (model_recompute_mode(rt->cfg->recompute) == PP_RECOMPUTE_NONE) return;
-    printf("rank %d: recompute: per step %ld layer recomputes, %ld skipped where the schedule runs a backward right "
-           "after its forward\n", rt->lay.rank, rt->recompute_plan, rt->recompute_skipped);
+    printf("rank %d: recompute: per step %ld layer recomputes, %ld skipped where the schedule runs "
+           "a backward right after its forward\n",
+           rt->lay.rank, rt->recompute_plan, rt->recompute_skipped);
 }
 
 /* Allocate this rank's model (its stages: slots and receive buffers sized by the
@@ -709,26 +757,33 @@ static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
     ChunkRecompute rc[PP_MAX_CHUNKS];
     int nws[PP_MAX_CHUNKS], nblocks[2], mode = model_recompute_mode(cfg->recompute);
     PP_CHECK(mode >= 0); /* the config's choices */
-    runtime_chunk_plan(&rt->sched, &rt->fwd, &rt->part, rt->lay.pp, mode, cfg->recompute_layers, specs, rc, nws,
-                       nblocks);
+    runtime_chunk_plan(&rt->sched, &rt->fwd, &rt->part, rt->lay.pp, mode, cfg->recompute_layers,
+                       specs, rc, nws, nblocks);
     for (int s = 0; s < rt->S; s++) rt->chunk_of[s] = -1;
     for (int c = 0; c < rt->v; c++) rt->chunk_of[specs[c].stage] = c;
-    model_init_recompute(&rt->model, d, specs, rc, rt->v, rt->Bmb, rt->T, be, nblocks[1], nblocks[0]);
+    model_init_recompute(&rt->model, d, specs, rc, rt->v, rt->Bmb, rt->T, be,
+                         nblocks[1], nblocks[0]);
     rt->blocks = pp_calloc(nblocks[0] + nblocks[1] ? nblocks[0] + nblocks[1] : 1, sizeof(ActBlock));
     /* ZeRO-1 keeps the state of this replica's share only (runtime_dp.c) */
-    model_init_optimizer(&rt->model, cfg->optimizer_shard && rt->lay.D > 1 ? 0 : optim_state_arrays(cfg));
+    model_init_optimizer(&rt->model,
+                         cfg->optimizer_shard && rt->lay.D > 1 ? 0 : optim_state_arrays(cfg));
     rt->recompute_plan = rt->recompute_skipped = 0;
     for (int c = 0; c < rt->v; c++) {
         rt->slots[c] = pp_calloc(specs[c].nslots, sizeof(SlotState));
-        for (int i = 0; i < specs[c].nslots; i++) rt->slots[c][i].mb = -1, rt->slots[c][i].block = -1;
+        for (int i = 0; i < specs[c].nslots; i++) {
+            rt->slots[c][i].mb = -1;
+            rt->slots[c][i].block = -1;
+        }
         rt->rbufs[c] = pp_calloc(specs[c].nrecv ? specs[c].nrecv : 1, sizeof(RecvBuf));
         for (int i = 0; i < specs[c].nrecv; i++) rt->rbufs[c][i] = (RecvBuf){-1, NULL, NULL};
         model_init_wstate(&rt->model, c, nws[c]);
         rt->wsets[c] = pp_malloc((size_t)(nws[c] ? nws[c] : 1) * sizeof(int));
         for (int w = 0; w < nws[c]; w++) rt->wsets[c][w] = -1;
-        int run, skipped, nrc = rt->model.chunks[c].nrc; /* each backward action recomputes nrc layers */
+        /* each backward action recomputes nrc layers */
+        int run, skipped, nrc = rt->model.chunks[c].nrc;
         sched_recompute_count(&rt->sched, specs[c].stage, &run, &skipped);
-        rt->recompute_plan += (long)run * nrc, rt->recompute_skipped += (long)skipped * nrc;
+        rt->recompute_plan += (long)run * nrc;
+        rt->recompute_skipped += (long)skipped * nrc;
     }
     report_memory(rt);
     int nt = rt->model.ntensors;
@@ -749,10 +804,11 @@ static int transport_init(Runtime *rt, Comm *comm, const Backend *be, char *err,
     comm_nccl_device(be, &mine, nccl_why, sizeof nccl_why);
     if (comm_select_exchange(comm, &mine, all) != PP_OK) {
         free(all);
-        return pp_errf(err, errlen, PP_ERUNTIME, "exchanging the ranks' devices (runtime.transport): %s",
-                       comm_error(comm));
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "exchanging the ranks' devices (runtime.transport): %s", comm_error(comm));
     }
-    rc = comm_select(rt->cfg->transport, comm->world, all, nccl_why, &use, why, sizeof why, err, errlen);
+    rc = comm_select(rt->cfg->transport, comm->world, all, nccl_why, &use, why, sizeof why, err,
+                     errlen);
     free(all);
     if (rc) return rc;
     snprintf(rt->transport_note, sizeof rt->transport_note, "%s (%s)", comm_select_name(use), why);
@@ -760,7 +816,8 @@ static int transport_init(Runtime *rt, Comm *comm, const Backend *be, char *err,
     Comm *nc;
     char msg[PP_ERR_MAX];
     if ((rc = comm_nccl_create(comm, be, &nc, msg, sizeof msg)))
-        return pp_errf(err, errlen, rc, "runtime.transport %s chose NCCL (%s), but %s", rt->cfg->transport, why, msg);
+        return pp_errf(err, errlen, rc, "runtime.transport %s chose NCCL (%s), but %s",
+                       rt->cfg->transport, why, msg);
     nc->kind_names = kind_names;
     nc->n_kind_names = 5;
     rt->comm_base = comm;
@@ -770,7 +827,8 @@ static int transport_init(Runtime *rt, Comm *comm, const Backend *be, char *err,
 }
 
 /* runtime_init's first step: the config's shape, the rank layout and the batch split. */
-static int shape_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err, size_t errlen) {
+static int shape_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err,
+                      size_t errlen) {
     memset(rt, 0, sizeof *rt);
     rt->cfg = cfg;
     rt->comm = comm;
@@ -782,19 +840,23 @@ static int shape_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, 
     rt->M = cfg->microbatches;
     rt->global_batch = cfg->batch_size;
     rt->T = cfg->seq_len;
-    int rc = layout_init(&rt->lay, comm->world, comm->rank, cfg->stages, cfg->data_parallel, err, errlen);
+    int rc = layout_init(&rt->lay, comm->world, comm->rank, cfg->stages, cfg->data_parallel, err,
+                         errlen);
     if (rc) return rc;
     int D = rt->lay.D;
     if (rt->global_batch % (D * rt->M))
-        return pp_errf(err, errlen, PP_EUSAGE, "train.batch_size %d is not a multiple of %d replicas x "
-                       "pipeline.microbatches %d: each replica takes batch_size / replicas sequences, split into "
-                       "microbatches; use a batch_size that %d divides, or other microbatches or replicas",
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "train.batch_size %d is not a multiple of %d replicas x "
+                       "pipeline.microbatches %d: each replica takes batch_size / replicas "
+                       "sequences, split into microbatches; use a batch_size that %d divides, or "
+                       "other microbatches or replicas",
                        rt->global_batch, D, rt->M, D * rt->M);
     rt->local_batch = rt->global_batch / D;
     rt->Bmb = rt->local_batch / rt->M;
     if (rt->v > PP_MAX_CHUNKS)
-        return pp_errf(err, errlen, PP_EUSAGE, "pipeline.virtual_stages %d is more than this build supports (%d)",
-                       rt->v, PP_MAX_CHUNKS);
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "pipeline.virtual_stages %d is more than this build supports (%d)", rt->v,
+                       PP_MAX_CHUNKS);
     return PP_OK;
 }
 
@@ -806,10 +868,12 @@ static void message_limit(Runtime *rt, Comm *comm, const ModelDims *d) {
     size_t act = model_boundary_floats(d, rt->Bmb, rt->T) * sizeof(float);
     size_t wte = d->tied ? (size_t)d->Vp * d->C * sizeof(float) : 0;
     size_t most = act > wte ? act : wte, big = model_largest_tensor(&rt->model);
-    size_t ring = (big > DP_BUCKET_FLOATS ? big : DP_BUCKET_FLOATS) * sizeof(float); /* a whole bucket at most */
+    /* a whole bucket at most */
+    size_t ring = (big > DP_BUCKET_FLOATS ? big : DP_BUCKET_FLOATS) * sizeof(float);
     if (rt->lay.D > 1 && ring > most) most = ring; /* [Note: data parallel] */
     comm->max_message_bytes = most > ((size_t)1 << 20) ? most : (size_t)1 << 20;
-    if (rt->own_comm) rt->comm_base->max_message_bytes = comm->max_message_bytes; /* its groups' host messages */
+    /* its groups' host messages */
+    if (rt->own_comm) rt->comm_base->max_message_bytes = comm->max_message_bytes;
 }
 
 /* The tied embedding's pair (stage 0's and the last stage's ranks, when they differ):
@@ -817,10 +881,14 @@ static void message_limit(Runtime *rt, Comm *comm, const ModelDims *d) {
  * rank 0, so its part of the sum comes first ([Note: tied gradient order]). */
 static int tied_pair(Runtime *rt, Comm *comm, const ModelDims *d, char *err, size_t errlen) {
     int r0 = stage_peer(rt, 0), rl = stage_peer(rt, rt->S - 1);
-    rt->tied_peer = (!d->tied || r0 == rl) ? -1 : rt->lay.rank == r0 ? rl : rt->lay.rank == rl ? r0 : -1;
+    rt->tied_peer = (!d->tied || r0 == rl) ? -1
+                    : rt->lay.rank == r0 ? rl
+                    : rt->lay.rank == rl ? r0 : -1;
     if (d->tied && r0 != rl &&
-        comm_split(comm, rt->tied_peer >= 0 ? rt->lay.dp : -1, rt->lay.rank == r0 ? 0 : 1, &rt->tied) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "forming the tied embedding pair: %s", comm_error(comm));
+        comm_split(comm, rt->tied_peer >= 0 ? rt->lay.dp : -1, rt->lay.rank == r0 ? 0 : 1,
+                   &rt->tied) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "forming the tied embedding pair: %s",
+                       comm_error(comm));
     return PP_OK;
 }
 
@@ -837,7 +905,8 @@ static size_t rank_params(const Runtime *rt, const ModelDims *d) {
     return p.params / sizeof(float);
 }
 
-int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err, size_t errlen) {
+int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err,
+                 size_t errlen) {
     int rc;
     if ((rc = shape_init(rt, cfg, comm, trace, err, errlen))) return rc;
     ModelDims d = model_dims(cfg);
@@ -848,13 +917,15 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
      * loaded on demand), then the transport by transport_init. */
     const Backend *be;
     BackendSizes bs = model_backend_sizes(&d, rt->Bmb, rt->T, rank_params(rt, &d));
-    if ((rc = backend_select(cfg, comm->rank, &bs, &be, rt->device_note, sizeof rt->device_note, err, errlen)) ||
+    if ((rc = backend_select(cfg, comm->rank, &bs, &be, rt->device_note, sizeof rt->device_note,
+                             err, errlen)) ||
         (rc = transport_init(rt, comm, be, err, errlen)))
         return rc;
     comm = rt->comm; /* the job's NCCL Comm when chosen: every message and collective from here */
     build_model(rt, &d, be);
     model_init_weights(&rt->model, cfg->seed, cfg->init_std);
-    if (cfg->init_from[0] && (rc = model_load_llmc(&rt->model, cfg->init_from, err, errlen))) return rc;
+    if (cfg->init_from[0] && (rc = model_load_llmc(&rt->model, cfg->init_from, err, errlen)))
+        return rc;
     message_limit(rt, comm, &d);
     if ((rc = tied_pair(rt, comm, &d, err, errlen)) || (rc = dp_init(rt, err, errlen))) return rc;
     staging_init(rt);
@@ -869,20 +940,34 @@ void runtime_free(Runtime *rt) {
     const Backend *be = rt->model.be;
     staging_free(rt);
     dp_free(rt);
-    for (int c = 0; c < rt->model.nchunks; c++) free(rt->slots[c]), free(rt->rbufs[c]), free(rt->wsets[c]);
+    for (int c = 0; c < rt->model.nchunks; c++) {
+        free(rt->slots[c]);
+        free(rt->rbufs[c]);
+        free(rt->wsets[c]);
+    }
     free(rt->blocks);
-    if (be) be->dealloc(be, rt->loss_dev), be->dealloc(be, rt->sumsq_dev);
+    if (be) {
+        be->dealloc(be, rt->loss_dev);
+        be->dealloc(be, rt->sumsq_dev);
+    }
     comm_destroy(rt->tied); /* safe after its parent's (main.c destroys that first) */
-    if (rt->own_comm) comm_destroy(rt->comm); /* the NCCL Comm: before the buffers it may still write */
+    /* the NCCL Comm: before the buffers it may still write */
+    if (rt->own_comm) comm_destroy(rt->comm);
     model_free(&rt->model);
-    if (be) host_free(be, rt->inputs), host_free(be, rt->targets);
-    else free(rt->inputs), free(rt->targets);
+    if (be) {
+        host_free(be, rt->inputs);
+        host_free(be, rt->targets);
+    } else {
+        free(rt->inputs);
+        free(rt->targets);
+    }
     backend_release(be);
     sched_free(&rt->sched);
     sched_free(&rt->fwd);
     data_close(&rt->train);
     data_close(&rt->val);
-    free(rt->loss_host), free(rt->sumsq_host);
+    free(rt->loss_host);
+    free(rt->sumsq_host);
     memset(rt, 0, sizeof *rt);
 }
 
@@ -892,8 +977,11 @@ void runtime_measure(Runtime *rt) {
     rt->sum_step_s += rt->step_s;
     rt->sum_pipe_s += rt->pipe_s;
     rt->sum_busy_s += rt->busy_s;
-    for (int s = 0; s < rt->S; s++)
-        rt->sum_f[s] += rt->cur_f[s], rt->sum_b[s] += rt->cur_b[s], rt->sum_w[s] += rt->cur_w[s];
+    for (int s = 0; s < rt->S; s++) {
+        rt->sum_f[s] += rt->cur_f[s];
+        rt->sum_b[s] += rt->cur_b[s];
+        rt->sum_w[s] += rt->cur_w[s];
+    }
     dp_measure(rt);
 }
 
@@ -901,8 +989,9 @@ void runtime_efficiency_text(double simulated_s, double measured_s, char *buf, s
     if (measured_s > 0 && simulated_s <= measured_s)
         snprintf(buf, n, "efficiency %.1f%%", 100.0 * simulated_s / measured_s);
     else /* the per-stage means include the times when the ranks compete for the cores */
-        snprintf(buf, n, "measured faster than the simulator's estimate (its F/B times are means over steps in which "
-                 "the ranks compete for cores and memory bandwidth)");
+        snprintf(buf, n,
+                 "measured faster than the simulator's estimate (its F/B times are means over "
+                 "steps in which the ranks compete for cores and memory bandwidth)");
 }
 
 int runtime_report(Runtime *rt, char *err, size_t errlen) {
@@ -911,30 +1000,37 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
     getrusage(RUSAGE_SELF, &ru);
     if (n == 0) return PP_OK;
     double step = rt->sum_step_s / n, busy = rt->sum_busy_s / n;
-    double rss_mb = ru.ru_maxrss * 1024.0 / 1e6; /* KiB -> MB (10^6 bytes, as every size pptrain prints) */
+    /* KiB -> MB (10^6 bytes, as every size pptrain prints) */
+    double rss_mb = ru.ru_maxrss * 1024.0 / 1e6;
     /* [Note: traced device time]: untraced, a device's action times are the host's enqueue
      * times, so neither the busy share nor the simulated pipeline would mean anything */
     int timed = !rt->model.be->device_memory || rt->trace;
     if (timed)
-        printf("rank %d: per step %.1f ms (fastest %.1f, pipeline %.1f ms), busy %.1f ms, idle (bubble) %.1f ms = "
-               "%.1f%% | peak RSS %.1f MB\n", rt->lay.rank, step * 1e3, rt->min_step_s * 1e3, rt->sum_pipe_s / n * 1e3,
-               busy * 1e3, (step - busy) * 1e3, 100.0 * (step - busy) / step, rss_mb);
+        printf("rank %d: per step %.1f ms (fastest %.1f, pipeline %.1f ms), busy %.1f ms, "
+               "idle (bubble) %.1f ms = %.1f%% | peak RSS %.1f MB\n",
+               rt->lay.rank, step * 1e3, rt->min_step_s * 1e3, rt->sum_pipe_s / n * 1e3, busy * 1e3,
+               (step - busy) * 1e3, 100.0 * (step - busy) / step, rss_mb);
     else
-        printf("rank %d: per step %.1f ms (fastest %.1f, pipeline %.1f ms) | peak RSS %.1f MB (the GPU runs "
-               "asynchronously: --trace times each action on it, and then the busy and bubble shares)\n",
+        printf("rank %d: per step %.1f ms (fastest %.1f, pipeline %.1f ms) | peak RSS %.1f MB "
+               "(the GPU runs asynchronously: --trace times each action on it, and then the busy "
+               "and bubble shares)\n",
                rt->lay.rank, step * 1e3, rt->min_step_s * 1e3, rt->sum_pipe_s / n * 1e3, rss_mb);
     /* mean per-action times of every stage (each rank contributes its own), and the
      * slowest rank's pipeline time: the step ends when the last rank finishes */
-    double *v = pp_calloc(3 * S + 1, sizeof(double)); /* F, B (or I), W of each stage; the pipeline */
+    /* F, B (or I), W of each stage; the pipeline */
+    double *v = pp_calloc(3 * S + 1, sizeof(double));
     for (int s = 0; s < S; s++)
-        if (rt->chunk_of[s] >= 0)
-            v[s] = rt->sum_f[s] / ((double)n * M), v[S + s] = rt->sum_b[s] / ((double)n * M),
+        if (rt->chunk_of[s] >= 0) {
+            v[s] = rt->sum_f[s] / ((double)n * M);
+            v[S + s] = rt->sum_b[s] / ((double)n * M);
             v[2 * S + s] = rt->sum_w[s] / ((double)n * M);
+        }
     v[3 * S] = rt->lay.rank == 0 ? rt->sum_pipe_s / n : 0.0; /* rank 0 starts first and ends last */
     int rc = comm_allreduce_sum_f64(rt->comm, v, 3 * S + 1);
     if (rc != PP_OK) {
         free(v);
-        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the timing report: %s", comm_error(rt->comm));
+        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the timing report: %s",
+                       comm_error(rt->comm));
     }
     if (rt->lay.rank == 0 && timed) {
         SchedSimCosts c;
@@ -944,7 +1040,8 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
         c.F_stage = v;
         c.B_stage = v + S;
         c.X = 0.0;
-        int split = 0; /* a split backward measured I into B_stage and W here ([Note: split costs]) */
+        /* a split backward measured I into B_stage and W here ([Note: split costs]) */
+        int split = 0;
         for (int s = 0; s < S; s++) split |= v[2 * S + s] > 0;
         c.W_stage = split ? v + 2 * S : NULL;
         if (sched_sim_run(&rt->sched, &c, &res, serr, sizeof serr, NULL) == PP_OK) {
@@ -952,8 +1049,9 @@ int runtime_report(Runtime *rt, char *err, size_t errlen) {
             double cf = sched_bubble_closed_form(&rt->sched, &formula);
             char verdict[256];
             runtime_efficiency_text(res.makespan, v[3 * S], verdict, sizeof verdict);
-            printf("pipeline: simulated makespan %.1f ms from the measured F/B times, measured %.1f ms: %s; "
-                   "simulated bubble %.1f%%", res.makespan * 1e3, v[3 * S] * 1e3, verdict, 100.0 * res.bubble);
+            printf("pipeline: simulated makespan %.1f ms from the measured F/B times, "
+                   "measured %.1f ms: %s; simulated bubble %.1f%%",
+                   res.makespan * 1e3, v[3 * S] * 1e3, verdict, 100.0 * res.bubble);
             if (cf >= 0) printf(" (closed form %s = %.1f%%)", formula, 100.0 * cf);
             printf("\n");
             sched_sim_result_free(&res);
@@ -979,11 +1077,14 @@ int runtime_check_tied(Runtime *rt, char *err, size_t errlen) {
         h = rt->chunk_of[0] >= 0 ? (double)x : -(double)x;
     }
     if (comm_allreduce_sum_f64(rt->comm, &h, 1) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the tied embedding check: %s", comm_error(rt->comm));
+        return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of the tied embedding check: %s",
+                       comm_error(rt->comm));
     if (h != 0.0)
-        return pp_errf(err, errlen, PP_ERUNTIME, "the tied embedding copies on the first and the last stage's ranks "
-                       "differ (a bug: please report it with the config)");
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "the tied embedding copies on the first and the last stage's ranks differ "
+                       "(a bug: please report it with the config)");
     if (rt->tied_peer >= 0 && rt->chunk_of[0] >= 0)
-        printf("tied embeddings: the copies on ranks %d and %d are bitwise identical\n", rt->lay.rank, rt->tied_peer);
+        printf("tied embeddings: the copies on ranks %d and %d are bitwise identical\n",
+               rt->lay.rank, rt->tied_peer);
     return PP_OK;
 }
