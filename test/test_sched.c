@@ -1465,6 +1465,7 @@ static Config cmd_config(const char *kind, int P, int v, int M) {
     c.seq_len = 64;
     snprintf(c.split, sizeof c.split, "auto");
     /* and what the memory plan reads */
+    snprintf(c.arch, sizeof c.arch, "gpt2");
     c.vocab_size = 256;
     c.max_seq_len = 64;
     c.n_heads = 4;
