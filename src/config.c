@@ -54,11 +54,13 @@ typedef struct {
 
 /* Order = DESIGN.md §3 = the order config_print writes and config_first_diff scans.
  * n_layers and dim stop where the model's int sizes would overflow (12 L + 6 tensors,
- * fcw's 4 C rows): model_dims_check's limits. */
+ * fcw's 4 C rows): model_dims_check's limits. vocab_size stops where rounding it up to a
+ * multiple of 128 (padded_vocab_size 0) would: every id below it is an int, as batches
+ * hold them, and fits a uint32 token file; Vp*C sizes are size_t. */
 static const Field k_fields[] = {
     ENUM("model.arch", arch, "gpt2", "gpt2", "decoder block family"),
-    INT("model.vocab_size", vocab_size, NULL, 1, 65536,
-        "vocabulary size V; token files hold uint16 ids"),
+    INT("model.vocab_size", vocab_size, NULL, 1, IMAX - 127,
+        "vocabulary size V; token files hold uint16 ids (V <= 65536) or uint32 ids"),
     INT("model.padded_vocab_size", padded_vocab_size, "0", 0, IMAX,
         "Vp, rows of the embedding table; 0 = V rounded up to a multiple of 128"),
     INT("model.max_seq_len", max_seq_len, NULL, 1, IMAX, "maxT, rows of the position table"),

@@ -24,34 +24,53 @@
 
 /* ---- reading ---------------------------------------------------------------- */
 
-/* Check the header h of a file of `size` bytes (size >= DATA_HEADER_BYTES). */
-static int check_header(const char *path, const int32_t *h, long long size, char *err,
+/* The token width that the header h names: 2 (uint16) or 4 (uint32) bytes, 0 for
+ * neither of llm.c's formats. */
+static int header_width(const int32_t *h) {
+    if (h[0] == DATA_MAGIC && h[1] == DATA_VERSION) return 2;
+    if (h[0] == DATA_MAGIC32 && h[1] == DATA_VERSION32) return 4;
+    return 0;
+}
+
+static const char *width_name(int w) { return w == 2 ? "uint16" : "uint32"; }
+
+/* Check the header h of a file of `size` bytes (size >= DATA_HEADER_BYTES): PP_OK with
+ * the token width in *width, or PP_EUSAGE. */
+static int check_header(const char *path, const int32_t *h, long long size, int *width, char *err,
                         size_t errlen) {
-    if (h[0] != DATA_MAGIC)
+    int w = header_width(h);
+    if (!w)
         return pp_errf(err, errlen, PP_EUSAGE,
-                       "data file '%s' is not a token file: its magic number is %d, expected "
-                       "%d (llm.c .bin: 256 int32 header, then uint16 tokens)" DATA_HINT,
-                       path, h[0], DATA_MAGIC, path);
-    if (h[1] != DATA_VERSION)
-        return pp_errf(err, errlen, PP_EUSAGE,
-                       "data file '%s' has format version %d, but pptrain reads version %d "
-                       "(uint16 tokens)" DATA_HINT,
-                       path, h[1], DATA_VERSION, path);
+                       "data file '%s' is not a token file pptrain reads: its magic number is %d "
+                       "and its version %d, but llm.c's .bin token files have magic %d version "
+                       "%d (uint16 tokens) or magic %d version %d (uint32 tokens, its Llama 3 "
+                       "files)" DATA_HINT,
+                       path, h[0], h[1], DATA_MAGIC, DATA_VERSION, DATA_MAGIC32, DATA_VERSION32,
+                       path);
     if (h[2] < 0)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "data file '%s' has a negative token count (%d) in its header" DATA_HINT,
                        path, h[2], path);
-    long long want = DATA_HEADER_BYTES + 2LL * h[2];
+    long long want = DATA_HEADER_BYTES + (long long)w * h[2];
+    /* a body of the other width (6 - w bytes): the magic does not match the tokens */
+    char other[128] = "";
+    if (h[2] > 0 && size == DATA_HEADER_BYTES + (long long)(6 - w) * h[2])
+        snprintf(other, sizeof other,
+                 " (it is the size of %d %s tokens: the magic number does not match the tokens)",
+                 h[2], width_name(6 - w));
     if (size < want)
         return pp_errf(err, errlen, PP_EUSAGE,
-                       "data file '%s' is truncated: it is %lld bytes, but its header says %d "
-                       "tokens, which need %d + 2*%d = %lld bytes" DATA_HINT,
-                       path, size, h[2], DATA_HEADER_BYTES, h[2], want, path);
+                       "data file '%s' is truncated: it is %lld bytes, but its header says %d %s "
+                       "tokens, which need %d + %d*%d = %lld bytes%s" DATA_HINT,
+                       path, size, h[2], width_name(w), DATA_HEADER_BYTES, w, h[2], want, other,
+                       path);
     if (size > want)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "data file '%s' has %lld trailing bytes: it is %lld bytes, but its "
-                       "header says %d tokens, which need %d + 2*%d = %lld bytes" DATA_HINT,
-                       path, size - want, size, h[2], DATA_HEADER_BYTES, h[2], want, path);
+                       "header says %d %s tokens, which need %d + %d*%d = %lld bytes%s" DATA_HINT,
+                       path, size - want, size, h[2], width_name(w), DATA_HEADER_BYTES, w, h[2],
+                       want, other, path);
+    *width = w;
     return PP_OK;
 }
 
@@ -61,16 +80,19 @@ static int check_header(const char *path, const int32_t *h, long long size, char
  * truncated under it faults with SIGBUS), and what data_open validated is what every
  * batch gets, or the batch is an error:
  *   - the size: fstat before each batch; a file that shrank or grew has changed;
- *   - the bytes: data_open checks every id against vocab_size and keeps the CRC-32 of
- *     each DATA_BLOCK_BYTES block; a batch reads the blocks it spans whole and compares
- *     them, so a batch is only ever what was checked at open, and no op sees an id out
- *     of range whatever the file holds now (the embedding and the classifier index with
- *     them unchecked, on CPU and GPU). A block that differs is an error, naming the
- *     first id out of range when the change made one, else the changed bytes.
+ *   - the bytes: data_open checks every id against vocab_size (and a uint32 id against
+ *     2^31, the ints a batch holds) and keeps the CRC-32 of each DATA_BLOCK_BYTES block;
+ *     a batch reads the blocks it spans whole and compares them, so a batch is only ever
+ *     what was checked at open, and no op sees an id out of range whatever the file holds
+ *     now (the embedding and the classifier index with them unchecked, on CPU and GPU). A
+ *     block that differs is an error, naming the first id out of range when the change
+ *     made one, else the changed bytes.
+ * Both token widths are read alike: a block holds whole tokens of either (DATA_BLOCK_BYTES
+ * and the header are multiples of 4), and a token's byte offset is header + width*index.
  * A file replaced by a rename (data_write, or any careful writer) is another inode: the
  * open descriptor still reads the old one, and the run goes on unchanged. The cost per
- * batch is one fstat, a copy of at most 2*(B*T + 1) + 2*DATA_BLOCK_BYTES bytes and a
- * CRC over them (about 4 GB/s): microseconds against a step's milliseconds. What the run
+ * batch is one fstat, a copy of at most width*(B*T + 1) + 2*DATA_BLOCK_BYTES bytes and
+ * a CRC over them (about 4 GB/s): microseconds against a step's milliseconds. What the run
  * does with the error is the runtime's ([Note: a batch that cannot be read] in
  * runtime.c). */
 
@@ -94,35 +116,60 @@ static size_t block_len(long long bytes, size_t k) {
     return (size_t)(left < DATA_BLOCK_BYTES ? left : DATA_BLOCK_BYTES);
 }
 
-/* Index of the first token >= vocab_size among tok[0, n), or n. */
-static size_t first_bad_token(const uint16_t *tok, size_t n, int vocab_size) {
-    unsigned mx = 0;
+/* Token i of the tokens of width w (2 or 4 bytes) at p. */
+static inline uint32_t tok_at(const unsigned char *p, int w, size_t i) {
+    return w == 2 ? ((const uint16_t *)p)[i] : ((const uint32_t *)p)[i];
+}
+
+/* What every id of d must be below: vocab_size, or 2^31 (an int) when it is 0. */
+static uint32_t id_limit(const DataSet *d) {
+    return d->vocab_size > 0 ? (uint32_t)d->vocab_size : UINT32_C(1) << 31;
+}
+
+/* "model.vocab_size = V" or "2^31 = ...": id_limit(d) in words, for messages. */
+static const char *id_limit_text(const DataSet *d, char *buf, size_t n) {
+    if (d->vocab_size > 0) snprintf(buf, n, "model.vocab_size = %d", d->vocab_size);
+    else snprintf(buf, n, "2^31 = 2147483648 (an int holds no larger id)");
+    return buf;
+}
+
+/* Index of the first token >= limit among the n tokens of width w at p, or n. */
+static size_t first_bad_token(const unsigned char *p, int w, size_t n, uint32_t limit) {
+    uint32_t mx = 0;
+    if (w == 2) {
+        const uint16_t *t = (const uint16_t *)p;
 #pragma omp simd reduction(max : mx)
-    for (size_t i = 0; i < n; i++) mx = tok[i] > mx ? tok[i] : mx;
-    if ((int)mx < vocab_size) return n;
+        for (size_t i = 0; i < n; i++) mx = t[i] > mx ? t[i] : mx;
+    } else {
+        const uint32_t *t = (const uint32_t *)p;
+#pragma omp simd reduction(max : mx)
+        for (size_t i = 0; i < n; i++) mx = t[i] > mx ? t[i] : mx;
+    }
+    if (mx < limit) return n;
     size_t i = 0;
-    while ((int)tok[i] < vocab_size) i++;
+    while (tok_at(p, w, i) < limit) i++;
     return i;
 }
 
-/* The tokens of a block that starts at file byte `from` (the header is no token). */
-static const uint16_t *block_tokens(const unsigned char *blk, long long from, size_t len,
-                                    size_t *ntok, size_t *first) {
+/* The tokens of width w of a block that starts at file byte `from` (the header is no
+ * token): *ntok of them, the first being token *first of the file. */
+static const unsigned char *block_tokens(const unsigned char *blk, long long from, size_t len,
+                                         int w, size_t *ntok, size_t *first) {
     size_t skip = from < DATA_HEADER_BYTES ? (size_t)(DATA_HEADER_BYTES - from) : 0;
     skip = skip < len ? skip : len;
-    *ntok = (len - skip) / 2;
-    *first = (size_t)((from + (long long)skip - DATA_HEADER_BYTES) / 2);
-    return (const uint16_t *)(blk + skip);
+    *ntok = (len - skip) / (size_t)w;
+    *first = (size_t)((from + (long long)skip - DATA_HEADER_BYTES) / w);
+    return blk + skip;
 }
 
 /* Read the whole file once: each block's CRC into d->crc, and the index of the first
- * token >= vocab_size (if vocab_size > 0) into *bad (d->ntok if none). The blocks are
- * read in parallel; the minimum index is exact, so the answer does not depend on the
- * thread count. Returns PP_OK or PP_ERUNTIME (a read failed or came up short: the file
- * changed while being read). */
+ * token >= id_limit(d) into *bad (d->ntok if none). The blocks are read in parallel; the
+ * minimum index is exact, so the answer does not depend on the thread count. Returns PP_OK
+ * or PP_ERUNTIME (a read failed or came up short: the file changed while being read). */
 static int scan_file(DataSet *d, const char *path, size_t *bad, char *err, size_t errlen) {
     size_t nb = d->nblocks, first_bad = d->ntok, failed = nb;
-    int check = d->vocab_size > 0 && d->vocab_size <= UINT16_MAX;
+    uint32_t limit = id_limit(d);
+    int check = d->width == 4 || limit <= UINT16_MAX; /* else every uint16 id is below */
 #pragma omp parallel if (nb > 16)
     {
         unsigned char *blk = pp_malloc(DATA_BLOCK_BYTES);
@@ -135,8 +182,8 @@ static int scan_file(DataSet *d, const char *path, size_t *bad, char *err, size_
                 continue;
             }
             d->crc[k] = (uint32_t)crc32_z(0, blk, len);
-            const uint16_t *tok = block_tokens(blk, from, len, &n, &t0);
-            size_t i = check ? first_bad_token(tok, n, d->vocab_size) : n;
+            const unsigned char *tok = block_tokens(blk, from, len, d->width, &n, &t0);
+            size_t i = check ? first_bad_token(tok, d->width, n, limit) : n;
             if (i < n && t0 + i < first_bad) first_bad = t0 + i;
         }
         free(blk);
@@ -194,25 +241,30 @@ int data_open(DataSet *d, const char *path, int vocab_size, char *err, size_t er
         return pp_errf(err, errlen, PP_EUSAGE, "data file path is too long: '%s'", path);
     int fd = open_file(path, h, &size, err, errlen);
     if (fd < 0) return PP_EUSAGE;
-    int rc = check_header(path, h, size, err, errlen);
+    int w = 0;
+    int rc = check_header(path, h, size, &w, err, errlen);
     if (rc != PP_OK) {
         close(fd);
         return rc;
     }
-    *d = (DataSet){.fd = fd, .ntok = (size_t)h[2], .bytes = size, .vocab_size = vocab_size,
+    *d = (DataSet){.fd = fd, .ntok = (size_t)h[2], .width = w, .bytes = size,
+                   .vocab_size = vocab_size,
                    .nblocks = (size_t)((size + DATA_BLOCK_BYTES - 1) / DATA_BLOCK_BYTES)};
     d->crc = pp_malloc(d->nblocks * sizeof *d->crc);
     rc = scan_file(d, path, &bad, err, errlen);
     if (rc == PP_OK && bad < d->ntok) {
-        uint16_t tok = 0;
-        read_at(fd, &tok, sizeof tok, DATA_HEADER_BYTES + 2LL * (long long)bad);
+        uint32_t tok = 0; /* little-endian: a uint16 read fills its low half */
+        long long at = DATA_HEADER_BYTES + (long long)w * (long long)bad;
+        char lim[64];
+        read_at(fd, &tok, (size_t)w, at);
         rc = pp_errf(err, errlen, PP_EUSAGE,
-                     "data file '%s': token %zu (byte offset %lld) is %u, not below "
-                     "model.vocab_size = %d; the file was made with a larger vocabulary: "
-                     "set model.vocab_size to its tokenizer's (256 for prepare-data files, "
-                     "50257 for GPT-2) or re-tokenize the text for this model",
-                     path, bad, DATA_HEADER_BYTES + 2LL * (long long)bad,
-                     (unsigned)tok, vocab_size);
+                     "data file '%s': token %zu (byte offset %lld) is %u, not below %s; %s", path,
+                     bad, at, (unsigned)tok, id_limit_text(d, lim, sizeof lim),
+                     vocab_size > 0 ? "the file was made with a larger vocabulary: set "
+                                      "model.vocab_size to its tokenizer's (256 for prepare-data "
+                                      "files, 50257 for GPT-2, 128256 for Llama 3) or re-tokenize "
+                                      "the text for this model"
+                                    : "no vocabulary is that large: the file is damaged");
     }
     if (rc != PP_OK) {
         data_close(d);
@@ -243,8 +295,8 @@ int data_check_batch(DataSet *d, int B, int T, char *err, size_t errlen) {
                        "seq_len + 1 = %d * %d + 1 = %lld); use a bigger file or lower "
                        "train.batch_size / train.seq_len",
                        d->path, d->ntok, B, T, (long long)B * T + 1);
-    /* B*T + 1 tokens from any even offset span at most this many whole blocks */
-    size_t span = 2 * ((size_t)B * T + 1);
+    /* B*T + 1 tokens from any token's offset span at most this many whole blocks */
+    size_t span = (size_t)d->width * ((size_t)B * T + 1);
     size_t need = ((span + DATA_BLOCK_BYTES - 1) / DATA_BLOCK_BYTES + 1) * DATA_BLOCK_BYTES;
     if (need > d->buf_bytes) {
         free(d->buf);
@@ -262,20 +314,22 @@ int data_check_batch(DataSet *d, int B, int T, char *err, size_t errlen) {
 /* The message for a file now `now` bytes long while reading batch n, tokens t0 .. t1. */
 static int changed_size(const DataSet *d, long long now, long n, size_t t0, size_t t1, char *err,
                         size_t errlen) {
-    long long lo = DATA_HEADER_BYTES + 2LL * (long long)t0;
+    long long w = d->width, lo = DATA_HEADER_BYTES + w * (long long)t0;
     return pp_errf(err, errlen, PP_ERUNTIME,
                    "data file '%s' changed under the run: it was %lld bytes when opened and is "
                    "%lld bytes now (reading batch %ld (tokens %zu..%zu, bytes "
                    "%lld..%lld))" DATA_CHANGED_HINT,
-                   d->path, d->bytes, now, n, t0, t1, lo, lo + 2LL * (long long)(t1 - t0) + 1);
+                   d->path, d->bytes, now, n, t0, t1, lo, lo + w * (long long)(t1 - t0 + 1) - 1);
 }
 
 /* data_batch, except that inputs and targets are left as they are on an error. */
 static int read_batch(DataSet *d, long n, long nb, size_t bt, int *inputs, int *targets, char *err,
                       size_t errlen) {
     size_t t0 = (size_t)(n % nb) * bt, t1 = t0 + bt;
+    int w = d->width;
     /* tokens t0 .. t1 are bytes lo .. hi - 1, in blocks k0 .. k1, bytes from .. to - 1 */
-    long long lo = DATA_HEADER_BYTES + 2LL * (long long)t0, hi = lo + 2LL * (long long)(bt + 1);
+    long long lo = DATA_HEADER_BYTES + (long long)w * (long long)t0;
+    long long hi = lo + (long long)w * (long long)(bt + 1);
     size_t k0 = (size_t)(lo / DATA_BLOCK_BYTES), k1 = (size_t)((hi - 1) / DATA_BLOCK_BYTES);
     long long from = (long long)k0 * DATA_BLOCK_BYTES, to = (long long)(k1 + 1) * DATA_BLOCK_BYTES;
     to = to < d->bytes ? to : d->bytes;
@@ -295,28 +349,39 @@ static int read_batch(DataSet *d, long n, long nb, size_t bt, int *inputs, int *
                             fstat(d->fd, &st) == 0 && st.st_size != d->bytes ? st.st_size
                                                                              : from + got,
                             n, t0, t1, err, errlen);
-    const uint16_t *tok = (const uint16_t *)(d->buf + (lo - from));
+    const unsigned char *tok = d->buf + (lo - from);
     /* blocks as they were at open, whose ids were checked then: nothing more to check */
     for (size_t k = k0; k <= k1; k++) {
         long long at = (long long)k * DATA_BLOCK_BYTES;
         size_t len = block_len(d->bytes, k);
         if ((uint32_t)crc32_z(0, d->buf + (at - from), len) == d->crc[k]) continue;
-        size_t bad = d->vocab_size > 0 ? first_bad_token(tok, bt + 1, d->vocab_size) : bt + 1;
+        size_t bad = first_bad_token(tok, w, bt + 1, id_limit(d));
+        char lim[64];
         if (bad <= bt) /* the more telling message */
             return pp_errf(err, errlen, PP_ERUNTIME,
                            "data file '%s' changed under the run: token %zu (byte offset %lld) is "
-                           "%u, not below model.vocab_size = %d, as every token was when it was "
-                           "opened (reading batch %ld)" DATA_CHANGED_HINT,
-                           d->path, t0 + bad, lo + 2LL * (long long)bad, (unsigned)tok[bad],
-                           d->vocab_size, n);
+                           "%u, not below %s, as every token was when it was opened (reading "
+                           "batch %ld)" DATA_CHANGED_HINT,
+                           d->path, t0 + bad, lo + (long long)w * (long long)bad,
+                           (unsigned)tok_at(tok, w, bad), id_limit_text(d, lim, sizeof lim), n);
         return pp_errf(err, errlen, PP_ERUNTIME,
                        "data file '%s' changed under the run: bytes %lld..%lld differ from when it "
                        "was opened (reading batch %ld (tokens %zu..%zu))" DATA_CHANGED_HINT,
                        d->path, at, at + (long long)len - 1, n, t0, t1);
     }
-    for (size_t i = 0; i < bt; i++) {
-        inputs[i] = tok[i];
-        targets[i] = tok[i + 1];
+    /* every id is below id_limit(d) <= 2^31: an int holds it */
+    if (w == 2) {
+        const uint16_t *t = (const uint16_t *)tok;
+        for (size_t i = 0; i < bt; i++) {
+            inputs[i] = t[i];
+            targets[i] = t[i + 1];
+        }
+    } else {
+        const uint32_t *t = (const uint32_t *)tok;
+        for (size_t i = 0; i < bt; i++) {
+            inputs[i] = (int)t[i];
+            targets[i] = (int)t[i + 1];
+        }
     }
     return PP_OK;
 }
@@ -336,7 +401,11 @@ int data_batch(DataSet *d, long n, int B, int T, int *inputs, int *targets, char
 
 /* ---- writing ---------------------------------------------------------------- */
 
-int data_write(const char *path, const uint16_t *tok, size_t n, char *err, size_t errlen) {
+int data_token_width(int vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
+
+/* data_write and data_write32: n tokens of w bytes each at tok, in the format of width w. */
+static int write_tokens(const char *path, const void *tok, size_t n, int w, char *err,
+                        size_t errlen) {
     if (n > INT32_MAX)
         return pp_errf(err, errlen, PP_ERUNTIME,
                        "cannot write '%s': %zu tokens do not fit the int32 count of the format",
@@ -344,10 +413,26 @@ int data_write(const char *path, const uint16_t *tok, size_t n, char *err, size_
     PPFile pf;
     int rc = pp_file_create(&pf, path, NULL, err, errlen);
     if (rc != PP_OK) return rc;
-    int32_t header[DATA_HEADER_INTS] = {DATA_MAGIC, DATA_VERSION, (int32_t)n};
+    int32_t header[DATA_HEADER_INTS] = {w == 2 ? DATA_MAGIC : DATA_MAGIC32,
+                                        w == 2 ? DATA_VERSION : DATA_VERSION32, (int32_t)n};
     fwrite(header, sizeof header, 1, pf.f);
-    if (n) fwrite(tok, sizeof *tok, n, pf.f);
+    if (n) fwrite(tok, (size_t)w, n, pf.f);
     return pp_file_commit(&pf, err, errlen); /* reports a failed fwrite too */
+}
+
+int data_write(const char *path, const uint16_t *tok, size_t n, char *err, size_t errlen) {
+    return write_tokens(path, tok, n, 2, err, errlen);
+}
+
+int data_write32(const char *path, const uint32_t *tok, size_t n, char *err, size_t errlen) {
+    size_t i = 0;
+    while (i < n && tok[i] <= INT32_MAX) i++;
+    if (i < n)
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "cannot write '%s': token %zu is %u, over 2^31 - 1, the largest id that "
+                       "a reader's int holds",
+                       path, i, (unsigned)tok[i]);
+    return write_tokens(path, tok, n, 4, err, errlen);
 }
 
 /* ---- prepare-data ----------------------------------------------------------- */
@@ -423,7 +508,9 @@ static int prep_parse(int argc, char **argv, PrepArgs *a) {
     return PP_OK;
 }
 
-/* Tokenize bytes [0, n) (token = byte value) and write them to path; print a line. */
+/* Tokenize bytes [0, n) (token = byte value) and write them to path; print a line. Vocab
+ * 256 is a uint16 file (data_token_width); a tokenizer whose vocabulary is over 65536
+ * would write its ids with data_write32. */
 static int prep_write(const char *path, const unsigned char *bytes, size_t n,
                       const char *text, char *err, size_t errlen) {
     int rc = make_parent_dirs(path, err, errlen);
@@ -433,7 +520,7 @@ static int prep_write(const char *path, const unsigned char *bytes, size_t n,
     rc = data_write(path, tok, n, err, errlen);
     free(tok);
     if (rc == PP_OK)
-        printf("prepare-data: wrote %zu tokens to %s (byte-level, vocab 256, from %s)\n", n,
+        printf("prepare-data: wrote %zu tokens to %s (byte-level, vocab 256, uint16, from %s)\n", n,
                path, text);
     return rc;
 }

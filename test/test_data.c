@@ -1,5 +1,5 @@
-/* test_data.c — data: token-file round trip, every kind of bad file, batch order and
- * wrap-around, atomic writes, and `prepare-data` end to end. */
+/* test_data.c — data: token-file round trip (uint16 and uint32 files), every kind of bad
+ * file, batch order and wrap-around, atomic writes, and `prepare-data` end to end. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <ftw.h>
@@ -21,23 +21,43 @@ static void setup(void) {
 
 static void teardown(void) { testdir_remove(); }
 
-/* Write a raw file: header {magic, version, count}, then ntok tokens, then `extra`
- * zero bytes; a hand-made file independent of data_write. */
-static void write_raw(const char *path, int32_t magic, int32_t version, int32_t count,
-                      const uint16_t *tok, size_t ntok, size_t extra) {
+/* Write a raw file: header {magic, version, count}, then ntok tokens of w bytes, then
+ * `extra` zero bytes; a hand-made file independent of data_write. */
+static void write_raw_w(const char *path, int32_t magic, int32_t version, int32_t count,
+                        const void *tok, size_t ntok, int w, size_t extra) {
     FILE *f = fopen(path, "wb");
     ck_assert_ptr_nonnull(f);
     int32_t h[DATA_HEADER_INTS] = {magic, version, count};
     ck_assert_uint_eq(fwrite(h, 4, DATA_HEADER_INTS, f), DATA_HEADER_INTS);
-    if (ntok) ck_assert_uint_eq(fwrite(tok, 2, ntok, f), ntok);
+    if (ntok) ck_assert_uint_eq(fwrite(tok, (size_t)w, ntok, f), ntok);
     for (size_t i = 0; i < extra; i++) fputc(0, f);
     fclose(f);
+}
+
+static void write_raw(const char *path, int32_t magic, int32_t version, int32_t count,
+                      const uint16_t *tok, size_t ntok, size_t extra) {
+    write_raw_w(path, magic, version, count, tok, ntok, 2, extra);
+}
+
+/* A uint32 file (DATA_MAGIC32) of ntok tokens, hand-made. */
+static void write_raw32(const char *path, const uint32_t *tok, size_t ntok) {
+    write_raw_w(path, DATA_MAGIC32, DATA_VERSION32, (int32_t)ntok, tok, ntok, 4, 0);
 }
 
 /* Tokens t[i] = (7 i + 3) mod 50. */
 static uint16_t *make_tokens(size_t n) {
     uint16_t *t = malloc(n * sizeof *t);
     for (size_t i = 0; i < n; i++) t[i] = (uint16_t)((7 * i + 3) % 50);
+    return t;
+}
+
+/* Llama 3's vocabulary: 128256 ids, most over 65535. */
+#define V32 128256
+/* Tokens t[i] = V32 - 50 + (7 i + 3) mod 50: make_tokens's pattern at the top of Llama
+ * 3's vocabulary, where no id fits 16 bits. */
+static uint32_t *make_tokens32(size_t n) {
+    uint32_t *t = malloc(n * sizeof *t);
+    for (size_t i = 0; i < n; i++) t[i] = (uint32_t)(V32 - 50 + (7 * i + 3) % 50);
     return t;
 }
 
@@ -69,6 +89,20 @@ static uint16_t *read_tokens(DataSet *d) {
     ck_assert_msg(data_batch(d, 0, 1, T, in, tg, err, sizeof err) == PP_OK, "%s", err);
     for (int i = 0; i < T; i++) t[i] = (uint16_t)in[i];
     t[T] = (uint16_t)tg[T - 1];
+    free(in);
+    free(tg);
+    return t;
+}
+
+/* Every token of an open uint32 file (at least 2), read as one batch of ntok - 1 inputs. */
+static uint32_t *read_tokens32(DataSet *d) {
+    char err[PP_ERR_MAX] = "";
+    int T = (int)d->ntok - 1, *in = malloc(T * sizeof *in), *tg = malloc(T * sizeof *tg);
+    uint32_t *t = malloc(d->ntok * sizeof *t);
+    ck_assert_int_eq(data_check_batch(d, 1, T, err, sizeof err), PP_OK);
+    ck_assert_msg(data_batch(d, 0, 1, T, in, tg, err, sizeof err) == PP_OK, "%s", err);
+    for (int i = 0; i < T; i++) t[i] = (uint32_t)in[i];
+    t[T] = (uint32_t)tg[T - 1];
     free(in);
     free(tg);
     return t;
@@ -154,18 +188,31 @@ START_TEST(test_empty_file_is_valid) {
 }
 END_TEST
 
+/* The messages name what the header holds and both pairs pptrain reads. */
+#define BOTH_PAIRS "magic 20240520 version 1 (uint16 tokens)", "magic 20240801 version 7 (uint32"
+
 START_TEST(test_bad_magic) {
     uint16_t t[4] = {1, 2, 3, 4};
-    write_raw(tmp("m.bin"), 20240326, 1, 4, t, 4, 0); /* a GPT-2 weights magic */
-    expect_open_error(tmp("m.bin"), 256, "magic number is 20240326", "20240520",
+    write_raw(tmp("m.bin"), 20240326, 3, 4, t, 4, 0); /* a GPT-2 weights header */
+    expect_open_error(tmp("m.bin"), 256, "magic number is 20240326 and its version 3,", BOTH_PAIRS,
                       "prepare-data", NULL);
 }
 END_TEST
 
+/* Each magic with the other's version, or with another: the pair decides, not the magic. */
 START_TEST(test_bad_version) {
+    static const int32_t pairs[][2] = {{DATA_MAGIC, 2},
+                                       {DATA_MAGIC, DATA_VERSION32},
+                                       {DATA_MAGIC32, DATA_VERSION},
+                                       {DATA_MAGIC32, 8}};
     uint16_t t[4] = {1, 2, 3, 4};
-    write_raw(tmp("v.bin"), DATA_MAGIC, 2, 4, t, 4, 0);
-    expect_open_error(tmp("v.bin"), 256, "version 2", "reads version 1", NULL);
+    char found[96];
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+        write_raw(tmp("v.bin"), pairs[k][0], pairs[k][1], 2, t, 4, 0); /* either width's size */
+        snprintf(found, sizeof found, "magic number is %d and its version %d,", pairs[k][0],
+                 pairs[k][1]);
+        expect_open_error(tmp("v.bin"), 256, found, BOTH_PAIRS, NULL);
+    }
 }
 END_TEST
 
@@ -254,6 +301,147 @@ START_TEST(test_token_out_of_range_parallel) {
 }
 END_TEST
 
+/* The whole of a file: its bytes, *n of them (fails the test if it cannot be read). */
+static unsigned char *file_bytes(const char *path, size_t *n) {
+    long long size = file_size(path);
+    ck_assert_int_ge(size, 0);
+    unsigned char *b = malloc((size_t)size + 1);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fread(b, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    *n = (size_t)size;
+    return b;
+}
+
+/* llm.c's Llama 3 format (dev/data/data_common.py, "llama-3"): data_write32 writes the
+ * hand-made file's bytes, header {20240801, 7, n} then n uint32 ids, and it reads back
+ * whole, ids over 65535 included. */
+START_TEST(test_round_trip32) {
+    size_t n = 1000, na, nb;
+    uint32_t *t = make_tokens32(n);
+    t[999] = V32 - 1;
+    char err[PP_ERR_MAX] = "";
+    const char *path = tmp("tok32.bin");
+    ck_assert_msg(data_write32(path, t, n, err, sizeof err) == PP_OK, "%s", err);
+    ck_assert_int_eq(file_size(path), DATA_HEADER_BYTES + 4 * (long long)n);
+    write_raw32(tmp("raw32.bin"), t, n);
+    unsigned char *a = file_bytes(path, &na), *b = file_bytes(tmp("raw32.bin"), &nb);
+    ck_assert_uint_eq(na, nb);
+    ck_assert_mem_eq(a, b, na);
+    int32_t h[3];
+    memcpy(h, a, sizeof h);
+    ck_assert(h[0] == 20240801 && h[1] == 7 && h[2] == 1000);
+    free(a);
+    free(b);
+
+    DataSet d;
+    ck_assert_msg(data_open(&d, path, V32, err, sizeof err) == PP_OK, "%s", err);
+    ck_assert_uint_eq(d.ntok, n);
+    ck_assert_int_eq(d.width, 4);
+    uint32_t *got = read_tokens32(&d);
+    ck_assert_mem_eq(got, t, n * sizeof *t);
+    free(got);
+    data_close(&d);
+    /* the uint16 file of the same count is width 2 */
+    uint16_t *t16 = make_tokens(n);
+    ck_assert_int_eq(data_write(path, t16, n, err, sizeof err), PP_OK);
+    ck_assert_int_eq(data_open(&d, path, 50, err, sizeof err), PP_OK);
+    ck_assert_int_eq(d.width, 2);
+    data_close(&d);
+    free(t16);
+    free(t);
+}
+END_TEST
+
+/* Sizes for a header of 100 tokens: a uint32 file needs 1024 + 4*100 = 1424 bytes, a
+ * uint16 one 1224. A size that fits neither says what the header's width needs; one of
+ * the other width's size says that too. */
+START_TEST(test_size32) {
+    uint32_t *t = make_tokens32(100);
+    char err[PP_ERR_MAX] = "";
+    DataSet d;
+    write_raw_w(tmp("s.bin"), DATA_MAGIC32, DATA_VERSION32, 100, t, 99, 4, 0);
+    expect_open_error(tmp("s.bin"), V32, "is truncated: it is 1420 bytes",
+                      "says 100 uint32 tokens, which need 1024 + 4*100 = 1424 bytes", NULL);
+    write_raw_w(tmp("s.bin"), DATA_MAGIC32, DATA_VERSION32, 100, t, 100, 4, 2);
+    expect_open_error(tmp("s.bin"), V32, "2 trailing bytes: it is 1426 bytes", "= 1424 bytes",
+                      NULL);
+    /* 1324 bytes: neither 1224 nor 1424 */
+    write_raw_w(tmp("s.bin"), DATA_MAGIC32, DATA_VERSION32, 100, t, 75, 4, 0);
+    expect_open_error(tmp("s.bin"), V32, "is truncated: it is 1324 bytes", "= 1424 bytes", NULL);
+    ck_assert_int_eq(data_open(&d, tmp("s.bin"), V32, err, sizeof err), PP_EUSAGE);
+    ck_assert_msg(!strstr(err, "the size of"), "%s", err);
+    write_raw_w(tmp("s.bin"), DATA_MAGIC, DATA_VERSION, 100, t, 75, 4, 0);
+    expect_open_error(tmp("s.bin"), V32, "100 trailing bytes: it is 1324 bytes",
+                      "says 100 uint16 tokens, which need 1024 + 2*100 = 1224 bytes", NULL);
+    /* the other width's size */
+    write_raw_w(tmp("s.bin"), DATA_MAGIC, DATA_VERSION, 100, t, 100, 4, 0);
+    expect_open_error(tmp("s.bin"), V32, "200 trailing bytes", "the size of 100 uint32 tokens",
+                      NULL);
+    write_raw_w(tmp("s.bin"), DATA_MAGIC32, DATA_VERSION32, 100, t, 50, 4, 0);
+    expect_open_error(tmp("s.bin"), V32, "truncated", "the size of 100 uint16 tokens", NULL);
+    free(t);
+}
+END_TEST
+
+/* A uint32 id >= vocab_size: named with its index and byte offset 1024 + 4i, as in a
+ * uint16 file; with vocab_size 0, an id an int cannot hold (>= 2^31). */
+START_TEST(test_token_out_of_range32) {
+    uint32_t *t = make_tokens32(100);
+    t[37] = V32;
+    t[80] = 0xffffffffu;
+    write_raw32(tmp("r.bin"), t, 100);
+    expect_open_error(tmp("r.bin"), V32,
+                      "token 37 (byte offset 1172) is 128256, not below model.vocab_size = 128256",
+                      "128256 for Llama 3", NULL);
+    expect_open_error(tmp("r.bin"), 0, "token 80 (byte offset 1344) is 4294967295, not below 2^31",
+                      NULL);
+    t[80] = 0x80000000u;
+    write_raw32(tmp("r.bin"), t, 100);
+    expect_open_error(tmp("r.bin"), 0, "token 80 (byte offset 1344) is 2147483648,", NULL);
+    /* INT32_MAX is an int: read as one */
+    t[80] = INT32_MAX;
+    write_raw32(tmp("r.bin"), t, 100);
+    DataSet d;
+    char err[PP_ERR_MAX];
+    ck_assert_msg(data_open(&d, tmp("r.bin"), 0, err, sizeof err) == PP_OK, "%s", err);
+    uint32_t *got = read_tokens32(&d);
+    ck_assert_mem_eq(got, t, 100 * sizeof *t);
+    free(got);
+    data_close(&d);
+    expect_open_error(tmp("r.bin"), INT32_MAX, "token 80 ", "is 2147483647,", NULL);
+    /* a file big enough for the parallel scan: the first bad id still */
+    size_t n = 200000;
+    free(t);
+    t = make_tokens32(n);
+    t[199999] = V32;
+    t[150000] = V32 + 5;
+    t[150001] = 0xffffffffu;
+    write_raw32(tmp("p.bin"), t, n);
+    omp_set_num_threads(2);
+    expect_open_error(tmp("p.bin"), V32, "token 150000 (byte offset 601024) is 128261,", NULL);
+    free(t);
+}
+END_TEST
+
+/* data_write32 refuses an id that no reader's int holds, writing nothing; data_token_width
+ * picks uint16 files for up to 65536 ids. */
+START_TEST(test_write32_limits) {
+    uint32_t t[5] = {1, 2, 3, 0x80000000u, 5};
+    char err[PP_ERR_MAX] = "";
+    ck_assert_int_eq(data_write32(tmp("w.bin"), t, 5, err, sizeof err), PP_ERUNTIME);
+    ck_assert_msg(strstr(err, tmp("w.bin")) && strstr(err, "token 3 is 2147483648"), "%s", err);
+    ck_assert(!file_exists(tmp("w.bin")));
+    t[3] = INT32_MAX;
+    ck_assert_int_eq(data_write32(tmp("w.bin"), t, 5, err, sizeof err), PP_OK);
+    ck_assert_int_eq(data_token_width(256), 2);
+    ck_assert_int_eq(data_token_width(65536), 2);
+    ck_assert_int_eq(data_token_width(65537), 4);
+    ck_assert_int_eq(data_token_width(V32), 4);
+}
+END_TEST
+
 /* ---- batches ------------------------------------------------------------------- */
 
 /* 1000 tokens, B = 2, T = 5: nb = floor(999 / 10) = 99 batches at 0, 10, ..., 980. */
@@ -327,6 +515,30 @@ START_TEST(test_file_shorter_than_batch) {
     ck_assert_ptr_nonnull(strstr(err, "has 10 tokens"));
     ck_assert_ptr_nonnull(strstr(err, "= 11"));
     ck_assert_int_eq(data_check_batch(&d, 3, 3, err, sizeof err), PP_OK); /* 9 + 1 */
+    data_close(&d);
+    free(t);
+}
+END_TEST
+
+/* llm.c's order in a uint32 file: 1000 tokens, B = 2, T = 5, 99 batches; batch n is
+ * tokens (n mod 99)*10 + [0, 10), targets one further on. */
+START_TEST(test_batches32) {
+    size_t n = 1000;
+    uint32_t *t = make_tokens32(n);
+    char err[PP_ERR_MAX] = "";
+    ck_assert_int_eq(data_write32(tmp("b.bin"), t, n, err, sizeof err), PP_OK);
+    DataSet d;
+    ck_assert_int_eq(data_open(&d, tmp("b.bin"), V32, err, sizeof err), PP_OK);
+    ck_assert_int_eq(data_num_batches(&d, 2, 5), 99);
+    ck_assert_int_eq(data_check_batch(&d, 2, 5, err, sizeof err), PP_OK);
+    int in[10], tg[10];
+    for (long b = 0; b < 2 * 99 + 3; b++) {
+        ck_assert_int_eq(data_batch(&d, b, 2, 5, in, tg, err, sizeof err), PP_OK);
+        for (int i = 0; i < 10; i++) {
+            ck_assert_int_eq(in[i], (int)t[(b % 99) * 10 + i]);
+            ck_assert_int_eq(tg[i], (int)t[(b % 99) * 10 + i + 1]);
+        }
+    }
     data_close(&d);
     free(t);
 }
@@ -494,6 +706,85 @@ START_TEST(test_batch_after_rename) {
     for (int i = 0; i < 100; i++) junk[i] = 65535;
     ck_assert_int_eq(data_write(tmp("c.bin"), junk, 100, err, sizeof err), PP_OK);
     for (long n = 0; n < 19; n++) expect_batch(&d, n, t);
+    data_close(&d);
+    free(t);
+}
+END_TEST
+
+/* The uint32 twin of open_changing: CH_N ids of make_tokens32 (1024 + 80000 = 81024
+ * bytes: blocks 0 .. 3 full, block 4 of 15488 bytes), opened with vocab V32. */
+static uint32_t *open_changing32(DataSet *d, const char *path) {
+    char err[PP_ERR_MAX] = "";
+    uint32_t *t = make_tokens32(CH_N);
+    ck_assert_int_eq(data_write32(path, t, CH_N, err, sizeof err), PP_OK);
+    ck_assert_int_eq(data_open(d, path, V32, err, sizeof err), PP_OK);
+    ck_assert_uint_eq(d->nblocks, 5);
+    ck_assert_int_eq(data_check_batch(d, CH_B, CH_T, err, sizeof err), PP_OK);
+    return t;
+}
+
+static void expect_batch32(DataSet *d, long n, const uint32_t *t) {
+    static int in[CH_B * CH_T], tg[CH_B * CH_T];
+    char err[PP_ERR_MAX] = "";
+    ck_assert_msg(data_batch(d, n, CH_B, CH_T, in, tg, err, sizeof err) == PP_OK, "%s", err);
+    size_t t0 = (size_t)(n % 19) * CH_B * CH_T;
+    for (int i = 0; i < CH_B * CH_T; i++)
+        ck_assert(in[i] == (int)t[t0 + i] && tg[i] == (int)t[t0 + i + 1]);
+}
+
+static void poke32(const char *path, size_t at, uint32_t tok) {
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, DATA_HEADER_BYTES + 4 * (long)at, SEEK_SET), 0);
+    ck_assert_uint_eq(fwrite(&tok, 4, 1, f), 1);
+    fclose(f);
+}
+
+/* Every batch of a uint32 file across its blocks, then truncated: the positions are
+ * uint32 ones (batch 3 is tokens 3072..4096, bytes 1024 + 4*3072 = 13312 .. 17411). */
+START_TEST(test_batch_truncated32) {
+    DataSet d;
+    uint32_t *t = open_changing32(&d, tmp("c.bin"));
+    for (long n = 0; n < 40; n++) expect_batch32(&d, n, t);
+    ck_assert_int_eq(truncate(tmp("c.bin"), 30000), 0);
+    expect_batch_error(&d, 3, "it was 81024 bytes when opened and is 30000 bytes now",
+                       "batch 3 (tokens 3072..4096, bytes 13312..17411)", NULL);
+    data_close(&d);
+    free(t);
+}
+END_TEST
+
+/* Ids >= vocab_size written in place into a uint32 file: named with index, byte offset
+ * and value; batches of unchanged blocks still read. */
+START_TEST(test_batch_bad_token32) {
+    DataSet d;
+    uint32_t *t = open_changing32(&d, tmp("c.bin"));
+    poke32(tmp("c.bin"), 19000, V32);
+    expect_batch_error(&d, 18,
+                       "token 19000 (byte offset 77024) is 128256, not below model.vocab_size = "
+                       "128256",
+                       "reading batch 18", NULL);
+    expect_batch32(&d, 0, t);
+    /* the last target of batch 17 (token 18432) */
+    poke32(tmp("c.bin"), 18432, 0xffffffffu);
+    expect_batch_error(&d, 17, "token 18432 (byte offset 74752) is 4294967295", NULL);
+    data_close(&d);
+    free(t);
+}
+END_TEST
+
+/* Another valid id written in place, differing in the high half of the uint32 only: caught
+ * by the block's CRC at every batch that reads block 2 (bytes 32768 .. 49151, tokens
+ * 7936 .. 12031: batches 7 .. 11). */
+START_TEST(test_batch_changed32) {
+    DataSet d;
+    uint32_t *t = open_changing32(&d, tmp("c.bin"));
+    poke32(tmp("c.bin"), 10000, t[10000] - 65536);
+    for (long n = 0; n < 19; n++) {
+        if (n >= 7 && n <= 11)
+            expect_batch_error(&d, n, "bytes 32768..49151 differ from when it was opened", NULL);
+        else expect_batch32(&d, n, t);
+    }
     data_close(&d);
     free(t);
 }
@@ -674,12 +965,17 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_not_a_regular_file);
     tcase_add_test(tc, test_token_out_of_range);
     tcase_add_test(tc, test_token_out_of_range_parallel);
+    tcase_add_test(tc, test_round_trip32);
+    tcase_add_test(tc, test_size32);
+    tcase_add_test(tc, test_token_out_of_range32);
+    tcase_add_test(tc, test_write32_limits);
     suite_add_tcase(s, tc);
     tc = tcase_create("batches");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_batches_and_wraparound);
     tcase_add_test(tc, test_batch_count_edges);
     tcase_add_test(tc, test_file_shorter_than_batch);
+    tcase_add_test(tc, test_batches32);
     suite_add_tcase(s, tc);
     tc = tcase_create("changed");
     tcase_add_checked_fixture(tc, setup, teardown);
@@ -689,6 +985,9 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_batch_bad_token_in_place);
     tcase_add_test(tc, test_batch_changed_in_place);
     tcase_add_test(tc, test_batch_after_rename);
+    tcase_add_test(tc, test_batch_truncated32);
+    tcase_add_test(tc, test_batch_bad_token32);
+    tcase_add_test(tc, test_batch_changed32);
     suite_add_tcase(s, tc);
     tc = tcase_create("misuse"); /* no fixture: the test exits */
     tcase_add_exit_test(tc, test_batch_without_check_dies, PP_ERUNTIME);
