@@ -917,7 +917,10 @@ static int expand_paths(Config *c, char *err, size_t errlen) {
 }
 
 int config_finalize(Config *c, char *err, size_t errlen) {
-    if (c->padded_vocab_size == 0) c->padded_vocab_size = (c->vocab_size + 127) / 128 * 128;
+    /* V rounded up to a multiple of 128, in long long: a V past model.vocab_size's limit
+     * is refused by check_fields, not overflowed here */
+    long long vp = ((long long)c->vocab_size + 127) / 128 * 128;
+    if (c->padded_vocab_size == 0 && vp <= INT_MAX) c->padded_vocab_size = (int)vp;
     int rc = expand_paths(c, err, errlen);
     if (rc == PP_OK) rc = check_fields(c, err, errlen);
     return rc ? rc : check_cross(c, err, errlen);

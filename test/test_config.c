@@ -649,7 +649,8 @@ END_TEST
 START_TEST(test_padded_vocab) {
     static const int cases[][3] = {/* vocab, padded in, padded out */
                                    {256, 0, 256}, {129, 0, 256}, {50257, 0, 50304},
-                                   {1, 0, 128},   {65536, 0, 65536}, {50257, 50260, 50260}};
+                                   {1, 0, 128},   {65536, 0, 65536}, {50257, 50260, 50260},
+                                   {128256, 0, 128256}, {2147483520, 0, 2147483520}};
     char err[PP_ERR_MAX], arg[64];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         Config c;
@@ -729,10 +730,14 @@ START_TEST(test_finalize_checks_direct_values) {
     assert_has(err, "model.arch");
     assert_has(err, "expected one of gpt2");
     valid_config(&c);
-    c.vocab_size = 70000;
-    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
-    assert_has(err, "model.vocab_size");
-    assert_has(err, "[1, 65536]");
+    for (int over = 1; over <= 127; over += 126) { /* past the limit, up to INT_MAX */
+        valid_config(&c);
+        c.vocab_size = 2147483520 + over;
+        c.padded_vocab_size = 0;
+        ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
+        assert_has(err, "model.vocab_size");
+        assert_has(err, "[1, 2147483520]");
+    }
 }
 END_TEST
 
