@@ -597,7 +597,7 @@ static int sock_peer_state(Comm *c, int r, double silent_s, char *why, size_t le
     if (P->lost) {
         st = 1;
         snprintf(why, len, "%s", P->why);
-    } else if (sock_stall_note(s->net, pp_now()) <= 0.05 && /* [Note: stopped] */
+    } else if (sock_stall_note(s->net, pp_now()) <= SOCK_STALL_OVERDUE && /* [Note: stopped] */
                pp_now() - P->last_heard - sock_stall_within(s->net, P->last_heard) > silent_s) {
         st = 2;
         snprintf(why, len, "nothing at all came from it, not even a heartbeat, for %.3g s",

@@ -283,7 +283,8 @@ int sock_watch_check_locked(SockNet *n, SockWatch *w, double base, double *until
                             size_t len) {
     const Peer *P = &n->peers[w->peer];
     double now = pp_now(), quiet = P->last_heard + n->timeout_s;
-    if (!n->stop && sock_stall_note(n, now) > 0.05) { /* [Note: stopped]: let it read */
+    /* [Note: stopped]: let it read */
+    if (!n->stop && sock_stall_note(n, now) > SOCK_STALL_OVERDUE) {
         *until = now + 0.01;
         return 0;
     }

@@ -164,6 +164,10 @@ void sock_origin_set(SockNet *n, int o, const char *why, int from);
 /* sock_blame without taking the lock. */
 void sock_blame_text(const SockNet *n, int peer, const char *msg, char *out, size_t len);
 
+/* How overdue (seconds) the progress thread may be before this process counts as having
+ * been stopped ([Note: stopped]): a scheduler's hiccup is not a stall. */
+#define SOCK_STALL_OVERDUE 0.05
+
 /* Record a stall of this process ([Note: stopped]) if the progress thread, asleep in
  * poll until n->poll_due at the latest, is overdue at `now`; returns how long it is
  * overdue (<= 0: it is not). Call with the lock held. */

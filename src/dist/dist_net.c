@@ -37,6 +37,11 @@ void dist_sleep(double s) {
     if (s > 0) nanosleep(&ts, NULL);
 }
 
+void dist_backoff(double *delay) {
+    dist_sleep(*delay);
+    *delay = *delay * 2 < 1.0 ? *delay * 2 : 1.0;
+}
+
 static int io_again(void) { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; }
 
 static int io_errno(char *why, size_t n) {

@@ -25,6 +25,10 @@ void dist_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A poll() timeout for `left` seconds, at most one second (callers loop). */
 int dist_poll_ms(double left);
 void dist_sleep(double s);
+/* A reconnect's wait: sleep *delay seconds, then double it for the next try, up to one
+ * second (the clients start at 0.02: [Note: a flood of connections] in dist_net.c). The
+ * caller checks its deadline first. */
+void dist_backoff(double *delay);
 
 /* "host:port" (or "[v6]:port") of an address / of socket fd's peer; numeric host of
  * fd's peer. */

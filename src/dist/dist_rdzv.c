@@ -398,8 +398,7 @@ static int member_join(const DistEnv *e, double deadline, int *out, char *err, s
             snprintf(last, sizeof last, "%s", err ? err : "cannot resolve");
         }
         if (pp_now() + delay > deadline) break;
-        dist_sleep(delay);
-        delay = delay * 2 < 1.0 ? delay * 2 : 1.0;
+        dist_backoff(&delay);
     }
     return pp_errf(err, n, PP_ERUNTIME, "could not reach rank 0 at %s:%d in time (%s) — is "
                    "rank 0 running, MASTER_ADDR/MASTER_PORT the same for every rank, and the "
@@ -487,8 +486,7 @@ static int rdzv_member(const DistEnv *e, const char *cfg, double timeout, int *l
             dist_warn("the connection to rank 0 ended before rank 0 admitted this rank (a "
                       "flood of connections there? see its log); joining again until the "
                       "rendezvous's deadline (runtime.timeout_s = %g)", timeout);
-        dist_sleep(delay);
-        delay = delay * 2 < 1.0 ? delay * 2 : 1.0;
+        dist_backoff(&delay);
     }
 }
 
@@ -570,8 +568,7 @@ static int mesh_dial(const DistEnv *e, int p, const RdzvEntry *tab,
             if (rc == PP_OK || !again || pp_now() + delay > deadline) break;
             if (tries == 0)
                 dist_warn("%s; connecting again until the deadline (runtime.timeout_s)", err);
-            dist_sleep(delay);
-            delay = delay * 2 < 1.0 ? delay * 2 : 1.0;
+            dist_backoff(&delay);
         }
     }
     return rc;
