@@ -608,8 +608,8 @@ static void check_attention(const Shape *s, const char *sh) {
     float *qkv = rnd(Q, 1), *out = nanbuf(NC), *att = nanbuf(nsave);
     float *dq = dev(qkv, Q * 4), *datt = dev(NULL, gsave * 4);
     void *dout = dev_op_nan(NC);
-    gpu->attention_forward(gpu, dout, datt, dq, B, T, C, NH);
-    cpu->attention_forward(cpu, out, att, qkv, B, T, C, NH);
+    gpu->attention_forward(gpu, dout, datt, dq, B, T, NH, NH, C / NH);
+    cpu->attention_forward(cpu, out, att, qkv, B, T, NH, NH, C / NH);
     float *h = host_op(dout, NC);
     compare("attention_forward", "out", sh, h, out, NC, tol_op(tol_gemm()));
     /* the probabilities, causal part only (the CPU leaves the rest unwritten), on the
@@ -635,12 +635,12 @@ static void check_attention(const Shape *s, const char *sh) {
     void *dgq = dev_op_nan(Q);
     float *scratch = malloc(cpu->scratch_floats(cpu, N, T, C) * sizeof(float));
     float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, T, C) * sizeof(float));
-    gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, C, NH, gscratch);
-    cpu->attention_backward(cpu, gq, g, qkv, out, att, B, T, C, NH, scratch);
+    gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, NH, NH, C / NH, gscratch);
+    cpu->attention_backward(cpu, gq, g, qkv, out, att, B, T, NH, NH, C / NH, scratch);
     float *hq = host_op(dgq, Q);
     compare("attention_backward", "dqkv", sh, hq, gq, Q, tol_op(tol_gemm()));
     void *dgq2 = dev_op(NULL, Q);
-    gpu->attention_backward(gpu, dgq2, dg, dq, dout, datt, B, T, C, NH, gscratch);
+    gpu->attention_backward(gpu, dgq2, dg, dq, dout, datt, B, T, NH, NH, C / NH, gscratch);
     float *hq2 = host_op(dgq2, Q);
     same_bits("attention_backward", sh, hq, hq2, Q);
     void *all[] = {dq, dout, datt, dg, dgq, dgq2, gscratch};
@@ -754,9 +754,9 @@ static void check_flash_shape(int B, int T, int NH, int hs) {
     float *qkv = rnd(Q, 1), *out = nanbuf(NC), *att = nanbuf(nsave), *poison = nanbuf(gsave);
     float *dq = dev(qkv, Q * 4), *datt = dev(poison, gsave * 4), *datt2 = dev(poison, gsave * 4);
     void *dout = dev_op_nan(NC), *dout2 = dev_op_nan(NC);
-    gpu->attention_forward(gpu, dout, datt, dq, B, T, C, NH);
-    gpu->attention_forward(gpu, dout2, datt2, dq, B, T, C, NH);
-    cpu->attention_forward(cpu, out, att, qkv, B, T, C, NH);
+    gpu->attention_forward(gpu, dout, datt, dq, B, T, NH, NH, C / NH);
+    gpu->attention_forward(gpu, dout2, datt2, dq, B, T, NH, NH, C / NH);
+    cpu->attention_forward(cpu, out, att, qkv, B, T, NH, NH, C / NH);
     float *h = host_op(dout, NC), *h2 = host_op(dout2, NC), *ha = host(datt, gsave);
     float *ha2 = host(datt2, gsave);
     compare("flash attention_forward", "out", sh, h, out, NC, tol_op(1.5e-2));
@@ -800,9 +800,9 @@ static void check_flash_shape(int B, int T, int NH, int hs) {
     void *dgq = dev_op_nan(Q), *dgq2 = dev_op_nan(Q);
     float *scratch = malloc(cpu->scratch_floats(cpu, N, T, C) * sizeof(float));
     float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, T, C) * sizeof(float));
-    gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, C, NH, gscratch);
-    gpu->attention_backward(gpu, dgq2, dg, dq, dout, datt, B, T, C, NH, gscratch);
-    cpu->attention_backward(cpu, gq, g, qkv, out, att, B, T, C, NH, scratch);
+    gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, NH, NH, C / NH, gscratch);
+    gpu->attention_backward(gpu, dgq2, dg, dq, dout, datt, B, T, NH, NH, C / NH, gscratch);
+    cpu->attention_backward(cpu, gq, g, qkv, out, att, B, T, NH, NH, C / NH, scratch);
     float *hq = host_op(dgq, Q), *hq2 = host_op(dgq2, Q);
     compare("flash attention_backward", "dqkv", sh, hq, gq, Q, tol_op(1.5e-2));
     same_bits("flash attention_backward", sh, hq, hq2, Q);
