@@ -383,9 +383,9 @@ int main(void) {
      * head sizes padded (20 -> 32, 48 -> 64, 72 -> 80), B and NH > 1 */
     bad += check<64>(1, 1, 1, 1, 64);
     bad += check<32>(2, 7, 2, 2, 32);
-    bad += check<64>(1, 64, 3, 3, 64);
+    bad += check<64>(1, 64, 3, 3, 64, true); /* and the GQA kernels at G = 1 */
     bad += check<80>(1, 65, 1, 1, 80);
-    bad += check<96>(1, 129, 1, 1, 96);
+    bad += check<96>(1, 129, 1, 1, 96, true);
     bad += check<128>(1, 130, 1, 1, 128);
     bad += check<64>(2, 70, 1, 1, 48);
     bad += check<32>(1, 100, 1, 1, 20);
@@ -396,6 +396,21 @@ int main(void) {
     /* bf16 operand activations: out, dqkv, D's read of out */
     bad += check<64, dkv_bq<64>(), bf16>(2, 70, 2, 2, 64);
     bad += check<96, dkv_bq<96>(), bf16>(1, 65, 1, 1, 72);
+    /* grouped-query attention: groups of 2 and 3, multi-query (NKV = 1); several groups,
+     * B > 1, the sequence over several tiles (the group loop of the dkv kernel crosses a
+     * head with the next step's copies in flight), padded head sizes, both dkv query
+     * steps (32 is what the launcher runs up to 64 channels), bf16 outputs */
+    bad += check<64>(2, 70, 4, 2, 64);                     /* G 2, two kv heads */
+    bad += check<32>(1, 100, 6, 2, 20);                    /* G 3 */
+    bad += check<64>(1, 130, 4, 1, 48);                    /* MQA, G 4 */
+    bad += check<64, 32>(2, 67, 6, 3, 64);                 /* G 2, the launched query step */
+    bad += check<32, 32>(1, 129, 3, 1, 32);                /* MQA, G 3 */
+    bad += check<80>(1, 40, 3, 1, 80);                     /* MQA at the 80 template */
+    bad += check<96>(1, 65, 4, 2, 96);                     /* G 2 at 96 (query steps of 32) */
+    bad += check<128>(1, 70, 2, 1, 128);                   /* MQA at 128 */
+    bad += check<32>(1, 1, 2, 1, 32);                      /* T = 1 */
+    bad += check<64, 32, bf16>(2, 70, 4, 1, 64);           /* MQA, bf16 out and dqkv */
+    bad += check<64, dkv_bq<64>(), bf16>(1, 65, 6, 2, 56); /* G 3, bf16 */
     printf("flash_sim: %s\n", bad ? "FAILED" : "every shape within the bounds");
     return bad ? 1 : 0;
 }
