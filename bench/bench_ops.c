@@ -181,7 +181,7 @@ int main(int argc, char **argv) {
          o * Nd * Cd + f * (3 * Cd * Cd + 3 * Nd * Cd), L,
          be->matmul_forward(be, qkv, ln, wqkv, bqkv, (int)N, C, 3 * C));
     TIME(&b, "attention fwd (causal)", 'G', 2 * BT2C, f * 3 * Nd * Cd + o * Nd * Cd, L,
-         be->attention_forward(be, y, att, qkv, B, T, C, NH));
+         be->attention_forward(be, y, att, qkv, B, T, NH, NH, C / NH));
     TIME(&b, "matmul fwd attproj", 'G', 2 * Nd * Cd * Cd, o * Nd * Cd + f * (Nd * Cd + Cd * Cd), L,
          be->matmul_forward(be, x, y, wqkv, bqkv, (int)N, C, C));
     TIME(&b, "residual add", 'M', Nd * Cd, f * 3 * Nd * Cd, 2 * L, be->add_inplace(be, x, dy, NC));
@@ -211,7 +211,7 @@ int main(int argc, char **argv) {
          be->matmul_backward(be, dy, dw, db, dxo, y, wqkv, (int)N, C, C));
     TIME(&b, "attention bwd (causal)", 'G', 5 * BT2C,
          f * (3 * Nd * Cd + Nd * Cd) + o * (Nd * Cd + 3 * Nd * Cd), L,
-         be->attention_backward(be, dqkv, dy, qkv, y, att, B, T, C, NH, scratch));
+         be->attention_backward(be, dqkv, dy, qkv, y, att, B, T, NH, NH, C / NH, scratch));
     TIME(&b, "matmul bwd qkv", 'G', 4 * Nd * Cd * 3 * Cd,
          o * (3 * Nd * Cd + Nd * Cd) + f * (Nd * Cd + 3 * 3 * Cd * Cd), L,
          be->matmul_backward(be, dx, dw, db, dqkv, ln, wqkv, (int)N, C, 3 * C));

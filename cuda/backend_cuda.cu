@@ -469,13 +469,13 @@ static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float 
  * over 128 (possible only when open was given no sizes: the op tests) stops with a
  * message naming the variable. The path is in the backend's description line. */
 
-static void flash_shape(const CudaCtx *c, int C, int NH) {
-    if (flash_head_pad(C / NH)) return;
+static void flash_shape(const CudaCtx *c, int HS) {
+    if (flash_head_pad(HS)) return;
     char what[256];
     snprintf(what, sizeof what,
-             "flash attention supports head sizes up to 128, not C/NH = %d/%d = %d; set "
+             "flash attention supports head sizes up to 128, not HS = %d; set "
              "PPTRAIN_ATTENTION=materialized",
-             C, NH, C / NH);
+             HS);
     die_msg(c, __FILE__, __LINE__, what);
 }
 
@@ -484,81 +484,105 @@ static float *staged(CudaCtx *c, void *x, size_t n) {
     return c->op == PP_BF16 ? (float *)grow(c, &c->stage, n * sizeof(float)) : (float *)x;
 }
 
+/* [Note: grouped-query attention] in src/backend/backend.h, materialised: query head
+ * h = j*G + g reads kv head j. Each GEMM below is one batch over the NKV kv heads for one
+ * member g of every group (query heads g, G + g, ...: stride G heads), G of them a
+ * sequence; with G = 1 that is one batch of all NH heads, the multi-head calls. */
 static void materialized_forward(const Backend *be, void *outp, float *att, const float *qkv, int B,
-                                 int T, int C, int NH) {
+                                 int T, int NH, int NKV, int HS) {
     CudaCtx *c = ctx_of(be);
+    int G = NH / NKV, C = NH * HS, ld = (NH + 2 * NKV) * HS;
     float *out = staged(c, outp, (size_t)B * T * C);
-    int hs = C / NH, ld = 3 * C;
     long long TT = (long long)T * T;
-    float scale = 1.0f / sqrtf((float)hs);
+    float scale = 1.0f / sqrtf((float)HS);
     cublasComputeType_t comp = att_compute(c);
-    /* S[h] = scale * Q_h K_h^T, all T x T (the mask is the softmax's) */
+    /* S[h] = scale * Q_h K_j^T, all T x T (the mask is the softmax's) */
     for (int b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * ld, *k = q + C;
-        gemm(c, 0, 1, T, T, hs, scale, q, ld, hs, k, ld, hs, 0.0f, att + (size_t)b * NH * TT, T, TT,
-             NH, AB_F32, comp, NULL);
+        const float *q = qkv + (size_t)b * T * ld, *k = q + (size_t)NH * HS;
+        float *S = att + (size_t)b * NH * TT;
+        for (int g = 0; g < G; g++)
+            gemm(c, 0, 1, T, T, HS, scale, q + (size_t)g * HS, ld, (long long)G * HS, k, ld, HS,
+                 0.0f, S + g * TT, T, G * TT, NKV, AB_F32, comp, NULL);
     }
     k_softmax_causal(c, att, B * NH * T, T);
-    for (int b = 0; b < B; b++) { /* Y_h = P_h V_h */
-        const float *v = qkv + (size_t)b * T * ld + 2 * C;
-        gemm(c, 0, 0, T, hs, T, 1.0f, att + (size_t)b * NH * TT, T, TT, v, ld, hs, 0.0f,
-             out + (size_t)b * T * C, C, hs, NH, AB_F32, comp, NULL);
+    for (int b = 0; b < B; b++) { /* Y_h = P_h V_j */
+        const float *v = qkv + (size_t)b * T * ld + (size_t)(NH + NKV) * HS;
+        const float *P = att + (size_t)b * NH * TT;
+        float *y = out + (size_t)b * T * C;
+        for (int g = 0; g < G; g++)
+            gemm(c, 0, 0, T, HS, T, 1.0f, P + g * TT, T, G * TT, v, ld, HS, 0.0f,
+                 y + (size_t)g * HS, C, (long long)G * HS, NKV, AB_F32, comp, NULL);
     }
     if (out != outp) k_to_operand(c, outp, out, (size_t)B * T * C);
 }
 
+/* dK_j and dV_j are the sums over the group's heads g = 0..G-1 in order: the GEMM of g = 0
+ * overwrites (beta 0), the later ones add (beta 1), one after the other on the stream. */
 static void materialized_backward(const Backend *be, void *dqkvp, const float *dout,
-                                  const float *qkv, const float *att, int B, int T, int C, int NH,
-                                  float *scratch) {
+                                  const float *qkv, const float *att, int B, int T, int NH, int NKV,
+                                  int HS, float *scratch) {
     CudaCtx *c = ctx_of(be);
-    float *dqkv = staged(c, dqkvp, (size_t)B * T * 3 * C);
-    int hs = C / NH, ld = 3 * C;
-    long long TT = (long long)T * T;
-    float scale = 1.0f / sqrtf((float)hs);
+    int G = NH / NKV, C = NH * HS, ld = (NH + 2 * NKV) * HS;
+    float *dqkv = staged(c, dqkvp, (size_t)B * T * ld);
+    long long TT = (long long)T * T, sG = (long long)G * HS;
+    float scale = 1.0f / sqrtf((float)HS);
     cublasComputeType_t comp = att_compute(c);
     /* one sequence's [NH,T,T] */
     float *dP = (float *)grow(c, &c->att, (size_t)NH * TT * sizeof(float));
     for (int b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * ld, *k = q + C, *v = q + 2 * C;
+        const float *q = qkv + (size_t)b * T * ld, *k = q + (size_t)NH * HS, *v = k + NKV * HS;
         const float *P = att + (size_t)b * NH * TT, *dy = dout + (size_t)b * T * C;
-        float *dq = dqkv + (size_t)b * T * ld, *dk = dq + C, *dv = dq + 2 * C;
-        /* dP = dY V^T;  dV = P^T dY (overwrites) */
-        gemm(c, 0, 1, T, T, hs, 1.0f, dy, C, hs, v, ld, hs, 0.0f, dP, T, TT, NH,
-             AB_F32, comp, NULL);
-        gemm(c, 1, 0, T, hs, T, 1.0f, P, T, TT, dy, C, hs, 0.0f, dv, ld, hs, NH,
-             AB_F32, comp, NULL);
+        float *dq = dqkv + (size_t)b * T * ld, *dk = dq + (size_t)NH * HS, *dv = dk + NKV * HS;
+        for (int g = 0; g < G; g++) { /* dP_h = dY_h V_j^T;  dV_j (+)= P_h^T dY_h */
+            gemm(c, 0, 1, T, T, HS, 1.0f, dy + (size_t)g * HS, C, sG, v, ld, HS, 0.0f, dP + g * TT,
+                 T, G * TT, NKV, AB_F32, comp, NULL);
+            gemm(c, 1, 0, T, HS, T, 1.0f, P + g * TT, T, G * TT, dy + (size_t)g * HS, C, sG,
+                 g ? 1.0f : 0.0f, dv, ld, HS, NKV, AB_F32, comp, NULL);
+        }
         /* dS = P * (dP - rowsum(P dP)) * scale, causal part only */
         k_softmax_causal_backward(c, dP, P, NH * T, T, scale);
-        /* dQ = dS K;  dK = dS^T Q (overwrite) */
-        gemm(c, 0, 0, T, hs, T, 1.0f, dP, T, TT, k, ld, hs, 0.0f, dq, ld, hs, NH,
-             AB_F32, comp, NULL);
-        gemm(c, 1, 0, T, hs, T, 1.0f, dP, T, TT, q, ld, hs, 0.0f, dk, ld, hs, NH,
-             AB_F32, comp, NULL);
+        for (int g = 0; g < G; g++) { /* dQ_h = dS_h K_j;  dK_j (+)= dS_h^T Q_h */
+            gemm(c, 0, 0, T, HS, T, 1.0f, dP + g * TT, T, G * TT, k, ld, HS, 0.0f,
+                 dq + (size_t)g * HS, ld, sG, NKV, AB_F32, comp, NULL);
+            gemm(c, 1, 0, T, HS, T, 1.0f, dP + g * TT, T, G * TT, q + (size_t)g * HS, ld, sG,
+                 g ? 1.0f : 0.0f, dk, ld, HS, NKV, AB_F32, comp, NULL);
+        }
     }
-    if (dqkv != dqkvp) k_to_operand(c, dqkvp, dqkv, (size_t)B * T * 3 * C);
+    if (dqkv != dqkvp) k_to_operand(c, dqkvp, dqkv, (size_t)B * T * ld);
 }
 
 static void cu_attention_forward(const Backend *be, void *out, float *att, const float *qkv, int B,
-                                 int T, int C, int NH) {
+                                 int T, int NH, int NKV, int HS) {
     CudaCtx *c = ctx_of(be);
-    if (!c->att_flash) return materialized_forward(be, out, att, qkv, B, T, C, NH);
-    flash_shape(c, C, NH);
-    k_flash_forward(c, out, att, qkv, B, T, C, NH);
+    if (!c->att_flash) return materialized_forward(be, out, att, qkv, B, T, NH, NKV, HS);
+    flash_shape(c, HS);
+    k_flash_forward(c, out, att, qkv, B, T, NH, NKV, HS);
 }
 
 static void cu_attention_backward(const Backend *be, void *dqkv, const float *dout,
                                   const float *qkv, const void *out, const float *att, int B, int T,
-                                  int C, int NH, float *scratch) {
+                                  int NH, int NKV, int HS, float *scratch) {
     CudaCtx *c = ctx_of(be);
-    if (!c->att_flash) return materialized_backward(be, dqkv, dout, qkv, att, B, T, C, NH, scratch);
-    flash_shape(c, C, NH);
+    if (!c->att_flash)
+        return materialized_backward(be, dqkv, dout, qkv, att, B, T, NH, NKV, HS, scratch);
+    flash_shape(c, HS);
     float *D = (float *)grow(c, &c->flashD, (size_t)B * NH * T * sizeof(float));
-    k_flash_backward(c, dqkv, D, dout, qkv, out, att, B, T, C, NH);
+    k_flash_backward(c, dqkv, D, dout, qkv, out, att, B, T, NH, NKV, HS);
 }
 
 static size_t cu_attention_saved_floats(const Backend *be, int B, int T, int NH) {
     return ctx_of(be)->att_flash ? (size_t)B * NH * T  /* the log-sum-exp of each row */
                                  : (size_t)B * NH * T * T; /* the probabilities, as on the CPU */
+}
+
+static void cu_rope_forward(const Backend *be, float *qkv, const float *inv_freq, int B, int T,
+                            int NH, int NKV, int HS) {
+    k_rope(ctx_of(be), qkv, inv_freq, B, T, NH, NKV, HS, 1);
+}
+
+static void cu_rope_backward(const Backend *be, void *dqkv, const float *inv_freq, int B, int T,
+                             int NH, int NKV, int HS) {
+    k_rope(ctx_of(be), dqkv, inv_freq, B, T, NH, NKV, HS, -1);
 }
 
 /* ---- the other ops: kernels.cu -------------------------------------------------------- */
@@ -582,6 +606,27 @@ static void cu_layernorm_backward(const Backend *be, float *dinp, float *dw, flo
                                   const float *dout, const float *inp, const float *mean,
                                   const float *rstd, const float *w, int N, int C, float *scratch) {
     k_layernorm_backward(ctx_of(be), dinp, dw, db, dout, inp, mean, rstd, w, N, C);
+}
+
+static void cu_rmsnorm_forward(const Backend *be, void *out, float *rstd, const float *inp,
+                               const float *w, float eps, int N, int C) {
+    k_rmsnorm_forward(ctx_of(be), out, rstd, inp, w, eps, N, C);
+}
+
+static void cu_rmsnorm_backward(const Backend *be, float *dinp, float *dw, const float *dout,
+                                const float *inp, const float *rstd, const float *w, int N, int C,
+                                float *scratch) {
+    k_rmsnorm_backward(ctx_of(be), dinp, dw, dout, inp, rstd, w, N, C);
+}
+
+static void cu_swiglu_forward(const Backend *be, void *out, const float *gate, const float *up,
+                              size_t count) {
+    k_swiglu_forward(ctx_of(be), out, gate, up, count);
+}
+
+static void cu_swiglu_backward(const Backend *be, void *dgate, void *dup, const float *gate,
+                               const float *up, const float *dout, size_t count) {
+    k_swiglu_backward(ctx_of(be), dgate, dup, gate, up, dout, count);
 }
 
 static void cu_gelu_forward(const Backend *be, void *out, const float *inp, size_t count) {
@@ -704,13 +749,19 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->encoder_backward = cu_encoder_backward;
     be->layernorm_forward = cu_layernorm_forward;
     be->layernorm_backward = cu_layernorm_backward;
+    be->rmsnorm_forward = cu_rmsnorm_forward;
+    be->rmsnorm_backward = cu_rmsnorm_backward;
     be->matmul_forward = cu_matmul_forward;
     be->matmul_backward = cu_matmul_backward;
+    be->rope_forward = cu_rope_forward;
+    be->rope_backward = cu_rope_backward;
     be->attention_forward = cu_attention_forward;
     be->attention_backward = cu_attention_backward;
     be->attention_saved_floats = cu_attention_saved_floats;
     be->gelu_forward = cu_gelu_forward;
     be->gelu_backward = cu_gelu_backward;
+    be->swiglu_forward = cu_swiglu_forward;
+    be->swiglu_backward = cu_swiglu_backward;
     be->crossentropy_forward_backward = cu_crossentropy_forward_backward;
     be->crossentropy_forward = cu_crossentropy_forward;
     be->scratch_floats = cu_scratch_floats;
@@ -791,8 +842,9 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
         /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
         if (NH && T && c->att_flash) {
             grow(c, &c->flashD, N / T * NH * T * sizeof(float));
-            grow(c, &c->castA, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)HS, 3));
-            grow(c, &c->castB, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)HS, 1));
+            /* q, k and v: NH + 2 NKV heads, at most 3 NH (the sizes carry no NKV) */
+            grow(c, &c->castA, flash_pack_bytes((int)(N / T), (int)T, 3 * (int)NH, (int)HS));
+            grow(c, &c->castB, flash_pack_bytes((int)(N / T), (int)T, (int)NH, (int)HS));
         }
         /* bf16 operand activations need no cast: only the weights' */
         if (c->prec == PP_PREC_BF16) {

@@ -118,6 +118,7 @@ static inline unsigned grid_for(size_t n, int threads) {
 }
 
 /* ---- kernel launchers (kernels.cu): same arguments as the backend ops ---- */
+/* wpe, dwpe NULL: no position table */
 void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte, const float *wpe,
                        int B, int T, int C);
 void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout, const int *inp,
@@ -129,6 +130,17 @@ void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const 
 void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const float *dout,
                           const float *inp, const float *mean, const float *rstd, const float *w,
                           int N, int C);
+void k_rmsnorm_forward(CudaCtx *c, void *out, float *rstd, const float *inp, const float *w,
+                       float eps, int N, int C);
+void k_rmsnorm_backward(CudaCtx *c, float *dinp, float *dw, const float *dout, const float *inp,
+                        const float *rstd, const float *w, int N, int C);
+/* The rotation of the q and k heads in place: x (fp32 at dir 1, the forward; the operand
+ * type at dir -1, the backward's transpose). */
+void k_rope(CudaCtx *c, void *x, const float *inv_freq, int B, int T, int NH, int NKV, int HS,
+            int dir);
+void k_swiglu_forward(CudaCtx *c, void *out, const float *gate, const float *up, size_t n);
+void k_swiglu_backward(CudaCtx *c, void *dgate, void *dup, const float *gate, const float *up,
+                       const float *dout, size_t n);
 void k_gelu_forward(CudaCtx *c, void *out, const float *inp, size_t n);
 void k_gelu_backward(CudaCtx *c, void *dinp, const float *inp, const float *dout, size_t n);
 void k_add_inplace(CudaCtx *c, float *dst, const float *src, size_t n);
@@ -161,14 +173,16 @@ size_t k_encoder_workspace(int N);
 /* The template head size that runs head size hs (hs padded with zeros up to it), or 0
  * when hs is over 128 (the materialised attention runs those). */
 int flash_head_pad(int hs);
-/* Bytes of the packed bf16 copy of `parts` blocks of NH heads ([Note: flash tiling]). */
-size_t flash_pack_bytes(int B, int T, int NH, int hs, int parts);
-/* out[B,T,C] (operand) and lse[B,NH,T] (natural log-sum-exp of each row's scaled scores). */
-void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T, int C,
-                     int NH);
-/* dqkv[B,T,3C] (operand) overwritten, from out (operand); D[B,NH,T] is the kernel pair's
- * own scratch. */
+/* Bytes of the packed bf16 copy of `heads` heads of head size hs ([Note: flash tiling]):
+ * NH + 2 NKV for q, k and v, NH for dO. */
+size_t flash_pack_bytes(int B, int T, int heads, int hs);
+/* out[B,T,NH HS] (operand) and lse[B,NH,T] (natural log-sum-exp of each row's scaled
+ * scores) from qkv[B,T,(NH + 2 NKV) HS] ([Note: grouped-query attention]). */
+void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T, int NH,
+                     int NKV, int HS);
+/* dqkv[B,T,(NH + 2 NKV) HS] (operand) overwritten, from out (operand); D[B,NH,T] is the
+ * kernel pair's own scratch. */
 void k_flash_backward(CudaCtx *c, void *dqkv, float *D, const float *dout, const float *qkv,
-                      const void *out, const float *lse, int B, int T, int C, int NH);
+                      const void *out, const float *lse, int B, int T, int NH, int NKV, int HS);
 
 #endif

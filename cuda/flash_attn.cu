@@ -9,9 +9,14 @@
  * kernels there, each CTA's threads as fibers, mma.sync by the layout below.
  *
  * [Note: flash tiling]
- * The activations are fp32 [B,T,3C] (q, k, v of head h at channels h*hs..). A pack kernel
- * first writes them as bf16 (round to nearest even) in a head-major layout,
- * [B][NH][3][T][HSP] (and dO [B,T,C] as [B][NH][T][HSP] for the backward): each head's
+ * The activations are fp32 [B,T,(NH + 2 NKV) hs]: the NH q heads, the NKV k heads, the NKV
+ * v heads, head j of a part at channels j*hs.. ([Note: grouped-query attention] in
+ * src/backend/backend.h; query head h reads kv head h / G, G = NH / NKV). A pack kernel
+ * first writes them as bf16 (round to nearest even) in a head-major layout grouped by kv
+ * head, [B][NKV][G + 2][T][HSP]: kv head j's block holds its group's G query heads, then
+ * its k, then its v, so k and v are packed once per kv head and never copied per query
+ * head; with G = 1 (GPT-2) this is [B][NH][3][T][HSP], q, k, v per head. dO [B,T,NH hs]
+ * goes to [B][NH][T][HSP] for the backward. Each head's
  * rows contiguous, the head size zero-padded to a template size HSP (32, 64, 80, 96,
  * 128; zero columns add nothing to a dot product, and the padded output columns are
  * never written). Tiles then move with 16-byte cp.async copies, rows past T zero-filled,
@@ -36,11 +41,15 @@
  *   dq kernel, per query tile of 64 (4 warps x 16 rows): over the key tiles 0..qt
  *     recomputes S, P = exp2(S*sl2 - lse2) and dP = dO V^T, forms dS = P o (dP - D),
  *     rounds it to bf16 and accumulates dQ += dS K; dQ * scale is written.
- *   dkv kernel, per key tile of 64 (4 warps x 16 keys): over the query steps of 32 (head
- *     sizes up to 64, three CTAs an SM: bwd's launch), 64 (80) or 32 (96, 128: dkv_bq) from
- *     the tile's first key to T, recomputes S^T = K Q^T and dP^T = V dO^T, P^T and
- *     dS^T = P^T o (dP^T - D), and accumulates dV += P^T dO and dK += dS^T Q (both
- *     operands rounded to bf16); queries before the key or at/after T are masked.
+ *   dkv kernel, per key tile of 64 of a kv head (4 warps x 16 keys): over the query
+ *     steps of 32 (head sizes up to 64, three CTAs an SM: bwd's launch), 64 (80) or 32
+ *     (96, 128: dkv_bq) from the tile's first key to T, recomputes S^T = K Q^T and
+ *     dP^T = V dO^T, P^T and dS^T = P^T o (dP^T - D), and accumulates dV += P^T dO and
+ *     dK += dS^T Q (both operands rounded to bf16); queries before the key or at/after T
+ *     are masked. With G > 1 (the GQA instantiation) it does so for the group's query
+ *     heads in order, 0..G-1, into the same registers: dK and dV of the kv head are the
+ *     group's sum, written once, with no atomics and no per-head copy; the G = 1
+ *     instantiation is the multi-head kernel, with no group loop.
  *   The fixed loop orders make the bits a function of the inputs alone.
  *
  * [Note: mma fragments] mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, checked
@@ -199,29 +208,51 @@ static __device__ __forceinline__ void store_row(OutT *y, const float acc[NO][4]
 
 /* ---- packing ----------------------------------------------------------------------------- */
 
-/* src fp32 rows [B,T][ld] holding `parts` blocks of NH heads of hs channels (q, k, v: 3;
- * dO: 1) -> dst bf16 [B][NH][parts][T][HSP], channels hs..HSP-1 zero. A thread per 8
- * channels (one 16-byte store). */
+/* src fp32 rows [B,T][ld] of hs-channel heads -> dst bf16 [B][NKV][parts][T][HSP] ([Note:
+ * flash tiling]), channels hs..HSP-1 zero: block p < G of kv head j is query head j*G + p
+ * (channels (j*G + p)*hs..), blocks G and G + 1 its k and v head (channels (NH + j)*hs..
+ * and (NH + NKV + j)*hs.., NH = NKV*G). q, k, v: parts = G + 2; dO: NKV = NH, G = 1,
+ * parts = 1. A thread per 8 channels (one 16-byte store). */
 template <int HSP>
 __global__ void __launch_bounds__(FA_THREADS)
-flash_pack(bf16 *dst, const float *src, int B, int T, int NH, int hs, int parts, size_t ld) {
+flash_pack(bf16 *dst, const float *src, int B, int T, int NKV, int G, int parts, int hs,
+           size_t ld) {
     constexpr int CH = HSP / 8;
-    size_t total = (size_t)B * NH * parts * T * CH;
+    size_t total = (size_t)B * NKV * parts * T * CH;
     for (size_t i = (size_t)blockIdx.x * FA_THREADS + threadIdx.x; i < total;
          i += (size_t)gridDim.x * FA_THREADS) {
         int c = (int)(i % CH);
-        size_t row = i / CH; /* ((b * NH + h) * parts + p) * T + tt */
-        int tt = (int)(row % T), p = (int)(row / T % parts), h = (int)(row / T / parts % NH);
-        int b = (int)(row / T / parts / NH);
-        const float *x = src + ((size_t)b * T + tt) * ld + ((size_t)p * NH + h) * hs;
+        size_t row = i / CH; /* ((b * NKV + j) * parts + p) * T + tt */
+        int tt = (int)(row % T), p = (int)(row / T % parts), j = (int)(row / T / parts % NKV);
+        int b = (int)(row / T / parts / NKV);
+        int head = p < G ? j * G + p : NKV * G + (p - G) * NKV + j; /* q; k, v */
+        const float *x = src + ((size_t)b * T + tt) * ld + (size_t)head * hs;
         uint32_t w[4];
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int d = c * 8 + 2 * j;
-            w[j] = pack_bf16(d < hs ? x[d] : 0.0f, d + 1 < hs ? x[d + 1] : 0.0f);
+        for (int k = 0; k < 4; k++) {
+            int d = c * 8 + 2 * k;
+            w[k] = pack_bf16(d < hs ? x[d] : 0.0f, d + 1 < hs ? x[d + 1] : 0.0f);
         }
         uint4 v = {w[0], w[1], w[2], w[3]};
         *reinterpret_cast<uint4 *>(dst + row * HSP + c * 8) = v;
+    }
+}
+
+/* The packed q and k of query head h of sequence b ([Note: flash tiling]; v follows k):
+ * with GQA, kv head h / G's block holds the group's G q matrices, then k, then v, each
+ * [T][HSP]; without (the multi-head kernels: G = 1), head h's block holds its q, k, v,
+ * addressed as before grouped-query attention came. */
+template <int HSP, bool GQA>
+static __device__ __forceinline__ void head_ptrs(const bf16 *qh, int b, int h, int NH, int G,
+                                                 int T, const bf16 *&q, const bf16 *&k) {
+    if (GQA) {
+        int kv = h / G;
+        const bf16 *grp = qh + ((size_t)b * (NH / G) + kv) * (G + 2) * T * HSP;
+        q = grp + (size_t)(h - kv * G) * T * HSP;
+        k = grp + (size_t)G * T * HSP;
+    } else {
+        q = qh + ((size_t)b * NH + h) * 3 * T * HSP;
+        k = q + (size_t)T * HSP;
     }
 }
 
@@ -267,9 +298,11 @@ template <int HSP> struct FwdSmem {
     static constexpr size_t bytes = (size_t)(FA_BR * LD + 4 * FA_BC * LD) * sizeof(bf16);
 };
 
-template <int HSP, typename OutT = float>
+/* GQA: query head h reads kv head h / G (the group-of-one instantiation is the multi-head
+ * kernel, G unused). C = NH * hs, out's row. */
+template <int HSP, typename OutT = float, bool GQA = false>
 __global__ void __launch_bounds__(FA_THREADS)
-flash_fwd(OutT *out, float *lse, const bf16 *qh, int T, int C, int NH, int hs, float sl2) {
+flash_fwd(OutT *out, float *lse, const bf16 *qh, int T, int C, int NH, int hs, float sl2, int G) {
     constexpr int LD = FwdSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8;
     constexpr int NS = FA_BC / 8, KV = FA_BC * LD;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -278,8 +311,9 @@ flash_fwd(OutT *out, float *lse, const bf16 *qh, int T, int C, int NH, int hs, f
     int qt = gridDim.x - 1 - blockIdx.x; /* the longest rows (most key tiles) start first */
     int h = blockIdx.y, b = blockIdx.z;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const bf16 *q = qh + ((size_t)b * NH + h) * 3 * T * HSP;
-    const bf16 *k = q + (size_t)T * HSP, *v = k + (size_t)T * HSP;
+    const bf16 *q, *k;
+    head_ptrs<HSP, GQA>(qh, b, h, NH, G, T, q, k);
+    const bf16 *v = k + (size_t)T * HSP;
     int q0 = qt * FA_BR, wr = warp * 16; /* the warp's rows in the tile */
 
     stage<FA_BR, HSP>(sQ, LD, q, q0, T);
@@ -384,10 +418,11 @@ static __device__ __forceinline__ void dq_tile(float s[FA_BC / 8][4], float dp[F
         }
 }
 
-template <int HSP, typename OutT = float>
+/* GQA as flash_fwd's; dqkv's rows hold NH + 2 NKV heads (3 NH without GQA). */
+template <int HSP, typename OutT = float, bool GQA = false>
 __global__ void __launch_bounds__(FA_THREADS)
 flash_bwd_dq(OutT *dqkv, const float *Din, const bf16 *doh, const bf16 *qh, const float *lse,
-             int T, int C, int NH, int hs, float sl2, float scale) {
+             int T, int C, int NH, int hs, float sl2, float scale, int G) {
     constexpr int LD = DqSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8;
     constexpr int NS = FA_BC / 8, KV = FA_BC * LD;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -395,8 +430,10 @@ flash_bwd_dq(OutT *dqkv, const float *Din, const bf16 *doh, const bf16 *qh, cons
     int qt = gridDim.x - 1 - blockIdx.x;
     int h = blockIdx.y, b = blockIdx.z;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    size_t ld = 3 * (size_t)C, bh = (size_t)b * NH + h;
-    const bf16 *q = qh + bh * 3 * T * HSP, *k = q + (size_t)T * HSP, *v = k + (size_t)T * HSP;
+    size_t ld = GQA ? (size_t)(NH + 2 * (NH / G)) * hs : 3 * (size_t)C, bh = (size_t)b * NH + h;
+    const bf16 *q, *k;
+    head_ptrs<HSP, GQA>(qh, b, h, NH, G, T, q, k);
+    const bf16 *v = k + (size_t)T * HSP;
     const bf16 *dy = doh + bh * T * HSP;
     int q0 = qt * FA_BR, wr = warp * 16;
 
@@ -456,21 +493,35 @@ template <int HSP, int BQ = dkv_bq<HSP>()> struct DkvSmem {
         + 4 * BQ * sizeof(float); /* 2 x (lse2, D) of the step's queries */
 };
 
-template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float, int MINB = 1>
+/* GQA: a CTA per key tile of a kv head (grid y), over its group's G query heads in turn,
+ * dK and dV summed over them in registers; the group-of-one instantiation is the
+ * multi-head kernel (grid y the head, G unused), with no group loop. */
+template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float, int MINB = 1, bool GQA = false>
 __global__ void __launch_bounds__(FA_THREADS, MINB)
 flash_bwd_dkv(OutT *dqkv, const float *Din, const bf16 *doh, const bf16 *qh, const float *lse,
-              int T, int C, int NH, int hs, float sl2, float scale) {
+              int T, int C, int NH, int hs, float sl2, float scale, int G) {
     constexpr int LD = DkvSmem<HSP, BQ>::LD, KC = HSP / 16, NO = HSP / 8;
     constexpr int NS = BQ / 8, QS = BQ * LD;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sK = (bf16 *)smem, *sV = sK + FA_BC * LD;
     bf16 *sQ = sV + FA_BC * LD, *sdO = sQ + 2 * QS;         /* two buffers each */
     float *sL = (float *)(sdO + 2 * QS), *sD = sL + 2 * BQ; /* two buffers each */
-    int h = blockIdx.y, b = blockIdx.z;
+    const int GN = GQA ? G : 1;                             /* the group's query heads */
+    int h = blockIdx.y, b = blockIdx.z; /* GQA: h is the kv head */
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    size_t ld = 3 * (size_t)C, bh = (size_t)b * NH + h;
-    const bf16 *q = qh + bh * 3 * T * HSP, *k = q + (size_t)T * HSP, *v = k + (size_t)T * HSP;
-    const bf16 *dy = doh + bh * T * HSP;
+    /* bh: the (first) query head's row of lse and D */
+    size_t ld = GQA ? (size_t)(NH + 2 * (NH / G)) * hs : 3 * (size_t)C;
+    size_t bh = (size_t)b * NH + (size_t)h * GN;
+    const bf16 *q, *k; /* GQA: the group's first q; the others follow it */
+    if (GQA) {
+        q = qh + ((size_t)b * (NH / G) + h) * (G + 2) * T * HSP;
+        k = q + (size_t)G * T * HSP;
+    } else {
+        q = qh + bh * 3 * T * HSP;
+        k = q + (size_t)T * HSP;
+    }
+    const bf16 *v = k + (size_t)T * HSP;
+    const bf16 *dy = doh + bh * T * HSP; /* GQA: the group's dO, head after head */
     int k0 = blockIdx.x * FA_BC, wr = warp * 16; /* the warp's 16 keys: k0+wr.. */
 
     stage<FA_BC, HSP>(sK, LD, k, k0, T);
@@ -497,19 +548,26 @@ flash_bwd_dkv(OutT *dqkv, const float *Din, const bf16 *doh, const bf16 *qh, con
     for (int i = 0; i < NO; i++)
         dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] =
             dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.0f;
-    for (int it = 0, q0 = k0; q0 < T; it++, q0 += BQ) {
-        int cur = it & 1, nq = q0 + BQ;
+    /* the steps (head gh of the group, queries q0..): without GQA, q0 = k0, k0 + BQ, .. < T */
+    for (int it = 0, gh = 0, q0 = k0; GQA ? gh < GN : q0 < T; it++) {
+        int cur = it & 1, nq = q0 + BQ, nh = gh;
+        if (GQA && nq >= T) { /* next: the group's next head, from the tile's first key */
+            nq = k0;
+            nh = gh + 1;
+        }
+        bool more = GQA ? nh < GN : nq < T; /* is there a next step */
         const bf16 *Q = sQ + cur * QS, *dO = sdO + cur * QS;
         const float *L = sL + cur * BQ, *Dq = sD + cur * BQ;
         /* the next step's lse2 and D (thread < BQ), stored after the work */
         float nl = 0.0f, nd = 0.0f;
-        if (nq < T) {
-            stage<BQ, HSP>(sQ + (cur ^ 1) * QS, LD, q, nq, T);
-            stage<BQ, HSP>(sdO + (cur ^ 1) * QS, LD, dy, nq, T);
+        if (more) {
+            size_t nbh = GQA ? bh + nh : bh, nhead = GQA ? (size_t)nh * T * HSP : 0;
+            stage<BQ, HSP>(sQ + (cur ^ 1) * QS, LD, q + nhead, nq, T);
+            stage<BQ, HSP>(sdO + (cur ^ 1) * QS, LD, dy + nhead, nq, T);
             int row = nq + threadIdx.x;
             if (threadIdx.x < BQ && row < T) {
-                nl = lse[bh * T + row] * FA_LOG2E;
-                nd = Din[bh * T + row];
+                nl = lse[nbh * T + row] * FA_LOG2E;
+                nd = Din[nbh * T + row];
             }
         }
         cp_async_commit();
@@ -532,18 +590,27 @@ flash_bwd_dkv(OutT *dqkv, const float *Din, const bf16 *doh, const bf16 *qh, con
             }
         mma_acc_t<NO, BQ / 16>(dv, s, dO, LD, lane); /* dV += P^T dO */
         mma_acc_t<NO, BQ / 16>(dk, dp, Q, LD, lane); /* dK += dS^T Q */
-        if (nq < T && threadIdx.x < BQ) {
+        if (more && threadIdx.x < BQ) {
             sL[(cur ^ 1) * BQ + threadIdx.x] = nl;
             sD[(cur ^ 1) * BQ + threadIdx.x] = nd;
         }
         cp_async_wait_all();
         __syncthreads();
+        q0 = nq;
+        gh = nh;
     }
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         int key = k0 + wr + g + 8 * hf;
         if (key >= T) continue;
-        OutT *yk = dqkv + ((size_t)b * T + key) * ld + C + (size_t)h * hs, *yv = yk + C;
+        OutT *yk, *yv;
+        if (GQA) { /* kv head h's k and v: after the NH q heads, NKV = NH / G each */
+            yk = dqkv + ((size_t)b * T + key) * ld + (size_t)(NH + h) * hs;
+            yv = yk + (size_t)(NH / G) * hs;
+        } else {
+            yk = dqkv + ((size_t)b * T + key) * ld + C + (size_t)h * hs;
+            yv = yk + C;
+        }
 #pragma unroll
         for (int i = 0; i < NO; i++)
 #pragma unroll
@@ -570,79 +637,125 @@ int flash_head_pad(int hs) {
 static unsigned qtiles(int T, int tile) { return (unsigned)((T + tile - 1) / tile); }
 
 /* The packed bf16 copies ([Note: flash tiling]) live in the backend's bf16 operand
- * buffers (castA: q, k, v; castB: dO), which every op uses only while it runs. */
+ * buffers (castA: q, k, v; castB: dO), which every op uses only while it runs. src rows
+ * of ld floats, NKV groups of G heads of hs, parts blocks a group (flash_pack). */
 template <int HSP>
-static bf16 *pack(CudaCtx *c, Grow *buf, const float *src, int B, int T, int NH, int hs, int parts,
-                  size_t ld) {
-    size_t rows = (size_t)B * NH * parts * T, chunks = rows * (HSP / 8);
+static bf16 *pack(CudaCtx *c, Grow *buf, const float *src, int B, int T, int NKV, int G, int parts,
+                  int hs, size_t ld) {
+    size_t rows = (size_t)B * NKV * parts * T, chunks = rows * (HSP / 8);
     bf16 *dst = (bf16 *)grow(c, buf, rows * HSP * sizeof(bf16));
     size_t blocks = (chunks + FA_THREADS - 1) / FA_THREADS;
     flash_pack<HSP><<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(
-        dst, src, B, T, NH, hs, parts, ld);
+        dst, src, B, T, NKV, G, parts, hs, ld);
     KCHECK(c, "flash_pack");
     return dst;
 }
 
+/* q, k and v of qkv [B,T,(NH + 2 NKV) hs], packed by kv head (castA). */
+template <int HSP>
+static const bf16 *pack_qkv(CudaCtx *c, const float *qkv, int B, int T, int NH, int NKV, int hs) {
+    int G = NH / NKV;
+    return pack<HSP>(c, &c->castA, qkv, B, T, NKV, G, G + 2, hs, (size_t)(NH + 2 * NKV) * hs);
+}
+
+/* [Note: flash tiling]: the multi-head kernels where every group is one head (NKV = NH),
+ * the GQA instantiations otherwise. */
 template <int HSP, typename OutT>
-static void fwd(CudaCtx *c, OutT *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-    int hs = C / NH;
+static void fwd(CudaCtx *c, OutT *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+                int hs) {
     size_t sm = FwdSmem<HSP>::bytes;
-    const bf16 *qh = pack<HSP>(c, &c->castA, qkv, B, T, NH, hs, 3, 3 * (size_t)C);
-    CK(c, cudaFuncSetAttribute(flash_fwd<HSP, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)sm));
-    flash_fwd<HSP, OutT><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(
-        out, lse, qh, T, C, NH, hs, FA_LOG2E / sqrtf((float)hs));
+    int C = NH * hs, G = NH / NKV;
+    float sl2 = FA_LOG2E / sqrtf((float)hs);
+    const bf16 *qh = pack_qkv<HSP>(c, qkv, B, T, NH, NKV, hs);
+    dim3 grid(qtiles(T, FA_BR), NH, B);
+    if (G == 1) {
+        CK(c, cudaFuncSetAttribute(flash_fwd<HSP, OutT>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        flash_fwd<HSP, OutT><<<grid, FA_THREADS, sm, c->stream>>>(out, lse, qh, T, C, NH, hs, sl2,
+                                                                  1);
+    } else {
+        CK(c, cudaFuncSetAttribute(flash_fwd<HSP, OutT, true>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        flash_fwd<HSP, OutT, true><<<grid, FA_THREADS, sm, c->stream>>>(out, lse, qh, T, C, NH, hs,
+                                                                        sl2, G);
+    }
     KCHECK(c, "flash_fwd");
 }
 
-/* The dkv kernel with query step BQ, held to MINB CTAs an SM (its registers capped to fit). */
+/* The dq kernel (a CTA per query tile, head and sequence). */
+template <int HSP, typename OutT>
+static void launch_dq(CudaCtx *c, OutT *dqkv, const float *D, const bf16 *doh, const bf16 *qh,
+                      const float *lse, int B, int T, int NH, int NKV, int hs, float sl2,
+                      float scale) {
+    size_t sm = DqSmem<HSP>::bytes;
+    int C = NH * hs, G = NH / NKV;
+    dim3 grid(qtiles(T, FA_BR), NH, B);
+    if (G == 1) {
+        CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP, OutT>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        flash_bwd_dq<HSP, OutT><<<grid, FA_THREADS, sm, c->stream>>>(dqkv, D, doh, qh, lse, T, C,
+                                                                     NH, hs, sl2, scale, 1);
+    } else {
+        CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP, OutT, true>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        flash_bwd_dq<HSP, OutT, true><<<grid, FA_THREADS, sm, c->stream>>>(
+            dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale, G);
+    }
+    KCHECK(c, "flash_bwd_dq");
+}
+
+/* The dkv kernel with query step BQ, held to MINB CTAs an SM (its registers capped to fit):
+ * a CTA per key tile, head and sequence, or with GQA per key tile, kv head and sequence. */
 template <int HSP, int BQ, typename OutT, int MINB>
 static void launch_dkv(CudaCtx *c, OutT *dqkv, const float *D, const bf16 *doh, const bf16 *qh,
-                       const float *lse, int B, int T, int C, int NH, int hs, float sl2,
+                       const float *lse, int B, int T, int NH, int NKV, int hs, float sl2,
                        float scale) {
     size_t sm = DkvSmem<HSP, BQ>::bytes;
-    CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, BQ, OutT, MINB>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    flash_bwd_dkv<HSP, BQ, OutT, MINB>
-        <<<dim3(qtiles(T, FA_BC), NH, B), FA_THREADS, sm, c->stream>>>(
-            dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale);
+    int C = NH * hs, G = NH / NKV;
+    dim3 grid(qtiles(T, FA_BC), NKV, B);
+    if (G == 1) {
+        CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, BQ, OutT, MINB>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        flash_bwd_dkv<HSP, BQ, OutT, MINB><<<grid, FA_THREADS, sm, c->stream>>>(
+            dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale, 1);
+    } else {
+        CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, BQ, OutT, MINB, true>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        flash_bwd_dkv<HSP, BQ, OutT, MINB, true><<<grid, FA_THREADS, sm, c->stream>>>(
+            dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale, G);
+    }
     KCHECK(c, "flash_bwd_dkv");
 }
 
 template <int HSP, typename OutT>
 static void bwd(CudaCtx *c, OutT *dqkv, float *D, const float *dout, const float *qkv,
-                const OutT *out, const float *lse, int B, int T, int C, int NH) {
-    int hs = C / NH;
+                const OutT *out, const float *lse, int B, int T, int NH, int NKV, int hs) {
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
-    size_t sm = DqSmem<HSP>::bytes;
-    const bf16 *qh = pack<HSP>(c, &c->castA, qkv, B, T, NH, hs, 3, 3 * (size_t)C);
-    const bf16 *doh = pack<HSP>(c, &c->castB, dout, B, T, NH, hs, 1, (size_t)C);
+    const bf16 *qh = pack_qkv<HSP>(c, qkv, B, T, NH, NKV, hs);
+    /* dO [B,T,NH hs] per query head: NH groups of one */
+    const bf16 *doh = pack<HSP>(c, &c->castB, dout, B, T, NH, 1, 1, hs, (size_t)NH * hs);
     size_t warps = (size_t)B * T * NH, blocks = (warps + FA_WARPS - 1) / FA_WARPS;
     flash_rowdot<<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(
         D, dout, out, B, T, NH, hs);
     KCHECK(c, "flash_rowdot");
-    CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)sm));
-    flash_bwd_dq<HSP, OutT><<<dim3(qtiles(T, FA_BR), NH, B), FA_THREADS, sm, c->stream>>>(
-        dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale);
-    KCHECK(c, "flash_bwd_dq");
+    launch_dq<HSP>(c, dqkv, D, doh, qh, lse, B, T, NH, NKV, hs, sl2, scale);
     /* up to 64 channels, query steps of 32 let three CTAs share an SM within 168 registers
      * and no spill (0.794 -> 0.760 ms a layer at GPT-2 124M, B 16: cuda/NOTES.md); wider
-     * heads would spill there and keep two */
-    if (HSP <= 64)
-        launch_dkv<HSP, 32, OutT, 3>(c, dqkv, D, doh, qh, lse, B, T, C, NH, hs, sl2, scale);
+     * heads would spill there and keep two (if constexpr: only the launched ones compile) */
+    if constexpr (HSP <= 64)
+        launch_dkv<HSP, 32, OutT, 3>(c, dqkv, D, doh, qh, lse, B, T, NH, NKV, hs, sl2, scale);
     else
-        launch_dkv<HSP, dkv_bq<HSP>(), OutT, 1>(c, dqkv, D, doh, qh, lse, B, T, C, NH, hs, sl2,
+        launch_dkv<HSP, dkv_bq<HSP>(), OutT, 1>(c, dqkv, D, doh, qh, lse, B, T, NH, NKV, hs, sl2,
                                                 scale);
 }
 
-size_t flash_pack_bytes(int B, int T, int NH, int hs, int parts) {
-    return (size_t)B * NH * parts * T * flash_head_pad(hs) * sizeof(bf16);
+size_t flash_pack_bytes(int B, int T, int heads, int hs) {
+    return (size_t)B * heads * T * flash_head_pad(hs) * sizeof(bf16);
 }
 
 /* The head-size switch of a launcher template, for fp32 or bf16 operands. */
-#define FLASH_HS_SWITCH(c, C, NH, CALL)                                                            \
-    switch (flash_head_pad((C) / (NH))) {                                                          \
+#define FLASH_HS_SWITCH(c, HS, CALL)                                                               \
+    switch (flash_head_pad(HS)) {                                                                  \
     case 32: CALL(32); break;                                                                      \
     case 64: CALL(64); break;                                                                      \
     case 80: CALL(80); break;                                                                      \
@@ -653,22 +766,24 @@ size_t flash_pack_bytes(int B, int T, int NH, int hs, int parts) {
                     "head size over 128");                                                         \
     }
 
-void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T, int C,
-                     int NH) {
-#define FWD_F32(H) fwd<H>(c, (float *)out, lse, qkv, B, T, C, NH)
-#define FWD_BF16(H) fwd<H>(c, (bf16 *)out, lse, qkv, B, T, C, NH)
-    if (c->op == PP_BF16) FLASH_HS_SWITCH(c, C, NH, FWD_BF16)
-    else FLASH_HS_SWITCH(c, C, NH, FWD_F32)
+void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T, int NH,
+                     int NKV, int HS) {
+#define FWD_F32(H) fwd<H>(c, (float *)out, lse, qkv, B, T, NH, NKV, HS)
+#define FWD_BF16(H) fwd<H>(c, (bf16 *)out, lse, qkv, B, T, NH, NKV, HS)
+    if (c->op == PP_BF16) FLASH_HS_SWITCH(c, HS, FWD_BF16)
+    else FLASH_HS_SWITCH(c, HS, FWD_F32)
 #undef FWD_F32
 #undef FWD_BF16
 }
 
 void k_flash_backward(CudaCtx *c, void *dqkv, float *D, const float *dout, const float *qkv,
-                      const void *out, const float *lse, int B, int T, int C, int NH) {
-#define BWD_F32(H) bwd<H>(c, (float *)dqkv, D, dout, qkv, (const float *)out, lse, B, T, C, NH)
-#define BWD_BF16(H) bwd<H>(c, (bf16 *)dqkv, D, dout, qkv, (const bf16 *)out, lse, B, T, C, NH)
-    if (c->op == PP_BF16) FLASH_HS_SWITCH(c, C, NH, BWD_BF16)
-    else FLASH_HS_SWITCH(c, C, NH, BWD_F32)
+                      const void *out, const float *lse, int B, int T, int NH, int NKV, int HS) {
+#define BWD_F32(H)                                                                                 \
+    bwd<H>(c, (float *)dqkv, D, dout, qkv, (const float *)out, lse, B, T, NH, NKV, HS)
+#define BWD_BF16(H)                                                                                \
+    bwd<H>(c, (bf16 *)dqkv, D, dout, qkv, (const bf16 *)out, lse, B, T, NH, NKV, HS)
+    if (c->op == PP_BF16) FLASH_HS_SWITCH(c, HS, BWD_BF16)
+    else FLASH_HS_SWITCH(c, HS, BWD_F32)
 #undef BWD_F32
 #undef BWD_BF16
 }

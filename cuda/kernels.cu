@@ -1,6 +1,6 @@
 /* kernels.cu — the CUDA backend's own kernels: the GPU twins of backend_cpu.c's loops
- * (encoder, LayerNorm, GELU, the causal softmax of attention, the fused cross-entropy,
- * the optimizer, the reductions). The GEMMs are cuBLASLt's (backend_cuda.cu).
+ * (encoder, LayerNorm, RMSNorm, RoPE, GELU, SwiGLU, the causal softmax of attention, the
+ * fused cross-entropy, the optimizer, the reductions). The GEMMs are cuBLASLt's (backend_cuda.cu).
  *
  * [Note: deterministic kernels] No kernel adds floats with atomics, whose order would
  * vary run to run: every sum runs in an order fixed by the sizes alone (a warp's xor
@@ -66,13 +66,16 @@ static __device__ __forceinline__ void put4(__nv_bfloat16 *y, float4 v) {
 
 /* ---- encoder ------------------------------------------------------------------- */
 
+/* POS: add the position table wpe (GPT-2); without, the token's row alone (Llama). */
+template <bool POS>
 __global__ void enc_fwd(float *out, const int *inp, const float *wte, const float *wpe, size_t NC,
                         int T, int C) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < NC;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t n = i / C;
         int c = (int)(i % C);
-        out[i] = wte[(size_t)inp[n] * C + c] + wpe[(size_t)(n % T) * C + c];
+        if (POS) out[i] = wte[(size_t)inp[n] * C + c] + wpe[(size_t)(n % T) * C + c];
+        else out[i] = wte[(size_t)inp[n] * C + c];
     }
 }
 
@@ -120,7 +123,8 @@ __global__ void enc_bwd_wpe(float *dwpe, const float *dout, int B, int T, int C)
 void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte, const float *wpe,
                        int B, int T, int C) {
     size_t NC = (size_t)B * T * C;
-    enc_fwd<<<grid_for(NC, 256), 256, 0, c->stream>>>(out, inp, wte, wpe, NC, T, C);
+    if (wpe) enc_fwd<true><<<grid_for(NC, 256), 256, 0, c->stream>>>(out, inp, wte, wpe, NC, T, C);
+    else enc_fwd<false><<<grid_for(NC, 256), 256, 0, c->stream>>>(out, inp, wte, wpe, NC, T, C);
     KCHECK(c, "enc_fwd");
 }
 
@@ -155,6 +159,7 @@ void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout,
     dim3 g(N, (C + 255) / 256);
     enc_bwd_wte<<<g, 256, 0, c->stream>>>(dwte, dout, inp, nxt, flag, C);
     KCHECK(c, "enc_bwd_wte");
+    if (!dwpe) return; /* no position table */
     size_t TC = (size_t)T * C;
     enc_bwd_wpe<<<(unsigned)((TC + 255) / 256), 256, 0, c->stream>>>(dwpe, dout, B, T, C);
     KCHECK(c, "enc_bwd_wpe");
@@ -246,9 +251,10 @@ __global__ void ln_bwd_dx(float *dinp, const float *dout, const float *inp, cons
 
 /* Column partial sums over chunk blockIdx.y of COL_ROWS rows, 32 columns per block
  * (threads (32, 8): eight rows at a time, added in a fixed order): part[chunk][0][c]
- * = sum of dout * xhat (LayerNorm's dw; plain dout when mean is NULL: a bias grad) and,
- * with two sums, part[chunk][1][c] = sum of dout (db). */
-template <typename DT>
+ * = sum of dout * xhat (LayerNorm's dw; plain dout when mean is NULL: a bias grad; RMS:
+ * RMSNorm's dw, xhat = inp * rstd) and, with two sums, part[chunk][1][c] = sum of dout
+ * (db). */
+template <typename DT, bool RMS = false>
 __global__ void col_partial(float *part, const DT *dout, const float *inp, const float *mean,
                             const float *rstd, int N, int C, int two) {
     __shared__ float sa[8][33], sb[8][33];
@@ -258,7 +264,8 @@ __global__ void col_partial(float *part, const DT *dout, const float *inp, const
     if (c < C)
         for (int r = r0 + ty; r < r1; r += 8) {
             float d = get(dout + (size_t)r * C + c);
-            a += mean ? d * ((inp[(size_t)r * C + c] - mean[r]) * rstd[r]) : d;
+            if (RMS) a += d * (inp[(size_t)r * C + c] * rstd[r]);
+            else a += mean ? d * ((inp[(size_t)r * C + c] - mean[r]) * rstd[r]) : d;
             b += d;
         }
     sa[ty][tx] = a;
@@ -302,14 +309,14 @@ __global__ void col_final(float *dst0, float *dst1, const float *part, int nchun
     if (dst1) dst1[c] += tb;
 }
 
-template <typename DT>
+template <typename DT, bool RMS = false>
 static void col_sums(CudaCtx *c, float *dst0, float *dst1, const DT *dout, const float *inp,
                      const float *mean, const float *rstd, int N, int C) {
     int nchunks = (N + COL_ROWS - 1) / COL_ROWS, two = dst1 != NULL;
     float *part = (float *)grow(c, &c->partials,
                                 (size_t)nchunks * (two ? 2 : 1) * C * sizeof(float));
     dim3 g((C + 31) / 32, nchunks), b(32, 8);
-    col_partial<<<g, b, 0, c->stream>>>(part, dout, inp, mean, rstd, N, C, two);
+    col_partial<DT, RMS><<<g, b, 0, c->stream>>>(part, dout, inp, mean, rstd, N, C, two);
     KCHECK(c, "col_partial");
     size_t stride = (size_t)(two ? 2 : 1) * C;
     col_final<<<(C + 31) / 32, b, 0, c->stream>>>(dst0, dst1, part, nchunks, stride, C);
@@ -356,6 +363,94 @@ void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const f
         KCHECK(c, "ln_bwd_dx");
     }
     if (dw || db) col_sums(c, dw, db ? db : NULL, dout, inp, mean, rstd, N, C);
+}
+
+/* ---- RMSNorm ([Note: RMSNorm] in src/backend/backend.h): one warp per row ------------ */
+
+/* rstd = 1 / sqrt(sum(x^2) / C + eps); out = x * rstd, then * w (Hugging Face's order). */
+template <bool V4, typename OutT>
+__global__ void rms_fwd(OutT *out, float *rstd, const float *inp, const float *w, float eps, int N,
+                        int C) {
+    typedef Row4<V4> R;
+    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x & 31, G = R::groups(C);
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    OutT *o = out + (size_t)row * C;
+    float ss = 0.0f;
+    for (int j = lane; j < G; j += 32) {
+        float4 v = R::load(x, j);
+        ss += sum4(make_float4(v.x * v.x, v.y * v.y, v.z * v.z, v.w * v.w), V4);
+    }
+    float r = 1.0f / sqrtf(warp_sum(ss) / C + eps);
+    for (int j = lane; j < G; j += 32) {
+        float4 xv = R::load(x, j), wv = R::load(w, j);
+        float4 y = make_float4(xv.x * r * wv.x, xv.y * r * wv.y, xv.z * r * wv.z, xv.w * r * wv.w);
+        if (V4) put4(o + 4 * j, y);
+        else put(o + j, y.x);
+    }
+    if (lane == 0) rstd[row] = r;
+}
+
+/* dinp[row] += r * (w*dout - xhat * mean(w*dout*xhat)), xhat = x * r (backend_cpu.c's). */
+template <bool V4>
+__global__ void rms_bwd_dx(float *dinp, const float *dout, const float *inp, const float *rstd,
+                           const float *w, int N, int C) {
+    typedef Row4<V4> R;
+    int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x & 31, G = R::groups(C);
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C, r = rstd[row], sdx = 0.0f;
+    for (int j = lane; j < G; j += 32) {
+        float4 xv = R::load(x, j), wv = R::load(w, j), dv = R::load(d, j);
+        float4 dn = make_float4(wv.x * dv.x, wv.y * dv.y, wv.z * dv.z, wv.w * dv.w);
+        float4 xh = make_float4(xv.x * r, xv.y * r, xv.z * r, xv.w * r);
+        sdx += sum4(make_float4(dn.x * xh.x, dn.y * xh.y, dn.z * xh.z, dn.w * xh.w), V4);
+    }
+    sdx = warp_sum(sdx) / C;
+    for (int j = lane; j < G; j += 32) {
+        float4 xv = R::load(x, j), wv = R::load(w, j), dv = R::load(d, j), o = R::load(dx, j);
+        float4 dn = make_float4(wv.x * dv.x, wv.y * dv.y, wv.z * dv.z, wv.w * dv.w);
+        float4 xh = make_float4(xv.x * r, xv.y * r, xv.z * r, xv.w * r);
+        R::store(dx, j,
+                 make_float4(o.x + r * (dn.x - xh.x * sdx), o.y + r * (dn.y - xh.y * sdx),
+                             o.z + r * (dn.z - xh.z * sdx), o.w + r * (dn.w - xh.w * sdx)));
+    }
+}
+
+template <typename OutT>
+static void rms_forward(CudaCtx *c, OutT *out, float *rstd, const float *inp, const float *w,
+                        float eps, int N, int C) {
+    unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
+    unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
+    if (ln_vec4(C, out, inp, w, NULL, NULL))
+        rms_fwd<true><<<blocks, threads, 0, c->stream>>>(out, rstd, inp, w, eps, N, C);
+    else
+        rms_fwd<false><<<blocks, threads, 0, c->stream>>>(out, rstd, inp, w, eps, N, C);
+    KCHECK(c, "rms_fwd");
+}
+
+void k_rmsnorm_forward(CudaCtx *c, void *out, float *rstd, const float *inp, const float *w,
+                       float eps, int N, int C) {
+    if (c->op == PP_BF16) rms_forward(c, (__nv_bfloat16 *)out, rstd, inp, w, eps, N, C);
+    else rms_forward(c, (float *)out, rstd, inp, w, eps, N, C);
+}
+
+/* [Note: split backward]: dinp and dw come from separate kernels, so either half is the
+ * fused call's bits. */
+void k_rmsnorm_backward(CudaCtx *c, float *dinp, float *dw, const float *dout, const float *inp,
+                        const float *rstd, const float *w, int N, int C) {
+    if (dinp) {
+        unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
+        unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
+        if (ln_vec4(C, dinp, dout, inp, w, NULL))
+            rms_bwd_dx<true><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, rstd, w, N, C);
+        else
+            rms_bwd_dx<false><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, rstd, w, N, C);
+        KCHECK(c, "rms_bwd_dx");
+    }
+    if (dw) col_sums<float, true>(c, dw, NULL, dout, inp, NULL, rstd, N, C);
 }
 
 void k_bias_backward(CudaCtx *c, float *db, const void *dout, int N, int OC) {
@@ -426,6 +521,45 @@ __global__ void gelu_bwd(OutT *dinp, const float *inp, const float *dout, size_t
     TAIL_STRIDE(i, n4, n) put(dinp + i, dgelu_times(inp[i], dout[i]));
 }
 
+/* [Note: SwiGLU] (src/backend/backend.h): torch's silu, g / (1 + exp(-g)), then * up. */
+static __device__ __forceinline__ float swiglu_of(float g, float u) {
+    return g / (1.0f + expf(-g)) * u;
+}
+
+/* d(gate) = (d * up) * s * (1 + g (1 - s)), s = 1 / (1 + exp(-g)); d(up) = d * silu(g). */
+static __device__ __forceinline__ float2 dswiglu(float g, float u, float d) {
+    float e = 1.0f + expf(-g), s = 1.0f / e;
+    return make_float2(d * u * s * (1.0f + g * (1.0f - s)), d * (g / e));
+}
+
+template <typename OutT>
+__global__ void swiglu_fwd(OutT *out, const float *gate, const float *up, size_t n4, size_t n) {
+    GRID_STRIDE(i, n4) {
+        float4 g = ((const float4 *)gate)[i], u = ((const float4 *)up)[i];
+        put4(out + 4 * i, make_float4(swiglu_of(g.x, u.x), swiglu_of(g.y, u.y), swiglu_of(g.z, u.z),
+                                      swiglu_of(g.w, u.w)));
+    }
+    TAIL_STRIDE(i, n4, n) put(out + i, swiglu_of(gate[i], up[i]));
+}
+
+template <typename OutT>
+__global__ void swiglu_bwd(OutT *dgate, OutT *dup, const float *gate, const float *up,
+                           const float *dout, size_t n4, size_t n) {
+    GRID_STRIDE(i, n4) {
+        float4 g = ((const float4 *)gate)[i], u = ((const float4 *)up)[i];
+        float4 d = ((const float4 *)dout)[i];
+        float2 a = dswiglu(g.x, u.x, d.x), b = dswiglu(g.y, u.y, d.y);
+        float2 e = dswiglu(g.z, u.z, d.z), f = dswiglu(g.w, u.w, d.w);
+        put4(dgate + 4 * i, make_float4(a.x, b.x, e.x, f.x));
+        put4(dup + 4 * i, make_float4(a.y, b.y, e.y, f.y));
+    }
+    TAIL_STRIDE(i, n4, n) {
+        float2 a = dswiglu(gate[i], up[i], dout[i]);
+        put(dgate + i, a.x);
+        put(dup + i, a.y);
+    }
+}
+
 __global__ void add_k(float *dst, const float *src, size_t n4, size_t n) {
     GRID_STRIDE(i, n4) {
         float4 a = ((float4 *)dst)[i], b = ((const float4 *)src)[i];
@@ -463,6 +597,27 @@ void k_gelu_backward(CudaCtx *c, void *dinp, const float *inp, const float *dout
     KCHECK(c, "gelu_bwd");
 }
 
+void k_swiglu_forward(CudaCtx *c, void *out, const float *gate, const float *up, size_t n) {
+    size_t n4 = vec4_count(n, out, gate, up);
+    unsigned g = grid_for(n4 ? n4 : n, 256);
+    if (c->op == PP_BF16)
+        swiglu_fwd<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)out, gate, up, n4, n);
+    else swiglu_fwd<<<g, 256, 0, c->stream>>>((float *)out, gate, up, n4, n);
+    KCHECK(c, "swiglu_fwd");
+}
+
+void k_swiglu_backward(CudaCtx *c, void *dgate, void *dup, const float *gate, const float *up,
+                       const float *dout, size_t n) {
+    size_t n4 = vec4_count(n, dgate, dup, gate) && vec4_count(n, up, dout, NULL) ? n / 4 : 0;
+    unsigned g = grid_for(n4 ? n4 : n, 256);
+    if (c->op == PP_BF16)
+        swiglu_bwd<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)dgate, (__nv_bfloat16 *)dup, gate, up,
+                                             dout, n4, n);
+    else
+        swiglu_bwd<<<g, 256, 0, c->stream>>>((float *)dgate, (float *)dup, gate, up, dout, n4, n);
+    KCHECK(c, "swiglu_bwd");
+}
+
 void k_add_inplace(CudaCtx *c, float *dst, const float *src, size_t n) {
     size_t n4 = vec4_count(n, dst, src, NULL);
     add_k<<<grid_for(n4 ? n4 : n, 256), 256, 0, c->stream>>>(dst, src, n4, n);
@@ -478,6 +633,48 @@ void k_to_bf16(CudaCtx *c, __nv_bfloat16 *dst, const float *src, size_t n) {
 void k_to_operand(CudaCtx *c, void *dst, const float *src, size_t n) {
     if (c->op == PP_BF16) k_to_bf16(c, (__nv_bfloat16 *)dst, src, n);
     else CK(c, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
+}
+
+/* ---- RoPE ([Note: RoPE] in src/backend/backend.h) ---------------------------------------
+ * A thread per (row, pair i): a = t * inv_freq[i] (one fp32 product), cos and sin once,
+ * then pair i of each of the row's NH + NKV q and k heads rotated in place (dir 1) or
+ * by the transpose (dir -1, the backward); consecutive threads take consecutive pairs,
+ * so each head's loads and stores are coalesced. X: fp32 (qkv) or the operand type
+ * (dqkv); the v heads are not touched. */
+template <typename X>
+__global__ void rope_k(X *x, const float *inv_freq, size_t rows, int T, int heads, int half, int HS,
+                       size_t ld, int dir) {
+    GRID_STRIDE(i, rows * half) {
+        size_t n = i / half;
+        int k = (int)(i % half);
+        float a = (float)(int)(n % T) * inv_freq[k], sn, cs;
+        sincosf(a, &sn, &cs);
+        X *p = x + n * ld + k;
+        for (int h = 0; h < heads; h++, p += HS) {
+            float x0 = get(p), x1 = get(p + half);
+            if (dir > 0) {
+                put(p, x0 * cs - x1 * sn);
+                put(p + half, x1 * cs + x0 * sn);
+            } else {
+                put(p, x0 * cs + x1 * sn);
+                put(p + half, x1 * cs - x0 * sn);
+            }
+        }
+    }
+}
+
+void k_rope(CudaCtx *c, void *x, const float *inv_freq, int B, int T, int NH, int NKV, int HS,
+            int dir) {
+    size_t rows = (size_t)B * T, ld = (size_t)(NH + 2 * NKV) * HS;
+    int half = HS / 2;
+    unsigned g = grid_for(rows * half, 256);
+    if (dir < 0 && c->op == PP_BF16)
+        rope_k<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)x, inv_freq, rows, T, NH + NKV, half, HS,
+                                         ld, dir);
+    else
+        rope_k<<<g, 256, 0, c->stream>>>((float *)x, inv_freq, rows, T, NH + NKV, half, HS, ld,
+                                         dir);
+    KCHECK(c, "rope_k");
 }
 
 /* ---- attention's causal softmax: one warp per row of a [T,T] block ---------------- */

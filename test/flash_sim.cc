@@ -242,19 +242,24 @@ template <typename OutT> static std::vector<float> widened(const float *x, size_
     return w;
 }
 
+/* The flash kernels on B sequences of T, NH query heads and NKV kv heads of hs channels
+ * ([Note: grouped-query attention] in src/backend/backend.h: query head h reads kv head
+ * h / (NH / NKV)) against the CPU op: the multi-head instantiations at NKV = NH, the GQA
+ * ones otherwise, as the launchers choose. With both (NKV = NH only), the GQA
+ * instantiations run too, on groups of one, and must give the multi-head kernels' bits. */
 template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float>
-static int check(int B, int T, int NH, int hs) {
+static int check(int B, int T, int NH, int NKV, int hs, bool both = false) {
     const Backend *cpu = backend_cpu();
-    int C = NH * hs, N = B * T;
-    size_t Q = (size_t)N * 3 * C, NC = (size_t)N * C, NL = (size_t)B * NH * T;
+    int C = NH * hs, N = B * T, G = NH / NKV, W = (NH + 2 * NKV) * hs;
+    size_t Q = (size_t)N * W, NC = (size_t)N * C, NL = (size_t)B * NH * T;
     std::vector<float> qkv(Q), dout(NC), ref(NC), dref(Q);
     for (auto &x : qkv) x = 1.5f * urand();
     for (auto &x : dout) x = urand();
     std::vector<float> att(cpu->attention_saved_floats(cpu, B, T, NH)),
         scratch(cpu->scratch_floats(cpu, N, T, C));
-    cpu->attention_forward(cpu, ref.data(), att.data(), qkv.data(), B, T, C, NH);
+    cpu->attention_forward(cpu, ref.data(), att.data(), qkv.data(), B, T, NH, NKV, hs);
     cpu->attention_backward(cpu, dref.data(), dout.data(), qkv.data(), ref.data(), att.data(), B, T,
-                            C, NH, scratch.data());
+                            NH, NKV, hs, scratch.data());
 
     float *out = poisoned(words<OutT>(NC)), *lse = poisoned(NL), *dqkv = poisoned(words<OutT>(Q));
     float *D = poisoned(NL);
@@ -262,40 +267,90 @@ static int check(int B, int T, int NH, int hs) {
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
     unsigned nq = (unsigned)((T + FA_BR - 1) / FA_BR), nk = (unsigned)((T + FA_BC - 1) / FA_BC);
     const float *pq = qkv.data(), *pd = dout.data();
-    /* the packed bf16 copies, bf16 NaN first (an element the pack kernel skips shows);
-     * 3 blocks: the grid-stride loop goes round */
-    size_t nqh = (size_t)B * NH * 3 * T * HSP, ndo = (size_t)B * NH * T * HSP;
+    /* the packed bf16 copies ([Note: flash tiling]: [B][NKV][G + 2][T][HSP] and
+     * [B][NH][T][HSP]), bf16 NaN first (an element the pack kernel skips shows); 3 blocks:
+     * the grid-stride loop goes round */
+    size_t nqh = (size_t)B * (NH + 2 * NKV) * T * HSP, ndo = (size_t)B * NH * T * HSP;
     std::vector<bf16> qh(nqh + 8), doh(ndo + 8); /* +8: 16-byte alignment slack */
     auto aligned = [](bf16 *p) { return (bf16 *)(((uintptr_t)p + 15) & ~(uintptr_t)15); };
     bf16 *pqh = aligned(qh.data()), *pdo = aligned(doh.data());
     memset(pqh, 0xff, nqh * sizeof(bf16));
     memset(pdo, 0xff, ndo * sizeof(bf16));
-    run(SimDim{3, 1, 1}, 0, [&] { flash_pack<HSP>(pqh, pq, B, T, NH, hs, 3, 3 * (size_t)C); });
-    run(SimDim{3, 1, 1}, 0, [&] { flash_pack<HSP>(pdo, pd, B, T, NH, hs, 1, (size_t)C); });
-    run(SimDim{nq, (unsigned)NH, (unsigned)B}, FwdSmem<HSP>::bytes,
-        [&] { flash_fwd<HSP, OutT>(o, lse, pqh, T, C, NH, hs, sl2); });
+    run(SimDim{3, 1, 1}, 0, [&] { flash_pack<HSP>(pqh, pq, B, T, NKV, G, G + 2, hs, (size_t)W); });
+    run(SimDim{3, 1, 1}, 0, [&] { flash_pack<HSP>(pdo, pd, B, T, NH, 1, 1, hs, (size_t)C); });
+    SimDim qgrid{nq, (unsigned)NH, (unsigned)B}, kgrid{nk, (unsigned)NKV, (unsigned)B};
+    if (G == 1) /* the multi-head kernels */
+        run(qgrid, FwdSmem<HSP>::bytes,
+            [&] { flash_fwd<HSP, OutT>(o, lse, pqh, T, C, NH, hs, sl2, 1); });
+    else
+        run(qgrid, FwdSmem<HSP>::bytes,
+            [&] { flash_fwd<HSP, OutT, true>(o, lse, pqh, T, C, NH, hs, sl2, G); });
     /* D from the forward's out */
     run(SimDim{2, 1, 1}, 0, [&] { flash_rowdot(D, pd, (const OutT *)o, B, T, NH, hs); });
-    run(SimDim{nq, (unsigned)NH, (unsigned)B}, DqSmem<HSP>::bytes,
-        [&] { flash_bwd_dq<HSP, OutT>(dq, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale); });
-    run(SimDim{nk, (unsigned)NH, (unsigned)B}, DkvSmem<HSP, BQ>::bytes,
-        [&] { flash_bwd_dkv<HSP, BQ, OutT>(dq, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale); });
+    if (G == 1) {
+        run(qgrid, DqSmem<HSP>::bytes,
+            [&] { flash_bwd_dq<HSP, OutT>(dq, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale, 1); });
+        run(kgrid, DkvSmem<HSP, BQ>::bytes, [&] {
+            flash_bwd_dkv<HSP, BQ, OutT>(dq, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale, 1);
+        });
+    } else {
+        run(qgrid, DqSmem<HSP>::bytes, [&] {
+            flash_bwd_dq<HSP, OutT, true>(dq, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale, G);
+        });
+        run(kgrid, DkvSmem<HSP, BQ>::bytes, [&] {
+            flash_bwd_dkv<HSP, BQ, OutT, 1, true>(dq, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale,
+                                                  G);
+        });
+    }
     guards_intact(out, words<OutT>(NC), "out");
     guards_intact(lse, NL, "lse");
     guards_intact(dqkv, words<OutT>(Q), "dqkv");
     guards_intact(D, NL, "D");
+    int same = 1; /* the GQA instantiations at G = 1: the multi-head kernels' bits */
+    if (both && G == 1) {
+        float *out2 = poisoned(words<OutT>(NC)), *lse2 = poisoned(NL);
+        float *dq2 = poisoned(words<OutT>(Q));
+        run(qgrid, FwdSmem<HSP>::bytes, [&] {
+            flash_fwd<HSP, OutT, true>((OutT *)out2, lse2, pqh, T, C, NH, hs, sl2, 1);
+        });
+        run(qgrid, DqSmem<HSP>::bytes, [&] {
+            flash_bwd_dq<HSP, OutT, true>((OutT *)dq2, D, pdo, pqh, lse, T, C, NH, hs, sl2, scale,
+                                          1);
+        });
+        run(kgrid, DkvSmem<HSP, BQ>::bytes, [&] {
+            flash_bwd_dkv<HSP, BQ, OutT, 1, true>((OutT *)dq2, D, pdo, pqh, lse, T, C, NH, hs, sl2,
+                                                  scale, 1);
+        });
+        guards_intact(out2, words<OutT>(NC), "out (GQA instantiation)");
+        guards_intact(dq2, words<OutT>(Q), "dqkv (GQA instantiation)");
+        same = !memcmp(out2, out, words<OutT>(NC) * 4) && !memcmp(lse2, lse, NL * 4) &&
+               !memcmp(dq2, dqkv, words<OutT>(Q) * 4);
+        free(out2);
+        free(lse2);
+        free(dq2);
+    }
 
     std::vector<float> outw = widened<OutT>(out, NC), dqkvw = widened<OutT>(dqkv, Q);
     double eo = rel_l2(outw.data(), ref.data(), NC), ed = rel_l2(dqkvw.data(), dref.data(), Q);
+    double edk = 0; /* d(k) and d(v) alone: the group's sums */
+    {
+        std::vector<float> a, r;
+        for (size_t n = 0; n < (size_t)N; n++)
+            for (int c = C; c < W; c++) {
+                a.push_back(dqkvw[n * W + c]);
+                r.push_back(dref[n * W + c]);
+            }
+        edk = rel_l2(a.data(), r.data(), a.size());
+    }
     double el = 0;
     for (int b = 0; b < B; b++) /* the log-sum-exp against double */
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
-                const float *qi = &qkv[((size_t)b * T + i) * 3 * C + (size_t)h * hs];
+                const float *qi = &qkv[((size_t)b * T + i) * W + (size_t)h * hs];
                 double mx = -INFINITY, sum = 0;
                 std::vector<double> sc(i + 1);
                 for (int j = 0; j <= i; j++) {
-                    const float *kj = &qkv[((size_t)b * T + j) * 3 * C + C + (size_t)h * hs];
+                    const float *kj = &qkv[((size_t)b * T + j) * W + (size_t)(NH + h / G) * hs];
                     double s = 0;
                     for (int d = 0; d < hs; d++) s += (double)qi[d] * kj[d];
                     sc[j] = s / sqrt((double)hs);
@@ -305,12 +360,15 @@ static int check(int B, int T, int NH, int hs) {
                 double e = fabs(lse[((size_t)b * NH + h) * T + i] - (mx + log(sum)));
                 el = e == e && e > el ? e : e == e ? el : INFINITY;
             }
-    int ok = eo <= 1e-2 && ed <= 1e-2 && el <= 2e-2 && eo > 1e-4 && ed > 1e-4;
-    printf("%-4s flash kernels on the host, B=%d T=%d NH=%d hs=%d (template %d): out rel %.2e, "
-           "dqkv rel %.2e, lse max abs %.2e (bounds 1e-2, 1e-2, 2e-2)%s%s\n",
-           ok ? "ok" : "FAIL", B, T, NH, hs, HSP, eo, ed, el,
+    int ok = eo <= 1e-2 && ed <= 1e-2 && edk <= 1e-2 && el <= 2e-2 && eo > 1e-4 && ed > 1e-4 &&
+             same;
+    printf("%-4s flash kernels on the host, B=%d T=%d NH=%d NKV=%d hs=%d (template %d): out rel "
+           "%.2e, dqkv rel %.2e (dk, dv %.2e), lse max abs %.2e (bounds 1e-2, 1e-2, 2e-2)%s%s%s\n",
+           ok ? "ok" : "FAIL", B, T, NH, NKV, hs, HSP, eo, ed, edk, el,
            BQ != dkv_bq<HSP>() ? " (dkv query step changed)" : "",
-           sizeof(OutT) == 2 ? " (bf16 out and dqkv)" : "");
+           sizeof(OutT) == 2 ? " (bf16 out and dqkv)" : "",
+           !both ? "" : same ? "; the GQA kernels at G = 1: the multi-head ones' bits"
+                             : "; the GQA kernels at G = 1: DIFFERENT bits");
     free(out);
     free(lse);
     free(dqkv);
@@ -323,20 +381,36 @@ int main(void) {
     int bad = 0;
     /* every template, T = 1, under a tile, one tile, one past, two tiles and a bit;
      * head sizes padded (20 -> 32, 48 -> 64, 72 -> 80), B and NH > 1 */
-    bad += check<64>(1, 1, 1, 64);
-    bad += check<32>(2, 7, 2, 32);
-    bad += check<64>(1, 64, 3, 64);
-    bad += check<80>(1, 65, 1, 80);
-    bad += check<96>(1, 129, 1, 96);
-    bad += check<128>(1, 130, 1, 128);
-    bad += check<64>(2, 70, 1, 48);
-    bad += check<32>(1, 100, 1, 20);
-    bad += check<80>(1, 40, 2, 72);
-    bad += check<64, 32>(1, 130, 2, 64); /* the other query step of the dkv kernel at each size */
-    bad += check<128, 64>(1, 70, 1, 128);
+    bad += check<64>(1, 1, 1, 1, 64);
+    bad += check<32>(2, 7, 2, 2, 32);
+    bad += check<64>(1, 64, 3, 3, 64, true); /* and the GQA kernels at G = 1 */
+    bad += check<80>(1, 65, 1, 1, 80);
+    bad += check<96>(1, 129, 1, 1, 96, true);
+    bad += check<128>(1, 130, 1, 1, 128);
+    bad += check<64>(2, 70, 1, 1, 48);
+    bad += check<32>(1, 100, 1, 1, 20);
+    bad += check<80>(1, 40, 2, 2, 72);
+    /* the other query step of the dkv kernel at each size */
+    bad += check<64, 32>(1, 130, 2, 2, 64);
+    bad += check<128, 64>(1, 70, 1, 1, 128);
     /* bf16 operand activations: out, dqkv, D's read of out */
-    bad += check<64, dkv_bq<64>(), bf16>(2, 70, 2, 64);
-    bad += check<96, dkv_bq<96>(), bf16>(1, 65, 1, 72);
+    bad += check<64, dkv_bq<64>(), bf16>(2, 70, 2, 2, 64);
+    bad += check<96, dkv_bq<96>(), bf16>(1, 65, 1, 1, 72);
+    /* grouped-query attention: groups of 2 and 3, multi-query (NKV = 1); several groups,
+     * B > 1, the sequence over several tiles (the group loop of the dkv kernel crosses a
+     * head with the next step's copies in flight), padded head sizes, both dkv query
+     * steps (32 is what the launcher runs up to 64 channels), bf16 outputs */
+    bad += check<64>(2, 70, 4, 2, 64);                     /* G 2, two kv heads */
+    bad += check<32>(1, 100, 6, 2, 20);                    /* G 3 */
+    bad += check<64>(1, 130, 4, 1, 48);                    /* MQA, G 4 */
+    bad += check<64, 32>(2, 67, 6, 3, 64);                 /* G 2, the launched query step */
+    bad += check<32, 32>(1, 129, 3, 1, 32);                /* MQA, G 3 */
+    bad += check<80>(1, 40, 3, 1, 80);                     /* MQA at the 80 template */
+    bad += check<96>(1, 65, 4, 2, 96);                     /* G 2 at 96 (query steps of 32) */
+    bad += check<128>(1, 70, 2, 1, 128);                   /* MQA at 128 */
+    bad += check<32>(1, 1, 2, 1, 32);                      /* T = 1 */
+    bad += check<64, 32, bf16>(2, 70, 4, 1, 64);           /* MQA, bf16 out and dqkv */
+    bad += check<64, dkv_bq<64>(), bf16>(1, 65, 6, 2, 56); /* G 3, bf16 */
     printf("flash_sim: %s\n", bad ? "FAILED" : "every shape within the bounds");
     return bad ? 1 : 0;
 }

@@ -231,8 +231,8 @@ static Errs run_shape(int B, int T, int NH, int hs, float amp) {
     float *scratch = malloc(cpu->scratch_floats(cpu, N, T, C) * sizeof(float));
     float *ref = malloc(NC * 4), *dref = malloc(Q * 4), *out = malloc(NC * 4), *dq = malloc(Q * 4);
     float *lse = malloc((size_t)B * NH * T * 4);
-    cpu->attention_forward(cpu, ref, att, qkv, B, T, C, NH);
-    cpu->attention_backward(cpu, dref, dout, qkv, ref, att, B, T, C, NH, scratch);
+    cpu->attention_forward(cpu, ref, att, qkv, B, T, NH, NH, hs);
+    cpu->attention_backward(cpu, dref, dout, qkv, ref, att, B, T, NH, NH, hs, scratch);
     for (size_t i = 0; i < NC; i++) out[i] = NAN; /* poisoned: an element not written fails */
     for (size_t i = 0; i < Q; i++) dq[i] = NAN;
     for (size_t i = 0; i < (size_t)B * NH * T; i++) lse[i] = NAN;

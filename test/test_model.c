@@ -227,8 +227,8 @@ END_TEST
 typedef struct { float *out, *att, *qkv, *R; int B, T, C, NH; } AttCtx;
 static double att_loss(void *p) {
     AttCtx *c = p;
-    backend_cpu()->attention_forward(backend_cpu(), c->out, c->att, c->qkv, c->B, c->T, c->C,
-                                     c->NH);
+    backend_cpu()->attention_forward(backend_cpu(), c->out, c->att, c->qkv, c->B, c->T, c->NH,
+                                     c->NH, c->C / c->NH);
     return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 static void check_attention(int B, int T, int C, int NH) {
@@ -236,9 +236,9 @@ static void check_attention(int B, int T, int C, int NH) {
                 rand_buf((size_t)B * T * 3 * C, 1), rand_buf((size_t)B * T * C, 1), B, T, C, NH};
     att_loss(&c);
     float *dqkv = talloc((size_t)B * T * 3 * C * 4);
-    backend_cpu()->attention_backward(
-        backend_cpu(), dqkv, c.R, c.qkv, c.out, c.att, B, T, C, NH,
-        talloc(backend_cpu()->scratch_floats(backend_cpu(), B * T, T, C) * 4));
+    float *scratch = talloc(backend_cpu()->scratch_floats(backend_cpu(), B * T, T, C) * 4);
+    backend_cpu()->attention_backward(backend_cpu(), dqkv, c.R, c.qkv, c.out, c.att, B, T, NH, NH,
+                                      C / NH, scratch);
     double *g = numgrad(att_loss, &c, c.qkv, (size_t)B * T * 3 * C, 1e-2f);
     assert_close("dqkv", dqkv, g, (size_t)B * T * 3 * C, 2e-3, 2e-3);
     /* causality: output row t must not depend on positions > t */
@@ -387,18 +387,19 @@ static void emu_mm_bwd(const Backend *be, float *dinp, float *dw, float *db, con
     free(x);
 }
 static void emu_att_fwd(const Backend *be, void *out, float *att, const float *qkv, int B, int T,
-                        int C, int NH) {
-    float *t = pp_malloc((size_t)B * T * C * sizeof(float));
-    CPU->attention_forward(CPU, t, att, qkv, B, T, C, NH);
-    narrow(out, t, (size_t)B * T * C);
+                        int NH, int NKV, int HS) {
+    float *t = pp_malloc((size_t)B * T * NH * HS * sizeof(float));
+    CPU->attention_forward(CPU, t, att, qkv, B, T, NH, NKV, HS);
+    narrow(out, t, (size_t)B * T * NH * HS);
     free(t);
 }
 static void emu_att_bwd(const Backend *be, void *dqkv, const float *dout, const float *qkv,
-                        const void *out, const float *att, int B, int T, int C, int NH,
+                        const void *out, const float *att, int B, int T, int NH, int NKV, int HS,
                         float *scratch) {
-    float *o = widen(out, (size_t)B * T * C), *t = pp_malloc((size_t)B * T * 3 * C * sizeof(float));
-    CPU->attention_backward(CPU, t, dout, qkv, o, att, B, T, C, NH, scratch);
-    narrow(dqkv, t, (size_t)B * T * 3 * C);
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS;
+    float *o = widen(out, (size_t)B * T * NH * HS), *t = pp_malloc(nq * sizeof(float));
+    CPU->attention_backward(CPU, t, dout, qkv, o, att, B, T, NH, NKV, HS, scratch);
+    narrow(dqkv, t, nq);
     free(o);
     free(t);
 }
@@ -423,6 +424,38 @@ static void emu_ce(const Backend *be, void *dlogits, float *losses, float *logit
 static void emu_to_operand(const Backend *be, void *dst, const float *src, size_t n) {
     narrow(dst, src, n);
 }
+/* the Llama block's ops with an operand output (no architecture of this file calls them yet) */
+static void emu_rms_fwd(const Backend *be, void *out, float *rstd, const float *inp, const float *w,
+                        float eps, int N, int C) {
+    float *t = pp_malloc((size_t)N * C * sizeof(float));
+    CPU->rmsnorm_forward(CPU, t, rstd, inp, w, eps, N, C);
+    narrow(out, t, (size_t)N * C);
+    free(t);
+}
+static void emu_rope_bwd(const Backend *be, void *dqkv, const float *inv_freq, int B, int T, int NH,
+                         int NKV, int HS) {
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    float *t = widen(dqkv, n);
+    CPU->rope_backward(CPU, t, inv_freq, B, T, NH, NKV, HS);
+    narrow(dqkv, t, n);
+    free(t);
+}
+static void emu_swiglu_fwd(const Backend *be, void *out, const float *gate, const float *up,
+                           size_t n) {
+    float *t = pp_malloc(n * sizeof(float) + 1);
+    CPU->swiglu_forward(CPU, t, gate, up, n);
+    narrow(out, t, n);
+    free(t);
+}
+static void emu_swiglu_bwd(const Backend *be, void *dgate, void *dup, const float *gate,
+                           const float *up, const float *dout, size_t n) {
+    float *tg = pp_malloc(n * sizeof(float) + 1), *tu = pp_malloc(n * sizeof(float) + 1);
+    CPU->swiglu_backward(CPU, tg, tu, gate, up, dout, n);
+    narrow(dgate, tg, n);
+    narrow(dup, tu, n);
+    free(tg);
+    free(tu);
+}
 #undef CPU
 
 static const Backend *backend_bf16_operands(void) {
@@ -437,6 +470,10 @@ static const Backend *backend_bf16_operands(void) {
     be.attention_backward = emu_att_bwd;
     be.gelu_forward = emu_gelu_fwd;
     be.gelu_backward = emu_gelu_bwd;
+    be.rmsnorm_forward = emu_rms_fwd;
+    be.rope_backward = emu_rope_bwd;
+    be.swiglu_forward = emu_swiglu_fwd;
+    be.swiglu_backward = emu_swiglu_bwd;
     be.crossentropy_forward_backward = emu_ce;
     be.to_operand = emu_to_operand;
     return &be;

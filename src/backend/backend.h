@@ -1,4 +1,5 @@
-/* backend.h — a device: its memory, the compute ops of a GPT-2 decoder and the step's
+/* backend.h — a device: its memory, the compute ops of a decoder (GPT-2's, and the ones a
+ * Llama block adds: RMSNorm, RoPE, SwiGLU, grouped-query attention) and the step's
  * arithmetic (norm, optimizer), as a struct of function pointers that the CPU backend
  * (the reference) and the CUDA backend fill in identically. */
 #ifndef PP_BACKEND_H
@@ -16,13 +17,14 @@ typedef struct Backend Backend;
 
 /* [Note: split backward] Zero-bubble schedules split a chunk's backward into I (the
  * gradient of the chunk input) and W (the weight gradients, later). No op is added
- * for it: matmul_backward and layernorm_backward take NULL for the outputs a half
- * does not compute (see each op), and each half must give exactly the bits the fused
- * call gives, so that a zero-bubble schedule trains bitwise like 1F1B. A backend
- * implements this table the same way (the CUDA backend too).
+ * for it: matmul_backward, layernorm_backward and rmsnorm_backward take NULL for the
+ * outputs a half does not compute (see each op), and each half must give exactly the
+ * bits the fused call gives, so that a zero-bubble schedule trains bitwise like 1F1B. A
+ * backend implements this table the same way (the CUDA backend too).
  *
- * Sizes: B sequences, T positions, C channels, NH heads, N = B*T rows, V real and Vp
- * padded vocabulary. Every tensor is row-major; shapes are in the comments.
+ * Sizes: B sequences, T positions, C channels, NH (query) heads, NKV key/value heads (NH
+ * a multiple of NKV), HS channels a head, N = B*T rows, V real and Vp padded vocabulary.
+ * Every tensor is row-major; shapes are in the comments.
  *
  * Argument order (STYLE.md habit 3): forward (outputs, saved-for-backward, inputs,
  * weights, sizes); backward (input grads, weight grads, dout, saved, weights, sizes).
@@ -32,12 +34,13 @@ typedef struct Backend Backend;
  * [Note: operand activations] The activations that only GEMMs read are stored in the
  * backend's operand type (Backend.operand): fp32 on the CPU and on a GPU at fp32 or
  * tf32, bf16 on a GPU at precision bf16, so that a bf16 GEMM takes them as they are,
- * with no cast and half the bytes. They are the outputs of LayerNorm, attention and
- * GELU, and in the backward the gradients that feed a matmul: GELU's input gradient
- * (d fch), attention's (d qkv), the head's dlogits, and the residual gradient once
- * to_operand has converted it. Their arguments are `void *` below, marked (operand);
- * everything else (the residual stream and its gradient, qkv, the pre-GELU fch, the
- * logits, LayerNorm's statistics, parameters, gradients) is fp32. */
+ * with no cast and half the bytes. They are the outputs of LayerNorm, RMSNorm, attention,
+ * GELU and SwiGLU, and in the backward the gradients that feed a matmul: GELU's and
+ * SwiGLU's input gradients (d fch; d gate, d up), attention's (d qkv, which rope_backward
+ * rotates in place), the head's dlogits, and the residual gradient once to_operand has
+ * converted it. Their arguments are `void *` below, marked (operand); everything else
+ * (the residual stream and its gradient, qkv, the pre-activations fch, gate and up, the
+ * logits, the norms' statistics, parameters, gradients) is fp32. */
 /* [Note: device memory] Every buffer the model and the runtime compute on (parameters,
  * gradients, optimizer state, activation slots, receive buffers, scratch, token ids,
  * the loss and norm sums) is device memory from be->alloc; the host touches it only
@@ -87,11 +90,13 @@ struct Backend {
 
     /* out[N,C] = wte[inp[n],:] + wpe[n mod T,:]; inp[N] token ids, each below the
      * vocabulary (unchecked here: data_batch checks every id it reads, [Note: checked
-     * batch reads] in data.c). */
+     * batch reads] in data.c). wpe NULL: no position table (Llama, whose positions are
+     * RoPE's): out = wte[inp[n],:]. */
     void (*encoder_forward)(const Backend *be, float *out, const int *inp, const float *wte,
                             const float *wpe, int B, int T, int C);
-    /* dwte[inp[n],:] += dout[n,:]; dwpe[t,:] += sum over b of dout[b,t,:]. All weight
-     * gradient: a split backward runs it in W. (GELU and attention have no weights: I.) */
+    /* dwte[inp[n],:] += dout[n,:]; dwpe[t,:] += sum over b of dout[b,t,:] (dwpe NULL:
+     * skipped, no position table). All weight gradient: a split backward runs it in W.
+     * (GELU, SwiGLU, RoPE and attention have no weights: I.) */
     void (*encoder_backward)(const Backend *be, float *dwte, float *dwpe, const float *dout,
                              const int *inp, int B, int T, int C);
 
@@ -107,6 +112,21 @@ struct Backend {
                                const float *dout, const float *inp, const float *mean,
                                const float *rstd, const float *w, int N, int C, float *scratch);
 
+    /* [Note: RMSNorm] out[N,C] (operand) = inp * rstd * w over the last dimension, no bias,
+     * and rstd[N] = 1 / sqrt(mean(inp^2) + eps) saved: Hugging Face's LlamaRMSNorm in fp32
+     * (transformers, models/llama/modeling_llama.py) in its order of operations: the mean
+     * of the squares (a sum in fp32, then / C), rsqrt(variance + eps) as 1 / sqrtf, x * rstd,
+     * then * w. (The sum's order is the backend's own, so the last bit may differ from
+     * torch's; eps is the model's, unlike LayerNorm's fixed 1e-5.) */
+    void (*rmsnorm_forward)(const Backend *be, void *out, float *rstd, const float *inp,
+                            const float *w, float eps, int N, int C);
+    /* dinp[N,C] += (accumulates), dw[C] +=, from dout[N,C] and the forward's inp and rstd.
+     * scratch: scratch_floats(...). [Note: split backward] dinp == NULL: only dw (the W
+     * half); dw == NULL: only dinp (the I half); either gives the fused call's bits. */
+    void (*rmsnorm_backward)(const Backend *be, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *rstd, const float *w, int N, int C,
+                             float *scratch);
+
     /* out[N,OC] = inp[N,C] (operand) @ w[OC,C]^T + b[OC] (b may be NULL). */
     void (*matmul_forward)(const Backend *be, float *out, const void *inp, const float *w,
                            const float *b, int N, int C, int OC);
@@ -118,20 +138,51 @@ struct Backend {
     void (*matmul_backward)(const Backend *be, float *dinp, float *dw, float *db, const void *dout,
                             const void *inp, const float *w, int N, int C, int OC);
 
-    /* Causal self-attention. qkv[B,T,3C] holds q, k, v (head h at channels h*hs..);
-     * out[B,T,C] (operand); att[attention_saved_floats(B,T,NH)] is what the backward needs besides
-     * qkv: on the CPU the softmax probabilities [B,NH,T,T] (row t valid in columns
-     * 0..t); a flash attention saves the log-sum-exp [B,NH,T] instead. */
-    void (*attention_forward)(const Backend *be, void *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH);
-    /* dqkv[B,T,3C] (operand) OVERWRITTEN from dout[B,T,C], qkv, the forward's out[B,T,C]
-     * (operand) and att.
-     * scratch as above. (A flash attention takes D = rowsum(dout o out) per head from
-     * out; the CPU's needs only att.) */
-    void (*attention_backward)(const Backend *be, void *dqkv, const float *dout,
-                               const float *qkv, const void *out, const float *att, int B,
-                               int T, int C, int NH, float *scratch);
-    /* Floats attention_forward saves per microbatch of B sequences of length T. */
+    /* [Note: RoPE] Rotary position embeddings in Hugging Face's rotate-half convention, so
+     * that Hub weights load with no permutation of q and k. Each q head and each k head of
+     * qkv[B,T,(NH + 2 NKV) HS] (attention's layout, below), a vector x of HS (even)
+     * channels at position t of its sequence, is rotated pairwise: for i < HS/2, with
+     * a = t * inv_freq[i] (one fp32 product) and c, s = cos a, sin a in fp32,
+     *   x'[i] = x[i] c - x[i + HS/2] s,   x'[i + HS/2] = x[i + HS/2] c + x[i] s.
+     * This is transformers' LlamaRotaryEmbedding.forward (freqs = inv_freq @ position in
+     * fp32, emb = cat(freqs, freqs), cos and sin in fp32, attention_scaling 1.0 as for the
+     * "default" and "llama3" rope types) with apply_rotary_pos_emb and rotate_half
+     * (models/llama/modeling_llama.py): q * cos + rotate_half(q) * sin. inv_freq[HS/2]
+     * (device memory) is the architecture's, from rope_theta and any scaling
+     * (modeling_rope_utils' _compute_default_rope_parameters, _compute_llama3_parameters);
+     * the ops hold no state. Positions start at 0 in every sequence. cos and sin are
+     * libm's cosf, sinf on the CPU and sincosf on the GPU, and a compiler may fuse one
+     * product of the rotation into its sum, so a value can differ from torch's by an ulp.
+     * The v heads are left as they are. In place. */
+    void (*rope_forward)(const Backend *be, float *qkv, const float *inv_freq, int B, int T, int NH,
+                         int NKV, int HS);
+    /* The backward: dqkv[B,T,(NH + 2 NKV) HS] (operand) in place, the inverse (transposed)
+     * rotation on the dq and dk heads (x[i] = x'[i] c + x'[i + HS/2] s, x[i + HS/2] =
+     * x'[i + HS/2] c - x'[i] s); dv as it is. */
+    void (*rope_backward)(const Backend *be, void *dqkv, const float *inv_freq, int B, int T,
+                          int NH, int NKV, int HS);
+
+    /* [Note: grouped-query attention] Causal self-attention with NH query heads and NKV
+     * key/value heads, NKV dividing NH (NKV = NH: multi-head, GPT-2; NKV = 1: multi-query).
+     * qkv[B,T,(NH + 2 NKV) HS] holds the NH q heads, then the NKV k heads, then the NKV v
+     * heads (head j of a part at channels j*HS..); query head h attends with kv head
+     * h / (NH/NKV), as transformers' repeat_kv. out[B,T,NH HS] (operand);
+     * att[attention_saved_floats(B,T,NH)] is what the backward needs besides qkv, per
+     * query head: on the CPU the softmax probabilities [B,NH,T,T] (row t valid in columns
+     * 0..t); a flash attention saves the log-sum-exp [B,NH,T] instead. Scores are scaled
+     * by 1/sqrt(HS). */
+    void (*attention_forward)(const Backend *be, void *out, float *att, const float *qkv, int B,
+                              int T, int NH, int NKV, int HS);
+    /* dqkv[B,T,(NH + 2 NKV) HS] (operand) OVERWRITTEN from dout[B,T,NH HS], qkv, the
+     * forward's out[B,T,NH HS] (operand) and att, laid out as qkv: the d(k) and d(v) of a
+     * kv head are the sums over its group's query heads, in a fixed order (the group's
+     * heads in order: the same bits every run). scratch as above. (A flash attention
+     * takes D = rowsum(dout o out) per head from out; the CPU's needs only att.) */
+    void (*attention_backward)(const Backend *be, void *dqkv, const float *dout, const float *qkv,
+                               const void *out, const float *att, int B, int T, int NH, int NKV,
+                               int HS, float *scratch);
+    /* Floats attention_forward saves per microbatch of B sequences of length T (per
+     * query head: NKV does not change it). */
     size_t (*attention_saved_floats)(const Backend *be, int B, int T, int NH);
 
     /* out[n] (operand) = gelu_tanh(inp[n]) for n < count. */
@@ -140,6 +191,18 @@ struct Backend {
      * overlap dout or inp). */
     void (*gelu_backward)(const Backend *be, void *dinp, const float *inp, const float *dout,
                           size_t count);
+
+    /* [Note: SwiGLU] out[n] (operand) = silu(gate[n]) * up[n] for n < count, silu(g) =
+     * g / (1 + exp(-g)): torch's silu formula in fp32 (its CPU and CUDA kernels compute
+     * x / (1 + exp(-x))), times up as transformers' LlamaMLP (act_fn(gate_proj(x)) *
+     * up_proj(x)). The CPU's exp is pp_expf (fastmath.h, about 1 ulp), the GPU's expf. */
+    void (*swiglu_forward)(const Backend *be, void *out, const float *gate, const float *up,
+                           size_t count);
+    /* dgate[n] (operand) = dout[n] * up[n] * silu'(gate[n]) with silu'(g) = s (1 + g (1 - s)),
+     * s = 1 / (1 + exp(-g)) (torch's silu_backward); dup[n] (operand) = dout[n] * silu(g).
+     * Both OVERWRITTEN (they overlap no input); no weights: the I half only. */
+    void (*swiglu_backward)(const Backend *be, void *dgate, void *dup, const float *gate,
+                            const float *up, const float *dout, size_t count);
 
     /* Fused softmax cross-entropy over the first V of Vp columns (padded columns get
      * no probability): dlogits[N,Vp] (operand) = (softmax(logits) - onehot(target)) *

@@ -46,8 +46,13 @@ static void encoder_forward(const Backend *be, float *out, const int *inp, const
                             const float *wpe, int B, int T, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < B * T; n++) {
-        const float *we = wte + (size_t)inp[n] * C, *pe = wpe + (size_t)(n % T) * C;
+        const float *we = wte + (size_t)inp[n] * C;
         float *o = out + (size_t)n * C;
+        if (!wpe) { /* no position table */
+            memcpy(o, we, (size_t)C * sizeof(float));
+            continue;
+        }
+        const float *pe = wpe + (size_t)(n % T) * C;
 #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
     }
@@ -63,7 +68,12 @@ static void encoder_backward(const Backend *be, float *dwte, float *dwpe, const 
         int c0 = (int)((long)C * id / nt), c1 = (int)((long)C * (id + 1) / nt);
         for (int n = 0; n < B * T; n++) {
             const float *d = dout + (size_t)n * C;
-            float *dw = dwte + (size_t)inp[n] * C, *dp = dwpe + (size_t)(n % T) * C;
+            float *dw = dwte + (size_t)inp[n] * C;
+            if (!dwpe) { /* no position table */
+                for (int c = c0; c < c1; c++) dw[c] += d[c];
+                continue;
+            }
+            float *dp = dwpe + (size_t)(n % T) * C;
             for (int c = c0; c < c1; c++) {
                 dw[c] += d[c];
                 dp[c] += d[c];
@@ -96,8 +106,8 @@ static void layernorm_forward(const Backend *be, void *outp, float *mean, float 
     }
 }
 
-/* Scratch: per-thread dw/db partial sums of layernorm_backward, or per-thread blocks of
- * dP in attention_backward, whichever is larger. */
+/* Scratch: per-thread dw/db partial sums of layernorm_backward (rmsnorm_backward's dw
+ * takes half), or per-thread blocks of dP in attention_backward, whichever is larger. */
 static size_t scratch_floats(const Backend *be, int N, int T, int C) {
     size_t nt = (size_t)omp_get_max_threads(), ln = nt * 2 * C, att = nt * ATT_BLOCK * (size_t)T;
     (void)N;
@@ -157,6 +167,61 @@ static void layernorm_backward(const Backend *be, float *dinp, float *dw, float 
     }
 }
 
+/* [Note: RMSNorm] in backend.h: Hugging Face's order of operations, x * rstd, then * w. */
+static void rmsnorm_forward(const Backend *be, void *outp, float *rstd, const float *inp,
+                            const float *w, float eps, int N, int C) {
+    float *out = outp;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        float r = 1.0f / sqrtf(ss / C + eps);
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = x[c] * r * w[c];
+        rstd[n] = r;
+    }
+}
+
+/* With xhat = x * rstd and dn = w * dout: dw += sum over rows of dout * xhat, and
+ * dx += rstd * (dn - xhat * mean(dn * xhat)) (the second term through rstd). Split as
+ * layernorm_backward ([Note: split backward]): each output by the same expressions
+ * whichever others are asked for. */
+static void rmsnorm_backward(const Backend *be, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *rstd, const float *w, int N, int C,
+                             float *scratch) {
+    int nt = omp_get_max_threads();
+    float *part = scratch; /* [nt][C]: per-thread dw */
+    if (dw) memset(part, 0, (size_t)nt * C * sizeof(float));
+#pragma omp parallel
+    {
+        float *pdw = part + (size_t)omp_get_thread_num() * C;
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+            float r = rstd[n], sdx = 0.0f;
+            if (dw) {
+#pragma omp simd
+                for (int c = 0; c < C; c++) pdw[c] += d[c] * (x[c] * r);
+            }
+            if (!dinp) continue;
+            float *dx = dinp + (size_t)n * C;
+#pragma omp simd reduction(+ : sdx)
+            for (int c = 0; c < C; c++) sdx += w[c] * d[c] * (x[c] * r);
+            sdx /= C;
+#pragma omp simd
+            for (int c = 0; c < C; c++) dx[c] += r * (w[c] * d[c] - x[c] * r * sdx);
+        }
+    }
+    if (!dw) return;
+    for (int t = 0; t < nt; t++) { /* fixed order: deterministic for a thread count */
+        const float *pdw = part + (size_t)t * C;
+        for (int c = 0; c < C; c++) dw[c] += pdw[c];
+    }
+}
+
 static void matmul_forward(const Backend *be, float *out, const void *inpp, const float *w,
                            const float *b, int N, int C, int OC) {
     const float *inp = inpp;
@@ -210,76 +275,152 @@ static void causal_softmax_row(float *row, int t, int end) {
     for (int j = t + 1; j < end; j++) row[j] = 0.0f;
 }
 
+/* [Note: grouped-query attention] in backend.h. Query head h of sequence b reads kv head
+ * h / G (G = NH / NKV query heads a group); with NKV = NH (GPT-2) the calls, and so the
+ * bits, are those of multi-head attention with k and v at C and 2C. */
 static void attention_forward(const Backend *be, void *outp, float *att, const float *qkv, int B,
-                              int T, int C, int NH) {
+                              int T, int NH, int NKV, int HS) {
     float *out = outp;
-    int hs = C / NH, ld = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
+    int G = NH / NKV, C = NH * HS, ld = (NH + 2 * NKV) * HS;
+    float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        const float *q = qkv + (size_t)b * T * ld + h * hs, *k = q + C, *v = q + 2 * C;
-        float *P = att + (size_t)bh * T * T, *y = out + (size_t)b * T * C + h * hs;
+        int b = bh / NH, h = bh % NH, kv = h / G;
+        const float *base = qkv + (size_t)b * T * ld, *q = base + (size_t)h * HS;
+        const float *k = base + (size_t)(NH + kv) * HS, *v = base + (size_t)(NH + NKV + kv) * HS;
+        float *P = att + (size_t)bh * T * T, *y = out + (size_t)b * T * C + (size_t)h * HS;
         for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
             int m = T - i0 < ATT_BLOCK ? T - i0 : ATT_BLOCK, i1 = i0 + m;
             /* S[i0:i1, 0:i1] = scale * Q[i0:i1] @ K[0:i1]^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, hs, scale,
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, HS, scale,
                         q + (size_t)i0 * ld, ld, k, ld, 0.0f, P + (size_t)i0 * T, T);
             for (int t = i0; t < i1; t++) causal_softmax_row(P + (size_t)t * T, t, i1);
             /* Y[i0:i1] = P[i0:i1, 0:i1] @ V[0:i1] */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, i1, 1.0f,
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, i1, 1.0f,
                         P + (size_t)i0 * T, T, v, ld, 0.0f, y + (size_t)i0 * C, C);
         }
     }
 }
 
+/* One query head's backward, block by block: dq OVERWRITTEN; dk, dv (its kv head's) +=.
+ * q, dq, k, dk, v, dv are rows of stride ld; P [T,T] its probabilities, dy rows of stride
+ * C; dS a [ATT_BLOCK,T] block of scratch. */
+static void attention_head_backward(float *dq, float *dk, float *dv, const float *dy,
+                                    const float *q, const float *k, const float *v, const float *P,
+                                    float *dS, int T, int HS, int ld, int C, float scale) {
+    for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+        int m = T - i0 < ATT_BLOCK ? T - i0 : ATT_BLOCK, i1 = i0 + m;
+        const float *Pb = P + (size_t)i0 * T;
+        /* dP = dY[i0:i1] @ V[0:i1]^T;  dV[0:i1] += P^T @ dY[i0:i1] */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, HS, 1.0f, dy + (size_t)i0 * C,
+                    C, v, ld, 0.0f, dS, T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, HS, m, 1.0f, Pb, T,
+                    dy + (size_t)i0 * C, C, 1.0f, dv, ld);
+        /* softmax backward: dS = P * (dP - sum_j P dP) * scale, causal part only */
+        for (int r = 0; r < m; r++) {
+            const float *p = Pb + (size_t)r * T;
+            float *d = dS + (size_t)r * T, dot = 0.0f;
+            int t = i0 + r;
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j <= t; j++) dot += p[j] * d[j];
+#pragma omp simd
+            for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - dot) * scale;
+            for (int j = t + 1; j < i1; j++) d[j] = 0.0f;
+        }
+        /* dQ[i0:i1] = dS @ K[0:i1];  dK[0:i1] += dS^T @ Q[i0:i1] */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, i1, 1.0f, dS, T, k, ld, 0.0f,
+                    dq + (size_t)i0 * ld, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, HS, m, 1.0f, dS, T,
+                    q + (size_t)i0 * ld, ld, 1.0f, dk, ld);
+    }
+}
+
+/* A task per (sequence, kv head): its group's query heads in order, each over its causal
+ * blocks in order, add into the kv head's dk and dv (the fixed order of the contract). */
 static void attention_backward(const Backend *be, void *dqkvp, const float *dout, const float *qkv,
-                               const void *out, const float *att, int B, int T, int C, int NH,
-                               float *scratch) {
+                               const void *out, const float *att, int B, int T, int NH, int NKV,
+                               int HS, float *scratch) {
     float *dqkv = dqkvp;
-    int hs = C / NH, ld = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
+    int G = NH / NKV, C = NH * HS, ld = (NH + 2 * NKV) * HS;
+    float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel
     {
         float *dS = scratch + (size_t)omp_get_thread_num() * ATT_BLOCK * T; /* a block of dP */
 #pragma omp for schedule(dynamic, 1)
-        for (int bh = 0; bh < B * NH; bh++) {
-            int b = bh / NH, h = bh % NH;
-            size_t base = (size_t)b * T * ld + h * hs;
-            const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
-            float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
-            const float *P = att + (size_t)bh * T * T, *dy = dout + (size_t)b * T * C + h * hs;
-            for (int t = 0; t < T; t++) { /* dk, dv accumulate over blocks */
-                memset(dk + (size_t)t * ld, 0, hs * sizeof(float));
-                memset(dv + (size_t)t * ld, 0, hs * sizeof(float));
+        for (int bk = 0; bk < B * NKV; bk++) {
+            int b = bk / NKV, kv = bk % NKV;
+            size_t base = (size_t)b * T * ld;
+            size_t ko = base + (size_t)(NH + kv) * HS, vo = base + (size_t)(NH + NKV + kv) * HS;
+            float *dk = dqkv + ko, *dv = dqkv + vo;
+            for (int t = 0; t < T; t++) { /* dk, dv accumulate over heads and blocks */
+                memset(dk + (size_t)t * ld, 0, HS * sizeof(float));
+                memset(dv + (size_t)t * ld, 0, HS * sizeof(float));
             }
-            for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-                int m = T - i0 < ATT_BLOCK ? T - i0 : ATT_BLOCK, i1 = i0 + m;
-                const float *Pb = P + (size_t)i0 * T;
-                /* dP = dY[i0:i1] @ V[0:i1]^T;  dV[0:i1] += P^T @ dY[i0:i1] */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, hs, 1.0f,
-                            dy + (size_t)i0 * C, C, v, ld, 0.0f, dS, T);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, m, 1.0f, Pb, T,
-                            dy + (size_t)i0 * C, C, 1.0f, dv, ld);
-                /* softmax backward: dS = P * (dP - sum_j P dP) * scale, causal part only */
-                for (int r = 0; r < m; r++) {
-                    const float *p = Pb + (size_t)r * T;
-                    float *d = dS + (size_t)r * T, dot = 0.0f;
-                    int t = i0 + r;
-#pragma omp simd reduction(+ : dot)
-                    for (int j = 0; j <= t; j++) dot += p[j] * d[j];
-#pragma omp simd
-                    for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - dot) * scale;
-                    for (int j = t + 1; j < i1; j++) d[j] = 0.0f;
-                }
-                /* dQ[i0:i1] = dS @ K[0:i1];  dK[0:i1] += dS^T @ Q[i0:i1] */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, i1, 1.0f, dS, T,
-                            k, ld, 0.0f, dq + (size_t)i0 * ld, ld);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, m, 1.0f, dS, T,
-                            q + (size_t)i0 * ld, ld, 1.0f, dk, ld);
+            for (int g = 0; g < G; g++) {
+                int h = kv * G + g;
+                size_t qo = base + (size_t)h * HS, yo = (size_t)b * T * C + (size_t)h * HS;
+                attention_head_backward(dqkv + qo, dk, dv, dout + yo, qkv + qo, qkv + ko, qkv + vo,
+                                        att + ((size_t)b * NH + h) * T * T, dS, T, HS, ld, C,
+                                        scale);
             }
         }
     }
+}
+
+/* [Note: RoPE] in backend.h. cs, sn[HS/2] = cos, sin of t * inv_freq[i] (the fp32 product:
+ * transformers' freqs), by libm's cosf and sinf. */
+static void rope_angles(float *cs, float *sn, const float *inv_freq, int t, int half) {
+    for (int i = 0; i < half; i++) {
+        float a = (float)t * inv_freq[i];
+        cs[i] = cosf(a);
+        sn[i] = sinf(a);
+    }
+}
+
+/* The q and k heads of every sequence's row t, rotated by +a (dir 1) or -a (dir -1, the
+ * transpose: the backward). A task per position, so each angle is computed once. */
+static void rope_apply(float *qkv, const float *inv_freq, int B, int T, int NH, int NKV, int HS,
+                       int dir) {
+    int half = HS / 2, heads = NH + NKV;
+    size_t ld = (size_t)(NH + 2 * NKV) * HS;
+#pragma omp parallel
+    {
+        float *cs = pp_malloc(2 * (size_t)(half ? half : 1) * sizeof(float)), *sn = cs + half;
+#pragma omp for schedule(static)
+        for (int t = 0; t < T; t++) {
+            rope_angles(cs, sn, inv_freq, t, half);
+            for (int b = 0; b < B; b++)
+                for (int h = 0; h < heads; h++) {
+                    float *x = qkv + ((size_t)b * T + t) * ld + (size_t)h * HS, *y = x + half;
+                    if (dir > 0) {
+#pragma omp simd
+                        for (int i = 0; i < half; i++) {
+                            float x0 = x[i], x1 = y[i];
+                            x[i] = x0 * cs[i] - x1 * sn[i];
+                            y[i] = x1 * cs[i] + x0 * sn[i];
+                        }
+                    } else {
+#pragma omp simd
+                        for (int i = 0; i < half; i++) {
+                            float x0 = x[i], x1 = y[i];
+                            x[i] = x0 * cs[i] + x1 * sn[i];
+                            y[i] = x1 * cs[i] - x0 * sn[i];
+                        }
+                    }
+                }
+        }
+        free(cs);
+    }
+}
+
+static void rope_forward(const Backend *be, float *qkv, const float *inv_freq, int B, int T, int NH,
+                         int NKV, int HS) {
+    rope_apply(qkv, inv_freq, B, T, NH, NKV, HS, 1);
+}
+
+static void rope_backward(const Backend *be, void *dqkv, const float *inv_freq, int B, int T,
+                          int NH, int NKV, int HS) {
+    rope_apply(dqkv, inv_freq, B, T, NH, NKV, HS, -1);
 }
 
 static void gelu_forward(const Backend *be, void *outp, const float *inp, size_t count) {
@@ -301,6 +442,29 @@ static void gelu_backward(const Backend *be, void *dinpp, const float *inp, cons
         float g = 0.5f * (1.0f + th) +
                   0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = g * dout[i];
+    }
+}
+
+/* [Note: SwiGLU] in backend.h: silu(g) = g / (1 + exp(-g)), then * up. */
+static void swiglu_forward(const Backend *be, void *outp, const float *gate, const float *up,
+                           size_t count) {
+    float *out = outp;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < count; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + pp_expf(-g)) * up[i];
+    }
+}
+
+/* torch's order: d(silu) = (dout * up) * s * (1 + g (1 - s)); d(up) = dout * silu(g). */
+static void swiglu_backward(const Backend *be, void *dgatep, void *dupp, const float *gate,
+                            const float *up, const float *dout, size_t count) {
+    float *dgate = dgatep, *dup = dupp;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < count; i++) {
+        float g = gate[i], e = 1.0f + pp_expf(-g), s = 1.0f / e;
+        dgate[i] = dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
+        dup[i] = dout[i] * (g / e);
     }
 }
 
@@ -406,12 +570,18 @@ static const Backend cpu_backend = {
     .encoder_backward = encoder_backward,
     .layernorm_forward = layernorm_forward,
     .layernorm_backward = layernorm_backward,
+    .rmsnorm_forward = rmsnorm_forward,
+    .rmsnorm_backward = rmsnorm_backward,
     .matmul_forward = matmul_forward,
     .matmul_backward = matmul_backward,
+    .rope_forward = rope_forward,
+    .rope_backward = rope_backward,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
+    .swiglu_forward = swiglu_forward,
+    .swiglu_backward = swiglu_backward,
     .crossentropy_forward_backward = crossentropy_forward_backward,
     .crossentropy_forward = crossentropy_forward,
     .scratch_floats = scratch_floats,

@@ -89,9 +89,9 @@ typedef struct {
  * activations, ws its W state, in the table's order.
  *
  * How a Llama block fits, with no change to the engine, the runtime or the schedules
- * (ModelDims gains its n_kv_heads, ffn_dim, norm_eps and rope theta; the backend gains
- * the ops it lacks: RMSNorm, RoPE, SwiGLU, a grouped-query attention, an embedding
- * without positions):
+ * (ModelDims gains its n_kv_heads, ffn_dim, norm_eps and rope theta; the backend has the
+ * ops, backend.h: rmsnorm_*, rope_*, swiglu_*, attention_* with NKV kv heads, encoder_*
+ * with no wpe):
  *  - RMSNorm: a norm with a weight only. The layer lists "ln1w" and "ln2w" and no bias,
  *    the globals "lnfw" (ARCH_LAST) alone; the activations keep rstd [N] and no mean;
  *    the head's set is lnf, its rstd and dlnf; head_forward / head_backward call the
@@ -99,21 +99,23 @@ typedef struct {
  *  - RoPE on q and k: inside layer_forward, between the qkv matmul and attention (an op
  *    on q and k in place, so acts' qkv is the rotated one attention reads); its
  *    backward in layer_backward, on dq and dk after attention_backward, before the qkv
- *    matmul's. The angles come from (position, theta): no tensor, no state.
+ *    matmul's. The angles come from the position and inv_freq [HS/2], which the arch
+ *    computes once from theta and the scaling (in device memory: no parameter, no
+ *    gradient, no state between steps).
  *  - SwiGLU: three matrices, "gatew" [F,C], "upw" [F,C], "downw" [C,F] in
  *    layer_params, shaped by shape() from ffn_dim; acts declares the gate and up
  *    pre-activations (fp32) and the gated product (operand), with keep / work saying
  *    that selective drops the product and layer_recompute remakes it from the kept
  *    two; ws declares d(gate) and d(up); costs counts 3 C F per token.
- *  - Grouped-query attention: k and v narrower than q. The qkv matrix is [C + 2 KVH hs,
- *    C] (shape()), the qkv activation and its W state [N, C + 2 KVH hs] (elems()), the
- *    attention call passes KVH; the saved attention state stays the backend's
+ *  - Grouped-query attention: k and v narrower than q. The qkv matrix is [C + 2 NKV hs,
+ *    C] (shape()), the qkv activation and its W state [N, C + 2 NKV hs] (elems()), the
+ *    attention call passes NKV; the saved attention state stays the backend's
  *    (attention_saved_floats, per query head).
  *  - No biases: the tables list none, and the arch passes NULL biases to the matmuls
  *    (matmul_forward takes b NULL; matmul_backward skips a NULL db).
  *  - An untied head: ModelDims.tied 0, which the engine already builds ("lm_head" on
  *    the last stage, its own gradient and optimizer state; no tied fold or all-reduce).
- *    Llama has no wpe: embed_forward / embed_backward gather and scatter wte only.
+ *    Llama has no wpe: embed_forward / embed_backward pass wpe, dwpe NULL.
  *  - Weight files: import_llmc / export_llmc NULL (llm.c's format is GPT-2's; the
  *    engine says so); a Hugging Face import would be another hook of this table. */
 struct Arch {

@@ -227,7 +227,8 @@ static void layer_forward(const Model *m, void *const *acts_, float *const *p_, 
     int B = m->B, T = m->T, N = B * T, C = m->d.C, NH = m->d.NH;
     be->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
     be->matmul_forward(be, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
-    be->attention_forward(be, a->atty, a->att, a->qkv, B, T, C, NH);
+    /* multi-head: as many kv heads as heads ([Note: grouped-query attention] in backend.h) */
+    be->attention_forward(be, a->atty, a->att, a->qkv, B, T, NH, NH, C / NH);
     be->matmul_forward(be, a->res2, a->atty, p->attprojw, p->attprojb, N, C, C);
     be->add_inplace(be, a->res2, x, (size_t)N * C); /* res2 = x + attn(ln1(x)) */
     be->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
@@ -266,7 +267,8 @@ static void layer_backward(const Model *m, float *const *g_, float *dres, void *
     dr = ws->dres2 ? ws->dres2 : cast ? cast : dres;
     if (dr != dres) be->to_operand(be, dr, dres, NC);
     be->matmul_backward(be, dmid, g->attprojw, g->attprojb, dr, a->atty, p->attprojw, N, C, C);
-    be->attention_backward(be, ws->dqkv, dmid, a->qkv, a->atty, a->att, B, T, C, NH, m->scratch);
+    be->attention_backward(be, ws->dqkv, dmid, a->qkv, a->atty, a->att, B, T, NH, NH, C / NH,
+                           m->scratch);
     be->matmul_backward(be, ws->dln1, g->qkvw, g->qkvb, ws->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
     /* the attention branch's gradient joins too: dres = d(x) */
     be->layernorm_backward(be, dres, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd,
@@ -304,7 +306,7 @@ static void *const *layer_recompute(const Model *m, int mode, int weight_half, v
         return work;
     }
     if (!weight_half) /* W does not read the probabilities */
-        be->attention_forward(be, w->atty, la->att, la->qkv, B, T, C, NH);
+        be->attention_forward(be, w->atty, la->att, la->qkv, B, T, NH, NH, C / NH);
     be->gelu_forward(be, la->fch_gelu, la->fch, (size_t)N * 4 * C);
     return acts_;
 }

@@ -111,6 +111,14 @@ static void same_bits(const char *op, const char *shape, const float *a, const f
            ok ? "bitwise equal" : "DIFFER");
 }
 
+/* Record a check that counts the wrong elements of `of`: any fails. */
+static void none_wrong(const char *op, const char *shape, size_t wrong, size_t of) {
+    checks++;
+    failures += wrong != 0;
+    printf("%-4s %-28s %-10s %-34s %-5s %zu of %zu wrong\n", wrong ? "FAIL" : "ok", op, "bits",
+           shape, prec, wrong, of);
+}
+
 /* Tolerances (GPU.md): elementwise, reductions, and ops built on GEMMs at this precision. */
 #define TOL_ELEM 1e-5
 #define TOL_RED 1e-4
@@ -366,6 +374,23 @@ static void check_encoder(const Shape *s, const char *sh) {
     compare("encoder_backward", "dwte", sh, hte, gte, (size_t)s->Vp * C, TOL_RED);
     compare("encoder_backward", "dwpe", sh, hpe, gpe, (size_t)s->T * C, TOL_RED);
     same_bits("encoder_backward dwte", sh, hte, hte2, (size_t)s->Vp * C);
+    /* no position table (wpe, dwpe NULL: Llama): out = wte rows, dwte alone */
+    float *out0 = nanbuf((size_t)N * C), *dout0 = dev(out0, (size_t)N * C * 4);
+    gpu->encoder_forward(gpu, dout0, dtok, dwte, NULL, s->B, s->T, C);
+    cpu->encoder_forward(cpu, out0, tok, wte, NULL, s->B, s->T, C);
+    float *h0 = host(dout0, (size_t)N * C);
+    compare("encoder_forward wpe=NULL", "out", sh, h0, out0, (size_t)N * C, TOL_ELEM);
+    float *gte0 = rnd((size_t)s->Vp * C, 1), *dgte0 = dev(gte0, (size_t)s->Vp * C * 4);
+    gpu->encoder_backward(gpu, dgte0, NULL, dd, dtok, s->B, s->T, C);
+    cpu->encoder_backward(cpu, gte0, NULL, d, tok, s->B, s->T, C);
+    float *hte0 = host(dgte0, (size_t)s->Vp * C);
+    compare("encoder_backward dwpe=NULL", "dwte", sh, hte0, gte0, (size_t)s->Vp * C, TOL_RED);
+    gpu->dealloc(gpu, dout0);
+    gpu->dealloc(gpu, dgte0);
+    free(out0);
+    free(h0);
+    free(gte0);
+    free(hte0);
     void *all[] = {dtok, dwte, dwpe, dout, dd, dgte, dgpe, dgte2, dgpe2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
     free(tok);
@@ -500,6 +525,89 @@ static void check_layernorm(const Shape *s, const char *sh) {
     free(scratch);
 }
 
+/* RMSNorm ([Note: RMSNorm] in src/backend/backend.h) as LayerNorm above: the forward's
+ * out (operand) and rstd, at eps 1e-5 and 1e-6 with rows of small values where eps counts;
+ * the backward whole and in its split halves (an output not asked for keeps its seed, each
+ * half gives the fused call's bits), and the column sums twice for the same bits. */
+static void check_rmsnorm(const Shape *s, const char *sh) {
+    int N = s->B * s->T, C = s->C;
+    size_t NC = (size_t)N * C;
+    float *x = rnd(NC, 2), *w = rnd(C, 1.5f), *out = nanbuf(NC), *rstd = nanbuf(N);
+    for (int n = 0; n < N; n += 3)
+        for (int c = 0; c < C; c++) x[(size_t)n * C + c] *= 1e-3f; /* eps matters there */
+    float *dx = dev(x, NC * 4), *dw = dev(w, C * 4), *dr = dev(rstd, N * 4);
+    void *dout = dev_op_nan(NC);
+    float eps[2] = {1e-5f, 1e-6f};
+    for (int k = 0; k < 2; k++) {
+        char shk[128];
+        snprintf(shk, sizeof shk, "%s eps=%g", sh, eps[k]);
+        gpu->rmsnorm_forward(gpu, dout, dr, dx, dw, eps[k], N, C);
+        cpu->rmsnorm_forward(cpu, out, rstd, x, w, eps[k], N, C);
+        float *ho = host_op(dout, NC), *hr = host(dr, N);
+        compare("rmsnorm_forward", "out", shk, ho, out, NC, tol_op(TOL_ELEM));
+        compare("rmsnorm_forward", "rstd", shk, hr, rstd, N, TOL_ELEM);
+        free(ho);
+        free(hr);
+    }
+    float *scratch = malloc(cpu->scratch_floats(cpu, N, s->T, C) * sizeof(float));
+    float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, s->T, C) * sizeof(float));
+    for (int variant = 0; variant < 3; variant++) {
+        const char *vn[] = {"rmsnorm_backward", "rmsnorm_backward dinp", "rmsnorm_backward dw"};
+        float *g = rnd(NC, 1), *gx = rnd(NC, 1), *gw = rnd(C, 1); /* both accumulate */
+        float *gx0 = dup(gx, NC), *gw0 = dup(gw, C);
+        float *dg = dev(g, NC * 4), *dgx = dev(gx, NC * 4), *dgw = dev(gw, C * 4);
+        int want_x = variant != 2, want_w = variant != 1;
+        gpu->rmsnorm_backward(gpu, want_x ? dgx : NULL, want_w ? dgw : NULL, dg, dx, dr, dw, N, C,
+                              gscratch);
+        cpu->rmsnorm_backward(cpu, gx, gw, g, x, rstd, w, N, C, scratch);
+        float *hx = host(dgx, NC), *hw = host(dgw, C);
+        if (want_x) compare(vn[variant], "dinp", sh, hx, gx, NC, TOL_RED);
+        else same_bits("rmsnorm_backward dinp=NULL", sh, hx, gx0, NC);
+        if (want_w) compare(vn[variant], "dw", sh, hw, gw, C, TOL_RED);
+        else same_bits("rmsnorm_backward dw=NULL", sh, hw, gw0, C);
+        void *all[] = {dg, dgx, dgw};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
+        free(g);
+        free(gx);
+        free(gw);
+        free(gx0);
+        free(gw0);
+        free(hx);
+        free(hw);
+    }
+    { /* [Note: split backward] and determinism: fused, I half, W half, W half again */
+        float *g = rnd(NC, 1), *gx = rnd(NC, 1), *gw = rnd(C, 1);
+        float *dg = dev(g, NC * 4), *fx = dev(gx, NC * 4), *fw = dev(gw, C * 4);
+        float *ix = dev(gx, NC * 4), *ww = dev(gw, C * 4), *ww2 = dev(gw, C * 4);
+        gpu->rmsnorm_backward(gpu, fx, fw, dg, dx, dr, dw, N, C, gscratch);
+        gpu->rmsnorm_backward(gpu, ix, NULL, dg, dx, dr, dw, N, C, gscratch);
+        gpu->rmsnorm_backward(gpu, NULL, ww, dg, dx, dr, dw, N, C, gscratch);
+        gpu->rmsnorm_backward(gpu, NULL, ww2, dg, dx, dr, dw, N, C, gscratch);
+        float *hfx = host(fx, NC), *hix = host(ix, NC), *hfw = host(fw, C), *hww = host(ww, C);
+        float *hww2 = host(ww2, C);
+        same_bits("rmsnorm_backward I half=fused", sh, hix, hfx, NC);
+        same_bits("rmsnorm_backward W half=fused", sh, hww, hfw, C);
+        same_bits("rmsnorm_backward dw", sh, hww, hww2, C);
+        void *all[] = {dg, fx, fw, ix, ww, ww2};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
+        free(g);
+        free(gx);
+        free(gw);
+        free(hfx);
+        free(hix);
+        free(hfw);
+        free(hww);
+        free(hww2);
+    }
+    void *all[] = {dx, dw, dr, dout, gscratch};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
+    free(x);
+    free(w);
+    free(out);
+    free(rstd);
+    free(scratch);
+}
+
 static void check_matmul(int N, int C, int OC, int bias, const char *sh0) {
     char sh[96];
     snprintf(sh, sizeof sh, "%s N=%d C=%d OC=%d%s", sh0, N, C, OC, bias ? "" : " nobias");
@@ -599,17 +707,18 @@ static void check_matmul(int N, int C, int OC, int bias, const char *sh0) {
     free(h);
 }
 
-static void check_attention(const Shape *s, const char *sh) {
-    int B = s->B, T = s->T, C = s->C, NH = s->NH;
-    int N = B * T;
-    size_t Q = (size_t)N * 3 * C, NC = (size_t)N * C;
+/* Attention of NH query heads and NKV kv heads of HS ([Note: grouped-query attention] in
+ * src/backend/backend.h; GPT-2: NKV = NH). */
+static void check_attention_gqa(int B, int T, int NH, int NKV, int HS, const char *sh) {
+    int N = B * T, C = NH * HS;
+    size_t Q = (size_t)N * (NH + 2 * NKV) * HS, NC = (size_t)N * C;
     size_t nsave = cpu->attention_saved_floats(cpu, B, T, NH);
     size_t gsave = gpu->attention_saved_floats(gpu, B, T, NH);
     float *qkv = rnd(Q, 1), *out = nanbuf(NC), *att = nanbuf(nsave);
     float *dq = dev(qkv, Q * 4), *datt = dev(NULL, gsave * 4);
     void *dout = dev_op_nan(NC);
-    gpu->attention_forward(gpu, dout, datt, dq, B, T, C, NH);
-    cpu->attention_forward(cpu, out, att, qkv, B, T, C, NH);
+    gpu->attention_forward(gpu, dout, datt, dq, B, T, NH, NKV, HS);
+    cpu->attention_forward(cpu, out, att, qkv, B, T, NH, NKV, HS);
     float *h = host_op(dout, NC);
     compare("attention_forward", "out", sh, h, out, NC, tol_op(tol_gemm()));
     /* the probabilities, causal part only (the CPU leaves the rest unwritten), on the
@@ -635,12 +744,12 @@ static void check_attention(const Shape *s, const char *sh) {
     void *dgq = dev_op_nan(Q);
     float *scratch = malloc(cpu->scratch_floats(cpu, N, T, C) * sizeof(float));
     float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, T, C) * sizeof(float));
-    gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, C, NH, gscratch);
-    cpu->attention_backward(cpu, gq, g, qkv, out, att, B, T, C, NH, scratch);
+    gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, NH, NKV, HS, gscratch);
+    cpu->attention_backward(cpu, gq, g, qkv, out, att, B, T, NH, NKV, HS, scratch);
     float *hq = host_op(dgq, Q);
     compare("attention_backward", "dqkv", sh, hq, gq, Q, tol_op(tol_gemm()));
     void *dgq2 = dev_op(NULL, Q);
-    gpu->attention_backward(gpu, dgq2, dg, dq, dout, datt, B, T, C, NH, gscratch);
+    gpu->attention_backward(gpu, dgq2, dg, dq, dout, datt, B, T, NH, NKV, HS, gscratch);
     float *hq2 = host_op(dgq2, Q);
     same_bits("attention_backward", sh, hq, hq2, Q);
     void *all[] = {dq, dout, datt, dg, dgq, dgq2, gscratch};
@@ -654,6 +763,103 @@ static void check_attention(const Shape *s, const char *sh) {
     free(hq);
     free(hq2);
     free(scratch);
+}
+
+static void check_attention(const Shape *s, const char *sh) {
+    check_attention_gqa(s->B, s->T, s->NH, s->NH, s->C / s->NH, sh);
+}
+
+/* inv_freq[HS/2]: transformers' _compute_default_rope_parameters at theta and, with
+ * llama3, _compute_llama3_parameters (factor 8, low 1, high 4, original context 8192), in
+ * double, rounded once. */
+static void rope_inv_freq(float *inv, int HS, double theta, int llama3) {
+    for (int i = 0; i < HS / 2; i++) {
+        double f = 1.0 / pow(theta, 2.0 * i / HS), wavelen = 2 * M_PI / f;
+        if (llama3 && wavelen > 8192.0) f /= 8.0;
+        else if (llama3 && !(wavelen < 2048.0)) {
+            double smooth = (8192.0 / wavelen - 1.0) / 3.0;
+            f = (1 - smooth) * f / 8.0 + smooth * f;
+        }
+        inv[i] = (float)f;
+    }
+}
+
+/* RoPE ([Note: RoPE] in src/backend/backend.h): the forward on fp32 qkv in place, the
+ * backward on the operand dqkv in place (its input rounded to the operand type for both
+ * devices); v, and dv, must come back bit for bit. */
+static void check_rope(int B, int T, int NH, int NKV, int HS, int llama3) {
+    char sh[96];
+    snprintf(sh, sizeof sh, "B=%d T=%d NH=%d NKV=%d HS=%d%s", B, T, NH, NKV, HS,
+             llama3 ? " llama3" : "");
+    int W = (NH + 2 * NKV) * HS, V0 = (NH + NKV) * HS;
+    size_t n = (size_t)B * T * W;
+    float *inv = malloc((HS / 2 + 1) * sizeof(float));
+    rope_inv_freq(inv, HS, llama3 ? 500000.0 : 10000.0, llama3);
+    float *dinv = dev(inv, (HS / 2) * sizeof(float));
+    float *x = rnd(n, 2), *y = dup(x, n), *dx = dev(x, n * 4);
+    gpu->rope_forward(gpu, dx, dinv, B, T, NH, NKV, HS);
+    cpu->rope_forward(cpu, y, inv, B, T, NH, NKV, HS);
+    float *h = host(dx, n);
+    compare("rope_forward", "qkv", sh, h, y, n, TOL_ELEM);
+    size_t vbad = 0, rows = (size_t)B * T; /* the v heads are not touched */
+    for (size_t r = 0; r < rows; r++)
+        vbad += memcmp(h + r * W + V0, x + r * W + V0, (size_t)NKV * HS * 4) != 0;
+    none_wrong("rope_forward v rows", sh, vbad, rows);
+    float *g = rnd(n, 1);
+    op_round(g, n); /* dqkv is an operand */
+    float *g0 = dup(g, n);
+    void *dg = dev_op(g, n);
+    gpu->rope_backward(gpu, dg, dinv, B, T, NH, NKV, HS);
+    cpu->rope_backward(cpu, g, inv, B, T, NH, NKV, HS);
+    float *hg = host_op(dg, n);
+    compare("rope_backward", "dqkv", sh, hg, g, n, tol_op(TOL_ELEM));
+    vbad = 0;
+    for (size_t r = 0; r < rows; r++)
+        vbad += memcmp(hg + r * W + V0, g0 + r * W + V0, (size_t)NKV * HS * 4) != 0;
+    none_wrong("rope_backward dv rows", sh, vbad, rows);
+    gpu->dealloc(gpu, dinv);
+    gpu->dealloc(gpu, dx);
+    gpu->dealloc(gpu, dg);
+    free(inv);
+    free(x);
+    free(y);
+    free(h);
+    free(g);
+    free(g0);
+    free(hg);
+}
+
+/* SwiGLU ([Note: SwiGLU] in src/backend/backend.h) over n values (an odd n: the kernels'
+ * one-at-a-time tail runs too), gates up to saturation; both outputs poisoned first. */
+static void check_swiglu(size_t n, const char *sh) {
+    float *gt = rnd(n, 8), *up = rnd(n, 2), *d = rnd(n, 1), *out = nanbuf(n);
+    if (n > 2) {
+        gt[0] = 95.0f;
+        gt[1] = -95.0f;
+    }
+    float *dgt = dev(gt, n * 4), *dup_ = dev(up, n * 4), *dd = dev(d, n * 4);
+    void *dout = dev_op_nan(n), *dgg = dev_op_nan(n), *dgu = dev_op_nan(n);
+    gpu->swiglu_forward(gpu, dout, dgt, dup_, n);
+    cpu->swiglu_forward(cpu, out, gt, up, n);
+    float *h = host_op(dout, n);
+    compare("swiglu_forward", "out", sh, h, out, n, tol_op(TOL_ELEM));
+    float *gg = nanbuf(n), *gu = nanbuf(n);
+    gpu->swiglu_backward(gpu, dgg, dgu, dgt, dup_, dd, n);
+    cpu->swiglu_backward(cpu, gg, gu, gt, up, d, n);
+    float *hg = host_op(dgg, n), *hu = host_op(dgu, n);
+    compare("swiglu_backward", "dgate", sh, hg, gg, n, tol_op(TOL_ELEM));
+    compare("swiglu_backward", "dup", sh, hu, gu, n, tol_op(TOL_ELEM));
+    void *all[] = {dgt, dup_, dd, dout, dgg, dgu};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
+    free(gt);
+    free(up);
+    free(d);
+    free(out);
+    free(h);
+    free(gg);
+    free(gu);
+    free(hg);
+    free(hu);
 }
 
 static void check_elementwise(const Shape *s, const char *sh) {
@@ -744,19 +950,19 @@ static void check_crossentropy(const Shape *s, const char *sh) {
  * the 64-row tiles), head sizes 32, 48, 64, 80, 96, 128 and 20 (zero-padded to the
  * kernels' template sizes), NH = 1 and 12, B = 1 and 3. */
 
-static void check_flash_shape(int B, int T, int NH, int hs) {
-    int C = NH * hs, N = B * T;
+static void check_flash_shape(int B, int T, int NH, int NKV, int hs) {
+    int C = NH * hs, N = B * T, W = (NH + 2 * NKV) * hs, G = NH / NKV;
     char sh[96];
-    snprintf(sh, sizeof sh, "B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
-    size_t Q = (size_t)N * 3 * C, NC = (size_t)N * C, nl = (size_t)B * NH * T;
+    snprintf(sh, sizeof sh, "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
+    size_t Q = (size_t)N * W, NC = (size_t)N * C, nl = (size_t)B * NH * T;
     size_t nsave = cpu->attention_saved_floats(cpu, B, T, NH);
     size_t gsave = gpu->attention_saved_floats(gpu, B, T, NH);
     float *qkv = rnd(Q, 1), *out = nanbuf(NC), *att = nanbuf(nsave), *poison = nanbuf(gsave);
     float *dq = dev(qkv, Q * 4), *datt = dev(poison, gsave * 4), *datt2 = dev(poison, gsave * 4);
     void *dout = dev_op_nan(NC), *dout2 = dev_op_nan(NC);
-    gpu->attention_forward(gpu, dout, datt, dq, B, T, C, NH);
-    gpu->attention_forward(gpu, dout2, datt2, dq, B, T, C, NH);
-    cpu->attention_forward(cpu, out, att, qkv, B, T, C, NH);
+    gpu->attention_forward(gpu, dout, datt, dq, B, T, NH, NKV, hs);
+    gpu->attention_forward(gpu, dout2, datt2, dq, B, T, NH, NKV, hs);
+    cpu->attention_forward(cpu, out, att, qkv, B, T, NH, NKV, hs);
     float *h = host_op(dout, NC), *h2 = host_op(dout2, NC), *ha = host(datt, gsave);
     float *ha2 = host(datt2, gsave);
     compare("flash attention_forward", "out", sh, h, out, NC, tol_op(1.5e-2));
@@ -770,10 +976,11 @@ static void check_flash_shape(int B, int T, int NH, int hs) {
         for (int b = 0; b < B; b++)
             for (int hh = 0; hh < NH; hh++)
                 for (int i = 0; i < T; i++) {
-                    const float *qi = qkv + ((size_t)b * T + i) * 3 * C + (size_t)hh * hs;
+                    const float *qi = qkv + ((size_t)b * T + i) * W + (size_t)hh * hs;
                     double mx = -INFINITY, sum = 0;
                     for (int j = 0; j <= i; j++) {
-                        const float *kj = qkv + ((size_t)b * T + j) * 3 * C + C + (size_t)hh * hs;
+                        const float *kj = qkv + ((size_t)b * T + j) * W +
+                                          (size_t)(NH + hh / G) * hs;
                         double d = 0;
                         for (int c = 0; c < hs; c++) d += (double)qi[c] * kj[c];
                         sc[j] = d * scale;
@@ -800,9 +1007,9 @@ static void check_flash_shape(int B, int T, int NH, int hs) {
     void *dgq = dev_op_nan(Q), *dgq2 = dev_op_nan(Q);
     float *scratch = malloc(cpu->scratch_floats(cpu, N, T, C) * sizeof(float));
     float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, T, C) * sizeof(float));
-    gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, C, NH, gscratch);
-    gpu->attention_backward(gpu, dgq2, dg, dq, dout, datt, B, T, C, NH, gscratch);
-    cpu->attention_backward(cpu, gq, g, qkv, out, att, B, T, C, NH, scratch);
+    gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, NH, NKV, hs, gscratch);
+    gpu->attention_backward(gpu, dgq2, dg, dq, dout, datt, B, T, NH, NKV, hs, gscratch);
+    cpu->attention_backward(cpu, gq, g, qkv, out, att, B, T, NH, NKV, hs, scratch);
     float *hq = host_op(dgq, Q), *hq2 = host_op(dgq2, Q);
     compare("flash attention_backward", "dqkv", sh, hq, gq, Q, tol_op(1.5e-2));
     same_bits("flash attention_backward", sh, hq, hq2, Q);
@@ -847,11 +1054,16 @@ static int open_attention(OpenFn open, const char *att, char *why, size_t n) {
  * scripts/gpu/device-check). */
 static int check_flash(OpenFn open, int small, int cpu_mode) {
     static const struct {
-        int B, T, NH, hs;
+        int B, T, NH, NKV, hs;
     } fs[] = {
-        {1, 1, 1, 64},     {3, 7, 12, 64},    {1, 64, 12, 32},  {3, 127, 12, 64}, {1, 129, 1, 80},
-        {3, 129, 12, 128}, {1, 127, 12, 96},  {1, 129, 16, 48}, {3, 70, 1, 20},   {3, 1024, 12, 64},
-        {1, 1024, 1, 128}, {1, 1024, 12, 80}, {3, 1024, 1, 32},
+        {1, 1, 1, 1, 64},      {3, 7, 12, 12, 64},    {1, 64, 12, 12, 32},  {3, 127, 12, 12, 64},
+        {1, 129, 1, 1, 80},    {3, 129, 12, 12, 128}, {1, 127, 12, 12, 96}, {1, 129, 16, 16, 48},
+        {3, 70, 1, 1, 20},     {3, 1024, 12, 12, 64}, {1, 1024, 1, 1, 128}, {1, 1024, 12, 12, 80},
+        {3, 1024, 1, 1, 32},
+        /* grouped-query attention: groups of 2, 3, 4 and 12 (multi-query) */
+        {2, 1, 4, 2, 64},      {3, 129, 12, 4, 64},   {1, 127, 6, 2, 96},   {3, 70, 9, 3, 80},
+        {2, 129, 8, 1, 32},    {1, 128, 4, 2, 128},   {2, 1024, 12, 1, 64}, {1, 1024, 32, 8, 128},
+        {3, 1024, 8, 4, 64},
     };
     char why[PP_ERR_MAX];
     if (open_attention(open, "flash", why, sizeof why) != PP_OK) {
@@ -861,7 +1073,8 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
     printf("gpu_ops: flash attention checks on %s\n",
            gpu->description ? gpu->description : "the CPU (--cpu)");
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
-        if (!small || fs[i].T <= 129) check_flash_shape(fs[i].B, fs[i].T, fs[i].NH, fs[i].hs);
+        if (!small || fs[i].T <= 129)
+            check_flash_shape(fs[i].B, fs[i].T, fs[i].NH, fs[i].NKV, fs[i].hs);
     backend_release(gpu);
 
     if (open_attention(open, "materialized", why, sizeof why) != PP_OK) {
@@ -877,6 +1090,7 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
                  ms[i].C, ms[i].NH);
         check_attention(&ms[i], sh);
     }
+    check_attention_gqa(2, 67, 12, 4, 64, "materialized B=2 T=67 NH=12 NKV=4 HS=64");
     backend_release(gpu);
 
     if (!cpu_mode) {
@@ -1014,7 +1228,9 @@ int main(int argc, char **argv) {
     const void *entries[] = {gpu->alloc, gpu->dealloc, gpu->to_device, gpu->to_host, gpu->zero,
                              gpu->copy, gpu->wait, gpu->sum, gpu->sumsq, gpu->adamw_update,
                              gpu->sgd_update, gpu->encoder_forward, gpu->encoder_backward,
-                             gpu->layernorm_forward, gpu->layernorm_backward, gpu->matmul_forward,
+                             gpu->layernorm_forward, gpu->layernorm_backward, gpu->rmsnorm_forward,
+                             gpu->rmsnorm_backward, gpu->rope_forward, gpu->rope_backward,
+                             gpu->swiglu_forward, gpu->swiglu_backward, gpu->matmul_forward,
                              gpu->matmul_backward, gpu->attention_forward, gpu->attention_backward,
                              gpu->attention_saved_floats, gpu->gelu_forward, gpu->gelu_backward,
                              gpu->crossentropy_forward_backward, gpu->crossentropy_forward,
@@ -1078,7 +1294,9 @@ int main(int argc, char **argv) {
             if (fp32_ops) check_encoder(s, sh);
             if (operand_ops) {
                 check_layernorm(s, sh);
+                check_rmsnorm(s, sh);
                 check_elementwise(s, sh);
+                check_swiglu((size_t)N * 4 * s->C - 1, sh);
                 check_crossentropy(s, sh);
             }
             char shm[16];
@@ -1093,6 +1311,24 @@ int main(int argc, char **argv) {
         if (operand_ops) { /* a padded vocabulary that is no multiple of 4: the scalar path */
             static const Shape odd = {2, 9, 64, 1, 37, 39};
             check_crossentropy(&odd, "B=2 T=9 V=37/39 (Vp odd)");
+            /* RoPE: GQA and MQA layouts, Llama 3's frequencies, positions past 1000 */
+            check_rope(2, 37, 4, 2, 64, 0);
+            check_rope(3, 67, 12, 4, 64, 1);
+            check_rope(1, 1030, 2, 1, 128, 1);
+            check_rope(2, 9, 3, 3, 2, 0);
+        }
+        /* grouped-query attention (the path the precision takes: materialised at fp32 and
+         * tf32, flash at bf16): groups of 2, 3, 4 and multi-query */
+        {
+            static const int gq[][5] = {
+                {2, 37, 4, 2, 16}, {3, 67, 12, 4, 64}, {1, 130, 16, 1, 64}, {2, 45, 6, 2, 32},
+            };
+            for (size_t k = 0; k < (small ? 2 : sizeof gq / sizeof gq[0]); k++) {
+                char sh[96];
+                snprintf(sh, sizeof sh, "B=%d T=%d NH=%d NKV=%d HS=%d", gq[k][0], gq[k][1],
+                         gq[k][2], gq[k][3], gq[k][4]);
+                check_attention_gqa(gq[k][0], gq[k][1], gq[k][2], gq[k][3], gq[k][4], sh);
+            }
         }
         backend_release(gpu);
     }
