@@ -30,6 +30,7 @@ typedef enum {
     T_ENUM,   /* char[size], one of `choices` */
     T_SPLIT,  /* char[size]: "auto", "[4, 4]" or "[\"layers.4\"]" (see read_split) */
     T_AUTO,   /* int: "auto" stores 0, else an integer in lo..hi (lo >= 1) */
+    T_TRI,    /* int: "auto" stores -1, else 0/1 as T_BOOL (config_finalize resolves auto) */
 } FieldType;
 
 enum { OPEN_LO = 1, OPEN_HI = 2 };
@@ -56,18 +57,45 @@ typedef struct {
  * n_layers and dim stop where the model's int sizes would overflow (12 L + 6 tensors,
  * fcw's 4 C rows): model_dims_check's limits. vocab_size stops where rounding it up to a
  * multiple of 128 (padded_vocab_size 0) would: every id below it is an int, as batches
- * hold them, and fits a uint32 token file; Vp*C sizes are size_t. */
+ * hold them, and fits a uint32 token file; Vp*C sizes are size_t.
+ *
+ * The model keys after dim are the llama family's (model/llama.c): which of them an arch
+ * has, and what gpt2 requires of them, is check_arch's. model.arch names Hugging Face's
+ * model_type: llama, and qwen2 (llama's block with q/k/v biases) and mistral (llama's
+ * block; its sliding window must cover the sequence) as the same block. rope_scaling is
+ * a section whose null (`rope_scaling: null`) means no scaling (section_reset). */
 static const Field k_fields[] = {
-    ENUM("model.arch", arch, "gpt2", "gpt2", "decoder block family"),
+    ENUM("model.arch", arch, "gpt2", "gpt2|llama|qwen2|mistral",
+         "decoder block family (GPT-2's, or Llama's block and its qwen2 / mistral variants)"),
     INT("model.vocab_size", vocab_size, NULL, 1, IMAX - 127,
         "vocabulary size V; token files hold uint16 ids (V <= 65536) or uint32 ids"),
     INT("model.padded_vocab_size", padded_vocab_size, "0", 0, IMAX,
         "Vp, rows of the embedding table; 0 = V rounded up to a multiple of 128"),
-    INT("model.max_seq_len", max_seq_len, NULL, 1, IMAX, "maxT, rows of the position table"),
+    INT("model.max_seq_len", max_seq_len, NULL, 1, IMAX,
+        "maxT, the longest sequence (gpt2: rows of the position table)"),
     INT("model.n_layers", n_layers, NULL, 1, (IMAX - 6) / 12, "L, decoder blocks"),
     INT("model.n_heads", n_heads, NULL, 1, IMAX, "NH, attention heads per block"),
     INT("model.dim", dim, NULL, 1, IMAX / 4, "C, channels; a multiple of n_heads"),
-    OTHER("model.tie_embeddings", T_BOOL, tie_embeddings, "true", "lm_head shares wte"),
+    INT("model.n_kv_heads", n_kv_heads, "0", 0, IMAX,
+        "NKV, key/value heads (grouped-query attention); 0 = n_heads"),
+    INT("model.ffn_dim", ffn_dim, "0", 0, IMAX, "F, the MLP's hidden size; 0 = 4 dim (gpt2)"),
+    FLT("model.norm_eps", norm_eps, "1.0e-5", 0, INFINITY, OPEN_LO,
+        "epsilon of the norms (RMSNorm; gpt2's LayerNorm: 1e-5 only)"),
+    FLT("model.rope_theta", rope_theta, "10000.0", 0, INFINITY, OPEN_LO, "RoPE's base (llama)"),
+    ENUM("model.rope_scaling.type", rope_scaling, "none", "none|llama3",
+         "RoPE frequency scaling (llama); rope_scaling: null = none"),
+    FLT("model.rope_scaling.factor", rope_factor, "8.0", 0, INFINITY, OPEN_LO,
+        "llama3: the low frequencies' divisor"),
+    FLT("model.rope_scaling.low_freq_factor", rope_low_freq_factor, "1.0", 0, INFINITY, OPEN_LO,
+        "llama3: wavelengths over original_max_seq_len / this are divided by factor"),
+    FLT("model.rope_scaling.high_freq_factor", rope_high_freq_factor, "4.0", 0, INFINITY, OPEN_LO,
+        "llama3: wavelengths under original_max_seq_len / this are kept"),
+    INT("model.rope_scaling.original_max_seq_len", rope_original_max_seq_len, "8192", 1, IMAX,
+        "llama3: the context length the model was trained at before scaling"),
+    INT("model.sliding_window", sliding_window, "0", 0, IMAX,
+        "mistral, qwen2: the attention window; 0 = none, else at least train.seq_len"),
+    OTHER("model.tie_embeddings", T_TRI, tie_embeddings, "auto",
+          "lm_head shares wte; auto = true for gpt2, false for the llama family"),
     OTHER("model.init_from", T_PATH, init_from, "null",
           "llm.c fp32 GPT-2 checkpoint to start from"),
     FLT("model.init_std", init_std, "0.02", 0, INFINITY, OPEN_LO, "std of the random init"),
@@ -131,8 +159,10 @@ static const Field k_fields[] = {
 #define N_FIELDS (sizeof k_fields / sizeof k_fields[0])
 
 /* The mappings that group the fields. */
-static const char *const k_sections[] = {"model", "pipeline", "train", "train.optimizer",
-                                         "train.lr_schedule", "data", "output", "runtime"};
+static const char *const k_sections[] =
+    {"model",           "model.rope_scaling", "pipeline", "train",
+     "train.optimizer", "train.lr_schedule",  "data",     "output",
+     "runtime"};
 #define N_SECTIONS (sizeof k_sections / sizeof k_sections[0])
 
 #define CONFIG_MAX_BYTES (1u << 20) /* a config file is small; /dev/zero is not one */
@@ -271,6 +301,7 @@ static void field_expected(const Field *f, char *buf, size_t n) {
     case T_STRING: snprintf(buf, n, "a non-empty path of at most %zu bytes", f->size - 1); break;
     case T_PATH: snprintf(buf, n, "a path of at most %zu bytes, or null", f->size - 1); break;
     case T_AUTO: snprintf(buf, n, "auto or an integer >= %.0f", f->lo); break;
+    case T_TRI: snprintf(buf, n, "auto, true or false"); break;
     case T_SPLIT:
         snprintf(buf, n, "auto, a list of layer counts like [4, 4] or a list of split points "
                          "like [\"layers.4\"]");
@@ -310,6 +341,10 @@ static int field_parse(const Field *f, Config *c, const char *s, int plain, char
     case T_AUTO:
         if ((ok = !strcmp(s, "auto"))) *(int *)dst = 0;
         else ok = plain && parse_int(f, s, dst);
+        break;
+    case T_TRI:
+        if ((ok = !strcmp(s, "auto"))) *(int *)dst = -1;
+        else ok = plain && parse_bool(s, dst);
         break;
     }
     if (ok) return PP_OK;
@@ -358,8 +393,13 @@ static void quote(const char *s, char *buf, size_t n) {
     snprintf(buf + len, n - len, "\"");
 }
 
-/* The shortest decimal that reads back (strtof) to exactly v, with ".0" on integers. */
+/* The shortest decimal that reads back (strtof) to exactly v, with ".0" on integers
+ * (written out below 1e15: rope_theta 500000.0, not 5e+05). */
 static void format_float(float v, char *buf, size_t n) {
+    if (v == truncf(v) && fabsf(v) < 1e15f) {
+        snprintf(buf, n, "%.1f", (double)v);
+        return;
+    }
     for (int digits = 1; digits <= 9; digits++) {
         snprintf(buf, n, "%.*g", digits, (double)v);
         if (strtof(buf, NULL) == v) break;
@@ -400,6 +440,13 @@ static void format_value(const Field *f, const Config *c, char *buf, size_t n) {
         if (*(const int *)p == 0) snprintf(buf, n, "auto");
         else snprintf(buf, n, "%d", *(const int *)p);
         break;
+    case T_TRI: { /* another value than -1, 0, 1 is set directly: check_fields names it */
+        int v = *(const int *)p;
+        if (v == -1) snprintf(buf, n, "auto");
+        else if (v == 0 || v == 1) snprintf(buf, n, "%s", v ? "true" : "false");
+        else snprintf(buf, n, "%d", v);
+        break;
+    }
     }
 }
 
@@ -499,6 +546,7 @@ static int tag_fits(const Field *f, const char *kind) {
     case T_ENUM:
     case T_SPLIT: return !strcmp(kind, "str");
     case T_AUTO: return !strcmp(kind, "int") || !strcmp(kind, "str");
+    case T_TRI: return !strcmp(kind, "bool") || !strcmp(kind, "str");
     }
     return 0;
 }
@@ -602,6 +650,18 @@ static int next_event(Reader *r, yaml_event_t *ev) {
 
 static int read_mapping(Reader *r, const char *prefix);
 
+/* The fields of section `key` back to their defaults: `model.rope_scaling: null`, no
+ * scaling, whatever was set before (an earlier --set, the file). Other sections take
+ * null as an empty mapping: nothing changes. */
+static void section_reset(Config *c, const char *key) {
+    char want[WANT_MAX];
+    size_t n = strlen(key);
+    if (strcmp(key, "model.rope_scaling")) return;
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (!strncmp(k_fields[i].key, key, n) && k_fields[i].key[n] == '.')
+            PP_CHECK(field_parse(&k_fields[i], c, k_fields[i].def, 1, want, sizeof want) == PP_OK);
+}
+
 /* Append one list entry of pipeline.split to `text` as canonical YAML. *kind records
  * what the first entry was (1 = layer count, 2 = split point "layers.N"). */
 static int split_entry(Reader *r, const char *key, const yaml_event_t *ev, int *kind, char *text,
@@ -667,8 +727,10 @@ static int read_value(Reader *r, const char *key, const yaml_event_t *ev) {
     if (!f) { /* a section */
         if (ev->type == YAML_MAPPING_START_EVENT) return read_mapping(r, key);
         if (ev->type == YAML_SCALAR_EVENT && scalar_plain(ev) &&
-            is_null((const char *)ev->data.scalar.value))
-            return PP_OK; /* "train:" with nothing under it */
+            is_null((const char *)ev->data.scalar.value)) {
+            section_reset(r->c, key); /* "train:" with nothing under it: no change */
+            return PP_OK;
+        }
         return fail_value(r, key, ev, "a mapping of keys");
     }
     if (ev->type == YAML_SCALAR_EVENT) {
@@ -855,6 +917,7 @@ static int check_fields(const Config *c, char *err, size_t errlen) {
         if (f->type == T_INT || f->type == T_FLOAT) ok = in_limits(f, field_number(f, c));
         else if (f->type == T_AUTO)
             ok = field_number(f, c) == 0 || in_limits(f, field_number(f, c));
+        else if (f->type == T_TRI) ok = *(const int *)s >= -1 && *(const int *)s <= 1;
         else if (f->type == T_ENUM) ok = in_choices(f->choices, s);
         else if (f->type == T_STRING || f->type == T_SPLIT) ok = *s != '\0';
         if (ok) continue;
@@ -870,9 +933,61 @@ static int check_fields(const Config *c, char *err, size_t errlen) {
     return PP_OK;
 }
 
+#define REJECT(...) return pp_errf(err, errlen, PP_EUSAGE, __VA_ARGS__)
+
+/* What the model keys must be for model.arch (resolved: n_kv_heads and ffn_dim not 0 for
+ * gpt2): gpt2's block has them fixed (multi-head attention, a 4 dim GELU MLP, LayerNorm's
+ * 1e-5, learned positions); the llama family needs ffn_dim and an even head size (RoPE
+ * rotates channel pairs), and takes a sliding window only where Hugging Face's model
+ * type has one (mistral, qwen2), and only one that covers train.seq_len: pptrain's
+ * attention is causal over the whole sequence, which a window W equals when W >= T. */
+static int check_arch(const Config *c, char *err, size_t errlen) {
+    int gpt2 = !strcmp(c->arch, "gpt2"), hs = c->dim / c->n_heads;
+    if (c->n_heads % c->n_kv_heads)
+        REJECT("model.n_heads (%d) is not a multiple of model.n_kv_heads (%d): each key/value "
+               "head serves n_heads / n_kv_heads query heads; change one of them", c->n_heads,
+               c->n_kv_heads);
+    if (gpt2 && c->n_kv_heads != c->n_heads)
+        REJECT("model.n_kv_heads (%d): gpt2 has a key/value head per query head (model.n_heads "
+               "%d); set it to 0 or %d, or use model.arch llama for grouped-query attention",
+               c->n_kv_heads, c->n_heads, c->n_heads);
+    if (gpt2 && c->ffn_dim != 4 * c->dim)
+        REJECT("model.ffn_dim (%d): gpt2's MLP is 4 x model.dim = %d wide; set it to 0 or %d",
+               c->ffn_dim, 4 * c->dim, 4 * c->dim);
+    if (gpt2 && c->norm_eps != 1.0e-5f)
+        REJECT("model.norm_eps (%g): gpt2's LayerNorm has a fixed epsilon of 1e-5; leave "
+               "model.norm_eps at 1.0e-5", c->norm_eps);
+    if (gpt2 && c->rope_theta != 10000.0f)
+        REJECT("model.rope_theta (%g) is llama's: gpt2 has learned positions, no RoPE; leave it "
+               "at 10000.0", c->rope_theta);
+    if (gpt2 && strcmp(c->rope_scaling, "none"))
+        REJECT("model.rope_scaling.type (%s) is llama's: gpt2 has learned positions, no RoPE; "
+               "set model.rope_scaling: null", c->rope_scaling);
+    if (!gpt2 && c->ffn_dim == 0)
+        REJECT("missing required key model.ffn_dim (the MLP's hidden size, Hugging Face's "
+               "intermediate_size) for model.arch %s: add it under 'model:' in the config or "
+               "pass --set model.ffn_dim=...", c->arch);
+    if (!gpt2 && hs % 2)
+        REJECT("model.dim / model.n_heads = %d / %d = %d channels a head, an odd number: RoPE "
+               "rotates pairs of channels; change model.dim or model.n_heads", c->dim,
+               c->n_heads, hs);
+    if (!strcmp(c->rope_scaling, "llama3") && c->rope_high_freq_factor <= c->rope_low_freq_factor)
+        REJECT("model.rope_scaling.high_freq_factor (%g) must exceed "
+               "model.rope_scaling.low_freq_factor (%g): llama3 scaling interpolates between "
+               "the two wavelengths they give", c->rope_high_freq_factor, c->rope_low_freq_factor);
+    if (c->sliding_window && strcmp(c->arch, "mistral") && strcmp(c->arch, "qwen2"))
+        REJECT("model.sliding_window (%d): model.arch %s has no sliding window (mistral and qwen2 "
+               "have one); set it to 0", c->sliding_window, c->arch);
+    if (c->sliding_window && c->sliding_window < c->seq_len)
+        REJECT("model.sliding_window (%d) is shorter than train.seq_len (%d): pptrain's attention "
+               "is causal over the whole sequence, which equals a sliding window only where the "
+               "window covers it; lower train.seq_len to at most %d", c->sliding_window,
+               c->seq_len, c->sliding_window);
+    return PP_OK;
+}
+
 /* The rules that join several keys; each message says what to change. */
 static int check_cross(const Config *c, char *err, size_t errlen) {
-#define REJECT(...) return pp_errf(err, errlen, PP_EUSAGE, __VA_ARGS__)
     if (c->vocab_size > c->padded_vocab_size)
         REJECT("model.padded_vocab_size (%d) is smaller than model.vocab_size (%d): set it to 0 "
                "(round up to a multiple of 128) or to at least %d", c->padded_vocab_size,
@@ -880,6 +995,8 @@ static int check_cross(const Config *c, char *err, size_t errlen) {
     if (c->dim % c->n_heads)
         REJECT("model.dim (%d) is not a multiple of model.n_heads (%d): each head gets dim / "
                "n_heads channels; change one of them", c->dim, c->n_heads);
+    int rc = check_arch(c, err, errlen);
+    if (rc != PP_OK) return rc;
     if (c->seq_len > c->max_seq_len)
         REJECT("train.seq_len (%d) exceeds model.max_seq_len (%d): lower train.seq_len or raise "
                "model.max_seq_len", c->seq_len, c->max_seq_len);
@@ -898,8 +1015,8 @@ static int check_cross(const Config *c, char *err, size_t errlen) {
     /* the schedule kind's row says which virtual_stages it runs, and the message */
     return sched_kind_check(c->schedule, c->stages, c->virtual_stages, c->microbatches, err,
                             errlen);
-#undef REJECT
 }
+#undef REJECT
 
 /* Expand the patterns of every path key (T_STRING and T_PATH: all of them are paths) in
  * place: [Note: path patterns] in pathpat.c. */
@@ -923,7 +1040,12 @@ int config_finalize(Config *c, char *err, size_t errlen) {
     if (c->padded_vocab_size == 0 && vp <= INT_MAX) c->padded_vocab_size = (int)vp;
     int rc = expand_paths(c, err, errlen);
     if (rc == PP_OK) rc = check_fields(c, err, errlen);
-    return rc ? rc : check_cross(c, err, errlen);
+    if (rc != PP_OK) return rc;
+    int gpt2 = !strcmp(c->arch, "gpt2"); /* the table's limits hold for the values resolved */
+    if (c->n_kv_heads == 0) c->n_kv_heads = c->n_heads;
+    if (c->ffn_dim == 0 && gpt2) c->ffn_dim = 4 * c->dim; /* llama: required (check_arch) */
+    if (c->tie_embeddings < 0) c->tie_embeddings = gpt2;
+    return check_cross(c, err, errlen);
 }
 
 /* Whether the section path h[0..n) is `open`, i.e. `open` is it or lies inside it. */

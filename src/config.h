@@ -13,14 +13,23 @@
 
 typedef struct {
     /* model: */
-    char arch[PP_NAME_MAX];          /* "gpt2" (the only family so far) */
+    char arch[PP_NAME_MAX];          /* gpt2 | llama | qwen2 | mistral (model/arch.h) */
     int vocab_size;                  /* V, required */
     int padded_vocab_size;           /* Vp; 0 in the file = round V up to a multiple of 128 */
     int max_seq_len;                 /* maxT, required */
     int n_layers;                    /* L, required */
     int n_heads;                     /* NH, required */
     int dim;                         /* C, required */
-    int tie_embeddings;              /* bool */
+    int n_kv_heads;                  /* NKV; 0 in the file = n_heads */
+    int ffn_dim;                     /* F; 0 in the file = 4 dim (gpt2; llama: required) */
+    float norm_eps;                  /* the norms' epsilon (gpt2: 1e-5 only) */
+    float rope_theta;                /* RoPE base (llama) */
+    char rope_scaling[PP_NAME_MAX];  /* model.rope_scaling.type: none | llama3 */
+    float rope_factor;               /* model.rope_scaling.factor, ... (llama3) */
+    float rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_seq_len;
+    int sliding_window;              /* mistral, qwen2: 0 = none, else >= seq_len */
+    int tie_embeddings;              /* bool; -1 in the file = auto (true for gpt2 only) */
     char init_from[PP_PATH_MAX];     /* "" = none (YAML null) */
     float init_std;
     /* pipeline: */
@@ -82,11 +91,12 @@ int config_load_file(Config *c, const char *path, char *err, size_t errlen);
 /* Apply one "a.b=v" override (the value is parsed as YAML scalar or flow sequence). */
 int config_set(Config *c, const char *assignment, char *err, size_t errlen);
 
-/* Resolve derived values (padded_vocab_size 0 -> round up to 128), expand the patterns
- * of the path keys (%j, %A, %a, ${NAME}: [Note: path patterns] in pathpat.c) and check
- * every key and the cross-field rules. Returns PP_OK or PP_EUSAGE with a message (an
- * unset variable is named). Call it once per config: a second call would expand the
- * expanded paths again. */
+/* Resolve derived values (padded_vocab_size 0 -> round up to 128; n_kv_heads 0 ->
+ * n_heads; ffn_dim 0 -> 4 dim for gpt2; tie_embeddings auto -> true for gpt2, false for
+ * the llama family), expand the patterns of the path keys (%j, %A, %a, ${NAME}: [Note:
+ * path patterns] in pathpat.c) and check every key and the cross-field rules. Returns
+ * PP_OK or PP_EUSAGE with a message (an unset variable is named). Call it once per
+ * config: a second call would expand the expanded paths again. */
 int config_finalize(Config *c, char *err, size_t errlen);
 
 /* Print the effective config as YAML that config_load_file reads back to the same

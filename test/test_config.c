@@ -13,7 +13,7 @@
 #include "checkrun.h"
 
 static const char *const k_shipped[] = {
-    "configs/gpt-tiny.yaml",       "configs/gpt2-124m.yaml",     "configs/tutorial.yaml",
+    "configs/gpt-tiny.yaml",        "configs/gpt2-124m.yaml",      "configs/tutorial.yaml",
     "configs/bench-124m-t256.yaml", "configs/bench-124m-t64.yaml", "configs/bench-small.yaml",
 };
 #define N_SHIPPED (sizeof k_shipped / sizeof k_shipped[0])
@@ -70,7 +70,15 @@ START_TEST(test_defaults) {
     ck_assert_int_eq(c.vocab_size, 0);
     ck_assert_int_eq(c.padded_vocab_size, 0);
     ck_assert_int_eq(c.max_seq_len + c.n_layers + c.n_heads + c.dim, 0);
-    ck_assert_int_eq(c.tie_embeddings, 1);
+    ck_assert_int_eq(c.n_kv_heads + c.ffn_dim + c.sliding_window, 0);
+    ck_assert_float_eq(c.norm_eps, 1.0e-5f);
+    ck_assert_float_eq(c.rope_theta, 10000.0f);
+    ck_assert_str_eq(c.rope_scaling, "none");
+    ck_assert_float_eq(c.rope_factor, 8.0f);
+    ck_assert_float_eq(c.rope_low_freq_factor, 1.0f);
+    ck_assert_float_eq(c.rope_high_freq_factor, 4.0f);
+    ck_assert_int_eq(c.rope_original_max_seq_len, 8192);
+    ck_assert_int_eq(c.tie_embeddings, -1); /* auto */
     ck_assert_str_eq(c.init_from, "");
     ck_assert_float_eq(c.init_std, 0.02f);
     ck_assert_int_eq(c.stages, 1);
@@ -181,6 +189,7 @@ START_TEST(test_shipped_configs_load) {
     load_shipped(&c, "configs/bench-small.yaml");
     ck_assert_int_eq(c.microbatches, 8);
     ck_assert_int_eq(c.steps, 5);
+
 }
 END_TEST
 
@@ -240,6 +249,77 @@ START_TEST(test_round_trip_tricky) {
     assert_round_trip(&c, "tricky");
     set_ok(&c, "pipeline.split=[\"layers.1\", layers.3]");
     assert_round_trip(&c, "split points");
+}
+END_TEST
+
+/* The model keys config_finalize resolves: n_kv_heads 0 = n_heads, ffn_dim 0 = 4 dim for
+ * gpt2, tie_embeddings auto = the arch's (true for gpt2, false for the llama family);
+ * what the file says is kept. */
+START_TEST(test_model_keys_resolved) {
+    static const struct {
+        const char *sets, *arch;
+        int nkv, ffn, tied;
+    } cases[] = {
+        {"", "gpt2", 4, 256, 1},
+        {"model.tie_embeddings=false;model.n_kv_heads=4;model.ffn_dim=256", "gpt2", 4, 256, 0},
+        {"model.arch=llama;model.ffn_dim=100", "llama", 4, 100, 0},
+        {"model.arch=qwen2;model.ffn_dim=8;model.n_kv_heads=1", "qwen2", 1, 8, 0},
+        {"model.arch=mistral;model.ffn_dim=8;model.n_kv_heads=2;model.tie_embeddings=true",
+         "mistral", 2, 8, 1},
+        {"model.arch=llama;model.ffn_dim=8;model.tie_embeddings=auto", "llama", 4, 8, 0},
+    };
+    char err[PP_ERR_MAX] = "", list[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Config c;
+        valid_config(&c);
+        snprintf(list, sizeof list, "%s", cases[i].sets);
+        for (char *save, *a = strtok_r(list, ";", &save); a; a = strtok_r(NULL, ";", &save))
+            set_ok(&c, a);
+        ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s: %s", cases[i].sets, err);
+        ck_assert_str_eq(c.arch, cases[i].arch);
+        ck_assert_int_eq(c.n_kv_heads, cases[i].nkv);
+        ck_assert_int_eq(c.ffn_dim, cases[i].ffn);
+        ck_assert_int_eq(c.tie_embeddings, cases[i].tied);
+        assert_round_trip(&c, cases[i].sets);
+    }
+}
+END_TEST
+
+/* model.rope_scaling: a mapping in a file or --set; null turns the scaling off again
+ * (every key of it back to its default), and an unknown type is refused naming the key. */
+START_TEST(test_rope_scaling) {
+    char err[PP_ERR_MAX] = "";
+    Config c;
+    valid_config(&c);
+    set_ok(&c, "model.arch=llama");
+    set_ok(&c, "model.ffn_dim=8");
+    ck_assert_int_eq(load_text(&c, "model:\n  rope_scaling:\n    type: llama3\n    factor: 16\n"
+                                   "    original_max_seq_len: 4096\n", err, sizeof err), PP_OK);
+    ck_assert_str_eq(c.rope_scaling, "llama3");
+    ck_assert_float_eq(c.rope_factor, 16.0f);
+    ck_assert_int_eq(c.rope_original_max_seq_len, 4096);
+    ck_assert_float_eq(c.rope_high_freq_factor, 4.0f); /* the default */
+    Config scaled = c;
+    set_ok(&c, "model.rope_scaling=null");
+    ck_assert_str_eq(c.rope_scaling, "none");
+    ck_assert_float_eq(c.rope_factor, 8.0f);
+    ck_assert_int_eq(c.rope_original_max_seq_len, 8192);
+    set_ok(&c, "model.rope_scaling={type: llama3, factor: 16, original_max_seq_len: 4096}");
+    ck_assert_msg(memcmp(&c, &scaled, sizeof c) == 0, "--set of the mapping differs from the file");
+    ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s", err);
+    assert_round_trip(&c, "llama3 scaling");
+    ck_assert_int_eq(load_text(&c, "model:\n  rope_scaling: ~\n", err, sizeof err), PP_OK);
+    ck_assert_str_eq(c.rope_scaling, "none");
+    ck_assert_int_eq(config_set(&c, "model.rope_scaling.type=yarn", err, sizeof err), PP_EUSAGE);
+    assert_has(err, "model.rope_scaling.type: expected one of none, llama3, got 'yarn'");
+    ck_assert_int_eq(config_set(&c, "model.rope_scaling={type: llama3, facter: 2}", err,
+                                sizeof err), PP_EUSAGE);
+    assert_has(err, "unknown key 'model.rope_scaling.facter' (did you mean "
+                    "'model.rope_scaling.factor'?)");
+    ck_assert_int_eq(config_set(&c, "model.rope_scaling.factor=0", err, sizeof err), PP_EUSAGE);
+    assert_has(err, "model.rope_scaling.factor: expected a number > 0");
+    ck_assert_int_eq(config_set(&c, "model.rope_scaling=llama3", err, sizeof err), PP_EUSAGE);
+    assert_has(err, "model.rope_scaling: expected a mapping of keys, got 'llama3'");
 }
 END_TEST
 
@@ -626,6 +706,13 @@ START_TEST(test_set_errors) {
         {"model.dim=[1]", "model.dim: expected an integer in [1, 536870911], got a list"},
         {"model.dim=536870912", "model.dim: expected an integer in [1, 536870911]"},
         {"model.n_layers=178956971", "model.n_layers: expected an integer in [1, 178956970]"},
+        {"model.arch=gpt3", "model.arch: expected one of gpt2, llama, qwen2, mistral, got 'gpt3'"},
+        {"model.tie_embeddings=maybe", "model.tie_embeddings: expected auto, true or false"},
+        {"model.tie_embeddings=\"true\"", "got '\"true\"' (a quoted string)"},
+        {"model.n_kv_heads=-1", "model.n_kv_heads: expected an integer >= 0"},
+        {"model.norm_eps=0", "model.norm_eps: expected a number > 0"},
+        {"model.rope_scaling.original_max_seq_len=0",
+         "model.rope_scaling.original_max_seq_len: expected an integer >= 1"},
         {"train.steps", "--set train.steps: expected KEY=VALUE"},
         {"=3", "--set =3: expected KEY=VALUE"},
     };
@@ -678,6 +765,30 @@ static const char *const k_cross[][2] = {
      "model.padded_vocab_size (256) is smaller than model.vocab_size (300)"},
     {"pipeline.virtual_stages=2", "needs schedule interleaved-1f1b"},
     {"pipeline.schedule=interleaved-1f1b", "interleaved-1f1b needs pipeline.virtual_stages >= 2"},
+    /* the model keys of model.arch (check_arch) */
+    {"model.arch=llama", "missing required key model.ffn_dim (the MLP's hidden size, Hugging "
+                         "Face's intermediate_size) for model.arch llama"},
+    {"model.arch=llama;model.ffn_dim=8;model.n_kv_heads=3",
+     "model.n_heads (4) is not a multiple of model.n_kv_heads (3)"},
+    {"model.arch=qwen2;model.ffn_dim=8;model.n_kv_heads=8",
+     "model.n_heads (4) is not a multiple of model.n_kv_heads (8)"},
+    {"model.n_kv_heads=2", "model.n_kv_heads (2): gpt2 has a key/value head per query head "
+                           "(model.n_heads 4); set it to 0 or 4"},
+    {"model.ffn_dim=100", "model.ffn_dim (100): gpt2's MLP is 4 x model.dim = 256 wide"},
+    {"model.norm_eps=1e-6", "model.norm_eps (1e-06): gpt2's LayerNorm has a fixed epsilon"},
+    {"model.rope_theta=500000", "model.rope_theta (500000) is llama's: gpt2 has learned positions"},
+    {"model.rope_scaling.type=llama3", "model.rope_scaling.type (llama3) is llama's"},
+    {"model.arch=llama;model.ffn_dim=8;model.dim=24;model.n_heads=8",
+     "model.dim / model.n_heads = 24 / 8 = 3 channels a head, an odd number: RoPE rotates pairs"},
+    {"model.arch=llama;model.ffn_dim=8;model.rope_scaling={type: llama3, low_freq_factor: 4}",
+     "model.rope_scaling.high_freq_factor (4) must exceed model.rope_scaling.low_freq_factor (4)"},
+    {"model.sliding_window=64", "model.sliding_window (64): model.arch gpt2 has no sliding window"},
+    {"model.arch=llama;model.ffn_dim=8;model.sliding_window=64",
+     "model.sliding_window (64): model.arch llama has no sliding window"},
+    {"model.arch=mistral;model.ffn_dim=8;model.sliding_window=32",
+     "model.sliding_window (32) is shorter than train.seq_len (64)"},
+    {"model.arch=qwen2;model.ffn_dim=8;model.sliding_window=63",
+     "model.sliding_window (63) is shorter than train.seq_len (64)"},
 };
 
 START_TEST(test_cross_field_errors) {
@@ -697,6 +808,10 @@ START_TEST(test_cross_field_valid_edges) {
         "pipeline.stages=2;pipeline.virtual_stages=2;pipeline.schedule=interleaved-1f1b",
         "pipeline.stages=4;train.seq_len=64;pipeline.microbatches=8",
         "model.vocab_size=65536;model.dim=4;model.n_heads=4",
+        "model.arch=mistral;model.ffn_dim=1;model.sliding_window=64;model.n_kv_heads=1",
+        "model.arch=qwen2;model.ffn_dim=8;model.sliding_window=4096;model.norm_eps=1e-6",
+        "model.arch=llama;model.ffn_dim=8;model.dim=8;model.rope_theta=500000;"
+        "model.rope_scaling={type: llama3, low_freq_factor: 3.9}",
     };
     char err[PP_ERR_MAX] = "", list[256];
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
@@ -725,10 +840,15 @@ START_TEST(test_finalize_checks_direct_values) {
     assert_has(err, "train.optimizer.lr");
     assert_has(err, "expected a number > 0");
     valid_config(&c);
-    strcpy(c.arch, "llama");
+    strcpy(c.arch, "gpt3");
     ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
     assert_has(err, "model.arch");
-    assert_has(err, "expected one of gpt2");
+    assert_has(err, "expected one of gpt2, llama, qwen2, mistral");
+    valid_config(&c);
+    c.tie_embeddings = 2;
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
+    assert_has(err, "model.tie_embeddings");
+    assert_has(err, "is 2: expected auto, true or false");
     valid_config(&c);
     for (int over = 1; over <= 127; over += 126) { /* past the limit, up to INT_MAX */
         valid_config(&c);
@@ -897,7 +1017,7 @@ START_TEST(test_docs_cover_every_key) {
         ck_assert_msg(strstr(docs, want), "docs/config.md does not document %s", want);
         keys++;
     }
-    ck_assert_uint_eq(keys, 52);
+    ck_assert_uint_eq(keys, 62);
     free(text);
 }
 END_TEST
@@ -908,6 +1028,8 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_required_keys);
     tcase_add_test(tc, test_shipped_configs_load);
+    tcase_add_test(tc, test_model_keys_resolved);
+    tcase_add_test(tc, test_rope_scaling);
     tcase_add_test(tc, test_round_trip_shipped);
     tcase_add_test(tc, test_round_trip_tricky);
     tcase_add_test(tc, test_print_layout);
