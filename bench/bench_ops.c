@@ -125,7 +125,8 @@ int main(int argc, char **argv) {
     }
     size_t N = (size_t)B * T;
     /* a GPT-2 layer's sizes (the ops below are its), nothing held */
-    ModelDims d = {V, Vp, T, L, NH, C, 1, &arch_gpt2};
+    ModelDims d = {.V = V, .Vp = Vp, .maxT = T, .L = L, .NH = NH, .C = C, .tied = 1,
+                   .arch = &arch_gpt2};
     BackendSizes sz = model_backend_sizes(&d, B, T, 0);
     if (backend_select(&cfg, 0, &sz, &b.be, note, sizeof note, err, sizeof err) != PP_OK) {
         fprintf(stderr, "bench_ops: %s\n", err);

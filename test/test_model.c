@@ -1100,7 +1100,9 @@ END_TEST
  * [N,C] douts in sets) and NH*T = 4C (in the probabilities). On the CPU and with bf16
  * operand activations ([Note: operand activations] in backend.h). */
 START_TEST(test_memory_plan_sweep) {
-    ModelDims dims[2] = {{16, 16, 4, 8, 2, 8, 1, &arch_gpt2}, {16, 16, 4, 8, 8, 8, 1, &arch_gpt2}};
+    ModelDims dims[2] = {
+        {.V = 16, .Vp = 16, .maxT = 4, .L = 8, .NH = 2, .C = 8, .tied = 1, .arch = &arch_gpt2},
+        {.V = 16, .Vp = 16, .maxT = 4, .L = 8, .NH = 8, .C = 8, .tied = 1, .arch = &arch_gpt2}};
     int B = 1, T = 4, checked = 0, kinds = 0;
     for (int di = 0; di < 2; di++) {
     ModelDims d = dims[di];
@@ -1230,14 +1232,16 @@ END_TEST
  * of GPT-2 124M at T = 1024 are ../shared/GPU.md's 854,654,976. */
 START_TEST(test_arch_costs) {
     for (int tied = 0; tied < 2; tied++) {
-        ModelDims d = {37, 40, 9, 3, 2, 8, tied, &arch_gpt2};
+        ModelDims d = {.V = 37, .Vp = 40, .maxT = 9, .L = 3, .NH = 2, .C = 8, .tied = tied,
+                       .arch = &arch_gpt2};
         ArchCosts a;
         model_arch_costs(&d, 7, &a);
         double table = (double)model_total_params(&d) + (tied ? (double)d.Vp * d.C : 0);
         ck_assert_double_eq(d.L * a.layer_params + a.embed_params + a.head_params, table);
         ck_assert_uint_eq(model_boundary_floats(&d, 5, 7), 5 * 7 * 8);
     }
-    ModelDims g = {50257, 50304, 1024, 12, 12, 768, 1, &arch_gpt2};
+    ModelDims g = {.V = 50257, .Vp = 50304, .maxT = 1024, .L = 12, .NH = 12, .C = 768, .tied = 1,
+                   .arch = &arch_gpt2};
     ck_assert_double_eq(model_train_flops_per_token(&g, 1024), 854654976.0);
     ChunkSpec whole = {0, 0, 4, 1, 1, 1, 0};
     Model w;
@@ -1257,7 +1261,8 @@ END_TEST
  * of 64), and the held copy is what the memory plan says the rank holds: a built model's
  * nparams for a split. */
 START_TEST(test_backend_sizes) {
-    ModelDims g = {50257, 50304, 1024, 12, 12, 768, 1, &arch_gpt2};
+    ModelDims g = {.V = 50257, .Vp = 50304, .maxT = 1024, .L = 12, .NH = 12, .C = 768, .tied = 1,
+                   .arch = &arch_gpt2};
     BackendSizes s = model_backend_sizes(&g, 16, 1024, 7);
     ck_assert_int_eq(s.N, 16 * 1024);
     ck_assert_int_eq(s.T, 1024);
@@ -1267,7 +1272,8 @@ START_TEST(test_backend_sizes) {
     ck_assert_uint_eq(s.width, 4 * 768);
     ck_assert_uint_eq(s.weight, (size_t)50304 * 768);
     ck_assert_uint_eq(s.params, 7);
-    ModelDims small = {37, 40, 9, 3, 2, 64, 1, &arch_gpt2}; /* 4C C > Vp C: a layer's matrix */
+    ModelDims small = {.V = 37, .Vp = 40, .maxT = 9, .L = 3, .NH = 2, .C = 64, .tied = 1,
+                       .arch = &arch_gpt2}; /* 4C C > Vp C: a layer's matrix */
     ck_assert_uint_eq(model_backend_sizes(&small, 1, 1, 0).weight, (size_t)4 * 64 * 64);
     ChunkSpec split[2] = {{1, 1, 3, 0, 0, 1, 0}, {3, 3, 4, 0, 1, 1, 0}};
     Model m;

@@ -16,7 +16,8 @@
 /* GPT-2's costs at width C, padded vocabulary Vp and length T (= the position table). */
 static const ArchCosts *arch(int C, int Vp, int T) {
     static ArchCosts a;
-    ModelDims d = {Vp, Vp, T, 1, 1, C, 1, &arch_gpt2};
+    ModelDims d = {.V = Vp, .Vp = Vp, .maxT = T, .L = 1, .NH = 1, .C = C, .tied = 1,
+                   .arch = &arch_gpt2};
     model_arch_costs(&d, T, &a);
     return &a;
 }

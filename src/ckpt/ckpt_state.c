@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -21,6 +22,14 @@
  * is, so a checkpoint loads into any number of replicas, sharded or not, and any split.
  * The manifest holds the model's dimensions ("model") and the printed config
  * ("config"). */
+
+/* [Note: manifest model] The manifest's "model" entry is the model's shape as text:
+ * GPT-2's "V=50257 Vp=50304 maxT=1024 L=12 NH=12 C=768 tied=1", as every checkpoint
+ * before the llama family had it (an entry without arch= is GPT-2's), and for the others
+ * that, then "arch=llama NKV=8 F=8192 eps=1e-05 theta=500000" and the RoPE scaling,
+ * "rope=none" or "rope=llama3 factor=32 low=1 high=4 orig=8192" (floats as %.9g: they
+ * read back to the same bits). A resume compares the texts, so another arch or any
+ * other dimension is refused naming both. */
 
 #define MAX_TENSORS_PER_PARAM 3
 
@@ -76,10 +85,19 @@ static void writer_device(CkptWriter *w, const Backend *be) {
     ckpt_writer_set_device(w, &dev);
 }
 
+#define MODEL_STRING_MAX 320
+
 static void model_string(const Runtime *rt, char *buf, size_t n) {
     const ModelDims *d = &rt->model.d;
-    snprintf(buf, n, "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d", d->V, d->Vp, d->maxT, d->L,
-             d->NH, d->C, d->tied);
+    const ModelRope *r = &d->rope;
+    int k = snprintf(buf, n, "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d", d->V, d->Vp, d->maxT,
+                     d->L, d->NH, d->C, d->tied);
+    if (d->arch == &arch_gpt2) return; /* [Note: manifest model] */
+    k += snprintf(buf + k, n - k, " arch=%s NKV=%d F=%d eps=%.9g theta=%.9g rope=%s", d->arch->name,
+                  d->NKV, d->F, d->eps, r->theta, r->llama3 ? "llama3" : "none");
+    if (r->llama3)
+        snprintf(buf + k, n - k, " factor=%.9g low=%.9g high=%.9g orig=%d", r->factor,
+                 r->low_freq_factor, r->high_freq_factor, r->original_max_seq_len);
 }
 
 /* The tensors this rank stores: parameters and optimizer state. */
@@ -148,7 +166,7 @@ static int agree(Runtime *rt, int ok, const char *what, char *err, size_t errlen
 }
 
 int ckpt_state_save(CkptState *c, Runtime *rt, long step, int wait, char *err, size_t errlen) {
-    char dir[PP_PATH_MAX], path[PP_PATH_MAX + 32], model[128];
+    char dir[PP_PATH_MAX], path[PP_PATH_MAX + 32], model[MODEL_STRING_MAX];
     double t0 = pp_now(); /* the stall: waiting for an earlier save, then the copy */
     int rc = ckpt_state_finish(c, rt, err, errlen);
     if (rc) return rc;
@@ -184,7 +202,7 @@ int ckpt_state_save(CkptState *c, Runtime *rt, long step, int wait, char *err, s
 
 int ckpt_state_finish(CkptState *c, Runtime *rt, char *err, size_t errlen) {
     if (c->pending < 0) return PP_OK;
-    char model[128], step[32], hash[32];
+    char model[MODEL_STRING_MAX], step[32], hash[32];
     int rc = ckpt_writer_wait(c->writer, err, errlen);
     if ((rc = agree(rt, rc == PP_OK, "writing the checkpoint shards", err, errlen))) return rc;
     if (rt->lay.rank == 0) {
@@ -277,7 +295,7 @@ static int check_shards(const CkptReader *r, const char *dir, char *err, size_t 
 
 /* This rank's part of ckpt_state_load. */
 static int load_local(Runtime *rt, const char *path, long *step, char *err, size_t errlen) {
-    char dir[PP_PATH_MAX], model[128], name[80];
+    char dir[PP_PATH_MAX], model[MODEL_STRING_MAX], name[80];
     int rc = ckpt_resolve(path, dir, sizeof dir, err, errlen);
     if (rc) return rc;
     CkptReader *r = ckpt_open(dir, err, errlen);
@@ -335,25 +353,71 @@ static int load_local(Runtime *rt, const char *path, long *step, char *err, size
 
 /* ---- export ------------------------------------------------------------------- */
 
-/* Parse model_string's "V=%d Vp=%d maxT=%d L=%d NH=%d C=%d tied=%d" strictly: every
- * field, in order, decimal digits that fit an int. 0 on success. */
-static int parse_model(const char *s, ModelDims *d) {
-    static const char *const keys[] = {"V", "Vp", "maxT", "L", "NH", "C", "tied"};
-    int *dst[] = {&d->V, &d->Vp, &d->maxT, &d->L, &d->NH, &d->C, &d->tied};
-    for (int i = 0; i < 7; i++) {
-        size_t k = strlen(keys[i]);
-        if (strncmp(s, keys[i], k) || s[k] != '=') return -1;
-        s += k + 1;
-        size_t nd = strspn(s, "0123456789");
-        if (nd == 0 || nd > 10) return -1;
-        long long v = strtoll(s, NULL, 10);
-        if (v > INT_MAX) return -1;
-        *dst[i] = (int)v;
-        s += nd;
-        if (*s != (i < 6 ? ' ' : '\0')) return -1;
-        s += i < 6;
+/* The fields of the manifest's model entry ([Note: manifest model]), in order: an int
+ * (decimal digits that fit one), a number as %.9g writes it (finite, no sign), the arch
+ * (of the llama family: GPT-2's entry has none) or the RoPE scaling's name. */
+typedef struct {
+    const char *key;
+    char kind; /* 'i' int, 'f' float, 'a' arch, 'r' rope */
+    size_t off;
+} ModelField;
+#define MF(k, t, m) {k, t, offsetof(ModelDims, m)}
+static const ModelField k_model_fields[] = {
+    MF("V", 'i', V),        MF("Vp", 'i', Vp),       MF("maxT", 'i', maxT),
+    MF("L", 'i', L),        MF("NH", 'i', NH),       MF("C", 'i', C),
+    MF("tied", 'i', tied),  MF("arch", 'a', arch),   MF("NKV", 'i', NKV),
+    MF("F", 'i', F),        MF("eps", 'f', eps),     MF("theta", 'f', rope.theta),
+    MF("rope", 'r', rope),  MF("factor", 'f', rope.factor),
+    MF("low", 'f', rope.low_freq_factor),            MF("high", 'f', rope.high_freq_factor),
+    MF("orig", 'i', rope.original_max_seq_len),
+};
+#undef MF
+#define N_MODEL_FIELDS (int)(sizeof k_model_fields / sizeof k_model_fields[0])
+
+/* Field f of d from its value text v. 0 on success. */
+static int model_field(ModelDims *d, const ModelField *f, const char *v) {
+    void *dst = (char *)d + f->off;
+    char *end;
+    size_t nd = strspn(v, "0123456789");
+    switch (f->kind) {
+    case 'i':
+        if (nd == 0 || nd > 10 || v[nd] || strtoll(v, NULL, 10) > INT_MAX) return -1;
+        *(int *)dst = (int)strtoll(v, NULL, 10);
+        return 0;
+    case 'f':
+        if (nd == 0) return -1; /* no sign, inf or nan */
+        *(float *)dst = strtof(v, &end);
+        return *end || !isfinite(*(float *)dst) ? -1 : 0;
+    case 'a':
+        d->arch = arch_find(v);
+        return !d->arch || d->arch == &arch_gpt2 ? -1 : 0;
+    default:
+        d->rope.llama3 = !strcmp(v, "llama3");
+        return strcmp(v, "none") && !d->rope.llama3 ? -1 : 0;
     }
-    return 0;
+}
+
+/* Parse model_string's entry ([Note: manifest model]) strictly: every field, in order,
+ * one space apart; GPT-2's first 7, or the llama family's 13 (rope=none) or all 17
+ * (rope=llama3). 0 on success. */
+static int parse_model(const char *s, ModelDims *d) {
+    char v[32];
+    memset(d, 0, sizeof *d);
+    d->arch = &arch_gpt2;
+    for (int i = 0; i < N_MODEL_FIELDS; i++) {
+        size_t k = strlen(k_model_fields[i].key), len;
+        if (strncmp(s, k_model_fields[i].key, k) || s[k] != '=') return -1;
+        s += k + 1;
+        len = strcspn(s, " ");
+        if (len == 0 || len >= sizeof v) return -1;
+        memcpy(v, s, len);
+        v[len] = '\0';
+        if (model_field(d, &k_model_fields[i], v)) return -1;
+        s += len;
+        if (!*s) return i == 6 || (i == 12 && !d->rope.llama3) || i == 16 ? 0 : -1;
+        if (*s++ != ' ') return -1;
+    }
+    return -1;
 }
 
 /* Whether a tensor name is optimizer state ([Note: checkpoint names]). */
@@ -374,13 +438,16 @@ static int export_dims(const CkptReader *r, const char *dir, ModelDims *d, char 
     char why[256];
     if (!ms) return pp_errf(err, errlen, PP_ERUNTIME, "%s: the manifest has no model entry; not a "
                             "pptrain checkpoint", dir);
-    d->arch = arch_find("gpt2"); /* a manifest names no architecture: GPT-2's, the only one */
     if (parse_model(ms, d) != 0)
         return pp_errf(err, errlen, PP_ERUNTIME, "%s/manifest: model entry '%.200s' is not 'V=.. "
-                       "Vp=.. maxT=.. L=.. NH=.. C=.. tied=..': the manifest was edited", dir, ms);
+                       "Vp=.. maxT=.. L=.. NH=.. C=.. tied=..' (and for the llama family 'arch=.. "
+                       "NKV=.. F=.. eps=.. theta=.. rope=..'): the manifest was edited", dir, ms);
     if (model_dims_check(d, why, sizeof why) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "%s/manifest: model entry '%s' describes no "
                        "buildable model (%s): the manifest was edited", dir, ms, why);
+    if (!d->arch->export_llmc)
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: a model.arch %s checkpoint: llm.c's format "
+                       "holds GPT-2 only", dir, d->arch->name);
     if (!d->tied)
         return pp_errf(err, errlen, PP_EUSAGE, "%s: untied embeddings (model.tie_embeddings: "
                        "false) cannot be written in llm.c's format", dir);

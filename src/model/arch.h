@@ -1,7 +1,8 @@
 /* arch.h — a decoder architecture as one table: its tensors, the forward and backward of
- * its embedding, layer and head, the activations, W state and scratch they keep, its
- * costs and its weight files. The stage engine (model.c) runs whatever the table says;
- * gpt2.c fills GPT-2's, selected by model.arch. */
+ * its embedding, layer and head, the activations, W state, scratch and constants they
+ * keep, its costs and its weight files. The stage engine (model.c) runs whatever the
+ * table says; gpt2.c fills GPT-2's, llama.c Llama's (and qwen2's, mistral's), selected by
+ * model.arch. */
 #ifndef PP_ARCH_H
 #define PP_ARCH_H
 
@@ -42,8 +43,9 @@ typedef struct {
 enum {
     ARCH_ACTS,   /* a layer's saved activations, per slot (or block) and layer */
     ARCH_HEAD,   /* the head's saved activations, per last-stage slot */
-    ARCH_WS,     /* a layer's W state ([Note: W state] in model.h), per set and layer */
-    ARCH_SCRATCH /* the backward's model-wide scratch, one op at a time */
+    ARCH_WS,      /* a layer's W state ([Note: W state] in model.h), per set and layer */
+    ARCH_SCRATCH, /* the backward's model-wide scratch, one op at a time */
+    ARCH_CONST    /* model-wide constants (fp32), filled once at model_init (Arch.const_fill) */
 };
 
 /* When a scratch buffer is allocated (ArchBuf.when). */
@@ -88,10 +90,10 @@ typedef struct {
  * (.bufs[k], .scratch); p / g are a layer's parameter / gradient pointers, acts its
  * activations, ws its W state, in the table's order.
  *
- * How a Llama block fits, with no change to the engine, the runtime or the schedules
- * (ModelDims gains its n_kv_heads, ffn_dim, norm_eps and rope theta; the backend has the
- * ops, backend.h: rmsnorm_*, rope_*, swiglu_*, attention_* with NKV kv heads, encoder_*
- * with no wpe):
+ * How a Llama block fits (llama.c), with no change to the runtime or the schedules and
+ * one to the engine, the constants set (ModelDims has its NKV, F, eps and RoPE; the
+ * backend has the ops, backend.h: rmsnorm_*, rope_*, swiglu_*, attention_* with NKV kv
+ * heads, encoder_* with no wpe):
  *  - RMSNorm: a norm with a weight only. The layer lists "ln1w" and "ln2w" and no bias,
  *    the globals "lnfw" (ARCH_LAST) alone; the activations keep rstd [N] and no mean;
  *    the head's set is lnf, its rstd and dlnf; head_forward / head_backward call the
@@ -99,20 +101,24 @@ typedef struct {
  *  - RoPE on q and k: inside layer_forward, between the qkv matmul and attention (an op
  *    on q and k in place, so acts' qkv is the rotated one attention reads); its
  *    backward in layer_backward, on dq and dk after attention_backward, before the qkv
- *    matmul's. The angles come from the position and inv_freq [HS/2], which the arch
- *    computes once from theta and the scaling (in device memory: no parameter, no
- *    gradient, no state between steps).
+ *    matmul's. The angles are position x inv_freq[HS/2], which rope_theta and any
+ *    llama3 scaling give: a model-wide constant, the one thing the engine gained for
+ *    Llama (the ARCH_CONST set: nconst fp32 buffers of elems() floats that model_init
+ *    allocates and fills once through const_fill, Model.consts; not parameters, never
+ *    written again, not in a checkpoint, not counted in the memory plan, as the scratch
+ *    is not).
  *  - SwiGLU: three matrices, "gatew" [F,C], "upw" [F,C], "downw" [C,F] in
  *    layer_params, shaped by shape() from ffn_dim; acts declares the gate and up
  *    pre-activations (fp32) and the gated product (operand), with keep / work saying
  *    that selective drops the product and layer_recompute remakes it from the kept
  *    two; ws declares d(gate) and d(up); costs counts 3 C F per token.
- *  - Grouped-query attention: k and v narrower than q. The qkv matrix is [C + 2 NKV hs,
- *    C] (shape()), the qkv activation and its W state [N, C + 2 NKV hs] (elems()), the
- *    attention call passes NKV; the saved attention state stays the backend's
- *    (attention_saved_floats, per query head).
+ *  - Grouped-query attention: k and v narrower than q. The qkv matrix is [(NH + 2 NKV)
+ *    HS, C] (shape()), the qkv activation and its W state [N, (NH + 2 NKV) HS]
+ *    (elems()), the attention call passes NKV; the saved attention state stays the
+ *    backend's (attention_saved_floats, per query head).
  *  - No biases: the tables list none, and the arch passes NULL biases to the matmuls
- *    (matmul_forward takes b NULL; matmul_backward skips a NULL db).
+ *    (matmul_forward takes b NULL; matmul_backward skips a NULL db). qwen2's table adds
+ *    "qkvb" [(NH + 2 NKV) HS] last, which the same functions pass where it is listed.
  *  - An untied head: ModelDims.tied 0, which the engine already builds ("lm_head" on
  *    the last stage, its own gradient and optimizer state; no tied fold or all-reduce).
  *    Llama has no wpe: embed_forward / embed_backward pass wpe, dwpe NULL.
@@ -144,9 +150,13 @@ struct Arch {
     const ArchBuf *ws;    /* [nws] */
     int nscratch;         /* the backward's scratch (Model.bufs) */
     const ArchBuf *scratch; /* [nscratch] */
+    int nconst;           /* model-wide constants (Model.consts), fp32 */
+    const ArchBuf *consts;  /* [nconst] */
     /* Elements of buffer k of a set (ARCH_*) for N tokens; att: the floats attention
      * saves (be->attention_saved_floats). */
     size_t (*elems)(const ModelDims *d, int set, int k, size_t N, size_t att);
+    /* Constant k's values, elems(d, ARCH_CONST, k, ...) floats, into host memory. */
+    void (*const_fill)(const ModelDims *d, int k, float *host);
 
     /* ---- W state ([Note: W state] in model.h) ---- */
     /* Whether W state member k of a layer that keeps its activations lives in them
@@ -193,9 +203,12 @@ struct Arch {
     int (*export_llmc)(const Model *m, const char *path, char *err, size_t errlen);
 };
 
-extern const Arch arch_gpt2; /* gpt2.c */
+extern const Arch arch_gpt2;    /* gpt2.c */
+extern const Arch arch_llama;   /* llama.c: Llama's block */
+extern const Arch arch_qwen2;   /* llama.c: the block with q/k/v biases */
+extern const Arch arch_mistral; /* llama.c: the block (a sliding window covering the sequence) */
 
-/* The architecture model.arch names ("gpt2"), or NULL. */
+/* The architecture model.arch names ("gpt2", "llama", "qwen2", "mistral"), or NULL. */
 const Arch *arch_find(const char *name);
 
 #endif

@@ -34,8 +34,22 @@ static const Arch *model_arch(const ModelDims *d) {
 ModelDims model_dims(const Config *cfg) {
     const Arch *a = arch_find(cfg->arch);
     PP_CHECK(a); /* the config's choices */
-    return (ModelDims){cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, cfg->n_layers,
-                       cfg->n_heads,    cfg->dim,               cfg->tie_embeddings, a};
+    int gpt2 = a == &arch_gpt2; /* a config filled in directly may leave the 0s and auto */
+    ModelDims d = {.V = cfg->vocab_size,
+                   .Vp = cfg->padded_vocab_size,
+                   .maxT = cfg->max_seq_len,
+                   .L = cfg->n_layers,
+                   .NH = cfg->n_heads,
+                   .C = cfg->dim,
+                   .tied = cfg->tie_embeddings < 0 ? gpt2 : cfg->tie_embeddings,
+                   .arch = a,
+                   .NKV = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads,
+                   .F = cfg->ffn_dim || !gpt2 ? cfg->ffn_dim : 4 * cfg->dim,
+                   .eps = cfg->norm_eps,
+                   .rope = {cfg->rope_theta, !strcmp(cfg->rope_scaling, "llama3"), cfg->rope_factor,
+                            cfg->rope_low_freq_factor, cfg->rope_high_freq_factor,
+                            cfg->rope_original_max_seq_len}};
+    return d;
 }
 
 /* ---- sizes from the Arch ---- */
@@ -64,8 +78,8 @@ static size_t globals_numel(const ModelDims *d, int stage) {
 
 /* The buffers of one of the Arch's sets (ARCH_ACTS, ...) and their count. */
 static const ArchBuf *set_bufs(const Arch *A, int set, int *n) {
-    const ArchBuf *b[] = {A->acts, A->head, A->ws, A->scratch};
-    int c[] = {A->nacts, A->nhead, A->nws, A->nscratch};
+    const ArchBuf *b[] = {A->acts, A->head, A->ws, A->scratch, A->consts};
+    int c[] = {A->nacts, A->nhead, A->nws, A->nscratch, A->nconst};
     PP_CHECK(c[set] <= ARCH_MAX_BUFS);
     *n = c[set];
     return b[set];
@@ -488,6 +502,20 @@ static size_t scratch_init(Model *m, int when) {
     return sum;
 }
 
+/* The Arch's constants ([Note: Arch table] in arch.h): allocated and filled once. */
+static void consts_init(Model *m) {
+    size_t bytes[ARCH_MAX_BUFS];
+    int n = set_bytes_of(m, ARCH_CONST, bytes);
+    for (int k = 0; k < n; k++) {
+        float *host = pp_malloc(bytes[k] ? bytes[k] : 1);
+        m->arch->const_fill(&m->d, k, host);
+        m->consts[k] = dev_alloc(m, bytes[k]);
+        m->be->to_device(m->be, m->consts[k], host, bytes[k]);
+        m->be->wait(m->be); /* host is freed */
+        free(host);
+    }
+}
+
 /* ---- building ---- */
 
 /* Rows of the head's logits buffer for a backend's chunk rows ([Note: chunked head]):
@@ -563,6 +591,7 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs,
     scratch_init(m, ARCH_ALWAYS);
     if (be->operand != PP_F32) scratch_init(m, ARCH_CAST); /* else the fp32 buffer serves */
     m->scratch = dev_alloc(m, be->scratch_floats(be, (int)N, T, d->C) * sizeof(float));
+    consts_init(m);
     m->losses = dev_alloc(m, N * sizeof(float));
     m->logits_rows = head_rows(be->logits_chunk_rows, B, T);
     if (any_last) /* [Note: chunked head] */
@@ -602,8 +631,11 @@ void model_free(Model *m) {
         for (int w = 0; w < ck->nwstate; w++) wstate_free(m, ck, ck->wstate[w]);
         free(ck->slots), free(ck->recv), free(ck->wstate);
     }
-    for (int k = 0; k < ARCH_MAX_BUFS; k++)
-        be->dealloc(be, m->work[k]), be->dealloc(be, m->bufs[k]);
+    for (int k = 0; k < ARCH_MAX_BUFS; k++) {
+        be->dealloc(be, m->work[k]);
+        be->dealloc(be, m->bufs[k]);
+        be->dealloc(be, m->consts[k]);
+    }
     for (int b = 0; b < m->nblocks; b++) be->dealloc(be, m->blocks[b]);
     free(m->blocks);
     void *own[] = {m->params, m->grads,   m->opt_m,      m->opt_v,   m->losses,

@@ -15,11 +15,25 @@
 
 #define PP_MAX_CHUNKS 64
 
-/* The shape of a model (model_dims: a config's). */
+/* Rotary position embeddings (llama.c): the base, and Llama 3's frequency scaling. */
+typedef struct {
+    float theta;                         /* rope_theta */
+    int llama3;                          /* 1: rope_scaling type llama3, with: */
+    float factor, low_freq_factor, high_freq_factor;
+    int original_max_seq_len;
+} ModelRope;
+
+/* The shape of a model (model_dims: a config's). The members after arch are the llama
+ * family's; GPT-2 reads none of them (its block has NKV = NH, F = 4C, LayerNorm's 1e-5 and
+ * no RoPE: config.c's check_arch), so dims written as {V, Vp, maxT, L, NH, C, tied, arch}
+ * are GPT-2's whole shape. */
 struct ModelDims {
     int V, Vp, maxT, L, NH, C; /* vocab, padded vocab, max positions, layers, heads, channels */
     int tied;                  /* the head is wte (else a separate "lm_head" [Vp,C]) */
     const Arch *arch;          /* the layer family ([Note: Arch table] in arch.h); never NULL */
+    int NKV, F;                /* key/value heads (NH a multiple), the MLP's hidden size */
+    float eps;                 /* the norms' epsilon */
+    ModelRope rope;
 };
 
 typedef struct {
@@ -142,6 +156,8 @@ struct Model {
     void *bufs[ARCH_MAX_BUFS]; /* the Arch's backward scratch (Arch.scratch); NULL where its
                                   ArchBuf.when leaves one out */
     float *scratch;       /* be->scratch_floats(N, T, C) for the backward ops */
+    float *consts[ARCH_MAX_BUFS]; /* the Arch's constants (Arch.consts: RoPE's inv_freq),
+                                     filled at model_init; not counted in the plan */
     size_t act_bytes;     /* activation slot (and block) bytes and the logits buffer, for the
                              build report */
     size_t recv_bytes;    /* receive buffer bytes, for the build report */

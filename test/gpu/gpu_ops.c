@@ -1127,7 +1127,8 @@ static void head_run(const Backend *base, const Shape *s, int rows, const float 
                      HeadOut *o) {
     Backend be = *base; /* the model keeps this pointer: it lives until model_free */
     be.logits_chunk_rows = rows;
-    ModelDims d = {s->V, s->Vp, s->T, 1, s->NH, s->C, 1, &arch_gpt2};
+    ModelDims d = {.V = s->V, .Vp = s->Vp, .maxT = s->T, .L = 1, .NH = s->NH, .C = s->C,
+                   .tied = 1, .arch = &arch_gpt2};
     ChunkSpec spec = {1, 1, 1, 0, 1, 1, 0}; /* stage 1 of 2: layers [1, 1), the head */
     int N = s->B * s->T, C = s->C;
     Model m;
