@@ -36,7 +36,7 @@ static const char *usage =
     "       pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]\n"
     "       pptrain export --checkpoint DIR --out model.bin\n"
     "       pptrain --version   (the version and the backends built in)\n"
-    "Trains a GPT-2 style model with pipeline parallelism; see README.md.\n";
+    "Trains GPT-2 and Llama style decoders with pipeline parallelism; see README.md.\n";
 
 typedef struct {
     Config cfg;

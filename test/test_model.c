@@ -1196,17 +1196,23 @@ END_TEST
  * the workspace of that mode holds (a dropped activation points there), full drops all
  * but the output and selective something. */
 START_TEST(test_arch_table) {
-    const Arch *archs[] = {&arch_gpt2};
+    const Arch *archs[] = {&arch_gpt2, &arch_llama, &arch_qwen2, &arch_mistral};
     ck_assert_ptr_null(arch_find("gpt3"));
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
         const Arch *A = archs[i];
-        ModelDims d = tiny;
+        ModelDims d = tiny; /* and the llama family's members, which GPT-2 does not read */
         d.arch = A;
+        d.NKV = 1;
+        d.F = 12;
+        d.eps = 1e-5f;
+        d.rope.theta = 10000.0f;
         size_t N = 10;
         ck_assert_ptr_eq(arch_find(A->name), A);
         ck_assert(A->nacts <= ARCH_MAX_BUFS && A->nhead <= ARCH_MAX_BUFS &&
                   A->nws <= ARCH_MAX_BUFS && A->nscratch <= ARCH_MAX_BUFS &&
-                  A->nglobals <= ARCH_MAX_GLOBALS);
+                  A->nconst <= ARCH_MAX_BUFS && A->nglobals <= ARCH_MAX_GLOBALS);
+        ck_assert(!A->nconst || A->const_fill); /* constants: fp32, filled at init */
+        for (int k = 0; k < A->nconst; k++) ck_assert(!A->consts[k].operand);
         ck_assert_int_eq(model_dims_check(&d, NULL, 0), PP_OK);
         const ArchBuf *out = &A->acts[A->act_out], *dx = &A->head[A->head_dout];
         ck_assert(!out->operand && out->keep == (ARCH_SEL | ARCH_FULL));

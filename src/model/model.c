@@ -19,7 +19,7 @@ _Static_assert(ARCH_SEL == 1 << PP_RECOMPUTE_SELECTIVE && ARCH_FULL == 1 << PP_R
 #define MAX_GLOBALS (2 + ARCH_MAX_GLOBALS)
 
 const Arch *arch_find(const char *name) {
-    static const Arch *const archs[] = {&arch_gpt2};
+    static const Arch *const archs[] = {&arch_gpt2, &arch_llama, &arch_qwen2, &arch_mistral};
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (!strcmp(archs[i]->name, name)) return archs[i];
     return NULL;

@@ -585,9 +585,9 @@ static void print_header(const Sweep *w, const PlanGrid *g, FILE *f) {
     const Config *cfg = w->cfg;
     const LayerCosts *c = w->c;
     fprintf(f,
-            "plan: GPT-2 L=%d C=%d NH=%d Vp=%d%s, one pipeline (replica), microbatch %d x %d "
+            "plan: %s L=%d C=%d NH=%d Vp=%d%s, one pipeline (replica), microbatch %d x %d "
             "tokens, recompute %s\n",
-            cfg->n_layers, cfg->dim, cfg->n_heads, cfg->padded_vocab_size,
+            cfg->arch, cfg->n_layers, cfg->dim, cfg->n_heads, cfg->padded_vocab_size,
             cfg->tie_embeddings ? " (tied head)" : "", w->B, w->T, cfg->recompute);
     fprintf(f,
             "costs per microbatch, ms (%s): layer F %.4f B %.4f, embedding F %.4f B %.4f, "

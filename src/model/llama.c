@@ -1,0 +1,439 @@
+/* llama.c — Llama's Arch table ([Note: Arch table] in arch.h): pre-norm blocks of RMSNorm,
+ * grouped-query causal attention with rotary position embeddings on q and k, and a
+ * SwiGLU MLP, no biases, no position table; Hugging Face's LlamaForCausalLM
+ * (transformers, models/llama/modeling_llama.py). The same table with q/k/v biases is
+ * Qwen2's block (model.arch qwen2), and as it is Mistral's (model.arch mistral: its
+ * sliding window must cover the sequence, config.c's check_arch). Its tensors, layer,
+ * embedding and head ops, the activations and W state they keep, RoPE's frequencies and
+ * its costs. */
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "arch.h"
+#include "common.h"
+#include "model.h"
+
+/* ---- tensors ---- */
+
+/* Per-layer parameter kinds, in the flat buffer's order; qwen2's table adds P_QKVB. */
+enum { P_LN1W, P_QKVW, P_ATTPROJW, P_LN2W, P_GATEW, P_UPW, P_DOWNW, P_NLAYER, P_QKVB = P_NLAYER };
+
+/* One layer's parameters (or gradients): the engine's nlayer_params pointers, read as
+ * this struct. HS = C / NH channels a head, QKV = (NH + 2 NKV) HS. */
+typedef struct {
+    float *ln1w;        /* [C] */
+    float *qkvw;        /* [QKV, C]: the NH q heads' rows, then the NKV k heads', then v's
+                           (Hugging Face's q_proj, k_proj, v_proj stacked) */
+    float *attprojw;    /* [C, NH HS] (o_proj) */
+    float *ln2w;        /* [C] */
+    float *gatew, *upw; /* [F, C] (gate_proj, up_proj) */
+    float *downw;       /* [C, F] (down_proj) */
+} LayerParams;
+
+/* qwen2's q/k/v bias [QKV] of layer pointers p (params or grads), NULL where the table
+ * has none (llama, mistral): never read past the table's nlayer_params pointers. */
+static float *qkv_bias(const Model *m, float *const *p) {
+    return p && m->arch->nlayer_params > P_QKVB ? p[P_QKVB] : NULL;
+}
+
+/* The matrices N(0, std); the two that write into the residual stream (attprojw, downw)
+ * N(0, std / sqrt(2L)) as GPT-2's do: pptrain's choice (transformers' _init_weights
+ * draws every Llama matrix with plain initializer_range). Norm weights 1, biases 0. */
+static const ArchTensor layer_tensors[P_NLAYER + 1] = {
+    {"ln1w", ARCH_INIT_ONE, 0},       {"qkvw", ARCH_INIT_NORMAL, 0},
+    {"attprojw", ARCH_INIT_PROJ, 0},  {"ln2w", ARCH_INIT_ONE, 0},
+    {"gatew", ARCH_INIT_NORMAL, 0},   {"upw", ARCH_INIT_NORMAL, 0},
+    {"downw", ARCH_INIT_PROJ, 0},     {"qkvb", ARCH_INIT_ZERO, 0},
+};
+
+/* The globals besides wte and the head: the final norm (no wpe: positions are RoPE's). */
+enum { G_LNFW, G_N };
+static const ArchTensor globals[G_N] = {{"lnfw", ARCH_INIT_ONE, ARCH_LAST}}; /* [C] */
+
+static int head_size(const ModelDims *d) { return d->C / d->NH; }
+static int qkv_width(const ModelDims *d) { return (d->NH + 2 * d->NKV) * head_size(d); }
+
+static void shape(const ModelDims *d, int global, int k, int s[2]) {
+    int C = d->C;
+    s[0] = C;
+    s[1] = 0;
+    if (global) return; /* lnfw */
+    switch (k) {
+    case P_QKVW:
+        s[0] = qkv_width(d);
+        s[1] = C;
+        break;
+    case P_ATTPROJW: s[1] = d->NH * head_size(d); break;
+    case P_GATEW:
+    case P_UPW:
+        s[0] = d->F;
+        s[1] = C;
+        break;
+    case P_DOWNW: s[1] = d->F; break;
+    case P_QKVB: s[0] = qkv_width(d); break;
+    }
+}
+
+static int dims_check(const ModelDims *d, char *err, size_t errlen) {
+#define BAD(...) return pp_errf(err, errlen, PP_EUSAGE, __VA_ARGS__)
+    const ModelRope *r = &d->rope;
+    if (d->C < 1 || d->C > INT_MAX / 4) /* QKV <= 3C rows */
+        BAD("C=%d: the channels must be in [1, %d]", d->C, INT_MAX / 4);
+    if (d->C % d->NH) BAD("C=%d is not a multiple of NH=%d", d->C, d->NH);
+    if (head_size(d) % 2) BAD("C/NH=%d: RoPE needs an even head size", head_size(d));
+    if (d->NKV < 1 || d->NH % d->NKV)
+        BAD("NKV=%d: the key/value heads must be >= 1 and divide NH=%d", d->NKV, d->NH);
+    if (d->F < 1) BAD("F=%d: the MLP's hidden size must be >= 1", d->F);
+    if (!(d->eps > 0) || !isfinite(d->eps)) BAD("eps=%g: the norm epsilon must be > 0", d->eps);
+    if (!(r->theta > 0) || !isfinite(r->theta)) BAD("theta=%g: RoPE's base must be > 0", r->theta);
+    if (r->llama3 && (!(r->factor > 0) || !(r->low_freq_factor > 0) ||
+                      !(r->high_freq_factor > r->low_freq_factor) || r->original_max_seq_len < 1 ||
+                      !isfinite(r->factor) || !isfinite(r->high_freq_factor)))
+        BAD("llama3 RoPE scaling factor=%g low=%g high=%g orig=%d: needs factor > 0, 0 < low < "
+            "high, orig >= 1",
+            r->factor, r->low_freq_factor, r->high_freq_factor, r->original_max_seq_len);
+    return PP_OK;
+#undef BAD
+}
+
+/* ---- buffers ---- */
+
+/* One layer's saved activations for one microbatch (N = B*T rows), the engine's nacts
+ * pointers read as this struct. The void * members hold the backend's operand type. */
+typedef struct {
+    void *ln1;        /* [N,C] (operand) */
+    float *rstd1;     /* [N] */
+    float *qkv;       /* [N,QKV], q and k rotated (RoPE): what attention read */
+    void *atty;       /* [N,NH HS] (operand) */
+    float *att;       /* [be->attention_saved_floats(B,T,NH)]: on the CPU the
+                         probabilities [B,NH,T,T] */
+    float *res2;      /* [N,C] residual after attention */
+    void *ln2;        /* [N,C] (operand) */
+    float *rstd2;     /* [N] */
+    float *gate, *up; /* [N,F] the MLP's two projections */
+    void *swi;        /* [N,F] silu(gate) * up (operand) */
+    float *res3;      /* [N,C] layer output */
+} LayerActs;
+
+enum { A_LN1, A_RSTD1, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_RSTD2, A_GATE, A_UP, A_SWI, A_RES3,
+       A_N };
+_Static_assert(sizeof(LayerActs) == A_N * sizeof(void *), "LayerActs: one pointer per A_ kind");
+_Static_assert(offsetof(LayerActs, res3) == A_RES3 * sizeof(void *), "LayerActs: A_ order");
+
+/* [Note: recompute] in model.h, Llama's part, as GPT-2's (gpt2.c): full keeps the output
+ * res3 only and recomputes the layer into the workspace; selective drops the attention
+ * probabilities and the SwiGLU product swi, and recomputes attention on the kept (rotated)
+ * qkv and the product from the kept gate and up: one elementwise pass, against the two
+ * matmuls that dropping gate and up would cost. */
+#define K_ALL (ARCH_SEL | ARCH_FULL)
+static const ArchBuf acts[A_N] = {
+    {"ln1", 1, ARCH_SEL, ARCH_FULL, 0},   {"rstd1", 0, ARCH_SEL, ARCH_FULL, 0},
+    {"qkv", 0, ARCH_SEL, ARCH_FULL, 0},   {"atty", 1, ARCH_SEL, K_ALL, 0},
+    {"att", 0, 0, K_ALL, 0},              {"res2", 0, ARCH_SEL, ARCH_FULL, 0},
+    {"ln2", 1, ARCH_SEL, ARCH_FULL, 0},   {"rstd2", 0, ARCH_SEL, ARCH_FULL, 0},
+    {"gate", 0, ARCH_SEL, ARCH_FULL, 0},  {"up", 0, ARCH_SEL, ARCH_FULL, 0},
+    {"swi", 1, 0, K_ALL, 0},              {"res3", 0, K_ALL, ARCH_FULL, 0},
+};
+
+/* The head's saved activations: the final RMSNorm's output and rstd, and d(loss)/d(its
+ * output), computed in the forward ([Note: fused head] in model.c). */
+enum { H_LNF, H_RSTD, H_DLNF, H_N };
+static const ArchBuf head[H_N] = {
+    {"lnf", 1, 0, 0, 0}, {"lnf_rstd", 0, 0, 0, 0}, {"dlnf", 0, 0, 0, 0}};
+
+/* [Note: Llama W state] ([Note: W state] in model.h; GPT-2's in gpt2.c) What the weight
+ * half reads besides the slot: the output gradient of each matmul and RMSNorm of a layer,
+ * (5C + 2F + QKV) N floats. After the input half, qkv (W reads ln1, not it), gate and up
+ * (W reads ln2 and swi) and the attention probabilities are dead, so a layer that keeps
+ * its activations stores dqkv in qkv, dgate in gate, dup in up, and the four [N,C]
+ * douts in the probabilities where those are at least 4 N C floats; a layer that
+ * recomputes keeps it all in its W state set. */
+typedef struct {
+    void *dres3; /* [N,C] d(layer output): downw's dout (operand) */
+    void *dgate; /* [N,F] gatew's dout (operand) */
+    void *dup;   /* [N,F] upw's dout (operand) */
+    float *dln2; /* [N,C] d(ln2 output) */
+    void *dres2; /* [N,C] d(res2): attprojw's dout (operand) */
+    void *dqkv;  /* [N,QKV] qkvw's dout, RoPE's backward applied (operand) */
+    float *dln1; /* [N,C] d(ln1 output) */
+} LayerWState;
+
+enum { W_DRES3, W_DGATE, W_DUP, W_DLN2, W_DRES2, W_DQKV, W_DLN1, W_N };
+_Static_assert(sizeof(LayerWState) == W_N * sizeof(void *), "LayerWState: one pointer per W_ kind");
+static const ArchBuf wstate[W_N] = {
+    {"dres3", 1, 0, 0, 0}, {"dgate", 1, 0, 0, 0}, {"dup", 1, 0, 0, 0},  {"dln2", 0, 0, 0, 0},
+    {"dres2", 1, 0, 0, 0}, {"dqkv", 1, 0, 0, 0},  {"dln1", 0, 0, 0, 0},
+};
+
+/* The backward's scratch (Model.bufs): the fused backward's douts, the up projection's
+ * part of d(ln2 output) (matmul_backward overwrites its dinp), the residual gradient cast
+ * for a matmul (non-fp32 operands only), and dkeep, the input half's four [N,C] douts
+ * until they move into the layer. */
+enum { S_DSWI, S_DMID, S_DTMP, S_DQKV, S_DGATE, S_DUP, S_DRES, S_DKEEP, S_N };
+static const ArchBuf scratch[S_N] = {
+    {"dswi", 0, 0, 0, ARCH_ALWAYS},    /* [N,F] */
+    {"dmid", 0, 0, 0, ARCH_ALWAYS},    /* [N,C] */
+    {"dtmp", 0, 0, 0, ARCH_ALWAYS},    /* [N,C] */
+    {"dqkv", 1, 0, 0, ARCH_ALWAYS},    /* [N,QKV] */
+    {"dgate", 1, 0, 0, ARCH_ALWAYS},   /* [N,F] */
+    {"dup", 1, 0, 0, ARCH_ALWAYS},     /* [N,F] */
+    {"dres", 1, 0, 0, ARCH_CAST},      /* [N,C] */
+    {"dkeep", 0, 0, 0, ARCH_WS_STAGE}, /* [N,4C] */
+};
+
+/* The constants: RoPE's inverse frequencies ([Note: RoPE frequencies]). */
+enum { K_INV_FREQ, K_N };
+static const ArchBuf consts[K_N] = {{"inv_freq", 0, 0, 0, 0}}; /* [HS/2] */
+
+/* Widths of a set's buffers per token: in C, F or QKV units, or 1 float (a norm's
+ * statistic), or attention's own size. */
+enum { U_C, U_F, U_QKV, U_1, U_ATT };
+
+static size_t elems(const ModelDims *d, int set, int k, size_t N, size_t att) {
+    static const unsigned char act_u[A_N] = {U_C, U_1, U_QKV, U_C, U_ATT, U_C,
+                                             U_C, U_1, U_F,   U_F, U_F,   U_C};
+    static const unsigned char head_u[H_N] = {U_C, U_1, U_C};
+    static const unsigned char ws_u[W_N] = {U_C, U_F, U_F, U_C, U_C, U_QKV, U_C};
+    static const unsigned char scratch_u[S_N] = {U_F, U_C, U_C, U_QKV, U_F, U_F, U_C, U_C};
+    size_t w[] = {d->C, d->F, qkv_width(d), 1, 0};
+    switch (set) {
+    case ARCH_ACTS: return act_u[k] == U_ATT ? att : N * w[act_u[k]];
+    case ARCH_HEAD: return N * w[head_u[k]];
+    case ARCH_WS: return N * w[ws_u[k]];
+    case ARCH_SCRATCH: return N * w[scratch_u[k]] * (k == S_DKEEP ? 4 : 1);
+    default: return head_size(d) / 2; /* ARCH_CONST: inv_freq */
+    }
+}
+
+/* Whether the four [N,C] douts of the W state fit in a layer's attention probabilities
+ * ([Note: Llama W state]): dres3 and dres2 operands, dln2 and dln1 fp32. */
+static int four_in_att(size_t att, size_t N, size_t C, size_t ob) {
+    return att * sizeof(float) >= N * C * (2 * ob + 2 * sizeof(float));
+}
+
+static int ws_in_acts(const ModelDims *d, size_t N, size_t att, size_t ob, int k) {
+    if (k == W_DGATE || k == W_DUP || k == W_DQKV) return 1; /* in gate, up and qkv */
+    return four_in_att(att, N, d->C, ob);
+}
+
+static void ws_place(const Model *m, void *const *acts_, void **ws_) {
+    const LayerActs *la = (const LayerActs *)acts_;
+    LayerWState *ws = (LayerWState *)ws_;
+    size_t N = (size_t)m->B * m->T, NC = N * m->d.C, ob = pp_dtype_bytes(m->be->operand);
+    size_t f = sizeof(float);
+    ws->dgate = la->gate;
+    ws->dup = la->up;
+    ws->dqkv = la->qkv;
+    if (four_in_att(m->att_floats, N, m->d.C, ob)) { /* the fp32 two first: aligned */
+        char *p = (char *)la->att;
+        ws->dln2 = (float *)p;
+        ws->dln1 = (float *)(p + NC * f);
+        ws->dres3 = p + 2 * NC * f;
+        ws->dres2 = p + 2 * NC * f + NC * ob;
+    }
+}
+
+static void ws_stage(const Model *m, void **ws_) {
+    size_t NC = (size_t)m->B * m->T * m->d.C;
+    float *keep = m->bufs[S_DKEEP];
+    *(LayerWState *)ws_ = (LayerWState){keep,          m->bufs[S_DGATE], m->bufs[S_DUP], keep + NC,
+                                        keep + 2 * NC, m->bufs[S_DQKV],  keep + 3 * NC};
+}
+
+/* ---- RoPE's frequencies ---- */
+
+/* [Note: RoPE frequencies] inv_freq[i] = 1 / theta^(2i / HS) for i < HS/2
+ * (transformers' _compute_default_rope_parameters), and with rope_scaling llama3
+ * (_compute_llama3_parameters, modeling_rope_utils.py), by each frequency's wavelength
+ * wl = 2 pi / inv_freq against the original context length orig:
+ *   wl < orig / high_freq_factor    kept (high frequencies),
+ *   wl > orig / low_freq_factor     divided by factor (low frequencies),
+ *   otherwise                      (1 - s) inv_freq / factor + s inv_freq, with the
+ *                                   smooth factor s = (orig / wl - low) / (high - low).
+ * Computed here in double and rounded once to fp32; transformers computes each step in
+ * fp32 (torch's pow), so the two may differ in the last bit or two. test_llama.c checks
+ * this against the formula written out again. */
+static double llama3_scale(double f, const ModelRope *r) {
+    double orig = r->original_max_seq_len, wl = 2 * M_PI / f;
+    if (wl < orig / r->high_freq_factor) return f;
+    if (wl > orig / r->low_freq_factor) return f / r->factor;
+    double s = (orig / wl - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+    return (1 - s) * f / r->factor + s * f;
+}
+
+static void const_fill(const ModelDims *d, int k, float *host) {
+    int HS = head_size(d);
+    for (int i = 0; i < HS / 2; i++) {
+        double f = 1.0 / pow(d->rope.theta, 2.0 * i / HS);
+        host[i] = (float)(d->rope.llama3 ? llama3_scale(f, &d->rope) : f);
+    }
+}
+
+/* ---- compute ---- */
+
+static void embed_forward(const Model *m, float *out, const int *tokens) {
+    m->be->encoder_forward(m->be, out, tokens, m->wte, NULL, m->B, m->T, m->d.C);
+}
+
+static void embed_backward(const Model *m, const float *dout, const int *tokens) {
+    m->be->encoder_backward(m->be, m->dwte, NULL, dout, tokens, m->B, m->T, m->d.C);
+}
+
+static void layer_forward(const Model *m, void *const *acts_, float *const *p_, const float *x) {
+    const Backend *be = m->be;
+    const LayerActs *a = (const LayerActs *)acts_;
+    const LayerParams *p = (const LayerParams *)p_;
+    const ModelDims *d = &m->d;
+    int B = m->B, T = m->T, N = B * T, C = d->C, NH = d->NH, NKV = d->NKV, HS = head_size(d);
+    int F = d->F;
+    be->rmsnorm_forward(be, a->ln1, a->rstd1, x, p->ln1w, d->eps, N, C);
+    be->matmul_forward(be, a->qkv, a->ln1, p->qkvw, qkv_bias(m, p_), N, C, qkv_width(d));
+    be->rope_forward(be, a->qkv, m->consts[K_INV_FREQ], B, T, NH, NKV, HS);
+    be->attention_forward(be, a->atty, a->att, a->qkv, B, T, NH, NKV, HS);
+    be->matmul_forward(be, a->res2, a->atty, p->attprojw, NULL, N, NH * HS, C);
+    be->add_inplace(be, a->res2, x, (size_t)N * C); /* res2 = x + attn(ln1(x)) */
+    be->rmsnorm_forward(be, a->ln2, a->rstd2, a->res2, p->ln2w, d->eps, N, C);
+    be->matmul_forward(be, a->gate, a->ln2, p->gatew, NULL, N, C, F);
+    be->matmul_forward(be, a->up, a->ln2, p->upw, NULL, N, C, F);
+    be->swiglu_forward(be, a->swi, a->gate, a->up, (size_t)N * F);
+    be->matmul_forward(be, a->res3, a->swi, p->downw, NULL, N, F, C);
+    be->add_inplace(be, a->res3, a->res2, (size_t)N * C); /* res3 = res2 + mlp(ln2(res2)) */
+}
+
+/* Fused (g, ws NULL): ws is the model's scratch with dres3 and dres2 NULL, so the
+ * residual gradient goes to the matmuls through bufs[S_DRES]. Input half (g NULL): ws
+ * keeps each op's output gradient for layer_backward_weight. One body for both, so the
+ * two compute dres by the same calls. */
+static void layer_backward(const Model *m, float *const *g_, float *dres, void *const *acts_,
+                           float *const *p_, const float *x, void *const *ws_) {
+    const Backend *be = m->be;
+    const LayerActs *a = (const LayerActs *)acts_;
+    const LayerParams *p = (const LayerParams *)p_, none = {0};
+    const LayerParams *g = g_ ? (const LayerParams *)g_ : &none; /* NULL: the ops skip them */
+    const LayerWState fused = {NULL, m->bufs[S_DGATE], m->bufs[S_DUP], m->bufs[S_DMID],
+                               NULL, m->bufs[S_DQKV],  m->bufs[S_DMID]};
+    const LayerWState *ws = ws_ ? (const LayerWState *)ws_ : &fused;
+    const ModelDims *d = &m->d;
+    int B = m->B, T = m->T, N = B * T, C = d->C, NH = d->NH, NKV = d->NKV, HS = head_size(d);
+    int F = d->F;
+    size_t NC = (size_t)N * C;
+    float *dswi = m->bufs[S_DSWI], *dmid = m->bufs[S_DMID], *dtmp = m->bufs[S_DTMP];
+    void *cast = m->bufs[S_DRES];
+    /* [Note: operand activations] in backend.h: an fp32 operand is dres itself */
+    void *dr = ws->dres3 ? ws->dres3 : cast ? cast : dres;
+    if (dr != dres) be->to_operand(be, dr, dres, NC);
+    be->matmul_backward(be, dswi, g->downw, NULL, dr, a->swi, p->downw, N, F, C);
+    be->swiglu_backward(be, ws->dgate, ws->dup, a->gate, a->up, dswi, (size_t)N * F);
+    /* d(ln2 output) = dgate @ gatew + dup @ upw */
+    be->matmul_backward(be, ws->dln2, g->gatew, NULL, ws->dgate, a->ln2, p->gatew, N, C, F);
+    be->matmul_backward(be, dtmp, g->upw, NULL, ws->dup, a->ln2, p->upw, N, C, F);
+    be->add_inplace(be, ws->dln2, dtmp, NC);
+    /* the MLP branch's gradient joins the residual path: dres = d(res2) */
+    be->rmsnorm_backward(be, dres, g->ln2w, ws->dln2, a->res2, a->rstd2, p->ln2w, N, C, m->scratch);
+    dr = ws->dres2 ? ws->dres2 : cast ? cast : dres;
+    if (dr != dres) be->to_operand(be, dr, dres, NC);
+    be->matmul_backward(be, dmid, g->attprojw, NULL, dr, a->atty, p->attprojw, N, NH * HS, C);
+    be->attention_backward(be, ws->dqkv, dmid, a->qkv, a->atty, a->att, B, T, NH, NKV, HS,
+                           m->scratch);
+    be->rope_backward(be, ws->dqkv, m->consts[K_INV_FREQ], B, T, NH, NKV, HS);
+    be->matmul_backward(be, ws->dln1, g->qkvw, qkv_bias(m, g_), ws->dqkv, a->ln1, p->qkvw, N, C,
+                        qkv_width(d));
+    /* the attention branch's gradient joins too: dres = d(x) */
+    be->rmsnorm_backward(be, dres, g->ln1w, ws->dln1, x, a->rstd1, p->ln1w, N, C, m->scratch);
+}
+
+/* The weight half: the same weight-gradient calls as the fused layer_backward, each on
+ * the output gradient the input half kept in ws. */
+static void layer_backward_weight(const Model *m, float *const *g_, void *const *acts_,
+                                  float *const *p_, const float *x, void *const *ws_) {
+    const Backend *be = m->be;
+    const LayerActs *a = (const LayerActs *)acts_;
+    const LayerParams *p = (const LayerParams *)p_, *g = (const LayerParams *)g_;
+    const LayerWState *ws = (const LayerWState *)ws_;
+    const ModelDims *d = &m->d;
+    int N = m->B * m->T, C = d->C, F = d->F, AC = d->NH * head_size(d);
+    be->matmul_backward(be, NULL, g->downw, NULL, ws->dres3, a->swi, p->downw, N, F, C);
+    be->matmul_backward(be, NULL, g->gatew, NULL, ws->dgate, a->ln2, p->gatew, N, C, F);
+    be->matmul_backward(be, NULL, g->upw, NULL, ws->dup, a->ln2, p->upw, N, C, F);
+    be->rmsnorm_backward(be, NULL, g->ln2w, ws->dln2, a->res2, a->rstd2, p->ln2w, N, C, m->scratch);
+    be->matmul_backward(be, NULL, g->attprojw, NULL, ws->dres2, a->atty, p->attprojw, N, AC, C);
+    be->matmul_backward(be, NULL, g->qkvw, qkv_bias(m, g_), ws->dqkv, a->ln1, p->qkvw, N, C,
+                        qkv_width(d));
+    be->rmsnorm_backward(be, NULL, g->ln1w, ws->dln1, x, a->rstd1, p->ln1w, N, C, m->scratch);
+}
+
+static void *const *layer_recompute(const Model *m, int mode, int weight_half, void *const *acts_,
+                                    void *const *work, float *const *p, const float *x) {
+    const Backend *be = m->be;
+    const LayerActs *la = (const LayerActs *)acts_, *w = (const LayerActs *)work;
+    const ModelDims *d = &m->d;
+    if (mode == PP_RECOMPUTE_FULL) {
+        layer_forward(m, work, p, x);
+        return work;
+    }
+    if (!weight_half) /* W does not read the probabilities */
+        be->attention_forward(be, w->atty, la->att, la->qkv, m->B, m->T, d->NH, d->NKV,
+                              head_size(d));
+    be->swiglu_forward(be, la->swi, la->gate, la->up, (size_t)m->B * m->T * d->F);
+    return acts_;
+}
+
+static void head_forward(Model *m, void *const *h, const int *targets, const float *x, float dloss,
+                         int want_grad, double *loss) {
+    m->be->rmsnorm_forward(m->be, h[H_LNF], h[H_RSTD], x, m->gp[G_LNFW], m->d.eps, m->B * m->T,
+                           m->d.C);
+    model_head_loss(m, h[H_LNF], h[H_DLNF], targets, dloss, want_grad, loss);
+}
+
+static void head_backward(const Model *m, float *dx, int weights, void *const *h, const float *x) {
+    const Backend *be = m->be;
+    int N = m->B * m->T, C = m->d.C;
+    if (dx) be->zero(be, dx, (size_t)N * C * sizeof(float)); /* rmsnorm_backward adds */
+    be->rmsnorm_backward(be, dx, weights ? m->gg[G_LNFW] : NULL, h[H_DLNF], x, h[H_RSTD],
+                         m->gp[G_LNFW], N, C, m->scratch);
+}
+
+/* ---- costs ([Note: architecture costs] in arch.h) ---- */
+
+/* Forward FLOPs per token: 2 per multiply-add of the matmuls (q, k, v: C QKV; the
+ * output projection C NH HS; gate, up, down: 3 C F) and of attention's QK^T and PV over
+ * all T positions (2 T NH HS each, GPT-2's count: the causal half is not subtracted);
+ * RMSNorm, RoPE, SwiGLU and the residual adds are not counted (GPT-2 counts no
+ * LayerNorm or GELU either). The embedding is a gather: no FLOPs, its Vp C parameters.
+ * The head: the logits' 2 Vp C; with a 128K vocabulary that is several layers' worth,
+ * which split: auto gives the last stage (Llama 3.2 1B at T = 2048: 3.8 layers). */
+static void costs(const ModelDims *d, int T, ArchCosts *a) {
+    double C = d->C, Vp = d->Vp, F = d->F, QKV = qkv_width(d), AC = (double)d->NH * head_size(d);
+    double bias = d->arch->nlayer_params > P_QKVB ? QKV : 0;
+    a->layer_params = C * QKV + AC * C + 3.0 * C * F + 2.0 * C + bias;
+    a->embed_params = Vp * C;
+    a->head_params = Vp * C + C; /* its matrix (tied: its wte copy), the final norm */
+    a->layer_flops = 2.0 * (C * QKV + AC * C + 3.0 * C * F) + 4.0 * T * AC;
+    a->embed_flops = 0;
+    a->head_flops = 2.0 * Vp * C;
+    a->boundary_floats = C;
+    a->head_act_floats = 2.0 * C + 1; /* lnf and its gradient, rstd */
+    a->logits_floats = Vp;
+}
+
+/* One table for the three model types of this block: they differ in their name and in
+ * whether the layer lists qkvb (nlayer_params P_NLAYER + 1). No llm.c format
+ * (model_load_llmc says so). */
+#define LLAMA_ARCH(NAME, NPARAMS)                                                                  \
+    {                                                                                              \
+        .name = NAME, .nlayer_params = NPARAMS, .layer_params = layer_tensors, .nglobals = G_N,    \
+        .globals = globals, .shape = shape, .dims_check = dims_check, .nacts = A_N, .acts = acts,  \
+        .act_out = A_RES3, .nhead = H_N, .head = head, .head_dout = H_DLNF, .nws = W_N,            \
+        .ws = wstate, .nscratch = S_N, .scratch = scratch, .nconst = K_N, .consts = consts,        \
+        .elems = elems, .const_fill = const_fill, .ws_in_acts = ws_in_acts, .ws_place = ws_place,  \
+        .ws_stage = ws_stage, .embed_forward = embed_forward, .embed_backward = embed_backward,    \
+        .layer_forward = layer_forward, .layer_backward = layer_backward,                          \
+        .layer_backward_weight = layer_backward_weight, .layer_recompute = layer_recompute,        \
+        .head_forward = head_forward, .head_backward = head_backward, .costs = costs,              \
+    }
+
+const Arch arch_llama = LLAMA_ARCH("llama", P_NLAYER);
+const Arch arch_qwen2 = LLAMA_ARCH("qwen2", P_NLAYER + 1);
+const Arch arch_mistral = LLAMA_ARCH("mistral", P_NLAYER);
