@@ -15,6 +15,7 @@
 static const char *const k_shipped[] = {
     "configs/gpt-tiny.yaml",        "configs/gpt2-124m.yaml",      "configs/tutorial.yaml",
     "configs/bench-124m-t256.yaml", "configs/bench-124m-t64.yaml", "configs/bench-small.yaml",
+    "configs/llama-tiny.yaml",      "configs/smollm-135m.yaml",    "configs/llama3.2-1b.yaml",
 };
 #define N_SHIPPED (sizeof k_shipped / sizeof k_shipped[0])
 
@@ -190,6 +191,30 @@ START_TEST(test_shipped_configs_load) {
     ck_assert_int_eq(c.microbatches, 8);
     ck_assert_int_eq(c.steps, 5);
 
+    load_shipped(&c, "configs/llama-tiny.yaml");
+    ck_assert_str_eq(c.arch, "llama");
+    ck_assert_int_eq(c.n_heads * 100 + c.n_kv_heads, 402);
+    ck_assert_int_eq(c.ffn_dim, 176);
+    ck_assert_int_eq(c.tie_embeddings, 0); /* auto: untied for llama */
+    ck_assert_str_eq(c.train_path, "data/tiny/train.bin");
+    load_shipped(&c, "configs/smollm-135m.yaml");
+    ck_assert_int_eq(c.dim * 100 + c.n_layers, 57630);
+    ck_assert_int_eq(c.n_heads * 100 + c.n_kv_heads, 903);
+    ck_assert_int_eq(c.ffn_dim, 1536);
+    ck_assert_int_eq(c.padded_vocab_size, 49152);
+    ck_assert_int_eq(c.tie_embeddings, 1);
+    load_shipped(&c, "configs/llama3.2-1b.yaml");
+    ck_assert_int_eq(c.dim * 100 + c.n_layers, 204816);
+    ck_assert_int_eq(c.n_heads * 100 + c.n_kv_heads, 3208);
+    ck_assert_int_eq(c.ffn_dim, 8192);
+    ck_assert_int_eq(c.padded_vocab_size, 128256);
+    ck_assert_float_eq(c.rope_theta, 500000.0f);
+    ck_assert_str_eq(c.rope_scaling, "llama3");
+    ck_assert_float_eq(c.rope_factor, 32.0f);
+    ck_assert_float_eq(c.rope_low_freq_factor, 1.0f);
+    ck_assert_float_eq(c.rope_high_freq_factor, 4.0f);
+    ck_assert_int_eq(c.rope_original_max_seq_len, 8192);
+    ck_assert_int_eq(c.tie_embeddings, 1);
 }
 END_TEST
 
