@@ -99,6 +99,35 @@ run bad 2 --set pipeline.microbatches=4 --set model.dim=64 --resume
 run bad 2 --set pipeline.microbatches=4 --set train.optimizer.name=sgd --resume
 [ $? -eq 1 ] && grep -q 'written with train.optimizer.name adamw' "$tmp/bad.out" && ok "another optimizer's state is refused" || bad "other optimizer: $(grep error "$tmp/bad.out")"
 
+# 4b. Llama's block (test/configs/llama8.yaml): exact resume on 2 ranks (zb-h1) and a
+#    reshard to 1 rank; a resume as another arch or with other dimensions is refused naming
+#    both models ([Note: manifest model]); export refuses it: llm.c's format is GPT-2's.
+cfg=test/configs/llama8.yaml
+lz=(--set pipeline.schedule=zb-h1 --set pipeline.microbatches=4)
+run llama-full 2 "${lz[@]}" --set output.checkpoint_every=5 || bad "llama-full: $(tail -n 3 "$tmp/llama-full.out")"
+cp -r "$tmp/llama-full" "$tmp/llama-res"
+run llama-res 2 "${lz[@]}" --resume "$tmp/llama-res/checkpoints/step_0000005" &&
+  same_rows llama-full llama-res '6,10p' "llama: resume zb-h1 at step 5: steps 6-10 bitwise equal"
+mkdir -p "$tmp/llama-one" && cp "$tmp/llama-full/losses.csv" "$tmp/llama-one/"
+run llama-one 1 --set pipeline.microbatches=4 --resume "$tmp/llama-full/checkpoints/step_0000005" &&
+  close_rows llama-one llama-full '6,10p' "llama: reshard 2 ranks -> 1: steps 6-10 within 1e-5"
+grep -q 'arch=llama NKV=2 F=88 eps=9.99999975e-06 theta=10000 rope=none' "$tmp/llama-full/checkpoints/latest/manifest" &&
+  ok "llama: the manifest names the arch and its dimensions" || bad "llama manifest: $(grep -a 'V=' "$tmp/llama-full/checkpoints/latest/manifest" | head -c 200)"
+for other in "model.arch=qwen2:arch=qwen2" "model.n_kv_heads=1:NKV=1" "model.rope_theta=500000:theta=500000"; do
+  rm -rf "$tmp/bad" && cp -r "$tmp/llama-full" "$tmp/bad"
+  run bad 2 "${lz[@]}" --set "${other%%:*}" --resume
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q "holds another model (V=256 .* arch=llama NKV=2 .*) than this config (.*${other#*:}" "$tmp/bad.out"; then
+    ok "llama: a resume with ${other%%:*} is refused naming both models"
+  else bad "llama: resume with ${other%%:*}: rc=$rc $(grep -m1 error "$tmp/bad.out")"; fi
+done
+if "$PPTRAIN" export --checkpoint "$tmp/llama-full/checkpoints" --out "$tmp/llama.bin" >"$tmp/lexp.out" 2>&1; then
+  bad "llama: export to llm.c's format accepted"
+elif grep -q "a model.arch llama checkpoint: llm.c's format holds GPT-2 only" "$tmp/lexp.out" && [ ! -e "$tmp/llama.bin" ]; then
+  ok "llama: export refused, naming the arch"
+else bad "llama export: $(cat "$tmp/lexp.out")"; fi
+cfg=test/configs/pipe8.yaml
+
 # 5. A rank killed with SIGKILL while checkpoints are being written (every step):
 #    `latest` always names a complete checkpoint that resumes.
 for delay in 0.7 1.1 1.6; do

@@ -4,7 +4,7 @@
  * the losses and every parameter must equal the one-rank run bitwise, for every
  * generated schedule over a sweep of P, v and M (DESIGN.md §5; without gradient
  * clipping, whose global norm each rank sums over its own tensors first: the norm
- * itself agrees to rounding). A schedule
+ * itself agrees to rounding), GPT-2 and Llama's block. A schedule
  * whose dependencies are wrong makes a rank consume a message that is not there yet:
  * the receive times out and the case fails. */
 #include <check.h>
@@ -160,18 +160,25 @@ static void job_free(Job *j) {
     free(j->params);
 }
 
+/* The model the cases train: gpt-tiny's GPT-2, or (g_llama, set by a case: each runs in
+ * its own fork) llama-tiny's block with 4 query heads sharing 2 key/value heads. */
+static int g_llama;
+
 /* recompute: "pipeline.recompute=..." (and any other setting), or NULL */
 static void make_config(Config *c, const char *kind, int P, int v, int M, int tied,
                         const char *recompute) {
     char err[PP_ERR_MAX], set[128];
     config_defaults(c);
-    ck_assert_msg(config_load_file(c, "configs/gpt-tiny.yaml", err, sizeof err) == PP_OK, "%s",
-                  err);
+    const char *file = g_llama ? "configs/llama-tiny.yaml" : "configs/gpt-tiny.yaml";
+    ck_assert_msg(config_load_file(c, file, err, sizeof err) == PP_OK, "%s", err);
     const char *fixed[] = {"model.n_layers=8", "model.dim=16", "model.n_heads=2",
                            "model.max_seq_len=8", "train.seq_len=8", "data.val=null",
                            "runtime.threads=1", "train.grad_clip=0"};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         ck_assert_msg(config_set(c, fixed[i], err, sizeof err) == PP_OK, "%s: %s", fixed[i], err);
+    const char *llama[] = {"model.n_heads=4", "model.n_kv_heads=2", "model.ffn_dim=24"};
+    for (size_t i = 0; g_llama && i < sizeof llama / sizeof llama[0]; i++)
+        ck_assert_msg(config_set(c, llama[i], err, sizeof err) == PP_OK, "%s: %s", llama[i], err);
     const char *fmt[] = {"pipeline.schedule=%s", "pipeline.stages=%d",
                          "pipeline.virtual_stages=%d", "pipeline.microbatches=%d",
                          "train.batch_size=%d", "model.tie_embeddings=%s"};
@@ -382,6 +389,26 @@ START_TEST(test_chunked_head) {
 }
 END_TEST
 
+/* The llama family (model/llama.c) through the same interpreter: every schedule, tied and
+ * untied, and the recompute modes, bitwise equal to the one-rank run. */
+START_TEST(test_llama_schedules) {
+    g_llama = 1;
+    sweep("gpipe", 1, 1, 2, 0);
+    sweep("1f1b", 1, 1, 3, 0);
+    sweep("1f1b", 1, 1, 2, 1);
+    sweep("interleaved-1f1b", 2, 2, 3, 0);
+    sweep("zb-h1", 1, 1, 3, 0);
+    sweep("zb-h1", 1, 1, 2, 1);
+    sweep("zbv", 2, 2, 3, 0);
+}
+END_TEST
+START_TEST(test_llama_recompute) {
+    g_llama = 1;
+    sweep_recompute("1f1b", 1);
+    sweep_recompute("zbv", 2);
+}
+END_TEST
+
 int main(void) {
     backend_cpu_set_threads(1);
     Suite *s = suite_create("interp");
@@ -400,6 +427,8 @@ int main(void) {
     tcase_add_test(tc, test_recompute_1f1b);
     tcase_add_test(tc, test_recompute_interleaved);
     tcase_add_test(tc, test_recompute_zbv);
+    tcase_add_test(tc, test_llama_schedules);
+    tcase_add_test(tc, test_llama_recompute);
     suite_add_tcase(s, tc);
     return check_run(s, 0);
 }
