@@ -129,6 +129,7 @@ static const Field k_fields[] = {
     INT("runtime.timeout_s", timeout_s, "300", 1, IMAX, "seconds a silent peer is tolerated"),
 };
 #define N_FIELDS (sizeof k_fields / sizeof k_fields[0])
+_Static_assert(N_FIELDS <= PP_CONFIG_KEYS, "Config.given has a mark per key: raise PP_CONFIG_KEYS");
 
 /* The mappings that group the fields. */
 static const char *const k_sections[] = {"model", "pipeline", "train", "train.optimizer",
@@ -686,9 +687,14 @@ static int read_value(Reader *r, const char *key, const yaml_event_t *ev) {
         }
         if (field_parse(f, r->c, s, scalar_plain(ev), want, sizeof want))
             return fail_value(r, key, ev, want);
+        r->c->given[f - k_fields] = 1;
         return PP_OK;
     }
-    if (ev->type == YAML_SEQUENCE_START_EVENT && f->type == T_SPLIT) return read_split(r, f);
+    if (ev->type == YAML_SEQUENCE_START_EVENT && f->type == T_SPLIT) {
+        int rc = read_split(r, f);
+        if (rc == PP_OK) r->c->given[f - k_fields] = 1;
+        return rc;
+    }
     field_expected(f, want, sizeof want);
     return fail_value(r, key, ev, want);
 }
@@ -807,6 +813,12 @@ void config_defaults(Config *c) {
     for (size_t i = 0; i < N_FIELDS; i++)
         if (k_fields[i].def) PP_CHECK(field_parse(&k_fields[i], c, k_fields[i].def, 1, want,
                                                   sizeof want) == PP_OK);
+}
+
+int config_given(const Config *c, const char *key) {
+    const Field *f = field_find(key);
+    PP_CHECK(f != NULL); /* the caller names a key of the table */
+    return c->given[f - k_fields];
 }
 
 int config_load_file(Config *c, const char *path, char *err, size_t errlen) {
