@@ -35,7 +35,9 @@ static const char *usage =
     "       pptrain --config FILE --resume-if-present     "
     "(resume from latest if there is one, else start)\n"
     "       pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]\n"
-    "       pptrain export --checkpoint DIR --out model.bin\n"
+    "       pptrain export --checkpoint DIR --out model.bin   (llm.c's fp32 GPT-2 file)\n"
+    "       pptrain export --checkpoint DIR --format hf --out DIR2 [--dtype fp32|bf16] "
+    "[--max-shard-size 5GB]\n"
     "       pptrain --version   (the version and the backends built in)\n"
     "Trains a GPT-2 style model with pipeline parallelism; see README.md.\n";
 

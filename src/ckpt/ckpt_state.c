@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "common.h"
+#include "hf/hf_dir.h"
+#include "model/model_hf.h"
 
 /* [Note: checkpoint names] Parameters are stored under their global names (model.h),
  * optimizer state as "<name>.opt_m" and "<name>.opt_v" (AdamW moments; SGD keeps its
@@ -366,24 +368,36 @@ static int is_state(const char *name) {
     return 0;
 }
 
+/* The manifest's model.arch: its printed config's first key under model: ("model:\n
+ * arch: gpt2"); gpt2 when the config has none. NULL for a name no Arch has. */
+static const Arch *manifest_arch(const CkptReader *r, char *name, size_t n) {
+    const char *cfg = ckpt_extra(r, "config"), *at = cfg ? strstr(cfg, "model:\n  arch: ") : NULL;
+    snprintf(name, n, "gpt2");
+    if (at) snprintf(name, n, "%.*s", (int)strcspn(at + 15, "\n"), at + 15);
+    return arch_find(name);
+}
+
 /* The manifest's model dimensions, parsed and checked (model_dims_check) before anything
  * is sized from them. */
 static int export_dims(const CkptReader *r, const char *dir, ModelDims *d, char *err,
                        size_t errlen) {
     const char *ms = ckpt_extra(r, "model");
-    char why[256];
+    char why[256], arch[PP_NAME_MAX];
     if (!ms) return pp_errf(err, errlen, PP_ERUNTIME, "%s: the manifest has no model entry; not a "
                             "pptrain checkpoint", dir);
-    d->arch = arch_find("gpt2"); /* a manifest names no architecture: GPT-2's, the only one */
+    if (!(d->arch = manifest_arch(r, arch, sizeof arch)))
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "%s/manifest: its config's model.arch '%s' is no architecture this pptrain "
+                       "knows",
+                       dir, arch);
     if (parse_model(ms, d) != 0)
         return pp_errf(err, errlen, PP_ERUNTIME, "%s/manifest: model entry '%.200s' is not 'V=.. "
                        "Vp=.. maxT=.. L=.. NH=.. C=.. tied=..': the manifest was edited", dir, ms);
     if (model_dims_check(d, why, sizeof why) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "%s/manifest: model entry '%s' describes no "
-                       "buildable model (%s): the manifest was edited", dir, ms, why);
-    if (!d->tied)
-        return pp_errf(err, errlen, PP_EUSAGE, "%s: untied embeddings (model.tie_embeddings: "
-                       "false) cannot be written in llm.c's format", dir);
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "%s/manifest: model entry '%s' describes no "
+                       "buildable model (%s): the manifest was edited",
+                       dir, ms, why);
     return PP_OK;
 }
 
@@ -419,43 +433,104 @@ static int export_match(const CkptReader *r, const char *dir, const ModelDims *d
     return rc;
 }
 
-int ckpt_state_export_main(int argc, char **argv) {
-    const char *in = NULL, *out = NULL;
-    char err[PP_ERR_MAX], dir[PP_PATH_MAX];
+static const char *const k_export_usage =
+    "usage: pptrain export --checkpoint DIR --out model.bin [--format llmc]\n"
+    "       pptrain export --checkpoint DIR --format hf --out DIR2 [--dtype fp32|bf16] "
+    "[--max-shard-size 5GB]";
+
+typedef struct {
+    const char *in, *out;
+    int hf;                 /* --format hf (else llmc) */
+    SafetensorsDtype dtype; /* --dtype */
+    uint64_t max_shard;     /* --max-shard-size; 0: 5GB */
+} ExportArgs;
+
+/* The export's flags; PP_EUSAGE naming the one that is wrong (nothing is read yet). */
+static int export_args(int argc, char **argv, ExportArgs *a, char *err, size_t errlen) {
+    const char *format = "llmc", *dtype = NULL, *shard = NULL;
+    memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) in = argv[++i];
-        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else
-            return pp_error("export: unknown argument '%s'\nusage: pptrain export "
-                            "--checkpoint DIR --out model.bin", argv[i]), PP_EUSAGE;
+        const char **dst = !strcmp(argv[i], "--checkpoint")       ? &a->in
+                           : !strcmp(argv[i], "--out")            ? &a->out
+                           : !strcmp(argv[i], "--format")         ? &format
+                           : !strcmp(argv[i], "--dtype")          ? &dtype
+                           : !strcmp(argv[i], "--max-shard-size") ? &shard
+                                                                  : NULL;
+        if (!dst) return pp_errf(err, errlen, PP_EUSAGE, "export: unknown argument '%s'", argv[i]);
+        if (i + 1 >= argc)
+            return pp_errf(err, errlen, PP_EUSAGE, "export: %s needs a value", argv[i]);
+        *dst = argv[++i];
     }
-    if (!in || !out)
-        return pp_error("usage: pptrain export --checkpoint DIR --out model.bin"), PP_EUSAGE;
-    if (ckpt_resolve(in, dir, sizeof dir, err, sizeof err)) return pp_error("%s", err), PP_ERUNTIME;
-    CkptReader *r = ckpt_open(dir, err, sizeof err);
-    if (!r) return pp_error("%s", err), PP_ERUNTIME;
+    if (!a->in || !a->out)
+        return pp_errf(err, errlen, PP_EUSAGE, "export: --checkpoint and --out are required");
+    if (strcmp(format, "llmc") && strcmp(format, "hf"))
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "export: --format %s: expected llmc (llm.c's fp32 GPT-2 file) or hf (a "
+                       "Hugging Face model directory)",
+                       format);
+    a->hf = !strcmp(format, "hf");
+    if (!a->hf && (dtype || shard))
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "export: %s is for --format hf (llm.c's format is one fp32 file)",
+                       dtype ? "--dtype" : "--max-shard-size");
+    if (dtype && strcmp(dtype, "fp32") && strcmp(dtype, "bf16"))
+        return pp_errf(err, errlen, PP_EUSAGE, "export: --dtype %s: expected fp32 or bf16", dtype);
+    a->dtype = dtype && !strcmp(dtype, "bf16") ? SAFETENSORS_BF16 : SAFETENSORS_F32;
+    char why[PP_ERR_MAX];
+    if (shard && hf_dir_parse_size(shard, &a->max_shard, why, sizeof why) != PP_OK)
+        return pp_errf(err, errlen, PP_EUSAGE, "export: --max-shard-size: %s", why);
+    return PP_OK;
+}
+
+/* The checkpoint dir's parameters into a CPU model of every stage, *m (model_free'd by
+ * the caller when PP_OK). */
+static int export_load(const char *dir, Model *m, char *err, size_t errlen) {
+    CkptReader *r = ckpt_open(dir, err, errlen);
+    if (!r) return PP_ERUNTIME;
     ModelDims d;
     long step;
-    int rc = manifest_step(r, dir, &step, err, sizeof err);
-    if (rc == PP_OK) rc = export_dims(r, dir, &d, err, sizeof err);
-    if (rc == PP_OK) rc = check_shards(r, dir, err, sizeof err);
-    if (rc == PP_OK) rc = export_match(r, dir, &d, err, sizeof err);
+    int rc = manifest_step(r, dir, &step, err, errlen);
+    if (rc == PP_OK) rc = export_dims(r, dir, &d, err, errlen);
+    if (rc == PP_OK) rc = check_shards(r, dir, err, errlen);
+    if (rc == PP_OK) rc = export_match(r, dir, &d, err, errlen);
     if (rc != PP_OK) {
         ckpt_close(r);
-        return pp_error("%s", err), rc;
+        return rc;
     }
     ChunkSpec all = {0, 0, d.L, 1, 1, 0, 0};
-    Model m;
-    model_init(&m, &d, &all, 1, 1, 1, backend_cpu());
+    model_init(m, &d, &all, 1, 1, 1, backend_cpu());
     /* a CPU model: its memory is the host's */
-    for (int i = 0; i < m.ntensors && rc == PP_OK; i++) {
-        const ParamTensor *t = &m.tensors[i];
+    for (int i = 0; i < m->ntensors && rc == PP_OK; i++) {
+        const ParamTensor *t = &m->tensors[i];
         int64_t shape[2] = {t->shape[0], t->shape[1]};
-        rc = ckpt_read(r, t->name, m.params + t->offset, shape, t->ndim, err, sizeof err);
+        rc = ckpt_read(r, t->name, m->params + t->offset, shape, t->ndim, err, errlen);
     }
     ckpt_close(r);
-    if (rc == PP_OK) rc = model_save_llmc(&m, out, err, sizeof err);
-    if (rc == PP_OK) printf("exported %s (%zu parameters) to %s\n", dir, m.nparams, out);
+    if (rc != PP_OK) model_free(m);
+    return rc;
+}
+
+int ckpt_state_export_main(int argc, char **argv) {
+    char err[PP_ERR_MAX], dir[PP_PATH_MAX];
+    ExportArgs a;
+    int rc = export_args(argc, argv, &a, err, sizeof err);
+    if (rc != PP_OK) return pp_error("%s\n%s", err, k_export_usage), rc;
+    if (ckpt_resolve(a.in, dir, sizeof dir, err, sizeof err))
+        return pp_error("%s", err), PP_ERUNTIME;
+    Model m;
+    if ((rc = export_load(dir, &m, err, sizeof err)) != PP_OK) return pp_error("%s", err), rc;
+    if (a.hf)
+        rc = model_save_hf(&m, a.out, a.dtype, a.max_shard, err, sizeof err);
+    else if (!m.d.tied)
+        rc = pp_errf(err, sizeof err, PP_EUSAGE,
+                     "%s: untied embeddings (model.tie_embeddings: false) cannot be written in "
+                     "llm.c's format: export --format hf",
+                     dir);
+    else
+        rc = model_save_llmc(&m, a.out, err, sizeof err);
+    const char *what = a.dtype == SAFETENSORS_BF16 ? " (Hugging Face, bf16)" : " (Hugging Face)";
+    if (rc == PP_OK)
+        printf("exported %s (%zu parameters) to %s%s\n", dir, m.nparams, a.out, a.hf ? what : "");
     else pp_error("%s", err);
     model_free(&m);
     return rc;

@@ -355,3 +355,144 @@ int model_load_hf(Model *m, const char *dir, ModelHfRead *st, char *err, size_t 
     hf_dir_close(h);
     return rc;
 }
+
+/* ---- export ---- */
+
+/* What the writer's fill needs: for write tensor i (w[i], matched by its name pointer,
+ * which the writer's copies keep), its pptrain tensor, transform and first element. */
+typedef struct {
+    const Model *m;
+    size_t n;
+    const SafetensorsWriteTensor *w;
+    const ParamTensor **t;
+    int *transform;
+    size_t *first;
+    float *host; /* [model_largest_tensor] */
+} Export;
+
+static int export_fill(void *ctx, const SafetensorsWriteTensor *w, float *dst, char *err,
+                       size_t errlen) {
+    const Export *x = ctx;
+    size_t i = 0;
+    while (i < x->n && x->w[i].name != w->name) i++;
+    PP_CHECK(i < x->n);
+    const ParamTensor *t = x->t[i];
+    const Backend *be = x->m->be;
+    be->to_host(be, x->host, x->m->params + t->offset, t->numel * sizeof(float));
+    be->wait(be);
+    if (x->transform[i] == ARCH_HF_TRANSPOSED) {
+        size_t rows = t->shape[0], cols = t->shape[1];
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < cols; c++) dst[c * rows + r] = x->host[r * cols + c];
+        return PP_OK;
+    }
+    uint64_t n = 1;
+    for (int k = 0; k < w->ndim; k++) n *= (uint64_t)w->shape[k];
+    memcpy(dst, x->host + x->first[i], n * sizeof(float));
+    return PP_OK;
+}
+
+/* Append the Hub tensors of row r at `layer` (unless the model has no such tensor: the
+ * tied lm_head) to the write list. */
+static int export_row(const Model *m, const ArchHfTensor *r, int layer, SafetensorsDtype dtype,
+                      Export *x, SafetensorsWriteTensor *w, char (*names)[HUB_NAME_MAX], char *err,
+                      size_t errlen) {
+    char name[48];
+    if (r->layer)
+        snprintf(name, sizeof name, "h.%d.%s", layer, r->tensor);
+    else
+        snprintf(name, sizeof name, "%s", r->tensor);
+    int i = model_find(m, name);
+    if (i < 0 && !strcmp(name, "lm_head") && m->d.tied) return PP_OK;
+    if (i < 0)
+        return pp_errf(err, errlen, PP_ERUNTIME,
+                       "a Hugging Face export needs every tensor; the model holds no %s", name);
+    const ParamTensor *t = &m->tensors[i];
+    size_t first = 0, cols = t->ndim == 2 ? t->shape[1] : 1;
+    for (int p = 0; p < ARCH_HF_PARTS && r->hub[p]; p++) {
+        size_t k = x->n++;
+        hub_name(r, p, layer, names[k]);
+        w[k] = (SafetensorsWriteTensor){.name = names[k], .dtype = dtype};
+        w[k].ndim = hub_shape(&m->d, r, t, p, w[k].shape);
+        x->t[k] = t;
+        x->transform[k] = r->transform;
+        x->first[k] = first; /* a stacked part's rows follow the part before */
+        first += (size_t)w[k].shape[0] * cols;
+    }
+    return PP_OK;
+}
+
+/* config.json of m: the model keys' rows from its dims, the rest from its Arch. */
+static int export_config(const Model *m, SafetensorsDtype dtype, char **text, size_t *len,
+                         char *err, size_t errlen) {
+    const ArchHf *hf = m->arch->hf;
+    HfConfig c;
+    memset(&c, 0, sizeof c);
+    c.model_type.present = c.architecture.present = c.dtype.present = 1;
+    snprintf(c.model_type.value, sizeof c.model_type.value, "%s", hf->model_types[0]);
+    snprintf(c.architecture.value, sizeof c.architecture.value, "%s", hf->architecture);
+    snprintf(c.dtype.value, sizeof c.dtype.value, "%s",
+             dtype == SAFETENSORS_BF16 ? "bfloat16" : "float32");
+    for (size_t k = 0; k < N_KEYS; k++) {
+        int v = *int_at((void *)&m->d, k_keys[k].dims);
+        char *f = (char *)&c + k_keys[k].hf;
+        if (k_keys[k].kind == K_BOOL)
+            *(HfConfigBool *)f = (HfConfigBool){1, NULL, v};
+        else
+            *(HfConfigInt *)f = (HfConfigInt){1, NULL, v};
+    }
+    if (hf->config_fill) hf->config_fill(&m->d, &c);
+    return hf_config_format(&c, HF_CONFIG_ROPE_SCALING, text, len, err, errlen);
+}
+
+int model_save_hf(const Model *m, const char *dir, SafetensorsDtype dtype, uint64_t max_shard_size,
+                  char *err, size_t errlen) {
+    const ArchHf *hf = m->arch->hf;
+    if (!hf)
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "model.arch %s has no Hugging Face format: %s cannot be written",
+                       m->arch->name, dir);
+    size_t cap = (size_t)(m->d.L + 1) * hf->ntensors * ARCH_HF_PARTS, nfirst = 0;
+    SafetensorsWriteTensor *w = pp_calloc(cap, sizeof *w);
+    char(*names)[HUB_NAME_MAX] = pp_calloc(cap, HUB_NAME_MAX);
+    Export x = {.m = m, .w = w};
+    x.t = pp_calloc(cap, sizeof *x.t);
+    x.transform = pp_calloc(cap, sizeof *x.transform);
+    x.first = pp_calloc(cap, sizeof *x.first);
+    x.host = pp_malloc(model_largest_tensor(m) * sizeof(float));
+    int rc = PP_OK;
+    while (nfirst < (size_t)hf->ntensors && !hf->tensors[nfirst].layer) nfirst++;
+    /* the state dict's order: the rows before the first layer's, the layers, the rest */
+    for (size_t i = 0; i < nfirst && rc == PP_OK; i++)
+        rc = export_row(m, &hf->tensors[i], -1, dtype, &x, w, names, err, errlen);
+    for (int l = 0; l < m->d.L && rc == PP_OK; l++)
+        for (int i = 0; i < hf->ntensors && rc == PP_OK; i++)
+            if (hf->tensors[i].layer)
+                rc = export_row(m, &hf->tensors[i], l, dtype, &x, w, names, err, errlen);
+    for (int i = (int)nfirst; i < hf->ntensors && rc == PP_OK; i++)
+        if (!hf->tensors[i].layer)
+            rc = export_row(m, &hf->tensors[i], -1, dtype, &x, w, names, err, errlen);
+    char *text = NULL;
+    size_t len = 0;
+    if (rc == PP_OK) rc = export_config(m, dtype, &text, &len, err, errlen);
+    if (rc == PP_OK) {
+        static const SafetensorsMeta meta[] = {{"format", "pt"}}; /* save_pretrained's */
+        HfDirFile files[] = {{"config.json", text, len}};
+        HfDirWriteOptions o = {.max_shard_size = max_shard_size,
+                               .meta = meta,
+                               .nmeta = 1,
+                               .fill = export_fill,
+                               .ctx = &x,
+                               .files = files,
+                               .nfiles = 1};
+        rc = hf_dir_write(dir, w, x.n, &o, err, errlen);
+    }
+    free(text);
+    free(x.t);
+    free(x.transform);
+    free(x.first);
+    free(x.host);
+    free(names);
+    free(w);
+    return rc;
+}

@@ -53,4 +53,14 @@ typedef struct {
  * for an I/O error. */
 int model_load_hf(Model *m, const char *dir, ModelHfRead *st, char *err, size_t errlen);
 
+/* Write a model that holds every stage as a Hugging Face directory `dir` that
+ * transformers' from_pretrained loads: config.json (the Hub's form, vocab_size the real
+ * V) and safetensors in `dtype` (SAFETENSORS_F32 or _BF16), cut into shards of at most
+ * max_shard_size bytes (0: 5 GB) with an index when there are several, in the state
+ * dict's order, under the Hub names; padded vocabulary rows dropped. Atomic (hf_dir_write):
+ * `dir` appears whole or not at all, and must not exist or be empty. Returns PP_OK, or
+ * PP_EUSAGE (no Hugging Face format for the arch, `dir` not empty) or PP_ERUNTIME. */
+int model_save_hf(const Model *m, const char *dir, SafetensorsDtype dtype, uint64_t max_shard_size,
+                  char *err, size_t errlen);
+
 #endif
