@@ -69,7 +69,7 @@ static const Field k_fields[] = {
     INT("model.dim", dim, NULL, 1, IMAX / 4, "C, channels; a multiple of n_heads"),
     OTHER("model.tie_embeddings", T_BOOL, tie_embeddings, "true", "lm_head shares wte"),
     OTHER("model.init_from", T_PATH, init_from, "null",
-          "llm.c fp32 GPT-2 checkpoint to start from"),
+          "weights to start from: an llm.c fp32 GPT-2 file or a Hugging Face model directory"),
     FLT("model.init_std", init_std, "0.02", 0, INFINITY, OPEN_LO, "std of the random init"),
     INT("pipeline.stages", stages, "1", 1, IMAX, "P, pipeline ranks (= processes launched)"),
     INT("pipeline.virtual_stages", virtual_stages, "1", 1, IMAX, "model chunks per rank"),
