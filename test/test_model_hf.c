@@ -1,7 +1,8 @@
 /* test_model_hf.c — model_hf: a model written as a Hugging Face directory and read back
  * into other splits (every held tensor bit for bit, the padded rows zero, only its own
  * bytes read), untied and bf16 exports, a stacked row (Llama's q/k/v into qkvw) through
- * a table of the test's own, and the merge of config.json's model keys into a config.
+ * a table of the test's own, the merge of config.json's model keys into a config and
+ * what GPT-2 refuses in it.
  * (test_hf.c tests src/hf/ itself; test/hf.sh the command line.) Run from the
  * repository root (reads test/hf/gpt2). */
 #include <check.h>
@@ -343,6 +344,38 @@ START_TEST(test_config_absent_keys) {
 }
 END_TEST
 
+/* What pptrain's GPT-2 cannot run, refused naming the file and the key. */
+#define GPT2 "\"model_type\": \"gpt2\", "
+static const char *const k_gpt2_refused[][2] = {
+    {GPT2 "\"activation_function\": \"gelu\"", "activation_function \"gelu\" is not supported"},
+    {GPT2 "\"layer_norm_epsilon\": 1e-06", "layer_norm_epsilon 1e-06 is not supported"},
+    {GPT2 "\"n_inner\": 100",
+     "n_inner 100 is not supported: pptrain's GPT-2 MLP is 4 x n_embd = 256"},
+    {GPT2 "\"scale_attn_weights\": false", "scale_attn_weights false is not supported"},
+    {GPT2 "\"scale_attn_by_inverse_layer_idx\": true",
+     "scale_attn_by_inverse_layer_idx true is not supported"},
+    {"\"model_type\": \"llama\"", "model_type \"llama\" is not supported: pptrain reads gpt2"},
+};
+#undef GPT2
+
+START_TEST(test_gpt2_config_refusals) {
+    FILE *f = fopen(tmp("config.json"), "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f,
+            "{\"vocab_size\": 300, \"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, "
+            "\"n_positions\": 32, %s}\n",
+            k_gpt2_refused[_i][0]);
+    fclose(f);
+    char set[PP_PATH_MAX + 32];
+    snprintf(set, sizeof set, "model.init_from=%s", g_dir);
+    Config c;
+    config_with(&c, (const char *const[]){set, NULL});
+    ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, tmp("config.json")) && strstr(g_err, k_gpt2_refused[_i][1]), "%s",
+                  g_err);
+}
+END_TEST
+
 static Suite *model_hf_suite(void) {
     Suite *s = suite_create("model_hf");
     TCase *tc = tcase_create("model_hf");
@@ -355,6 +388,8 @@ static Suite *model_hf_suite(void) {
     tcase_add_test(tc, test_load_refusals);
     tcase_add_test(tc, test_config_merge);
     tcase_add_test(tc, test_config_absent_keys);
+    tcase_add_loop_test(tc, test_gpt2_config_refusals, 0,
+                        sizeof k_gpt2_refused / sizeof k_gpt2_refused[0]);
     suite_add_tcase(s, tc);
     return s;
 }
