@@ -109,13 +109,15 @@ int model_hf_config(Config *cfg, char *err, size_t errlen) {
     const Arch *a;
     int rc = read_config(dir, &c, &a, err, errlen);
     if (rc != PP_OK) return rc;
-    if (config_given(cfg, "model.arch") && strcmp(cfg->arch, a->name))
+    /* model.arch: the model_type itself where it is one (qwen2 runs the llama block), a
+     * known name; else the Arch's */
+    const char *arch = arch_find(c.model_type.value) ? c.model_type.value : a->name;
+    if (config_given(cfg, "model.arch") && strcmp(cfg->arch, arch))
         return pp_errf(err, errlen, PP_EUSAGE,
-                       "model.arch is %s in the config, but %s has model_type \"%s\" (model.arch "
-                       "%s): leave model.arch out of the config (config.json gives it) or set it "
-                       "to %s",
-                       cfg->arch, c.path, c.model_type.value, a->name, a->name);
-    snprintf(cfg->arch, sizeof cfg->arch, "%s", a->name);
+                       "model.arch is %s in the config, but %s has model_type \"%s\": leave "
+                       "model.arch out of the config (config.json gives it) or set it to %s",
+                       cfg->arch, c.path, c.model_type.value, arch);
+    snprintf(cfg->arch, sizeof cfg->arch, "%.*s", (int)sizeof cfg->arch - 1, arch);
     for (size_t k = 0; k < N_KEYS; k++) {
         const HfKey *r = &k_keys[k];
         int *mine = int_at(cfg, r->cfg), given = config_given(cfg, r->key);
