@@ -97,7 +97,7 @@ static const Field k_fields[] = {
     OTHER("model.tie_embeddings", T_TRI, tie_embeddings, "auto",
           "lm_head shares wte; auto = true for gpt2, false for the llama family"),
     OTHER("model.init_from", T_PATH, init_from, "null",
-          "llm.c fp32 GPT-2 checkpoint to start from"),
+          "weights to start from: an llm.c fp32 GPT-2 file or a Hugging Face model directory"),
     FLT("model.init_std", init_std, "0.02", 0, INFINITY, OPEN_LO, "std of the random init"),
     INT("pipeline.stages", stages, "1", 1, IMAX, "P, pipeline ranks (= processes launched)"),
     INT("pipeline.virtual_stages", virtual_stages, "1", 1, IMAX, "model chunks per rank"),
@@ -157,6 +157,7 @@ static const Field k_fields[] = {
     INT("runtime.timeout_s", timeout_s, "300", 1, IMAX, "seconds a silent peer is tolerated"),
 };
 #define N_FIELDS (sizeof k_fields / sizeof k_fields[0])
+_Static_assert(N_FIELDS <= PP_CONFIG_KEYS, "Config.given has a mark per key: raise PP_CONFIG_KEYS");
 
 /* The mappings that group the fields. */
 static const char *const k_sections[] =
@@ -748,9 +749,14 @@ static int read_value(Reader *r, const char *key, const yaml_event_t *ev) {
         }
         if (field_parse(f, r->c, s, scalar_plain(ev), want, sizeof want))
             return fail_value(r, key, ev, want);
+        r->c->given[f - k_fields] = 1;
         return PP_OK;
     }
-    if (ev->type == YAML_SEQUENCE_START_EVENT && f->type == T_SPLIT) return read_split(r, f);
+    if (ev->type == YAML_SEQUENCE_START_EVENT && f->type == T_SPLIT) {
+        int rc = read_split(r, f);
+        if (rc == PP_OK) r->c->given[f - k_fields] = 1;
+        return rc;
+    }
     field_expected(f, want, sizeof want);
     return fail_value(r, key, ev, want);
 }
@@ -869,6 +875,12 @@ void config_defaults(Config *c) {
     for (size_t i = 0; i < N_FIELDS; i++)
         if (k_fields[i].def) PP_CHECK(field_parse(&k_fields[i], c, k_fields[i].def, 1, want,
                                                   sizeof want) == PP_OK);
+}
+
+int config_given(const Config *c, const char *key) {
+    const Field *f = field_find(key);
+    PP_CHECK(f != NULL); /* the caller names a key of the table */
+    return c->given[f - k_fields];
 }
 
 int config_load_file(Config *c, const char *path, char *err, size_t errlen) {

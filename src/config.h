@@ -10,6 +10,7 @@
 
 #define PP_NAME_MAX 32
 #define PP_SPLIT_MAX 512 /* text of pipeline.split */
+#define PP_CONFIG_KEYS 128 /* room for the keys' given marks (config.c checks it holds all) */
 
 typedef struct {
     /* model: */
@@ -78,6 +79,9 @@ typedef struct {
     int threads;                     /* 0 = this rank's share of its affinity mask
                                         ([Note: thread share]) */
     int timeout_s;
+    /* Not a setting: which keys the YAML file or a --set gave, by the table's order
+     * (config_given). Printing, hashing and comparing configs ignore it. */
+    unsigned char given[PP_CONFIG_KEYS];
 } Config;
 
 /* Fill every key with its default (required keys get 0 / ""). */
@@ -90,6 +94,12 @@ int config_load_file(Config *c, const char *path, char *err, size_t errlen);
 
 /* Apply one "a.b=v" override (the value is parsed as YAML scalar or flow sequence). */
 int config_set(Config *c, const char *assignment, char *err, size_t errlen);
+
+/* 1 when the config file or a --set gave `key` ("model.dim"), 0 when it holds its
+ * default (or nothing, for a required key) or a value set directly in the struct: a
+ * value taken from elsewhere (model.init_from's config.json) may fill only a key not
+ * given. An unknown key is a caller's bug (dies). */
+int config_given(const Config *c, const char *key);
 
 /* Resolve derived values (padded_vocab_size 0 -> round up to 128; n_kv_heads 0 ->
  * n_heads; ffn_dim 0 -> 4 dim for gpt2; tie_embeddings auto -> true for gpt2, false for

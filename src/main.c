@@ -17,6 +17,7 @@
 #include "data.h"
 #include "dist/dist.h"
 #include "log.h"
+#include "model/model_hf.h"
 #include "outdir.h"
 #include "runtime/runtime.h"
 #include "plan/plan_cmd.h"
@@ -34,7 +35,9 @@ static const char *usage =
     "       pptrain --config FILE --resume-if-present     "
     "(resume from latest if there is one, else start)\n"
     "       pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]\n"
-    "       pptrain export --checkpoint DIR --out model.bin\n"
+    "       pptrain export --checkpoint DIR --out model.bin   (llm.c's fp32 GPT-2 file)\n"
+    "       pptrain export --checkpoint DIR --format hf --out DIR2 [--dtype fp32|bf16] "
+    "[--max-shard-size 5GB]\n"
     "       pptrain --version   (the version and the backends built in)\n"
     "Trains GPT-2 and Llama style decoders with pipeline parallelism; see README.md.\n";
 
@@ -84,7 +87,11 @@ static int cli_parse(Cli *cli, int argc, char **argv) {
         if (!strcmp(argv[i], "--set") && config_set(&cli->cfg, argv[++i], err, sizeof err))
             return pp_error("%s", err), PP_EUSAGE;
     if (trace) cli->cfg.trace = 1;
-    if (config_finalize(&cli->cfg, err, sizeof err)) return pp_error("%s", err), PP_EUSAGE;
+    /* a Hugging Face model.init_from gives the model keys the config leaves out, and its
+     * weights are checked before anything is built or written */
+    if (model_hf_config(&cli->cfg, err, sizeof err) ||
+        config_finalize(&cli->cfg, err, sizeof err) || model_hf_check(&cli->cfg, err, sizeof err))
+        return pp_error("%s", err), PP_EUSAGE;
     return PP_OK;
 }
 
@@ -122,6 +129,11 @@ static void report_build(const Runtime *rt) {
     if (rt->staging_bytes)
         printf("rank %d: host staging buffers %.1f MB (the transport's copies of device buffers)\n",
                rt->lay.rank, rt->staging_bytes / 1e6);
+    if (rt->init_hf) /* model.init_from a Hugging Face directory: this rank's share */
+        printf("rank %d: model.init_from %s: read %llu of the directory's %llu tensor bytes "
+               "(this rank's stages) and %llu header bytes\n",
+               rt->lay.rank, rt->cfg->init_from, (unsigned long long)rt->init_read.read,
+               (unsigned long long)rt->init_read.total, (unsigned long long)rt->init_read.headers);
     printf("rank %d: stages", rt->lay.rank);
     for (int c = 0; c < m->nchunks; c++)
         printf(" %d (layers %d-%d, %d slots)", m->chunks[c].stage, m->chunks[c].l0,

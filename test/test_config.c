@@ -3,6 +3,7 @@
  * Run from the repository root (reads configs/ and docs/config.md). */
 #include <check.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,7 +237,8 @@ static void assert_round_trip(const Config *c, const char *what) {
     ck_assert_msg(config_finalize(&back, err, sizeof err) == PP_OK, "%s: %s", what, err);
     ck_assert_msg(config_first_diff(c, &back) == NULL, "%s: %s differs", what,
                   config_first_diff(c, &back));
-    ck_assert_msg(memcmp(c, &back, sizeof back) == 0, "%s: not memcmp-equal", what);
+    /* every setting, bit for bit; not the given marks (the printed file gives every key) */
+    ck_assert_msg(memcmp(c, &back, offsetof(Config, given)) == 0, "%s: not memcmp-equal", what);
     ck_assert_uint_eq(config_hash(c, 0), config_hash(&back, 0));
 }
 
@@ -1047,6 +1049,37 @@ START_TEST(test_docs_cover_every_key) {
 }
 END_TEST
 
+/* Which keys the file and --set gave (config_given), apart from defaults and from values
+ * set in the struct: what model.init_from's config.json may fill. */
+START_TEST(test_given) {
+    Config c;
+    char err[PP_ERR_MAX];
+    config_defaults(&c);
+    ck_assert(!config_given(&c, "model.dim") && !config_given(&c, "model.tie_embeddings"));
+    ck_assert_int_eq(load_text(&c,
+                               "model:\n  dim: 64\n  tie_embeddings: true\npipeline:\n"
+                               "  split: [1, 1]\n",
+                               err, sizeof err),
+                     PP_OK);
+    ck_assert(config_given(&c, "model.dim") && config_given(&c, "model.tie_embeddings"));
+    ck_assert(config_given(&c, "pipeline.split")); /* a flow sequence */
+    ck_assert(!config_given(&c, "model.n_layers") && !config_given(&c, "train.steps"));
+    set_ok(&c, "model.n_layers=4");
+    ck_assert(config_given(&c, "model.n_layers"));
+    c.n_heads = 4; /* set in the struct: not given */
+    ck_assert(!config_given(&c, "model.n_heads"));
+    /* a failed --set or file changes nothing, the marks included */
+    ck_assert_int_ne(config_set(&c, "train.steps=x", err, sizeof err), PP_OK);
+    ck_assert_int_ne(load_text(&c, "train:\n  seed: 1\n  steps: x\n", err, sizeof err), PP_OK);
+    ck_assert(!config_given(&c, "train.steps") && !config_given(&c, "train.seed"));
+    /* the marks are not a setting: printing and hashing ignore them */
+    Config d = c;
+    memset(d.given, 0, sizeof d.given);
+    ck_assert_ptr_null(config_first_diff(&c, &d));
+    ck_assert_uint_eq(config_hash(&c, 0), config_hash(&d, 0));
+}
+END_TEST
+
 static Suite *config_suite(void) {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("config");
@@ -1078,6 +1111,7 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, test_hash);
     tcase_add_test(tc, test_first_diff);
     tcase_add_test(tc, test_docs_cover_every_key);
+    tcase_add_test(tc, test_given);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -101,7 +101,7 @@ for key in data.train data.val; do
   expect "a FIFO as $key" 2 "data file '$tmp/fifo' is a FIFO, not a regular file" "$PPTRAIN" "${one[@]}" --set data.val_every=1 --set "$key=$tmp/fifo" --set output.dir="$tmp/o9"
 done
 expect "a FIFO as model.init_from" 2 "model.init_from: '$tmp/fifo' is a FIFO, not a regular file" "$PPTRAIN" "${one[@]}" --set model.init_from="$tmp/fifo" --set output.dir="$tmp/o9"
-expect "a directory as model.init_from" 2 "model.init_from: '$tmp' is a directory, not a regular file" "$PPTRAIN" "${one[@]}" --set model.init_from="$tmp" --set output.dir="$tmp/o9"
+expect "a directory without config.json as model.init_from" 2 "model.init_from: '$tmp' is a directory without config.json" "$PPTRAIN" "${one[@]}" --set model.init_from="$tmp" --set output.dir="$tmp/o9"
 mkdir -p "$tmp/o9-csv" && mkfifo "$tmp/o9-csv/losses.csv"
 expect "a FIFO as output.dir/losses.csv (nobody reads it)" 1 "losses.csv for writing: it is a FIFO, not a regular file" \
   "$PPTRAIN" "${one[@]}" --set train.steps=1 --set output.dir="$tmp/o9-csv"

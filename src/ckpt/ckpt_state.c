@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "common.h"
+#include "hf/hf_dir.h"
+#include "model/model_hf.h"
 
 /* [Note: checkpoint names] Parameters are stored under their global names (model.h),
  * optimizer state as "<name>.opt_m" and "<name>.opt_v" (AdamW moments; SGD keeps its
@@ -431,8 +433,9 @@ static int is_state(const char *name) {
 }
 
 /* The manifest's model dimensions, parsed and checked (model_dims_check) before anything
- * is sized from them. */
-static int export_dims(const CkptReader *r, const char *dir, ModelDims *d, char *err,
+ * is sized from them; for llm.c's format (llmc) also what it cannot hold, refused before
+ * a tensor is read. */
+static int export_dims(const CkptReader *r, const char *dir, int llmc, ModelDims *d, char *err,
                        size_t errlen) {
     const char *ms = ckpt_extra(r, "model");
     char why[256];
@@ -445,12 +448,12 @@ static int export_dims(const CkptReader *r, const char *dir, ModelDims *d, char 
     if (model_dims_check(d, why, sizeof why) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "%s/manifest: model entry '%s' describes no "
                        "buildable model (%s): the manifest was edited", dir, ms, why);
-    if (!d->arch->export_llmc)
+    if (llmc && !d->arch->export_llmc)
         return pp_errf(err, errlen, PP_EUSAGE, "%s: a model.arch %s checkpoint: llm.c's format "
-                       "holds GPT-2 only", dir, d->arch->name);
-    if (!d->tied)
+                       "holds GPT-2 only: export --format hf", dir, d->arch->name);
+    if (llmc && !d->tied)
         return pp_errf(err, errlen, PP_EUSAGE, "%s: untied embeddings (model.tie_embeddings: "
-                       "false) cannot be written in llm.c's format", dir);
+                       "false) cannot be written in llm.c's format: export --format hf", dir);
     return PP_OK;
 }
 
@@ -486,43 +489,98 @@ static int export_match(const CkptReader *r, const char *dir, const ModelDims *d
     return rc;
 }
 
-int ckpt_state_export_main(int argc, char **argv) {
-    const char *in = NULL, *out = NULL;
-    char err[PP_ERR_MAX], dir[PP_PATH_MAX];
+static const char *const k_export_usage =
+    "usage: pptrain export --checkpoint DIR --out model.bin [--format llmc]\n"
+    "       pptrain export --checkpoint DIR --format hf --out DIR2 [--dtype fp32|bf16] "
+    "[--max-shard-size 5GB]";
+
+typedef struct {
+    const char *in, *out;
+    int hf;                 /* --format hf (else llmc) */
+    SafetensorsDtype dtype; /* --dtype */
+    uint64_t max_shard;     /* --max-shard-size; 0: 5GB */
+} ExportArgs;
+
+/* The export's flags; PP_EUSAGE naming the one that is wrong (nothing is read yet). */
+static int export_args(int argc, char **argv, ExportArgs *a, char *err, size_t errlen) {
+    const char *format = "llmc", *dtype = NULL, *shard = NULL;
+    memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) in = argv[++i];
-        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else
-            return pp_error("export: unknown argument '%s'\nusage: pptrain export "
-                            "--checkpoint DIR --out model.bin", argv[i]), PP_EUSAGE;
+        const char **dst = !strcmp(argv[i], "--checkpoint")       ? &a->in
+                           : !strcmp(argv[i], "--out")            ? &a->out
+                           : !strcmp(argv[i], "--format")         ? &format
+                           : !strcmp(argv[i], "--dtype")          ? &dtype
+                           : !strcmp(argv[i], "--max-shard-size") ? &shard
+                                                                  : NULL;
+        if (!dst) return pp_errf(err, errlen, PP_EUSAGE, "export: unknown argument '%s'", argv[i]);
+        if (i + 1 >= argc)
+            return pp_errf(err, errlen, PP_EUSAGE, "export: %s needs a value", argv[i]);
+        *dst = argv[++i];
     }
-    if (!in || !out)
-        return pp_error("usage: pptrain export --checkpoint DIR --out model.bin"), PP_EUSAGE;
-    if (ckpt_resolve(in, dir, sizeof dir, err, sizeof err)) return pp_error("%s", err), PP_ERUNTIME;
-    CkptReader *r = ckpt_open(dir, err, sizeof err);
-    if (!r) return pp_error("%s", err), PP_ERUNTIME;
+    if (!a->in || !a->out)
+        return pp_errf(err, errlen, PP_EUSAGE, "export: --checkpoint and --out are required");
+    if (strcmp(format, "llmc") && strcmp(format, "hf"))
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "export: --format %s: expected llmc (llm.c's fp32 GPT-2 file) or hf (a "
+                       "Hugging Face model directory)",
+                       format);
+    a->hf = !strcmp(format, "hf");
+    if (!a->hf && (dtype || shard))
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "export: %s is for --format hf (llm.c's format is one fp32 file)",
+                       dtype ? "--dtype" : "--max-shard-size");
+    if (dtype && strcmp(dtype, "fp32") && strcmp(dtype, "bf16"))
+        return pp_errf(err, errlen, PP_EUSAGE, "export: --dtype %s: expected fp32 or bf16", dtype);
+    a->dtype = dtype && !strcmp(dtype, "bf16") ? SAFETENSORS_BF16 : SAFETENSORS_F32;
+    char why[PP_ERR_MAX];
+    if (shard && hf_dir_parse_size(shard, &a->max_shard, why, sizeof why) != PP_OK)
+        return pp_errf(err, errlen, PP_EUSAGE, "export: --max-shard-size: %s", why);
+    return PP_OK;
+}
+
+/* The checkpoint dir's parameters into a CPU model of every stage, *m (model_free'd by
+ * the caller when PP_OK); llmc: refuse up front what llm.c's format cannot hold. */
+static int export_load(const char *dir, int llmc, Model *m, char *err, size_t errlen) {
+    CkptReader *r = ckpt_open(dir, err, errlen);
+    if (!r) return PP_ERUNTIME;
     ModelDims d;
     long step;
-    int rc = manifest_step(r, dir, &step, err, sizeof err);
-    if (rc == PP_OK) rc = export_dims(r, dir, &d, err, sizeof err);
-    if (rc == PP_OK) rc = check_shards(r, dir, err, sizeof err);
-    if (rc == PP_OK) rc = export_match(r, dir, &d, err, sizeof err);
+    int rc = manifest_step(r, dir, &step, err, errlen);
+    if (rc == PP_OK) rc = export_dims(r, dir, llmc, &d, err, errlen);
+    if (rc == PP_OK) rc = check_shards(r, dir, err, errlen);
+    if (rc == PP_OK) rc = export_match(r, dir, &d, err, errlen);
     if (rc != PP_OK) {
         ckpt_close(r);
-        return pp_error("%s", err), rc;
+        return rc;
     }
     ChunkSpec all = {0, 0, d.L, 1, 1, 0, 0};
-    Model m;
-    model_init(&m, &d, &all, 1, 1, 1, backend_cpu());
+    model_init(m, &d, &all, 1, 1, 1, backend_cpu());
     /* a CPU model: its memory is the host's */
-    for (int i = 0; i < m.ntensors && rc == PP_OK; i++) {
-        const ParamTensor *t = &m.tensors[i];
+    for (int i = 0; i < m->ntensors && rc == PP_OK; i++) {
+        const ParamTensor *t = &m->tensors[i];
         int64_t shape[2] = {t->shape[0], t->shape[1]};
-        rc = ckpt_read(r, t->name, m.params + t->offset, shape, t->ndim, err, sizeof err);
+        rc = ckpt_read(r, t->name, m->params + t->offset, shape, t->ndim, err, errlen);
     }
     ckpt_close(r);
-    if (rc == PP_OK) rc = model_save_llmc(&m, out, err, sizeof err);
-    if (rc == PP_OK) printf("exported %s (%zu parameters) to %s\n", dir, m.nparams, out);
+    if (rc != PP_OK) model_free(m);
+    return rc;
+}
+
+int ckpt_state_export_main(int argc, char **argv) {
+    char err[PP_ERR_MAX], dir[PP_PATH_MAX];
+    ExportArgs a;
+    int rc = export_args(argc, argv, &a, err, sizeof err);
+    if (rc != PP_OK) return pp_error("%s\n%s", err, k_export_usage), rc;
+    if (ckpt_resolve(a.in, dir, sizeof dir, err, sizeof err))
+        return pp_error("%s", err), PP_ERUNTIME;
+    Model m;
+    if ((rc = export_load(dir, !a.hf, &m, err, sizeof err)) != PP_OK)
+        return pp_error("%s", err), rc;
+    if (a.hf) rc = model_save_hf(&m, a.out, a.dtype, a.max_shard, err, sizeof err);
+    else rc = model_save_llmc(&m, a.out, err, sizeof err);
+    const char *what = a.dtype == SAFETENSORS_BF16 ? " (Hugging Face, bf16)" : " (Hugging Face)";
+    if (rc == PP_OK)
+        printf("exported %s (%zu parameters) to %s%s\n", dir, m.nparams, a.out, a.hf ? what : "");
     else pp_error("%s", err);
     model_free(&m);
     return rc;

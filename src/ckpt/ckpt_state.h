@@ -1,7 +1,7 @@
 /* ckpt_state.h — saving and resuming a run: a rank's parameters and optimizer state
  * under global tensor names through the checkpoint store (ckpt.h), written in the
  * background and committed by rank 0 once every rank's shard is on disk; loading into
- * any split; export to llm.c's format. */
+ * any split; export to llm.c's format or a Hugging Face directory. */
 #ifndef PP_CKPT_STATE_H
 #define PP_CKPT_STATE_H
 
@@ -51,7 +51,10 @@ int ckpt_state_load(Runtime *rt, const char *path, long *step, char *err, size_t
  * `latest`: a copy may have dropped the symlink), or cannot read ROOT. */
 int ckpt_state_refuse_existing(CkptState *c, Runtime *rt, char *err, size_t errlen);
 
-/* `pptrain export --checkpoint DIR --out model.bin`: write llm.c's fp32 GPT-2 file. */
+/* `pptrain export --checkpoint DIR --out model.bin [--format llmc]`: llm.c's fp32 GPT-2
+ * file; `--format hf --out DIR2 [--dtype fp32|bf16] [--max-shard-size SIZE]`: a Hugging
+ * Face model directory (model_save_hf). Exit 2 for a bad flag (named), before anything
+ * is read. */
 int ckpt_state_export_main(int argc, char **argv);
 
 #endif

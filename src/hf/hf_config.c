@@ -65,6 +65,8 @@ static const Field g_fields[] = {
     F("mlp_bias", F_BOOL, mlp_bias),
     F("sliding_window", F_INT, sliding_window),
     F("use_sliding_window", F_BOOL, use_sliding_window),
+    F("scale_attn_weights", F_BOOL, scale_attn_weights),
+    F("scale_attn_by_inverse_layer_idx", F_BOOL, scale_attn_by_inverse_layer_idx),
     F("bos_token_id", F_IDS, bos_token_id),
     F("eos_token_id", F_IDS, eos_token_id),
     F("torch_dtype", F_STR, dtype),

@@ -77,6 +77,7 @@ typedef struct {
     HfConfigBool mlp_bias;
     HfConfigInt sliding_window;
     HfConfigBool use_sliding_window; /* qwen2 */
+    HfConfigBool scale_attn_weights, scale_attn_by_inverse_layer_idx; /* gpt2 (read only) */
     HfConfigIds bos_token_id, eos_token_id;
     HfConfigStr dtype; /* torch_dtype | dtype (transformers 5) */
 } HfConfig;

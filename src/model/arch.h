@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "hf/hf_config.h"
+
 typedef struct Arch Arch;
 typedef struct ModelDims ModelDims; /* model.h */
 typedef struct Model Model;         /* model.h */
@@ -77,6 +79,53 @@ typedef struct {
 #define ARCH_MAX_BUFS 32
 #define ARCH_MAX_GLOBALS 4
 
+/* [Note: Hugging Face names] How an architecture's tensors are stored in a Hugging Face
+ * model directory (model_hf.c reads and writes them, knowing no architecture): one row
+ * per pptrain tensor, naming its Hub tensor(s) and the transform between them.
+ *  - ARCH_HF_AS_IS: the same matrix or vector. The engine's vocabulary tables ("wte",
+ *    "lm_head", [Vp,C] in pptrain) are [V,C] on the Hub: the padded rows are dropped on
+ *    export and zero on import.
+ *  - ARCH_HF_TRANSPOSED: the Hub holds the transpose (GPT-2's Conv1D: c_attn.weight is
+ *    [C,3C] for pptrain's qkvw [3C,C]).
+ *  - ARCH_HF_STACKED: pptrain's rows are the Hub tensors' rows one after another, in
+ *    hub[] order, part p having part_rows(d, row, p) rows (Llama: q_proj, k_proj and
+ *    v_proj into qkvw; their biases likewise).
+ * Hub names of a layer's tensor hold one %d, the layer. The rows are in the state dict's
+ * order (the non-layer rows before the first layer row, each layer's rows, the rest):
+ * the order an export writes them in, as save_pretrained does, which decides the shard
+ * cuts. A tensor the Hub checkpoint of the base model lacks the prefix of (GPT-2's
+ * files on the Hub were saved from GPT2Model: "h.0.attn.c_attn.weight") is found
+ * without it too. */
+enum { ARCH_HF_AS_IS, ARCH_HF_TRANSPOSED, ARCH_HF_STACKED };
+#define ARCH_HF_PARTS 3
+
+typedef struct {
+    const char *tensor; /* a layer tensor ("qkvw", layer 1) or a global ("wte", "lm_head") */
+    int layer;
+    int transform;                  /* ARCH_HF_* */
+    const char *hub[ARCH_HF_PARTS]; /* the Hub tensor(s); NULL after the last */
+} ArchHfTensor;
+
+typedef struct {
+    const char *const *model_types; /* config.json's model_type values, NULL-terminated; the
+                                       first is written on export */
+    const char *architecture;       /* architectures[0] on export ("GPT2LMHeadModel") */
+    const char *prefix;             /* the base model's ("transformer."): see the note */
+    int tie_default;                /* tie_word_embeddings when config.json leaves it out
+                                       (the model class's default) */
+    int ntensors;
+    const ArchHfTensor *tensors; /* [ntensors], in the state dict's order */
+    /* Rows of part p of a stacked row (NULL when no row is stacked). */
+    int (*part_rows)(const ModelDims *d, const ArchHfTensor *t, int p);
+    /* What the architecture requires of config.json beyond the model keys the engine
+     * merges (model_hf.c): GPT-2's activation, epsilon and MLP width. PP_EUSAGE naming
+     * c->path and the key. */
+    int (*config_check)(const HfConfig *c, char *err, size_t errlen);
+    /* Its fields of an export's config.json beyond model_type, architectures and the
+     * engine's (vocab_size, hidden_size, layers, heads, positions, tie_word_embeddings). */
+    void (*config_fill)(const ModelDims *d, HfConfig *c);
+} ArchHf;
+
 /* [Note: Arch table] An architecture is this table of constants and functions; the
  * engine (model.c) holds a layer's parameters as nlayer_params float pointers, its
  * saved activations as nacts void pointers, its W state as nws, the head's as nhead
@@ -123,7 +172,9 @@ typedef struct {
  *    the last stage, its own gradient and optimizer state; no tied fold or all-reduce).
  *    Llama has no wpe: embed_forward / embed_backward pass wpe, dwpe NULL.
  *  - Weight files: import_llmc / export_llmc NULL (llm.c's format is GPT-2's; the
- *    engine says so); a Hugging Face import would be another hook of this table. */
+ *    engine says so); Hugging Face's through the hf table ([Note: Hugging Face names]):
+ *    q_proj, k_proj and v_proj stacked into qkvw (ARCH_HF_STACKED, part_rows C, KVH hs,
+ *    KVH hs), the rest as is, model_types llama, qwen2, mistral. */
 struct Arch {
     const char *name; /* model.arch */
 
@@ -201,6 +252,8 @@ struct Arch {
     /* llm.c's checkpoint (model_load_llmc / model_save_llmc); NULL: no such format */
     int (*import_llmc)(Model *m, const char *path, char *err, size_t errlen);
     int (*export_llmc)(const Model *m, const char *path, char *err, size_t errlen);
+    /* Hugging Face model directories ([Note: Hugging Face names]); NULL: no such format */
+    const ArchHf *hf;
 };
 
 extern const Arch arch_gpt2;    /* gpt2.c */
@@ -210,5 +263,9 @@ extern const Arch arch_mistral; /* llama.c: the block (a sliding window covering
 
 /* The architecture model.arch names ("gpt2", "llama", "qwen2", "mistral"), or NULL. */
 const Arch *arch_find(const char *name);
+/* The architecture whose Hugging Face model_types include `model_type`, or NULL; and the
+ * model types known, "gpt2" or "gpt2, llama", for messages. */
+const Arch *arch_find_hf(const char *model_type);
+void arch_hf_names(char *buf, size_t n);
 
 #endif

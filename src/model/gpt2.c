@@ -1,7 +1,7 @@
 /* gpt2.c — GPT-2's Arch table ([Note: Arch table] in arch.h): pre-LN blocks of causal
  * multi-head attention and a GELU-tanh MLP, learned positions, LayerNorm with biases;
  * its tensors, layer, embedding and head ops, the activations and W state they keep,
- * its costs and llm.c's fp32 checkpoint. */
+ * its costs, llm.c's fp32 checkpoint and its names in Hugging Face's GPT2LMHeadModel. */
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -469,6 +469,88 @@ static int export_llmc(const Model *m, const char *path, char *err, size_t errle
     return pp_file_commit(&pf, err, errlen); /* fails on any failed fwrite above */
 }
 
+/* ---- Hugging Face's GPT2LMHeadModel ([Note: Hugging Face names] in arch.h) ---- */
+
+/* transformers' modeling_gpt2.py: the matrices are Conv1D, y = x W + b with W [in, out],
+ * the transpose of pptrain's [out, in]; attn.bias / attn.masked_bias (the causal mask,
+ * a buffer in files saved before transformers 4.x made it non-persistent) are not
+ * parameters and are neither read nor written; lm_head.weight is wte's when tied, left
+ * out of the file by save_pretrained. */
+#define H "transformer.h.%d."
+static const ArchHfTensor hf_tensors[] = {
+    {"wte", 0, ARCH_HF_AS_IS, {"transformer.wte.weight"}},
+    {"wpe", 0, ARCH_HF_AS_IS, {"transformer.wpe.weight"}},
+    {"ln1w", 1, ARCH_HF_AS_IS, {H "ln_1.weight"}},
+    {"ln1b", 1, ARCH_HF_AS_IS, {H "ln_1.bias"}},
+    {"qkvw", 1, ARCH_HF_TRANSPOSED, {H "attn.c_attn.weight"}},
+    {"qkvb", 1, ARCH_HF_AS_IS, {H "attn.c_attn.bias"}},
+    {"attprojw", 1, ARCH_HF_TRANSPOSED, {H "attn.c_proj.weight"}},
+    {"attprojb", 1, ARCH_HF_AS_IS, {H "attn.c_proj.bias"}},
+    {"ln2w", 1, ARCH_HF_AS_IS, {H "ln_2.weight"}},
+    {"ln2b", 1, ARCH_HF_AS_IS, {H "ln_2.bias"}},
+    {"fcw", 1, ARCH_HF_TRANSPOSED, {H "mlp.c_fc.weight"}},
+    {"fcb", 1, ARCH_HF_AS_IS, {H "mlp.c_fc.bias"}},
+    {"fcprojw", 1, ARCH_HF_TRANSPOSED, {H "mlp.c_proj.weight"}},
+    {"fcprojb", 1, ARCH_HF_AS_IS, {H "mlp.c_proj.bias"}},
+    {"lnfw", 0, ARCH_HF_AS_IS, {"transformer.ln_f.weight"}},
+    {"lnfb", 0, ARCH_HF_AS_IS, {"transformer.ln_f.bias"}},
+    {"lm_head", 0, ARCH_HF_AS_IS, {"lm_head.weight"}},
+};
+#undef H
+
+/* What pptrain's GPT-2 block fixes: GELU's tanh form (transformers' gelu_new, and
+ * gelu_pytorch_tanh, the same function), LayerNorm's epsilon 1e-5 (backend_cpu.c's
+ * LN_EPS), the MLP's 4C width (n_inner null) and attention scaled by 1/sqrt(head size)
+ * alone (scale_attn_weights true, scale_attn_by_inverse_layer_idx false). */
+static int hf_config_check(const HfConfig *c, char *err, size_t errlen) {
+    const char *act = c->hidden_act.present ? c->hidden_act.value : "gelu_new";
+    if (strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s: %s \"%s\" is not supported: pptrain's GPT-2 uses GELU's tanh form "
+                       "(gelu_new or gelu_pytorch_tanh)",
+                       c->path, c->hidden_act.key, act);
+    if (c->norm_eps.present && (float)c->norm_eps.value != 1e-5f)
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s: %s %g is not supported: pptrain's GPT-2 LayerNorm uses 1e-05", c->path,
+                       c->norm_eps.key, c->norm_eps.value);
+    if (c->intermediate_size.present && c->intermediate_size.value != 4 * c->hidden_size.value)
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s: %s %lld is not supported: pptrain's GPT-2 MLP is 4 x %s = %lld wide "
+                       "(n_inner null)",
+                       c->path, c->intermediate_size.key, (long long)c->intermediate_size.value,
+                       c->hidden_size.key ? c->hidden_size.key : "n_embd",
+                       4 * (long long)c->hidden_size.value);
+    if (c->scale_attn_weights.present && !c->scale_attn_weights.value)
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s: scale_attn_weights false is not supported: pptrain's GPT-2 scales "
+                       "attention by 1/sqrt(head size)",
+                       c->path);
+    if (c->scale_attn_by_inverse_layer_idx.present && c->scale_attn_by_inverse_layer_idx.value)
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s: scale_attn_by_inverse_layer_idx true is not supported: pptrain's "
+                       "GPT-2 scales attention by 1/sqrt(head size) alone",
+                       c->path);
+    return PP_OK;
+}
+
+static void hf_config_fill(const ModelDims *d, HfConfig *c) {
+    c->hidden_act.present = 1;
+    snprintf(c->hidden_act.value, sizeof c->hidden_act.value, "gelu_new");
+    c->norm_eps = (HfConfigReal){1, NULL, 1e-5};
+}
+
+static const char *const hf_types[] = {"gpt2", NULL};
+static const ArchHf hf = {
+    .model_types = hf_types,
+    .architecture = "GPT2LMHeadModel",
+    .prefix = "transformer.",
+    .tie_default = 1, /* GPT2Config has no tie_word_embeddings: PretrainedConfig's true */
+    .ntensors = sizeof hf_tensors / sizeof hf_tensors[0],
+    .tensors = hf_tensors,
+    .config_check = hf_config_check,
+    .config_fill = hf_config_fill,
+};
+
 const Arch arch_gpt2 = {
     .name = "gpt2",
     .nlayer_params = P_NLAYER,
@@ -502,4 +584,5 @@ const Arch arch_gpt2 = {
     .costs = costs,
     .import_llmc = import_llmc,
     .export_llmc = export_llmc,
+    .hf = &hf,
 };

@@ -18,11 +18,29 @@ _Static_assert(ARCH_SEL == 1 << PP_RECOMPUTE_SELECTIVE && ARCH_FULL == 1 << PP_R
 /* Tensors outside the layers at most: wte, the head and ARCH_MAX_GLOBALS of the Arch's. */
 #define MAX_GLOBALS (2 + ARCH_MAX_GLOBALS)
 
+static const Arch *const k_archs[] = {&arch_gpt2, &arch_llama, &arch_qwen2, &arch_mistral};
+#define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
+
 const Arch *arch_find(const char *name) {
-    static const Arch *const archs[] = {&arch_gpt2, &arch_llama, &arch_qwen2, &arch_mistral};
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-        if (!strcmp(archs[i]->name, name)) return archs[i];
+    for (size_t i = 0; i < N_ARCHS; i++)
+        if (!strcmp(k_archs[i]->name, name)) return k_archs[i];
     return NULL;
+}
+
+const Arch *arch_find_hf(const char *model_type) {
+    for (size_t i = 0; i < N_ARCHS; i++)
+        for (const char *const *t = k_archs[i]->hf ? k_archs[i]->hf->model_types : NULL; t && *t;
+             t++)
+            if (!strcmp(*t, model_type)) return k_archs[i];
+    return NULL;
+}
+
+void arch_hf_names(char *buf, size_t n) {
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_ARCHS; i++)
+        for (const char *const *t = k_archs[i]->hf ? k_archs[i]->hf->model_types : NULL; t && *t;
+             t++)
+            pp_strappendf(buf, n, "%s%s", buf[0] ? ", " : "", *t);
 }
 
 /* d's architecture (dims without one are a caller's bug). */

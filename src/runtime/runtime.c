@@ -924,8 +924,12 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     comm = rt->comm; /* the job's NCCL Comm when chosen: every message and collective from here */
     build_model(rt, &d, be);
     model_init_weights(&rt->model, cfg->seed, cfg->init_std);
-    if (cfg->init_from[0] && (rc = model_load_llmc(&rt->model, cfg->init_from, err, errlen)))
-        return rc;
+    rt->init_hf = cfg->init_from[0] && model_hf_is_dir(cfg->init_from);
+    if (rt->init_hf)
+        rc = model_load_hf(&rt->model, cfg->init_from, &rt->init_read, err, errlen);
+    else if (cfg->init_from[0])
+        rc = model_load_llmc(&rt->model, cfg->init_from, err, errlen);
+    if (rc) return rc;
     message_limit(rt, comm, &d);
     if ((rc = tied_pair(rt, comm, &d, err, errlen)) || (rc = dp_init(rt, err, errlen))) return rc;
     staging_init(rt);

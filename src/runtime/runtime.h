@@ -10,6 +10,7 @@
 #include "data.h"
 #include "layout.h"
 #include "model/model.h"
+#include "model/model_hf.h"
 #include "model/partition.h"
 #include "runtime_dp.h"
 #include "sched/sched.h"
@@ -83,6 +84,8 @@ typedef struct Runtime {
     size_t staging_bytes;      /* host staging buffers in all ([Note: host staging]) */
     Trace *trace;
     char device_note[256];     /* the backend in one line, for the build report */
+    int init_hf;               /* model.init_from was a Hugging Face directory ... */
+    ModelHfRead init_read;     /* ... of which this rank read this, for the build report */
     /* Test hook, NULL in the product: called before (done = 0) and after (done = 1)
      * action k of this rank's list of schedule sc. The in-process interpreter test uses
      * it to step all ranks in the simulator's order (test/test_interp.c). */

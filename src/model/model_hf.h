@@ -1,0 +1,67 @@
+/* model_hf.h — Hugging Face model directories (config.json and safetensors, one file or
+ * shards with an index) as model.init_from and as `pptrain export --format hf`: the
+ * config.json's model keys merged into the config, each rank's tensors read by their
+ * byte ranges into its fp32 masters, and a whole model written as such a directory.
+ * Knows no architecture: the names and transforms are the Arch's hf table ([Note:
+ * Hugging Face names] in arch.h). The files themselves are src/hf/'s. */
+#ifndef PP_MODEL_HF_H
+#define PP_MODEL_HF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "hf/safetensors.h"
+#include "model.h"
+
+/* 1 when `path` is a directory (a Hugging Face model as model.init_from), else 0 (a
+ * file: llm.c's checkpoint, whose loader names what is wrong with it). */
+int model_hf_is_dir(const char *path);
+
+/* [Note: init_from config merge] Before config_finalize: when model.init_from names a
+ * directory, its config.json gives the model keys the config file and --set left out
+ * (config_given), by one table (model_hf.c: vocab_size, n_layers, n_heads, dim,
+ * max_seq_len, tie_embeddings), and a key they gave must hold the config.json's value
+ * (tie_embeddings: auto is not a value: config.json's decides);
+ * model.arch likewise from model_type (arch_find_hf). What the architecture requires of
+ * the rest of config.json is its hf->config_check's (GPT-2: the activation). Returns
+ * PP_OK (also when init_from is not a directory, or its pattern does not expand:
+ * config_finalize says so), or PP_EUSAGE naming the file, the key and both values
+ * ("model.dim is 64 in the config, but DIR/config.json has n_embd 32: ..."), an
+ * unsupported model_type or activation, or an unreadable config.json. */
+int model_hf_config(Config *cfg, char *err, size_t errlen);
+
+/* After config_finalize, before anything is built or written: when model.init_from
+ * names a directory, its weights against the model cfg describes, from the headers
+ * alone: every tensor the model needs is there (lm_head only when untied) with its
+ * shape and a dtype that reads into fp32 (F32, BF16, F16), every shard the index names
+ * opens and is as long as its header says. Returns PP_OK or PP_EUSAGE naming the file
+ * and the tensor. */
+int model_hf_check(const Config *cfg, char *err, size_t errlen);
+
+/* What model_load_hf read, for the build report: tensor bytes read by this rank, of all
+ * the directory's tensor bytes, and the header and index bytes besides. */
+typedef struct {
+    uint64_t read, total, headers;
+} ModelHfRead;
+
+/* Load the Hugging Face directory `dir` into the tensors this rank holds (m's table:
+ * its stages only), each by its own bytes in its shard (hf_dir_read: never a whole
+ * file), converted to fp32 and transformed as the Arch's hf table says, then copied to
+ * the device. The directory's config.json must describe m's dims. *st (may be NULL)
+ * says what was read. Returns PP_OK, or PP_EUSAGE naming the file and tensor or key
+ * (nothing is loaded partially into a run that goes on: the caller exits), PP_ERUNTIME
+ * for an I/O error. */
+int model_load_hf(Model *m, const char *dir, ModelHfRead *st, char *err, size_t errlen);
+
+/* Write a model that holds every stage as a Hugging Face directory `dir` that
+ * transformers' from_pretrained loads: config.json (the Hub's form, vocab_size the real
+ * V) and safetensors in `dtype` (SAFETENSORS_F32 or _BF16), cut into shards of at most
+ * max_shard_size bytes (0: 5 GB) with an index when there are several, in the state
+ * dict's order, under the Hub names; padded vocabulary rows dropped. Atomic (hf_dir_write):
+ * `dir` appears whole or not at all, and must not exist or be empty. Returns PP_OK, or
+ * PP_EUSAGE (no Hugging Face format for the arch, `dir` not empty) or PP_ERUNTIME. */
+int model_save_hf(const Model *m, const char *dir, SafetensorsDtype dtype, uint64_t max_shard_size,
+                  char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,400 @@
+/* test_model_hf.c — model_hf: a model written as a Hugging Face directory and read back
+ * into other splits (every held tensor bit for bit, the padded rows zero, only its own
+ * bytes read), untied and bf16 exports, a stacked row (Llama's q/k/v into qkvw) through
+ * a table of the test's own, the merge of config.json's model keys into a config and
+ * what GPT-2 refuses in it.
+ * (test_hf.c tests src/hf/ itself; test/hf.sh the command line.) Run from the
+ * repository root (reads test/hf/gpt2). */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "checkrun.h"
+#include "config.h"
+#include "hf/hf_config.h"
+#include "hf/hf_dir.h"
+#include "model/model.h"
+#include "model/model_hf.h"
+#include "testdir.h"
+
+static char g_err[PP_ERR_MAX];
+
+static void setup(void) {
+    testdir_create("pp_test_model_hf");
+    g_err[0] = 0;
+}
+
+static void teardown(void) { testdir_remove(); }
+
+/* V 13 padded to 16; 4 layers. */
+static const ModelDims tiny =
+    {.V = 13, .Vp = 16, .maxT = 8, .L = 4, .NH = 2, .C = 8, .tied = 1, .arch = &arch_gpt2};
+static const ChunkSpec whole = {0, 0, 4, 1, 1, 1, 0};
+
+/* A model of every stage whose every parameter is distinct (so a tensor read into the
+ * wrong place, or not transposed, shows), the padded vocabulary rows 0 as pptrain keeps
+ * them. */
+static void make_whole(Model *m, const ModelDims *d) {
+    model_init(m, d, &whole, 1, 1, 4, backend_cpu());
+    for (size_t i = 0; i < m->nparams; i++) m->params[i] = (float)((i * 37) % 1009) / 512.0f - 1;
+    for (int i = 0; i < m->ntensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        if (!strcmp(t->name, "wte") || !strcmp(t->name, "lm_head"))
+            memset(m->params + t->offset + (size_t)d->V * d->C, 0,
+                   (size_t)(d->Vp - d->V) * d->C * sizeof(float));
+    }
+}
+
+/* Every tensor b holds equals a's of the same name, bit for bit. */
+static void assert_same(const Model *a, const Model *b) {
+    for (int i = 0; i < b->ntensors; i++) {
+        const ParamTensor *t = &b->tensors[i];
+        int j = model_find(a, t->name);
+        ck_assert_msg(j >= 0, "%s", t->name);
+        ck_assert_msg(memcmp(b->params + t->offset, a->params + a->tensors[j].offset,
+                             t->numel * sizeof(float)) == 0,
+                      "%s differs", t->name);
+    }
+}
+
+/* A whole model written at fp32 and read into a middle stage, the last stage (which
+ * holds the tied wte) and a model with another padded vocabulary: every held tensor
+ * equal, the padded rows zero, and each reads the bytes of its own tensors alone. */
+START_TEST(test_roundtrip_splits) {
+    Model w;
+    make_whole(&w, &tiny);
+    ck_assert_msg(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, g_err, sizeof g_err) == PP_OK,
+                  "%s", g_err);
+    ck_assert(file_exists(tmp("out/model.safetensors")) && file_exists(tmp("out/config.json")));
+    ck_assert(!file_exists(tmp("out/" HF_DIR_INDEX)));
+    const ChunkSpec specs[] = {{1, 1, 3, 0, 0, 1, 0}, {2, 3, 4, 0, 1, 1, 0}};
+    for (int k = 0; k < 2; k++) {
+        Model b;
+        ModelHfRead st;
+        model_init(&b, &tiny, &specs[k], 1, 1, 4, backend_cpu());
+        ck_assert_msg(model_load_hf(&b, tmp("out"), &st, g_err, sizeof g_err) == PP_OK, "%s",
+                      g_err);
+        assert_same(&w, &b);
+        uint64_t want = 0; /* its tensors' bytes on the Hub: wte has V rows there */
+        for (int i = 0; i < b.ntensors; i++)
+            want += strcmp(b.tensors[i].name, "wte") ? b.tensors[i].numel * 4
+                                                     : (uint64_t)tiny.V * tiny.C * 4;
+        ck_assert_uint_eq(st.read, want);
+        ck_assert_uint_lt(st.read, st.total);
+        ck_assert_uint_eq(st.total, (uint64_t)(w.nparams - (tiny.Vp - tiny.V) * tiny.C) * 4);
+        model_free(&b);
+    }
+    ModelDims d2 = tiny;
+    d2.Vp = 32;
+    Model c;
+    model_init(&c, &d2, &whole, 1, 1, 4, backend_cpu());
+    model_init_weights(&c, 5, 0.3f); /* the padded rows must come out zero, not random */
+    for (size_t i = 0; i < c.nparams; i++) c.params[i] += 1;
+    ck_assert_msg(model_load_hf(&c, tmp("out"), NULL, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    for (int i = 0; i < c.ntensors; i++) {
+        const ParamTensor *t = &c.tensors[i];
+        const float *cw = c.params + t->offset;
+        int j = model_find(&w, t->name);
+        size_t n = strcmp(t->name, "wte") ? t->numel : (size_t)tiny.V * tiny.C;
+        ck_assert_msg(memcmp(cw, w.params + w.tensors[j].offset, n * 4) == 0, "%s", t->name);
+        for (size_t e = n; e < t->numel; e++) ck_assert_msg(cw[e] == 0, "%s[%zu]", t->name, e);
+    }
+    model_free(&c);
+    model_free(&w);
+}
+END_TEST
+
+/* The Hub's names and transposes, looked at in the file: c_attn.weight is qkvw's
+ * transpose, wte has V rows, no lm_head.weight when tied; config.json is GPT-2's. */
+START_TEST(test_hub_layout) {
+    Model w;
+    make_whole(&w, &tiny);
+    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, g_err, sizeof g_err), PP_OK);
+    HfDir *h;
+    ck_assert_int_eq(hf_dir_open(tmp("out"), &h, g_err, sizeof g_err), PP_OK);
+    ck_assert_uint_eq(hf_dir_count(h), (size_t)w.ntensors);
+    ck_assert_ptr_null(hf_dir_find(h, "lm_head.weight", NULL));
+    const SafetensorsTensor *t = hf_dir_find(h, "transformer.h.3.attn.c_attn.weight", NULL);
+    ck_assert(t && t->ndim == 2 && t->shape[0] == tiny.C && t->shape[1] == 3 * tiny.C);
+    float got[8 * 24];
+    ck_assert_int_eq(hf_dir_read(h, "transformer.h.3.attn.c_attn.weight", 0, 8 * 24, got, g_err,
+                                 sizeof g_err),
+                     PP_OK);
+    const float *q = w.params + w.tensors[model_find(&w, "h.3.qkvw")].offset; /* [3C, C] */
+    for (int r = 0; r < 3 * tiny.C; r++)
+        for (int c = 0; c < tiny.C; c++) ck_assert(got[c * 3 * tiny.C + r] == q[r * tiny.C + c]);
+    t = hf_dir_find(h, "transformer.wte.weight", NULL);
+    ck_assert(t && t->shape[0] == tiny.V && t->shape[1] == tiny.C);
+    hf_dir_close(h);
+    HfConfig c;
+    ck_assert_int_eq(hf_config_read(tmp("out/config.json"), &c, g_err, sizeof g_err), PP_OK);
+    ck_assert_str_eq(c.model_type.value, "gpt2");
+    ck_assert_str_eq(c.architecture.value, "GPT2LMHeadModel");
+    ck_assert_str_eq(c.hidden_size.key, "n_embd");
+    ck_assert(c.vocab_size.value == 13 && c.hidden_size.value == 8 &&
+              c.num_hidden_layers.value == 4);
+    ck_assert(c.num_attention_heads.value == 2 && c.max_position_embeddings.value == 8);
+    ck_assert(c.tie_word_embeddings.present && c.tie_word_embeddings.value == 1);
+    ck_assert_str_eq(c.hidden_act.value, "gelu_new");
+    ck_assert_str_eq(c.dtype.value, "float32");
+    model_free(&w);
+}
+END_TEST
+
+/* Untied: lm_head.weight is written ([V, C]) and read back; tie_word_embeddings false. */
+START_TEST(test_untied) {
+    ModelDims d = tiny;
+    d.tied = 0;
+    Model w, b;
+    make_whole(&w, &d);
+    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, g_err, sizeof g_err), PP_OK);
+    HfDir *h;
+    ck_assert_int_eq(hf_dir_open(tmp("out"), &h, g_err, sizeof g_err), PP_OK);
+    const SafetensorsTensor *t = hf_dir_find(h, "lm_head.weight", NULL);
+    ck_assert(t && t->shape[0] == d.V && t->shape[1] == d.C);
+    hf_dir_close(h);
+    const ChunkSpec last = {3, 3, 4, 0, 1, 1, 0};
+    model_init(&b, &d, &last, 1, 1, 4, backend_cpu());
+    ck_assert_msg(model_load_hf(&b, tmp("out"), NULL, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    ck_assert_int_ge(model_find(&b, "lm_head"), 0);
+    assert_same(&w, &b);
+    model_free(&b);
+    /* the untied directory into a tied model: config.json disagrees, named */
+    model_init(&b, &tiny, &last, 1, 1, 4, backend_cpu());
+    ck_assert_int_eq(model_load_hf(&b, tmp("out"), NULL, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, "has tie_word_embeddings false, but the model's "
+                                "model.tie_embeddings is true"),
+                  "%s", g_err);
+    model_free(&b);
+    model_free(&w);
+}
+END_TEST
+
+/* bf16: every value reads back as its bf16 rounding, nearest even. */
+START_TEST(test_bf16) {
+    Model w, b;
+    make_whole(&w, &tiny);
+    for (size_t i = 0; i < w.nparams; i++) w.params[i] *= 1.0f + 1.0f / 3;
+    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_BF16, 0, g_err, sizeof g_err),
+                     PP_OK);
+    model_init(&b, &tiny, &whole, 1, 1, 4, backend_cpu());
+    ck_assert_msg(model_load_hf(&b, tmp("out"), NULL, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    long changed = 0;
+    for (size_t i = 0; i < w.nparams; i++) {
+        float want = safetensors_bf16_to_f32(safetensors_f32_to_bf16(w.params[i]));
+        ck_assert_msg(b.params[i] == want, "element %zu: %g, want %g", i, b.params[i], want);
+        changed += b.params[i] != w.params[i];
+    }
+    ck_assert_int_gt(changed, (long)w.nparams / 2); /* it was rounded */
+    model_free(&b);
+    model_free(&w);
+}
+END_TEST
+
+/* A stacked row as Llama's q/k/v will be: the test's table is GPT-2's with qkvw and
+ * qkvb stored as three Hub tensors each, C rows apiece. Written, the parts are qkvw's
+ * row blocks; read back, qkvw again; a shard limit cuts the file into several. */
+static int three_parts(const ModelDims *d, const ArchHfTensor *t, int p) { return d->C; }
+
+START_TEST(test_stacked) {
+    ArchHfTensor rows[32];
+    const ArchHf *g = arch_gpt2.hf;
+    ck_assert_int_le(g->ntensors, 32);
+    memcpy(rows, g->tensors, g->ntensors * sizeof *rows);
+    for (int i = 0; i < g->ntensors; i++) {
+        if (!strcmp(rows[i].tensor, "qkvw"))
+            rows[i] = (ArchHfTensor){"qkvw",
+                                     1,
+                                     ARCH_HF_STACKED,
+                                     {"transformer.h.%d.q.weight", "transformer.h.%d.k.weight",
+                                      "transformer.h.%d.v.weight"}};
+        if (!strcmp(rows[i].tensor, "qkvb"))
+            rows[i] = (ArchHfTensor){"qkvb",
+                                     1,
+                                     ARCH_HF_STACKED,
+                                     {"transformer.h.%d.q.bias", "transformer.h.%d.k.bias",
+                                      "transformer.h.%d.v.bias"}};
+    }
+    ArchHf hf = *g;
+    hf.tensors = rows;
+    hf.part_rows = three_parts;
+    Arch arch = arch_gpt2;
+    arch.hf = &hf;
+    ModelDims d = tiny;
+    d.arch = &arch;
+    Model w, b;
+    make_whole(&w, &d);
+    ck_assert_msg(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 2000, g_err, sizeof g_err) ==
+                      PP_OK,
+                  "%s", g_err);
+    ck_assert(file_exists(tmp("out/" HF_DIR_INDEX)) && !file_exists(tmp("out/model.safetensors")));
+    HfDir *h;
+    ck_assert_int_eq(hf_dir_open(tmp("out"), &h, g_err, sizeof g_err), PP_OK);
+    ck_assert_ptr_null(hf_dir_find(h, "transformer.h.0.attn.c_attn.weight", NULL));
+    const float *qkvw = w.params + w.tensors[model_find(&w, "h.2.qkvw")].offset;
+    const char *parts[] = {"transformer.h.2.q.weight", "transformer.h.2.k.weight",
+                           "transformer.h.2.v.weight"};
+    float got[64];
+    for (int p = 0; p < 3; p++) {
+        const SafetensorsTensor *t = hf_dir_find(h, parts[p], NULL);
+        ck_assert(t && t->ndim == 2 && t->shape[0] == d.C && t->shape[1] == d.C);
+        ck_assert_int_eq(hf_dir_read(h, parts[p], 0, 64, got, g_err, sizeof g_err), PP_OK);
+        ck_assert_mem_eq(got, qkvw + p * 64, sizeof got);
+    }
+    hf_dir_close(h);
+    const ChunkSpec mid = {1, 2, 4, 0, 1, 1, 0};
+    model_init(&b, &d, &mid, 1, 1, 4, backend_cpu());
+    ck_assert_msg(model_load_hf(&b, tmp("out"), NULL, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    assert_same(&w, &b);
+    model_free(&b);
+    model_free(&w);
+}
+END_TEST
+
+/* Dims that disagree with config.json, and a missing tensor, refused by name. */
+START_TEST(test_load_refusals) {
+    Model w, b;
+    make_whole(&w, &tiny);
+    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, g_err, sizeof g_err), PP_OK);
+    ModelDims d = tiny;
+    d.NH = 4;
+    model_init(&b, &d, &whole, 1, 1, 4, backend_cpu());
+    ck_assert_int_eq(model_load_hf(&b, tmp("out"), NULL, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, "config.json has n_head 2, but the model's model.n_heads is 4"),
+                  "%s", g_err);
+    model_free(&b);
+    /* a second export into the written directory: refused, the directory as it was */
+    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, g_err, sizeof g_err),
+                     PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, "exists and is not empty"), "%s", g_err);
+    model_free(&w);
+}
+END_TEST
+
+/* ---- config.json's model keys merged into a config ([Note: init_from config merge]) -- */
+
+static void config_with(Config *c, const char *const *sets) {
+    config_defaults(c);
+    for (; *sets; sets++)
+        ck_assert_msg(config_set(c, *sets, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+}
+
+START_TEST(test_config_merge) {
+    Config c;
+    /* nothing given: every model key from test/hf/gpt2/config.json */
+    config_with(&c, (const char *const[]){"model.init_from=test/hf/gpt2", NULL});
+    ck_assert_msg(model_hf_config(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    ck_assert(c.vocab_size == 256 && c.max_seq_len == 64 && c.n_layers == 4 && c.n_heads == 2 &&
+              c.dim == 32 && c.tie_embeddings == 1);
+    ck_assert_str_eq(c.arch, "gpt2");
+    ck_assert(!config_given(&c, "model.dim")); /* still the file's, not the user's */
+    ck_assert_msg(config_finalize(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    ck_assert_int_eq(c.padded_vocab_size, 256); /* a multiple of 128 already */
+    ck_assert_msg(model_hf_check(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    /* given and equal: fine; given and different: both named */
+    config_with(&c, (const char *const[]){"model.init_from=test/hf/gpt2", "model.dim=32",
+                                          "model.tie_embeddings=true", "model.arch=gpt2", NULL});
+    ck_assert_msg(model_hf_config(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    config_with(&c, (const char *const[]){"model.init_from=test/hf/gpt2", "model.max_seq_len=128",
+                                          NULL});
+    ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_str_eq(g_err, "model.max_seq_len is 128 in the config, but "
+                            "test/hf/gpt2/config.json has n_positions 64: leave "
+                            "model.max_seq_len out of the config (config.json gives it) or set "
+                            "it to 64");
+    /* a file, or nothing, as init_from: the config is not touched */
+    config_with(&c, (const char *const[]){"model.init_from=test/hf/loss.txt", NULL});
+    ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_OK);
+    ck_assert_int_eq(c.dim, 0);
+    config_with(&c, (const char *const[]){"model.dim=7", NULL});
+    ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_OK);
+    ck_assert_int_eq(c.dim, 7);
+}
+END_TEST
+
+/* tie_word_embeddings left out: the class's default (GPT-2: tied); a key left out
+ * that the config gives stands; left out by both, named. */
+START_TEST(test_config_absent_keys) {
+    FILE *f = fopen(tmp("config.json"), "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"model_type\": \"gpt2\", \"vocab_size\": 300, \"n_layer\": 2, \"n_head\": 4, "
+          "\"n_embd\": 64, \"n_positions\": null}\n",
+          f);
+    fclose(f);
+    char set[PP_PATH_MAX + 32];
+    snprintf(set, sizeof set, "model.init_from=%s", g_dir);
+    Config c;
+    config_with(&c, (const char *const[]){set, NULL});
+    ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, "config.json has no max_position_embeddings (n_positions), and "
+                                "the config does not set model.max_seq_len"),
+                  "%s", g_err);
+    config_with(&c, (const char *const[]){set, "model.max_seq_len=16", NULL});
+    ck_assert_msg(model_hf_config(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    ck_assert(c.max_seq_len == 16 && c.vocab_size == 300 && c.tie_embeddings == 1);
+    config_with(&c, (const char *const[]){set, "model.max_seq_len=16", "model.tie_embeddings=false",
+                                          NULL});
+    ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, "model.tie_embeddings is false in the config"), "%s", g_err);
+    ck_assert_msg(strstr(g_err, "tie_word_embeddings (left out: the model class's default) true"),
+                  "%s", g_err);
+}
+END_TEST
+
+/* What pptrain's GPT-2 cannot run, refused naming the file and the key. */
+#define GPT2 "\"model_type\": \"gpt2\", "
+static const char *const k_gpt2_refused[][2] = {
+    {GPT2 "\"activation_function\": \"gelu\"", "activation_function \"gelu\" is not supported"},
+    {GPT2 "\"layer_norm_epsilon\": 1e-06", "layer_norm_epsilon 1e-06 is not supported"},
+    {GPT2 "\"n_inner\": 100",
+     "n_inner 100 is not supported: pptrain's GPT-2 MLP is 4 x n_embd = 256"},
+    {GPT2 "\"scale_attn_weights\": false", "scale_attn_weights false is not supported"},
+    {GPT2 "\"scale_attn_by_inverse_layer_idx\": true",
+     "scale_attn_by_inverse_layer_idx true is not supported"},
+    {"\"model_type\": \"llama\"", "model_type \"llama\" is not supported: pptrain reads gpt2"},
+};
+#undef GPT2
+
+START_TEST(test_gpt2_config_refusals) {
+    FILE *f = fopen(tmp("config.json"), "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f,
+            "{\"vocab_size\": 300, \"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, "
+            "\"n_positions\": 32, %s}\n",
+            k_gpt2_refused[_i][0]);
+    fclose(f);
+    char set[PP_PATH_MAX + 32];
+    snprintf(set, sizeof set, "model.init_from=%s", g_dir);
+    Config c;
+    config_with(&c, (const char *const[]){set, NULL});
+    ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, tmp("config.json")) && strstr(g_err, k_gpt2_refused[_i][1]), "%s",
+                  g_err);
+}
+END_TEST
+
+static Suite *model_hf_suite(void) {
+    Suite *s = suite_create("model_hf");
+    TCase *tc = tcase_create("model_hf");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_roundtrip_splits);
+    tcase_add_test(tc, test_hub_layout);
+    tcase_add_test(tc, test_untied);
+    tcase_add_test(tc, test_bf16);
+    tcase_add_test(tc, test_stacked);
+    tcase_add_test(tc, test_load_refusals);
+    tcase_add_test(tc, test_config_merge);
+    tcase_add_test(tc, test_config_absent_keys);
+    tcase_add_loop_test(tc, test_gpt2_config_refusals, 0,
+                        sizeof k_gpt2_refused / sizeof k_gpt2_refused[0]);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    backend_cpu_set_threads(1);
+    return check_run(model_hf_suite(), 0);
+}
