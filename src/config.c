@@ -652,15 +652,17 @@ static int next_event(Reader *r, yaml_event_t *ev) {
 static int read_mapping(Reader *r, const char *prefix);
 
 /* The fields of section `key` back to their defaults: `model.rope_scaling: null`, no
- * scaling, whatever was set before (an earlier --set, the file). Other sections take
- * null as an empty mapping: nothing changes. */
+ * scaling, whatever was set before (an earlier --set, the file); given (config_given):
+ * null is a choice. Other sections take null as an empty mapping: nothing changes. */
 static void section_reset(Config *c, const char *key) {
     char want[WANT_MAX];
     size_t n = strlen(key);
     if (strcmp(key, "model.rope_scaling")) return;
     for (size_t i = 0; i < N_FIELDS; i++)
-        if (!strncmp(k_fields[i].key, key, n) && k_fields[i].key[n] == '.')
+        if (!strncmp(k_fields[i].key, key, n) && k_fields[i].key[n] == '.') {
             PP_CHECK(field_parse(&k_fields[i], c, k_fields[i].def, 1, want, sizeof want) == PP_OK);
+            c->given[i] = 1;
+        }
 }
 
 /* Append one list entry of pipeline.split to `text` as canonical YAML. *kind records
