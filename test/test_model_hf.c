@@ -1,8 +1,9 @@
 /* test_model_hf.c — model_hf: a model written as a Hugging Face directory and read back
  * into other splits (every held tensor bit for bit, the padded rows zero, only its own
- * bytes read), untied and bf16 exports, a stacked row (Llama's q/k/v into qkvw) through
- * a table of the test's own, the merge of config.json's model keys into a config and
- * what GPT-2 refuses in it.
+ * bytes read), untied and bf16 exports, a stacked row through a table of the test's own,
+ * the merge of config.json's model keys into a config and what GPT-2 refuses in it; the
+ * Llama family's (llama, qwen2, mistral) names, stacked q/k/v, config.json both ways,
+ * the merge of its keys, the class defaults and what its block refuses.
  * (test_hf.c tests src/hf/ itself; test/hf.sh the command line.) Run from the
  * repository root (reads test/hf/gpt2). */
 #include <check.h>
@@ -194,7 +195,7 @@ START_TEST(test_bf16) {
 }
 END_TEST
 
-/* A stacked row as Llama's q/k/v will be: the test's table is GPT-2's with qkvw and
+/* A stacked row of a table of the test's own: GPT-2's with qkvw and
  * qkvb stored as three Hub tensors each, C rows apiece. Written, the parts are qkvw's
  * row blocks; read back, qkvw again; a shard limit cuts the file into several. */
 static int three_parts(const ModelDims *d, const ArchHfTensor *t, int p) { return d->C; }
@@ -354,7 +355,8 @@ static const char *const k_gpt2_refused[][2] = {
     {GPT2 "\"scale_attn_weights\": false", "scale_attn_weights false is not supported"},
     {GPT2 "\"scale_attn_by_inverse_layer_idx\": true",
      "scale_attn_by_inverse_layer_idx true is not supported"},
-    {"\"model_type\": \"llama\"", "model_type \"llama\" is not supported: pptrain reads gpt2"},
+    {"\"model_type\": \"gemma\"",
+     "model_type \"gemma\" is not supported: pptrain reads gpt2, llama, qwen2, mistral"},
 };
 #undef GPT2
 
@@ -376,6 +378,270 @@ START_TEST(test_gpt2_config_refusals) {
 }
 END_TEST
 
+/* ---- the Llama family ---- */
+
+/* Llama 3's shape in little: 4 query heads of 4 channels sharing 2 key/value heads, an
+ * MLP of 24, untied, llama3 RoPE scaling; 4 layers. */
+static ModelDims llama_dims(const Arch *a) {
+    return (ModelDims){.V = 13,
+                       .Vp = 16,
+                       .maxT = 8,
+                       .L = 4,
+                       .NH = 4,
+                       .C = 16,
+                       .tied = 0,
+                       .arch = a,
+                       .NKV = 2,
+                       .F = 24,
+                       .eps = 1e-5f,
+                       .rope = {500000.0f, 1, 8.0f, 1.0f, 4.0f, 64}};
+}
+
+/* Written and read back into other splits, bit for bit; q_proj, k_proj and v_proj are
+ * qkvw's row blocks [16, 16], [8, 16], [8, 16] (qwen2's biases likewise qkvb's), o_proj
+ * and the MLP as they are; config.json is the class's (GQA, the MLP, rms_norm_eps 1e-05
+ * exactly, RoPE's base and llama3 scaling, head_dim, no biases, untied; mistral's window
+ * null) and reads back to the same dims. */
+START_TEST(test_llama_roundtrip) {
+    const Arch *archs[] = {&arch_llama, &arch_qwen2, &arch_mistral};
+    const Arch *a = archs[_i];
+    ModelDims d = llama_dims(a);
+    Model w, b;
+    make_whole(&w, &d);
+    ck_assert_msg(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, g_err, sizeof g_err) == PP_OK,
+                  "%s", g_err);
+    HfDir *h;
+    ck_assert_int_eq(hf_dir_open(tmp("out"), &h, g_err, sizeof g_err), PP_OK);
+    const char *proj[] = {"q_proj", "k_proj", "v_proj"};
+    const int rows[] = {16, 8, 8};
+    float got[16 * 16];
+    for (int kind = 0; kind < (a == &arch_qwen2 ? 2 : 1); kind++) {
+        const float *qkv = w.params +
+                           w.tensors[model_find(&w, kind ? "h.1.qkvb" : "h.1.qkvw")].offset;
+        size_t first = 0, cols = kind ? 1 : 16;
+        for (int p = 0; p < 3; p++) {
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.1.self_attn.%s.%s", proj[p],
+                     kind ? "bias" : "weight");
+            const SafetensorsTensor *t = hf_dir_find(h, name, NULL);
+            ck_assert_msg(t && t->ndim == 2 - kind && t->shape[0] == rows[p] &&
+                              (kind || t->shape[1] == 16),
+                          "%s", name);
+            ck_assert_int_eq(hf_dir_read(h, name, 0, rows[p] * cols, got, g_err, sizeof g_err),
+                             PP_OK);
+            ck_assert_msg(memcmp(got, qkv + first, rows[p] * cols * 4) == 0, "%s", name);
+            first += rows[p] * cols;
+        }
+    }
+    ck_assert_ptr_nonnull(hf_dir_find(h, "model.layers.3.self_attn.o_proj.weight", NULL));
+    ck_assert_ptr_nonnull(hf_dir_find(h, "model.layers.0.mlp.down_proj.weight", NULL));
+    ck_assert_ptr_nonnull(hf_dir_find(h, "model.layers.2.post_attention_layernorm.weight", NULL));
+    ck_assert_ptr_nonnull(hf_dir_find(h, "model.norm.weight", NULL));
+    const SafetensorsTensor *t = hf_dir_find(h, "lm_head.weight", NULL);
+    ck_assert(t && t->shape[0] == d.V && t->shape[1] == d.C);
+    ck_assert_int_eq(hf_dir_find(h, "model.layers.0.self_attn.q_proj.bias", NULL) != NULL,
+                     a == &arch_qwen2);
+    hf_dir_close(h);
+    HfConfig c;
+    ck_assert_int_eq(hf_config_read(tmp("out/config.json"), &c, g_err, sizeof g_err), PP_OK);
+    ck_assert_str_eq(c.model_type.value, a->name);
+    ck_assert(c.num_key_value_heads.value == 2 && c.intermediate_size.value == 24);
+    ck_assert(c.norm_eps.value == 1e-5 && c.rope_theta.value == 500000.0);
+    ck_assert_str_eq(c.rope.type.value, "llama3");
+    ck_assert(c.rope.factor.value == 8 && c.rope.low_freq_factor.value == 1 &&
+              c.rope.high_freq_factor.value == 4 &&
+              c.rope.original_max_position_embeddings.value == 64);
+    ck_assert(c.tie_word_embeddings.present && !c.tie_word_embeddings.value);
+    ck_assert_str_eq(c.hidden_act.value, "silu");
+    ck_assert_int_eq(c.head_dim.present, a != &arch_qwen2);
+    ck_assert_int_eq(c.attention_bias.present, a == &arch_llama);
+    ck_assert(!c.sliding_window.present);
+    const ChunkSpec specs[] = {{1, 1, 3, 0, 0, 1, 0}, {2, 3, 4, 0, 1, 1, 0}};
+    for (int k = 0; k < 2; k++) {
+        model_init(&b, &d, &specs[k], 1, 1, 4, backend_cpu());
+        ck_assert_msg(model_load_hf(&b, tmp("out"), NULL, g_err, sizeof g_err) == PP_OK, "%s",
+                      g_err);
+        assert_same(&w, &b);
+        model_free(&b);
+    }
+    /* dims that disagree with config.json, named */
+    ModelDims e = d;
+    e.NKV = 4;
+    model_init(&b, &e, &whole, 1, 1, 4, backend_cpu());
+    ck_assert_int_eq(model_load_hf(&b, tmp("out"), NULL, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, "has num_key_value_heads 2, but the model's model.n_kv_heads is 4"),
+                  "%s", g_err);
+    model_free(&b);
+    e = d;
+    e.rope.factor = 32;
+    model_init(&b, &e, &whole, 1, 1, 4, backend_cpu());
+    ck_assert_int_eq(model_load_hf(&b, tmp("out"), NULL, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, "has rope_scaling llama3 (factor 8, low_freq_factor 1, "
+                                "high_freq_factor 4, original_max_position_embeddings 64), but "
+                                "the model's model.rope_scaling is llama3 (factor 32"),
+                  "%s", g_err);
+    model_free(&b);
+    model_free(&w);
+}
+END_TEST
+
+static void write_config(const char *body) {
+    FILE *f = fopen(tmp("config.json"), "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(body, f);
+    fclose(f);
+}
+
+static const char *init_set(void) {
+    static char set[PP_PATH_MAX + 32];
+    snprintf(set, sizeof set, "model.init_from=%s", g_dir);
+    return set;
+}
+
+/* test/hf/llama3's config.json (the Hub's form) merged: every model key from it; keys the
+ * config gives must agree, named with both values; max_seq_len may be below
+ * max_position_embeddings (RoPE has no table), not above; n_kv_heads 0 and
+ * tie_embeddings auto are no choice. */
+START_TEST(test_llama_config_merge) {
+    Config c;
+    config_with(&c, (const char *const[]){"model.init_from=test/hf/llama3", NULL});
+    ck_assert_msg(model_hf_config(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    ck_assert_str_eq(c.arch, "llama");
+    ck_assert(c.vocab_size == 256 && c.max_seq_len == 512 && c.n_layers == 4 && c.n_heads == 4 &&
+              c.dim == 32 && c.n_kv_heads == 2 && c.ffn_dim == 64 && c.tie_embeddings == 0);
+    ck_assert(c.norm_eps == 1e-5f && c.rope_theta == 500000.0f);
+    ck_assert_str_eq(c.rope_scaling, "llama3");
+    ck_assert(c.rope_factor == 8 && c.rope_low_freq_factor == 1 && c.rope_high_freq_factor == 4 &&
+              c.rope_original_max_seq_len == 256);
+    ck_assert_msg(config_finalize(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    ck_assert_msg(model_hf_check(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    config_with(&c, (const char *const[]){"model.init_from=test/hf/llama3", "model.max_seq_len=64",
+                                          "model.n_kv_heads=0", "model.tie_embeddings=auto",
+                                          "model.ffn_dim=64", "model.norm_eps=1e-5", NULL});
+    ck_assert_msg(model_hf_config(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    ck_assert(c.max_seq_len == 64 && c.n_kv_heads == 2 && c.tie_embeddings == 0);
+    ck_assert_msg(config_finalize(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    ck_assert_msg(model_hf_check(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    static const char *const refused[][2] = {
+        {"model.max_seq_len=1024", "model.max_seq_len is 1024 in the config, but "
+                                   "test/hf/llama3/config.json has max_position_embeddings 512"},
+        {"model.n_kv_heads=4", "model.n_kv_heads is 4 in the config, but "
+                               "test/hf/llama3/config.json has num_key_value_heads 2: leave "
+                               "model.n_kv_heads out of the config (config.json gives it) or set "
+                               "it to 2"},
+        {"model.norm_eps=1e-6", "model.norm_eps is 1e-06 in the config, but "
+                                "test/hf/llama3/config.json has rms_norm_eps 1e-05"},
+        {"model.rope_theta=10000", "model.rope_theta is 10000 in the config, but "
+                                   "test/hf/llama3/config.json has rope_theta 500000"},
+        {"model.rope_scaling=null", "model.rope_scaling is none in the config, but "
+                                    "test/hf/llama3/config.json has rope_scaling llama3 (factor "
+                                    "8, low_freq_factor 1, high_freq_factor 4, "
+                                    "original_max_position_embeddings 256)"},
+        {"model.rope_scaling={type: llama3, factor: 32, original_max_seq_len: 256}",
+         "model.rope_scaling is llama3 (factor 32, low_freq_factor 1, high_freq_factor 4, "
+         "original_max_position_embeddings 256) in the config"},
+        {"model.rope_scaling.factor=8", "model.rope_scaling is none in the config"},
+        {"model.tie_embeddings=true", "model.tie_embeddings is true in the config, but "
+                                      "test/hf/llama3/config.json has tie_word_embeddings false"},
+        {"model.arch=qwen2", "model.arch is qwen2 in the config, but test/hf/llama3/config.json "
+                             "has model_type \"llama\""},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        config_with(&c,
+                    (const char *const[]){"model.init_from=test/hf/llama3", refused[i][0], NULL});
+        ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_EUSAGE);
+        ck_assert_msg(strstr(g_err, refused[i][1]), "%s: %s", refused[i][0], g_err);
+    }
+    /* GPT-2 has a position table: max_seq_len below n_positions is refused */
+    config_with(&c, (const char *const[]){"model.init_from=test/hf/gpt2", "model.max_seq_len=32",
+                                          NULL});
+    ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, "has n_positions 64"), "%s", g_err);
+}
+END_TEST
+
+/* What the classes make of keys left out: llama's key/value heads the query heads,
+ * rms_norm_eps 1e-6 (named as the default where a given key disagrees), qwen2's window
+ * dropped without use_sliding_window; a window shorter than train.seq_len refused with
+ * the file's key; transformers 5's rope_parameters read as the Hub's rope_scaling. */
+START_TEST(test_llama_config_complete) {
+#define DIMS                                                                                       \
+    "\"vocab_size\": 64, \"hidden_size\": 16, \"num_hidden_layers\": 2, "                          \
+    "\"num_attention_heads\": 4, \"intermediate_size\": 24, "                                      \
+    "\"max_position_embeddings\": 128, "
+    Config c;
+    write_config("{\"model_type\": \"llama\", " DIMS "\"tie_word_embeddings\": true}");
+    config_with(&c, (const char *const[]){init_set(), NULL});
+    ck_assert_msg(model_hf_config(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    ck_assert(c.n_kv_heads == 4 && c.norm_eps == 1e-6f && c.rope_theta == 10000.0f &&
+              c.tie_embeddings == 1);
+    ck_assert_str_eq(c.rope_scaling, "none");
+    config_with(&c, (const char *const[]){init_set(), "model.norm_eps=1e-5", NULL});
+    ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, "has rms_norm_eps (left out: the model class's default) 1e-06"),
+                  "%s", g_err);
+    write_config("{\"model_type\": \"qwen2\", " DIMS "\"num_key_value_heads\": 2, "
+                 "\"sliding_window\": 16, \"use_sliding_window\": false, "
+                 "\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 50000.0, "
+                 "\"factor\": 4.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 2.0, "
+                 "\"original_max_position_embeddings\": 64}}");
+    config_with(&c, (const char *const[]){init_set(), NULL});
+    ck_assert_msg(model_hf_config(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    ck_assert(c.sliding_window == 0 && c.rope_theta == 50000.0f && c.rope_factor == 4.0f &&
+              c.rope_high_freq_factor == 2.0f && c.rope_original_max_seq_len == 64);
+    ck_assert_str_eq(c.arch, "qwen2");
+    ck_assert_str_eq(c.rope_scaling, "llama3");
+    write_config("{\"model_type\": \"mistral\", " DIMS "\"sliding_window\": 16}");
+    config_with(&c, (const char *const[]){init_set(), "train.seq_len=16", NULL});
+    ck_assert_msg(model_hf_config(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    ck_assert(c.sliding_window == 16 && c.n_kv_heads == 8); /* MistralConfig's 8 */
+    config_with(&c, (const char *const[]){init_set(), "train.seq_len=32", NULL});
+    ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, tmp("config.json")) &&
+                      strstr(g_err, "sliding_window 16 is shorter than train.seq_len 32"),
+                  "%s", g_err);
+#undef DIMS
+}
+END_TEST
+
+/* What pptrain's Llama block cannot run, refused naming the file and the key. */
+#define LLAMA "\"model_type\": \"llama\", "
+static const char *const k_llama_refused[][2] = {
+    {LLAMA "\"hidden_act\": \"gelu\"", "hidden_act \"gelu\" is not supported"},
+    {LLAMA "\"head_dim\": 32", "head_dim 32 is not supported: pptrain's heads are hidden_size / "
+                               "num_attention_heads = 64 / 4 channels"},
+    {LLAMA "\"attention_bias\": true", "attention_bias true is not supported"},
+    {LLAMA "\"mlp_bias\": true", "mlp_bias true is not supported"},
+    {LLAMA "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}",
+     "rope_scaling.rope_type \"yarn\" is not supported"},
+    {LLAMA "\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}",
+     "rope_scaling.type \"dynamic\" is not supported"},
+    {LLAMA "\"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 2.0}",
+     "rope_parameters.rope_type \"linear\" is not supported"},
+    {LLAMA "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": "
+           "1.0, \"high_freq_factor\": 4.0}",
+     "rope_scaling.rope_type \"llama3\" without rope_scaling.original_max_position_embeddings"},
+    {"\"model_type\": \"mistral\", \"hidden_act\": \"relu\"",
+     "hidden_act \"relu\" is not supported"},
+};
+#undef LLAMA
+
+START_TEST(test_llama_config_refusals) {
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"vocab_size\": 300, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+             "\"hidden_size\": 64, \"intermediate_size\": 96, \"max_position_embeddings\": 32, "
+             "%s}\n",
+             k_llama_refused[_i][0]);
+    write_config(body);
+    Config c;
+    config_with(&c, (const char *const[]){init_set(), NULL});
+    ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, tmp("config.json")) && strstr(g_err, k_llama_refused[_i][1]), "%s",
+                  g_err);
+}
+END_TEST
+
 static Suite *model_hf_suite(void) {
     Suite *s = suite_create("model_hf");
     TCase *tc = tcase_create("model_hf");
@@ -390,6 +656,11 @@ static Suite *model_hf_suite(void) {
     tcase_add_test(tc, test_config_absent_keys);
     tcase_add_loop_test(tc, test_gpt2_config_refusals, 0,
                         sizeof k_gpt2_refused / sizeof k_gpt2_refused[0]);
+    tcase_add_loop_test(tc, test_llama_roundtrip, 0, 3);
+    tcase_add_test(tc, test_llama_config_merge);
+    tcase_add_test(tc, test_llama_config_complete);
+    tcase_add_loop_test(tc, test_llama_config_refusals, 0,
+                        sizeof k_llama_refused / sizeof k_llama_refused[0]);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -385,7 +385,10 @@ static int put_fields(json_t *o, const HfConfig *c, HfConfigForm form, char *err
     put_str(o, "hidden_act", &c->hidden_act);
     put_bool(o, "attention_bias", &c->attention_bias);
     put_bool(o, "mlp_bias", &c->mlp_bias);
-    put_int(o, "sliding_window", &c->sliding_window);
+    if (c->sliding_window.present)
+        put_int(o, "sliding_window", &c->sliding_window);
+    else if (!strcmp(c->model_type.value, "mistral") || !strcmp(c->model_type.value, "qwen2"))
+        json_object_set_new(o, "sliding_window", json_null()); /* no window (absent: 4096) */
     put_bool(o, "use_sliding_window", &c->use_sliding_window);
     put_rope(o, c, form);
     return PP_OK;

@@ -99,8 +99,9 @@ typedef enum { HF_CONFIG_ROPE_SCALING = 0, HF_CONFIG_ROPE_PARAMETERS = 1 } HfCon
 /* config.json's text for *c, as transformers' save_pretrained writes it
  * (json.dumps(indent=2, sort_keys=True) and a newline) with the present fields under
  * the keys of c's model type: GPT-2's (n_embd, n_layer, n_head, n_inner, n_positions,
- * layer_norm_epsilon, activation_function) for "gpt2", Llama's otherwise;
- * architectures is [architecture], or the model type's class (LlamaForCausalLM,
+ * layer_norm_epsilon, activation_function) for "gpt2", Llama's otherwise (an absent
+ * sliding_window written null for "mistral" and "qwen2", whose classes read a missing one
+ * as 4096); architectures is [architecture], or the model type's class (LlamaForCausalLM,
  * GPT2LMHeadModel) when absent. model_type, vocab_size, hidden_size,
  * num_hidden_layers, num_attention_heads, max_position_embeddings and norm_eps are
  * required. Returns PP_OK with a malloc'd NUL-terminated *text of *len bytes (the

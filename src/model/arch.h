@@ -113,16 +113,29 @@ typedef struct {
     const char *prefix;             /* the base model's ("transformer."): see the note */
     int tie_default;                /* tie_word_embeddings when config.json leaves it out
                                        (the model class's default) */
+    int no_position_table;          /* 1: no tensor is max_position_embeddings long (RoPE),
+                                       so model.max_seq_len may be set below it */
+    const char *const *keys;        /* the model keys its config.json holds beyond the six
+                                       every architecture's does (model_hf.c's k_keys:
+                                       "model.n_kv_heads", ...), NULL-terminated; NULL: none */
     int ntensors;
     const ArchHfTensor *tensors; /* [ntensors], in the state dict's order */
     /* Rows of part p of a stacked row (NULL when no row is stacked). */
     int (*part_rows)(const ModelDims *d, const ArchHfTensor *t, int p);
+    /* Fill in what config.json leaves out as the model class does (its defaults and
+     * __post_init__: LlamaConfig's num_key_value_heads = num_attention_heads, rms_norm_eps
+     * 1e-6), each filled field's key saying so; and drop what the class ignores (a window
+     * qwen2 does not use). NULL: nothing to fill. Called on every config.json read, before
+     * config_check. */
+    void (*config_complete)(HfConfig *c);
     /* What the architecture requires of config.json beyond the model keys the engine
-     * merges (model_hf.c): GPT-2's activation, epsilon and MLP width. PP_EUSAGE naming
-     * c->path and the key. */
+     * merges (model_hf.c): GPT-2's activation, epsilon and MLP width; Llama's activation,
+     * head size, biases and RoPE type. PP_EUSAGE naming c->path and the key. */
     int (*config_check)(const HfConfig *c, char *err, size_t errlen);
     /* Its fields of an export's config.json beyond model_type, architectures and the
-     * engine's (vocab_size, hidden_size, layers, heads, positions, tie_word_embeddings). */
+     * engine's rows (vocab_size, hidden_size, layers, heads, key/value heads, MLP size,
+     * positions, epsilon, RoPE, tie_word_embeddings: model_hf.c's k_keys), which it may
+     * also take back (GPT-2: n_inner null). */
     void (*config_fill)(const ModelDims *d, HfConfig *c);
 } ArchHf;
 
@@ -173,8 +186,10 @@ typedef struct {
  *    Llama has no wpe: embed_forward / embed_backward pass wpe, dwpe NULL.
  *  - Weight files: import_llmc / export_llmc NULL (llm.c's format is GPT-2's; the
  *    engine says so); Hugging Face's through the hf table ([Note: Hugging Face names]):
- *    q_proj, k_proj and v_proj stacked into qkvw (ARCH_HF_STACKED, part_rows C, KVH hs,
- *    KVH hs), the rest as is, model_types llama, qwen2, mistral. */
+ *    q_proj, k_proj and v_proj stacked into qkvw (ARCH_HF_STACKED, part_rows NH HS,
+ *    NKV HS, NKV HS; no permutation: pptrain's RoPE is Hugging Face's rotate-half) and
+ *    qwen2's biases into qkvb, the rest as is, one table per model type (llama, qwen2,
+ *    mistral). */
 struct Arch {
     const char *name; /* model.arch */
 

@@ -4,12 +4,15 @@
  * (transformers, models/llama/modeling_llama.py). The same table with q/k/v biases is
  * Qwen2's block (model.arch qwen2), and as it is Mistral's (model.arch mistral: its
  * sliding window must cover the sequence, config.c's check_arch). Its tensors, layer,
- * embedding and head ops, the activations and W state they keep, RoPE's frequencies and
- * its costs. */
+ * embedding and head ops, the activations and W state they keep, RoPE's frequencies, its
+ * costs and its names in Hugging Face's LlamaForCausalLM, Qwen2ForCausalLM and
+ * MistralForCausalLM. */
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "arch.h"
 #include "common.h"
@@ -418,10 +421,176 @@ static void costs(const ModelDims *d, int T, ArchCosts *a) {
     a->logits_floats = Vp;
 }
 
-/* One table for the three model types of this block: they differ in their name and in
- * whether the layer lists qkvb (nlayer_params P_NLAYER + 1). No llm.c format
- * (model_load_llmc says so). */
-#define LLAMA_ARCH(NAME, NPARAMS)                                                                  \
+/* ---- Hugging Face's Llama, Qwen2 and Mistral ([Note: Hugging Face names] in arch.h) ---- */
+
+/* transformers' modeling_llama.py, modeling_qwen2.py and modeling_mistral.py (the same
+ * modules): nn.Linear weights are [out, in], pptrain's layout. q_proj [NH HS, C], k_proj
+ * and v_proj [NKV HS, C] stack into qkvw's rows in that order with no permutation:
+ * pptrain's RoPE is transformers' rotate-half on the same channels ([Note: RoPE] in
+ * backend.h). qwen2's q/k/v biases stack into qkvb likewise. The state dict's order:
+ * embed_tokens; each layer's self_attn (q, k, v, o), mlp (gate, up, down),
+ * input_layernorm, post_attention_layernorm; norm; lm_head (left out of the file when
+ * tied). qwen2's state dict interleaves each projection's weight and bias (q_proj.weight,
+ * q_proj.bias, k_proj.weight, ...), which a row of three parts cannot: its export writes
+ * the three weights, then the three biases, the same tensors, a shard cut possibly
+ * elsewhere. */
+#define L "model.layers.%d."
+static const ArchHfTensor hf_tensors[] = {
+    {"wte", 0, ARCH_HF_AS_IS, {"model.embed_tokens.weight"}},
+    {"qkvw",
+     1,
+     ARCH_HF_STACKED,
+     {L "self_attn.q_proj.weight", L "self_attn.k_proj.weight", L "self_attn.v_proj.weight"}},
+    {"attprojw", 1, ARCH_HF_AS_IS, {L "self_attn.o_proj.weight"}},
+    {"gatew", 1, ARCH_HF_AS_IS, {L "mlp.gate_proj.weight"}},
+    {"upw", 1, ARCH_HF_AS_IS, {L "mlp.up_proj.weight"}},
+    {"downw", 1, ARCH_HF_AS_IS, {L "mlp.down_proj.weight"}},
+    {"ln1w", 1, ARCH_HF_AS_IS, {L "input_layernorm.weight"}},
+    {"ln2w", 1, ARCH_HF_AS_IS, {L "post_attention_layernorm.weight"}},
+    {"lnfw", 0, ARCH_HF_AS_IS, {"model.norm.weight"}},
+    {"lm_head", 0, ARCH_HF_AS_IS, {"lm_head.weight"}},
+};
+static const ArchHfTensor hf_tensors_qwen2[] = {
+    {"wte", 0, ARCH_HF_AS_IS, {"model.embed_tokens.weight"}},
+    {"qkvw",
+     1,
+     ARCH_HF_STACKED,
+     {L "self_attn.q_proj.weight", L "self_attn.k_proj.weight", L "self_attn.v_proj.weight"}},
+    {"qkvb",
+     1,
+     ARCH_HF_STACKED,
+     {L "self_attn.q_proj.bias", L "self_attn.k_proj.bias", L "self_attn.v_proj.bias"}},
+    {"attprojw", 1, ARCH_HF_AS_IS, {L "self_attn.o_proj.weight"}},
+    {"gatew", 1, ARCH_HF_AS_IS, {L "mlp.gate_proj.weight"}},
+    {"upw", 1, ARCH_HF_AS_IS, {L "mlp.up_proj.weight"}},
+    {"downw", 1, ARCH_HF_AS_IS, {L "mlp.down_proj.weight"}},
+    {"ln1w", 1, ARCH_HF_AS_IS, {L "input_layernorm.weight"}},
+    {"ln2w", 1, ARCH_HF_AS_IS, {L "post_attention_layernorm.weight"}},
+    {"lnfw", 0, ARCH_HF_AS_IS, {"model.norm.weight"}},
+    {"lm_head", 0, ARCH_HF_AS_IS, {"lm_head.weight"}},
+};
+#undef L
+
+/* qkvw's (and qkvb's) parts: q's NH heads, then k's and v's NKV. */
+static int hf_part_rows(const ModelDims *d, const ArchHfTensor *t, int p) {
+    return (p == 0 ? d->NH : d->NKV) * head_size(d);
+}
+
+static int is_type(const HfConfig *c, const char *model_type) {
+    return !strcmp(c->model_type.value, model_type);
+}
+
+/* What LlamaConfig, Qwen2Config and MistralConfig (transformers 5) make of keys the file
+ * leaves out: num_key_value_heads num_attention_heads (Qwen2Config's default 32,
+ * MistralConfig's 8), rms_norm_eps 1e-6, rope_theta 10000; qwen2's sliding_window is
+ * None unless use_sliding_window. A null sliding_window reads as absent (hf_config.c):
+ * no window (MistralConfig would read a missing key as 4096; save_pretrained always
+ * writes it). */
+static void hf_config_complete(HfConfig *c) {
+#define DEFAULT(key) key " (left out: the model class's default)"
+    HfConfigInt *kv = &c->num_key_value_heads;
+    if (!kv->present && is_type(c, "llama") && c->num_attention_heads.present)
+        *kv = (HfConfigInt){1, "num_key_value_heads (left out: num_attention_heads)",
+                            c->num_attention_heads.value};
+    else if (!kv->present && !is_type(c, "llama"))
+        *kv = (HfConfigInt){1, DEFAULT("num_key_value_heads"), is_type(c, "qwen2") ? 32 : 8};
+    if (!c->norm_eps.present) c->norm_eps = (HfConfigReal){1, DEFAULT("rms_norm_eps"), 1e-6};
+    if (!c->rope_theta.present) c->rope_theta = (HfConfigReal){1, DEFAULT("rope_theta"), 10000.0};
+#undef DEFAULT
+    if (is_type(c, "qwen2") && !(c->use_sliding_window.present && c->use_sliding_window.value))
+        c->sliding_window.present = 0;
+}
+
+/* What pptrain's block fixes: SwiGLU with silu, heads of hidden_size / num_attention_heads
+ * channels, no biases but qwen2's q/k/v (llama's attention_bias also biases o_proj), and
+ * RoPE unscaled or scaled as Llama 3 (transformers' rope_type default or llama3, whose
+ * four numbers it requires too). */
+static int hf_config_check(const HfConfig *c, char *err, size_t errlen) {
+#define REFUSE(...) return pp_errf(err, errlen, PP_EUSAGE, __VA_ARGS__)
+    const HfConfigRope *r = &c->rope;
+    const char *type = r->type.present ? r->type.value : "default";
+    if (c->hidden_act.present && strcmp(c->hidden_act.value, "silu"))
+        REFUSE("%s: %s \"%s\" is not supported: pptrain's %s MLP is SwiGLU with silu", c->path,
+               c->hidden_act.key, c->hidden_act.value, c->model_type.value);
+    if (c->head_dim.present && c->hidden_size.present && c->num_attention_heads.present &&
+        c->head_dim.value * c->num_attention_heads.value != c->hidden_size.value)
+        REFUSE("%s: head_dim %lld is not supported: pptrain's heads are hidden_size / "
+               "num_attention_heads = %lld / %lld channels",
+               c->path, (long long)c->head_dim.value, (long long)c->hidden_size.value,
+               (long long)c->num_attention_heads.value);
+    const HfConfigBool *bias[] = {&c->attention_bias, &c->mlp_bias};
+    for (int i = 0; i < 2 && is_type(c, "llama"); i++)
+        if (bias[i]->present && bias[i]->value)
+            REFUSE("%s: %s true is not supported: pptrain's llama block has no biases (q/k/v "
+                   "biases alone are model_type qwen2)",
+                   c->path, bias[i]->key);
+    if (strcmp(type, "default") && strcmp(type, "llama3"))
+        REFUSE("%s: %s \"%s\" is not supported: pptrain's RoPE is unscaled (default) or scaled as "
+               "Llama 3's (llama3)",
+               c->path, r->type.key, type);
+    const struct {
+        int present;
+        const char *name;
+    } need[] = {{r->factor.present, "factor"},
+                {r->low_freq_factor.present, "low_freq_factor"},
+                {r->high_freq_factor.present, "high_freq_factor"},
+                {r->original_max_position_embeddings.present, "original_max_position_embeddings"}};
+    for (int i = 0; i < 4 && !strcmp(type, "llama3"); i++)
+        if (!need[i].present)
+            REFUSE("%s: %s \"llama3\" without %s.%s: the directory's config.json is incomplete",
+                   c->path, r->type.key, r->key, need[i].name);
+    return PP_OK;
+#undef REFUSE
+}
+
+/* An export's keys beyond the engine's rows, as transformers writes each class: silu;
+ * head_dim (LlamaConfig, MistralConfig); llama's attention_bias and mlp_bias false;
+ * qwen2's use_sliding_window false. pptrain's attention has no window, so mistral's and
+ * qwen2's sliding_window is null (hf_config.c). */
+static void hf_config_fill(const ModelDims *d, HfConfig *c) {
+    c->hidden_act.present = 1;
+    snprintf(c->hidden_act.value, sizeof c->hidden_act.value, "silu");
+    if (!is_type(c, "qwen2")) c->head_dim = (HfConfigInt){1, NULL, head_size(d)};
+    if (is_type(c, "llama")) {
+        c->attention_bias = (HfConfigBool){1, NULL, 0};
+        c->mlp_bias = (HfConfigBool){1, NULL, 0};
+    }
+    if (is_type(c, "qwen2")) c->use_sliding_window = (HfConfigBool){1, NULL, 0};
+}
+
+static const char *const hf_keys[] = {"model.n_kv_heads", "model.ffn_dim",      "model.norm_eps",
+                                      "model.rope_theta", "model.rope_scaling", NULL};
+static const char *const hf_keys_window[] = {"model.n_kv_heads",
+                                             "model.ffn_dim",
+                                             "model.norm_eps",
+                                             "model.rope_theta",
+                                             "model.rope_scaling",
+                                             "model.sliding_window",
+                                             NULL};
+static const char *const hf_types_llama[] = {"llama", NULL};
+static const char *const hf_types_qwen2[] = {"qwen2", NULL};
+static const char *const hf_types_mistral[] = {"mistral", NULL};
+
+/* One ArchHf for each model type: its name and class, its tensors and keys. */
+#define LLAMA_HF(TYPES, CLASS, TENSORS, KEYS)                                                      \
+    {                                                                                              \
+        .model_types = TYPES, .architecture = CLASS, .prefix = "model.",                           \
+        .tie_default = 0, /* tie_word_embeddings false in all three classes */                     \
+        .no_position_table = 1, .keys = KEYS, .ntensors = sizeof TENSORS / sizeof TENSORS[0],      \
+        .tensors = TENSORS, .part_rows = hf_part_rows, .config_complete = hf_config_complete,      \
+        .config_check = hf_config_check, .config_fill = hf_config_fill,                            \
+    }
+static const ArchHf hf_llama = LLAMA_HF(hf_types_llama, "LlamaForCausalLM", hf_tensors, hf_keys);
+static const ArchHf hf_qwen2 = LLAMA_HF(hf_types_qwen2, "Qwen2ForCausalLM", hf_tensors_qwen2,
+                                        hf_keys_window);
+static const ArchHf hf_mistral = LLAMA_HF(hf_types_mistral, "MistralForCausalLM", hf_tensors,
+                                          hf_keys_window);
+#undef LLAMA_HF
+
+/* One table for the three model types of this block: they differ in their name, in
+ * whether the layer lists qkvb (nlayer_params P_NLAYER + 1) and in their Hugging Face
+ * table. No llm.c format (model_load_llmc says so). */
+#define LLAMA_ARCH(NAME, NPARAMS, HF)                                                              \
     {                                                                                              \
         .name = NAME, .nlayer_params = NPARAMS, .layer_params = layer_tensors, .nglobals = G_N,    \
         .globals = globals, .shape = shape, .dims_check = dims_check, .nacts = A_N, .acts = acts,  \
@@ -431,9 +600,9 @@ static void costs(const ModelDims *d, int T, ArchCosts *a) {
         .ws_stage = ws_stage, .embed_forward = embed_forward, .embed_backward = embed_backward,    \
         .layer_forward = layer_forward, .layer_backward = layer_backward,                          \
         .layer_backward_weight = layer_backward_weight, .layer_recompute = layer_recompute,        \
-        .head_forward = head_forward, .head_backward = head_backward, .costs = costs,              \
+        .head_forward = head_forward, .head_backward = head_backward, .costs = costs, .hf = HF,    \
     }
 
-const Arch arch_llama = LLAMA_ARCH("llama", P_NLAYER);
-const Arch arch_qwen2 = LLAMA_ARCH("qwen2", P_NLAYER + 1);
-const Arch arch_mistral = LLAMA_ARCH("mistral", P_NLAYER);
+const Arch arch_llama = LLAMA_ARCH("llama", P_NLAYER, &hf_llama);
+const Arch arch_qwen2 = LLAMA_ARCH("qwen2", P_NLAYER + 1, &hf_qwen2);
+const Arch arch_mistral = LLAMA_ARCH("mistral", P_NLAYER, &hf_mistral);

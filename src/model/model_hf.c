@@ -4,6 +4,8 @@
 #include "model_hf.h"
 
 #include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,36 +25,73 @@ int model_hf_is_dir(const char *path) {
 
 /* ---- config.json's model keys ([Note: init_from config merge] in model_hf.h) ---- */
 
-enum { K_INT, K_BOOL };
+/* A row's value: an int, a bool (in the config a tristate, -1 auto), a float, or RoPE's
+ * scaling (model.rope_scaling's five keys as one value: none, or llama3 and its four
+ * numbers). */
+enum { K_INT, K_BOOL, K_REAL, K_ROPE };
 
-/* One model key: the config's, the ModelDims field it becomes (both ints), and
- * config.json's field (an HfConfigInt, or an HfConfigBool), named by its keys where the
- * file lacks it. A key of another architecture is one more row. */
+/* How a row merges. */
+enum {
+    R_REQUIRED = 1, /* config.json or the config must give it */
+    R_AUTO = 2,     /* the config's default (0, or tie_embeddings' auto -1) is no choice:
+                       written in the config, config.json's value still holds */
+    R_CAP = 4,      /* where the Arch has no position table (ArchHf.no_position_table), the
+                       config may set less than config.json's */
+    R_WINDOW = 8,   /* at least train.seq_len (pptrain's attention covers the whole
+                       sequence); no ModelDims field: merged, never matched or exported */
+};
+#define NO_DIMS SIZE_MAX
+
+/* One model key: the config's, the ModelDims field it becomes, and config.json's field
+ * (an HfConfigInt, HfConfigBool, HfConfigReal or the HfConfigRope), named by its keys
+ * where the file lacks it. The first six are every architecture's; an Arch's hf->keys
+ * lists which of the rest its config.json has. A key of another architecture is one
+ * more row. */
 typedef struct {
     const char *key;
     size_t cfg, dims, hf;
-    int kind;
+    int kind, flags;
     const char *hf_name;
 } HfKey;
 
-#define ROW(key, cfgf, dimf, hff, kind, names)                                                     \
-    { key, offsetof(Config, cfgf), offsetof(ModelDims, dimf), offsetof(HfConfig, hff), kind, names }
+#define ROW(key, cfgf, dimf, hff, kind, flags, names)                                              \
+    {key, offsetof(Config, cfgf), offsetof(ModelDims, dimf), offsetof(HfConfig, hff),             \
+     kind, flags, names}
 static const HfKey k_keys[] = {
-    ROW("model.vocab_size", vocab_size, V, vocab_size, K_INT, "vocab_size"),
-    ROW("model.max_seq_len", max_seq_len, maxT, max_position_embeddings, K_INT,
+    ROW("model.vocab_size", vocab_size, V, vocab_size, K_INT, R_REQUIRED, "vocab_size"),
+    ROW("model.max_seq_len", max_seq_len, maxT, max_position_embeddings, K_INT, R_REQUIRED | R_CAP,
         "max_position_embeddings (n_positions)"),
-    ROW("model.n_layers", n_layers, L, num_hidden_layers, K_INT, "num_hidden_layers (n_layer)"),
-    ROW("model.n_heads", n_heads, NH, num_attention_heads, K_INT, "num_attention_heads (n_head)"),
-    ROW("model.dim", dim, C, hidden_size, K_INT, "hidden_size (n_embd)"),
-    ROW("model.tie_embeddings", tie_embeddings, tied, tie_word_embeddings, K_BOOL,
+    ROW("model.n_layers", n_layers, L, num_hidden_layers, K_INT, R_REQUIRED,
+        "num_hidden_layers (n_layer)"),
+    ROW("model.n_heads", n_heads, NH, num_attention_heads, K_INT, R_REQUIRED,
+        "num_attention_heads (n_head)"),
+    ROW("model.dim", dim, C, hidden_size, K_INT, R_REQUIRED, "hidden_size (n_embd)"),
+    ROW("model.tie_embeddings", tie_embeddings, tied, tie_word_embeddings, K_BOOL, R_AUTO,
         "tie_word_embeddings"),
+    ROW("model.n_kv_heads", n_kv_heads, NKV, num_key_value_heads, K_INT, R_AUTO,
+        "num_key_value_heads"),
+    ROW("model.ffn_dim", ffn_dim, F, intermediate_size, K_INT, R_AUTO, "intermediate_size"),
+    ROW("model.norm_eps", norm_eps, eps, norm_eps, K_REAL, 0, "rms_norm_eps"),
+    ROW("model.rope_theta", rope_theta, rope.theta, rope_theta, K_REAL, 0, "rope_theta"),
+    ROW("model.rope_scaling", rope_scaling, rope, rope, K_ROPE, 0, "rope_scaling"),
+    {"model.sliding_window", offsetof(Config, sliding_window), NO_DIMS,
+     offsetof(HfConfig, sliding_window), K_INT, R_WINDOW, "sliding_window"},
 };
 #undef ROW
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
+#define N_BASE_KEYS 6 /* every architecture's */
 
-/* Row r's value in c: 1 with *v and *key (the file's key, or what the model class
+/* Whether row r is a key of architecture hf's config.json. */
+static int row_applies(const HfKey *r, const ArchHf *hf) {
+    if (r < k_keys + N_BASE_KEYS) return 1;
+    for (const char *const *k = hf->keys; k && *k; k++)
+        if (!strcmp(*k, r->key)) return 1;
+    return 0;
+}
+
+/* Scalar row r's value in c: 1 with *v and *key (the file's key, or what the model class
  * defaults to when the file leaves it out: tie_word_embeddings), else 0. */
-static int hf_value(const HfKey *r, const HfConfig *c, const ArchHf *hf, long long *v,
+static int hf_value(const HfKey *r, const HfConfig *c, const ArchHf *hf, double *v,
                     const char **key) {
     const char *p = (const char *)c + r->hf;
     if (r->kind == K_BOOL) {
@@ -61,22 +100,116 @@ static int hf_value(const HfKey *r, const HfConfig *c, const ArchHf *hf, long lo
         *key = b->present ? b->key : "tie_word_embeddings (left out: the model class's default)";
         return 1;
     }
-    const HfConfigInt *i = (const HfConfigInt *)p;
-    *v = i->value;
-    *key = i->present ? i->key : r->hf_name;
-    return i->present;
+    int present = r->kind == K_REAL ? ((const HfConfigReal *)p)->present
+                                    : ((const HfConfigInt *)p)->present;
+    *v = r->kind == K_REAL ? ((const HfConfigReal *)p)->value
+                           : (double)((const HfConfigInt *)p)->value;
+    *key = r->kind == K_REAL ? ((const HfConfigReal *)p)->key : ((const HfConfigInt *)p)->key;
+    if (!present) *key = r->hf_name;
+    return present;
 }
 
-static int *int_at(void *base, size_t off) { return (int *)((char *)base + off); }
-
-static void value_text(const HfKey *r, long long v, char *buf, size_t n) {
-    if (r->kind == K_BOOL)
-        snprintf(buf, n, "%s", v ? "true" : "false");
-    else
-        snprintf(buf, n, "%lld", v);
+/* A scalar row's field (an int, or a float for K_REAL) in a Config or ModelDims. */
+static double field_get(const HfKey *r, const void *base, size_t off) {
+    const char *p = (const char *)base + off;
+    return r->kind == K_REAL ? *(const float *)p : *(const int *)p;
 }
 
-/* DIR/config.json read, its architecture found and its own requirements checked. */
+static void field_set(const HfKey *r, void *base, size_t off, double v) {
+    char *p = (char *)base + off;
+    if (r->kind == K_REAL) *(float *)p = (float)v;
+    else *(int *)p = (int)v;
+}
+
+/* The shortest decimal that reads back as the float f ("1e-05", not 9.99999974738e-06;
+ * "500000", not 5e+05) into buf, and its value: what config.json holds for a value
+ * pptrain keeps in fp32. */
+static double float_decimal(float f, char *buf, size_t n) {
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, n, "%.*g", prec, f);
+        if (strtof(buf, NULL) == f) break;
+    }
+    double v = strtod(buf, NULL);
+    if (v == (double)(long long)v && fabs(v) < 1e15) snprintf(buf, n, "%lld", (long long)v);
+    return v;
+}
+
+static void value_text(const HfKey *r, double v, char *buf, size_t n) {
+    if (r->kind == K_BOOL) snprintf(buf, n, "%s", v > 0 ? "true" : v < 0 ? "auto" : "false");
+    else if (r->kind == K_REAL) float_decimal((float)v, buf, n);
+    else snprintf(buf, n, "%lld", (long long)v);
+}
+
+/* Whether the config's (or model's) v agrees with config.json's theirs: equal (a float as
+ * the float it becomes), or below it where r is R_CAP and the Arch has no position table. */
+static int agrees(const HfKey *r, const ArchHf *hf, double mine, double theirs) {
+    if (r->kind == K_REAL) return (float)mine == (float)theirs;
+    return mine == theirs || ((r->flags & R_CAP) && hf->no_position_table && mine <= theirs);
+}
+
+/* ---- RoPE's scaling as one value (the K_ROPE row) ---- */
+
+/* The scaling config.json gives: rope_scaling / rope_parameters of type llama3 with its
+ * numbers (the Arch's config_check made sure they are there), else none; *key names
+ * where it came from. */
+static void rope_of_hf(const HfConfig *c, ModelRope *r, const char **key) {
+    const HfConfigRope *h = &c->rope;
+    memset(r, 0, sizeof *r);
+    *key = h->present ? h->key : "rope_scaling (left out: none)";
+    if (!h->present || !h->type.present || strcmp(h->type.value, "llama3")) return;
+    *r = (ModelRope){0,
+                     1,
+                     (float)h->factor.value,
+                     (float)h->low_freq_factor.value,
+                     (float)h->high_freq_factor.value,
+                     (int)h->original_max_position_embeddings.value};
+}
+
+static void rope_of_cfg(const Config *c, ModelRope *r) {
+    *r = (ModelRope){0,
+                     !strcmp(c->rope_scaling, "llama3"),
+                     c->rope_factor,
+                     c->rope_low_freq_factor,
+                     c->rope_high_freq_factor,
+                     c->rope_original_max_seq_len};
+}
+
+/* The scalings are the same (theta is its own row's): both none, or llama3 alike. */
+static int rope_same(const ModelRope *a, const ModelRope *b) {
+    if (a->llama3 != b->llama3) return 0;
+    return !a->llama3 || (a->factor == b->factor && a->low_freq_factor == b->low_freq_factor &&
+                          a->high_freq_factor == b->high_freq_factor &&
+                          a->original_max_seq_len == b->original_max_seq_len);
+}
+
+static void rope_text(const ModelRope *r, char *buf, size_t n) {
+    char f[32], lo[32], hi[32];
+    if (!r->llama3) {
+        snprintf(buf, n, "none");
+        return;
+    }
+    float_decimal(r->factor, f, sizeof f);
+    float_decimal(r->low_freq_factor, lo, sizeof lo);
+    float_decimal(r->high_freq_factor, hi, sizeof hi);
+    snprintf(buf, n,
+             "llama3 (factor %s, low_freq_factor %s, high_freq_factor %s, "
+             "original_max_position_embeddings %d)",
+             f, lo, hi, r->original_max_seq_len);
+}
+
+/* Any of model.rope_scaling's keys given. */
+static int rope_given(const Config *cfg) {
+    static const char *const keys[] = {"model.rope_scaling.type", "model.rope_scaling.factor",
+                                       "model.rope_scaling.low_freq_factor",
+                                       "model.rope_scaling.high_freq_factor",
+                                       "model.rope_scaling.original_max_seq_len"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (config_given(cfg, keys[i])) return 1;
+    return 0;
+}
+
+/* DIR/config.json read, its architecture found, completed as its model class does and its
+ * own requirements checked. */
 static int read_config(const char *dir, HfConfig *c, const Arch **arch, char *err, size_t errlen) {
     char path[PP_PATH_MAX + 16];
     struct stat st;
@@ -97,11 +230,80 @@ static int read_config(const char *dir, HfConfig *c, const Arch **arch, char *er
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: model_type \"%s\" is not supported: pptrain reads %s", path,
                        c->model_type.value, known);
-    return (*arch)->hf->config_check ? (*arch)->hf->config_check(c, err, errlen) : PP_OK;
+    const ArchHf *hf = (*arch)->hf;
+    if (hf->config_complete) hf->config_complete(c);
+    return hf->config_check ? hf->config_check(c, err, errlen) : PP_OK;
+}
+
+/* The message for a key the config gives with another value than config.json's. */
+static int disagree(const char *key, const char *ours, const char *path, const char *hf_key,
+                    const char *theirs, char *err, size_t errlen) {
+    return pp_errf(err, errlen, PP_EUSAGE,
+                   "%s is %s in the config, but %s has %s %s: leave %s out of the config "
+                   "(config.json gives it) or set it to %s",
+                   key, ours, path, hf_key, theirs, key, theirs);
+}
+
+/* The K_ROPE row into cfg. */
+static int merge_rope(Config *cfg, const HfConfig *c, char *err, size_t errlen) {
+    ModelRope mine, theirs;
+    const char *key;
+    char a[192], b[192];
+    rope_of_hf(c, &theirs, &key);
+    rope_of_cfg(cfg, &mine);
+    if (rope_given(cfg) && !rope_same(&mine, &theirs)) {
+        rope_text(&mine, a, sizeof a);
+        rope_text(&theirs, b, sizeof b);
+        return disagree("model.rope_scaling", a, c->path, key, b, err, errlen);
+    }
+    snprintf(cfg->rope_scaling, sizeof cfg->rope_scaling, "%s", theirs.llama3 ? "llama3" : "none");
+    if (theirs.llama3) {
+        if (theirs.original_max_seq_len < 1)
+            return pp_errf(err, errlen, PP_EUSAGE,
+                           "%s: %s.original_max_position_embeddings %d "
+                           "is out of range (1 to %d)",
+                           c->path, key, theirs.original_max_seq_len, INT_MAX);
+        cfg->rope_factor = theirs.factor;
+        cfg->rope_low_freq_factor = theirs.low_freq_factor;
+        cfg->rope_high_freq_factor = theirs.high_freq_factor;
+        cfg->rope_original_max_seq_len = theirs.original_max_seq_len;
+    }
+    return PP_OK;
+}
+
+/* Scalar row r into cfg. */
+static int merge_row(Config *cfg, const HfKey *r, const HfConfig *c, const ArchHf *hf, char *err,
+                     size_t errlen) {
+    char theirs[64], ours[64];
+    double mine = field_get(r, cfg, r->cfg), v;
+    const char *key;
+    int unset = (r->flags & R_AUTO) && mine == (r->kind == K_BOOL ? -1 : 0);
+    int given = config_given(cfg, r->key) && !unset;
+    if (!hf_value(r, c, hf, &v, &key)) {
+        if (given || !(r->flags & R_REQUIRED)) return PP_OK;
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s has no %s, and the config does not set %s: add it to the config",
+                       c->path, key, r->key);
+    }
+    if (r->kind == K_INT && (v < 1 || v > INT_MAX))
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: %s %.0f is out of range (1 to %d)", c->path,
+                       key, v, INT_MAX);
+    value_text(r, v, theirs, sizeof theirs);
+    value_text(r, mine, ours, sizeof ours);
+    if (given && !agrees(r, hf, mine, v))
+        return disagree(r->key, ours, c->path, key, theirs, err, errlen);
+    if (!given) field_set(r, cfg, r->cfg, v);
+    if ((r->flags & R_WINDOW) && v < cfg->seq_len)
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s: %s %s is shorter than train.seq_len %d: pptrain's attention is causal "
+                       "over the whole sequence, which a sliding window equals only where it "
+                       "covers it; lower train.seq_len to at most %s",
+                       c->path, key, theirs, cfg->seq_len, theirs);
+    return PP_OK;
 }
 
 int model_hf_config(Config *cfg, char *err, size_t errlen) {
-    char dir[PP_PATH_MAX], why[PP_ERR_MAX], theirs[32], ours[32];
+    char dir[PP_PATH_MAX], why[PP_ERR_MAX];
     if (!cfg->init_from[0] || pathpat_expand(cfg->init_from, dir, sizeof dir, why, sizeof why) ||
         !model_hf_is_dir(dir))
         return PP_OK;
@@ -118,54 +320,41 @@ int model_hf_config(Config *cfg, char *err, size_t errlen) {
                        "model.arch out of the config (config.json gives it) or set it to %s",
                        cfg->arch, c.path, c.model_type.value, arch);
     snprintf(cfg->arch, sizeof cfg->arch, "%.*s", (int)sizeof cfg->arch - 1, arch);
-    for (size_t k = 0; k < N_KEYS; k++) {
-        const HfKey *r = &k_keys[k];
-        int *mine = int_at(cfg, r->cfg);
-        /* tie_embeddings: auto (-1) in the file leaves the choice to config.json */
-        int given = config_given(cfg, r->key) && !(r->kind == K_BOOL && *mine < 0);
-        long long v;
-        const char *key;
-        if (!hf_value(r, &c, a->hf, &v, &key)) {
-            if (given) continue;
-            return pp_errf(err, errlen, PP_EUSAGE,
-                           "%s has no %s, and the config does not set %s: add it to the config",
-                           c.path, key, r->key);
-        }
-        if (r->kind == K_INT && (v < 1 || v > INT_MAX))
-            return pp_errf(err, errlen, PP_EUSAGE, "%s: %s %lld is out of range (1 to %d)", c.path,
-                           key, v, INT_MAX);
-        value_text(r, v, theirs, sizeof theirs);
-        value_text(r, *mine, ours, sizeof ours);
-        if (given && *mine != v)
-            return pp_errf(err, errlen, PP_EUSAGE,
-                           "%s is %s in the config, but %s has %s %s: leave %s out of the config "
-                           "(config.json gives it) or set it to %s",
-                           r->key, ours, c.path, key, theirs, r->key, theirs);
-        *mine = (int)v;
-    }
-    return PP_OK;
+    for (size_t k = 0; k < N_KEYS && rc == PP_OK; k++)
+        if (row_applies(&k_keys[k], a->hf))
+            rc = k_keys[k].kind == K_ROPE ? merge_rope(cfg, &c, err, errlen)
+                                          : merge_row(cfg, &k_keys[k], &c, a->hf, err, errlen);
+    return rc;
 }
 
 /* config.json against dims d (the merge made them agree; a caller with dims of its own
  * may not have). */
 static int config_matches(const HfConfig *c, const Arch *a, const ModelDims *d, char *err,
                           size_t errlen) {
-    char theirs[32], ours[32];
+    char theirs[192], ours[192];
     if (strcmp(a->name, d->arch->name)) /* names: a test may build its own Arch */
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: model_type \"%s\" is model.arch %s, but the model is %s", c->path,
                        c->model_type.value, a->name, d->arch->name);
     for (size_t k = 0; k < N_KEYS; k++) {
         const HfKey *r = &k_keys[k];
-        long long v;
         const char *key;
-        int mine = *int_at((void *)d, r->dims);
-        if (hf_value(r, c, a->hf, &v, &key) && v != mine) {
+        double v;
+        if (r->dims == NO_DIMS || !row_applies(r, a->hf)) continue;
+        if (r->kind == K_ROPE) {
+            ModelRope theirs_r;
+            rope_of_hf(c, &theirs_r, &key);
+            if (rope_same(&d->rope, &theirs_r)) continue;
+            rope_text(&theirs_r, theirs, sizeof theirs);
+            rope_text(&d->rope, ours, sizeof ours);
+        } else {
+            double mine = field_get(r, d, r->dims);
+            if (!hf_value(r, c, a->hf, &v, &key) || agrees(r, a->hf, mine, v)) continue;
             value_text(r, v, theirs, sizeof theirs);
             value_text(r, mine, ours, sizeof ours);
-            return pp_errf(err, errlen, PP_EUSAGE, "%s has %s %s, but the model's %s is %s",
-                           c->path, key, theirs, r->key, ours);
         }
+        return pp_errf(err, errlen, PP_EUSAGE, "%s has %s %s, but the model's %s is %s", c->path,
+                       key, theirs, r->key, ours);
     }
     return PP_OK;
 }
@@ -433,6 +622,7 @@ static int export_config(const Model *m, SafetensorsDtype dtype, char **text, si
                          char *err, size_t errlen) {
     const ArchHf *hf = m->arch->hf;
     HfConfig c;
+    char buf[32];
     memset(&c, 0, sizeof c);
     c.model_type.present = c.architecture.present = c.dtype.present = 1;
     snprintf(c.model_type.value, sizeof c.model_type.value, "%s", hf->model_types[0]);
@@ -440,12 +630,30 @@ static int export_config(const Model *m, SafetensorsDtype dtype, char **text, si
     snprintf(c.dtype.value, sizeof c.dtype.value, "%s",
              dtype == SAFETENSORS_BF16 ? "bfloat16" : "float32");
     for (size_t k = 0; k < N_KEYS; k++) {
-        int v = *int_at((void *)&m->d, k_keys[k].dims);
-        char *f = (char *)&c + k_keys[k].hf;
-        if (k_keys[k].kind == K_BOOL)
-            *(HfConfigBool *)f = (HfConfigBool){1, NULL, v};
+        const HfKey *r = &k_keys[k];
+        char *f = (char *)&c + r->hf;
+        if (r->dims == NO_DIMS || !row_applies(r, hf)) continue;
+        if (r->kind == K_ROPE) {
+            const ModelRope *rp = &m->d.rope;
+            HfConfigRope *h = (HfConfigRope *)f;
+            if (!rp->llama3) continue; /* none: rope_scaling null */
+            h->present = h->type.present = 1;
+            snprintf(h->type.value, sizeof h->type.value, "llama3");
+            h->factor = (HfConfigReal){1, NULL, float_decimal(rp->factor, buf, sizeof buf)};
+            h->low_freq_factor =
+                (HfConfigReal){1, NULL, float_decimal(rp->low_freq_factor, buf, sizeof buf)};
+            h->high_freq_factor =
+                (HfConfigReal){1, NULL, float_decimal(rp->high_freq_factor, buf, sizeof buf)};
+            h->original_max_position_embeddings = (HfConfigInt){1, NULL, rp->original_max_seq_len};
+            continue;
+        }
+        double v = field_get(r, &m->d, r->dims);
+        if (r->kind == K_BOOL)
+            *(HfConfigBool *)f = (HfConfigBool){1, NULL, (int)v};
+        else if (r->kind == K_REAL)
+            *(HfConfigReal *)f = (HfConfigReal){1, NULL, float_decimal((float)v, buf, sizeof buf)};
         else
-            *(HfConfigInt *)f = (HfConfigInt){1, NULL, v};
+            *(HfConfigInt *)f = (HfConfigInt){1, NULL, (int64_t)v};
     }
     if (hf->config_fill) hf->config_fill(&m->d, &c);
     return hf_config_format(&c, HF_CONFIG_ROPE_SCALING, text, len, err, errlen);

@@ -20,15 +20,23 @@ int model_hf_is_dir(const char *path);
 
 /* [Note: init_from config merge] Before config_finalize: when model.init_from names a
  * directory, its config.json gives the model keys the config file and --set left out
- * (config_given), by one table (model_hf.c: vocab_size, n_layers, n_heads, dim,
- * max_seq_len, tie_embeddings), and a key they gave must hold the config.json's value
- * (tie_embeddings: auto is not a value: config.json's decides);
- * model.arch likewise from model_type (arch_find_hf). What the architecture requires of
- * the rest of config.json is its hf->config_check's (GPT-2: the activation). Returns
- * PP_OK (also when init_from is not a directory, or its pattern does not expand:
- * config_finalize says so), or PP_EUSAGE naming the file, the key and both values
- * ("model.dim is 64 in the config, but DIR/config.json has n_embd 32: ..."), an
- * unsupported model_type or activation, or an unreadable config.json. */
+ * (config_given), by one table (model_hf.c's k_keys: vocab_size, max_seq_len, n_layers,
+ * n_heads, dim, tie_embeddings, every architecture's; n_kv_heads, ffn_dim, norm_eps,
+ * rope_theta, rope_scaling and sliding_window, those the Arch's hf->keys lists), and a
+ * key they gave must hold the config.json's value. A value that is no choice is not
+ * given: tie_embeddings auto, n_kv_heads 0, ffn_dim 0. Where the Arch has no position
+ * table (RoPE), max_seq_len may be below max_position_embeddings. A key config.json
+ * leaves out is the model class's default where the Arch fills one in
+ * (hf->config_complete: Llama's rms_norm_eps 1e-6, tie_word_embeddings false), else the
+ * config's own (its default, or what it gives; a required one must be given). A sliding
+ * window shorter than train.seq_len is refused. model.arch likewise from model_type
+ * (arch_find_hf). What the architecture requires of the rest of config.json is its
+ * hf->config_check's (GPT-2: the activation; Llama: silu, the head size, no biases,
+ * RoPE default or llama3). Returns PP_OK (also when init_from is not a directory, or
+ * its pattern does not expand: config_finalize says so), or PP_EUSAGE naming the file,
+ * the key and both values ("model.dim is 64 in the config, but DIR/config.json has
+ * n_embd 32: ..."), an unsupported model_type or activation, or an unreadable
+ * config.json. */
 int model_hf_config(Config *cfg, char *err, size_t errlen);
 
 /* After config_finalize, before anything is built or written: when model.init_from
