@@ -5,7 +5,7 @@
 # and 4 (1f1b, gpipe, zb-h1, zbv) train 10 steps to transformers' losses
 # (test/hf/llama_loss.txt: the first within 1e-5, all ten within 1e-4); import -> export at
 # fp32 gives the input's model.safetensors byte for byte, and the export imports again to
-# the same loss; damaged or mismatched inputs exit 2 naming the file and the key or tensor,
+# the same loss (a trained checkpoint's export survives import and export again); damaged or mismatched inputs exit 2 naming the file and the key or tensor,
 # and write nothing.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
@@ -91,6 +91,15 @@ for dir in llama3 llama_mqa qwen2 mistral; do
     check "$dir: the export imports again to the same loss bit for bit ($l1)" '[ -n "$l1" ] && [ "$(losses "back-$dir" | cut -d" " -f1)" = "$l1" ]'
   else bad "$dir: re-import: $(tail -n 3 "$tmp/back-$dir.out")"; fi
 done
+# A trained checkpoint (3 steps on 2 ranks, zbv): exported, imported on 1 rank and exported
+# again, the same file byte for byte.
+if run trained "$HF/llama3" 2 --set train.steps=3 --set pipeline.schedule=zbv --set pipeline.virtual_stages=2 &&
+  "$PPTRAIN" export --checkpoint "$tmp/trained/checkpoints/latest" --format hf --out "$tmp/xt" >"$tmp/xt.log" 2>&1 &&
+  run tback "$tmp/xt" 1 --set train.steps=0 &&
+  "$PPTRAIN" export --checkpoint "$tmp/tback/checkpoints/latest" --format hf --out "$tmp/xt2" >"$tmp/xt2.log" 2>&1; then
+  check "trained 3 steps on 2 ranks: exported, imported, exported again, the same model.safetensors" \
+    '! cmp -s "$tmp/xt/model.safetensors" $HF/llama3/model.safetensors && cmp -s "$tmp/xt/model.safetensors" "$tmp/xt2/model.safetensors"'
+else bad "trained export: $(tail -n 3 "$tmp/trained.out" "$tmp/xt.log" "$tmp/tback.out" "$tmp/xt2.log" 2>/dev/null)"; fi
 check "the exports' config.json: the class, GQA, the MLP, rms_norm_eps, RoPE 500000 with llama3 scaling, untied; mqa tied with rope_scaling null; qwen2 and mistral without a window" \
   'grep -q "\"LlamaForCausalLM\"" "$tmp/x-llama3/config.json" && grep -q "\"num_key_value_heads\": 2," "$tmp/x-llama3/config.json" &&
    grep -q "\"intermediate_size\": 64," "$tmp/x-llama3/config.json" && grep -q "\"rms_norm_eps\": 1e-05," "$tmp/x-llama3/config.json" &&
