@@ -17,7 +17,8 @@ hundred tokens, so each tokenizer.json stays small) and writes:
                Replace/ByteFallback/Fuse/Strip, <s> first by the template
   cases.json   the test texts (as hex: some are not valid UTF-8) and, for each tokenizer,
                the ids of encode(text) and encode(text, add_special_tokens=False), and the
-               decodes of those ids with and without skip_special_tokens (as hex)
+               decodes of those ids with and without skip_special_tokens (as hex, "=" where
+               it is the text itself)
 
 The tokenizers library takes Python str (Rust &str): a text that is not valid UTF-8 is
 given to it as bytes.decode("utf-8", errors="replace"), each maximal ill-formed
@@ -46,7 +47,19 @@ def hard_text():
 def corpus():
     with open(os.path.join(ROOT, "data", "tiny.txt"), encoding="utf-8") as f:
         lines = f.read().splitlines()
-    return lines[:4000] + hard_text().splitlines() * 3
+    # runs that teach merges of one repeated letter, of spaces and digits: long words
+    # then merge at equal ranks, where the leftmost-first tie-break decides
+    runs = ["a" * 64, "ab" * 24, " " * 40 + "x", "1234567890" * 4, mixed_word(200)]
+    return lines[:4000] + hard_text().splitlines() * 3 + runs * 20
+
+
+def mixed_word(n):
+    """test_tok.c's long mixed word (the same generator)"""
+    x, out = 12345, []
+    for _ in range(n):
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+        out.append("etaoinshr"[(x >> 16) % 9])
+    return "".join(out)
 
 
 def reload(tok, edit):
@@ -137,6 +150,7 @@ def texts():
         ("spaces", b" " * 17),
         ("digits", b"1234567"),
         ("long_word", b"a" * 3000),
+        ("mixed_word", mixed_word(3000).encode()),
         ("long_spaces_word", b"x" + b" " * 40 + b"y\t\t z"),
         ("specials_gpt2", b"Hi<|endoftext|>there <|endoftext|> <|endoftext|><|endoftext|>x"),
         ("specials_llama3", "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n"
@@ -167,11 +181,12 @@ def main():
             s = raw.decode("utf-8", errors="replace")
             ids = tok.encode(s).ids
             ids_ns = tok.encode(s, add_special_tokens=False).ids
+            dec = tok.decode(ids, skip_special_tokens=False).encode("utf-8").hex()
+            skip = tok.decode(ids, skip_special_tokens=True).encode("utf-8").hex()
+            # "=": the text itself (keeps the file small)
             rows.append({"name": tname, "ids": ids, "ids_nospecial": ids_ns,
-                         "decode": tok.decode(ids, skip_special_tokens=False)
-                         .encode("utf-8").hex(),
-                         "decode_skip": tok.decode(ids, skip_special_tokens=True)
-                         .encode("utf-8").hex()})
+                         "decode": "=" if dec == raw.hex() else dec,
+                         "decode_skip": "=" if skip == raw.hex() else skip})
         # ids that decode to bytes that are not UTF-8 (half a character)
         vocab = tok.get_vocab()
         if name == "sp":
