@@ -92,7 +92,8 @@ static int compare_ids(const char *what, const TokIds *got, json_t *want) {
         if (w != g && wrong++ == 0) first = i;
     }
     if (wrong)
-        fprintf(stderr, "%s: %zu of %zu ids wrong (we give %zu ids), first at %zu: %ld, library %ld\n",
+        fprintf(stderr,
+                "%s: %zu of %zu ids wrong (we give %zu ids), first at %zu: %ld, library %ld\n",
                 what, wrong, n, got->n, first, first < got->n ? (long)got->ids[first] : -1L,
                 first < n ? (long)json_integer_value(json_array_get(want, first)) : -1L);
     return wrong != 0;
@@ -104,8 +105,9 @@ static int compare_text(const char *what, const TokText *got, const char *want_h
     size_t n = text_n;
     char *want = strcmp(want_hex, "=") == 0 ? strndup(text, text_n) : unhex(want_hex, &n);
     int bad = got->len != n || memcmp(got->p ? got->p : "", want, n) != 0;
-    if (bad) fprintf(stderr, "%s: decode gives \"%.*s\", the library \"%s\"\n", what,
-                     (int)got->len, got->p ? got->p : "", want);
+    if (bad)
+        fprintf(stderr, "%s: decode gives \"%.*s\", the library \"%s\"\n", what, (int)got->len,
+                got->p ? got->p : "", want);
     free(want);
     return bad;
 }
@@ -137,7 +139,8 @@ START_TEST(test_library_ids) {
                 for (size_t j = 0; j < json_array_size(want); j++) {
                     int32_t id = (int32_t)json_integer_value(json_array_get(want, j));
                     tok_encode(t, "", 0, TOK_ENCODE_NO_SPECIAL, &ids); /* nothing */
-                    if (ids.n == ids.cap) ids.ids = realloc(ids.ids, (ids.cap = 2 * ids.cap + 8) * 4);
+                    if (ids.n == ids.cap)
+                        ids.ids = realloc(ids.ids, (ids.cap = 2 * ids.cap + 8) * 4);
                     ids.ids[ids.n++] = id;
                 }
             }
@@ -162,8 +165,9 @@ START_TEST(test_library_ids) {
 }
 END_TEST
 
-static const char *ROUND_TRIP[] = {"hard", "empty", "space", "spaces", "digits", "long_word", "mixed_word",
-                                   "long_spaces_word", "crlf", "apostrophes"};
+static const char *ROUND_TRIP[] = {"hard",   "empty",      "space",      "spaces",
+                                   "digits", "long_word",  "mixed_word", "long_spaces_word",
+                                   "crlf",   "apostrophes"};
 
 /* decode(encode(x)) == x for UTF-8 without added tokens in it, and for byte-level with them
  * when special tokens are kept */
@@ -262,8 +266,8 @@ START_TEST(test_long_word) {
             double t0 = pp_now();
             tok_encode(t, texts[j], n, TOK_ENCODE_NO_SPECIAL, &ids);
             double dt = pp_now() - t0;
-            fprintf(stderr, "test_tok: %s, %zu characters (%s): %zu ids in %.3f s\n", KINDS[k],
-                    n, j ? "mixed" : "one letter", ids.n, dt);
+            fprintf(stderr, "test_tok: %s, %zu characters (%s): %zu ids in %.3f s\n", KINDS[k], n,
+                    j ? "mixed" : "one letter", ids.n, dt);
             ck_assert_int_eq(tok_decode(t, ids.ids, ids.n, 0, &out, g_err, sizeof g_err), PP_OK);
             ck_assert(out.len == n && memcmp(out.p, texts[j], n) == 0);
             tok_ids_free(&ids), tok_text_free(&out);
@@ -360,9 +364,7 @@ static void set_vocab_string(json_t *j) {
     json_object_set_new(json_object_get(json_object_get(j, "model"), "vocab"), "Ġthe",
                         json_string("7"));
 }
-static void set_truncation(json_t *j) {
-    json_object_set_new(j, "truncation", json_object());
-}
+static void set_truncation(json_t *j) { json_object_set_new(j, "truncation", json_object()); }
 
 static void refused(const char *base, const char *name, void (*edit)(json_t *), const char *what) {
     Tokenizer *t = (Tokenizer *)1;

@@ -84,7 +84,8 @@ static void flush_bytes(List *out, TokText *run, size_t count) {
         if (k < 0) break;
         i += (size_t)k;
     }
-    if (i == run->len) list_push(out, run->p, run->len);
+    if (i == run->len)
+        list_push(out, run->p, run->len);
     else
         for (size_t k = 0; k < count; k++) list_push(out, "\xEF\xBF\xBD", 3);
     run->len = 0;
@@ -96,8 +97,7 @@ static void dec_bytefallback(const List *in, List *out) {
     for (size_t i = 0; i < in->n; i++) {
         size_t n;
         const char *s = list_get(in, i, &n);
-        if (n == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' && hex(s[3]) >= 0 &&
-            hex(s[4]) >= 0) {
+        if (n == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' && hex(s[3]) >= 0 && hex(s[4]) >= 0) {
             unsigned char b = (unsigned char)(hex(s[3]) << 4 | hex(s[4]));
             tok_text_append(&run, &b, 1);
             count++;

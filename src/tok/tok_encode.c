@@ -22,10 +22,10 @@ typedef struct {
     const Tokenizer *t;
     TokIds *out;
     pcre2_match_data *md;
-    TokText clean;                    /* the input with U+FFFD for ill-formed bytes */
-    TokText norm, norm_tmp;           /* a normalized piece */
-    TokText prefixed[TOK_MAX_STEPS];  /* ByteLevel's prefix space, per pre-tokenizer step */
-    TokText word;                     /* a word in ByteLevel's characters (ignore_merges) */
+    TokText clean;                   /* the input with U+FFFD for ill-formed bytes */
+    TokText norm, norm_tmp;          /* a normalized piece */
+    TokText prefixed[TOK_MAX_STEPS]; /* ByteLevel's prefix space, per pre-tokenizer step */
+    TokText word;                    /* a word in ByteLevel's characters (ignore_merges) */
     Sym *sym;
     size_t sym_cap;
     Cand *heap;
@@ -122,7 +122,8 @@ static size_t word_symbols(Enc *e, const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         if (t->byte_level) {
             unsigned b = (unsigned char)s[i++];
-            if (t->byte_char_id[b] >= 0) add_char(e, &ns, &unk, t->byte_char_id[b]);
+            if (t->byte_char_id[b] >= 0)
+                add_char(e, &ns, &unk, t->byte_char_id[b]);
             else {
                 char c[4];
                 int cn = tok_utf8_put(tok_byte_char(b), c);
@@ -132,8 +133,10 @@ static size_t word_symbols(Enc *e, const char *s, size_t n) {
         }
         int k = tok_utf8_next((const unsigned char *)s + i, n - i); /* valid: cleaned */
         int32_t id = tok_map_get(&t->vocab, t, t->vocab_str, s + i, (size_t)k);
-        if (id >= 0) add_char(e, &ns, &unk, id);
-        else missing_char(e, &ns, &unk, (const unsigned char *)s + i, k);
+        if (id >= 0)
+            add_char(e, &ns, &unk, id);
+        else
+            missing_char(e, &ns, &unk, (const unsigned char *)s + i, k);
         i += (size_t)k;
     }
     if (unk) push_sym(e, &ns, t->unk_id);
@@ -150,7 +153,8 @@ static void bpe_word(Enc *e, const char *s, size_t n) {
             e->word.len = 0;
             for (size_t i = 0; i < n; i++) {
                 char c[4];
-                tok_text_append(&e->word, c, (size_t)tok_utf8_put(tok_byte_char((unsigned char)s[i]), c));
+                tok_text_append(&e->word, c,
+                                (size_t)tok_utf8_put(tok_byte_char((unsigned char)s[i]), c));
             }
             w = e->word.p, wn = e->word.len;
         }
@@ -192,12 +196,11 @@ static void bpe_word(Enc *e, const char *s, size_t n) {
 /* ---- pre-tokenizer ---------------------------------------------------------------------- */
 
 /* the next match of re in s[n] from pos: 1 with [*ms, *me), 0 for none */
-static int next_match(Enc *e, const pcre2_code *re, const char *s, size_t n, size_t pos,
-                      size_t *ms, size_t *me) {
+static int next_match(Enc *e, const pcre2_code *re, const char *s, size_t n, size_t pos, size_t *ms,
+                      size_t *me) {
     int rc = pcre2_match(re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, e->md, NULL);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* the interpreter keeps its stack on the heap */
-        rc = pcre2_match(re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, e->md,
-                         NULL);
+        rc = pcre2_match(re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, e->md, NULL);
     if (rc == PCRE2_ERROR_NOMATCH) return 0;
     if (rc < 0) {
         PCRE2_UCHAR msg[256];

@@ -48,8 +48,8 @@ typedef struct {
 
 typedef struct {
     int kind;
-    TokStr a, b;      /* REPLACE: a -> b; STRIP: a (one character) */
-    int start, stop;  /* STRIP */
+    TokStr a, b;     /* REPLACE: a -> b; STRIP: a (one character) */
+    int start, stop; /* STRIP */
 } TokDec;
 
 typedef struct {
@@ -63,7 +63,7 @@ struct Tokenizer {
     char *blob; /* every string: vocabulary, added tokens, normalizer and decoder args */
     size_t blob_len, blob_cap;
 
-    int32_t n_ids;  /* 1 + the largest id */
+    int32_t n_ids;     /* 1 + the largest id */
     TokStr *vocab_str; /* [n_ids] the model's vocabulary by id */
     int32_t *added_of; /* [n_ids] index into added[], or -1 */
     TokMap vocab;      /* model vocabulary: string -> id */
@@ -85,7 +85,7 @@ struct Tokenizer {
     int n_norm;
     TokPre pre[TOK_MAX_STEPS];
     int n_pre;
-    int byte_level;           /* words are mapped to ByteLevel's characters last */
+    int byte_level;            /* words are mapped to ByteLevel's characters last */
     int32_t byte_char_id[256]; /* byte_level: id of the character of byte b, -1 absent */
 
     int has_template;

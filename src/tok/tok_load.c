@@ -28,7 +28,7 @@
 
 #include "tok_internal.h"
 
-#define GPT2_PATTERN                                                                            \
+#define GPT2_PATTERN                                                                               \
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 
 typedef struct {
@@ -57,7 +57,8 @@ static const char *kind(const json_t *v) {
     case JSON_STRING: return "a string";
     case JSON_INTEGER: return "an integer";
     case JSON_REAL: return "a real";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
     default: return "null";
     }
 }
@@ -110,8 +111,9 @@ static int get_type(Load *L, const json_t *v, const char *field, const char **ty
 static int get_string_pattern(Load *L, const json_t *v, const char *field, TokStr *s) {
     json_t *p = json_object_get(v, "pattern"), *str = p ? json_object_get(p, "String") : NULL;
     if (!json_is_string(str))
-        return bad(L, field, "pattern must be {\"String\": ...} (a Regex pattern is not supported "
-                             "here)");
+        return bad(L, field,
+                   "pattern must be {\"String\": ...} (a Regex pattern is not supported "
+                   "here)");
     *s = put_str(L->t, json_string_value(str), json_string_length(str));
     return PP_OK;
 }
@@ -177,8 +179,10 @@ static int load_merges(Load *L, const json_t *merges) {
             na = (size_t)(sp - a), b = sp + 1, nb = json_string_length(m) - na - 1;
         } else if (json_is_array(m) && json_array_size(m) == 2 &&
                    json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
-            a = json_string_value(json_array_get(m, 0)), na = json_string_length(json_array_get(m, 0));
-            b = json_string_value(json_array_get(m, 1)), nb = json_string_length(json_array_get(m, 1));
+            a = json_string_value(json_array_get(m, 0)),
+            na = json_string_length(json_array_get(m, 0));
+            b = json_string_value(json_array_get(m, 1)),
+            nb = json_string_length(json_array_get(m, 1));
         } else {
             rc = bad(L, field, "must be \"a b\" or [\"a\", \"b\"], not %s", kind(m));
             break;
@@ -190,13 +194,19 @@ static int load_merges(Load *L, const json_t *merges) {
         }
         memcpy(joined, a, na), memcpy(joined + na, b, nb);
         int32_t ia = vocab_id(t, a, na), ib = vocab_id(t, b, nb), im = vocab_id(t, joined, na + nb);
-        if (ia < 0) rc = bad(L, field, "\"%.*s\" + \"%.*s\": \"%.*s\" is not in model.vocab",
-                             (int)na, a, (int)nb, b, (int)na, a);
-        else if (ib < 0) rc = bad(L, field, "\"%.*s\" + \"%.*s\": \"%.*s\" is not in model.vocab",
-                                  (int)na, a, (int)nb, b, (int)nb, b);
-        else if (im < 0) rc = bad(L, field, "\"%.*s\" + \"%.*s\": the merged \"%.*s\" is not in "
-                                  "model.vocab", (int)na, a, (int)nb, b, (int)(na + nb), joined);
-        else tok_pairs_put(&t->merges, ia, ib, (int32_t)i, im);
+        if (ia < 0)
+            rc = bad(L, field, "\"%.*s\" + \"%.*s\": \"%.*s\" is not in model.vocab", (int)na, a,
+                     (int)nb, b, (int)na, a);
+        else if (ib < 0)
+            rc = bad(L, field, "\"%.*s\" + \"%.*s\": \"%.*s\" is not in model.vocab", (int)na, a,
+                     (int)nb, b, (int)nb, b);
+        else if (im < 0)
+            rc = bad(L, field,
+                     "\"%.*s\" + \"%.*s\": the merged \"%.*s\" is not in "
+                     "model.vocab",
+                     (int)na, a, (int)nb, b, (int)(na + nb), joined);
+        else
+            tok_pairs_put(&t->merges, ia, ib, (int32_t)i, im);
     }
     free(joined);
     return rc;
@@ -213,8 +223,9 @@ static int load_model(Load *L, const json_t *root) {
         return bad(L, "model.type", "is \"%s\": pptrain reads only BPE tokenizers", type);
     json_t *drop = json_object_get(m, "dropout");
     if (drop && !json_is_null(drop) && !(json_is_number(drop) && json_number_value(drop) == 0))
-        return bad(L, "model.dropout", "is set: BPE dropout is not supported (encode would be "
-                                       "random)");
+        return bad(L, "model.dropout",
+                   "is set: BPE dropout is not supported (encode would be "
+                   "random)");
     const char *nulls[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int i = 0; i < 2; i++) {
         json_t *v = json_object_get(m, nulls[i]);
@@ -249,7 +260,8 @@ static int load_model(Load *L, const json_t *root) {
         if (!json_is_string(unk)) return bad(L, "model.unk_token", "must be a string or null");
         t->unk_id = vocab_id(t, json_string_value(unk), json_string_length(unk));
         if (t->unk_id < 0)
-            return bad(L, "model.unk_token", "\"%s\" is not in model.vocab", json_string_value(unk));
+            return bad(L, "model.unk_token", "\"%s\" is not in model.vocab",
+                       json_string_value(unk));
     }
     for (int b = 0; b < 256; b++) {
         char name[8];
@@ -294,8 +306,7 @@ static int load_added(Load *L, const json_t *root) {
                            refused[k]);
         }
         d->id = (int32_t)json_integer_value(id);
-        if (t->added_of[d->id] >= 0)
-            return bad(L, field, "repeats id %d", d->id);
+        if (t->added_of[d->id] >= 0) return bad(L, field, "repeats id %d", d->id);
         t->added_of[d->id] = t->n_added++;
     }
     return PP_OK;
@@ -367,7 +378,8 @@ static int load_normalizer(Load *L, const json_t *v, const char *field) {
         rc = get_string(L, v, field, "prepend", &s->a);
     } else if (strcmp(type, "Replace") == 0) {
         s->kind = TOK_NORM_REPLACE;
-        if (!(rc = get_string_pattern(L, v, field, &s->a))) rc = get_string(L, v, field, "content", &s->b);
+        if (!(rc = get_string_pattern(L, v, field, &s->a)))
+            rc = get_string(L, v, field, "content", &s->b);
         if (!rc && s->a.len == 0) rc = bad(L, field, "replaces an empty string");
     } else {
         snprintf(sub, sizeof sub, "%s.type", field);
@@ -397,8 +409,9 @@ static int compile(Load *L, const char *field, const char *pat, size_t n, uint32
 static int add_pre(Load *L, const char *field, TokPre **s) {
     *s = NULL;
     if (L->t->byte_level)
-        return bad(L, field, "follows ByteLevel: pptrain reads ByteLevel only as the last "
-                             "pre-tokenizer");
+        return bad(L, field,
+                   "follows ByteLevel: pptrain reads ByteLevel only as the last "
+                   "pre-tokenizer");
     if (L->t->n_pre == TOK_MAX_STEPS) return bad(L, field, "has over %d steps", TOK_MAX_STEPS);
     *s = &L->t->pre[L->t->n_pre++];
     return PP_OK;
@@ -414,7 +427,8 @@ static int load_split(Load *L, const json_t *v, const char *field) {
     if (invert) return bad(L, field, "(Split) has invert set: not supported");
     if (!json_is_string(beh)) return bad(L, field, "(Split) needs a \"behavior\" string");
     const char *b = json_string_value(beh);
-    if (strcmp(b, "Removed") == 0) s->removed = 1;
+    if (strcmp(b, "Removed") == 0)
+        s->removed = 1;
     else if (strcmp(b, "Isolated") != 0)
         return bad(L, field, "(Split) behavior \"%s\" is not supported (Isolated, Removed are)", b);
     s->kind = TOK_PRE_SPLIT;
@@ -484,7 +498,8 @@ static int load_template(Load *L, const json_t *v, const char *field) {
     t->tmpl_pre = pp_calloc(n * 8 + 1, sizeof *t->tmpl_pre);
     t->tmpl_post = pp_calloc(n * 8 + 1, sizeof *t->tmpl_post);
     json_array_foreach(single, i, item) {
-        json_t *sp = json_object_get(item, "SpecialToken"), *seq = json_object_get(item, "Sequence");
+        json_t *sp = json_object_get(item, "SpecialToken"),
+               *seq = json_object_get(item, "Sequence");
         if (seq) {
             json_t *id = json_object_get(seq, "id");
             if (seen_a || !json_is_string(id) || strcmp(json_string_value(id), "A") != 0)
@@ -504,8 +519,10 @@ static int load_template(Load *L, const json_t *v, const char *field) {
                 json_integer_value(e) >= t->n_ids)
                 return bad(L, field, "special_tokens \"%s\" has an id outside the vocabulary",
                            json_string_value(name));
-            if (seen_a) t->tmpl_post[t->n_tmpl_post++] = (int32_t)json_integer_value(e);
-            else t->tmpl_pre[t->n_tmpl_pre++] = (int32_t)json_integer_value(e);
+            if (seen_a)
+                t->tmpl_post[t->n_tmpl_post++] = (int32_t)json_integer_value(e);
+            else
+                t->tmpl_pre[t->n_tmpl_pre++] = (int32_t)json_integer_value(e);
         }
     }
     if (!seen_a) return bad(L, field, "single template must hold $A once");
@@ -532,8 +549,10 @@ static int load_post(Load *L, const json_t *v, const char *field) {
     if (strcmp(type, "ByteLevel") == 0) return PP_OK; /* offsets only */
     if (strcmp(type, "TemplateProcessing") == 0) return load_template(L, v, field);
     snprintf(sub, sizeof sub, "%s.type", field);
-    return bad(L, sub, "\"%s\" is not supported (pptrain reads Sequence, ByteLevel, "
-                       "TemplateProcessing)", type);
+    return bad(L, sub,
+               "\"%s\" is not supported (pptrain reads Sequence, ByteLevel, "
+               "TemplateProcessing)",
+               type);
 }
 
 static int load_decoder(Load *L, const json_t *v, const char *field) {
@@ -556,12 +575,16 @@ static int load_decoder(Load *L, const json_t *v, const char *field) {
     }
     if (t->n_dec == TOK_MAX_STEPS) return bad(L, field, "has over %d steps", TOK_MAX_STEPS);
     TokDec *d = &t->dec[t->n_dec];
-    if (strcmp(type, "ByteLevel") == 0) d->kind = TOK_DEC_BYTELEVEL;
-    else if (strcmp(type, "ByteFallback") == 0) d->kind = TOK_DEC_BYTEFALLBACK;
-    else if (strcmp(type, "Fuse") == 0) d->kind = TOK_DEC_FUSE;
+    if (strcmp(type, "ByteLevel") == 0)
+        d->kind = TOK_DEC_BYTELEVEL;
+    else if (strcmp(type, "ByteFallback") == 0)
+        d->kind = TOK_DEC_BYTEFALLBACK;
+    else if (strcmp(type, "Fuse") == 0)
+        d->kind = TOK_DEC_FUSE;
     else if (strcmp(type, "Replace") == 0) {
         d->kind = TOK_DEC_REPLACE;
-        if (!(rc = get_string_pattern(L, v, field, &d->a))) rc = get_string(L, v, field, "content", &d->b);
+        if (!(rc = get_string_pattern(L, v, field, &d->a)))
+            rc = get_string(L, v, field, "content", &d->b);
         if (!rc && d->a.len == 0) rc = bad(L, field, "replaces an empty string");
     } else if (strcmp(type, "Strip") == 0) {
         json_t *start = json_object_get(v, "start"), *stop = json_object_get(v, "stop");
@@ -575,8 +598,10 @@ static int load_decoder(Load *L, const json_t *v, const char *field) {
         d->start = (int)json_integer_value(start), d->stop = (int)json_integer_value(stop);
     } else {
         snprintf(sub, sizeof sub, "%s.type", field);
-        return bad(L, sub, "\"%s\" is not supported (pptrain reads Sequence, ByteLevel, Replace, "
-                           "ByteFallback, Fuse, Strip)", type);
+        return bad(L, sub,
+                   "\"%s\" is not supported (pptrain reads Sequence, ByteLevel, Replace, "
+                   "ByteFallback, Fuse, Strip)",
+                   type);
     }
     if (!rc) t->n_dec++;
     return rc;
@@ -614,10 +639,12 @@ int tok_load(const char *path, Tokenizer **out, char *err, size_t errlen) {
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     free(text);
-    if (!root) rc = bad(&L, NULL, "not valid JSON: %s at line %d, column %d", je.text, je.line,
-                        je.column);
-    else if (!json_is_object(root)) rc = bad(&L, NULL, "is not a JSON object");
-    else rc = load_root(&L, root);
+    if (!root)
+        rc = bad(&L, NULL, "not valid JSON: %s at line %d, column %d", je.text, je.line, je.column);
+    else if (!json_is_object(root))
+        rc = bad(&L, NULL, "is not a JSON object");
+    else
+        rc = load_root(&L, root);
     json_decref(root);
     if (rc) {
         tok_free(t);

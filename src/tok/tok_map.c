@@ -78,7 +78,8 @@ int tok_utf8_next(const unsigned char *s, size_t n) {
     if (c < 0x80) return 1;
     int need;
     unsigned lo = 0x80, hi = 0xBF; /* the range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1;
     else if (c >= 0xE0 && c <= 0xEF) {
         need = 2;
         if (c == 0xE0) lo = 0xA0;
@@ -87,7 +88,8 @@ int tok_utf8_next(const unsigned char *s, size_t n) {
         need = 3;
         if (c == 0xF0) lo = 0x90;
         if (c == 0xF4) hi = 0x8F;
-    } else return -1;
+    } else
+        return -1;
     size_t i = 1;
     for (; i <= (size_t)need; i++) {
         if (i >= n || s[i] < lo || s[i] > hi) return -(int)i;
