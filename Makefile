@@ -28,9 +28,9 @@ EXE := ./$(BIN)
 # The tests may look into cuda/ (TEST_CFLAGS: the NCCL sum order's header).
 CFLAGS  += -std=gnu11 -fopenmp -fno-math-errno -fno-trapping-math -Wall -Wextra -Wno-unused-parameter -Wshadow -MMD -MP \
            -I$(BLASDIR:/usr/lib/%=/usr/include/%) -iquote src -iquote $(BUILD)/gen $(OPT) \
-           $(shell pkg-config --cflags yaml-0.1 zlib libcrypto jansson 2>/dev/null)
+           $(shell pkg-config --cflags yaml-0.1 zlib libcrypto jansson libpcre2-8 2>/dev/null)
 LDFLAGS += -fopenmp $(filter -fsanitize=%,$(OPT)) -L$(BLASDIR) -Wl,-rpath,$(BLASDIR)
-LDLIBS  += -lopenblas -lyaml -lz -ljansson $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) -lm -lpthread -ldl
+LDLIBS  += -lopenblas -lyaml -lz -ljansson -lpcre2-8 $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) -lm -lpthread -ldl
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
 ifeq ($(V),1)

@@ -1,0 +1,683 @@
+/* tok_load.c — tokenizer.json (the Hugging Face tokenizers library's file) read with
+ * jansson into a Tokenizer, every field checked, anything pptrain would not encode as the
+ * library does refused with the file and the field named.
+ *
+ * [Note: tokenizer.json support]
+ * Read: model BPE (vocab; merges as "a b" strings or [a, b] pairs, a later duplicate
+ * ranking as the library ranks it; unk_token, fuse_unk, byte_fallback, ignore_merges;
+ * dropout null or 0); added_tokens (special or not, normalized or not, matched leftmost
+ * longest); normalizer null, Sequence, Prepend, Replace with a String pattern;
+ * pre_tokenizer null, Sequence, Split (a Regex or String pattern, behavior Isolated or
+ * Removed, not inverted), ByteLevel (add_prefix_space, use_regex with GPT-2's pattern;
+ * last of a Sequence); post_processor null, ByteLevel (no effect on ids), Sequence,
+ * TemplateProcessing (its single template: special tokens around $A); decoder null,
+ * ByteLevel, Sequence, Replace (String), ByteFallback, Fuse, Strip.
+ * Refused, naming the type or field: any other model (WordPiece, Unigram, WordLevel),
+ * normalizer (NFC: Qwen2; NFKC, Lowercase, Strip...), pre-tokenizer (Metaspace: newer
+ * Mistral files; Digits, Whitespace, Punctuation...), post-processor (Bert, Roberta),
+ * decoder (Metaspace, WordPiece...); truncation or padding set; continuing_subword_prefix
+ * or end_of_word_suffix; added tokens with lstrip, rstrip or single_word; Split with
+ * invert or another behavior. Ignored: trim_offsets (offsets only), type ids, the pair
+ * template, version. Regexes run in PCRE2 with UTF and UCP, which agrees with Oniguruma
+ * (the library's engine) on GPT-2's and Llama 3's patterns; \s differs on U+180E only. */
+#define _GNU_SOURCE /* memmem, qsort_r */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tok_internal.h"
+
+#define GPT2_PATTERN                                                                               \
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+
+typedef struct {
+    Tokenizer *t;
+    char *err;
+    size_t errlen;
+} Load;
+
+/* "PATH: FIELD: message" (FIELD may be NULL); returns PP_EUSAGE */
+static int bad(Load *L, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bad(Load *L, const char *field, const char *fmt, ...) {
+    char msg[PP_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (field) return pp_errf(L->err, L->errlen, PP_EUSAGE, "%s: %s %s", L->t->path, field, msg);
+    return pp_errf(L->err, L->errlen, PP_EUSAGE, "%s: %s", L->t->path, msg);
+}
+
+static const char *kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static TokStr put_str(Tokenizer *t, const char *s, size_t n) {
+    if (t->blob_len + n + 1 > t->blob_cap) {
+        size_t cap = t->blob_cap ? t->blob_cap : 4096;
+        while (cap < t->blob_len + n + 1) cap *= 2;
+        char *p = realloc(t->blob, cap);
+        if (!p) PP_DIE("out of memory for %zu bytes of token strings", cap);
+        t->blob = p, t->blob_cap = cap;
+    }
+    memcpy(t->blob + t->blob_len, s, n);
+    t->blob[t->blob_len + n] = 0;
+    TokStr r = {(uint32_t)t->blob_len, (uint32_t)n};
+    t->blob_len += n + 1;
+    return r;
+}
+
+/* object member `key` of obj as a string (required), into *s */
+static int get_string(Load *L, const json_t *obj, const char *field, const char *key, TokStr *s) {
+    json_t *v = json_object_get(obj, key);
+    if (!v || !json_is_string(v))
+        return bad(L, field, "needs \"%s\" as a string, not %s", key, v ? kind(v) : "nothing");
+    *s = put_str(L->t, json_string_value(v), json_string_length(v));
+    return PP_OK;
+}
+
+/* optional boolean member; absent or null is `dflt` */
+static int get_bool(Load *L, const json_t *obj, const char *field, const char *key, int dflt,
+                    int *out) {
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return *out = dflt, PP_OK;
+    if (!json_is_boolean(v))
+        return bad(L, field, "member \"%s\" must be a boolean, not %s", key, kind(v));
+    *out = json_is_true(v);
+    return PP_OK;
+}
+
+/* the "type" of a component, or an error */
+static int get_type(Load *L, const json_t *v, const char *field, const char **type) {
+    if (!json_is_object(v)) return bad(L, field, "must be an object or null, not %s", kind(v));
+    json_t *ty = json_object_get(v, "type");
+    if (!json_is_string(ty)) return bad(L, field, "has no \"type\" string");
+    *type = json_string_value(ty);
+    return PP_OK;
+}
+
+/* a {"String": s} pattern; Regex refused where only strings are read */
+static int get_string_pattern(Load *L, const json_t *v, const char *field, TokStr *s) {
+    json_t *p = json_object_get(v, "pattern"), *str = p ? json_object_get(p, "String") : NULL;
+    if (!json_is_string(str))
+        return bad(L, field,
+                   "pattern must be {\"String\": ...} (a Regex pattern is not supported "
+                   "here)");
+    *s = put_str(L->t, json_string_value(str), json_string_length(str));
+    return PP_OK;
+}
+
+/* ---- model ---------------------------------------------------------------------------- */
+
+static int load_vocab(Load *L, const json_t *vocab) {
+    Tokenizer *t = L->t;
+    if (!json_is_object(vocab)) return bad(L, "model.vocab", "must be an object");
+    const char *key;
+    json_t *v;
+    int64_t max = -1;
+    json_object_foreach((json_t *)vocab, key, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) >= INT32_MAX / 2)
+            return bad(L, "model.vocab", "entry \"%s\" must be an id (an integer >= 0), not %s",
+                       key, kind(v));
+        if (json_integer_value(v) > max) max = json_integer_value(v);
+    }
+    t->n_ids = (int32_t)(max + 1);
+    return PP_OK;
+}
+
+static int fill_vocab(Load *L, const json_t *vocab) {
+    Tokenizer *t = L->t;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)vocab, key, v) {
+        int32_t id = (int32_t)json_integer_value(v);
+        if (t->vocab_str[id].len != UINT32_MAX)
+            return bad(L, "model.vocab", "gives id %d to both \"%s\" and \"%s\"", id,
+                       tok_s(t, t->vocab_str[id]), key);
+        t->vocab_str[id] = put_str(t, key, strlen(key));
+    }
+    tok_map_build(&t->vocab, t, t->vocab_str, t->n_ids);
+    return PP_OK;
+}
+
+static int32_t vocab_id(const Tokenizer *t, const char *s, size_t n) {
+    return tok_map_get(&t->vocab, t, t->vocab_str, s, n);
+}
+
+static int load_merges(Load *L, const json_t *merges) {
+    Tokenizer *t = L->t;
+    if (!json_is_array(merges)) return bad(L, "model.merges", "must be an array");
+    size_t n = json_array_size(merges);
+    tok_pairs_init(&t->merges, n);
+    char field[64], *joined = NULL;
+    size_t joined_cap = 0;
+    int rc = PP_OK;
+    for (size_t i = 0; i < n && rc == PP_OK; i++) {
+        json_t *m = json_array_get(merges, i);
+        const char *a, *b;
+        size_t na, nb;
+        snprintf(field, sizeof field, "model.merges[%zu]", i);
+        if (json_is_string(m)) { /* "a b": split at the first space */
+            a = json_string_value(m);
+            const char *sp = memchr(a, ' ', json_string_length(m));
+            if (!sp) {
+                rc = bad(L, field, "\"%s\" is not two tokens separated by a space", a);
+                break;
+            }
+            na = (size_t)(sp - a), b = sp + 1, nb = json_string_length(m) - na - 1;
+        } else if (json_is_array(m) && json_array_size(m) == 2 &&
+                   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+            a = json_string_value(json_array_get(m, 0)),
+            na = json_string_length(json_array_get(m, 0));
+            b = json_string_value(json_array_get(m, 1)),
+            nb = json_string_length(json_array_get(m, 1));
+        } else {
+            rc = bad(L, field, "must be \"a b\" or [\"a\", \"b\"], not %s", kind(m));
+            break;
+        }
+        if (na + nb + 1 > joined_cap) {
+            joined_cap = 2 * (na + nb + 1);
+            free(joined);
+            joined = pp_malloc(joined_cap);
+        }
+        memcpy(joined, a, na), memcpy(joined + na, b, nb);
+        int32_t ia = vocab_id(t, a, na), ib = vocab_id(t, b, nb), im = vocab_id(t, joined, na + nb);
+        if (ia < 0)
+            rc = bad(L, field, "\"%.*s\" + \"%.*s\": \"%.*s\" is not in model.vocab", (int)na, a,
+                     (int)nb, b, (int)na, a);
+        else if (ib < 0)
+            rc = bad(L, field, "\"%.*s\" + \"%.*s\": \"%.*s\" is not in model.vocab", (int)na, a,
+                     (int)nb, b, (int)nb, b);
+        else if (im < 0)
+            rc = bad(L, field,
+                     "\"%.*s\" + \"%.*s\": the merged \"%.*s\" is not in "
+                     "model.vocab",
+                     (int)na, a, (int)nb, b, (int)(na + nb), joined);
+        else
+            tok_pairs_put(&t->merges, ia, ib, (int32_t)i, im);
+    }
+    free(joined);
+    return rc;
+}
+
+static int load_model(Load *L, const json_t *root) {
+    Tokenizer *t = L->t;
+    json_t *m = json_object_get(root, "model");
+    const char *type;
+    if (!m) return bad(L, NULL, "has no \"model\"");
+    int rc = get_type(L, m, "model", &type);
+    if (rc) return rc;
+    if (strcmp(type, "BPE") != 0)
+        return bad(L, "model.type", "is \"%s\": pptrain reads only BPE tokenizers", type);
+    json_t *drop = json_object_get(m, "dropout");
+    if (drop && !json_is_null(drop) && !(json_is_number(drop) && json_number_value(drop) == 0))
+        return bad(L, "model.dropout",
+                   "is set: BPE dropout is not supported (encode would be "
+                   "random)");
+    const char *nulls[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_object_get(m, nulls[i]);
+        if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
+            return bad(L, "model", "has %s set: not supported", nulls[i]);
+    }
+    if ((rc = get_bool(L, m, "model", "fuse_unk", 0, &t->fuse_unk)) ||
+        (rc = get_bool(L, m, "model", "byte_fallback", 0, &t->byte_fallback)) ||
+        (rc = get_bool(L, m, "model", "ignore_merges", 0, &t->ignore_merges)))
+        return rc;
+    json_t *vocab = json_object_get(m, "vocab");
+    if ((rc = load_vocab(L, vocab))) return rc;
+    /* added tokens may take ids past the vocabulary's: t->n_ids grows in load_added */
+    json_t *added = json_object_get(root, "added_tokens");
+    if (json_is_array(added)) {
+        size_t i;
+        json_t *a;
+        json_array_foreach(added, i, a) {
+            json_t *id = json_object_get(a, "id");
+            if (json_is_integer(id) && json_integer_value(id) >= t->n_ids &&
+                json_integer_value(id) < INT32_MAX / 2)
+                t->n_ids = (int32_t)json_integer_value(id) + 1;
+        }
+    }
+    t->vocab_str = pp_malloc((size_t)t->n_ids * sizeof *t->vocab_str);
+    memset(t->vocab_str, 0xff, (size_t)t->n_ids * sizeof *t->vocab_str);
+    if ((rc = fill_vocab(L, vocab))) return rc;
+    if ((rc = load_merges(L, json_object_get(m, "merges")))) return rc;
+    t->unk_id = -1;
+    json_t *unk = json_object_get(m, "unk_token");
+    if (unk && !json_is_null(unk)) {
+        if (!json_is_string(unk)) return bad(L, "model.unk_token", "must be a string or null");
+        t->unk_id = vocab_id(t, json_string_value(unk), json_string_length(unk));
+        if (t->unk_id < 0)
+            return bad(L, "model.unk_token", "\"%s\" is not in model.vocab",
+                       json_string_value(unk));
+    }
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        t->fallback_id[b] = vocab_id(t, name, 6);
+    }
+    return PP_OK;
+}
+
+/* ---- added tokens ---------------------------------------------------------------------- */
+
+static int load_added(Load *L, const json_t *root) {
+    Tokenizer *t = L->t;
+    json_t *added = json_object_get(root, "added_tokens");
+    t->added_of = pp_malloc((size_t)t->n_ids * sizeof *t->added_of);
+    for (int32_t i = 0; i < t->n_ids; i++) t->added_of[i] = -1;
+    if (!added || json_is_null(added)) return PP_OK;
+    if (!json_is_array(added)) return bad(L, "added_tokens", "must be an array");
+    t->added = pp_calloc(json_array_size(added) + 1, sizeof *t->added);
+    size_t i;
+    json_t *a;
+    char field[64];
+    json_array_foreach(added, i, a) {
+        snprintf(field, sizeof field, "added_tokens[%zu]", i);
+        TokAdded *d = &t->added[t->n_added];
+        json_t *id = json_object_get(a, "id");
+        int rc, flag;
+        if (!json_is_object(a)) return bad(L, field, "must be an object");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+            json_integer_value(id) >= t->n_ids)
+            return bad(L, field, "needs an \"id\" integer >= 0");
+        if ((rc = get_string(L, a, field, "content", &d->s))) return rc;
+        if (d->s.len == 0) return bad(L, field, "has an empty content");
+        if ((rc = get_bool(L, a, field, "special", 0, &d->special)) ||
+            (rc = get_bool(L, a, field, "normalized", !d->special, &d->normalized)))
+            return rc;
+        const char *refused[] = {"lstrip", "rstrip", "single_word"};
+        for (int k = 0; k < 3; k++) {
+            if ((rc = get_bool(L, a, field, refused[k], 0, &flag))) return rc;
+            if (flag)
+                return bad(L, field, "\"%s\" has %s set: not supported", tok_s(t, d->s),
+                           refused[k]);
+        }
+        d->id = (int32_t)json_integer_value(id);
+        if (t->added_of[d->id] >= 0) return bad(L, field, "repeats id %d", d->id);
+        t->added_of[d->id] = t->n_added++;
+    }
+    return PP_OK;
+}
+
+static int added_cmp(const void *pa, const void *pb, void *pt) {
+    const Tokenizer *t = pt;
+    const TokAdded *a = pa, *b = pb;
+    unsigned char ca = (unsigned char)tok_s(t, a->s)[0], cb = (unsigned char)tok_s(t, b->s)[0];
+    if (ca != cb) return ca < cb ? -1 : 1;
+    return a->s.len != b->s.len ? (a->s.len > b->s.len ? -1 : 1) : 0;
+}
+
+static void index_added(TokAdded *list, int n, int first[257], Tokenizer *t) {
+    qsort_r(list, (size_t)n, sizeof *list, added_cmp, t);
+    int k = 0;
+    for (int b = 0; b < 256; b++) {
+        first[b] = k;
+        while (k < n && (unsigned char)tok_s(t, list[k].s)[0] == b) k++;
+    }
+    first[256] = n;
+}
+
+/* the two match lists of the added tokens; normalized ones through the normalizer
+ * (as the library normalizes their content) */
+static void split_added(Tokenizer *t) {
+    t->raw_added = pp_calloc((size_t)t->n_added + 1, sizeof *t->raw_added);
+    t->norm_added = pp_calloc((size_t)t->n_added + 1, sizeof *t->norm_added);
+    for (int i = 0; i < t->n_added; i++) {
+        TokAdded d = t->added[i];
+        if (!d.normalized) {
+            t->raw_added[t->n_raw++] = d;
+            continue;
+        }
+        TokText norm = {0};
+        tok_normalize(t, tok_s(t, d.s), d.s.len, &norm);
+        if (norm.len == 0) continue;
+        d.s = put_str(t, norm.p, norm.len);
+        t->norm_added[t->n_norm_added++] = d;
+        tok_text_free(&norm);
+    }
+    index_added(t->raw_added, t->n_raw, t->raw_first, t);
+    index_added(t->norm_added, t->n_norm_added, t->norm_first, t);
+}
+
+/* ---- normalizer, pre-tokenizer ---------------------------------------------------------- */
+
+static int load_normalizer(Load *L, const json_t *v, const char *field) {
+    Tokenizer *t = L->t;
+    const char *type;
+    char sub[128];
+    if (!v || json_is_null(v)) return PP_OK;
+    int rc = get_type(L, v, field, &type);
+    if (rc) return rc;
+    if (strcmp(type, "Sequence") == 0) {
+        json_t *list = json_object_get(v, "normalizers"), *e;
+        size_t i;
+        if (!json_is_array(list)) return bad(L, field, "(Sequence) needs \"normalizers\"");
+        json_array_foreach(list, i, e) {
+            snprintf(sub, sizeof sub, "%s.normalizers[%zu]", field, i);
+            if ((rc = load_normalizer(L, e, sub))) return rc;
+        }
+        return PP_OK;
+    }
+    if (t->n_norm == TOK_MAX_STEPS) return bad(L, field, "has over %d steps", TOK_MAX_STEPS);
+    TokNorm *s = &t->norm[t->n_norm];
+    if (strcmp(type, "Prepend") == 0) {
+        s->kind = TOK_NORM_PREPEND;
+        rc = get_string(L, v, field, "prepend", &s->a);
+    } else if (strcmp(type, "Replace") == 0) {
+        s->kind = TOK_NORM_REPLACE;
+        if (!(rc = get_string_pattern(L, v, field, &s->a)))
+            rc = get_string(L, v, field, "content", &s->b);
+        if (!rc && s->a.len == 0) rc = bad(L, field, "replaces an empty string");
+    } else {
+        snprintf(sub, sizeof sub, "%s.type", field);
+        return bad(L, sub, "\"%s\" is not supported (pptrain reads Sequence, Prepend, Replace)",
+                   type);
+    }
+    if (!rc) t->n_norm++;
+    return rc;
+}
+
+static int compile(Load *L, const char *field, const char *pat, size_t n, uint32_t extra,
+                   pcre2_code **out) {
+    int code;
+    PCRE2_SIZE at;
+    *out = pcre2_compile((PCRE2_SPTR)pat, n, PCRE2_UTF | PCRE2_UCP | extra, &code, &at, NULL);
+    if (!*out) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        return bad(L, field, "pattern does not compile in PCRE2: %s at offset %zu", msg,
+                   (size_t)at);
+    }
+    /* JIT where this PCRE2 has it; pcre2_match uses the interpreter otherwise */
+    (void)pcre2_jit_compile(*out, PCRE2_JIT_COMPLETE);
+    return PP_OK;
+}
+
+static int add_pre(Load *L, const char *field, TokPre **s) {
+    *s = NULL;
+    if (L->t->byte_level)
+        return bad(L, field,
+                   "follows ByteLevel: pptrain reads ByteLevel only as the last "
+                   "pre-tokenizer");
+    if (L->t->n_pre == TOK_MAX_STEPS) return bad(L, field, "has over %d steps", TOK_MAX_STEPS);
+    *s = &L->t->pre[L->t->n_pre++];
+    return PP_OK;
+}
+
+static int load_split(Load *L, const json_t *v, const char *field) {
+    TokPre *s;
+    int rc = add_pre(L, field, &s), invert = 0;
+    if (rc) return rc;
+    json_t *p = json_object_get(v, "pattern"), *re = p ? json_object_get(p, "Regex") : NULL;
+    json_t *str = p ? json_object_get(p, "String") : NULL, *beh = json_object_get(v, "behavior");
+    if ((rc = get_bool(L, v, field, "invert", 0, &invert))) return rc;
+    if (invert) return bad(L, field, "(Split) has invert set: not supported");
+    if (!json_is_string(beh)) return bad(L, field, "(Split) needs a \"behavior\" string");
+    const char *b = json_string_value(beh);
+    if (strcmp(b, "Removed") == 0)
+        s->removed = 1;
+    else if (strcmp(b, "Isolated") != 0)
+        return bad(L, field, "(Split) behavior \"%s\" is not supported (Isolated, Removed are)", b);
+    s->kind = TOK_PRE_SPLIT;
+    if (json_is_string(re))
+        return compile(L, field, json_string_value(re), json_string_length(re), 0, &s->re);
+    if (json_is_string(str) && json_string_length(str) > 0)
+        return compile(L, field, json_string_value(str), json_string_length(str), PCRE2_LITERAL,
+                       &s->re);
+    return bad(L, field, "(Split) needs a pattern {\"Regex\": ...} or {\"String\": ...}");
+}
+
+static int load_pre(Load *L, const json_t *v, const char *field) {
+    Tokenizer *t = L->t;
+    const char *type;
+    char sub[128];
+    if (!v || json_is_null(v)) return PP_OK;
+    int rc = get_type(L, v, field, &type);
+    if (rc) return rc;
+    if (strcmp(type, "Sequence") == 0) {
+        json_t *list = json_object_get(v, "pretokenizers"), *e;
+        size_t i;
+        if (!json_is_array(list)) return bad(L, field, "(Sequence) needs \"pretokenizers\"");
+        json_array_foreach(list, i, e) {
+            snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", field, i);
+            if ((rc = load_pre(L, e, sub))) return rc;
+        }
+        return PP_OK;
+    }
+    if (strcmp(type, "Split") == 0) return load_split(L, v, field);
+    if (strcmp(type, "ByteLevel") == 0) {
+        int prefix = 0, regex = 0;
+        TokPre *s = NULL;
+        if ((rc = get_bool(L, v, field, "add_prefix_space", 1, &prefix)) ||
+            (rc = get_bool(L, v, field, "use_regex", 1, &regex)))
+            return rc;
+        if (prefix) {
+            if ((rc = add_pre(L, field, &s))) return rc;
+            s->kind = TOK_PRE_PREFIX_SPACE;
+        }
+        if (regex) {
+            if ((rc = add_pre(L, field, &s))) return rc;
+            s->kind = TOK_PRE_SPLIT;
+            if ((rc = compile(L, field, GPT2_PATTERN, PCRE2_ZERO_TERMINATED, 0, &s->re))) return rc;
+        }
+        t->byte_level = 1;
+        for (unsigned b = 0; b < 256; b++) {
+            char c[4];
+            int n = tok_utf8_put(tok_byte_char(b), c);
+            t->byte_char_id[b] = vocab_id(t, c, (size_t)n);
+        }
+        return PP_OK;
+    }
+    snprintf(sub, sizeof sub, "%s.type", field);
+    return bad(L, sub, "\"%s\" is not supported (pptrain reads Sequence, Split, ByteLevel)", type);
+}
+
+/* ---- post-processor, decoder ------------------------------------------------------------ */
+
+static int load_template(Load *L, const json_t *v, const char *field) {
+    Tokenizer *t = L->t;
+    json_t *single = json_object_get(v, "single"), *specials = json_object_get(v, "special_tokens");
+    if (!json_is_array(single)) return bad(L, field, "(TemplateProcessing) needs \"single\"");
+    if (t->has_template) return bad(L, field, "is a second TemplateProcessing");
+    size_t n = json_array_size(single), i;
+    int seen_a = 0;
+    json_t *item;
+    t->tmpl_pre = pp_calloc(n * 8 + 1, sizeof *t->tmpl_pre);
+    t->tmpl_post = pp_calloc(n * 8 + 1, sizeof *t->tmpl_post);
+    json_array_foreach(single, i, item) {
+        json_t *sp = json_object_get(item, "SpecialToken"),
+               *seq = json_object_get(item, "Sequence");
+        if (seq) {
+            json_t *id = json_object_get(seq, "id");
+            if (seen_a || !json_is_string(id) || strcmp(json_string_value(id), "A") != 0)
+                return bad(L, field, "single template must hold $A once");
+            seen_a = 1;
+            continue;
+        }
+        json_t *name = sp ? json_object_get(sp, "id") : NULL;
+        if (!json_is_string(name)) return bad(L, field, "single[%zu] is not a SpecialToken", i);
+        json_t *def = json_object_get(specials, json_string_value(name));
+        json_t *ids = json_object_get(def, "ids"), *e;
+        size_t k;
+        if (!json_is_array(ids) || json_array_size(ids) > 8)
+            return bad(L, field, "special_tokens has no ids for \"%s\"", json_string_value(name));
+        json_array_foreach(ids, k, e) {
+            if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+                json_integer_value(e) >= t->n_ids)
+                return bad(L, field, "special_tokens \"%s\" has an id outside the vocabulary",
+                           json_string_value(name));
+            if (seen_a)
+                t->tmpl_post[t->n_tmpl_post++] = (int32_t)json_integer_value(e);
+            else
+                t->tmpl_pre[t->n_tmpl_pre++] = (int32_t)json_integer_value(e);
+        }
+    }
+    if (!seen_a) return bad(L, field, "single template must hold $A once");
+    t->has_template = 1;
+    return PP_OK;
+}
+
+static int load_post(Load *L, const json_t *v, const char *field) {
+    const char *type;
+    char sub[128];
+    if (!v || json_is_null(v)) return PP_OK;
+    int rc = get_type(L, v, field, &type);
+    if (rc) return rc;
+    if (strcmp(type, "Sequence") == 0) {
+        json_t *list = json_object_get(v, "processors"), *e;
+        size_t i;
+        if (!json_is_array(list)) return bad(L, field, "(Sequence) needs \"processors\"");
+        json_array_foreach(list, i, e) {
+            snprintf(sub, sizeof sub, "%s.processors[%zu]", field, i);
+            if ((rc = load_post(L, e, sub))) return rc;
+        }
+        return PP_OK;
+    }
+    if (strcmp(type, "ByteLevel") == 0) return PP_OK; /* offsets only */
+    if (strcmp(type, "TemplateProcessing") == 0) return load_template(L, v, field);
+    snprintf(sub, sizeof sub, "%s.type", field);
+    return bad(L, sub,
+               "\"%s\" is not supported (pptrain reads Sequence, ByteLevel, "
+               "TemplateProcessing)",
+               type);
+}
+
+static int load_decoder(Load *L, const json_t *v, const char *field) {
+    Tokenizer *t = L->t;
+    const char *type;
+    char sub[128];
+    if (!v || json_is_null(v)) return PP_OK;
+    int rc = get_type(L, v, field, &type);
+    if (rc) return rc;
+    t->has_decoder = 1;
+    if (strcmp(type, "Sequence") == 0) {
+        json_t *list = json_object_get(v, "decoders"), *e;
+        size_t i;
+        if (!json_is_array(list)) return bad(L, field, "(Sequence) needs \"decoders\"");
+        json_array_foreach(list, i, e) {
+            snprintf(sub, sizeof sub, "%s.decoders[%zu]", field, i);
+            if ((rc = load_decoder(L, e, sub))) return rc;
+        }
+        return PP_OK;
+    }
+    if (t->n_dec == TOK_MAX_STEPS) return bad(L, field, "has over %d steps", TOK_MAX_STEPS);
+    TokDec *d = &t->dec[t->n_dec];
+    if (strcmp(type, "ByteLevel") == 0)
+        d->kind = TOK_DEC_BYTELEVEL;
+    else if (strcmp(type, "ByteFallback") == 0)
+        d->kind = TOK_DEC_BYTEFALLBACK;
+    else if (strcmp(type, "Fuse") == 0)
+        d->kind = TOK_DEC_FUSE;
+    else if (strcmp(type, "Replace") == 0) {
+        d->kind = TOK_DEC_REPLACE;
+        if (!(rc = get_string_pattern(L, v, field, &d->a)))
+            rc = get_string(L, v, field, "content", &d->b);
+        if (!rc && d->a.len == 0) rc = bad(L, field, "replaces an empty string");
+    } else if (strcmp(type, "Strip") == 0) {
+        json_t *start = json_object_get(v, "start"), *stop = json_object_get(v, "stop");
+        d->kind = TOK_DEC_STRIP;
+        if ((rc = get_string(L, v, field, "content", &d->a))) return rc;
+        if (tok_utf8_next((const unsigned char *)tok_s(t, d->a), d->a.len) != (int)d->a.len)
+            return bad(L, field, "(Strip) content must be one character");
+        if (!json_is_integer(start) || !json_is_integer(stop) || json_integer_value(start) < 0 ||
+            json_integer_value(stop) < 0)
+            return bad(L, field, "(Strip) needs \"start\" and \"stop\" counts");
+        d->start = (int)json_integer_value(start), d->stop = (int)json_integer_value(stop);
+    } else {
+        snprintf(sub, sizeof sub, "%s.type", field);
+        return bad(L, sub,
+                   "\"%s\" is not supported (pptrain reads Sequence, ByteLevel, Replace, "
+                   "ByteFallback, Fuse, Strip)",
+                   type);
+    }
+    if (!rc) t->n_dec++;
+    return rc;
+}
+
+/* ---- the whole file --------------------------------------------------------------------- */
+
+static int load_root(Load *L, const json_t *root) {
+    int rc;
+    const char *unset[] = {"truncation", "padding"};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_object_get(root, unset[i]);
+        if (v && !json_is_null(v))
+            return bad(L, unset[i], "is set: pptrain encodes whole texts (set it to null)");
+    }
+    if ((rc = load_model(L, root)) || (rc = load_added(L, root)) ||
+        (rc = load_normalizer(L, json_object_get(root, "normalizer"), "normalizer")) ||
+        (rc = load_pre(L, json_object_get(root, "pre_tokenizer"), "pre_tokenizer")) ||
+        (rc = load_post(L, json_object_get(root, "post_processor"), "post_processor")) ||
+        (rc = load_decoder(L, json_object_get(root, "decoder"), "decoder")))
+        return rc;
+    split_added(L->t);
+    return PP_OK;
+}
+
+int tok_load(const char *path, Tokenizer **out, char *err, size_t errlen) {
+    *out = NULL;
+    char *text;
+    size_t len;
+    int rc = pp_read_file_max(path, "tokenizer file", (size_t)1 << 30, &text, &len, err, errlen);
+    if (rc) return rc;
+    Tokenizer *t = pp_calloc(1, sizeof *t);
+    snprintf(t->path, sizeof t->path, "%s", path);
+    Load L = {t, err, errlen};
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    if (!root)
+        rc = bad(&L, NULL, "not valid JSON: %s at line %d, column %d", je.text, je.line, je.column);
+    else if (!json_is_object(root))
+        rc = bad(&L, NULL, "is not a JSON object");
+    else
+        rc = load_root(&L, root);
+    json_decref(root);
+    if (rc) {
+        tok_free(t);
+        return rc;
+    }
+    *out = t;
+    return PP_OK;
+}
+
+void tok_free(Tokenizer *t) {
+    if (!t) return;
+    for (int i = 0; i < t->n_pre; i++) pcre2_code_free(t->pre[i].re);
+    tok_map_free(&t->vocab);
+    tok_pairs_free(&t->merges);
+    free(t->vocab_str), free(t->added_of), free(t->added), free(t->raw_added);
+    free(t->norm_added), free(t->tmpl_pre), free(t->tmpl_post), free(t->blob);
+    free(t);
+}
+
+int32_t tok_vocab_size(const Tokenizer *t) { return t->n_ids; }
+
+const char *tok_token_str(const Tokenizer *t, int32_t id, size_t *len) {
+    if (id < 0 || id >= t->n_ids) return NULL;
+    TokStr s = t->added_of[id] >= 0 ? t->added[t->added_of[id]].s : t->vocab_str[id];
+    if (s.len == UINT32_MAX) return NULL;
+    if (len) *len = s.len;
+    return tok_s(t, s);
+}
+
+int32_t tok_token_id(const Tokenizer *t, const char *name) {
+    size_t n = strlen(name);
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].s.len == n && memcmp(tok_s(t, t->added[i].s), name, n) == 0)
+            return t->added[i].id;
+    return vocab_id(t, name, n);
+}
