@@ -15,22 +15,24 @@ for t in 1 "$cores"; do
   sgemm[$t]=$(sed 's/.*gflops=//' <<<"$line")
 done
 
-# flops per token (issue #2): 6*(12*L*C^2 + Vp*C) + 12*L*T*C
-model_flops() { # L C Vp T
-  python3 -c "L,C,Vp,T=$1,$2,$3,$4; print(6*(12*L*C*C+Vp*C)+12*L*T*C)"
+# model FLOPs per token: the architecture's own count, from pptrain's build report (its
+# "model:" line; the MFU's count, ../shared/GPU.md)
+model_flops() { # LOG
+  sed -n 's/^model: .*, \([0-9]*\) training FLOPs per token.*/\1/p' "$1" | head -n1
 }
 
 echo "== single-rank training throughput (fp32)"
 echo "   (fastest measured step of each run, like sgemm's best of 5; the first step is not measured)"
 printf "%-22s %7s %10s %10s %9s %8s\n" config threads tok/s GFLOP/s sgemm% ms/step
-for cfg in configs/bench-124m-t256.yaml configs/bench-124m-t64.yaml configs/bench-small.yaml; do
+for cfg in configs/bench-124m-t256.yaml configs/bench-124m-t64.yaml configs/bench-small.yaml \
+           configs/bench-smollm-t256.yaml; do
   for t in 1 "$cores"; do
     log="$out/$(basename "$cfg" .yaml)-$t.log"
     # level 0: the final checkpoint is written uncompressed, not to slow the benchmark
     ./pptrain --config "$cfg" --set runtime.threads="$t" --set pipeline.stages=1 --set pipeline.microbatches=1 \
       --set output.dir="$out/run-$(basename "$cfg" .yaml)-$t" --set data.val=null --set output.compression_level=0 >"$log" 2>&1 || { cat "$log"; exit 1; }
     ms=$(sed -n 's/.*(fastest \([0-9.]*\),.*/\1/p' "$log" | head -n1)  # the machine is shared: best step
-    read -r L C Vp T B < <(./pptrain --config "$cfg" --print-config | python3 -c '
+    read -r T B < <(./pptrain --config "$cfg" --print-config | python3 -c '
 import sys
 sec=None; v={}
 for line in sys.stdin:
@@ -38,8 +40,8 @@ for line in sys.stdin:
     if not s or s.lstrip().startswith("#"): continue
     if not s.startswith(" "): sec=s.rstrip(":"); continue
     k,_,val=s.strip().partition(":"); v[sec+"."+k]=val.strip()
-print(v["model.n_layers"], v["model.dim"], v["model.padded_vocab_size"], v["train.seq_len"], v["train.batch_size"])')
-    fpt=$(model_flops "$L" "$C" "$Vp" "$T")
+print(v["train.seq_len"], v["train.batch_size"])')
+    fpt=$(model_flops "$log")
     python3 - "$cfg" "$t" "$ms" "$fpt" "$B" "$T" "${sgemm[$t]}" <<'PY'
 import sys, os
 cfg, t, ms, fpt, B, T, sg = sys.argv[1:]

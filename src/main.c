@@ -116,6 +116,11 @@ static void report_build(const Runtime *rt) {
         char lay[1024];
         layout_describe(&rt->lay, lay, sizeof lay);
         printf("%s\n", lay);
+        /* [Note: architecture costs]: what the MFU and make bench count */
+        printf("model: %s, %zu parameters, %.0f training FLOPs per token at T = %d (forward and "
+               "backward, the embedding not counted)\n",
+               m->d.arch->name, model_total_params(&m->d),
+               model_train_flops_per_token(&m->d, rt->T), rt->T);
     }
     if (be->device_memory && be->memory) { /* what this rank holds on its GPU */
         size_t alloc = 0, ws = 0, named = (2 + m->nopt) * pbytes + m->act_bytes + m->recv_bytes;
