@@ -384,6 +384,7 @@ static void *progress_main(void *arg) {
     int *who = pp_malloc((size_t)(P + 1) * sizeof *who);
     pthread_mutex_lock(&n->mu);
     while (!n->stop) {
+        sock_stall_note(n, pp_now()); /* [Note: stopped]: a stop while it was awake */
         int k = 0, ms = beat_peers(n);
         pfd[k] = (struct pollfd){n->wake[0], POLLIN, 0};
         who[k++] = -1;
@@ -399,7 +400,7 @@ static void *progress_main(void *arg) {
         poll(pfd, (nfds_t)k, ms);
         pthread_mutex_lock(&n->mu);
         sock_stall_note(n, pp_now()); /* before anything read counts as heard */
-        n->poll_due = 0;
+        n->poll_due = pp_now(); /* awake since: it runs on, and a stop now shows later */
         for (int i = 0; i < k; i++) {
             char drain[64];
             short ev = pfd[i].revents;
@@ -407,6 +408,7 @@ static void *progress_main(void *arg) {
                 while (ev && read(n->wake[0], drain, sizeof drain) > 0) {}
                 continue;
             }
+            sock_stall_note(n, pp_now()); /* a stop since it woke: before this peer's bytes */
             if (ev & (POLLIN | POLLHUP | POLLERR)) peer_read(n, who[i]);
             if (ev & (POLLOUT | POLLERR)) peer_write(n, who[i]);
         }

@@ -87,7 +87,10 @@
  * their deadlines, so it would blame a live neighbour. It notices from its own clock
  * instead: the progress thread sleeps in poll at most until n->poll_due, and a poll that
  * returns, or a wait that finds it still asleep, more than stall_min later means that
- * this process did not run in between (sock_stall_note). Such a stall
+ * this process did not run in between (sock_stall_note). Awake, the thread takes a few
+ * microseconds between polls: poll_due is then the time it woke, and it notes again
+ * before each peer's bytes and at the top of its loop, so a stop that caught it awake
+ * (more likely on a loaded host) is seen before anything it reads afterwards. Such a stall
  * - does not count against a peer: the heartbeat's silence and a wait's deadline are
  *   both extended by the part of the stall inside them (sock_stall_within), and no verdict
  *   is given while the progress thread is overdue (it may have unread bytes);

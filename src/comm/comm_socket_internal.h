@@ -79,7 +79,8 @@ typedef struct {
     char origin_why[PP_ERR_MAX / 2];
     int block_on;       /* the rank this rank's caller is blocked on (-1: none) ... */
     double block_until; /* ... and when it gives up at the latest (pp_now() clock) */
-    double poll_due;    /* the progress thread sleeps in poll until then at the latest (0: awake) */
+    double poll_due;    /* the progress thread sleeps in poll until then at the latest; while
+                           awake (holding mu), the time it woke (0: not yet started) */
     double stall_end, stall_s; /* this process last did not run for stall_s s, until
                                 * stall_end ([Note: stopped], comm_socket_blame.c) */
 } SockNet;
