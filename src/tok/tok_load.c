@@ -215,7 +215,7 @@ static int load_merges(Load *L, const json_t *merges) {
 static int load_model(Load *L, const json_t *root) {
     Tokenizer *t = L->t;
     json_t *m = json_object_get(root, "model");
-    const char *type;
+    const char *type = NULL;
     if (!m) return bad(L, NULL, "has no \"model\"");
     int rc = get_type(L, m, "model", &type);
     if (rc) return rc;
@@ -354,23 +354,32 @@ static void split_added(Tokenizer *t) {
 
 /* ---- normalizer, pre-tokenizer ---------------------------------------------------------- */
 
+/* A Sequence component: each element of v's array `key` through `load`, named
+ * FIELD.KEY[i] in messages. */
+typedef int (*LoadFn)(Load *L, const json_t *v, const char *field);
+static int load_sequence(Load *L, const json_t *v, const char *field, const char *key,
+                         LoadFn load) {
+    json_t *list = json_object_get(v, key), *e;
+    char sub[128];
+    size_t i;
+    int rc;
+    if (!json_is_array(list)) return bad(L, field, "(Sequence) needs \"%s\"", key);
+    json_array_foreach(list, i, e) {
+        snprintf(sub, sizeof sub, "%s.%s[%zu]", field, key, i);
+        if ((rc = load(L, e, sub))) return rc;
+    }
+    return PP_OK;
+}
+
 static int load_normalizer(Load *L, const json_t *v, const char *field) {
     Tokenizer *t = L->t;
-    const char *type;
+    const char *type = NULL;
     char sub[128];
     if (!v || json_is_null(v)) return PP_OK;
     int rc = get_type(L, v, field, &type);
     if (rc) return rc;
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *list = json_object_get(v, "normalizers"), *e;
-        size_t i;
-        if (!json_is_array(list)) return bad(L, field, "(Sequence) needs \"normalizers\"");
-        json_array_foreach(list, i, e) {
-            snprintf(sub, sizeof sub, "%s.normalizers[%zu]", field, i);
-            if ((rc = load_normalizer(L, e, sub))) return rc;
-        }
-        return PP_OK;
-    }
+    if (strcmp(type, "Sequence") == 0)
+        return load_sequence(L, v, field, "normalizers", load_normalizer);
     if (t->n_norm == TOK_MAX_STEPS) return bad(L, field, "has over %d steps", TOK_MAX_STEPS);
     TokNorm *s = &t->norm[t->n_norm];
     if (strcmp(type, "Prepend") == 0) {
@@ -442,21 +451,12 @@ static int load_split(Load *L, const json_t *v, const char *field) {
 
 static int load_pre(Load *L, const json_t *v, const char *field) {
     Tokenizer *t = L->t;
-    const char *type;
+    const char *type = NULL;
     char sub[128];
     if (!v || json_is_null(v)) return PP_OK;
     int rc = get_type(L, v, field, &type);
     if (rc) return rc;
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *list = json_object_get(v, "pretokenizers"), *e;
-        size_t i;
-        if (!json_is_array(list)) return bad(L, field, "(Sequence) needs \"pretokenizers\"");
-        json_array_foreach(list, i, e) {
-            snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", field, i);
-            if ((rc = load_pre(L, e, sub))) return rc;
-        }
-        return PP_OK;
-    }
+    if (strcmp(type, "Sequence") == 0) return load_sequence(L, v, field, "pretokenizers", load_pre);
     if (strcmp(type, "Split") == 0) return load_split(L, v, field);
     if (strcmp(type, "ByteLevel") == 0) {
         int prefix = 0, regex = 0;
@@ -531,21 +531,12 @@ static int load_template(Load *L, const json_t *v, const char *field) {
 }
 
 static int load_post(Load *L, const json_t *v, const char *field) {
-    const char *type;
+    const char *type = NULL;
     char sub[128];
     if (!v || json_is_null(v)) return PP_OK;
     int rc = get_type(L, v, field, &type);
     if (rc) return rc;
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *list = json_object_get(v, "processors"), *e;
-        size_t i;
-        if (!json_is_array(list)) return bad(L, field, "(Sequence) needs \"processors\"");
-        json_array_foreach(list, i, e) {
-            snprintf(sub, sizeof sub, "%s.processors[%zu]", field, i);
-            if ((rc = load_post(L, e, sub))) return rc;
-        }
-        return PP_OK;
-    }
+    if (strcmp(type, "Sequence") == 0) return load_sequence(L, v, field, "processors", load_post);
     if (strcmp(type, "ByteLevel") == 0) return PP_OK; /* offsets only */
     if (strcmp(type, "TemplateProcessing") == 0) return load_template(L, v, field);
     snprintf(sub, sizeof sub, "%s.type", field);
@@ -557,22 +548,13 @@ static int load_post(Load *L, const json_t *v, const char *field) {
 
 static int load_decoder(Load *L, const json_t *v, const char *field) {
     Tokenizer *t = L->t;
-    const char *type;
+    const char *type = NULL;
     char sub[128];
     if (!v || json_is_null(v)) return PP_OK;
     int rc = get_type(L, v, field, &type);
     if (rc) return rc;
     t->has_decoder = 1;
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *list = json_object_get(v, "decoders"), *e;
-        size_t i;
-        if (!json_is_array(list)) return bad(L, field, "(Sequence) needs \"decoders\"");
-        json_array_foreach(list, i, e) {
-            snprintf(sub, sizeof sub, "%s.decoders[%zu]", field, i);
-            if ((rc = load_decoder(L, e, sub))) return rc;
-        }
-        return PP_OK;
-    }
+    if (strcmp(type, "Sequence") == 0) return load_sequence(L, v, field, "decoders", load_decoder);
     if (t->n_dec == TOK_MAX_STEPS) return bad(L, field, "has over %d steps", TOK_MAX_STEPS);
     TokDec *d = &t->dec[t->n_dec];
     if (strcmp(type, "ByteLevel") == 0)
