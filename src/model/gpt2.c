@@ -176,31 +176,19 @@ static size_t elems(const ModelDims *d, int set, int k, size_t N, size_t att) {
     }
 }
 
-/* Whether the four [N,C] douts of the W state fit in a layer's attention probabilities
- * ([Note: GPT-2 W state]): dres3 and dres2 operands, dln2 and dln1 fp32. */
-static int four_in_att(size_t att, size_t N, size_t C, size_t ob) {
-    return att * sizeof(float) >= N * C * (2 * ob + 2 * sizeof(float));
-}
-
 static int ws_in_acts(const ModelDims *d, size_t N, size_t att, size_t ob, int k) {
     if (k == W_DFCH || k == W_DQKV) return 1; /* in fch and qkv */
-    return four_in_att(att, N, d->C, ob);
+    return model_ws_four_fit(att, N, d->C, ob);
 }
 
 static void ws_place(const Model *m, void *const *acts_, void **ws_) {
     const LayerActs *la = (const LayerActs *)acts_;
     LayerWState *ws = (LayerWState *)ws_;
-    size_t N = (size_t)m->B * m->T, NC = N * m->d.C, ob = pp_dtype_bytes(m->be->operand);
-    size_t f = sizeof(float);
+    size_t N = (size_t)m->B * m->T, ob = pp_dtype_bytes(m->be->operand);
     ws->dfch = la->fch;
     ws->dqkv = la->qkv;
-    if (four_in_att(m->att_floats, N, m->d.C, ob)) { /* the fp32 two first: aligned */
-        char *p = (char *)la->att;
-        ws->dln2 = (float *)p;
-        ws->dln1 = (float *)(p + NC * f);
-        ws->dres3 = p + 2 * NC * f;
-        ws->dres2 = p + 2 * NC * f + NC * ob;
-    }
+    if (model_ws_four_fit(m->att_floats, N, m->d.C, ob))
+        model_ws_four(m, la->att, &ws->dln2, &ws->dln1, &ws->dres3, &ws->dres2);
 }
 
 static void ws_stage(const Model *m, void **ws_) {

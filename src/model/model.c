@@ -141,6 +141,20 @@ BackendSizes model_backend_sizes(const ModelDims *d, int B, int T, size_t params
 
 size_t model_boundary_floats(const ModelDims *d, int B, int T) { return (size_t)B * T * d->C; }
 
+int model_ws_four_fit(size_t att_floats, size_t N, size_t C, size_t operand_bytes) {
+    return att_floats * sizeof(float) >= N * C * (2 * operand_bytes + 2 * sizeof(float));
+}
+
+void model_ws_four(const Model *m, float *att, float **dln2, float **dln1, void **dres3,
+                   void **dres2) {
+    size_t NC = (size_t)m->B * m->T * m->d.C, ob = pp_dtype_bytes(m->be->operand);
+    char *p = (char *)att;
+    *dln2 = (float *)p;
+    *dln1 = (float *)(p + NC * sizeof(float));
+    *dres3 = p + 2 * NC * sizeof(float);
+    *dres2 = p + 2 * NC * sizeof(float) + NC * ob;
+}
+
 double model_layer_act_floats(const ModelDims *d, double N, double att, int mode) {
     const Arch *A = model_arch(d);
     size_t floats[ARCH_MAX_BUFS], sum = 0;

@@ -344,6 +344,14 @@ BackendSizes model_backend_sizes(const ModelDims *d, int B, int T, size_t params
  * microbatch of B sequences of T tokens: one function, so every buffer and message
  * agrees (the element type is float). */
 size_t model_boundary_floats(const ModelDims *d, int B, int T);
+/* [Note: W state] in a pre-norm residual block (gpt2.c's and llama.c's): the four [N,C]
+ * output gradients of a layer that keeps its activations — two matmul douts (operands:
+ * dres3, dres2) and two norm douts (fp32: dln2, dln1) — live in its attention state when
+ * that holds them. model_ws_four_fit says whether it does for m's sizes; model_ws_four
+ * points the four into att, the fp32 two first (aligned). */
+int model_ws_four_fit(size_t att_floats, size_t N, size_t C, size_t operand_bytes);
+void model_ws_four(const Model *m, float *att, float **dln2, float **dln1, void **dres3,
+                   void **dres2);
 /* Floats one layer keeps for its backward for N tokens under recompute mode `mode`
  * (model_recompute_mode: 0 none, 1 selective, 2 full), att of them attention's saved
  * state, operands counted as fp32: the memory balance's per-layer cost, from the Arch's
