@@ -6,6 +6,10 @@
 set -u
 # the builds below choose their own variables: none from a `make test DEBUG=1` around us
 unset MAKEFLAGS MFLAGS MAKELEVEL DEBUG V
+# and no CUDA: the contract here is the CPU builds' (build/cpu, build/debug); the CUDA
+# library is the same for both (build/cuda) and make test's own build has just built it
+# (test/cuda.sh checks it). nvcc would add ~40 s to each run of this script.
+export NVCC=
 tmp=$(mktemp -d /tmp/pptrain-build.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
