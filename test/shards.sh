@@ -8,7 +8,8 @@
 # as in llm.c, so the losses leave the single file's at the first boundary; a 2-rank
 # pipelined run checkpointed past a shard boundary and resumed gives the losses of the run
 # that never stopped, bit for bit, across the next boundary and the wrap; the checkpoint
-# records where it was. (c) A resume with another shard list warns, naming both places.
+# records where it was. (c) A resume with another shard list warns, naming both places; a
+# checkpoint from before these records resumes, saying that its place is not checked.
 # (d) A glob matching nothing, a missing list entry: exit 2 naming it; an id out of range
 # in a later shard: found when the run reaches it, exit 1 naming it, the steps before it
 # done and saved.
@@ -103,6 +104,20 @@ rc=$?
 was shard 2 of 3 'fw_001.bin' at token 384 and is now shard 2 of 2 'fw_002.bin' at token 384" &&
   ok "a resume with another shard list warns (exit 0)" ||
   bad "moved: rc=$rc $(first moved 'data.train is')"
+
+# ... and a checkpoint from before these records (its manifest without data_train, its CRC
+# line recomputed: gzip's trailer holds the CRC-32) resumes, saying its place is unchecked
+cp -r "$tmp/full" "$tmp/old"
+m=$tmp/old/checkpoints/step_0000010/manifest
+body=$(grep -v -e '^extra.data_train = ' -e '^crc32 = ' "$m")
+crc=$(printf '%s\n' "$body" | gzip -c | tail -c 8 | head -c 4 | od -An -tx4 | tr -d ' ')
+printf '%s\ncrc32 = %s\n' "$body" "$crc" >"$m"
+run old 1 "${pz[@]}" --set train.steps=11 --resume "$tmp/old/checkpoints/step_0000010"
+rc=$?
+[ $rc -eq 0 ] && ! grep -q data_train "$m" && has old "data.train: the checkpoint has no record \
+of its data stream (it is older): batch 10 is read from shard 2 of 3 'fw_001.bin' at token 384" &&
+  ok "a checkpoint without the record resumes (exit 0), saying so" ||
+  bad "old: rc=$rc $(first old error) $(first old 'data.train: the')"
 
 # (d) errors
 run nomatch 1 --set data.train="$b/nope_*.bin"
