@@ -8,11 +8,11 @@
 # as in llm.c, so the losses leave the single file's at the first boundary; a 2-rank
 # pipelined run checkpointed past a shard boundary and resumed gives the losses of the run
 # that never stopped, bit for bit, across the next boundary and the wrap; the checkpoint
-# records where it was. (c) A resume with another shard list warns, naming both places; a
-# checkpoint from before these records resumes, saying that its place is not checked.
-# (d) A glob matching nothing, a missing list entry: exit 2 naming it; an id out of range
-# in a later shard: found when the run reaches it, exit 1 naming it, the steps before it
-# done and saved.
+# records where it was; 2 data-parallel replicas train to the 1-process losses. (c) A
+# resume with another shard list warns, naming both places; a checkpoint from before these
+# records resumes, saying that its place is not checked. (d) A glob matching nothing, a
+# missing list entry: exit 2 naming it; an id out of range in a later shard: found when
+# the run reaches it, exit 1 naming it, the steps before it done and saved.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 tmp=$(mktemp -d /tmp/pptrain-shards.XXXXXX)
@@ -94,6 +94,15 @@ token=384 file=fw_001.bin" "$manifest" && ok "the manifest records the stream an
 has res "data.train: batch 10 is read from shard 2 of 3 'fw_001.bin' at token 384, as the run \
 that wrote the checkpoint would have" &&
   ok "the resume says it is where the checkpoint was" || bad "resume: $(first res data.train:)"
+
+# ... 2 data-parallel replicas (1 stage x 2) read the same global batches, each its half:
+#     the 1-process run's losses to float rounding (1e-5), across the first boundary
+run dp 2 --set pipeline.stages=1 --set train.steps=12 --set data.train="$b/fw_*.bin"
+run b-one12 1 --set train.steps=12 --set data.train="$b/fw_*.bin"
+paste -d, <(rows dp '1,12p') <(rows b-one12 '1,12p') | awk -F, 'NF == 4 && $1 == $3 { n++
+  d = $2 - $4; if (d < 0) d = -d; if (d > 1e-5 * $4) bad++ } END { exit !(n == 12 && !bad) }' &&
+  ok "2 data-parallel replicas on the shards: the 1-process losses within 1e-5 (12 steps)" ||
+  bad "dp: $(two dp '7,8p') vs $(two b-one12 '7,8p')"
 
 # (c) resumed with the middle shard left out: a warning naming both places, then on
 cp -r "$tmp/full" "$tmp/moved"
