@@ -766,8 +766,7 @@ static int read_split(Reader *r, const Field *f) {
 }
 
 /* Append one entry of a list of paths (field f) to text[f->size], *len bytes so far. */
-static int list_entry(Reader *r, const Field *f, const yaml_event_t *ev, char *text,
-                      size_t *len) {
+static int list_entry(Reader *r, const Field *f, const yaml_event_t *ev, char *text, size_t *len) {
     char want[WANT_MAX];
     const char *s = ev->type == YAML_SCALAR_EVENT ? (const char *)ev->data.scalar.value : NULL;
     const char *kind = s ? tag_kind(ev) : NULL;
@@ -1136,12 +1135,15 @@ static int expand_paths(Config *c, char *err, size_t errlen) {
             size_t len = 0;
             int rc = PP_OK;
             for (const char *q = s; q && rc == PP_OK; q = config_list_next(q)) {
-                if (pathpat_expand(q, out, sizeof out, why, sizeof why))
+                if (pathpat_expand(q, out, sizeof out, why, sizeof why)) {
                     rc = pp_errf(err, errlen, PP_EUSAGE, "%s '%s': %s", f->key, q, why);
-                else if (len + strlen(out) + 2 > f->size)
+                } else if (len + strlen(out) + 2 > f->size) {
                     rc = pp_errf(err, errlen, PP_EUSAGE, "%s: the list is too long once its "
                                  "patterns are expanded (at most %zu bytes)", f->key, f->size - 2);
-                else memcpy(list + len, out, strlen(out) + 1), len += strlen(out) + 1;
+                } else {
+                    memcpy(list + len, out, strlen(out) + 1);
+                    len += strlen(out) + 1;
+                }
             }
             if (rc == PP_OK) memcpy(s, list, f->size);
             free(list);

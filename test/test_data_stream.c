@@ -269,13 +269,14 @@ START_TEST(test_too_short) {
     write_shard("b.bin", 2, 20);
     DataStream s;
     char err[PP_ERR_MAX] = "";
-    ck_assert_int_eq(data_stream_open(&s, "data.train", list_of("a.bin", NULL), V, err,
-                                      sizeof err), PP_OK);
+    ck_assert_int_eq(data_stream_open(&s, "data.train", list_of("a.bin", NULL), V, err, sizeof err),
+                     PP_OK);
     ck_assert_int_eq(data_stream_check_batch(&s, 2, 10, err, sizeof err), PP_EUSAGE);
     ck_assert_msg(strstr(err, "a.bin' has 10 tokens, fewer than one batch needs"), "%s", err);
     data_stream_close(&s);
     ck_assert_int_eq(data_stream_open(&s, "data.train", list_of("a.bin", "b.bin", NULL), V, err,
-                                      sizeof err), PP_OK);
+                                      sizeof err),
+                     PP_OK);
     ck_assert_int_eq(data_stream_check_batch(&s, 2, 10, err, sizeof err), PP_EUSAGE);
     ck_assert_msg(strstr(err, "none of its 2 shards holds one batch") && strstr(err, "b.bin") &&
                       strstr(err, "20 tokens"),
@@ -339,8 +340,9 @@ START_TEST(test_reopen_and_changed_shard) {
         expect_batch(&s, n, 10 + (int)(n % 12) / 2, 25, (size_t)(n % 2) * 12);
         int opened = data_stream_news(&s, news, sizeof news);
         ck_assert_int_eq(opened, n % 2 == 0 && n != 0);
-        if (n == 2) ck_assert_msg(strstr(news, "batch 2 opens shard 2 of 6") &&
-                                      strstr(news, "s1.bin"), "%s", news);
+        if (n == 2)
+            ck_assert_msg(strstr(news, "batch 2 opens shard 2 of 6") && strstr(news, "s1.bin"),
+                          "%s", news);
     }
     /* s1.bin rewritten with other valid tokens of the same size, by rename: batch 2 (of the
      * fourth pass: it was closed) sees it */
@@ -377,8 +379,7 @@ START_TEST(test_record_and_compare) {
                       strstr(rec, " batch=5 shard=1 token=10 file=b.bin"),
                   "%s", rec);
     ck_assert_int_eq(data_stream_compare(&s, 5, rec, msg, sizeof msg), DATA_RECORD_SAME);
-    ck_assert_msg(strstr(msg, "batch 5 is read from shard 2 of 2 'b.bin' at token 10"), "%s",
-                  msg);
+    ck_assert_msg(strstr(msg, "batch 5 is read from shard 2 of 2 'b.bin' at token 10"), "%s", msg);
     /* the same shards in another directory: the same stream */
     ck_assert_int_eq(mkdir(tmp("moved"), 0755), 0);
     write_shard("moved/a.bin", 1, 41);
