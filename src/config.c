@@ -674,15 +674,17 @@ static int next_event(Reader *r, yaml_event_t *ev) {
         if (p->error == YAML_READER_ERROR)
             return fail(r, &p->problem_mark, "cannot read the YAML text: %s at byte %zu", problem,
                         p->problem_offset);
-        if (p->context)
-            return fail(r, &p->problem_mark, "YAML syntax error: %s (%s at line %zu, column %zu)",
-                        problem, p->context, p->context_mark.line + 1,
-                        p->context_mark.column + 1);
+        if (p->context) /* `train: *.bin` is an alias to YAML: a glob that starts so needs quotes */
+            return fail(r, &p->problem_mark, "YAML syntax error: %s (%s at line %zu, column %zu)%s",
+                        problem, p->context, p->context_mark.line + 1, p->context_mark.column + 1,
+                        strstr(p->context, "alias") ? "; a value that starts with * (a glob) "
+                                                      "must be quoted: \"*.bin\"" : "");
         return fail(r, &p->problem_mark, "YAML syntax error: %s", problem);
     }
     if (ev->type == YAML_ALIAS_EVENT) {
-        int rc = fail(r, &ev->start_mark, "YAML aliases (*%s) are not supported in configs",
-                      (const char *)ev->data.alias.anchor);
+        int rc = fail(r, &ev->start_mark, "YAML aliases (*%s) are not supported in configs (a "
+                      "value that starts with *, a glob, must be quoted: \"*%s\")",
+                      (const char *)ev->data.alias.anchor, (const char *)ev->data.alias.anchor);
         yaml_event_delete(ev);
         return rc;
     }

@@ -1039,6 +1039,9 @@ START_TEST(test_data_list_errors) {
         {"data.train=[!!int 4]", "as list entry"},
         {"data.train=null", "expected a non-empty path of at most 1023 bytes (a file or a glob), "
                             "or a list of them"},
+        {"data.train=*.bin", "a value that starts with * (a glob) must be quoted: \"*.bin\""},
+        {"data.train=*bin", "YAML aliases (*bin) are not supported in configs (a value that "
+                            "starts with *, a glob, must be quoted"},
     };
     char err[PP_ERR_MAX];
     Config c, before;
