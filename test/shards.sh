@@ -3,16 +3,17 @@
 # src/data_stream.c). data/tiny's tokens are cut into shard files here (a header and a
 # slice of the body, with head and tail). (a) Shards that overlap by the one target token
 # and hold whole batches are the single file's batches: a glob and a list of them train to
-# the single file's losses bit for bit, across the wrap-around. (b) Shards cut as
-# prepare-data cuts them (no overlap): each shard's tail that fills no batch is not read,
-# as in llm.c, so the losses leave the single file's at the first boundary; a 2-rank
-# pipelined run checkpointed past a shard boundary and resumed gives the losses of the run
-# that never stopped, bit for bit, across the next boundary and the wrap; the checkpoint
-# records where it was; 2 data-parallel replicas train to the 1-process losses. (c) A
-# resume with another shard list warns, naming both places; a checkpoint from before these
-# records resumes, saying that its place is not checked. (d) A glob matching nothing, a
-# missing list entry: exit 2 naming it; an id out of range in a later shard: found when
-# the run reaches it, exit 1 naming it, the steps before it done and saved.
+# the single file's losses bit for bit, across the wrap-around; as data.val, they give its
+# validation losses. (b) Shards cut as prepare-data cuts them (no overlap): each shard's
+# tail that fills no batch is not read, as in llm.c, so the losses leave the single file's
+# at the first boundary; a 2-rank pipelined run checkpointed past a shard boundary and
+# resumed gives the losses of the run that never stopped, bit for bit, across the next
+# boundary and the wrap; the checkpoint records where it was; 2 data-parallel replicas
+# train to the 1-process losses. (c) A resume with another shard list warns, naming both
+# places; a checkpoint from before these records resumes, saying that its place is not
+# checked. (d) A glob matching nothing, a missing list entry: exit 2 naming it; an id out
+# of range in a later shard: found when the run reaches it, exit 1 naming it, the steps
+# before it done and saved.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 tmp=$(mktemp -d /tmp/pptrain-shards.XXXXXX)
@@ -55,8 +56,11 @@ first() { grep -m1 -- "$2" "$tmp/$1.out"; } # NAME TEXT
 a=$tmp/a
 mkdir "$a" && shard "$tmp/one.bin" 0 3841
 for i in 0 1 2; do shard "$a/part_0$i.bin" $((1280 * i)) 1281; done
-run one 1 --set train.steps=34 --set data.train="$tmp/one.bin"
-run glob 1 --set train.steps=34 --set data.train="$a/part_*.bin"
+vz=(--set data.val_every=17 --set data.val_batches=15) # a pass over shards 1 and 2
+run one 1 --set train.steps=34 --set data.train="$tmp/one.bin" --set data.val="$tmp/one.bin" \
+  "${vz[@]}"
+run glob 1 --set train.steps=34 --set data.train="$a/part_*.bin" --set data.val="$a/part_*.bin" \
+  "${vz[@]}"
 run list 1 --set train.steps=34 \
   --set data.train="[$a/part_00.bin, $a/part_01.bin, $a/part_02.bin]"
 has glob "data.train: 3 shards ('$a/part_00.bin' .. '$a/part_02.bin', in this order), 3843 \
@@ -65,6 +69,10 @@ uint16 tokens, 30 batches of 8 x 16 a pass" &&
 same_rows one glob '1,34p' \
   "a glob of batch-aligned shards trains to the single file's losses, bitwise (wrap at 30)"
 same_rows one list '1,34p' "a list of the same shards too"
+vals() { grep -o 'step [0-9]* | val loss .*' "$tmp/$1.out"; }
+[ "$(vals one | wc -l)" = 2 ] && [ "$(vals one)" = "$(vals glob)" ] &&
+  ok "data.val as a glob: the single file's validation losses (2 passes over 2 shards)" ||
+  bad "val: $(vals one | tr '\n' ' ') vs $(vals glob | tr '\n' ' ')"
 has glob "data.train: batch 10 opens shard 2 of 3, '$a/part_01.bin'" &&
   ok "rank 0 says when a batch opens a shard" || bad "shard 2: $(first glob 'opens shard')"
 
