@@ -44,13 +44,15 @@ typedef struct {
     unsigned open;       /* OPEN_LO | OPEN_HI for T_FLOAT */
     const char *choices; /* T_ENUM: allowed values separated by '|' */
     const char *help;    /* one line: what the key means */
+    int list;            /* T_STRING / T_PATH: a list of paths too ([Note: data lists]) */
 } Field;
 
 #define AT(m) offsetof(Config, m), sizeof(((Config *)0)->m)
-#define INT(k, m, d, lo, hi, h) {k, T_INT, AT(m), d, lo, hi, 0, NULL, h}
-#define FLT(k, m, d, lo, hi, o, h) {k, T_FLOAT, AT(m), d, lo, hi, o, NULL, h}
-#define ENUM(k, m, d, ch, h) {k, T_ENUM, AT(m), d, 0, 0, 0, ch, h}
-#define OTHER(k, t, m, d, h) {k, t, AT(m), d, 0, 0, 0, NULL, h}
+#define INT(k, m, d, lo, hi, h) {k, T_INT, AT(m), d, lo, hi, 0, NULL, h, 0}
+#define FLT(k, m, d, lo, hi, o, h) {k, T_FLOAT, AT(m), d, lo, hi, o, NULL, h, 0}
+#define ENUM(k, m, d, ch, h) {k, T_ENUM, AT(m), d, 0, 0, 0, ch, h, 0}
+#define OTHER(k, t, m, d, h) {k, t, AT(m), d, 0, 0, 0, NULL, h, 0}
+#define LIST(k, t, m, d, h) {k, t, AT(m), d, 0, 0, 0, NULL, h, 1}
 #define IMAX INT_MAX
 
 /* Order = DESIGN.md §3 = the order config_print writes and config_first_diff scans.
@@ -102,7 +104,7 @@ static const Field k_fields[] = {
     INT("pipeline.stages", stages, "1", 1, IMAX, "P, pipeline ranks (= processes launched)"),
     INT("pipeline.virtual_stages", virtual_stages, "1", 1, IMAX, "model chunks per rank"),
     {"pipeline.data_parallel", T_AUTO, AT(data_parallel), "auto", 1, IMAX, 0, NULL,
-     "D, data-parallel replicas of the pipeline; auto = processes / pipeline.stages"},
+     "D, data-parallel replicas of the pipeline; auto = processes / pipeline.stages", 0},
     ENUM("pipeline.schedule", schedule, "1f1b", SCHED_KIND_CHOICES, "the schedule"),
     OTHER("pipeline.schedule_file", T_PATH, schedule_file, "null",
           "a schedule as text, one line of actions per rank"),
@@ -134,8 +136,10 @@ static const Field k_fields[] = {
     ENUM("train.lr_schedule.decay", decay, "cosine", "constant|linear|cosine",
          "decay after warmup"),
     FLT("train.lr_schedule.min_lr_ratio", min_lr_ratio, "0.1", 0, 1, 0, "final lr / peak lr"),
-    OTHER("data.train", T_STRING, train_path, "data/tiny/train.bin", "training token file"),
-    OTHER("data.val", T_PATH, val_path, "null", "validation token file"),
+    LIST("data.train", T_STRING, train_path, "data/tiny/train.bin",
+         "training token file(s): a file, a glob or a list of them, read in order"),
+    LIST("data.val", T_PATH, val_path, "null",
+         "validation token file(s): a file, a glob or a list of them, read in order"),
     INT("data.val_every", val_every, "0", 0, IMAX, "steps between validations; 0 = never"),
     INT("data.val_batches", val_batches, "4", 1, IMAX, "batches per validation pass"),
     OTHER("output.dir", T_STRING, out_dir, "runs/gpt-tiny", "directory of all outputs"),
@@ -277,6 +281,17 @@ static int in_choices(const char *choices, const char *s) {
     return 0;
 }
 
+/* [Note: data lists] data.train and data.val take one path or a YAML list of them (block
+ * or flow: `train: [a.bin, "b_*.bin"]`, also in a --set), each a file or a glob that the
+ * data stream expands in order (data_stream.h). They are stored in one char array, each
+ * path followed by '\0' and the last by a second '\0', so that one path is the plain C
+ * string it always was and a list of one is that path. Each path is at most PP_PATH_MAX -
+ * 1 bytes, the list at most the array less its final '\0'. A list of several prints as a
+ * flow sequence on one line, which reads back to the same value. */
+
+/* The longest path (with its '\0') that field f holds. */
+static size_t path_size(const Field *f) { return f->list ? PP_PATH_MAX : f->size; }
+
 /* Copy s into a char[size] field, zeroing the rest (so equal configs memcmp equal). */
 static int set_text(char *dst, size_t size, const char *s) {
     if (strlen(s) >= size) return 0;
@@ -299,8 +314,14 @@ static void field_expected(const Field *f, char *buf, size_t n) {
         break;
     case T_U64: snprintf(buf, n, "an unsigned 64-bit integer"); break;
     case T_BOOL: snprintf(buf, n, "true or false"); break;
-    case T_STRING: snprintf(buf, n, "a non-empty path of at most %zu bytes", f->size - 1); break;
-    case T_PATH: snprintf(buf, n, "a path of at most %zu bytes, or null", f->size - 1); break;
+    case T_STRING:
+        snprintf(buf, n, "a non-empty path of at most %zu bytes%s", path_size(f) - 1,
+                 f->list ? " (a file or a glob), or a list of them" : "");
+        break;
+    case T_PATH:
+        snprintf(buf, n, "a path of at most %zu bytes%s, or null", path_size(f) - 1,
+                 f->list ? " (a file or a glob), a list of them" : "");
+        break;
     case T_AUTO: snprintf(buf, n, "auto or an integer >= %.0f", f->lo); break;
     case T_TRI: snprintf(buf, n, "auto, true or false"); break;
     case T_SPLIT:
@@ -335,8 +356,12 @@ static int field_parse(const Field *f, Config *c, const char *s, int plain, char
     case T_U64: ok = plain && parse_u64(s, dst); break;
     case T_FLOAT: ok = plain && parse_float(f, s, dst); break;
     case T_BOOL: ok = plain && parse_bool(s, dst); break;
-    case T_STRING: ok = *s && !(plain && is_null(s)) && set_text(dst, f->size, s); break;
-    case T_PATH: ok = set_text(dst, f->size, plain && is_null(s) ? "" : s); break;
+    case T_STRING:
+        ok = *s && !(plain && is_null(s)) && strlen(s) < path_size(f) && set_text(dst, f->size, s);
+        break;
+    case T_PATH:
+        ok = strlen(s) < path_size(f) && set_text(dst, f->size, plain && is_null(s) ? "" : s);
+        break;
     case T_ENUM: ok = in_choices(f->choices, s) && set_text(dst, f->size, s); break;
     case T_SPLIT: ok = !strcmp(s, "auto") && set_text(dst, f->size, s); break;
     case T_AUTO:
@@ -408,8 +433,28 @@ static void format_float(float v, char *buf, size_t n) {
     if (!strpbrk(buf, ".e")) strncat(buf, ".0", n - strlen(buf) - 1);
 }
 
-/* a path with every byte escaped (or % and $ doubled), quoted */
-#define VALUE_MAX (4 * PP_PATH_MAX + 8)
+/* a list of paths with every byte escaped (or % and $ doubled), quoted, ", " between */
+#define VALUE_MAX (4 * PP_DATA_LIST_MAX + 8)
+
+/* The path p as YAML text: % and $ doubled (it is expanded: so that it reads back as
+ * itself), quoted unless plain text reads back the same. */
+static void format_path(const char *p, char *buf, size_t n) {
+    char path[2 * PP_PATH_MAX];
+    pathpat_escape(p, path, sizeof path);
+    if (plain_safe(path)) snprintf(buf, n, "%s", path);
+    else quote(path, buf, n);
+}
+
+/* A list of several paths ([Note: data lists]) as a flow sequence: [a.bin, "b_*.bin"]. */
+static void format_list(const char *p, char *buf, size_t n) {
+    size_t len = (size_t)snprintf(buf, n, "[");
+    for (const char *q = p; q && len + 4 < n; q = config_list_next(q)) {
+        if (q != p) len += (size_t)snprintf(buf + len, n - len, ", ");
+        format_path(q, buf + len, n - len - 1);
+        len += strlen(buf + len);
+    }
+    snprintf(buf + len, n - len, "]");
+}
 
 /* The value of f in c as YAML text that field_parse / read_split read back. */
 static void format_value(const Field *f, const Config *c, char *buf, size_t n) {
@@ -425,13 +470,10 @@ static void format_value(const Field *f, const Config *c, char *buf, size_t n) {
             break;
         }
         /* fall through */
-    case T_STRING: { /* expanded; % and $ doubled so that it reads back as itself */
-        char path[2 * PP_PATH_MAX];
-        pathpat_escape(p, path, sizeof path);
-        if (plain_safe(path)) snprintf(buf, n, "%s", path);
-        else quote(path, buf, n);
+    case T_STRING:
+        if (f->list && config_list_next(p)) format_list(p, buf, n);
+        else format_path(p, buf, n);
         break;
-    }
     case T_ENUM:
         if (plain_safe(p)) snprintf(buf, n, "%s", (const char *)p);
         else quote(p, buf, n);
@@ -632,15 +674,17 @@ static int next_event(Reader *r, yaml_event_t *ev) {
         if (p->error == YAML_READER_ERROR)
             return fail(r, &p->problem_mark, "cannot read the YAML text: %s at byte %zu", problem,
                         p->problem_offset);
-        if (p->context)
-            return fail(r, &p->problem_mark, "YAML syntax error: %s (%s at line %zu, column %zu)",
-                        problem, p->context, p->context_mark.line + 1,
-                        p->context_mark.column + 1);
+        if (p->context) /* `train: *.bin` is an alias to YAML: a glob that starts so needs quotes */
+            return fail(r, &p->problem_mark, "YAML syntax error: %s (%s at line %zu, column %zu)%s",
+                        problem, p->context, p->context_mark.line + 1, p->context_mark.column + 1,
+                        strstr(p->context, "alias") ? "; a value that starts with * (a glob) "
+                                                      "must be quoted: \"*.bin\"" : "");
         return fail(r, &p->problem_mark, "YAML syntax error: %s", problem);
     }
     if (ev->type == YAML_ALIAS_EVENT) {
-        int rc = fail(r, &ev->start_mark, "YAML aliases (*%s) are not supported in configs",
-                      (const char *)ev->data.alias.anchor);
+        int rc = fail(r, &ev->start_mark, "YAML aliases (*%s) are not supported in configs (a "
+                      "value that starts with *, a glob, must be quoted: \"*%s\")",
+                      (const char *)ev->data.alias.anchor, (const char *)ev->data.alias.anchor);
         yaml_event_delete(ev);
         return rc;
     }
@@ -723,6 +767,54 @@ static int read_split(Reader *r, const Field *f) {
     return PP_OK;
 }
 
+/* Append one entry of a list of paths (field f) to text[f->size], *len bytes so far. */
+static int list_entry(Reader *r, const Field *f, const yaml_event_t *ev, char *text, size_t *len) {
+    char want[WANT_MAX];
+    const char *s = ev->type == YAML_SCALAR_EVENT ? (const char *)ev->data.scalar.value : NULL;
+    const char *kind = s ? tag_kind(ev) : NULL;
+    if (!s || !*s || (scalar_plain(ev) && is_null(s)) || (kind && strcmp(kind, "str")) ||
+        strlen(s) >= PP_PATH_MAX) {
+        snprintf(want, sizeof want, "a non-empty path of at most %d bytes as list entry",
+                 PP_PATH_MAX - 1);
+        return fail_value(r, f->key, ev, want);
+    }
+    size_t n = strlen(s);
+    if (*len + n + 2 > f->size)
+        return fail(r, &ev->start_mark, "%s: the list is too long (at most %zu bytes of paths): "
+                    "name the files with a glob instead", f->key, f->size - 2);
+    memcpy(text + *len, s, n + 1);
+    *len += n + 1;
+    return PP_OK;
+}
+
+/* Read the rest of a YAML sequence (its start event consumed) into the list field f
+ * ([Note: data lists]). */
+static int read_list(Reader *r, const Field *f) {
+    char *text = pp_calloc(1, f->size);
+    size_t len = 0;
+    int rc = PP_OK;
+    for (;;) {
+        yaml_event_t ev;
+        if (next_event(r, &ev)) {
+            rc = PP_EUSAGE;
+            break;
+        }
+        if (ev.type == YAML_SEQUENCE_END_EVENT) {
+            if (!len)
+                rc = fail(r, &ev.start_mark, "%s: expected a path or a non-empty list of paths, "
+                          "got an empty list%s", f->key, f->type == T_PATH ? " (null: none)" : "");
+            yaml_event_delete(&ev);
+            break;
+        }
+        rc = list_entry(r, f, &ev, text, &len);
+        yaml_event_delete(&ev);
+        if (rc) break;
+    }
+    if (rc == PP_OK) memcpy(field_ptr(f, r->c), text, f->size);
+    free(text);
+    return rc;
+}
+
 /* Apply the value event `ev` to `key` (a field, or a section taking a mapping). */
 static int read_value(Reader *r, const char *key, const yaml_event_t *ev) {
     const Field *f = field_find(key);
@@ -754,8 +846,8 @@ static int read_value(Reader *r, const char *key, const yaml_event_t *ev) {
         r->c->given[f - k_fields] = 1;
         return PP_OK;
     }
-    if (ev->type == YAML_SEQUENCE_START_EVENT && f->type == T_SPLIT) {
-        int rc = read_split(r, f);
+    if (ev->type == YAML_SEQUENCE_START_EVENT && (f->type == T_SPLIT || f->list)) {
+        int rc = f->list ? read_list(r, f) : read_split(r, f);
         if (rc == PP_OK) r->c->given[f - k_fields] = 1;
         return rc;
     }
@@ -1040,6 +1132,26 @@ static int expand_paths(Config *c, char *err, size_t errlen) {
         const Field *f = &k_fields[i];
         char *s = field_ptr(f, c);
         if (f->type != T_STRING && f->type != T_PATH) continue;
+        if (f->list && *s) { /* each path of the list ([Note: data lists]), into a copy */
+            char *list = pp_calloc(1, f->size);
+            size_t len = 0;
+            int rc = PP_OK;
+            for (const char *q = s; q && rc == PP_OK; q = config_list_next(q)) {
+                if (pathpat_expand(q, out, sizeof out, why, sizeof why)) {
+                    rc = pp_errf(err, errlen, PP_EUSAGE, "%s '%s': %s", f->key, q, why);
+                } else if (len + strlen(out) + 2 > f->size) {
+                    rc = pp_errf(err, errlen, PP_EUSAGE, "%s: the list is too long once its "
+                                 "patterns are expanded (at most %zu bytes)", f->key, f->size - 2);
+                } else {
+                    memcpy(list + len, out, strlen(out) + 1);
+                    len += strlen(out) + 1;
+                }
+            }
+            if (rc == PP_OK) memcpy(s, list, f->size);
+            free(list);
+            if (rc) return rc;
+            continue;
+        }
         if (pathpat_expand(s, out, f->size < sizeof out ? f->size : sizeof out, why, sizeof why))
             return pp_errf(err, errlen, PP_EUSAGE, "%s '%s': %s", f->key, s, why);
         set_text(s, f->size, out);

@@ -5,12 +5,14 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common.h"
 
 #define PP_NAME_MAX 32
 #define PP_SPLIT_MAX 512 /* text of pipeline.split */
 #define PP_CONFIG_KEYS 128 /* room for the keys' given marks (config.c checks it holds all) */
+#define PP_DATA_LIST_MAX 16384 /* data.train / data.val: all of a list's paths */
 
 typedef struct {
     /* model: */
@@ -59,8 +61,11 @@ typedef struct {
     char decay[PP_NAME_MAX];         /* train.lr_schedule.decay: constant | linear | cosine */
     float min_lr_ratio;
     /* data: */
-    char train_path[PP_PATH_MAX];    /* data.train */
-    char val_path[PP_PATH_MAX];      /* data.val, "" = none */
+    /* data.train, data.val: one or more path patterns (a file or a glob, [Note: data
+     * lists] in config.c), each ending with '\0', the last followed by another '\0' (a
+     * list of one is the plain C string); config_list_next walks them. val: "" = none */
+    char train_path[PP_DATA_LIST_MAX];
+    char val_path[PP_DATA_LIST_MAX];
     int val_every;
     int val_batches;                 /* data.val_batches: batches per validation pass */
     /* output: */
@@ -83,6 +88,12 @@ typedef struct {
      * (config_given). Printing, hashing and comparing configs ignore it. */
     unsigned char given[PP_CONFIG_KEYS];
 } Config;
+
+/* The path after `p` in a list of paths (data.train, data.val), or NULL after the last. */
+static inline const char *config_list_next(const char *p) {
+    p += strlen(p) + 1;
+    return *p ? p : NULL;
+}
 
 /* Fill every key with its default (required keys get 0 / ""). */
 void config_defaults(Config *c);

@@ -274,6 +274,19 @@ int data_open(DataSet *d, const char *path, int vocab_size, char *err, size_t er
     return PP_OK;
 }
 
+int data_peek(const char *path, size_t *ntok, int *width, long long *bytes, char *err,
+              size_t errlen) {
+    int32_t h[DATA_HEADER_INTS];
+    if (strlen(path) >= PP_PATH_MAX)
+        return pp_errf(err, errlen, PP_EUSAGE, "data file path is too long: '%s'", path);
+    int fd = open_file(path, h, bytes, err, errlen);
+    if (fd < 0) return PP_EUSAGE;
+    close(fd);
+    int rc = check_header(path, h, *bytes, width, err, errlen);
+    if (rc == PP_OK) *ntok = (size_t)h[2];
+    return rc;
+}
+
 void data_close(DataSet *d) {
     if (d->crc) close(d->fd); /* an open DataSet always has a block (the header's) */
     free(d->crc);

@@ -56,6 +56,14 @@ typedef struct {
  * is left empty, so data_close(d) is safe either way. */
 int data_open(DataSet *d, const char *path, int vocab_size, char *err, size_t errlen);
 
+/* The cheap half of data_open: open `path`, check its header and size as data_open does
+ * (a regular file, either magic and version pair, size == DATA_HEADER_BYTES + width*count,
+ * the same PP_EUSAGE messages), read no token and close it. *ntok, *width and *bytes as a
+ * DataSet's. For the shards of a stream that are validated whole only when a run reaches
+ * them (data_stream.h). */
+int data_peek(const char *path, size_t *ntok, int *width, long long *bytes, char *err,
+              size_t errlen);
+
 /* Close the file, free and empty *d. Safe on a zeroed or already closed DataSet. */
 void data_close(DataSet *d);
 

@@ -121,6 +121,12 @@ static void report_build(const Runtime *rt) {
                "backward, the embedding not counted)\n",
                m->d.arch->name, model_total_params(&m->d),
                model_train_flops_per_token(&m->d, rt->T), rt->T);
+        char data[3 * PP_PATH_MAX]; /* [Note: shard streams] in data_stream.c */
+        for (const DataStream *d = &rt->train; d <= &rt->val; d++) {
+            if (!d->nshards) continue; /* no data.val, or not this rank's to read */
+            data_stream_describe(d, data, sizeof data);
+            printf("%s\n", data);
+        }
     }
     if (be->device_memory && be->memory) { /* what this rank holds on its GPU */
         size_t alloc = 0, ws = 0, named = (2 + m->nopt) * pbytes + m->act_bytes + m->recv_bytes;

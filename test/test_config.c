@@ -971,6 +971,108 @@ END_TEST
 
 /* ---- hash and first_diff --------------------------------------------------------------- */
 
+/* ---- lists of data files ([Note: data lists] in src/config.c) -------------------------- */
+
+/* The paths of a list field, joined by '|'. */
+static const char *list_text(const char *list) {
+    static char buf[4 * PP_PATH_MAX];
+    size_t len = 0;
+    for (const char *p = list; p && *p; p = config_list_next(p))
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? "|" : "", p);
+    buf[len] = '\0';
+    return buf;
+}
+
+/* data.train and data.val take a path or a list of paths (block or flow, file or --set):
+ * stored '\0'-separated, one path being the plain string; printed as a flow list that
+ * reads back bit for bit; each path's patterns expanded. */
+START_TEST(test_data_lists) {
+    char err[PP_ERR_MAX] = "", *text = NULL;
+    size_t len = 0;
+    Config c;
+    valid_config(&c);
+    ck_assert_int_eq(load_text(&c, "data:\n  train:\n    - d/a.bin\n    - \"d/b_*.bin\"\n  val: "
+                                   "[v1.bin, v 2.bin]\n", err, sizeof err), PP_OK);
+    ck_assert_str_eq(list_text(c.train_path), "d/a.bin|d/b_*.bin");
+    ck_assert_str_eq(list_text(c.val_path), "v1.bin|v 2.bin");
+    ck_assert_int_eq(config_given(&c, "data.train"), 1);
+    ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s", err);
+    FILE *f = open_memstream(&text, &len);
+    config_print(&c, f);
+    fclose(f);
+    assert_has(text, "\n  train: [d/a.bin, \"d/b_*.bin\"]\n");
+    assert_has(text, "\n  val: [v1.bin, \"v 2.bin\"]\n");
+    free(text);
+    assert_round_trip(&c, "lists");
+    /* --set: a flow list, or a path again (the list is gone, nothing of it left behind) */
+    valid_config(&c);
+    set_ok(&c, "data.train=[x.bin, y.bin, z.bin]");
+    ck_assert_str_eq(list_text(c.train_path), "x.bin|y.bin|z.bin");
+    set_ok(&c, "data.train=w.bin");
+    ck_assert_str_eq(list_text(c.train_path), "w.bin");
+    Config plain;
+    valid_config(&plain);
+    set_ok(&plain, "data.train=w.bin");
+    ck_assert_int_eq(memcmp(&c, &plain, offsetof(Config, given)), 0);
+    /* a list of one is the path itself */
+    set_ok(&c, "data.train=[w.bin]");
+    ck_assert_int_eq(memcmp(&c, &plain, offsetof(Config, given)), 0);
+    /* each path's patterns are expanded */
+    setenv("PP_TEST_DIR", "/scratch/me", 1);
+    set_ok(&c, "data.train=[\"${PP_TEST_DIR}/a.bin\", \"b-$$.bin\"]");
+    ck_assert_msg(config_finalize(&c, err, sizeof err) == PP_OK, "%s", err);
+    ck_assert_str_eq(list_text(c.train_path), "/scratch/me/a.bin|b-$.bin");
+    assert_round_trip(&c, "expanded list");
+}
+END_TEST
+
+START_TEST(test_data_list_errors) {
+    static const char *const bad[][2] = {
+        {"data.train=[]", "data.train: expected a path or a non-empty list of paths, got an "
+                          "empty list"},
+        {"data.val=[]", "got an empty list (null: none)"},
+        {"data.train=[a.bin, null]", "expected a non-empty path of at most 1023 bytes as list "
+                                     "entry, got 'null'"},
+        {"data.train=[a.bin, \"\"]", "as list entry"},
+        {"data.train=[a.bin, [b.bin]]", "as list entry, got a list"},
+        {"data.train=[a.bin, {b: c}]", "as list entry, got a mapping"},
+        {"data.train=[!!int 4]", "as list entry"},
+        {"data.train=null", "expected a non-empty path of at most 1023 bytes (a file or a glob), "
+                            "or a list of them"},
+        {"data.train=*.bin", "a value that starts with * (a glob) must be quoted: \"*.bin\""},
+        {"data.train=*bin", "YAML aliases (*bin) are not supported in configs (a value that "
+                            "starts with *, a glob, must be quoted"},
+    };
+    char err[PP_ERR_MAX];
+    Config c, before;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        valid_config(&c);
+        set_ok(&c, "data.train=[keep.bin, this.bin]");
+        before = c;
+        ck_assert_int_eq(config_set(&c, bad[i][0], err, sizeof err), PP_EUSAGE);
+        assert_has(err, bad[i][1]);
+        ck_assert_int_eq(memcmp(&c, &before, sizeof c), 0); /* unchanged */
+    }
+    /* a path of PP_PATH_MAX bytes, in a list or alone, and a list past the field */
+    static char a[2 * PP_DATA_LIST_MAX], p[PP_PATH_MAX + 1];
+    memset(p, 'p', PP_PATH_MAX);
+    snprintf(a, sizeof a, "data:\n  train: [x.bin, %s]\n", p);
+    valid_config(&c);
+    ck_assert_int_eq(load_text(&c, a, err, sizeof err), PP_EUSAGE);
+    assert_has(err, "data.train: expected a non-empty path of at most 1023 bytes as list entry");
+    snprintf(a, sizeof a, "data:\n  train: %s\n", p);
+    ck_assert_int_eq(load_text(&c, a, err, sizeof err), PP_EUSAGE);
+    assert_has(err, "data.train: expected a non-empty path of at most 1023 bytes");
+    int n = snprintf(a, sizeof a, "data:\n  train: [");
+    for (int k = 0; n + 1100 < (int)sizeof a; k++)
+        n += snprintf(a + n, sizeof a - n, "%0999d, ", k);
+    snprintf(a + n, sizeof a - n, "z]\n");
+    ck_assert_int_eq(load_text(&c, a, err, sizeof err), PP_EUSAGE);
+    assert_has(err, "data.train: the list is too long");
+    ck_assert_str_eq(c.train_path, "data/tiny/train.bin"); /* unchanged */
+}
+END_TEST
+
 START_TEST(test_hash) {
     char err[PP_ERR_MAX] = "";
     Config a, b;
@@ -1098,6 +1200,8 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, test_print_quotes_what_looks_typed);
     tcase_add_loop_test(tc, test_file_errors, 0, sizeof k_file_errors / sizeof k_file_errors[0]);
     tcase_add_test(tc, test_top_level_not_mapping);
+    tcase_add_test(tc, test_data_lists);
+    tcase_add_test(tc, test_data_list_errors);
     tcase_add_test(tc, test_missing_and_unreadable_files);
     tcase_add_test(tc, test_config_not_a_regular_file);
     tcase_add_test(tc, test_tags_that_fit);

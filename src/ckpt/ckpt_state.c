@@ -204,15 +204,21 @@ int ckpt_state_save(CkptState *c, Runtime *rt, long step, int wait, char *err, s
 
 int ckpt_state_finish(CkptState *c, Runtime *rt, char *err, size_t errlen) {
     if (c->pending < 0) return PP_OK;
-    char model[MODEL_STRING_MAX], step[32], hash[32];
+    char model[MODEL_STRING_MAX], step[32], hash[32], data[DATA_RECORD_MAX];
     int rc = ckpt_writer_wait(c->writer, err, errlen);
     if ((rc = agree(rt, rc == PP_OK, "writing the checkpoint shards", err, errlen))) return rc;
     if (rt->lay.rank == 0) {
         model_string(rt, model, sizeof model);
         snprintf(hash, sizeof hash, "%" PRIu64, config_hash(rt->cfg, 1)); /* as in each shard */
         CkptKV kv[] = {{"model", model}, {"model_hash", hash}, {"optimizer", rt->cfg->optimizer},
-                       {"config", c->config_text}};
-        rc = ckpt_commit(c->root, c->pending, rt->lay.world, kv, 4, rt->cfg->checkpoint_keep,
+                       {"config", c->config_text}, {"data_train", data}};
+        int nkv = 4;
+        /* [Note: stream records] in data_stream.c; rank 0 reads stage 0's batches */
+        if (rt->train.nbatches > 0) {
+            data_stream_record(&rt->train, c->pending, data, sizeof data);
+            nkv++;
+        }
+        rc = ckpt_commit(c->root, c->pending, rt->lay.world, kv, nkv, rt->cfg->checkpoint_keep,
                          err, errlen);
     }
     if ((rc = agree(rt, rc == PP_OK, "committing the checkpoint", err, errlen))) return rc;
@@ -325,6 +331,13 @@ static int load_local(Runtime *rt, const char *path, long *step, char *err, size
                 dir, opt ? opt : "(unknown)", rt->cfg->optimizer);
         ckpt_close(r);
         return PP_ERUNTIME;
+    }
+    if (rt->lay.rank == 0 && rt->train.nbatches > 0) { /* [Note: stream records] */
+        char why[PP_ERR_MAX];
+        DataRecordMatch match = data_stream_compare(&rt->train, *step, ckpt_extra(r, "data_train"),
+                                                    why, sizeof why);
+        if (match == DATA_RECORD_MOVED) pp_warn("%s", why);
+        else printf("%s\n", why);
     }
     const Model *m = &rt->model;
     /* each array is read here, then copied to the device */

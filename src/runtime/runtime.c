@@ -458,12 +458,15 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
 /* Batch n of d, this replica's share of it first: sequences [dp, dp + 1) x local_batch
  * of the global batch ([Note: data parallel] in runtime_dp.c). PP_OK, or PP_ERUNTIME
  * with a message when it could not be read: then the batch is token 0 throughout. */
-static int load_batch(Runtime *rt, DataSet *d, long n, char *err, size_t errlen) {
+static int load_batch(Runtime *rt, DataStream *d, long n, char *err, size_t errlen) {
     if (rt->chunk_of[0] < 0 && rt->chunk_of[rt->S - 1] < 0) return PP_OK;
     const Backend *be = rt->model.be;
+    char news[PP_ERR_MAX];
     /* the last uploads read these (pinned) buffers until done */
     if (be->device_memory) be->wait(be);
-    int rc = data_batch(d, n, rt->global_batch, rt->T, rt->inputs, rt->targets, err, errlen);
+    int rc = data_stream_batch(d, n, rt->inputs, rt->targets, err, errlen);
+    /* a shard reached and validated ([Note: shard streams] in data_stream.c) */
+    if (data_stream_news(d, news, sizeof news) && rt->lay.rank == 0) printf("%s\n", news);
     size_t share = (size_t)rt->local_batch * rt->T, from = (size_t)rt->lay.dp * share;
     if (from) {
         memmove(rt->inputs, rt->inputs + from, share * sizeof(int));
@@ -473,15 +476,17 @@ static int load_batch(Runtime *rt, DataSet *d, long n, char *err, size_t errlen)
 }
 
 /* After the all-reduce in which `failed` ranks said that they could not read their batch
- * of `path` (this one among them if mine is PP_ERUNTIME, with its message in why): the
- * error of every rank, "<when>: <what>". */
-static int batch_failed(Runtime *rt, double failed, int mine, const char *why, const char *path,
+ * of the data files `paths` (data.train's or data.val's; this rank among them if mine is
+ * PP_ERUNTIME, with its message in why): the error of every rank, "<when>: <what>". */
+static int batch_failed(Runtime *rt, double failed, int mine, const char *why, const char *paths,
                         const char *when, char *err, size_t errlen) {
+    char files[2 * PP_PATH_MAX + 64];
     rt->data_failed = 1;
     if (mine != PP_OK) return pp_errf(err, errlen, PP_ERUNTIME, "%s: %s", when, why);
+    data_stream_patterns_text(paths, files, sizeof files);
     return pp_errf(err, errlen, PP_ERUNTIME,
-                   "%s: %d rank(s) could not read their batch of data file '%s' "
-                   "(see their message)", when, (int)failed, path);
+                   "%s: %d rank(s) could not read their batch of %s (see their message)", when,
+                   (int)failed, files);
 }
 
 int runtime_tied_replica(const Runtime *rt, const ParamTensor *t) {
@@ -593,8 +598,9 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
 }
 
 /* The mean loss of the current weights over batches first .. first + n - 1 of d
- * (forward only, all ranks together); `what` names it in an error, `path` is d's file. */
-static int forward_loss(Runtime *rt, DataSet *d, const char *path, int first, int n,
+ * (forward only, all ranks together); `what` names it in an error, `path` is d's files
+ * (the config's patterns). */
+static int forward_loss(Runtime *rt, DataStream *d, const char *path, int first, int n,
                         const char *what, double *loss, char *err, size_t errlen) {
     double sum[2] = {0, 0}; /* the loss, ranks that could not read a batch */
     char why[PP_ERR_MAX], later[PP_ERR_MAX], when[128];
@@ -647,11 +653,11 @@ static int open_data(Runtime *rt, char *err, size_t errlen) {
      * first and last stage read tokens */
     rt->has_val = c->val_path[0] != 0 && c->val_every > 0;
     if (rt->chunk_of[0] < 0 && rt->chunk_of[rt->S - 1] < 0) return PP_OK;
-    int rc = data_open(&rt->train, c->train_path, c->vocab_size, err, errlen);
-    if (!rc) rc = data_check_batch(&rt->train, rt->global_batch, rt->T, err, errlen);
+    int rc = data_stream_open(&rt->train, "data.train", c->train_path, c->vocab_size, err, errlen);
+    if (!rc) rc = data_stream_check_batch(&rt->train, rt->global_batch, rt->T, err, errlen);
     if (rc || !rt->has_val) return rc;
-    rc = data_open(&rt->val, c->val_path, c->vocab_size, err, errlen);
-    return rc ? rc : data_check_batch(&rt->val, rt->global_batch, rt->T, err, errlen);
+    rc = data_stream_open(&rt->val, "data.val", c->val_path, c->vocab_size, err, errlen);
+    return rc ? rc : data_stream_check_batch(&rt->val, rt->global_batch, rt->T, err, errlen);
 }
 
 static int build_schedules(Runtime *rt, char *err, size_t errlen) {
@@ -968,8 +974,8 @@ void runtime_free(Runtime *rt) {
     backend_release(be);
     sched_free(&rt->sched);
     sched_free(&rt->fwd);
-    data_close(&rt->train);
-    data_close(&rt->val);
+    data_stream_close(&rt->train);
+    data_stream_close(&rt->val);
     free(rt->loss_host);
     free(rt->sumsq_host);
     memset(rt, 0, sizeof *rt);

@@ -7,7 +7,7 @@
 
 #include "comm/comm.h"
 #include "config.h"
-#include "data.h"
+#include "data_stream.h"
 #include "layout.h"
 #include "model/model.h"
 #include "model/model_hf.h"
@@ -66,7 +66,7 @@ typedef struct Runtime {
     Comm *comm_base;           /* with own_comm: the job's Comm it was made from (main.c's) */
     int own_comm;              /* rt->comm is the runtime's to destroy */
     char transport_note[640];  /* "nccl (runtime.transport auto: ...)" for the build report */
-    DataSet train, val;
+    DataStream train, val;     /* data.train, data.val (first / last stage's rank only) */
     int has_val;               /* data.val set and data.val_every > 0 (every rank) */
     int data_failed;           /* the last call failed because a batch could not be read
                                   (every rank: [Note: a batch that cannot be read]) */
