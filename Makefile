@@ -170,6 +170,7 @@ run: deps
 	$(Q)$(MAKE) --no-print-directory all data
 	rm -rf runs/gpt-tiny  # the demo starts afresh (pptrain refuses to overwrite a run's checkpoints)
 	scripts/pprun --nproc-per-node 2 $(EXE) --config configs/gpt-tiny.yaml
+	$(EXE) plot runs/gpt-tiny --out runs/gpt-tiny/loss.svg
 
 # The skip protocol: a test program (a Check binary or a test/*.sh script) passes with
 # exit 0, is skipped with exit 77 (automake's convention), and fails otherwise. A script
