@@ -155,6 +155,7 @@ static void refused(const char *want) {
 
 START_TEST(test_run_refused) {
     char want[PP_PATH_MAX + 64];
+    PlotRun r;
     snprintf(want, sizeof want, "%s: no losses.csv: not a run's output.dir", g_dir);
     refused(want);
     write_file("losses.csv", "");
@@ -171,12 +172,21 @@ START_TEST(test_run_refused) {
     refused("losses.csv:3: an empty line");
     write_file("losses.csv", HEADER "2,5.5,1e-4,1,1,1\n2,5.4,1e-4,1,1,1\n");
     refused("losses.csv:3: step 2 after step 2 (steps must go up)");
+    write_file("losses.csv", HEADER "1,5.5,1e-4,1,1,1\n2,5.4,1e-4,1,1,1");  /* no newline: */
+    ck_assert_int_eq(plot_run_load(&r, g_dir, g_err, sizeof g_err), PP_OK); /* a whole row */
+    ck_assert_int_eq(r.n, 2);
+    plot_run_free(&r);
+    write_file("losses.csv", HEADER "1,5.5,1e-4,1,1,1\n2,5.4,1e-4"); /* a row being written */
+    ck_assert_int_eq(plot_run_load(&r, g_dir, g_err, sizeof g_err), PP_OK);
+    ck_assert_int_eq(r.n, 1);
+    plot_run_free(&r);
+    write_file("losses.csv", HEADER "1,5.5,1e-4,1,1,1\n2,5.4,1e-4\n"); /* a whole bad row */
+    refused("losses.csv:3: 3 fields, the header has 6");
     write_file("losses.csv", HEADER "1.5,5.5,1e-4,1,1,1\n");
     refused("losses.csv:2: step '1.5' is not a step number");
     write_file("losses.csv", HEADER "1,5.5,1e-4,1,1,1\r\n"); /* CRLF is fine */
     write_file("val_losses.csv", "step,val_loss\n1,x\n");
     refused("val_losses.csv:2: val_loss 'x' is not a number");
-    PlotRun r;
     ck_assert_int_eq(plot_run_load(&r, tmp("losses.csv"), g_err, sizeof g_err), PP_EUSAGE);
     ASSERT_ERR_HAS("not a directory");
     ck_assert_int_eq(plot_run_load(&r, tmp("none"), g_err, sizeof g_err), PP_EUSAGE);

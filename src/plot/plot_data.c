@@ -126,7 +126,8 @@ static int csv_load(Csv *c, const char *path, const char *const *want, int nwant
     c->line = pp_malloc(cap * sizeof *c->line);
     for (char *line = text, *next; rc == PP_OK && line < text + len; line = next) {
         next = line + strcspn(line, "\n");
-        if (*next) *next++ = '\0';
+        int whole = *next == '\n'; /* else the file's last line, without its newline */
+        if (whole) *next++ = '\0';
         size_t n = strlen(line);
         if (n > 0 && line[n - 1] == '\r') line[n - 1] = '\0'; /* CRLF */
         ln++;
@@ -140,6 +141,9 @@ static int csv_load(Csv *c, const char *path, const char *const *want, int nwant
         } else {
             rc = csv_row(c, c->rows, line, ln, nfields, path, want, nwant, idx, err, errlen);
             c->rows += rc == PP_OK;
+            /* a last line without its newline that does not parse is a row being written
+             * by a running job (stdio may write a row in two pieces): left out */
+            if (rc && !whole) rc = PP_OK;
         }
     }
     free(text);

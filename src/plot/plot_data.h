@@ -28,7 +28,9 @@ typedef struct {
  * (step,val_loss; a missing file means no validation). Returns PP_OK, or PP_EUSAGE
  * with *r freed and a message in err naming the file and, for a bad row, its line:
  * no losses.csv, an empty file, a header without step or loss, no rows, a row with
- * another number of fields or a field that is not a number, steps that do not go up. */
+ * another number of fields or a field that is not a number, steps that do not go up
+ * (but a last line without its newline that does not parse, a row still being written,
+ * is left out). */
 int plot_run_load(PlotRun *r, const char *dir, char *err, size_t errlen);
 
 void plot_run_free(PlotRun *r);
