@@ -28,9 +28,13 @@ EXE := ./$(BIN)
 # The tests may look into cuda/ (TEST_CFLAGS: the NCCL sum order's header).
 CFLAGS  += -std=gnu11 -fopenmp -fno-math-errno -fno-trapping-math -Wall -Wextra -Wno-unused-parameter -Wshadow -MMD -MP \
            -I$(BLASDIR:/usr/lib/%=/usr/include/%) -iquote src -iquote $(BUILD)/gen $(OPT) \
-           $(shell pkg-config --cflags yaml-0.1 zlib libcrypto jansson libpcre2-8 2>/dev/null)
+           $(shell pkg-config --cflags yaml-0.1 zlib libcrypto jansson libpcre2-8 2>/dev/null) \
+           $(shell pkg-config --cflags cairo fontconfig 2>/dev/null)
 LDFLAGS += -fopenmp $(filter -fsanitize=%,$(OPT)) -L$(BLASDIR) -Wl,-rpath,$(BLASDIR)
-LDLIBS  += -lopenblas -lyaml -lz -ljansson -lpcre2-8 $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) -lm -lpthread -ldl
+CAIRO_LIBS := $(shell pkg-config --libs cairo fontconfig 2>/dev/null || echo -lcairo -lfontconfig)
+LDLIBS  += -lopenblas -lyaml -lz -ljansson -lpcre2-8 \
+           $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) $(CAIRO_LIBS) \
+           -lm -lpthread -ldl
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
 ifeq ($(V),1)
@@ -44,9 +48,11 @@ LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/%.o,$(filter-out src/main.c,$(SRC)))
 MAIN_OBJ := $(BUILD)/main.o
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS    := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(BUILD)/test/test_flash_sim
-TEST_UTIL:= $(patsubst test/%.c,$(BUILD)/test/%.o,$(filter-out $(TEST_SRC) test/flood.c,$(wildcard test/*.c)))
-# a program of its own, for test/flood.sh (not linked into the test binaries)
+TEST_UTIL:= $(patsubst test/%.c,$(BUILD)/test/%.o,\
+             $(filter-out $(TEST_SRC) test/flood.c test/pngtool.c,$(wildcard test/*.c)))
+# programs of their own, for test/flood.sh and test/plot.sh (not linked into the test binaries)
 FLOOD    := $(BUILD)/test/flood
+PNGTOOL  := $(BUILD)/test/pngtool
 
 # ---- the CUDA backend ([Note: CUDA backend loading] in src/backend/backend_load.c) ----------
 # With nvcc: cuda/*.cu -> build/cuda/*.o -> build/cuda/libpptrain_cuda.so (cuBLASLt, CUDA's
@@ -139,6 +145,11 @@ $(FLOOD): test/flood.c Makefile
 	@echo "  CC    $<"
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $<
 
+$(PNGTOOL): test/pngtool.c Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CC    $<"
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(CAIRO_LIBS)
+
 # cuda/flash_attn.cu's kernels compiled for the host and run there (test/flash_sim.cc):
 # C++, no nvcc needed.
 $(BUILD)/test/test_flash_sim: test/flash_sim.cc test/flash_sim.h cuda/flash_attn.cu $(LIB_OBJ)
@@ -159,6 +170,7 @@ run: deps
 	$(Q)$(MAKE) --no-print-directory all data
 	rm -rf runs/gpt-tiny  # the demo starts afresh (pptrain refuses to overwrite a run's checkpoints)
 	scripts/pprun --nproc-per-node 2 $(EXE) --config configs/gpt-tiny.yaml
+	$(EXE) plot runs/gpt-tiny --out runs/gpt-tiny/loss.svg
 
 # The skip protocol: a test program (a Check binary or a test/*.sh script) passes with
 # exit 0, is skipped with exit 77 (automake's convention), and fails otherwise. A script
@@ -170,12 +182,12 @@ SKIPS := $(BUILD)/test/skips.txt
 REPORT := $(BUILD)/test/skips-report.txt
 # The CPU suite: CUDA_VISIBLE_DEVICES is emptied, so runtime.device auto means the CPU
 # here on a GPU machine too (make test-gpu is the GPU suite).
-unit-tests: all data $(TESTS) $(BUILD)/test/gpu_ops $(BUILD)/test/nccl_self $(FLOOD)
+unit-tests: all data $(TESTS) $(BUILD)/test/gpu_ops $(BUILD)/test/nccl_self $(FLOOD) $(PNGTOOL)
 	@export CUDA_VISIBLE_DEVICES=; pass=0; skip=0; part=0; failed=; : >$(REPORT); \
 	for t in $(TESTS) test/*.sh; do [ -e "$$t" ] || continue; \
 	  echo "== $$t"; : >$(SKIPS); \
 	  case $$t in *.sh) PPTRAIN=$(EXE) GPU_OPS=$(BUILD)/test/gpu_ops NCCL_SELF=$(BUILD)/test/nccl_self FLOOD=$(FLOOD) PP_TEST_SKIPS=$(SKIPS) \
-	    bash $$t;; *) $$t;; esac; rc=$$?; \
+	    PNGTOOL=$(PNGTOOL) bash $$t;; *) $$t;; esac; rc=$$?; \
 	  if [ $$rc -eq 77 ]; then skip=$$((skip + 1)); \
 	    [ -s $(SKIPS) ] || echo "no reason given" >$(SKIPS); \
 	    sed "s|^|make test: skipped $$t: |" $(SKIPS) >>$(REPORT); \

@@ -4,10 +4,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 
 #define CSV_HEADER "step,loss,lr,grad_norm,tokens_per_s,step_ms"
+#define VAL_HEADER "step,val_loss"
 
 /* Keep the header and the rows with step <= last of an existing csv (rewritten whole,
  * [Note: atomic file writes] in common.c). */
@@ -39,6 +41,17 @@ int log_open(Log *l, const char *dir, int steps, int first_step, int append, cha
     if (append) {
         int rc = truncate_after(path, first_step, err, errlen);
         if (rc) return rc;
+    }
+    /* val_losses.csv: on resume kept up to first_step as above; else a stale one removed */
+    size_t n = strlen(dir) + sizeof "/val_losses.csv";
+    l->val_path = pp_malloc(n);
+    snprintf(l->val_path, n, "%s/val_losses.csv", dir);
+    if (append) {
+        int rc = truncate_after(l->val_path, first_step, err, errlen);
+        if (rc) return rc;
+    } else if (unlink(l->val_path) != 0 && errno != ENOENT) {
+        return pp_errf(err, errlen, PP_ERUNTIME, "cannot remove %s: %s", l->val_path,
+                       strerror(errno));
     }
     l->csv = pp_fopen_regular(path, append ? "a" : "w", "check output.dir", err, errlen);
     if (!l->csv) return PP_ERUNTIME;
@@ -75,9 +88,25 @@ void log_val(Log *l, int step, double loss) {
     if (!l->csv) return;
     printf("step %d | val loss %.4f\n", step, loss);
     fflush(stdout);
+    if (!l->val_csv && l->val_path) {
+        char err[PP_ERR_MAX];
+        l->val_csv = pp_fopen_regular(l->val_path, "a", "check output.dir", err, sizeof err);
+        if (!l->val_csv)
+            pp_warn("%s; the run goes on without it", err);
+        else if (ftell(l->val_csv) == 0)
+            fprintf(l->val_csv, VAL_HEADER "\n");
+        free(l->val_path);
+        l->val_path = NULL;
+    }
+    if (!l->val_csv) return;
+    fprintf(l->val_csv, "%d,%.17g\n", step, loss);
+    fflush(l->val_csv);
 }
 
 void log_close(Log *l) {
     if (l->csv) fclose(l->csv);
-    l->csv = NULL;
+    if (l->val_csv) fclose(l->val_csv);
+    free(l->val_path);
+    l->csv = l->val_csv = NULL;
+    l->val_path = NULL;
 }

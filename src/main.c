@@ -21,6 +21,7 @@
 #include "outdir.h"
 #include "runtime/runtime.h"
 #include "plan/plan_cmd.h"
+#include "plot/plot.h"
 #include "trace.h"
 
 #define PP_VERSION "0.1.0"
@@ -38,6 +39,9 @@ static const char *usage =
     "       pptrain export --checkpoint DIR --out model.bin   (llm.c's fp32 GPT-2 file)\n"
     "       pptrain export --checkpoint DIR --format hf --out DIR2 [--dtype fp32|bf16] "
     "[--max-shard-size 5GB]\n"
+    "       pptrain plot RUN_DIR... [--out FILE.svg|FILE.png] [--x steps|tokens] [--log-y] "
+    "[--no-lr]\n"
+    "                        (loss curves of runs; pptrain plot --help)\n"
     "       pptrain --version   (the version and the backends built in)\n"
     "Trains GPT-2 and Llama style decoders with pipeline parallelism; see README.md.\n";
 
@@ -491,6 +495,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 2 && !strcmp(argv[1], "prepare-data")) return data_prepare_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "export")) return ckpt_state_export_main(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "plot")) return plot_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "--version")) {
         printf("pptrain %s\n", PP_VERSION);
         backend_print_builtin(stdout);
