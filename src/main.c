@@ -20,6 +20,7 @@
 #include "model/model_hf.h"
 #include "outdir.h"
 #include "runtime/runtime.h"
+#include "runtime/summary.h"
 #include "plan/plan_cmd.h"
 #include "trace.h"
 
@@ -428,13 +429,10 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
         (rc = log_open(&log, cfg->out_dir, cfg->steps, (int)start, resume != NULL, err,
                        sizeof err)))
         goto out;
-    /* the MFU: model FLOPs per token as GPU.md counts them, one GPU per rank */
-    if (rt.model.be->peak_flops > 0) {
-        log.mfu_flops = model_train_flops_per_token(&rt.model.d, cfg->seq_len) /
-                        (rt.model.be->peak_flops * env->world);
-    }
+    log.mfu_flops = summary_mfu_flops(&rt); /* model FLOPs as GPU.md counts them */
     if ((rc = train_loop(cfg, &rt, &ck, &log, (int)start, err, sizeof err)) && rc != 130) goto out;
     int rc2 = runtime_report(&rt, err, sizeof err);
+    if (rc2 == PP_OK) rc2 = summary_report(&rt, err, sizeof err);
     if (rc2 == PP_OK) rc2 = runtime_check_tied(&rt, err, sizeof err);
     if (rc2) {
         rc = rc2;
