@@ -293,9 +293,13 @@ static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, i
         good = step;
         /* the first step warms up */
         if (step > start || cfg->steps - start == 1) runtime_measure(rt);
-        if ((step + 1) % cfg->log_every == 0 || step + 1 == cfg->steps)
+        if ((step + 1) % cfg->log_every == 0 || step + 1 == cfg->steps) {
+            double bubble, wait, peak_mb;
             log_step(log, step + 1, r.loss, r.lr, r.grad_norm, tokens / rt->step_s,
                      rt->step_s * 1e3);
+            summary_step(rt, &bubble, &wait, &peak_mb);
+            log_rank(log, step + 1, bubble, wait, peak_mb);
+        }
         if (rt->has_val && ((step + 1) % cfg->val_every == 0 || step + 1 == cfg->steps)) {
             double vl;
             if ((rc = runtime_validate(rt, cfg->val_batches, &vl, err, errlen)))
@@ -428,6 +432,9 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     if (rt.chunk_of[rt.S - 1] >= 0 && rt.lay.dp == 0 &&
         (rc = log_open(&log, cfg->out_dir, cfg->steps, (int)start, resume != NULL, err,
                        sizeof err)))
+        goto out;
+    if (cfg->tensorboard && (rc = log_open_tb(&log, cfg->out_dir, rank, env->world,
+                                              resume ? start : -1, err, sizeof err)))
         goto out;
     log.mfu_flops = summary_mfu_flops(&rt); /* model FLOPs as GPU.md counts them */
     if ((rc = train_loop(cfg, &rt, &ck, &log, (int)start, err, sizeof err)) && rc != 130) goto out;
