@@ -132,7 +132,7 @@ START_TEST(written_events_decode) {
     char tags[8][64];
     float vals[8];
     const char *path = write_steps(3, 4, -1, 1, 3);
-    char want[128];
+    char want[300];
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     snprintf(want, sizeof want, ".%s.rank00003", host);
