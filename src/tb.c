@@ -30,13 +30,13 @@
  * - A resumed run starts a new file per rank, named after that rank's earlier files, as
  *   TensorFlow's writers do after a restart. The steps it repeats (those after its
  *   checkpoint that the earlier run had logged before it stopped) are first cut from the
- *   earlier files, rewritten atomically as losses.csv is, so that every reader sees each
+ *   earlier files (truncated at the first such record), so that every reader sees each
  *   step once, with the values of the run that went on: TensorBoard's Python loader
  *   would otherwise show both (with file version 2 it drops data only on a SessionLog
  *   START, and then of every tag, which per-rank files cannot use), and so would any
  *   plain reader of the records. TensorBoard's Rust data server would drop the earlier
  *   values by itself (a step that goes back replaces a tag's later points), which keeps
- *   a TensorBoard that is watching the run right while the files are rewritten. */
+ *   a TensorBoard that is watching the run right while the files are cut. */
 
 #define CRC_MASK_DELTA 0xa282ead8u
 
@@ -131,34 +131,43 @@ static int parse_name(const char *name, long *sec, int *rank) {
     return end == r + 5 || *end ? -1 : 0;
 }
 
-/* Cut `path`'s records from the first one past step `last` on (or from a damaged one,
- * the tail of a run killed while writing), rewriting the file atomically ([Note: atomic
- * file writes] in common.c); nothing is written when every record is kept. */
-static int truncate_after(const char *path, long last, char *err, size_t errlen) {
-    char *text;
-    size_t len, at = 0;
-    PPFile pf;
-    int rc;
-    if (pp_read_file(path, NULL, &text, &len, err, errlen)) return PP_ERUNTIME;
-    const unsigned char *p = (const unsigned char *)text;
-    while (len - at >= 16) {
-        uint64_t n = 0;
-        for (int i = 7; i >= 0; i--) n = n << 8 | p[at + i];
-        if (n > len - at - 16 || get_le32(p + at + 8) != tb_crc_mask(tb_crc32c(0, p + at, 8)) ||
-            get_le32(p + at + 12 + n) != tb_crc_mask(tb_crc32c(0, p + at + 12, n)))
-            break;
-        Tensorboard__Event *ev = tensorboard__event__unpack(NULL, n, p + at + 12);
-        int keep = ev && ev->step <= last;
+/* The step of the record at f's position (the file version's: 0), read whole; -1 at the
+ * end of the file or at a damaged record (cut short, a wrong CRC, not an Event). */
+static long read_step(FILE *f, size_t *bytes) {
+    unsigned char head[12], tail[4], *data;
+    long step = -1;
+    if (fread(head, 1, 12, f) != 12 || get_le32(head + 8) != tb_crc_mask(tb_crc32c(0, head, 8)))
+        return -1;
+    uint64_t n = get_le32(head) | (uint64_t)get_le32(head + 4) << 32;
+    if (n > (1u << 26)) return -1; /* no record of ours is near 64 MiB */
+    data = pp_malloc(n ? n : 1);
+    if (fread(data, 1, n, f) == n && fread(tail, 1, 4, f) == 4 &&
+        get_le32(tail) == tb_crc_mask(tb_crc32c(0, data, n))) {
+        Tensorboard__Event *ev = tensorboard__event__unpack(NULL, n, data);
+        if (ev) step = ev->step >= 0 ? (long)ev->step : -1;
         if (ev) tensorboard__event__free_unpacked(ev, NULL);
-        if (!keep) break;
-        at += 16 + n;
     }
-    rc = at == len ? PP_OK : pp_file_create(&pf, path, ".tmp", err, errlen);
-    if (at < len && rc == PP_OK) {
-        fwrite(p, 1, at, pf.f);
-        rc = pp_file_commit(&pf, err, errlen);
-    }
-    free(text);
+    free(data);
+    *bytes = 16 + n;
+    return step;
+}
+
+/* Cut `path` at its first record past step `last` (records are in step order), or at a
+ * damaged one (the tail of a run killed while writing): one truncate(2), then fsync. */
+static int truncate_after(const char *path, long last, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    size_t at = 0, bytes;
+    long step;
+    int fd, rc = PP_OK;
+    if (!f) return pp_errf(err, errlen, PP_ERUNTIME, "cannot read %s: %s", path, strerror(errno));
+    while ((step = read_step(f, &bytes)) >= 0 && step <= last) at += bytes;
+    int more = step >= 0 || ftell(f) > (long)at; /* a later step, or bytes of a damaged one */
+    fclose(f);
+    if (!more) return PP_OK;
+    if ((fd = open(path, O_WRONLY | O_CLOEXEC)) < 0 || ftruncate(fd, (off_t)at) != 0 || fsync(fd))
+        rc = pp_errf(err, errlen, PP_ERUNTIME, "cannot cut the steps after %ld from %s: %s", last,
+                     path, strerror(errno));
+    if (fd >= 0) close(fd);
     return rc;
 }
 
