@@ -28,11 +28,12 @@ EXE := ./$(BIN)
 # The tests may look into cuda/ (TEST_CFLAGS: the NCCL sum order's header).
 CFLAGS  += -std=gnu11 -fopenmp -fno-math-errno -fno-trapping-math -Wall -Wextra -Wno-unused-parameter -Wshadow -MMD -MP \
            -I$(BLASDIR:/usr/lib/%=/usr/include/%) -iquote src -iquote $(BUILD)/gen $(OPT) \
-           $(shell pkg-config --cflags yaml-0.1 zlib libcrypto jansson libpcre2-8 2>/dev/null) \
+           $(shell pkg-config --cflags yaml-0.1 zlib libcrypto jansson libpcre2-8 libprotobuf-c \
+             2>/dev/null) \
            $(shell pkg-config --cflags cairo fontconfig 2>/dev/null)
 LDFLAGS += -fopenmp $(filter -fsanitize=%,$(OPT)) -L$(BLASDIR) -Wl,-rpath,$(BLASDIR)
 CAIRO_LIBS := $(shell pkg-config --libs cairo fontconfig 2>/dev/null || echo -lcairo -lfontconfig)
-LDLIBS  += -lopenblas -lyaml -lz -ljansson -lpcre2-8 \
+LDLIBS  += -lopenblas -lyaml -lz -ljansson -lpcre2-8 -lprotobuf-c \
            $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) $(CAIRO_LIBS) \
            -lm -lpthread -ldl
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
@@ -44,15 +45,22 @@ else
 endif
 
 SRC      := $(wildcard src/*.c src/*/*.c)
-LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/%.o,$(filter-out src/main.c,$(SRC)))
+# protobuf-c's C code for src/*.proto, generated into $(BUILD)/gen by protoc-c (so it always
+# matches the installed libprotobuf-c) and linked into the library like src/'s objects
+PROTO    := $(wildcard src/*.proto)
+PB_C     := $(patsubst src/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTO))
+PB_H     := $(PB_C:.c=.h)
+LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/%.o,$(filter-out src/main.c,$(SRC))) $(PB_C:.c=.o)
 MAIN_OBJ := $(BUILD)/main.o
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS    := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(BUILD)/test/test_flash_sim
 TEST_UTIL:= $(patsubst test/%.c,$(BUILD)/test/%.o,\
-             $(filter-out $(TEST_SRC) test/flood.c test/pngtool.c,$(wildcard test/*.c)))
-# programs of their own, for test/flood.sh and test/plot.sh (not linked into the test binaries)
+             $(filter-out $(TEST_SRC) test/flood.c test/pngtool.c test/tbread.c,$(wildcard test/*.c)))
+# programs of their own, for test/flood.sh, test/plot.sh and test/tensorboard.sh (not linked
+# into the test binaries)
 FLOOD    := $(BUILD)/test/flood
 PNGTOOL  := $(BUILD)/test/pngtool
+TBREAD   := $(BUILD)/test/tbread
 
 # ---- the CUDA backend ([Note: CUDA backend loading] in src/backend/backend_load.c) ----------
 # With nvcc: cuda/*.cu -> build/cuda/*.o -> build/cuda/libpptrain_cuda.so (cuBLASLt, CUDA's
@@ -77,7 +85,7 @@ GEN_INFO   := $(BUILD)/gen/cuda_info.h
 # Keep the test objects between runs (they are made by a chain of pattern rules, which
 # would make them intermediate). Named: an empty .SECONDARY would make every file
 # secondary, and a binary would then count as up to date while its objects are missing.
-.SECONDARY: $(TESTS:=.o) $(TEST_UTIL)
+.SECONDARY: $(TESTS:=.o) $(TEST_UTIL) $(PB_C) $(PB_H)
 
 all: $(BIN) $(CUDA_SO)
 ifneq ($(NVCC),)
@@ -126,6 +134,21 @@ $(BUILD)/test/nccl_self: test/gpu/nccl_self.c $(LIB_OBJ)
 	@echo "  CC    $<"
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: src/%.proto
+	@mkdir -p $(dir $@)
+	@command -v protoc-c >/dev/null || { echo "make: protoc-c not found: run scripts/install-deps" \
+	  "(Debian's protobuf-c-compiler and libprotobuf-c-dev)" >&2; exit 1; }
+	@echo "  PROTO $<"
+	$(Q)protoc-c --proto_path=src --c_out=$(BUILD)/gen $<
+
+$(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c Makefile
+	@echo "  CC    $<"
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+
+# sources that include a generated header need it before their first compile (after that,
+# -MMD's dependency files track it)
+$(BUILD)/tb.o $(BUILD)/test/test_tb.o $(BUILD)/test/tbread.o: $(PB_H)
+
 $(BUILD)/%.o: src/%.c Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
@@ -149,6 +172,10 @@ $(PNGTOOL): test/pngtool.c Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(CAIRO_LIBS)
+# an event file reader of its own (framing, CRCs, protobuf-c): test/tensorboard.sh's
+$(TBREAD): $(BUILD)/test/tbread.o $(LIB_OBJ)
+	@echo "  LD    $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # cuda/flash_attn.cu's kernels compiled for the host and run there (test/flash_sim.cc):
 # C++, no nvcc needed.
@@ -182,12 +209,14 @@ SKIPS := $(BUILD)/test/skips.txt
 REPORT := $(BUILD)/test/skips-report.txt
 # The CPU suite: CUDA_VISIBLE_DEVICES is emptied, so runtime.device auto means the CPU
 # here on a GPU machine too (make test-gpu is the GPU suite).
-unit-tests: all data $(TESTS) $(BUILD)/test/gpu_ops $(BUILD)/test/nccl_self $(FLOOD) $(PNGTOOL)
+unit-tests: all data $(TESTS) $(BUILD)/test/gpu_ops $(BUILD)/test/nccl_self $(FLOOD) $(PNGTOOL) \
+            $(TBREAD)
 	@export CUDA_VISIBLE_DEVICES=; pass=0; skip=0; part=0; failed=; : >$(REPORT); \
 	for t in $(TESTS) test/*.sh; do [ -e "$$t" ] || continue; \
 	  echo "== $$t"; : >$(SKIPS); \
-	  case $$t in *.sh) PPTRAIN=$(EXE) GPU_OPS=$(BUILD)/test/gpu_ops NCCL_SELF=$(BUILD)/test/nccl_self FLOOD=$(FLOOD) PP_TEST_SKIPS=$(SKIPS) \
-	    PNGTOOL=$(PNGTOOL) bash $$t;; *) $$t;; esac; rc=$$?; \
+	  case $$t in *.sh) PPTRAIN=$(EXE) GPU_OPS=$(BUILD)/test/gpu_ops NCCL_SELF=$(BUILD)/test/nccl_self \
+	    FLOOD=$(FLOOD) PNGTOOL=$(PNGTOOL) TBREAD=$(TBREAD) PP_TEST_SKIPS=$(SKIPS) \
+	    bash $$t;; *) $$t;; esac; rc=$$?; \
 	  if [ $$rc -eq 77 ]; then skip=$$((skip + 1)); \
 	    [ -s $(SKIPS) ] || echo "no reason given" >$(SKIPS); \
 	    sed "s|^|make test: skipped $$t: |" $(SKIPS) >>$(REPORT); \

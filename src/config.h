@@ -76,6 +76,7 @@ typedef struct {
     int checkpoint_final;            /* bool: save at the end of the run */
     int compression_level;
     int trace;                       /* bool */
+    int tensorboard;                 /* bool: event files in output.dir/tb/ */
     /* runtime: */
     char device[PP_NAME_MAX];        /* auto | cpu | cuda */
     char precision[PP_NAME_MAX];     /* auto | fp32 | tf32 | bf16

@@ -1,4 +1,4 @@
-/* log.c — progress lines and losses.csv. */
+/* log.c — progress lines, losses.csv and the TensorBoard scalars. */
 #include "log.h"
 
 #include <errno.h>
@@ -60,6 +60,26 @@ int log_open(Log *l, const char *dir, int steps, int first_step, int append, cha
     return PP_OK;
 }
 
+int log_open_tb(Log *l, const char *dir, int rank, int world, long resumed_at, char *err,
+                size_t errlen) {
+    char path[PP_PATH_MAX + 16];
+    int digits = 2; /* rank_00 .. rank_99, wider for more ranks: the tags sort by rank */
+    for (int w = world - 1; w >= 100; w /= 10) digits++;
+    snprintf(l->rank_tag, sizeof l->rank_tag, "rank_%0*d", digits, rank);
+    snprintf(path, sizeof path, "%s/tb", dir);
+    return tb_open(&l->tb, path, rank, world, resumed_at, err, errlen);
+}
+
+/* One TensorBoard event; a failed write is reported once and ends the event file (the
+ * run goes on: its scalars are in losses.csv and on stdout too). */
+static void tb_event(Log *l, int step, const TbScalar *v, int n) {
+    char err[PP_ERR_MAX];
+    if (!l->tb || tb_write(l->tb, step, v, n, err, sizeof err) == PP_OK) return;
+    pp_warn("%s; TensorBoard events are no longer written (the run goes on)", err);
+    tb_close(l->tb);
+    l->tb = NULL;
+}
+
 static void fmt_eta(double s, char *buf, size_t n) {
     long t = (long)(s + 0.5);
     if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
@@ -82,12 +102,37 @@ void log_step(Log *l, int step, double loss, float lr, double grad_norm, double 
            (int)snprintf(NULL, 0, "%d", l->steps), step, l->steps, loss, lr, grad_norm,
            tokens_per_s, mfu, step_ms, eta);
     fflush(stdout);
+    TbScalar v[6] = {{"train/loss", (float)loss},
+                     {"train/lr", lr},
+                     {"train/grad_norm", (float)grad_norm},
+                     {"perf/tokens_per_s", (float)tokens_per_s},
+                     {"perf/step_ms", (float)step_ms},
+                     {"perf/mfu", (float)(tokens_per_s * l->mfu_flops)}};
+    tb_event(l, step, v, l->mfu_flops > 0 ? 6 : 5);
+}
+
+void log_rank(Log *l, int step, double bubble, double wait, double peak_mb) {
+    char tag[3][48];
+    TbScalar v[3];
+    int n = 0;
+    if (!l->tb) return;
+    snprintf(tag[0], sizeof tag[0], "%s/peak_memory_mb", l->rank_tag);
+    v[n++] = (TbScalar){tag[0], (float)peak_mb};
+    if (bubble >= 0) {
+        snprintf(tag[1], sizeof tag[1], "%s/bubble_fraction", l->rank_tag);
+        snprintf(tag[2], sizeof tag[2], "%s/transfer_wait_fraction", l->rank_tag);
+        v[n++] = (TbScalar){tag[1], (float)bubble};
+        v[n++] = (TbScalar){tag[2], (float)wait};
+    }
+    tb_event(l, step, v, n);
 }
 
 void log_val(Log *l, int step, double loss) {
     if (!l->csv) return;
     printf("step %d | val loss %.4f\n", step, loss);
     fflush(stdout);
+    TbScalar v = {"val/loss", (float)loss};
+    tb_event(l, step, &v, 1);
     if (!l->val_csv && l->val_path) {
         char err[PP_ERR_MAX];
         l->val_csv = pp_fopen_regular(l->val_path, "a", "check output.dir", err, sizeof err);
@@ -109,4 +154,6 @@ void log_close(Log *l) {
     free(l->val_path);
     l->csv = l->val_csv = NULL;
     l->val_path = NULL;
+    tb_close(l->tb);
+    l->tb = NULL;
 }

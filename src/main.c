@@ -20,6 +20,7 @@
 #include "model/model_hf.h"
 #include "outdir.h"
 #include "runtime/runtime.h"
+#include "runtime/summary.h"
 #include "plan/plan_cmd.h"
 #include "plot/plot.h"
 #include "trace.h"
@@ -302,9 +303,13 @@ static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, i
         good = step;
         /* the first step warms up */
         if (step > start || cfg->steps - start == 1) runtime_measure(rt);
-        if ((step + 1) % cfg->log_every == 0 || step + 1 == cfg->steps)
+        if ((step + 1) % cfg->log_every == 0 || step + 1 == cfg->steps) {
+            double bubble, wait, peak_mb;
             log_step(log, step + 1, r.loss, r.lr, r.grad_norm, tokens / rt->step_s,
                      rt->step_s * 1e3);
+            summary_step(rt, &bubble, &wait, &peak_mb);
+            log_rank(log, step + 1, bubble, wait, peak_mb);
+        }
         if (rt->has_val && ((step + 1) % cfg->val_every == 0 || step + 1 == cfg->steps)) {
             double vl;
             if ((rc = runtime_validate(rt, cfg->val_batches, &vl, err, errlen)))
@@ -438,13 +443,13 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
         (rc = log_open(&log, cfg->out_dir, cfg->steps, (int)start, resume != NULL, err,
                        sizeof err)))
         goto out;
-    /* the MFU: model FLOPs per token as GPU.md counts them, one GPU per rank */
-    if (rt.model.be->peak_flops > 0) {
-        log.mfu_flops = model_train_flops_per_token(&rt.model.d, cfg->seq_len) /
-                        (rt.model.be->peak_flops * env->world);
-    }
+    if (cfg->tensorboard && (rc = log_open_tb(&log, cfg->out_dir, rank, env->world,
+                                              resume ? start : -1, err, sizeof err)))
+        goto out;
+    log.mfu_flops = summary_mfu_flops(&rt); /* model FLOPs as GPU.md counts them */
     if ((rc = train_loop(cfg, &rt, &ck, &log, (int)start, err, sizeof err)) && rc != 130) goto out;
     int rc2 = runtime_report(&rt, err, sizeof err);
+    if (rc2 == PP_OK) rc2 = summary_report(&rt, err, sizeof err);
     if (rc2 == PP_OK) rc2 = runtime_check_tied(&rt, err, sizeof err);
     if (rc2) {
         rc = rc2;

@@ -194,6 +194,9 @@ int ckpt_state_save(CkptState *c, Runtime *rt, long step, int wait, char *err, s
     ckpt_writer_set_threads(c->writer, wait ? 0 : 1);
     rc = ckpt_writer_submit(c->writer, path, meta, t, n, err, errlen);
     rt->save_stall_s = pp_now() - t0;
+    rt->saves++;
+    rt->sum_save_stall_s += rt->save_stall_s;
+    if (rt->save_stall_s > rt->max_save_stall_s) rt->max_save_stall_s = rt->save_stall_s;
     ckpt_meta_destroy(meta);
     free(t);
     free(names);

@@ -38,7 +38,9 @@ static int wait_req(Runtime *rt, CommReq **req, const char *what, int stage, int
                            : comm_wait(rt->comm, *req);
     *req = NULL;
     if (ring_failed) return rc;
-    if (rt->trace) trace_add(rt->trace, what, "wait", t0, trace_now_us(), stage, mb, step);
+    double t1 = trace_now_us();
+    rt->wait_s += (t1 - t0) * 1e-6;
+    if (rt->trace) trace_add(rt->trace, what, "wait", t0, t1, stage, mb, step);
     if (rc != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME,
                        "while waiting for %s of stage %d microbatch %d at step %d: %s", what, stage,
@@ -537,7 +539,11 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     Model *m = &rt->model;
     Comm *cm = rt->comm;
     double t0 = pp_now();
-    rt->busy_s = 0;
+    rt->busy_s = rt->wait_s = 0;
+    if (rt->steps_run == 0) { /* this run's first step: the summary counts from here */
+        rt->first_step = step;
+        rt->t_first = t0;
+    }
     memset(rt->cur_f, 0, sizeof rt->cur_f);
     memset(rt->cur_b, 0, sizeof rt->cur_b);
     memset(rt->cur_w, 0, sizeof rt->cur_w);
@@ -594,6 +600,7 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     if ((rc = dp_gather_params(rt, err, errlen))) return rc;
     if (rt->trace) trace_add(rt->trace, "optimizer", "compute", ts, trace_now_us(), -1, -1, step);
     rt->step_s = pp_now() - t0;
+    rt->steps_run++;
     return PP_OK;
 }
 
@@ -987,6 +994,7 @@ void runtime_measure(Runtime *rt) {
     rt->sum_step_s += rt->step_s;
     rt->sum_pipe_s += rt->pipe_s;
     rt->sum_busy_s += rt->busy_s;
+    rt->sum_wait_s += rt->wait_s;
     for (int s = 0; s < rt->S; s++) {
         rt->sum_f[s] += rt->cur_f[s];
         rt->sum_b[s] += rt->cur_b[s];

@@ -97,11 +97,16 @@ typedef struct Runtime {
     double busy_s, step_s;     /* of the last step: compute time and wall time */
     double pipe_s;             /* of the last step: the action list (no optimizer) */
     double save_stall_s;       /* of the last checkpoint: how long the step stalled */
+    int saves;                 /* checkpoints handed over in this run, and their stalls: */
+    double sum_save_stall_s, max_save_stall_s; /* total and longest (ckpt_state_save) */
+    double wait_s;             /* of the last step: blocked on transfers (wait_req) */
+    int first_step, steps_run; /* steps this run finished: first_step+1 .. first_step+steps_run */
+    double t_first;            /* pp_now when this run's first step began */
     double cur_f[PP_MAX_STAGES], cur_b[PP_MAX_STAGES]; /* of the last step, per stage (B or I) */
     double cur_w[PP_MAX_STAGES];  /* of the last step, per stage: W (split backwards) */
     /* Sums over measured steps (runtime_measure), for runtime_report. */
     int measured;
-    double sum_step_s, sum_pipe_s, sum_busy_s, min_step_s;
+    double sum_step_s, sum_pipe_s, sum_busy_s, sum_wait_s, min_step_s;
     double sum_f[PP_MAX_STAGES], sum_b[PP_MAX_STAGES]; /* per local stage, seconds */
     double sum_w[PP_MAX_STAGES];
 } Runtime;
