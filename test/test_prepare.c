@@ -418,6 +418,42 @@ START_TEST(test_text_ids) {
 }
 END_TEST
 
+/* One --text file through a tokenizer: one document, so val is its last floor(0.1 * n)
+ * tokens (the byte-level rule), cut at a token. */
+START_TEST(test_one_text_file_split) {
+    Tokenizer *t = NULL;
+    char err[PP_ERR_MAX];
+    ck_assert_int_eq(tok_load(golden("llama3.json"), &t, err, sizeof err), PP_OK);
+    const char *text = "The big cat walked in the garden. Where is the apple? It is in the "
+                       "kitchen. Anna saw the apple in the garden.";
+    write_str(tmp("one.txt"), text);
+    TokIds all = {0};
+    tok_encode(t, "", 0, 0, &all); /* <|begin_of_text|>: the BOS, llama3.json's document token */
+    ck_assert_uint_eq(all.n, 1);
+    tok_encode(t, text, strlen(text), TOK_ENCODE_NO_SPECIAL, &all);
+    size_t nval = all.n / 10; /* floor(0.1 * n) */
+    ck_assert_uint_gt(nval, 0);
+    int rc = run_prepare("--tokenizer", golden("llama3.json"), "--text", tmp("one.txt"), "--out",
+                         tmp("d/train.bin"), "--val-fraction", "0.1", NULL);
+    ck_assert_msg(rc == PP_OK, "rc %d: %s", rc, slurp(tmp("stderr.txt")));
+    Want tr = {0}, va = {0};
+    for (size_t i = 0; i < all.n; i++)
+        want_push(i < all.n - nval ? &tr : &va, (uint32_t)all.ids[i]);
+    expect_file(tmp("d/train.bin"), 800, 2, &tr);
+    expect_file(tmp("d/val.bin"), 800, 2, &va);
+    /* too few tokens for a validation token */
+    ck_assert_int_eq(run_prepare("--tokenizer", golden("llama3.json"), "--text", tmp("one.txt"),
+                                 "--out", tmp("e.bin"), "--val-fraction", "0.01", NULL),
+                     PP_EUSAGE);
+    ERR_HAS("leaves none of the");
+    ck_assert(!file_exists(tmp("e.bin")) && !file_exists(tmp("e_val.bin")));
+    free(tr.t);
+    free(va.t);
+    tok_ids_free(&all);
+    tok_free(t);
+}
+END_TEST
+
 /* The ids of one document as prepare-data writes it: doc, then encode without specials. */
 static void doc_ids(const Tokenizer *t, int32_t doc, const char *s, TokIds *out) {
     if (!out->cap) {
@@ -665,6 +701,7 @@ static Suite *prepare_suite(void) {
     tcase_add_test(tc, test_jsonl_ids);
     tcase_add_test(tc, test_text_ids);
     tcase_add_test(tc, test_val_rule_and_shards);
+    tcase_add_test(tc, test_one_text_file_split);
     tcase_add_test(tc, test_doc_token_and_uint32);
     tcase_add_test(tc, test_bad_records);
     tcase_add_test(tc, test_bad_tokenizer);

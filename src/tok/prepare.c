@@ -36,8 +36,9 @@
  * to know the total: a document goes to val when val's tokens are below F of all tokens so
  * far, it included (val < F * (train + val + n)). The first document is val's, and at every
  * point of the corpus val holds F of the tokens to within one document, spread over the
- * corpus. Byte-level keeps the split of earlier versions: the last floor(F * bytes) bytes
- * of the stream, cutting a document.
+ * corpus. One --text file is one document, which that rule would give to val whole: then,
+ * as byte-level, the split of earlier versions: val is the last floor(F * n) of its n
+ * tokens (byte-level: of the stream's bytes), cut at a token.
  * Files: without --shard-tokens, --out FILE and data_val_path(FILE); with it, --out is a
  * prefix (a ".bin" dropped) and each split is numbered from 0: PREFIX_train_000000.bin,
  * PREFIX_train_000001.bin, PREFIX_val_000000.bin, ..., every file exactly N tokens but the

@@ -101,6 +101,7 @@ typedef struct {
 typedef struct {
     PrepSplit s[2]; /* train, val */
     int byte_level;
+    int one_doc; /* a tokenizer and one --text file: val is cut from the document's end */
     double val_fraction;
     size_t byte_train; /* byte-level: the tokens of the stream that are train's */
     size_t stream;     /* tokens written, both splits */

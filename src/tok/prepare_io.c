@@ -3,6 +3,7 @@
  * or nothing, and the progress line. [Note: prepare-data] in prepare.c. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -237,6 +238,7 @@ static void split_path(const PrepSplit *s, int k, int part, char *path, size_t n
 int prep_out_init(PrepOut *o, const PrepArgs *a, int width, char *err, size_t errlen) {
     memset(o, 0, sizeof *o);
     o->byte_level = !a->tokenizer;
+    o->one_doc = a->tokenizer && !a->jsonl && a->ninputs == 1;
     o->val_fraction = a->val_fraction;
     o->byte_train = SIZE_MAX;
     size_t n = strlen(a->out);
@@ -364,6 +366,17 @@ int prep_out_batch(PrepOut *o, const Batch *b, char *err, size_t errlen) {
             t = t < n ? t : n;
             rc = split_put(train, ids, t, err, errlen);
             if (rc == PP_OK) rc = split_put(val, ids + t, n - t, err, errlen);
+        } else if (o->one_doc) { /* val: the document's last floor(F * n) tokens */
+            size_t nval = (size_t)floor(o->val_fraction * (double)n);
+            if (o->val_fraction > 0 && nval == 0)
+                return pp_errf(err, errlen, PP_EUSAGE,
+                               "--val-fraction %g leaves none of the %zu tokens of the one "
+                               "document for the validation file",
+                               o->val_fraction, n);
+            train->docs++;
+            o->docs++;
+            rc = split_put(train, ids, n - nval, err, errlen);
+            if (rc == PP_OK) rc = split_put(val, ids + n - nval, nval, err, errlen);
         } else {
             double all = (double)(train->total + val->total + n);
             PrepSplit *s = (double)val->total < o->val_fraction * all ? val : train;
@@ -459,7 +472,7 @@ void prep_out_report(const PrepOut *o, const PrepArgs *a, const char *doc, int32
         const PrepSplit *s = &o->s[k];
         if (!s->nfiles) continue;
         char docs[64] = "";
-        if (!o->byte_level) snprintf(docs, sizeof docs, " (%ld documents)", s->docs);
+        if (!o->byte_level && !o->one_doc) snprintf(docs, sizeof docs, " (%ld documents)", s->docs);
         split_path(s, 0, 0, first, sizeof first);
         split_path(s, s->nfiles - 1, 0, last, sizeof last);
         if (s->nfiles == 1)
