@@ -103,5 +103,6 @@ echo "== checkpoints: GPT-2 124M-sized shard (save/load MB/s, stall, ratio)"
 
 bash bench/recompute.sh
 PPTRAIN=./pptrain bash bench/plan.sh  # predicted pipeline efficiency on H100s: GPT-2 124M / 350M / 1.5B, P = 2..8
+PPTRAIN=./pptrain bash bench/tokenize.sh  # prepare-data's encode MB/s at 1 and 2 threads, beside the tokenizers library's
 
 if [ -x build/cuda/bench_gpu ] && build/cuda/bench_gpu --probe >/dev/null 2>&1; then bash bench/gpu.sh "$build"; fi

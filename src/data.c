@@ -1,9 +1,8 @@
-/* data.c — token files in llm.c's .bin format, batches, and the text preparer. */
+/* data.c — token files in llm.c's .bin format: open and check, batches, atomic writing. */
 #include "data.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,8 +18,6 @@
 /* Appended to every message about a bad file; the argument is the file's path. */
 #define DATA_HINT                                                                                  \
     "; regenerate it with `pptrain prepare-data --text FILE --out %s` (or llm.c's data scripts)"
-
-#define PREP_USAGE "usage: pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]\n"
 
 /* ---- reading ---------------------------------------------------------------- */
 
@@ -448,7 +445,7 @@ int data_write32(const char *path, const uint32_t *tok, size_t n, char *err, siz
     return write_tokens(path, tok, n, 4, err, errlen);
 }
 
-/* ---- prepare-data ----------------------------------------------------------- */
+/* ---- names ------------------------------------------------------------------ */
 
 int data_val_path(const char *out, char *val, size_t n) {
     const char *base = strrchr(out, '/');
@@ -464,107 +461,4 @@ int data_val_path(const char *out, char *val, size_t n) {
         len = snprintf(val, n, "%.*s_val.bin", (int)keep, out);
     }
     return (len < 0 || (size_t)len >= n) ? PP_EUSAGE : PP_OK;
-}
-
-/* mkdir -p for the directory that will hold `path`. Returns PP_OK or PP_ERUNTIME. */
-static int make_parent_dirs(const char *path, char *err, size_t errlen) {
-    char dir[PP_PATH_MAX];
-    pp_dirname(path, dir, sizeof dir);
-    if (pp_mkdirs(dir) != 0)
-        return pp_errf(err, errlen, PP_ERUNTIME, "cannot create directory '%s': %s", dir,
-                       strerror(errno));
-    return PP_OK;
-}
-
-typedef struct {
-    const char *text, *out;
-    double val_fraction;
-} PrepArgs;
-
-/* Print a usage error (message, then the usage line) and return PP_EUSAGE. */
-static int prep_usage(const char *msg, const char *what) {
-    pp_error("prepare-data: %s%s", msg, what);
-    fputs(PREP_USAGE, stderr);
-    return PP_EUSAGE;
-}
-
-/* Parse "--opt value" / "--opt=value" arguments. Returns PP_OK, PP_EUSAGE (reported),
- * or -1 for --help (usage printed on stdout). */
-static int prep_parse(int argc, char **argv, PrepArgs *a) {
-    memset(a, 0, sizeof *a);
-    const char *frac = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            fputs(PREP_USAGE, stdout);
-            return -1;
-        }
-        const char *eq = strchr(arg, '=');
-        size_t klen = eq ? (size_t)(eq - arg) : strlen(arg);
-        const char **slot = NULL;
-        if (klen == 6 && strncmp(arg, "--text", klen) == 0) slot = &a->text;
-        if (klen == 5 && strncmp(arg, "--out", klen) == 0) slot = &a->out;
-        if (klen == 14 && strncmp(arg, "--val-fraction", klen) == 0) slot = &frac;
-        if (!slot) return prep_usage("unknown argument: ", arg);
-        if (!eq && i + 1 >= argc) return prep_usage("missing value after ", arg);
-        *slot = eq ? eq + 1 : argv[++i];
-    }
-    if (!a->text || !*a->text) return prep_usage("--text FILE is required", "");
-    if (!a->out || !*a->out) return prep_usage("--out FILE.bin is required", "");
-    if (frac) {
-        char *end;
-        errno = 0;
-        a->val_fraction = strtod(frac, &end);
-        if (end == frac || *end || errno || !(a->val_fraction >= 0 && a->val_fraction < 1))
-            return prep_usage("--val-fraction must be a number in [0, 1), got ", frac);
-    }
-    return PP_OK;
-}
-
-/* Tokenize bytes [0, n) (token = byte value) and write them to path; print a line. Vocab
- * 256 is a uint16 file (data_token_width); a tokenizer whose vocabulary is over 65536
- * would write its ids with data_write32. */
-static int prep_write(const char *path, const unsigned char *bytes, size_t n,
-                      const char *text, char *err, size_t errlen) {
-    int rc = make_parent_dirs(path, err, errlen);
-    if (rc != PP_OK) return rc;
-    uint16_t *tok = pp_malloc(n * sizeof *tok);
-    for (size_t i = 0; i < n; i++) tok[i] = bytes[i];
-    rc = data_write(path, tok, n, err, errlen);
-    free(tok);
-    if (rc == PP_OK)
-        printf("prepare-data: wrote %zu tokens to %s (byte-level, vocab 256, uint16, from %s)\n", n,
-               path, text);
-    return rc;
-}
-
-int data_prepare_main(int argc, char **argv) {
-    PrepArgs a;
-    int rc = prep_parse(argc, argv, &a);
-    if (rc != PP_OK) return rc < 0 ? PP_OK : rc;
-    char val[PP_PATH_MAX], err[PP_ERR_MAX];
-    if (data_val_path(a.out, val, sizeof val) != PP_OK || strlen(a.out) >= PP_PATH_MAX)
-        return prep_usage("--out path is too long: ", a.out);
-    char *text = NULL, what[PP_PATH_MAX + 16];
-    size_t n = 0;
-    snprintf(what, sizeof what, "text file '%s'", a.text);
-    if (pp_read_file(a.text, what, &text, &n, err, sizeof err) != PP_OK) {
-        pp_error("prepare-data: %s", err);
-        return PP_ERUNTIME;
-    }
-    const unsigned char *bytes = (const unsigned char *)text;
-    size_t nval = (size_t)floor(a.val_fraction * (double)n);
-    if (n == 0 || n > INT32_MAX) {
-        rc = prep_usage(n ? "text file is too big (over 2^31-1 bytes): "
-                          : "text file is empty, nothing to tokenize: ", a.text);
-    } else if (a.val_fraction > 0 && nval == 0) {
-        rc = prep_usage("--val-fraction leaves no byte for the validation file of ", a.text);
-    } else {
-        rc = prep_write(a.out, bytes, n - nval, a.text, err, sizeof err);
-        if (rc == PP_OK && nval > 0)
-            rc = prep_write(val, bytes + (n - nval), nval, a.text, err, sizeof err);
-        if (rc != PP_OK) pp_error("prepare-data: %s", err);
-    }
-    free(text);
-    return rc;
 }

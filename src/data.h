@@ -1,5 +1,5 @@
 /* data.h — token files in llm.c's .bin format: open and validate, batch access,
- * atomic writing, and the `pptrain prepare-data` plain-text preparer. */
+ * atomic writing. `pptrain prepare-data`, which makes them, is src/tok/prepare.c. */
 #ifndef PP_DATA_H
 #define PP_DATA_H
 
@@ -105,19 +105,10 @@ int data_write(const char *path, const uint16_t *tok, size_t n, char *err, size_
  * naming its index, and nothing is written. */
 int data_write32(const char *path, const uint32_t *tok, size_t n, char *err, size_t errlen);
 
-/* The validation file name that prepare-data derives from the --out name: the last
- * "train" in the file name (not the directories) becomes "val"; otherwise a trailing
- * ".bin" is dropped and "_val.bin" appended ("a/x.bin" -> "a/x_val.bin",
+/* The validation file name that prepare-data (without --shard-tokens) derives from the
+ * --out name: the last "train" in the file name (not the directories) becomes "val";
+ * otherwise a trailing ".bin" is dropped and "_val.bin" appended ("a/x.bin" -> "a/x_val.bin",
  * "a/x" -> "a/x_val.bin"). Returns PP_OK, or PP_EUSAGE if it does not fit in n. */
 int data_val_path(const char *out, char *val, size_t n);
-
-/* `pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]` (argv[0] is
- * "prepare-data"; options also as --opt=value). Byte-level tokenization: vocab 256,
- * token = byte value. With F in [0, 1), the last floor(F * bytes) bytes go to the
- * validation file named by data_val_path and the rest to --out; F = 0 (the default)
- * writes only --out. Creates missing output directories and prints what it wrote.
- * Returns PP_OK; PP_EUSAGE with a usage line on bad arguments (or a split leaving a
- * file empty); PP_ERUNTIME with the file's name on I/O errors. */
-int data_prepare_main(int argc, char **argv);
 
 #endif

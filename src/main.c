@@ -23,6 +23,7 @@
 #include "runtime/summary.h"
 #include "plan/plan_cmd.h"
 #include "plot/plot.h"
+#include "tok/prepare.h"
 #include "trace.h"
 
 #define PP_VERSION "0.1.0"
@@ -36,7 +37,9 @@ static const char *usage =
     "(default: output.dir/checkpoints/latest)\n"
     "       pptrain --config FILE --resume-if-present     "
     "(resume from latest if there is one, else start)\n"
-    "       pptrain prepare-data --text FILE --out FILE.bin [--val-fraction F]\n"
+    "       pptrain prepare-data (--text FILE... | --jsonl FILE... --field NAME) --out PATH\n"
+    "                            [--tokenizer tokenizer.json] [--val-fraction F] "
+    "[--shard-tokens N] [--threads N]\n"
     "       pptrain export --checkpoint DIR --out model.bin   (llm.c's fp32 GPT-2 file)\n"
     "       pptrain export --checkpoint DIR --format hf --out DIR2 [--dtype fp32|bf16] "
     "[--max-shard-size 5GB]\n"
@@ -498,7 +501,7 @@ static int dispatch(Cli *cli, int sub) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc >= 2 && !strcmp(argv[1], "prepare-data")) return data_prepare_main(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "prepare-data")) return prep_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "export")) return ckpt_state_export_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "plot")) return plot_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "--version")) {

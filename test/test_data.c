@@ -1,5 +1,5 @@
 /* test_data.c — data: token-file round trip (uint16 and uint32 files), every kind of bad
- * file, batch order and wrap-around, atomic writes, and `prepare-data` end to end. */
+ * file, batch order and wrap-around, atomic writes (prepare-data: test_prepare.c). */
 #define _GNU_SOURCE
 #include <check.h>
 #include <ftw.h>
@@ -790,7 +790,7 @@ START_TEST(test_batch_changed32) {
 }
 END_TEST
 
-/* ---- prepare-data -------------------------------------------------------------- */
+/* ---- the val file's name (prepare-data's: test_prepare.c) ---------------------- */
 
 START_TEST(test_val_path) {
     char v[64];
@@ -805,145 +805,6 @@ START_TEST(test_val_path) {
     ck_assert_int_eq(data_val_path("corpus", v, sizeof v), PP_OK);
     ck_assert_str_eq(v, "corpus_val.bin");
     ck_assert_int_eq(data_val_path("corpus.bin", v, 8), PP_EUSAGE);
-}
-END_TEST
-
-/* Run prepare-data with a NULL-terminated argument list (argv[0] = "prepare-data"),
- * its stdout and stderr going to files in g_dir. */
-static int run_prepare(const char *first, ...) {
-    char *argv[16] = {"prepare-data"};
-    int argc = 1;
-    va_list ap;
-    va_start(ap, first);
-    for (const char *a = first; a && argc < 15; a = va_arg(ap, const char *))
-        argv[argc++] = (char *)a;
-    va_end(ap);
-    fflush(stdout);
-    fflush(stderr);
-    ck_assert_ptr_nonnull(freopen(tmp("stdout.txt"), "w", stdout));
-    ck_assert_ptr_nonnull(freopen(tmp("stderr.txt"), "w", stderr));
-    int rc = data_prepare_main(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    return rc;
-}
-
-/* The whole of a small file, NUL-terminated (empty string if absent). */
-static const char *slurp(const char *path) {
-    static char buf[4096];
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f) return buf;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-/* A 1000-byte text with every byte value (0 and 255 included). */
-static void write_text(const char *path, unsigned char *bytes, size_t n) {
-    for (size_t i = 0; i < n; i++) bytes[i] = (unsigned char)((i * 37 + 11) % 256);
-    FILE *f = fopen(path, "wb");
-    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
-    fclose(f);
-}
-
-static void expect_tokens(const char *path, const unsigned char *bytes, size_t n) {
-    DataSet d;
-    char err[PP_ERR_MAX] = "";
-    ck_assert_msg(data_open(&d, path, 256, err, sizeof err) == PP_OK, "%s", err);
-    ck_assert_uint_eq(d.ntok, n);
-    uint16_t *got = read_tokens(&d);
-    for (size_t i = 0; i < n; i++) ck_assert_uint_eq(got[i], bytes[i]);
-    free(got);
-    data_close(&d);
-}
-
-/* 1000 bytes, --val-fraction 0.1: the first 900 bytes train, the last 100 val, into
- * directories that do not exist yet. */
-START_TEST(test_prepare_with_val_split) {
-    unsigned char bytes[1000];
-    write_text(tmp("corpus.txt"), bytes, 1000);
-    int rc = run_prepare("--text", tmp("corpus.txt"), "--out", tmp("a/b/train.bin"),
-                         "--val-fraction", "0.1", NULL);
-    ck_assert_msg(rc == PP_OK, "rc %d: %s", rc, slurp(tmp("stderr.txt")));
-    expect_tokens(tmp("a/b/train.bin"), bytes, 900);
-    expect_tokens(tmp("a/b/val.bin"), bytes + 900, 100);
-    const char *out = slurp(tmp("stdout.txt"));
-    ck_assert_ptr_nonnull(strstr(out, "wrote 900 tokens"));
-    ck_assert_ptr_nonnull(strstr(out, "wrote 100 tokens"));
-    ck_assert_ptr_nonnull(strstr(out, "a/b/val.bin"));
-}
-END_TEST
-
-/* --opt=value form, no split: only --out is written; non-"train" names get _val.bin */
-START_TEST(test_prepare_no_split_and_val_name) {
-    unsigned char bytes[1000];
-    write_text(tmp("c.txt"), bytes, 1000);
-    char text_arg[600], out_arg[600];
-    snprintf(text_arg, sizeof text_arg, "--text=%s", tmp("c.txt"));
-    snprintf(out_arg, sizeof out_arg, "--out=%s", tmp("corpus.bin"));
-    ck_assert_int_eq(run_prepare(text_arg, out_arg, NULL), PP_OK);
-    expect_tokens(tmp("corpus.bin"), bytes, 1000);
-    ck_assert(!file_exists(tmp("corpus_val.bin")));
-    /* floor(0.25 * 1000) = 250 bytes of validation */
-    ck_assert_int_eq(run_prepare(text_arg, out_arg, "--val-fraction=0.25", NULL), PP_OK);
-    expect_tokens(tmp("corpus.bin"), bytes, 750);
-    expect_tokens(tmp("corpus_val.bin"), bytes + 750, 250);
-}
-END_TEST
-
-START_TEST(test_prepare_bad_args) {
-    unsigned char bytes[1000];
-    write_text(tmp("c.txt"), bytes, 1000);
-    char t[512], o[512];
-    snprintf(t, sizeof t, "%s", tmp("c.txt"));
-    snprintf(o, sizeof o, "%s", tmp("o.bin"));
-    ck_assert_int_eq(run_prepare(NULL), PP_EUSAGE);
-    ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "usage: pptrain prepare-data"));
-    ck_assert_int_eq(run_prepare("--text", t, NULL), PP_EUSAGE);
-    ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "--out"));
-    ck_assert_int_eq(run_prepare("--out", o, NULL), PP_EUSAGE);
-    ck_assert_int_eq(run_prepare("--text", t, "--out", o, "--bogus", "1", NULL), PP_EUSAGE);
-    ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "--bogus"));
-    ck_assert_int_eq(run_prepare("--text", t, "--out", o, "extra", NULL), PP_EUSAGE);
-    ck_assert_int_eq(run_prepare("--text", t, "--out", NULL), PP_EUSAGE);
-    const char *bad[5] = {"1", "-0.1", "abc", "0.5x", "nan"};
-    for (int k = 0; k < 5; k++) {
-        ck_assert_int_eq(run_prepare("--text", t, "--out", o, "--val-fraction", bad[k], NULL),
-                         PP_EUSAGE);
-        ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "[0, 1)"));
-    }
-    ck_assert(!file_exists(o)); /* nothing written on usage errors */
-    ck_assert_int_eq(run_prepare("--help", NULL), PP_OK);
-    ck_assert_ptr_nonnull(strstr(slurp(tmp("stdout.txt")), "usage:"));
-}
-END_TEST
-
-START_TEST(test_prepare_bad_inputs) {
-    /* missing text file: an I/O error naming it */
-    ck_assert_int_eq(run_prepare("--text", tmp("nope.txt"), "--out", tmp("o.bin"), NULL),
-                     PP_ERUNTIME);
-    ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "nope.txt"));
-    /* empty text: nothing to tokenize */
-    FILE *f = fopen(tmp("empty.txt"), "wb");
-    fclose(f);
-    ck_assert_int_eq(run_prepare("--text", tmp("empty.txt"), "--out", tmp("o.bin"), NULL),
-                     PP_EUSAGE);
-    ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "empty"));
-    /* 5 bytes with --val-fraction 0.1: floor(0.5) = 0 bytes of validation */
-    f = fopen(tmp("five.txt"), "wb");
-    fputs("hello", f);
-    fclose(f);
-    ck_assert_int_eq(run_prepare("--text", tmp("five.txt"), "--out", tmp("o.bin"),
-                                 "--val-fraction", "0.1", NULL),
-                     PP_EUSAGE);
-    ck_assert(!file_exists(tmp("o.bin")));
-    /* output directory blocked by a regular file: an I/O error naming it */
-    ck_assert_int_eq(run_prepare("--text", tmp("five.txt"), "--out", tmp("five.txt/o.bin"),
-                                 NULL),
-                     PP_ERUNTIME);
-    ck_assert_ptr_nonnull(strstr(slurp(tmp("stderr.txt")), "five.txt"));
 }
 END_TEST
 
@@ -992,13 +853,9 @@ static Suite *data_suite(void) {
     tc = tcase_create("misuse"); /* no fixture: the test exits */
     tcase_add_exit_test(tc, test_batch_without_check_dies, PP_ERUNTIME);
     suite_add_tcase(s, tc);
-    tc = tcase_create("prepare");
+    tc = tcase_create("names");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_val_path);
-    tcase_add_test(tc, test_prepare_with_val_split);
-    tcase_add_test(tc, test_prepare_no_split_and_val_name);
-    tcase_add_test(tc, test_prepare_bad_args);
-    tcase_add_test(tc, test_prepare_bad_inputs);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# prepare.sh — `pptrain prepare-data` as a command (issue 27, item 2; test_prepare.c checks
+# the ids, the val rule and bad records in process). A JSONL corpus of several batches
+# (about 6 MB, bench/gen_corpus.sh) gives the same files byte for byte with 1 and 3
+# encoding threads, in shards of exactly --shard-tokens tokens; a bad tokenizer.json exits 2
+# and writes nothing; SIGINT and SIGTERM midway (the input an endless stream on standard
+# input, so the signal lands while shards are being written, whatever the machine's speed)
+# remove every file the run wrote, leave an older file under a final name as it was, and
+# the process dies of the signal.
+set -u
+PPTRAIN=${PPTRAIN:-./pptrain}
+tmp=$(mktemp -d /tmp/pptrain-prepare.XXXXXX)
+gen=
+trap '[ -z "$gen" ] || kill "$gen" 2>/dev/null; rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
+
+tok=test/tok/llama3.json
+bash bench/gen_corpus.sh 6 >"$tmp/c.jsonl" || bad "bench/gen_corpus.sh failed"
+
+# 1. Several batches, 1 and 3 threads: the same bytes; shards of exactly N tokens.
+N=500000
+for t in 1 3; do
+  timeout 300 "$PPTRAIN" prepare-data --tokenizer $tok --jsonl "$tmp/c.jsonl" --field text \
+    --out "$tmp/t$t/c.bin" --shard-tokens $N --val-fraction 0.05 --threads $t \
+    >"$tmp/t$t.out" 2>&1 || bad "--threads $t: exit $?: $(tail -n 3 "$tmp/t$t.out")"
+done
+ntrain=$(ls "$tmp/t1" | grep -c '^c_train_[0-9]\{6\}\.bin$')
+check "--threads 1 and 3 write the same $(ls "$tmp/t1" | wc -l) files, byte for byte" \
+  '[ "$ntrain" -ge 3 ] && [ -e "$tmp/t1/c_val_000000.bin" ] &&
+   diff -r "$tmp/t1" "$tmp/t3" >/dev/null'
+full=$((1024 + 2 * N)) sizes=ok
+for k in $(seq 0 $((ntrain - 2))); do
+  [ "$(stat -c %s "$tmp/t1/$(printf 'c_train_%06d.bin' "$k")")" = $full ] || sizes="shard $k"
+done
+check "every train shard but the last holds $N tokens ($sizes)" '[ $sizes = ok ]'
+last=$(printf %06d $((ntrain - 1)))
+check "one line per split and the throughput on stdout" \
+  'grep -q "to $ntrain files .*c_train_000000.bin .. .*c_train_$last.bin" "$tmp/t1.out" &&
+   grep -q "MB of text, [0-9]* tokens in .* MB/s, .* tokens/s (3 threads)" "$tmp/t3.out"'
+
+# 2. A tokenizer.json that is not JSON: exit 2, the file named, nothing written.
+mkdir "$tmp/bad" && printf '{"model": ' >"$tmp/bad/tok.json"
+"$PPTRAIN" prepare-data --tokenizer "$tmp/bad/tok.json" --jsonl "$tmp/c.jsonl" --field text \
+  --out "$tmp/bad/o.bin" >"$tmp/bad.out" 2>&1
+rc=$?
+check "a malformed tokenizer.json: exit 2, nothing written ($(head -c 99 "$tmp/bad.out"))" \
+  '[ $rc = 2 ] && grep -q "tok.json: not valid JSON" "$tmp/bad.out" &&
+   [ "$(ls "$tmp/bad")" = tok.json ]'
+
+# 3. Stopped midway by SIG: an endless JSONL stream on stdin; once shards are finished
+#    (.part files), the signal. Exit status 128 + the signal's number; the directory holds
+#    only the old file, unchanged.
+interrupt() { # SIG NUMBER
+  local sig=$1 num=$2 d=$tmp/int-$1
+  mkdir "$d" && printf old >"$d/s_train_000000.bin" && mkfifo "$d.fifo"
+  awk 'BEGIN { for (i = 0;; i++) printf "{\"text\": \"the apple %d in the garden\"}\n", i }' \
+    >"$d.fifo" &
+  gen=$!
+  "$PPTRAIN" prepare-data --tokenizer $tok --jsonl - --field text --out "$d/s" \
+    --shard-tokens 100000 --val-fraction 0.1 --threads 2 <"$d.fifo" >"$d.out" 2>&1 &
+  local pid=$! waited=0
+  until ls "$d"/*.part >/dev/null 2>&1 || ! kill -0 $pid 2>/dev/null; do
+    sleep 0.02
+    waited=$((waited + 1))
+    [ $waited -lt 6000 ] || break
+  done
+  local parts; parts=$(ls "$d" | grep -c '\.part$')
+  kill -"$sig" $pid
+  for waited in $(seq 1500); do kill -0 $pid 2>/dev/null || break; sleep 0.02; done
+  kill -KILL $pid 2>/dev/null # (a run that ignored the signal fails the check below)
+  wait $pid
+  local rc=$?
+  kill $gen 2>/dev/null
+  wait $gen 2>/dev/null
+  gen=
+  check "SIG$sig after $parts finished shards: exit $rc, all it wrote removed, the old file kept" \
+    '[ $rc = $((128 + num)) ] && [ "$parts" -ge 1 ] && [ "$(ls "$d")" = s_train_000000.bin ] &&
+     [ "$(cat "$d/s_train_000000.bin")" = old ] &&
+     grep -q "stopped by .*: nothing written" "$d.out"'
+}
+interrupt INT 2
+interrupt TERM 15
+
+finish
