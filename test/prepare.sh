@@ -6,7 +6,10 @@
 # and writes nothing; SIGINT and SIGTERM midway (the input an endless stream on standard
 # input, so the signal lands while shards are being written, whatever the machine's speed)
 # remove every file the run wrote, leave an older file under a final name as it was, and
-# the process dies of the signal.
+# the process dies of the signal. Text in, training out (issue 27's "must show"): a JSONL
+# corpus through the GPT-2-style tokenizer into shards, trained on by a glob of them on 2
+# pipeline ranks, checkpointed past a shard boundary and resumed: the losses of the run
+# that never stopped, bit for bit, across the next boundary.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 tmp=$(mktemp -d /tmp/pptrain-prepare.XXXXXX)
@@ -80,5 +83,32 @@ interrupt() { # SIG NUMBER
 }
 interrupt INT 2
 interrupt TERM 15
+
+# 4. Text in, training out: shards of 2000 tokens (15 batches of 8 x 16 each), a 2-rank
+#    pipelined run of 40 steps, checkpointed at 20 (in the second shard) and resumed.
+j=$tmp/text
+head -n 40 "$tmp/c.jsonl" >"$tmp/small.jsonl"
+"$PPTRAIN" prepare-data --tokenizer test/tok/gpt2.json --jsonl "$tmp/small.jsonl" --field text \
+  --out "$j/c" --shard-tokens 2000 --val-fraction 0.01 >"$j.prep" 2>&1 ||
+  bad "prepare-data for training: $(tail -n 3 "$j.prep")"
+# train NAME [ARGS...]: 2 ranks on the shards, output.dir $j/NAME
+train() {
+  local name=$1; shift
+  timeout 120 scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config test/configs/pipe8.yaml \
+    --set pipeline.stages=2 --set pipeline.microbatches=4 --set model.vocab_size=700 \
+    --set data.train="$j/c_train_*.bin" --set train.steps=40 --set output.dir="$j/$name" \
+    --set output.checkpoint_every=20 "$@" >"$j/$name.out" 2>&1 ||
+    bad "train $name: $(tail -n 3 "$j/$name.out")"
+}
+train full
+# the first 20 steps (the rows and checkpoint of the run after them removed), then the resume
+cp -r "$j/full" "$j/res" && rm -r "$j/res/checkpoints/step_0000040" &&
+  head -n 21 "$j/full/losses.csv" >"$j/res/losses.csv"
+train res --resume "$j/res/checkpoints/step_0000020"
+losses() { tail -n +2 "$j/$1/losses.csv" | cut -d, -f1,2 | sed -n 21,40p; }
+check "JSONL -> $(ls "$j" | grep -c '_train_') shards -> 2 ranks, resumed at step 20 (a boundary at \
+30): steps 21-40 bitwise equal" \
+  '[ "$(losses full | wc -l)" = 20 ] && [ "$(losses full)" = "$(losses res)" ] &&
+   grep -q "shard=1 " "$j/res/checkpoints/step_0000020/manifest"'
 
 finish
