@@ -472,7 +472,8 @@ void prep_out_report(const PrepOut *o, const PrepArgs *a, const char *doc, int32
         const PrepSplit *s = &o->s[k];
         if (!s->nfiles) continue;
         char docs[64] = "";
-        if (!o->byte_level && !o->one_doc) snprintf(docs, sizeof docs, " (%ld documents)", s->docs);
+        if (!o->byte_level && !o->one_doc)
+            snprintf(docs, sizeof docs, " (%ld document%s)", s->docs, s->docs == 1 ? "" : "s");
         split_path(s, 0, 0, first, sizeof first);
         split_path(s, s->nfiles - 1, 0, last, sizeof last);
         if (s->nfiles == 1)
