@@ -173,7 +173,7 @@ END_TEST
 
 /* Files of ranks 0..world-1 but `skip`, rank r waiting on peers[r] (-1: on no one) in
  * a failed receive; the recorders all made before any file is written, as in one run. */
-static void write_ranks(int world, const int *peers, int skip) {
+static void write_ranks_why(int world, const int *peers, int skip, const char *const *why) {
     FlightRec *f[8];
     for (int r = 0; r < world; r++) f[r] = r == skip ? NULL : flight_create(g_dir, r, world, 16);
     for (int r = 0; r < world; r++) {
@@ -184,9 +184,13 @@ static void write_ranks(int world, const int *peers, int skip) {
             flight_post(f[r], FLIGHT_RECV, "grad", 3, r, r + 1, 0, peers[r], 64, &req, 1);
             flight_end(f[r], flight_wait(f[r], &req, "recv gradient", 3, r, 0), 0, 0);
         }
-        ck_assert_int_eq(flight_dump(f[r], "timed out"), 0);
+        ck_assert_int_eq(flight_dump(f[r], why ? why[r] : "timed out"), 0);
         flight_destroy(f[r]);
     }
+}
+
+static void write_ranks(int world, const int *peers, int skip) {
+    write_ranks_why(world, peers, skip, NULL);
 }
 
 /* `pptrain flight DIR`'s output into a file, read back. */
@@ -221,7 +225,8 @@ START_TEST(test_cmd_head_without_a_file) {
 END_TEST
 
 /* A rank that waits on no one heads the chain; a cycle is said to be one; a file of an
- * earlier run (written before this run's ranks started) is left out. */
+ * earlier run (written before this run's ranks started) is left out; a rank that says it
+ * was itself stopped heads the chain whatever it waited on afterwards. */
 START_TEST(test_cmd_idle_head_cycle_stale) {
     write_ranks(3, (int[]){1, -1, 1}, -1);
     const char *t = run_flight_cmd();
@@ -236,6 +241,15 @@ START_TEST(test_cmd_idle_head_cycle_stale) {
     t = run_flight_cmd();
     ASSERT_HAS(t, "rank 2: its file is older than the other ranks' run: left out");
     ASSERT_HAS(t, "head of the wait chain: rank 2: ");
+    /* 0 -> 1 -> 2 -> 1, but rank 2 says that it was itself stopped: it is the head */
+    usleep(2000);
+    const char *why[] = {"lost rank 1", "timed out waiting for rank 2",
+                         "rank 2 (this rank) was itself stopped or too slow (...); then ..."};
+    write_ranks_why(3, (int[]){1, 2, 1}, -1, why);
+    t = run_flight_cmd();
+    ASSERT_HAS(t, "rank 2: was itself stopped or too slow\n");
+    ASSERT_HAS(t, "head of the wait chain: rank 2: ");
+    ASSERT_HAS(t, "it says that it was itself stopped");
 }
 END_TEST
 

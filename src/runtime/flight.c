@@ -463,7 +463,12 @@ void flight_fail(FlightRec *f, char *err, size_t errlen) {
     Out o = {what, 0, sizeof what - 1};
     out_what(&o, &b);
     what[o.len] = '\0';
-    if (peer >= 0)
+    if (b.state == FLIGHT_FAILED && b.tw == 0) /* its post failed: the peer was gone already */
+        pp_strappendf(err, errlen,
+                      "; flight record %s: this rank could not post %s (step %d) "
+                      "to rank %d",
+                      f->path, what, b.step, peer);
+    else if (peer >= 0)
         pp_strappendf(err, errlen,
                       "; flight record %s: this rank was waiting on rank %d for %s "
                       "(step %d)",

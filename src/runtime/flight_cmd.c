@@ -23,6 +23,7 @@ typedef struct {
     char reason[PP_ERR_MAX];
     char waiting[PP_ERR_MAX / 2]; /* the file's "waiting:" line, after the colon */
     double last_done;             /* when its newest done record ended (wall clock; 0: none) */
+    int self_stopped;             /* it says it was itself stopped ([Note: stopped]) */
     int stale;                    /* older than the other files' run */
 } RankFile;
 
@@ -104,6 +105,11 @@ static int read_file(const char *path, int file, RankFile *rf, Row **rows, size_
         }
     }
     fclose(f);
+    /* a rank that was itself stopped waits on no one: the others waited on it, and what
+     * it waited on once it ran again had given up on it ([Note: stopped] in
+     * comm/comm_socket_blame.c) */
+    rf->self_stopped = strstr(rf->reason, "(this rank) was itself stopped") != NULL;
+    if (rf->self_stopped) rf->info.waiting_on = -1;
     if (!header || rf->info.rank < 0 || rf->info.world <= rf->info.rank)
         return pp_error("%s is not a pptrain flight record (no \"rank R of W\" line)", path), -1;
     return 0;
@@ -147,6 +153,8 @@ static void print_chain(const RankFile *rf, const int *have, int world) {
         }
         if (head < 0)
             printf(": a cycle");
+        else if (head == r && rf[r].self_stopped)
+            printf(": was itself stopped or too slow");
         else if (head == r)
             printf(": waits on no one");
         printf("\n");
@@ -169,6 +177,8 @@ static void print_chain(const RankFile *rf, const int *have, int world) {
                common);
         if (!have[common])
             printf("it wrote no flight record (stopped, killed or still running: see its log)\n");
+        else if (rf[common].self_stopped)
+            printf("it says that it was itself stopped or too slow (see its reason above)\n");
         else
             printf("it waits on no one (%s)\n", rf[common].waiting);
     } else if (common == -3) {
