@@ -71,6 +71,7 @@ typedef struct {
     int checkpoint_final;            /* bool: save at the end of the run */
     int compression_level;
     int trace;                       /* bool */
+    int flight_records;              /* flight recorder ring size; 0 = off */
     /* runtime: */
     char device[PP_NAME_MAX];        /* auto | cpu | cuda */
     char precision[PP_NAME_MAX];     /* auto | fp32 | tf32 | bf16
