@@ -149,8 +149,12 @@ START_TEST(test_sigusr2_dumps_and_goes_on) {
 }
 END_TEST
 
-/* A fatal signal writes the file and the process still dies of it. */
+/* A fatal signal writes the file and the process still dies of it (not under
+ * AddressSanitizer, whose own handlers report faults: flight_signals leaves them). */
 START_TEST(test_fatal_signal_dumps_and_dies) {
+#if defined(__SANITIZE_ADDRESS__)
+    return;
+#endif
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {

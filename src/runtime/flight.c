@@ -500,6 +500,15 @@ static void on_usr2(int sig) {
     errno = saved;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define FLIGHT_ASAN 1 /* its own reports of a fault say more: leave them its handlers */
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FLIGHT_ASAN 1
+#endif
+#endif
+
+#ifndef FLIGHT_ASAN
 static const char *sig_name(int sig) {
     switch (sig) {
     case SIGSEGV: return "SIGSEGV";
@@ -535,13 +544,6 @@ static void on_fatal(int sig) {
     sigaction(sig, &sa, NULL);
     raise(sig);
 }
-
-#if defined(__SANITIZE_ADDRESS__)
-#define FLIGHT_ASAN 1 /* its own reports of a fault say more: leave them its handlers */
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FLIGHT_ASAN 1
-#endif
 #endif
 
 void flight_signals(FlightRec *f) {
