@@ -71,6 +71,9 @@ START_TEST(test_ring_keeps_the_last) {
 }
 END_TEST
 
+static int g_blocked = -1;
+static int probe(const void *ctx) { return *(const int *)ctx; }
+
 /* A wait finds the posted transfer by its request; its record leaves the ring, and the
  * wait makes a record of its own. The waited-on transfer names its peer. */
 START_TEST(test_wait_finds_its_transfer) {
@@ -97,12 +100,14 @@ START_TEST(test_wait_finds_its_transfer) {
     ck_assert_int_gt(w, 11);
     ck_assert_int_eq(flight_dump(f, "hung again"), 0);
     ASSERT_HAS(slurp(rank_file(1)), "waiting: nobody known for recv activation s1 mb3 (step 6)");
+    flight_set_probe(f, probe, &g_blocked); /* the transport knows: it blocks on rank 0 */
+    g_blocked = 0;
+    ck_assert_int_eq(flight_dump(f, "hung again"), 0);
+    ASSERT_HAS(slurp(rank_file(1)), "waiting: rank 0 for recv activation s1 mb3 (step 6)");
+    flight_set_probe(f, NULL, NULL);
     flight_destroy(f);
 }
 END_TEST
-
-static int g_blocked = -1;
-static int probe(const void *ctx) { return *(const int *)ctx; }
 
 /* A collective's peer is the probe's: at the dump while it waits, at the failure after. */
 START_TEST(test_collective_peer_from_probe) {

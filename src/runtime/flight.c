@@ -211,7 +211,7 @@ static int probe_peer(FlightRec *f) {
 void flight_end(FlightRec *f, uint64_t id, int ok, double done_at) {
     Rec *e = f && id ? rec_of(f, id) : NULL;
     if (!e) return; /* off, or overwritten meanwhile */
-    if (!ok && e->type == FLIGHT_COLL) e->peer = probe_peer(f);
+    if (!ok && e->peer < 0 && e->type != FLIGHT_COMPUTE) e->peer = probe_peer(f);
     e->key = NULL;
     e->t1 = done_at > 0 ? done_at : pp_now();
     __atomic_store_n(&e->state, ok ? FLIGHT_DONE : FLIGHT_FAILED, __ATOMIC_RELEASE);
@@ -309,8 +309,9 @@ static int rec_copy(const FlightRec *f, uint64_t id, Rec *c) {
 }
 
 /* The transfer or collective this rank blocks on (waiting), or whose failure stopped it
- * (a compute action that fails only passes on such a failure): the newest such;
- * its peer in *peer (the probe's for a collective still waiting). 0 if there is none. */
+ * (a compute action that fails only passes on such a failure): the newest such; its peer
+ * in *peer (the probe's for a collective, or a wait whose post left the ring, still
+ * waiting). 0 if there is none. */
 static int rec_blocking(FlightRec *f, Rec *out, int *peer) {
     uint64_t n = __atomic_load_n(&f->n, __ATOMIC_ACQUIRE);
     uint64_t lo = n > (uint64_t)f->cap ? n - (uint64_t)f->cap : 0;

@@ -47,8 +47,8 @@ uint64_t flight_wait(FlightRec *f, const void *req, const char *what, int step, 
  * rank that the peer probe (flight_set_probe) names. */
 uint64_t flight_coll(FlightRec *f, const char *what, int step);
 /* Record id ended: done (ok) or failed; done_at > 0 is when it completed (a transfer:
- * the transport's time, Comm.done_at), else now. A failed collective keeps the rank
- * that the probe names now. */
+ * the transport's time, Comm.done_at), else now. A failed collective (or wait of unknown
+ * peer) keeps the rank that the probe names now. */
 void flight_end(FlightRec *f, uint64_t id, int ok, double done_at);
 
 /* The rank that this rank is blocked on in a collective, now or last ([Note: flight
