@@ -27,10 +27,17 @@ source "$(dirname "$0")/lib/ranks.sh" # free_port, start_rank
 
 # wait_step R: until rank R printed its first step (30 s at most).
 wait_step() {
-  for _ in $(seq 600); do grep -qE '^step +[0-9]' "$tmp/r$1.out" 2>/dev/null && return; sleep 0.05; done
+  for _ in $(seq 600); do
+    grep -qE '^step +[0-9]' "$tmp/r$1.out" 2>/dev/null && return
+    sleep 0.05
+  done
 }
-# The first error line of rank $1.
+# The first error line of rank $1, and its flight record part.
 err() { grep -m1 'error: ' "$tmp/r$1.out"; }
+flight_part() { err "$1" | grep -o '; flight record.*'; }
+sanitized() { grep -qE 'AddressSanitizer|LeakSanitizer|runtime error:' "$tmp"/r*.out; }
+# exit 1 for each of the ranks named
+all_failed() { local r; for r in "$@"; do [ "${rcs[$r]}" -eq 1 ] || return 1; done; }
 
 # ---- 1. a stopped rank: the others' flight records name it as the head of the chain
 for run in $(seq "$STOPS"); do
@@ -57,19 +64,22 @@ for run in $(seq "$STOPS"); do
   file2=$(ls "$dir/rank_00002.txt" 2>/dev/null) # before it runs again
   kill -KILL "${pids[2]}"; kill -CONT "${pids[2]}" 2>/dev/null; wait "${pids[2]}" 2>/dev/null
   pids=()
-  check "run $run: no sanitizer report" "! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error:' $tmp/r*.out"
-  check "run $run: ranks 0, 1, 3 fail (exit ${rcs[0]}, ${rcs[1]}, ${rcs[3]}) within 6 timeouts of the stop (${secs} ms)" \
-    '[ ${rcs[0]} -eq 1 ] && [ ${rcs[1]} -eq 1 ] && [ ${rcs[3]} -eq 1 ] && [ $secs -lt $((6000 * T)) ]'
+  check "run $run: no sanitizer report" '! sanitized'
+  check "run $run: ranks 0, 1, 3 fail (exit ${rcs[0]}, ${rcs[1]}, ${rcs[3]}) within 6 timeouts \
+of the stop (${secs} ms)" 'all_failed 0 1 3 && [ $secs -lt $((6000 * T)) ]'
   for r in 0 1 3; do
     f=$(printf '%s/rank_%05d.txt' "$dir" $r)
     peer=$(sed -nE 's/^waiting: rank ([0-9]+) for .*/\1/p' "$f" 2>/dev/null)
     check "run $run: rank $r wrote $f, waiting on rank ${peer:-?}" '[ -s "$f" ] && [ -n "$peer" ]'
-    check "run $run: rank $r's error names the file and the peer: $(err $r | grep -o '; flight record.*')" \
-      'err $r | grep -qE "; flight record $f: this rank (was waiting on rank $peer for |could not post .* to rank $peer\$)"'
+    said="; flight record $f: this rank (was waiting on rank $peer for "
+    said+="|could not post .* to rank $peer\$)" # a send to a rank already gone
+    check "run $run: rank $r's error names the file and the peer: $(flight_part $r)" \
+      'err $r | grep -qE "$said"'
   done
   check "run $run: the stopped rank 2 wrote no file" '[ -z "$file2" ]'
-  check "run $run: \`pptrain flight\` (exit $mrc) names rank 2 the head: $(grep -m1 '^head' "$tmp/merged.txt")" \
-    "[ $mrc -eq 0 ] && grep -q '^head of the wait chain: rank 2: .*it wrote no flight record' $tmp/merged.txt"
+  head=$(grep -m1 '^head' "$tmp/merged.txt")
+  check "run $run: \`pptrain flight\` (exit $mrc) names rank 2 the head: $head" \
+    '[ $mrc -eq 0 ] && grep -q "^head of the wait chain: rank 2: .*it wrote no flight" <<<"$head"'
   [ -n "${PP_KEEP:-}" ] && cp "$tmp"/r*.out "$tmp/merged.txt" "$tmp/run$run/"
 done
 
@@ -92,5 +102,5 @@ check "SIGUSR2: rank 0 wrote $f" "grep -q '^reason: SIGUSR2' $f && grep -q '^ran
 check "SIGUSR2: rank 0 said so" "grep -qF 'SIGUSR2: flight record written to $f' $tmp/r0.out"
 check "SIGUSR2: the job went on to step 300, both ranks exit 0 ($rc0, $rc1)" \
   "[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && tail -n1 $tmp/usr2/losses.csv | grep -q '^300,'"
-check "SIGUSR2: no temporary file left" "[ -z \"\$(ls $tmp/usr2/flight | grep -v '^rank_00000.txt$')\" ]"
+check "SIGUSR2: no temporary file left" '[ "$(ls "$tmp/usr2/flight")" = rank_00000.txt ]'
 finish
