@@ -195,19 +195,22 @@ static void print_chain(const RankFile *rf, const int *have, int world) {
 int flight_main(int argc, char **argv) {
     const char *dir = NULL;
     size_t last = 0;
+    int help = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--last") && i + 1 < argc)
             last = strtoul(argv[++i], NULL, 10);
         else if (argv[i][0] != '-' && !dir)
             dir = argv[i];
         else
-            dir = NULL, i = argc;
+            help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"), dir = NULL, i = argc;
     }
     if (!dir) {
-        fprintf(stderr, "usage: pptrain flight DIR [--last N]   (DIR: output.dir/flight)\n"
-                        "Merges the ranks' flight records (rank_NNNNN.txt) into one table by "
-                        "time and names the rank the others wait for.\n");
-        return PP_EUSAGE;
+        fprintf(help ? stdout : stderr,
+                "usage: pptrain flight DIR [--last N]   (DIR: output.dir/flight)\n"
+                "Merges the ranks' flight records (rank_NNNNN.txt) into one table by time\n"
+                "(--last N: its last N rows) and names the rank the others wait for: the\n"
+                "head of the wait chain.\n");
+        return help ? PP_OK : PP_EUSAGE;
     }
     DIR *d = opendir(dir);
     if (!d) return pp_error("cannot open the directory %s: %m", dir), PP_EUSAGE;
