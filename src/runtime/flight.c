@@ -27,7 +27,7 @@
  *   message actually completed — it stamps on the request under the lock it already holds
  *   (CommReq.done_at, comm.c), and a wait hands it on (Comm.done_at) to the record's end.
  *   So recording takes no lock, no atomic read-modify-write and no allocation: a few
- *   stores and a clock read, as the trace does.
+ *   stores and a clock read or two, as the trace does (README: its cost on bench-small).
  * - Readers. A dump runs on the interpreter thread (a failure), in a signal handler on
  *   any thread (SIGUSR2) or on the thread that faulted. It copies each record between two
  *   reads of its seq, which the writer zeroes before it rewrites a slot and sets last: a
@@ -45,8 +45,11 @@
  *   socket transport's SockNet.block_on, or the last one it blocked on) names that rank,
  *   at the dump for a collective still waiting, at its failure for one that failed.
  * - The chain. `pptrain flight` (flight_cmd.c) reads every rank's "waiting: rank P" line
- *   and follows those edges to the head of the chain: a rank that waits on no one, or
- *   that wrote no file — stopped or killed, so it could not: that is the rank to look at.
+ *   and follows those edges to the head of the chain: a rank that waits on no one, that
+ *   wrote no file — stopped or killed, so it could not — or whose failure says that it was
+ *   itself stopped ([Note: stopped] in comm/comm_socket_blame.c: what it waited on once it
+ *   ran again had already given up on it): that is the rank to look at. A cycle of waits
+ *   (which the schedule's simulator rules out) is named as one.
  */
 
 typedef struct {
