@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # flight.sh — the flight recorder (issue 28, item 2; [Note: flight recorder] in
-# src/runtime/flight.c) on real ranks started by hand (test/lib/ranks.sh):
+# src/runtime/flight.c) on real ranks started by hand (test/lib/ranks.sh) and by pprun:
 # 1. a 4-stage job whose rank 2 is stopped (SIGSTOP) mid-run: every other rank fails
 #    within a few timeouts and writes output.dir/flight/rank_NNNNN.txt, its error names
 #    that file and the rank it was waiting on, and `pptrain flight` names rank 2, which
 #    wrote nothing, as the head of the wait chain;
 # 2. SIGUSR2 to a rank of a 2-stage job writes its file and the job goes on to the end,
-#    every rank exiting 0.
+#    every rank exiting 0; sent to scripts/pprun, it reaches every rank.
 # PP_FLIGHT_STOPS=N repeats part 1 N times, stopping rank 2 at a random moment.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
@@ -103,4 +103,21 @@ check "SIGUSR2: rank 0 said so" "grep -qF 'SIGUSR2: flight record written to $f'
 check "SIGUSR2: the job went on to step 300, both ranks exit 0 ($rc0, $rc1)" \
   "[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && tail -n1 $tmp/usr2/losses.csv | grep -q '^300,'"
 check "SIGUSR2: no temporary file left" '[ "$(ls "$tmp/usr2/flight")" = rank_00000.txt ]'
+
+# ---- 3. SIGUSR2 to pprun reaches every rank
+scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config configs/gpt-tiny.yaml \
+  --set train.steps=300 --set output.log_every=1 --set data.val_every=0 \
+  --set output.dir="$tmp/pprun" >"$tmp/pprun.out" 2>&1 &
+pprun_pid=$!
+pids=("$pprun_pid")
+for _ in $(seq 600); do
+  grep -qE '^\[rank 1\] step +[0-9]' "$tmp/pprun.out" && break
+  sleep 0.05
+done
+kill -USR2 "$pprun_pid"
+wait "$pprun_pid"; rc=$?
+pids=()
+check "SIGUSR2 to pprun: both ranks wrote their file, the job exits 0 ($rc)" \
+  '[ $rc -eq 0 ] && grep -q "^reason: SIGUSR2" "$tmp/pprun/flight/rank_00000.txt" &&
+   grep -q "^reason: SIGUSR2" "$tmp/pprun/flight/rank_00001.txt"'
 finish
