@@ -154,6 +154,8 @@ static const Field k_fields[] = {
     OTHER("output.trace", T_BOOL, trace, "false", "write trace.json"),
     OTHER("output.tensorboard", T_BOOL, tensorboard, "false",
           "write TensorBoard scalars under output.dir/tb/"),
+    INT("output.flight_records", flight_records, "256", 0, 1000000,
+        "actions and transfers each rank's flight recorder keeps; 0 = off"),
     ENUM("runtime.device", device, "auto", "auto|cpu|cuda",
          "where the model runs; auto = a GPU when one is visible, else the CPU"),
     ENUM("runtime.precision", precision, "auto", "auto|fp32|tf32|bf16",

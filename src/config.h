@@ -77,6 +77,7 @@ typedef struct {
     int compression_level;
     int trace;                       /* bool */
     int tensorboard;                 /* bool: event files in output.dir/tb/ */
+    int flight_records;              /* flight recorder ring size; 0 = off */
     /* runtime: */
     char device[PP_NAME_MAX];        /* auto | cpu | cuda */
     char precision[PP_NAME_MAX];     /* auto | fp32 | tf32 | bf16

@@ -46,6 +46,8 @@ static const char *usage =
     "       pptrain plot RUN_DIR... [--out FILE.svg|FILE.png] [--x steps|tokens] [--log-y] "
     "[--no-lr]\n"
     "                        (loss curves of runs; pptrain plot --help)\n"
+    "       pptrain flight DIR [--last N]   (the ranks' flight records in output.dir/flight, "
+    "merged: who waits on whom)\n"
     "       pptrain --version   (the version and the backends built in)\n"
     "Trains GPT-2 and Llama style decoders with pipeline parallelism; see README.md.\n";
 
@@ -406,6 +408,10 @@ static int set_threads(const Config *cfg, Comm *comm, char *err, size_t errlen) 
     return PP_OK;
 }
 
+/* Whom this rank is blocked on in a collective, for the flight recorder ([Note: flight
+ * recorder] in runtime/flight.c). */
+static int flight_probe(const void *comm) { return comm_blocked_on(comm); }
+
 static int train(const Config *cfg, const DistEnv *env, const char *resume, int resume_if_present) {
     char err[PP_ERR_MAX];
     int rc, rank = env->rank;
@@ -414,11 +420,16 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     char *text = config_text(cfg);
     Comm *comm = NULL;
     install_signals(); /* before the rendezvous: a stop then ends the first step */
+    FlightRec *flight = flight_create(cfg->out_dir, rank, env->world, cfg->flight_records);
+    flight_signals(flight); /* SIGUSR2 and fatal signals write its file */
     rc = comm_create(env, text, cfg->timeout_s, &comm, err, sizeof err);
     if (rc) {
         free(text);
+        flight_signals(NULL);
+        flight_destroy(flight);
         return pp_error("%s", err), rc;
     }
+    flight_set_probe(flight, flight_probe, comm);
     Trace *trace = NULL;
     Runtime rt = {0}; /* rt.cfg is set by runtime_init: out: frees only what was built */
     CkptState ck = {0};
@@ -430,6 +441,7 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     if ((rc = lock_outdir(cfg->out_dir, comm, &lock, err, sizeof err))) goto out;
     trace = cfg->trace ? trace_create(cfg->out_dir, rank) : NULL;
     if ((rc = runtime_init(&rt, cfg, comm, trace, err, sizeof err))) goto out;
+    rt.flight = flight;
     report_build(&rt);
     ckpt_state_init(&ck, &rt, text);
     if (resume_if_present && (rc = resume_choice(&ck, comm, &resume, err, sizeof err))) goto out;
@@ -468,13 +480,17 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
             printf("wrote %s/trace.json\n", cfg->out_dir);
     }
 out:
+    if (rc == PP_ERUNTIME) flight_fail(flight, err, sizeof err); /* names the file in err */
     if (rc && rc != 130) pp_error("%s", err);
     log_close(&log);
+    flight_set_probe(flight, NULL, NULL); /* before the Comm it asks goes */
     comm_destroy(comm); /* first: its thread may still write into posted receive buffers */
     if (ck.writer) ckpt_state_free(&ck);
     if (rt.cfg) runtime_free(&rt);
     trace_destroy(trace);
     outdir_unlock(&lock); /* last: the checkpoint writers and the log are done with output.dir */
+    flight_signals(NULL);
+    flight_destroy(flight);
     free(text);
     return rc;
 }
@@ -504,6 +520,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "prepare-data")) return prep_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "export")) return ckpt_state_export_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "plot")) return plot_main(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "flight")) return flight_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "--version")) {
         printf("pptrain %s\n", PP_VERSION);
         backend_print_builtin(stdout);

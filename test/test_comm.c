@@ -201,6 +201,45 @@ static int body_mismatch_posted(Comm *c, void *arg) {
     return 0;
 }
 
+/* What the flight recorder reads of a transport: when the request a wait freed completed
+ * (Comm.done_at: rank 0's send, long before its wait) and whom the caller blocks on or
+ * last blocked on (comm_blocked_on: rank 2, whose send comes late; then the barrier's
+ * root); the memory transport does not know (-1). */
+static int body_done_at_blocked(Comm *c, void *arg) {
+    char a[64] = {0}, b[64], d[64];
+    CommReq *r, *r2;
+    int sockets = !strcmp(c->ops->name, "socket");
+    if (c->rank == 0) {
+        CHILD_CHECK(comm_isend(c, 1, &(CommTag){1, 0, 0, 0}, a, sizeof a, &r) == 0);
+        sleep_s(0.3);
+        double t = pp_now();
+        CHILD_CHECK(comm_wait(c, r) == 0);
+        CHILD_CHECK(c->done_at > 0 && c->done_at < t - 0.2);
+    } else if (c->rank == 2) {
+        sleep_s(0.3);
+        CHILD_CHECK(comm_isend(c, 1, &(CommTag){1, 2, 0, 0}, a, sizeof a, &r) == 0);
+        CHILD_CHECK(comm_wait(c, r) == 0);
+    } else {
+        CHILD_CHECK(comm_blocked_on(c) == -1);
+        CHILD_CHECK(comm_irecv(c, 0, &(CommTag){1, 0, 0, 0}, b, sizeof b, &r) == 0);
+        CHILD_CHECK(comm_irecv(c, 2, &(CommTag){1, 2, 0, 0}, d, sizeof d, &r2) == 0);
+        double t = pp_now();
+        CHILD_CHECK(comm_wait(c, r2) == 0);
+        CHILD_CHECK(c->done_at > t + 0.1 && c->done_at <= pp_now());
+        CHILD_CHECK(comm_blocked_on(c) == (sockets ? 2 : -1));
+        CHILD_CHECK(comm_wait(c, r) == 0);
+    }
+    CHILD_CHECK(comm_barrier(c) == 0);
+    if (c->rank != 0) CHILD_CHECK(comm_blocked_on(c) == (sockets ? 0 : -1));
+    return 0;
+}
+
+START_TEST(test_done_at_blocked_on) {
+    Job j = {3, 5.0, NULL, 0, body_done_at_blocked, NULL, NULL};
+    run_job_via(_i ? VIA_MEMORY : VIA_SOCKETS, &j, 20);
+}
+END_TEST
+
 /* _i: message there first / receive posted first, over sockets then memory. */
 START_TEST(test_tag_mismatch) {
     Job j = {2, 5.0, NULL, 0, _i % 2 ? body_mismatch_posted : body_mismatch, NULL, NULL};
@@ -842,6 +881,7 @@ static Suite *comm_suite(void) {
     tcase_add_test(p2p, test_big_message);
     tcase_add_loop_test(p2p, test_fifo_mixed_sizes, 0, 2);
     tcase_add_loop_test(p2p, test_tag_mismatch, 0, 4);
+    tcase_add_loop_test(p2p, test_done_at_blocked_on, 0, 2);
     tcase_add_loop_test(p2p, test_collectives, 0, 2);
     tcase_add_loop_test(p2p, test_collective_mismatch, 0, 2);
     tcase_set_timeout(fail, 60);

@@ -48,6 +48,7 @@ void comm_req_fail(CommReq *r, const char *fmt, ...) {
     va_list ap;
     if (r->done) return; /* the first reason stands */
     r->done = 1;
+    r->done_at = pp_now();
     r->status = PP_ERUNTIME;
     va_start(ap, fmt);
     vsnprintf(r->err, sizeof r->err, fmt, ap);
@@ -56,6 +57,7 @@ void comm_req_fail(CommReq *r, const char *fmt, ...) {
 
 void comm_req_ok(CommReq *r) {
     r->done = 1;
+    r->done_at = pp_now();
     r->status = PP_OK;
 }
 
@@ -78,6 +80,7 @@ CommReq *comm_req_new(Comm *c, CommReq **live, int type, int peer, const CommTag
 int comm_req_release(Comm *c, CommReq **live, CommReq *r) {
     int st = r->status;
     if (st != PP_OK) snprintf(c->err, sizeof c->err, "%s", r->err);
+    c->done_at = r->done_at;
     if (r->prev_live) r->prev_live->next_live = r->next_live;
     else *live = r->next_live;
     if (r->next_live) r->next_live->prev_live = r->prev_live;

@@ -125,6 +125,12 @@ typedef struct CommOps {
      * ([Note: heartbeat] in comm_socket_blame.c); the NCCL transport asks its socket
      * Comm this while it polls a transfer ([Note: NCCL transport] in cuda/comm_nccl.cu). */
     int (*peer_state)(Comm *c, int peer, double silent_s, char *why, size_t whylen);
+    /* Optional (NULL: not known): the rank in the job that this rank's blocking call (a
+     * wait, a collective) waits on now, or between calls the last one it waited on (-1:
+     * none yet) — whom a collective is blocked on, which its caller cannot tell ([Note:
+     * flight recorder] in runtime/flight.c). Reads one int without a lock: it may be a
+     * moment stale, and it is async-signal-safe (a SIGUSR2 dump calls it). */
+    int (*blocked_on)(const Comm *c);
     /* Free this Comm, and with the last Comm of a job (its own or a group's, in any
      * order) the transport's threads and connections. Wait for your requests first:
      * pending ones are dropped (a receive is no longer filled, a send is finished
@@ -159,6 +165,10 @@ struct Comm {
      * nothing through the host ([Note: host staging] in runtime.c). 0: it reads and
      * writes host memory only (socket, memory). Host buffers work on both. */
     int device_memory;
+    /* When the transport completed the request that the last wait or test freed (pp_now()
+     * clock; 0: not known, as on NCCL): a send's end is when its last byte left, which
+     * may be long before the wait. The flight recorder logs it as the transfer's end. */
+    double done_at;
     char err[PP_ERR_MAX];           /* the last failure's message */
 };
 
@@ -261,5 +271,8 @@ static inline void comm_destroy(Comm *c) {
     if (c) c->ops->destroy(c);
 }
 static inline const char *comm_error(const Comm *c) { return c->err; }
+static inline int comm_blocked_on(const Comm *c) {
+    return c && c->ops->blocked_on ? c->ops->blocked_on(c) : -1;
+}
 
 #endif

@@ -17,6 +17,7 @@ struct CommReq {
     size_t bytes;
     double posted;          /* pp_now() at isend/irecv: silence is measured from here */
     int done, status;
+    double done_at;         /* pp_now() when it completed (comm_req_ok, comm_req_fail) */
     char err[PP_ERR_MAX];
     const Comm *owner;      /* names the tag's kind; NULL once the Comm is destroyed */
     uint64_t gid;           /* socket: the group of its message */

@@ -609,6 +609,14 @@ static int sock_peer_state(Comm *c, int r, double silent_s, char *why, size_t le
     return st;
 }
 
+/* CommOps.blocked_on: whom the caller blocks on, or last blocked on; two plain int reads,
+ * without the lock (a signal handler may call it). */
+static int sock_blocked_on(const Comm *c) {
+    const SockNet *n = ((const SockComm *)c)->net;
+    int b = __atomic_load_n(&n->block_on, __ATOMIC_RELAXED);
+    return b >= 0 ? b : __atomic_load_n(&n->block_last, __ATOMIC_RELAXED);
+}
+
 /* ------------------------------------------------------------------ lifecycle -- */
 
 /* The numeric address of fd's peer into host; "" over loopback (the peer runs on this
@@ -765,6 +773,7 @@ static const CommOps sock_ops = {
     .barrier = sock_barrier,
     .split = sock_split,
     .peer_state = sock_peer_state,
+    .blocked_on = sock_blocked_on,
     .destroy = sock_destroy,
 };
 
@@ -811,7 +820,7 @@ int comm_socket_create(DistMesh *m, double timeout_s, Comm **out, char *err, siz
     n->world = m->world;
     n->refs = 1;
     n->timeout_s = timeout_s;
-    n->origin = n->block_on = -1;
+    n->origin = n->block_on = n->block_last = -1;
     n->peers = pp_calloc((size_t)m->world, sizeof *n->peers);
     for (int p = 0; p < m->world; p++) {
         n->peers[p].fd = m->data_fd[p];

@@ -216,7 +216,7 @@ void sock_watch_begin_locked(SockNet *n, SockWatch *w, int peer) {
     memset(w, 0, sizeof *w);
     w->peer = peer;
     w->start = pp_now();
-    n->block_on = peer;
+    n->block_on = n->block_last = peer;
     n->block_until = w->start + n->timeout_s + grace(n);
 }
 

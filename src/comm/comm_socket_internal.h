@@ -79,6 +79,7 @@ typedef struct {
     char origin_why[PP_ERR_MAX / 2];
     int block_on;       /* the rank this rank's caller is blocked on (-1: none) ... */
     double block_until; /* ... and when it gives up at the latest (pp_now() clock) */
+    int block_last;     /* the last rank it was blocked on (-1: none): CommOps.blocked_on */
     double poll_due;    /* the progress thread sleeps in poll until then at the latest; while
                            awake (holding mu), the time it woke (0: not yet started) */
     double stall_end, stall_s; /* this process last did not run for stall_s s, until

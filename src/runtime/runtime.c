@@ -17,6 +17,7 @@
 enum { KIND_ACT = 1, KIND_GRAD = 2, KIND_VAL_ACT = 3 }; /* 4: runtime_dp.c's ring messages */
 static const char *const kind_names[] = {"?", "activation", "gradient", "validation activation",
                                          "gradient all-reduce"};
+static const char *const kind_short[] = {"?", "act", "grad", "val act", "dp"}; /* flight records */
 
 /* ---- slot pool ----------------------------------------------------------------
  * [Note: runtime slots] The pool of each local chunk has sched_peak_inflight slots and
@@ -33,10 +34,12 @@ static int wait_req(Runtime *rt, CommReq **req, const char *what, int stage, int
                     char *err, size_t errlen) {
     if (!*req) return PP_OK;
     double t0 = trace_now_us();
+    uint64_t fl = flight_wait(rt->flight, *req, what, step, stage, mb);
     int ring_failed = 0; /* the replicas' ring advances while this rank waits (runtime_dp.c) */
     int rc = rt->dp.active ? dp_wait(rt, rt->comm, *req, &ring_failed, err, errlen)
                            : comm_wait(rt->comm, *req);
     *req = NULL;
+    flight_end(rt->flight, fl, rc == PP_OK, ring_failed ? 0 : rt->comm->done_at);
     if (ring_failed) return rc;
     double t1 = trace_now_us();
     rt->wait_s += (t1 - t0) * 1e-6;
@@ -209,11 +212,13 @@ static void staging_free(Runtime *rt) {
 }
 
 /* The tied embedding gradient's all-reduce, on the host copy when staged. */
-static int allreduce_tied(Runtime *rt) {
+static int allreduce_tied(Runtime *rt, int step) {
     const Backend *be = rt->model.be;
     size_t n = (size_t)rt->model.d.Vp * rt->model.d.C;
     float *buf = stage_send(rt, rt->tied_host, rt->model.dwte, n * sizeof(float));
+    uint64_t fl = flight_coll(rt->flight, "allreduce tied wte gradient", step);
     int rc = comm_allreduce_sum_f32(rt->tied, buf, n);
+    flight_end(rt->flight, fl, rc == PP_OK, 0);
     if (rc == PP_OK && rt->tied_host)
         be->to_device(be, rt->model.dwte, rt->tied_host, n * sizeof(float));
     return rc;
@@ -348,15 +353,19 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     Comm *cm = rt->comm;
     double t0 = trace_now_us();
     CommTag tag;
+    CommReq **rq; /* its request, and its peer, for the flight recorder */
+    int peer;
     const char *what;
     switch (a->type) {
     case ACT_SEND_F:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, x->kind_act);
-        rc = comm_isend(cm, stage_peer(rt, s + 1), &tag,
+        peer = stage_peer(rt, s + 1);
+        rq = &rt->slots[c][i].send[0];
+        rc = comm_isend(cm, peer, &tag,
                         stage_send(rt, rt->slots[c][i].host[HOST_SEND_OUT],
                                    model_chunk_output(&rt->model, c, i), bytes),
-                        bytes, &rt->slots[c][i].send[0]);
+                        bytes, rq);
         what = "send activation";
         break;
     case ACT_RECV_F: {
@@ -366,35 +375,45 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
                    rt->model.chunks[c].nrecv, m);
         rt->rbufs[c][r].mb = m;
         tag = tag_of(x->step, s - 1, m, x->kind_act);
-        rc = comm_irecv(cm, stage_peer(rt, s - 1), &tag,
+        peer = stage_peer(rt, s - 1);
+        rq = &rt->rbufs[c][r].req;
+        rc = comm_irecv(cm, peer, &tag,
                         rt->rbufs[c][r].host ? rt->rbufs[c][r].host
                                              : model_recv_buffer(&rt->model, c, r),
-                        bytes, &rt->rbufs[c][r].req);
+                        bytes, rq);
         what = "post recv activation";
         break;
     }
     case ACT_SEND_B:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s, m, KIND_GRAD);
-        rc = comm_isend(cm, stage_peer(rt, s - 1), &tag,
+        peer = stage_peer(rt, s - 1);
+        rq = &rt->slots[c][i].send[1];
+        rc = comm_isend(cm, peer, &tag,
                         stage_send(rt, rt->slots[c][i].host[HOST_SEND_DIN],
                                    rt->model.chunks[c].slots[i].grad, bytes),
-                        bytes, &rt->slots[c][i].send[1]);
+                        bytes, rq);
         what = "send gradient";
         break;
     case ACT_RECV_B:
         i = held_slot(rt, c, m);
         tag = tag_of(x->step, s + 1, m, KIND_GRAD);
-        rc = comm_irecv(cm, stage_peer(rt, s + 1), &tag,
+        peer = stage_peer(rt, s + 1);
+        rq = &rt->slots[c][i].recv;
+        rc = comm_irecv(cm, peer, &tag,
                         rt->slots[c][i].host[HOST_RECV_DOUT] ? rt->slots[c][i].host[HOST_RECV_DOUT]
                                                              : rt->model.chunks[c].slots[i].grad,
-                        bytes, &rt->slots[c][i].recv);
+                        bytes, rq);
         what = "post recv gradient";
         break;
     default:
         PP_DIE("action type %d is not executable by this runtime", a->type);
     }
     if (rt->trace) trace_add(rt->trace, what, "comm", t0, trace_now_us(), s, m, x->step);
+    int send = a->type == ACT_SEND_F || a->type == ACT_SEND_B;
+    int to = a->type == ACT_SEND_F || a->type == ACT_RECV_B ? s + 1 : s - 1; /* the other stage */
+    flight_post(rt->flight, send ? FLIGHT_SEND : FLIGHT_RECV, kind_short[tag.kind], x->step, s, to,
+                m, peer, bytes, *rq, rc == PP_OK);
     if (rc != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "%s of stage %d microbatch %d at step %d: %s",
                        what, s, m, x->step, comm_error(cm));
@@ -418,6 +437,10 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
     for (int k = 0; k < sc->len[pp] && rc == PP_OK; k++) {
         const Action *a = &sc->acts[pp][k];
         if (rt->action_hook) rt->action_hook(rt->hook_ctx, sc, pp, k, 0);
+        const char *name = x->fwd_only ? "val F" : sched_type_name(a->type);
+        uint64_t fl = sched_is_compute(a->type)
+                          ? flight_compute(rt->flight, name, x->step, a->stage, a->mb)
+                          : 0;
         switch (a->type) {
         case ACT_F: rc = exec_forward(rt, a, x, err, errlen); break;
         case ACT_B:
@@ -425,6 +448,7 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
         case ACT_W: exec_weight(rt, a, x); break;
         default: rc = exec_transfer(rt, a, x, err, errlen); break;
         }
+        flight_end(rt->flight, fl, rc == PP_OK, 0);
         if (rc == PP_OK) release_after(rt, sc, a);
         if (rc == PP_OK && x->dp) rc = dp_after_action(rt, k, err, errlen);
         if (rt->action_hook) rt->action_hook(rt->hook_ctx, sc, pp, k, 1);
@@ -564,12 +588,16 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     rt->pipe_s = pp_now() - t0;
     double ts = trace_now_us();
     model_fold_tied_grad(m);
-    if ((rc = dp_finish(rt, err, errlen))) return rc;
+    uint64_t fl = rt->dp.group ? flight_coll(rt->flight, "replicas' gradient all-reduce", step + 1)
+                               : 0;
+    rc = dp_finish(rt, err, errlen);
+    flight_end(rt->flight, fl, rc == PP_OK, 0);
+    if (rc) return rc;
     /* [Note: tied embeddings] stage 0 and stage S-1 each hold wte; when they are on
      * different ranks, the pair's 2-rank group all-reduces the gradient (stage 0's part
      * first: the same bits on both), so the identical optimizer update keeps the copies
      * identical. On one rank the two chunks share a single tensor. */
-    if (rt->tied && allreduce_tied(rt) != PP_OK)
+    if (rt->tied && allreduce_tied(rt, step + 1) != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME,
                        "summing tied embedding gradients with rank %d: %s", rt->tied_peer,
                        comm_error(rt->tied));
@@ -579,7 +607,10 @@ int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, 
     red[2] = read != PP_OK;
     PP_CHECK(nctl >= 0 && nctl <= RUNTIME_MAX_CTL);
     for (int i = 0; i < nctl; i++) red[3 + i] = ctl[i];
-    if (comm_allreduce_sum_f64(cm, red, 3 + nctl) != PP_OK)
+    fl = flight_coll(rt->flight, "allreduce loss, grad norm", step + 1);
+    rc = comm_allreduce_sum_f64(cm, red, 3 + nctl);
+    flight_end(rt->flight, fl, rc == PP_OK, 0);
+    if (rc != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME,
                        "all-reduce of loss and gradient norm at step %d: %s", step, comm_error(cm));
     for (int i = 0; i < nctl; i++) ctl[i] = red[3 + i];
@@ -624,7 +655,10 @@ static int forward_loss(Runtime *rt, DataStream *d, const char *path, int first,
         sum[0] += batch_loss;
     }
     sum[1] = read != PP_OK;
-    if (comm_allreduce_sum_f64(rt->comm, sum, 2) != PP_OK)
+    uint64_t fl = flight_coll(rt->flight, "allreduce forward-only loss", first);
+    int rc = comm_allreduce_sum_f64(rt->comm, sum, 2);
+    flight_end(rt->flight, fl, rc == PP_OK, 0);
+    if (rc != PP_OK)
         return pp_errf(err, errlen, PP_ERUNTIME, "all-reduce of %s: %s", what,
                        comm_error(rt->comm));
     *loss = sum[0] / ((double)n * rt->global_batch * rt->T);

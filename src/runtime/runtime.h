@@ -8,6 +8,7 @@
 #include "comm/comm.h"
 #include "config.h"
 #include "data_stream.h"
+#include "flight.h"
 #include "layout.h"
 #include "model/model.h"
 #include "model/model_hf.h"
@@ -83,6 +84,8 @@ typedef struct Runtime {
     DpSync dp;                 /* the gradient all-reduce among replicas ([Note: data parallel]) */
     size_t staging_bytes;      /* host staging buffers in all ([Note: host staging]) */
     Trace *trace;
+    FlightRec *flight;         /* the flight recorder (flight.h), or NULL; set by the caller
+                                  after runtime_init, which records nothing */
     char device_note[256];     /* the backend in one line, for the build report */
     int init_hf;               /* model.init_from was a Hugging Face directory ... */
     ModelHfRead init_read;     /* ... of which this rank read this, for the build report */
