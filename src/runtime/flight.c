@@ -446,7 +446,7 @@ out:
 }
 
 void flight_fail(FlightRec *f, char *err, size_t errlen) {
-    if (!f) return;
+    if (!f || f->n == 0) return;
     char reason[PP_ERR_MAX], what[160];
     snprintf(reason, sizeof reason, "%s", err);
     int rc;

@@ -64,7 +64,9 @@ int flight_dump(FlightRec *f, const char *reason);
 /* After a runtime failure whose message is err: write the file with err as the reason
  * and append to err where it is and what this rank was waiting on, for which peer:
  * "; flight record runs/x/flight/rank_00001.txt: this rank was waiting on rank 2 for
- * recv act s1<-s2 mb3 (step 5)". */
+ * recv act s1<-s2 mb3 (step 5)". A failure before the first record (setting up: a damaged
+ * checkpoint, a bad data file) writes nothing and leaves err as it is: there is nothing to
+ * read in the file, and output.dir stays as it was. */
 void flight_fail(FlightRec *f, char *err, size_t errlen);
 
 /* Handle SIGUSR2 (write the file and go on) and, unless under AddressSanitizer, the fatal
