@@ -58,6 +58,8 @@ typedef struct {
     int warmup_steps;                /* train.lr_schedule.warmup_steps */
     char decay[PP_NAME_MAX];         /* train.lr_schedule.decay: constant | linear | cosine */
     float min_lr_ratio;
+    int sample_every;                /* train.sample_every: 0 = no samples while training */
+    char sample_prompt[256];         /* train.sample_prompt (text) */
     /* data: */
     char train_path[PP_PATH_MAX];    /* data.train */
     char val_path[PP_PATH_MAX];      /* data.val, "" = none */
