@@ -21,6 +21,7 @@
 #include "outdir.h"
 #include "runtime/runtime.h"
 #include "plan/plan_cmd.h"
+#include "sample/sample.h"
 #include "trace.h"
 
 #define PP_VERSION "0.1.0"
@@ -38,6 +39,12 @@ static const char *usage =
     "       pptrain export --checkpoint DIR --out model.bin   (llm.c's fp32 GPT-2 file)\n"
     "       pptrain export --checkpoint DIR --format hf --out DIR2 [--dtype fp32|bf16] "
     "[--max-shard-size 5GB]\n"
+    "       pptrain sample (--checkpoint DIR | --init-from HF_DIR | --config FILE) "
+    "[--tokenizer FILE]\n"
+    "                      (--prompt TEXT | --prompt-ids 1,2,3) --max-new-tokens N "
+    "[--temperature T]\n"
+    "                      [--top-k K] [--top-p P] [--seed S] [--ids]   "
+    "(pptrain sample --help: all)\n"
     "       pptrain --version   (the version and the backends built in)\n"
     "Trains GPT-2 and Llama style decoders with pipeline parallelism; see README.md.\n";
 
@@ -256,9 +263,10 @@ static int check_weights(CkptState *ck, Runtime *rt, int step, long *good, char 
 }
 
 /* The end of the run: the final checkpoint unless output.checkpoint_final is false (a
- * periodic save still pending is committed), or nothing if resumed at the end already. */
-static int finish_run(const Config *cfg, Runtime *rt, CkptState *ck, int start, long good,
-                      char *err, size_t errlen) {
+ * periodic save still pending is committed), or nothing if resumed at the end already;
+ * then its sample ([Note: samples while training] in sample.h). */
+static int finish_run(const Config *cfg, Runtime *rt, CkptState *ck, SampleTrain *st, int start,
+                      long good, char *err, size_t errlen) {
     /* steps 0: convert init_from */
     int rc, trained = start < cfg->steps, convert = cfg->steps == 0 && start == 0;
     if (!trained && !convert) {
@@ -271,15 +279,19 @@ static int finish_run(const Config *cfg, Runtime *rt, CkptState *ck, int start, 
     if (trained && (cfg->checkpoint_final || ck->pending == cfg->steps) &&
         (rc = check_weights(ck, rt, cfg->steps, &good, err, errlen)))
         return rc;
-    if (cfg->checkpoint_final) return ckpt_state_save(ck, rt, cfg->steps, 1, err, errlen);
+    if (cfg->checkpoint_final) {
+        if ((rc = ckpt_state_save(ck, rt, cfg->steps, 1, err, errlen))) return rc;
+        sample_train_after_save(st, cfg->steps);
+        return PP_OK;
+    }
     if (rt->lay.rank == 0 && ck->pending != cfg->steps)
         printf("no checkpoint at the end of the run (output.checkpoint_final is false)\n");
     return ckpt_state_finish(ck, rt, err, errlen);
 }
 
-/* The training loop from step `start` on; checkpoints as configured. */
-static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, int start, char *err,
-                      size_t errlen) {
+/* The training loop from step `start` on; checkpoints (and samples) as configured. */
+static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, SampleTrain *st,
+                      int start, char *err, size_t errlen) {
     double tokens = (double)cfg->batch_size * cfg->seq_len;
     /* the weights after this many steps have a finite loss ([Note: diverged weights]) */
     long good = -1;
@@ -318,11 +330,12 @@ static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, i
         }
         /* the last step's weights are saved by the final checkpoint, if there is one */
         if (cfg->checkpoint_every > 0 && (step + 1) % cfg->checkpoint_every == 0 &&
-            (step + 1 < cfg->steps || !cfg->checkpoint_final) &&
-            (rc = ckpt_state_save(ck, rt, step + 1, 0, err, errlen)))
-            return rc;
+            (step + 1 < cfg->steps || !cfg->checkpoint_final)) {
+            if ((rc = ckpt_state_save(ck, rt, step + 1, 0, err, errlen))) return rc;
+            sample_train_after_save(st, step + 1);
+        }
     }
-    return finish_run(cfg, rt, ck, start, good, err, errlen);
+    return finish_run(cfg, rt, ck, st, start, good, err, errlen);
 }
 
 /* --resume-if-present: every rank looks for output.dir/checkpoints/latest and they
@@ -406,6 +419,7 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     CkptState ck = {0};
     Log log = {0};
     OutdirLock lock = {.fd = -1};
+    SampleTrain *st = NULL;
     long start = 0;
     if ((rc = set_threads(cfg, comm, err, sizeof err))) goto out;
     /* before any write there */
@@ -433,7 +447,9 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
         log.mfu_flops = model_train_flops_per_token(&rt.model.d, cfg->seq_len) /
                         (rt.model.be->peak_flops * env->world);
     }
-    if ((rc = train_loop(cfg, &rt, &ck, &log, (int)start, err, sizeof err)) && rc != 130) goto out;
+    st = sample_train_create(cfg, &rt.model, env->world, rank, (int)start);
+    if ((rc = train_loop(cfg, &rt, &ck, &log, st, (int)start, err, sizeof err)) && rc != 130)
+        goto out;
     int rc2 = runtime_report(&rt, err, sizeof err);
     if (rc2 == PP_OK) rc2 = runtime_check_tied(&rt, err, sizeof err);
     if (rc2) {
@@ -454,6 +470,7 @@ out:
     log_close(&log);
     comm_destroy(comm); /* first: its thread may still write into posted receive buffers */
     if (ck.writer) ckpt_state_free(&ck);
+    sample_train_free(st); /* before the model it decodes on */
     if (rt.cfg) runtime_free(&rt);
     trace_destroy(trace);
     outdir_unlock(&lock); /* last: the checkpoint writers and the log are done with output.dir */
@@ -485,6 +502,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 2 && !strcmp(argv[1], "prepare-data")) return data_prepare_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "export")) return ckpt_state_export_main(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "sample")) return sample_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "--version")) {
         printf("pptrain %s\n", PP_VERSION);
         backend_print_builtin(stdout);
