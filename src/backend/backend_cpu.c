@@ -225,8 +225,11 @@ static void rmsnorm_backward(const Backend *be, float *dinp, float *dw, const fl
 static void matmul_forward(const Backend *be, float *out, const void *inpp, const float *w,
                            const float *b, int N, int C, int OC) {
     const float *inp = inpp;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f,
-                out, OC);
+    if (N == 1) /* one row (decoding's step): sgemv; OpenBLAS's sgemm would pack all of w */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, w, C, inp, 1, 0.0f, out, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f,
+                    out, OC);
     if (!b) return;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
