@@ -142,10 +142,12 @@ END_TEST
 
 /* [Note: KV cache] in backend.h: kv_append's rotation is rope_forward's at positions pos..,
  * and attention_decode at pos 0 over a whole sequence is attention_forward, bit for bit;
- * at pos > 0 it gives attention_forward's last rows (2e-6: other GEMM shapes). */
+ * at pos > 0 it gives attention_forward's last rows (2e-6: other GEMM shapes), n of them
+ * in three blocks of query rows (ATT_BLOCK 64 in backend_cpu.c). */
 START_TEST(test_decode_ops) {
     const Backend *be = backend_cpu();
-    int T = 70, NH = 6, NKV = 2, HS = 8, W = (NH + 2 * NKV) * HS, cap = 80, pos = 66, n = T - pos;
+    int T = 200, NH = 6, NKV = 2, HS = 8, W = (NH + 2 * NKV) * HS, cap = 210, pos = 66;
+    int n = T - pos;
     size_t Q = (size_t)T * W;
     float *qkv = malloc(Q * sizeof(float)), *rot = malloc(Q * sizeof(float));
     float *inv = malloc(HS / 2 * sizeof(float));

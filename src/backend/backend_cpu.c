@@ -455,7 +455,7 @@ static void attention_decode(const Backend *be, void *outp, const float *qkv, co
 #pragma omp parallel
     {
         int most = n < ATT_BLOCK ? n : ATT_BLOCK;
-        float *S = pp_malloc((size_t)most * (pos + most) * sizeof(float));
+        float *S = pp_malloc((size_t)most * (pos + n) * sizeof(float)); /* the last block's */
 #pragma omp for schedule(dynamic, 1)
         for (int hb = 0; hb < NH * nb; hb++) {
             int h = hb / nb, i0 = hb % nb * ATT_BLOCK, m = n - i0 < ATT_BLOCK ? n - i0 : ATT_BLOCK;
