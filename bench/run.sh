@@ -102,6 +102,7 @@ echo "== checkpoints: GPT-2 124M-sized shard (save/load MB/s, stall, ratio)"
 "$build/bench_ckpt" --dir "$out" | sed 's/^/  /'
 
 bash bench/recompute.sh
+PPTRAIN=./pptrain bash bench/sample.sh  # pptrain sample: the prompt's and the decoding steps' tokens/s
 PPTRAIN=./pptrain bash bench/plan.sh  # predicted pipeline efficiency on H100s: GPT-2 124M / 350M / 1.5B, P = 2..8
 
 if [ -x build/cuda/bench_gpu ] && build/cuda/bench_gpu --probe >/dev/null 2>&1; then bash bench/gpu.sh "$build"; fi
