@@ -20,8 +20,9 @@ test/hf's are (seed 27).
 greedy.txt, one line per case: "NAME MAX_NEW PROMPT_IDS NEW_IDS MARGIN [EOS]", the ids
 comma-separated, NEW_IDS what generate added (an end-of-text id included where it
 stopped: gpt2's 255 is never chosen in these, so one case passes eos_token_id=EOS to
-generate, 78, which it meets on the way), MARGIN the smallest gap between the largest and the second largest logit over
-the steps (a gap far above fp32 rounding: pptrain's greedy choice cannot flip on an ulp).
+generate, 78, which it meets on the way), MARGIN the smallest gap between the largest and
+the second largest logit over the steps (a gap far above fp32 rounding: pptrain's greedy
+choice cannot flip on an ulp).
 A case whose gap is below 1e-3 is not written (its prompt is replaced by the next draw).
 Text cases, "text NAME MAX_NEW PROMPT_HEX NEW_IDS MARGIN OUTPUT_HEX": the prompt text,
 encoded by tokenizer(text) as generate is given it, and the decode of prompt and new ids
