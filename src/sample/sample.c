@@ -60,7 +60,7 @@ int sample_pick(const float *logits, int V, const SampleRule *rule, SampleRng *r
 }
 
 int sample_cache_len(int np, int max_new, int maxT) {
-    int last = np + max_new < maxT ? np + max_new : maxT; /* the text's length at most */
+    int last = max_new < maxT - np ? np + max_new : maxT; /* the text's length at most */
     return last - 1 > np ? last - 1 : np;
 }
 

@@ -399,7 +399,8 @@ static int run(const SampleArgs *a, SampleRun *r, char *err, size_t errlen) {
     if ((rc = end_ids(a, dir, r->tok, d->V, &r->s, why, sizeof why, err, errlen))) return rc;
     r->s.rule = a->rule;
     sample_rng_seed(&r->s.rng, a->seed);
-    r->out = pp_malloc((size_t)(a->max_new ? a->max_new : 1) * sizeof(int));
+    int most = a->max_new < d->maxT - r->np ? a->max_new : d->maxT - r->np; /* new ids at most */
+    r->out = pp_malloc((size_t)(most ? most : 1) * sizeof(int));
     int count = sampler_generate(&r->s, r->prompt, r->np, a->max_new, r->out);
     fprintf(stderr, "sample: %s; model %s, %d layers, vocabulary %d%s; end of text: ",
             note, d->arch->name, d->L, d->V, step >= 0 ? " (checkpoint)" : "");
