@@ -114,7 +114,7 @@ if timeout 120 scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config configs/llam
   --set train.steps=4 --set output.checkpoint_every=2 --set train.sample_every=2 \
   --set data.val=null --set output.dir="$tmp/pp" >"$tmp/pp.out" 2>&1; then
   check "2 ranks: 'no samples in this run' once, and no sample" \
-    "[ \$(grep -c 'no samples in this run: each of its 2 ranks' '$tmp/pp.out') -eq 1 ] &&
+    "[ \$(grep -c 'no samples in this run of 2 ranks (each rank holds' '$tmp/pp.out') -eq 1 ] &&
      ! grep -q 'sample after step' '$tmp/pp.out'"
   got=$(S --checkpoint "$tmp/pp/checkpoints" --prompt "A dog" --max-new-tokens 20 \
     --temperature 0 2>"$tmp/err")

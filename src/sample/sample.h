@@ -98,9 +98,9 @@ int sample_main(int argc, char **argv);
  * touched, so the losses are those of a run without samples): 64 new tokens, temperature
  * 1, seed train.seed + step, so that `pptrain sample --checkpoint DIR --seed SEED+STEP
  * --max-new-tokens 64` prints the same text from the checkpoint. A run of several ranks
- * holds no stage with every other: it says once why it prints none, as does a run whose
- * prompt cannot be encoded (neither byte-level nor a Hugging Face init_from with a
- * tokenizer.json). */
+ * (pipeline stages apart, or data-parallel replicas that would wait for rank 0's sample at
+ * their next all-reduce) says once why it prints none, as does a run whose prompt cannot
+ * be encoded (neither byte-level nor a Hugging Face init_from with a tokenizer.json). */
 typedef struct SampleTrain SampleTrain;
 
 /* NULL when train.sample_every is 0, or after saying why not (rank 0 prints). */

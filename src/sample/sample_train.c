@@ -60,11 +60,12 @@ SampleTrain *sample_train_create(const Config *cfg, const Model *m, int world, i
     char why[PP_ERR_MAX];
     if (cfg->sample_every <= 0) return NULL;
     if (world > 1) {
+        const char *apart = cfg->stages > 1 ? "each rank holds only its own stages"
+                                            : "the other replicas would wait for rank 0's sample";
         if (rank == 0)
-            printf("train.sample_every: no samples in this run: each of its %d ranks holds only "
-                   "its own stages, and a sample needs every stage in one process; sample a "
-                   "checkpoint with `pptrain sample --checkpoint %s/checkpoints/latest ...`\n",
-                   world, cfg->out_dir);
+            printf("train.sample_every: no samples in this run of %d ranks (%s): a sample is "
+                   "taken in a one-process run; sample a checkpoint with `pptrain sample "
+                   "--checkpoint %s/checkpoints/latest ...`\n", world, apart, cfg->out_dir);
         return NULL;
     }
     SampleTrain *t = pp_calloc(1, sizeof *t);
