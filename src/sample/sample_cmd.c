@@ -404,8 +404,10 @@ static int run(const SampleArgs *a, SampleRun *r, char *err, size_t errlen) {
     model_hold_weights(&r->m, 1); /* [Note: held weights]: a GPU's bf16 copy made once */
     int count = sampler_generate(&r->s, r->prompt, r->np, a->max_new, r->out);
     model_hold_weights(&r->m, 0);
-    fprintf(stderr, "sample: %s; model %s, %d layers, vocabulary %d%s; end of text: ",
-            note, d->arch->name, d->L, d->V, step >= 0 ? " (checkpoint)" : "");
+    char from[48] = "";
+    if (step >= 0) snprintf(from, sizeof from, " (a checkpoint after %ld steps)", step);
+    fprintf(stderr, "sample: %s; model %s, %d layers, vocabulary %d%s; end of text: ", note,
+            d->arch->name, d->L, d->V, from);
     for (int i = 0; i < r->s.neos; i++) fprintf(stderr, "%s%d", i ? "," : "", r->s.eos[i]);
     fprintf(stderr, "%s%s\n", r->s.neos ? " from " : "", why);
     const Sampler *s = &r->s;
