@@ -102,6 +102,7 @@ echo "== checkpoints: GPT-2 124M-sized shard (save/load MB/s, stall, ratio)"
 "$build/bench_ckpt" --dir "$out" | sed 's/^/  /'
 
 bash bench/recompute.sh
+PPTRAIN=./pptrain bash bench/sample.sh  # pptrain sample: the prompt's and the decoding steps' tokens/s
 PPTRAIN=./pptrain bash bench/plan.sh  # predicted pipeline efficiency on H100s: GPT-2 124M / 350M / 1.5B, P = 2..8
 PPTRAIN=./pptrain bash bench/tokenize.sh  # prepare-data's encode MB/s at 1 and 2 threads, beside the tokenizers library's
 

@@ -585,6 +585,17 @@ static void cu_rope_backward(const Backend *be, void *dqkv, const float *inv_fre
     k_rope(ctx_of(be), dqkv, inv_freq, B, T, NH, NKV, HS, -1);
 }
 
+static void cu_kv_append(const Backend *be, float *kcache, float *vcache, float *qkv,
+                         const float *inv_freq, int pos, int n, int NH, int NKV, int HS, int cap) {
+    k_kv_append(ctx_of(be), kcache, vcache, qkv, inv_freq, pos, n, NH, NKV, HS, cap);
+}
+
+static void cu_attention_decode(const Backend *be, void *out, const float *qkv, const float *kcache,
+                                const float *vcache, int pos, int n, int NH, int NKV, int HS,
+                                int cap) {
+    k_attention_decode(ctx_of(be), out, qkv, kcache, vcache, pos, n, NH, NKV, HS, cap);
+}
+
 /* ---- the other ops: kernels.cu -------------------------------------------------------- */
 
 static void cu_encoder_forward(const Backend *be, float *out, const int *inp, const float *wte,
@@ -758,6 +769,8 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->attention_forward = cu_attention_forward;
     be->attention_backward = cu_attention_backward;
     be->attention_saved_floats = cu_attention_saved_floats;
+    be->kv_append = cu_kv_append;
+    be->attention_decode = cu_attention_decode;
     be->gelu_forward = cu_gelu_forward;
     be->gelu_backward = cu_gelu_backward;
     be->swiglu_forward = cu_swiglu_forward;

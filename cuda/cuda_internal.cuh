@@ -138,6 +138,12 @@ void k_rmsnorm_backward(CudaCtx *c, float *dinp, float *dw, const float *dout, c
  * type at dir -1, the backward's transpose). */
 void k_rope(CudaCtx *c, void *x, const float *inv_freq, int B, int T, int NH, int NKV, int HS,
             int dir);
+/* [Note: KV cache] in src/backend/backend.h: the rotation at positions pos.. and the cache
+ * rows; attention of n query rows on the cache, out (operand). */
+void k_kv_append(CudaCtx *c, float *kc, float *vc, float *qkv, const float *inv_freq, int pos,
+                 int n, int NH, int NKV, int HS, int cap);
+void k_attention_decode(CudaCtx *c, void *out, const float *qkv, const float *kc, const float *vc,
+                        int pos, int n, int NH, int NKV, int HS, int cap);
 void k_swiglu_forward(CudaCtx *c, void *out, const float *gate, const float *up, size_t n);
 void k_swiglu_backward(CudaCtx *c, void *dgate, void *dup, const float *gate, const float *up,
                        const float *dout, size_t n);

@@ -642,12 +642,12 @@ void k_to_operand(CudaCtx *c, void *dst, const float *src, size_t n) {
  * so each head's loads and stores are coalesced. X: fp32 (qkv) or the operand type
  * (dqkv); the v heads are not touched. */
 template <typename X>
-__global__ void rope_k(X *x, const float *inv_freq, size_t rows, int T, int heads, int half, int HS,
-                       size_t ld, int dir) {
+__global__ void rope_k(X *x, const float *inv_freq, size_t rows, int T, int pos0, int heads,
+                       int half, int HS, size_t ld, int dir) {
     GRID_STRIDE(i, rows * half) {
         size_t n = i / half;
         int k = (int)(i % half);
-        float a = (float)(int)(n % T) * inv_freq[k], sn, cs;
+        float a = (float)(pos0 + (int)(n % T)) * inv_freq[k], sn, cs;
         sincosf(a, &sn, &cs);
         X *p = x + n * ld + k;
         for (int h = 0; h < heads; h++, p += HS) {
@@ -669,12 +669,102 @@ void k_rope(CudaCtx *c, void *x, const float *inv_freq, int B, int T, int NH, in
     int half = HS / 2;
     unsigned g = grid_for(rows * half, 256);
     if (dir < 0 && c->op == PP_BF16)
-        rope_k<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)x, inv_freq, rows, T, NH + NKV, half, HS,
-                                         ld, dir);
+        rope_k<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)x, inv_freq, rows, T, 0, NH + NKV, half,
+                                         HS, ld, dir);
     else
-        rope_k<<<g, 256, 0, c->stream>>>((float *)x, inv_freq, rows, T, NH + NKV, half, HS, ld,
+        rope_k<<<g, 256, 0, c->stream>>>((float *)x, inv_freq, rows, T, 0, NH + NKV, half, HS, ld,
                                          dir);
     KCHECK(c, "rope_k");
+}
+
+/* ---- decoding on a KV cache ([Note: KV cache] in src/backend/backend.h) ------------------
+ * kv_append: rope_k at positions pos.. on the n rows (the CPU's formula), then a thread per
+ * (row, kv channel) copies k and v into the cache. */
+__global__ void kv_copy_k(float *kc, float *vc, const float *qkv, int n, int pos, int NH, int NKV,
+                          int HS, int cap) {
+    size_t W = (size_t)NKV * HS, ld = (size_t)(NH + 2 * NKV) * HS;
+    GRID_STRIDE(i, (size_t)n * W) {
+        size_t r = i / W, j = i % W, g = j / HS, ch = j % HS;
+        size_t to = (g * cap + pos + r) * HS + ch;
+        kc[to] = qkv[r * ld + (size_t)NH * HS + j];
+        vc[to] = qkv[r * ld + (size_t)(NH + NKV) * HS + j];
+    }
+}
+
+void k_kv_append(CudaCtx *c, float *kc, float *vc, float *qkv, const float *inv_freq, int pos,
+                 int n, int NH, int NKV, int HS, int cap) {
+    size_t ld = (size_t)(NH + 2 * NKV) * HS;
+    int half = HS / 2;
+    if (inv_freq) {
+        unsigned g = grid_for((size_t)n * half, 256);
+        rope_k<<<g, 256, 0, c->stream>>>(qkv, inv_freq, (size_t)n, n, pos, NH + NKV, half, HS, ld,
+                                         1);
+        KCHECK(c, "rope_k");
+    }
+    unsigned g = grid_for((size_t)n * NKV * HS, 256);
+    kv_copy_k<<<g, 256, 0, c->stream>>>(kc, vc, qkv, n, pos, NH, NKV, HS, cap);
+    KCHECK(c, "kv_copy_k");
+}
+
+/* attention_decode: a block per (query row i, head h) of at least HS threads, thread t
+ * owning output channel t. Pass 1: the row's largest scaled score (a key per thread, the
+ * block's max). Pass 2, a tile of blockDim keys at a time: each thread a key's exp(s - max)
+ * into shared memory, then each channel's sum of p V over the tile, in key order. The
+ * row's sum of p is the block's tree sum; out = acc / sum. Fixed order: deterministic.
+ * Shared memory: q [HS], the tile's p [blockDim], the reduction's 32. */
+template <typename O>
+__global__ void attention_decode_k(O *out, const float *qkv, const float *kc, const float *vc,
+                                   int pos, int NH, int NKV, int HS, int cap, float scale) {
+    extern __shared__ float sh[];
+    float *q = sh, *p = sh + HS, *red = p + blockDim.x;
+    int i = blockIdx.x / NH, h = blockIdx.x % NH, g = h / (NH / NKV), t = threadIdx.x;
+    int keys = pos + i + 1;
+    size_t ld = (size_t)(NH + 2 * NKV) * HS;
+    const float *K = kc + (size_t)g * cap * HS, *V = vc + (size_t)g * cap * HS;
+    for (int j = t; j < HS; j += blockDim.x) q[j] = qkv[(size_t)i * ld + (size_t)h * HS + j];
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int j = t; j < keys; j += blockDim.x) {
+        float s = 0.0f;
+        for (int d = 0; d < HS; d++) s += q[d] * K[(size_t)j * HS + d];
+        mx = fmaxf(mx, s * scale);
+    }
+    mx = block_reduce<true>(mx, red);
+    float acc = 0.0f, sum = 0.0f;
+    for (int j0 = 0; j0 < keys; j0 += blockDim.x) {
+        int j = j0 + t;
+        float e = 0.0f;
+        if (j < keys) {
+            float s = 0.0f;
+            for (int d = 0; d < HS; d++) s += q[d] * K[(size_t)j * HS + d];
+            e = expf(s * scale - mx);
+        }
+        sum += e;
+        __syncthreads(); /* the last tile's p is read */
+        p[t] = e;
+        __syncthreads();
+        int m = keys - j0 < (int)blockDim.x ? keys - j0 : (int)blockDim.x;
+        if (t < HS)
+            for (int jj = 0; jj < m; jj++) acc += p[jj] * V[(size_t)(j0 + jj) * HS + t];
+    }
+    sum = block_reduce<false>(sum, red);
+    if (t < HS) put(out + (size_t)i * NH * HS + (size_t)h * HS + t, acc / sum);
+}
+
+void k_attention_decode(CudaCtx *c, void *out, const float *qkv, const float *kc, const float *vc,
+                        int pos, int n, int NH, int NKV, int HS, int cap) {
+    int threads = (HS + 31) / 32 * 32;
+    threads = threads < 128 ? 128 : threads > 1024 ? 1024 : threads;
+    size_t shm = (size_t)(HS + threads + 32) * sizeof(float);
+    float scale = 1.0f / sqrtf((float)HS);
+    unsigned blocks = (unsigned)((size_t)n * NH);
+    if (c->op == PP_BF16)
+        attention_decode_k<<<blocks, threads, shm, c->stream>>>((__nv_bfloat16 *)out, qkv, kc, vc,
+                                                                pos, NH, NKV, HS, cap, scale);
+    else
+        attention_decode_k<<<blocks, threads, shm, c->stream>>>((float *)out, qkv, kc, vc, pos, NH,
+                                                                NKV, HS, cap, scale);
+    KCHECK(c, "attention_decode_k");
 }
 
 /* ---- attention's causal softmax: one warp per row of a [T,T] block ---------------- */

@@ -31,6 +31,7 @@ typedef enum {
     T_SPLIT,  /* char[size]: "auto", "[4, 4]" or "[\"layers.4\"]" (see read_split) */
     T_AUTO,   /* int: "auto" stores 0, else an integer in lo..hi (lo >= 1) */
     T_TRI,    /* int: "auto" stores -1, else 0/1 as T_BOOL (config_finalize resolves auto) */
+    T_TEXT,   /* char[size], non-empty text, not a path (no pattern expansion) */
 } FieldType;
 
 enum { OPEN_LO = 1, OPEN_HI = 2 };
@@ -136,6 +137,10 @@ static const Field k_fields[] = {
     ENUM("train.lr_schedule.decay", decay, "cosine", "constant|linear|cosine",
          "decay after warmup"),
     FLT("train.lr_schedule.min_lr_ratio", min_lr_ratio, "0.1", 0, 1, 0, "final lr / peak lr"),
+    INT("train.sample_every", sample_every, "0", 0, IMAX,
+        "a sample at each checkpoint this many steps after the last sample; 0 = none"),
+    OTHER("train.sample_prompt", T_TEXT, sample_prompt, "The",
+          "the prompt of train.sample_every's samples"),
     LIST("data.train", T_STRING, train_path, "data/tiny/train.bin",
          "training token file(s): a file, a glob or a list of them, read in order"),
     LIST("data.val", T_PATH, val_path, "null",
@@ -328,6 +333,7 @@ static void field_expected(const Field *f, char *buf, size_t n) {
         break;
     case T_AUTO: snprintf(buf, n, "auto or an integer >= %.0f", f->lo); break;
     case T_TRI: snprintf(buf, n, "auto, true or false"); break;
+    case T_TEXT: snprintf(buf, n, "non-empty text of at most %zu bytes", f->size - 1); break;
     case T_SPLIT:
         snprintf(buf, n, "auto, a list of layer counts like [4, 4] or a list of split points "
                          "like [\"layers.4\"]");
@@ -376,6 +382,7 @@ static int field_parse(const Field *f, Config *c, const char *s, int plain, char
         if ((ok = !strcmp(s, "auto"))) *(int *)dst = -1;
         else ok = plain && parse_bool(s, dst);
         break;
+    case T_TEXT: ok = *s && !(plain && is_null(s)) && set_text(dst, f->size, s); break;
     }
     if (ok) return PP_OK;
     field_expected(f, want, n);
@@ -494,6 +501,10 @@ static void format_value(const Field *f, const Config *c, char *buf, size_t n) {
         else snprintf(buf, n, "%d", v);
         break;
     }
+    case T_TEXT:
+        if (plain_safe(p)) snprintf(buf, n, "%s", (const char *)p);
+        else quote(p, buf, n);
+        break;
     }
 }
 
@@ -594,6 +605,7 @@ static int tag_fits(const Field *f, const char *kind) {
     case T_SPLIT: return !strcmp(kind, "str");
     case T_AUTO: return !strcmp(kind, "int") || !strcmp(kind, "str");
     case T_TRI: return !strcmp(kind, "bool") || !strcmp(kind, "str");
+    case T_TEXT: return !strcmp(kind, "str");
     }
     return 0;
 }
@@ -1029,7 +1041,8 @@ static int check_fields(const Config *c, char *err, size_t errlen) {
             ok = field_number(f, c) == 0 || in_limits(f, field_number(f, c));
         else if (f->type == T_TRI) ok = *(const int *)s >= -1 && *(const int *)s <= 1;
         else if (f->type == T_ENUM) ok = in_choices(f->choices, s);
-        else if (f->type == T_STRING || f->type == T_SPLIT) ok = *s != '\0';
+        else if (f->type == T_STRING || f->type == T_SPLIT || f->type == T_TEXT)
+            ok = *s != '\0';
         if (ok) continue;
         if (!f->def && field_number(f, c) == 0)
             return pp_errf(err, errlen, PP_EUSAGE, "missing required key %s (%s): add it under "

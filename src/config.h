@@ -60,6 +60,8 @@ typedef struct {
     int warmup_steps;                /* train.lr_schedule.warmup_steps */
     char decay[PP_NAME_MAX];         /* train.lr_schedule.decay: constant | linear | cosine */
     float min_lr_ratio;
+    int sample_every;                /* train.sample_every: 0 = no samples while training */
+    char sample_prompt[256];         /* train.sample_prompt (text) */
     /* data: */
     /* data.train, data.val: one or more path patterns (a file or a glob, [Note: data
      * lists] in config.c), each ending with '\0', the last followed by another '\0' (a

@@ -24,6 +24,7 @@
 #include "plan/plan_cmd.h"
 #include "plot/plot.h"
 #include "tok/prepare.h"
+#include "sample/sample.h"
 #include "trace.h"
 
 #define PP_VERSION "0.1.0"
@@ -48,6 +49,12 @@ static const char *usage =
     "                        (loss curves of runs; pptrain plot --help)\n"
     "       pptrain flight DIR [--last N]   (the ranks' flight records in output.dir/flight, "
     "merged: who waits on whom)\n"
+    "       pptrain sample (--checkpoint DIR | --init-from HF_DIR | --config FILE) "
+    "[--tokenizer FILE]\n"
+    "                      (--prompt TEXT | --prompt-ids 1,2,3) --max-new-tokens N "
+    "[--temperature T]\n"
+    "                      [--top-k K] [--top-p P] [--seed S] [--ids]   "
+    "(pptrain sample --help: all)\n"
     "       pptrain --version   (the version and the backends built in)\n"
     "Trains GPT-2 and Llama style decoders with pipeline parallelism; see README.md.\n";
 
@@ -272,9 +279,10 @@ static int check_weights(CkptState *ck, Runtime *rt, int step, long *good, char 
 }
 
 /* The end of the run: the final checkpoint unless output.checkpoint_final is false (a
- * periodic save still pending is committed), or nothing if resumed at the end already. */
-static int finish_run(const Config *cfg, Runtime *rt, CkptState *ck, int start, long good,
-                      char *err, size_t errlen) {
+ * periodic save still pending is committed), or nothing if resumed at the end already;
+ * then its sample ([Note: samples while training] in sample.h). */
+static int finish_run(const Config *cfg, Runtime *rt, CkptState *ck, SampleTrain *st, int start,
+                      long good, char *err, size_t errlen) {
     /* steps 0: convert init_from */
     int rc, trained = start < cfg->steps, convert = cfg->steps == 0 && start == 0;
     if (!trained && !convert) {
@@ -287,15 +295,19 @@ static int finish_run(const Config *cfg, Runtime *rt, CkptState *ck, int start, 
     if (trained && (cfg->checkpoint_final || ck->pending == cfg->steps) &&
         (rc = check_weights(ck, rt, cfg->steps, &good, err, errlen)))
         return rc;
-    if (cfg->checkpoint_final) return ckpt_state_save(ck, rt, cfg->steps, 1, err, errlen);
+    if (cfg->checkpoint_final) {
+        if ((rc = ckpt_state_save(ck, rt, cfg->steps, 1, err, errlen))) return rc;
+        sample_train_after_save(st, cfg->steps);
+        return PP_OK;
+    }
     if (rt->lay.rank == 0 && ck->pending != cfg->steps)
         printf("no checkpoint at the end of the run (output.checkpoint_final is false)\n");
     return ckpt_state_finish(ck, rt, err, errlen);
 }
 
-/* The training loop from step `start` on; checkpoints as configured. */
-static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, int start, char *err,
-                      size_t errlen) {
+/* The training loop from step `start` on; checkpoints (and samples) as configured. */
+static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, SampleTrain *st,
+                      int start, char *err, size_t errlen) {
     double tokens = (double)cfg->batch_size * cfg->seq_len;
     /* the weights after this many steps have a finite loss ([Note: diverged weights]) */
     long good = -1;
@@ -338,11 +350,12 @@ static int train_loop(const Config *cfg, Runtime *rt, CkptState *ck, Log *log, i
         }
         /* the last step's weights are saved by the final checkpoint, if there is one */
         if (cfg->checkpoint_every > 0 && (step + 1) % cfg->checkpoint_every == 0 &&
-            (step + 1 < cfg->steps || !cfg->checkpoint_final) &&
-            (rc = ckpt_state_save(ck, rt, step + 1, 0, err, errlen)))
-            return rc;
+            (step + 1 < cfg->steps || !cfg->checkpoint_final)) {
+            if ((rc = ckpt_state_save(ck, rt, step + 1, 0, err, errlen))) return rc;
+            sample_train_after_save(st, step + 1);
+        }
     }
-    return finish_run(cfg, rt, ck, start, good, err, errlen);
+    return finish_run(cfg, rt, ck, st, start, good, err, errlen);
 }
 
 /* --resume-if-present: every rank looks for output.dir/checkpoints/latest and they
@@ -435,6 +448,7 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     CkptState ck = {0};
     Log log = {0};
     OutdirLock lock = {.fd = -1};
+    SampleTrain *st = NULL;
     long start = 0;
     if ((rc = set_threads(cfg, comm, err, sizeof err))) goto out;
     /* before any write there */
@@ -462,7 +476,9 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
                                               resume ? start : -1, err, sizeof err)))
         goto out;
     log.mfu_flops = summary_mfu_flops(&rt); /* model FLOPs as GPU.md counts them */
-    if ((rc = train_loop(cfg, &rt, &ck, &log, (int)start, err, sizeof err)) && rc != 130) goto out;
+    st = sample_train_create(cfg, &rt.model, env->world, rank, (int)start);
+    if ((rc = train_loop(cfg, &rt, &ck, &log, st, (int)start, err, sizeof err)) && rc != 130)
+        goto out;
     int rc2 = runtime_report(&rt, err, sizeof err);
     if (rc2 == PP_OK) rc2 = summary_report(&rt, err, sizeof err);
     if (rc2 == PP_OK) rc2 = runtime_check_tied(&rt, err, sizeof err);
@@ -486,6 +502,7 @@ out:
     flight_set_probe(flight, NULL, NULL); /* before the Comm it asks goes */
     comm_destroy(comm); /* first: its thread may still write into posted receive buffers */
     if (ck.writer) ckpt_state_free(&ck);
+    sample_train_free(st); /* before the model it decodes on */
     if (rt.cfg) runtime_free(&rt);
     trace_destroy(trace);
     outdir_unlock(&lock); /* last: the checkpoint writers and the log are done with output.dir */
@@ -521,6 +538,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "export")) return ckpt_state_export_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "plot")) return plot_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "flight")) return flight_main(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "sample")) return sample_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "--version")) {
         printf("pptrain %s\n", PP_VERSION);
         backend_print_builtin(stdout);

@@ -185,6 +185,27 @@ struct Backend {
      * query head: NKV does not change it). */
     size_t (*attention_saved_floats)(const Backend *be, int B, int T, int NH);
 
+    /* [Note: KV cache] Decoding (src/model/decode.c) runs the layers over n new positions
+     * pos..pos+n-1 of one sequence at a time (the prompt, then one token a step), keeping
+     * each layer's keys and values of the positions before in a cache: kcache and vcache
+     * [NKV, cap, HS] fp32, the row of position t of kv head g at (g cap + t) HS, cap the
+     * positions the cache holds. qkv[n,(NH + 2 NKV) HS] is attention's layout, above.
+     *
+     * kv_append: with inv_freq, first the q and k heads of qkv rotated in place as
+     * rope_forward rotates them ([Note: RoPE], the same formula and functions), row i at
+     * position pos + i; inv_freq NULL (GPT-2): no rotation. Then the (rotated) k heads and
+     * the v heads of row i are copied into the cache rows of position pos + i. pos + n <=
+     * cap. */
+    void (*kv_append)(const Backend *be, float *kcache, float *vcache, float *qkv,
+                      const float *inv_freq, int pos, int n, int NH, int NKV, int HS, int cap);
+    /* out[n, NH HS] (operand, OVERWRITTEN) = causal attention of the q heads of qkv's n rows
+     * on the cache: row i (position pos + i) attends to the cached positions 0..pos+i of
+     * its kv head (query head h reads kv head h / (NH/NKV)), scores scaled by 1/sqrt(HS),
+     * as attention_forward computes one sequence's rows pos..pos+n-1 (at pos 0 and n = T,
+     * the CPU's op gives attention_forward's bits). Nothing is saved (no backward). */
+    void (*attention_decode)(const Backend *be, void *out, const float *qkv, const float *kcache,
+                             const float *vcache, int pos, int n, int NH, int NKV, int HS, int cap);
+
     /* out[n] (operand) = gelu_tanh(inp[n]) for n < count. */
     void (*gelu_forward)(const Backend *be, void *out, const float *inp, size_t count);
     /* dinp[n] (operand) = gelu_tanh'(inp[n]) * dout[n] (OVERWRITES; dinp does not

@@ -225,8 +225,11 @@ static void rmsnorm_backward(const Backend *be, float *dinp, float *dw, const fl
 static void matmul_forward(const Backend *be, float *out, const void *inpp, const float *w,
                            const float *b, int N, int C, int OC) {
     const float *inp = inpp;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f,
-                out, OC);
+    if (N == 1) /* one row (decoding's step): sgemv; OpenBLAS's sgemm would pack all of w */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, w, C, inp, 1, 0.0f, out, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f,
+                    out, OC);
     if (!b) return;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -377,10 +380,11 @@ static void rope_angles(float *cs, float *sn, const float *inv_freq, int t, int 
     }
 }
 
-/* The q and k heads of every sequence's row t, rotated by +a (dir 1) or -a (dir -1, the
- * transpose: the backward). A task per position, so each angle is computed once. */
-static void rope_apply(float *qkv, const float *inv_freq, int B, int T, int NH, int NKV, int HS,
-                       int dir) {
+/* The q and k heads of every sequence's row t, at position pos0 + t, rotated by +a (dir 1)
+ * or -a (dir -1, the transpose: the backward). A task per position, so each angle is
+ * computed once. */
+static void rope_apply(float *qkv, const float *inv_freq, int B, int T, int pos0, int NH, int NKV,
+                       int HS, int dir) {
     int half = HS / 2, heads = NH + NKV;
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
 #pragma omp parallel
@@ -388,7 +392,7 @@ static void rope_apply(float *qkv, const float *inv_freq, int B, int T, int NH, 
         float *cs = pp_malloc(2 * (size_t)(half ? half : 1) * sizeof(float)), *sn = cs + half;
 #pragma omp for schedule(static)
         for (int t = 0; t < T; t++) {
-            rope_angles(cs, sn, inv_freq, t, half);
+            rope_angles(cs, sn, inv_freq, pos0 + t, half);
             for (int b = 0; b < B; b++)
                 for (int h = 0; h < heads; h++) {
                     float *x = qkv + ((size_t)b * T + t) * ld + (size_t)h * HS, *y = x + half;
@@ -415,12 +419,58 @@ static void rope_apply(float *qkv, const float *inv_freq, int B, int T, int NH, 
 
 static void rope_forward(const Backend *be, float *qkv, const float *inv_freq, int B, int T, int NH,
                          int NKV, int HS) {
-    rope_apply(qkv, inv_freq, B, T, NH, NKV, HS, 1);
+    rope_apply(qkv, inv_freq, B, T, 0, NH, NKV, HS, 1);
 }
 
 static void rope_backward(const Backend *be, void *dqkv, const float *inv_freq, int B, int T,
                           int NH, int NKV, int HS) {
-    rope_apply(dqkv, inv_freq, B, T, NH, NKV, HS, -1);
+    rope_apply(dqkv, inv_freq, B, T, 0, NH, NKV, HS, -1);
+}
+
+/* [Note: KV cache] in backend.h. */
+static void kv_append(const Backend *be, float *kcache, float *vcache, float *qkv,
+                      const float *inv_freq, int pos, int n, int NH, int NKV, int HS, int cap) {
+    size_t ld = (size_t)(NH + 2 * NKV) * HS;
+    if (inv_freq) rope_apply(qkv, inv_freq, 1, n, pos, NH, NKV, HS, 1);
+    for (int i = 0; i < n; i++)
+        for (int g = 0; g < NKV; g++) {
+            size_t to = ((size_t)g * cap + pos + i) * HS;
+            const float *k = qkv + i * ld + (size_t)(NH + g) * HS;
+            memcpy(kcache + to, k, (size_t)HS * sizeof(float));
+            memcpy(vcache + to, k + (size_t)NKV * HS, (size_t)HS * sizeof(float));
+        }
+}
+
+/* attention_forward's blocks of ATT_BLOCK query rows on the cache: a task per (query head,
+ * block), S = scale Q K^T over the block's keys 0..pos+i1-1, each row's causal softmax
+ * (row i: columns 0..pos+i), Y = P V. Rows of S are as long as the block's keys, and the
+ * scratch of a thread is one block's S, so at pos 0 the calls, and the bits, are
+ * attention_forward's. */
+static void attention_decode(const Backend *be, void *outp, const float *qkv, const float *kcache,
+                             const float *vcache, int pos, int n, int NH, int NKV, int HS,
+                             int cap) {
+    float *out = outp;
+    int G = NH / NKV, C = NH * HS, ld = (NH + 2 * NKV) * HS, nb = (n + ATT_BLOCK - 1) / ATT_BLOCK;
+    float scale = 1.0f / sqrtf((float)HS);
+#pragma omp parallel
+    {
+        int most = n < ATT_BLOCK ? n : ATT_BLOCK;
+        float *S = pp_malloc((size_t)most * (pos + n) * sizeof(float)); /* the last block's */
+#pragma omp for schedule(dynamic, 1)
+        for (int hb = 0; hb < NH * nb; hb++) {
+            int h = hb / nb, i0 = hb % nb * ATT_BLOCK, m = n - i0 < ATT_BLOCK ? n - i0 : ATT_BLOCK;
+            int keys = pos + i0 + m;
+            const float *k = kcache + (size_t)(h / G) * cap * HS;
+            const float *v = vcache + (size_t)(h / G) * cap * HS;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, keys, HS, scale,
+                        qkv + (size_t)i0 * ld + (size_t)h * HS, ld, k, HS, 0.0f, S, keys);
+            for (int r = 0; r < m; r++)
+                causal_softmax_row(S + (size_t)r * keys, pos + i0 + r, keys);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, keys, 1.0f, S, keys, v,
+                        HS, 0.0f, out + (size_t)i0 * C + (size_t)h * HS, C);
+        }
+        free(S);
+    }
 }
 
 static void gelu_forward(const Backend *be, void *outp, const float *inp, size_t count) {
@@ -578,6 +628,8 @@ static const Backend cpu_backend = {
     .rope_backward = rope_backward,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
+    .kv_append = kv_append,
+    .attention_decode = attention_decode,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
     .swiglu_forward = swiglu_forward,

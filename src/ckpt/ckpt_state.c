@@ -554,14 +554,15 @@ static int export_args(int argc, char **argv, ExportArgs *a, char *err, size_t e
     return PP_OK;
 }
 
-/* The checkpoint dir's parameters into a CPU model of every stage, *m (model_free'd by
- * the caller when PP_OK); llmc: refuse up front what llm.c's format cannot hold. */
-static int export_load(const char *dir, int llmc, Model *m, char *err, size_t errlen) {
+/* The checkpoint dir's parameters into a model of every stage on be, *m (model_free'd by
+ * the caller when PP_OK), and its step; llmc: refuse up front what llm.c's format cannot
+ * hold. A device backend's tensors go through a host buffer. */
+static int export_load(const char *dir, int llmc, const Backend *be, Model *m, long *step,
+                       char *err, size_t errlen) {
     CkptReader *r = ckpt_open(dir, err, errlen);
     if (!r) return PP_ERUNTIME;
     ModelDims d;
-    long step;
-    int rc = manifest_step(r, dir, &step, err, errlen);
+    int rc = manifest_step(r, dir, step, err, errlen);
     if (rc == PP_OK) rc = export_dims(r, dir, llmc, &d, err, errlen);
     if (rc == PP_OK) rc = check_shards(r, dir, err, errlen);
     if (rc == PP_OK) rc = export_match(r, dir, &d, err, errlen);
@@ -570,16 +571,29 @@ static int export_load(const char *dir, int llmc, Model *m, char *err, size_t er
         return rc;
     }
     ChunkSpec all = {0, 0, d.L, 1, 1, 0, 0};
-    model_init(m, &d, &all, 1, 1, 1, backend_cpu());
-    /* a CPU model: its memory is the host's */
+    model_init(m, &d, &all, 1, 1, 1, be);
+    float *host = be->device_memory ? pp_malloc(model_largest_tensor(m) * sizeof(float)) : NULL;
     for (int i = 0; i < m->ntensors && rc == PP_OK; i++) {
         const ParamTensor *t = &m->tensors[i];
         int64_t shape[2] = {t->shape[0], t->shape[1]};
-        rc = ckpt_read(r, t->name, m->params + t->offset, shape, t->ndim, err, errlen);
+        rc = ckpt_read(r, t->name, host ? host : m->params + t->offset, shape, t->ndim, err,
+                       errlen);
+        if (rc == PP_OK && host) {
+            be->to_device(be, m->params + t->offset, host, t->numel * sizeof(float));
+            be->wait(be); /* host is refilled for the next tensor */
+        }
     }
+    free(host);
     ckpt_close(r);
     if (rc != PP_OK) model_free(m);
     return rc;
+}
+
+int ckpt_state_load_model(const char *path, const Backend *be, Model *m, long *step, char *err,
+                          size_t errlen) {
+    char dir[PP_PATH_MAX];
+    if (ckpt_resolve(path, dir, sizeof dir, err, errlen)) return PP_EUSAGE;
+    return export_load(dir, 0, be, m, step, err, errlen);
 }
 
 int ckpt_state_export_main(int argc, char **argv) {
@@ -590,7 +604,9 @@ int ckpt_state_export_main(int argc, char **argv) {
     if (ckpt_resolve(a.in, dir, sizeof dir, err, sizeof err))
         return pp_error("%s", err), PP_ERUNTIME;
     Model m;
-    if ((rc = export_load(dir, !a.hf, &m, err, sizeof err)) != PP_OK)
+    long step;
+    /* a CPU model: its memory is the host's */
+    if ((rc = export_load(dir, !a.hf, backend_cpu(), &m, &step, err, sizeof err)) != PP_OK)
         return pp_error("%s", err), rc;
     if (a.hf) rc = model_save_hf(&m, a.out, a.dtype, a.max_shard, err, sizeof err);
     else rc = model_save_llmc(&m, a.out, err, sizeof err);

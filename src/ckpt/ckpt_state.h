@@ -51,6 +51,16 @@ int ckpt_state_load(Runtime *rt, const char *path, long *step, char *err, size_t
  * `latest`: a copy may have dropped the symlink), or cannot read ROOT. */
 int ckpt_state_refuse_existing(CkptState *c, Runtime *rt, char *err, size_t errlen);
 
+/* The parameters of the checkpoint at `path` (a checkpoint root, its `latest`, or a step
+ * directory; ckpt_resolve) into *m, a model of every stage on backend be built from the
+ * manifest's dimensions (model_init at B = T = 1: no slots), after the checks `pptrain
+ * export` makes (the manifest's model against the shards, every chunk's CRC); *step: the
+ * steps it had done. The caller model_free's m when PP_OK. Returns PP_OK, PP_EUSAGE when
+ * path names no checkpoint, or PP_ERUNTIME naming the file and tensor (nothing left
+ * allocated). `pptrain sample` reads a checkpoint so. */
+int ckpt_state_load_model(const char *path, const Backend *be, Model *m, long *step, char *err,
+                          size_t errlen);
+
 /* `pptrain export --checkpoint DIR --out model.bin [--format llmc]`: llm.c's fp32 GPT-2
  * file; `--format hf --out DIR2 [--dtype fp32|bf16] [--max-shard-size SIZE]`: a Hugging
  * Face model directory (model_save_hf). Exit 2 for a bad flag (named), before anything

@@ -139,6 +139,14 @@ typedef struct {
     void (*config_fill)(const ModelDims *d, HfConfig *c);
 } ArchHf;
 
+/* One layer's KV cache for decoding ([Note: KV cache] in backend.h, [Note: decoding] in
+ * decode.h): its keys and values [NKV, cap, HS] (device), the positions it holds before
+ * the call (the new ones are pos..), and its capacity. */
+typedef struct {
+    float *k, *v;
+    int pos, cap;
+} ArchKv;
+
 /* [Note: Arch table] An architecture is this table of constants and functions; the
  * engine (model.c) holds a layer's parameters as nlayer_params float pointers, its
  * saved activations as nacts void pointers, its W state as nws, the head's as nhead
@@ -261,6 +269,19 @@ struct Arch {
     /* From h[head_dout]: dx [N,C] OVERWRITTEN with d(x) (NULL: skipped) and, with
      * weights, the final norm's gradients added. */
     void (*head_backward)(const Model *m, float *dx, int weights, void *const *h, const float *x);
+
+    /* ---- decoding ([Note: decoding] in decode.h): one sequence, n new positions ---- */
+    /* out [n,C] = the embedding of tokens [n] at positions pos..pos+n-1. */
+    void (*embed_decode)(const Model *m, float *out, const int *tokens, int pos, int n);
+    /* One layer on x [n,C], the positions kv->pos.. of the sequence, into acts[act_out]
+     * (acts: the set for at least n rows): layer_forward's calls at B 1, T n, but for
+     * attention, which reads the earlier positions' keys and values from the layer's
+     * cache and appends the new ones (kv_append, attention_decode). */
+    void (*layer_decode)(const Model *m, void *const *acts, float *const *p, const float *x,
+                         const ArchKv *kv, int n);
+    /* The final norm of x [n,C] into the head's set h (for at least n rows), as
+     * head_forward computes it; returns its output [n,C] (operand), the logits' input. */
+    const void *(*head_norm)(const Model *m, void *const *h, const float *x, int n);
 
     /* ---- costs and files ---- */
     void (*costs)(const ModelDims *d, int T, ArchCosts *a); /* [Note: architecture costs] */

@@ -208,15 +208,23 @@ static void embed_backward(const Model *m, const float *dout, const int *tokens)
     m->be->encoder_backward(m->be, m->dwte, m->gg[G_WPE], dout, tokens, m->B, m->T, m->d.C);
 }
 
-static void layer_forward(const Model *m, void *const *acts_, float *const *p_, const float *x) {
+/* The block on x [B*T,C]; with kv (decoding: B 1), attention on the layer's cache. */
+static void block_forward(const Model *m, void *const *acts_, float *const *p_, const float *x,
+                          int B, int T, const ArchKv *kv) {
     const Backend *be = m->be;
     const LayerActs *a = (const LayerActs *)acts_;
     const LayerParams *p = (const LayerParams *)p_;
-    int B = m->B, T = m->T, N = B * T, C = m->d.C, NH = m->d.NH;
+    int N = B * T, C = m->d.C, NH = m->d.NH;
     be->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
     be->matmul_forward(be, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
     /* multi-head: as many kv heads as heads ([Note: grouped-query attention] in backend.h) */
-    be->attention_forward(be, a->atty, a->att, a->qkv, B, T, NH, NH, C / NH);
+    if (kv) { /* [Note: KV cache] in backend.h: no rotation (learned positions) */
+        be->kv_append(be, kv->k, kv->v, a->qkv, NULL, kv->pos, T, NH, NH, C / NH, kv->cap);
+        be->attention_decode(be, a->atty, a->qkv, kv->k, kv->v, kv->pos, T, NH, NH, C / NH,
+                             kv->cap);
+    } else {
+        be->attention_forward(be, a->atty, a->att, a->qkv, B, T, NH, NH, C / NH);
+    }
     be->matmul_forward(be, a->res2, a->atty, p->attprojw, p->attprojb, N, C, C);
     be->add_inplace(be, a->res2, x, (size_t)N * C); /* res2 = x + attn(ln1(x)) */
     be->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
@@ -224,6 +232,22 @@ static void layer_forward(const Model *m, void *const *acts_, float *const *p_, 
     be->gelu_forward(be, a->fch_gelu, a->fch, (size_t)N * 4 * C);
     be->matmul_forward(be, a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C);
     be->add_inplace(be, a->res3, a->res2, (size_t)N * C); /* res3 = res2 + mlp(ln2(res2)) */
+}
+
+static void layer_forward(const Model *m, void *const *a, float *const *p, const float *x) {
+    block_forward(m, a, p, x, m->B, m->T, NULL);
+}
+
+static void layer_decode(const Model *m, void *const *a, float *const *p, const float *x,
+                         const ArchKv *kv, int n) {
+    block_forward(m, a, p, x, 1, n, kv);
+}
+
+/* The positions' rows of wpe: row i of the n is position pos + i (encoder_forward's
+ * n mod T with T = n). */
+static void embed_decode(const Model *m, float *out, const int *tokens, int pos, int n) {
+    m->be->encoder_forward(m->be, out, tokens, m->wte, m->gp[G_WPE] + (size_t)pos * m->d.C, 1, n,
+                           m->d.C);
 }
 
 /* Fused (g, ws NULL): ws is the model's scratch with dres3 and dres2 NULL, so the
@@ -299,10 +323,15 @@ static void *const *layer_recompute(const Model *m, int mode, int weight_half, v
     return acts_;
 }
 
+static const void *head_norm(const Model *m, void *const *h, const float *x, int N) {
+    m->be->layernorm_forward(m->be, h[H_LNF], h[H_MEAN], h[H_RSTD], x, m->gp[G_LNFW], m->gp[G_LNFB],
+                             N, m->d.C);
+    return h[H_LNF];
+}
+
 static void head_forward(Model *m, void *const *h, const int *targets, const float *x, float dloss,
                          int want_grad, double *loss) {
-    m->be->layernorm_forward(m->be, h[H_LNF], h[H_MEAN], h[H_RSTD], x, m->gp[G_LNFW], m->gp[G_LNFB],
-                             m->B * m->T, m->d.C);
+    head_norm(m, h, x, m->B * m->T);
     model_head_loss(m, h[H_LNF], h[H_DLNF], targets, dloss, want_grad, loss);
 }
 
@@ -569,6 +598,9 @@ const Arch arch_gpt2 = {
     .layer_recompute = layer_recompute,
     .head_forward = head_forward,
     .head_backward = head_backward,
+    .embed_decode = embed_decode,
+    .layer_decode = layer_decode,
+    .head_norm = head_norm,
     .costs = costs,
     .import_llmc = import_llmc,
     .export_llmc = export_llmc,

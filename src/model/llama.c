@@ -272,17 +272,26 @@ static void embed_backward(const Model *m, const float *dout, const int *tokens)
     m->be->encoder_backward(m->be, m->dwte, NULL, dout, tokens, m->B, m->T, m->d.C);
 }
 
-static void layer_forward(const Model *m, void *const *acts_, float *const *p_, const float *x) {
+/* The block on x [B*T,C]; with kv (decoding: B 1), RoPE at the new positions and
+ * attention on the layer's cache. */
+static void block_forward(const Model *m, void *const *acts_, float *const *p_, const float *x,
+                          int B, int T, const ArchKv *kv) {
     const Backend *be = m->be;
     const LayerActs *a = (const LayerActs *)acts_;
     const LayerParams *p = (const LayerParams *)p_;
     const ModelDims *d = &m->d;
-    int B = m->B, T = m->T, N = B * T, C = d->C, NH = d->NH, NKV = d->NKV, HS = head_size(d);
+    int N = B * T, C = d->C, NH = d->NH, NKV = d->NKV, HS = head_size(d);
     int F = d->F;
+    const float *inv_freq = m->consts[K_INV_FREQ];
     be->rmsnorm_forward(be, a->ln1, a->rstd1, x, p->ln1w, d->eps, N, C);
     be->matmul_forward(be, a->qkv, a->ln1, p->qkvw, qkv_bias(m, p_), N, C, qkv_width(d));
-    be->rope_forward(be, a->qkv, m->consts[K_INV_FREQ], B, T, NH, NKV, HS);
-    be->attention_forward(be, a->atty, a->att, a->qkv, B, T, NH, NKV, HS);
+    if (kv) { /* [Note: KV cache] in backend.h: q and k rotated at positions kv->pos.. */
+        be->kv_append(be, kv->k, kv->v, a->qkv, inv_freq, kv->pos, T, NH, NKV, HS, kv->cap);
+        be->attention_decode(be, a->atty, a->qkv, kv->k, kv->v, kv->pos, T, NH, NKV, HS, kv->cap);
+    } else {
+        be->rope_forward(be, a->qkv, inv_freq, B, T, NH, NKV, HS);
+        be->attention_forward(be, a->atty, a->att, a->qkv, B, T, NH, NKV, HS);
+    }
     be->matmul_forward(be, a->res2, a->atty, p->attprojw, NULL, N, NH * HS, C);
     be->add_inplace(be, a->res2, x, (size_t)N * C); /* res2 = x + attn(ln1(x)) */
     be->rmsnorm_forward(be, a->ln2, a->rstd2, a->res2, p->ln2w, d->eps, N, C);
@@ -291,6 +300,20 @@ static void layer_forward(const Model *m, void *const *acts_, float *const *p_, 
     be->swiglu_forward(be, a->swi, a->gate, a->up, (size_t)N * F);
     be->matmul_forward(be, a->res3, a->swi, p->downw, NULL, N, F, C);
     be->add_inplace(be, a->res3, a->res2, (size_t)N * C); /* res3 = res2 + mlp(ln2(res2)) */
+}
+
+static void layer_forward(const Model *m, void *const *a, float *const *p, const float *x) {
+    block_forward(m, a, p, x, m->B, m->T, NULL);
+}
+
+static void layer_decode(const Model *m, void *const *a, float *const *p, const float *x,
+                         const ArchKv *kv, int n) {
+    block_forward(m, a, p, x, 1, n, kv);
+}
+
+/* No position table: the positions are RoPE's, in layer_decode. */
+static void embed_decode(const Model *m, float *out, const int *tokens, int pos, int n) {
+    m->be->encoder_forward(m->be, out, tokens, m->wte, NULL, 1, n, m->d.C);
 }
 
 /* Fused (g, ws NULL): ws is the model's scratch with dres3 and dres2 NULL, so the
@@ -371,10 +394,14 @@ static void *const *layer_recompute(const Model *m, int mode, int weight_half, v
     return acts_;
 }
 
+static const void *head_norm(const Model *m, void *const *h, const float *x, int N) {
+    m->be->rmsnorm_forward(m->be, h[H_LNF], h[H_RSTD], x, m->gp[G_LNFW], m->d.eps, N, m->d.C);
+    return h[H_LNF];
+}
+
 static void head_forward(Model *m, void *const *h, const int *targets, const float *x, float dloss,
                          int want_grad, double *loss) {
-    m->be->rmsnorm_forward(m->be, h[H_LNF], h[H_RSTD], x, m->gp[G_LNFW], m->d.eps, m->B * m->T,
-                           m->d.C);
+    head_norm(m, h, x, m->B * m->T);
     model_head_loss(m, h[H_LNF], h[H_DLNF], targets, dloss, want_grad, loss);
 }
 
@@ -588,7 +615,9 @@ static const ArchHf hf_mistral = LLAMA_HF(hf_types_mistral, "MistralForCausalLM"
         .ws_stage = ws_stage, .embed_forward = embed_forward, .embed_backward = embed_backward,    \
         .layer_forward = layer_forward, .layer_backward = layer_backward,                          \
         .layer_backward_weight = layer_backward_weight, .layer_recompute = layer_recompute,        \
-        .head_forward = head_forward, .head_backward = head_backward, .costs = costs, .hf = HF,    \
+        .head_forward = head_forward, .head_backward = head_backward,                              \
+        .embed_decode = embed_decode, .layer_decode = layer_decode, .head_norm = head_norm,        \
+        .costs = costs, .hf = HF,                                                                  \
     }
 
 const Arch arch_llama = LLAMA_ARCH("llama", P_NLAYER, &hf_llama);

@@ -829,6 +829,61 @@ static void check_rope(int B, int T, int NH, int NKV, int HS, int llama3) {
     free(hg);
 }
 
+/* Decoding on a KV cache ([Note: KV cache] in src/backend/backend.h): kv_append of a
+ * prompt's pos rows, then of n more at position pos (RoPE's rotation with Llama 3's
+ * frequencies, or none as GPT-2's), into caches of cap > pos + n rows poisoned with NaN;
+ * the rotated qkv and the written cache rows against the CPU's (the v rows and, without
+ * RoPE, everything bit for bit); then attention_decode of the n rows on the cache (its
+ * output poisoned first), and again on the cache the prompt's append left plus the first
+ * new row (n 1 at pos: a decoding step). */
+static void check_kv_decode(int pos, int n, int NH, int NKV, int HS, int rope) {
+    char sh[96];
+    snprintf(sh, sizeof sh, "pos=%d n=%d NH=%d NKV=%d HS=%d%s", pos, n, NH, NKV, HS,
+             rope ? " rope" : "");
+    int W = (NH + 2 * NKV) * HS, cap = pos + n + 3, T = pos + n;
+    size_t Q = (size_t)T * W, K = (size_t)NKV * cap * HS, Y = (size_t)n * NH * HS;
+    float *inv = malloc((HS / 2 + 1) * sizeof(float));
+    rope_inv_freq(inv, HS, 500000.0, 1);
+    float *dinv = rope ? dev(inv, (HS / 2) * sizeof(float)) : NULL;
+    float *x = rnd(Q, 1), *y = dup(x, Q), *dx = dev(x, Q * 4);
+    float *kc = nanbuf(K), *vc = nanbuf(K), *dk = dev(kc, K * 4), *dv = dev(vc, K * 4);
+    float *out = nanbuf(Y);
+    void *dout = dev_op_nan(Y);
+    const float *ci = rope ? inv : NULL;
+    cpu->kv_append(cpu, kc, vc, y, ci, 0, pos, NH, NKV, HS, cap);
+    cpu->kv_append(cpu, kc, vc, y + (size_t)pos * W, ci, pos, n, NH, NKV, HS, cap);
+    gpu->kv_append(gpu, dk, dv, dx, dinv, 0, pos, NH, NKV, HS, cap);
+    gpu->kv_append(gpu, dk, dv, dx + (size_t)pos * W, dinv, pos, n, NH, NKV, HS, cap);
+    float *hx = host(dx, Q), *hk = host(dk, K), *hv = host(dv, K);
+    compare("kv_append", "qkv", sh, hx, y, Q, TOL_ELEM);
+    size_t vbad = 0, rows = (size_t)NKV * T, kw = 0; /* the rows written: g cap + t, t < T */
+    float *gk = malloc(rows * HS * 4), *ck = malloc(rows * HS * 4);
+    for (int g = 0; g < NKV; g++)
+        for (int t = 0; t < T; t++, kw++) {
+            size_t at = ((size_t)g * cap + t) * HS;
+            memcpy(gk + kw * HS, hk + at, HS * 4);
+            memcpy(ck + kw * HS, kc + at, HS * 4);
+            vbad += memcmp(hv + at, vc + at, HS * 4) != 0;
+        }
+    compare("kv_append", "kcache", sh, gk, ck, rows * HS, TOL_ELEM);
+    none_wrong("kv_append vcache rows", sh, vbad, rows);
+    if (!rope) same_bits("kv_append kcache", sh, gk, ck, rows * HS);
+    cpu->attention_decode(cpu, out, y + (size_t)pos * W, kc, vc, pos, n, NH, NKV, HS, cap);
+    gpu->attention_decode(gpu, dout, dx + (size_t)pos * W, dk, dv, pos, n, NH, NKV, HS, cap);
+    float *h = host_op(dout, Y);
+    compare("attention_decode", "out", sh, h, out, Y, tol_op(tol_gemm()));
+    free(h);
+    /* one step: the first new row alone, keys 0..pos */
+    cpu->attention_decode(cpu, out, y + (size_t)pos * W, kc, vc, pos, 1, NH, NKV, HS, cap);
+    gpu->attention_decode(gpu, dout, dx + (size_t)pos * W, dk, dv, pos, 1, NH, NKV, HS, cap);
+    h = host_op(dout, (size_t)NH * HS);
+    compare("attention_decode", "out n=1", sh, h, out, (size_t)NH * HS, tol_op(tol_gemm()));
+    void *all[] = {dinv, dx, dk, dv, dout};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
+    free(inv), free(x), free(y), free(kc), free(vc), free(out), free(hx), free(hk), free(hv);
+    free(gk), free(ck), free(h);
+}
+
 /* SwiGLU ([Note: SwiGLU] in src/backend/backend.h) over n values (an odd n: the kernels'
  * one-at-a-time tail runs too), gates up to saturation; both outputs poisoned first. */
 static void check_swiglu(size_t n, const char *sh) {
@@ -1233,7 +1288,8 @@ int main(int argc, char **argv) {
                              gpu->rmsnorm_backward, gpu->rope_forward, gpu->rope_backward,
                              gpu->swiglu_forward, gpu->swiglu_backward, gpu->matmul_forward,
                              gpu->matmul_backward, gpu->attention_forward, gpu->attention_backward,
-                             gpu->attention_saved_floats, gpu->gelu_forward, gpu->gelu_backward,
+                             gpu->attention_saved_floats, gpu->kv_append, gpu->attention_decode,
+                             gpu->gelu_forward, gpu->gelu_backward,
                              gpu->crossentropy_forward_backward, gpu->crossentropy_forward,
                              gpu->scratch_floats, gpu->add_inplace, gpu->to_operand,
                              gpu->host_alloc, gpu->host_free, gpu->memory, gpu->close};
@@ -1317,6 +1373,12 @@ int main(int argc, char **argv) {
             check_rope(3, 67, 12, 4, 64, 1);
             check_rope(1, 1030, 2, 1, 128, 1);
             check_rope(2, 9, 3, 3, 2, 0);
+            /* decoding: GQA with Llama 3's RoPE, GPT-2's multi-head without, MQA at HS 128,
+             * a prompt past 1000 positions (the GPU's key loop over many tiles) */
+            check_kv_decode(37, 5, 4, 2, 64, 1);
+            check_kv_decode(20, 1, 12, 12, 64, 0);
+            check_kv_decode(9, 3, 2, 1, 128, 1);
+            check_kv_decode(1030, 2, 9, 3, 64, 1);
         }
         /* grouped-query attention (the path the precision takes: materialised at fp32 and
          * tf32, flash at bf16): groups of 2, 3, 4 and multi-query */

@@ -16,6 +16,8 @@
 #   8. runtime.transport on 2 ranks sharing the GPU: auto chooses socket and says why,
 #      nccl is exit 2 naming the ranks and the bus id;
 #   9. test/pipeline-nccl.sh: the NCCL pipeline between GPUs (skips below 2 GPUs).
+#  10. pptrain sample on the GPU (the decoding ops' CUDA twins): greedy at fp32 gives
+#      transformers' ids of test/sample/greedy.txt (test/sample.sh's goldens); bf16 decodes.
 # PPTRAIN, GPU_OPS and NCCL_SELF name the binaries (the Makefile sets them). Results: stdout, and
 # gpu_ops' whole output in $GPU_OPS_LOG when that is set.
 # Time: the whole suite has GPU_TEST_BUDGET_S seconds (default 280; on an H100 it takes
@@ -203,6 +205,29 @@ if budget "pipeline-nccl.sh"; then
   if [ $rc -eq 0 ]; then ok "pipeline-nccl.sh: $(tail -n1 "$tmp/pnccl.out")"
   elif [ $rc -eq 77 ]; then grep -m1 '^skip' "$tmp/pnccl.out"
   else bad "pipeline-nccl.sh exited $rc"; fi
+fi
+
+# 10. pptrain sample on the GPU ([Note: KV cache] in src/backend/backend.h): transformers'
+#     greedy ids at fp32, as on the CPU (test/sample.sh); at bf16 a near tie may go
+#     another way, so only the count of ids is held
+if budget "sample on the GPU"; then
+  n=0 same=0
+  while read -r name max prompt want gap eos; do
+    case $name in '#'* | text) continue ;; esac
+    got=$(timeout -k 3 "$(cap 30)" "$PPTRAIN" sample --device cuda --precision fp32 \
+      --init-from "test/hf/$name" --prompt-ids "$prompt" --max-new-tokens "$max" --temperature 0 \
+      --ids ${eos:+--eos "$eos"} 2>"$tmp/sample.err")
+    n=$((n + 1))
+    [ "$got" = "$want" ] && same=$((same + 1)) || echo "   $name $prompt: $got, transformers $want"
+  done <test/sample/greedy.txt
+  [ $n -gt 0 ] && [ $same -eq $n ] &&
+    ok "sample --device cuda, fp32: transformers' greedy ids ($same of $n goldens)" ||
+    bad "sample --device cuda, fp32: $same of $n goldens ($(tail -n1 "$tmp/sample.err"))"
+  got=$(timeout -k 3 "$(cap 30)" "$PPTRAIN" sample --device cuda --precision bf16 \
+    --init-from test/hf/llama3 --prompt-ids 1,2,3 --max-new-tokens 24 --temperature 0 --ids \
+    2>"$tmp/sample.err")
+  [ "$(tr ',' '\n' <<<"$got" | grep -c .)" -eq 24 ] && ok "sample --device cuda, bf16: 24 ids" ||
+    bad "sample --device cuda, bf16: '$got' ($(tail -n1 "$tmp/sample.err"))"
 fi
 
 echo "make test-gpu: $pass passed, $fail failed"
