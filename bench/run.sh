@@ -83,6 +83,20 @@ PY
   grep -E 'rank [01]: per step' "$log" | sed 's/^\[rank [01]\] /       /'
 done
 
+# the flight recorder's cost (issue 28): the 1f1b rows above ran with it (256 records, the
+# default); the same runs without it, interleaved with runs with it, fastest of 3 each
+echo "== flight recorder: 2 ranks, 1f1b, with (output.flight_records 256) and without (0), best of 3 each"
+declare -A fl
+for rep in 1 2 3; do
+  for n in 256 0; do
+    scripts/pprun --nproc-per-node 2 ./pptrain --config "$cfg" "${common[@]}" --set pipeline.stages=2 \
+      --set output.flight_records=$n --set output.dir="$out/fl-$n-$rep" >"$out/fl.log" 2>&1 || { cat "$out/fl.log"; exit 1; }
+    ms=$(sed -n 's/^\[rank 0\] rank 0: per step \([0-9.]*\) ms.*/\1/p' "$out/fl.log")
+    fl[$n]=$(python3 -c "print(min(float('$ms'), float('${fl[$n]:-1e30}')))")
+  done
+done
+python3 -c "a, b = ${fl[256]}, ${fl[0]}; print('with: %.1f ms/step, without: %.1f ms/step: %+.1f%% (noise on a shared machine is several %%)' % (a, b, 100 * (a / b - 1)))"
+
 bash bench/zb.sh  # zero-bubble schedules: measured bubble per rank next to the simulator's
 PPTRAIN=./pptrain bash bench/netem.sh # a slow inter-node link: transfer time hidden behind compute
 bash bench/dp.sh "$build"  # data parallel: ring all-reduce bandwidth, 1x1 / 2x1 / 1x2 tokens/s, all-reduce hidden
