@@ -272,8 +272,9 @@ static int prompt_ids(const SampleArgs *a, const Tokenizer *tok, int V, int maxT
  * them; else the model.eos_token_id of the config (a checkpoint's: its run's config, which
  * a Hugging Face init_from's config.json filled); else, with a tokenizer, its <|endoftext|>
  * or else the BOS its post-processor puts first (prepare-data's document token: the one a
- * model trained on its files writes after a document); else none: a byte-level model's 256 ids are all bytes (prepare-data writes
- * no document token), so its samples run to --max-new-tokens. why: where they came from. */
+ * model trained on its files writes after a document); else none: a byte-level model's 256
+ * ids are all bytes (prepare-data writes no document token), so its samples run to
+ * --max-new-tokens. why: where they came from. */
 static int end_ids(const SampleArgs *a, const char *dir, const char *cfg_eos,
                    const Tokenizer *tok, int V, Sampler *s, char *why, size_t n, char *err,
                    size_t errlen) {
