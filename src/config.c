@@ -32,6 +32,7 @@ typedef enum {
     T_AUTO,   /* int: "auto" stores 0, else an integer in lo..hi (lo >= 1) */
     T_TRI,    /* int: "auto" stores -1, else 0/1 as T_BOOL (config_finalize resolves auto) */
     T_TEXT,   /* char[size], non-empty text, not a path (no pattern expansion) */
+    T_IDS,    /* char[size]: token ids: "" (null), "2" or "[1, 2]" (see read_ids) */
 } FieldType;
 
 enum { OPEN_LO = 1, OPEN_HI = 2 };
@@ -102,6 +103,10 @@ static const Field k_fields[] = {
     OTHER("model.init_from", T_PATH, init_from, "null",
           "weights to start from: an llm.c fp32 GPT-2 file or a Hugging Face model directory"),
     FLT("model.init_std", init_std, "0.02", 0, INFINITY, OPEN_LO, "std of the random init"),
+    OTHER("model.bos_token_id", T_IDS, bos_token_id, "null",
+          "the id a document starts with (config.json's; an export writes it); null = none"),
+    OTHER("model.eos_token_id", T_IDS, eos_token_id, "null",
+          "the id or ids that end a text (sample stops there; an export writes them)"),
     INT("pipeline.stages", stages, "1", 1, IMAX, "P, pipeline ranks (= processes launched)"),
     INT("pipeline.virtual_stages", virtual_stages, "1", 1, IMAX, "model chunks per rank"),
     {"pipeline.data_parallel", T_AUTO, AT(data_parallel), "auto", 1, IMAX, 0, NULL,
@@ -334,6 +339,8 @@ static void field_expected(const Field *f, char *buf, size_t n) {
     case T_AUTO: snprintf(buf, n, "auto or an integer >= %.0f", f->lo); break;
     case T_TRI: snprintf(buf, n, "auto, true or false"); break;
     case T_TEXT: snprintf(buf, n, "non-empty text of at most %zu bytes", f->size - 1); break;
+    case T_IDS: snprintf(buf, n, "null, a token id >= 0 or a list of them like [128001, 128009]");
+        break;
     case T_SPLIT:
         snprintf(buf, n, "auto, a list of layer counts like [4, 4] or a list of split points "
                          "like [\"layers.4\"]");
@@ -383,6 +390,15 @@ static int field_parse(const Field *f, Config *c, const char *s, int plain, char
         else ok = plain && parse_bool(s, dst);
         break;
     case T_TEXT: ok = *s && !(plain && is_null(s)) && set_text(dst, f->size, s); break;
+    case T_IDS: {
+        Field id = {.lo = 0, .hi = IMAX};
+        int v;
+        char text[16];
+        if (plain && is_null(s)) ok = set_text(dst, f->size, "");
+        else if ((ok = plain && parse_int(&id, s, &v)))
+            snprintf(text, sizeof text, "%d", v), set_text(dst, f->size, text);
+        break;
+    }
     }
     if (ok) return PP_OK;
     field_expected(f, want, n);
@@ -490,6 +506,7 @@ static void format_value(const Field *f, const Config *c, char *buf, size_t n) {
         else quote(p, buf, n);
         break;
     case T_SPLIT: snprintf(buf, n, "%s", (const char *)p); break;
+    case T_IDS: snprintf(buf, n, "%s", *(const char *)p ? (const char *)p : "null"); break;
     case T_AUTO:
         if (*(const int *)p == 0) snprintf(buf, n, "auto");
         else snprintf(buf, n, "%d", *(const int *)p);
@@ -606,6 +623,7 @@ static int tag_fits(const Field *f, const char *kind) {
     case T_AUTO: return !strcmp(kind, "int") || !strcmp(kind, "str");
     case T_TRI: return !strcmp(kind, "bool") || !strcmp(kind, "str");
     case T_TEXT: return !strcmp(kind, "str");
+    case T_IDS: return !strcmp(kind, "int") || !strcmp(kind, "null");
     }
     return 0;
 }
@@ -783,6 +801,41 @@ static int read_split(Reader *r, const Field *f) {
     return PP_OK;
 }
 
+/* Read the rest of a YAML sequence (its start event consumed) into the token ids field f
+ * as canonical text "[1, 2]": each entry a plain id >= 0, at least one. */
+static int read_ids(Reader *r, const Field *f) {
+    char text[PP_IDS_MAX] = "[", want[WANT_MAX];
+    Field id = {.lo = 0, .hi = IMAX};
+    int n = 0, rc = PP_OK;
+    for (;;) {
+        yaml_event_t ev;
+        if (next_event(r, &ev)) return PP_EUSAGE;
+        if (ev.type == YAML_SEQUENCE_END_EVENT) {
+            if (!n) rc = fail(r, &ev.start_mark, "%s: expected a token id or a non-empty list "
+                              "of them, got an empty list (null: none)", f->key);
+            yaml_event_delete(&ev);
+            break;
+        }
+        int v, plain = ev.type == YAML_SCALAR_EVENT && scalar_plain(&ev);
+        size_t len = strlen(text);
+        if (!plain || !parse_int(&id, (const char *)ev.data.scalar.value, &v)) {
+            snprintf(want, sizeof want, "a token id >= 0 as list entry");
+            rc = fail_value(r, f->key, &ev, want);
+        } else if (len + 16 > sizeof text) {
+            rc = fail(r, &ev.start_mark, "%s: the list is too long (at most %zu characters)",
+                      f->key, sizeof text - 2);
+        } else {
+            snprintf(text + len, sizeof text - len, "%s%d", n++ ? ", " : "", v);
+        }
+        yaml_event_delete(&ev);
+        if (rc) return rc;
+    }
+    if (rc) return rc;
+    strcat(text, "]");
+    set_text(field_ptr(f, r->c), f->size, text);
+    return PP_OK;
+}
+
 /* Append one entry of a list of paths (field f) to text[f->size], *len bytes so far. */
 static int list_entry(Reader *r, const Field *f, const yaml_event_t *ev, char *text, size_t *len) {
     char want[WANT_MAX];
@@ -862,8 +915,9 @@ static int read_value(Reader *r, const char *key, const yaml_event_t *ev) {
         r->c->given[f - k_fields] = 1;
         return PP_OK;
     }
-    if (ev->type == YAML_SEQUENCE_START_EVENT && (f->type == T_SPLIT || f->list)) {
-        int rc = f->list ? read_list(r, f) : read_split(r, f);
+    if (ev->type == YAML_SEQUENCE_START_EVENT && (f->type == T_SPLIT || f->type == T_IDS ||
+                                                  f->list)) {
+        int rc = f->list ? read_list(r, f) : f->type == T_IDS ? read_ids(r, f) : read_split(r, f);
         if (rc == PP_OK) r->c->given[f - k_fields] = 1;
         return rc;
     }
@@ -1006,6 +1060,10 @@ int config_load_file(Config *c, const char *path, char *err, size_t errlen) {
     return rc;
 }
 
+int config_load_text(Config *c, const char *text, const char *name, char *err, size_t errlen) {
+    return read_text(c, text, strlen(text), name, NULL, NULL, err, errlen);
+}
+
 int config_set(Config *c, const char *assignment, char *err, size_t errlen) {
     const char *eq = strchr(assignment, '=');
     char key[KEY_MAX];
@@ -1120,6 +1178,16 @@ static int check_cross(const Config *c, char *err, size_t errlen) {
                "n_heads channels; change one of them", c->dim, c->n_heads);
     int rc = check_arch(c, err, errlen);
     if (rc != PP_OK) return rc;
+    for (int k = 0; k < 2; k++) { /* the token ids are ids of the vocabulary */
+        int ids[PP_IDS_MAX / 2];
+        const char *text = k ? c->eos_token_id : c->bos_token_id;
+        int n = config_ids(text, ids, PP_IDS_MAX / 2);
+        for (int i = 0; i < n; i++)
+            if (ids[i] >= c->vocab_size)
+                REJECT("model.%s_token_id: %s holds id %d, past the vocabulary (model.vocab_size "
+                       "%d): an id of the tokenizer the model trains with, or null",
+                       k ? "eos" : "bos", text, ids[i], c->vocab_size);
+    }
     if (c->seq_len > c->max_seq_len)
         REJECT("train.seq_len (%d) exceeds model.max_seq_len (%d): lower train.seq_len or raise "
                "model.max_seq_len", c->seq_len, c->max_seq_len);
@@ -1212,7 +1280,7 @@ static void print_headers(FILE *out, const char *prev, const char *parent) {
 }
 
 /* Write the fields (all, or those of one top-level section) as block YAML. */
-static void print_fields(const Config *c, FILE *out, const char *section) {
+static void print_fields(const Config *c, FILE *out, const char *section, int hash) {
     char prev[KEY_MAX] = "", parent[KEY_MAX], value[VALUE_MAX];
     for (size_t i = 0; i < N_FIELDS; i++) {
         const Field *f = &k_fields[i];
@@ -1220,6 +1288,7 @@ static void print_fields(const Config *c, FILE *out, const char *section) {
         if (section && (strncmp(f->key, section, strlen(section)) ||
                         f->key[strlen(section)] != '.'))
             continue;
+        if (hash && f->type == T_IDS) continue; /* config_hash: the ids shape no weight */
         snprintf(parent, sizeof parent, "%.*s", (int)(last - f->key - 1), f->key);
         print_headers(out, prev, parent);
         snprintf(prev, sizeof prev, "%s", parent);
@@ -1230,14 +1299,14 @@ static void print_fields(const Config *c, FILE *out, const char *section) {
     }
 }
 
-void config_print(const Config *c, FILE *f) { print_fields(c, f, NULL); }
+void config_print(const Config *c, FILE *f) { print_fields(c, f, NULL, 0); }
 
 uint64_t config_hash(const Config *c, int model_only) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     PP_CHECK(f);
-    print_fields(c, f, model_only ? "model" : NULL);
+    print_fields(c, f, model_only ? "model" : NULL, model_only);
     PP_CHECK(fclose(f) == 0);
     uint64_t h = 14695981039346656037ULL; /* FNV-1a 64 offset basis */
     for (size_t i = 0; i < len; i++) {
@@ -1256,4 +1325,19 @@ const char *config_first_diff(const Config *a, const Config *b) {
         if (strcmp(va, vb)) return k_fields[i].key;
     }
     return NULL;
+}
+
+int config_ids(const char *text, int *ids, int max) {
+    int n = 0;
+    const char *p = text + (*text == '[');
+    while (*p && *p != ']') {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT_MAX) return -1;
+        if (n < max) ids[n] = (int)v;
+        n++;
+        p = end + strspn(end, ", ");
+    }
+    return n < max ? n : max;
 }

@@ -11,6 +11,7 @@
 
 #define PP_NAME_MAX 32
 #define PP_SPLIT_MAX 512 /* text of pipeline.split */
+#define PP_IDS_MAX 96   /* text of model.bos_token_id / eos_token_id: "", "2" or "[1, 2]" */
 #define PP_CONFIG_KEYS 128 /* room for the keys' given marks (config.c checks it holds all) */
 #define PP_DATA_LIST_MAX 16384 /* data.train / data.val: all of a list's paths */
 
@@ -35,6 +36,8 @@ typedef struct {
     int tie_embeddings;              /* bool; -1 in the file = auto (true for gpt2 only) */
     char init_from[PP_PATH_MAX];     /* "" = none (YAML null) */
     float init_std;
+    char bos_token_id[PP_IDS_MAX];   /* "" = none (YAML null), "1", or "[1, 2]" (config_ids) */
+    char eos_token_id[PP_IDS_MAX];   /* the ids that end a text, as bos_token_id */
     /* pipeline: */
     int stages;                      /* P, pipeline ranks */
     int virtual_stages;              /* v, chunks per rank */
@@ -107,6 +110,10 @@ void config_defaults(Config *c);
  * for unknown keys). */
 int config_load_file(Config *c, const char *path, char *err, size_t errlen);
 
+/* config_load_file for YAML text already in memory (a checkpoint manifest's config);
+ * `name` stands for the file in messages. */
+int config_load_text(Config *c, const char *text, const char *name, char *err, size_t errlen);
+
 /* Apply one "a.b=v" override (the value is parsed as YAML scalar or flow sequence). */
 int config_set(Config *c, const char *assignment, char *err, size_t errlen);
 
@@ -129,8 +136,14 @@ int config_finalize(Config *c, char *err, size_t errlen);
 void config_print(const Config *c, FILE *f);
 
 /* FNV-1a hash of the printed config; `model_only` hashes only the model-defining
- * keys (model.*), for checkpoint compatibility checks. */
+ * keys (model.* but the token ids, which do not shape the weights: a checkpoint resumes
+ * with other ids, and those written before the keys existed still resume), for
+ * checkpoint compatibility checks. */
 uint64_t config_hash(const Config *c, int model_only);
+
+/* The ids of a model.bos_token_id / eos_token_id text ("" none, "2", "[1, 2]") into
+ * ids[max]: their count (at most max), or -1 if the text is none of these forms. */
+int config_ids(const char *text, int *ids, int max);
 
 /* Name of the first key whose value differs between a and b, or NULL if none. */
 const char *config_first_diff(const Config *a, const Config *b);

@@ -75,6 +75,18 @@ run zero 2 --set train.steps=0 || bad "steps 0: $(tail -n 3 "$tmp/zero.out")"
 check "import -> export at fp32: model.safetensors byte-identical to transformers' save_pretrained" 'cmp -s "$tmp/x32/model.safetensors" "$HF/model.safetensors"'
 check "the export's config.json: gpt2, vocab_size 256 (not the padded 384), 4 layers, tied" \
   'grep -q "\"model_type\": \"gpt2\"" "$tmp/x32/config.json" && grep -q "\"vocab_size\": 256$" "$tmp/x32/config.json" && grep -q "\"n_layer\": 4," "$tmp/x32/config.json" && grep -q "\"tie_word_embeddings\": true" "$tmp/x32/config.json" && grep -q "GPT2LMHeadModel" "$tmp/x32/config.json"'
+check "the export's config.json keeps the directory's token ids (bos and eos 255)" \
+  'grep -q "\"bos_token_id\": 255," "$tmp/x32/config.json" && grep -q "\"eos_token_id\": 255," "$tmp/x32/config.json"'
+"$PPTRAIN" sample --checkpoint "$tmp/zero/checkpoints/latest" --prompt-ids 1,2 --max-new-tokens 2 \
+  --ids >/dev/null 2>"$tmp/sample.log"
+check "sample of the checkpoint stops at its run's model.eos_token_id ($(grep -o 'end of text: .*' "$tmp/sample.log"))" \
+  'grep -q "end of text: 255 from model.eos_token_id" "$tmp/sample.log"'
+run ids 1 --set train.steps=0 --set model.eos_token_id=[3,255] --set model.bos_token_id=null ||
+  bad "token ids set: $(tail -n 3 "$tmp/ids.out")"
+"$PPTRAIN" export --checkpoint "$tmp/ids/checkpoints/latest" --format hf --out "$tmp/xids" >/dev/null 2>&1 ||
+  bad "export with token ids set"
+check "ids the config sets win over config.json's: eos [3, 255] exported as a list, no bos" \
+  'tr -d " \n" <"$tmp/xids/config.json" | grep -q "\"eos_token_id\":\[3,255\]" && ! grep -q bos_token_id "$tmp/xids/config.json"'
 run back 1 --set model.init_from="$tmp/x32" || bad "re-import: $(tail -n 3 "$tmp/back.out")"
 check "the export imports again to the same loss bit for bit" '[ -n "$l1" ] && [ "$(loss back)" = "$l1" ]'
 

@@ -1073,6 +1073,74 @@ START_TEST(test_data_list_errors) {
 }
 END_TEST
 
+/* model.bos_token_id / eos_token_id: null, an id or a list, canonical text that prints and
+ * reads back; config_ids parses it; ids past the vocabulary and bad entries refused, the
+ * config unchanged; the model hash leaves them out (a checkpoint resumes with other ids,
+ * and one of a build before the keys still does). */
+START_TEST(test_token_ids) {
+    char err[PP_ERR_MAX] = "", *text = NULL;
+    size_t len = 0;
+    Config c, d;
+    int ids[4];
+    valid_config(&c);
+    ck_assert_str_eq(c.bos_token_id, "");
+    ck_assert_int_eq(config_ids(c.bos_token_id, ids, 4), 0);
+    ck_assert_int_eq(load_text(&c, "model:\n  bos_token_id: 7\n  eos_token_id:\n    - 255\n"
+                                   "    - 0\n    - +3\n", err, sizeof err), PP_OK);
+    ck_assert_str_eq(c.bos_token_id, "7");
+    ck_assert_str_eq(c.eos_token_id, "[255, 0, 3]");
+    ck_assert_int_eq(config_ids(c.eos_token_id, ids, 4), 3);
+    ck_assert(ids[0] == 255 && ids[1] == 0 && ids[2] == 3);
+    ck_assert_int_eq(config_ids(c.eos_token_id, ids, 2), 2); /* at most max */
+    ck_assert_int_eq(config_ids(c.bos_token_id, ids, 4), 1);
+    ck_assert_int_eq(ids[0], 7);
+    ck_assert_int_eq(config_ids("[1, x]", ids, 4), -1);
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_OK);
+    FILE *f = open_memstream(&text, &len);
+    config_print(&c, f);
+    fclose(f);
+    assert_has(text, "  bos_token_id: 7\n  eos_token_id: [255, 0, 3]\n");
+    config_defaults(&d);
+    ck_assert_int_eq(load_text(&d, text, err, sizeof err), PP_OK);
+    free(text);
+    ck_assert_str_eq(d.eos_token_id, c.eos_token_id);
+    set_ok(&c, "model.eos_token_id=null");
+    ck_assert_str_eq(c.eos_token_id, "");
+
+    static const char *const bad[][2] = {
+        {"model.eos_token_id=-1", "expected null, a token id >= 0 or a list of them"},
+        {"model.eos_token_id=\"2\"", "expected null, a token id >= 0"},
+        {"model.eos_token_id=[]", "expected a token id or a non-empty list of them, got an "
+                                  "empty list (null: none)"},
+        {"model.eos_token_id=[1, null]", "a token id >= 0 as list entry, got 'null'"},
+        {"model.eos_token_id=[1, [2]]", "as list entry, got a list"},
+        {"model.bos_token_id=2.5", "expected null, a token id >= 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        valid_config(&c);
+        set_ok(&c, "model.eos_token_id=[4, 5]");
+        Config before = c;
+        ck_assert_int_eq(config_set(&c, bad[i][0], err, sizeof err), PP_EUSAGE);
+        assert_has(err, bad[i][1]);
+        ck_assert_int_eq(memcmp(&c, &before, sizeof c), 0);
+    }
+    valid_config(&c);
+    set_ok(&c, "model.eos_token_id=[255, 256]"); /* vocab_size 256 */
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_EUSAGE);
+    assert_has(err, "model.eos_token_id: [255, 256] holds id 256, past the vocabulary "
+                    "(model.vocab_size 256)");
+
+    valid_config(&c);
+    valid_config(&d);
+    set_ok(&d, "model.bos_token_id=1");
+    set_ok(&d, "model.eos_token_id=[2, 3]");
+    ck_assert_int_eq(config_finalize(&c, err, sizeof err), PP_OK);
+    ck_assert_int_eq(config_finalize(&d, err, sizeof err), PP_OK);
+    ck_assert_uint_eq(config_hash(&c, 1), config_hash(&d, 1)); /* the model: the same */
+    ck_assert_uint_ne(config_hash(&c, 0), config_hash(&d, 0)); /* the config: not */
+}
+END_TEST
+
 START_TEST(test_hash) {
     char err[PP_ERR_MAX] = "";
     Config a, b;
@@ -1150,7 +1218,7 @@ START_TEST(test_docs_cover_every_key) {
         ck_assert_msg(strstr(docs, want), "docs/config.md does not document %s", want);
         keys++;
     }
-    ck_assert_uint_eq(keys, 66);
+    ck_assert_uint_eq(keys, 68);
     free(text);
 }
 END_TEST
@@ -1217,6 +1285,7 @@ static Suite *config_suite(void) {
     tcase_add_loop_test(tc, test_path_pattern_errors, 0,
                         sizeof k_pattern_errors / sizeof k_pattern_errors[0]);
     tcase_add_test(tc, test_hash);
+    tcase_add_test(tc, test_token_ids);
     tcase_add_test(tc, test_first_diff);
     tcase_add_test(tc, test_docs_cover_every_key);
     tcase_add_test(tc, test_given);

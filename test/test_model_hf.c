@@ -67,7 +67,8 @@ static void assert_same(const Model *a, const Model *b) {
 START_TEST(test_roundtrip_splits) {
     Model w;
     make_whole(&w, &tiny);
-    ck_assert_msg(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, g_err, sizeof g_err) == PP_OK,
+    ck_assert_msg(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, NULL, NULL, g_err,
+                                sizeof g_err) == PP_OK,
                   "%s", g_err);
     ck_assert(file_exists(tmp("out/model.safetensors")) && file_exists(tmp("out/config.json")));
     ck_assert(!file_exists(tmp("out/" HF_DIR_INDEX)));
@@ -113,7 +114,9 @@ END_TEST
 START_TEST(test_hub_layout) {
     Model w;
     make_whole(&w, &tiny);
-    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, g_err, sizeof g_err), PP_OK);
+    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, NULL, NULL, g_err,
+                                   sizeof g_err),
+                     PP_OK);
     HfDir *h;
     ck_assert_int_eq(hf_dir_open(tmp("out"), &h, g_err, sizeof g_err), PP_OK);
     ck_assert_uint_eq(hf_dir_count(h), (size_t)w.ntensors);
@@ -151,7 +154,9 @@ START_TEST(test_untied) {
     d.tied = 0;
     Model w, b;
     make_whole(&w, &d);
-    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, g_err, sizeof g_err), PP_OK);
+    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, NULL, NULL, g_err,
+                                   sizeof g_err),
+                     PP_OK);
     HfDir *h;
     ck_assert_int_eq(hf_dir_open(tmp("out"), &h, g_err, sizeof g_err), PP_OK);
     const SafetensorsTensor *t = hf_dir_find(h, "lm_head.weight", NULL);
@@ -179,7 +184,8 @@ START_TEST(test_bf16) {
     Model w, b;
     make_whole(&w, &tiny);
     for (size_t i = 0; i < w.nparams; i++) w.params[i] *= 1.0f + 1.0f / 3;
-    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_BF16, 0, g_err, sizeof g_err),
+    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_BF16, 0, NULL, NULL, g_err,
+                                   sizeof g_err),
                      PP_OK);
     model_init(&b, &tiny, &whole, 1, 1, 4, backend_cpu());
     ck_assert_msg(model_load_hf(&b, tmp("out"), NULL, g_err, sizeof g_err) == PP_OK, "%s", g_err);
@@ -228,8 +234,8 @@ START_TEST(test_stacked) {
     d.arch = &arch;
     Model w, b;
     make_whole(&w, &d);
-    ck_assert_msg(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 2000, g_err, sizeof g_err) ==
-                      PP_OK,
+    ck_assert_msg(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 2000, NULL, NULL, g_err,
+                                sizeof g_err) == PP_OK,
                   "%s", g_err);
     ck_assert(file_exists(tmp("out/" HF_DIR_INDEX)) && !file_exists(tmp("out/model.safetensors")));
     HfDir *h;
@@ -259,7 +265,9 @@ END_TEST
 START_TEST(test_load_refusals) {
     Model w, b;
     make_whole(&w, &tiny);
-    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, g_err, sizeof g_err), PP_OK);
+    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, NULL, NULL, g_err,
+                                   sizeof g_err),
+                     PP_OK);
     ModelDims d = tiny;
     d.NH = 4;
     model_init(&b, &d, &whole, 1, 1, 4, backend_cpu());
@@ -268,7 +276,8 @@ START_TEST(test_load_refusals) {
                   "%s", g_err);
     model_free(&b);
     /* a second export into the written directory: refused, the directory as it was */
-    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, g_err, sizeof g_err),
+    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, NULL, NULL, g_err,
+                                   sizeof g_err),
                      PP_EUSAGE);
     ck_assert_msg(strstr(g_err, "exists and is not empty"), "%s", g_err);
     model_free(&w);
@@ -408,7 +417,8 @@ START_TEST(test_llama_roundtrip) {
     ModelDims d = llama_dims(a);
     Model w, b;
     make_whole(&w, &d);
-    ck_assert_msg(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, g_err, sizeof g_err) == PP_OK,
+    ck_assert_msg(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, NULL, NULL, g_err,
+                                sizeof g_err) == PP_OK,
                   "%s", g_err);
     HfDir *h;
     ck_assert_int_eq(hf_dir_open(tmp("out"), &h, g_err, sizeof g_err), PP_OK);

@@ -557,10 +557,28 @@ static int export_args(int argc, char **argv, ExportArgs *a, char *err, size_t e
 /* The checkpoint dir's parameters into a model of every stage on be, *m (model_free'd by
  * the caller when PP_OK), and its step; llmc: refuse up front what llm.c's format cannot
  * hold. A device backend's tensors go through a host buffer. */
+/* The model.bos_token_id and eos_token_id of the config in r's manifest into bos and eos
+ * [PP_IDS_MAX] (each may be NULL): "" when it names none, or was written before the keys
+ * existed, or cannot be read (an id is a nicety of the export and of sample, not a reason
+ * to refuse the weights). */
+static void manifest_ids(const CkptReader *r, char *bos, char *eos) {
+    const char *text = ckpt_extra(r, "config");
+    Config c;
+    char err[PP_ERR_MAX];
+    config_defaults(&c);
+    if (!text || config_load_text(&c, text, "the manifest's config", err, sizeof err) != PP_OK)
+        c.bos_token_id[0] = c.eos_token_id[0] = '\0';
+    if (bos) snprintf(bos, PP_IDS_MAX, "%s", c.bos_token_id);
+    if (eos) snprintf(eos, PP_IDS_MAX, "%s", c.eos_token_id);
+}
+
+/* The checkpoint dir into *m (export's checks first; see ckpt_state_load_model), and its
+ * run's token ids into bos and eos (manifest_ids). */
 static int export_load(const char *dir, int llmc, const Backend *be, Model *m, long *step,
-                       char *err, size_t errlen) {
+                       char *bos, char *eos, char *err, size_t errlen) {
     CkptReader *r = ckpt_open(dir, err, errlen);
     if (!r) return PP_ERUNTIME;
+    manifest_ids(r, bos, eos);
     ModelDims d;
     int rc = manifest_step(r, dir, step, err, errlen);
     if (rc == PP_OK) rc = export_dims(r, dir, llmc, &d, err, errlen);
@@ -589,11 +607,11 @@ static int export_load(const char *dir, int llmc, const Backend *be, Model *m, l
     return rc;
 }
 
-int ckpt_state_load_model(const char *path, const Backend *be, Model *m, long *step, char *err,
-                          size_t errlen) {
+int ckpt_state_load_model(const char *path, const Backend *be, Model *m, long *step, char *eos,
+                          char *err, size_t errlen) {
     char dir[PP_PATH_MAX];
     if (ckpt_resolve(path, dir, sizeof dir, err, errlen)) return PP_EUSAGE;
-    return export_load(dir, 0, be, m, step, err, errlen);
+    return export_load(dir, 0, be, m, step, NULL, eos, err, errlen);
 }
 
 int ckpt_state_export_main(int argc, char **argv) {
@@ -605,10 +623,11 @@ int ckpt_state_export_main(int argc, char **argv) {
         return pp_error("%s", err), PP_ERUNTIME;
     Model m;
     long step;
+    char bos[PP_IDS_MAX], eos[PP_IDS_MAX];
     /* a CPU model: its memory is the host's */
-    if ((rc = export_load(dir, !a.hf, backend_cpu(), &m, &step, err, sizeof err)) != PP_OK)
+    if ((rc = export_load(dir, !a.hf, backend_cpu(), &m, &step, bos, eos, err, sizeof err)))
         return pp_error("%s", err), rc;
-    if (a.hf) rc = model_save_hf(&m, a.out, a.dtype, a.max_shard, err, sizeof err);
+    if (a.hf) rc = model_save_hf(&m, a.out, a.dtype, a.max_shard, bos, eos, err, sizeof err);
     else rc = model_save_llmc(&m, a.out, err, sizeof err);
     const char *what = a.dtype == SAFETENSORS_BF16 ? " (Hugging Face, bf16)" : " (Hugging Face)";
     if (rc == PP_OK)

@@ -57,9 +57,10 @@ int ckpt_state_refuse_existing(CkptState *c, Runtime *rt, char *err, size_t errl
  * export` makes (the manifest's model against the shards, every chunk's CRC); *step: the
  * steps it had done. The caller model_free's m when PP_OK. Returns PP_OK, PP_EUSAGE when
  * path names no checkpoint, or PP_ERUNTIME naming the file and tensor (nothing left
- * allocated). `pptrain sample` reads a checkpoint so. */
-int ckpt_state_load_model(const char *path, const Backend *be, Model *m, long *step, char *err,
-                          size_t errlen);
+ * allocated). `pptrain sample` reads a checkpoint so. eos (may be NULL): [PP_IDS_MAX], the
+ * model.eos_token_id of the run that wrote it ("" when none or not recorded). */
+int ckpt_state_load_model(const char *path, const Backend *be, Model *m, long *step, char *eos,
+                          char *err, size_t errlen);
 
 /* `pptrain export --checkpoint DIR --out model.bin [--format llmc]`: llm.c's fp32 GPT-2
  * file; `--format hf --out DIR2 [--dtype fp32|bf16] [--max-shard-size SIZE]`: a Hugging

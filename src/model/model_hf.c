@@ -3,6 +3,7 @@
  * (model_hf.h), through the Arch's hf table. */
 #include "model_hf.h"
 
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -302,6 +303,19 @@ static int merge_row(Config *cfg, const HfKey *r, const HfConfig *c, const ArchH
     return PP_OK;
 }
 
+/* config.json's token ids f as model.bos_token_id / eos_token_id text[PP_IDS_MAX]: "" for
+ * none (absent or null), "2" for one id, "[1, 2]" for a list (written back as one). */
+static void ids_text(const HfConfigIds *f, char *text) {
+    size_t len = 0;
+    text[0] = '\0';
+    if (!f->present) return;
+    if (f->list) len += (size_t)snprintf(text, PP_IDS_MAX, "[");
+    for (int i = 0; i < f->n && len + 24 < PP_IDS_MAX; i++)
+        len += (size_t)snprintf(text + len, PP_IDS_MAX - len, "%s%" PRId64, i ? ", " : "",
+                                f->ids[i]);
+    if (f->list) snprintf(text + len, PP_IDS_MAX - len, "]");
+}
+
 int model_hf_config(Config *cfg, char *err, size_t errlen) {
     char dir[PP_PATH_MAX], why[PP_ERR_MAX];
     if (!cfg->init_from[0] || pathpat_expand(cfg->init_from, dir, sizeof dir, why, sizeof why) ||
@@ -324,6 +338,10 @@ int model_hf_config(Config *cfg, char *err, size_t errlen) {
         if (row_applies(&k_keys[k], a->hf))
             rc = k_keys[k].kind == K_ROPE ? merge_rope(cfg, &c, err, errlen)
                                           : merge_row(cfg, &k_keys[k], &c, a->hf, err, errlen);
+    /* the token ids, where the config sets none: they shape no weight, so a config's own
+     * (a fine-tune with another end-of-text id) is taken as it is */
+    if (!config_given(cfg, "model.bos_token_id")) ids_text(&c.bos_token_id, cfg->bos_token_id);
+    if (!config_given(cfg, "model.eos_token_id")) ids_text(&c.eos_token_id, cfg->eos_token_id);
     return rc;
 }
 
@@ -617,9 +635,22 @@ static int export_row(const Model *m, const ArchHfTensor *r, int layer, Safetens
     return PP_OK;
 }
 
-/* config.json of m: the model keys' rows from its dims, the rest from its Arch. */
-static int export_config(const Model *m, SafetensorsDtype dtype, char **text, size_t *len,
-                         char *err, size_t errlen) {
+/* The text of model.bos_token_id / eos_token_id as config.json's ids (none: absent). */
+static void text_ids(const char *text, HfConfigIds *f) {
+    int ids[HF_CONFIG_IDS_MAX];
+    int n = text && *text ? config_ids(text, ids, HF_CONFIG_IDS_MAX) : 0;
+    memset(f, 0, sizeof *f);
+    if (n <= 0) return;
+    f->present = 1;
+    f->list = text[0] == '[';
+    f->n = n;
+    for (int i = 0; i < n; i++) f->ids[i] = ids[i];
+}
+
+/* config.json of m: the model keys' rows from its dims, the token ids from bos and eos
+ * (model.bos_token_id's text), the rest from its Arch. */
+static int export_config(const Model *m, SafetensorsDtype dtype, const char *bos,
+                         const char *eos, char **text, size_t *len, char *err, size_t errlen) {
     const ArchHf *hf = m->arch->hf;
     HfConfig c;
     char buf[32];
@@ -656,11 +687,13 @@ static int export_config(const Model *m, SafetensorsDtype dtype, char **text, si
             *(HfConfigInt *)f = (HfConfigInt){1, NULL, (int64_t)v};
     }
     if (hf->config_fill) hf->config_fill(&m->d, &c);
+    text_ids(bos, &c.bos_token_id);
+    text_ids(eos, &c.eos_token_id);
     return hf_config_format(&c, HF_CONFIG_ROPE_SCALING, text, len, err, errlen);
 }
 
 int model_save_hf(const Model *m, const char *dir, SafetensorsDtype dtype, uint64_t max_shard_size,
-                  char *err, size_t errlen) {
+                  const char *bos, const char *eos, char *err, size_t errlen) {
     const ArchHf *hf = m->arch->hf;
     if (!hf)
         return pp_errf(err, errlen, PP_EUSAGE,
@@ -688,7 +721,7 @@ int model_save_hf(const Model *m, const char *dir, SafetensorsDtype dtype, uint6
             rc = export_row(m, &hf->tensors[i], -1, dtype, &x, w, names, err, errlen);
     char *text = NULL;
     size_t len = 0;
-    if (rc == PP_OK) rc = export_config(m, dtype, &text, &len, err, errlen);
+    if (rc == PP_OK) rc = export_config(m, dtype, bos, eos, &text, &len, err, errlen);
     if (rc == PP_OK) {
         static const SafetensorsMeta meta[] = {{"format", "pt"}}; /* save_pretrained's */
         HfDirFile files[] = {{"config.json", text, len}};

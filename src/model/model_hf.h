@@ -68,8 +68,10 @@ int model_load_hf(Model *m, const char *dir, ModelHfRead *st, char *err, size_t 
  * max_shard_size bytes (0: 5 GB) with an index when there are several, in the state
  * dict's order, under the Hub names; padded vocabulary rows dropped. Atomic (hf_dir_write):
  * `dir` appears whole or not at all, and must not exist or be empty. Returns PP_OK, or
- * PP_EUSAGE (no Hugging Face format for the arch, `dir` not empty) or PP_ERUNTIME. */
+ * PP_EUSAGE (no Hugging Face format for the arch, `dir` not empty) or PP_ERUNTIME.
+ * bos, eos: config.json's bos_token_id and eos_token_id as model.bos_token_id /
+ * eos_token_id hold them ("2", "[1, 2]"; NULL or "": null). */
 int model_save_hf(const Model *m, const char *dir, SafetensorsDtype dtype, uint64_t max_shard_size,
-                  char *err, size_t errlen);
+                  const char *bos, const char *eos, char *err, size_t errlen);
 
 #endif

@@ -269,12 +269,15 @@ static int prompt_ids(const SampleArgs *a, const Tokenizer *tok, int V, int maxT
 /* [Note: end-of-text ids] The ids that end a sample (it includes the one chosen):
  * --eos ID,... or none; else a Hugging Face directory's generation_config.json
  * eos_token_id, or its config.json's (one id or a list; null: none), as generate takes
- * them; else, with a tokenizer, its <|endoftext|> or else the BOS its post-processor puts
- * first (prepare-data's document token: the one a model trained on its files writes after
- * a document); else none: a byte-level model's 256 ids are all bytes (prepare-data writes
- * no document token), so its samples run to --max-new-tokens. why: where they came from. */
-static int end_ids(const SampleArgs *a, const char *dir, const Tokenizer *tok, int V,
-                   Sampler *s, char *why, size_t n, char *err, size_t errlen) {
+ * them; else the model.eos_token_id of the config (a checkpoint's: its run's config, which
+ * a Hugging Face init_from's config.json filled); else, with a tokenizer, its <|endoftext|>
+ * or else the BOS its post-processor puts first (prepare-data's document token: the one a
+ * model trained on its files writes after a document); else none: a byte-level model's 256
+ * ids are all bytes (prepare-data writes no document token), so its samples run to
+ * --max-new-tokens. why: where they came from. */
+static int end_ids(const SampleArgs *a, const char *dir, const char *cfg_eos,
+                   const Tokenizer *tok, int V, Sampler *s, char *why, size_t n, char *err,
+                   size_t errlen) {
     s->neos = 0;
     if (a->eos && !strcmp(a->eos, "none")) return snprintf(why, n, "none (--eos none)"), PP_OK;
     if (a->eos) {
@@ -298,6 +301,12 @@ static int end_ids(const SampleArgs *a, const char *dir, const Tokenizer *tok, i
                 s->eos[s->neos++] = (int)c.eos_token_id.ids[i];
         return snprintf(why, n, "%s's eos_token_id%s", path, s->neos ? "" : " (null: none)"),
                PP_OK;
+    }
+    if (cfg_eos[0]) {
+        int ids[SAMPLE_MAX_EOS], cnt = config_ids(cfg_eos, ids, SAMPLE_MAX_EOS);
+        for (int i = 0; i < cnt; i++)
+            if (ids[i] < V) s->eos[s->neos++] = ids[i];
+        return snprintf(why, n, "model.eos_token_id"), PP_OK;
     }
     if (tok) {
         int id = tok_token_id(tok, "<|endoftext|>");
@@ -373,7 +382,8 @@ static int run(const SampleArgs *a, SampleRun *r, char *err, size_t errlen) {
     int rc = backend_select(&c, 0, &none, &be, note, sizeof note, err, errlen);
     if (rc) return rc;
     long step = -1;
-    if (a->checkpoint) rc = ckpt_state_load_model(a->checkpoint, be, &r->m, &step, err, errlen);
+    if (a->checkpoint)
+        rc = ckpt_state_load_model(a->checkpoint, be, &r->m, &step, c.eos_token_id, err, errlen);
     else if (!(rc = source_config(a, &c, err, errlen)))
         rc = model_from_config(&c, be, &r->m, err, errlen);
     if (rc) return rc;
@@ -396,7 +406,8 @@ static int run(const SampleArgs *a, SampleRun *r, char *err, size_t errlen) {
               c.sliding_window);
     int rows = r->np < 512 ? r->np : 512; /* the prompt in pieces of at most 512 positions */
     if ((rc = sampler_init(&r->s, &r->m, cap, rows, err, errlen))) return rc;
-    if ((rc = end_ids(a, dir, r->tok, d->V, &r->s, why, sizeof why, err, errlen))) return rc;
+    if ((rc = end_ids(a, dir, c.eos_token_id, r->tok, d->V, &r->s, why, sizeof why, err, errlen)))
+        return rc;
     r->s.rule = a->rule;
     sample_rng_seed(&r->s.rng, a->seed);
     int most = a->max_new < d->maxT - r->np ? a->max_new : d->maxT - r->np; /* new ids at most */
