@@ -93,6 +93,15 @@ if run s --set train.sample_every=10 && run plain; then
     ok "--checkpoint --seed 1357 prints the sample of step 20 ($(wc -c <"$tmp/cli20") bytes)" ||
     bad "--checkpoint's sample differs from training's: $(head -c 80 "$tmp/cli20") / \
 $(head -c 80 "$tmp/train20") ($(err))"
+  # with an end-of-text id (model.eos_token_id 32, the space: it comes soon) both stop there
+  run e --set train.sample_every=10 --set model.eos_token_id=32 ||
+    bad "gpt-tiny with eos: $(tail -n 3 "$tmp/e.out")"
+  sed -n '/^sample after step 20 /,/^rank 0: /p' "$tmp/e.out" | sed '1d;$d' >"$tmp/etrain20"
+  S --checkpoint "$tmp/e/checkpoints/latest" --prompt The --seed 1357 --max-new-tokens 64 \
+    >"$tmp/ecli20" 2>"$tmp/err"
+  check "model.eos_token_id 32: training's sample of step 20 stops at it as --checkpoint's does \
+($(wc -c <"$tmp/ecli20") bytes, $(grep -o 'stopped at [a-z .-]*' "$tmp/err"))" \
+    'cmp -s "$tmp/etrain20" "$tmp/ecli20" && grep -q "stopped at the end-of-text token" "$tmp/err"'
   PPTRAIN_HOST_STAGING=1 S --checkpoint "$ck" --prompt The --seed 1357 --max-new-tokens 64 \
     >"$tmp/staged" 2>/dev/null
   cmp -s "$tmp/staged" "$tmp/cli20" &&

@@ -3,6 +3,7 @@
 #include "sample.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,4 +122,28 @@ int sampler_generate(Sampler *s, const int *prompt, int np, int max_new, int *ou
     }
     s->decode_s = pp_now() - t0;
     return count;
+}
+
+void sampler_set_eos(Sampler *s, const char *cfg_eos, const Tokenizer *tok, int V, char *why,
+                     size_t n) {
+    s->neos = 0;
+    if (cfg_eos && cfg_eos[0]) {
+        int ids[SAMPLE_MAX_EOS], cnt = config_ids(cfg_eos, ids, SAMPLE_MAX_EOS);
+        for (int i = 0; i < cnt; i++)
+            if (ids[i] < V) s->eos[s->neos++] = ids[i];
+        snprintf(why, n, "model.eos_token_id");
+        return;
+    }
+    if (!tok) {
+        snprintf(why, n, "none (byte-level: no end-of-text token)");
+        return;
+    }
+    int id = tok_token_id(tok, "<|endoftext|>");
+    TokIds t = {0};
+    if (id < 0) tok_encode(tok, "", 0, 0, &t);
+    if (id < 0 && t.n > 0) id = t.ids[0];
+    tok_ids_free(&t);
+    if (id >= 0 && id < V) s->eos[s->neos++] = id;
+    snprintf(why, n, "%s", id < 0 ? "none (the tokenizer has no <|endoftext|> or BOS)"
+                                  : "the tokenizer's document token");
 }

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "model/decode.h"
 #include "model/model.h"
+#include "tok/tokenizer.h"
 
 /* [Note: sampling rule] How the next token is chosen from the logits z[V] of the last
  * position (the padded columns are never chosen), in transformers' order (temperature,
@@ -80,6 +81,14 @@ int sample_cache_len(int np, int max_new, int maxT);
  * (decode_init's checks; PP_EUSAGE naming what is wrong). */
 int sampler_init(Sampler *s, const Model *m, int cap, int rows, char *err, size_t errlen);
 void sampler_free(Sampler *s);
+
+/* s's end-of-text ids from a model's own files ([Note: end-of-text ids] in sample_cmd.c,
+ * its last steps): cfg_eos (model.eos_token_id's text) when it names any; else tok's
+ * document token (<|endoftext|>, else the BOS its post-processor puts first); else none
+ * (tok NULL: byte-level). Ids at or past V are left out. why[n]: where they came from.
+ * Training samples and `pptrain sample --checkpoint` take their ids so, and agree. */
+void sampler_set_eos(Sampler *s, const char *cfg_eos, const Tokenizer *tok, int V, char *why,
+                     size_t n);
 
 /* The continuation of prompt[np] (ids below V, 1 <= np < maxT, np + max_new - 1 <= the
  * sampler's cap, see sample_cache_len): up to max_new ids into out, ending with an

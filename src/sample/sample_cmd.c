@@ -302,23 +302,8 @@ static int end_ids(const SampleArgs *a, const char *dir, const char *cfg_eos,
         return snprintf(why, n, "%s's eos_token_id%s", path, s->neos ? "" : " (null: none)"),
                PP_OK;
     }
-    if (cfg_eos[0]) {
-        int ids[SAMPLE_MAX_EOS], cnt = config_ids(cfg_eos, ids, SAMPLE_MAX_EOS);
-        for (int i = 0; i < cnt; i++)
-            if (ids[i] < V) s->eos[s->neos++] = ids[i];
-        return snprintf(why, n, "model.eos_token_id"), PP_OK;
-    }
-    if (tok) {
-        int id = tok_token_id(tok, "<|endoftext|>");
-        TokIds t = {0};
-        if (id < 0) tok_encode(tok, "", 0, 0, &t);
-        if (id < 0 && t.n > 0) id = t.ids[0];
-        tok_ids_free(&t);
-        if (id >= 0 && id < V) s->eos[s->neos++] = id;
-        return snprintf(why, n, "%s", id < 0 ? "none (the tokenizer has no <|endoftext|> or BOS)"
-                        : "the tokenizer's document token"), PP_OK;
-    }
-    return snprintf(why, n, "none (byte-level: no end-of-text token)"), PP_OK;
+    sampler_set_eos(s, cfg_eos, tok, V, why, n);
+    return PP_OK;
 }
 
 /* ---- running ---- */

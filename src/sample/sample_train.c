@@ -74,6 +74,9 @@ SampleTrain *sample_train_create(const Config *cfg, const Model *m, int world, i
         cap = sample_cache_len(t->np, TRAIN_NEW_TOKENS, m->d.maxT);
         rc = sampler_init(&t->s, m, cap, t->np, why, sizeof why);
     }
+    char eos_why[128];
+    if (rc == PP_OK) /* the ids `pptrain sample --checkpoint` takes: the same text */
+        sampler_set_eos(&t->s, cfg->eos_token_id, t->tok, m->d.V, eos_why, sizeof eos_why);
     if (rc != PP_OK) {
         printf("train.sample_every: no samples in this run: %s\n", why);
         sample_train_free(t);
@@ -86,8 +89,8 @@ SampleTrain *sample_train_create(const Config *cfg, const Model *m, int world, i
     t->out = pp_malloc(TRAIN_NEW_TOKENS * sizeof(int));
     t->all = pp_malloc((size_t)(t->np + TRAIN_NEW_TOKENS) * sizeof(int));
     printf("train.sample_every %d: a sample of %d new tokens after each checkpoint at least %d "
-           "steps after the last (KV cache %.1f MB)\n", t->every, TRAIN_NEW_TOKENS, t->every,
-           t->s.dec.cache_bytes / 1e6);
+           "steps after the last (KV cache %.1f MB; end of text: %s)\n", t->every,
+           TRAIN_NEW_TOKENS, t->every, t->s.dec.cache_bytes / 1e6, eos_why);
     return t;
 }
 
