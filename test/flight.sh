@@ -83,6 +83,16 @@ of the stop (${secs} ms)" 'all_failed 0 1 3 && [ $secs -lt $((6000 * T)) ]'
   [ -n "${PP_KEEP:-}" ] && cp "$tmp"/r*.out "$tmp/merged.txt" "$tmp/run$run/"
 done
 
+# a file that is not a rank's record (rank 5 "of 4") is left out with its rows: the merged
+# table of the last run's files has as many rows with it beside them as without
+bogus="$tmp/bogus"
+cp -r "$dir" "$bogus" && sed 's/^rank 0 of 4,/rank 5 of 4,/' "$dir/rank_00000.txt" >"$bogus/rank_00005.txt"
+rows() { "$PPTRAIN" flight "$1" 2>/dev/null | grep -cE '^ +[0-9]+\.[0-9]+ +[0-9]+ '; }
+check "pptrain flight leaves out a file of rank 5 of 4 and its rows ($(rows "$dir") rows, \
+$(rows "$bogus") beside it)" \
+  '[ "$(rows "$dir")" -gt 0 ] && [ "$(rows "$bogus")" = "$(rows "$dir")" ] &&
+   grep -q "^rank 5 of 4," "$bogus/rank_00005.txt"'
+
 # ---- 2. SIGUSR2: the file is written, the job goes on and ends well
 port=$(free_port)
 pids=()

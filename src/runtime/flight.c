@@ -305,7 +305,11 @@ static int rec_copy(const FlightRec *f, uint64_t id, Rec *c) {
     uint64_t s1 = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
     if (s1 != id) return 0;
     memcpy(c, e, sizeof *c);
+    /* what the writer set before its release of state (flight_wait: tw; flight_end: peer
+     * and t1), read again after acquiring state: the copy above may predate them */
     c->state = __atomic_load_n(&e->state, __ATOMIC_ACQUIRE);
+    c->tw = e->tw;
+    c->peer = e->peer;
     c->t1 = e->t1;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     return __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == s1;
@@ -485,6 +489,19 @@ void flight_fail(FlightRec *f, char *err, size_t errlen) {
 /* ---- signals ---- */
 
 static FlightRec *g_flight; /* the recorder the handlers dump (one per process) */
+static int g_in_handler;    /* handlers that may hold g_flight's recorder ([Note: handlers]) */
+
+/* [Note: handlers] Any thread may take SIGUSR2 (an idle OpenMP worker too), so a handler
+ * can be dumping a recorder while the main thread ends the run. A handler counts itself in
+ * g_in_handler before it loads g_flight and out after its last use of the recorder;
+ * flight_signals(NULL) stores NULL and then waits for the count to reach 0, so that the
+ * recorder flight_destroy frees next is one no handler holds (a handler that starts after
+ * the store finds NULL). */
+static FlightRec *handler_enter(void) {
+    __atomic_add_fetch(&g_in_handler, 1, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(&g_flight, __ATOMIC_SEQ_CST);
+}
+static void handler_leave(void) { __atomic_sub_fetch(&g_in_handler, 1, __ATOMIC_SEQ_CST); }
 
 static void say(const char *s) {
     ssize_t k = write(2, s, strlen(s));
@@ -493,7 +510,7 @@ static void say(const char *s) {
 
 static void on_usr2(int sig) {
     int saved = errno;
-    FlightRec *f = __atomic_load_n(&g_flight, __ATOMIC_ACQUIRE);
+    FlightRec *f = handler_enter();
     if (f) {
         int rc = flight_dump(f, "SIGUSR2 (on demand: the run goes on)");
         say(f->note);
@@ -501,6 +518,7 @@ static void on_usr2(int sig) {
         say(f->path);
         say(rc == 0 ? "\n" : errno == EBUSY ? " (another dump was under way)\n" : "\n");
     }
+    handler_leave();
     errno = saved;
 }
 
@@ -525,7 +543,7 @@ static const char *sig_name(int sig) {
 }
 
 static void on_fatal(int sig) {
-    FlightRec *f = __atomic_load_n(&g_flight, __ATOMIC_ACQUIRE);
+    FlightRec *f = handler_enter();
     if (f) {
         char reason[64];
         Out o = {reason, 0, sizeof reason - 1};
@@ -539,6 +557,7 @@ static void on_fatal(int sig) {
         say(f->path);
         say("\n");
     }
+    handler_leave();
     /* die of it as before: the default action, once this handler returns (the signal is
      * blocked until then; a fault happens again) */
     struct sigaction sa;
@@ -556,7 +575,10 @@ void flight_signals(FlightRec *f) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sigemptyset(&sa.sa_mask);
-    __atomic_store_n(&g_flight, f, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_flight, f, __ATOMIC_SEQ_CST);
+    struct timespec ms = {0, 1000000};
+    for (int i = 0; !f && i < 5000 && __atomic_load_n(&g_in_handler, __ATOMIC_SEQ_CST); i++)
+        nanosleep(&ms, NULL); /* a handler still dumping the old recorder ([Note: handlers]) */
     sa.sa_handler = f ? on_usr2 : SIG_IGN; /* a late SIGUSR2 (pprun forwards it) is no death */
     sa.sa_flags = SA_RESTART;              /* any thread may take it: its system calls just go on */
     sigaction(SIGUSR2, &sa, NULL);

@@ -72,7 +72,8 @@ void flight_fail(FlightRec *f, char *err, size_t errlen);
 /* Handle SIGUSR2 (write the file and go on) and, unless under AddressSanitizer, the fatal
  * signals SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT (write it, then die of the signal as
  * before), for recorder f; both say so on stderr. One recorder per process; NULL undoes
- * it (the default actions again). */
+ * it (the default actions again) and returns once no handler holds the recorder (waiting at
+ * most 5 s for one still dumping it), so that it may be destroyed. */
 void flight_signals(FlightRec *f);
 
 /* `pptrain flight DIR [--last N]`: argv[0] is "flight". Returns the exit code. */

@@ -75,6 +75,7 @@ static int read_file(const char *path, int file, RankFile *rf, Row **rows, size_
     FILE *f = fopen(path, "r");
     char line[4 * PP_ERR_MAX];
     int header = 0;
+    size_t first = *nrows;
     if (!f) return pp_error("cannot open %s: %m", path), -1;
     memset(rf, 0, sizeof *rf);
     rf->info.rank = -1;
@@ -110,8 +111,10 @@ static int read_file(const char *path, int file, RankFile *rf, Row **rows, size_
      * comm/comm_socket_blame.c) */
     rf->self_stopped = strstr(rf->reason, "(this rank) was itself stopped") != NULL;
     if (rf->self_stopped) rf->info.waiting_on = -1;
-    if (!header || rf->info.rank < 0 || rf->info.world <= rf->info.rank)
+    if (!header || rf->info.rank < 0 || rf->info.world <= rf->info.rank) {
+        *nrows = first; /* a file left out leaves no rows behind */
         return pp_error("%s is not a pptrain flight record (no \"rank R of W\" line)", path), -1;
+    }
     return 0;
 }
 
