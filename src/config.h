@@ -11,7 +11,7 @@
 
 #define PP_NAME_MAX 32
 #define PP_SPLIT_MAX 512 /* text of pipeline.split */
-#define PP_IDS_MAX 96   /* text of model.bos_token_id / eos_token_id: "", "2" or "[1, 2]" */
+#define PP_IDS_MAX 256  /* text of model.bos_token_id / eos_token_id: "", "2" or "[1, 2]" */
 #define PP_CONFIG_KEYS 128 /* room for the keys' given marks (config.c checks it holds all) */
 #define PP_DATA_LIST_MAX 16384 /* data.train / data.val: all of a list's paths */
 

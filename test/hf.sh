@@ -136,6 +136,10 @@ C_ATTN=transformer.h.2.attn.c_attn.weight C_FC=transformer.h.1.mlp.c_fc.weight
 
 damage shape "$HF" && patch "$tmp/shape/model.safetensors" "\"$C_ATTN\":{\"dtype\":\"F32\",\"shape\":[32,96]" "\"$C_ATTN\":{\"dtype\":\"F32\",\"shape\":[96,32]"
 refuse "a wrong shape" "$tmp/shape/model.safetensors: tensor \"$C_ATTN\" has shape [96, 32], expected [32, 96] (pptrain's h.2.qkvw, stored transposed)" --set model.init_from="$tmp/shape"
+damage ids "$HF" && big=$(printf '1000000000000000%03d, ' $(seq 16)) &&
+  sed -i "s/\"eos_token_id\": 255,/\"eos_token_id\": [${big%, }],/" "$tmp/ids/config.json"
+refuse "16 eos ids of 19 digits, past what model.eos_token_id holds" \
+  "$tmp/ids/config.json: eos_token_id lists more ids than pptrain keeps" --set model.init_from="$tmp/ids"
 damage dtype "$HF" && patch "$tmp/dtype/model.safetensors" "\"$C_FC\":{\"dtype\":\"F32\"" "\"$C_FC\":{\"dtype\":\"I32\""
 refuse "a dtype that is not a float" "$tmp/dtype/model.safetensors: tensor \"$C_FC\" is I32" --set model.init_from="$tmp/dtype"
 damage trunc "$HF" && truncate -s -100 "$tmp/trunc/model.safetensors"

@@ -304,16 +304,21 @@ static int merge_row(Config *cfg, const HfKey *r, const HfConfig *c, const ArchH
 }
 
 /* config.json's token ids f as model.bos_token_id / eos_token_id text[PP_IDS_MAX]: "" for
- * none (absent or null), "2" for one id, "[1, 2]" for a list (written back as one). */
-static void ids_text(const HfConfigIds *f, char *text) {
+ * none (absent or null), "2" for one id, "[1, 2]" for a list (written back as one). -1 when
+ * the ids do not fit the text (nothing is dropped quietly). */
+static int ids_text(const HfConfigIds *f, char *text) {
+    char buf[PP_IDS_MAX + 32];
     size_t len = 0;
     text[0] = '\0';
-    if (!f->present) return;
-    if (f->list) len += (size_t)snprintf(text, PP_IDS_MAX, "[");
-    for (int i = 0; i < f->n && len + 24 < PP_IDS_MAX; i++)
-        len += (size_t)snprintf(text + len, PP_IDS_MAX - len, "%s%" PRId64, i ? ", " : "",
+    if (!f->present) return 0;
+    if (f->list) len += (size_t)snprintf(buf, sizeof buf, "[");
+    for (int i = 0; i < f->n && len < PP_IDS_MAX; i++)
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%" PRId64, i ? ", " : "",
                                 f->ids[i]);
-    if (f->list) snprintf(text + len, PP_IDS_MAX - len, "]");
+    if (f->list && len < PP_IDS_MAX) len += (size_t)snprintf(buf + len, sizeof buf - len, "]");
+    if (len >= PP_IDS_MAX) return -1;
+    memcpy(text, buf, len + 1);
+    return 0;
 }
 
 int model_hf_config(Config *cfg, char *err, size_t errlen) {
@@ -340,8 +345,17 @@ int model_hf_config(Config *cfg, char *err, size_t errlen) {
                                           : merge_row(cfg, &k_keys[k], &c, a->hf, err, errlen);
     /* the token ids, where the config sets none: they shape no weight, so a config's own
      * (a fine-tune with another end-of-text id) is taken as it is */
-    if (!config_given(cfg, "model.bos_token_id")) ids_text(&c.bos_token_id, cfg->bos_token_id);
-    if (!config_given(cfg, "model.eos_token_id")) ids_text(&c.eos_token_id, cfg->eos_token_id);
+    for (int k = 0; k < 2 && rc == PP_OK; k++) {
+        const char *key = k ? "eos_token_id" : "bos_token_id";
+        char field[32];
+        snprintf(field, sizeof field, "model.%s", key);
+        if (!config_given(cfg, field) &&
+            ids_text(k ? &c.eos_token_id : &c.bos_token_id,
+                     k ? cfg->eos_token_id : cfg->bos_token_id))
+            rc = pp_errf(err, errlen, PP_EUSAGE, "%s: %s lists more ids than pptrain keeps "
+                         "(%d characters of text): set %s in the config (the ids that matter)",
+                         c.path, key, PP_IDS_MAX - 1, field);
+    }
     return rc;
 }
 
