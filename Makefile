@@ -2,7 +2,8 @@
 # with ASan/UBSan into build/debug (the binary is build/debug/pptrain; ./pptrain stays the
 # release build) and `make test DEBUG=1` runs the suite against it; a sanitizer finding
 # ends the program with an error. CUDA code is built when nvcc is found (into build/cuda, see
-# below); `make test-gpu` is the GPU suite.
+# below); `make test-gpu` is the GPU suite. `pptrain plot`'s drawing is a module of its own,
+# $(BUILD)/libpptrain_plot.so (cairo, fontconfig), which pptrain opens only for that command.
 
 CC      ?= cc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -29,12 +30,13 @@ EXE := ./$(BIN)
 CFLAGS  += -std=gnu11 -fopenmp -fno-math-errno -fno-trapping-math -Wall -Wextra -Wno-unused-parameter -Wshadow -MMD -MP \
            -I$(BLASDIR:/usr/lib/%=/usr/include/%) -iquote src -iquote $(BUILD)/gen $(OPT) \
            $(shell pkg-config --cflags yaml-0.1 zlib libcrypto jansson libpcre2-8 libprotobuf-c \
-             2>/dev/null) \
-           $(shell pkg-config --cflags cairo fontconfig 2>/dev/null)
+             2>/dev/null)
 LDFLAGS += -fopenmp $(filter -fsanitize=%,$(OPT)) -L$(BLASDIR) -Wl,-rpath,$(BLASDIR)
+# cairo and fontconfig: the plot module's and test/pngtool's only, never pptrain's
+CAIRO_CFLAGS := $(shell pkg-config --cflags cairo fontconfig 2>/dev/null)
 CAIRO_LIBS := $(shell pkg-config --libs cairo fontconfig 2>/dev/null || echo -lcairo -lfontconfig)
 LDLIBS  += -lopenblas -lyaml -lz -ljansson -lpcre2-8 -lprotobuf-c \
-           $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) $(CAIRO_LIBS) \
+           $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) \
            -lm -lpthread -ldl
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
@@ -50,7 +52,10 @@ SRC      := $(wildcard src/*.c src/*/*.c)
 PROTO    := $(wildcard src/*.proto)
 PB_C     := $(patsubst src/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTO))
 PB_H     := $(PB_C:.c=.h)
-LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/%.o,$(filter-out src/main.c,$(SRC))) $(PB_C:.c=.o)
+# the plot module's sources (all of src/plot/ but its loader): not in LIB_OBJ (below)
+PLOT_SRC := $(filter-out src/plot/plot_load.c,$(wildcard src/plot/*.c))
+LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/%.o,$(filter-out src/main.c $(PLOT_SRC),$(SRC))) \
+            $(PB_C:.c=.o)
 MAIN_OBJ := $(BUILD)/main.o
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS    := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(BUILD)/test/test_flash_sim
@@ -81,17 +86,30 @@ NVFLAGS    := -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-Wall,-Wno-unused-parame
               -Xcompiler -iquote,src,-iquote,cuda
 GEN_INFO   := $(BUILD)/gen/cuda_info.h
 
+# ---- the plot module ([Note: plot module loading] in src/plot/plot_load.c) ---------------
+# src/plot/*.c but plot_load.c, compiled -fPIC with every symbol hidden but plot.h's entry
+# points, and a PIC copy of src/common.c, linked against cairo and fontconfig into
+# $(BUILD)/libpptrain_plot.so (build/cpu's for ./pptrain, build/debug's with the
+# sanitizers beside build/debug/pptrain); pptrain dlopens it for `pptrain plot` only and
+# links no cairo. -z defs: the module needs nothing from the binary. test_plot links
+# plot_data.o and plot_axis.o (PIC, no cairo) itself.
+PLOT_SO  := $(BUILD)/libpptrain_plot.so
+PLOT_OBJ := $(patsubst src/%.c,$(BUILD)/%.o,$(PLOT_SRC))
+PLOT_PIC := $(PLOT_OBJ) $(BUILD)/pic/common.o
+
 .PHONY: all deps run test unit-tests bench clean data test-gpu
 # Keep the test objects between runs (they are made by a chain of pattern rules, which
 # would make them intermediate). Named: an empty .SECONDARY would make every file
 # secondary, and a binary would then count as up to date while its objects are missing.
 .SECONDARY: $(TESTS:=.o) $(TEST_UTIL) $(PB_C) $(PB_H)
 
-all: $(BIN) $(CUDA_SO)
+all: $(BIN) $(PLOT_SO) $(CUDA_SO)
 ifneq ($(NVCC),)
-	@echo "make: $(BIN) (CPU) and $(CUDA_SO) (CUDA backend, $(foreach a,$(CUDA_ARCHS),sm_$(a)), nvcc $(NVCC)) are up to date"
+	@echo "make: $(BIN) (CPU), $(PLOT_SO) (pptrain plot) and $(CUDA_SO) (CUDA backend," \
+	  "$(foreach a,$(CUDA_ARCHS),sm_$(a)), nvcc $(NVCC)) are up to date"
 else
-	@echo "make: $(BIN) is up to date; nvcc not found: CPU-only build (no CUDA backend)"
+	@echo "make: $(BIN) and $(PLOT_SO) (pptrain plot) are up to date; nvcc not found:" \
+	  "CPU-only build (no CUDA backend)"
 endif
 
 $(BIN): $(LIB_OBJ) $(MAIN_OBJ)
@@ -106,6 +124,16 @@ $(GEN_INFO): FORCE
 	$(Q)scripts/gpu/cuda-info "$(NVCC)" "$(CC)" "$(foreach a,$(CUDA_ARCHS),sm_$(a))" >$@.tmp && \
 	  { cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@; }
 $(BUILD)/backend/backend_load.o: $(GEN_INFO)
+
+$(PLOT_PIC): CFLAGS += -fPIC -fvisibility=hidden $(CAIRO_CFLAGS)
+$(BUILD)/pic/%.o: src/%.c Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CC    $< (PIC)"
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+
+$(PLOT_SO): $(PLOT_PIC)
+	@echo "  LD    $@ (plot module)"
+	$(Q)$(CC) -shared $(filter -fsanitize=%,$(OPT)) -Wl,-z,defs -o $@ $^ $(CAIRO_LIBS) -lm
 
 $(CUDA_BUILD)/%.o: cuda/%.cu Makefile
 	@mkdir -p $(dir $@)
@@ -162,6 +190,8 @@ $(BUILD)/test/%.o: test/%.c Makefile
 $(BUILD)/test/test_%: $(BUILD)/test/test_%.o $(TEST_UTIL) $(LIB_OBJ)
 	@echo "  LD    $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+# what pptrain plot computes before it draws (the plot module's objects without cairo)
+$(BUILD)/test/test_plot: $(BUILD)/plot/plot_data.o $(BUILD)/plot/plot_axis.o
 
 $(FLOOD): test/flood.c Makefile
 	@mkdir -p $(dir $@)
@@ -171,7 +201,7 @@ $(FLOOD): test/flood.c Makefile
 $(PNGTOOL): test/pngtool.c Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(CAIRO_LIBS)
+	$(Q)$(CC) $(CFLAGS) $(CAIRO_CFLAGS) $(LDFLAGS) -o $@ $< $(CAIRO_LIBS)
 # an event file reader of its own (framing, CRCs, protobuf-c): test/tensorboard.sh's
 $(TBREAD): $(BUILD)/test/tbread.o $(LIB_OBJ)
 	@echo "  LD    $@"

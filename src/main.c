@@ -22,7 +22,7 @@
 #include "runtime/runtime.h"
 #include "runtime/summary.h"
 #include "plan/plan_cmd.h"
-#include "plot/plot.h"
+#include "plot/plot_load.h"
 #include "tok/prepare.h"
 #include "sample/sample.h"
 #include "trace.h"
@@ -542,6 +542,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "--version")) {
         printf("pptrain %s\n", PP_VERSION);
         backend_print_builtin(stdout);
+        plot_print_builtin(stdout);
         return PP_OK;
     }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {

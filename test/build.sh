@@ -23,12 +23,17 @@ links() { grep -c '^  LD ' "$1"; } # link lines in a build log
 make -j2 all >release.log 2>&1
 check "release build" "[ $? -eq 0 ] && [ -x pptrain ]"
 release=$(cksum <pptrain)
+# [Note: plot module loading] in src/plot/plot_load.c
+check "make all builds the plot module, and pptrain links no cairo" \
+  "[ -f build/cpu/libpptrain_plot.so ] && ! ldd pptrain | grep -qE 'libcairo|libfontconfig'"
 
 make -j2 DEBUG=1 all >debug.log 2>&1
 check "make DEBUG=1 after a release build builds build/debug/pptrain" "[ $? -eq 0 ] && [ -x build/debug/pptrain ]"
 check "./pptrain stays the release binary" "[ \"\$(cksum <pptrain)\" = \"$release\" ]"
 check "the debug binary has the sanitizers" "nm build/debug/pptrain 2>/dev/null | grep -q __asan_init || ldd build/debug/pptrain | grep -q libasan"
 check "the debug binary runs" "build/debug/pptrain --help >/dev/null 2>&1"
+check "the debug build has its own plot module, with the sanitizers" \
+  "ldd build/debug/libpptrain_plot.so | grep -q libasan"
 
 make DEBUG=1 all >debug2.log 2>&1
 check "a second make DEBUG=1 links nothing" "[ \$(links debug2.log) -eq 0 ]"

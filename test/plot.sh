@@ -10,7 +10,9 @@
 # tokens and --log-y draw too; one run goes to RUN_DIR/loss.svg by default. Bad input
 # exits 2 naming the file (and line) and writes nothing, an old picture kept whole.
 # val_losses.csv: a resumed run rewrites the rows after its checkpoint as they were; a
-# fresh run removes a stale one.
+# fresh run removes a stale one. pptrain links no cairo (the plot module, dlopened: [Note:
+# plot module loading] in src/plot/plot_load.c); a module that cannot be loaded, or one
+# whose libcairo is missing, exits 2 saying what to do and writes nothing.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 PNGTOOL=${PNGTOOL:-build/cpu/test/pngtool}
@@ -20,6 +22,16 @@ source "$(dirname "$0")/lib/check.sh" # ok, bad, check, skip, skip_all, finish
 cfg=configs/gpt-tiny.yaml
 has() { grep -qF -- "$2" "$1"; } # FILE TEXT
 rows() { echo $(($(wc -l <"$1") - 1)); }
+
+# the libraries cairo and fontconfig pull in, none of which a GPU machine may have
+drawing_libs='libcairo|libfontconfig|libpixman|libfreetype|libpng|libxcb|libX11'
+ldd "$PPTRAIN" >"$tmp/ldd.out" 2>&1
+check "pptrain links none of cairo, fontconfig, pixman, freetype, png, xcb, X11" \
+  '! grep -E "$drawing_libs" "$tmp/ldd.out"'
+# the module's path, from --version's line "plot: libpptrain_plot.so (...): PATH"
+module=$("$PPTRAIN" --version | sed -n 's/^plot: libpptrain_plot\.so .*: //p')
+check "--version names the plot module, and it links cairo ($module)" \
+  '[ -f "$module" ] && ldd "$module" | grep -q libcairo'
 
 train() { # DIR LR [--set ...]: 24 steps on one process, a row every 2, validation every 8
   local dir=$1 lr=$2
@@ -130,6 +142,23 @@ check "... and no keep.pdf" '[ ! -e "$tmp/keep.pdf" ]'
 refused "several runs without --out" "--out FILE.svg|FILE.png is needed with several runs" "$a" "$b"
 refused "an unknown option" "unknown option --smooth" "$a" --smooth --out "$tmp/keep.svg"
 refused "--x neither steps nor tokens" "--x is steps or tokens, not epochs" "$a" --x epochs
+# the plot module missing, or its cairo: what a machine without them would see
+PPTRAIN_PLOT_LIB=$tmp/none.so refused "PPTRAIN_PLOT_LIB naming no file" \
+  "the plot module PPTRAIN_PLOT_LIB names, $tmp/none.so, cannot be read" "$a" --out "$tmp/keep.svg"
+# a copy of the module that needs libcairx.so.2 where it needs libcairo.so.2 (one byte of
+# its dynamic string table): the loader's error when libcairo is not installed
+LC_ALL=C sed 's/libcairo\.so\.2/libcairx.so.2/' "$module" >"$tmp/nocairo.so"
+if ! cmp -s "$module" "$tmp/nocairo.so"; then
+  PPTRAIN_PLOT_LIB=$tmp/nocairo.so refused "the plot module without libcairo" \
+    "cannot load the plot module $tmp/nocairo.so (libcairx.so.2: cannot open shared object" \
+    "$a" --out "$tmp/keep.svg"
+  check "... saying how to install it" 'has "$tmp/refused.out" "apt install libcairo2"'
+  rm -f "$a/loss.svg"
+  PPTRAIN_PLOT_LIB=$tmp/nocairo.so "$PPTRAIN" plot "$a" >/dev/null 2>&1
+  check "... nor RUN_DIR/loss.svg without --out (exit $?)" '[ ! -e "$a/loss.svg" ]'
+else
+  skip "the plot module ($module) names no libcairo.so.2: a missing libcairo not simulated"
+fi
 rc=0
 "$PPTRAIN" plot "$a" --out "$tmp/no-such-dir/x.svg" >"$tmp/nodir.out" 2>&1 || rc=$?
 check "--out in a missing directory: exit 1 (an I/O error, rc $rc), saying so" \

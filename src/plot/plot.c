@@ -1,4 +1,5 @@
-/* plot.c — `pptrain plot` (plot.h): the arguments, the runs, the file. */
+/* plot.c — `pptrain plot` (plot.h): the arguments, the runs, the file; the plot module's
+ * entry points. */
 #include "plot/plot.h"
 
 #include <cairo-svg.h>
@@ -23,7 +24,7 @@ typedef struct {
     const char **dirs; /* [nruns] */
 } PlotArgs;
 
-void plot_usage(FILE *f) {
+static void plot_usage(FILE *f) {
     fputs("usage: pptrain plot RUN_DIR... [--out FILE.svg|FILE.png] [--x steps|tokens] [--log-y] "
           "[--no-lr]\n"
           "Draws the train and validation loss of runs (their output.dir's losses.csv and\n"
@@ -175,7 +176,9 @@ static void summarize(const PlotRun *runs, const char (*names)[PP_PATH_MAX], int
     }
 }
 
-int plot_main(int argc, char **argv) {
+int pp_plot_abi(void) { return PP_PLOT_ABI; }
+
+int pp_plot_main(int argc, char **argv) {
     PlotArgs a;
     char err[PP_ERR_MAX];
     int rc = parse(&a, argc, argv), loaded = 0;
