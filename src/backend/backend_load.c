@@ -26,8 +26,8 @@
 
 int backend_cuda_path(char *path, size_t n) {
     const char *env = getenv("PPTRAIN_CUDA_LIB");
-    if (env && *env) {
-        snprintf(path, n, "%s", env);
+    if (env && *env) { /* a bare name is a file here, not one for dlopen's library search */
+        snprintf(path, n, "%s%s", strchr(env, '/') ? "" : "./", env);
         return 1;
     }
     char exe[PP_PATH_MAX], dir[PP_PATH_MAX];
