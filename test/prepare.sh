@@ -4,12 +4,13 @@
 # (about 6 MB, bench/gen_corpus.sh) gives the same files byte for byte with 1 and 3
 # encoding threads, in shards of exactly --shard-tokens tokens; a bad tokenizer.json exits 2
 # and writes nothing; SIGINT and SIGTERM midway (the input an endless stream on standard
-# input, so the signal lands while shards are being written, whatever the machine's speed)
-# remove every file the run wrote, leave an older file under a final name as it was, and
-# the process dies of the signal. Text in, training out (issue 27's "must show"): a JSONL
-# corpus through the GPT-2-style tokenizer into shards, trained on by a glob of them on 2
-# pipeline ranks, checkpointed past a shard boundary and resumed: the losses of the run
-# that never stopped, bit for bit, across the next boundary.
+# input, so the signal lands while shards are being written, whatever the machine's speed;
+# and a stream that stops and stays open, so it lands while prepare-data waits for input,
+# where it must not wait for more) remove every file the run wrote, leave an older file under
+# a final name as it was, and the process dies of the signal. Text in, training out (issue
+# 27's "must show"): a JSONL corpus through the GPT-2-style tokenizer into shards, trained on
+# by a glob of them on 2 pipeline ranks, checkpointed past a shard boundary and resumed: the
+# losses of the run that never stopped, bit for bit, across the next boundary.
 set -u
 PPTRAIN=${PPTRAIN:-./pptrain}
 tmp=$(mktemp -d /tmp/pptrain-prepare.XXXXXX)
@@ -50,39 +51,61 @@ check "a malformed tokenizer.json: exit 2, nothing written ($(head -c 99 "$tmp/b
   '[ $rc = 2 ] && grep -q "tok.json: not valid JSON" "$tmp/bad.out" &&
    [ "$(ls "$tmp/bad")" = tok.json ]'
 
-# 3. Stopped midway by SIG: an endless JSONL stream on stdin; once shards are finished
-#    (.part files), the signal. Exit status 128 + the signal's number; the directory holds
-#    only the old file, unchanged.
-interrupt() { # SIG NUMBER
-  local sig=$1 num=$2 d=$tmp/int-$1
+# 3. Stopped midway by SIG: a JSONL stream on stdin, from a producer the test kills by its
+#    PID; once shards are finished (.part files), the signal. MODE stream: endless, so the
+#    signal lands while shards are being written. MODE idle: 2.5 MB (two batches and part of
+#    a third), then the producer sleeps with the pipe open: prepare-data writes the batches
+#    it has while it waits for the rest, and the signal lands while it waits; it must act on
+#    it within 2 s, not when the input ends. (Until it read with poll and read(2), it read
+#    with fread, a batch at a time, and both waited for the input.) Exit status 128 + the
+#    signal's number; the directory holds only the old file, unchanged.
+interrupt() { # SIG NUMBER MODE PREPARE-DATA-INPUT-ARGS...
+  local sig=$1 num=$2 mode=$3 d=$tmp/int-$1-$3 limit=1500 parts_wait=6000
+  shift 3
   mkdir "$d" && printf old >"$d/s_train_000000.bin" && mkfifo "$d.fifo"
-  awk 'BEGIN { for (i = 0;; i++) printf "{\"text\": \"the apple %d in the garden\"}\n", i }' \
-    >"$d.fifo" &
+  local records='{ printf "{\"text\": \"the apple %d in the garden\"}\n", i }'
+  if [ "$mode" = stream ]; then
+    awk "BEGIN { for (i = 0;; i++) $records }" >"$d.fifo" &
+  else
+    limit=100 # 2 s
+    (awk "BEGIN { for (i = 0; i < 60000; i++) $records }" && : >"$d.sent" &&
+      exec sleep 60) >"$d.fifo" &
+  fi
   gen=$!
-  "$PPTRAIN" prepare-data --tokenizer $tok --jsonl - --field text --out "$d/s" \
-    --shard-tokens 100000 --val-fraction 0.1 --threads 2 <"$d.fifo" >"$d.out" 2>&1 &
+  "$PPTRAIN" prepare-data "$@" --out "$d/s" --shard-tokens 100000 <"$d.fifo" >"$d.out" 2>&1 &
   local pid=$! waited=0
+  if [ "$mode" = idle ]; then # all sent; then 2 s for the shards of what came
+    for waited in $(seq 500); do [ -e "$d.sent" ] && break; sleep 0.02; done
+    waited=0 parts_wait=100
+  fi
   until ls "$d"/*.part >/dev/null 2>&1 || ! kill -0 $pid 2>/dev/null; do
     sleep 0.02
     waited=$((waited + 1))
-    [ $waited -lt 6000 ] || break
+    [ $waited -lt $parts_wait ] || break
   done
+  [ "$mode" = stream ] || sleep 0.3 # the rest of what came written: waiting for input
   local parts; parts=$(ls "$d" | grep -c '\.part$')
+  local t0; t0=$(date +%s%N)
   kill -"$sig" $pid
-  for waited in $(seq 1500); do kill -0 $pid 2>/dev/null || break; sleep 0.02; done
+  for waited in $(seq $limit); do kill -0 $pid 2>/dev/null || break; sleep 0.02; done
+  local ms=$((($(date +%s%N) - t0) / 1000000))
   kill -KILL $pid 2>/dev/null # (a run that ignored the signal fails the check below)
   wait $pid
   local rc=$?
   kill $gen 2>/dev/null
   wait $gen 2>/dev/null
   gen=
-  check "SIG$sig after $parts finished shards: exit $rc, all it wrote removed, the old file kept" \
-    '[ $rc = $((128 + num)) ] && [ "$parts" -ge 1 ] && [ "$(ls "$d")" = s_train_000000.bin ] &&
-     [ "$(cat "$d/s_train_000000.bin")" = old ] &&
+  check "SIG$sig ($mode input, ${*:1:2}) after $parts finished shards: exit $rc in $ms ms, \
+all it wrote removed, the old file kept" \
+    '[ $rc = $((128 + num)) ] && [ "$parts" -ge 1 ] && [ $ms -le $((limit * 20)) ] &&
+     [ "$(ls "$d")" = s_train_000000.bin ] && [ "$(cat "$d/s_train_000000.bin")" = old ] &&
      grep -q "stopped by .*: nothing written" "$d.out"'
 }
-interrupt INT 2
-interrupt TERM 15
+jsonl="--tokenizer $tok --jsonl - --field text --val-fraction 0.1 --threads 2"
+interrupt INT 2 stream $jsonl
+interrupt TERM 15 stream $jsonl
+interrupt INT 2 idle $jsonl
+interrupt TERM 15 idle --text - --threads 2 # byte-level: chunks of standard input
 
 # 4. Text in, training out: shards of 2000 tokens (15 batches of 8 x 16 each), a 2-rank
 #    pipelined run of 40 steps, checkpointed at 20 (in the second shard) and resumed.

@@ -51,6 +51,22 @@
  * being written: the final names keep what they held. Only SIGKILL or a crash can leave
  * *.part (complete) or *.tmp.PID (partial) files, never anything under a final name. */
 
+/* [Note: stopping prepare-data]
+ * SIGINT, SIGTERM or SIGHUP (a scheduler's SIGTERM is followed by SIGKILL after a grace
+ * period) must end the run within a bounded time whatever it is doing, or the SIGKILL
+ * leaves *.part and *.tmp.PID files. The handler only sets g_prep_signal; the main thread
+ * takes the signals (the workers block them) and looks at the flag
+ * - while reading: the reader polls the input before each read(2) of at most
+ *   PREP_READ_BYTES, and returns a half-read batch (PREP_IDLE) to the loop when nothing
+ *   comes for PREP_WAIT_MS (a slow producer on a pipe; stdio's fread waited for a whole
+ *   batch, and batches done meanwhile were not written); the handler has no SA_RESTART,
+ *   so a signal ends the poll at once;
+ * - while waiting for a worker: pthread_cond_timedwait, PREP_WAIT_MS at a time;
+ * - while writing: every PREP_WRITE_BYTES of a batch.
+ * Each returns -SIG up to prep_run, which removes what the run wrote and dies of the signal
+ * without joining the workers: one may be encoding a large document, and the process ends
+ * with them. tok_load, before the handlers are installed, dies of the signal at once. */
+
 #define PREP_USAGE                                                                                 \
     "usage: pptrain prepare-data (--text FILE... | --jsonl FILE... --field NAME) --out PATH\n"     \
     "           [--tokenizer tokenizer.json] [--doc-token TOKEN] [--val-fraction F]\n"             \
@@ -336,11 +352,13 @@ static void on_prep_signal(int sig) { g_prep_signal = sig; }
 static const int prep_signals[] = {SIGINT, SIGTERM, SIGHUP};
 #define PREP_NSIG (int)(sizeof prep_signals / sizeof *prep_signals)
 
+/* No SA_RESTART: poll(2) is never restarted, and without it neither is a write(2) of the
+ * progress line blocked on a full pipe; each returns EINTR, and the loop looks at the flag. */
 static void signals_install(struct sigaction *old) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_prep_signal;
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = 0;
     sigemptyset(&sa.sa_mask);
     g_prep_signal = 0;
     for (int k = 0; k < PREP_NSIG; k++) sigaction(prep_signals[k], &sa, &old[k]);
@@ -348,6 +366,18 @@ static void signals_install(struct sigaction *old) {
 
 static void signals_restore(const struct sigaction *old) {
     for (int k = 0; k < PREP_NSIG; k++) sigaction(prep_signals[k], &old[k], NULL);
+}
+
+/* Say what stopped the run, then die of the signal, as it asked (exit status 128 + sig). */
+static _Noreturn void die_of_signal(int sig) {
+    pp_error("prepare-data: stopped by %s: nothing written (the files finished so far were "
+             "removed)",
+             sig == SIGINT    ? "SIGINT"
+             : sig == SIGTERM ? "SIGTERM"
+                              : "SIGHUP");
+    signal(sig, SIG_DFL);
+    raise(sig);
+    _exit(128 + sig); /* not reached: only the main thread takes the signal */
 }
 
 /* ---- the main thread: read, hand out, write in order ------------------------------ */
@@ -372,12 +402,12 @@ static void pipe_stop(PrepPipe *p, pthread_t *tid) {
     for (int k = 0; k < p->a->threads; k++) pthread_join(tid[k], NULL);
 }
 
-/* Wait up to 100 ms for a worker to finish a batch (the main thread looks at the stop
+/* Wait up to PREP_WAIT_MS for a worker to finish a batch (the main thread looks at the stop
  * signal between waits). */
 static void wait_done(PrepPipe *p) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000 * 1000;
+    ts.tv_nsec += PREP_WAIT_MS * 1000L * 1000L;
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&p->mu);
     if (p->slot[p->written % p->nslot].state != BATCH_DONE)
@@ -414,6 +444,10 @@ static int pipe_run(PrepPipe *p, Reader *r, PrepOut *out, Progress *g, char *err
         size_t next = reader_next_bytes(r);
         if (room && (p->inflight == 0 || p->inflight + next <= PREP_INFLIGHT_BYTES)) {
             int rc = reader_batch(r, f, err, errlen);
+            if (rc == PREP_IDLE) { /* meanwhile write what is done */
+                progress_show(g, out, 0);
+                continue;
+            }
             if (rc != PP_OK) return rc;
             if (f->nunit == 0) {
                 eof = 1;
@@ -469,16 +503,18 @@ static int byte_split(const PrepArgs *a, const Reader *r, PrepOut *out, char *er
     return PP_OK;
 }
 
-/* Set up, run and finish: PP_OK, or an error with err set; -SIG on a signal. */
+/* Set up, run and finish: PP_OK, or an error with err set. A stop signal removes what was
+ * written and ends the process ([Note: stopping prepare-data]): it does not return. */
 static int prep_run(const PrepArgs *a, Tokenizer **tok, char *err, size_t errlen) {
     PrepPipe p = {.a = a};
     char doc[128] = "";
     int rc = setup_tokens(&p, a, tok, doc, sizeof doc, err, errlen);
     if (rc != PP_OK) return rc;
     Reader r;
-    rc = reader_open(&r, a, err, errlen);
+    rc = reader_open(&r, a, &g_prep_signal, err, errlen);
     PrepOut out;
-    if (rc == PP_OK) rc = prep_out_init(&out, a, data_token_width(p.vocab), err, errlen);
+    if (rc == PP_OK)
+        rc = prep_out_init(&out, a, data_token_width(p.vocab), &g_prep_signal, err, errlen);
     if (rc == PP_OK && !p.tok) rc = byte_split(a, &r, &out, err, errlen);
     if (rc != PP_OK) {
         reader_close(&r);
@@ -495,7 +531,7 @@ static int prep_run(const PrepArgs *a, Tokenizer **tok, char *err, size_t errlen
     signals_install(old);
     pipe_start(&p, tid);
     rc = pipe_run(&p, &r, &out, &g, err, errlen);
-    pipe_stop(&p, tid);
+    if (rc >= 0) pipe_stop(&p, tid); /* on a signal they end with the process */
     if (rc == PP_OK) rc = prep_out_finish(&out, p.tok != NULL, err, errlen);
     if (rc == PP_OK) rc = g_prep_signal ? -g_prep_signal : prep_out_commit(&out, err, errlen);
     progress_show(&g, &out, 1);
@@ -503,6 +539,7 @@ static int prep_run(const PrepArgs *a, Tokenizer **tok, char *err, size_t errlen
         prep_out_report(&out, a, doc, p.vocab, &g);
     else
         prep_out_abort(&out);
+    if (rc < 0) die_of_signal(-rc); /* nothing freed: the workers may be running */
     signals_restore(old);
     for (int k = 0; k < p.nslot; k++) batch_free(&p.slot[k]);
     free(p.slot);
@@ -527,16 +564,6 @@ int prep_main(int argc, char **argv) {
     rc = prep_run(&a, &tok, err, sizeof err);
     tok_free(tok);
     free(a.inputs);
-    if (rc < 0) { /* stopped by a signal: nothing left behind; die of it, as it asked */
-        pp_error("prepare-data: stopped by %s: nothing written (the files finished so far "
-                 "were removed)",
-                 -rc == SIGINT    ? "SIGINT"
-                 : -rc == SIGTERM ? "SIGTERM"
-                                  : "SIGHUP");
-        signal(-rc, SIG_DFL);
-        raise(-rc);
-        return 128 - rc;
-    }
     if (rc != PP_OK) pp_error("prepare-data: %s", err);
     return rc;
 }

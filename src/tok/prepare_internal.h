@@ -4,6 +4,7 @@
 #define PP_TOK_PREPARE_INTERNAL_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +16,15 @@
 #define PREP_BATCH_BYTES ((size_t)1 << 20)     /* input per batch, or one larger document */
 #define PREP_INFLIGHT_BYTES ((size_t)64 << 20) /* input read and not yet written, at most */
 #define PREP_WRITE_BYTES ((size_t)1 << 20)     /* staged output bytes per file */
+#define PREP_READ_BYTES ((size_t)1 << 20)      /* input per read(2), at most */
+#define PREP_WAIT_MS 100 /* the longest wait for input or a worker between looks at the stop */
+
+/* The stop signal's flag (prepare.c's, set by its handler; 0: none). Whatever can take long
+ * looks at it at least every PREP_WAIT_MS or PREP_READ_BYTES / PREP_WRITE_BYTES and returns
+ * -SIG, the signal's number negated: [Note: stopping prepare-data] in prepare.c. */
+typedef const volatile sig_atomic_t PrepStop;
+
+#define PREP_IDLE 3 /* reader_batch: no input for PREP_WAIT_MS (never leaves pipe_run) */
 
 typedef struct {
     const char *tokenizer, *field, *out, *doc_token; /* NULL when not given */
@@ -72,12 +82,16 @@ typedef struct {
     const PrepArgs *a;
     long long *size; /* [ninputs] bytes, -1: unknown (standard input) */
     long long total; /* their sum, -1 if one is unknown */
+    PrepStop *stop;  /* reading gives up when it is set */
     int cur;         /* the input being read; ninputs: all read */
-    FILE *f;         /* cur's stream, NULL before it is opened */
+    int fd;          /* cur's descriptor (0 for standard input), -1 before it is opened */
     long line;       /* JSONL: lines of cur read */
     long long got;   /* bytes of cur read */
     char *carry;     /* JSONL: the start of a line the last batch cut */
     size_t ncarry, carry_cap;
+    int partial; /* a batch is half read (PREP_IDLE): reader_batch goes on with it */
+    size_t scan; /* partial JSONL: its bytes looked through for lines */
+    size_t off;  /* partial text: where its last document starts */
 } Reader;
 
 /* One split's output files. */
@@ -89,6 +103,7 @@ typedef struct {
     int width;  /* bytes per token: 2 or 4 */
     PPFile pf;  /* the file being written, under its name + ".part" */
     int open;
+    PrepStop *stop;     /* writing gives up when it is set */
     size_t ntok;        /* tokens in it */
     int nfiles;         /* files finished (under their .part names) */
     int committed;      /* of them, renamed to their names */
@@ -118,19 +133,25 @@ typedef struct {
 
 /* prepare_io.c */
 const char *prep_input_name(const PrepArgs *a, int k);
-/* Find every input's size (and that it can be opened): PP_OK or PP_EUSAGE. */
-int reader_open(Reader *r, const PrepArgs *a, char *err, size_t errlen);
+/* Find every input's size (and that it can be opened): PP_OK or PP_EUSAGE. The reader
+ * gives up when *stop is set. */
+int reader_open(Reader *r, const PrepArgs *a, PrepStop *stop, char *err, size_t errlen);
 void reader_close(Reader *r);
 /* The input bytes the next batch will hold (about): for the in-flight bound. */
 size_t reader_next_bytes(const Reader *r);
-/* Read the next batch into b (b->nunit == 0: the input is through). PP_OK or an error. */
+/* Read the next batch into b (b->nunit == 0: the input is through). PP_OK, an error, -SIG
+ * when *stop is SIG, or PREP_IDLE when the input has had nothing for PREP_WAIT_MS: b is
+ * half read, and the next call (with the same b) goes on with it. */
 int reader_batch(Reader *r, Batch *b, char *err, size_t errlen);
 /* Shrink a written batch's buffers that one large document grew; batch_free frees them. */
 void batch_trim(Batch *b);
 void batch_free(Batch *b);
 
-int prep_out_init(PrepOut *o, const PrepArgs *a, int width, char *err, size_t errlen);
-/* Append the documents of encoded batch b to their splits; PP_OK or an error (b's own). */
+/* The outputs of a; writing gives up when *stop is set. */
+int prep_out_init(PrepOut *o, const PrepArgs *a, int width, PrepStop *stop, char *err,
+                  size_t errlen);
+/* Append the documents of encoded batch b to their splits; PP_OK, an error (b's own), or
+ * -SIG when *stop is SIG (looked at every PREP_WRITE_BYTES written). */
 int prep_out_batch(PrepOut *o, const Batch *b, char *err, size_t errlen);
 /* Finish the open files; check that the corpus had text and each split it asks for has
  * tokens. PP_OK or an error. */

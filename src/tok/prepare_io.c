@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -22,9 +23,11 @@ const char *prep_input_name(const PrepArgs *a, int k) {
     return strcmp(a->inputs[k], "-") ? a->inputs[k] : "<standard input>";
 }
 
-int reader_open(Reader *r, const PrepArgs *a, char *err, size_t errlen) {
+int reader_open(Reader *r, const PrepArgs *a, PrepStop *stop, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     r->a = a;
+    r->stop = stop;
+    r->fd = -1;
     r->size = pp_calloc((size_t)a->ninputs, sizeof *r->size);
     int nstdin = 0;
     for (int k = 0; k < a->ninputs; k++) {
@@ -47,8 +50,14 @@ int reader_open(Reader *r, const PrepArgs *a, char *err, size_t errlen) {
     return PP_OK;
 }
 
+/* Close the current input's descriptor (standard input's stays open). */
+static void close_fd(Reader *r) {
+    if (r->fd >= 0 && r->size[r->cur] >= 0) close(r->fd);
+    r->fd = -1;
+}
+
 void reader_close(Reader *r) {
-    if (r->f && r->f != stdin) fclose(r->f);
+    if (r->size) close_fd(r);
     free(r->size);
     free(r->carry);
     memset(r, 0, sizeof *r);
@@ -61,17 +70,17 @@ size_t reader_next_bytes(const Reader *r) {
 }
 
 static int open_cur(Reader *r, char *err, size_t errlen) {
-    if (r->f) return PP_OK;
+    if (r->fd >= 0) return PP_OK;
     const char *path = r->a->inputs[r->cur];
     if (!strcmp(path, "-")) {
-        r->f = stdin;
+        r->fd = STDIN_FILENO;
         return PP_OK;
     }
     struct stat st;
-    int fd = pp_open_regular(path, &st);
-    r->f = fd >= 0 ? fdopen(fd, "rb") : NULL;
-    if (!r->f) {
-        if (fd >= 0) close(fd);
+    r->fd = pp_open_regular(path, &st);
+    if (r->fd < 0) {
+        int fd = r->fd;
+        r->fd = -1;
         return pp_errf(err, errlen, PP_ERUNTIME, "cannot open input '%s': %s", path,
                        fd == -2 ? pp_file_kind(st.st_mode) : strerror(errno));
     }
@@ -82,8 +91,7 @@ static int open_cur(Reader *r, char *err, size_t errlen) {
  * next. */
 static int close_cur(Reader *r, char *err, size_t errlen) {
     long long size = r->size[r->cur];
-    if (r->f != stdin) fclose(r->f);
-    r->f = NULL;
+    close_fd(r);
     if (size >= 0 && r->got != size)
         return pp_errf(err, errlen, PP_ERUNTIME,
                        "input '%s' changed while it was read: it was %lld bytes at the start, "
@@ -103,17 +111,27 @@ static void batch_reserve(Batch *b, size_t n) {
     b->buf = p, b->cap = cap;
 }
 
-/* Read up to `want` more bytes of the current input onto b's buffer; *eof when it ends. */
+/* Room for `want` more bytes of the current input on b's buffer, and one read(2) of up to
+ * PREP_READ_BYTES of them once poll(2) says the input is ready (a short read is progress):
+ * PP_OK (*eof when it has ended), an error, PREP_IDLE when nothing came for PREP_WAIT_MS, or
+ * -SIG once *r->stop is SIG (poll returns at once on a signal). [Note: stopping
+ * prepare-data] in prepare.c */
 static int read_more(Reader *r, Batch *b, size_t want, int *eof, char *err, size_t errlen) {
-    batch_reserve(b, b->len + want);
-    size_t n = fread(b->buf + b->len, 1, want, r->f);
-    b->len += n;
-    r->got += (long long)n;
-    if (n == want) return PP_OK;
-    if (ferror(r->f))
+    batch_reserve(b, b->len + want); /* a whole text file: its size + 1 at once */
+    struct pollfd pfd = {.fd = r->fd, .events = POLLIN};
+    int ready = poll(&pfd, 1, PREP_WAIT_MS);
+    size_t chunk = want < PREP_READ_BYTES ? want : PREP_READ_BYTES;
+    ssize_t n = ready > 0 ? read(r->fd, b->buf + b->len, chunk) : 0;
+    if (*r->stop) return -*r->stop;
+    if (ready == 0) return PREP_IDLE;
+    if (ready < 0 || n < 0) {
+        if (errno == EINTR || errno == EAGAIN) return PP_OK;
         return pp_errf(err, errlen, PP_ERUNTIME, "cannot read input '%s': %s",
                        prep_input_name(r->a, r->cur), strerror(errno));
-    *eof = 1;
+    }
+    b->len += (size_t)n;
+    r->got += n;
+    *eof = n == 0;
     return PP_OK;
 }
 
@@ -140,22 +158,28 @@ static void add_line(Reader *r, Batch *b, size_t off, size_t len) {
 }
 
 /* JSONL: the lines of one input up to about PREP_BATCH_BYTES; a line the batch cuts is
- * carried to the next one. */
+ * carried to the next one. PREP_IDLE leaves the batch partial (r->partial), to go on with. */
 static int read_jsonl(Reader *r, Batch *b, char *err, size_t errlen) {
-    while (r->cur < r->a->ninputs && b->nunit == 0) {
+    while (r->cur < r->a->ninputs && (b->nunit == 0 || r->partial)) {
         int rc = open_cur(r, err, errlen), eof = 0;
         if (rc != PP_OK) return rc;
-        batch_reserve(b, r->ncarry);
-        if (r->ncarry) memcpy(b->buf, r->carry, r->ncarry);
-        b->len = r->ncarry;
-        r->ncarry = 0;
-        size_t scan = 0;
-        while (!eof && (b->nunit == 0 || b->len < PREP_BATCH_BYTES)) {
-            if ((rc = read_more(r, b, PREP_BATCH_BYTES, &eof, err, errlen)) != PP_OK) return rc;
-            for (char *nl; (nl = memchr(b->buf + scan, '\n', b->len - scan));
-                 scan = (size_t)(nl + 1 - b->buf))
-                add_line(r, b, scan, (size_t)(nl - (b->buf + scan)));
+        if (!r->partial) { /* this input's part of the batch begins with the cut line */
+            batch_reserve(b, r->ncarry);
+            if (r->ncarry) memcpy(b->buf, r->carry, r->ncarry);
+            b->len = r->ncarry;
+            r->ncarry = 0;
+            r->scan = 0;
+            r->partial = 1;
         }
+        while (!eof && (b->nunit == 0 || b->len < PREP_BATCH_BYTES)) {
+            size_t want = b->len < PREP_BATCH_BYTES ? PREP_BATCH_BYTES - b->len : PREP_BATCH_BYTES;
+            if ((rc = read_more(r, b, want, &eof, err, errlen)) != PP_OK) return rc;
+            for (char *nl; (nl = memchr(b->buf + r->scan, '\n', b->len - r->scan));
+                 r->scan = (size_t)(nl + 1 - b->buf))
+                add_line(r, b, r->scan, (size_t)(nl - (b->buf + r->scan)));
+        }
+        r->partial = 0;
+        size_t scan = r->scan;
         if (eof && scan < b->len) add_line(r, b, scan, b->len - scan);
         if (!eof) { /* carry the cut line */
             r->ncarry = b->len - scan;
@@ -174,21 +198,28 @@ static int read_jsonl(Reader *r, Batch *b, char *err, size_t errlen) {
 }
 
 /* Text files, each a document: whole files up to about PREP_BATCH_BYTES (one larger file
- * alone); byte-level: one chunk of PREP_BATCH_BYTES at most. */
+ * alone); byte-level: one chunk of PREP_BATCH_BYTES at most. PREP_IDLE leaves the batch
+ * partial (r->partial: the document from r->off), to go on with. */
 static int read_text(Reader *r, Batch *b, char *err, size_t errlen) {
     int whole = r->a->tokenizer != NULL;
     while (r->cur < r->a->ninputs) {
         long long size = r->size[r->cur];
-        if (b->nunit > 0 && (!whole || size < 0 || b->len + (size_t)size > PREP_BATCH_BYTES)) break;
+        if (!r->partial) {
+            if (b->nunit > 0 && (!whole || size < 0 || b->len + (size_t)size > PREP_BATCH_BYTES))
+                break;
+            r->off = b->len;
+            r->partial = 1;
+        }
         int rc = open_cur(r, err, errlen), eof = 0;
         if (rc != PP_OK) return rc;
-        size_t off = b->len;
-        do {
-            size_t want = PREP_BATCH_BYTES;
-            if (whole && size >= r->got) want = (size_t)(size - r->got) + 1; /* + 1: its end */
+        while (!eof && (whole || b->len - r->off < PREP_BATCH_BYTES)) {
+            size_t want = PREP_BATCH_BYTES - (b->len - r->off);
+            if (whole) /* + 1: its end */
+                want = size >= r->got ? (size_t)(size - r->got) + 1 : PREP_BATCH_BYTES;
             if ((rc = read_more(r, b, want, &eof, err, errlen)) != PP_OK) return rc;
-        } while (whole && !eof);
-        if (whole || b->len > off) add_unit(b, off, b->len - off, r->cur, 0);
+        }
+        r->partial = 0;
+        if (whole || b->len > r->off) add_unit(b, r->off, b->len - r->off, r->cur, 0);
         if (eof && (rc = close_cur(r, err, errlen)) != PP_OK) return rc;
     }
     b->in_bytes = b->len;
@@ -196,7 +227,7 @@ static int read_text(Reader *r, Batch *b, char *err, size_t errlen) {
 }
 
 int reader_batch(Reader *r, Batch *b, char *err, size_t errlen) {
-    b->len = b->nunit = b->in_bytes = 0;
+    if (!r->partial) b->len = b->nunit = b->in_bytes = 0;
     return r->a->jsonl ? read_jsonl(r, b, err, errlen) : read_text(r, b, err, errlen);
 }
 
@@ -235,7 +266,8 @@ static void split_path(const PrepSplit *s, int k, int part, char *path, size_t n
     PP_CHECK(path_fits(s, k, part, path, n) == 0);
 }
 
-int prep_out_init(PrepOut *o, const PrepArgs *a, int width, char *err, size_t errlen) {
+int prep_out_init(PrepOut *o, const PrepArgs *a, int width, PrepStop *stop, char *err,
+                  size_t errlen) {
     memset(o, 0, sizeof *o);
     o->byte_level = !a->tokenizer;
     o->one_doc = a->tokenizer && !a->jsonl && a->ninputs == 1;
@@ -247,6 +279,7 @@ int prep_out_init(PrepOut *o, const PrepArgs *a, int width, char *err, size_t er
         *s = (PrepSplit){.split = k ? "val" : "train",
                          .width = width,
                          .sharded = a->shard_tokens > 0,
+                         .stop = stop,
                          .cap = a->shard_tokens > 0 ? (size_t)a->shard_tokens : INT32_MAX};
         int bad = n >= sizeof s->name;
         if (!bad && s->sharded) /* the prefix: --out less a ".bin" */
@@ -328,6 +361,7 @@ static int split_put(PrepSplit *s, const int32_t *ids, size_t n, char *err, size
         k = n < k ? n : k;
         for (size_t done = 0; done < k;) {
             size_t room = (PREP_WRITE_BYTES - s->blen) / (size_t)s->width;
+            if (!room && *s->stop) return -*s->stop; /* a batch of one large document */
             if (!room && (rc = split_flush(s, err, errlen)) != PP_OK) return rc;
             size_t m = k - done < room ? k - done : room;
             unsigned char *p = s->buf + s->blen;
