@@ -29,13 +29,13 @@ EXE := ./$(BIN)
 # The tests may look into cuda/ (TEST_CFLAGS: the NCCL sum order's header).
 CFLAGS  += -std=gnu11 -fopenmp -fno-math-errno -fno-trapping-math -Wall -Wextra -Wno-unused-parameter -Wshadow -MMD -MP \
            -I$(BLASDIR:/usr/lib/%=/usr/include/%) -iquote src -iquote $(BUILD)/gen $(OPT) \
-           $(shell pkg-config --cflags yaml-0.1 zlib libcrypto jansson libpcre2-8 libprotobuf-c \
-             2>/dev/null)
+           $(shell pkg-config --cflags yaml-0.1 zlib libcrypto jansson libpcre2-8 libutf8proc \
+             libprotobuf-c 2>/dev/null)
 LDFLAGS += -fopenmp $(filter -fsanitize=%,$(OPT)) -L$(BLASDIR) -Wl,-rpath,$(BLASDIR)
 # cairo and fontconfig: the plot module's and test/pngtool's only, never pptrain's
 CAIRO_CFLAGS := $(shell pkg-config --cflags cairo fontconfig 2>/dev/null)
 CAIRO_LIBS := $(shell pkg-config --libs cairo fontconfig 2>/dev/null || echo -lcairo -lfontconfig)
-LDLIBS  += -lopenblas -lyaml -lz -ljansson -lpcre2-8 -lprotobuf-c \
+LDLIBS  += -lopenblas -lyaml -lz -ljansson -lpcre2-8 -lutf8proc -lprotobuf-c \
            $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) \
            -lm -lpthread -ldl
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)

@@ -1,5 +1,5 @@
 /* test_prepare.c — `pptrain prepare-data` end to end, in process (prep_main): byte-level
- * files as before; through the three tokenizers of test/tok, JSONL records and text files
+ * files as before; through the six tokenizers of test/tok, JSONL records and text files
  * give the document token then the ids the tokenizers library gives (cases.json); the val
  * rule, shards, uint32 files, the same bytes for any --threads; and bad input: exit 2, a
  * message that says what and where, and nothing written. (test/prepare.sh runs the binary:
@@ -19,23 +19,13 @@
 #include "testdir.h"
 #include "tok/prepare.h"
 #include "tok/tokenizer.h"
+#include "tokcases.h"
 
 #define PREP_BATCH_BYTES_TEST (1 << 20) /* prepare_internal.h's PREP_BATCH_BYTES */
 
 static void setup(void) { testdir_create("pp_test_prepare"); }
 
 static void teardown(void) { testdir_remove(); }
-
-/* test/tok/NAME, next to this file (the tests run from the repository root) */
-static const char *golden(const char *name) {
-    static char buf[4][PP_PATH_MAX + 64];
-    static int k;
-    k = (k + 1) % 4;
-    const char *slash = strrchr(__FILE__, '/');
-    snprintf(buf[k], sizeof buf[k], "%.*stok/%s", slash ? (int)(slash - __FILE__ + 1) : 0, __FILE__,
-             name);
-    return buf[k];
-}
 
 /* Run prepare-data with a NULL-terminated argument list (argv[0] = "prepare-data"), its
  * stdout and stderr going to files in g_dir. */
@@ -202,7 +192,7 @@ START_TEST(test_bad_args) {
     snprintf(t, sizeof t, "%s", tmp("c.txt"));
     snprintf(o, sizeof o, "%s", tmp("o.bin"));
     snprintf(j, sizeof j, "%s", tmp("c.jsonl"));
-    snprintf(tk, sizeof tk, "%s", golden("gpt2.json"));
+    snprintf(tk, sizeof tk, "%s", tokcase_path("gpt2.json"));
     ck_assert_int_eq(run_prepare(NULL), PP_EUSAGE);
     ERR_HAS("usage: pptrain prepare-data");
     ck_assert_int_eq(run_prepare("--text", t, NULL), PP_EUSAGE);
@@ -269,27 +259,6 @@ END_TEST
 
 /* ---- tokenizers: ids equal to the library's --------------------------------------- */
 
-static json_t *cases(void) {
-    json_error_t je;
-    json_t *c = json_load_file(golden("cases.json"), 0, &je);
-    ck_assert_msg(c, "cases.json: %s at line %d", je.text, je.line);
-    return c;
-}
-
-/* hex text -> bytes (malloc'd, *n) */
-static char *unhex(const char *hex, size_t *n) {
-    size_t len = strlen(hex) / 2;
-    char *out = malloc(len + 1);
-    for (size_t i = 0; i < len; i++) {
-        unsigned v;
-        sscanf(hex + 2 * i, "%2x", &v);
-        out[i] = (char)v;
-    }
-    out[len] = 0;
-    *n = len;
-    return out;
-}
-
 /* A growable expected token list. */
 typedef struct {
     uint32_t *t;
@@ -327,24 +296,17 @@ static void expect_file(const char *path, int vocab, int width, const Want *w) {
     free(t);
 }
 
-static const struct {
-    const char *kind, *doc; /* the default document token */
-    uint32_t doc_id;
-    int vocab;
-} kinds[3] = {{"gpt2", "<|endoftext|>", 0, 700},
-              {"llama3", "<|begin_of_text|>", 0, 800},
-              {"sp", "<s>", 1, 756}};
-
 /* Every valid-UTF-8 text of cases.json as a JSONL record (alternate records with non-ASCII
  * as \u escapes, a blank line and a CRLF ending among them): the document token, then the
  * library's ids, for each tokenizer kind. */
 START_TEST(test_jsonl_ids) {
-    json_t *c = cases(), *texts = json_object_get(c, "texts");
+    json_t *c = tokcase_cases(), *texts = json_object_get(c, "texts");
     FILE *f = fopen(tmp("c.jsonl"), "wb");
     int valid[64] = {0};
     for (size_t k = 0; k < json_array_size(texts); k++) {
         size_t n;
-        char *s = unhex(json_string_value(json_object_get(json_array_get(texts, k), "hex")), &n);
+        char *s = tokcase_unhex(json_string_value(json_object_get(json_array_get(texts, k), "hex")),
+                                &n);
         json_t *str = json_stringn(s, n); /* NULL when s is not UTF-8 */
         free(s);
         if (!str) continue;
@@ -356,19 +318,19 @@ START_TEST(test_jsonl_ids) {
         json_decref(rec);
     }
     fclose(f);
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < TOKCASE_NKINDS; t++) {
         char tk[64];
-        snprintf(tk, sizeof tk, "%s.json", kinds[t].kind);
-        int rc = run_prepare("--tokenizer", golden(tk), "--jsonl", tmp("c.jsonl"), "--field",
+        snprintf(tk, sizeof tk, "%s.json", tokcase_kinds[t].name);
+        int rc = run_prepare("--tokenizer", tokcase_path(tk), "--jsonl", tmp("c.jsonl"), "--field",
                              "text", "--out", tmp("x/c.bin"), "--threads", "2", NULL);
         ck_assert_msg(rc == PP_OK, "%s: rc %d: %s", tk, rc, slurp(tmp("stderr.txt")));
         Want w = {0};
         for (size_t k = 0; k < json_array_size(texts); k++)
-            if (valid[k]) want_case(&w, c, kinds[t].kind, k, kinds[t].doc_id);
-        expect_file(tmp("x/c.bin"), kinds[t].vocab, 2, &w);
+            if (valid[k]) want_case(&w, c, tokcase_kinds[t].name, k, tokcase_kinds[t].doc_id);
+        expect_file(tmp("x/c.bin"), tokcase_kinds[t].vocab, 2, &w);
         free(w.t);
         char line[128];
-        snprintf(line, sizeof line, "each document after %s", kinds[t].doc);
+        snprintf(line, sizeof line, "each document after %s", tokcase_kinds[t].doc);
         ck_assert_msg(strstr(slurp(tmp("stdout.txt")), line), "%s", slurp(tmp("stdout.txt")));
     }
     only_files("c.jsonl", "x", NULL);
@@ -378,14 +340,15 @@ END_TEST
 
 /* Every text of cases.json (invalid UTF-8 and the empty one included) as a --text file. */
 START_TEST(test_text_ids) {
-    json_t *c = cases(), *texts = json_object_get(c, "texts");
+    json_t *c = tokcase_cases(), *texts = json_object_get(c, "texts");
     size_t nt = json_array_size(texts);
     char *argv[40] = {"--tokenizer", NULL, "--out", NULL, "--text"};
     int argc = 5;
     char names[40][64];
     for (size_t k = 0; k < nt && k < 30; k++) {
         size_t n;
-        char *s = unhex(json_string_value(json_object_get(json_array_get(texts, k), "hex")), &n);
+        char *s = tokcase_unhex(json_string_value(json_object_get(json_array_get(texts, k), "hex")),
+                                &n);
         snprintf(names[k], sizeof names[k], "case%02zu.txt", k);
         write_file(tmp(names[k]), s, n);
         free(s);
@@ -394,10 +357,10 @@ START_TEST(test_text_ids) {
     char out[600];
     snprintf(out, sizeof out, "%s", tmp("t.bin"));
     argv[3] = out;
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < TOKCASE_NKINDS; t++) {
         char tk[64];
-        snprintf(tk, sizeof tk, "%s.json", kinds[t].kind);
-        argv[1] = (char *)golden(tk);
+        snprintf(tk, sizeof tk, "%s.json", tokcase_kinds[t].name);
+        argv[1] = (char *)tokcase_path(tk);
         fflush(stdout);
         ck_assert_ptr_nonnull(freopen(tmp("stdout.txt"), "w", stdout));
         ck_assert_ptr_nonnull(freopen(tmp("stderr.txt"), "w", stderr));
@@ -409,8 +372,8 @@ START_TEST(test_text_ids) {
         ck_assert_msg(rc == PP_OK, "%s: rc %d: %s", tk, rc, slurp(tmp("stderr.txt")));
         Want w = {0};
         for (size_t k = 0; k < nt && k < 30; k++)
-            want_case(&w, c, kinds[t].kind, k, kinds[t].doc_id);
-        expect_file(out, kinds[t].vocab, 2, &w);
+            want_case(&w, c, tokcase_kinds[t].name, k, tokcase_kinds[t].doc_id);
+        expect_file(out, tokcase_kinds[t].vocab, 2, &w);
         free(w.t);
     }
     for (int k = 5; k < argc; k++) free(argv[k]);
@@ -423,7 +386,7 @@ END_TEST
 START_TEST(test_one_text_file_split) {
     Tokenizer *t = NULL;
     char err[PP_ERR_MAX];
-    ck_assert_int_eq(tok_load(golden("llama3.json"), &t, err, sizeof err), PP_OK);
+    ck_assert_int_eq(tok_load(tokcase_path("llama3.json"), &t, err, sizeof err), PP_OK);
     const char *text = "The big cat walked in the garden. Where is the apple? It is in the "
                        "kitchen. Anna saw the apple in the garden.";
     write_str(tmp("one.txt"), text);
@@ -433,8 +396,8 @@ START_TEST(test_one_text_file_split) {
     tok_encode(t, text, strlen(text), TOK_ENCODE_NO_SPECIAL, &all);
     size_t nval = all.n / 10; /* floor(0.1 * n) */
     ck_assert_uint_gt(nval, 0);
-    int rc = run_prepare("--tokenizer", golden("llama3.json"), "--text", tmp("one.txt"), "--out",
-                         tmp("d/train.bin"), "--val-fraction", "0.1", NULL);
+    int rc = run_prepare("--tokenizer", tokcase_path("llama3.json"), "--text", tmp("one.txt"),
+                         "--out", tmp("d/train.bin"), "--val-fraction", "0.1", NULL);
     ck_assert_msg(rc == PP_OK, "rc %d: %s", rc, slurp(tmp("stderr.txt")));
     Want tr = {0}, va = {0};
     for (size_t i = 0; i < all.n; i++)
@@ -442,8 +405,9 @@ START_TEST(test_one_text_file_split) {
     expect_file(tmp("d/train.bin"), 800, 2, &tr);
     expect_file(tmp("d/val.bin"), 800, 2, &va);
     /* too few tokens for a validation token */
-    ck_assert_int_eq(run_prepare("--tokenizer", golden("llama3.json"), "--text", tmp("one.txt"),
-                                 "--out", tmp("e.bin"), "--val-fraction", "0.01", NULL),
+    ck_assert_int_eq(run_prepare("--tokenizer", tokcase_path("llama3.json"), "--text",
+                                 tmp("one.txt"), "--out", tmp("e.bin"), "--val-fraction", "0.01",
+                                 NULL),
                      PP_EUSAGE);
     ERR_HAS("leaves none of the");
     ck_assert(!file_exists(tmp("e.bin")) && !file_exists(tmp("e_val.bin")));
@@ -471,7 +435,7 @@ static void doc_ids(const Tokenizer *t, int32_t doc, const char *s, TokIds *out)
 START_TEST(test_val_rule_and_shards) {
     Tokenizer *t = NULL;
     char err[PP_ERR_MAX];
-    ck_assert_int_eq(tok_load(golden("gpt2.json"), &t, err, sizeof err), PP_OK);
+    ck_assert_int_eq(tok_load(tokcase_path("gpt2.json"), &t, err, sizeof err), PP_OK);
     TokIds ids = {0};
     Want train = {0}, val = {0};
     FILE *f = fopen(tmp("d.jsonl"), "wb");
@@ -492,7 +456,7 @@ START_TEST(test_val_rule_and_shards) {
         char th[8], out[600];
         snprintf(th, sizeof th, "%d", threads);
         snprintf(out, sizeof out, "%s", tmp(threads == 1 ? "one/d" : "three/d.bin"));
-        int rc = run_prepare("--tokenizer", golden("gpt2.json"), "--jsonl", tmp("d.jsonl"),
+        int rc = run_prepare("--tokenizer", tokcase_path("gpt2.json"), "--jsonl", tmp("d.jsonl"),
                              "--field", "text", "--out", out, "--val-fraction", "0.1",
                              "--shard-tokens", "1000", "--threads", th, NULL);
         ck_assert_msg(rc == PP_OK, "rc %d: %s", rc, slurp(tmp("stderr.txt")));
@@ -554,20 +518,13 @@ static void set_wordpiece(json_t *j) {
 
 /* gpt2.json with edit applied, written to the test directory as `name` */
 static const char *edited(const char *name, void (*edit)(json_t *)) {
-    json_error_t je;
-    json_t *j = json_load_file(golden("gpt2.json"), 0, &je);
-    ck_assert_ptr_nonnull(j);
-    edit(j);
-    const char *path = tmp(name);
-    ck_assert_int_eq(json_dump_file(j, path, 0), 0);
-    json_decref(j);
-    return path;
+    return tokcase_edited("gpt2.json", name, edit, NULL);
 }
 
 START_TEST(test_doc_token_and_uint32) {
     Tokenizer *t = NULL;
     char err[PP_ERR_MAX];
-    ck_assert_int_eq(tok_load(golden("gpt2.json"), &t, err, sizeof err), PP_OK);
+    ck_assert_int_eq(tok_load(tokcase_path("gpt2.json"), &t, err, sizeof err), PP_OK);
     write_str(tmp("a.jsonl"), "{\"text\": \"the apple\"}\n{\"text\": \"Anna saw\"}\n");
     TokIds a = {0}, b = {0};
     int32_t the = tok_token_id(t, "Ġthe");
@@ -578,9 +535,9 @@ START_TEST(test_doc_token_and_uint32) {
     Want w = {0};
     for (size_t i = 0; i < a.n; i++) want_push(&w, (uint32_t)a.ids[i]);
     for (size_t i = 0; i < b.n; i++) want_push(&w, (uint32_t)b.ids[i]);
-    ck_assert_int_eq(run_prepare("--tokenizer", golden("gpt2.json"), "--jsonl", tmp("a.jsonl"),
-                                 "--field", "text", "--out", tmp("a.bin"), "--doc-token", "Ġthe",
-                                 NULL),
+    ck_assert_int_eq(run_prepare("--tokenizer", tokcase_path("gpt2.json"), "--jsonl",
+                                 tmp("a.jsonl"), "--field", "text", "--out", tmp("a.bin"),
+                                 "--doc-token", "Ġthe", NULL),
                      PP_OK);
     expect_file(tmp("a.bin"), 700, 2, &w);
     /* an id past 65535: uint32 tokens in llm.c's Llama 3 format */
@@ -593,9 +550,9 @@ START_TEST(test_doc_token_and_uint32) {
     expect_file(tmp("b.bin"), 70001, 4, &w);
     ck_assert_ptr_nonnull(strstr(slurp(tmp("stdout.txt")), "vocab 70001, uint32"));
     /* a token that is not there; a tokenizer with neither EOT nor BOS */
-    ck_assert_int_eq(run_prepare("--tokenizer", golden("gpt2.json"), "--jsonl", tmp("a.jsonl"),
-                                 "--field", "text", "--out", tmp("c.bin"), "--doc-token", "<eos>",
-                                 NULL),
+    ck_assert_int_eq(run_prepare("--tokenizer", tokcase_path("gpt2.json"), "--jsonl",
+                                 tmp("a.jsonl"), "--field", "text", "--out", tmp("c.bin"),
+                                 "--doc-token", "<eos>", NULL),
                      PP_EUSAGE);
     ERR_HAS("--doc-token \"<eos>\" is not a token of");
     const char *none = edited("none.json", set_no_eot);
@@ -620,9 +577,9 @@ static void refused_shards(const char *jsonl, const char *shard, const char *msg
     write_str(tmp("o_train_000000.bin"), "old");
     char out[600];
     snprintf(out, sizeof out, "%s", tmp("o"));
-    int rc = run_prepare("--tokenizer", golden("gpt2.json"), "--jsonl", tmp("c.jsonl"), "--field",
-                         "text", "--out", out, "--shard-tokens", shard, "--val-fraction", "0.5",
-                         "--threads", "2", NULL);
+    int rc = run_prepare("--tokenizer", tokcase_path("gpt2.json"), "--jsonl", tmp("c.jsonl"),
+                         "--field", "text", "--out", out, "--shard-tokens", shard, "--val-fraction",
+                         "0.5", "--threads", "2", NULL);
     ck_assert_msg(rc == PP_EUSAGE, "rc %d for %s", rc, msg);
     ERR_HAS(msg);
     ck_assert_str_eq(slurp(tmp("o_train_000000.bin")), "old");
@@ -676,8 +633,9 @@ START_TEST(test_bad_tokenizer) {
     ck_assert_int_eq(run_prepare("--tokenizer", tmp("nope.json"), "--jsonl", tmp("c.jsonl"),
                                  "--field", "text", "--out", tmp("o.bin"), NULL),
                      PP_EUSAGE);
-    ck_assert_int_eq(run_prepare("--tokenizer", golden("gpt2.json"), "--jsonl", tmp("c.jsonl"),
-                                 tmp("nope.jsonl"), "--field", "text", "--out", tmp("o.bin"), NULL),
+    ck_assert_int_eq(run_prepare("--tokenizer", tokcase_path("gpt2.json"), "--jsonl",
+                                 tmp("c.jsonl"), tmp("nope.jsonl"), "--field", "text", "--out",
+                                 tmp("o.bin"), NULL),
                      PP_EUSAGE);
     ERR_HAS("cannot open input");
     ERR_HAS("nope.jsonl");

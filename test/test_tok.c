@@ -1,13 +1,17 @@
 /* test_tok.c — src/tok/ against the tokenizers library's own ids (test/tok/, made by
- * test/tok/gen.py): three small trained tokenizers (GPT-2's byte-level kind, Llama 3's
- * Split + ByteLevel with ignore_merges and a BOS template, SentencePiece's byte-fallback
- * kind as Llama 2's file has it) encode a text hard on tokenizers (CJK, emoji with
- * modifiers and ZWJ, combining marks, RTL, CRLF, tabs, runs of spaces and digits,
- * Unicode spaces), empty and one-space texts, special tokens inside text and bytes that
- * are not UTF-8 to exactly the library's ids, with and without the template's special
- * tokens, and decode them to exactly its text, skipping special tokens or not. Then: the
- * decode round trip, 100,000-character words (the min-heap BPE; a quadratic one would
- * take minutes), many threads on one tokenizer, and damaged or unsupported
+ * test/tok/gen.py): six small trained tokenizers (GPT-2's byte-level kind; Llama 3's
+ * Split + ByteLevel with ignore_merges and a BOS template; Qwen2's NFC + Split + ByteLevel
+ * as transformers converts it; the SentencePiece byte-fallback kind three ways: as Llama
+ * 2's file has it, made by hand, and as transformers converts a sentencepiece model,
+ * legacy (Prepend/Replace normalizer) and not (Metaspace pre-tokenizer, prepend_scheme
+ * first)) and variants of them (the other Metaspace forms and its decoder; NFD, NFKC,
+ * NFKD) encode a text hard on tokenizers (CJK, emoji with modifiers and ZWJ, combining
+ * marks, RTL, CRLF, tabs, runs of spaces and digits, Unicode spaces), text the Unicode
+ * normalizers change, empty and one-space texts, special tokens inside text and bytes
+ * that are not UTF-8 to exactly the library's ids, with and without the template's
+ * special tokens, and decode them to exactly its text, skipping special tokens or not.
+ * Then: the decode round trip, 100,000-character words (the min-heap BPE; a quadratic one
+ * would take minutes), many threads on one tokenizer, and damaged or unsupported
  * tokenizer.json files refused naming the file and the field. */
 #define _GNU_SOURCE
 #include <check.h>
@@ -19,9 +23,9 @@
 #include "checkrun.h"
 #include "testdir.h"
 #include "tok/tokenizer.h"
+#include "tokcases.h"
 
 static char g_err[PP_ERR_MAX];
-static const char *KINDS[] = {"gpt2", "llama3", "sp"};
 
 static void setup(void) {
     testdir_create("pp_test_tok");
@@ -32,55 +36,17 @@ static void teardown(void) { testdir_remove(); }
 
 #define ASSERT_ERR_HAS(s) ck_assert_msg(strstr(g_err, (s)) != NULL, "'%s' lacks '%s'", g_err, (s))
 
-/* test/tok/NAME, next to this file (the tests run from the repository root) */
-static const char *golden(const char *name) {
-    static char buf[4][PP_PATH_MAX + 64];
-    static int k;
-    k = (k + 1) % 4;
-    const char *slash = strrchr(__FILE__, '/');
-    snprintf(buf[k], sizeof buf[k], "%.*stok/%s", slash ? (int)(slash - __FILE__ + 1) : 0, __FILE__,
-             name);
-    return buf[k];
+static Tokenizer *load_path(const char *path) {
+    Tokenizer *t = NULL;
+    int rc = tok_load(path, &t, g_err, sizeof g_err);
+    ck_assert_msg(rc == PP_OK && t, "%s: %s", path, g_err);
+    return t;
 }
 
 static Tokenizer *load(const char *kind) {
     char name[64];
-    Tokenizer *t = NULL;
     snprintf(name, sizeof name, "%s.json", kind);
-    int rc = tok_load(golden(name), &t, g_err, sizeof g_err);
-    ck_assert_msg(rc == PP_OK && t, "%s: %s", name, g_err);
-    return t;
-}
-
-static json_t *cases(void) {
-    json_error_t je;
-    json_t *c = json_load_file(golden("cases.json"), 0, &je);
-    ck_assert_msg(c, "cases.json: %s at line %d", je.text, je.line);
-    return c;
-}
-
-/* hex text -> bytes (malloc'd, *n) */
-static char *unhex(const char *hex, size_t *n) {
-    size_t len = strlen(hex) / 2;
-    char *out = malloc(len + 1);
-    for (size_t i = 0; i < len; i++) {
-        unsigned v;
-        sscanf(hex + 2 * i, "%2x", &v);
-        out[i] = (char)v;
-    }
-    out[len] = 0;
-    *n = len;
-    return out;
-}
-
-static char *text_of(json_t *c, const char *name, size_t *n) {
-    size_t i;
-    json_t *e;
-    json_array_foreach(json_object_get(c, "texts"), i, e) {
-        if (strcmp(json_string_value(json_object_get(e, "name")), name) == 0)
-            return unhex(json_string_value(json_object_get(e, "hex")), n);
-    }
-    return NULL;
+    return load_path(tokcase_path(name));
 }
 
 /* the wrong ids of got against the library's list; prints the first difference */
@@ -103,7 +69,7 @@ static int compare_ids(const char *what, const TokIds *got, json_t *want) {
 static int compare_text(const char *what, const TokText *got, const char *want_hex,
                         const char *text, size_t text_n) {
     size_t n = text_n;
-    char *want = strcmp(want_hex, "=") == 0 ? strndup(text, text_n) : unhex(want_hex, &n);
+    char *want = strcmp(want_hex, "=") == 0 ? strndup(text, text_n) : tokcase_unhex(want_hex, &n);
     int bad = got->len != n || memcmp(got->p ? got->p : "", want, n) != 0;
     if (bad)
         fprintf(stderr, "%s: decode gives \"%.*s\", the library \"%s\"\n", what, (int)got->len,
@@ -112,72 +78,127 @@ static int compare_text(const char *what, const TokText *got, const char *want_h
     return bad;
 }
 
+/* The rows of one tokenizer (a kind of test/tok/ or a variant of one): ids and decodes
+ * as the library's. Returns the rows that differ; *checked counts the rows. */
+static int check_rows(json_t *c, Tokenizer *t, const char *kind, const char *label, json_t *rows,
+                      int *checked) {
+    int wrong = 0;
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row) {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        char what[128];
+        TokIds ids = {0}, ns = {0};
+        TokText dec = {0}, skip = {0};
+        size_t n = 0;
+        int bad = 0;
+        char *text = tokcase_text(c, name, &n);
+        json_t *want = tokcase_ids(c, kind, row);
+        if (text) { /* partial_bytes has ids only */
+            snprintf(what, sizeof what, "%s %s", label, name);
+            tok_encode(t, text, n, 0, &ids);
+            bad |= compare_ids(what, &ids, want);
+            snprintf(what, sizeof what, "%s %s (no special tokens)", label, name);
+            tok_encode(t, text, n, TOK_ENCODE_NO_SPECIAL, &ns);
+            bad |= compare_ids(what, &ns, json_object_get(row, "ids_nospecial"));
+        } else {
+            for (size_t j = 0; j < json_array_size(want); j++) {
+                if (ids.n == ids.cap) ids.ids = realloc(ids.ids, (ids.cap = 2 * ids.cap + 8) * 4);
+                ids.ids[ids.n++] = (int32_t)json_integer_value(json_array_get(want, j));
+            }
+        }
+        snprintf(what, sizeof what, "%s %s", label, name);
+        ck_assert_int_eq(tok_decode(t, ids.ids, ids.n, 0, &dec, g_err, sizeof g_err), PP_OK);
+        bad |= compare_text(what, &dec, json_string_value(json_object_get(row, "decode")), text, n);
+        ck_assert_int_eq(tok_decode(t, ids.ids, ids.n, TOK_DECODE_SKIP_SPECIAL, &skip, g_err,
+                                    sizeof g_err),
+                         PP_OK);
+        bad |= compare_text(what, &skip, json_string_value(json_object_get(row, "decode_skip")),
+                            text, n);
+        wrong += bad;
+        (*checked)++;
+        free(text);
+        json_decref(want);
+        tok_ids_free(&ids), tok_ids_free(&ns), tok_text_free(&dec), tok_text_free(&skip);
+    }
+    return wrong;
+}
+
 /* every text of cases.json through each tokenizer: ids and decodes equal the library's */
 START_TEST(test_library_ids) {
-    json_t *c = cases();
+    json_t *c = tokcase_cases();
     int wrong = 0, checked = 0;
-    for (int k = 0; k < 3; k++) {
-        Tokenizer *t = load(KINDS[k]);
-        json_t *rows = json_object_get(json_object_get(c, "tokenizers"), KINDS[k]), *row;
-        size_t i;
-        json_array_foreach(rows, i, row) {
-            const char *name = json_string_value(json_object_get(row, "name"));
-            char what[128];
-            TokIds ids = {0}, ns = {0};
-            TokText dec = {0}, skip = {0};
-            size_t n = 0;
-            char *text = text_of(c, name, &n);
-            json_t *want = json_object_get(row, "ids");
-            if (text) { /* partial_bytes has ids only */
-                snprintf(what, sizeof what, "%s %s", KINDS[k], name);
-                tok_encode(t, text, n, 0, &ids);
-                wrong += compare_ids(what, &ids, want);
-                snprintf(what, sizeof what, "%s %s (no special tokens)", KINDS[k], name);
-                tok_encode(t, text, n, TOK_ENCODE_NO_SPECIAL, &ns);
-                wrong += compare_ids(what, &ns, json_object_get(row, "ids_nospecial"));
-            } else {
-                for (size_t j = 0; j < json_array_size(want); j++) {
-                    int32_t id = (int32_t)json_integer_value(json_array_get(want, j));
-                    tok_encode(t, "", 0, TOK_ENCODE_NO_SPECIAL, &ids); /* nothing */
-                    if (ids.n == ids.cap)
-                        ids.ids = realloc(ids.ids, (ids.cap = 2 * ids.cap + 8) * 4);
-                    ids.ids[ids.n++] = id;
-                }
-            }
-            snprintf(what, sizeof what, "%s %s", KINDS[k], name);
-            ck_assert_int_eq(tok_decode(t, ids.ids, ids.n, 0, &dec, g_err, sizeof g_err), PP_OK);
-            wrong += compare_text(what, &dec, json_string_value(json_object_get(row, "decode")),
-                                  text, n);
-            ck_assert_int_eq(tok_decode(t, ids.ids, ids.n, TOK_DECODE_SKIP_SPECIAL, &skip, g_err,
-                                        sizeof g_err),
-                             PP_OK);
-            wrong += compare_text(what, &skip,
-                                  json_string_value(json_object_get(row, "decode_skip")), text, n);
-            checked++;
-            free(text);
-            tok_ids_free(&ids), tok_ids_free(&ns), tok_text_free(&dec), tok_text_free(&skip);
-        }
+    for (int k = 0; k < TOKCASE_NKINDS; k++) {
+        const char *kind = tokcase_kinds[k].name;
+        Tokenizer *t = load(kind);
+        json_t *rows = json_object_get(json_object_get(c, "tokenizers"), kind);
+        ck_assert_msg(json_array_size(rows) > 0, "cases.json has no rows for %s", kind);
+        wrong += check_rows(c, t, kind, kind, rows, &checked);
         tok_free(t);
     }
-    json_decref(c);
-    ck_assert_int_ge(checked, 3 * 15);
+    ck_assert_int_ge(checked, TOKCASE_NKINDS * 20);
     ck_assert_msg(wrong == 0, "%d of %d cases differ from the tokenizers library", wrong, checked);
+    json_decref(c);
 }
 END_TEST
 
-static const char *ROUND_TRIP[] = {"hard",   "empty",      "space",      "spaces",
-                                   "digits", "long_word",  "mixed_word", "long_spaces_word",
-                                   "crlf",   "apostrophes"};
+/* the variants: a kind with some components replaced (cases.json's "replace"), its rows */
+START_TEST(test_variants) {
+    json_t *c = tokcase_cases(), *v;
+    int wrong = 0, checked = 0;
+    size_t i;
+    json_array_foreach(json_object_get(c, "variants"), i, v) {
+        const char *name = json_string_value(json_object_get(v, "name"));
+        const char *base = json_string_value(json_object_get(v, "base"));
+        char file[96], label[96];
+        snprintf(file, sizeof file, "%s.json", base);
+        snprintf(label, sizeof label, "%s (%s)", name, base);
+        const char *path = tokcase_edited(file, "variant.json", NULL,
+                                          json_object_get(v, "replace"));
+        Tokenizer *t = load_path(path);
+        wrong += check_rows(c, t, base, label, json_object_get(v, "rows"), &checked);
+        tok_free(t);
+    }
+    ck_assert_int_ge(i, 9);
+    ck_assert_int_ge(checked, 9 * 12);
+    ck_assert_msg(wrong == 0, "%d of %d variant cases differ from the tokenizers library", wrong,
+                  checked);
+    json_decref(c);
+}
+END_TEST
 
-/* decode(encode(x)) == x for UTF-8 without added tokens in it, and for byte-level with them
- * when special tokens are kept */
+static const char *ROUND_TRIP[] = {"hard",         "empty",       "space",      "spaces",
+                                   "digits",       "long_word",   "mixed_word", "long_spaces_word",
+                                   "crlf",         "apostrophes", "unicode",    "metaspace",
+                                   "leading_space"};
+
+/* Where the library itself does not give the text back, and why: NFC changes it (qwen2);
+ * prepend_scheme "first" adds no ▁ to a text that starts with a space, and the decoder's
+ * Strip then takes that space (mistral); a ▁ in the text decodes as a space (the
+ * SentencePiece kinds). There pptrain gives the library's text (test_library_ids). */
+static const char *NO_ROUND_TRIP[][2] = {{"qwen2", "hard"},        {"qwen2", "unicode"},
+                                         {"mistral", "space"},     {"mistral", "spaces"},
+                                         {"mistral", "metaspace"}, {"mistral", "leading_space"},
+                                         {"sp", "metaspace"},      {"llama2", "metaspace"}};
+
+static int no_round_trip(const char *kind, const char *text) {
+    for (size_t i = 0; i < sizeof NO_ROUND_TRIP / sizeof *NO_ROUND_TRIP; i++)
+        if (!strcmp(NO_ROUND_TRIP[i][0], kind) && !strcmp(NO_ROUND_TRIP[i][1], text)) return 1;
+    return 0;
+}
+
+/* decode(encode(x)) == x for UTF-8 without added tokens in it, for every kind, but where
+ * the library does not round-trip either (NO_ROUND_TRIP); and for byte-level with added
+ * tokens when special tokens are kept */
 START_TEST(test_round_trip) {
-    json_t *c = cases();
-    for (int k = 0; k < 3; k++) {
-        Tokenizer *t = load(KINDS[k]);
+    json_t *c = tokcase_cases();
+    int exact = 0;
+    for (int k = 0; k < TOKCASE_NKINDS; k++) {
+        const char *kind = tokcase_kinds[k].name;
+        Tokenizer *t = load(kind);
         for (size_t r = 0; r < sizeof ROUND_TRIP / sizeof *ROUND_TRIP; r++) {
             size_t n;
-            char *text = text_of(c, ROUND_TRIP[r], &n);
+            char *text = tokcase_text(c, ROUND_TRIP[r], &n);
             ck_assert_ptr_nonnull(text);
             for (unsigned flags = 0; flags < 2; flags++) {
                 TokIds ids = {0};
@@ -186,20 +207,26 @@ START_TEST(test_round_trip) {
                 ck_assert_int_eq(tok_decode(t, ids.ids, ids.n, TOK_DECODE_SKIP_SPECIAL, &out, g_err,
                                             sizeof g_err),
                                  PP_OK);
-                ck_assert_msg(out.len == n && memcmp(out.p, text, n) == 0, "%s %s: \"%s\"",
-                              KINDS[k], ROUND_TRIP[r], out.p);
+                int same = out.len == n && memcmp(out.p, text, n) == 0;
+                ck_assert_msg(same != no_round_trip(kind, ROUND_TRIP[r]), "%s %s: \"%s\"%s", kind,
+                              ROUND_TRIP[r], out.p, same ? " (listed in NO_ROUND_TRIP)" : "");
+                exact += same;
                 tok_ids_free(&ids), tok_text_free(&out);
             }
             free(text);
         }
         tok_free(t);
     }
-    /* byte-level: special tokens come back as they were written */
-    const char *with[][2] = {{"gpt2", "specials_gpt2"}, {"llama3", "specials_llama3"}};
-    for (int k = 0; k < 2; k++) {
+    ck_assert_int_eq(exact, 2 * (TOKCASE_NKINDS * (int)(sizeof ROUND_TRIP / sizeof *ROUND_TRIP) -
+                                 (int)(sizeof NO_ROUND_TRIP / sizeof *NO_ROUND_TRIP)));
+    /* byte-level: added tokens come back as they were written */
+    const char *with[][2] = {{"gpt2", "specials_gpt2"},
+                             {"llama3", "specials_llama3"},
+                             {"qwen2", "specials_qwen2"}};
+    for (int k = 0; k < 3; k++) {
         Tokenizer *t = load(with[k][0]);
         size_t n;
-        char *text = text_of(c, with[k][1], &n);
+        char *text = tokcase_text(c, with[k][1], &n);
         TokIds ids = {0};
         TokText out = {0};
         tok_encode(t, text, n, TOK_ENCODE_NO_SPECIAL, &ids);
@@ -215,15 +242,22 @@ END_TEST
 
 /* the special tokens by name; the template adds BOS unless told not to */
 START_TEST(test_special_tokens) {
-    Tokenizer *g = load("gpt2"), *l = load("llama3"), *s = load("sp");
+    Tokenizer *g = load("gpt2"), *l = load("llama3"), *s = load("sp"), *q = load("qwen2");
+    Tokenizer *m = load("mistral");
+    for (int k = 0; k < TOKCASE_NKINDS; k++) {
+        Tokenizer *t = load(tokcase_kinds[k].name);
+        ck_assert_int_eq(tok_vocab_size(t), tokcase_kinds[k].vocab);
+        ck_assert_int_eq(tok_token_id(t, tokcase_kinds[k].doc), tokcase_kinds[k].doc_id);
+        tok_free(t);
+    }
     ck_assert_int_eq(tok_token_id(g, "<|endoftext|>"), 0);
     ck_assert_int_eq(tok_token_id(l, "<|begin_of_text|>"), 0);
     ck_assert_int_eq(tok_token_id(l, "<|eot_id|>"), 4);
     ck_assert_int_eq(tok_token_id(s, "<s>"), 1);
     ck_assert_int_eq(tok_token_id(s, "<0x41>"), 3 + 0x41);
     ck_assert_int_eq(tok_token_id(g, "no such token"), -1);
-    ck_assert_int_eq(tok_vocab_size(g), 700);
-    ck_assert_int_eq(tok_vocab_size(s), 756);
+    ck_assert_int_eq(tok_token_id(q, "<|im_end|>"), 802);
+    ck_assert_int_eq(tok_token_id(m, "<0x0A>"), 3 + 0x0A);
     size_t n;
     const char *str = tok_token_str(l, 4, &n);
     ck_assert_str_eq(str, "<|eot_id|>");
@@ -234,6 +268,15 @@ START_TEST(test_special_tokens) {
     ck_assert_uint_eq(tok_encode(l, "", 0, TOK_ENCODE_NO_SPECIAL, &ids), 0);
     ck_assert_uint_eq(tok_encode(g, "<|endoftext|>", 13, 0, &ids), 1);
     ck_assert_int_eq(ids.ids[1], 0);
+    /* Qwen2's <tool_call> is not special: kept by decode(skip_special_tokens=True) */
+    ids.n = 0;
+    ck_assert_uint_eq(tok_encode(q, "<|im_end|><tool_call>", 21, 0, &ids), 2);
+    TokText text = {0};
+    ck_assert_int_eq(tok_decode(q, ids.ids, ids.n, TOK_DECODE_SKIP_SPECIAL, &text, g_err,
+                                sizeof g_err),
+                     PP_OK);
+    ck_assert_str_eq(text.p, "<tool_call>");
+    tok_text_free(&text);
     /* an id past the vocabulary: an error, out unchanged */
     int32_t badid[2] = {5, 900};
     TokText out = {0};
@@ -241,13 +284,14 @@ START_TEST(test_special_tokens) {
     ASSERT_ERR_HAS("token id 900 (at 1) is not in the tokenizer");
     ck_assert_uint_eq(out.len, 0);
     tok_ids_free(&ids);
-    tok_free(g), tok_free(l), tok_free(s);
+    tok_free(g), tok_free(l), tok_free(s), tok_free(q), tok_free(m);
 }
 END_TEST
 
 /* 100,000-character words: O(n log n) merging (the min-heap), seconds at most even under
  * the sanitizers; a BPE that rescans the word for each merge would take minutes. The
- * SentencePiece kind has no pre-tokenizer, so its whole text is one word. */
+ * SentencePiece kinds split nothing (no pre-tokenizer, or Metaspace with split false),
+ * so their whole text is one word. */
 START_TEST(test_long_word) {
     size_t n = 100000;
     char *a = malloc(n), *mixed = malloc(n);
@@ -257,8 +301,9 @@ START_TEST(test_long_word) {
         x = x * 1103515245u + 12345u;
         mixed[i] = "etaoinshr"[(x >> 16) % 9];
     }
-    for (int k = 0; k < 3; k++) {
-        Tokenizer *t = load(KINDS[k]);
+    for (int k = 0; k < TOKCASE_NKINDS; k++) {
+        const char *kind = tokcase_kinds[k].name;
+        Tokenizer *t = load(kind);
         const char *texts[2] = {a, mixed};
         for (int j = 0; j < 2; j++) {
             TokIds ids = {0};
@@ -266,7 +311,7 @@ START_TEST(test_long_word) {
             double t0 = pp_now();
             tok_encode(t, texts[j], n, TOK_ENCODE_NO_SPECIAL, &ids);
             double dt = pp_now() - t0;
-            fprintf(stderr, "test_tok: %s, %zu characters (%s): %zu ids in %.3f s\n", KINDS[k], n,
+            fprintf(stderr, "test_tok: %s, %zu characters (%s): %zu ids in %.3f s\n", kind, n,
                     j ? "mixed" : "one letter", ids.n, dt);
             ck_assert_int_eq(tok_decode(t, ids.ids, ids.n, 0, &out, g_err, sizeof g_err), PP_OK);
             ck_assert(out.len == n && memcmp(out.p, texts[j], n) == 0);
@@ -296,11 +341,11 @@ static void *encode_job(void *p) {
 }
 
 START_TEST(test_threads) {
-    json_t *c = cases();
+    json_t *c = tokcase_cases();
     size_t n;
-    char *text = text_of(c, "hard", &n);
-    for (int k = 0; k < 3; k++) {
-        Tokenizer *t = load(KINDS[k]);
+    char *text = tokcase_text(c, "hard", &n);
+    for (int k = 0; k < TOKCASE_NKINDS; k++) {
+        Tokenizer *t = load(tokcase_kinds[k].name);
         TokIds one = {0};
         tok_encode(t, text, n, 0, &one);
         Job jobs[4];
@@ -325,18 +370,6 @@ END_TEST
 
 /* ---- refused files --------------------------------------------------------------------- */
 
-/* gpt2.json (or `base`) with edit applied, written to the test directory as `name` */
-static const char *edited(const char *base, const char *name, void (*edit)(json_t *)) {
-    json_error_t je;
-    json_t *j = json_load_file(golden(base), 0, &je);
-    ck_assert_ptr_nonnull(j);
-    edit(j);
-    const char *path = tmp(name);
-    ck_assert_int_eq(json_dump_file(j, path, 0), 0);
-    json_decref(j);
-    return path;
-}
-
 static void set_wordpiece(json_t *j) {
     json_object_set_new(json_object_get(j, "model"), "type", json_string("WordPiece"));
 }
@@ -351,10 +384,30 @@ static void set_merge_unknown(json_t *j) {
     json_t *merges = json_object_get(json_object_get(j, "model"), "merges");
     json_array_set_new(merges, 3, json_string("Ġ zzqx"));
 }
-static void set_nfc(json_t *j) {
-    json_t *n = json_object();
-    json_object_set_new(n, "type", json_string("NFC"));
-    json_object_set_new(j, "normalizer", n);
+static void set_precompiled(json_t *j) { /* what SentencePiece's Unigram files have */
+    json_object_set_new(j, "normalizer",
+                        json_pack("{s:s, s:s}", "type", "Precompiled", "precompiled_charsmap", ""));
+}
+static void set_lowercase(json_t *j) { /* qwen2.json: NFC then Lowercase */
+    json_t *norm = json_pack("{s:s, s:[{s:s}, {s:s}]}", "type", "Sequence", "normalizers", "type",
+                             "NFC", "type", "Lowercase");
+    json_object_set_new(j, "normalizer", norm);
+}
+static void metaspace_set(json_t *j, const char *key, json_t *value) {
+    json_object_set_new(json_object_get(j, "pre_tokenizer"), key, value);
+}
+static void set_metaspace_two(json_t *j) { metaspace_set(j, "replacement", json_string("__")); }
+static void set_metaspace_scheme(json_t *j) {
+    metaspace_set(j, "prepend_scheme", json_string("sometimes"));
+}
+static void set_metaspace_no_prefix(json_t *j) { /* the library refuses it too */
+    metaspace_set(j, "add_prefix_space", json_false());
+    metaspace_set(j, "prepend_scheme", json_null());
+}
+static void set_metaspace_decoder(json_t *j) {
+    json_object_set_new(j, "decoder",
+                        json_pack("{s:s, s:s, s:b, s:s}", "type", "Metaspace", "replacement", "▁",
+                                  "add_prefix_space", 0, "prepend_scheme", "first"));
 }
 static void set_lstrip(json_t *j) {
     json_object_set_new(json_array_get(json_object_get(j, "added_tokens"), 0), "lstrip",
@@ -368,7 +421,7 @@ static void set_truncation(json_t *j) { json_object_set_new(j, "truncation", jso
 
 static void refused(const char *base, const char *name, void (*edit)(json_t *), const char *what) {
     Tokenizer *t = (Tokenizer *)1;
-    const char *path = edited(base, name, edit);
+    const char *path = tokcase_edited(base, name, edit, NULL);
     ck_assert_int_eq(tok_load(path, &t, g_err, sizeof g_err), PP_EUSAGE);
     ck_assert_ptr_null(t);
     ASSERT_ERR_HAS(path);
@@ -383,7 +436,20 @@ START_TEST(test_refused) {
             "pre_tokenizer.pretokenizers[1].type \"Digits\" is not supported");
     refused("gpt2.json", "merge.json", set_merge_unknown,
             "model.merges[3] \"Ġ\" + \"zzqx\": \"zzqx\" is not in model.vocab");
-    refused("sp.json", "nfc.json", set_nfc, "normalizer.type \"NFC\" is not supported");
+    refused("sp.json", "pc.json", set_precompiled,
+            "normalizer.type \"Precompiled\" is not supported (pptrain reads Sequence, Prepend, "
+            "Replace, NFC, NFD, NFKC, NFKD)");
+    refused("qwen2.json", "lower.json", set_lowercase,
+            "normalizer.normalizers[1].type \"Lowercase\" is not supported");
+    refused("mistral.json", "ms2.json", set_metaspace_two,
+            "pre_tokenizer (Metaspace) replacement \"__\" must be one character");
+    refused("mistral.json", "ms3.json", set_metaspace_scheme,
+            "pre_tokenizer (Metaspace) prepend_scheme must be \"first\", \"always\" or \"never\"");
+    refused("mistral.json", "ms4.json", set_metaspace_no_prefix,
+            "pre_tokenizer (Metaspace) has add_prefix_space false but prepend_scheme \"always\": "
+            "the tokenizers library refuses this file too");
+    refused("mistral.json", "ms5.json", set_metaspace_decoder,
+            "decoder (Metaspace) has add_prefix_space false but prepend_scheme \"first\"");
     refused("gpt2.json", "lstrip.json", set_lstrip,
             "added_tokens[0] \"<|endoftext|>\" has lstrip set: not supported");
     refused("gpt2.json", "vocab.json", set_vocab_string,
@@ -415,6 +481,7 @@ static Suite *tok_suite(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120); /* the sanitizer build on a slow machine */
     tcase_add_test(tc, test_library_ids);
+    tcase_add_test(tc, test_variants);
     tcase_add_test(tc, test_round_trip);
     tcase_add_test(tc, test_special_tokens);
     tcase_add_test(tc, test_long_word);

@@ -45,12 +45,9 @@ static void dec_bytelevel(const List *in, List *out) {
         size_t n, start = bytes.len;
         const char *s = list_get(in, i, &n);
         for (size_t k = 0; k < n;) {
-            int len = tok_utf8_next((const unsigned char *)s + k, n - k), b = -1;
+            int len = tok_utf8_next((const unsigned char *)s + k, n - k);
             if (len <= 0) break;
-            uint32_t cp = (unsigned char)s[k];
-            if (len > 1) cp &= 0xFFu >> (len + 1);
-            for (int j = 1; j < len; j++) cp = cp << 6 | ((unsigned char)s[k + j] & 0x3F);
-            b = tok_char_byte(cp);
+            int b = tok_char_byte(tok_utf8_get((const unsigned char *)s + k, len));
             if (b < 0) { /* not all mapped: the raw token */
                 bytes.len = start;
                 tok_text_append(&bytes, s, n);
@@ -136,6 +133,33 @@ static void dec_strip(const Tokenizer *t, const TokDec *d, const List *in, List 
     }
 }
 
+/* Metaspace: each replacement character becomes a space, except in the first token
+ * (unless prepend_scheme is "never"), where every one is dropped: the library's decoder */
+static void dec_metaspace(const Tokenizer *t, const TokDec *d, const List *in, List *out) {
+    const char *rep = tok_s(t, d->a);
+    size_t nr = d->a.len;
+    TokText r = {0};
+    for (size_t i = 0; i < in->n; i++) {
+        size_t n, from = 0;
+        const char *s = list_get(in, i, &n);
+        r.len = 0;
+        for (size_t k = 0; k + nr <= n;) {
+            if (memcmp(s + k, rep, nr) != 0) {
+                int c = tok_utf8_next((const unsigned char *)s + k, n - k);
+                k += (size_t)(c > 0 ? c : -c);
+                continue;
+            }
+            tok_text_append(&r, s + from, k - from);
+            if (i > 0 || d->prepend == TOK_PREPEND_NEVER) tok_text_append(&r, " ", 1);
+            k += nr;
+            from = k;
+        }
+        tok_text_append(&r, s + from, n - from);
+        list_push(out, r.p ? r.p : "", r.len);
+    }
+    tok_text_free(&r);
+}
+
 static void dec_step(const Tokenizer *t, const TokDec *d, const List *in, List *out) {
     size_t n;
     const char *s;
@@ -147,6 +171,7 @@ static void dec_step(const Tokenizer *t, const TokDec *d, const List *in, List *
         list_push(out, in->text.p, in->text.len);
         break;
     case TOK_DEC_STRIP: dec_strip(t, d, in, out); break;
+    case TOK_DEC_METASPACE: dec_metaspace(t, d, in, out); break;
     case TOK_DEC_REPLACE: {
         TokText r = {0};
         for (size_t i = 0; i < in->n; i++) {

@@ -1,8 +1,8 @@
 /* tok_encode.c — text to ids, step for step as the tokenizers library encodes: added
  * tokens split out of the raw text, then each piece normalized, the normalized added
  * tokens split out of it, the rest pre-tokenized into words (regex splits, ByteLevel's
- * prefix space and byte map) and each word through BPE; the template's special tokens
- * around it all. */
+ * prefix space and byte map, Metaspace) and each word through BPE; the template's special
+ * tokens around it all. */
 #define _GNU_SOURCE /* memmem, qsort_r */
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +24,7 @@ typedef struct {
     pcre2_match_data *md;
     TokText clean;                   /* the input with U+FFFD for ill-formed bytes */
     TokText norm, norm_tmp;          /* a normalized piece */
-    TokText prefixed[TOK_MAX_STEPS]; /* ByteLevel's prefix space, per pre-tokenizer step */
+    TokText prefixed[TOK_MAX_STEPS]; /* ByteLevel's prefix space, Metaspace's text, per step */
     TokText word;                    /* a word in ByteLevel's characters (ignore_merges) */
     Sym *sym;
     size_t sym_cap;
@@ -213,7 +213,55 @@ static int next_match(Enc *e, const pcre2_code *re, const char *s, size_t n, siz
     return 1;
 }
 
-static void pre_step(Enc *e, int k, const char *s, size_t n) {
+static void pre_step(Enc *e, int k, const char *s, size_t n, int at_start);
+
+/* [Note: Metaspace]
+ * The library's Metaspace pre-tokenizer, on each piece: every ' ' becomes the replacement
+ * (▁), which is then put before the piece unless it starts with one already: always
+ * (prepend_scheme "always"), never, or ("first") only where the piece starts at offset 0
+ * of the original text. Pieces are what the added tokens left (a text that begins with
+ * <s> has no piece at 0: nothing after it gets ▁) and, within a Sequence, what earlier
+ * steps split. `at_start` follows that offset: the raw piece at 0, its normalized text
+ * still starting with the original's first character (a Replace to "" that removed it
+ * moves the start), the split at 0 of its parent. (The library counts a split after
+ * characters that a normalizer inserted, Prepend's, as at 0 too; no file on the Hub splits
+ * before Metaspace, and pptrain does not follow that case.) With split true the piece is
+ * cut before each ▁, each ▁ starting a word ("▁Hey", "▁", "▁friend"). */
+static void metaspace(Enc *e, int k, const TokPre *p, const char *s, size_t n, int at_start) {
+    const Tokenizer *t = e->t;
+    const char *rep = tok_s(t, p->rep);
+    size_t nr = p->rep.len, from = 0;
+    TokText *b = &e->prefixed[k];
+    b->len = 0;
+    int starts = s[0] == ' ' || (n >= nr && memcmp(s, rep, nr) == 0);
+    if (!starts &&
+        (p->prepend == TOK_PREPEND_ALWAYS || (p->prepend == TOK_PREPEND_FIRST && at_start)))
+        tok_text_append(b, rep, nr);
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != ' ') continue;
+        tok_text_append(b, s + from, i - from);
+        tok_text_append(b, rep, nr);
+        from = i + 1;
+    }
+    tok_text_append(b, s + from, n - from);
+    if (!p->split) {
+        pre_step(e, k + 1, b->p, b->len, at_start);
+        return;
+    }
+    const char *w = b->p;
+    size_t last = 0, len = b->len;
+    for (size_t i = 1; i + nr <= len; i++) /* a word from each ▁ to the next */
+        if (memcmp(w + i, rep, nr) == 0) { /* at a character: rep starts with a lead byte */
+            pre_step(e, k + 1, w + last, i - last, at_start && last == 0);
+            last = i;
+            i += nr - 1;
+        }
+    pre_step(e, k + 1, w + last, len - last, at_start && last == 0);
+}
+
+/* s[n] through pre-tokenizer steps k.. and BPE; at_start: s starts at offset 0 of the
+ * original text ([Note: Metaspace]) */
+static void pre_step(Enc *e, int k, const char *s, size_t n, int at_start) {
     const Tokenizer *t = e->t;
     if (n == 0) return;
     if (k == t->n_pre) {
@@ -221,6 +269,10 @@ static void pre_step(Enc *e, int k, const char *s, size_t n) {
         return;
     }
     const TokPre *p = &t->pre[k];
+    if (p->kind == TOK_PRE_METASPACE) {
+        metaspace(e, k, p, s, n, at_start);
+        return;
+    }
     if (p->kind == TOK_PRE_PREFIX_SPACE) {
         TokText *b = &e->prefixed[k];
         if (s[0] != ' ') {
@@ -229,7 +281,7 @@ static void pre_step(Enc *e, int k, const char *s, size_t n) {
             tok_text_append(b, s, n);
             s = b->p, n = b->len;
         }
-        pre_step(e, k + 1, s, n);
+        pre_step(e, k + 1, s, n, at_start);
         return;
     }
     /* Split: the gaps between matches are pieces too (Isolated) */
@@ -240,11 +292,11 @@ static void pre_step(Enc *e, int k, const char *s, size_t n) {
             pos = ms + (size_t)(c > 0 ? c : 1);
             continue;
         }
-        if (ms > last) pre_step(e, k + 1, s + last, ms - last);
-        if (!p->removed) pre_step(e, k + 1, s + ms, me - ms);
+        if (ms > last) pre_step(e, k + 1, s + last, ms - last, at_start && last == 0);
+        if (!p->removed) pre_step(e, k + 1, s + ms, me - ms, at_start && ms == 0);
         pos = last = me;
     }
-    if (last < n) pre_step(e, k + 1, s + last, n - last);
+    if (last < n) pre_step(e, k + 1, s + last, n - last, at_start && last == 0);
 }
 
 /* ---- normalizer and added tokens -------------------------------------------------------- */
@@ -262,8 +314,11 @@ static void replace_all(TokText *out, const char *s, size_t n, const char *a, si
     tok_text_append(out, s + i, n - i);
 }
 
-/* s[n] through the normalizers into out (tmp: scratch) */
-static void normalize(const Tokenizer *t, const char *s, size_t n, TokText *out, TokText *tmp) {
+/* s[n] through the normalizers into out (tmp: scratch). Returns 0 where the text no
+ * longer starts with s's first character (a Replace to "" removed it; [Note: Metaspace]),
+ * else 1. */
+static int normalize(const Tokenizer *t, const char *s, size_t n, TokText *out, TokText *tmp) {
+    int at_start = 1;
     out->len = 0;
     tok_text_append(out, s, n);
     for (int k = 0; k < t->n_norm; k++) {
@@ -274,11 +329,17 @@ static void normalize(const Tokenizer *t, const char *s, size_t n, TokText *out,
             if (out->len == 0) continue; /* the library prepends only to a non-empty text */
             tok_text_append(tmp, tok_s(t, m->a), m->a.len);
             tok_text_append(tmp, out->p, out->len);
+        } else if (m->kind == TOK_NORM_UNICODE) {
+            tok_unicode_normalize(m->form, out->p, out->len, tmp);
         } else {
+            if (m->b.len == 0 && out->len >= m->a.len &&
+                memcmp(out->p, tok_s(t, m->a), m->a.len) == 0)
+                at_start = 0;
             replace_all(tmp, out->p, out->len, tok_s(t, m->a), m->a.len, tok_s(t, m->b), m->b.len);
         }
         swap = *out, *out = *tmp, *tmp = swap;
     }
+    return at_start;
 }
 
 void tok_normalize(const Tokenizer *t, const char *s, size_t n, TokText *out) {
@@ -287,22 +348,23 @@ void tok_normalize(const Tokenizer *t, const char *s, size_t n, TokText *out) {
     tok_text_free(&tmp);
 }
 
-static void split_added(Enc *e, int normalized, const char *s, size_t n);
+static void split_added(Enc *e, int normalized, const char *s, size_t n, int at_start);
 
-static void piece(Enc *e, int normalized, const char *s, size_t n) {
+/* at_start: s starts at offset 0 of the original text ([Note: Metaspace]) */
+static void piece(Enc *e, int normalized, const char *s, size_t n, int at_start) {
     if (n == 0) return;
     if (normalized) {
-        pre_step(e, 0, s, n);
+        pre_step(e, 0, s, n, at_start);
         return;
     }
-    normalize(e->t, s, n, &e->norm, &e->norm_tmp);
-    split_added(e, 1, e->norm.p, e->norm.len);
+    at_start &= normalize(e->t, s, n, &e->norm, &e->norm_tmp);
+    split_added(e, 1, e->norm.p, e->norm.len, at_start);
 }
 
 /* Added tokens out of s[n], leftmost longest (the library's Aho-Corasick
  * LeftmostLongest); the pieces between them go on. First the raw text against the tokens
  * with normalized false, then each normalized piece against those with normalized true. */
-static void split_added(Enc *e, int normalized, const char *s, size_t n) {
+static void split_added(Enc *e, int normalized, const char *s, size_t n, int at_start) {
     const Tokenizer *t = e->t;
     const TokAdded *list = normalized ? t->norm_added : t->raw_added;
     const int *first = normalized ? t->norm_first : t->raw_first;
@@ -318,12 +380,12 @@ static void split_added(Enc *e, int normalized, const char *s, size_t n) {
             i++;
             continue;
         }
-        piece(e, normalized, s + last, i - last);
+        piece(e, normalized, s + last, i - last, at_start && last == 0);
         emit(e, list[hit].id);
         i += list[hit].s.len;
         last = i;
     }
-    piece(e, normalized, s + last, n - last);
+    piece(e, normalized, s + last, n - last, at_start && last == 0);
 }
 
 static int utf8_valid(const char *s, size_t n) {
@@ -351,7 +413,7 @@ size_t tok_encode(const Tokenizer *t, const char *text, size_t len, unsigned fla
     int special = t->has_template && !(flags & TOK_ENCODE_NO_SPECIAL);
     if (special)
         for (int i = 0; i < t->n_tmpl_pre; i++) emit(&e, t->tmpl_pre[i]);
-    split_added(&e, 0, text, len);
+    split_added(&e, 0, text, len, 1);
     if (special)
         for (int i = 0; i < t->n_tmpl_post; i++) emit(&e, t->tmpl_post[i]);
     pcre2_match_data_free(e.md);

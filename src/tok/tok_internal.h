@@ -31,25 +31,40 @@ typedef struct {
     size_t mask;
 } TokPairMap;
 
-enum { TOK_NORM_PREPEND, TOK_NORM_REPLACE };
-enum { TOK_PRE_SPLIT, TOK_PRE_PREFIX_SPACE };
-enum { TOK_DEC_BYTELEVEL, TOK_DEC_REPLACE, TOK_DEC_BYTEFALLBACK, TOK_DEC_FUSE, TOK_DEC_STRIP };
+enum { TOK_NORM_PREPEND, TOK_NORM_REPLACE, TOK_NORM_UNICODE };
+enum { TOK_NFC, TOK_NFD, TOK_NFKC, TOK_NFKD };
+enum { TOK_PRE_SPLIT, TOK_PRE_PREFIX_SPACE, TOK_PRE_METASPACE };
+/* Metaspace's prepend_scheme: where the replacement is put before a piece */
+enum { TOK_PREPEND_NEVER, TOK_PREPEND_FIRST, TOK_PREPEND_ALWAYS };
+enum {
+    TOK_DEC_BYTELEVEL,
+    TOK_DEC_REPLACE,
+    TOK_DEC_BYTEFALLBACK,
+    TOK_DEC_FUSE,
+    TOK_DEC_STRIP,
+    TOK_DEC_METASPACE
+};
 
 typedef struct {
     int kind;
     TokStr a, b; /* PREPEND: a; REPLACE: a -> b */
+    int form;    /* UNICODE: TOK_NFC .. TOK_NFKD */
 } TokNorm;
 
 typedef struct {
     int kind;
     pcre2_code *re; /* SPLIT: the pattern (JIT-compiled where PCRE2 could) */
     int removed;    /* SPLIT: behavior Removed (else Isolated) */
+    TokStr rep;     /* METASPACE: the replacement, one character */
+    int prepend;    /* METASPACE: TOK_PREPEND_* */
+    int split;      /* METASPACE: split before each replacement */
 } TokPre;
 
 typedef struct {
     int kind;
-    TokStr a, b;     /* REPLACE: a -> b; STRIP: a (one character) */
+    TokStr a, b;     /* REPLACE: a -> b; STRIP: a (one character); METASPACE: a */
     int start, stop; /* STRIP */
+    int prepend;     /* METASPACE: TOK_PREPEND_* */
 } TokDec;
 
 typedef struct {
@@ -137,5 +152,10 @@ int tok_char_byte(uint32_t cp);
 void tok_normalize(const Tokenizer *t, const char *s, size_t n, TokText *out);
 /* UTF-8 of cp into out[4]; returns its length */
 int tok_utf8_put(uint32_t cp, char *out);
+/* The code point of the valid UTF-8 character s[len] (len from tok_utf8_next) */
+uint32_t tok_utf8_get(const unsigned char *s, int len);
+/* tok_unicode.c: s[n] (valid UTF-8) in normalization form `form` (TOK_NFC ..) appended
+ * to out, as the tokenizers library normalizes: [Note: Unicode 9.0 normalization] */
+void tok_unicode_normalize(int form, const char *s, size_t n, TokText *out);
 
 #endif

@@ -6,20 +6,27 @@
  * Read: model BPE (vocab; merges as "a b" strings or [a, b] pairs, a later duplicate
  * ranking as the library ranks it; unk_token, fuse_unk, byte_fallback, ignore_merges;
  * dropout null or 0); added_tokens (special or not, normalized or not, matched leftmost
- * longest); normalizer null, Sequence, Prepend, Replace with a String pattern;
+ * longest); normalizer null, Sequence, Prepend, Replace with a String pattern, NFC (Qwen2),
+ * NFD, NFKC, NFKD (utf8proc: [Note: Unicode 9.0 normalization] in tok_unicode.c);
  * pre_tokenizer null, Sequence, Split (a Regex or String pattern, behavior Isolated or
  * Removed, not inverted), ByteLevel (add_prefix_space, use_regex with GPT-2's pattern;
- * last of a Sequence); post_processor null, ByteLevel (no effect on ids), Sequence,
- * TemplateProcessing (its single template: special tokens around $A); decoder null,
- * ByteLevel, Sequence, Replace (String), ByteFallback, Fuse, Strip.
+ * last of a Sequence), Metaspace (replacement, prepend_scheme first, always or never,
+ * split; the older add_prefix_space: non-legacy Llama 2 / Mistral files; [Note:
+ * Metaspace] in tok_encode.c); post_processor null, ByteLevel (no effect on ids),
+ * Sequence, TemplateProcessing (its single template: special tokens around $A); decoder
+ * null, ByteLevel, Sequence, Replace (String), ByteFallback, Fuse, Strip, Metaspace.
  * Refused, naming the type or field: any other model (WordPiece, Unigram, WordLevel),
- * normalizer (NFC: Qwen2; NFKC, Lowercase, Strip...), pre-tokenizer (Metaspace: newer
- * Mistral files; Digits, Whitespace, Punctuation...), post-processor (Bert, Roberta),
- * decoder (Metaspace, WordPiece...); truncation or padding set; continuing_subword_prefix
- * or end_of_word_suffix; added tokens with lstrip, rstrip or single_word; Split with
- * invert or another behavior. Ignored: trim_offsets (offsets only), type ids, the pair
- * template, version. Regexes run in PCRE2 with UTF and UCP, which agrees with Oniguruma
- * (the library's engine) on GPT-2's and Llama 3's patterns; \s differs on U+180E only. */
+ * normalizer (Precompiled, Lowercase, Strip, StripAccents, BertNormalizer, NMT, Replace
+ * with a Regex), pre-tokenizer (Digits, Whitespace, WhitespaceSplit, Punctuation,
+ * BertPreTokenizer, UnicodeScripts, CharDelimiterSplit), post-processor (Bert, Roberta),
+ * decoder (WordPiece, BPEDecoder, CTC); truncation or padding set;
+ * continuing_subword_prefix or end_of_word_suffix; added tokens with lstrip, rstrip or
+ * single_word; Split with invert or another behavior; what the library itself refuses to
+ * load (a Metaspace replacement of more than one character, add_prefix_space false with a
+ * prepend_scheme other than never). Ignored: trim_offsets (offsets only), type ids, the
+ * pair template, version, Metaspace's str_rep. Regexes run in PCRE2 with UTF and UCP,
+ * which agrees with Oniguruma (the library's engine) on GPT-2's, Llama 3's and Qwen2's
+ * patterns; \s differs on U+180E only. */
 #define _GNU_SOURCE /* memmem, qsort_r */
 #include <jansson.h>
 #include <stdarg.h>
@@ -220,7 +227,10 @@ static int load_model(Load *L, const json_t *root) {
     int rc = get_type(L, m, "model", &type);
     if (rc) return rc;
     if (strcmp(type, "BPE") != 0)
-        return bad(L, "model.type", "is \"%s\": pptrain reads only BPE tokenizers", type);
+        return bad(L, "model.type",
+                   "is \"%s\": pptrain reads only BPE tokenizers (not WordPiece, Unigram or "
+                   "WordLevel)",
+                   type);
     json_t *drop = json_object_get(m, "dropout");
     if (drop && !json_is_null(drop) && !(json_is_number(drop) && json_number_value(drop) == 0))
         return bad(L, "model.dropout",
@@ -371,6 +381,15 @@ static int load_sequence(Load *L, const json_t *v, const char *field, const char
     return PP_OK;
 }
 
+/* TOK_NFC .. TOK_NFKD for the normalizer type, or -1 */
+static int unicode_form(const char *type) {
+    const char *forms[] =
+        {[TOK_NFC] = "NFC", [TOK_NFD] = "NFD", [TOK_NFKC] = "NFKC", [TOK_NFKD] = "NFKD"};
+    for (int f = 0; f < 4; f++)
+        if (strcmp(type, forms[f]) == 0) return f;
+    return -1;
+}
+
 static int load_normalizer(Load *L, const json_t *v, const char *field) {
     Tokenizer *t = L->t;
     const char *type = NULL;
@@ -390,9 +409,14 @@ static int load_normalizer(Load *L, const json_t *v, const char *field) {
         if (!(rc = get_string_pattern(L, v, field, &s->a)))
             rc = get_string(L, v, field, "content", &s->b);
         if (!rc && s->a.len == 0) rc = bad(L, field, "replaces an empty string");
+    } else if (unicode_form(type) >= 0) {
+        s->kind = TOK_NORM_UNICODE;
+        s->form = unicode_form(type);
     } else {
         snprintf(sub, sizeof sub, "%s.type", field);
-        return bad(L, sub, "\"%s\" is not supported (pptrain reads Sequence, Prepend, Replace)",
+        return bad(L, sub,
+                   "\"%s\" is not supported (pptrain reads Sequence, Prepend, Replace, NFC, "
+                   "NFD, NFKC, NFKD)",
                    type);
     }
     if (!rc) t->n_norm++;
@@ -449,6 +473,43 @@ static int load_split(Load *L, const json_t *v, const char *field) {
     return bad(L, field, "(Split) needs a pattern {\"Regex\": ...} or {\"String\": ...}");
 }
 
+/* Metaspace's fields, as the library reads them for the pre-tokenizer and the decoder:
+ * replacement (one character), prepend_scheme (default always), the older
+ * add_prefix_space (false needs prepend_scheme never, as the library requires), split
+ * (default true) */
+static int load_metaspace(Load *L, const json_t *v, const char *field, TokStr *rep, int *prepend,
+                          int *split) {
+    int rc, prefix = 1;
+    json_t *scheme = json_object_get(v, "prepend_scheme");
+    if ((rc = get_string(L, v, field, "replacement", rep))) return rc;
+    const char *r = tok_s(L->t, *rep);
+    if (rep->len == 0 || tok_utf8_next((const unsigned char *)r, rep->len) != (int)rep->len)
+        return bad(L, field, "(Metaspace) replacement \"%s\" must be one character", r);
+    *prepend = TOK_PREPEND_ALWAYS;
+    if (scheme && !json_is_null(scheme)) {
+        const char *names[] = {[TOK_PREPEND_NEVER] = "never",
+                               [TOK_PREPEND_FIRST] = "first",
+                               [TOK_PREPEND_ALWAYS] = "always"};
+        *prepend = -1;
+        for (int k = 0; k < 3; k++)
+            if (json_is_string(scheme) && strcmp(json_string_value(scheme), names[k]) == 0)
+                *prepend = k;
+        if (*prepend < 0)
+            return bad(L, field,
+                       "(Metaspace) prepend_scheme must be \"first\", \"always\" or "
+                       "\"never\"");
+    }
+    if ((rc = get_bool(L, v, field, "add_prefix_space", 1, &prefix)) ||
+        (rc = get_bool(L, v, field, "split", 1, split)))
+        return rc;
+    if (!prefix && *prepend != TOK_PREPEND_NEVER)
+        return bad(L, field,
+                   "(Metaspace) has add_prefix_space false but prepend_scheme \"%s\": the "
+                   "tokenizers library refuses this file too (make prepend_scheme \"never\")",
+                   *prepend == TOK_PREPEND_FIRST ? "first" : "always");
+    return PP_OK;
+}
+
 static int load_pre(Load *L, const json_t *v, const char *field) {
     Tokenizer *t = L->t;
     const char *type = NULL;
@@ -481,8 +542,16 @@ static int load_pre(Load *L, const json_t *v, const char *field) {
         }
         return PP_OK;
     }
+    if (strcmp(type, "Metaspace") == 0) {
+        TokPre *s = NULL;
+        if ((rc = add_pre(L, field, &s))) return rc;
+        s->kind = TOK_PRE_METASPACE;
+        return load_metaspace(L, v, field, &s->rep, &s->prepend, &s->split);
+    }
     snprintf(sub, sizeof sub, "%s.type", field);
-    return bad(L, sub, "\"%s\" is not supported (pptrain reads Sequence, Split, ByteLevel)", type);
+    return bad(L, sub,
+               "\"%s\" is not supported (pptrain reads Sequence, Split, ByteLevel, Metaspace)",
+               type);
 }
 
 /* ---- post-processor, decoder ------------------------------------------------------------ */
@@ -578,11 +647,15 @@ static int load_decoder(Load *L, const json_t *v, const char *field) {
             json_integer_value(stop) < 0)
             return bad(L, field, "(Strip) needs \"start\" and \"stop\" counts");
         d->start = (int)json_integer_value(start), d->stop = (int)json_integer_value(stop);
+    } else if (strcmp(type, "Metaspace") == 0) {
+        int split;
+        d->kind = TOK_DEC_METASPACE;
+        rc = load_metaspace(L, v, field, &d->a, &d->prepend, &split);
     } else {
         snprintf(sub, sizeof sub, "%s.type", field);
         return bad(L, sub,
                    "\"%s\" is not supported (pptrain reads Sequence, ByteLevel, Replace, "
-                   "ByteFallback, Fuse, Strip)",
+                   "ByteFallback, Fuse, Strip, Metaspace)",
                    type);
     }
     if (!rc) t->n_dec++;

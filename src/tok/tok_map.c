@@ -175,3 +175,10 @@ int tok_utf8_put(uint32_t cp, char *out) {
     o[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F)), o[3] = (unsigned char)(0x80 | (cp & 0x3F));
     return 4;
 }
+
+uint32_t tok_utf8_get(const unsigned char *s, int len) {
+    uint32_t cp = s[0];
+    if (len > 1) cp &= 0xFFu >> (len + 1);
+    for (int j = 1; j < len; j++) cp = cp << 6 | (s[j] & 0x3Fu);
+    return cp;
+}

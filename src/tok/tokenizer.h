@@ -1,6 +1,7 @@
 /* tokenizer.h — Hugging Face tokenizer.json BPE tokenizers in C: byte-level BPE (GPT-2,
- * Llama 3, SmolLM, Qwen2's pre-tokenizer) and SentencePiece-style BPE with byte fallback
- * (Llama 2, Mistral, TinyLlama), giving exactly the ids the tokenizers library gives.
+ * Llama 3, SmolLM, Qwen2 with its NFC normalizer) and SentencePiece-style BPE with byte
+ * fallback (Llama 2, Mistral, TinyLlama: the legacy Prepend/Replace normalizer or the
+ * Metaspace pre-tokenizer), giving exactly the ids the tokenizers library gives.
  * [Note: tokenizer.json support] in tok_load.c lists what is read and what is refused. */
 #ifndef PP_TOK_TOKENIZER_H
 #define PP_TOK_TOKENIZER_H
