@@ -589,7 +589,7 @@ static int export_load(const char *dir, int llmc, const Backend *be, Model *m, l
         return rc;
     }
     ChunkSpec all = {0, 0, d.L, 1, 1, 0, 0};
-    model_init(m, &d, &all, 1, 1, 1, be);
+    model_init_forward(m, &d, &all, 1, 1, 1, be);
     float *host = be->device_memory ? pp_malloc(model_largest_tensor(m) * sizeof(float)) : NULL;
     for (int i = 0; i < m->ntensors && rc == PP_OK; i++) {
         const ParamTensor *t = &m->tensors[i];

@@ -563,14 +563,30 @@ static float *dev_zeros(const Model *m, size_t n) {
     return p;
 }
 
+static void init_model(Model *m, const ModelDims *d, const ChunkSpec *specs,
+                       const ChunkRecompute *rc, int nchunks, int B, int T, const Backend *be,
+                       int nblocks_keep, int nblocks_drop, int grads);
+
 void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunks, int B, int T,
                 const Backend *be) {
-    model_init_recompute(m, d, specs, NULL, nchunks, B, T, be, 0, 0);
+    init_model(m, d, specs, NULL, nchunks, B, T, be, 0, 0, 1);
+}
+
+void model_init_forward(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunks, int B,
+                        int T, const Backend *be) {
+    init_model(m, d, specs, NULL, nchunks, B, T, be, 0, 0, 0);
 }
 
 void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs,
                           const ChunkRecompute *rc, int nchunks, int B, int T, const Backend *be,
                           int nblocks_keep, int nblocks_drop) {
+    init_model(m, d, specs, rc, nchunks, B, T, be, nblocks_keep, nblocks_drop, 1);
+}
+
+/* model_init_recompute; grads 0: no gradients (model_init_forward). */
+static void init_model(Model *m, const ModelDims *d, const ChunkSpec *specs,
+                       const ChunkRecompute *rc, int nchunks, int B, int T, const Backend *be,
+                       int nblocks_keep, int nblocks_drop, int grads) {
     PP_CHECK(nchunks >= 1 && nchunks <= PP_MAX_CHUNKS);
     memset(m, 0, sizeof *m);
     m->d = *d;
@@ -598,12 +614,12 @@ void model_init_recompute(Model *m, const ModelDims *d, const ChunkSpec *specs,
     }
     build_table(m);
     m->params = dev_zeros(m, m->nparams);
-    m->grads = dev_zeros(m, m->nparams);
+    m->grads = grads ? dev_zeros(m, m->nparams) : NULL;
     m->lp = pp_calloc((size_t)d->L * m->arch->nlayer_params, sizeof(float *));
     m->lg = pp_calloc((size_t)d->L * m->arch->nlayer_params, sizeof(float *));
     bind(m, m->params, m->lp, m->gp, &m->wte, &m->head);
-    bind(m, m->grads, m->lg, m->gg, &m->dwte, &m->dhead);
-    if (d->tied && any_first && any_last) { /* first and last stage on this rank (a tied head
+    if (grads) bind(m, m->grads, m->lg, m->gg, &m->dwte, &m->dhead); /* else all NULL */
+    if (grads && d->tied && any_first && any_last) { /* first and last stage on this rank (a tied head
                                               * pointer alone is no sign: it is wte) */
         m->dhead_tied = dev_zeros(m, (size_t)d->Vp * d->C);
         m->dhead = m->dhead_tied;

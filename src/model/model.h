@@ -217,6 +217,11 @@ size_t model_plan_activations(const ModelPlan *p);
  * B x T. Dies on out of memory. */
 void model_init(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunks, int B,
                 int T, const Backend *be);
+/* model_init for the forward only (`pptrain export`, `pptrain sample`): no gradients
+ * (grads and the per-tensor gradient pointers NULL), half the parameter memory; nothing that
+ * reads or writes gradients may be called on it. */
+void model_init_forward(Model *m, const ModelDims *d, const ChunkSpec *specs, int nchunks, int B,
+                        int T, const Backend *be);
 /* model_init with rc[c] the recompute of chunk c ([Note: recompute]), the slots'
  * layer activations in the rank's shared blocks ([Note: activation blocks] in model.c):
  * nblocks_keep that keep everything and nblocks_drop that drop what the recompute

@@ -135,7 +135,9 @@ void sampler_set_eos(Sampler *s, const char *cfg_eos, const Tokenizer *tok, int 
         return;
     }
     if (!tok) {
-        snprintf(why, n, "none (byte-level: no end-of-text token)");
+        snprintf(why, n, "%s", V == 256 ? "none (byte-level: no end-of-text token)"
+                               : "none (no tokenizer, and model.eos_token_id is null: --eos ID "
+                                 "or --tokenizer FILE names one)");
         return;
     }
     int id = tok_token_id(tok, "<|endoftext|>");

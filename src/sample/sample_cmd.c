@@ -162,7 +162,7 @@ static int model_from_config(const Config *c, const Backend *be, Model *m, char 
                              size_t errlen) {
     ModelDims d = model_dims(c);
     ChunkSpec all = {0, 0, d.L, 1, 1, 0, 0};
-    model_init(m, &d, &all, 1, 1, 1, be);
+    model_init_forward(m, &d, &all, 1, 1, 1, be);
     model_init_weights(m, c->seed, c->init_std);
     int rc = PP_OK;
     if (c->init_from[0] && model_hf_is_dir(c->init_from))
