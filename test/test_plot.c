@@ -142,6 +142,22 @@ START_TEST(test_run_read) {
     ck_assert_double_eq(r.tokens[1], 512 + 1024);
     ck_assert_double_eq(r.tokens_per_step, 0); /* not the same on every row */
     plot_run_free(&r);
+    /* millions of tokens a second: one row alone is a few tokens off (524288 in 50.00137
+     * ms prints as 10485472.7 and 50.001: 524284.4), the rows together are exact; then a
+     * resume at 4 times the batch */
+    static const double step_ms[] = {50.00137, 49.9981, 50.3119, 51.0007, 49.7772, 50.1234};
+    char text[1024];
+    int len = snprintf(text, sizeof text, "step,loss,tokens_per_s,step_ms\n");
+    for (int i = 0; i < 6; i++) {
+        double tokens = i < 4 ? 524288 : 4 * 524288, ms = step_ms[i];
+        len += snprintf(text + len, sizeof text - len, "%d,5.0,%.1f,%.3f\n", i + 1,
+                        tokens / (ms / 1e3), ms);
+    }
+    write_file("losses.csv", text);
+    ck_assert_int_eq(plot_run_load(&r, g_dir, g_err, sizeof g_err), PP_OK);
+    ck_assert_double_eq(r.tokens[3], 4 * 524288.0);
+    ck_assert_double_eq(r.tokens[5], 4 * 524288.0 + 2 * 4 * 524288.0);
+    plot_run_free(&r);
 }
 END_TEST
 

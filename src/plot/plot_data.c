@@ -13,12 +13,15 @@
  * what a step's tokens (train.batch_size × train.seq_len, over all replicas) make:
  * tokens_per_s = tokens / step seconds and step_ms = step seconds × 1000 (log_step in
  * src/log.c). Their product / 1000 is the step's tokens up to the rounding of the two
- * printed values (%.1f and %.3f: well under one token for any step over a few
- * microseconds), so it is rounded to an integer, row by row: a run resumed with another
- * batch size counts each row at its own. Row i stands for the steps after row i-1's up
- * to its own (the first row for steps 1 to its own), so the tokens after row i are the
- * sum of (step[i] - step[i-1]) × its tokens per step. This keeps `pptrain plot` a
- * reader of the run's files alone: no config to find or parse. */
+ * printed values (%.1f and %.3f: tokens_per_s × 0.0005 ms + step_ms × 0.05 tokens/s, a
+ * few tokens at millions of tokens a second). So each row gives a range, and consecutive
+ * rows whose ranges share an integer are taken as one batch size: of the integers all of
+ * them allow, the one the highest power of two divides (batch × sequence length), nearest
+ * the shared range's middle; a row whose range shares none with the rows before it (a run
+ * resumed with another batch size) starts a new batch size. Row i stands for the steps
+ * after row i-1's up to its own (the first row for steps 1 to its own), so the tokens
+ * after row i are the sum of (step[i] - step[i-1]) × its tokens per step. This keeps
+ * `pptrain plot` a reader of the run's files alone: no config to find or parse. */
 
 typedef struct {
     int rows;
@@ -153,25 +156,62 @@ static int csv_load(Csv *c, const char *path, const char *const *want, int nwant
     return rc;
 }
 
+/* The integer in [lo, hi] (lo <= hi, one there) that the highest power of two divides,
+ * nearest the middle among those: a step's tokens are a batch times a sequence length,
+ * nearly always a multiple of a large power of two, where a range of a few rows still
+ * holds several integers. */
+static double integer_in(double lo, double hi) {
+    for (double p = 0x1p50; p >= 1; p /= 2) {
+        double a = ceil(lo / p) * p, b = floor(hi / p) * p;
+        if (a > b) continue;
+        double t = round((lo + hi) / 2 / p) * p; /* the multiple nearest the middle */
+        return t < a ? a : t > b ? b : t;
+    }
+    return round((lo + hi) / 2);
+}
+
 /* Each row's tokens per step from tokens_per_s and step_ms ([Note: tokens of a run]), or
  * r->tokens NULL and r->tokens_line at the first row that gives none. */
 static void run_tokens(PlotRun *r, const double *tps, const double *ms, const int *line) {
-    double total = 0;
-    int same = 1;
+    double total = 0, lo = 0, hi = 0;
+    int same = 1, from = 0;
+    double *per = pp_malloc(r->n * sizeof *per);
     r->tokens = pp_malloc(r->n * sizeof *r->tokens);
-    for (int i = 0; i < r->n; i++) {
-        double t = tps && ms ? round(tps[i] * ms[i] / 1000) : NAN;
-        if (!(t >= 1 && t < 1e15)) {
+    for (int i = 0; i <= r->n; i++) {
+        double t = NAN, b = 0;
+        if (i < r->n && tps && ms) {
+            t = tps[i] * ms[i] / 1000;
+            b = (0.05 * ms[i] + 0.0005 * tps[i]) / 1000; /* the printed values' half units */
+        }
+        if (i < r->n && !(t >= 0.5 && t < 1e15)) {
+            free(per);
             free(r->tokens);
             r->tokens = NULL;
             r->tokens_line = tps && ms ? line[i] : 1;
             return;
         }
-        if (i == 0) r->tokens_per_step = t;
-        same &= t == r->tokens_per_step;
-        total += (r->step[i] - (i ? r->step[i - 1] : 0)) * t;
+        /* rows whose ranges share a value are one batch size: the value all of them allow */
+        double nlo = i < r->n ? fmax(lo, t - b) : 1, nhi = i < r->n ? fmin(hi, t + b) : 0;
+        if (i > from && (i == r->n || nlo > nhi || floor(nhi) < ceil(nlo))) {
+            double v = integer_in(lo, hi); /* no integer in it: the nearest to the middle */
+            for (int k = from; k < i; k++) per[k] = v;
+            from = i;
+            nlo = t - b;
+            nhi = t + b;
+        } else if (i == from) {
+            nlo = t - b;
+            nhi = t + b;
+        }
+        lo = nlo;
+        hi = nhi;
+    }
+    for (int i = 0; i < r->n; i++) {
+        if (i == 0) r->tokens_per_step = per[0];
+        same &= per[i] == r->tokens_per_step;
+        total += (r->step[i] - (i ? r->step[i - 1] : 0)) * per[i];
         r->tokens[i] = total;
     }
+    free(per);
     if (!same) r->tokens_per_step = 0;
 }
 
