@@ -10,6 +10,10 @@
 # predicted pipeline efficiency of 1f1b and interleaved at P = 2..8, M = 8..32 over NVLink
 # and InfiniBand. Every program runs under a timeout (60 s; the plan's 45 s a model), so
 # a hang costs its row, not the device call.
+# Then the switches (GPU_BENCH_AB, a space-separated list of VAR=VALUE): the bf16 B = 16 step
+# with each of the CUDA backend's environment switches that restore an older code path,
+# between two runs of the default, so one call measures every change side by side on the
+# same card ([Note: speed switches] in cuda/NOTES.md lists them).
 set -euo pipefail
 build=${1:-build/cpu}
 bench=${BENCH_GPU:-build/cuda/bench_gpu}
@@ -29,21 +33,26 @@ echo "== per op, GPT-2 124M, B=16, T=1024, bf16 (fp32 storage): time, rate, % of
 timeout -k 3 60 "${BENCH_OPS:-$build/bench_ops}" --device cuda --precision bf16 --gemm-tflops "$gemm" \
   --copy-gbps "$copy" || echo "bench_ops failed"
 
+# run124 PREC B LOG DIR: one GPT-2 124M training run; prints the fastest step's ms and the
+# build report's GPU MB, or fails
+run124() {
+  timeout -k 3 60 "$pptrain" --config configs/gpt2-124m.yaml --set pipeline.stages=1 --set pipeline.microbatches=1 \
+    --set train.batch_size="$2" --set train.steps="$steps" --set data.train=data/tiny/train.bin --set data.val=null \
+    --set output.checkpoint_final=false --set output.log_every="$steps" --set runtime.device=cuda \
+    --set runtime.precision="$1" --set output.dir="$4" >"$3" 2>&1 || return 1
+  echo "$(sed -n 's/.*(fastest \([0-9.]*\),.*/\1/p' "$3" | head -n1) $(sed -n 's/.*GPU memory: .* = \([0-9.]*\) MB$/\1/p' "$3" | head -n1)"
+}
 echo "== GPT-2 124M, 1 GPU, T=1024, $steps steps each (the first is not measured)"
 printf "%-5s %4s %9s %10s %10s %8s %10s\n" prec B ms/step tok/s TFLOP/s gemm% GPU_MB
 for row in "bf16 16" "bf16 32" "fp32 16"; do
   read -r prec B <<<"$row"
   log="$out/$prec-$B.log"
-  timeout -k 3 60 "$pptrain" --config configs/gpt2-124m.yaml --set pipeline.stages=1 --set pipeline.microbatches=1 \
-    --set train.batch_size="$B" --set train.steps="$steps" --set data.train=data/tiny/train.bin --set data.val=null \
-    --set output.checkpoint_final=false --set output.log_every="$steps" --set runtime.device=cuda \
-    --set runtime.precision="$prec" --set output.dir="$out/run-$prec-$B" >"$log" 2>&1 || {
+  r=$(run124 "$prec" "$B" "$log" "$out/run-$prec-$B") || {
     echo "$prec B=$B failed:"
     tail -n 5 "$log"
     continue
   }
-  ms=$(sed -n 's/.*(fastest \([0-9.]*\),.*/\1/p' "$log" | head -n1)
-  mb=$(sed -n 's/.*GPU memory: .* = \([0-9.]*\) MB$/\1/p' "$log" | head -n1)
+  read -r ms mb <<<"$r"
   python3 - "$prec" "$B" "$ms" "$gemm" "$mb" <<'PY'
 import sys
 prec, B, ms, gemm, mb = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
@@ -55,4 +64,20 @@ print("%-5s %4d %9.1f %10.0f %10.1f %7.1f%% %10s" % (prec, B, ms, tok, tf, 100 *
 PY
 done
 echo "   (peers on an H100, GPU.md: llm.c with its own attention 320K tok/s at B=16; with cuDNN flash 501K)"
+
+ab=${GPU_BENCH_AB-PPTRAIN_FUSE_GELU=0 PPTRAIN_FUSE_RESIDUAL=0 PPTRAIN_FUSE_BGRAD=0 PPTRAIN_LN_BWD=two-pass PPTRAIN_FLASH_BWD=v1 PPTRAIN_LOGITS_CHUNK_ROWS=640 PPTRAIN_LOGITS_CHUNK_ROWS=2560}
+if [ -n "$ab" ]; then
+  echo "== switches: bf16 B=16 step ms with one switch set, between two runs of the default"
+  printf "%-36s %9s %9s %10s\n" switch ms/step vs_default GPU_MB
+  base=()
+  for v in default $ab default; do
+    log="$out/ab-${v//[^A-Za-z0-9_]/_}.log"
+    # the switch is exported in the command substitution's subshell only
+    r=$([ "$v" = default ] || export "$v"; run124 bf16 16 "$log" "$out/run-ab") || r="failed"
+    if [ "$r" = failed ]; then printf "%-36s failed: %s\n" "$v" "$(tail -n 1 "$log" | cut -c1-80)"; continue; fi
+    read -r ms mb <<<"$r"
+    [ "$v" = default ] && base+=("$ms")
+    printf "%-36s %9s %9s %10s\n" "$v" "$ms" "$(python3 -c "import sys; b=[float(x) for x in sys.argv[2:]]; print('%+.1f%%' % (100 * (float(sys.argv[1]) / (sum(b) / len(b)) - 1)))" "$ms" "${base[@]}")" "$mb"
+  done
+fi
 PPTRAIN="$pptrain" bash bench/plan.sh --gpu
