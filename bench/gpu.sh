@@ -65,7 +65,7 @@ PY
 done
 echo "   (peers on an H100, GPU.md: llm.c with its own attention 320K tok/s at B=16; with cuDNN flash 501K)"
 
-ab=${GPU_BENCH_AB-PPTRAIN_FUSE_GELU=0 PPTRAIN_FUSE_RESIDUAL=0 PPTRAIN_FUSE_BGRAD=0 PPTRAIN_LN_BWD=two-pass PPTRAIN_FLASH_BWD=v1 PPTRAIN_LOGITS_CHUNK_ROWS=640 PPTRAIN_LOGITS_CHUNK_ROWS=2560}
+ab=${GPU_BENCH_AB-PPTRAIN_CE=two-pass PPTRAIN_FUSE_GELU=0 PPTRAIN_FUSE_RESIDUAL=0 PPTRAIN_FUSE_BGRAD=0 PPTRAIN_LN_BWD=two-pass PPTRAIN_FLASH_BWD=v1 PPTRAIN_LOGITS_CHUNK_ROWS=640 PPTRAIN_LOGITS_CHUNK_ROWS=2560}
 if [ -n "$ab" ]; then
   echo "== switches: bf16 B=16 step ms with one switch set, between two runs of the default"
   printf "%-36s %9s %9s %10s\n" switch ms/step vs_default GPU_MB

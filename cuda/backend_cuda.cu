@@ -912,6 +912,15 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
         c->op = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32")) ? PP_BF16 : PP_F32;
     }
+    c->smem_optin = prop.sharedMemPerBlockOptin;
+    { /* [Note: cross-entropy row in shared memory] in kernels.cu */
+        const char *ce = getenv("PPTRAIN_CE");
+        if (ce && strcmp(ce, "two-pass") && strcmp(ce, "shared")) {
+            snprintf(err, errlen, "PPTRAIN_CE=%s: expected two-pass or shared (the default)", ce);
+            goto fail;
+        }
+        c->ce_two_pass = ce && !strcmp(ce, "two-pass");
+    }
     OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     OPEN_CK(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
     OPEN_CK(cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming));

@@ -1160,6 +1160,60 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
     return 0;
 }
 
+/* Open the backend at `precision` with the environment variable var=val (restored after;
+ * val NULL: unset). */
+static int open_env(OpenFn open, const char *var, const char *val, const char *precision,
+                    char *why, size_t n) {
+    const char *was = getenv(var);
+    char saved[64];
+    snprintf(saved, sizeof saved, "%s", was ? was : "");
+    if (val) setenv(var, val, 1);
+    else unsetenv(var);
+    prec = precision;
+    int rc = open(precision, why, n);
+    if (was) setenv(var, saved, 1);
+    else unsetenv(var);
+    return rc;
+}
+
+/* The older code paths that environment switches restore without a rebuild, each on a
+ * bf16 backend of its own, so that the GPU session can fall back on one and A/B it
+ * (bench/gpu.sh); then a bad value of each, which the open must refuse naming the
+ * variable (a real CUDA backend only: the CPU ignores them). Returns 0, or 1 when a
+ * backend cannot be opened. */
+static int check_switches(OpenFn open, int small, int cpu_mode) {
+    static const struct {
+        const char *var, *old, *bogus;
+    } sw[] = {
+        {"PPTRAIN_CE", "two-pass", "one-and-a-half"},
+    };
+    char why[PP_ERR_MAX];
+    for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
+        if (open_env(open, sw[i].var, sw[i].old, "bf16", why, sizeof why) != PP_OK) {
+            printf("FAIL open the CUDA backend with %s=%s: %s\n", sw[i].var, sw[i].old, why);
+            return 1;
+        }
+        printf("gpu_ops: %s=%s on %s\n", sw[i].var, sw[i].old,
+               gpu->description ? gpu->description : "the CPU (--cpu)");
+        if (!strcmp(sw[i].var, "PPTRAIN_CE")) {
+            static const Shape s1 = {2, 37, 64, 1, 251, 256}, s2 = {1, 3, 64, 1, 50257, 50304};
+            check_crossentropy(&s1, "PPTRAIN_CE=two-pass B=2 T=37 V=251/256");
+            if (!small) check_crossentropy(&s2, "PPTRAIN_CE=two-pass B=1 T=3 V=50257/50304");
+        }
+        backend_release(gpu);
+        if (!cpu_mode) {
+            int rc = open_env(open, sw[i].var, sw[i].bogus, "bf16", why, sizeof why);
+            int ok = rc != PP_OK && strstr(why, sw[i].var);
+            checks++;
+            failures += !ok;
+            printf("%-4s %s=%s refused at open: %s\n", ok ? "ok" : "FAIL", sw[i].var, sw[i].bogus,
+                   rc == PP_OK ? "opened" : why);
+            if (rc == PP_OK) backend_release(gpu);
+        }
+    }
+    return 0;
+}
+
 /* ---- the chunked head ([Note: chunked head] in src/model/model.c) ------------------------ */
 
 typedef struct {
@@ -1368,6 +1422,13 @@ int main(int argc, char **argv) {
         if (operand_ops) { /* a padded vocabulary that is no multiple of 4: the scalar path */
             static const Shape odd = {2, 9, 64, 1, 37, 39};
             check_crossentropy(&odd, "B=2 T=9 V=37/39 (Vp odd)");
+            /* GPT-2's vocabulary: a row in shared memory on a GPU ([Note: cross-entropy row
+             * in shared memory]); and one over the 227 KB a block may have: two passes */
+            static const Shape gpt2 = {1, 3, 64, 1, 50257, 50304}, wide = {1, 2, 64, 1, 60001, 60032};
+            if (!small) {
+                check_crossentropy(&gpt2, "B=1 T=3 V=50257/50304");
+                check_crossentropy(&wide, "B=1 T=2 V=60001/60032 (row over shared memory)");
+            }
             /* RoPE: GQA and MQA layouts, Llama 3's frequencies, positions past 1000 */
             check_rope(2, 37, 4, 2, 64, 0);
             check_rope(3, 67, 12, 4, 64, 1);
@@ -1397,6 +1458,8 @@ int main(int argc, char **argv) {
     }
     /* flash attention (issue 11) */
     if (check_flash(open_gpu, small || (only && strcmp(only, "bf16")), cpu_as_gpu)) return 1;
+    /* the paths that environment switches restore ([Note: speed switches] in cuda/NOTES.md) */
+    if (!(only && strcmp(only, "bf16")) && check_switches(open_gpu, small, cpu_as_gpu)) return 1;
     printf("gpu_ops: %d checks, %d failed (seed %llu)\n", checks, failures,
            (unsigned long long)seed);
     return failures ? 1 : 0;
