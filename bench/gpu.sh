@@ -13,7 +13,8 @@
 # Then the switches (GPU_BENCH_AB, a space-separated list of VAR=VALUE): the bf16 B = 16 step
 # with each of the CUDA backend's environment switches that restore an older code path,
 # between two runs of the default, so one call measures every change side by side on the
-# same card ([Note: speed switches] in cuda/NOTES.md lists them).
+# same card (scripts/gpu/switches.sh lists them; [Note: speed switches] in cuda/NOTES.md
+# says what each changes), and two head chunk sizes beside the default 1280 rows.
 set -euo pipefail
 build=${1:-build/cpu}
 bench=${BENCH_GPU:-build/cuda/bench_gpu}
@@ -65,7 +66,8 @@ PY
 done
 echo "   (peers on an H100, GPU.md: llm.c with its own attention 320K tok/s at B=16; with cuDNN flash 501K)"
 
-ab=${GPU_BENCH_AB-PPTRAIN_CE=two-pass PPTRAIN_FUSE_GELU=0 PPTRAIN_FUSE_RESIDUAL=0 PPTRAIN_FUSE_BGRAD=0 PPTRAIN_LN_BWD=two-pass PPTRAIN_FLASH_BWD=v1 PPTRAIN_LOGITS_CHUNK_ROWS=640 PPTRAIN_LOGITS_CHUNK_ROWS=2560}
+source "$(dirname "$0")/../scripts/gpu/switches.sh" # PP_OLD_PATHS
+ab=${GPU_BENCH_AB-$PP_OLD_PATHS PPTRAIN_LOGITS_CHUNK_ROWS=640 PPTRAIN_LOGITS_CHUNK_ROWS=2560}
 if [ -n "$ab" ]; then
   echo "== switches: bf16 B=16 step ms with one switch set, between two runs of the default"
   printf "%-36s %9s %9s %10s\n" switch ms/step vs_default GPU_MB

@@ -1,0 +1,7 @@
+# scripts/gpu/switches.sh — sourced by scripts/gpu/first-call and bench/gpu.sh: the CUDA
+# backend's environment switches that restore an older code path without a rebuild, one
+# VAR=VALUE each ([Note: speed switches] in cuda/NOTES.md says what each one changes). A
+# prepared change lands with its switch here, so the next GPU call measures it against
+# the old path side by side (bench/gpu.sh's switch rows) and falls back on it if its
+# checks fail (first-call's "-old" rows run everything under all of them at once).
+PP_OLD_PATHS="PPTRAIN_CE=two-pass"
