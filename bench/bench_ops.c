@@ -187,9 +187,16 @@ int main(int argc, char **argv) {
          be->matmul_forward(be, qkv, ln, wqkv, bqkv, (int)N, C, 3 * C));
     TIME(&b, "attention fwd (causal)", 'G', 2 * BT2C, f * 3 * Nd * Cd + o * Nd * Cd, L,
          be->attention_forward(be, y, att, qkv, B, T, NH, NH, C / NH));
-    TIME(&b, "matmul fwd attproj", 'G', 2 * Nd * Cd * Cd, o * Nd * Cd + f * (Nd * Cd + Cd * Cd), L,
-         be->matmul_forward(be, x, y, wqkv, bqkv, (int)N, C, C));
-    TIME(&b, "residual add", 'M', Nd * Cd, f * 3 * Nd * Cd, 2 * L, be->add_inplace(be, x, dy, NC));
+    /* the residual as the GEMM's C: out = res + y W^T + b */
+    TIME(&b, "matmul+residual fwd attproj", 'G', 2 * Nd * Cd * Cd,
+         o * Nd * Cd + f * (2 * Nd * Cd + Cd * Cd), L,
+         be->matmul_residual_forward(be, x, dy, y, wqkv, bqkv, (int)N, C, C));
+    row_in_step = 0;
+    TIME(&b, "matmul fwd attproj *", 'G', 2 * Nd * Cd * Cd, o * Nd * Cd + f * (Nd * Cd + Cd * Cd),
+         L, be->matmul_forward(be, x, y, wqkv, bqkv, (int)N, C, C));
+    TIME(&b, "residual add *", 'M', Nd * Cd, f * 3 * Nd * Cd, 2 * L,
+         be->add_inplace(be, x, dy, NC));
+    row_in_step = 1;
     /* [Note: fused GELU]: the fc GEMM writes the operand pre, GELU reads it back */
     TIME(&b, "matmul+gelu fwd fc", 'G', 2 * Nd * Cd * 4 * Cd + 20 * 4 * Nd * Cd,
          o * Nd * Cd + f * 4 * Cd * Cd + 3 * o * 4 * Nd * Cd, L,
@@ -201,9 +208,14 @@ int main(int argc, char **argv) {
     TIME(&b, "gelu fwd *", 'M', 20 * 4 * Nd * Cd, 2 * o * 4 * Nd * Cd, L,
          be->gelu_forward(be, hg, ho, 4 * NC));
     row_in_step = 1;
-    TIME(&b, "matmul fwd fcproj", 'G', 2 * Nd * 4 * Cd * Cd,
+    TIME(&b, "matmul+residual fwd fcproj", 'G', 2 * Nd * 4 * Cd * Cd,
+         o * 4 * Nd * Cd + f * (4 * Cd * Cd + 2 * Nd * Cd), L,
+         be->matmul_residual_forward(be, x, dy, hg, wfc, bfc, (int)N, 4 * C, C));
+    row_in_step = 0; /* and the residual add above */
+    TIME(&b, "matmul fwd fcproj *", 'G', 2 * Nd * 4 * Cd * Cd,
          o * 4 * Nd * Cd + f * (4 * Cd * Cd + Nd * Cd), L,
          be->matmul_forward(be, x, hg, wfc, bfc, (int)N, 4 * C, C));
+    row_in_step = 1;
     /* backward of a layer */
     TIME(&b, "to operand (cast)", 'M', 0, (f + o) * Nd * Cd, 2 * L,
          be->to_operand(be, dxo, dx, NC));
@@ -269,8 +281,9 @@ int main(int argc, char **argv) {
         flops += r->flops * r->per_step;
         if (r->kind == 'G') gemm_s += r->s * r->per_step;
     }
-    printf("*: the unfused path of the fused row above it, not in the sum (PPTRAIN_FUSE_GELU=0 "
-           "runs the fused op's own unfused path: [Note: GEMM epilogues])\n");
+    printf("*: the unfused path of the fused row above it, not in the sum (PPTRAIN_FUSE_GELU=0, "
+           "PPTRAIN_FUSE_RESIDUAL=0 run the fused op's own unfused path: [Note: GEMM "
+           "epilogues])\n");
     /* model FLOPs per token, as bench/gpu.sh */
     double fpt = 6 * (12.0 * L * Cd * Cd + Vd * Cd) + 12.0 * L * T * Cd;
     printf("sum over a step of %d layers: %.2f ms (matmuls and attention %.2f ms, the rest %.2f "

@@ -508,6 +508,26 @@ static void mm_weight_grads(CudaCtx *c, float *dw, float *db, const void *dout, 
     if (db) k_bias_backward(c, db, dout, N, OC);
 }
 
+/* [Note: GEMM epilogues]: out = res + inp @ w^T + b in one GEMM, res as C (beta 1, C != D)
+ * and the bias in the epilogue, at every precision; under PPTRAIN_FUSE_RESIDUAL=0, or
+ * where cuBLASLt has no algorithm for it, matmul_forward's GEMM and then add_inplace's
+ * kernel. */
+static void cu_matmul_residual_forward(const Backend *be, float *out, const float *res,
+                                       const void *inp, const float *w, const float *b, int N,
+                                       int C, int OC) {
+    CudaCtx *c = ctx_of(be);
+    const void *A = act_operand(c, &c->castA, inp, (size_t)N * C);
+    const void *W = operand(c, &c->castB, w, (size_t)OC * C);
+    GemmOut o = {out, 0, res, b, NULL};
+    int bf = c->prec == PP_PREC_BF16;
+    if (c->fuse_residual &&
+        try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 1.0f, OC, 0, 1,
+                     bf ? AB_BF16 : AB_F32, bf ? CUBLAS_COMPUTE_32F : mm_compute(c), &o) == 0)
+        return;
+    mm_gemm(c, 0, 1, N, OC, C, act_f32(c, inp), A, C, w, W, C, 0.0f, out, OC, b);
+    k_add_inplace(c, out, res, (size_t)N * OC);
+}
+
 static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float *db,
                                const void *dout, const void *inp, const float *w, int N, int C,
                                int OC) {
@@ -878,6 +898,7 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->rmsnorm_backward = cu_rmsnorm_backward;
     be->matmul_forward = cu_matmul_forward;
     be->matmul_backward = cu_matmul_backward;
+    be->matmul_residual_forward = cu_matmul_residual_forward;
     be->rope_forward = cu_rope_forward;
     be->rope_backward = cu_rope_backward;
     be->attention_forward = cu_attention_forward;
@@ -1034,6 +1055,8 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         /* [Note: GEMM epilogues]: "0" runs each fused op's unfused path */
         const char *fg = getenv("PPTRAIN_FUSE_GELU");
         c->fuse_gelu = !(fg && !strcmp(fg, "0"));
+        const char *fr = getenv("PPTRAIN_FUSE_RESIDUAL");
+        c->fuse_residual = !(fr && !strcmp(fr, "0"));
     }
     OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     OPEN_CK(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
@@ -1054,11 +1077,12 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         be->logits_chunk_rows = (int)rows;
         be->peak_flops = peak_flops(&prop, precision);
         snprintf(c->desc, sizeof c->desc,
-                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s", device,
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s", device,
                  prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                  prop.totalGlobalMem / 1e9, prec_name(precision, c->op),
                  att_flash ? "flash (bf16 mma.sync)" : "materialized (cuBLASLt)",
-                 c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0");
+                 c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
+                 c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0");
         be->description = c->desc;
         return be;
     }

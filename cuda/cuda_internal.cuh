@@ -73,6 +73,7 @@ struct CudaCtx {
     Grow wide;                /* fp32 [N, width]: a fused GEMM's result where its epilogue is
                                  off or has no algorithm ([Note: GEMM epilogues]) */
     int fuse_gelu;            /* PPTRAIN_FUSE_GELU (default 1): the GELU epilogues at bf16 */
+    int fuse_residual;        /* PPTRAIN_FUSE_RESIDUAL (default 1): the residual as C */
     Alloc *allocs;
     int nallocs, cap_allocs;
     size_t allocated;

@@ -379,6 +379,12 @@ static void emu_mm_fwd(const Backend *be, float *out, const void *inp, const flo
     CPU->matmul_forward(CPU, out, x, w, b, N, C, OC);
     free(x);
 }
+static void emu_mm_res_fwd(const Backend *be, float *out, const float *res, const void *inp,
+                           const float *w, const float *b, int N, int C, int OC) {
+    float *x = widen(inp, (size_t)N * C);
+    CPU->matmul_residual_forward(CPU, out, res, x, w, b, N, C, OC);
+    free(x);
+}
 static void emu_mm_bwd(const Backend *be, float *dinp, float *dw, float *db, const void *dout,
                        const void *inp, const float *w, int N, int C, int OC) {
     float *d = widen(dout, (size_t)N * OC), *x = widen(inp, (size_t)N * C);
@@ -485,6 +491,7 @@ static const Backend *backend_bf16_operands(void) {
     be.layernorm_forward = emu_ln_fwd;
     be.matmul_forward = emu_mm_fwd;
     be.matmul_backward = emu_mm_bwd;
+    be.matmul_residual_forward = emu_mm_res_fwd;
     be.attention_forward = emu_att_fwd;
     be.attention_backward = emu_att_bwd;
     be.gelu_forward = emu_gelu_fwd;

@@ -611,6 +611,23 @@ START_TEST(test_matmul_gelu_bits) {
 }
 END_TEST
 
+/* matmul_residual_forward is matmul_forward then add_inplace, bit for bit; res unchanged. */
+START_TEST(test_matmul_residual_bits) {
+    int N = 9, C = 13, OC = 7 + 2 * _i;
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC;
+    float *x = rand_buf(NC, 1), *w = rand_buf((size_t)OC * C, 0.3f), *b = rand_buf(OC, 1);
+    float *res = rand_buf(NO, 2), *res0 = copy_of(res, NO), *out = fill(NO, 99);
+    float *out1 = talloc(NO * 4);
+    const float *bias = _i ? b : NULL;
+    CPU->matmul_residual_forward(CPU, out, res, x, w, bias, N, C, OC);
+    CPU->matmul_forward(CPU, out1, x, w, bias, N, C, OC);
+    CPU->add_inplace(CPU, out1, res, NO);
+    ck_assert_uint_eq(bits_differ(out, out1, NO), 0);
+    ck_assert_uint_eq(bits_differ(res, res0, NO), 0);
+    tfree_all();
+}
+END_TEST
+
 /* L = <R, gelu(pre) @ w^T + b>: dpre, dw, db against central differences (dw and db
  * seeded with 1: they add; dpre with 99: it is overwritten). */
 typedef struct {
@@ -665,6 +682,7 @@ int main(void) {
     tcase_set_timeout(tf, 60);
     tcase_add_loop_test(tf, test_matmul_gelu_bits, 0, 2);
     tcase_add_test(tf, test_matmul_gelu_grad);
+    tcase_add_loop_test(tf, test_matmul_residual_bits, 0, 2);
     suite_add_tcase(s, tf);
     return check_run(s, 0);
 }

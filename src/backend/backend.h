@@ -132,6 +132,14 @@ struct Backend {
     /* out[N,OC] = inp[N,C] (operand) @ w[OC,C]^T + b[OC] (b may be NULL). */
     void (*matmul_forward)(const Backend *be, float *out, const void *inp, const float *w,
                            const float *b, int N, int C, int OC);
+    /* out[N,OC] = res[N,OC] + (inp[N,C] (operand) @ w[OC,C]^T + b[OC]) (b may be NULL):
+     * a projection added into the residual stream, so that a device can add res in the
+     * GEMM (as its C matrix, beta 1) instead of a pass of its own. out and res are
+     * distinct buffers; res is read only. The CPU runs matmul_forward into out, then
+     * add_inplace(out, res): the bits of the two ops. */
+    void (*matmul_residual_forward)(const Backend *be, float *out, const float *res,
+                                    const void *inp, const float *w, const float *b, int N, int C,
+                                    int OC);
     /* dinp[N,C] = dout @ w (OVERWRITES; skipped when dinp is NULL);
      * dw[OC,C] += dout^T @ inp; db[OC] += column sums of dout (skipped when NULL).
      * dout[N,OC] and inp[N,C] are operands.

@@ -239,6 +239,16 @@ static void matmul_forward(const Backend *be, float *out, const void *inpp, cons
     }
 }
 
+static void add_inplace(const Backend *be, float *dst, const float *src, size_t count);
+
+/* matmul_forward, then add_inplace: the two ops' bits. */
+static void matmul_residual_forward(const Backend *be, float *out, const float *res,
+                                    const void *inp, const float *w, const float *b, int N, int C,
+                                    int OC) {
+    matmul_forward(be, out, inp, w, b, N, C, OC);
+    add_inplace(be, out, res, (size_t)N * OC);
+}
+
 static void matmul_backward(const Backend *be, float *dinp, float *dw, float *db, const void *doutp,
                             const void *inpp, const float *w, int N, int C, int OC) {
     const float *dout = doutp, *inp = inpp;
@@ -644,6 +654,7 @@ static const Backend cpu_backend = {
     .rmsnorm_forward = rmsnorm_forward,
     .rmsnorm_backward = rmsnorm_backward,
     .matmul_forward = matmul_forward,
+    .matmul_residual_forward = matmul_residual_forward,
     .matmul_backward = matmul_backward,
     .rope_forward = rope_forward,
     .rope_backward = rope_backward,

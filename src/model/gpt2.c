@@ -226,13 +226,14 @@ static void block_forward(const Model *m, void *const *acts_, float *const *p_, 
     } else {
         be->attention_forward(be, a->atty, a->att, a->qkv, B, T, NH, NH, C / NH);
     }
-    be->matmul_forward(be, a->res2, a->atty, p->attprojw, p->attprojb, N, C, C);
-    be->add_inplace(be, a->res2, x, (size_t)N * C); /* res2 = x + attn(ln1(x)) */
+    /* res2 = x + attn(ln1(x)) */
+    be->matmul_residual_forward(be, a->res2, x, a->atty, p->attprojw, p->attprojb, N, C, C);
     be->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
     /* fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch) ([Note: fused GELU]) */
     be->matmul_gelu_forward(be, a->fch_gelu, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
-    be->matmul_forward(be, a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C);
-    be->add_inplace(be, a->res3, a->res2, (size_t)N * C); /* res3 = res2 + mlp(ln2(res2)) */
+    /* res3 = res2 + mlp(ln2(res2)) */
+    be->matmul_residual_forward(be, a->res3, a->res2, a->fch_gelu, p->fcprojw, p->fcprojb, N,
+                                4 * C, C);
 }
 
 static void layer_forward(const Model *m, void *const *a, float *const *p, const float *x) {

@@ -23,7 +23,7 @@
  * --small: the two smallest shapes and the flash shapes with T <= 129 only (every kernel,
  * template and tile edge still runs), for compute-sanitizer (scripts/gpu/second-call).
  * The fused GEMM ops ([Note: GEMM epilogues] in cuda/backend_cuda.cu) run again with their
- * switches off (PPTRAIN_FUSE_GELU=0: the unfused paths).
+ * switches off (PPTRAIN_FUSE_GELU=0, PPTRAIN_FUSE_RESIDUAL=0: the unfused paths).
  * The head of src/model/model.c runs on the GPU with its logits in row chunks (all, 1, 7 rows:
  * [Note: chunked head]) against the CPU's unchunked head. */
 #include <math.h>
@@ -913,6 +913,31 @@ static void check_gelu_form(void) {
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
 }
 
+/* matmul_residual_forward: out = res + inp @ w^T + b against the CPU's two ops; res left
+ * as it was; the same bits twice. */
+static void check_matmul_residual(int N, int C, int OC, int bias, const char *sh0) {
+    char sh[96];
+    snprintf(sh, sizeof sh, "%s N=%d C=%d OC=%d%s", sh0, N, C, OC, bias ? "" : " nobias");
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *x = rnd(NC, 1), *w = rnd(OCC, 0.1f), *b = bias ? rnd(OC, 1) : NULL, *r = rnd(NO, 2);
+    float *out = nanbuf(NO);
+    op_round(x, NC);
+    void *dx = dev_op(x, NC);
+    float *dw = dev(w, OCC * 4), *db = bias ? dev(b, OC * 4) : NULL, *dr = dev(r, NO * 4);
+    float *d1 = dev(out, NO * 4), *d2 = dev(out, NO * 4);
+    gpu->matmul_residual_forward(gpu, d1, dr, dx, dw, db, N, C, OC);
+    gpu->matmul_residual_forward(gpu, d2, dr, dx, dw, db, N, C, OC);
+    cpu->matmul_residual_forward(cpu, out, r, x, w, b, N, C, OC);
+    float *h1 = host(d1, NO), *h2 = host(d2, NO), *hr = host(dr, NO);
+    compare("matmul_residual_forward", "out", sh, h1, out, NO, tol_gemm());
+    same_bits("matmul_residual_forward", sh, h1, h2, NO);
+    same_bits("matmul_residual_forward leaves res", sh, hr, r, NO);
+    void *all[] = {dx, dw, dr, d1, d2, db};
+    free_all(all, bias ? 6 : 5);
+    float *fr[] = {x, w, b, r, out, h1, h2, hr};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+}
+
 static void check_matmul_gelu(int N, int C, int H, int bias, const char *sh0) {
     char sh[96];
     snprintf(sh, sizeof sh, "%s N=%d C=%d H=%d%s", sh0, N, C, H, bias ? "" : " nobias");
@@ -1445,7 +1470,7 @@ int main(int argc, char **argv) {
                              gpu->matmul_backward, gpu->attention_forward, gpu->attention_backward,
                              gpu->attention_saved_floats, gpu->kv_append, gpu->attention_decode,
                              gpu->gelu_forward, gpu->gelu_backward, gpu->matmul_gelu_forward,
-                             gpu->matmul_gelu_backward,
+                             gpu->matmul_gelu_backward, gpu->matmul_residual_forward,
                              gpu->crossentropy_forward_backward, gpu->crossentropy_forward,
                              gpu->scratch_floats, gpu->add_inplace, gpu->to_operand,
                              gpu->host_alloc, gpu->host_free, gpu->memory, gpu->close};
@@ -1518,6 +1543,9 @@ int main(int argc, char **argv) {
             check_matmul(N, s->C, s->Vp, 0, shm); /* the head: no bias, odd OC at V's */
             check_matmul(N, 4 * s->C, s->C, 1, shm);
             check_matmul_gelu(N, s->C, 4 * s->C, 1, shm);
+            check_matmul_residual(N, s->C, s->C, 1, shm);
+            check_matmul_residual(N, 4 * s->C, s->C, k & 1, shm);
+            if (k < 2) check_matmul_residual(N, s->C, s->C + 3, 1, shm); /* odd OC */
             if (k < 2) { /* odd H, no bias */
                 check_matmul_gelu(N, s->C, 4 * s->C + 1, 1, shm);
                 check_matmul_gelu(N, s->C, 4 * s->C, 0, shm);
@@ -1527,8 +1555,11 @@ int main(int argc, char **argv) {
             for (int r = 0; r < 3; r++) check_head(s, sh, rows[r]);
         }
         check_gelu_form();
-        if (!small) /* GPT-2's MLP at B 1, T 1024 */
+        if (!small) { /* GPT-2's MLP and projections at B 1, T 1024 */
             check_matmul_gelu(1024, 768, 3072, 1, "gpt2");
+            check_matmul_residual(1024, 768, 768, 1, "gpt2");
+            check_matmul_residual(1024, 3072, 768, 1, "gpt2");
+        }
         if (operand_ops) { /* a padded vocabulary that is no multiple of 4: the scalar path */
             static const Shape odd = {2, 9, 64, 1, 37, 39};
             check_crossentropy(&odd, "B=2 T=9 V=37/39 (Vp odd)");
@@ -1561,6 +1592,7 @@ int main(int argc, char **argv) {
     }
     /* [Note: GEMM epilogues]: the fused ops' unfused paths, as the switches give them */
     setenv("PPTRAIN_FUSE_GELU", "0", 1);
+    setenv("PPTRAIN_FUSE_RESIDUAL", "0", 1);
     for (int p = 0; p < 3; p++) {
         if (only && strcmp(only, precs[p])) continue;
         prec = precs[p];
@@ -1568,13 +1600,16 @@ int main(int argc, char **argv) {
             printf("FAIL open the CUDA backend at %s: %s\n", prec, why);
             return 1;
         }
-        printf("(switches off: PPTRAIN_FUSE_GELU=0)\n");
+        printf("(switches off: PPTRAIN_FUSE_GELU=0 PPTRAIN_FUSE_RESIDUAL=0)\n");
         check_gelu_form();
         check_matmul_gelu(67, 64, 257, 1, "off");
         check_matmul_gelu(201, 768, 3072, 0, "off");
+        check_matmul_residual(67, 64, 67, 1, "off");
+        check_matmul_residual(201, 3072, 768, 0, "off");
         backend_release(gpu);
     }
     unsetenv("PPTRAIN_FUSE_GELU");
+    unsetenv("PPTRAIN_FUSE_RESIDUAL");
     /* flash attention (issue 11) */
     if (check_flash(open_gpu, small || (only && strcmp(only, "bf16")), cpu_as_gpu)) return 1;
     printf("gpu_ops: %d checks, %d failed (seed %llu)\n", checks, failures,
