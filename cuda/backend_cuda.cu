@@ -328,6 +328,7 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
     key.alD = align_of(o->D, sC * (long long)ds);
     key.alX = o->gelu_pre ? align_of(o->gelu_pre, 0) : 0;
     key.epi = (int)epi;
+    key.oop = Cp != o->D; /* an in-place algorithm must not serve an out-of-place call */
     key.d_bf16 = o->d_bf16;
     cublasLtMatrixLayout_t la, lb, lc;
     layout(c, &la, t, tB ? K : N, tB ? N : K, ldb, batch, sB);

@@ -15,7 +15,7 @@
 
 /* A cached cuBLASLt algorithm for one GEMM shape ([Note: GEMM cache] in backend_cuda.cu). */
 struct GemmKey { /* compared with memcmp: no padding (10 ints, 3 long longs, 10 ints) */
-    int opA, opB, m, n, k, lda, ldb, ldc, batch, unused;
+    int opA, opB, m, n, k, lda, ldb, ldc, batch, oop; /* oop: C != D (out of place) */
     long long sA, sB, sC;
     int ab, compute, bias, alA, alB, alC; /* bias: the fused bias pointer's alignment,
                                              0 when none */
