@@ -68,7 +68,9 @@ typedef struct {
     const char *name;
     double s, flops, bytes, per_step; /* per_step: calls per training step */
     char kind;
+    int in_step; /* 0: an unfused path the model no longer runs (shown, not summed) */
 } Row;
+static int row_in_step = 1; /* what TIME records */
 
 #define MAX_ROWS 40
 static Row rows[MAX_ROWS];
@@ -82,7 +84,8 @@ static int nrows;
         for (int r_ = 0; r_ < (b)->reps; r_++) call;                                               \
         (b)->be->wait((b)->be);                                                                    \
         rows[nrows++] =                                                                            \
-            (Row){name_, (pp_now() - t0_) / (b)->reps, (flops_), (bytes_), (per_step_), (kind_)};  \
+            (Row){name_,  (pp_now() - t0_) / (b)->reps, (flops_), (bytes_), (per_step_), (kind_), \
+                  row_in_step};                                                                    \
     } while (0)
 
 static double arg(int argc, char **argv, const char *name, double dflt) {
@@ -150,6 +153,7 @@ int main(int argc, char **argv) {
     size_t natt = be->attention_saved_floats(be, B, T, NH);
     float *att = dev_random(be, natt, 10, 0.01f);
     void *y = dev_operand(be, NC, 11, 1), *hg = dev_operand(be, 4 * NC, 13, 1);
+    void *ho = dev_operand(be, 4 * NC, 35, 2); /* the pre-activation ([Note: fused GELU]) */
     float *h = dev_random(be, 4 * NC, 12, 1), *wfc = dev_random(be, 4 * (size_t)C * C, 14, 0.02f),
           *bfc = dev_random(be, 4 * (size_t)C, 15, 0.02f);
     float *dx = dev_random(be, NC, 16, 1), *dw = dev_random(be, 4 * (size_t)C * C, 17, 0);
@@ -183,25 +187,48 @@ int main(int argc, char **argv) {
          be->matmul_forward(be, qkv, ln, wqkv, bqkv, (int)N, C, 3 * C));
     TIME(&b, "attention fwd (causal)", 'G', 2 * BT2C, f * 3 * Nd * Cd + o * Nd * Cd, L,
          be->attention_forward(be, y, att, qkv, B, T, NH, NH, C / NH));
-    TIME(&b, "matmul fwd attproj", 'G', 2 * Nd * Cd * Cd, o * Nd * Cd + f * (Nd * Cd + Cd * Cd), L,
-         be->matmul_forward(be, x, y, wqkv, bqkv, (int)N, C, C));
-    TIME(&b, "residual add", 'M', Nd * Cd, f * 3 * Nd * Cd, 2 * L, be->add_inplace(be, x, dy, NC));
-    TIME(&b, "matmul fwd fc", 'G', 2 * Nd * Cd * 4 * Cd,
+    /* the residual as the GEMM's C: out = res + y W^T + b */
+    TIME(&b, "matmul+residual fwd attproj", 'G', 2 * Nd * Cd * Cd,
+         o * Nd * Cd + f * (2 * Nd * Cd + Cd * Cd), L,
+         be->matmul_residual_forward(be, x, dy, y, wqkv, bqkv, (int)N, C, C));
+    row_in_step = 0;
+    TIME(&b, "matmul fwd attproj *", 'G', 2 * Nd * Cd * Cd, o * Nd * Cd + f * (Nd * Cd + Cd * Cd),
+         L, be->matmul_forward(be, x, y, wqkv, bqkv, (int)N, C, C));
+    TIME(&b, "residual add *", 'M', Nd * Cd, f * 3 * Nd * Cd, 2 * L,
+         be->add_inplace(be, x, dy, NC));
+    row_in_step = 1;
+    /* [Note: fused GELU]: the fc GEMM writes the operand pre, GELU reads it back */
+    TIME(&b, "matmul+gelu fwd fc", 'G', 2 * Nd * Cd * 4 * Cd + 20 * 4 * Nd * Cd,
+         o * Nd * Cd + f * 4 * Cd * Cd + 3 * o * 4 * Nd * Cd, L,
+         be->matmul_gelu_forward(be, hg, ho, ln, wfc, bfc, (int)N, C, 4 * C));
+    row_in_step = 0; /* the unfused path it replaces: fp32 pre */
+    TIME(&b, "matmul fwd fc *", 'G', 2 * Nd * Cd * 4 * Cd,
          o * Nd * Cd + f * (4 * Cd * Cd + 4 * Nd * Cd), L,
          be->matmul_forward(be, h, ln, wfc, bfc, (int)N, C, 4 * C));
-    TIME(&b, "gelu fwd", 'M', 20 * 4 * Nd * Cd, (f + o) * 4 * Nd * Cd, L,
-         be->gelu_forward(be, hg, h, 4 * NC));
-    TIME(&b, "matmul fwd fcproj", 'G', 2 * Nd * 4 * Cd * Cd,
+    TIME(&b, "gelu fwd *", 'M', 20 * 4 * Nd * Cd, 2 * o * 4 * Nd * Cd, L,
+         be->gelu_forward(be, hg, ho, 4 * NC));
+    row_in_step = 1;
+    TIME(&b, "matmul+residual fwd fcproj", 'G', 2 * Nd * 4 * Cd * Cd,
+         o * 4 * Nd * Cd + f * (4 * Cd * Cd + 2 * Nd * Cd), L,
+         be->matmul_residual_forward(be, x, dy, hg, wfc, bfc, (int)N, 4 * C, C));
+    row_in_step = 0; /* and the residual add above */
+    TIME(&b, "matmul fwd fcproj *", 'G', 2 * Nd * 4 * Cd * Cd,
          o * 4 * Nd * Cd + f * (4 * Cd * Cd + Nd * Cd), L,
          be->matmul_forward(be, x, hg, wfc, bfc, (int)N, 4 * C, C));
+    row_in_step = 1;
     /* backward of a layer */
     TIME(&b, "to operand (cast)", 'M', 0, (f + o) * Nd * Cd, 2 * L,
          be->to_operand(be, dxo, dx, NC));
-    TIME(&b, "matmul bwd fcproj", 'G', 4 * Nd * 4 * Cd * Cd,
+    TIME(&b, "matmul+dgelu bwd fcproj", 'G', 4 * Nd * 4 * Cd * Cd + 24 * 4 * Nd * Cd,
+         o * (Nd * Cd + 3 * 4 * Nd * Cd) + f * 3 * 4 * Cd * Cd, L,
+         be->matmul_gelu_backward(be, dho, dw, db, dxo, hg, wfc, ho, (int)N, 4 * C, C));
+    row_in_step = 0; /* the unfused path: fp32 dinp, then GELU's backward */
+    TIME(&b, "matmul bwd fcproj *", 'G', 4 * Nd * 4 * Cd * Cd,
          o * (Nd * Cd + 4 * Nd * Cd) + f * (4 * Nd * Cd + 3 * 4 * Cd * Cd), L,
          be->matmul_backward(be, dh, dw, db, dxo, hg, wfc, (int)N, 4 * C, C));
-    TIME(&b, "gelu bwd", 'M', 24 * 4 * Nd * Cd, (2 * f + o) * 4 * Nd * Cd, L,
-         be->gelu_backward(be, dho, h, dh, 4 * NC));
+    TIME(&b, "gelu bwd *", 'M', 24 * 4 * Nd * Cd, (f + 2 * o) * 4 * Nd * Cd, L,
+         be->gelu_backward(be, dho, ho, dh, 4 * NC));
+    row_in_step = 1;
     TIME(&b, "matmul bwd fc", 'G', 4 * Nd * Cd * 4 * Cd,
          o * (4 * Nd * Cd + Nd * Cd) + f * (Nd * Cd + 3 * 4 * Cd * Cd), L,
          be->matmul_backward(be, dx, dw, db, dho, ln, wfc, (int)N, C, 4 * C));
@@ -249,10 +276,14 @@ int main(int argc, char **argv) {
         if (!isnan(frac)) snprintf(pc, sizeof pc, "%.0f%%", frac);
         printf("%-26s %10.3f %9.2f %9.1f %10.2f %9.1f %7s %10.2f\n", r->name, r->s * 1e3,
                r->flops / 1e9, r->bytes / 1e6, tf, gbs, pc, r->s * r->per_step * 1e3);
+        if (!r->in_step) continue;
         step += r->s * r->per_step;
         flops += r->flops * r->per_step;
         if (r->kind == 'G') gemm_s += r->s * r->per_step;
     }
+    printf("*: the unfused path of the fused row above it, not in the sum (PPTRAIN_FUSE_GELU=0, "
+           "PPTRAIN_FUSE_RESIDUAL=0 run the fused op's own unfused path: [Note: GEMM "
+           "epilogues])\n");
     /* model FLOPs per token, as bench/gpu.sh */
     double fpt = 6 * (12.0 * L * Cd * Cd + Vd * Cd) + 12.0 * L * T * Cd;
     printf("sum over a step of %d layers: %.2f ms (matmuls and attention %.2f ms, the rest %.2f "
@@ -261,7 +292,7 @@ int main(int argc, char **argv) {
            gemm > 0 ? "" : " (no ceilings given)");
     (void)flops;
     be->dealloc(be, sum);
-    void *all[] = {x, ln, mean, rstd, lnw, lnb, qkv, wqkv, bqkv, att, y, h, hg, wfc, bfc, dx, dw,
+    void *all[] = {x, ln, mean, rstd, lnw, lnb, qkv, wqkv, bqkv, att, y, h, hg, ho, wfc, bfc, dx, dw,
                    db, dqkv, dh, dy, dxo, dho, scratch, wte, dwte, wpe, dwpe, logits, losses, p, g,
                    m, v};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->dealloc(be, all[i]);

@@ -160,8 +160,8 @@ static void cu_snapshot_wait(const Backend *be) {
 
 static void cu_memory(const Backend *be, size_t *allocated, size_t *workspace) {
     CudaCtx *c = ctx_of(be);
-    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials,
-                       &c->sums,  &c->enc,   &c->att,   &c->flashD, &c->stage};
+    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB,  &c->castW, &c->partials,
+                       &c->sums,  &c->enc,   &c->att,    &c->flashD, &c->stage, &c->wide};
     *allocated = c->allocated;
     *workspace = 0;
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) *workspace += g[i]->bytes;
@@ -190,20 +190,22 @@ static void layout(CudaCtx *c, cublasLtMatrixLayout_t *l, cudaDataType t, int ro
 }
 
 /* [Note: GEMM cache] cuBLASLt's heuristic query costs far more than the GEMM descriptors,
- * so its answer is kept per shape, operand types and alignment: the same key always runs
- * the same algorithm, which also keeps results the same run to run. A shape whose
- * algorithm cannot fuse the bias (none found with the epilogue) runs without it and
- * adds the bias in a kernel. */
-static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmulDesc_t desc_bias,
-                                  cublasLtMatmulDesc_t desc_plain, cublasLtMatrixLayout_t la,
-                                  cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc) {
+ * so its answer is kept per shape, operand and output types, epilogue and alignment: the
+ * same key always runs the same algorithm, which also keeps results the same run to run.
+ * A shape whose algorithm cannot fuse the bias into an fp32 output (none found with the
+ * epilogue) runs without it and adds the bias in a kernel; any other epilogue it cannot
+ * fuse is "not found", and the caller runs its unfused path ([Note: GEMM epilogues]). */
+static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmulDesc_t desc_epi,
+                                  int epi_optional, cublasLtMatmulDesc_t desc_plain,
+                                  cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                  cublasLtMatrixLayout_t lc, int out_of_place) {
     for (int i = 0; i < c->ngemm; i++)
         if (!memcmp(&c->gemm[i].key, key, sizeof *key)) return &c->gemm[i];
     cublasLtMatmulPreference_t pref;
     LTCK(c, cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws = c->lt_ws.bytes;
     uint32_t al[4] = {(uint32_t)key->alA, (uint32_t)key->alB, (uint32_t)key->alC,
-                      (uint32_t)key->alC};
+                      (uint32_t)key->alD};
     LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &ws, sizeof ws));
     LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
@@ -226,18 +228,27 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
     GemmEntry e;
     memset(&e, 0, sizeof e);
     e.key = *key;
-    if (desc_bias) { /* any refusal of the epilogue (type, alignment) only unfuses the bias */
-        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_bias, la, lb, lc, lc, pref, 1,
+    if (desc_epi) { /* any refusal of the epilogue (type, alignment) is "no algorithm" */
+        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_epi, la, lb, lc, lc, pref, 1,
                                                           &res, &n);
-        e.with_bias = s == CUBLAS_STATUS_SUCCESS && n > 0;
+        e.with_epi = s == CUBLAS_STATUS_SUCCESS && n > 0;
+        if (!e.with_epi) n = 0;
     }
-    if (!e.with_bias) {
+    if (!e.with_epi && (!desc_epi || epi_optional)) {
         cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_plain, la, lb, lc, lc, pref,
                                                           1, &res, &n);
         if (s == CUBLAS_STATUS_NOT_SUPPORTED) n = 0;
         else LTCK(c, s);
     }
     LTCK(c, cublasLtMatmulPreferenceDestroy(pref));
+    if (n > 0 && out_of_place) { /* C != D: the algorithm must say it can */
+        int32_t oop = 0;
+        size_t got = 0;
+        if (cublasLtMatmulAlgoCapGetAttribute(&res.algo, CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT,
+                                              &oop, sizeof oop, &got) != CUBLAS_STATUS_SUCCESS ||
+            !oop)
+            n = 0;
+    }
     e.found = n > 0; /* if not, the caller falls back, or dies naming the shape */
     if (e.found) e.algo = res.algo;
     int slot = c->ngemm < GEMM_CACHE ? c->ngemm++
@@ -246,22 +257,53 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
     return &c->gemm[slot];
 }
 
-/* Row-major C[M,N] (leading dimension ldc) = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C,
- * plus bias[N] on every row when bias is given (then batch must be 1 and ldc N); op
- * transposes when tA / tB. `batch` matrices at element strides sA, sB, sC. A and B are
- * fp32, or bf16 when ab is AB_BF16; C is fp32.
+/* [Note: GEMM epilogues] What a GEMM writes besides alpha op(A) op(B) + beta C, through
+ * cuBLASLt's epilogues, so that an elementwise pass over the output is not a kernel of
+ * its own: D bf16 (the operand type) instead of fp32; C (beta's input) another buffer
+ * than D (the residual added into a projection: out = res + x W^T); the bias; GELU's
+ * derivative (CUBLASLT_EPILOGUE_DGELU, its aux input the pre-activation in D's type and
+ * layout; cuBLASLt wants its leading dimension a multiple of 8 and at least D's rows,
+ * cublasLt.h's CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD). An epilogue the heuristic refuses
+ * for a shape makes try_gemm_out return -1 (cached: asked once), and the op runs its
+ * unfused path, with the same contract; only a bias on an fp32 D is still added by a
+ * kernel of its own. */
+struct GemmOut {
+    void *D;              /* row-major [M,N], leading dimension ldc */
+    int d_bf16;           /* D and C are bf16 (else fp32) */
+    const void *C;        /* beta's input, D's type and layout (NULL: D itself) */
+    const float *bias;    /* + bias[N] (fp32) on every row (CUBLASLT_EPILOGUE_BIAS) */
+    const void *gelu_pre; /* D = gelu'(gelu_pre) * (...) (CUBLASLT_EPILOGUE_DGELU) */
+};
+
+static void set_attr(CudaCtx *c, cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                     const void *v, size_t n) {
+    LTCK(c, cublasLtMatmulDescSetAttribute(d, a, v, n));
+}
+
+/* Row-major D[M,N] (leading dimension ldc) = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C,
+ * with o's epilogue (bias only with batch 1 and ldc N); op transposes when tA / tB.
+ * `batch` matrices at element strides sA, sB, sC. A and B are fp32, or bf16 when ab is
+ * AB_BF16. 0, or -1 when cuBLASLt has no algorithm (with the epilogue asked for).
  *
  * cuBLASLt is column-major, and a row-major X is the column-major X^T, so this computes
- * C^T = op(B)^T op(A)^T: m = N, n = M, the first operand is B (op tB), the second A. */
-static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, const void *A,
-                    int lda, long long sA, const void *B, int ldb, long long sB, float beta,
-                    float *C, int ldc, long long sC, int batch, int ab, cublasComputeType_t comp,
-                    const float *bias) {
+ * D^T = op(B)^T op(A)^T: m = N, n = M, the first operand is B (op tB), the second A. */
+static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha,
+                        const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
+                        float beta, int ldc, long long sC, int batch, int ab,
+                        cublasComputeType_t comp, const GemmOut *o) {
     if (M <= 0 || N <= 0) return 0;
     /* the epilogue reads the bias with vector loads: only a 16-byte aligned one is fused */
-    int fuse_bias = bias && (uintptr_t)bias % 16 == 0;
-    size_t es = ab == AB_BF16 ? 2 : 4;
+    int fuse_bias = o->bias && (uintptr_t)o->bias % 16 == 0;
+    if (o->bias && !fuse_bias && o->d_bf16) return -1; /* no kernel adds a bias to bf16 */
+    if (o->gelu_pre && ldc % 8) return -1;              /* the aux leading dimension */
+    size_t es = ab == AB_BF16 ? 2 : 4, ds = o->d_bf16 ? 2 : 4;
     cudaDataType t = ab == AB_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType dt = o->d_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const void *Cp = o->C ? o->C : o->D;
+    cublasLtEpilogue_t epi = o->gelu_pre ? CUBLASLT_EPILOGUE_DGELU
+                             : fuse_bias ? CUBLASLT_EPILOGUE_BIAS
+                                         : CUBLASLT_EPILOGUE_DEFAULT;
+    if (o->gelu_pre && o->bias) return -1; /* not asked for by any op */
     GemmKey key;
     memset(&key, 0, sizeof key);
     key.opA = tB;
@@ -278,48 +320,66 @@ static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha
     key.sC = sC;
     key.ab = ab;
     key.compute = (int)comp;
-    /* the bias pointer's alignment too: the heuristic reads it from the descriptor */
-    key.bias = fuse_bias ? align_of(bias, 0) : 0;
+    /* the bias and aux pointers' alignment too: the heuristic reads them from the descriptor */
+    key.bias = fuse_bias ? align_of(o->bias, 0) : 0;
     key.alA = align_of(B, sB * (long long)es);
     key.alB = align_of(A, sA * (long long)es);
-    key.alC = align_of(C, sC * 4ll);
+    key.alC = align_of(Cp, sC * (long long)ds);
+    key.alD = align_of(o->D, sC * (long long)ds);
+    key.alX = o->gelu_pre ? align_of(o->gelu_pre, 0) : 0;
+    key.epi = (int)epi;
+    key.oop = Cp != o->D; /* an in-place algorithm must not serve an out-of-place call */
+    key.d_bf16 = o->d_bf16;
     cublasLtMatrixLayout_t la, lb, lc;
     layout(c, &la, t, tB ? K : N, tB ? N : K, ldb, batch, sB);
     layout(c, &lb, t, tA ? M : K, tA ? K : M, lda, batch, sA);
-    layout(c, &lc, CUDA_R_32F, N, M, ldc, batch, sC);
+    layout(c, &lc, dt, N, M, ldc, batch, sC);
     cublasOperation_t opa = tB ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tA ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtMatmulDesc_t plain, withb = NULL;
+    cublasLtMatmulDesc_t plain, withe = NULL;
     LTCK(c, cublasLtMatmulDescCreate(&plain, comp, CUDA_R_32F));
-    LTCK(c, cublasLtMatmulDescSetAttribute(plain, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    LTCK(c, cublasLtMatmulDescSetAttribute(plain, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    if (fuse_bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType bt = CUDA_R_32F;
-        LTCK(c, cublasLtMatmulDescCreate(&withb, comp, CUDA_R_32F));
-        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
-                                               sizeof opa));
-        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
-                                               sizeof opb));
-        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                               sizeof epi));
-        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                               sizeof bias));
-        LTCK(c, cublasLtMatmulDescSetAttribute(withb, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
-                                               sizeof bt));
+    set_attr(c, plain, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+    set_attr(c, plain, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
+        LTCK(c, cublasLtMatmulDescCreate(&withe, comp, CUDA_R_32F));
+        set_attr(c, withe, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+        set_attr(c, withe, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+        set_attr(c, withe, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        if (fuse_bias) {
+            cudaDataType bt = CUDA_R_32F; /* the fp32 master bias, also under a bf16 D */
+            set_attr(c, withe, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &o->bias, sizeof o->bias);
+            set_attr(c, withe, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+        }
+        if (o->gelu_pre) { /* aux: D's type (the default), D's layout */
+            int64_t ld = ldc;
+            set_attr(c, withe, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &o->gelu_pre,
+                     sizeof o->gelu_pre);
+            set_attr(c, withe, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+        }
     }
-    const GemmEntry *e = gemm_algo(c, &key, withb, plain, la, lb, lc);
-    int found = e->found, fused = found && fuse_bias && e->with_bias;
+    int optional = epi == CUBLASLT_EPILOGUE_BIAS && !o->d_bf16;
+    const GemmEntry *e = gemm_algo(c, &key, withe, optional, plain, la, lb, lc, Cp != o->D);
+    int found = e->found, fused = found && withe && e->with_epi;
     if (found) {
-        LTCK(c, cublasLtMatmul(c->lt, fused ? withb : plain, &alpha, B, la, A, lb, &beta, C, lc, C,
-                               lc, &e->algo, c->lt_ws.p, c->lt_ws.bytes, c->stream));
-        if (bias && !fused) k_add_bias(c, C, bias, M, N);
+        LTCK(c, cublasLtMatmul(c->lt, fused ? withe : plain, &alpha, B, la, A, lb, &beta, Cp, lc,
+                               o->D, lc, &e->algo, c->lt_ws.p, c->lt_ws.bytes, c->stream));
+        if (o->bias && !fused) k_add_bias(c, (float *)o->D, o->bias, M, N);
     }
     LTCK(c, cublasLtMatmulDescDestroy(plain));
-    if (withb) LTCK(c, cublasLtMatmulDescDestroy(withb));
+    if (withe) LTCK(c, cublasLtMatmulDescDestroy(withe));
     LTCK(c, cublasLtMatrixLayoutDestroy(la));
     LTCK(c, cublasLtMatrixLayoutDestroy(lb));
     LTCK(c, cublasLtMatrixLayoutDestroy(lc));
     return found ? 0 : -1;
+}
+
+/* try_gemm_out into an fp32 C (in place), plus bias[N] when given. */
+static int try_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, const void *A,
+                    int lda, long long sA, const void *B, int ldb, long long sB, float beta,
+                    float *C, int ldc, long long sC, int batch, int ab, cublasComputeType_t comp,
+                    const float *bias) {
+    GemmOut o = {C, 0, NULL, bias, NULL};
+    return try_gemm_out(c, tA, tB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, ldc, sC, batch,
+                        ab, comp, &o);
 }
 
 /* try_gemm, or die naming the GEMM when cuBLASLt has no algorithm for it. */
@@ -353,11 +413,11 @@ static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, c
  * same operands on the tensor cores' tf32 path (CUBLAS_COMPUTE_32F_FAST_TF32). bf16: the
  * operand activations are bf16 (be.operand, [Note: operand activations] in
  * src/backend/backend.h): the ops that write them round to bf16, and every matmul runs a bf16
- * GEMM with fp32 accumulation and fp32 output on them as they are. The fp32 master
- * weights are converted once per action list while the model holds them ([Note: held
- * weights] in model.h; per call otherwise). The residual stream, qkv, the pre-GELU
- * activation, the logits, LayerNorm's statistics, the gradients and the optimizer stay
- * fp32; the materialised attention's GEMMs run CUBLAS_COMPUTE_32F_FAST_16BF on the fp32
+ * GEMM with fp32 accumulation and fp32 output on them as they are (the fc GEMM writes
+ * its bf16 pre-activation itself: [Note: GEMM epilogues]). The fp32 master weights are
+ * converted once per action list while the model holds them ([Note: held weights] in
+ * model.h; per call otherwise). The residual stream, qkv, the logits, LayerNorm's
+ * statistics, the gradients and the optimizer stay fp32; the materialised attention's GEMMs run CUBLAS_COMPUTE_32F_FAST_16BF on the fp32
  * qkv (cuBLASLt converts). PPTRAIN_BF16_OPERANDS=fp32 keeps fp32 operand activations at
  * bf16 and casts them in every matmul instead (the path before bf16 activations, kept
  * for side-by-side measurement: cuda/NOTES.md). */
@@ -438,6 +498,37 @@ static void cu_matmul_forward(const Backend *be, float *out, const void *inp, co
     mm_gemm(c, 0, 1, N, OC, C, act_f32(c, inp), A, C, w, W, C, 0.0f, out, OC, b);
 }
 
+/* dw[OC,C] += dout^T @ inp, db[OC] += column sums of dout (NULL: skipped); D is dout as
+ * the GEMM's operand. One function for matmul_backward and matmul_gelu_backward, so that
+ * their W halves are the same bits. castB is reused in stream order, after any GEMM
+ * before that read it. */
+static void mm_weight_grads(CudaCtx *c, float *dw, float *db, const void *dout, const void *D,
+                            const void *inp, int N, int C, int OC) {
+    const void *I = act_operand(c, &c->castB, inp, (size_t)N * C);
+    mm_gemm(c, 1, 0, OC, C, N, act_f32(c, dout), D, OC, act_f32(c, inp), I, C, 1.0f, dw, C, NULL);
+    if (db) k_bias_backward(c, db, dout, N, OC);
+}
+
+/* [Note: GEMM epilogues]: out = res + inp @ w^T + b in one GEMM, res as C (beta 1, C != D)
+ * and the bias in the epilogue, at every precision; under PPTRAIN_FUSE_RESIDUAL=0, or
+ * where cuBLASLt has no algorithm for it, matmul_forward's GEMM and then add_inplace's
+ * kernel. */
+static void cu_matmul_residual_forward(const Backend *be, float *out, const float *res,
+                                       const void *inp, const float *w, const float *b, int N,
+                                       int C, int OC) {
+    CudaCtx *c = ctx_of(be);
+    const void *A = act_operand(c, &c->castA, inp, (size_t)N * C);
+    const void *W = operand(c, &c->castB, w, (size_t)OC * C);
+    GemmOut o = {out, 0, res, b, NULL};
+    int bf = c->prec == PP_PREC_BF16;
+    if (c->fuse_residual &&
+        try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 1.0f, OC, 0, 1,
+                     bf ? AB_BF16 : AB_F32, bf ? CUBLAS_COMPUTE_32F : mm_compute(c), &o) == 0)
+        return;
+    mm_gemm(c, 0, 1, N, OC, C, act_f32(c, inp), A, C, w, W, C, 0.0f, out, OC, b);
+    k_add_inplace(c, out, res, (size_t)N * OC);
+}
+
 static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float *db,
                                const void *dout, const void *inp, const float *w, int N, int C,
                                int OC) {
@@ -447,12 +538,56 @@ static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float 
         const void *W = operand(c, &c->castB, w, (size_t)OC * C);
         mm_gemm(c, 0, 0, N, C, OC, act_f32(c, dout), D, OC, w, W, C, 0.0f, dinp, C, NULL);
     }
-    if (dw) { /* dw[OC,C] += dout^T @ inp; castB is reused in stream order, after the GEMM above */
-        const void *I = act_operand(c, &c->castB, inp, (size_t)N * C);
-        mm_gemm(c, 1, 0, OC, C, N, act_f32(c, dout), D, OC, act_f32(c, inp), I, C, 1.0f,
-                dw, C, NULL);
+    if (dw) mm_weight_grads(c, dw, db, dout, D, inp, N, C, OC);
+    else if (db) k_bias_backward(c, db, dout, N, OC);
+}
+
+/* [Note: fused GELU] (src/backend/backend.h), [Note: GEMM epilogues]. At bf16 operands the
+ * fc GEMM writes pre in bf16 with the bias in its epilogue, and GELU reads it back (the
+ * kernel selective recompute runs); fcproj's dinp GEMM applies GELU's derivative in its
+ * epilogue (CUBLASLT_EPILOGUE_DGELU on the bf16 pre) and writes dpre in bf16. Elsewhere,
+ * under PPTRAIN_FUSE_GELU=0, or where cuBLASLt has no algorithm with the epilogue: the
+ * GEMM in fp32 (into the op's own output at fp32 operands, else into the workspace
+ * c->wide), then the elementwise kernel, rounding once. */
+static float *wide_fp32(CudaCtx *c, void *op_out, size_t n) {
+    return c->op == PP_F32 ? (float *)op_out : (float *)grow(c, &c->wide, n * sizeof(float));
+}
+
+static void cu_matmul_gelu_forward(const Backend *be, void *out, void *pre, const void *inp,
+                                   const float *w, const float *b, int N, int C, int OC) {
+    CudaCtx *c = ctx_of(be);
+    size_t n = (size_t)N * OC;
+    const void *A = act_operand(c, &c->castA, inp, (size_t)N * C);
+    const void *W = operand(c, &c->castB, w, (size_t)OC * C);
+    GemmOut o = {pre, 1, NULL, b, NULL};
+    if (!(c->op == PP_BF16 && c->fuse_gelu &&
+          try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 0.0f, OC, 0, 1, AB_BF16,
+                       CUBLAS_COMPUTE_32F, &o) == 0)) {
+        float *F = wide_fp32(c, pre, n); /* pre = inp @ w^T + b, rounded once */
+        mm_gemm(c, 0, 1, N, OC, C, act_f32(c, inp), A, C, w, W, C, 0.0f, F, OC, b);
+        if ((void *)F != pre) k_to_operand(c, pre, F, n);
     }
-    if (db) k_bias_backward(c, db, dout, N, OC);
+    k_gelu_forward(c, out, pre, n);
+}
+
+static void cu_matmul_gelu_backward(const Backend *be, void *dpre, float *dw, float *db,
+                                    const void *dout, const void *inp, const float *w,
+                                    const void *pre, int N, int C, int OC) {
+    CudaCtx *c = ctx_of(be);
+    const void *D = dpre || dw ? act_operand(c, &c->castA, dout, (size_t)N * OC) : NULL;
+    if (dpre) { /* dpre[N,C] = gelu'(pre) * (dout[N,OC] @ w[OC,C]) (overwrites) */
+        const void *W = operand(c, &c->castB, w, (size_t)OC * C);
+        GemmOut o = {dpre, 1, NULL, NULL, pre};
+        if (!(c->op == PP_BF16 && c->fuse_gelu &&
+              try_gemm_out(c, 0, 0, N, C, OC, 1.0f, D, OC, 0, W, C, 0, 0.0f, C, 0, 1, AB_BF16,
+                           CUBLAS_COMPUTE_32F, &o) == 0)) {
+            float *F = wide_fp32(c, dpre, (size_t)N * C);
+            mm_gemm(c, 0, 0, N, C, OC, act_f32(c, dout), D, OC, w, W, C, 0.0f, F, C, NULL);
+            k_gelu_backward(c, dpre, pre, F, (size_t)N * C); /* in place at fp32 */
+        }
+    }
+    if (dw) mm_weight_grads(c, dw, db, dout, D, inp, N, C, OC);
+    else if (db) k_bias_backward(c, db, dout, N, OC);
 }
 
 /* ---- attention ----------------------------------------------------------------------------
@@ -640,11 +775,11 @@ static void cu_swiglu_backward(const Backend *be, void *dgate, void *dup, const 
     k_swiglu_backward(ctx_of(be), dgate, dup, gate, up, dout, count);
 }
 
-static void cu_gelu_forward(const Backend *be, void *out, const float *inp, size_t count) {
+static void cu_gelu_forward(const Backend *be, void *out, const void *inp, size_t count) {
     k_gelu_forward(ctx_of(be), out, inp, count);
 }
 
-static void cu_gelu_backward(const Backend *be, void *dinp, const float *inp, const float *dout,
+static void cu_gelu_backward(const Backend *be, void *dinp, const void *inp, const float *dout,
                              size_t count) {
     k_gelu_backward(ctx_of(be), dinp, inp, dout, count);
 }
@@ -700,8 +835,8 @@ static void cu_close(const Backend *be) {
     CudaCtx *c = ctx_of(be);
     CK(c, cudaStreamSynchronize(c->stream));
     CK(c, cudaStreamSynchronize(c->side));
-    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB, &c->castW, &c->partials,
-                 &c->sums,  &c->enc,   &c->att,   &c->flashD, &c->stage};
+    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB,  &c->castW, &c->partials,
+                 &c->sums,  &c->enc,   &c->att,    &c->flashD, &c->stage, &c->wide};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) CK(c, cudaFree(g[i]->p));
     /* leaks of the caller's */
     for (int i = 0; i < c->nallocs; i++) CK(c, cudaFree(c->allocs[i].p));
@@ -764,6 +899,7 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->rmsnorm_backward = cu_rmsnorm_backward;
     be->matmul_forward = cu_matmul_forward;
     be->matmul_backward = cu_matmul_backward;
+    be->matmul_residual_forward = cu_matmul_residual_forward;
     be->rope_forward = cu_rope_forward;
     be->rope_backward = cu_rope_backward;
     be->attention_forward = cu_attention_forward;
@@ -773,6 +909,8 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->attention_decode = cu_attention_decode;
     be->gelu_forward = cu_gelu_forward;
     be->gelu_backward = cu_gelu_backward;
+    be->matmul_gelu_forward = cu_matmul_gelu_forward;
+    be->matmul_gelu_backward = cu_matmul_gelu_backward;
     be->swiglu_forward = cu_swiglu_forward;
     be->swiglu_backward = cu_swiglu_backward;
     be->crossentropy_forward_backward = cu_crossentropy_forward_backward;
@@ -867,6 +1005,10 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
             grow(c, &c->castB, (acts > wb ? acts : wb) * sizeof(__nv_bfloat16));
             /* the rank's parameters, held over each action list ([Note: held weights]) */
             grow(c, &c->castW, sizes->params * sizeof(__nv_bfloat16));
+            /* the unfused GELU's fp32 GEMM result ([Note: GEMM epilogues]); with the
+             * epilogues on, only grown if cuBLASLt has no algorithm for them (at the
+             * first step: the answer is cached) */
+            if (c->op == PP_BF16 && !c->fuse_gelu) grow(c, &c->wide, N * width * sizeof(float));
         }
     }
     return rows;
@@ -911,6 +1053,11 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     {
         const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
         c->op = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32")) ? PP_BF16 : PP_F32;
+        /* [Note: GEMM epilogues]: "0" runs each fused op's unfused path */
+        const char *fg = getenv("PPTRAIN_FUSE_GELU");
+        c->fuse_gelu = !(fg && !strcmp(fg, "0"));
+        const char *fr = getenv("PPTRAIN_FUSE_RESIDUAL");
+        c->fuse_residual = !(fr && !strcmp(fr, "0"));
     }
     c->smem_optin = prop.sharedMemPerBlockOptin;
     { /* [Note: cross-entropy row in shared memory] in kernels.cu */
@@ -940,10 +1087,12 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         be->logits_chunk_rows = (int)rows;
         be->peak_flops = peak_flops(&prop, precision);
         snprintf(c->desc, sizeof c->desc,
-                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s", device, prop.name,
-                 prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1e9,
-                 prec_name(precision, c->op),
-                 att_flash ? "flash (bf16 mma.sync)" : "materialized (cuBLASLt)");
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s", device,
+                 prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+                 prop.totalGlobalMem / 1e9, prec_name(precision, c->op),
+                 att_flash ? "flash (bf16 mma.sync)" : "materialized (cuBLASLt)",
+                 c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
+                 c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0");
         be->description = c->desc;
         return be;
     }

@@ -14,17 +14,21 @@
 #include "backend/backend_cuda.h"
 
 /* A cached cuBLASLt algorithm for one GEMM shape ([Note: GEMM cache] in backend_cuda.cu). */
-struct GemmKey { /* compared with memcmp: no padding (10 ints, 3 long longs, 6 ints) */
-    int opA, opB, m, n, k, lda, ldb, ldc, batch, unused;
+struct GemmKey { /* compared with memcmp: no padding (10 ints, 3 long longs, 10 ints) */
+    int opA, opB, m, n, k, lda, ldb, ldc, batch, oop; /* oop: C != D (out of place) */
     long long sA, sB, sC;
     int ab, compute, bias, alA, alB, alC; /* bias: the fused bias pointer's alignment,
                                              0 when none */
+    int epi;      /* the cublasLtEpilogue_t asked for ([Note: GEMM epilogues]) */
+    int d_bf16;   /* D (and C) bf16, else fp32 */
+    int alD, alX; /* D's alignment (C's is alC), the aux or bias-gradient pointer's */
 };
 struct GemmEntry {
     GemmKey key;
     cublasLtMatmulAlgo_t algo;
-    int with_bias; /* the bias epilogue runs with this algorithm (else a separate kernel adds it) */
-    int found;     /* 0: cuBLASLt has no algorithm for this key (cached too: asked once) */
+    int with_epi; /* the epilogue runs with this algorithm (else a bias on fp32 D is added by
+                     a separate kernel; any other epilogue is not found) */
+    int found;    /* 0: cuBLASLt has no algorithm for this key (cached too: asked once) */
 };
 #define GEMM_CACHE 128
 
@@ -66,6 +70,10 @@ struct CudaCtx {
     PPDType op;               /* the operand activations' type (be.operand,
                                  [Note: CUDA precision]) */
     Grow stage;               /* fp32 staging of the materialised attention's bf16 outputs */
+    Grow wide;                /* fp32 [N, width]: a fused GEMM's result where its epilogue is
+                                 off or has no algorithm ([Note: GEMM epilogues]) */
+    int fuse_gelu;            /* PPTRAIN_FUSE_GELU (default 1): the GELU epilogues at bf16 */
+    int fuse_residual;        /* PPTRAIN_FUSE_RESIDUAL (default 1): the residual as C */
     Alloc *allocs;
     int nallocs, cap_allocs;
     size_t allocated;
@@ -150,8 +158,10 @@ void k_attention_decode(CudaCtx *c, void *out, const float *qkv, const float *kc
 void k_swiglu_forward(CudaCtx *c, void *out, const float *gate, const float *up, size_t n);
 void k_swiglu_backward(CudaCtx *c, void *dgate, void *dup, const float *gate, const float *up,
                        const float *dout, size_t n);
-void k_gelu_forward(CudaCtx *c, void *out, const float *inp, size_t n);
-void k_gelu_backward(CudaCtx *c, void *dinp, const float *inp, const float *dout, size_t n);
+/* GELU's input (the pre-activation) and output are operands ([Note: fused GELU]); the
+ * backward's dinp may be dout itself when the operand type is fp32. */
+void k_gelu_forward(CudaCtx *c, void *out, const void *inp, size_t n);
+void k_gelu_backward(CudaCtx *c, void *dinp, const void *inp, const float *dout, size_t n);
 void k_add_inplace(CudaCtx *c, float *dst, const float *src, size_t n);
 /* db[OC] += column sums of dout[N,OC] (operand), fixed order. */
 void k_bias_backward(CudaCtx *c, float *db, const void *dout, int N, int OC);

@@ -53,6 +53,15 @@ static __device__ __forceinline__ void put(__nv_bfloat16 *y, float v) {
 }
 static __device__ __forceinline__ float get(const float *x) { return *x; }
 static __device__ __forceinline__ float get(const __nv_bfloat16 *x) { return __bfloat162float(*x); }
+static __device__ __forceinline__ float4 get4(const float *x) {
+    return *reinterpret_cast<const float4 *>(x);
+}
+static __device__ __forceinline__ float4 get4(const __nv_bfloat16 *x) {
+    uint2 u = *reinterpret_cast<const uint2 *>(x);
+    float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
+    float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
 static __device__ __forceinline__ void put4(float *y, float4 v) {
     *reinterpret_cast<float4 *>(y) = v;
 }
@@ -502,23 +511,26 @@ static __device__ __forceinline__ float dgelu_times(float x, float d) {
     return g * d;
 }
 
-template <typename OutT>
-__global__ void gelu_fwd(OutT *out, const float *inp, size_t n4, size_t n) {
+/* inp and out of the operand type ([Note: fused GELU] in src/backend/backend.h). */
+template <typename T>
+__global__ void gelu_fwd(T *out, const T *inp, size_t n4, size_t n) {
     GRID_STRIDE(i, n4) {
-        float4 x = ((const float4 *)inp)[i];
+        float4 x = get4(inp + 4 * i);
         put4(out + 4 * i, make_float4(gelu_of(x.x), gelu_of(x.y), gelu_of(x.z), gelu_of(x.w)));
     }
-    TAIL_STRIDE(i, n4, n) put(out + i, gelu_of(inp[i]));
+    TAIL_STRIDE(i, n4, n) put(out + i, gelu_of(get(inp + i)));
 }
 
-template <typename OutT>
-__global__ void gelu_bwd(OutT *dinp, const float *inp, const float *dout, size_t n4, size_t n) {
+/* dinp and inp of the operand type, dout fp32; dinp may be dout itself (fp32: each
+ * element read before it is written). */
+template <typename T>
+__global__ void gelu_bwd(T *dinp, const T *inp, const float *dout, size_t n4, size_t n) {
     GRID_STRIDE(i, n4) {
-        float4 x = ((const float4 *)inp)[i], d = ((const float4 *)dout)[i];
+        float4 x = get4(inp + 4 * i), d = ((const float4 *)dout)[i];
         put4(dinp + 4 * i, make_float4(dgelu_times(x.x, d.x), dgelu_times(x.y, d.y),
                                        dgelu_times(x.z, d.z), dgelu_times(x.w, d.w)));
     }
-    TAIL_STRIDE(i, n4, n) put(dinp + i, dgelu_times(inp[i], dout[i]));
+    TAIL_STRIDE(i, n4, n) put(dinp + i, dgelu_times(get(inp + i), dout[i]));
 }
 
 /* [Note: SwiGLU] (src/backend/backend.h): torch's silu, g / (1 + exp(-g)), then * up. */
@@ -580,20 +592,23 @@ __global__ void to_bf16(__nv_bfloat16 *dst, const float *src, size_t n4, size_t 
     TAIL_STRIDE(i, n4, n) dst[i] = __float2bfloat16_rn(src[i]);
 }
 
-void k_gelu_forward(CudaCtx *c, void *out, const float *inp, size_t n) {
+void k_gelu_forward(CudaCtx *c, void *out, const void *inp, size_t n) {
     size_t n4 = vec4_count(n, out, inp, NULL);
     unsigned g = grid_for(n4 ? n4 : n, 256);
-    if (c->op == PP_BF16) gelu_fwd<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)out, inp, n4, n);
-    else gelu_fwd<<<g, 256, 0, c->stream>>>((float *)out, inp, n4, n);
+    if (c->op == PP_BF16)
+        gelu_fwd<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)out, (const __nv_bfloat16 *)inp, n4,
+                                           n);
+    else gelu_fwd<<<g, 256, 0, c->stream>>>((float *)out, (const float *)inp, n4, n);
     KCHECK(c, "gelu_fwd");
 }
 
-void k_gelu_backward(CudaCtx *c, void *dinp, const float *inp, const float *dout, size_t n) {
+void k_gelu_backward(CudaCtx *c, void *dinp, const void *inp, const float *dout, size_t n) {
     size_t n4 = vec4_count(n, dinp, inp, dout);
     unsigned g = grid_for(n4 ? n4 : n, 256);
     if (c->op == PP_BF16)
-        gelu_bwd<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)dinp, inp, dout, n4, n);
-    else gelu_bwd<<<g, 256, 0, c->stream>>>((float *)dinp, inp, dout, n4, n);
+        gelu_bwd<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)dinp, (const __nv_bfloat16 *)inp, dout,
+                                           n4, n);
+    else gelu_bwd<<<g, 256, 0, c->stream>>>((float *)dinp, (const float *)inp, dout, n4, n);
     KCHECK(c, "gelu_bwd");
 }
 

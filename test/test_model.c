@@ -379,6 +379,12 @@ static void emu_mm_fwd(const Backend *be, float *out, const void *inp, const flo
     CPU->matmul_forward(CPU, out, x, w, b, N, C, OC);
     free(x);
 }
+static void emu_mm_res_fwd(const Backend *be, float *out, const float *res, const void *inp,
+                           const float *w, const float *b, int N, int C, int OC) {
+    float *x = widen(inp, (size_t)N * C);
+    CPU->matmul_residual_forward(CPU, out, res, x, w, b, N, C, OC);
+    free(x);
+}
 static void emu_mm_bwd(const Backend *be, float *dinp, float *dw, float *db, const void *dout,
                        const void *inp, const float *w, int N, int C, int OC) {
     float *d = widen(dout, (size_t)N * OC), *x = widen(inp, (size_t)N * C);
@@ -403,17 +409,36 @@ static void emu_att_bwd(const Backend *be, void *dqkv, const float *dout, const 
     free(o);
     free(t);
 }
-static void emu_gelu_fwd(const Backend *be, void *out, const float *inp, size_t n) {
-    float *t = pp_malloc(n * sizeof(float) + 1);
-    CPU->gelu_forward(CPU, t, inp, n);
+static void emu_gelu_fwd(const Backend *be, void *out, const void *inp, size_t n) {
+    float *t = pp_malloc(n * sizeof(float) + 1), *x = widen(inp, n);
+    CPU->gelu_forward(CPU, t, x, n);
     narrow(out, t, n);
     free(t);
+    free(x);
 }
-static void emu_gelu_bwd(const Backend *be, void *dinp, const float *inp, const float *dout,
+static void emu_gelu_bwd(const Backend *be, void *dinp, const void *inp, const float *dout,
                          size_t n) {
-    float *t = pp_malloc(n * sizeof(float) + 1);
-    CPU->gelu_backward(CPU, t, inp, dout, n);
+    float *t = pp_malloc(n * sizeof(float) + 1), *x = widen(inp, n);
+    CPU->gelu_backward(CPU, t, x, dout, n);
     narrow(dinp, t, n);
+    free(t);
+    free(x);
+}
+/* [Note: fused GELU]: pre rounded to bf16, GELU on the rounded pre */
+static void emu_mm_gelu_fwd(const Backend *be, void *out, void *pre, const void *inp,
+                            const float *w, const float *b, int N, int C, int OC) {
+    float *t = pp_malloc((size_t)N * OC * sizeof(float));
+    emu_mm_fwd(be, t, inp, w, b, N, C, OC);
+    narrow(pre, t, (size_t)N * OC);
+    emu_gelu_fwd(be, out, pre, (size_t)N * OC);
+    free(t);
+}
+static void emu_mm_gelu_bwd(const Backend *be, void *dpre, float *dw, float *db, const void *dout,
+                            const void *inp, const float *w, const void *pre, int N, int C,
+                            int OC) {
+    float *t = dpre ? pp_malloc((size_t)N * C * sizeof(float)) : NULL;
+    emu_mm_bwd(be, t, dw, db, dout, inp, w, N, C, OC);
+    if (t) emu_gelu_bwd(be, dpre, pre, t, (size_t)N * C);
     free(t);
 }
 static void emu_ce(const Backend *be, void *dlogits, float *losses, float *logits,
@@ -466,10 +491,13 @@ static const Backend *backend_bf16_operands(void) {
     be.layernorm_forward = emu_ln_fwd;
     be.matmul_forward = emu_mm_fwd;
     be.matmul_backward = emu_mm_bwd;
+    be.matmul_residual_forward = emu_mm_res_fwd;
     be.attention_forward = emu_att_fwd;
     be.attention_backward = emu_att_bwd;
     be.gelu_forward = emu_gelu_fwd;
     be.gelu_backward = emu_gelu_bwd;
+    be.matmul_gelu_forward = emu_mm_gelu_fwd;
+    be.matmul_gelu_backward = emu_mm_gelu_bwd;
     be.rmsnorm_forward = emu_rms_fwd;
     be.rope_backward = emu_rope_bwd;
     be.swiglu_forward = emu_swiglu_fwd;

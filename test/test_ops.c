@@ -6,7 +6,8 @@
  * backward as its forward's inverse and position 0 as the identity; GQA against
  * multi-head attention on k and v repeated per query head (transformers' repeat_kv, the
  * definition) and, at NKV = NH, against the multi-head code it replaced, bit for bit
- * (kept below verbatim). (The GPT-2 ops are test_model.c's.) */
+ * (kept below verbatim). The fused GEMM ops ([Note: fused GELU]): the separate ops' bits,
+ * and their backward against finite differences. (The other GPT-2 ops are test_model.c's.) */
 #include <cblas.h>
 #include <check.h>
 #include <math.h>
@@ -573,6 +574,92 @@ START_TEST(test_encoder_no_positions) {
 }
 END_TEST
 
+/* ---- fused GEMM ops ([Note: fused GELU] in backend.h) ------------------------------------ */
+
+/* matmul_gelu_forward and matmul_gelu_backward are the separate ops' bits on the CPU:
+ * pre = matmul_forward, out = gelu_forward(pre); dpre = gelu_backward(pre, matmul_backward's
+ * dinp), dw and db matmul_backward's (added: seeded), dpre overwritten (seeded with 99);
+ * the halves ([Note: split backward]) give the fused call's bits and leave the rest. */
+START_TEST(test_matmul_gelu_bits) {
+    int N = 7 + _i, C = 13, H = 4 * C + _i; /* H odd at _i 1 */
+    size_t NC = (size_t)N * C, NH = (size_t)N * H, HC = (size_t)H * C;
+    float *x = rand_buf(NC, 1), *w = rand_buf(HC, 0.3f), *b = rand_buf(H, 1);
+    float *pre = talloc(NH * 4), *out = talloc(NH * 4), *pre1 = talloc(NH * 4);
+    float *out1 = talloc(NH * 4);
+    CPU->matmul_gelu_forward(CPU, out, pre, x, w, b, N, C, H);
+    CPU->matmul_forward(CPU, pre1, x, w, b, N, C, H);
+    CPU->gelu_forward(CPU, out1, pre1, NH);
+    ck_assert_uint_eq(bits_differ(pre, pre1, NH), 0);
+    ck_assert_uint_eq(bits_differ(out, out1, NH), 0);
+    /* the backward of the matmul H -> C that reads out */
+    float *w2 = rand_buf(HC, 0.3f), *dout = rand_buf(NC, 1);
+    float *dpre = fill(NH, 99), *dw = fill(HC, 1), *db = fill(C, 1);
+    float *t = talloc(NH * 4), *dpre1 = talloc(NH * 4), *dw1 = fill(HC, 1), *db1 = fill(C, 1);
+    CPU->matmul_gelu_backward(CPU, dpre, dw, db, dout, out, w2, pre, N, H, C);
+    CPU->matmul_backward(CPU, t, dw1, db1, dout, out, w2, N, H, C);
+    CPU->gelu_backward(CPU, dpre1, pre, t, NH);
+    ck_assert_uint_eq(bits_differ(dpre, dpre1, NH), 0);
+    ck_assert_uint_eq(bits_differ(dw, dw1, HC), 0);
+    ck_assert_uint_eq(bits_differ(db, db1, C), 0);
+    float *ipre = fill(NH, 99), *wdw = fill(HC, 1), *wdb = fill(C, 1);
+    CPU->matmul_gelu_backward(CPU, ipre, NULL, NULL, dout, out, w2, pre, N, H, C);
+    CPU->matmul_gelu_backward(CPU, NULL, wdw, wdb, dout, out, w2, pre, N, H, C);
+    ck_assert_uint_eq(bits_differ(ipre, dpre, NH), 0);
+    ck_assert_uint_eq(bits_differ(wdw, dw, HC), 0);
+    ck_assert_uint_eq(bits_differ(wdb, db, C), 0);
+    tfree_all();
+}
+END_TEST
+
+/* matmul_residual_forward is matmul_forward then add_inplace, bit for bit; res unchanged. */
+START_TEST(test_matmul_residual_bits) {
+    int N = 9, C = 13, OC = 7 + 2 * _i;
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC;
+    float *x = rand_buf(NC, 1), *w = rand_buf((size_t)OC * C, 0.3f), *b = rand_buf(OC, 1);
+    float *res = rand_buf(NO, 2), *res0 = copy_of(res, NO), *out = fill(NO, 99);
+    float *out1 = talloc(NO * 4);
+    const float *bias = _i ? b : NULL;
+    CPU->matmul_residual_forward(CPU, out, res, x, w, bias, N, C, OC);
+    CPU->matmul_forward(CPU, out1, x, w, bias, N, C, OC);
+    CPU->add_inplace(CPU, out1, res, NO);
+    ck_assert_uint_eq(bits_differ(out, out1, NO), 0);
+    ck_assert_uint_eq(bits_differ(res, res0, NO), 0);
+    tfree_all();
+}
+END_TEST
+
+/* L = <R, gelu(pre) @ w^T + b>: dpre, dw, db against central differences (dw and db
+ * seeded with 1: they add; dpre with 99: it is overwritten). */
+typedef struct {
+    float *pre, *g, *w, *b, *y, *R;
+    int N, H, C;
+} GeluMmCtx;
+static double gelu_mm_loss(void *p) {
+    GeluMmCtx *c = p;
+    CPU->gelu_forward(CPU, c->g, c->pre, (size_t)c->N * c->H);
+    CPU->matmul_forward(CPU, c->y, c->g, c->w, c->b, c->N, c->H, c->C);
+    return dot(c->y, c->R, (size_t)c->N * c->C);
+}
+START_TEST(test_matmul_gelu_grad) {
+    int N = 5, H = 11, C = 6;
+    size_t NH = (size_t)N * H, HC = (size_t)H * C;
+    GeluMmCtx c = {rand_buf(NH, 3), talloc(NH * 4), rand_buf(HC, 0.5f), rand_buf(C, 1),
+                   talloc((size_t)N * C * 4), rand_buf((size_t)N * C, 1), N, H, C};
+    gelu_mm_loss(&c);
+    float *dpre = fill(NH, 99), *dw = fill(HC, 1), *db = fill(C, 1);
+    CPU->matmul_gelu_backward(CPU, dpre, dw, db, c.R, c.g, c.w, c.pre, N, H, C);
+    double *gp = numgrad(gelu_mm_loss, &c, c.pre, NH, 1e-2f);
+    double *gw = numgrad(gelu_mm_loss, &c, c.w, HC, 1e-2f);
+    double *gb = numgrad(gelu_mm_loss, &c, c.b, C, 1e-2f);
+    for (size_t i = 0; i < HC; i++) gw[i] += 1.0;
+    for (int i = 0; i < C; i++) gb[i] += 1.0;
+    assert_close("dpre", dpre, gp, NH, 3e-3, 3e-3);
+    assert_close("dw", dw, gw, HC, 3e-3, 3e-3);
+    assert_close("db", db, gb, C, 3e-3, 3e-3);
+    tfree_all();
+}
+END_TEST
+
 int main(void) {
     backend_cpu_set_threads(2);
     Suite *s = suite_create("ops");
@@ -591,5 +678,11 @@ int main(void) {
     tcase_add_loop_test(tc, test_gqa_mha_bits, 0, 4);
     tcase_add_test(tc, test_encoder_no_positions);
     suite_add_tcase(s, tc);
+    TCase *tf = tcase_create("fused");
+    tcase_set_timeout(tf, 60);
+    tcase_add_loop_test(tf, test_matmul_gelu_bits, 0, 2);
+    tcase_add_test(tf, test_matmul_gelu_grad);
+    tcase_add_loop_test(tf, test_matmul_residual_bits, 0, 2);
+    suite_add_tcase(s, tf);
     return check_run(s, 0);
 }

@@ -35,12 +35,14 @@ typedef struct Backend Backend;
  * backend's operand type (Backend.operand): fp32 on the CPU and on a GPU at fp32 or
  * tf32, bf16 on a GPU at precision bf16, so that a bf16 GEMM takes them as they are,
  * with no cast and half the bytes. They are the outputs of LayerNorm, RMSNorm, attention,
- * GELU and SwiGLU, and in the backward the gradients that feed a matmul: GELU's and
- * SwiGLU's input gradients (d fch; d gate, d up), attention's (d qkv, which rope_backward
- * rotates in place), the head's dlogits, and the residual gradient once to_operand has
- * converted it. Their arguments are `void *` below, marked (operand); everything else
- * (the residual stream and its gradient, qkv, the pre-activations fch, gate and up, the
- * logits, the norms' statistics, parameters, gradients) is fp32. */
+ * GELU and SwiGLU, GELU's input (the pre-activation fch, which matmul_gelu_forward writes
+ * and only GELU and its backward read: [Note: fused GELU]), and in the backward the
+ * gradients that feed a matmul: GELU's and SwiGLU's input gradients (d fch; d gate, d up),
+ * attention's (d qkv, which rope_backward rotates in place), the head's dlogits, and the
+ * residual gradient once to_operand has converted it. Their arguments are `void *` below,
+ * marked (operand); everything else (the residual stream and its gradient, qkv, the
+ * pre-activations gate and up, the logits, the norms' statistics, parameters, gradients)
+ * is fp32. */
 /* [Note: device memory] Every buffer the model and the runtime compute on (parameters,
  * gradients, optimizer state, activation slots, receive buffers, scratch, token ids,
  * the loss and norm sums) is device memory from be->alloc; the host touches it only
@@ -130,6 +132,14 @@ struct Backend {
     /* out[N,OC] = inp[N,C] (operand) @ w[OC,C]^T + b[OC] (b may be NULL). */
     void (*matmul_forward)(const Backend *be, float *out, const void *inp, const float *w,
                            const float *b, int N, int C, int OC);
+    /* out[N,OC] = res[N,OC] + (inp[N,C] (operand) @ w[OC,C]^T + b[OC]) (b may be NULL):
+     * a projection added into the residual stream, so that a device can add res in the
+     * GEMM (as its C matrix, beta 1) instead of a pass of its own. out and res are
+     * distinct buffers; res is read only. The CPU runs matmul_forward into out, then
+     * add_inplace(out, res): the bits of the two ops. */
+    void (*matmul_residual_forward)(const Backend *be, float *out, const float *res,
+                                    const void *inp, const float *w, const float *b, int N, int C,
+                                    int OC);
     /* dinp[N,C] = dout @ w (OVERWRITES; skipped when dinp is NULL);
      * dw[OC,C] += dout^T @ inp; db[OC] += column sums of dout (skipped when NULL).
      * dout[N,OC] and inp[N,C] are operands.
@@ -206,12 +216,34 @@ struct Backend {
     void (*attention_decode)(const Backend *be, void *out, const float *qkv, const float *kcache,
                              const float *vcache, int pos, int n, int NH, int NKV, int HS, int cap);
 
-    /* out[n] (operand) = gelu_tanh(inp[n]) for n < count. */
-    void (*gelu_forward)(const Backend *be, void *out, const float *inp, size_t count);
+    /* out[n] (operand) = gelu_tanh(inp[n]) for n < count; inp (operand) is the
+     * pre-activation as stored ([Note: fused GELU]). */
+    void (*gelu_forward)(const Backend *be, void *out, const void *inp, size_t count);
     /* dinp[n] (operand) = gelu_tanh'(inp[n]) * dout[n] (OVERWRITES; dinp does not
-     * overlap dout or inp). */
-    void (*gelu_backward)(const Backend *be, void *dinp, const float *inp, const float *dout,
+     * overlap dout or inp); inp (operand) as gelu_forward's. */
+    void (*gelu_backward)(const Backend *be, void *dinp, const void *inp, const float *dout,
                           size_t count);
+
+    /* [Note: fused GELU] An MLP's fc matmul and its GELU as one op, so that a device can
+     * run the GELU (or its derivative) in the GEMM's epilogue and store the pre-activation
+     * at the operand type. pre[N,OC] (operand) = inp[N,C] (operand) @ w[OC,C]^T + b[OC]
+     * (b may be NULL), rounded to the operand type; out[N,OC] (operand) = gelu_tanh(pre
+     * AS STORED): exactly gelu_forward(out, pre), so that recomputing GELU from the saved
+     * pre (selective recompute) gives the bits of the forward. The CPU runs
+     * matmul_forward, then gelu_forward. */
+    void (*matmul_gelu_forward)(const Backend *be, void *out, void *pre, const void *inp,
+                                const float *w, const float *b, int N, int C, int OC);
+    /* The backward of the matmul that reads GELU's output, with GELU's backward:
+     * dpre[N,C] (operand) = gelu_tanh'(pre[N,C]) * (dout[N,OC] @ w[OC,C]) (OVERWRITES;
+     * skipped when dpre is NULL; dpre overlaps no input); dw[OC,C] += dout^T @ inp and
+     * db[OC] += column sums of dout, as matmul_backward (inp[N,C] (operand) is GELU's
+     * output, dout (operand)). [Note: split backward] as matmul_backward's: dw == NULL
+     * (then db NULL too): only dpre (the I half); dpre == NULL: only dw and db (the W
+     * half: matmul_backward's bits). The CPU runs matmul_backward with dpre as its dinp
+     * (fp32), then gelu_backward's arithmetic on it in place: the bits of the two ops. */
+    void (*matmul_gelu_backward)(const Backend *be, void *dpre, float *dw, float *db,
+                                 const void *dout, const void *inp, const float *w,
+                                 const void *pre, int N, int C, int OC);
 
     /* [Note: SwiGLU] out[n] (operand) = silu(gate[n]) * up[n] for n < count, silu(g) =
      * g / (1 + exp(-g)): torch's silu formula in fp32 (its CPU and CUDA kernels compute

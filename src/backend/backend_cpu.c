@@ -239,6 +239,16 @@ static void matmul_forward(const Backend *be, float *out, const void *inpp, cons
     }
 }
 
+static void add_inplace(const Backend *be, float *dst, const float *src, size_t count);
+
+/* matmul_forward, then add_inplace: the two ops' bits. */
+static void matmul_residual_forward(const Backend *be, float *out, const float *res,
+                                    const void *inp, const float *w, const float *b, int N, int C,
+                                    int OC) {
+    matmul_forward(be, out, inp, w, b, N, C, OC);
+    add_inplace(be, out, res, (size_t)N * OC);
+}
+
 static void matmul_backward(const Backend *be, float *dinp, float *dw, float *db, const void *doutp,
                             const void *inpp, const float *w, int N, int C, int OC) {
     const float *dout = doutp, *inp = inpp;
@@ -473,8 +483,9 @@ static void attention_decode(const Backend *be, void *outp, const float *qkv, co
     }
 }
 
-static void gelu_forward(const Backend *be, void *outp, const float *inp, size_t count) {
+static void gelu_forward(const Backend *be, void *outp, const void *inpp, size_t count) {
     float *out = outp;
+    const float *inp = inpp;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < count; i++) {
         float x = inp[i];
@@ -482,9 +493,9 @@ static void gelu_forward(const Backend *be, void *outp, const float *inp, size_t
     }
 }
 
-static void gelu_backward(const Backend *be, void *dinpp, const float *inp, const float *dout,
-                          size_t count) {
-    float *dinp = dinpp;
+/* dinp[i] = gelu_tanh'(inp[i]) * dout[i]; dinp may be dout itself (each element is read
+ * before it is written), which matmul_gelu_backward uses. */
+static void gelu_backward_into(float *dinp, const float *inp, const float *dout, size_t count) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < count; i++) {
         float x = inp[i], u = GELU_SCALE * (x + 0.044715f * x * x * x);
@@ -493,6 +504,26 @@ static void gelu_backward(const Backend *be, void *dinpp, const float *inp, cons
                   0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = g * dout[i];
     }
+}
+
+static void gelu_backward(const Backend *be, void *dinp, const void *inp, const float *dout,
+                          size_t count) {
+    gelu_backward_into(dinp, inp, dout, count);
+}
+
+/* [Note: fused GELU]: the two ops one after the other (fp32 operands: the bits of the
+ * separate calls). */
+static void matmul_gelu_forward(const Backend *be, void *out, void *pre, const void *inp,
+                                const float *w, const float *b, int N, int C, int OC) {
+    matmul_forward(be, pre, inp, w, b, N, C, OC);
+    gelu_forward(be, out, pre, (size_t)N * OC);
+}
+
+static void matmul_gelu_backward(const Backend *be, void *dpre, float *dw, float *db,
+                                 const void *dout, const void *inp, const float *w,
+                                 const void *pre, int N, int C, int OC) {
+    matmul_backward(be, dpre, dw, db, dout, inp, w, N, C, OC);
+    if (dpre) gelu_backward_into(dpre, pre, dpre, (size_t)N * C);
 }
 
 /* [Note: SwiGLU] in backend.h: silu(g) = g / (1 + exp(-g)), then * up. */
@@ -623,6 +654,7 @@ static const Backend cpu_backend = {
     .rmsnorm_forward = rmsnorm_forward,
     .rmsnorm_backward = rmsnorm_backward,
     .matmul_forward = matmul_forward,
+    .matmul_residual_forward = matmul_residual_forward,
     .matmul_backward = matmul_backward,
     .rope_forward = rope_forward,
     .rope_backward = rope_backward,
@@ -632,6 +664,8 @@ static const Backend cpu_backend = {
     .attention_decode = attention_decode,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
+    .matmul_gelu_forward = matmul_gelu_forward,
+    .matmul_gelu_backward = matmul_gelu_backward,
     .swiglu_forward = swiglu_forward,
     .swiglu_backward = swiglu_backward,
     .crossentropy_forward_backward = crossentropy_forward_backward,

@@ -85,7 +85,7 @@ typedef struct {
     float *res2;                /* [N,C] residual after attention */
     void *ln2;                  /* [N,C] (operand) */
     float *ln2_mean, *ln2_rstd; /* [N], [N] */
-    float *fch;                 /* [N,4C] before GELU */
+    void *fch;                  /* [N,4C] (operand) before GELU ([Note: fused GELU]) */
     void *fch_gelu;             /* [N,4C] (operand) */
     float *res3;                /* [N,C] layer output */
 } LayerActs;
@@ -109,7 +109,7 @@ static const ArchBuf acts[A_N] = {
     {"atty", 1, ARCH_SEL, K_ALL, 0},          {"att", 0, 0, K_ALL, 0},
     {"res2", 0, ARCH_SEL, ARCH_FULL, 0},      {"ln2", 1, ARCH_SEL, ARCH_FULL, 0},
     {"ln2_mean", 0, ARCH_SEL, ARCH_FULL, 0},  {"ln2_rstd", 0, ARCH_SEL, ARCH_FULL, 0},
-    {"fch", 0, ARCH_SEL, ARCH_FULL, 0},       {"fch_gelu", 1, 0, K_ALL, 0},
+    {"fch", 1, ARCH_SEL, ARCH_FULL, 0},       {"fch_gelu", 1, 0, K_ALL, 0},
     {"res3", 0, K_ALL, ARCH_FULL, 0},
 };
 
@@ -150,10 +150,11 @@ static const ArchBuf wstate[W_N] = {
 
 /* The backward's scratch (Model.bufs): the fused backward's douts, the residual
  * gradient cast for a matmul (bf16 operands only: an fp32 operand is the gradient
- * itself), and dkeep, the input half's four [N,C] douts until they move into the layer. */
-enum { S_DBIG, S_DMID, S_DQKV, S_DFCH, S_DRES, S_DKEEP, S_N };
+ * itself), and dkeep, the input half's four [N,C] douts until they move into the layer.
+ * (GELU's backward runs inside fcproj's: [Note: fused GELU] in backend.h; no [N,4C]
+ * fp32 gradient between them.) */
+enum { S_DMID, S_DQKV, S_DFCH, S_DRES, S_DKEEP, S_N };
 static const ArchBuf scratch[S_N] = {
-    {"dbig", 0, 0, 0, ARCH_ALWAYS},   /* [N,4C] */
     {"dmid", 0, 0, 0, ARCH_ALWAYS},   /* [N,C] */
     {"dqkv", 1, 0, 0, ARCH_ALWAYS},   /* [N,3C] */
     {"dfch", 1, 0, 0, ARCH_ALWAYS},   /* [N,4C] */
@@ -167,7 +168,7 @@ static size_t elems(const ModelDims *d, int set, int k, size_t N, size_t att) {
     static const size_t act_w[A_N] = {1, 0, 0, 3, 1, 0, 1, 1, 0, 0, 4, 4, 1}; /* x C */
     static const size_t head_w[H_N] = {1, 0, 0, 1};                             /* x C */
     static const size_t ws_w[W_N] = {1, 4, 1, 1, 3, 1};                         /* x C */
-    static const size_t scratch_w[S_N] = {4, 1, 3, 4, 1, 4};                    /* x C */
+    static const size_t scratch_w[S_N] = {1, 3, 4, 1, 4};                       /* x C */
     switch (set) {
     case ARCH_ACTS: return k == A_ATT ? att : act_w[k] ? N * act_w[k] * C : N;
     case ARCH_HEAD: return head_w[k] ? N * head_w[k] * C : N;
@@ -225,13 +226,14 @@ static void block_forward(const Model *m, void *const *acts_, float *const *p_, 
     } else {
         be->attention_forward(be, a->atty, a->att, a->qkv, B, T, NH, NH, C / NH);
     }
-    be->matmul_forward(be, a->res2, a->atty, p->attprojw, p->attprojb, N, C, C);
-    be->add_inplace(be, a->res2, x, (size_t)N * C); /* res2 = x + attn(ln1(x)) */
+    /* res2 = x + attn(ln1(x)) */
+    be->matmul_residual_forward(be, a->res2, x, a->atty, p->attprojw, p->attprojb, N, C, C);
     be->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
-    be->matmul_forward(be, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
-    be->gelu_forward(be, a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    be->matmul_forward(be, a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C);
-    be->add_inplace(be, a->res3, a->res2, (size_t)N * C); /* res3 = res2 + mlp(ln2(res2)) */
+    /* fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch) ([Note: fused GELU]) */
+    be->matmul_gelu_forward(be, a->fch_gelu, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
+    /* res3 = res2 + mlp(ln2(res2)) */
+    be->matmul_residual_forward(be, a->res3, a->res2, a->fch_gelu, p->fcprojw, p->fcprojb, N,
+                                4 * C, C);
 }
 
 static void layer_forward(const Model *m, void *const *a, float *const *p, const float *x) {
@@ -265,13 +267,14 @@ static void layer_backward(const Model *m, float *const *g_, float *dres, void *
     const LayerWState *ws = ws_ ? (const LayerWState *)ws_ : &fused;
     int B = m->B, T = m->T, N = B * T, C = m->d.C, NH = m->d.NH;
     size_t NC = (size_t)N * C;
-    float *dbig = m->bufs[S_DBIG], *dmid = m->bufs[S_DMID];
+    float *dmid = m->bufs[S_DMID];
     void *cast = m->bufs[S_DRES];
     /* [Note: operand activations] in backend.h: an fp32 operand is dres itself */
     void *dr = ws->dres3 ? ws->dres3 : cast ? cast : dres;
     if (dr != dres) be->to_operand(be, dr, dres, NC);
-    be->matmul_backward(be, dbig, g->fcprojw, g->fcprojb, dr, a->fch_gelu, p->fcprojw, N, 4 * C, C);
-    be->gelu_backward(be, ws->dfch, a->fch, dbig, (size_t)N * 4 * C);
+    /* dfch = gelu'(fch) * (dres3 @ fcprojw); fcproj's weight gradients */
+    be->matmul_gelu_backward(be, ws->dfch, g->fcprojw, g->fcprojb, dr, a->fch_gelu, p->fcprojw,
+                             a->fch, N, 4 * C, C);
     be->matmul_backward(be, ws->dln2, g->fcw, g->fcb, ws->dfch, a->ln2, p->fcw, N, C, 4 * C);
     /* the MLP branch's gradient joins the residual path: dres = d(res2) */
     be->layernorm_backward(be, dres, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean, a->ln2_rstd,

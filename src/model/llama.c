@@ -292,14 +292,14 @@ static void block_forward(const Model *m, void *const *acts_, float *const *p_, 
         be->rope_forward(be, a->qkv, inv_freq, B, T, NH, NKV, HS);
         be->attention_forward(be, a->atty, a->att, a->qkv, B, T, NH, NKV, HS);
     }
-    be->matmul_forward(be, a->res2, a->atty, p->attprojw, NULL, N, NH * HS, C);
-    be->add_inplace(be, a->res2, x, (size_t)N * C); /* res2 = x + attn(ln1(x)) */
+    /* res2 = x + attn(ln1(x)) */
+    be->matmul_residual_forward(be, a->res2, x, a->atty, p->attprojw, NULL, N, NH * HS, C);
     be->rmsnorm_forward(be, a->ln2, a->rstd2, a->res2, p->ln2w, d->eps, N, C);
     be->matmul_forward(be, a->gate, a->ln2, p->gatew, NULL, N, C, F);
     be->matmul_forward(be, a->up, a->ln2, p->upw, NULL, N, C, F);
     be->swiglu_forward(be, a->swi, a->gate, a->up, (size_t)N * F);
-    be->matmul_forward(be, a->res3, a->swi, p->downw, NULL, N, F, C);
-    be->add_inplace(be, a->res3, a->res2, (size_t)N * C); /* res3 = res2 + mlp(ln2(res2)) */
+    /* res3 = res2 + mlp(ln2(res2)) */
+    be->matmul_residual_forward(be, a->res3, a->res2, a->swi, p->downw, NULL, N, F, C);
 }
 
 static void layer_forward(const Model *m, void *const *a, float *const *p, const float *x) {

@@ -22,6 +22,8 @@
  * to_operand must give the host's own rounding bit for bit (a bitwise copy in fp32).
  * --small: the two smallest shapes and the flash shapes with T <= 129 only (every kernel,
  * template and tile edge still runs), for compute-sanitizer (scripts/gpu/second-call).
+ * The fused GEMM ops ([Note: GEMM epilogues] in cuda/backend_cuda.cu) run again with their
+ * switches off (PPTRAIN_FUSE_GELU=0, PPTRAIN_FUSE_RESIDUAL=0: the unfused paths).
  * The head of src/model/model.c runs on the GPU with its logits in row chunks (all, 1, 7 rows:
  * [Note: chunked head]) against the CPU's unchunked head. */
 #include <math.h>
@@ -765,6 +767,184 @@ static void check_attention_gqa(int B, int T, int NH, int NKV, int HS, const cha
     free(scratch);
 }
 
+/* [Note: fused GELU] (src/backend/backend.h): matmul_gelu_forward N x C -> H and
+ * matmul_gelu_backward of the matmul H -> C that reads GELU's output (GPT-2's fc and
+ * fcproj), against the CPU's separate ops on the same (operand-rounded) inputs. */
+static void free_all(void **p, size_t n) {
+    for (size_t i = 0; i < n; i++) gpu->dealloc(gpu, p[i]);
+}
+
+static void check_matmul_gelu_forward(int N, int C, int H, int bias, const char *sh) {
+    size_t NC = (size_t)N * C, NH = (size_t)N * H, HC = (size_t)H * C;
+    float *x = rnd(NC, 1), *w = rnd(HC, 0.1f), *b = bias ? rnd(H, 1) : NULL;
+    float *pre = nanbuf(NH), *out = nanbuf(NH);
+    op_round(x, NC);
+    void *dx = dev_op(x, NC), *dpre = dev_op_nan(NH), *dout = dev_op_nan(NH);
+    void *dpre2 = dev_op_nan(NH), *dout2 = dev_op_nan(NH), *dout3 = dev_op_nan(NH);
+    float *dw = dev(w, HC * 4), *db = bias ? dev(b, H * 4) : NULL;
+    gpu->matmul_gelu_forward(gpu, dout, dpre, dx, dw, db, N, C, H);
+    gpu->matmul_gelu_forward(gpu, dout2, dpre2, dx, dw, db, N, C, H);
+    gpu->gelu_forward(gpu, dout3, dpre, NH); /* selective recompute's call */
+    cpu->matmul_forward(cpu, pre, x, w, b, N, C, H);
+    op_round(pre, NH); /* the stored pre: GELU reads it as stored */
+    cpu->gelu_forward(cpu, out, pre, NH);
+    float *hp = host_op(dpre, NH), *ho = host_op(dout, NH), *hp2 = host_op(dpre2, NH);
+    float *ho2 = host_op(dout2, NH), *ho3 = host_op(dout3, NH);
+    compare("matmul_gelu_forward", "pre", sh, hp, pre, NH, tol_op(tol_gemm()));
+    compare("matmul_gelu_forward", "out", sh, ho, out, NH, tol_op(tol_gemm()));
+    same_bits("matmul_gelu_forward pre", sh, hp, hp2, NH);
+    same_bits("matmul_gelu_forward out", sh, ho, ho2, NH);
+    same_bits("gelu_forward(pre)=fused out", sh, ho3, ho, NH);
+    void *all[] = {dx, dpre, dout, dpre2, dout2, dout3, dw, db};
+    free_all(all, bias ? 8 : 7);
+    float *fr[] = {x, w, b, pre, out, hp, ho, hp2, ho2, ho3};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+}
+
+/* matmul_gelu_backward: dpre[N,H] = gelu'(pre) * (dout[N,C] @ w[C,H]); dw[C,H], db[C]. */
+static void check_matmul_gelu_backward(int N, int C, int H, int bias, const char *sh) {
+    size_t NC = (size_t)N * C, NH = (size_t)N * H, HC = (size_t)H * C;
+    float *g = rnd(NC, 1), *x = rnd(NH, 1), *w = rnd(HC, 0.1f), *p = rnd(NH, 4);
+    op_round(g, NC);
+    op_round(x, NH);
+    op_round(p, NH);
+    void *dg = dev_op(g, NC), *dx = dev_op(x, NH), *dp = dev_op(p, NH);
+    float *dw = dev(w, HC * 4);
+    /* the reference: the separate ops */
+    float *t = nanbuf(NH), *ref = nanbuf(NH), *gw = rnd(HC, 1), *gb = rnd(C, 1);
+    float *gw0 = dup(gw, HC), *gb0 = dup(gb, C);
+    cpu->matmul_backward(cpu, t, gw, bias ? gb : NULL, g, x, w, N, H, C);
+    cpu->gelu_backward(cpu, ref, p, t, NH);
+    /* all; only dpre (the I half); only dw, db (the W half) */
+    const char *vn[] = {"matmul_gelu_backward", "matmul_gelu_backward dpre",
+                        "matmul_gelu_backward dw,db"};
+    float *keep[3][3] = {{0}};
+    for (int v = 0; v < 3; v++) {
+        int want_x = v != 2, want_w = v != 1;
+        void *dd = dev_op_nan(NH);
+        float *ddw = dev(gw0, HC * 4), *ddb = dev(gb0, C * 4);
+        gpu->matmul_gelu_backward(gpu, want_x ? dd : NULL, want_w ? ddw : NULL,
+                                  want_w && bias ? ddb : NULL, dg, dx, dw, dp, N, H, C);
+        float *hd = host_op(dd, NH), *hw = host(ddw, HC), *hb = host(ddb, C);
+        if (want_x) compare(vn[v], "dpre", sh, hd, ref, NH, tol_op(tol_gemm()));
+        if (want_w) compare(vn[v], "dw", sh, hw, gw, HC, tol_gemm());
+        else same_bits("matmul_gelu_backward dw=NULL", sh, hw, gw0, HC);
+        if (want_w && bias) compare(vn[v], "db", sh, hb, gb, C, TOL_RED);
+        else same_bits("matmul_gelu_backward db=NULL", sh, hb, gb0, C);
+        keep[v][0] = hd;
+        keep[v][1] = hw;
+        keep[v][2] = hb;
+        void *all[] = {dd, ddw, ddb};
+        free_all(all, 3);
+    }
+    /* [Note: split backward]: the halves give the fused call's bits; the W half is
+     * matmul_backward's; dpre twice is the same bits */
+    same_bits("matmul_gelu_backward I half=fused", sh, keep[1][0], keep[0][0], NH);
+    same_bits("matmul_gelu_backward W half=fused", sh, keep[2][1], keep[0][1], HC);
+    if (bias) same_bits("matmul_gelu_backward W half=fused db", sh, keep[2][2], keep[0][2], C);
+    {
+        void *dd = dev_op_nan(NH);
+        float *ddw = dev(gw0, HC * 4), *ddb = dev(gb0, C * 4);
+        gpu->matmul_gelu_backward(gpu, dd, NULL, NULL, dg, dx, dw, dp, N, H, C);
+        gpu->matmul_backward(gpu, NULL, ddw, bias ? ddb : NULL, dg, dx, dw, N, H, C);
+        float *hd = host_op(dd, NH), *hw = host(ddw, HC), *hb = host(ddb, C);
+        same_bits("matmul_gelu_backward dpre", sh, hd, keep[0][0], NH);
+        same_bits("matmul_gelu_backward W=matmul_backward W", sh, hw, keep[0][1], HC);
+        if (bias) same_bits("matmul_gelu_backward db=matmul_backward db", sh, hb, keep[0][2], C);
+        void *all[] = {dd, ddw, ddb};
+        free_all(all, 3);
+        free(hd);
+        free(hw);
+        free(hb);
+    }
+    for (int v = 0; v < 3; v++)
+        for (int k = 0; k < 3; k++) free(keep[v][k]);
+    void *all[] = {dg, dx, dp, dw};
+    free_all(all, 4);
+    float *fr[] = {g, x, w, p, t, ref, gw, gb, gw0, gb0};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+}
+
+/* Which GELU the backward's derivative is: the tanh form (the CPU's, GPT-2's) and not
+ * erf's. The GEMM is made exact (dout @ w = 1: dout row n is e_0, w's row 0 all ones), so
+ * dpre is gelu'(pre) itself, rounded once to the operand type; pre in [-3, -1.8), where
+ * the two derivatives differ by 2e-4 to 9e-4 (absolute; up to 3%). The RMS distance of
+ * dpre to the tanh form's derivative (in double) must be below half its distance to
+ * erf's: a fast tanh in an epilogue passes, the other function does not. */
+static double dgelu_tanh(double x) {
+    double k = 0.7978845608028654, th = tanh(k * (x + 0.044715 * x * x * x));
+    return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k * (1 + 3 * 0.044715 * x * x);
+}
+
+static double dgelu_erf(double x) {
+    return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+}
+
+static void check_gelu_form(void) {
+    int N = 256, C = 8, H = 1024;
+    size_t NC = (size_t)N * C, NH = (size_t)N * H, HC = (size_t)H * C;
+    float *g = calloc(NC, 4), *x = rnd(NH, 1), *w = rnd(HC, 0.1f), *p = rnd(NH, 0.6f);
+    for (int n = 0; n < N; n++) g[(size_t)n * C] = 1.0f;
+    for (int h = 0; h < H; h++) w[h] = 1.0f; /* w[0, :] of [C, H] */
+    for (size_t i = 0; i < NH; i++) p[i] = -2.4f + p[i]; /* [-3, -1.8) */
+    op_round(x, NH);
+    op_round(p, NH);
+    void *dg = dev_op(g, NC), *dx = dev_op(x, NH), *dp = dev_op(p, NH), *dd = dev_op_nan(NH);
+    float *dw = dev(w, HC * 4);
+    gpu->matmul_gelu_backward(gpu, dd, NULL, NULL, dg, dx, dw, dp, N, H, C);
+    float *hd = host_op(dd, NH);
+    double et = 0, ee = 0;
+    for (size_t i = 0; i < NH; i++) {
+        double a = hd[i] - dgelu_tanh(p[i]), b = hd[i] - dgelu_erf(p[i]);
+        et += a * a;
+        ee += b * b;
+    }
+    et = sqrt(et / NH);
+    ee = sqrt(ee / NH);
+    int ok = !isnan(et) && et < 0.5 * ee;
+    checks++;
+    failures += !ok;
+    printf("%-4s %-28s %-10s %-34s %-5s RMS to tanh form %.2e, to erf form %.2e\n",
+           ok ? "ok" : "FAIL", "matmul_gelu_backward", "gelu form", "pre in [-3,-1.8), exact GEMM",
+           prec, et, ee);
+    void *all[] = {dg, dx, dp, dd, dw};
+    free_all(all, 5);
+    float *fr[] = {g, x, w, p, hd};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+}
+
+/* matmul_residual_forward: out = res + inp @ w^T + b against the CPU's two ops; res left
+ * as it was; the same bits twice. */
+static void check_matmul_residual(int N, int C, int OC, int bias, const char *sh0) {
+    char sh[96];
+    snprintf(sh, sizeof sh, "%s N=%d C=%d OC=%d%s", sh0, N, C, OC, bias ? "" : " nobias");
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *x = rnd(NC, 1), *w = rnd(OCC, 0.1f), *b = bias ? rnd(OC, 1) : NULL, *r = rnd(NO, 2);
+    float *out = nanbuf(NO);
+    op_round(x, NC);
+    void *dx = dev_op(x, NC);
+    float *dw = dev(w, OCC * 4), *db = bias ? dev(b, OC * 4) : NULL, *dr = dev(r, NO * 4);
+    float *d1 = dev(out, NO * 4), *d2 = dev(out, NO * 4);
+    gpu->matmul_residual_forward(gpu, d1, dr, dx, dw, db, N, C, OC);
+    gpu->matmul_residual_forward(gpu, d2, dr, dx, dw, db, N, C, OC);
+    cpu->matmul_residual_forward(cpu, out, r, x, w, b, N, C, OC);
+    float *h1 = host(d1, NO), *h2 = host(d2, NO), *hr = host(dr, NO);
+    compare("matmul_residual_forward", "out", sh, h1, out, NO, tol_gemm());
+    same_bits("matmul_residual_forward", sh, h1, h2, NO);
+    same_bits("matmul_residual_forward leaves res", sh, hr, r, NO);
+    void *all[] = {dx, dw, dr, d1, d2, db};
+    free_all(all, bias ? 6 : 5);
+    float *fr[] = {x, w, b, r, out, h1, h2, hr};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+}
+
+static void check_matmul_gelu(int N, int C, int H, int bias, const char *sh0) {
+    char sh[96];
+    snprintf(sh, sizeof sh, "%s N=%d C=%d H=%d%s", sh0, N, C, H, bias ? "" : " nobias");
+    check_matmul_gelu_forward(N, C, H, bias, sh);
+    check_matmul_gelu_backward(N, C, H, bias, sh);
+}
+
 static void check_attention(const Shape *s, const char *sh) {
     check_attention_gqa(s->B, s->T, s->NH, s->NH, s->C / s->NH, sh);
 }
@@ -1343,7 +1523,8 @@ int main(int argc, char **argv) {
                              gpu->swiglu_forward, gpu->swiglu_backward, gpu->matmul_forward,
                              gpu->matmul_backward, gpu->attention_forward, gpu->attention_backward,
                              gpu->attention_saved_floats, gpu->kv_append, gpu->attention_decode,
-                             gpu->gelu_forward, gpu->gelu_backward,
+                             gpu->gelu_forward, gpu->gelu_backward, gpu->matmul_gelu_forward,
+                             gpu->matmul_gelu_backward, gpu->matmul_residual_forward,
                              gpu->crossentropy_forward_backward, gpu->crossentropy_forward,
                              gpu->scratch_floats, gpu->add_inplace, gpu->to_operand,
                              gpu->host_alloc, gpu->host_free, gpu->memory, gpu->close};
@@ -1415,9 +1596,23 @@ int main(int argc, char **argv) {
             check_matmul(N, s->C, 3 * s->C, 1, shm);
             check_matmul(N, s->C, s->Vp, 0, shm); /* the head: no bias, odd OC at V's */
             check_matmul(N, 4 * s->C, s->C, 1, shm);
+            check_matmul_gelu(N, s->C, 4 * s->C, 1, shm);
+            check_matmul_residual(N, s->C, s->C, 1, shm);
+            check_matmul_residual(N, 4 * s->C, s->C, k & 1, shm);
+            if (k < 2) check_matmul_residual(N, s->C, s->C + 3, 1, shm); /* odd OC */
+            if (k < 2) { /* odd H, no bias */
+                check_matmul_gelu(N, s->C, 4 * s->C + 1, 1, shm);
+                check_matmul_gelu(N, s->C, 4 * s->C, 0, shm);
+            }
             check_attention(s, sh);
             int rows[] = {0, 1, 7}; /* all, one, and a count that divides no N here */
             for (int r = 0; r < 3; r++) check_head(s, sh, rows[r]);
+        }
+        check_gelu_form();
+        if (!small) { /* GPT-2's MLP and projections at B 1, T 1024 */
+            check_matmul_gelu(1024, 768, 3072, 1, "gpt2");
+            check_matmul_residual(1024, 768, 768, 1, "gpt2");
+            check_matmul_residual(1024, 3072, 768, 1, "gpt2");
         }
         if (operand_ops) { /* a padded vocabulary that is no multiple of 4: the scalar path */
             static const Shape odd = {2, 9, 64, 1, 37, 39};
@@ -1456,6 +1651,26 @@ int main(int argc, char **argv) {
         }
         backend_release(gpu);
     }
+    /* [Note: GEMM epilogues]: the fused ops' unfused paths, as the switches give them */
+    setenv("PPTRAIN_FUSE_GELU", "0", 1);
+    setenv("PPTRAIN_FUSE_RESIDUAL", "0", 1);
+    for (int p = 0; p < 3; p++) {
+        if (only && strcmp(only, precs[p])) continue;
+        prec = precs[p];
+        if (open_gpu(prec, why, sizeof why) != PP_OK) {
+            printf("FAIL open the CUDA backend at %s: %s\n", prec, why);
+            return 1;
+        }
+        printf("(switches off: PPTRAIN_FUSE_GELU=0 PPTRAIN_FUSE_RESIDUAL=0)\n");
+        check_gelu_form();
+        check_matmul_gelu(67, 64, 257, 1, "off");
+        check_matmul_gelu(201, 768, 3072, 0, "off");
+        check_matmul_residual(67, 64, 67, 1, "off");
+        check_matmul_residual(201, 3072, 768, 0, "off");
+        backend_release(gpu);
+    }
+    unsetenv("PPTRAIN_FUSE_GELU");
+    unsetenv("PPTRAIN_FUSE_RESIDUAL");
     /* flash attention (issue 11) */
     if (check_flash(open_gpu, small || (only && strcmp(only, "bf16")), cpu_as_gpu)) return 1;
     /* the paths that environment switches restore ([Note: speed switches] in cuda/NOTES.md) */
