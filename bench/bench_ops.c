@@ -8,12 +8,15 @@
  *
  *   bench_ops [--device cpu|cuda] [--precision P] [--B 16] [--T 1024] [--C 768] [--NH 12]
  *             [--L 12] [--Vp 50304] [--reps 10] [--gemm-tflops X] [--copy-gbps Y]
+ *             [--only WORD]
  *
  * Times are wall time over `reps` back-to-back calls between two be->wait (device work
  * is asynchronous, so launch gaps count too, as in a step), after one warm-up call. The
  * inputs are random; ops that work in place (cross-entropy on an fp32 operand) or
  * clobber their input (cross-entropy's logits) see their own output again, which changes
- * no time. Without --gemm-tflops / --copy-gbps no fraction is printed. */
+ * no time. Without --gemm-tflops / --copy-gbps no fraction is printed. --only times just
+ * the rows whose name holds WORD (e.g. "attention": the flash forward and backward, run
+ * once per PPTRAIN_FLASH_BWD value to compare the backward's kernels, cuda/NOTES.md). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +30,7 @@
 typedef struct {
     const Backend *be;
     int reps;
+    const char *only; /* time only the rows whose name holds this (NULL: all) */
 } Bench;
 
 static float *dev_random(const Backend *be, size_t n, uint64_t seed, float scale) {
@@ -78,6 +82,7 @@ static int nrows;
 
 #define TIME(b, name_, kind_, flops_, bytes_, per_step_, call)                                     \
     do {                                                                                           \
+        if ((b)->only && !strstr(name_, (b)->only)) break;                                         \
         call;                                                                                      \
         (b)->be->wait((b)->be);                                                                    \
         double t0_ = pp_now();                                                                     \
@@ -110,7 +115,8 @@ int main(int argc, char **argv) {
     int Vp = (int)arg(argc, argv, "--Vp", 50304), V = Vp > 50257 ? 50257 : Vp;
     double gemm = arg(argc, argv, "--gemm-tflops", 0) * 1e12;
     double copy = arg(argc, argv, "--copy-gbps", 0) * 1e9;
-    Bench b = {NULL, (int)arg(argc, argv, "--reps", gpu ? 10 : 2)};
+    Bench b = {NULL, (int)arg(argc, argv, "--reps", gpu ? 10 : 2),
+               sarg(argc, argv, "--only", NULL)};
     if (B < 1 || T < 1 || C < 1 || NH < 1 || C % NH || L < 1 || Vp < 1 || b.reps < 1) {
         fprintf(stderr, "bench_ops: sizes must be positive and C a multiple of NH\n");
         return 2;
@@ -286,6 +292,7 @@ int main(int argc, char **argv) {
            "epilogues])\n");
     /* model FLOPs per token, as bench/gpu.sh */
     double fpt = 6 * (12.0 * L * Cd * Cd + Vd * Cd) + 12.0 * L * T * Cd;
+    if (b.only) printf("(--only %s: the sum is of these rows alone)\n", b.only);
     printf("sum over a step of %d layers: %.2f ms (matmuls and attention %.2f ms, the rest %.2f "
            "ms): %.0f tokens/s, %.1f model TFLOP/s%s\n",
            L, step * 1e3, gemm_s * 1e3, (step - gemm_s) * 1e3, Nd / step, Nd * fpt / step / 1e12,

@@ -602,7 +602,9 @@ static void cu_matmul_gelu_backward(const Backend *be, void *dpre, float *dw, fl
  * anyway) when the run's head size C/NH is at most 128, the materialised path otherwise
  * (fp32 and tf32 keep their tighter tolerances). A flash backend called at a head size
  * over 128 (possible only when open was given no sizes: the op tests) stops with a
- * message naming the variable. The path is in the backend's description line. */
+ * message naming the variable. The path is in the backend's description line.
+ * PPTRAIN_FLASH_BWD (read once at open) picks flash's backward kernels: v2 (unset), v1,
+ * or v2's parts joined by '+' (prep, dq, dkv): [Note: flash backward v2] in flash_attn.cu. */
 
 static void flash_shape(const CudaCtx *c, int HS) {
     if (flash_head_pad(HS)) return;
@@ -1028,7 +1030,8 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                                  int rank, char *err, size_t errlen) {
     cudaDeviceProp prop;
     CudaCtx *c = NULL;
-    int att_flash;
+    int att_flash, flash_bwd;
+    const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
     OPEN_CK(cudaSetDevice(device));
     OPEN_CK(cudaGetDeviceProperties(&prop, device));
     /* sm_8x runs sm_80 code; nothing here runs on 10.x and later */
@@ -1041,6 +1044,13 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     }
     if (attention_choice(precision, sizes->HS, &att_flash, err, errlen))
         return NULL;
+    if ((flash_bwd = flash_bwd_mode(fb_env)) < 0) {
+        snprintf(err, errlen,
+                 "PPTRAIN_FLASH_BWD='%.40s': expected v2, v1 or v2's parts joined by '+' (prep, "
+                 "dq, dkv); unset: v2",
+                 fb_env);
+        return NULL;
+    }
     if (!(c = (CudaCtx *)calloc(1, sizeof(CudaCtx)))) {
         snprintf(err, errlen, "out of host memory");
         return NULL;
@@ -1050,6 +1060,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     c->prec = precision;
     c->sizes = *sizes;
     c->att_flash = att_flash;
+    c->flash_bwd = flash_bwd;
     {
         const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
         c->op = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32")) ? PP_BF16 : PP_F32;
@@ -1087,10 +1098,11 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         be->logits_chunk_rows = (int)rows;
         be->peak_flops = peak_flops(&prop, precision);
         snprintf(c->desc, sizeof c->desc,
-                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s", device,
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%.40s%s%s%s", device,
                  prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                  prop.totalGlobalMem / 1e9, prec_name(precision, c->op),
-                 att_flash ? "flash (bf16 mma.sync)" : "materialized (cuBLASLt)",
+                 att_flash ? "flash (bf16 mma.sync, backward " : "materialized (cuBLASLt)",
+                 !att_flash ? "" : fb_env && *fb_env ? fb_env : "v2", att_flash ? ")" : "",
                  c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
                  c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0");
         be->description = c->desc;

@@ -67,6 +67,7 @@ struct CudaCtx {
     Grow att;                 /* attention backward: dP of one sequence, [NH,T,T] */
     Grow flashD;              /* flash attention backward: D = rowsum(dO o O), [B,NH,T] */
     int att_flash;            /* 1: flash attention ([Note: attention path] in backend_cuda.cu) */
+    int flash_bwd;            /* its backward's v2 parts (flash_bwd_mode, flash_attn.cu) */
     PPDType op;               /* the operand activations' type (be.operand,
                                  [Note: CUDA precision]) */
     Grow stage;               /* fp32 staging of the materialised attention's bf16 outputs */
@@ -192,6 +193,10 @@ size_t k_encoder_workspace(int N);
 /* The template head size that runs head size hs (hs padded with zeros up to it), or 0
  * when hs is over 128 (the materialised attention runs those). */
 int flash_head_pad(int hs);
+/* [Note: flash backward v2] in flash_attn.cu: the mask of the backward's parts that run
+ * the v2 code, from PPTRAIN_FLASH_BWD's value env (NULL or "": v2, all of them; "v1":
+ * none; or parts joined by '+': prep, dq, dkv), or -1 for any other value. */
+int flash_bwd_mode(const char *env);
 /* Bytes of the packed bf16 copy of `heads` heads of head size hs ([Note: flash tiling]):
  * NH + 2 NKV for q, k and v, NH for dO. */
 size_t flash_pack_bytes(int B, int T, int heads, int hs);

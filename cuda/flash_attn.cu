@@ -67,7 +67,26 @@
  * exactly the A fragment of a 16-key chunk (reg0 = block 2kk c0,c1; reg1 = block 2kk
  * c2,c3; reg2 = block 2kk+1 c0,c1; reg3 = block 2kk+1 c2,c3): P and dS go from the
  * accumulators into the next MMA without shared memory. Rows of the shared arrays are
- * padded by 8 bf16 (16 bytes) so that a fragment load's 32 lanes hit 32 banks. */
+ * padded by 8 bf16 (16 bytes) so that a fragment load's 32 lanes hit 32 banks.
+ *
+ * [Note: flash backward v2] The backward's kernels are latency-bound at low occupancy
+ * (Nsight Compute, H100, GPT-2 124M: dq 175 registers, 2 CTAs = 8 warps an SM; dkv 168
+ * registers, 3 CTAs = 12 warps; issue slots 32-40% busy), so v2 trades registers for
+ * warps, with the same products summed in the same order (v1's bits, checked by
+ * test/flash_sim.cc and gpu_ops):
+ *   prep: flash_prep packs dO and computes D in one pass over dout (flash_pack of dO and
+ *     flash_rowdot each read it: 50 MB of fp32 less a layer at B 16, T 1024);
+ *   dq:   key tiles of FA_BK2 = 32 (S and dP take 32 registers, not 64), held to
+ *     dq2_minb CTAs an SM: at hs 64, 128 registers and 4 CTAs (16 warps), no spill;
+ *   dkv:  the warp's K and V rows read from the staged tile at each step (mma_rows_s)
+ *     instead of held (32 registers), query steps of 32, dkv2_minb CTAs an SM: at hs 64,
+ *     128 registers and 4 CTAs (16 warps), 28 bytes of spill (ptxas, sm_90; v1 held 3
+ *     CTAs at 168 without), 25% more shared-memory reads.
+ * The v2 dq kernel visits the 32-key tiles up to the query tile's last row and stops at
+ * T; what v1 visits and v2 does not (the half of a 64-key tile past T, and at hs 80 the
+ * dkv kernel's 64-query step past T) adds only zero products. PPTRAIN_FLASH_BWD (read once at open, backend_cuda.cu [Note: attention
+ * path]) picks v2 (unset or "v2"), v1, or v2's parts joined by '+' ("prep+dq"), so one
+ * GPU call can time each part; cuda/NOTES.md has the counts and the predictions. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -85,6 +104,17 @@
 /* Query rows per step of the dkv kernel: 64 (8% faster than 32 at hs 64 on the H100,
  * cuda/NOTES.md), 32 from HSP 96 on, where 64 would spill registers. */
 template <int HSP> constexpr int dkv_bq() { return HSP >= 96 ? 32 : 64; }
+/* The backward v2 ([Note: flash backward v2]): the dq kernel's CTAs an SM (key tiles of
+ * 32), the dkv kernel's (K and V read from shared memory, query steps of 32): the most
+ * that ptxas fits without a spill (but the dkv kernel at 64, 28 bytes: the note). */
+template <int HSP, bool GQA> constexpr int dq2_minb() {
+    return HSP <= 32 ? 4 : HSP <= 64 ? (GQA ? 3 : 4) : HSP <= 80 ? 3 : HSP <= 96 ? (GQA ? 2 : 3) : 2;
+}
+template <int HSP> constexpr int dkv2_minb() { return HSP <= 64 ? 4 : HSP <= 96 ? 3 : 2; }
+#define FA_BK2 32 /* the v2 dq kernel's key tile */
+#define FA_BQ2 32 /* the v2 dkv kernel's query step */
+/* The backward's parts that run the v2 code (CudaCtx.flash_bwd, a mask of these). */
+enum { FLASH_BWD_PREP = 1, FLASH_BWD_DQ = 2, FLASH_BWD_DKV = 4, FLASH_BWD_V2 = 7 };
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
 
@@ -159,6 +189,22 @@ static __device__ __forceinline__ void mma_rows(float d[NB][4], const uint32_t a
         for (int nb = 0; nb < NB; nb++)
             mma_bf16(d[nb], a[kc], ld32(b + (nb * 8 + g) * ldb + kc * 16 + 2 * t),
                      ld32(b + (nb * 8 + g) * ldb + kc * 16 + 2 * t + 8));
+}
+
+/* mma_rows with A read from shared memory: rows r0..r0+15 of the [m][k] array x (row
+ * stride ldx), one 16-column fragment at a time, in mma_rows' order (the same sums). */
+template <int NB, int KC>
+static __device__ __forceinline__ void mma_rows_s(float d[NB][4], const bf16 *x, int ldx, int r0,
+                                                  const bf16 *b, int ldb, int g, int t) {
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+        uint32_t a[4];
+        load_a(a, x, ldx, r0, kc * 16, g, t);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+            mma_bf16(d[nb], a, ld32(b + (nb * 8 + g) * ldb + kc * 16 + 2 * t),
+                     ld32(b + (nb * 8 + g) * ldb + kc * 16 + 2 * t + 8));
+    }
 }
 
 /* D[16 x 8*NO] += P[16 x 16*KC] X where P is in C-fragment form (p[2*KC][4], rounded to
@@ -278,6 +324,34 @@ flash_rowdot(float *D, const float *dout, const OutT *out, int B, int T, int NH,
     }
 }
 
+/* The backward v2's prep ([Note: flash backward v2]): flash_pack of dO (NH groups of one)
+ * and flash_rowdot in one pass over dout, a warp per (row, head) as flash_rowdot, lane l
+ * on channels l, l + 32, .. : D gets flash_rowdot's sums in its order (the same bits),
+ * doh[B][NH][T][HSP] flash_pack's bf16 values, channels hs..HSP-1 zero. */
+template <int HSP, typename OutT>
+__global__ void __launch_bounds__(FA_THREADS)
+flash_prep(bf16 *doh, float *D, const float *dout, const OutT *out, int B, int T, int NH, int hs) {
+    size_t n = (size_t)B * T * NH, C = (size_t)NH * hs;
+    int lane = threadIdx.x % 32;
+    for (size_t w0 = (size_t)blockIdx.x * FA_WARPS; w0 < n; w0 += (size_t)gridDim.x * FA_WARPS) {
+        size_t w = w0 + threadIdx.x / 32, row = w / NH; /* row = b * T + t */
+        int h = (int)(w % NH);
+        size_t bht = (row / T * NH + h) * T + row % T; /* D's and doh's row: (b, h, t) */
+        const float *x = dout + row * C + (size_t)h * hs;
+        const OutT *o = out + row * C + (size_t)h * hs;
+        float acc = 0.0f;
+        if (w < n)
+            for (int d = lane; d < HSP; d += 32) {
+                float xd = d < hs ? x[d] : 0.0f;
+                if (d < hs) acc += xd * get(o + d);
+                doh[bht * HSP + d] = __float2bfloat16_rn(xd);
+            }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (w < n && lane == 0) D[bht] = acc;
+    }
+}
+
 /* Copy rows r0..r0+R-1 of a packed [T][HSP] matrix into x[R][LD] with cp.async (issued,
  * not waited for); rows past T zero. */
 template <int R, int HSP>
@@ -390,20 +464,23 @@ flash_fwd(OutT *out, float *lse, const bf16 *qh, int T, int C, int NH, int hs, f
 
 /* ---- backward: dQ (and D) per query tile ------------------------------------------------ */
 
-template <int HSP> struct DqSmem {
+/* BK: keys per tile (64: the first backward; 32: [Note: flash backward v2]) */
+template <int HSP, int BK = FA_BC> struct DqSmem {
     static constexpr int LD = HSP + 8;
     /* Q, dO, 2 x (K, V) */
-    static constexpr size_t bytes = (size_t)(2 * FA_BR * LD + 4 * FA_BC * LD) * sizeof(bf16);
+    static constexpr size_t bytes = (size_t)(2 * FA_BR * LD + 4 * BK * LD) * sizeof(bf16);
 };
 
-/* S and dP of the warp's 16 rows against the staged key tile, P from the lse, masked. */
-template <int HSP>
-static __device__ __forceinline__ void dq_tile(float s[FA_BC / 8][4], float dp[FA_BC / 8][4],
+/* S and dP of the warp's 16 rows against the staged key tile of BK keys, P from the lse;
+ * masked where diag, key column col of tile row r being key off + col of the tile's query
+ * r (off: the key tile's first key less the query tile's first row). */
+template <int HSP, int BK>
+static __device__ __forceinline__ void dq_tile(float s[BK / 8][4], float dp[BK / 8][4],
                                                const uint32_t qf[HSP / 16][4],
                                                const uint32_t df[HSP / 16][4], const bf16 *K,
-                                               const bf16 *V, int wr, bool diag,
+                                               const bf16 *V, int wr, bool diag, int off,
                                                const float lse2[2], float sl2, int g, int t) {
-    constexpr int LD = HSP + 8, KC = HSP / 16, NS = FA_BC / 8;
+    constexpr int LD = HSP + 8, KC = HSP / 16, NS = BK / 8;
 #pragma unroll
     for (int i = 0; i < NS; i++)
         s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
@@ -414,17 +491,20 @@ static __device__ __forceinline__ void dq_tile(float s[FA_BC / 8][4], float dp[F
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             int r = wr + g + 8 * (j / 2), col = nb * 8 + 2 * t + (j & 1);
-            s[nb][j] = diag && col > r ? 0.0f : exp2f(s[nb][j] * sl2 - lse2[j / 2]);
+            s[nb][j] = diag && off + col > r ? 0.0f : exp2f(s[nb][j] * sl2 - lse2[j / 2]);
         }
 }
 
-/* GQA as flash_fwd's; dqkv's rows hold NH + 2 NKV heads (3 NH without GQA). */
-template <int HSP, typename OutT = float, bool GQA = false>
-__global__ void __launch_bounds__(FA_THREADS)
+/* GQA as flash_fwd's; dqkv's rows hold NH + 2 NKV heads (3 NH without GQA). Key tiles of
+ * BK (64, or 32 in the backward v2), held to MINB CTAs an SM ([Note: flash backward v2]):
+ * the tiles from key 0 to the query tile's last row, in order, so the accumulation order
+ * of dQ (16 keys an MMA) is the same at either BK. */
+template <int HSP, typename OutT = float, bool GQA = false, int BK = FA_BC, int MINB = 0>
+__global__ void __launch_bounds__(FA_THREADS, MINB)
 flash_bwd_dq(OutT *dqkv, const float *Din, const bf16 *doh, const bf16 *qh, const float *lse,
              int T, int C, int NH, int hs, float sl2, float scale, int G) {
-    constexpr int LD = DqSmem<HSP>::LD, KC = HSP / 16, NO = HSP / 8;
-    constexpr int NS = FA_BC / 8, KV = FA_BC * LD;
+    constexpr int LD = DqSmem<HSP, BK>::LD, KC = HSP / 16, NO = HSP / 8;
+    constexpr int NS = BK / 8, KV = BK * LD;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sQ = (bf16 *)smem, *sdO = sQ + FA_BR * LD, *sK = sdO + FA_BR * LD, *sV = sK + 2 * KV;
     int qt = gridDim.x - 1 - blockIdx.x;
@@ -446,8 +526,8 @@ flash_bwd_dq(OutT *dqkv, const float *Din, const bf16 *doh, const bf16 *qh, cons
     }
     stage<FA_BR, HSP>(sQ, LD, q, q0, T);
     stage<FA_BR, HSP>(sdO, LD, dy, q0, T);
-    stage<FA_BC, HSP>(sK, LD, k, 0, T);
-    stage<FA_BC, HSP>(sV, LD, v, 0, T);
+    stage<BK, HSP>(sK, LD, k, 0, T);
+    stage<BK, HSP>(sV, LD, v, 0, T);
     cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
@@ -460,19 +540,28 @@ flash_bwd_dq(OutT *dqkv, const float *Din, const bf16 *doh, const bf16 *qh, cons
     float s[NS][4], dp[NS][4], dq[NO][4];
 #pragma unroll
     for (int i = 0; i < NO; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
-    for (int kt = 0; kt <= qt; kt++) { /* dS = P o (dP - D), dQ += dS K */
+    /* the key tiles up to the query tile's last row and T (at BK 64: 0..qt) */
+    int nkt = qt + 1;
+    if constexpr (BK != FA_BC) {
+        int nkT = (T + BK - 1) / BK;
+        nkt = (q0 + FA_BR) / BK < nkT ? (q0 + FA_BR) / BK : nkT;
+    }
+    for (int kt = 0; kt < nkt; kt++) { /* dS = P o (dP - D), dQ += dS K */
         const bf16 *K = sK + (kt & 1) * KV, *V = sV + (kt & 1) * KV;
-        if (kt < qt) {
-            stage<FA_BC, HSP>(sK + ((kt + 1) & 1) * KV, LD, k, (kt + 1) * FA_BC, T);
-            stage<FA_BC, HSP>(sV + ((kt + 1) & 1) * KV, LD, v, (kt + 1) * FA_BC, T);
+        if (kt + 1 < nkt) {
+            stage<BK, HSP>(sK + ((kt + 1) & 1) * KV, LD, k, (kt + 1) * BK, T);
+            stage<BK, HSP>(sV + ((kt + 1) & 1) * KV, LD, v, (kt + 1) * BK, T);
         }
         cp_async_commit();
-        dq_tile<HSP>(s, dp, qf, df, K, V, wr, kt == qt, lse2, sl2, g, t);
+        /* a tile with a key past the query tile's first row is masked (BK 64: the last) */
+        int off = BK == FA_BC ? 0 : kt * BK - q0;
+        bool diag = BK == FA_BC ? kt == qt : off + BK - 1 > 0;
+        dq_tile<HSP, BK>(s, dp, qf, df, K, V, wr, diag, off, lse2, sl2, g, t);
 #pragma unroll
         for (int nb = 0; nb < NS; nb++)
 #pragma unroll
             for (int j = 0; j < 4; j++) s[nb][j] *= dp[nb][j] - D[j / 2];
-        mma_acc_t<NO, FA_BC / 16>(dq, s, K, LD, lane);
+        mma_acc_t<NO, BK / 16>(dq, s, K, LD, lane);
         cp_async_wait_all();
         __syncthreads();
     }
@@ -495,8 +584,11 @@ template <int HSP, int BQ = dkv_bq<HSP>()> struct DkvSmem {
 
 /* GQA: a CTA per key tile of a kv head (grid y), over its group's G query heads in turn,
  * dK and dV summed over them in registers; the group-of-one instantiation is the
- * multi-head kernel (grid y the head, G unused), with no group loop. */
-template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float, int MINB = 1, bool GQA = false>
+ * multi-head kernel (grid y the head, G unused), with no group loop. KVS (the backward
+ * v2, [Note: flash backward v2]): the warp's K and V rows are read from the staged tile
+ * at every step instead of being held in registers (the same products, the same bits). */
+template <int HSP, int BQ = dkv_bq<HSP>(), typename OutT = float, int MINB = 1, bool GQA = false,
+          bool KVS = false>
 __global__ void __launch_bounds__(FA_THREADS, MINB)
 flash_bwd_dkv(OutT *dqkv, const float *Din, const bf16 *doh, const bf16 *qh, const float *lse,
               int T, int C, int NH, int hs, float sl2, float scale, int G) {
@@ -537,12 +629,13 @@ flash_bwd_dkv(OutT *dqkv, const float *Din, const bf16 *doh, const bf16 *qh, con
     }
     cp_async_wait_all();
     __syncthreads();
-    uint32_t kf[KC][4], vf[KC][4];
+    uint32_t kf[KC][4], vf[KC][4]; /* unused (and compiled away) with KVS */
+    if (!KVS)
 #pragma unroll
-    for (int kc = 0; kc < KC; kc++) {
-        load_a(kf[kc], sK, LD, wr, kc * 16, g, t);
-        load_a(vf[kc], sV, LD, wr, kc * 16, g, t);
-    }
+        for (int kc = 0; kc < KC; kc++) {
+            load_a(kf[kc], sK, LD, wr, kc * 16, g, t);
+            load_a(vf[kc], sV, LD, wr, kc * 16, g, t);
+        }
     float dk[NO][4], dv[NO][4];
 #pragma unroll
     for (int i = 0; i < NO; i++)
@@ -576,8 +669,13 @@ flash_bwd_dkv(OutT *dqkv, const float *Din, const bf16 *doh, const bf16 *qh, con
         for (int i = 0; i < NS; i++)
             s[i][0] = s[i][1] = s[i][2] = s[i][3] =
                 dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
-        mma_rows<NS, KC>(s, kf, Q, LD, g, t);   /* S^T = K Q^T: keys x queries */
-        mma_rows<NS, KC>(dp, vf, dO, LD, g, t); /* dP^T = V dO^T */
+        if (KVS) {
+            mma_rows_s<NS, KC>(s, sK, LD, wr, Q, LD, g, t);
+            mma_rows_s<NS, KC>(dp, sV, LD, wr, dO, LD, g, t);
+        } else {
+            mma_rows<NS, KC>(s, kf, Q, LD, g, t);   /* S^T = K Q^T: keys x queries */
+            mma_rows<NS, KC>(dp, vf, dO, LD, g, t); /* dP^T = V dO^T */
+        }
 #pragma unroll
         for (int nb = 0; nb < NS; nb++)
 #pragma unroll
@@ -631,6 +729,24 @@ int flash_head_pad(int hs) {
     return 0;
 }
 
+int flash_bwd_mode(const char *env) {
+    if (!env || !*env || !strcmp(env, "v2")) return FLASH_BWD_V2;
+    if (!strcmp(env, "v1")) return 0;
+    static const struct {
+        const char *name;
+        int bit;
+    } parts[] = {{"prep", FLASH_BWD_PREP}, {"dq", FLASH_BWD_DQ}, {"dkv", FLASH_BWD_DKV}};
+    int mode = 0;
+    for (const char *p = env;;) { /* part+part+.. */
+        size_t n = strcspn(p, "+"), i = 0;
+        while (i < 3 && !(strlen(parts[i].name) == n && !strncmp(p, parts[i].name, n))) i++;
+        if (i == 3 || (mode & parts[i].bit)) return -1;
+        mode |= parts[i].bit;
+        if (!p[n]) return mode;
+        p += n + 1;
+    }
+}
+
 #ifndef FLASH_HOST_SIM
 /* ---- launchers --------------------------------------------------------------------------- */
 
@@ -682,23 +798,26 @@ static void fwd(CudaCtx *c, OutT *out, float *lse, const float *qkv, int B, int 
     KCHECK(c, "flash_fwd");
 }
 
-/* The dq kernel (a CTA per query tile, head and sequence). */
-template <int HSP, typename OutT>
+/* The dq kernel (a CTA per query tile, head and sequence): v1's, or with V2 key tiles of
+ * FA_BK2 held to dq2_minb CTAs an SM. */
+template <int HSP, typename OutT, bool V2>
 static void launch_dq(CudaCtx *c, OutT *dqkv, const float *D, const bf16 *doh, const bf16 *qh,
                       const float *lse, int B, int T, int NH, int NKV, int hs, float sl2,
                       float scale) {
-    size_t sm = DqSmem<HSP>::bytes;
+    constexpr int BK = V2 ? FA_BK2 : FA_BC, M1 = V2 ? dq2_minb<HSP, false>() : 0;
+    constexpr int MG = V2 ? dq2_minb<HSP, true>() : 0;
+    size_t sm = DqSmem<HSP, BK>::bytes;
     int C = NH * hs, G = NH / NKV;
     dim3 grid(qtiles(T, FA_BR), NH, B);
     if (G == 1) {
-        CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP, OutT>,
+        CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP, OutT, false, BK, M1>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-        flash_bwd_dq<HSP, OutT><<<grid, FA_THREADS, sm, c->stream>>>(dqkv, D, doh, qh, lse, T, C,
-                                                                     NH, hs, sl2, scale, 1);
+        flash_bwd_dq<HSP, OutT, false, BK, M1><<<grid, FA_THREADS, sm, c->stream>>>(
+            dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale, 1);
     } else {
-        CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP, OutT, true>,
+        CK(c, cudaFuncSetAttribute(flash_bwd_dq<HSP, OutT, true, BK, MG>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-        flash_bwd_dq<HSP, OutT, true><<<grid, FA_THREADS, sm, c->stream>>>(
+        flash_bwd_dq<HSP, OutT, true, BK, MG><<<grid, FA_THREADS, sm, c->stream>>>(
             dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale, G);
     }
     KCHECK(c, "flash_bwd_dq");
@@ -706,7 +825,7 @@ static void launch_dq(CudaCtx *c, OutT *dqkv, const float *D, const bf16 *doh, c
 
 /* The dkv kernel with query step BQ, held to MINB CTAs an SM (its registers capped to fit):
  * a CTA per key tile, head and sequence, or with GQA per key tile, kv head and sequence. */
-template <int HSP, int BQ, typename OutT, int MINB>
+template <int HSP, int BQ, typename OutT, int MINB, bool KVS = false>
 static void launch_dkv(CudaCtx *c, OutT *dqkv, const float *D, const bf16 *doh, const bf16 *qh,
                        const float *lse, int B, int T, int NH, int NKV, int hs, float sl2,
                        float scale) {
@@ -714,14 +833,14 @@ static void launch_dkv(CudaCtx *c, OutT *dqkv, const float *D, const bf16 *doh, 
     int C = NH * hs, G = NH / NKV;
     dim3 grid(qtiles(T, FA_BC), NKV, B);
     if (G == 1) {
-        CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, BQ, OutT, MINB>,
+        CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, BQ, OutT, MINB, false, KVS>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-        flash_bwd_dkv<HSP, BQ, OutT, MINB><<<grid, FA_THREADS, sm, c->stream>>>(
+        flash_bwd_dkv<HSP, BQ, OutT, MINB, false, KVS><<<grid, FA_THREADS, sm, c->stream>>>(
             dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale, 1);
     } else {
-        CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, BQ, OutT, MINB, true>,
+        CK(c, cudaFuncSetAttribute(flash_bwd_dkv<HSP, BQ, OutT, MINB, true, KVS>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-        flash_bwd_dkv<HSP, BQ, OutT, MINB, true><<<grid, FA_THREADS, sm, c->stream>>>(
+        flash_bwd_dkv<HSP, BQ, OutT, MINB, true, KVS><<<grid, FA_THREADS, sm, c->stream>>>(
             dqkv, D, doh, qh, lse, T, C, NH, hs, sl2, scale, G);
     }
     KCHECK(c, "flash_bwd_dkv");
@@ -731,18 +850,34 @@ template <int HSP, typename OutT>
 static void bwd(CudaCtx *c, OutT *dqkv, float *D, const float *dout, const float *qkv,
                 const OutT *out, const float *lse, int B, int T, int NH, int NKV, int hs) {
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
+    int mode = c->flash_bwd; /* [Note: flash backward v2] */
     const bf16 *qh = pack_qkv<HSP>(c, qkv, B, T, NH, NKV, hs);
-    /* dO [B,T,NH hs] per query head: NH groups of one */
-    const bf16 *doh = pack<HSP>(c, &c->castB, dout, B, T, NH, 1, 1, hs, (size_t)NH * hs);
     size_t warps = (size_t)B * T * NH, blocks = (warps + FA_WARPS - 1) / FA_WARPS;
-    flash_rowdot<<<(unsigned)(blocks < 65536 ? blocks : 65536), FA_THREADS, 0, c->stream>>>(
-        D, dout, out, B, T, NH, hs);
-    KCHECK(c, "flash_rowdot");
-    launch_dq<HSP>(c, dqkv, D, doh, qh, lse, B, T, NH, NKV, hs, sl2, scale);
-    /* up to 64 channels, query steps of 32 let three CTAs share an SM within 168 registers
-     * and no spill (0.794 -> 0.760 ms a layer at GPT-2 124M, B 16: cuda/NOTES.md); wider
-     * heads would spill there and keep two (if constexpr: only the launched ones compile) */
-    if constexpr (HSP <= 64)
+    unsigned nb = (unsigned)(blocks < 65536 ? blocks : 65536);
+    const bf16 *doh;
+    if (mode & FLASH_BWD_PREP) { /* dO packed and D in one pass over dout */
+        bf16 *dst = (bf16 *)grow(c, &c->castB, warps * HSP * sizeof(bf16));
+        flash_prep<HSP><<<nb, FA_THREADS, 0, c->stream>>>(dst, D, dout, out, B, T, NH, hs);
+        KCHECK(c, "flash_prep");
+        doh = dst;
+    } else {
+        /* dO [B,T,NH hs] per query head: NH groups of one */
+        doh = pack<HSP>(c, &c->castB, dout, B, T, NH, 1, 1, hs, (size_t)NH * hs);
+        flash_rowdot<<<nb, FA_THREADS, 0, c->stream>>>(D, dout, out, B, T, NH, hs);
+        KCHECK(c, "flash_rowdot");
+    }
+    if (mode & FLASH_BWD_DQ)
+        launch_dq<HSP, OutT, true>(c, dqkv, D, doh, qh, lse, B, T, NH, NKV, hs, sl2, scale);
+    else
+        launch_dq<HSP, OutT, false>(c, dqkv, D, doh, qh, lse, B, T, NH, NKV, hs, sl2, scale);
+    /* v1: up to 64 channels, query steps of 32 let three CTAs share an SM within 168
+     * registers and no spill (0.794 -> 0.760 ms a layer at GPT-2 124M, B 16:
+     * cuda/NOTES.md); wider heads would spill there and keep two (if constexpr: only the
+     * launched ones compile). v2: K and V from shared memory, dkv2_minb CTAs an SM. */
+    if (mode & FLASH_BWD_DKV)
+        launch_dkv<HSP, FA_BQ2, OutT, dkv2_minb<HSP>(), true>(c, dqkv, D, doh, qh, lse, B, T, NH,
+                                                              NKV, hs, sl2, scale);
+    else if constexpr (HSP <= 64)
         launch_dkv<HSP, 32, OutT, 3>(c, dqkv, D, doh, qh, lse, B, T, NH, NKV, hs, sl2, scale);
     else
         launch_dkv<HSP, dkv_bq<HSP>(), OutT, 1>(c, dqkv, D, doh, qh, lse, B, T, NH, NKV, hs, sl2,

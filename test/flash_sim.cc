@@ -306,6 +306,53 @@ static int check(int B, int T, int NH, int NKV, int hs, bool both = false) {
     guards_intact(lse, NL, "lse");
     guards_intact(dqkv, words<OutT>(Q), "dqkv");
     guards_intact(D, NL, "D");
+    /* the backward v2 ([Note: flash backward v2]) on the same inputs, into fresh poisoned
+     * buffers: the prep kernel (dO packed and D), the dq kernel on key tiles of 32, the
+     * dkv kernel reading K and V from shared memory, with the launchers' template
+     * arguments; it reorders no sum, so it must give v1's bits (doh, D, dqkv) */
+    int v2same;
+    {
+        std::vector<bf16> doh2(ndo + 8);
+        bf16 *pdo2 = aligned(doh2.data());
+        memset(pdo2, 0xff, ndo * sizeof(bf16));
+        float *D2 = poisoned(NL), *dqv2 = poisoned(words<OutT>(Q));
+        OutT *dq2v = (OutT *)dqv2;
+        run(SimDim{2, 1, 1}, 0,
+            [&] { flash_prep<HSP>(pdo2, D2, pd, (const OutT *)o, B, T, NH, hs); });
+        if (G == 1) {
+            run(qgrid, DqSmem<HSP, FA_BK2>::bytes, [&] {
+                flash_bwd_dq<HSP, OutT, false, FA_BK2, dq2_minb<HSP, false>()>(
+                    dq2v, D2, pdo2, pqh, lse, T, C, NH, hs, sl2, scale, 1);
+            });
+            run(kgrid, DkvSmem<HSP, FA_BQ2>::bytes, [&] {
+                flash_bwd_dkv<HSP, FA_BQ2, OutT, dkv2_minb<HSP>(), false, true>(
+                    dq2v, D2, pdo2, pqh, lse, T, C, NH, hs, sl2, scale, 1);
+            });
+        } else {
+            run(qgrid, DqSmem<HSP, FA_BK2>::bytes, [&] {
+                flash_bwd_dq<HSP, OutT, true, FA_BK2, dq2_minb<HSP, true>()>(
+                    dq2v, D2, pdo2, pqh, lse, T, C, NH, hs, sl2, scale, G);
+            });
+            run(kgrid, DkvSmem<HSP, FA_BQ2>::bytes, [&] {
+                flash_bwd_dkv<HSP, FA_BQ2, OutT, dkv2_minb<HSP>(), true, true>(
+                    dq2v, D2, pdo2, pqh, lse, T, C, NH, hs, sl2, scale, G);
+            });
+        }
+        guards_intact(D2, NL, "D (v2)");
+        guards_intact(dqv2, words<OutT>(Q), "dqkv (v2)");
+        v2same = !memcmp(pdo2, pdo, ndo * sizeof(bf16)) && !memcmp(D2, D, NL * 4) &&
+                 !memcmp(dqv2, dqkv, words<OutT>(Q) * 4);
+        if (!v2same) { /* say how far: the v2 dqkv against the CPU op */
+            std::vector<float> w = widened<OutT>(dqv2, Q);
+            printf("     v2 differs from v1: doh %s, D %s, dqkv %s (rel %.2e against the CPU)\n",
+                   memcmp(pdo2, pdo, ndo * sizeof(bf16)) ? "differs" : "same",
+                   memcmp(D2, D, NL * 4) ? "differs" : "same",
+                   memcmp(dqv2, dqkv, words<OutT>(Q) * 4) ? "differs" : "same",
+                   rel_l2(w.data(), dref.data(), Q));
+        }
+        free(D2);
+        free(dqv2);
+    }
     int same = 1; /* the GQA instantiations at G = 1: the multi-head kernels' bits */
     if (both && G == 1) {
         float *out2 = poisoned(words<OutT>(NC)), *lse2 = poisoned(NL);
@@ -361,10 +408,12 @@ static int check(int B, int T, int NH, int NKV, int hs, bool both = false) {
                 el = e == e && e > el ? e : e == e ? el : INFINITY;
             }
     int ok = eo <= 1e-2 && ed <= 1e-2 && edk <= 1e-2 && el <= 2e-2 && eo > 1e-4 && ed > 1e-4 &&
-             same;
+             same && v2same;
     printf("%-4s flash kernels on the host, B=%d T=%d NH=%d NKV=%d hs=%d (template %d): out rel "
-           "%.2e, dqkv rel %.2e (dk, dv %.2e), lse max abs %.2e (bounds 1e-2, 1e-2, 2e-2)%s%s%s\n",
+           "%.2e, dqkv rel %.2e (dk, dv %.2e), lse max abs %.2e (bounds 1e-2, 1e-2, 2e-2); backward v2: "
+           "%s%s%s%s\n",
            ok ? "ok" : "FAIL", B, T, NH, NKV, hs, HSP, eo, ed, edk, el,
+           v2same ? "v1's bits" : "DIFFERENT bits",
            BQ != dkv_bq<HSP>() ? " (dkv query step changed)" : "",
            sizeof(OutT) == 2 ? " (bf16 out and dqkv)" : "",
            !both ? "" : same ? "; the GQA kernels at G = 1: the multi-head ones' bits"
@@ -376,9 +425,32 @@ static int check(int B, int T, int NH, int NKV, int hs, bool both = false) {
     return !ok;
 }
 
+/* PPTRAIN_FLASH_BWD's values ([Note: flash backward v2]). */
+static int check_modes(void) {
+    static const struct {
+        const char *env;
+        int mode;
+    } cases[] = {{NULL, FLASH_BWD_V2}, {"", FLASH_BWD_V2},     {"v2", FLASH_BWD_V2},
+                 {"v1", 0},            {"dq", FLASH_BWD_DQ},   {"dkv+prep", 5},
+                 {"prep+dq+dkv", 7},   {"dq+dq", -1},          {"dq+", -1},
+                 {"+dq", -1},          {"v3", -1},             {"dkvx", -1},
+                 {"d", -1},            {"prep+dq+dkv+v1", -1}};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (flash_bwd_mode(cases[i].env) != cases[i].mode) {
+            printf("FAIL flash_bwd_mode(%s) = %d, expected %d\n",
+                   cases[i].env ? cases[i].env : "NULL", flash_bwd_mode(cases[i].env),
+                   cases[i].mode);
+            bad++;
+        }
+    printf("%-4s PPTRAIN_FLASH_BWD's values (%zu cases)\n", bad ? "FAIL" : "ok",
+           sizeof cases / sizeof cases[0]);
+    return bad;
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    int bad = 0;
+    int bad = check_modes();
     /* every template, T = 1, under a tile, one tile, one past, two tiles and a bit;
      * head sizes padded (20 -> 32, 48 -> 64, 72 -> 80), B and NH > 1 */
     bad += check<64>(1, 1, 1, 1, 64);

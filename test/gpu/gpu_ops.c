@@ -1183,12 +1183,15 @@ static void check_crossentropy(const Shape *s, const char *sh) {
  * in the emulation), every output poisoned with NaN first, and forward and backward
  * run twice for the same bits. Shapes: T = 1, 7, 64, 127, 129, 1024 (not multiples of
  * the 64-row tiles), head sizes 32, 48, 64, 80, 96, 128 and 20 (zero-padded to the
- * kernels' template sizes), NH = 1 and 12, B = 1 and 3. */
+ * kernels' template sizes), NH = 1 and 12, B = 1 and 3. Every shape runs under both
+ * backwards of PPTRAIN_FLASH_BWD ([Note: flash backward v2] in cuda/flash_attn.cu): v2,
+ * the default, and v1 (the shape's name starts "v1"); v2 must also give v1's bits. */
 
-static void check_flash_shape(int B, int T, int NH, int NKV, int hs) {
+static void check_flash_shape(int B, int T, int NH, int NKV, int hs, const char *tag) {
     int C = NH * hs, N = B * T, W = (NH + 2 * NKV) * hs, G = NH / NKV;
     char sh[96];
-    snprintf(sh, sizeof sh, "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
+    snprintf(sh, sizeof sh, "%s%sB=%d T=%d NH=%d NKV=%d hs=%d", tag, *tag ? " " : "", B, T, NH,
+             NKV, hs);
     size_t Q = (size_t)N * W, NC = (size_t)N * C, nl = (size_t)B * NH * T;
     size_t nsave = cpu->attention_saved_floats(cpu, B, T, NH);
     size_t gsave = gpu->attention_saved_floats(gpu, B, T, NH);
@@ -1267,17 +1270,85 @@ static void check_flash_shape(int B, int T, int NH, int NKV, int hs) {
 
 typedef int (*OpenFn)(const char *precision, char *why, size_t n);
 
-/* Open the backend at bf16 with PPTRAIN_ATTENTION=att (the variable restored after). */
-static int open_attention(OpenFn open, const char *att, char *why, size_t n) {
-    const char *was = getenv("PPTRAIN_ATTENTION");
-    char saved[64];
-    snprintf(saved, sizeof saved, "%s", was ? was : "");
-    setenv("PPTRAIN_ATTENTION", att, 1);
+/* Open the backend at bf16 with PPTRAIN_ATTENTION=att and PPTRAIN_FLASH_BWD=bwd (NULL:
+ * unset; both variables restored after). */
+static int open_attention(OpenFn open, const char *att, const char *bwd, char *why, size_t n) {
+    const char *names[2] = {"PPTRAIN_ATTENTION", "PPTRAIN_FLASH_BWD"}, *vals[2] = {att, bwd};
+    char saved[2][64];
+    int had[2];
+    for (int i = 0; i < 2; i++) {
+        const char *was = getenv(names[i]);
+        had[i] = was != NULL;
+        snprintf(saved[i], sizeof saved[i], "%s", was ? was : "");
+        if (vals[i]) setenv(names[i], vals[i], 1);
+        else unsetenv(names[i]);
+    }
     prec = "bf16";
     int rc = open("bf16", why, n);
-    if (was) setenv("PPTRAIN_ATTENTION", saved, 1);
-    else unsetenv("PPTRAIN_ATTENTION");
+    for (int i = 0; i < 2; i++) {
+        if (had[i]) setenv(names[i], saved[i], 1);
+        else unsetenv(names[i]);
+    }
     return rc;
+}
+
+/* [Note: flash backward v2]: the backward's dqkv under PPTRAIN_FLASH_BWD=v1 and =v2 on the
+ * same inputs (a backend opened for each), which must be the same bits: v2 reorders no
+ * sum (its kernels skip only tiles whose every product is zero). Returns 0, or 1 when a
+ * backend cannot be opened. */
+static int check_flash_v1_bits(OpenFn open, int small) {
+    static const struct {
+        int B, T, NH, NKV, hs;
+    } fs[] = {
+        {3, 7, 12, 12, 64},   {3, 127, 12, 12, 64}, {1, 129, 1, 1, 80}, {1, 127, 12, 12, 96},
+        {3, 129, 2, 2, 128},  {3, 70, 1, 1, 20},    {3, 129, 12, 4, 64}, {2, 129, 8, 1, 32},
+        {3, 70, 9, 3, 80},    {1, 127, 6, 2, 96},   {3, 1024, 12, 12, 64}, {2, 1024, 12, 1, 64},
+    };
+    enum { NS = sizeof fs / sizeof fs[0] };
+    float *qkv[NS], *g[NS], *res[2][NS];
+    char why[PP_ERR_MAX];
+    for (int i = 0; i < NS; i++) {
+        size_t N = (size_t)fs[i].B * fs[i].T, W = (size_t)(fs[i].NH + 2 * fs[i].NKV) * fs[i].hs;
+        qkv[i] = rnd(N * W, 1);
+        g[i] = rnd(N * fs[i].NH * fs[i].hs, 1);
+        res[0][i] = res[1][i] = NULL;
+    }
+    for (int m = 0; m < 2; m++) {
+        if (open_attention(open, "flash", m ? "v2" : "v1", why, sizeof why) != PP_OK) {
+            printf("FAIL open the CUDA backend with PPTRAIN_FLASH_BWD=%s: %s\n", m ? "v2" : "v1",
+                   why);
+            return 1;
+        }
+        for (int i = 0; i < NS; i++) {
+            int B = fs[i].B, T = fs[i].T, NH = fs[i].NH, NKV = fs[i].NKV, hs = fs[i].hs;
+            if (small && T > 129) continue;
+            size_t N = (size_t)B * T, NC = N * NH * hs, Q = N * (NH + 2 * NKV) * hs;
+            size_t gsave = gpu->attention_saved_floats(gpu, B, T, NH);
+            float *dq = dev(qkv[i], Q * 4), *dg = dev(g[i], NC * 4), *datt = dev(NULL, gsave * 4);
+            void *dout = dev_op_nan(NC), *dgq = dev_op_nan(Q);
+            float *gs = gpu->alloc(gpu, gpu->scratch_floats(gpu, (int)N, T, NH * hs) * 4 + 4);
+            gpu->attention_forward(gpu, dout, datt, dq, B, T, NH, NKV, hs);
+            gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, NH, NKV, hs, gs);
+            res[m][i] = host_op(dgq, Q);
+            void *all[] = {dq, dg, datt, dout, dgq, gs};
+            for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) gpu->dealloc(gpu, all[k]);
+        }
+        backend_release(gpu);
+    }
+    for (int i = 0; i < NS; i++) {
+        if (res[0][i]) {
+            char sh[96];
+            snprintf(sh, sizeof sh, "v2=v1 B=%d T=%d NH=%d NKV=%d hs=%d", fs[i].B, fs[i].T,
+                     fs[i].NH, fs[i].NKV, fs[i].hs);
+            size_t Q = (size_t)fs[i].B * fs[i].T * (fs[i].NH + 2 * fs[i].NKV) * fs[i].hs;
+            same_bits("flash attention_backward", sh, res[0][i], res[1][i], Q);
+        }
+        free(qkv[i]);
+        free(g[i]);
+        free(res[0][i]);
+        free(res[1][i]);
+    }
+    return 0;
 }
 
 /* The flash checks on a backend of their own (PPTRAIN_ATTENTION=flash, bf16); then the
@@ -1301,18 +1372,23 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
         {3, 1024, 8, 4, 64},
     };
     char why[PP_ERR_MAX];
-    if (open_attention(open, "flash", why, sizeof why) != PP_OK) {
-        printf("FAIL open the CUDA backend with PPTRAIN_ATTENTION=flash: %s\n", why);
-        return 1;
+    /* the backward v2 (PPTRAIN_FLASH_BWD unset), then v1 ([Note: flash backward v2]) */
+    for (int v1 = 0; v1 < 2; v1++) {
+        if (open_attention(open, "flash", v1 ? "v1" : NULL, why, sizeof why) != PP_OK) {
+            printf("FAIL open the CUDA backend with PPTRAIN_ATTENTION=flash%s: %s\n",
+                   v1 ? " PPTRAIN_FLASH_BWD=v1" : "", why);
+            return 1;
+        }
+        printf("gpu_ops: flash attention checks on %s\n",
+               gpu->description ? gpu->description : "the CPU (--cpu)");
+        for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
+            if (!small || fs[i].T <= 129)
+                check_flash_shape(fs[i].B, fs[i].T, fs[i].NH, fs[i].NKV, fs[i].hs, v1 ? "v1" : "");
+        backend_release(gpu);
     }
-    printf("gpu_ops: flash attention checks on %s\n",
-           gpu->description ? gpu->description : "the CPU (--cpu)");
-    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
-        if (!small || fs[i].T <= 129)
-            check_flash_shape(fs[i].B, fs[i].T, fs[i].NH, fs[i].NKV, fs[i].hs);
-    backend_release(gpu);
+    if (check_flash_v1_bits(open, small)) return 1;
 
-    if (open_attention(open, "materialized", why, sizeof why) != PP_OK) {
+    if (open_attention(open, "materialized", NULL, why, sizeof why) != PP_OK) {
         printf("FAIL open the CUDA backend with PPTRAIN_ATTENTION=materialized: %s\n", why);
         return 1;
     }
@@ -1329,11 +1405,18 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
     backend_release(gpu);
 
     if (!cpu_mode) {
-        int rc = open_attention(open, "bogus", why, sizeof why);
+        int rc = open_attention(open, "bogus", NULL, why, sizeof why);
         int ok = rc != PP_OK && strstr(why, "PPTRAIN_ATTENTION");
         checks++;
         failures += !ok;
         printf("%-4s PPTRAIN_ATTENTION=bogus refused at open: %s\n", ok ? "ok" : "FAIL",
+               rc == PP_OK ? "opened" : why);
+        if (rc == PP_OK) backend_release(gpu);
+        rc = open_attention(open, "flash", "dq+bogus", why, sizeof why);
+        ok = rc != PP_OK && strstr(why, "PPTRAIN_FLASH_BWD");
+        checks++;
+        failures += !ok;
+        printf("%-4s PPTRAIN_FLASH_BWD=dq+bogus refused at open: %s\n", ok ? "ok" : "FAIL",
                rc == PP_OK ? "opened" : why);
         if (rc == PP_OK) backend_release(gpu);
     }
