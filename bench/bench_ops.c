@@ -13,7 +13,11 @@
  * is asynchronous, so launch gaps count too, as in a step), after one warm-up call. The
  * inputs are random; ops that work in place (cross-entropy on an fp32 operand) or
  * clobber their input (cross-entropy's logits) see their own output again, which changes
- * no time. Without --gemm-tflops / --copy-gbps no fraction is printed. */
+ * no time. Without --gemm-tflops / --copy-gbps no fraction is printed. On the CUDA backend
+ * the environment's switches hold (the first line names the ones set): the "layernorm
+ * bwd" row with PPTRAIN_LN_BWD=two-pass against unset (or one-pass:R) is the one-pass norm
+ * backward's A/B ([Note: one-pass norm backward] in cuda/norm_kernels.cuh); its MB column
+ * counts the one pass: dout, inp, dinp read and dinp written. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
