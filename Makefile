@@ -58,7 +58,8 @@ LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/%.o,$(filter-out src/main.c $(PLOT_SRC),
             $(PB_C:.c=.o)
 MAIN_OBJ := $(BUILD)/main.o
 TEST_SRC := $(wildcard test/test_*.c)
-TESTS    := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(BUILD)/test/test_flash_sim
+TESTS    := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(BUILD)/test/test_flash_sim \
+            $(BUILD)/test/test_norm_sim
 TEST_UTIL:= $(patsubst test/%.c,$(BUILD)/test/%.o,\
              $(filter-out $(TEST_SRC) test/flood.c test/pngtool.c test/tbread.c,$(wildcard test/*.c)))
 # programs of their own, for test/flood.sh, test/plot.sh and test/tensorboard.sh (not linked
@@ -214,6 +215,16 @@ $(BUILD)/test/test_flash_sim: test/flash_sim.cc test/flash_sim.h cuda/flash_attn
 	@echo "  CXX   $<"
 	$(Q)$(CXX) -std=c++17 $(OPT) -fopenmp -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -DFLASH_HOST_SIM \
 	  -iquote src -iquote cuda -iquote test $(LDFLAGS) -o $@ test/flash_sim.cc $(LIB_OBJ) $(LDLIBS)
+
+# cuda/norm_kernels.cuh's one-pass norm backward compiled for the host and run there
+# (test/norm_sim.cc) on flash_sim.h's stand-ins; -ffp-contract=off: each _rn stand-in
+# keeps its own rounding, as on the device.
+$(BUILD)/test/test_norm_sim: test/norm_sim.cc test/flash_sim.h cuda/norm_kernels.cuh $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  CXX   $<"
+	$(Q)$(CXX) -std=c++17 $(OPT) -ffp-contract=off -fopenmp -Wall -Wextra -Wno-unused-parameter \
+	  -Wno-unknown-pragmas -iquote src -iquote cuda -iquote test $(LDFLAGS) -o $@ test/norm_sim.cc \
+	  $(LIB_OBJ) $(LDLIBS)
 
 deps:
 	@scripts/install-deps

@@ -16,7 +16,11 @@
  * clobber their input (cross-entropy's logits) see their own output again, which changes
  * no time. Without --gemm-tflops / --copy-gbps no fraction is printed. --only times just
  * the rows whose name holds WORD (e.g. "attention": the flash forward and backward, run
- * once per PPTRAIN_FLASH_BWD value to compare the backward's kernels, cuda/NOTES.md). */
+ * once per PPTRAIN_FLASH_BWD value to compare the backward's kernels, cuda/NOTES.md).
+ * On the CUDA backend the environment's switches hold (the first line names the ones
+ * set): the "layernorm bwd" row with PPTRAIN_LN_BWD=two-pass against unset (or one-pass:R) is the one-pass norm
+ * backward's A/B ([Note: one-pass norm backward] in cuda/norm_kernels.cuh); its MB column
+ * counts the one pass: dout, inp, dinp read and dinp written. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

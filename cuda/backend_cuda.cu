@@ -969,6 +969,31 @@ static int attention_choice(PPPrecision precision, int run_hs, int *att_flash, c
     return 0;
 }
 
+/* The norms' backward ([Note: one-pass norm backward] in cuda/norm_kernels.cuh), from
+ * PPTRAIN_LN_BWD: unset or one-pass, the one-pass kernel (rows a chunk from N); one-pass:R,
+ * R rows a chunk (to tune it); two-pass, the two kernels of before (dinp, then the column
+ * sums). *rows as CudaCtx.ln_rows; 0, or -1 with the reason in err. */
+static int ln_bwd_choice(int *rows, char *err, size_t errlen) {
+    const char *v = getenv("PPTRAIN_LN_BWD");
+    char *end = NULL;
+    long r = 0;
+    if (v && !strncmp(v, "one-pass:", 9)) r = strtol(v + 9, &end, 10);
+    if (!v || !*v || !strcmp(v, "one-pass"))
+        *rows = 0;
+    else if (!strcmp(v, "two-pass"))
+        *rows = -1;
+    else if (end && end != v + 9 && !*end && r >= 1 && r <= 65536)
+        *rows = (int)r;
+    else {
+        snprintf(err, errlen,
+                 "PPTRAIN_LN_BWD='%.40s': expected 'one-pass', 'one-pass:R' (R rows a chunk, 1 to "
+                 "65536) or 'two-pass' (or unset: one-pass)",
+                 v);
+        return -1;
+    }
+    return 0;
+}
+
 /* [Note: CUDA workspace]: reserve for the run's sizes now, so that training allocates
  * nothing. The sizes are the model's (model_backend_sizes: the architecture's widest
  * matmul row and largest weight, this rank's parameters), so nothing here knows a
@@ -988,6 +1013,7 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
     if (N && width) {
         /* the column sums of a bias gradient, at most width columns */
         grow(c, &c->partials, ((N + 255) / 256) * width * sizeof(float));
+        if (c->ln_rows == 0) grow(c, &c->partials, k_norm_backward_workspace(width));
         grow(c, &c->enc, k_encoder_workspace((int)N));
         if (NH && T && !c->att_flash) grow(c, &c->att, NH * T * T * sizeof(float));
         if (NH && T && !c->att_flash && c->op == PP_BF16)
@@ -1030,7 +1056,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                                  int rank, char *err, size_t errlen) {
     cudaDeviceProp prop;
     CudaCtx *c = NULL;
-    int att_flash, flash_bwd;
+    int att_flash, flash_bwd, ln_rows;
     const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
     OPEN_CK(cudaSetDevice(device));
     OPEN_CK(cudaGetDeviceProperties(&prop, device));
@@ -1051,6 +1077,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                  fb_env);
         return NULL;
     }
+    if (ln_bwd_choice(&ln_rows, err, errlen)) return NULL;
     if (!(c = (CudaCtx *)calloc(1, sizeof(CudaCtx)))) {
         snprintf(err, errlen, "out of host memory");
         return NULL;
@@ -1061,6 +1088,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     c->sizes = *sizes;
     c->att_flash = att_flash;
     c->flash_bwd = flash_bwd;
+    c->ln_rows = ln_rows;
     {
         const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
         c->op = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32")) ? PP_BF16 : PP_F32;
@@ -1097,14 +1125,20 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         fill_table(be, c);
         be->logits_chunk_rows = (int)rows;
         be->peak_flops = peak_flops(&prop, precision);
+        char lnd[64] = ""; /* the norms' backward, when not the default */
+        if (ln_rows)
+            snprintf(lnd, sizeof lnd,
+                     ln_rows < 0 ? ", norm backward two-pass"
+                                 : ", norm backward one-pass, %d rows a chunk",
+                     ln_rows);
         snprintf(c->desc, sizeof c->desc,
-                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%.40s%s%s%s", device,
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%.40s%s%s%s%s", device,
                  prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                  prop.totalGlobalMem / 1e9, prec_name(precision, c->op),
                  att_flash ? "flash (bf16 mma.sync, backward " : "materialized (cuBLASLt)",
                  !att_flash ? "" : fb_env && *fb_env ? fb_env : "v2", att_flash ? ")" : "",
                  c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
-                 c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0");
+                 c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0", lnd);
         be->description = c->desc;
         return be;
     }

@@ -68,6 +68,9 @@ struct CudaCtx {
     Grow flashD;              /* flash attention backward: D = rowsum(dO o O), [B,NH,T] */
     int att_flash;            /* 1: flash attention ([Note: attention path] in backend_cuda.cu) */
     int flash_bwd;            /* its backward's v2 parts (flash_bwd_mode, flash_attn.cu) */
+    int ln_rows;              /* the norms' backward ([Note: one-pass norm backward] in
+                                 norm_kernels.cuh): -1 the two-pass kernels, else the one-pass
+                                 kernel's rows a chunk (0: from N); PPTRAIN_LN_BWD */
     PPDType op;               /* the operand activations' type (be.operand,
                                  [Note: CUDA precision]) */
     Grow stage;               /* fp32 staging of the materialised attention's bf16 outputs */
@@ -188,6 +191,8 @@ void k_to_bf16(CudaCtx *c, __nv_bfloat16 *dst, const float *src, size_t n);
 void k_to_operand(CudaCtx *c, void *dst, const float *src, size_t n);
 /* Device bytes the encoder backward needs for N rows (the sort of rows by token). */
 size_t k_encoder_workspace(int N);
+/* Device bytes of the one-pass norm backward's column sums at rows of C (any N). */
+size_t k_norm_backward_workspace(size_t C);
 
 /* ---- flash attention (flash_attn.cu, [Note: flash tiling]) ---- */
 /* The template head size that runs head size hs (hs padded with zeros up to it), or 0

@@ -13,17 +13,13 @@
 #include <cub/cub.cuh>
 
 #include "cuda_internal.cuh"
+#include "norm_kernels.cuh" /* Row4, sum4, warp_sum; the one-pass norm backward */
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 #define LN_EPS 1e-5f
 #define ROWS_PER_WARP_BLOCK 8 /* warps (rows) per 256-thread block of the row kernels */
 #define COL_ROWS 256          /* rows per partial sum of the column reductions */
 #define SUM_BLOCKS 256        /* partial sums of sum / sumsq (fixed: the order is n's alone) */
-
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v; /* the same bits in every lane: a + b == b + a */
-}
 
 static __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -176,25 +172,7 @@ void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout,
 
 /* ---- LayerNorm: one warp per row --------------------------------------------------- */
 
-/* Element group j (of 4 floats when V4, else 1) of row x: the lane's share of a row is
- * groups lane, lane + 32, ... ([Note: vector loads]; V4 needs C % 4 == 0 and 16-byte
- * aligned rows). The sums run in each lane's group order, then the warp's butterfly:
- * an order fixed by C alone. */
-template <bool V4> struct Row4 {
-    static __device__ __forceinline__ int groups(int C) { return V4 ? C / 4 : C; }
-    static __device__ __forceinline__ float4 load(const float *x, int j) {
-        if (V4) return ((const float4 *)x)[j];
-        return make_float4(x[j], 0.0f, 0.0f, 0.0f);
-    }
-    static __device__ __forceinline__ void store(float *x, int j, float4 v) {
-        if (V4) ((float4 *)x)[j] = v;
-        else x[j] = v.x;
-    }
-};
-
-static __device__ __forceinline__ float sum4(float4 v, bool all) {
-    return all ? (v.x + v.y) + (v.z + v.w) : v.x;
-}
+/* Row4 and sum4 (the lanes' share of a row): norm_kernels.cuh. */
 
 template <bool V4, typename OutT>
 __global__ void ln_fwd(OutT *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -292,16 +270,18 @@ __global__ void col_partial(float *part, const DT *dout, const float *inp, const
 }
 
 /* dst[c] += the chunks' partial sums part[k * stride + c] (dst1: the second set at part +
- * C, when given), 32 columns per block (threads (32, 8)): lane row ty adds chunks ty,
- * ty + 8, ... in order, then the eight in order: an order fixed by the sizes, with eight
- * loads in flight per column instead of one chain of nchunks. */
+ * C, when given; dst0 may be NULL), 32 columns per block (threads (32, TY)): lane row ty
+ * adds chunks ty, ty + TY, ... in order, then the TY in order: an order fixed by the
+ * sizes, with TY loads in flight per column instead of one chain of nchunks. TY 8 after
+ * col_partial (N / 256 chunks); 32 after norm_bwd (up to NB_CHUNKS). */
+template <int TY>
 __global__ void col_final(float *dst0, float *dst1, const float *part, int nchunks, size_t stride,
                           int C) {
-    __shared__ float sa[8][33], sb[8][33];
+    __shared__ float sa[TY][33], sb[TY][33];
     int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
     float a = 0.0f, b = 0.0f;
     if (c < C)
-        for (int k = ty; k < nchunks; k += 8) {
+        for (int k = ty; k < nchunks; k += TY) {
             a += part[k * stride + c];
             if (dst1) b += part[k * stride + C + c];
         }
@@ -310,7 +290,7 @@ __global__ void col_final(float *dst0, float *dst1, const float *part, int nchun
     __syncthreads();
     if (ty != 0 || c >= C) return;
     float ta = 0.0f, tb = 0.0f;
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < TY; k++) {
         ta += sa[k][tx];
         tb += sb[k][tx];
     }
@@ -328,7 +308,7 @@ static void col_sums(CudaCtx *c, float *dst0, float *dst1, const DT *dout, const
     col_partial<DT, RMS><<<g, b, 0, c->stream>>>(part, dout, inp, mean, rstd, N, C, two);
     KCHECK(c, "col_partial");
     size_t stride = (size_t)(two ? 2 : 1) * C;
-    col_final<<<(C + 31) / 32, b, 0, c->stream>>>(dst0, dst1, part, nchunks, stride, C);
+    col_final<8><<<(C + 31) / 32, b, 0, c->stream>>>(dst0, dst1, part, nchunks, stride, C);
     KCHECK(c, "col_final");
 }
 
@@ -357,9 +337,95 @@ void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const 
     else ln_forward(c, (float *)out, mean, rstd, inp, w, b, N, C);
 }
 
+template <bool V4>
+__global__ void rms_bwd_dx(float *dinp, const float *dout, const float *inp, const float *rstd,
+                           const float *w, int N, int C);
+
+/* [Note: one-pass norm backward] (norm_kernels.cuh): norm_bwd over chunks of rows, then
+ * col_final<32> over the chunks' sums. RMS: RMSNorm (mean unused, dw only). The halves run
+ * the same template with DX or DW compiled out. */
+template <bool V4, bool RMS, int K>
+static void nb_launch(CudaCtx *c, float *dinp, float *part, const float *dout, const float *inp,
+                      const float *mean, const float *rstd, const float *w, int N, int C, int rows,
+                      int T) {
+    unsigned P = (unsigned)((N + rows - 1) / rows);
+    size_t shm = nb_smem(T, RMS, K);
+    if (dinp && part)
+        norm_bwd<V4, RMS, true, true, K>
+            <<<P, T, shm, c->stream>>>(dinp, part, dout, inp, mean, rstd, w, N, C, rows);
+    else if (dinp)
+        norm_bwd<V4, RMS, true, false, K>
+            <<<P, T, shm, c->stream>>>(dinp, part, dout, inp, mean, rstd, w, N, C, rows);
+    else
+        norm_bwd<V4, RMS, false, true, K>
+            <<<P, T, shm, c->stream>>>(dinp, part, dout, inp, mean, rstd, w, N, C, rows);
+    KCHECK(c, "norm_bwd");
+}
+
+/* The one-pass kernel at K groups a thread (nb_shape), T threads. */
+template <bool V4, bool RMS>
+static void nb_run(CudaCtx *c, NbShape sh, float *dinp, float *part, const float *dout,
+                   const float *inp, const float *mean, const float *rstd, const float *w, int N,
+                   int C, int rows) {
+    if (sh.K == 1)
+        nb_launch<V4, RMS, 1>(c, dinp, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
+    else if (sh.K == 2)
+        nb_launch<V4, RMS, 2>(c, dinp, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
+    else
+        nb_launch<V4, RMS, 4>(c, dinp, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
+}
+
+/* The one-pass backward; 0 when PPTRAIN_LN_BWD=two-pass (c->ln_rows < 0) or the kernel does
+ * not take this C: then the caller runs the two-pass kernels. dst0 += the chunks' first
+ * sums (dw), dst1 += the second (db; LayerNorm only); either may be NULL. Which path runs
+ * depends on C and on dout, inp and w alone, never on dinp, so that the W half (dinp NULL)
+ * takes the fused call's: the column sums are the same bits with float4 or single groups
+ * (each column adds its rows in row order either way), so where dinp alone forbids float4
+ * the fused call may run the single-float kernel, or, for rows too wide for it, the
+ * float4 kernel's W half and ln_bwd_dx's single-float path for dinp, as the I half does. */
+template <bool RMS>
+static int norm_backward(CudaCtx *c, float *dinp, float *dst0, float *dst1, const float *dout,
+                         const float *inp, const float *mean, const float *rstd, const float *w,
+                         int N, int C) {
+    bool v4w = ln_vec4(C, dout, inp, w, NULL, NULL), v4 = v4w && aligned(dinp, 16);
+    NbShape shw = nb_shape(C, v4w), sh = nb_shape(C, v4);
+    if (c->ln_rows < 0 || !shw.K || N < 1) return 0;
+    int rows = nb_rows(N, c->ln_rows), P = (N + rows - 1) / rows, ns = RMS ? 1 : 2;
+    float *part = NULL;
+    if (dst0 || dst1) part = (float *)grow(c, &c->partials, (size_t)P * ns * C * sizeof(float));
+    if (!dinp && !part) return 1; /* nothing asked */
+    if (sh.K && v4)
+        nb_run<true, RMS>(c, sh, dinp, part, dout, inp, mean, rstd, w, N, C, rows);
+    else if (sh.K)
+        nb_run<false, RMS>(c, sh, dinp, part, dout, inp, mean, rstd, w, N, C, rows);
+    else { /* dinp alone is not 16-byte aligned, and the rows are too wide without float4 */
+        if (part) nb_run<true, RMS>(c, shw, NULL, part, dout, inp, mean, rstd, w, N, C, rows);
+        if (dinp) {
+            unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
+            unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
+            if (RMS)
+                rms_bwd_dx<false>
+                    <<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, rstd, w, N, C);
+            else
+                ln_bwd_dx<false>
+                    <<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w, N, C);
+            KCHECK(c, "ln_bwd_dx / rms_bwd_dx");
+        }
+    }
+    if (part) {
+        col_final<32>
+            <<<(C + 31) / 32, dim3(32, 32), 0, c->stream>>>(dst0, dst1, part, P, (size_t)ns * C, C);
+        KCHECK(c, "col_final");
+    }
+    return 1;
+}
+
+size_t k_norm_backward_workspace(size_t C) { return (size_t)NB_CHUNKS * 2 * C * sizeof(float); }
+
 void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const float *dout,
                           const float *inp, const float *mean, const float *rstd, const float *w,
                           int N, int C) {
+    if (norm_backward<false>(c, dinp, dw, db, dout, inp, mean, rstd, w, N, C)) return;
     if (dinp) {
         unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
         unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
@@ -446,10 +512,12 @@ void k_rmsnorm_forward(CudaCtx *c, void *out, float *rstd, const float *inp, con
     else rms_forward(c, (float *)out, rstd, inp, w, eps, N, C);
 }
 
-/* [Note: split backward]: dinp and dw come from separate kernels, so either half is the
- * fused call's bits. */
+/* [Note: split backward]: the one-pass kernel's halves are its own template with a part
+ * compiled out ([Note: one-pass norm backward]); in the two-pass path dinp and dw come from
+ * separate kernels. Either way each half is the fused call's bits. */
 void k_rmsnorm_backward(CudaCtx *c, float *dinp, float *dw, const float *dout, const float *inp,
                         const float *rstd, const float *w, int N, int C) {
+    if (norm_backward<true>(c, dinp, dw, NULL, dout, inp, NULL, rstd, w, N, C)) return;
     if (dinp) {
         unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
         unsigned threads = 32 * ROWS_PER_WARP_BLOCK;

@@ -3,7 +3,9 @@
  * its kernels on the host: each CTA's 128 threads as fibers, every collective
  * (__syncthreads, __shfl_xor_sync, mma.sync, ldmatrix) a barrier over them, mma_bf16
  * computing the product of the fragments as the PTX ISA lays them out (§9.7.14.5.8),
- * ldmatrix .trans handing out the elements by its rule, cp.async deferred to the wait. */
+ * ldmatrix .trans handing out the elements by its rule, cp.async deferred to the wait.
+ * test/norm_sim.cc runs cuda/norm_kernels.cuh's kernels on the same stand-ins, plus
+ * float4, blockDim (its own runner's block size) and the explicitly rounded arithmetic. */
 #ifndef PP_FLASH_SIM_H
 #define PP_FLASH_SIM_H
 
@@ -55,6 +57,20 @@ static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
 struct uint4 {
     uint32_t x, y, z, w;
 };
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+extern SimDim sim_bdim; /* the block's size (test/norm_sim.cc's runner) */
+#define blockDim sim_bdim
+static inline int min(int a, int b) { return a < b ? a : b; }
+/* IEEE single operations, rounded to nearest, never contracted: what the device's _rn
+ * intrinsics promise (built with -ffp-contract=off, so the host keeps each rounding too) */
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 
 void __syncthreads(void);
 /* cp.async: the destination reads as bf16 NaN from the issue until this thread's wait,

@@ -25,7 +25,9 @@
  * The fused GEMM ops ([Note: GEMM epilogues] in cuda/backend_cuda.cu) run again with their
  * switches off (PPTRAIN_FUSE_GELU=0, PPTRAIN_FUSE_RESIDUAL=0: the unfused paths).
  * The head of src/model/model.c runs on the GPU with its logits in row chunks (all, 1, 7 rows:
- * [Note: chunked head]) against the CPU's unchunked head. */
+ * [Note: chunked head]) against the CPU's unchunked head. The norms' backward runs its
+ * one-pass kernel's edges, then again under PPTRAIN_LN_BWD=one-pass:32 and =two-pass (the
+ * kernels of before): [Note: one-pass norm backward] in cuda/norm_kernels.cuh. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -608,6 +610,84 @@ static void check_rmsnorm(const Shape *s, const char *sh) {
     free(out);
     free(rstd);
     free(scratch);
+}
+
+/* The norms' backward with dinp alone 4 bytes off a 16-byte boundary ([Note: one-pass norm
+ * backward] in cuda/norm_kernels.cuh: the path must not depend on dinp, so the fused call
+ * runs the single-float kernel, or at C over 2048 the float4 kernel's W half beside the
+ * two-pass dinp kernel): dinp against the CPU, and the halves the fused call's bits. */
+static void check_norm_misaligned(int N, int C, const char *sh) {
+    size_t NC = (size_t)N * C;
+    float *x = rnd(NC, 2), *w = rnd(C, 1.5f), *b = rnd(C, 1), *g = rnd(NC, 1);
+    float *mean = nanbuf(N), *rstd = nanbuf(N), *out = nanbuf(NC);
+    float *gx = rnd(NC + 1, 1), *gw = rnd(C, 1), *gb = rnd(C, 1);
+    float *scratch = malloc(cpu->scratch_floats(cpu, N, 1, C) * sizeof(float));
+    float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, 1, C) * sizeof(float));
+    for (int rms = 0; rms < 2; rms++) {
+        const char *name = rms ? "rmsnorm_bwd dinp+1" : "layernorm_bwd dinp+1";
+        if (rms)
+            cpu->rmsnorm_forward(cpu, out, rstd, x, w, 1e-5f, N, C);
+        else
+            cpu->layernorm_forward(cpu, out, mean, rstd, x, w, b, N, C);
+        float *dx = dev(x, NC * 4), *dw = dev(w, C * 4), *dg = dev(g, NC * 4);
+        float *dm = dev(mean, N * 4), *dr = dev(rstd, N * 4);
+        float *fx = dev(gx, (NC + 1) * 4), *ix = dev(gx, (NC + 1) * 4); /* dinp at +1 */
+        float *fw = dev(gw, C * 4), *fb = dev(gb, C * 4), *ww = dev(gw, C * 4),
+              *wb = dev(gb, C * 4);
+        float *cx = dup(gx + 1, NC), *cw = dup(gw, C), *cb = dup(gb, C);
+        if (rms) {
+            gpu->rmsnorm_backward(gpu, fx + 1, fw, dg, dx, dr, dw, N, C, gscratch);
+            gpu->rmsnorm_backward(gpu, ix + 1, NULL, dg, dx, dr, dw, N, C, gscratch);
+            gpu->rmsnorm_backward(gpu, NULL, ww, dg, dx, dr, dw, N, C, gscratch);
+            cpu->rmsnorm_backward(cpu, cx, cw, g, x, rstd, w, N, C, scratch);
+        } else {
+            gpu->layernorm_backward(gpu, fx + 1, fw, fb, dg, dx, dm, dr, dw, N, C, gscratch);
+            gpu->layernorm_backward(gpu, ix + 1, NULL, NULL, dg, dx, dm, dr, dw, N, C, gscratch);
+            gpu->layernorm_backward(gpu, NULL, ww, wb, dg, dx, dm, dr, dw, N, C, gscratch);
+            cpu->layernorm_backward(cpu, cx, cw, cb, g, x, mean, rstd, w, N, C, scratch);
+        }
+        float *hfx = host(fx, NC + 1), *hix = host(ix, NC + 1), *hfw = host(fw, C);
+        float *hww = host(ww, C), *hfb = host(fb, C), *hwb = host(wb, C);
+        compare(name, "dinp", sh, hfx + 1, cx, NC, TOL_RED);
+        compare(name, "dw", sh, hfw, cw, C, TOL_RED);
+        same_bits(rms ? "rmsnorm_bwd dinp[-1] kept" : "layernorm_bwd dinp[-1] kept", sh, hfx, gx,
+                  1);
+        same_bits(rms ? "rmsnorm_bwd dinp+1 I half" : "layernorm_bwd dinp+1 I half", sh, hix, hfx,
+                  NC + 1);
+        same_bits(rms ? "rmsnorm_bwd dinp+1 W half" : "layernorm_bwd dinp+1 W half", sh, hww, hfw,
+                  C);
+        if (!rms) {
+            compare(name, "db", sh, hfb, cb, C, TOL_RED);
+            same_bits("layernorm_bwd dinp+1 W db", sh, hwb, hfb, C);
+        }
+        void *all[] = {dx, dw, dg, dm, dr, fx, ix, fw, fb, ww, wb};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
+        float *hs[] = {cx, cw, cb, hfx, hix, hfw, hww, hfb, hwb};
+        for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) free(hs[i]);
+    }
+    gpu->dealloc(gpu, gscratch);
+    float *hs[] = {x, w, b, g, mean, rstd, out, gx, gw, gb, scratch};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) free(hs[i]);
+}
+
+/* The one-pass norm backward's edges ([Note: one-pass norm backward] in
+ * cuda/norm_kernels.cuh), on the backend open now: N over 1024 (chunks of several steps:
+ * 12 rows at N = 2101, the last chunk of 1 row), float4 rows at 1, 2 and 4 groups a thread,
+ * single floats at C = 771, rows too wide for it (the two-pass kernels run), and dinp
+ * alone misaligned. */
+static void check_norm_edges(void) {
+    static const Shape ns[] = {
+        {1, 2101, 768, 1, 0, 0}, {1, 2101, 771, 1, 0, 0}, {3, 67, 2400, 1, 0, 0},
+        {1, 5, 4100, 1, 0, 0},   {1, 3, 8200, 1, 0, 0},   {1, 7, 2050, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        char sh[96];
+        snprintf(sh, sizeof sh, "norms B=%d T=%d C=%d", ns[i].B, ns[i].T, ns[i].C);
+        check_layernorm(&ns[i], sh);
+        check_rmsnorm(&ns[i], sh);
+    }
+    check_norm_misaligned(37, 768, "norms N=37 C=768");
+    check_norm_misaligned(9, 4100, "norms N=9 C=4100");
 }
 
 static void check_matmul(int N, int C, int OC, int bias, const char *sh0) {
@@ -1477,6 +1557,65 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
     return 0;
 }
 
+/* Open the backend at `precision` with the environment variable var=val (restored after). */
+static int open_env(OpenFn open, const char *var, const char *val, const char *precision, char *why,
+                    size_t n) {
+    const char *was = getenv(var);
+    char saved[64];
+    snprintf(saved, sizeof saved, "%s", was ? was : "");
+    setenv(var, val, 1);
+    prec = precision;
+    int rc = open(precision, why, n);
+    if (was)
+        setenv(var, saved, 1);
+    else
+        unsetenv(var);
+    return rc;
+}
+
+/* The norms' backward paths (PPTRAIN_LN_BWD, [Note: one-pass norm backward] in
+ * cuda/norm_kernels.cuh) at `precision`: the one-pass kernel's edges (check_norm_edges);
+ * under one-pass:32 (chunks of 32 rows, not a whole number of steps at N = 2101); under
+ * two-pass, the kernels of before, still the fallback; then a bad value, which the open
+ * must refuse naming it (a real CUDA backend only: the CPU ignores the variable). Returns
+ * 0, or 1 when a backend cannot be opened. */
+static int check_norm_paths(OpenFn open, const char *precision, int cpu_mode) {
+    static const Shape ps[] = {{1, 2101, 768, 1, 0, 0},
+                               {1, 2101, 771, 1, 0, 0},
+                               {3, 67, 768, 12, 0, 0}};
+    const char *vals[] = {"one-pass", "one-pass:32", "two-pass"};
+    char why[PP_ERR_MAX];
+    for (int v = 0; v < 3; v++) {
+        if (open_env(open, "PPTRAIN_LN_BWD", vals[v], precision, why, sizeof why) != PP_OK) {
+            printf("FAIL open the CUDA backend with PPTRAIN_LN_BWD=%s: %s\n", vals[v], why);
+            return 1;
+        }
+        printf("gpu_ops: the norms' backward, PPTRAIN_LN_BWD=%s, on %s\n", vals[v],
+               gpu->description ? gpu->description : "the CPU (--cpu)");
+        if (v == 0)
+            check_norm_edges();
+        else
+            for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+                char sh[96];
+                snprintf(sh, sizeof sh, "%s B=%d T=%d C=%d", vals[v], ps[i].B, ps[i].T, ps[i].C);
+                check_layernorm(&ps[i], sh);
+                check_rmsnorm(&ps[i], sh);
+            }
+        if (v == 2) check_norm_misaligned(37, 768, "two-pass N=37 C=768");
+        backend_release(gpu);
+    }
+    if (!cpu_mode) {
+        int rc = open_env(open, "PPTRAIN_LN_BWD", "one-pass:0", precision, why, sizeof why);
+        int ok = rc != PP_OK && strstr(why, "PPTRAIN_LN_BWD");
+        checks++;
+        failures += !ok;
+        printf("%-4s PPTRAIN_LN_BWD=one-pass:0 refused at open: %s\n", ok ? "ok" : "FAIL",
+               rc == PP_OK ? "opened" : why);
+        if (rc == PP_OK) backend_release(gpu);
+    }
+    return 0;
+}
+
 /* ---- the chunked head ([Note: chunked head] in src/model/model.c) ------------------------ */
 
 typedef struct {
@@ -1754,6 +1893,9 @@ int main(int argc, char **argv) {
     }
     unsetenv("PPTRAIN_FUSE_GELU");
     unsetenv("PPTRAIN_FUSE_RESIDUAL");
+    /* the norms' backward: the one-pass kernel's edges, its chunk override, the two-pass
+     * fallback (the kernels are fp32 at every precision: one precision suffices) */
+    if (check_norm_paths(open_gpu, only ? only : "fp32", cpu_as_gpu)) return 1;
     /* flash attention (issue 11) */
     if (check_flash(open_gpu, small || (only && strcmp(only, "bf16")), cpu_as_gpu)) return 1;
     /* the paths that environment switches restore ([Note: speed switches] in cuda/NOTES.md) */

@@ -1,0 +1,326 @@
+/* norm_sim.cc — cuda/norm_kernels.cuh's one-pass LayerNorm and RMSNorm backward
+ * ([Note: one-pass norm backward]), compiled for the host and run there against the CPU
+ * backend's layernorm_backward and rmsnorm_backward (built as build/cpu/test/test_norm_sim;
+ * part of make test).
+ *
+ * The kernel source is the header kernels.cu includes, compiled unchanged over
+ * test/flash_sim.h's stand-ins: each CTA runs as blockDim fibers (ucontext), as
+ * test/flash_sim.cc runs the flash kernels, but with a runner of its own: any block size,
+ * and a shuffle is a collective of its warp only, so one warp runs ahead of the others up
+ * to the next __syncthreads (in warp order, and in reverse order in every other CTA): a
+ * missing barrier, or shared memory rewritten before another warp has read it, shows.
+ * Per shape: dinp, dw and db (col_final's order of adding the chunks, emulated here)
+ * within 1e-5 relative L2 of the CPU op; the I half's dinp and the W half's chunk sums
+ * bit for bit the fused call's ([Note: split backward]); where C % 4 == 0 the single-float
+ * kernel's chunk sums bit for bit the float4 kernel's (the launcher relies on it when dinp
+ * alone is misaligned). Shared memory is filled with NaN before each CTA and must be
+ * untouched past the launch's size; the chunk sums are NaN-poisoned and guard words
+ * follow dinp and the sums; every fiber must pass the same barriers. It cannot check
+ * timing, races between CTAs (run one after another; they share no output) or the
+ * device's own rounding (the _rn stand-ins are IEEE single operations). */
+#include <ucontext.h>
+
+#include <functional>
+#include <stdio.h>
+#include <stdlib.h>
+#include <vector>
+
+#include "flash_sim.h"
+#include "norm_kernels.cuh"
+
+extern "C" {
+#include "backend/backend.h"
+#include "relerr.h"
+}
+
+SimDim sim_block, sim_grid, sim_bdim;
+int sim_cur;
+
+enum { MAXT = NB_THREADS, STACK = 64 * 1024, SMEM = 16 * 1024 };
+alignas(16) unsigned char smem[SMEM]; /* the block's shared memory: the kernel's extern array */
+static ucontext_t sched_ctx, fib[MAXT];
+static std::vector<char> stacks(MAXT * (size_t)STACK);
+enum { READY, AT_WARP, AT_BLOCK, DONE };
+static int st[MAXT], nt;
+static long nbar[MAXT], nwbar[MAXT];
+static std::function<void()> body;
+static float xf[MAXT];
+
+static void fail(const char *what) {
+    fprintf(stderr, "norm_sim: %s\n", what);
+    exit(1);
+}
+
+/* A fiber stops at a collective: the warp's (a shuffle) or the block's (__syncthreads). */
+static void stop(int how) {
+    int t = sim_cur;
+    st[t] = how;
+    (how == AT_WARP ? nwbar : nbar)[t]++;
+    swapcontext(&fib[t], &sched_ctx);
+}
+
+void __syncthreads(void) { stop(AT_BLOCK); }
+
+float __shfl_xor_sync(unsigned, float v, int m) {
+    int t = sim_cur;
+    xf[t] = v;
+    stop(AT_WARP);
+    float r = xf[(t & ~31) | ((t & 31) ^ m)];
+    stop(AT_WARP); /* the warp has read before its next shuffle overwrites */
+    return r;
+}
+
+static void entry(void) {
+    body();
+    st[sim_cur] = DONE;
+}
+
+/* Run warp w until each of its lanes waits at __syncthreads or has ended: its lanes in
+ * turn, each to its next collective; a shuffle releases when all 32 lanes are at it. */
+static void run_warp(int w) {
+    for (;;) {
+        for (int t = 32 * w; t < 32 * w + 32; t++)
+            if (st[t] == READY) {
+                sim_cur = t;
+                swapcontext(&sched_ctx, &fib[t]);
+            }
+        int at = 0;
+        for (int t = 32 * w; t < 32 * w + 32; t++) at += st[t] == AT_WARP;
+        if (!at) return;
+        if (at < 32) fail("a shuffle that not every lane of the warp reaches");
+        for (int t = 32 * w; t < 32 * w + 32; t++) {
+            if (nwbar[t] != nwbar[32 * w]) fail("lanes of a warp at different shuffles");
+            st[t] = READY;
+        }
+    }
+}
+
+/* Every CTA of a 1-D launch of `blocks` x `threads`, its threads as fibers; smem_bytes
+ * the launch's dynamic shared memory (the rest of the array must stay untouched). Warps
+ * run one at a time, each as far as its next __syncthreads (shuffles are the warp's
+ * collectives only), in warp order in even CTAs and in reverse in odd ones: a warp runs
+ * ahead of the others as far as the hardware lets it, so shared memory one warp rewrites
+ * before another has read it shows. */
+static void run(unsigned blocks, int threads, size_t smem_bytes, const std::function<void()> &k) {
+    if (threads > MAXT || threads % 32) fail("a block size over 512 or not whole warps");
+    if (smem_bytes > SMEM) fail("dynamic shared memory over the simulator's 16 KB");
+    body = k;
+    nt = threads;
+    int nw = threads / 32;
+    sim_grid = SimDim{blocks, 1, 1};
+    sim_bdim = SimDim{(unsigned)threads, 1, 1};
+    for (unsigned b = 0; b < blocks; b++) {
+        sim_block = SimDim{b, 0, 0};
+        memset(smem, 0xff, SMEM); /* NaN everywhere: a read of what no thread wrote shows */
+        for (int t = 0; t < nt; t++) {
+            getcontext(&fib[t]);
+            fib[t].uc_stack.ss_sp = &stacks[(size_t)t * STACK];
+            fib[t].uc_stack.ss_size = STACK;
+            fib[t].uc_link = &sched_ctx;
+            makecontext(&fib[t], entry, 0);
+            st[t] = READY;
+            nbar[t] = nwbar[t] = 0;
+        }
+        for (;;) { /* each warp to the next __syncthreads, then release the block */
+            for (int i = 0; i < nw; i++) run_warp(b % 2 ? nw - 1 - i : i);
+            int nd = 0;
+            for (int t = 0; t < nt; t++) {
+                nd += st[t] == DONE;
+                if (nbar[t] != nbar[0])
+                    fail("threads of a block passed different numbers of barriers");
+            }
+            if (nd == nt) break;
+            if (nd) fail("some threads of a block ended while others wait at a barrier");
+            for (int t = 0; t < nt; t++) st[t] = READY;
+        }
+        for (size_t i = smem_bytes; i < SMEM; i++)
+            if (smem[i] != 0xff)
+                fail("a kernel wrote shared memory past its launch's dynamic size");
+    }
+}
+
+/* ---- the check ------------------------------------------------------------------------- */
+
+enum { GUARD = 16 };
+static const uint32_t GUARD_BITS = 0x7fc0dead; /* a NaN with a payload nothing computes */
+
+/* n floats (a copy of init, else NaN) followed by GUARD guard words, 16-byte aligned. */
+static float *buffer(size_t n, const float *init) {
+    float *x = (float *)aligned_alloc(16, ((n + GUARD) * sizeof(float) + 15) / 16 * 16);
+    if (init)
+        memcpy(x, init, n * sizeof(float));
+    else
+        memset(x, 0xff, n * sizeof(float));
+    for (int i = 0; i < GUARD; i++) memcpy(&x[n + i], &GUARD_BITS, 4);
+    return x;
+}
+static int guards_intact(const float *x, size_t n) {
+    for (int i = 0; i < GUARD; i++)
+        if (memcmp(&x[n + i], &GUARD_BITS, 4)) return 0;
+    return 1;
+}
+
+static uint64_t rng = 7;
+static std::vector<float> rnd(size_t n, float scale) {
+    std::vector<float> v(n);
+    for (auto &x : v) x = scale * splitmix_unit(&rng);
+    return v;
+}
+
+/* norm_bwd<V4, RMS, DX, DW, K> over the chunks of `rows` rows, as nb_launch does. */
+template <bool V4, bool RMS, bool DX, bool DW, int K>
+static void launch(float *dinp, float *part, const float *dout, const float *inp, const float *mean,
+                   const float *rstd, const float *w, int N, int C, int rows, int T) {
+    unsigned P = (unsigned)((N + rows - 1) / rows);
+    run(P, T, nb_smem(T, RMS, K),
+        [&] { norm_bwd<V4, RMS, DX, DW, K>(dinp, part, dout, inp, mean, rstd, w, N, C, rows); });
+}
+
+template <bool V4, bool RMS, int K> struct Kern {
+    static void fused(float *a, float *p, const float *d, const float *x, const float *m,
+                      const float *r, const float *w, int N, int C, int rows, int T) {
+        launch<V4, RMS, true, true, K>(a, p, d, x, m, r, w, N, C, rows, T);
+    }
+    static void ihalf(float *a, float *p, const float *d, const float *x, const float *m,
+                      const float *r, const float *w, int N, int C, int rows, int T) {
+        launch<V4, RMS, true, false, K>(a, p, d, x, m, r, w, N, C, rows, T);
+    }
+    static void whalf(float *a, float *p, const float *d, const float *x, const float *m,
+                      const float *r, const float *w, int N, int C, int rows, int T) {
+        launch<V4, RMS, false, true, K>(a, p, d, x, m, r, w, N, C, rows, T);
+    }
+};
+typedef void (*KernFn)(float *, float *, const float *, const float *, const float *, const float *,
+                       const float *, int, int, int, int);
+struct Trio {
+    KernFn fused, ihalf, whalf;
+};
+template <bool V4, bool RMS> static Trio trio(int K) {
+    if (K == 1)
+        return Trio{Kern<V4, RMS, 1>::fused, Kern<V4, RMS, 1>::ihalf, Kern<V4, RMS, 1>::whalf};
+    if (K == 2)
+        return Trio{Kern<V4, RMS, 2>::fused, Kern<V4, RMS, 2>::ihalf, Kern<V4, RMS, 2>::whalf};
+    return Trio{Kern<V4, RMS, 4>::fused, Kern<V4, RMS, 4>::ihalf, Kern<V4, RMS, 4>::whalf};
+}
+
+/* dst[c] += the P chunks' sums part[k * stride + c], in col_final<32>'s order (kernels.cu):
+ * lane row ty adds chunks ty, ty + 32, ..., then the 32 rows in order. */
+static void col_final32(float *dst, const float *part, int P, size_t stride, int C) {
+    for (int c = 0; c < C; c++) {
+        float t = 0.0f;
+        for (int ty = 0; ty < 32; ty++) {
+            float a = 0.0f;
+            for (int k = ty; k < P; k += 32) a += part[k * stride + c];
+            t += a;
+        }
+        dst[c] += t;
+    }
+}
+
+/* One shape: LayerNorm (or RMSNorm) backward of N rows of C, chunks of `rows` (0: nb_rows),
+ * float4 groups when v4. Returns 0 when every check holds. */
+template <bool RMS> static int check(int N, int C, bool v4, int rows = 0) {
+    const Backend *cpu = backend_cpu();
+    size_t NC = (size_t)N * C;
+    NbShape sh = nb_shape(C, v4);
+    if (!sh.K) fail("a shape the one-pass kernel does not take");
+    rows = nb_rows(N, rows);
+    int P = (N + rows - 1) / rows, ns = RMS ? 1 : 2;
+    size_t np = (size_t)P * ns * C;
+    std::vector<float> x = rnd(NC, 2.0f), w = rnd(C, 1.5f), b = rnd(C, 1.0f), g = rnd(NC, 1.0f);
+    for (auto &v : x) v += 0.5f; /* a non-zero mean */
+    std::vector<float> gx0 = rnd(NC, 1.0f), gw0 = rnd(C, 1.0f), gb0 = rnd(C, 1.0f);
+    std::vector<float> out(NC), mean(N), rstd(N);
+    std::vector<float> scratch(cpu->scratch_floats(cpu, N, 1, C));
+    if (RMS)
+        cpu->rmsnorm_forward(cpu, out.data(), rstd.data(), x.data(), w.data(), 1e-5f, N, C);
+    else
+        cpu->layernorm_forward(cpu, out.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                               b.data(), N, C);
+    std::vector<float> gx = gx0, gw = gw0, gb = gb0; /* the CPU's, accumulated */
+    if (RMS)
+        cpu->rmsnorm_backward(cpu, gx.data(), gw.data(), g.data(), x.data(), rstd.data(), w.data(),
+                              N, C, scratch.data());
+    else
+        cpu->layernorm_backward(cpu, gx.data(), gw.data(), gb.data(), g.data(), x.data(),
+                                mean.data(), rstd.data(), w.data(), N, C, scratch.data());
+
+    /* the kernel's inputs in aligned buffers with guards (inputs too: no stray writes) */
+    float *dd = buffer(NC, g.data()), *dx = buffer(NC, x.data()), *dw = buffer(C, w.data());
+    float *dm = buffer(N, mean.data()), *dr = buffer(N, rstd.data());
+    float *fx = buffer(NC, gx0.data()), *fp = buffer(np, NULL); /* fused */
+    float *ix = buffer(NC, gx0.data()), *wp = buffer(np, NULL); /* I half, W half */
+    float *sp = buffer(np, NULL);                               /* W half, single floats */
+    Trio k = v4 ? trio<true, RMS>(sh.K) : trio<false, RMS>(sh.K);
+    const float *m = RMS ? NULL : dm;
+    k.fused(fx, fp, dd, dx, m, dr, dw, N, C, rows, sh.T);
+    k.ihalf(ix, NULL, dd, dx, m, dr, dw, N, C, rows, sh.T);
+    k.whalf(NULL, wp, dd, dx, m, dr, dw, N, C, rows, sh.T);
+    bool same_scalar = true;
+    if (v4) { /* the single-float kernel's chunk sums: the float4 kernel's bits */
+        NbShape s1 = nb_shape(C, false);
+        if (s1.K) {
+            trio<false, RMS>(s1.K).whalf(NULL, sp, dd, dx, m, dr, dw, N, C, rows, s1.T);
+            same_scalar = !memcmp(sp, fp, np * sizeof(float));
+        }
+    }
+    std::vector<float> kw = gw0, kb = gb0;
+    col_final32(kw.data(), fp, P, (size_t)ns * C, C);
+    if (!RMS) col_final32(kb.data(), fp + C, P, (size_t)ns * C, C);
+    double ex = rel_l2(fx, gx.data(), NC), ew = rel_l2(kw.data(), gw.data(), C);
+    double eb = RMS ? 0 : rel_l2(kb.data(), gb.data(), C);
+    bool guards = guards_intact(fx, NC) && guards_intact(fp, np) && guards_intact(ix, NC) &&
+                  guards_intact(wp, np) && guards_intact(sp, np) && guards_intact(dd, NC) &&
+                  guards_intact(dx, NC) && guards_intact(dw, C) && guards_intact(dm, N) &&
+                  guards_intact(dr, N);
+    bool ihalf = !memcmp(ix, fx, NC * sizeof(float)), whalf = !memcmp(wp, fp, np * sizeof(float));
+    bool ok = ex <= 1e-5 && ew <= 1e-5 && eb <= 1e-5 && guards && ihalf && whalf && same_scalar;
+    printf("%-4s %s backward, one pass, N=%d C=%d %s (K %d, %d threads, %d rows a chunk, %d "
+           "chunks): dinp %.1e, dw %.1e, db %.1e (bound 1e-5); I half %s, W half %s%s%s\n",
+           ok ? "ok" : "FAIL", RMS ? "RMSNorm" : "LayerNorm", N, C, v4 ? "float4" : "single", sh.K,
+           sh.T, rows, P, ex, ew, eb, ihalf ? "= fused" : "DIFFERS", whalf ? "= fused" : "DIFFERS",
+           !v4           ? ""
+           : same_scalar ? "; single-float sums = float4 sums"
+                         : "; single-float sums DIFFER",
+           guards ? "" : "; a guard word was overwritten");
+    for (float *p : {dd, dx, dw, dm, dr, fx, fp, ix, wp, sp}) free(p);
+    return !ok;
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int bad = 0;
+    /* the launch arithmetic at GPT-2 124M's B 16 x T 1024 (cuda/NOTES.md) */
+    NbShape g2 = nb_shape(768, true);
+    int r2 = nb_rows(16384, 0);
+    bool arith = g2.K == 1 && g2.T == 192 && r2 == 64 && nb_rows(1, 0) == NB_STEP &&
+                 nb_rows(1025, 0) == 8 && nb_rows(100, 32) == 32 && nb_shape(8192, true).K == 4 &&
+                 !nb_shape(8196, true).K && nb_shape(2048, false).K == 4 &&
+                 !nb_shape(2049, false).K;
+    printf("%-4s launch shape at N=16384 C=768: K %d, %d threads, %d rows a chunk, %d chunks\n",
+           arith ? "ok" : "FAIL", g2.K, g2.T, r2, (16384 + r2 - 1) / r2);
+    bad += !arith;
+    /* float4 groups at K 1 (GPT-2's C, C 1024), K 2 and K 4; N = 1, N not a multiple of the
+     * chunk, chunks over several steps, a chunk that is not a whole number of steps */
+    bad += check<false>(37, 768, true);    /* 10 chunks of 4, the last of 1 row */
+    bad += check<false>(1, 768, true);     /* N = 1 */
+    bad += check<false>(9, 1024, true);    /* K 1, 256 threads */
+    bad += check<false>(50, 64, true, 12); /* chunks of 12 rows: 3 steps, the last chunk 2 */
+    bad += check<false>(45, 96, true, 7);  /* chunks of 7: a step cut short in every chunk */
+    bad += check<false>(1100, 8, true);    /* nb_rows: 8 rows a chunk (138 chunks) */
+    bad += check<false>(5, 2400, true);    /* K 2 (S 2), 320 threads */
+    bad += check<false>(3, 4100, true);    /* K 4 (S 1), 288 threads */
+    /* single floats: odd C (K 1, 2, 4) */
+    bad += check<false>(23, 771, false); /* K 2, 416 threads */
+    bad += check<false>(11, 99, false);  /* K 1 */
+    bad += check<false>(2, 1500, false); /* K 4 */
+    bad += check<false>(1, 771, false);  /* N = 1 */
+    /* RMSNorm */
+    bad += check<true>(37, 768, true);
+    bad += check<true>(29, 1024, true, 12);
+    bad += check<true>(5, 2400, true);
+    bad += check<true>(23, 771, false);
+    bad += check<true>(1, 99, false);
+    printf("norm_sim: %s\n", bad ? "FAILED" : "every shape within the bounds, the halves bitwise");
+    return bad ? 1 : 0;
+}
