@@ -1557,22 +1557,6 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
     return 0;
 }
 
-/* Open the backend at `precision` with the environment variable var=val (restored after). */
-static int open_env(OpenFn open, const char *var, const char *val, const char *precision, char *why,
-                    size_t n) {
-    const char *was = getenv(var);
-    char saved[64];
-    snprintf(saved, sizeof saved, "%s", was ? was : "");
-    setenv(var, val, 1);
-    prec = precision;
-    int rc = open(precision, why, n);
-    if (was)
-        setenv(var, saved, 1);
-    else
-        unsetenv(var);
-    return rc;
-}
-
 /* The norms' backward paths (PPTRAIN_LN_BWD, [Note: one-pass norm backward] in
  * cuda/norm_kernels.cuh) at `precision`: the one-pass kernel's edges (check_norm_edges);
  * under one-pass:32 (chunks of 32 rows, not a whole number of steps at N = 2101); under
