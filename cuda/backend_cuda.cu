@@ -973,6 +973,26 @@ static int attention_choice(PPPrecision precision, int run_hs, int *att_flash, c
  * PPTRAIN_LN_BWD: unset or one-pass, the one-pass kernel (rows a chunk from N); one-pass:R,
  * R rows a chunk (to tune it); two-pass, the two kernels of before (dinp, then the column
  * sums). *rows as CudaCtx.ln_rows; 0, or -1 with the reason in err. */
+/* [Note: speed switches] (cuda/NOTES.md) An environment switch that picks among named code
+ * paths: *idx = the index of its value in vals[0..n) (unset or empty: 0, the default);
+ * another value fails the open naming the variable and the values. */
+static int env_switch(const char *var, const char *const *vals, int n, int *idx, char *err,
+                      size_t errlen) {
+    const char *v = getenv(var);
+    *idx = 0;
+    if (!v || !*v) return 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, vals[i])) {
+            *idx = i;
+            return 0;
+        }
+    int k = snprintf(err, errlen, "%s='%.40s': expected", var, v);
+    for (int i = 0; i < n && k > 0 && (size_t)k < errlen; i++)
+        k += snprintf(err + k, errlen - k, "%s %s", i ? "," : "", vals[i]);
+    if (k > 0 && (size_t)k < errlen) snprintf(err + k, errlen - k, " (unset: %s)", vals[0]);
+    return -1;
+}
+
 static int ln_bwd_choice(int *rows, char *err, size_t errlen) {
     const char *v = getenv("PPTRAIN_LN_BWD");
     char *end = NULL;
@@ -1056,7 +1076,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                                  int rank, char *err, size_t errlen) {
     cudaDeviceProp prop;
     CudaCtx *c = NULL;
-    int att_flash, flash_bwd, ln_rows;
+    int att_flash, flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, ce_two_pass;
     const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
     OPEN_CK(cudaSetDevice(device));
     OPEN_CK(cudaGetDeviceProperties(&prop, device));
@@ -1078,6 +1098,14 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         return NULL;
     }
     if (ln_bwd_choice(&ln_rows, err, errlen)) return NULL;
+    { /* [Note: speed switches]: the other paths' switches, each value checked here */
+        static const char *const fuse[] = {"1", "0"}, *const ce[] = {"shared", "two-pass"};
+        if (env_switch("PPTRAIN_FUSE_GELU", fuse, 2, &fuse_gelu_off, err, errlen) ||
+            env_switch("PPTRAIN_FUSE_RESIDUAL", fuse, 2, &fuse_residual_off, err, errlen) ||
+            /* [Note: cross-entropy row in shared memory] in kernels.cu */
+            env_switch("PPTRAIN_CE", ce, 2, &ce_two_pass, err, errlen))
+            return NULL;
+    }
     if (!(c = (CudaCtx *)calloc(1, sizeof(CudaCtx)))) {
         snprintf(err, errlen, "out of host memory");
         return NULL;
@@ -1093,20 +1121,11 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
         c->op = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32")) ? PP_BF16 : PP_F32;
         /* [Note: GEMM epilogues]: "0" runs each fused op's unfused path */
-        const char *fg = getenv("PPTRAIN_FUSE_GELU");
-        c->fuse_gelu = !(fg && !strcmp(fg, "0"));
-        const char *fr = getenv("PPTRAIN_FUSE_RESIDUAL");
-        c->fuse_residual = !(fr && !strcmp(fr, "0"));
+        c->fuse_gelu = !fuse_gelu_off;
+        c->fuse_residual = !fuse_residual_off;
     }
     c->smem_optin = prop.sharedMemPerBlockOptin;
-    { /* [Note: cross-entropy row in shared memory] in kernels.cu */
-        const char *ce = getenv("PPTRAIN_CE");
-        if (ce && strcmp(ce, "two-pass") && strcmp(ce, "shared")) {
-            snprintf(err, errlen, "PPTRAIN_CE=%s: expected two-pass or shared (the default)", ce);
-            goto fail;
-        }
-        c->ce_two_pass = ce && !strcmp(ce, "two-pass");
-    }
+    c->ce_two_pass = ce_two_pass;
     OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     OPEN_CK(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
     OPEN_CK(cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming));
@@ -1132,13 +1151,14 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                                  : ", norm backward one-pass, %d rows a chunk",
                      ln_rows);
         snprintf(c->desc, sizeof c->desc,
-                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%.40s%s%s%s%s", device,
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%.40s%s%s%s%s%s", device,
                  prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                  prop.totalGlobalMem / 1e9, prec_name(precision, c->op),
                  att_flash ? "flash (bf16 mma.sync, backward " : "materialized (cuBLASLt)",
                  !att_flash ? "" : fb_env && *fb_env ? fb_env : "v2", att_flash ? ")" : "",
                  c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
-                 c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0", lnd);
+                 c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0",
+                 c->ce_two_pass ? ", PPTRAIN_CE=two-pass" : "", lnd);
         be->description = c->desc;
         return be;
     }

@@ -87,7 +87,7 @@ struct CudaCtx {
     size_t smem_optin;        /* shared memory a block may opt in to (bytes) */
     int ce_two_pass;          /* PPTRAIN_CE=two-pass: the cross-entropy reads each row twice
                                  ([Note: cross-entropy row in shared memory] in kernels.cu) */
-    char desc[320];
+    char desc[512];
 };
 
 static inline CudaCtx *ctx_of(const Backend *be) { return (CudaCtx *)be->ctx; }

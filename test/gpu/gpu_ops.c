@@ -1529,6 +1529,9 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
         const char *var, *old, *bogus;
     } sw[] = {
         {"PPTRAIN_CE", "two-pass", "one-and-a-half"},
+        /* their paths are checked above, under both switches at once; here the refusal */
+        {"PPTRAIN_FUSE_GELU", "0", "off"},
+        {"PPTRAIN_FUSE_RESIDUAL", "0", "no"},
     };
     char why[PP_ERR_MAX];
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
