@@ -509,6 +509,18 @@ static void mm_weight_grads(CudaCtx *c, float *dw, float *db, const void *dout, 
     if (db) k_bias_backward(c, db, dout, N, OC);
 }
 
+/* Said once per kind (bit `kind` of c->warned_epi): cuBLASLt had no algorithm for a fused
+ * GEMM, so its op runs unfused: the result is the same contract, only slower, and the
+ * speed switches' A/B (bench/gpu.sh) would otherwise not show why a fusion gained nothing. */
+static void epi_unfused(CudaCtx *c, int kind, const char *what, int M, int N, int K) {
+    if (c->warned_epi & (1 << kind)) return;
+    c->warned_epi |= 1 << kind;
+    fprintf(stderr,
+            "[rank %d] cuda: cuBLASLt has no algorithm for %s (M=%d N=%d K=%d): running it "
+            "unfused (said once)\n",
+            c->rank, what, M, N, K);
+}
+
 /* [Note: GEMM epilogues]: out = res + inp @ w^T + b in one GEMM, res as C (beta 1, C != D)
  * and the bias in the epilogue, at every precision; under PPTRAIN_FUSE_RESIDUAL=0, or
  * where cuBLASLt has no algorithm for it, matmul_forward's GEMM and then add_inplace's
@@ -525,6 +537,7 @@ static void cu_matmul_residual_forward(const Backend *be, float *out, const floa
         try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 1.0f, OC, 0, 1,
                      bf ? AB_BF16 : AB_F32, bf ? CUBLAS_COMPUTE_32F : mm_compute(c), &o) == 0)
         return;
+    if (c->fuse_residual) epi_unfused(c, 0, "the residual GEMM (C != D, beta 1)", N, OC, C);
     mm_gemm(c, 0, 1, N, OC, C, act_f32(c, inp), A, C, w, W, C, 0.0f, out, OC, b);
     k_add_inplace(c, out, res, (size_t)N * OC);
 }
@@ -563,6 +576,8 @@ static void cu_matmul_gelu_forward(const Backend *be, void *out, void *pre, cons
     if (!(c->op == PP_BF16 && c->fuse_gelu &&
           try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 0.0f, OC, 0, 1, AB_BF16,
                        CUBLAS_COMPUTE_32F, &o) == 0)) {
+        if (c->op == PP_BF16 && c->fuse_gelu)
+            epi_unfused(c, 1, "GELU's GEMM with a bf16 output and the bias epilogue", N, OC, C);
         float *F = wide_fp32(c, pre, n); /* pre = inp @ w^T + b, rounded once */
         mm_gemm(c, 0, 1, N, OC, C, act_f32(c, inp), A, C, w, W, C, 0.0f, F, OC, b);
         if ((void *)F != pre) k_to_operand(c, pre, F, n);
@@ -581,6 +596,8 @@ static void cu_matmul_gelu_backward(const Backend *be, void *dpre, float *dw, fl
         if (!(c->op == PP_BF16 && c->fuse_gelu &&
               try_gemm_out(c, 0, 0, N, C, OC, 1.0f, D, OC, 0, W, C, 0, 0.0f, C, 0, 1, AB_BF16,
                            CUBLAS_COMPUTE_32F, &o) == 0)) {
+            if (c->op == PP_BF16 && c->fuse_gelu)
+                epi_unfused(c, 2, "GELU's backward GEMM with the DGELU epilogue", N, C, OC);
             float *F = wide_fp32(c, dpre, (size_t)N * C);
             mm_gemm(c, 0, 0, N, C, OC, act_f32(c, dout), D, OC, w, W, C, 0.0f, F, C, NULL);
             k_gelu_backward(c, dpre, pre, F, (size_t)N * C); /* in place at fp32 */

@@ -84,6 +84,7 @@ struct CudaCtx {
     GemmEntry gemm[GEMM_CACHE];
     int ngemm;
     int warned_fallback;      /* a fast GEMM mode fell back to fp32 (said once) */
+    int warned_epi;           /* fused GEMMs that ran unfused (epi_unfused: said once each) */
     size_t smem_optin;        /* shared memory a block may opt in to (bytes) */
     int ce_two_pass;          /* PPTRAIN_CE=two-pass: the cross-entropy reads each row twice
                                  ([Note: cross-entropy row in shared memory] in kernels.cu) */
