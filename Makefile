@@ -59,7 +59,7 @@ LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/%.o,$(filter-out src/main.c $(PLOT_SRC),
 MAIN_OBJ := $(BUILD)/main.o
 TEST_SRC := $(wildcard test/test_*.c)
 TESTS    := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(BUILD)/test/test_flash_sim \
-            $(BUILD)/test/test_norm_sim
+            $(BUILD)/test/test_norm_sim $(BUILD)/test/test_ce_sim
 TEST_UTIL:= $(patsubst test/%.c,$(BUILD)/test/%.o,\
              $(filter-out $(TEST_SRC) test/flood.c test/pngtool.c test/tbread.c,$(wildcard test/*.c)))
 # programs of their own, for test/flood.sh, test/plot.sh and test/tensorboard.sh (not linked
@@ -216,15 +216,22 @@ $(BUILD)/test/test_flash_sim: test/flash_sim.cc test/flash_sim.h cuda/flash_attn
 	$(Q)$(CXX) -std=c++17 $(OPT) -fopenmp -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -DFLASH_HOST_SIM \
 	  -iquote src -iquote cuda -iquote test $(LDFLAGS) -o $@ test/flash_sim.cc $(LIB_OBJ) $(LDLIBS)
 
-# cuda/norm_kernels.cuh's one-pass norm backward compiled for the host and run there
-# (test/norm_sim.cc) on flash_sim.h's stand-ins; -ffp-contract=off: each _rn stand-in
-# keeps its own rounding, as on the device.
-$(BUILD)/test/test_norm_sim: test/norm_sim.cc test/flash_sim.h cuda/norm_kernels.cuh $(LIB_OBJ)
+# cuda/norm_kernels.cuh's one-pass norm backward and cuda/ce_kernels.cuh's cross-entropy
+# compiled for the host and run there (test/norm_sim.cc, test/ce_sim.cc) on flash_sim.h's
+# stand-ins by test/block_sim.cc's runner; -ffp-contract=off: each _rn stand-in keeps its
+# own rounding, as on the device; -fno-strict-aliasing: put4 and get4 read a bf16 pair as
+# a 32-bit word, as the device does.
+BSIM      := test/block_sim.cc test/block_sim.h test/flash_sim.h
+BSIM_FLAGS = -std=c++17 $(OPT) -ffp-contract=off -fno-strict-aliasing -fopenmp -Wall -Wextra \
+             -Wno-unused-parameter -Wno-unknown-pragmas -iquote src -iquote cuda -iquote test
+$(BUILD)/test/test_norm_sim: test/norm_sim.cc $(BSIM) cuda/norm_kernels.cuh $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  CXX   $<"
-	$(Q)$(CXX) -std=c++17 $(OPT) -ffp-contract=off -fopenmp -Wall -Wextra -Wno-unused-parameter \
-	  -Wno-unknown-pragmas -iquote src -iquote cuda -iquote test $(LDFLAGS) -o $@ test/norm_sim.cc \
-	  $(LIB_OBJ) $(LDLIBS)
+	$(Q)$(CXX) $(BSIM_FLAGS) $(LDFLAGS) -o $@ test/norm_sim.cc test/block_sim.cc $(LIB_OBJ) $(LDLIBS)
+$(BUILD)/test/test_ce_sim: test/ce_sim.cc $(BSIM) cuda/ce_kernels.cuh cuda/operand_io.cuh $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  CXX   $<"
+	$(Q)$(CXX) $(BSIM_FLAGS) $(LDFLAGS) -o $@ test/ce_sim.cc test/block_sim.cc $(LIB_OBJ) $(LDLIBS)
 
 deps:
 	@scripts/install-deps

@@ -14,6 +14,8 @@
 
 #include "cuda_internal.cuh"
 #include "norm_kernels.cuh" /* Row4, sum4, warp_sum; the one-pass norm backward */
+#include "operand_io.cuh"   /* put, get, put4, get4 of fp32 or bf16 */
+#include "ce_kernels.cuh"   /* the fused cross-entropy kernels */
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 #define LN_EPS 1e-5f
@@ -39,35 +41,6 @@ template <bool MAX> static __device__ float block_reduce(float v, float *sh) {
 
 /* Whether p is a multiple of `to` bytes. */
 static inline int aligned(const void *p, size_t to) { return (uintptr_t)p % to == 0; }
-
-/* [Note: operand activations] (src/backend/backend.h): the kernels that write or read an
- * operand activation are templates over its type, fp32 or bf16 (c->op); put rounds to
- * nearest even, put4 stores four (16 bytes of fp32, 8 of bf16). */
-static __device__ __forceinline__ void put(float *y, float v) { *y = v; }
-static __device__ __forceinline__ void put(__nv_bfloat16 *y, float v) {
-    *y = __float2bfloat16_rn(v);
-}
-static __device__ __forceinline__ float get(const float *x) { return *x; }
-static __device__ __forceinline__ float get(const __nv_bfloat16 *x) { return __bfloat162float(*x); }
-static __device__ __forceinline__ float4 get4(const float *x) {
-    return *reinterpret_cast<const float4 *>(x);
-}
-static __device__ __forceinline__ float4 get4(const __nv_bfloat16 *x) {
-    uint2 u = *reinterpret_cast<const uint2 *>(x);
-    float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
-    float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
-    return make_float4(lo.x, lo.y, hi.x, hi.y);
-}
-static __device__ __forceinline__ void put4(float *y, float4 v) {
-    *reinterpret_cast<float4 *>(y) = v;
-}
-static __device__ __forceinline__ void put4(__nv_bfloat16 *y, float4 v) {
-    __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-    uint2 u;
-    u.x = *reinterpret_cast<const unsigned *>(&lo);
-    u.y = *reinterpret_cast<const unsigned *>(&hi);
-    *reinterpret_cast<uint2 *>(y) = u;
-}
 
 /* ---- encoder ------------------------------------------------------------------- */
 
@@ -896,160 +869,7 @@ void k_softmax_causal_backward(CudaCtx *c, float *dp, const float *p, int rows, 
 
 /* ---- fused cross-entropy: one block per row ----------------------------------------- */
 
-/* (m, s) += (m2, s2): running max and sum of exp(x - m). Commutative to the bit (the two
- * terms are formed alike and a + b == b + a), so a butterfly gives every lane the same. */
-static __device__ __forceinline__ void ms_add(float &m, float &s, float m2, float s2) {
-    float mn = fmaxf(m, m2);
-    float a = m == -INFINITY ? 0.0f : s * expf(m - mn);
-    float b = m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mn);
-    m = mn;
-    s = a + b;
-}
-
-/* The warp's pair, in every lane (a butterfly). */
-static __device__ __forceinline__ void warp_ms(float &m, float &s) {
-    for (int o = 16; o > 0; o >>= 1)
-        ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
-}
-
-/* The block's (max, sum of exp) pair, in every thread; sh holds 64 floats. */
-static __device__ void block_reduce_ms(float &m, float &s, float *sh) {
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    warp_ms(m, s);
-    __syncthreads();
-    if (lane == 0) {
-        sh[wid] = m;
-        sh[32 + wid] = s;
-    }
-    __syncthreads();
-    m = lane < nw ? sh[lane] : -INFINITY;
-    s = lane < nw ? sh[32 + lane] : 0.0f;
-    warp_ms(m, s);
-}
-
-/* One pass over the row for its max and sum (online), one for the loss's gradient,
- * written over the logits: 2 reads and 1 write of the row, in 16-byte accesses when Vp
- * is a multiple of 4 (then every row is 16-byte aligned; the default Vp is a multiple of
- * 128), else one float at a time. */
-template <typename OutT>
-__global__ void crossentropy(OutT *dlogits, float *losses, const float *logits, const int *targets,
-                             float dloss, int V, int Vp, int want_grad) {
-    __shared__ float sh[64];
-    const float *x = logits + (size_t)blockIdx.x * Vp; /* dlogits may be logits itself (fp32) */
-    OutT *y = dlogits + (size_t)blockIdx.x * Vp;
-    const float4 *x4 = reinterpret_cast<const float4 *>(x);
-    int tgt = targets[blockIdx.x], V4 = Vp % 4 ? 0 : V / 4; /* whole vectors below V */
-    float xt = x[tgt], mx = -INFINITY, s = 0.0f; /* read before any thread writes the row */
-    for (int j = threadIdx.x; j < V4; j += blockDim.x) {
-        float4 v = x4[j];
-        float lm = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
-        if (lm > mx) {
-            s *= expf(mx - lm);
-            mx = lm;
-        }
-        s += expf(v.x - mx) + expf(v.y - mx) + expf(v.z - mx) + expf(v.w - mx);
-    }
-    for (int j = 4 * V4 + threadIdx.x; j < V; j += blockDim.x) {
-        float v = x[j];
-        if (v > mx) {
-            s *= expf(mx - v);
-            mx = v;
-        }
-        s += expf(v - mx);
-    }
-    block_reduce_ms(mx, s, sh);
-    if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) - (xt - mx);
-    if (!want_grad) return;
-    float k = dloss / s;
-    if (Vp % 4) {
-        for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
-            float v = j < V ? expf(x[j] - mx) * k : 0.0f;
-            put(y + j, j == tgt ? v - dloss : v);
-        }
-        return;
-    }
-    /* each thread reads its 4 before writing them */
-    for (int j = threadIdx.x; j < Vp / 4; j += blockDim.x) {
-        float4 v = x4[j];
-        float e[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int col = 4 * j + i;
-            e[i] = col < V ? expf(e[i] - mx) * k : 0.0f;
-            if (col == tgt) e[i] -= dloss;
-        }
-        put4(y + 4 * j, make_float4(e[0], e[1], e[2], e[3]));
-    }
-}
-
-/* [Note: cross-entropy row in shared memory] With a gradient, the kernel above reads each
- * fp32 row twice from HBM: a block's row (201 KB at Vp = 50304) has left the 50 MB L2 by
- * its second pass, since 528 rows are in flight (4 blocks of 512 threads an SM). Here one
- * block of 1024 threads an SM keeps its row in shared memory from the first pass (the
- * loads go to registers, then shared memory, while the max and sum run) and the second
- * pass reads it there: one HBM read of the logits and one write of dlogits, 3.3 + 1.65
- * GB a GPT-2 124M step at B 16 and bf16 against 6.6 + 1.65 (cuda/NOTES.md: 2.7 ms
- * measured, 1.65 ms predicted for this one). Each thread reads back only the vectors it
- * stored, so no barrier is needed between the passes beyond the reduction's. Taken when
- * Vp is a multiple of 4 and Vp floats fit the device's shared memory per block
- * (c->smem_optin: 227 KB on an H100, so Vp <= 58112), unless PPTRAIN_CE=two-pass. */
-#define CE_SMEM_THREADS 1024
-template <typename OutT>
-__global__ void __launch_bounds__(CE_SMEM_THREADS, 1)
-    crossentropy_smem(OutT *dlogits, float *losses, const float *logits, const int *targets,
-                      float dloss, int V, int Vp) {
-    __shared__ float sh[64];
-    extern __shared__ float4 row[]; /* Vp / 4 vectors */
-    const float *x = logits + (size_t)blockIdx.x * Vp; /* dlogits may be logits itself (fp32) */
-    OutT *y = dlogits + (size_t)blockIdx.x * Vp;
-    const float4 *x4 = reinterpret_cast<const float4 *>(x);
-    int tgt = targets[blockIdx.x], V4 = V / 4, P4 = Vp / 4;
-    float xt = x[tgt], mx = -INFINITY, s = 0.0f; /* read before any thread writes the row */
-    /* four loads in flight a thread before their values are used */
-    for (int j0 = threadIdx.x; j0 < P4; j0 += 4 * CE_SMEM_THREADS) {
-        float4 v[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int j = j0 + u * CE_SMEM_THREADS;
-            if (j < P4) v[u] = x4[j];
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int j = j0 + u * CE_SMEM_THREADS;
-            if (j >= P4) break;
-            row[j] = v[u];
-            if (j >= V4) continue; /* a vector with padded columns: the scalar loop below */
-            float lm = fmaxf(fmaxf(v[u].x, v[u].y), fmaxf(v[u].z, v[u].w));
-            if (lm > mx) {
-                s *= expf(mx - lm);
-                mx = lm;
-            }
-            s += expf(v[u].x - mx) + expf(v[u].y - mx) + expf(v[u].z - mx) + expf(v[u].w - mx);
-        }
-    }
-    for (int j = 4 * V4 + threadIdx.x; j < V; j += CE_SMEM_THREADS) {
-        float v = x[j];
-        if (v > mx) {
-            s *= expf(mx - v);
-            mx = v;
-        }
-        s += expf(v - mx);
-    }
-    block_reduce_ms(mx, s, sh);
-    if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) - (xt - mx);
-    float k = dloss / s;
-    for (int j = threadIdx.x; j < P4; j += CE_SMEM_THREADS) { /* the vectors this thread stored */
-        float4 v = row[j];
-        float e[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int col = 4 * j + i;
-            e[i] = col < V ? expf(e[i] - mx) * k : 0.0f;
-            if (col == tgt) e[i] -= dloss;
-        }
-        put4(y + 4 * j, make_float4(e[0], e[1], e[2], e[3]));
-    }
-}
+/* The kernels (crossentropy, crossentropy_smem) are in ce_kernels.cuh. */
 
 template <typename OutT>
 static void ce_smem(CudaCtx *c, OutT *dlogits, float *losses, const float *logits,
@@ -1064,8 +884,8 @@ static void ce_smem(CudaCtx *c, OutT *dlogits, float *losses, const float *logit
 
 void k_crossentropy(CudaCtx *c, void *dlogits, float *losses, const float *logits,
                     const int *targets, float dloss, int N, int V, int Vp, int want_grad) {
-    /* [Note: cross-entropy row in shared memory]: the gradient's second pass from the row
-     * kept on chip; without a gradient one pass reads the row once anyway */
+    /* [Note: cross-entropy row in shared memory] (ce_kernels.cuh): the gradient's second
+     * pass from the row kept on chip; without a gradient one pass reads the row once anyway */
     int smem = want_grad && !c->ce_two_pass && Vp % 4 == 0 &&
                (size_t)Vp * sizeof(float) + 64 * sizeof(float) <= c->smem_optin;
     if (smem && c->op == PP_BF16)

@@ -4,8 +4,12 @@
  * (__syncthreads, __shfl_xor_sync, mma.sync, ldmatrix) a barrier over them, mma_bf16
  * computing the product of the fragments as the PTX ISA lays them out (§9.7.14.5.8),
  * ldmatrix .trans handing out the elements by its rule, cp.async deferred to the wait.
- * test/norm_sim.cc runs cuda/norm_kernels.cuh's kernels on the same stand-ins, plus
- * float4, blockDim (its own runner's block size) and the explicitly rounded arithmetic. */
+ * test/norm_sim.cc and test/ce_sim.cc run cuda/norm_kernels.cuh's and cuda/ce_kernels.cuh's
+ * kernels on the same stand-ins, plus float4, float2, uint2, blockDim (test/block_sim.cc's
+ * runner's block size) and the explicitly rounded arithmetic. __shared__ is defined away: a
+ * kernel's fixed shared array is the block's on the host only as a static (at namespace
+ * scope: [Note: static shared arrays] in cuda/ce_kernels.cuh); its extern array is the
+ * runner's. */
 #ifndef PP_FLASH_SIM_H
 #define PP_FLASH_SIM_H
 
@@ -57,11 +61,20 @@ static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
 struct uint4 {
     uint32_t x, y, z, w;
 };
+struct alignas(8) uint2 {
+    uint32_t x, y;
+};
+struct alignas(8) float2 {
+    float x, y;
+};
+static inline float2 __bfloat1622float2(__nv_bfloat162 b) {
+    return float2{__bfloat162float(b.x), __bfloat162float(b.y)};
+}
 struct alignas(16) float4 {
     float x, y, z, w;
 };
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
-extern SimDim sim_bdim; /* the block's size (test/norm_sim.cc's runner) */
+extern SimDim sim_bdim; /* the block's size (test/block_sim.cc's runner) */
 #define blockDim sim_bdim
 static inline int min(int a, int b) { return a < b ? a : b; }
 /* IEEE single operations, rounded to nearest, never contracted: what the device's _rn

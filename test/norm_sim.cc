@@ -4,10 +4,9 @@
  * part of make test).
  *
  * The kernel source is the header kernels.cu includes, compiled unchanged over
- * test/flash_sim.h's stand-ins: each CTA runs as blockDim fibers (ucontext), as
- * test/flash_sim.cc runs the flash kernels, but with a runner of its own: any block size,
- * and a shuffle is a collective of its warp only, so one warp runs ahead of the others up
- * to the next __syncthreads (in warp order, and in reverse order in every other CTA): a
+ * test/flash_sim.h's stand-ins and run by test/block_sim.cc: each CTA as blockDim fibers
+ * (ucontext), a shuffle a collective of its warp only, so one warp runs ahead of the others
+ * up to the next __syncthreads (in warp order, and in reverse order in every other CTA): a
  * missing barrier, or shared memory rewritten before another warp has read it, shows.
  * Per shape: dinp, dw and db (col_final's order of adding the chunks, emulated here)
  * within 1e-5 relative L2 of the CPU op; the I half's dinp and the W half's chunk sums
@@ -18,13 +17,11 @@
  * follow dinp and the sums; every fiber must pass the same barriers. It cannot check
  * timing, races between CTAs (run one after another; they share no output) or the
  * device's own rounding (the _rn stand-ins are IEEE single operations). */
-#include <ucontext.h>
-
-#include <functional>
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>
 
+#include "block_sim.h"
 #include "flash_sim.h"
 #include "norm_kernels.cuh"
 
@@ -33,110 +30,9 @@ extern "C" {
 #include "relerr.h"
 }
 
-SimDim sim_block, sim_grid, sim_bdim;
-int sim_cur;
-
-enum { MAXT = NB_THREADS, STACK = 64 * 1024, SMEM = 16 * 1024 };
-alignas(16) unsigned char smem[SMEM]; /* the block's shared memory: the kernel's extern array */
-static ucontext_t sched_ctx, fib[MAXT];
-static std::vector<char> stacks(MAXT * (size_t)STACK);
-enum { READY, AT_WARP, AT_BLOCK, DONE };
-static int st[MAXT], nt;
-static long nbar[MAXT], nwbar[MAXT];
-static std::function<void()> body;
-static float xf[MAXT];
-
 static void fail(const char *what) {
     fprintf(stderr, "norm_sim: %s\n", what);
     exit(1);
-}
-
-/* A fiber stops at a collective: the warp's (a shuffle) or the block's (__syncthreads). */
-static void stop(int how) {
-    int t = sim_cur;
-    st[t] = how;
-    (how == AT_WARP ? nwbar : nbar)[t]++;
-    swapcontext(&fib[t], &sched_ctx);
-}
-
-void __syncthreads(void) { stop(AT_BLOCK); }
-
-float __shfl_xor_sync(unsigned, float v, int m) {
-    int t = sim_cur;
-    xf[t] = v;
-    stop(AT_WARP);
-    float r = xf[(t & ~31) | ((t & 31) ^ m)];
-    stop(AT_WARP); /* the warp has read before its next shuffle overwrites */
-    return r;
-}
-
-static void entry(void) {
-    body();
-    st[sim_cur] = DONE;
-}
-
-/* Run warp w until each of its lanes waits at __syncthreads or has ended: its lanes in
- * turn, each to its next collective; a shuffle releases when all 32 lanes are at it. */
-static void run_warp(int w) {
-    for (;;) {
-        for (int t = 32 * w; t < 32 * w + 32; t++)
-            if (st[t] == READY) {
-                sim_cur = t;
-                swapcontext(&sched_ctx, &fib[t]);
-            }
-        int at = 0;
-        for (int t = 32 * w; t < 32 * w + 32; t++) at += st[t] == AT_WARP;
-        if (!at) return;
-        if (at < 32) fail("a shuffle that not every lane of the warp reaches");
-        for (int t = 32 * w; t < 32 * w + 32; t++) {
-            if (nwbar[t] != nwbar[32 * w]) fail("lanes of a warp at different shuffles");
-            st[t] = READY;
-        }
-    }
-}
-
-/* Every CTA of a 1-D launch of `blocks` x `threads`, its threads as fibers; smem_bytes
- * the launch's dynamic shared memory (the rest of the array must stay untouched). Warps
- * run one at a time, each as far as its next __syncthreads (shuffles are the warp's
- * collectives only), in warp order in even CTAs and in reverse in odd ones: a warp runs
- * ahead of the others as far as the hardware lets it, so shared memory one warp rewrites
- * before another has read it shows. */
-static void run(unsigned blocks, int threads, size_t smem_bytes, const std::function<void()> &k) {
-    if (threads > MAXT || threads % 32) fail("a block size over 512 or not whole warps");
-    if (smem_bytes > SMEM) fail("dynamic shared memory over the simulator's 16 KB");
-    body = k;
-    nt = threads;
-    int nw = threads / 32;
-    sim_grid = SimDim{blocks, 1, 1};
-    sim_bdim = SimDim{(unsigned)threads, 1, 1};
-    for (unsigned b = 0; b < blocks; b++) {
-        sim_block = SimDim{b, 0, 0};
-        memset(smem, 0xff, SMEM); /* NaN everywhere: a read of what no thread wrote shows */
-        for (int t = 0; t < nt; t++) {
-            getcontext(&fib[t]);
-            fib[t].uc_stack.ss_sp = &stacks[(size_t)t * STACK];
-            fib[t].uc_stack.ss_size = STACK;
-            fib[t].uc_link = &sched_ctx;
-            makecontext(&fib[t], entry, 0);
-            st[t] = READY;
-            nbar[t] = nwbar[t] = 0;
-        }
-        for (;;) { /* each warp to the next __syncthreads, then release the block */
-            for (int i = 0; i < nw; i++) run_warp(b % 2 ? nw - 1 - i : i);
-            int nd = 0;
-            for (int t = 0; t < nt; t++) {
-                nd += st[t] == DONE;
-                if (nbar[t] != nbar[0])
-                    fail("threads of a block passed different numbers of barriers");
-            }
-            if (nd == nt) break;
-            if (nd) fail("some threads of a block ended while others wait at a barrier");
-            for (int t = 0; t < nt; t++) st[t] = READY;
-        }
-        for (size_t i = smem_bytes; i < SMEM; i++)
-            if (smem[i] != 0xff)
-                fail("a kernel wrote shared memory past its launch's dynamic size");
-    }
 }
 
 /* ---- the check ------------------------------------------------------------------------- */
@@ -172,8 +68,9 @@ template <bool V4, bool RMS, bool DX, bool DW, int K>
 static void launch(float *dinp, float *part, const float *dout, const float *inp, const float *mean,
                    const float *rstd, const float *w, int N, int C, int rows, int T) {
     unsigned P = (unsigned)((N + rows - 1) / rows);
-    run(P, T, nb_smem(T, RMS, K),
-        [&] { norm_bwd<V4, RMS, DX, DW, K>(dinp, part, dout, inp, mean, rstd, w, N, C, rows); });
+    bsim_run(P, T, nb_smem(T, RMS, K), [&] {
+        norm_bwd<V4, RMS, DX, DW, K>(dinp, part, dout, inp, mean, rstd, w, N, C, rows);
+    });
 }
 
 template <bool V4, bool RMS, int K> struct Kern {
