@@ -160,9 +160,8 @@ static void cu_snapshot_wait(const Backend *be) {
 
 static void cu_memory(const Backend *be, size_t *allocated, size_t *workspace) {
     CudaCtx *c = ctx_of(be);
-    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB,  &c->castW, &c->partials,
-                       &c->sums,  &c->enc,   &c->att,    &c->flashD, &c->stage, &c->wide,
-                       &c->bgrad};
+    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB,  &c->castW, &c->partials, &c->sums,
+                       &c->enc,   &c->att,   &c->flashD, &c->stage, &c->wide,     &c->bgrad};
     *allocated = c->allocated;
     *workspace = 0;
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) *workspace += g[i]->bytes;
@@ -557,8 +556,8 @@ static void mm_weight_grads(CudaCtx *c, float *dw, float *db, const void *dout, 
             k_add_inplace(c, db, s, (size_t)OC);
             return;
         }
-        epi_unfused(c, 3, "the weight gradient's GEMM with the bias-gradient epilogue (BGRADB)",
-                    OC, C, N);
+        epi_unfused(c, 3, "the weight gradient's GEMM with the bias-gradient epilogue (BGRADB)", OC,
+                    C, N);
     }
     mm_gemm(c, 1, 0, OC, C, N, act_f32(c, dout), D, OC, act_f32(c, inp), I, C, 1.0f, dw, C, NULL);
     if (db) k_bias_backward(c, db, dout, N, OC);
@@ -1218,8 +1217,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                      ln_rows);
         snprintf(c->desc, sizeof c->desc,
                  "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%.40s%s%s%s%s%s%s",
-                 device,
-                 prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+                 device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                  prop.totalGlobalMem / 1e9, prec_name(precision, c->op),
                  att_flash ? "flash (bf16 mma.sync, backward " : "materialized (cuBLASLt)",
                  !att_flash ? "" : fb_env && *fb_env ? fb_env : "v2", att_flash ? ")" : "",

@@ -982,8 +982,10 @@ static void check_bias_grads(int N, int C, int OC, const char *sh0) {
     for (int r = 0; r < 3; r++) {
         w1[r] = dev(gw, OCC * 4);
         b1[r] = dev(gb, (OC + 1) * 4);
-        if (r < 2) gpu->matmul_backward(gpu, NULL, w1[r], b1[r] + 1, dg, dx, dw, N, C, OC);
-        else gpu->matmul_gelu_backward(gpu, NULL, w1[r], b1[r] + 1, dg, dx, dw, dp, N, C, OC);
+        if (r < 2)
+            gpu->matmul_backward(gpu, NULL, w1[r], b1[r] + 1, dg, dx, dw, N, C, OC);
+        else
+            gpu->matmul_gelu_backward(gpu, NULL, w1[r], b1[r] + 1, dg, dx, dw, dp, N, C, OC);
         hw[r] = host(w1[r], OCC);
         hb[r] = host(b1[r], OC + 1);
     }
@@ -1006,8 +1008,9 @@ static void check_bias_grads(int N, int C, int OC, const char *sh0) {
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
 }
 
-/* The bias-gradient shapes: GPT-2's qkv, fc, fcproj and attproj at B 1, T 1024 (unless
- * small); an odd OC, OCs that are no multiple of 8 or 16, N no multiple of 16, N = 1, OC = 1. */
+/* The bias-gradient shapes: the first 6 an odd OC, OCs that are no multiple of 8 or 16, N no
+ * multiple of 16, N = 1, OC = 1; then (unless small) GPT-2's qkv, fc, fcproj and attproj at
+ * B 1, T 1024. */
 static void check_bias_grad_shapes(int small, const char *sh0) {
     static const int bs[][3] = {
         {201, 64, 67}, {74, 768, 771}, {37, 64, 12}, {130, 1024, 1028}, {1, 64, 5}, {17, 40, 1},
