@@ -294,6 +294,8 @@ int main(int argc, char **argv) {
     printf("*: the unfused path of the fused row above it, not in the sum (PPTRAIN_FUSE_GELU=0, "
            "PPTRAIN_FUSE_RESIDUAL=0 run the fused op's own unfused path: [Note: GEMM "
            "epilogues])\n");
+    printf("the matmul bwd rows include db: summed by the dw GEMM at bf16, by the column-sum "
+           "kernels under PPTRAIN_FUSE_BGRAD=0 ([Note: bias gradient epilogue])\n");
     /* model FLOPs per token, as bench/gpu.sh */
     double fpt = 6 * (12.0 * L * Cd * Cd + Vd * Cd) + 12.0 * L * T * Cd;
     if (b.only) printf("(--only %s: the sum is of these rows alone)\n", b.only);

@@ -160,8 +160,8 @@ static void cu_snapshot_wait(const Backend *be) {
 
 static void cu_memory(const Backend *be, size_t *allocated, size_t *workspace) {
     CudaCtx *c = ctx_of(be);
-    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB,  &c->castW, &c->partials,
-                       &c->sums,  &c->enc,   &c->att,    &c->flashD, &c->stage, &c->wide};
+    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB,  &c->castW, &c->partials, &c->sums,
+                       &c->enc,   &c->att,   &c->flashD, &c->stage, &c->wide,     &c->bgrad};
     *allocated = c->allocated;
     *workspace = 0;
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) *workspace += g[i]->bytes;
@@ -263,7 +263,8 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
  * than D (the residual added into a projection: out = res + x W^T); the bias; GELU's
  * derivative (CUBLASLT_EPILOGUE_DGELU, its aux input the pre-activation in D's type and
  * layout; cuBLASLt wants its leading dimension a multiple of 8 and at least D's rows,
- * cublasLt.h's CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD). An epilogue the heuristic refuses
+ * cublasLt.h's CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD); the bias gradient, op(A)'s row sums
+ * (CUBLASLT_EPILOGUE_BGRADB, [Note: bias gradient epilogue]). An epilogue the heuristic refuses
  * for a shape makes try_gemm_out return -1 (cached: asked once), and the op runs its
  * unfused path, with the same contract; only a bias on an fp32 D is still added by a
  * kernel of its own. */
@@ -273,6 +274,9 @@ struct GemmOut {
     const void *C;        /* beta's input, D's type and layout (NULL: D itself) */
     const float *bias;    /* + bias[N] (fp32) on every row (CUBLASLT_EPILOGUE_BIAS) */
     const void *gelu_pre; /* D = gelu'(gelu_pre) * (...) (CUBLASLT_EPILOGUE_DGELU) */
+    float *bgrad;         /* bgrad[M] = sum over k of op(A)[m,k], written, not added (fp32 D,
+                             batch 1; CUBLASLT_EPILOGUE_BGRADB: [Note: bias gradient
+                             epilogue]) */
 };
 
 static void set_attr(CudaCtx *c, cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
@@ -301,9 +305,11 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
     cudaDataType dt = o->d_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const void *Cp = o->C ? o->C : o->D;
     cublasLtEpilogue_t epi = o->gelu_pre ? CUBLASLT_EPILOGUE_DGELU
+                             : o->bgrad  ? CUBLASLT_EPILOGUE_BGRADB
                              : fuse_bias ? CUBLASLT_EPILOGUE_BIAS
                                          : CUBLASLT_EPILOGUE_DEFAULT;
     if (o->gelu_pre && o->bias) return -1; /* not asked for by any op */
+    if (o->bgrad && (o->bias || o->gelu_pre || o->d_bf16 || batch != 1)) return -1; /* nor these */
     GemmKey key;
     memset(&key, 0, sizeof key);
     key.opA = tB;
@@ -326,7 +332,7 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
     key.alB = align_of(A, sA * (long long)es);
     key.alC = align_of(Cp, sC * (long long)ds);
     key.alD = align_of(o->D, sC * (long long)ds);
-    key.alX = o->gelu_pre ? align_of(o->gelu_pre, 0) : 0;
+    key.alX = o->gelu_pre ? align_of(o->gelu_pre, 0) : o->bgrad ? align_of(o->bgrad, 0) : 0;
     key.epi = (int)epi;
     key.oop = Cp != o->D; /* an in-place algorithm must not serve an out-of-place call */
     key.d_bf16 = o->d_bf16;
@@ -354,6 +360,11 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
             set_attr(c, withe, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &o->gelu_pre,
                      sizeof o->gelu_pre);
             set_attr(c, withe, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+        }
+        if (o->bgrad) { /* the bias-gradient vector: D's type, fp32 (cublasLt.h) */
+            cudaDataType bt = CUDA_R_32F;
+            set_attr(c, withe, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &o->bgrad, sizeof o->bgrad);
+            set_attr(c, withe, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
         }
     }
     int optional = epi == CUBLASLT_EPILOGUE_BIAS && !o->d_bf16;
@@ -498,20 +509,10 @@ static void cu_matmul_forward(const Backend *be, float *out, const void *inp, co
     mm_gemm(c, 0, 1, N, OC, C, act_f32(c, inp), A, C, w, W, C, 0.0f, out, OC, b);
 }
 
-/* dw[OC,C] += dout^T @ inp, db[OC] += column sums of dout (NULL: skipped); D is dout as
- * the GEMM's operand. One function for matmul_backward and matmul_gelu_backward, so that
- * their W halves are the same bits. castB is reused in stream order, after any GEMM
- * before that read it. */
-static void mm_weight_grads(CudaCtx *c, float *dw, float *db, const void *dout, const void *D,
-                            const void *inp, int N, int C, int OC) {
-    const void *I = act_operand(c, &c->castB, inp, (size_t)N * C);
-    mm_gemm(c, 1, 0, OC, C, N, act_f32(c, dout), D, OC, act_f32(c, inp), I, C, 1.0f, dw, C, NULL);
-    if (db) k_bias_backward(c, db, dout, N, OC);
-}
-
 /* Said once per kind (bit `kind` of c->warned_epi): cuBLASLt had no algorithm for a fused
  * GEMM, so its op runs unfused: the result is the same contract, only slower, and the
- * speed switches' A/B (bench/gpu.sh) would otherwise not show why a fusion gained nothing. */
+ * speed switches' A/B (bench/gpu.sh) would otherwise not show why a fusion gained nothing.
+ * Kinds: 0 residual, 1 GELU forward, 2 DGELU, 3 bias gradient. */
 static void epi_unfused(CudaCtx *c, int kind, const char *what, int M, int N, int K) {
     if (c->warned_epi & (1 << kind)) return;
     c->warned_epi |= 1 << kind;
@@ -519,6 +520,47 @@ static void epi_unfused(CudaCtx *c, int kind, const char *what, int M, int N, in
             "[rank %d] cuda: cuBLASLt has no algorithm for %s (M=%d N=%d K=%d): running it "
             "unfused (said once)\n",
             c->rank, what, M, N, K);
+}
+
+/* [Note: bias gradient epilogue] db[OC] += the column sums of dout[N,OC]. k_bias_backward
+ * re-reads dout after the dw GEMM has read it (2·N·OC bytes at bf16); the GEMM can sum it
+ * on its way instead. In try_gemm_out's mapping the dw GEMM dw[OC,C] = dout^T inp is, in
+ * cuBLASLt's column-major terms, D'[C,OC] = inp'[C,N] x dout'[N,OC] (first operand inp,
+ * second dout^T, transposed): m = C, n = OC, k = N. db is the sum over k of the second
+ * operand, one value per column of D': CUBLASLT_EPILOGUE_BGRADB ("bias gradient based on
+ * the input matrix B ... the number of columns of the matrix D ... reduction over k";
+ * BGRADA would give inp's C column sums). cublasLt.h: it "stores" the gradient in the
+ * vector at CUBLASLT_MATMUL_DESC_BIAS_POINTER, in the output's type (fp32 here) -- written,
+ * not added, and beta's C (dw's old value) takes no part in it. So the GEMM writes it
+ * into the scratch c->bgrad (OC floats, the backend's own cudaMalloc: 256-byte aligned),
+ * and add_k adds it to db in stream order. The header promises no order for that sum:
+ * gpu_ops runs it twice for the bits. Taken at precision bf16 with bf16 operand
+ * activations only (the GEMM's operand is dout itself: with fp32 activations it would
+ * sum the bf16 cast of dout; fp32 and tf32 are not the speed path); where cuBLASLt has
+ * no algorithm with the epilogue (cached "not found", said once) or under
+ * PPTRAIN_FUSE_BGRAD=0, the plain GEMM and k_bias_backward as before. The split halves
+ * keep their bits: the W half and the fused call both come here. */
+
+/* dw[OC,C] += dout^T @ inp, db[OC] += column sums of dout (NULL: skipped); D is dout as
+ * the GEMM's operand. One function for matmul_backward and matmul_gelu_backward, so that
+ * their W halves are the same bits. castB is reused in stream order, after any GEMM
+ * before that read it. */
+static void mm_weight_grads(CudaCtx *c, float *dw, float *db, const void *dout, const void *D,
+                            const void *inp, int N, int C, int OC) {
+    const void *I = act_operand(c, &c->castB, inp, (size_t)N * C);
+    if (db && c->fuse_bgrad && c->prec == PP_PREC_BF16 && c->op == PP_BF16 && N > 0) {
+        float *s = (float *)grow(c, &c->bgrad, (size_t)OC * sizeof(float));
+        GemmOut o = {dw, 0, NULL, NULL, NULL, s};
+        if (try_gemm_out(c, 1, 0, OC, C, N, 1.0f, D, OC, 0, I, C, 0, 1.0f, C, 0, 1, AB_BF16,
+                         CUBLAS_COMPUTE_32F, &o) == 0) {
+            k_add_inplace(c, db, s, (size_t)OC);
+            return;
+        }
+        epi_unfused(c, 3, "the weight gradient's GEMM with the bias-gradient epilogue (BGRADB)", OC,
+                    C, N);
+    }
+    mm_gemm(c, 1, 0, OC, C, N, act_f32(c, dout), D, OC, act_f32(c, inp), I, C, 1.0f, dw, C, NULL);
+    if (db) k_bias_backward(c, db, dout, N, OC);
 }
 
 /* [Note: GEMM epilogues]: out = res + inp @ w^T + b in one GEMM, res as C (beta 1, C != D)
@@ -1074,6 +1116,9 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
              * epilogues on, only grown if cuBLASLt has no algorithm for them (at the
              * first step: the answer is cached) */
             if (c->op == PP_BF16 && !c->fuse_gelu) grow(c, &c->wide, N * width * sizeof(float));
+            /* a bias gradient from the dw GEMM ([Note: bias gradient epilogue]): at most
+             * width columns */
+            if (c->op == PP_BF16 && c->fuse_bgrad) grow(c, &c->bgrad, width * sizeof(float));
         }
     }
     return rows;
@@ -1093,7 +1138,8 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                                  int rank, char *err, size_t errlen) {
     cudaDeviceProp prop;
     CudaCtx *c = NULL;
-    int att_flash, flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, ce_two_pass;
+    int att_flash, flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
+    int ce_two_pass;
     const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
     OPEN_CK(cudaSetDevice(device));
     OPEN_CK(cudaGetDeviceProperties(&prop, device));
@@ -1119,6 +1165,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         static const char *const fuse[] = {"1", "0"}, *const ce[] = {"shared", "two-pass"};
         if (env_switch("PPTRAIN_FUSE_GELU", fuse, 2, &fuse_gelu_off, err, errlen) ||
             env_switch("PPTRAIN_FUSE_RESIDUAL", fuse, 2, &fuse_residual_off, err, errlen) ||
+            env_switch("PPTRAIN_FUSE_BGRAD", fuse, 2, &fuse_bgrad_off, err, errlen) ||
             /* [Note: cross-entropy row in shared memory] in kernels.cu */
             env_switch("PPTRAIN_CE", ce, 2, &ce_two_pass, err, errlen))
             return NULL;
@@ -1140,6 +1187,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         /* [Note: GEMM epilogues]: "0" runs each fused op's unfused path */
         c->fuse_gelu = !fuse_gelu_off;
         c->fuse_residual = !fuse_residual_off;
+        c->fuse_bgrad = !fuse_bgrad_off; /* [Note: bias gradient epilogue] */
     }
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->ce_two_pass = ce_two_pass;
@@ -1168,13 +1216,14 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                                  : ", norm backward one-pass, %d rows a chunk",
                      ln_rows);
         snprintf(c->desc, sizeof c->desc,
-                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%.40s%s%s%s%s%s", device,
-                 prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%.40s%s%s%s%s%s%s",
+                 device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                  prop.totalGlobalMem / 1e9, prec_name(precision, c->op),
                  att_flash ? "flash (bf16 mma.sync, backward " : "materialized (cuBLASLt)",
                  !att_flash ? "" : fb_env && *fb_env ? fb_env : "v2", att_flash ? ")" : "",
                  c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
                  c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0",
+                 c->fuse_bgrad ? "" : ", PPTRAIN_FUSE_BGRAD=0",
                  c->ce_two_pass ? ", PPTRAIN_CE=two-pass" : "", lnd);
         be->description = c->desc;
         return be;

@@ -78,6 +78,9 @@ struct CudaCtx {
                                  off or has no algorithm ([Note: GEMM epilogues]) */
     int fuse_gelu;            /* PPTRAIN_FUSE_GELU (default 1): the GELU epilogues at bf16 */
     int fuse_residual;        /* PPTRAIN_FUSE_RESIDUAL (default 1): the residual as C */
+    int fuse_bgrad;           /* PPTRAIN_FUSE_BGRAD (default 1): the bias gradient in the dw
+                                 GEMM at bf16 ([Note: bias gradient epilogue]) */
+    Grow bgrad;               /* fp32 [OC]: that GEMM's bias gradient, then added to db */
     Alloc *allocs;
     int nallocs, cap_allocs;
     size_t allocated;

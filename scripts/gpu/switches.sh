@@ -4,4 +4,4 @@
 # prepared change lands with its switch here, so the next GPU call measures it against
 # the old path side by side (bench/gpu.sh's switch rows) and falls back on it if its
 # checks fail (first-call's "-old" rows run everything under all of them at once).
-PP_OLD_PATHS="PPTRAIN_FUSE_GELU=0 PPTRAIN_FUSE_RESIDUAL=0 PPTRAIN_LN_BWD=two-pass PPTRAIN_FLASH_BWD=v1 PPTRAIN_CE=two-pass"
+PP_OLD_PATHS="PPTRAIN_FUSE_GELU=0 PPTRAIN_FUSE_RESIDUAL=0 PPTRAIN_FUSE_BGRAD=0 PPTRAIN_LN_BWD=two-pass PPTRAIN_FLASH_BWD=v1 PPTRAIN_CE=two-pass"

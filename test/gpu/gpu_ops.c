@@ -77,6 +77,11 @@ static void *dev(const void *x, size_t bytes) {
     return d;
 }
 
+/* Release n device buffers. */
+static void free_all(void **p, size_t n) {
+    for (size_t i = 0; i < n; i++) gpu->dealloc(gpu, p[i]);
+}
+
 /* The device buffer's contents (the host copy is malloc'd). */
 static float *host(const void *d, size_t n) {
     float *h = malloc((n ? n : 1) * sizeof(float));
@@ -724,12 +729,28 @@ static void check_matmul(int N, int C, int OC, int bias, const char *sh0) {
         else same_bits("matmul_backward dw=NULL", sh, hw, gw0, OCC);
         if (want_b) compare(vn[variant], "db", sh, hb, gb, OC, TOL_RED);
         else same_bits("matmul_backward db=NULL", sh, hb, gb0, OC);
-        if (variant == 0) { /* dw twice from the same seed: the same bits */
+        if (variant == 0) { /* dw twice from the same seed: the same bits; with db too
+                               ([Note: bias gradient epilogue]: the GEMM's own sum) */
             float *w0 = rnd(OCC, 1), *dw0 = dev(w0, OCC * 4), *dw1 = dev(w0, OCC * 4);
             gpu->matmul_backward(gpu, NULL, dw0, NULL, dg, dx, dw, N, C, OC);
             gpu->matmul_backward(gpu, NULL, dw1, NULL, dg, dx, dw, N, C, OC);
             float *h0 = host(dw0, OCC), *h1 = host(dw1, OCC);
             same_bits("matmul_backward dw", sh, h0, h1, OCC);
+            if (bias) {
+                float *b0 = rnd(OC, 1), *db0 = dev(b0, OC * 4), *db1 = dev(b0, OC * 4);
+                gpu->to_device(gpu, dw0, w0, OCC * 4);
+                gpu->to_device(gpu, dw1, w0, OCC * 4);
+                gpu->matmul_backward(gpu, NULL, dw0, db0, dg, dx, dw, N, C, OC);
+                gpu->matmul_backward(gpu, NULL, dw1, db1, dg, dx, dw, N, C, OC);
+                float *g0 = host(dw0, OCC), *g1 = host(dw1, OCC);
+                float *c0 = host(db0, OC), *c1 = host(db1, OC);
+                same_bits("matmul_backward dw,db dw", sh, g0, g1, OCC);
+                same_bits("matmul_backward dw,db db", sh, c0, c1, OC);
+                void *d2[] = {db0, db1};
+                free_all(d2, 2);
+                float *f2[] = {b0, g0, g1, c0, c1};
+                for (size_t i = 0; i < 5; i++) free(f2[i]);
+            }
             gpu->dealloc(gpu, dw0);
             gpu->dealloc(gpu, dw1);
             free(w0);
@@ -850,9 +871,6 @@ static void check_attention_gqa(int B, int T, int NH, int NKV, int HS, const cha
 /* [Note: fused GELU] (src/backend/backend.h): matmul_gelu_forward N x C -> H and
  * matmul_gelu_backward of the matmul H -> C that reads GELU's output (GPT-2's fc and
  * fcproj), against the CPU's separate ops on the same (operand-rounded) inputs. */
-static void free_all(void **p, size_t n) {
-    for (size_t i = 0; i < n; i++) gpu->dealloc(gpu, p[i]);
-}
 
 static void check_matmul_gelu_forward(int N, int C, int H, int bias, const char *sh) {
     size_t NC = (size_t)N * C, NH = (size_t)N * H, HC = (size_t)H * C;
@@ -943,6 +961,63 @@ static void check_matmul_gelu_backward(int N, int C, int H, int bias, const char
     free_all(all, 4);
     float *fr[] = {g, x, w, p, t, ref, gw, gb, gw0, gb0};
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+}
+
+/* [Note: bias gradient epilogue] (cuda/backend_cuda.cu): the W half's db, which at bf16
+ * the dw GEMM sums itself, into a db one float past an allocation's start (as a bias in
+ * the flat parameter buffer can be: only 4-byte aligned) whose guard float before it must
+ * keep its bits: matmul_backward's dw and db against the CPU, the same bits a second time,
+ * and matmul_gelu_backward's W half (the same function) the same bits again. */
+static void check_bias_grads(int N, int C, int OC, const char *sh0) {
+    char sh[96];
+    snprintf(sh, sizeof sh, "%s N=%d C=%d OC=%d db+1", sh0, N, C, OC);
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *x = rnd(NC, 1), *g = rnd(NO, 1), *w = rnd(OCC, 0.1f);
+    float *gw = rnd(OCC, 1), *gb = rnd(OC + 1, 1), *cw = dup(gw, OCC), *cb = dup(gb, OC + 1);
+    op_round(x, NC);
+    op_round(g, NO);
+    void *dx = dev_op(x, NC), *dg = dev_op(g, NO), *dp = dev_op(x, NC); /* pre: any values */
+    float *dw = dev(w, OCC * 4), *w1[3], *b1[3], *hw[3], *hb[3];
+    cpu->matmul_backward(cpu, NULL, cw, cb + 1, g, x, w, N, C, OC);
+    for (int r = 0; r < 3; r++) {
+        w1[r] = dev(gw, OCC * 4);
+        b1[r] = dev(gb, (OC + 1) * 4);
+        if (r < 2)
+            gpu->matmul_backward(gpu, NULL, w1[r], b1[r] + 1, dg, dx, dw, N, C, OC);
+        else
+            gpu->matmul_gelu_backward(gpu, NULL, w1[r], b1[r] + 1, dg, dx, dw, dp, N, C, OC);
+        hw[r] = host(w1[r], OCC);
+        hb[r] = host(b1[r], OC + 1);
+    }
+    compare("matmul_backward W half", "dw", sh, hw[0], cw, OCC, tol_gemm());
+    compare("matmul_backward W half", "db", sh, hb[0] + 1, cb + 1, OC, TOL_RED);
+    same_bits("matmul_backward db[-1] kept", sh, hb[0], gb, 1);
+    same_bits("matmul_backward W twice dw", sh, hw[1], hw[0], OCC);
+    same_bits("matmul_backward W twice db", sh, hb[1], hb[0], OC + 1);
+    same_bits("matmul_gelu_backward W=mm dw", sh, hw[2], hw[0], OCC);
+    same_bits("matmul_gelu_backward W=mm db", sh, hb[2], hb[0], OC + 1);
+    for (int r = 0; r < 3; r++) {
+        gpu->dealloc(gpu, w1[r]);
+        gpu->dealloc(gpu, b1[r]);
+        free(hw[r]);
+        free(hb[r]);
+    }
+    void *all[] = {dx, dg, dp, dw};
+    free_all(all, 4);
+    float *fr[] = {x, g, w, gw, gb, cw, cb};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+}
+
+/* The bias-gradient shapes: the first 6 an odd OC, OCs that are no multiple of 8 or 16, N no
+ * multiple of 16, N = 1, OC = 1; then (unless small) GPT-2's qkv, fc, fcproj and attproj at
+ * B 1, T 1024. */
+static void check_bias_grad_shapes(int small, const char *sh0) {
+    static const int bs[][3] = {
+        {201, 64, 67}, {74, 768, 771}, {37, 64, 12}, {130, 1024, 1028}, {1, 64, 5}, {17, 40, 1},
+        {1024, 768, 2304}, {1024, 768, 3072}, {1024, 3072, 768}, {1024, 768, 768},
+    };
+    for (size_t i = 0; i < (small ? 6 : sizeof bs / sizeof bs[0]); i++)
+        check_bias_grads(bs[i][0], bs[i][1], bs[i][2], i < 6 ? sh0 : "gpt2");
 }
 
 /* Which GELU the backward's derivative is: the tanh form (the CPU's, GPT-2's) and not
@@ -1532,6 +1607,7 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
         /* their paths are checked above, under both switches at once; here the refusal */
         {"PPTRAIN_FUSE_GELU", "0", "off"},
         {"PPTRAIN_FUSE_RESIDUAL", "0", "no"},
+        {"PPTRAIN_FUSE_BGRAD", "0", "yes"},
     };
     char why[PP_ERR_MAX];
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
@@ -1805,6 +1881,7 @@ int main(int argc, char **argv) {
             check_matmul(N, s->C, 3 * s->C, 1, shm);
             check_matmul(N, s->C, s->Vp, 0, shm); /* the head: no bias, odd OC at V's */
             check_matmul(N, 4 * s->C, s->C, 1, shm);
+            if (k < 2) check_matmul(N, s->C, s->C + 3, 1, shm); /* odd OC with a bias */
             check_matmul_gelu(N, s->C, 4 * s->C, 1, shm);
             check_matmul_residual(N, s->C, s->C, 1, shm);
             check_matmul_residual(N, 4 * s->C, s->C, k & 1, shm);
@@ -1818,6 +1895,7 @@ int main(int argc, char **argv) {
             for (int r = 0; r < 3; r++) check_head(s, sh, rows[r]);
         }
         check_gelu_form();
+        check_bias_grad_shapes(small, "bgrad");
         if (!small) { /* GPT-2's MLP and projections at B 1, T 1024 */
             check_matmul_gelu(1024, 768, 3072, 1, "gpt2");
             check_matmul_residual(1024, 768, 768, 1, "gpt2");
@@ -1863,6 +1941,7 @@ int main(int argc, char **argv) {
     /* [Note: GEMM epilogues]: the fused ops' unfused paths, as the switches give them */
     setenv("PPTRAIN_FUSE_GELU", "0", 1);
     setenv("PPTRAIN_FUSE_RESIDUAL", "0", 1);
+    setenv("PPTRAIN_FUSE_BGRAD", "0", 1);
     for (int p = 0; p < 3; p++) {
         if (only && strcmp(only, precs[p])) continue;
         prec = precs[p];
@@ -1870,16 +1949,20 @@ int main(int argc, char **argv) {
             printf("FAIL open the CUDA backend at %s: %s\n", prec, why);
             return 1;
         }
-        printf("(switches off: PPTRAIN_FUSE_GELU=0 PPTRAIN_FUSE_RESIDUAL=0)\n");
+        printf("(switches off: PPTRAIN_FUSE_GELU=0 PPTRAIN_FUSE_RESIDUAL=0 "
+               "PPTRAIN_FUSE_BGRAD=0)\n");
         check_gelu_form();
         check_matmul_gelu(67, 64, 257, 1, "off");
         check_matmul_gelu(201, 768, 3072, 0, "off");
         check_matmul_residual(67, 64, 67, 1, "off");
         check_matmul_residual(201, 3072, 768, 0, "off");
+        check_matmul(74, 64, 67, 1, "off");
+        check_bias_grad_shapes(small, "off");
         backend_release(gpu);
     }
     unsetenv("PPTRAIN_FUSE_GELU");
     unsetenv("PPTRAIN_FUSE_RESIDUAL");
+    unsetenv("PPTRAIN_FUSE_BGRAD");
     /* the norms' backward: the one-pass kernel's edges, its chunk override, the two-pass
      * fallback (the kernels are fp32 at every precision: one precision suffices) */
     if (check_norm_paths(open_gpu, only ? only : "fp32", cpu_as_gpu)) return 1;
