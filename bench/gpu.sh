@@ -79,7 +79,7 @@ if [ -n "$ab" ]; then
     if [ "$r" = failed ]; then printf "%-36s failed: %s\n" "$v" "$(tail -n 1 "$log" | cut -c1-80)"; continue; fi
     read -r ms mb <<<"$r"
     [ "$v" = default ] && base+=("$ms")
-    printf "%-36s %9s %9s %10s\n" "$v" "$ms" "$(python3 -c "import sys; b=[float(x) for x in sys.argv[2:]]; print('%+.1f%%' % (100 * (float(sys.argv[1]) / (sum(b) / len(b)) - 1)))" "$ms" "${base[@]}")" "$mb"
+    printf "%-36s %9s %9s %10s\n" "$v" "$ms" "$(python3 -c "import sys; b=[float(x) for x in sys.argv[2:]]; print('%+.1f%%' % (100 * (float(sys.argv[1]) / (sum(b) / len(b)) - 1)) if b else '-')" "$ms" ${base[@]+"${base[@]}"})" "$mb"
   done
 fi
 PPTRAIN="$pptrain" bash bench/plan.sh --gpu

@@ -1166,7 +1166,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         if (env_switch("PPTRAIN_FUSE_GELU", fuse, 2, &fuse_gelu_off, err, errlen) ||
             env_switch("PPTRAIN_FUSE_RESIDUAL", fuse, 2, &fuse_residual_off, err, errlen) ||
             env_switch("PPTRAIN_FUSE_BGRAD", fuse, 2, &fuse_bgrad_off, err, errlen) ||
-            /* [Note: cross-entropy row in shared memory] in kernels.cu */
+            /* [Note: cross-entropy row in shared memory] in ce_kernels.cuh */
             env_switch("PPTRAIN_CE", ce, 2, &ce_two_pass, err, errlen))
             return NULL;
     }

@@ -90,7 +90,7 @@ struct CudaCtx {
     int warned_epi;           /* fused GEMMs that ran unfused (epi_unfused: said once each) */
     size_t smem_optin;        /* shared memory a block may opt in to (bytes) */
     int ce_two_pass;          /* PPTRAIN_CE=two-pass: the cross-entropy reads each row twice
-                                 ([Note: cross-entropy row in shared memory] in kernels.cu) */
+                                 ([Note: cross-entropy row in shared memory] in ce_kernels.cuh) */
     char desc[512];
 };
 

@@ -1036,7 +1036,7 @@ static double dgelu_erf(double x) {
 }
 
 static void check_gelu_form(void) {
-    int N = 256, C = 8, H = 1024;
+    int N = 256, C = 64, H = 1024; /* K = 64: a GEMM cuBLASLt runs with its epilogue */
     size_t NC = (size_t)N * C, NH = (size_t)N * H, HC = (size_t)H * C;
     float *g = calloc(NC, 4), *x = rnd(NH, 1), *w = rnd(HC, 0.1f), *p = rnd(NH, 0.6f);
     for (int n = 0; n < N; n++) g[(size_t)n * C] = 1.0f;
