@@ -223,34 +223,42 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
                    CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
     LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                  &red, sizeof red));
-    cublasLtMatmulHeuristicResult_t res;
-    int n = 0;
+    /* the heuristic's best first; C != D takes the best that says it can write out of
+     * place, so one algorithm without that capability does not cost the fusion */
+    enum { CAND = 8 };
+    cublasLtMatmulHeuristicResult_t res[CAND];
+    int n = 0, want = out_of_place ? CAND : 1;
     GemmEntry e;
     memset(&e, 0, sizeof e);
     e.key = *key;
     if (desc_epi) { /* any refusal of the epilogue (type, alignment) is "no algorithm" */
-        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_epi, la, lb, lc, lc, pref, 1,
-                                                          &res, &n);
+        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_epi, la, lb, lc, lc, pref,
+                                                          want, res, &n);
         e.with_epi = s == CUBLAS_STATUS_SUCCESS && n > 0;
         if (!e.with_epi) n = 0;
     }
     if (!e.with_epi && (!desc_epi || epi_optional)) {
         cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_plain, la, lb, lc, lc, pref,
-                                                          1, &res, &n);
+                                                          want, res, &n);
         if (s == CUBLAS_STATUS_NOT_SUPPORTED) n = 0;
         else LTCK(c, s);
     }
     LTCK(c, cublasLtMatmulPreferenceDestroy(pref));
-    if (n > 0 && out_of_place) { /* C != D: the algorithm must say it can */
-        int32_t oop = 0;
-        size_t got = 0;
-        if (cublasLtMatmulAlgoCapGetAttribute(&res.algo, CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT,
-                                              &oop, sizeof oop, &got) != CUBLAS_STATUS_SUCCESS ||
-            !oop)
-            n = 0;
+    int pick = n > 0 ? 0 : -1;
+    if (pick == 0 && out_of_place) { /* C != D: the algorithm must say it can */
+        pick = -1;
+        for (int i = 0; i < n && pick < 0; i++) {
+            int32_t oop = 0;
+            size_t got = 0;
+            if (cublasLtMatmulAlgoCapGetAttribute(&res[i].algo,
+                                                  CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT,
+                                                  &oop, sizeof oop, &got) == CUBLAS_STATUS_SUCCESS &&
+                oop)
+                pick = i;
+        }
     }
-    e.found = n > 0; /* if not, the caller falls back, or dies naming the shape */
-    if (e.found) e.algo = res.algo;
+    e.found = pick >= 0; /* if not, the caller falls back, or dies naming the shape */
+    if (e.found) e.algo = res[pick].algo;
     int slot = c->ngemm < GEMM_CACHE ? c->ngemm++
                                      : (int)(((unsigned)key->m * 31u + key->n) % GEMM_CACHE);
     c->gemm[slot] = e;
