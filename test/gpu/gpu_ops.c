@@ -1506,6 +1506,17 @@ static int check_flash_v1_bits(OpenFn open, int small) {
     return 0;
 }
 
+/* One check: an open with var=val set (rc, why) must have failed naming var; a backend
+ * that opened anyway is released. */
+static void refused(int rc, const char *var, const char *val, const char *why) {
+    int ok = rc != PP_OK && strstr(why, var);
+    checks++;
+    failures += !ok;
+    printf("%-4s %s=%s refused at open: %s\n", ok ? "ok" : "FAIL", var, val,
+           rc == PP_OK ? "opened" : why);
+    if (rc == PP_OK) backend_release(gpu);
+}
+
 /* The flash checks on a backend of their own (PPTRAIN_ATTENTION=flash, bf16); then the
  * materialised path at bf16 (no longer the default there, still the fallback) with the
  * attention check above; then a bad value of the variable, which the open must refuse
@@ -1560,20 +1571,10 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
     backend_release(gpu);
 
     if (!cpu_mode) {
-        int rc = open_attention(open, "bogus", NULL, why, sizeof why);
-        int ok = rc != PP_OK && strstr(why, "PPTRAIN_ATTENTION");
-        checks++;
-        failures += !ok;
-        printf("%-4s PPTRAIN_ATTENTION=bogus refused at open: %s\n", ok ? "ok" : "FAIL",
-               rc == PP_OK ? "opened" : why);
-        if (rc == PP_OK) backend_release(gpu);
-        rc = open_attention(open, "flash", "dq+bogus", why, sizeof why);
-        ok = rc != PP_OK && strstr(why, "PPTRAIN_FLASH_BWD");
-        checks++;
-        failures += !ok;
-        printf("%-4s PPTRAIN_FLASH_BWD=dq+bogus refused at open: %s\n", ok ? "ok" : "FAIL",
-               rc == PP_OK ? "opened" : why);
-        if (rc == PP_OK) backend_release(gpu);
+        refused(open_attention(open, "bogus", NULL, why, sizeof why), "PPTRAIN_ATTENTION", "bogus",
+                why);
+        refused(open_attention(open, "flash", "dq+bogus", why, sizeof why), "PPTRAIN_FLASH_BWD",
+                "dq+bogus", why);
     }
     return 0;
 }
@@ -1624,13 +1625,8 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
         }
         backend_release(gpu);
         if (!cpu_mode) {
-            int rc = open_env(open, sw[i].var, sw[i].bogus, "bf16", why, sizeof why);
-            int ok = rc != PP_OK && strstr(why, sw[i].var);
-            checks++;
-            failures += !ok;
-            printf("%-4s %s=%s refused at open: %s\n", ok ? "ok" : "FAIL", sw[i].var, sw[i].bogus,
-                   rc == PP_OK ? "opened" : why);
-            if (rc == PP_OK) backend_release(gpu);
+            refused(open_env(open, sw[i].var, sw[i].bogus, "bf16", why, sizeof why), sw[i].var,
+                    sw[i].bogus, why);
         }
     }
     return 0;
@@ -1668,13 +1664,8 @@ static int check_norm_paths(OpenFn open, const char *precision, int cpu_mode) {
         backend_release(gpu);
     }
     if (!cpu_mode) {
-        int rc = open_env(open, "PPTRAIN_LN_BWD", "one-pass:0", precision, why, sizeof why);
-        int ok = rc != PP_OK && strstr(why, "PPTRAIN_LN_BWD");
-        checks++;
-        failures += !ok;
-        printf("%-4s PPTRAIN_LN_BWD=one-pass:0 refused at open: %s\n", ok ? "ok" : "FAIL",
-               rc == PP_OK ? "opened" : why);
-        if (rc == PP_OK) backend_release(gpu);
+        refused(open_env(open, "PPTRAIN_LN_BWD", "one-pass:0", precision, why, sizeof why),
+                "PPTRAIN_LN_BWD", "one-pass:0", why);
     }
     return 0;
 }
