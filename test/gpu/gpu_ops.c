@@ -1340,9 +1340,13 @@ static void check_crossentropy(const Shape *s, const char *sh) {
  * the 64-row tiles), head sizes 32, 48, 64, 80, 96, 128 and 20 (zero-padded to the
  * kernels' template sizes), NH = 1 and 12, B = 1 and 3. Every shape runs under both
  * backwards of PPTRAIN_FLASH_BWD ([Note: flash backward v2] in cuda/flash_attn.cu): v2,
- * the default, and v1 (the shape's name starts "v1"); v2 must also give v1's bits. */
+ * the default, and v1 (the shape's name starts "v1"); v2 must also give v1's bits (v2
+ * reorders no sum: its kernels skip only tiles whose every product is zero). Returns the
+ * backward's dqkv (host, the caller frees it); given v2's (v2, on the same inputs), it
+ * must be the same bits. */
 
-static void check_flash_shape(int B, int T, int NH, int NKV, int hs, const char *tag) {
+static float *check_flash_shape(int B, int T, int NH, int NKV, int hs, const char *tag,
+                                const float *v2) {
     int C = NH * hs, N = B * T, W = (NH + 2 * NKV) * hs, G = NH / NKV;
     char sh[96];
     snprintf(sh, sizeof sh, "%s%sB=%d T=%d NH=%d NKV=%d hs=%d", tag, *tag ? " " : "", B, T, NH,
@@ -1406,6 +1410,7 @@ static void check_flash_shape(int B, int T, int NH, int NKV, int hs, const char 
     float *hq = host_op(dgq, Q), *hq2 = host_op(dgq2, Q);
     compare("flash attention_backward", "dqkv", sh, hq, gq, Q, tol_op(1.5e-2));
     same_bits("flash attention_backward", sh, hq, hq2, Q);
+    if (v2) same_bits("flash attention_backward v2=v1", sh, v2, hq, Q);
     void *all[] = {dq, dout, dout2, datt, datt2, dg, dgq, dgq2, gscratch};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->dealloc(gpu, all[i]);
     free(qkv);
@@ -1418,9 +1423,9 @@ static void check_flash_shape(int B, int T, int NH, int NKV, int hs, const char 
     free(ha2);
     free(g);
     free(gq);
-    free(hq);
     free(hq2);
     free(scratch);
+    return hq;
 }
 
 typedef int (*OpenFn)(const char *precision, char *why, size_t n);
@@ -1445,65 +1450,6 @@ static int open_attention(OpenFn open, const char *att, const char *bwd, char *w
         else unsetenv(names[i]);
     }
     return rc;
-}
-
-/* [Note: flash backward v2]: the backward's dqkv under PPTRAIN_FLASH_BWD=v1 and =v2 on the
- * same inputs (a backend opened for each), which must be the same bits: v2 reorders no
- * sum (its kernels skip only tiles whose every product is zero). Returns 0, or 1 when a
- * backend cannot be opened. */
-static int check_flash_v1_bits(OpenFn open, int small) {
-    static const struct {
-        int B, T, NH, NKV, hs;
-    } fs[] = {
-        {3, 7, 12, 12, 64},   {3, 127, 12, 12, 64}, {1, 129, 1, 1, 80}, {1, 127, 12, 12, 96},
-        {3, 129, 2, 2, 128},  {3, 70, 1, 1, 20},    {3, 129, 12, 4, 64}, {2, 129, 8, 1, 32},
-        {3, 70, 9, 3, 80},    {1, 127, 6, 2, 96},   {3, 1024, 12, 12, 64}, {2, 1024, 12, 1, 64},
-    };
-    enum { NS = sizeof fs / sizeof fs[0] };
-    float *qkv[NS], *g[NS], *res[2][NS];
-    char why[PP_ERR_MAX];
-    for (int i = 0; i < NS; i++) {
-        size_t N = (size_t)fs[i].B * fs[i].T, W = (size_t)(fs[i].NH + 2 * fs[i].NKV) * fs[i].hs;
-        qkv[i] = rnd(N * W, 1);
-        g[i] = rnd(N * fs[i].NH * fs[i].hs, 1);
-        res[0][i] = res[1][i] = NULL;
-    }
-    for (int m = 0; m < 2; m++) {
-        if (open_attention(open, "flash", m ? "v2" : "v1", why, sizeof why) != PP_OK) {
-            printf("FAIL open the CUDA backend with PPTRAIN_FLASH_BWD=%s: %s\n", m ? "v2" : "v1",
-                   why);
-            return 1;
-        }
-        for (int i = 0; i < NS; i++) {
-            int B = fs[i].B, T = fs[i].T, NH = fs[i].NH, NKV = fs[i].NKV, hs = fs[i].hs;
-            if (small && T > 129) continue;
-            size_t N = (size_t)B * T, NC = N * NH * hs, Q = N * (NH + 2 * NKV) * hs;
-            size_t gsave = gpu->attention_saved_floats(gpu, B, T, NH);
-            float *dq = dev(qkv[i], Q * 4), *dg = dev(g[i], NC * 4), *datt = dev(NULL, gsave * 4);
-            void *dout = dev_op_nan(NC), *dgq = dev_op_nan(Q);
-            float *gs = gpu->alloc(gpu, gpu->scratch_floats(gpu, (int)N, T, NH * hs) * 4 + 4);
-            gpu->attention_forward(gpu, dout, datt, dq, B, T, NH, NKV, hs);
-            gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, NH, NKV, hs, gs);
-            res[m][i] = host_op(dgq, Q);
-            void *all[] = {dq, dg, datt, dout, dgq, gs};
-            for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) gpu->dealloc(gpu, all[k]);
-        }
-        backend_release(gpu);
-    }
-    for (int i = 0; i < NS; i++) {
-        if (res[0][i]) {
-            char sh[96];
-            snprintf(sh, sizeof sh, "v2=v1 B=%d T=%d NH=%d NKV=%d hs=%d", fs[i].B, fs[i].T,
-                     fs[i].NH, fs[i].NKV, fs[i].hs);
-            size_t Q = (size_t)fs[i].B * fs[i].T * (fs[i].NH + 2 * fs[i].NKV) * fs[i].hs;
-            same_bits("flash attention_backward", sh, res[0][i], res[1][i], Q);
-        }
-        free(qkv[i]);
-        free(g[i]);
-        free(res[0][i]);
-        free(res[1][i]);
-    }
-    return 0;
 }
 
 /* One check: an open with var=val set (rc, why) must have failed naming var; a backend
@@ -1538,7 +1484,11 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
         {3, 1024, 8, 4, 64},
     };
     char why[PP_ERR_MAX];
-    /* the backward v2 (PPTRAIN_FLASH_BWD unset), then v1 ([Note: flash backward v2]) */
+    /* the backward v2 (PPTRAIN_FLASH_BWD unset), then v1 ([Note: flash backward v2]) on
+     * the same inputs (each shape's own seed), v1's dqkv the bits of v2's */
+    enum { NS = sizeof fs / sizeof fs[0] };
+    float *v2[NS] = {NULL};
+    uint64_t seed = rng;
     for (int v1 = 0; v1 < 2; v1++) {
         if (open_attention(open, "flash", v1 ? "v1" : NULL, why, sizeof why) != PP_OK) {
             printf("FAIL open the CUDA backend with PPTRAIN_ATTENTION=flash%s: %s\n",
@@ -1547,12 +1497,20 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
         }
         printf("gpu_ops: flash attention checks on %s\n",
                gpu->description ? gpu->description : "the CPU (--cpu)");
-        for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
-            if (!small || fs[i].T <= 129)
-                check_flash_shape(fs[i].B, fs[i].T, fs[i].NH, fs[i].NKV, fs[i].hs, v1 ? "v1" : "");
+        for (int i = 0; i < NS; i++) {
+            if (small && fs[i].T > 129) continue;
+            rng = seed + (uint64_t)i * 0x51ED27ull;
+            float *dqkv = check_flash_shape(fs[i].B, fs[i].T, fs[i].NH, fs[i].NKV, fs[i].hs,
+                                            v1 ? "v1" : "", v1 ? v2[i] : NULL);
+            if (v1) {
+                free(v2[i]);
+                free(dqkv);
+            } else {
+                v2[i] = dqkv;
+            }
+        }
         backend_release(gpu);
     }
-    if (check_flash_v1_bits(open, small)) return 1;
 
     if (open_attention(open, "materialized", NULL, why, sizeof why) != PP_OK) {
         printf("FAIL open the CUDA backend with PPTRAIN_ATTENTION=materialized: %s\n", why);
