@@ -51,6 +51,37 @@ static __device__ void block_reduce_ms(float &m, float &s, float *sh) {
     warp_ms(m, s);
 }
 
+/* A thread's running (max, sum of exp) after one more logit, or four more. */
+static __device__ __forceinline__ void ms_push(float &mx, float &s, float v) {
+    if (v > mx) {
+        s *= expf(mx - v);
+        mx = v;
+    }
+    s += expf(v - mx);
+}
+static __device__ __forceinline__ void ms_push4(float &mx, float &s, float4 v) {
+    float lm = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+    if (lm > mx) {
+        s *= expf(mx - lm);
+        mx = lm;
+    }
+    s += expf(v.x - mx) + expf(v.y - mx) + expf(v.z - mx) + expf(v.w - mx);
+}
+
+/* The loss's gradient at the four logits v of columns 4j..4j+3: softmax * dloss (k =
+ * dloss / s), less dloss at the target, 0 in the padded columns. */
+static __device__ __forceinline__ float4 ce_grad4(float4 v, int j, int V, int tgt, float mx,
+                                                  float k, float dloss) {
+    float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int col = 4 * j + i;
+        e[i] = col < V ? expf(e[i] - mx) * k : 0.0f;
+        if (col == tgt) e[i] -= dloss;
+    }
+    return make_float4(e[0], e[1], e[2], e[3]);
+}
+
 /* One pass over the row for its max and sum (online), one for the loss's gradient,
  * written over the logits: 2 reads and 1 write of the row, in 16-byte accesses when Vp
  * is a multiple of 4 (then every row is 16-byte aligned; the default Vp is a multiple of
@@ -63,23 +94,8 @@ __global__ void crossentropy(OutT *dlogits, float *losses, const float *logits, 
     const float4 *x4 = reinterpret_cast<const float4 *>(x);
     int tgt = targets[blockIdx.x], V4 = Vp % 4 ? 0 : V / 4; /* whole vectors below V */
     float xt = x[tgt], mx = -INFINITY, s = 0.0f; /* read before any thread writes the row */
-    for (int j = threadIdx.x; j < V4; j += blockDim.x) {
-        float4 v = x4[j];
-        float lm = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
-        if (lm > mx) {
-            s *= expf(mx - lm);
-            mx = lm;
-        }
-        s += expf(v.x - mx) + expf(v.y - mx) + expf(v.z - mx) + expf(v.w - mx);
-    }
-    for (int j = 4 * V4 + threadIdx.x; j < V; j += blockDim.x) {
-        float v = x[j];
-        if (v > mx) {
-            s *= expf(mx - v);
-            mx = v;
-        }
-        s += expf(v - mx);
-    }
+    for (int j = threadIdx.x; j < V4; j += blockDim.x) ms_push4(mx, s, x4[j]);
+    for (int j = 4 * V4 + threadIdx.x; j < V; j += blockDim.x) ms_push(mx, s, x[j]);
     block_reduce_ms(mx, s, ce_sh);
     if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) - (xt - mx);
     if (!want_grad) return;
@@ -92,17 +108,8 @@ __global__ void crossentropy(OutT *dlogits, float *losses, const float *logits, 
         return;
     }
     /* each thread reads its 4 before writing them */
-    for (int j = threadIdx.x; j < Vp / 4; j += blockDim.x) {
-        float4 v = x4[j];
-        float e[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int col = 4 * j + i;
-            e[i] = col < V ? expf(e[i] - mx) * k : 0.0f;
-            if (col == tgt) e[i] -= dloss;
-        }
-        put4(y + 4 * j, make_float4(e[0], e[1], e[2], e[3]));
-    }
+    for (int j = threadIdx.x; j < Vp / 4; j += blockDim.x)
+        put4(y + 4 * j, ce_grad4(x4[j], j, V, tgt, mx, k, dloss));
 }
 
 /* [Note: cross-entropy row in shared memory] With a gradient, the kernel above reads each
@@ -141,37 +148,15 @@ __global__ void __launch_bounds__(CE_SMEM_THREADS, 1)
             int j = j0 + u * CE_SMEM_THREADS;
             if (j >= P4) break;
             row[j] = v[u];
-            if (j >= V4) continue; /* a vector with padded columns: the scalar loop below */
-            float lm = fmaxf(fmaxf(v[u].x, v[u].y), fmaxf(v[u].z, v[u].w));
-            if (lm > mx) {
-                s *= expf(mx - lm);
-                mx = lm;
-            }
-            s += expf(v[u].x - mx) + expf(v[u].y - mx) + expf(v[u].z - mx) + expf(v[u].w - mx);
+            if (j < V4) ms_push4(mx, s, v[u]); /* else padded columns: the loop below */
         }
     }
-    for (int j = 4 * V4 + threadIdx.x; j < V; j += CE_SMEM_THREADS) {
-        float v = x[j];
-        if (v > mx) {
-            s *= expf(mx - v);
-            mx = v;
-        }
-        s += expf(v - mx);
-    }
+    for (int j = 4 * V4 + threadIdx.x; j < V; j += CE_SMEM_THREADS) ms_push(mx, s, x[j]);
     block_reduce_ms(mx, s, ce_sh);
     if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) - (xt - mx);
     float k = dloss / s;
-    for (int j = threadIdx.x; j < P4; j += CE_SMEM_THREADS) { /* the vectors this thread stored */
-        float4 v = row[j];
-        float e[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int col = 4 * j + i;
-            e[i] = col < V ? expf(e[i] - mx) * k : 0.0f;
-            if (col == tgt) e[i] -= dloss;
-        }
-        put4(y + 4 * j, make_float4(e[0], e[1], e[2], e[3]));
-    }
+    for (int j = threadIdx.x; j < P4; j += CE_SMEM_THREADS) /* the vectors this thread stored */
+        put4(y + 4 * j, ce_grad4(row[j], j, V, tgt, mx, k, dloss));
 }
 
 #endif
