@@ -158,13 +158,22 @@ static void cu_snapshot_wait(const Backend *be) {
     CK(c, cudaEventSynchronize(c->landed));
 }
 
+/* Every workspace of the context, into g: what cu_memory counts and cu_close frees (one
+ * list, so that a workspace added to CudaCtx is in both). */
+enum { N_GROW = 12 };
+static void workspaces(CudaCtx *c, Grow *g[N_GROW]) {
+    Grow *all[N_GROW] = {&c->lt_ws, &c->castA, &c->castB,  &c->castW, &c->partials, &c->sums,
+                         &c->enc,   &c->att,   &c->flashD, &c->stage, &c->wide,     &c->bgrad};
+    memcpy(g, all, sizeof all);
+}
+
 static void cu_memory(const Backend *be, size_t *allocated, size_t *workspace) {
     CudaCtx *c = ctx_of(be);
-    const Grow *g[] = {&c->lt_ws, &c->castA, &c->castB,  &c->castW, &c->partials, &c->sums,
-                       &c->enc,   &c->att,   &c->flashD, &c->stage, &c->wide,     &c->bgrad};
+    Grow *g[N_GROW];
+    workspaces(c, g);
     *allocated = c->allocated;
     *workspace = 0;
-    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) *workspace += g[i]->bytes;
+    for (int i = 0; i < N_GROW; i++) *workspace += g[i]->bytes;
 }
 
 /* ---- GEMMs through cuBLASLt -------------------------------------------------------- */
@@ -904,9 +913,9 @@ static void cu_close(const Backend *be) {
     CudaCtx *c = ctx_of(be);
     CK(c, cudaStreamSynchronize(c->stream));
     CK(c, cudaStreamSynchronize(c->side));
-    Grow *g[] = {&c->lt_ws, &c->castA, &c->castB,  &c->castW, &c->partials,
-                 &c->sums,  &c->enc,   &c->att,    &c->flashD, &c->stage, &c->wide};
-    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) CK(c, cudaFree(g[i]->p));
+    Grow *g[N_GROW];
+    workspaces(c, g);
+    for (int i = 0; i < N_GROW; i++) CK(c, cudaFree(g[i]->p));
     /* leaks of the caller's */
     for (int i = 0; i < c->nallocs; i++) CK(c, cudaFree(c->allocs[i].p));
     LTCK(c, cublasLtDestroy(c->lt));
