@@ -28,11 +28,11 @@ typedef enum {
     T_STRING, /* char[size], a non-empty path ([Note: path patterns] expand it) */
     T_PATH,   /* char[size], a path; YAML null (or no value) stores "" */
     T_ENUM,   /* char[size], one of `choices` */
-    T_SPLIT,  /* char[size]: "auto", "[4, 4]" or "[\"layers.4\"]" (see read_split) */
+    T_SPLIT,  /* char[size]: "auto", "[4, 4]" or "[\"layers.4\"]" (see split_entry) */
     T_AUTO,   /* int: "auto" stores 0, else an integer in lo..hi (lo >= 1) */
     T_TRI,    /* int: "auto" stores -1, else 0/1 as T_BOOL (config_finalize resolves auto) */
     T_TEXT,   /* char[size], non-empty text, not a path (no pattern expansion) */
-    T_IDS,    /* char[size]: token ids: "" (null), "2" or "[1, 2]" (see read_ids) */
+    T_IDS,    /* char[size]: token ids: "" (null), "2" or "[1, 2]" (see id_entry) */
 } FieldType;
 
 enum { OPEN_LO = 1, OPEN_HI = 2 };
@@ -483,7 +483,7 @@ static void format_list(const char *p, char *buf, size_t n) {
     snprintf(buf + len, n - len, "]");
 }
 
-/* The value of f in c as YAML text that field_parse / read_split read back. */
+/* The value of f in c as YAML text that field_parse / read_field_sequence read back. */
 static void format_value(const Field *f, const Config *c, char *buf, size_t n) {
     const void *p = field_ptr(f, c);
     switch (f->type) {
@@ -743,10 +743,20 @@ static void section_reset(Config *c, const char *key) {
         }
 }
 
-/* Append one list entry of pipeline.split to `text` as canonical YAML. *kind records
- * what the first entry was (1 = layer count, 2 = split point "layers.N"). */
-static int split_entry(Reader *r, const char *key, const yaml_event_t *ev, int *kind, char *text,
-                       size_t size) {
+/* [Note: config sequences] A YAML sequence becomes one field's text: pipeline.split's and
+ * the token ids' as canonical YAML ("[4, 4]", "[\"layers.4\"]", "[1, 2]"), a list of
+ * paths as its paths one after another, each ending in a NUL ([Note: data lists]). One
+ * loop (read_sequence) reads the events; an entry function per kind checks each entry
+ * and appends it to the text (size bytes, *len used so far). *state is 0 until the first
+ * entry and whatever the entry function keeps after it (pipeline.split: the kind of the
+ * first entry). */
+typedef int (*SeqEntry)(Reader *r, const Field *f, const yaml_event_t *ev, int *state,
+                        char *text, size_t size, size_t *len);
+
+/* A pipeline.split entry: a layer count (*state 1) or a split point "layers.N" (2), every
+ * entry of the kind of the first. */
+static int split_entry(Reader *r, const Field *f, const yaml_event_t *ev, int *state, char *text,
+                       size_t size, size_t *len) {
     char want[WANT_MAX], item[64];
     int count = 0;
     const char *s = ev->type == YAML_SCALAR_EVENT ? (const char *)ev->data.scalar.value : "";
@@ -761,83 +771,38 @@ static int split_entry(Reader *r, const char *key, const yaml_event_t *ev, int *
         this_kind = 2;
         snprintf(item, sizeof item, "\"layers.%d\"", count);
     }
-    if (!this_kind || (*kind && this_kind != *kind)) {
+    if (!this_kind || (*state && this_kind != *state)) {
         if (!this_kind) snprintf(want, sizeof want, "a layer count > 0 or a split point "
                                                     "\"layers.N\" as list entry");
         else snprintf(want, sizeof want, "every list entry to be a %s like the first",
-                      *kind == 1 ? "layer count" : "split point \"layers.N\"");
-        return fail_value(r, key, ev, want);
+                      *state == 1 ? "layer count" : "split point \"layers.N\"");
+        return fail_value(r, f->key, ev, want);
     }
-    size_t len = strlen(text);
-    if (len + strlen(item) + 4 > size)
-        return fail(r, &ev->start_mark, "%s: the list is too long (at most %zu characters)", key,
-                    size - 1);
-    snprintf(text + len, size - len, "%s%s", *kind ? ", " : "", item);
-    *kind = this_kind;
+    if (*len + strlen(item) + 4 > size)
+        return fail(r, &ev->start_mark, "%s: the list is too long (at most %zu characters)",
+                    f->key, size - 1);
+    *len += (size_t)snprintf(text + *len, size - *len, "%s%s", *state ? ", " : "", item);
+    *state = this_kind;
     return PP_OK;
 }
 
-/* Read the rest of a YAML sequence (its start event consumed) into pipeline.split as
- * canonical text "[4, 4]" or "[\"layers.4\", \"layers.8\"]". */
-static int read_split(Reader *r, const Field *f) {
-    char text[PP_SPLIT_MAX] = "[";
-    int kind = 0, rc = PP_OK;
-    for (;;) {
-        yaml_event_t ev;
-        if (next_event(r, &ev)) return PP_EUSAGE;
-        if (ev.type == YAML_SEQUENCE_END_EVENT) {
-            if (!kind) rc = fail(r, &ev.start_mark, "%s: expected auto or a non-empty list, "
-                                                    "got an empty list", f->key);
-            yaml_event_delete(&ev);
-            break;
-        }
-        rc = split_entry(r, f->key, &ev, &kind, text, sizeof text);
-        yaml_event_delete(&ev);
-        if (rc) return rc;
-    }
-    if (rc) return rc;
-    strcat(text, "]");
-    set_text(field_ptr(f, r->c), f->size, text);
-    return PP_OK;
-}
-
-/* Read the rest of a YAML sequence (its start event consumed) into the token ids field f
- * as canonical text "[1, 2]": each entry a plain id >= 0, at least one. */
-static int read_ids(Reader *r, const Field *f) {
-    char text[PP_IDS_MAX] = "[", want[WANT_MAX];
+/* A token id >= 0 (*state: the ids so far). */
+static int id_entry(Reader *r, const Field *f, const yaml_event_t *ev, int *state, char *text,
+                    size_t size, size_t *len) {
     Field id = {.lo = 0, .hi = IMAX};
-    int n = 0, rc = PP_OK;
-    for (;;) {
-        yaml_event_t ev;
-        if (next_event(r, &ev)) return PP_EUSAGE;
-        if (ev.type == YAML_SEQUENCE_END_EVENT) {
-            if (!n) rc = fail(r, &ev.start_mark, "%s: expected a token id or a non-empty list "
-                              "of them, got an empty list (null: none)", f->key);
-            yaml_event_delete(&ev);
-            break;
-        }
-        int v, plain = ev.type == YAML_SCALAR_EVENT && scalar_plain(&ev);
-        size_t len = strlen(text);
-        if (!plain || !parse_int(&id, (const char *)ev.data.scalar.value, &v)) {
-            snprintf(want, sizeof want, "a token id >= 0 as list entry");
-            rc = fail_value(r, f->key, &ev, want);
-        } else if (len + 16 > sizeof text) {
-            rc = fail(r, &ev.start_mark, "%s: the list is too long (at most %zu characters)",
-                      f->key, sizeof text - 2);
-        } else {
-            snprintf(text + len, sizeof text - len, "%s%d", n++ ? ", " : "", v);
-        }
-        yaml_event_delete(&ev);
-        if (rc) return rc;
-    }
-    if (rc) return rc;
-    strcat(text, "]");
-    set_text(field_ptr(f, r->c), f->size, text);
+    int v, plain = ev->type == YAML_SCALAR_EVENT && scalar_plain(ev);
+    if (!plain || !parse_int(&id, (const char *)ev->data.scalar.value, &v))
+        return fail_value(r, f->key, ev, "a token id >= 0 as list entry");
+    if (*len + 16 > size)
+        return fail(r, &ev->start_mark, "%s: the list is too long (at most %zu characters)",
+                    f->key, size - 2);
+    *len += (size_t)snprintf(text + *len, size - *len, "%s%d", (*state)++ ? ", " : "", v);
     return PP_OK;
 }
 
-/* Append one entry of a list of paths (field f) to text[f->size], *len bytes so far. */
-static int list_entry(Reader *r, const Field *f, const yaml_event_t *ev, char *text, size_t *len) {
+/* A path of a list field ([Note: data lists]). */
+static int path_entry(Reader *r, const Field *f, const yaml_event_t *ev, int *state, char *text,
+                      size_t size, size_t *len) {
     char want[WANT_MAX];
     const char *s = ev->type == YAML_SCALAR_EVENT ? (const char *)ev->data.scalar.value : NULL;
     const char *kind = s ? tag_kind(ev) : NULL;
@@ -848,40 +813,60 @@ static int list_entry(Reader *r, const Field *f, const yaml_event_t *ev, char *t
         return fail_value(r, f->key, ev, want);
     }
     size_t n = strlen(s);
-    if (*len + n + 2 > f->size)
+    if (*len + n + 2 > size)
         return fail(r, &ev->start_mark, "%s: the list is too long (at most %zu bytes of paths): "
-                    "name the files with a glob instead", f->key, f->size - 2);
+                    "name the files with a glob instead", f->key, size - 2);
     memcpy(text + *len, s, n + 1);
     *len += n + 1;
+    *state = 1;
     return PP_OK;
 }
 
-/* Read the rest of a YAML sequence (its start event consumed) into the list field f
- * ([Note: data lists]). */
-static int read_list(Reader *r, const Field *f) {
-    char *text = pp_calloc(1, f->size);
-    size_t len = 0;
-    int rc = PP_OK;
+/* Read the rest of a YAML sequence (its start event consumed) into text[size] through
+ * entry; an empty one fails: "key: expected <expected>, got an empty list<tail>". */
+static int read_sequence(Reader *r, const Field *f, SeqEntry entry, char *text, size_t size,
+                         size_t *len, const char *expected, const char *tail) {
+    int state = 0;
     for (;;) {
         yaml_event_t ev;
-        if (next_event(r, &ev)) {
-            rc = PP_EUSAGE;
-            break;
-        }
-        if (ev.type == YAML_SEQUENCE_END_EVENT) {
-            if (!len)
-                rc = fail(r, &ev.start_mark, "%s: expected a path or a non-empty list of paths, "
-                          "got an empty list%s", f->key, f->type == T_PATH ? " (null: none)" : "");
-            yaml_event_delete(&ev);
-            break;
-        }
-        rc = list_entry(r, f, &ev, text, &len);
+        if (next_event(r, &ev)) return PP_EUSAGE;
+        int rc, end = ev.type == YAML_SEQUENCE_END_EVENT;
+        if (!end)
+            rc = entry(r, f, &ev, &state, text, size, len);
+        else if (!state)
+            rc = fail(r, &ev.start_mark, "%s: expected %s, got an empty list%s", f->key,
+                      expected, tail);
+        else
+            rc = PP_OK;
         yaml_event_delete(&ev);
-        if (rc) break;
+        if (end || rc) return rc;
     }
-    if (rc == PP_OK) memcpy(field_ptr(f, r->c), text, f->size);
-    free(text);
-    return rc;
+}
+
+/* A sequence for the field f (pipeline.split, token ids or a list of paths) into its text
+ * ([Note: config sequences]). */
+static int read_field_sequence(Reader *r, const Field *f) {
+    if (f->list) {
+        char *text = pp_calloc(1, f->size);
+        size_t len = 0;
+        int rc = read_sequence(r, f, path_entry, text, f->size, &len,
+                               "a path or a non-empty list of paths",
+                               f->type == T_PATH ? " (null: none)" : "");
+        if (rc == PP_OK) memcpy(field_ptr(f, r->c), text, f->size);
+        free(text);
+        return rc;
+    }
+    char text[PP_SPLIT_MAX > PP_IDS_MAX ? PP_SPLIT_MAX : PP_IDS_MAX] = "[";
+    size_t len = 1, size = f->type == T_IDS ? PP_IDS_MAX : PP_SPLIT_MAX;
+    int rc = f->type == T_IDS
+                 ? read_sequence(r, f, id_entry, text, size, &len,
+                                 "a token id or a non-empty list of them", " (null: none)")
+                 : read_sequence(r, f, split_entry, text, size, &len,
+                                 "auto or a non-empty list", "");
+    if (rc) return rc;
+    strcat(text, "]");
+    set_text(field_ptr(f, r->c), f->size, text);
+    return PP_OK;
 }
 
 /* Apply the value event `ev` to `key` (a field, or a section taking a mapping). */
@@ -917,7 +902,7 @@ static int read_value(Reader *r, const char *key, const yaml_event_t *ev) {
     }
     if (ev->type == YAML_SEQUENCE_START_EVENT && (f->type == T_SPLIT || f->type == T_IDS ||
                                                   f->list)) {
-        int rc = f->list ? read_list(r, f) : f->type == T_IDS ? read_ids(r, f) : read_split(r, f);
+        int rc = read_field_sequence(r, f);
         if (rc == PP_OK) r->c->given[f - k_fields] = 1;
         return rc;
     }
