@@ -496,6 +496,10 @@ static void set_backslash_c(json_t *j) { /* \C cut characters: a heap overflow, 
                             json_object_get(j, "pre_tokenizer"));
     json_object_set_new(j, "pre_tokenizer", seq);
 }
+static void set_added_other_id(json_t *j) { /* llama2.json's </s> (id 2) renamed "x" (673) */
+    json_object_set_new(json_array_get(json_object_get(j, "added_tokens"), 2), "content",
+                        json_string("x"));
+}
 static void set_root_typo(json_t *j) { json_object_set_new(j, "pre_tokenizr", json_null()); }
 static void set_strip_huge(json_t *j) { /* mistral.json's decoder: Strip is its 4th */
     json_t *strip = json_array_get(json_object_get(json_object_get(j, "decoder"), "decoders"), 3);
@@ -547,6 +551,8 @@ START_TEST(test_refused) {
     refused("gpt2.json", "far.json", set_sparse_added,
             "added_tokens[1] gives \"<|far|>\" the id 50000000");
     refused("gpt2.json", "bc.json", set_backslash_c, "using \\C is disabled");
+    refused("llama2.json", "x.json", set_added_other_id,
+            "added_tokens[2] \"x\" has id 2, but model.vocab gives it id 673");
     refused("gpt2.json", "typo.json", set_root_typo, "has an unknown member \"pre_tokenizr\"");
     refused("mistral.json", "strip.json", set_strip_huge, "(Strip) needs \"start\" and \"stop\"");
 

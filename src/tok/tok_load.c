@@ -354,6 +354,12 @@ static int load_added(Load *L, const json_t *root) {
                            refused[k]);
         }
         d->id = (int32_t)json_integer_value(id);
+        int32_t vid = vocab_id(t, tok_s(t, d->s), d->s.len);
+        if (vid >= 0 && vid != d->id) /* the library would take vid and ignore d->id */
+            return bad(L, field,
+                       "\"%s\" has id %d, but model.vocab gives it id %d: the tokenizers "
+                       "library encodes it as %d; make the two ids agree",
+                       tok_s(t, d->s), d->id, vid, vid);
         if (t->added_of[d->id] >= 0) return bad(L, field, "repeats id %d", d->id);
         t->added_of[d->id] = t->n_added++;
     }
