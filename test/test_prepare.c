@@ -643,6 +643,90 @@ START_TEST(test_bad_tokenizer) {
 }
 END_TEST
 
+/* ---- hostile input (the hostile-input campaign, test/fuzz/fuzz_tok.py) ------------------------ */
+
+static const char *g_pattern;      /* set_split's */
+static void set_split(json_t *j) { /* a Split of g_pattern before gpt2.json's ByteLevel */
+    json_t *split = json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex",
+                              g_pattern, "behavior", "Isolated", "invert", 0);
+    json_t *seq = json_pack("{s:s, s:[o, O]}", "type", "Sequence", "pretokenizers", split,
+                            json_object_get(j, "pre_tokenizer"));
+    json_object_set_new(j, "pre_tokenizer", seq);
+}
+
+/* A pattern that backtracks catastrophically ends the run with the file named (before: a
+ * quadratic one ran for minutes on 300 kB, hours on 100 MB; an exponential one died of an
+ * internal "fatal:"), and nothing is written. */
+START_TEST(test_runaway_pattern) {
+    size_t n = 300000;
+    char *a = malloc(n + 1);
+    memset(a, 'a', n);
+    a[n] = 0;
+    write_str(tmp("a.txt"), a);
+    free(a);
+    g_pattern = "(?:a|b)*c|a"; /* scans to the end from every position */
+    const char *quad = edited("quad.json", set_split);
+    ck_assert_int_eq(run_prepare("--tokenizer", quad, "--text", tmp("a.txt"), "--out", tmp("o.bin"),
+                                 NULL),
+                     PP_EUSAGE);
+    ERR_HAS("a.txt: ");
+    ERR_HAS("quad.json: the pre-tokenizer pattern \"(?:a|b)*c|a\"");
+    ERR_HAS("match limit exceeded");
+    g_pattern = "(a|aa)+$"; /* exponential */
+    const char *expo = edited("expo.json", set_split);
+    write_str(tmp("e.jsonl"),
+              "{\"text\": \"fine\"}\n{\"text\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab\"}\n");
+    ck_assert_int_eq(run_prepare("--tokenizer", expo, "--jsonl", tmp("e.jsonl"), "--field", "text",
+                                 "--out", tmp("o.bin"), NULL),
+                     PP_EUSAGE);
+    ERR_HAS("e.jsonl:2: ");
+    ERR_HAS("match limit exceeded");
+    only_files("a.txt", "quad.json", "expo.json", "e.jsonl", NULL);
+}
+END_TEST
+
+static void set_no_a(json_t *j) { /* llama3.json without "a", and the merges that need it */
+    json_t *vocab = json_object_get(json_object_get(j, "model"), "vocab");
+    json_t *merges = json_object_get(json_object_get(j, "model"), "merges");
+    json_object_del(vocab, "a");
+    for (size_t i = json_array_size(merges); i-- > 0;) {
+        json_t *m = json_array_get(merges, i);
+        const char *l = json_string_value(json_array_get(m, 0));
+        const char *r = json_string_value(json_array_get(m, 1));
+        char both[256];
+        snprintf(both, sizeof both, "%s%s", l, r);
+        if (!json_object_get(vocab, l) || !json_object_get(vocab, r) ||
+            !json_object_get(vocab, both))
+            json_array_remove(merges, i);
+    }
+}
+
+/* Input the reader cuts exactly at a line's end (no line carried to the next batch), and a
+ * tokenizer that encodes "a" to nothing (the document token's search for the BOS): each
+ * passed NULL to memcpy / memcmp, an undefined-behaviour report in the sanitizer build. */
+START_TEST(test_empty_edges) {
+    char line[1024];
+    memset(line, 'x', sizeof line);
+    memcpy(line, "{\"text\": \"", 10);
+    memcpy(line + sizeof line - 3, "\"}\n", 3);
+    FILE *f = fopen(tmp("k.jsonl"), "wb");
+    for (int i = 0; i < 2 * PREP_BATCH_BYTES_TEST / (int)sizeof line; i++)
+        fwrite(line, 1, sizeof line, f);
+    fclose(f);
+    ck_assert_int_eq(run_prepare("--tokenizer", tokcase_path("gpt2.json"), "--jsonl",
+                                 tmp("k.jsonl"), "--field", "text", "--out", tmp("k.bin"), NULL),
+                     PP_OK);
+    ck_assert_ptr_nonnull(strstr(slurp(tmp("stdout.txt")), "(2048 documents)"));
+    const char *noa = tokcase_edited("llama3.json", "noa.json", set_no_a, NULL);
+    write_str(tmp("b.txt"), "bcd a");
+    ck_assert_int_eq(run_prepare("--tokenizer", noa, "--text", tmp("b.txt"), "--out", tmp("b.bin"),
+                                 NULL),
+                     PP_OK);
+    ck_assert_ptr_nonnull(
+        strstr(slurp(tmp("stdout.txt")), "each document after <|begin_of_text|>"));
+}
+END_TEST
+
 static Suite *prepare_suite(void) {
     Suite *s = suite_create("prepare");
     TCase *tc = tcase_create("bytes");
@@ -663,6 +747,8 @@ static Suite *prepare_suite(void) {
     tcase_add_test(tc, test_doc_token_and_uint32);
     tcase_add_test(tc, test_bad_records);
     tcase_add_test(tc, test_bad_tokenizer);
+    tcase_add_test(tc, test_runaway_pattern);
+    tcase_add_test(tc, test_empty_edges);
     suite_add_tcase(s, tc);
     return s;
 }

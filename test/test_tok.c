@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkrun.h"
 #include "testdir.h"
@@ -368,6 +369,52 @@ START_TEST(test_threads) {
 }
 END_TEST
 
+/* ---- Split at empty matches -------------------------------------------------------------- */
+
+static const char *g_split;        /* set_split's pattern */
+static void set_split(json_t *j) { /* gpt2.json with a Split of g_split before its ByteLevel */
+    json_t *split = json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex",
+                              g_split, "behavior", "Isolated", "invert", 0);
+    json_t *seq = json_pack("{s:s, s:[o, O]}", "type", "Sequence", "pretokenizers", split,
+                            json_object_get(j, "pre_tokenizer"));
+    json_object_set_new(j, "pre_tokenizer", seq);
+}
+
+/* t's ids of text, or those of each of its pieces (NULL-terminated) through plain gpt2.json */
+static void pieces_ids(const Tokenizer *t, const char *const *pieces, TokIds *out) {
+    for (; *pieces; pieces++) tok_encode(t, *pieces, strlen(*pieces), TOK_ENCODE_NO_SPECIAL, out);
+}
+
+/* A pattern that matches empty splits there, as the library's find_iter does (the ids the
+ * tokenizers library 0.23 gives, checked when this was written); an empty match right
+ * after a match does not split. Before, empty matches split nothing. */
+START_TEST(test_split_empty_matches) {
+    const char *text = "hello world, all well";
+    const char *ahead[] = {"he", "l", "lo wor", "ld, a", "l", "l we", "l", "l", NULL};
+    const char *chars[] = {"h", "e", "l", "l", "o", " ", "w", "o", "r", "l", "d",
+                           ",", " ", "a", "l", "l", " ", "w", "e", "l", "l", NULL};
+    const char *pats[] = {"(?=l)", "", "l|"}, *const * want[] = {ahead, chars, chars};
+    Tokenizer *plain, *t;
+    ck_assert_int_eq(tok_load(tokcase_path("gpt2.json"), &plain, g_err, sizeof g_err), PP_OK);
+    for (int k = 0; k < 3; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "split%d.json", k);
+        g_split = pats[k];
+        ck_assert_int_eq(tok_load(tokcase_edited("gpt2.json", name, set_split, NULL), &t, g_err,
+                                  sizeof g_err),
+                         PP_OK);
+        TokIds got = {0}, exp = {0};
+        tok_encode(t, text, strlen(text), TOK_ENCODE_NO_SPECIAL, &got);
+        pieces_ids(plain, want[k], &exp);
+        ck_assert_msg(got.n == exp.n && !memcmp(got.ids, exp.ids, got.n * sizeof *got.ids),
+                      "Split /%s/: %zu ids, the library's pieces give %zu", pats[k], got.n, exp.n);
+        tok_ids_free(&got), tok_ids_free(&exp);
+        tok_free(t);
+    }
+    tok_free(plain);
+}
+END_TEST
+
 /* ---- refused files --------------------------------------------------------------------- */
 
 static void set_wordpiece(json_t *j) {
@@ -382,7 +429,7 @@ static void set_digits(json_t *j) { /* llama3.json: its Sequence's second step *
 }
 static void set_merge_unknown(json_t *j) {
     json_t *merges = json_object_get(json_object_get(j, "model"), "merges");
-    json_array_set_new(merges, 3, json_string("Ġ zzqx"));
+    json_array_set_new(merges, 3, json_pack("[s, s]", "Ġ", "zzqx")); /* gpt2.json's pairs */
 }
 static void set_precompiled(json_t *j) { /* what SentencePiece's Unigram files have */
     json_object_set_new(j, "normalizer",
@@ -418,6 +465,46 @@ static void set_vocab_string(json_t *j) {
                         json_string("7"));
 }
 static void set_truncation(json_t *j) { json_object_set_new(j, "truncation", json_object()); }
+/* hostile files (the hostile-input campaign, test/fuzz/fuzz_tok.py) */
+static void set_merge_mixed(json_t *j) { /* a string among pairs: the library refuses a mix */
+    json_array_set_new(json_object_get(json_object_get(j, "model"), "merges"), 3,
+                       json_string("Ġ t"));
+}
+static void set_merge_three(json_t *j) { /* all strings, one of three tokens */
+    json_t *merges = json_object_get(json_object_get(j, "model"), "merges"), *m;
+    size_t i;
+    json_array_foreach(merges, i, m) {
+        char s[256];
+        snprintf(s, sizeof s, "%s %s", json_string_value(json_array_get(m, 0)),
+                 json_string_value(json_array_get(m, 1)));
+        json_array_set_new(merges, i, json_string(s));
+    }
+    json_array_set_new(merges, 3, json_string("Ġ t h"));
+}
+static void set_sparse_vocab(json_t *j) { /* 20 GB of tables by id, before */
+    json_object_set_new(json_object_get(json_object_get(j, "model"), "vocab"), "zzsparse",
+                        json_integer(1000000000));
+}
+static void set_sparse_added(json_t *j) {
+    json_array_append_new(json_object_get(j, "added_tokens"),
+                          json_pack("{s:i, s:s}", "id", 50000000, "content", "<|far|>"));
+}
+static void set_backslash_c(json_t *j) { /* \C cut characters: a heap overflow, before */
+    json_t *split = json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex",
+                              "\\C", "behavior", "Isolated", "invert", 0);
+    json_t *seq = json_pack("{s:s, s:[o, O]}", "type", "Sequence", "pretokenizers", split,
+                            json_object_get(j, "pre_tokenizer"));
+    json_object_set_new(j, "pre_tokenizer", seq);
+}
+static void set_added_other_id(json_t *j) { /* llama2.json's </s> (id 2) renamed "x" (673) */
+    json_object_set_new(json_array_get(json_object_get(j, "added_tokens"), 2), "content",
+                        json_string("x"));
+}
+static void set_root_typo(json_t *j) { json_object_set_new(j, "pre_tokenizr", json_null()); }
+static void set_strip_huge(json_t *j) { /* mistral.json's decoder: Strip is its 4th */
+    json_t *strip = json_array_get(json_object_get(json_object_get(j, "decoder"), "decoders"), 3);
+    json_object_set_new(strip, "start", json_integer(4294967296LL));
+}
 
 static void refused(const char *base, const char *name, void (*edit)(json_t *), const char *what) {
     Tokenizer *t = (Tokenizer *)1;
@@ -455,6 +542,19 @@ START_TEST(test_refused) {
     refused("gpt2.json", "vocab.json", set_vocab_string,
             "model.vocab entry \"Ġthe\" must be an id (an integer >= 0), not a string");
     refused("gpt2.json", "trunc.json", set_truncation, "truncation is set");
+    refused("gpt2.json", "mixed.json", set_merge_mixed,
+            "model.merges[3] is a string, but model.merges[0] is an array");
+    refused("gpt2.json", "three.json", set_merge_three,
+            "model.merges[3] \"Ġ t h\" is not two tokens separated by one space");
+    refused("gpt2.json", "sparse.json", set_sparse_vocab,
+            "model.vocab gives \"zzsparse\" the id 1000000000, but the file defines only");
+    refused("gpt2.json", "far.json", set_sparse_added,
+            "added_tokens[1] gives \"<|far|>\" the id 50000000");
+    refused("gpt2.json", "bc.json", set_backslash_c, "using \\C is disabled");
+    refused("llama2.json", "x.json", set_added_other_id,
+            "added_tokens[2] \"x\" has id 2, but model.vocab gives it id 673");
+    refused("gpt2.json", "typo.json", set_root_typo, "has an unknown member \"pre_tokenizr\"");
+    refused("mistral.json", "strip.json", set_strip_huge, "(Strip) needs \"start\" and \"stop\"");
 
     /* not JSON; not there */
     Tokenizer *t = NULL;
@@ -467,6 +567,11 @@ START_TEST(test_refused) {
     ASSERT_ERR_HAS("line 2");
     ck_assert_int_eq(tok_load(tmp("absent.json"), &t, g_err, sizeof g_err), PP_EUSAGE);
     ASSERT_ERR_HAS("cannot open tokenizer file");
+    ASSERT_ERR_HAS(tmp("absent.json")); /* the file named (it was not, before) */
+    mkdir(tmp("dir.json"), 0755);
+    ck_assert_int_eq(tok_load(tmp("dir.json"), &t, g_err, sizeof g_err), PP_EUSAGE);
+    ASSERT_ERR_HAS(tmp("dir.json"));
+    ASSERT_ERR_HAS("it is a directory");
     f = fopen(tmp("array.json"), "w");
     fputs("[1, 2]", f);
     fclose(f);
@@ -486,6 +591,7 @@ static Suite *tok_suite(void) {
     tcase_add_test(tc, test_special_tokens);
     tcase_add_test(tc, test_long_word);
     tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_split_empty_matches);
     suite_add_tcase(s, tc);
     tc = tcase_create("refused");
     tcase_add_checked_fixture(tc, setup, teardown);

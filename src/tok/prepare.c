@@ -193,7 +193,8 @@ static int32_t bos_id(const Tokenizer *t) {
     tok_encode(t, "a", 1, TOK_ENCODE_NO_SPECIAL, &without);
     int32_t id = -1;
     for (size_t k = 1; k + without.n <= with.n && id < 0; k++)
-        if (!memcmp(with.ids + k, without.ids, without.n * sizeof *with.ids)) id = with.ids[0];
+        if (!without.n || !memcmp(with.ids + k, without.ids, without.n * sizeof *with.ids))
+            id = with.ids[0]; /* ("a" may encode to nothing: no such character, no unk) */
     tok_ids_free(&with);
     tok_ids_free(&without);
     return id;
@@ -310,8 +311,21 @@ static void encode_batch(const PrepPipe *p, Batch *b) {
         if (!p->tok) {
             for (size_t i = 0; i < n; i++) ids_push(&b->ids, (unsigned char)s[i]);
         } else {
+            char why[PP_ERR_MAX];
             if (p->doc_id >= 0) ids_push(&b->ids, p->doc_id);
-            tok_encode(p->tok, s, n, TOK_ENCODE_NO_SPECIAL, &b->ids);
+            if (tok_encode_checked(p->tok, s, n, TOK_ENCODE_NO_SPECIAL, &b->ids, why, sizeof why) !=
+                PP_OK) {
+                if (u->line)
+                    pp_errf(b->err, sizeof b->err, PP_EUSAGE, "%s:%ld: %s",
+                            prep_input_name(p->a, u->input), u->line, why);
+                else
+                    pp_errf(b->err, sizeof b->err, PP_EUSAGE, "%s: %s",
+                            prep_input_name(p->a, u->input), why);
+                b->rc = PP_EUSAGE;
+                json_decref(rec);
+                b->nunit = k;
+                return;
+            }
         }
         json_decref(rec);
         b->text_bytes += n;

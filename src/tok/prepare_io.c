@@ -188,7 +188,7 @@ static int read_jsonl(Reader *r, Batch *b, char *err, size_t errlen) {
                 r->carry = pp_malloc(r->ncarry);
                 r->carry_cap = r->ncarry;
             }
-            memcpy(r->carry, b->buf + scan, r->ncarry);
+            if (r->ncarry) memcpy(r->carry, b->buf + scan, r->ncarry); /* carry may be NULL */
             b->len = scan;
         }
         b->in_bytes += b->len;

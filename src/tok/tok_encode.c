@@ -4,6 +4,7 @@
  * prefix space and byte map, Metaspace) and each word through BPE; the template's special
  * tokens around it all. */
 #define _GNU_SOURCE /* memmem, qsort_r */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,11 @@ typedef struct {
     size_t sym_cap;
     Cand *heap;
     size_t heap_n, heap_cap;
+    pcre2_match_context *mc;       /* the match limit of each call: [Note: regex budget] */
+    uint64_t budget;               /* match steps left */
+    uint64_t spent[TOK_MAX_STEPS]; /* by each pre-tokenizer step */
+    int failed;                    /* a pattern failed: nothing more is encoded, err says why */
+    char err[PP_ERR_MAX];
 } Enc;
 
 static void emit(Enc *e, int32_t id) {
@@ -195,18 +201,59 @@ static void bpe_word(Enc *e, const char *s, size_t n) {
 
 /* ---- pre-tokenizer ---------------------------------------------------------------------- */
 
-/* the next match of re in s[n] from pos: 1 with [*ms, *me), 0 for none */
-static int next_match(Enc *e, const pcre2_code *re, const char *s, size_t n, size_t pos, size_t *ms,
-                      size_t *me) {
-    int rc = pcre2_match(re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, e->md, NULL);
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* the interpreter keeps its stack on the heap */
-        rc = pcre2_match(re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, e->md, NULL);
+/* [Note: regex budget]
+ * A pre-tokenizer pattern may backtrack catastrophically ((a|aa)+$: exponential in a word)
+ * or scan to the end of the text from every position ((?:a|b)*c|a: quadratic, hours on a
+ * 100 MB document); the library's Oniguruma would hang as well. PCRE2's match limit counts
+ * the backtracking steps of one call, and real patterns take a handful per match (GPT-2's,
+ * Llama 3's and Qwen2's at most 46, about 2 per byte of text). So each encode has a budget
+ * of TOK_MATCH_BASE + TOK_MATCH_PER_BYTE steps per byte, and each call draws from it: first
+ * with a limit of TOK_MATCH_FIRST steps (enough for every match of a real pattern), then,
+ * where that is not enough, 8 times more, and so on while the budget lasts; each try costs
+ * its limit. The calls that fit the first limit advance at least a byte each, so they use at
+ * most a quarter of the budget; a pattern that needs more than the rest fails with a message
+ * in a time linear in the text (about TOK_MATCH_PER_BYTE steps a byte), not hangs. */
+#define TOK_MATCH_FIRST 64
+#define TOK_MATCH_PER_BYTE 256
+#define TOK_MATCH_BASE 10000000 /* PCRE2's own default limit of one call */
+
+/* the next match of pre-tokenizer step p in s[n] from pos: 1 with [*ms, *me), 0 for none
+ * or when the pattern failed (e->failed, e->err) */
+static int next_match(Enc *e, int k, const char *s, size_t n, size_t pos, size_t *ms, size_t *me) {
+    const TokPre *p = &e->t->pre[k];
+    uint64_t limit = TOK_MATCH_FIRST;
+    int rc;
+    for (;;) {
+        limit = limit < e->budget ? limit : e->budget;
+        pcre2_set_match_limit(e->mc, (uint32_t)(limit < UINT32_MAX ? limit : UINT32_MAX));
+        rc = pcre2_match(p->re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, e->md, e->mc);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* the interpreter keeps its stack on the heap */
+            rc = pcre2_match(p->re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, e->md,
+                             e->mc);
+        e->budget -= limit;
+        e->spent[k] += limit;
+        if (rc != PCRE2_ERROR_MATCHLIMIT || e->budget == 0) break;
+        limit *= 8;
+    }
     if (rc == PCRE2_ERROR_NOMATCH) return 0;
     if (rc < 0) {
         PCRE2_UCHAR msg[256];
+        if (rc == PCRE2_ERROR_MATCHLIMIT) /* name the step that used the budget */
+            for (int j = 0; j < e->t->n_pre; j++)
+                if (e->t->pre[j].kind == TOK_PRE_SPLIT && e->spent[j] > e->spent[k]) k = j;
+        p = &e->t->pre[k];
         pcre2_get_error_message(rc, msg, sizeof msg);
-        PP_DIE("%s: PCRE2 failed on a pre-tokenizer pattern over %zu bytes: %s", e->t->path, n,
-               msg);
+        pp_errf(e->err, sizeof e->err, PP_EUSAGE,
+                "%s: the pre-tokenizer pattern \"%.80s\"%s failed at byte %zu of a text of "
+                "%zu bytes: %s%s",
+                e->t->path, tok_s(e->t, p->pat), p->pat.len > 80 ? "..." : "", pos, n,
+                (const char *)msg,
+                rc == PCRE2_ERROR_MATCHLIMIT
+                    ? " (it backtracks catastrophically: pptrain gives a pattern about 256 "
+                      "match steps per byte of text, real tokenizers' take 2)"
+                    : "");
+        e->failed = 1;
+        return 0;
     }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md);
     *ms = ov[0], *me = ov[1];
@@ -263,7 +310,7 @@ static void metaspace(Enc *e, int k, const TokPre *p, const char *s, size_t n, i
  * original text ([Note: Metaspace]) */
 static void pre_step(Enc *e, int k, const char *s, size_t n, int at_start) {
     const Tokenizer *t = e->t;
-    if (n == 0) return;
+    if (n == 0 || e->failed) return;
     if (k == t->n_pre) {
         bpe_word(e, s, n);
         return;
@@ -284,17 +331,20 @@ static void pre_step(Enc *e, int k, const char *s, size_t n, int at_start) {
         pre_step(e, k + 1, s, n, at_start);
         return;
     }
-    /* Split: the gaps between matches are pieces too (Isolated) */
-    size_t pos = 0, last = 0, ms, me;
-    while (pos < n && next_match(e, p->re, s, n, pos, &ms, &me)) {
-        if (me == ms) { /* an empty match splits nothing: step over one character */
+    /* Split: the gaps between matches are pieces too (Isolated). An empty match splits
+     * there too, unless it is right where the last match ended: the library's find_iter
+     * (Oniguruma's, as Rust's regex) skips those and goes on a character further. */
+    size_t pos = 0, last = 0, ms, me, end = SIZE_MAX;
+    while (pos < n && next_match(e, k, s, n, pos, &ms, &me)) {
+        if (me == ms && ms == end) {
+            if (ms >= n) break;
             int c = tok_utf8_next((const unsigned char *)s + ms, n - ms);
             pos = ms + (size_t)(c > 0 ? c : 1);
             continue;
         }
         if (ms > last) pre_step(e, k + 1, s + last, ms - last, at_start && last == 0);
         if (!p->removed) pre_step(e, k + 1, s + ms, me - ms, at_start && ms == 0);
-        pos = last = me;
+        pos = last = end = me;
     }
     if (last < n) pre_step(e, k + 1, s + last, n - last, at_start && last == 0);
 }
@@ -401,11 +451,14 @@ static int utf8_valid(const char *s, size_t n) {
     return 1;
 }
 
-size_t tok_encode(const Tokenizer *t, const char *text, size_t len, unsigned flags, TokIds *out) {
+int tok_encode_checked(const Tokenizer *t, const char *text, size_t len, unsigned flags,
+                       TokIds *out, char *err, size_t errlen) {
     Enc e = {.t = t, .out = out};
     size_t n0 = out->n;
     e.md = pcre2_match_data_create(1, NULL);
-    if (!e.md) PP_DIE("out of memory for PCRE2 match data");
+    e.mc = pcre2_match_context_create(NULL);
+    if (!e.md || !e.mc) PP_DIE("out of memory for PCRE2 match data");
+    e.budget = TOK_MATCH_BASE + (uint64_t)TOK_MATCH_PER_BYTE * len;
     if (!utf8_valid(text, len)) {
         tok_text_lossy(&e.clean, text, len);
         text = e.clean.p, len = e.clean.len;
@@ -417,9 +470,19 @@ size_t tok_encode(const Tokenizer *t, const char *text, size_t len, unsigned fla
     if (special)
         for (int i = 0; i < t->n_tmpl_post; i++) emit(&e, t->tmpl_post[i]);
     pcre2_match_data_free(e.md);
+    pcre2_match_context_free(e.mc);
     tok_text_free(&e.clean), tok_text_free(&e.norm), tok_text_free(&e.norm_tmp);
     tok_text_free(&e.word);
     for (int k = 0; k < TOK_MAX_STEPS; k++) tok_text_free(&e.prefixed[k]);
     free(e.sym), free(e.heap);
+    if (!e.failed) return PP_OK;
+    out->n = n0;
+    return pp_errf(err, errlen, PP_EUSAGE, "%s", e.err);
+}
+
+size_t tok_encode(const Tokenizer *t, const char *text, size_t len, unsigned flags, TokIds *out) {
+    char err[PP_ERR_MAX];
+    size_t n0 = out->n;
+    if (tok_encode_checked(t, text, len, flags, out, err, sizeof err) != PP_OK) PP_DIE("%s", err);
     return out->n - n0;
 }

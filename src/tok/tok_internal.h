@@ -54,6 +54,7 @@ typedef struct {
 typedef struct {
     int kind;
     pcre2_code *re; /* SPLIT: the pattern (JIT-compiled where PCRE2 could) */
+    TokStr pat;     /* SPLIT: its text, for messages */
     int removed;    /* SPLIT: behavior Removed (else Isolated) */
     TokStr rep;     /* METASPACE: the replacement, one character */
     int prepend;    /* METASPACE: TOK_PREPEND_* */

@@ -127,7 +127,27 @@ static int get_string_pattern(Load *L, const json_t *v, const char *field, TokSt
 
 /* ---- model ---------------------------------------------------------------------------- */
 
-static int load_vocab(Load *L, const json_t *vocab) {
+/* [Note: sparse ids]
+ * The tables by id (vocab_str, added_of, the vocabulary's hash map) take about 20 bytes per
+ * id up to the largest, so an id far above the number of tokens the file defines (a
+ * 16 kB file with one token at id 10^9: 20 GB) is refused, naming the token: every id
+ * must be below 2 x the tokens (vocabulary entries and added tokens) + TOK_ID_SLACK. Real
+ * vocabularies are dense, or have a few holes; the slack leaves room for a small test
+ * tokenizer with added tokens at high ids. The tables then grow with the file, as the
+ * vocabulary itself does. */
+#define TOK_ID_SLACK (1 << 20)
+
+static int dense_id(Load *L, const char *field, const char *name, json_int_t id, size_t ntok) {
+    if (id < (json_int_t)(2 * ntok + TOK_ID_SLACK)) return PP_OK;
+    return bad(L, field,
+               "gives \"%s\" the id %lld, but the file defines only %zu tokens: ids that sparse "
+               "are not supported (each id must be below 2 x the tokens + %d)",
+               name, (long long)id, ntok, TOK_ID_SLACK);
+}
+
+/* The vocabulary's ids, checked; t->n_ids = 1 + the largest. ntok: the tokens the file
+ * defines ([Note: sparse ids]). */
+static int load_vocab(Load *L, const json_t *vocab, size_t ntok) {
     Tokenizer *t = L->t;
     if (!json_is_object(vocab)) return bad(L, "model.vocab", "must be an object");
     const char *key;
@@ -138,6 +158,8 @@ static int load_vocab(Load *L, const json_t *vocab) {
             json_integer_value(v) >= INT32_MAX / 2)
             return bad(L, "model.vocab", "entry \"%s\" must be an id (an integer >= 0), not %s",
                        key, kind(v));
+        int rc = dense_id(L, "model.vocab", key, json_integer_value(v), ntok);
+        if (rc) return rc;
         if (json_integer_value(v) > max) max = json_integer_value(v);
     }
     t->n_ids = (int32_t)(max + 1);
@@ -176,11 +198,19 @@ static int load_merges(Load *L, const json_t *merges) {
         const char *a, *b;
         size_t na, nb;
         snprintf(field, sizeof field, "model.merges[%zu]", i);
-        if (json_is_string(m)) { /* "a b": split at the first space */
+        if (i > 0 && json_is_string(m) != json_is_string(json_array_get(merges, 0))) {
+            /* the library reads either form, not a mix */
+            rc = bad(L, field,
+                     "is %s, but model.merges[0] is %s: the merges must be all \"a b\" "
+                     "strings or all [\"a\", \"b\"] pairs",
+                     kind(m), kind(json_array_get(merges, 0)));
+            break;
+        }
+        if (json_is_string(m)) { /* "a b": two tokens around the one space */
             a = json_string_value(m);
             const char *sp = memchr(a, ' ', json_string_length(m));
-            if (!sp) {
-                rc = bad(L, field, "\"%s\" is not two tokens separated by a space", a);
+            if (!sp || memchr(sp + 1, ' ', json_string_length(m) - (size_t)(sp + 1 - a))) {
+                rc = bad(L, field, "\"%s\" is not two tokens separated by one space", a);
                 break;
             }
             na = (size_t)(sp - a), b = sp + 1, nb = json_string_length(m) - na - 1;
@@ -246,18 +276,26 @@ static int load_model(Load *L, const json_t *root) {
         (rc = get_bool(L, m, "model", "byte_fallback", 0, &t->byte_fallback)) ||
         (rc = get_bool(L, m, "model", "ignore_merges", 0, &t->ignore_merges)))
         return rc;
-    json_t *vocab = json_object_get(m, "vocab");
-    if ((rc = load_vocab(L, vocab))) return rc;
-    /* added tokens may take ids past the vocabulary's: t->n_ids grows in load_added */
-    json_t *added = json_object_get(root, "added_tokens");
+    json_t *vocab = json_object_get(m, "vocab"), *added = json_object_get(root, "added_tokens");
+    size_t ntok = json_object_size(vocab) + json_array_size(added);
+    if ((rc = load_vocab(L, vocab, ntok))) return rc;
+    /* added tokens may take ids past the vocabulary's: t->n_ids grows here, and load_added
+     * checks the rest of each */
     if (json_is_array(added)) {
         size_t i;
-        json_t *a;
+        json_t *a, *c;
+        char field[64];
         json_array_foreach(added, i, a) {
             json_t *id = json_object_get(a, "id");
-            if (json_is_integer(id) && json_integer_value(id) >= t->n_ids &&
-                json_integer_value(id) < INT32_MAX / 2)
-                t->n_ids = (int32_t)json_integer_value(id) + 1;
+            if (!json_is_integer(id) || json_integer_value(id) < t->n_ids ||
+                json_integer_value(id) >= INT32_MAX / 2)
+                continue;
+            snprintf(field, sizeof field, "added_tokens[%zu]", i);
+            c = json_object_get(a, "content");
+            if ((rc = dense_id(L, field, json_is_string(c) ? json_string_value(c) : "",
+                               json_integer_value(id), ntok)))
+                return rc;
+            t->n_ids = (int32_t)json_integer_value(id) + 1;
         }
     }
     t->vocab_str = pp_malloc((size_t)t->n_ids * sizeof *t->vocab_str);
@@ -316,6 +354,12 @@ static int load_added(Load *L, const json_t *root) {
                            refused[k]);
         }
         d->id = (int32_t)json_integer_value(id);
+        int32_t vid = vocab_id(t, tok_s(t, d->s), d->s.len);
+        if (vid >= 0 && vid != d->id) /* the library would take vid and ignore d->id */
+            return bad(L, field,
+                       "\"%s\" has id %d, but model.vocab gives it id %d: the tokenizers "
+                       "library encodes it as %d; make the two ids agree",
+                       tok_s(t, d->s), d->id, vid, vid);
         if (t->added_of[d->id] >= 0) return bad(L, field, "repeats id %d", d->id);
         t->added_of[d->id] = t->n_added++;
     }
@@ -427,7 +471,10 @@ static int compile(Load *L, const char *field, const char *pat, size_t n, uint32
                    pcre2_code **out) {
     int code;
     PCRE2_SIZE at;
-    *out = pcre2_compile((PCRE2_SPTR)pat, n, PCRE2_UTF | PCRE2_UCP | extra, &code, &at, NULL);
+    /* \C (one byte, inside a character) would cut words that the encoder reads as UTF-8;
+     * the library's Oniguruma refuses it too */
+    *out = pcre2_compile((PCRE2_SPTR)pat, n,
+                         PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C | extra, &code, &at, NULL);
     if (!*out) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
@@ -465,6 +512,9 @@ static int load_split(Load *L, const json_t *v, const char *field) {
     else if (strcmp(b, "Isolated") != 0)
         return bad(L, field, "(Split) behavior \"%s\" is not supported (Isolated, Removed are)", b);
     s->kind = TOK_PRE_SPLIT;
+    json_t *pat = json_is_string(re) ? re : str;
+    if (json_is_string(pat))
+        s->pat = put_str(L->t, json_string_value(pat), json_string_length(pat));
     if (json_is_string(re))
         return compile(L, field, json_string_value(re), json_string_length(re), 0, &s->re);
     if (json_is_string(str) && json_string_length(str) > 0)
@@ -532,6 +582,7 @@ static int load_pre(Load *L, const json_t *v, const char *field) {
         if (regex) {
             if ((rc = add_pre(L, field, &s))) return rc;
             s->kind = TOK_PRE_SPLIT;
+            s->pat = put_str(t, GPT2_PATTERN, strlen(GPT2_PATTERN));
             if ((rc = compile(L, field, GPT2_PATTERN, PCRE2_ZERO_TERMINATED, 0, &s->re))) return rc;
         }
         t->byte_level = 1;
@@ -644,8 +695,9 @@ static int load_decoder(Load *L, const json_t *v, const char *field) {
         if (tok_utf8_next((const unsigned char *)tok_s(t, d->a), d->a.len) != (int)d->a.len)
             return bad(L, field, "(Strip) content must be one character");
         if (!json_is_integer(start) || !json_is_integer(stop) || json_integer_value(start) < 0 ||
-            json_integer_value(stop) < 0)
-            return bad(L, field, "(Strip) needs \"start\" and \"stop\" counts");
+            json_integer_value(stop) < 0 || json_integer_value(start) > INT32_MAX ||
+            json_integer_value(stop) > INT32_MAX)
+            return bad(L, field, "(Strip) needs \"start\" and \"stop\" counts (0 .. 2^31 - 1)");
         d->start = (int)json_integer_value(start), d->stop = (int)json_integer_value(stop);
     } else if (strcmp(type, "Metaspace") == 0) {
         int split;
@@ -666,6 +718,21 @@ static int load_decoder(Load *L, const json_t *v, const char *field) {
 
 static int load_root(Load *L, const json_t *root) {
     int rc;
+    const char *known[] = {"version",      "truncation",     "padding",
+                           "added_tokens", "normalizer",     "pre_tokenizer",
+                           "model",        "post_processor", "decoder"};
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)root, key, val) {
+        size_t k = 0;
+        while (k < sizeof known / sizeof *known && strcmp(key, known[k]) != 0) k++;
+        if (k == sizeof known / sizeof *known) /* a misspelt component would be ignored */
+            return bad(L, NULL,
+                       "has an unknown member \"%s\" at the top (the tokenizers library refuses "
+                       "it too; its members are version, truncation, padding, added_tokens, "
+                       "normalizer, pre_tokenizer, model, post_processor, decoder)",
+                       key);
+    }
     const char *unset[] = {"truncation", "padding"};
     for (int i = 0; i < 2; i++) {
         json_t *v = json_object_get(root, unset[i]);
@@ -686,7 +753,9 @@ int tok_load(const char *path, Tokenizer **out, char *err, size_t errlen) {
     *out = NULL;
     char *text;
     size_t len;
-    int rc = pp_read_file_max(path, "tokenizer file", (size_t)1 << 30, &text, &len, err, errlen);
+    char what[PP_PATH_MAX + 32];
+    snprintf(what, sizeof what, "tokenizer file '%s'", path);
+    int rc = pp_read_file_max(path, what, (size_t)1 << 30, &text, &len, err, errlen);
     if (rc) return rc;
     Tokenizer *t = pp_calloc(1, sizeof *t);
     snprintf(t->path, sizeof t->path, "%s", path);

@@ -52,10 +52,19 @@ void tok_free(Tokenizer *t);
  * takes only valid Unicode). Added tokens in the text (special or not) are split out
  * first and become their own ids, as the library does. Thread-safe: many threads may
  * encode with one tokenizer at once (each call has its own scratch memory). Returns the
- * number of ids appended. Dies only when memory runs out or PCRE2 fails to match (its
- * message and the pattern). O(n log n) in a word's length: merges are found through a
+ * number of ids appended. Dies only when memory runs out or a pattern cannot be matched
+ * (tok_encode_checked's message). O(n log n) in a word's length: merges are found through a
  * hash map keyed by the pair and applied from a min-heap on their rank. */
 size_t tok_encode(const Tokenizer *t, const char *text, size_t len, unsigned flags, TokIds *out);
+
+/* tok_encode, with an error instead of dying where a pre-tokenizer pattern cannot be
+ * matched over the text: PCRE2 fails (its heap or recursion limits), or the pattern has
+ * used its budget of match steps, about 256 per byte of the text ([Note: regex budget] in
+ * tok_encode.c: a pattern that backtracks catastrophically ends, with a message, instead
+ * of running for hours). Returns PP_OK, or PP_EUSAGE with "PATH: the pre-tokenizer pattern
+ * \"P\" ... on a text of N bytes: REASON" and out as it was. */
+int tok_encode_checked(const Tokenizer *t, const char *text, size_t len, unsigned flags,
+                       TokIds *out, char *err, size_t errlen);
 
 /* tok_decode's flags. */
 #define TOK_DECODE_SKIP_SPECIAL 1u /* decode(ids, skip_special_tokens=True) */
