@@ -138,7 +138,7 @@ fi
 refuse() { # WHAT PATTERN ARGS...
   local what=$1 pat=$2
   shift 2
-  "$PPTRAIN" sample "$@" >"$tmp/out" 2>"$tmp/err"
+  timeout 60 "$PPTRAIN" sample "$@" >"$tmp/out" 2>"$tmp/err" # 124: it hung
   local rc=$?
   [ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && grep -q -- "$pat" "$tmp/err" &&
     ok "refused: $what (exit 2)" ||
@@ -174,4 +174,16 @@ refuse "--checkpoint of nothing" "$tmp/none" \
   --checkpoint "$tmp/none" --prompt-ids 1 --max-new-tokens 2
 refuse "an unknown argument" "unknown argument '--bogus'" \
   $G --prompt-ids 1 --max-new-tokens 2 --bogus
+# values the option parsing took whole before (strtoll, strtoull), or looped on ("" as a
+# --device: strstr finds it everywhere)
+refuse "an empty --device (it looped forever)" "--device : expected cpu, cuda or auto" \
+  $G --prompt-ids 1 --max-new-tokens 2 --device ""
+refuse "an empty --precision" "--precision : expected auto" \
+  $G --prompt-ids 1 --max-new-tokens 2 --precision ""
+refuse "--seed ' -1' (strtoull negated it)" "--seed  -1: expected an unsigned 64-bit integer" \
+  $G --prompt-ids 1 --max-new-tokens 2 --seed " -1"
+refuse "--top-k +5" "--top-k +5: expected an integer in \[0, 2147483647\]" \
+  $G --prompt-ids 1 --max-new-tokens 2 --top-k +5
+refuse "--prompt-ids ' 1'" "id 1 is ' 1', not a non-negative integer" \
+  $G --prompt-ids " 1" --max-new-tokens 2
 finish
