@@ -186,4 +186,11 @@ refuse "--top-k +5" "--top-k +5: expected an integer in \[0, 2147483647\]" \
   $G --prompt-ids 1 --max-new-tokens 2 --top-k +5
 refuse "--prompt-ids ' 1'" "id 1 is ' 1', not a non-negative integer" \
   $G --prompt-ids " 1" --max-new-tokens 2
+refuse "a missing --tokenizer, named" "sample: tokenizer $tmp/none.json: cannot open" \
+  $G --prompt-ids 1 --max-new-tokens 2 --tokenizer "$tmp/none.json"
+# a temperature that underflows (strtod's ERANGE) is a tiny one: greedy, as 0 is
+t0=$("$PPTRAIN" sample $G --prompt-ids 1,2 --max-new-tokens 4 --ids --temperature 0 2>/dev/null)
+tiny=$("$PPTRAIN" sample $G --prompt-ids 1,2 --max-new-tokens 4 --ids --temperature 4.9e-324 2>/dev/null)
+[ -n "$t0" ] && [ "$tiny" = "$t0" ] && ok "--temperature 4.9e-324 (underflow) samples greedily" ||
+  bad "--temperature 4.9e-324: '$tiny' vs greedy '$t0'"
 finish

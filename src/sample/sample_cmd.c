@@ -2,6 +2,7 @@
  * Hugging Face directory, or a config's model as a run starts it), a prompt as text or ids,
  * and its continuation by the sampling rule on the KV-cache decoder, as text or ids. */
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -63,7 +64,8 @@ static int parse_real(const char *s, double *v) {
     char *end;
     errno = 0;
     double x = strtod(s, &end);
-    if (!*s || *end || errno || !isfinite(x)) return 0;
+    /* ERANGE on underflow too (4.9e-324, 1e-400): a tiny value, taken as it rounds */
+    if (!*s || *end || (errno && fabs(x) > DBL_MIN) || !isfinite(x)) return 0;
     *v = x;
     return 1;
 }
@@ -385,7 +387,9 @@ static int run(const SampleArgs *a, SampleRun *r, char *err, size_t errlen) {
     struct stat st;
     snprintf(own, sizeof own, "%s/tokenizer.json", dir ? dir : ".");
     if (!tpath && dir && stat(own, &st) == 0) tpath = own;
-    if (tpath && tok_load(tpath, &r->tok, err, errlen)) return PP_EUSAGE;
+    char terr[PP_ERR_MAX];
+    if (tpath && tok_load(tpath, &r->tok, terr, sizeof terr)) /* its messages may not name it */
+        USAGE("sample: tokenizer %s: %s", tpath, terr);
     if (!a->ids && !r->tok && d->V != 256)
         USAGE("sample: printing text needs --tokenizer FILE (the model's vocabulary has %d ids, "
               "not a byte-level 256), or print ids with --ids", d->V);
