@@ -291,6 +291,11 @@ static int end_ids(const SampleArgs *a, const char *dir, const char *cfg_eos,
     if (a->eos) {
         int *ids, cnt, rc = parse_ids("--eos", a->eos, V, &ids, &cnt, err, errlen);
         if (rc) return rc;
+        if (cnt > SAMPLE_MAX_EOS) { /* not some of them silently */
+            free(ids);
+            USAGE("sample: --eos: %d ids, over the %d end-of-text ids a sample stops at", cnt,
+                  SAMPLE_MAX_EOS);
+        }
         for (int i = 0; i < cnt && s->neos < SAMPLE_MAX_EOS; i++) s->eos[s->neos++] = ids[i];
         free(ids);
         return snprintf(why, n, "--eos"), PP_OK;
