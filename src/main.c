@@ -85,6 +85,10 @@ static int cli_parse(Cli *cli, int argc, char **argv) {
             trace = 1;
         } else if (!strcmp(argv[i], "--resume")) {
             cli->resume = (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) ? argv[++i] : "";
+            if (cli->resume == argv[i] && !argv[i][0]) /* "" would mean the latest */
+                return pp_error("--resume '': an empty CHECKPOINT path (leave it out to resume "
+                                "from output.dir's latest checkpoint)\n%s", usage),
+                       PP_EUSAGE;
         } else if (!strcmp(argv[i], "--resume-if-present")) {
             cli->resume_if_present = 1;
         } else if (!strcmp(argv[i], "--print-config")) {

@@ -25,6 +25,8 @@ refused "--print-config with an unknown option" "unknown argument '--bogus'" "${
 refused "--version with a stray word" "--version takes no argument, not 'stray'" --version stray
 refused "an unknown command" "unknown command 'frobnicate'" frobnicate --config configs/gpt-tiny.yaml
 refused "no arguments" "no arguments: a run needs --config FILE"
+refused "--resume '' (it resumed from the latest)" "--resume '': an empty CHECKPOINT path" \
+  "${C[@]}" --resume "" --set pipeline.stages=1 --set output.dir="$tmp/run"
 "$PPTRAIN" "${C[@]}" --print-config >"$tmp/out" 2>&1 && grep -q "^model:" "$tmp/out" &&
   ok "--print-config alone prints the config" || bad "--print-config: $(head -n 2 "$tmp/out")"
 "$PPTRAIN" --version >"$tmp/out" 2>&1 && grep -q "^pptrain " "$tmp/out" &&
