@@ -348,14 +348,23 @@ typedef struct {
     const char *file; /* into the record */
 } Record;
 
+/* The fields of record r into *x: 0 when it reads whole and holds what a stream can
+ * (a shard count >= 1, a shard index below it, a width of 2 or 4, no negative batch or
+ * token, a file name), -1 otherwise (a hand-edited manifest). */
 static int parse_record(const char *r, Record *x) {
     int used = 0;
-    if (sscanf(r, "shards=%d tokens=%zu width=%d hash=%" SCNx64 " batch=%ld shard=%d token=%zu "
+    long long ntok, tok;
+    if (sscanf(r, "shards=%d tokens=%lld width=%d hash=%" SCNx64 " batch=%ld shard=%d token=%lld "
                   "file=%n",
-               &x->nshards, &x->ntok, &x->width, &x->hash, &x->batch, &x->shard, &x->tok,
+               &x->nshards, &ntok, &x->width, &x->hash, &x->batch, &x->shard, &tok,
                &used) != 7 ||
         !used || !r[used])
         return -1;
+    if (x->nshards < 1 || x->shard < 0 || x->shard >= x->nshards ||
+        (x->width != 2 && x->width != 4) || x->batch < 0 || ntok < 0 || tok < 0 || tok >= ntok)
+        return -1;
+    x->ntok = (size_t)ntok;
+    x->tok = (size_t)tok;
     x->file = r + used;
     return 0;
 }

@@ -85,6 +85,10 @@ static int cli_parse(Cli *cli, int argc, char **argv) {
             trace = 1;
         } else if (!strcmp(argv[i], "--resume")) {
             cli->resume = (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) ? argv[++i] : "";
+            if (cli->resume == argv[i] && !argv[i][0]) /* "" would mean the latest */
+                return pp_error("--resume '': an empty CHECKPOINT path (leave it out to resume "
+                                "from output.dir's latest checkpoint)\n%s", usage),
+                       PP_EUSAGE;
         } else if (!strcmp(argv[i], "--resume-if-present")) {
             cli->resume_if_present = 1;
         } else if (!strcmp(argv[i], "--print-config")) {
@@ -519,9 +523,9 @@ static int dispatch(Cli *cli, int sub) {
         cli->rest_argv[0] = "schedule";
         return plan_cmd_main(&cli->cfg, cli->rest_argc + 1, cli->rest_argv);
     }
-    if (cli->print_config) return config_print(&cli->cfg, stdout), PP_OK;
-    if (cli->rest_argc > 0)
+    if (cli->rest_argc > 0) /* before --print-config: it takes no word either */
         return pp_error("unknown argument '%s'\n%s", cli->rest_argv[0], usage), PP_EUSAGE;
+    if (cli->print_config) return config_print(&cli->cfg, stdout), PP_OK;
     char err[PP_ERR_MAX];
     DistEnv env;
     int env_rc = dist_env_read(&env, err, sizeof err);
@@ -540,16 +544,18 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "flight")) return flight_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "sample")) return sample_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "--version")) {
+        if (argc > 2)
+            return pp_error("--version takes no argument, not '%s'", argv[2]), PP_EUSAGE;
         printf("pptrain %s\n", PP_VERSION);
         backend_print_builtin(stdout);
         plot_print_builtin(stdout);
         return PP_OK;
     }
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fputs(usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? PP_EUSAGE : PP_OK;
-    }
+    if (argc < 2) return pp_error("no arguments: a run needs --config FILE\n%s", usage), PP_EUSAGE;
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return fputs(usage, stdout), PP_OK;
     int sub = !strcmp(argv[1], "schedule");
+    if (!sub && argv[1][0] != '-') /* a run's arguments are options; this is no command */
+        return pp_error("unknown command '%s'\n%s", argv[1], usage), PP_EUSAGE;
     if (sub && argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
         plan_cmd_usage(stdout);
         return PP_OK;

@@ -179,4 +179,9 @@ rm -rf "$c/checkpoints"
 train "$c" 0.001 --set train.steps=2 --set data.val=null
 check "a fresh run without validation removes a stale val_losses.csv" \
   '[ "$(rows "$c/losses.csv")" = 1 ] && [ ! -e "$c/val_losses.csv" ]'
+# a diverged run's loss of 1e308: the summary prints 4 digits of it, not 300
+mkdir -p "$tmp/huge" && printf 'step,loss\n1,5\n2,1e308\n' >"$tmp/huge/losses.csv"
+"$PPTRAIN" plot "$tmp/huge" --out "$tmp/huge.svg" >"$tmp/huge.out" 2>&1 &&
+  grep -q "loss 5.0000 -> 1e+308$" "$tmp/huge.out" && ok "a loss of 1e308 in the summary: 1e+308" ||
+  bad "a loss of 1e308: $(tail -n 1 "$tmp/huge.out" | head -c 200)"
 finish

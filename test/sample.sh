@@ -138,7 +138,7 @@ fi
 refuse() { # WHAT PATTERN ARGS...
   local what=$1 pat=$2
   shift 2
-  "$PPTRAIN" sample "$@" >"$tmp/out" 2>"$tmp/err"
+  timeout 60 "$PPTRAIN" sample "$@" >"$tmp/out" 2>"$tmp/err" # 124: it hung
   local rc=$?
   [ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && grep -q -- "$pat" "$tmp/err" &&
     ok "refused: $what (exit 2)" ||
@@ -174,4 +174,25 @@ refuse "--checkpoint of nothing" "$tmp/none" \
   --checkpoint "$tmp/none" --prompt-ids 1 --max-new-tokens 2
 refuse "an unknown argument" "unknown argument '--bogus'" \
   $G --prompt-ids 1 --max-new-tokens 2 --bogus
+# values the option parsing took whole before (strtoll, strtoull), or looped on ("" as a
+# --device: strstr finds it everywhere)
+refuse "an empty --device (it looped forever)" "--device : expected cpu, cuda or auto" \
+  $G --prompt-ids 1 --max-new-tokens 2 --device ""
+refuse "an empty --precision" "--precision : expected auto" \
+  $G --prompt-ids 1 --max-new-tokens 2 --precision ""
+refuse "--seed ' -1' (strtoull negated it)" "--seed  -1: expected an unsigned 64-bit integer" \
+  $G --prompt-ids 1 --max-new-tokens 2 --seed " -1"
+refuse "--top-k +5" "--top-k +5: expected an integer in \[0, 2147483647\]" \
+  $G --prompt-ids 1 --max-new-tokens 2 --top-k +5
+refuse "--prompt-ids ' 1'" "id 1 is ' 1', not a non-negative integer" \
+  $G --prompt-ids " 1" --max-new-tokens 2
+refuse "17 --eos ids (16 were kept, silently)" "--eos: 17 ids, over the 16" \
+  $G --prompt-ids 1 --max-new-tokens 2 --eos 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17
+refuse "a missing --tokenizer, named" "sample: tokenizer $tmp/none.json: cannot open" \
+  $G --prompt-ids 1 --max-new-tokens 2 --tokenizer "$tmp/none.json"
+# a temperature that underflows (strtod's ERANGE) is a tiny one: greedy, as 0 is
+t0=$("$PPTRAIN" sample $G --prompt-ids 1,2 --max-new-tokens 4 --ids --temperature 0 2>/dev/null)
+tiny=$("$PPTRAIN" sample $G --prompt-ids 1,2 --max-new-tokens 4 --ids --temperature 4.9e-324 2>/dev/null)
+[ -n "$t0" ] && [ "$tiny" = "$t0" ] && ok "--temperature 4.9e-324 (underflow) samples greedily" ||
+  bad "--temperature 4.9e-324: '$tiny' vs greedy '$t0'"
 finish

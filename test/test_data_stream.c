@@ -413,6 +413,24 @@ START_TEST(test_record_and_compare) {
     ck_assert_msg(strstr(msg, "no record") && strstr(msg, "'b.bin' at token 10"), "%s", msg);
     ck_assert_int_eq(data_stream_compare(&s, 5, "shards=two", msg, sizeof msg), DATA_RECORD_MOVED);
     ck_assert_msg(strstr(msg, "cannot be read"), "%s", msg);
+    /* a hand-edited record that reads but holds what no stream can (a shard index of
+     * INT_MAX was printed + 1: signed overflow; negative tokens wrapped to 2^64 - 1): it
+     * cannot be read, said so, never compared */
+    const char *edits[][2] = {{"shard=1", "shard=2147483647"}, {"shard=1", "shard=-1"},
+                              {"shard=1", "shard=2"},          {"token=10", "token=-1"},
+                              {"token=10", "token=72"},        {"batch=5", "batch=-1"},
+                              {"shards=2", "shards=0"},        {"tokens=72", "tokens=-72"},
+                              {"width=2", "width=3"}};
+    for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++) {
+        char bad[DATA_RECORD_MAX + 32], *at = strstr(rec, edits[e][0]);
+        ck_assert_ptr_nonnull(at);
+        snprintf(bad, sizeof bad, "%.*s%s%s", (int)(at - rec), rec, edits[e][1],
+                 at + strlen(edits[e][0]));
+        if (strstr(edits[e][1], "batch") == NULL) /* and batch 5 elsewhere: the MOVED text */
+            memcpy(strstr(bad, "batch=5"), "batch=4", 7);
+        ck_assert_int_eq(data_stream_compare(&s, 5, bad, msg, sizeof msg), DATA_RECORD_MOVED);
+        ck_assert_msg(strstr(msg, "cannot be read"), "%s: %s", bad, msg);
+    }
     data_stream_close(&s);
 }
 END_TEST

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -219,6 +220,80 @@ static const char *run_flight_cmd(void) {
     return slurp(tmp("out.txt"));
 }
 
+/* `pptrain flight` with extra arguments on g_dir/flight (output in out.txt, stderr in
+ * err.txt): its exit code. */
+static int flight_cmd_rc(const char *a1, const char *a2) {
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/flight", g_dir);
+    char *argv[] = {"flight", dir, (char *)a1, (char *)a2, NULL};
+    int argc = 2 + (a1 != NULL) + (a2 != NULL);
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2);
+    int fo = open(tmp("out.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fe = open(tmp("err.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    int rc = flight_main(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1);
+    dup2(se, 2);
+    close(fo);
+    close(fe);
+    close(so);
+    close(se);
+    return rc;
+}
+
+/* rank_00000.txt with the text t. */
+static void put_rank0(const char *t) {
+    FILE *f = fopen(rank_file(0), "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(t, f);
+    fclose(f);
+}
+
+/* Hostile directories: a FIFO or /dev/zero named rank_00000.txt is refused without being
+ * read (it blocked or never ended), a header claiming 2^31 - 1 ranks is refused (it was
+ * allocated for: out of memory), a file holding another rank's record and a file among
+ * good ones that is not a record are named with exit 2 (the others still merged), a file
+ * without records merges (qsort of none), --last takes a number only, an unknown option
+ * or a second DIR is an error. */
+START_TEST(test_cmd_hostile) {
+    write_ranks(2, (int[]){1, -1}, -1);
+    ck_assert_int_eq(flight_cmd_rc("--last", "abc"), PP_EUSAGE);
+    ASSERT_HAS(slurp(tmp("err.txt")), "error: flight: --last needs a number of rows >= 0, not 'abc'");
+    ck_assert_int_eq(flight_cmd_rc("--last", "-1"), PP_EUSAGE);
+    ck_assert_int_eq(flight_cmd_rc("--last", NULL), PP_EUSAGE);
+    ck_assert_int_eq(flight_cmd_rc("--bogus", NULL), PP_EUSAGE);
+    ASSERT_HAS(slurp(tmp("err.txt")), "error: flight: unknown option '--bogus'");
+    ck_assert_int_eq(flight_cmd_rc("other", NULL), PP_EUSAGE);
+    ck_assert_int_eq(flight_cmd_rc("--last", "1"), PP_OK);
+    ASSERT_HAS(slurp(tmp("out.txt")), "(the last 1 of ");
+    put_rank0("rank 1 of 2\nstarted 1\nwritten 2\n");
+    ck_assert_int_eq(flight_cmd_rc(NULL, NULL), PP_EUSAGE);
+    ASSERT_HAS(slurp(tmp("err.txt")), "rank_00000.txt is not rank 0's pptrain flight record: it "
+                                      "holds the record of rank 1");
+    ASSERT_HAS(slurp(tmp("out.txt")), "flight records in "); /* rank 1's is merged */
+    put_rank0("rank 0 of 2147483647\nstarted 1\nwritten 2\n");
+    ck_assert_int_eq(flight_cmd_rc(NULL, NULL), PP_EUSAGE);
+    ASSERT_HAS(slurp(tmp("err.txt")), "it is of a world of 2147483647 ranks");
+    put_rank0("rank 0 of 2\nstarted 1\nwritten 2\n"); /* no records */
+    unlink(rank_file(1));
+    ck_assert_int_eq(flight_cmd_rc(NULL, NULL), PP_OK);
+    ASSERT_HAS(slurp(tmp("out.txt")), "rank 1: no file");
+    unlink(rank_file(0));
+    ck_assert_int_eq(mkfifo(rank_file(0), 0644), 0);
+    ck_assert_int_eq(flight_cmd_rc(NULL, NULL), PP_EUSAGE);
+    ASSERT_HAS(slurp(tmp("err.txt")), "rank_00000.txt for reading: it is a FIFO");
+    unlink(rank_file(0));
+    ck_assert_int_eq(symlink("/dev/zero", rank_file(0)), 0);
+    ck_assert_int_eq(flight_cmd_rc(NULL, NULL), PP_EUSAGE);
+    ASSERT_HAS(slurp(tmp("err.txt")), "it is a character device");
+}
+END_TEST
+
 /* 0 -> 1 -> 2, 3 -> 2, and rank 2 wrote nothing: it is the head. */
 START_TEST(test_cmd_head_without_a_file) {
     write_ranks(4, (int[]){1, 2, -1, 2}, 2);
@@ -268,14 +343,15 @@ START_TEST(test_chain_head) {
                             {.waiting_on = 2},
                             {.waiting_on = -1},
                             {.waiting_on = 0}};
-    int have[4] = {1, 1, 1, 1}, at = -1;
-    ck_assert_int_eq(flight_chain_head(in, have, 4, 3, &at), 2);
-    ck_assert_int_eq(flight_chain_head(in, have, 4, 2, &at), 2);
-    have[1] = 0;
-    ck_assert_int_eq(flight_chain_head(in, have, 4, 3, &at), 1);
-    have[1] = 1;
+    const FlightFileInfo *by[4] = {&in[0], &in[1], &in[2], &in[3]};
+    int at = -1;
+    ck_assert_int_eq(flight_chain_head(by, 4, 3, &at), 2);
+    ck_assert_int_eq(flight_chain_head(by, 4, 2, &at), 2);
+    by[1] = NULL;
+    ck_assert_int_eq(flight_chain_head(by, 4, 3, &at), 1);
+    by[1] = &in[1];
     in[2].waiting_on = 3; /* 0 -> 1 -> 2 -> 3 -> 0 */
-    ck_assert_int_eq(flight_chain_head(in, have, 4, 0, &at), -1);
+    ck_assert_int_eq(flight_chain_head(by, 4, 0, &at), -1);
     ck_assert_int_ge(at, 0);
 }
 END_TEST
@@ -296,6 +372,7 @@ static Suite *flight_suite(void) {
     tcase_add_checked_fixture(cmd, setup, teardown);
     tcase_add_test(cmd, test_cmd_head_without_a_file);
     tcase_add_test(cmd, test_cmd_idle_head_cycle_stale);
+    tcase_add_test(cmd, test_cmd_hostile);
     suite_add_tcase(s, cmd);
     return s;
 }

@@ -89,6 +89,34 @@ START_TEST(test_log_ticks) {
 }
 END_TEST
 
+/* The axis range of a loss curve: 5% (a twentieth of the decades) more each side, as
+ * before, and finite whatever the values: a loss of 1.7e308 beside 1 made hi + pad inf
+ * (no ticks, no curve), 1e-320 .. 1e308 on a log axis made the pad inf (0 .. inf). */
+START_TEST(test_axis_pad) {
+    double lo, hi;
+    PlotAxis a;
+    plot_axis_pad(2, 4, 0, &lo, &hi);
+    ck_assert(lo == 2 - 0.05 * 2 && hi == 4 + 0.05 * 2);
+    plot_axis_pad(3, 3, 0, &lo, &hi);
+    ck_assert(lo == 3 - 0.15 && hi == 3 + 0.15);
+    plot_axis_pad(1, 100, 1, &lo, &hi);
+    ck_assert(lo == 1 / pow(100, 0.05) && hi == 100 * pow(100, 0.05));
+    static const double ext[][3] = {{1, 1.7e308, 0},  {-1e308, 1e308, 0}, {-1.7e308, -1.7e308, 0},
+                                    {1e308, 1e308, 0}, {1e-320, 1e308, 1}, {1e-320, 1e-320, 1},
+                                    {1.7e308, 1.7e308, 1}, {5e-324, 1, 1}};
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        int log = (int)ext[i][2];
+        plot_axis_pad(ext[i][0], ext[i][1], log, &lo, &hi);
+        ck_assert_msg(isfinite(lo) && isfinite(hi) && lo < hi && (!log || lo > 0),
+                      "%g .. %g (log %d): axis %g .. %g", ext[i][0], ext[i][1], log, lo, hi);
+        if (log) plot_axis_log(&a, lo, hi, 6);
+        else plot_axis_linear(&a, lo, hi, 6);
+        ck_assert_msg(a.n >= 2, "%g .. %g (log %d): %d ticks", ext[i][0], ext[i][1], log, a.n);
+        ck_assert(isfinite(plot_axis_frac(&a, ext[i][0])) && isfinite(plot_axis_frac(&a, ext[i][1])));
+    }
+}
+END_TEST
+
 static void setup(void) {
     testdir_create("pp_test_plot");
     g_err[0] = '\0';
@@ -216,6 +244,7 @@ static Suite *plot_suite(void) {
     tcase_add_test(axis, test_nice);
     tcase_add_test(axis, test_linear_ticks);
     tcase_add_test(axis, test_log_ticks);
+    tcase_add_test(axis, test_axis_pad);
     tcase_add_checked_fixture(data, setup, teardown);
     tcase_add_test(data, test_run_read);
     tcase_add_test(data, test_run_refused);

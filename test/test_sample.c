@@ -208,6 +208,14 @@ START_TEST(test_rule_greedy) {
         ck_assert_int_eq(pick(y, 37, 1.0f, 0, 1e-6f, &r), g); /* top-p: at least one, the first */
     }
     ck_assert_int_eq(pick(z, 7, 1.0f, 1, 1, &r), 1);
+    /* a temperature so small that z / t overflows (every exp(z - max) NaN: the last id
+     * came out) samples as its limit, greedy: with and without top-k / top-p */
+    float y[7] = {0.5f, 2.0f, -1.0f, 1.0f, 1.9f, -3.0f, 0.0f};
+    for (int k = 0; k < 3; k++)
+        for (float t = 1e-40f; t > 0; t /= 1000) {
+            ck_assert_int_eq(pick(y, 7, t, k, 1, &r), 1);
+            ck_assert_int_eq(pick(y, 7, t, k, 0.5f, &r), 1);
+        }
 }
 END_TEST
 

@@ -159,8 +159,16 @@ static double shared_tokens_per_step(const PlotRun *runs, int n) {
     return tps;
 }
 
+/* A loss for the summary: 4 decimals, or 4 digits where that would print hundreds of them
+ * (a diverged run's 1e308). */
+static const char *loss_text(double v, char *buf, size_t n) {
+    snprintf(buf, n, fabs(v) < 1e6 || !isfinite(v) ? "%.4f" : "%.4g", v);
+    return buf;
+}
+
 /* One line per run: steps, tokens, first and last loss, last validation loss. */
 static void summarize(const PlotRun *runs, const char (*names)[PP_PATH_MAX], int n) {
+    char a[32], b[32];
     for (int r = 0; r < n; r++) {
         const PlotRun *u = &runs[r];
         printf("  %s: %.0f steps", names[r], u->step[u->n - 1]);
@@ -168,10 +176,11 @@ static void summarize(const PlotRun *runs, const char (*names)[PP_PATH_MAX], int
             printf(", %.0f tokens (%.0f per step)", u->tokens[u->n - 1], u->tokens_per_step);
         else if (u->tokens)
             printf(", %.0f tokens", u->tokens[u->n - 1]);
-        printf(", loss %.4f -> %.4f", u->loss[0], u->loss[u->n - 1]);
+        printf(", loss %s -> %s", loss_text(u->loss[0], a, sizeof a),
+               loss_text(u->loss[u->n - 1], b, sizeof b));
         if (u->nval)
-            printf(", validation loss %.4f at step %.0f", u->val_loss[u->nval - 1],
-                   u->val_step[u->nval - 1]);
+            printf(", validation loss %s at step %.0f",
+                   loss_text(u->val_loss[u->nval - 1], a, sizeof a), u->val_step[u->nval - 1]);
         printf("\n");
     }
 }

@@ -69,6 +69,23 @@ void plot_axis_log(PlotAxis *a, double lo, double hi, int target) {
     a->log = 1;
 }
 
+void plot_axis_pad(double lo, double hi, int log, double *alo, double *ahi) {
+    double m = log ? PLOT_AXIS_LOG_MAX : PLOT_AXIS_MAX, least = log ? 1 / m : -m;
+    lo = fmin(fmax(lo, least), m);
+    hi = fmin(fmax(hi, least), m);
+    if (log) {
+        double r = hi / lo; /* 1e250 / 1e-250 overflows: then the same through log10 */
+        double pad = lo < hi ? (isfinite(r) ? pow(r, 0.05) : pow(10, 0.05 * (log10(hi) - log10(lo))))
+                             : 1.1;
+        *alo = lo / pad;
+        *ahi = hi * pad;
+    } else {
+        double pad = lo < hi ? 0.05 * (hi - lo) : fmax(0.05 * fabs(lo), 0.05);
+        *alo = lo - pad;
+        *ahi = hi + pad;
+    }
+}
+
 double plot_axis_frac(const PlotAxis *a, double v) {
     if (!a->log) return (v - a->lo) / (a->hi - a->lo);
     if (!(v > 0)) return NAN;

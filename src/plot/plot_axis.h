@@ -29,6 +29,17 @@ void plot_axis_linear(PlotAxis *a, double lo, double hi, int target);
  * too narrow for 2 of these gets linear nice ticks (placed on the log scale). */
 void plot_axis_log(PlotAxis *a, double lo, double hi, int target);
 
+/* The range [*alo, *ahi] of an axis that shows the finite values lo..hi (lo <= hi): 5% of
+ * the range more on each side (linear; 5% of |lo| for one value), or a twentieth of the
+ * decades (log, lo > 0; a factor 1.1 for one value). Always finite: values beyond
+ * +-PLOT_AXIS_MAX (linear) or outside [1/PLOT_AXIS_LOG_MAX, PLOT_AXIS_LOG_MAX] (log) are
+ * clamped first, so the range, its ticks and the pixels of values on it never overflow
+ * (a loss of 1e308 beside 1: hi + pad was inf, the axis had no ticks and the curve no
+ * points); such values lie off the axis. */
+#define PLOT_AXIS_MAX 1e300
+#define PLOT_AXIS_LOG_MAX 1e250
+void plot_axis_pad(double lo, double hi, int log, double *alo, double *ahi);
+
 /* Where v falls on the axis: 0 at lo, 1 at hi (outside for values outside). */
 double plot_axis_frac(const PlotAxis *a, double v);
 

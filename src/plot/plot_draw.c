@@ -52,12 +52,18 @@ typedef struct {
 
 enum { KIND_TRAIN, KIND_VAL, KIND_LR, KIND_N };
 
+/* A pixel coordinate kept within +-PX_MAX: a value far off its axis (plot_axis_pad clamps
+ * the range) lies off the picture in its direction, where cairo's fixed-point coordinates
+ * (24.8 bits) do not wrap it back into view. */
+#define PX_MAX 1e6
+static double px_clamp(double p) { return isnan(p) ? p : fmin(fmax(p, -PX_MAX), PX_MAX); }
+
 static double px_x(const Frame *f, double v) {
-    return f->x0 + plot_axis_frac(&f->x, v) * (f->x1 - f->x0);
+    return px_clamp(f->x0 + plot_axis_frac(&f->x, v) * (f->x1 - f->x0));
 }
 
 static double px_y(const Frame *f, const PlotAxis *a, double v) {
-    return f->y1 - plot_axis_frac(a, v) * (f->y1 - f->y0);
+    return px_clamp(f->y1 - plot_axis_frac(a, v) * (f->y1 - f->y0));
 }
 
 static void set_rgb(cairo_t *cr, Rgb c) { cairo_set_source_rgb(cr, c.r, c.g, c.b); }
@@ -149,14 +155,12 @@ static void frame_axes(Frame *f, const PlotSpec *s) {
     int xt = s->x_tokens || xmax >= 7 ? 7 : (int)ceil(xmax);
     plot_axis_linear(&f->x, 0, xmax, xt);
     if (!(lo <= hi)) lo = s->log_y ? 1 : 0, hi = s->log_y ? 10 : 1; /* all non-finite */
-    if (s->log_y) {
-        double pad = lo < hi ? pow(hi / lo, 0.05) : 1.1;
-        plot_axis_log(&f->y, lo / pad, hi * pad, 6);
-    } else {
-        double pad = lo < hi ? 0.05 * (hi - lo) : fmax(0.05 * fabs(lo), 0.05);
-        plot_axis_linear(&f->y, lo - pad, hi + pad, 6);
-    }
+    plot_axis_pad(lo, hi, s->log_y, &lo, &hi);
+    if (s->log_y) plot_axis_log(&f->y, lo, hi, 6);
+    else plot_axis_linear(&f->y, lo, hi, 6);
     f->has_lr = s->show_lr && lrlo <= lrhi && lrhi > 0;
+    lrlo = fmax(lrlo, -PLOT_AXIS_MAX); /* as plot_axis_pad: a range that does not overflow */
+    lrhi = fmin(lrhi, PLOT_AXIS_MAX);
     if (f->has_lr) plot_axis_linear(&f->lr, fmin(0, lrlo), lrhi * 1.08, 6);
     f->has_top = s->shared_tps > 0;
     if (f->has_top) {

@@ -89,11 +89,14 @@ typedef struct {
     double started, written; /* wall clock, s */
 } FlightFileInfo;
 
-/* The head of the wait chain from rank r: follow waiting_on from r (infos[world], with
- * have[q] 0 where rank q wrote no file) until a rank that waits on no one, or that has
- * no file (stopped, killed or still running): that rank. -1 when the chain runs in a
- * cycle (then *cycle_at is a rank on it). */
-int flight_chain_head(const FlightFileInfo *infos, const int *have, int world, int r,
-                      int *cycle_at);
+/* The largest world `pptrain flight` reads files of: a header naming more ranks is no
+ * record of a run it can merge. */
+#define FLIGHT_MAX_WORLD (1 << 20)
+
+/* The head of the wait chain from rank r: follow waiting_on from r (by_rank[world], NULL
+ * where rank q wrote no file) until a rank that waits on no one, or that has no file
+ * (stopped, killed or still running): that rank. -1 when the chain runs in a cycle (then
+ * *cycle_at is a rank on it). At most world + 1 steps. */
+int flight_chain_head(const FlightFileInfo *const *by_rank, int world, int r, int *cycle_at);
 
 #endif

@@ -42,6 +42,9 @@ int sample_pick(const float *logits, int V, const SampleRule *rule, SampleRng *r
     if (rule->top_k > 0 && rule->top_k < n) n = rule->top_k;
     float mx = cand[0].z;
     for (int i = 1; i < n && !sorted; i++) mx = cand[i].z > mx ? cand[i].z : mx;
+    /* a temperature so small that z overflows (1e-40: every exp(z - mx) would be NaN)
+     * samples as its limit, the greedy choice */
+    if (isinf(mx)) return argmax(logits, V);
     double total = 0;
     for (int i = 0; i < n; i++) total += exp((double)cand[i].z - mx);
     if (rule->top_p < 1) { /* the shortest run of the largest reaching top_p of the total */

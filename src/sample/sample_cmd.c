@@ -2,6 +2,7 @@
  * Hugging Face directory, or a config's model as a run starts it), a prompt as text or ids,
  * and its continuation by the sampling rule on the KV-cache decoder, as text or ids. */
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -46,12 +47,15 @@ typedef struct {
 
 #define USAGE(...) return pp_errf(err, errlen, PP_EUSAGE, __VA_ARGS__)
 
-/* A whole decimal integer in [lo, hi]. */
+/* A whole decimal integer in [lo, hi]: digits, after a '-' for a negative one (strtoll
+ * alone would take leading blanks and a '+'). */
 static int parse_long(const char *s, long long lo, long long hi, long long *v) {
     char *end;
+    const char *d = s + (s[0] == '-');
+    if (!(*d >= '0' && *d <= '9')) return 0;
     errno = 0;
     long long x = strtoll(s, &end, 10);
-    if (!*s || *end || errno || x < lo || x > hi) return 0;
+    if (*end || errno || x < lo || x > hi) return 0;
     *v = x;
     return 1;
 }
@@ -60,13 +64,16 @@ static int parse_real(const char *s, double *v) {
     char *end;
     errno = 0;
     double x = strtod(s, &end);
-    if (!*s || *end || errno || !isfinite(x)) return 0;
+    /* ERANGE on underflow too (4.9e-324, 1e-400): a tiny value, taken as it rounds */
+    if (!*s || *end || (errno && fabs(x) > DBL_MIN) || !isfinite(x)) return 0;
     *v = x;
     return 1;
 }
 
+/* Whether s is one of the '|'-separated words of list. */
 static int in_list(const char *s, const char *list) {
     size_t n = strlen(s);
+    if (n == 0) return 0; /* strstr finds "" everywhere: p would never move */
     for (const char *p = list; (p = strstr(p, s)); p += n)
         if ((p == list || p[-1] == '|') && (p[n] == '|' || !p[n])) return 1;
     return 0;
@@ -79,8 +86,8 @@ static int number(const char *flag, const char *v, int real, double lo, double h
     int ok = real ? parse_real(v, out) : parse_long(v, (long long)lo, (long long)hi, &i);
     if (!real && ok) *out = (double)i;
     if (!ok || *out < lo || *out > hi)
-        USAGE("sample: %s %s: expected %s in [%g, %g]", flag, v, real ? "a number" : "an integer",
-              lo, hi);
+        USAGE("sample: %s %s: expected %s in [%.15g, %.15g]", flag, v,
+              real ? "a number" : "an integer", lo, hi);
     return PP_OK;
 }
 
@@ -130,11 +137,12 @@ static int parse_args(int argc, char **argv, SampleArgs *a, char *err, size_t er
             if (!(rc = number(f, v, 1, 0, 1, &x, err, errlen))) a->rule.top_p = (float)x;
             if (!rc && !(x > 0)) USAGE("sample: --top-p %s: expected a number in (0, 1]", v);
         } else if (!strcmp(f, "--seed")) {
-            char *end;
+            char *end = NULL;
             errno = 0;
-            a->seed = strtoull(v, &end, 10);
-            if (!*v || *end || errno || *v == '-')
-                USAGE("sample: --seed %s: expected an unsigned 64-bit integer", v);
+            if (*v >= '0' && *v <= '9') a->seed = strtoull(v, &end, 10); /* digits only */
+            if (!end || *end || errno)
+                USAGE("sample: --seed %s: expected an unsigned 64-bit integer (digits, at "
+                      "most 18446744073709551615)", v);
         } else if (!(rc = number(f, v, 0, 0, 4096, &x, err, errlen))) {
             a->threads = (int)x; /* --threads */
         }
@@ -283,6 +291,11 @@ static int end_ids(const SampleArgs *a, const char *dir, const char *cfg_eos,
     if (a->eos) {
         int *ids, cnt, rc = parse_ids("--eos", a->eos, V, &ids, &cnt, err, errlen);
         if (rc) return rc;
+        if (cnt > SAMPLE_MAX_EOS) { /* not some of them silently */
+            free(ids);
+            USAGE("sample: --eos: %d ids, over the %d end-of-text ids a sample stops at", cnt,
+                  SAMPLE_MAX_EOS);
+        }
         for (int i = 0; i < cnt && s->neos < SAMPLE_MAX_EOS; i++) s->eos[s->neos++] = ids[i];
         free(ids);
         return snprintf(why, n, "--eos"), PP_OK;
@@ -379,7 +392,9 @@ static int run(const SampleArgs *a, SampleRun *r, char *err, size_t errlen) {
     struct stat st;
     snprintf(own, sizeof own, "%s/tokenizer.json", dir ? dir : ".");
     if (!tpath && dir && stat(own, &st) == 0) tpath = own;
-    if (tpath && tok_load(tpath, &r->tok, err, errlen)) return PP_EUSAGE;
+    char terr[PP_ERR_MAX];
+    if (tpath && tok_load(tpath, &r->tok, terr, sizeof terr)) /* its messages may not name it */
+        USAGE("sample: tokenizer %s: %s", tpath, terr);
     if (!a->ids && !r->tok && d->V != 256)
         USAGE("sample: printing text needs --tokenizer FILE (the model's vocabulary has %d ids, "
               "not a byte-level 256), or print ids with --ids", d->V);
