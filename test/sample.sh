@@ -188,7 +188,7 @@ refuse "--prompt-ids ' 1'" "id 1 is ' 1', not a non-negative integer" \
   $G --prompt-ids " 1" --max-new-tokens 2
 refuse "17 --eos ids (16 were kept, silently)" "--eos: 17 ids, over the 16" \
   $G --prompt-ids 1 --max-new-tokens 2 --eos 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17
-refuse "a missing --tokenizer, named" "sample: tokenizer $tmp/none.json: cannot open" \
+refuse "a missing --tokenizer, named" "sample: cannot open tokenizer file '$tmp/none.json'" \
   $G --prompt-ids 1 --max-new-tokens 2 --tokenizer "$tmp/none.json"
 # a temperature that underflows (strtod's ERANGE) is a tiny one: greedy, as 0 is
 t0=$("$PPTRAIN" sample $G --prompt-ids 1,2 --max-new-tokens 4 --ids --temperature 0 2>/dev/null)

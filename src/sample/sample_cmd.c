@@ -393,8 +393,8 @@ static int run(const SampleArgs *a, SampleRun *r, char *err, size_t errlen) {
     snprintf(own, sizeof own, "%s/tokenizer.json", dir ? dir : ".");
     if (!tpath && dir && stat(own, &st) == 0) tpath = own;
     char terr[PP_ERR_MAX];
-    if (tpath && tok_load(tpath, &r->tok, terr, sizeof terr)) /* its messages may not name it */
-        USAGE("sample: tokenizer %s: %s", tpath, terr);
+    if (tpath && tok_load(tpath, &r->tok, terr, sizeof terr)) /* its messages name the file */
+        USAGE("sample: %s", terr);
     if (!a->ids && !r->tok && d->V != 256)
         USAGE("sample: printing text needs --tokenizer FILE (the model's vocabulary has %d ids, "
               "not a byte-level 256), or print ids with --ids", d->V);
