@@ -875,8 +875,21 @@ START_TEST(test_dir_damaged) {
     copy_sharded(NULL); /* a shard cut short: named */
     ck_assert_int_eq(truncate(tmp("d/model-00003-of-00004.safetensors"), 400), 0);
     dir_fails("model-00003-of-00004.safetensors: tensor \"", "run past the end of the data");
+    char body[8192] = "{\"weight_map\": {\"x\": \"";
+    memset(body + strlen(body), 'y', 5000);
+    strcat(body, "\"}}");
+    copy_sharded(body); /* a shard's name too long for a path: the index named */
+    dir_fails("model.safetensors.index.json: weight_map puts tensor \"x\" in a file whose name "
+              "(5000 bytes) makes a path too long",
+              NULL);
     unlink(tmp("d/model.safetensors.index.json"));
     dir_fails("has neither model.safetensors nor model.safetensors.index.json", NULL);
+    /* a dangling link (a Hub cache's blob never downloaded) is named, not called absent */
+    ck_assert_int_eq(symlink(tmp("d/nowhere"), tmp("d/model.safetensors")), 0);
+    dir_fails("cannot open", "d/model.safetensors: No such file");
+    unlink(tmp("d/model.safetensors"));
+    ck_assert_int_eq(symlink("model.safetensors.index.json", tmp("d/model.safetensors.index.json")), 0);
+    dir_fails("model.safetensors.index.json", "Too many levels of symbolic links");
     HfDir *d;
     ck_assert_int_eq(hf_dir_open(tmp("nowhere"), &d, g_err, sizeof g_err), PP_EUSAGE);
     ASSERT_ERR_HAS("No such file");
