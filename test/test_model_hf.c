@@ -645,6 +645,9 @@ static const char *const k_llama_refused[][2] = {
      "rope_scaling.rope_type \"llama3\" without rope_scaling.original_max_position_embeddings"},
     {"\"model_type\": \"mistral\", \"hidden_act\": \"relu\"",
      "hidden_act \"relu\" is not supported"},
+    /* head_dim x num_attention_heads past int64: 4 x (2^62 + 16) wrapped to hidden_size 64
+     * (and is undefined behaviour) */
+    {LLAMA "\"head_dim\": 4611686018427387920", "head_dim 4611686018427387920 is not supported"},
     /* values a float cannot hold, or an int past int's range, never become inf or wrap */
     {LLAMA "\"rms_norm_eps\": 1e308", "rms_norm_eps 1e+308 is out of range (a finite float)"},
     {LLAMA "\"rope_theta\": -1e300", "rope_theta -1e+300 is out of range (a finite float)"},
