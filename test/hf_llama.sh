@@ -134,6 +134,15 @@ refuse "model.rope_scaling: null in the config against llama3" "model.rope_scali
 damage nok $HF/llama3 && off=$(grep -obUaF "\"$K_PROJ\"" "$tmp/nok/model.safetensors" | head -n 1 | cut -d: -f1) &&
   printf '"%s"' "${K_PROJ/k_proj/k_prox}" | dd of="$tmp/nok/model.safetensors" bs=1 seek="$off" conv=notrunc status=none
 refuse "a missing k_proj" "$tmp/nok/model.safetensors has no tensor \"$K_PROJ\" (pptrain's h.1.qkvw)" --set model.init_from="$tmp/nok"
+# the header length 2 short: the header's 2 padding spaces dropped still parse, the data
+# section would start 2 bytes early and every tensor be read shifted
+damage hlen $HF/llama3 && n=$(od -An -tu8 -N8 "$tmp/hlen/model.safetensors" | tr -d ' ') &&
+  python3 -c "import struct, sys; sys.stdout.buffer.write(struct.pack('<Q', $n - 2))" |
+  dd of="$tmp/hlen/model.safetensors" bs=1 conv=notrunc status=none
+refuse "a header length 2 bytes short" "$tmp/hlen/model.safetensors: 2 bytes follow the last tensor's data" --set model.init_from="$tmp/hlen"
+damage eps0 $HF/llama3 && sed -i 's/"rms_norm_eps": 1e-05/"rms_norm_eps": 0/' "$tmp/eps0/config.json"
+refuse "rms_norm_eps 0: config_finalize's refusal names the file and key" \
+  "$tmp/eps0/config.json: model.norm_eps (epsilon of the norms" --set model.init_from="$tmp/eps0"
 damage win $HF/mistral && sed -i 's/"sliding_window": 4096/"sliding_window": 16/' "$tmp/win/config.json"
 refuse "mistral's sliding_window 16 under train.seq_len 32" "$tmp/win/config.json: sliding_window 16 is shorter than train.seq_len 32" --set model.init_from="$tmp/win"
 "$PPTRAIN" export --checkpoint "$tmp/zero-llama3/checkpoints/latest" --out "$tmp/l.bin" >"$tmp/e.out" 2>&1

@@ -555,17 +555,60 @@ START_TEST(test_damaged_overlap) {
            "\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]}}",
            32);
     open_fails(tmp("inside"), PP_EUSAGE, "tensors \"big\" and \"small\" overlap", NULL);
-    /* gaps, empty tensors anywhere and unordered entries are fine */
+    /* gaps, empty tensors anywhere and unordered entries are fine (the data ending where
+     * the last tensor ends) */
     put_st(tmp("ok"),
            "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]},"
            "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[2,2]},"
            "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
-           16);
+           12);
     SafetensorsFile *f;
     ck_assert_int_eq(safetensors_open(tmp("ok"), &f, g_err, sizeof g_err), PP_OK);
     ck_assert_str_eq(safetensors_tensor(f, 0)->name, "a");
     ck_assert_str_eq(safetensors_tensor(f, 2)->name, "b");
     safetensors_close(f);
+}
+END_TEST
+
+/* Bytes after the last tensor are refused: what a header length a few bytes short leaves
+ * (the header's padding spaces still parse, and every tensor would be read from that many
+ * bytes too early), or an appended file. */
+START_TEST(test_damaged_trailing) {
+    const char *h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}          ";
+    size_t n = strlen(h); /* 64: padded to 8 as the writers do */
+    unsigned char p[8 + 64 + 8] = {0};
+    ck_assert_uint_eq(n, 64);
+    memcpy(p + 8, h, n);
+    for (int cut = 0; cut <= 10; cut++) { /* N - cut: still JSON while the spaces last */
+        uint64_t N = n - (uint64_t)cut;
+        for (int i = 0; i < 8; i++) p[i] = (unsigned char)(N >> (8 * i));
+        put_file(tmp("short_n"), p, sizeof p);
+        SafetensorsFile *f = NULL;
+        int rc = safetensors_open(tmp("short_n"), &f, g_err, sizeof g_err);
+        ck_assert_msg(cut == 0 ? rc == PP_OK : rc == PP_EUSAGE, "N - %d: rc %d %s", cut, rc,
+                      g_err);
+        if (cut) ASSERT_ERR_HAS(tmp("short_n"));
+        if (cut) ASSERT_ERR_HAS("bytes follow the last tensor's data");
+        safetensors_close(f);
+    }
+    put_st(tmp("appended"), "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 5);
+    open_fails(tmp("appended"), PP_EUSAGE, "1 bytes follow the last tensor's data", NULL);
+    put_st(tmp("none"), "{}", 1);
+    open_fails(tmp("none"), PP_EUSAGE, "1 bytes follow", NULL);
+}
+END_TEST
+
+/* A NUL byte is no JSON: jansson alone would end a number at it ({"a": 1\0} as {"a": 1}). */
+START_TEST(test_json_nul) {
+    json_t *root;
+    static const char text[] = "{\"eos_token_id\": 1\0}";
+    ck_assert_int_eq(hf_json_parse("F", "the file", text, sizeof text - 1, &root, g_err,
+                                   sizeof g_err),
+                     PP_EUSAGE);
+    ASSERT_ERR_HAS("F: the file is not valid JSON: a NUL byte at line 1, column 19");
+    ck_assert_int_eq(hf_json_parse("F", "the file", "{\n\"a\": 1}", 9, &root, g_err, sizeof g_err),
+                     PP_OK);
+    json_decref(root);
 }
 END_TEST
 
@@ -832,8 +875,21 @@ START_TEST(test_dir_damaged) {
     copy_sharded(NULL); /* a shard cut short: named */
     ck_assert_int_eq(truncate(tmp("d/model-00003-of-00004.safetensors"), 400), 0);
     dir_fails("model-00003-of-00004.safetensors: tensor \"", "run past the end of the data");
+    char body[8192] = "{\"weight_map\": {\"x\": \"";
+    memset(body + strlen(body), 'y', 5000);
+    strcat(body, "\"}}");
+    copy_sharded(body); /* a shard's name too long for a path: the index named */
+    dir_fails("model.safetensors.index.json: weight_map puts tensor \"x\" in a file whose name "
+              "(5000 bytes) makes a path too long",
+              NULL);
     unlink(tmp("d/model.safetensors.index.json"));
     dir_fails("has neither model.safetensors nor model.safetensors.index.json", NULL);
+    /* a dangling link (a Hub cache's blob never downloaded) is named, not called absent */
+    ck_assert_int_eq(symlink(tmp("d/nowhere"), tmp("d/model.safetensors")), 0);
+    dir_fails("cannot open", "d/model.safetensors: No such file");
+    unlink(tmp("d/model.safetensors"));
+    ck_assert_int_eq(symlink("model.safetensors.index.json", tmp("d/model.safetensors.index.json")), 0);
+    dir_fails("model.safetensors.index.json", "Too many levels of symbolic links");
     HfDir *d;
     ck_assert_int_eq(hf_dir_open(tmp("nowhere"), &d, g_err, sizeof g_err), PP_EUSAGE);
     ASSERT_ERR_HAS("No such file");
@@ -1136,6 +1192,8 @@ static Suite *hf_suite(void) {
     tcase_add_test(tc, test_damaged_json);
     tcase_add_test(tc, test_damaged_entries);
     tcase_add_test(tc, test_damaged_overlap);
+    tcase_add_test(tc, test_damaged_trailing);
+    tcase_add_test(tc, test_json_nul);
     tcase_add_test(tc, test_unreadable_dtype);
     tcase_add_test(tc, test_truncated_after_open);
     suite_add_tcase(s, tc);

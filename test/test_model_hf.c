@@ -601,10 +601,22 @@ START_TEST(test_llama_config_complete) {
               c.rope_high_freq_factor == 2.0f && c.rope_original_max_seq_len == 64);
     ck_assert_str_eq(c.arch, "qwen2");
     ck_assert_str_eq(c.rope_scaling, "llama3");
+    /* MistralConfig's 8 key/value heads, which 4 heads cannot share: refused naming the
+     * file and where both numbers came from (the config names neither) */
     write_config("{\"model_type\": \"mistral\", " DIMS "\"sliding_window\": 16}");
     config_with(&c, (const char *const[]){init_set(), "train.seq_len=16", NULL});
+    ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, tmp("config.json")) &&
+                      strstr(g_err, "is not a multiple of model.n_kv_heads (8)") &&
+                      strstr(g_err, "num_attention_heads 4 gives model.n_heads; "
+                                    "num_key_value_heads (left out: the model class's default) "
+                                    "8 gives model.n_kv_heads"),
+                  "%s", g_err);
+    write_config("{\"model_type\": \"mistral\", " DIMS "\"num_key_value_heads\": 2, "
+                 "\"sliding_window\": 16}");
+    config_with(&c, (const char *const[]){init_set(), "train.seq_len=16", NULL});
     ck_assert_msg(model_hf_config(&c, g_err, sizeof g_err) == PP_OK, "%s", g_err);
-    ck_assert(c.sliding_window == 16 && c.n_kv_heads == 8); /* MistralConfig's 8 */
+    ck_assert(c.sliding_window == 16 && c.n_kv_heads == 2);
     config_with(&c, (const char *const[]){init_set(), "train.seq_len=32", NULL});
     ck_assert_int_eq(model_hf_config(&c, g_err, sizeof g_err), PP_EUSAGE);
     ck_assert_msg(strstr(g_err, tmp("config.json")) &&
@@ -633,6 +645,24 @@ static const char *const k_llama_refused[][2] = {
      "rope_scaling.rope_type \"llama3\" without rope_scaling.original_max_position_embeddings"},
     {"\"model_type\": \"mistral\", \"hidden_act\": \"relu\"",
      "hidden_act \"relu\" is not supported"},
+    /* head_dim x num_attention_heads past int64: 4 x (2^62 + 16) wrapped to hidden_size 64
+     * (and is undefined behaviour) */
+    {LLAMA "\"head_dim\": 4611686018427387920", "head_dim 4611686018427387920 is not supported"},
+    /* values a float cannot hold, or an int past int's range, never become inf or wrap */
+    {LLAMA "\"rms_norm_eps\": 1e308", "rms_norm_eps 1e+308 is out of range (a finite float)"},
+    {LLAMA "\"rope_theta\": -1e300", "rope_theta -1e+300 is out of range (a finite float)"},
+    {LLAMA "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 1e300, \"low_freq_factor\": "
+           "1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8}",
+     "rope_scaling.factor is out of range (a finite float)"},
+    {LLAMA "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": "
+           "1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 4294967304}",
+     "rope_scaling.original_max_position_embeddings 4294967304 is out of range"},
+    /* what config_finalize refuses of config.json's values, named with the file and key */
+    {LLAMA "\"rms_norm_eps\": 0", "model.norm_eps (epsilon of the norms"},
+    {LLAMA "\"rms_norm_eps\": -1e-6", "(rms_norm_eps -1e-06 gives model.norm_eps)"},
+    {LLAMA "\"num_key_value_heads\": 3", "(num_attention_heads 4 gives model.n_heads; "
+                                         "num_key_value_heads 3 gives model.n_kv_heads)"},
+    {LLAMA "\"eos_token_id\": 300", "its eos_token_id gives model.eos_token_id)"},
 };
 #undef LLAMA
 

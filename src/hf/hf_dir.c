@@ -67,10 +67,13 @@ static int shard_of(HfDir *d, const char *index_path, const char *tensor, const 
                        "in the directory",
                        index_path, tensor, file);
     char path[PP_PATH_MAX], why[PP_ERR_MAX];
-    int rc = path_join(path, d->dir, file, err, errlen);
-    if (rc != PP_OK) return rc;
+    if (path_join(path, d->dir, file, NULL, 0) != PP_OK)
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s: weight_map puts tensor \"%s\" in a file whose name (%zu bytes) makes "
+                       "a path too long",
+                       index_path, tensor, strlen(file));
     SafetensorsFile *f;
-    rc = safetensors_open(path, &f, why, sizeof why);
+    int rc = safetensors_open(path, &f, why, sizeof why);
     if (rc != PP_OK)
         return pp_errf(err, errlen, rc, "%s: weight_map puts tensor \"%s\" in %s: %s", index_path,
                        tensor, file, why);
@@ -147,10 +150,10 @@ int hf_dir_open(const char *dir, HfDir **out, char *err, size_t errlen) {
     char single[PP_PATH_MAX], index[PP_PATH_MAX];
     path_join(single, dir, HF_DIR_WEIGHTS, NULL, 0);
     path_join(index, dir, HF_DIR_INDEX, NULL, 0);
-    int rc;
-    if (stat(single, &st) == 0) {
+    int rc; /* lstat: a dangling link (a Hub cache's blob not downloaded) is named as such */
+    if (lstat(single, &st) == 0) {
         rc = open_single(d, single, err, errlen);
-    } else if (stat(index, &st) == 0) {
+    } else if (lstat(index, &st) == 0) {
         d->sharded = 1;
         rc = open_index(d, index, err, errlen);
     } else {

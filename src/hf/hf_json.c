@@ -54,6 +54,17 @@ int hf_json_parse(const char *path, const char *what, const char *text, size_t l
                   char *err, size_t errlen) {
     json_error_t je;
     *out = NULL;
+    /* JSON text has no NUL byte, but jansson takes one that follows a number as the
+     * number's end: {"eos_token_id": 1\0} would read as {"eos_token_id": 1} */
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        size_t at = (size_t)(nul - text), line = 1, col = 1;
+        for (size_t i = 0; i < at; i++, col++)
+            if (text[i] == '\n') line++, col = 0;
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s: %s is not valid JSON: a NUL byte at line %zu, column %zu", path, what,
+                       line, col);
+    }
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return pp_errf(err, errlen, PP_EUSAGE, "%s: %s is not valid JSON: %s at line %d, column %d",

@@ -34,12 +34,15 @@
  * BF16 and F16 are refused only when read, by name), a shape of at most 8 non-negative
  * integers whose product times the dtype's bits neither overflows nor leaves a partial
  * byte, and data_offsets of two integers BEGIN <= END inside the data section with
- * END - BEGIN the shape's size; and no two tensors' bytes overlap. The reference is
- * stricter in two ways we are not: it wants the tensors packed without gaps from
- * offset 0 and the data to end exactly at the end of the file; gaps and trailing bytes
- * harm no reader, and a truncated file is still caught (its last tensor ends past the
- * end). A read asks pread(2) for just the bytes of the elements asked for, and counts
- * them (a rank that loads its own stages reads only those).
+ * END - BEGIN the shape's size; no two tensors' bytes overlap; and the data section ends
+ * where the last tensor ends, as the reference requires too. That last check is what
+ * catches a header length N that is a few bytes short: the writers pad the header with
+ * up to 7 spaces, so N - 1 still reads as the same JSON, and every tensor's bytes would
+ * be taken from 1 byte too early in the file (a too long N reads data bytes as JSON, or
+ * puts the last tensor past the end). The reference also wants the tensors packed
+ * without gaps from offset 0; we allow gaps, which misplace nothing: a header is either
+ * read as written or refused. A read asks pread(2) for just the bytes of the elements
+ * asked for, and counts them (a rank that loads its own stages reads only those).
  *
  * The writer is the reference's serialize_file: tensors sorted by dtype, descending in
  * the reference's enum order (F32 before BF16 before F16), then by name (byte order),
@@ -318,6 +321,14 @@ static int parse_header(SafetensorsFile *f, const char *text, char *err, size_t 
                            (unsigned long long)t->end);
         if (!last || t->end > last->end) last = t;
     }
+    uint64_t end = last ? last->end : 8 + f->hlen; /* where the tensors' data ends */
+    if (end != f->size)
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "%s: %llu bytes follow the last tensor's data (the tensors end at byte "
+                       "%llu, the file has %llu): a damaged header length (%llu) or bytes "
+                       "appended to the file? (safetensors' own loader refuses it too)",
+                       f->path, (unsigned long long)(f->size - end), (unsigned long long)end,
+                       (unsigned long long)f->size, (unsigned long long)f->hlen);
     f->byname = pp_malloc((f->n + 1) * sizeof *f->byname);
     for (size_t i = 0; i < f->n; i++) f->byname[i] = &f->t[i];
     qsort(f->byname, f->n, sizeof *f->byname, cmp_name);

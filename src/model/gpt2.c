@@ -533,13 +533,16 @@ static int hf_config_check(const HfConfig *c, char *err, size_t errlen) {
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: %s %g is not supported: pptrain's GPT-2 LayerNorm uses 1e-05", c->path,
                        c->norm_eps.key, c->norm_eps.value);
-    if (c->intermediate_size.present && c->intermediate_size.value != 4 * c->hidden_size.value)
+    int64_t four_c; /* config.json's int64: 4 x it may overflow */
+    if (c->intermediate_size.present &&
+        (__builtin_mul_overflow(c->hidden_size.value, 4, &four_c) ||
+         c->intermediate_size.value != four_c))
         return pp_errf(err, errlen, PP_EUSAGE,
-                       "%s: %s %lld is not supported: pptrain's GPT-2 MLP is 4 x %s = %lld wide "
+                       "%s: %s %lld is not supported: pptrain's GPT-2 MLP is 4 x %s = %.0f wide "
                        "(n_inner null)",
                        c->path, c->intermediate_size.key, (long long)c->intermediate_size.value,
                        c->hidden_size.key ? c->hidden_size.key : "n_embd",
-                       4 * (long long)c->hidden_size.value);
+                       4.0 * (double)c->hidden_size.value);
     if (c->scale_attn_weights.present && !c->scale_attn_weights.value)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s: scale_attn_weights false is not supported: pptrain's GPT-2 scales "

@@ -527,8 +527,10 @@ static int hf_config_check(const HfConfig *c, char *err, size_t errlen) {
     if (c->hidden_act.present && strcmp(c->hidden_act.value, "silu"))
         REFUSE("%s: %s \"%s\" is not supported: pptrain's %s MLP is SwiGLU with silu", c->path,
                c->hidden_act.key, c->hidden_act.value, c->model_type.value);
+    int64_t hd_x_nh; /* config.json's int64s: their product may overflow */
     if (c->head_dim.present && c->hidden_size.present && c->num_attention_heads.present &&
-        c->head_dim.value * c->num_attention_heads.value != c->hidden_size.value)
+        (__builtin_mul_overflow(c->head_dim.value, c->num_attention_heads.value, &hd_x_nh) ||
+         hd_x_nh != c->hidden_size.value))
         REFUSE("%s: head_dim %lld is not supported: pptrain's heads are hidden_size / "
                "num_attention_heads = %lld / %lld channels",
                c->path, (long long)c->head_dim.value, (long long)c->hidden_size.value,

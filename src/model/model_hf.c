@@ -259,11 +259,18 @@ static int merge_rope(Config *cfg, const HfConfig *c, char *err, size_t errlen) 
     }
     snprintf(cfg->rope_scaling, sizeof cfg->rope_scaling, "%s", theirs.llama3 ? "llama3" : "none");
     if (theirs.llama3) {
-        if (theirs.original_max_seq_len < 1)
+        const float v[3] = {theirs.factor, theirs.low_freq_factor, theirs.high_freq_factor};
+        for (int i = 0; i < 3; i++)
+            if (!isfinite(v[i]))
+                return pp_errf(err, errlen, PP_EUSAGE, "%s: %s.%s is out of range (a finite float)",
+                               c->path, key, i == 0 ? "factor" : i == 1 ? "low_freq_factor"
+                                                                        : "high_freq_factor");
+        int64_t omax = c->rope.original_max_position_embeddings.value; /* int64: 2^32 + 5 is no 5 */
+        if (omax < 1 || omax > INT_MAX)
             return pp_errf(err, errlen, PP_EUSAGE,
-                           "%s: %s.original_max_position_embeddings %d "
+                           "%s: %s.original_max_position_embeddings %lld "
                            "is out of range (1 to %d)",
-                           c->path, key, theirs.original_max_seq_len, INT_MAX);
+                           c->path, key, (long long)omax, INT_MAX);
         cfg->rope_factor = theirs.factor;
         cfg->rope_low_freq_factor = theirs.low_freq_factor;
         cfg->rope_high_freq_factor = theirs.high_freq_factor;
@@ -289,6 +296,9 @@ static int merge_row(Config *cfg, const HfKey *r, const HfConfig *c, const ArchH
     if (r->kind == K_INT && (v < 1 || v > INT_MAX))
         return pp_errf(err, errlen, PP_EUSAGE, "%s: %s %.0f is out of range (1 to %d)", c->path,
                        key, v, INT_MAX);
+    if (r->kind == K_REAL && !isfinite((float)v)) /* 1e308 is a double, inf as a float */
+        return pp_errf(err, errlen, PP_EUSAGE, "%s: %s %g is out of range (a finite float)",
+                       c->path, key, v);
     value_text(r, v, theirs, sizeof theirs);
     value_text(r, mine, ours, sizeof ours);
     if (given && !agrees(r, hf, mine, v))
@@ -321,6 +331,47 @@ static int ids_text(const HfConfigIds *f, char *text) {
     return 0;
 }
 
+/* What config_finalize says of cfg, on a copy: where it refuses a model key the config
+ * left to config.json (or a token id config.json gave), the message says so and names the
+ * file, which config_finalize's own, about model.* keys alone, cannot ("model.dim (33) is
+ * not a multiple of model.n_heads (2)" when the YAML names neither). A refusal of
+ * anything else is config_finalize's to give, later. */
+static int finalize_named(const Config *cfg, const HfConfig *c, const ArchHf *hf,
+                          const int ids_from_hf[2], char *err, size_t errlen) {
+    char why[PP_ERR_MAX], from[512] = "", theirs[64];
+    Config *t = pp_malloc(sizeof *t);
+    *t = *cfg;
+    int rc = config_finalize(t, why, sizeof why);
+    free(t);
+    if (rc == PP_OK) return PP_OK;
+    for (size_t k = 0; k < N_KEYS; k++) {
+        const HfKey *r = &k_keys[k];
+        double v;
+        const char *key;
+        int given = r->kind == K_ROPE ? rope_given(cfg) : config_given(cfg, r->key);
+        if (!row_applies(r, hf) || given || !strstr(why, r->key)) continue;
+        if (r->kind == K_ROPE) {
+            ModelRope rp;
+            rope_of_hf(c, &rp, &key);
+            pp_strappendf(from, sizeof from, "%s%s gives %s", from[0] ? "; " : "", key, r->key);
+        } else if (hf_value(r, c, hf, &v, &key)) {
+            value_text(r, v, theirs, sizeof theirs);
+            pp_strappendf(from, sizeof from, "%s%s %s gives %s", from[0] ? "; " : "", key,
+                          theirs, r->key);
+        } else {
+            pp_strappendf(from, sizeof from, "%sit has no %s for %s", from[0] ? "; " : "", key,
+                          r->key);
+        }
+    }
+    for (int k = 0; k < 2; k++)
+        if (ids_from_hf[k] && strstr(why, k ? "model.eos_token_id" : "model.bos_token_id"))
+            pp_strappendf(from, sizeof from, "%sits %s gives model.%s", from[0] ? "; " : "",
+                          k ? "eos_token_id" : "bos_token_id",
+                          k ? "eos_token_id" : "bos_token_id");
+    if (!from[0]) return PP_OK;
+    return pp_errf(err, errlen, rc, "%s: %s (%s)", c->path, why, from);
+}
+
 int model_hf_config(Config *cfg, char *err, size_t errlen) {
     char dir[PP_PATH_MAX], why[PP_ERR_MAX];
     if (!cfg->init_from[0] || pathpat_expand(cfg->init_from, dir, sizeof dir, why, sizeof why) ||
@@ -345,18 +396,19 @@ int model_hf_config(Config *cfg, char *err, size_t errlen) {
                                           : merge_row(cfg, &k_keys[k], &c, a->hf, err, errlen);
     /* the token ids, where the config sets none: they shape no weight, so a config's own
      * (a fine-tune with another end-of-text id) is taken as it is */
+    int ids_from_hf[2] = {0, 0};
     for (int k = 0; k < 2 && rc == PP_OK; k++) {
         const char *key = k ? "eos_token_id" : "bos_token_id";
         char field[32];
         snprintf(field, sizeof field, "model.%s", key);
-        if (!config_given(cfg, field) &&
-            ids_text(k ? &c.eos_token_id : &c.bos_token_id,
-                     k ? cfg->eos_token_id : cfg->bos_token_id))
+        ids_from_hf[k] = !config_given(cfg, field);
+        if (ids_from_hf[k] && ids_text(k ? &c.eos_token_id : &c.bos_token_id,
+                                       k ? cfg->eos_token_id : cfg->bos_token_id))
             rc = pp_errf(err, errlen, PP_EUSAGE, "%s: %s lists more ids than pptrain keeps "
                          "(%d characters of text): set %s in the config (the ids that matter)",
                          c.path, key, PP_IDS_MAX - 1, field);
     }
-    return rc;
+    return rc == PP_OK ? finalize_named(cfg, &c, a->hf, ids_from_hf, err, errlen) : rc;
 }
 
 /* config.json against dims d (the merge made them agree; a caller with dims of its own

@@ -35,8 +35,11 @@ int model_hf_is_dir(const char *path);
  * RoPE default or llama3). Returns PP_OK (also when init_from is not a directory, or
  * its pattern does not expand: config_finalize says so), or PP_EUSAGE naming the file,
  * the key and both values ("model.dim is 64 in the config, but DIR/config.json has
- * n_embd 32: ..."), an unsupported model_type or activation, or an unreadable
- * config.json. */
+ * n_embd 32: ..."), an unsupported model_type or activation, an unreadable
+ * config.json, a value out of its field's range, or what config_finalize refuses of the
+ * values config.json gave, its message prefixed with the file and followed by the keys
+ * they came from ("DIR/config.json: model.norm_eps (...) is 0.0: expected a number > 0
+ * (rms_norm_eps 0 gives model.norm_eps)"). */
 int model_hf_config(Config *cfg, char *err, size_t errlen);
 
 /* After config_finalize, before anything is built or written: when model.init_from
