@@ -119,7 +119,7 @@ check "trained: hf export -> import -> llm.c export = the llm.c export of the ch
 #    output.dir is created. refuse LABEL PATTERN [--set ...]
 refuse() {
   local label=$1 pattern=$2; shift 2
-  "$PPTRAIN" --config "$tmp/hf.yaml" --set output.dir="$tmp/refused" "$@" >"$tmp/refused.out" 2>&1
+  timeout -s KILL 120 "$PPTRAIN" --config "$tmp/hf.yaml" --set output.dir="$tmp/refused" "$@" >"$tmp/refused.out" 2>&1
   local rc=$?
   if [ $rc -eq 2 ] && grep -qF -- "$pattern" "$tmp/refused.out" && [ ! -e "$tmp/refused" ]; then ok "$label: exit 2, nothing written"
   else bad "$label: rc=$rc, output.dir $([ -e "$tmp/refused" ] && echo written || echo absent): $(cat "$tmp/refused.out")"; fi
@@ -155,6 +155,12 @@ refuse "model.n_layers set in the config, disagreeing" "model.n_layers is 2 in t
 refuse "model.tie_embeddings false against a tied config.json" "model.tie_embeddings is false in the config, but $HF/config.json has tie_word_embeddings true" --set model.tie_embeddings=false
 damage mtype "$HF" && sed -i 's/"model_type": "gpt2"/"model_type": "bert"/' "$tmp/mtype/config.json"
 refuse "an unsupported model_type" "$tmp/mtype/config.json: model_type \"bert\" is not supported" --set model.init_from="$tmp/mtype"
+# 100,000 layers in config.json and the tensors of 4: refused at the first one missing, at
+# once ([Note: tensor index]: a linear search per tensor took over a minute to get there)
+damage deep "$HF" && sed -i 's/"n_layer": 4,/"n_layer": 100000,/' "$tmp/deep/config.json"
+refuse "n_layer 100000 over the tensors of 4 layers" \
+  "$tmp/deep/model.safetensors has no tensor \"transformer.h.4.ln_1.weight\" (pptrain's h.4.ln1w)" \
+  --set model.init_from="$tmp/deep"
 damage act "$HF" && sed -i 's/"activation_function": "gelu_new"/"activation_function": "relu"/' "$tmp/act/config.json"
 refuse "an unsupported activation" "$tmp/act/config.json: activation_function \"relu\" is not supported" --set model.init_from="$tmp/act"
 damage noc "$HF" && sed -i '/"n_embd"/d' "$tmp/noc/config.json"

@@ -200,14 +200,27 @@ ParamTensor *model_table(const ModelDims *d, int *n) {
     build_table(m);
     ParamTensor *t = m->tensors;
     *n = m->ntensors;
+    free(m->tensor_index);
     free(m);
     return t;
 }
 
+/* [Note: tensor index] model_find runs once per tensor in the table's own duplicate check,
+ * in bind and in the Hugging Face import, so a linear search made building a model
+ * quadratic in its tensors: n_layers 100000 (10^6 tensors) spun for many minutes before
+ * any check. The table keeps an open-addressing index of its names (FNV-1a, linear
+ * probing, at most half full), filled by add_tensor. */
+static size_t name_slot(const Model *m, const char *name) {
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 16777619u;
+    size_t i = h & (m->tensor_index_cap - 1);
+    while (m->tensor_index[i] >= 0 && strcmp(m->tensors[m->tensor_index[i]].name, name) != 0)
+        i = (i + 1) & (m->tensor_index_cap - 1);
+    return i;
+}
+
 int model_find(const Model *m, const char *name) {
-    for (int i = 0; i < m->ntensors; i++)
-        if (strcmp(m->tensors[i].name, name) == 0) return i;
-    return -1;
+    return m->tensor_index ? m->tensor_index[name_slot(m, name)] : -1;
 }
 
 int model_chunk_holds(const Model *m, int c, const ParamTensor *t) {
@@ -224,8 +237,10 @@ int model_chunk_holds(const Model *m, int c, const ParamTensor *t) {
 /* Append a tensor of shape s (s[1] 0: a vector) to the table unless this rank already
  * holds it. AdamW decays the 2-D ones. */
 static void add_tensor(Model *m, int cap, const char *name, const int s[2], int init) {
-    if (model_find(m, name) >= 0) return;
+    size_t slot = name_slot(m, name);
+    if (m->tensor_index[slot] >= 0) return;
     PP_CHECK(m->ntensors < cap);
+    m->tensor_index[slot] = m->ntensors;
     ParamTensor *t = &m->tensors[m->ntensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = s[1] ? 2 : 1;
@@ -264,6 +279,10 @@ static void build_table(Model *m) {
     char name[32];
     PP_CHECK(A->nglobals <= ARCH_MAX_GLOBALS);
     m->tensors = pp_calloc(cap, sizeof(ParamTensor));
+    for (m->tensor_index_cap = 16; m->tensor_index_cap < 2 * (size_t)cap;)
+        m->tensor_index_cap *= 2;
+    m->tensor_index = pp_malloc(m->tensor_index_cap * sizeof *m->tensor_index);
+    memset(m->tensor_index, 0xff, m->tensor_index_cap * sizeof *m->tensor_index); /* all -1 */
     for (int c = 0; c < m->nchunks; c++) {
         const Chunk *ck = &m->chunks[c];
         if (ck->first) {
@@ -689,7 +708,7 @@ void model_free(Model *m) {
     void *own[] = {m->params, m->grads,   m->opt_m,      m->opt_v,   m->losses,
                    m->logits, m->dlogits, m->dhead_tied, m->scratch};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) be->dealloc(be, own[k]);
-    free(m->tensors), free(m->lp), free(m->lg);
+    free(m->tensors), free(m->tensor_index), free(m->lp), free(m->lg);
     memset(m, 0, sizeof *m);
 }
 

@@ -137,6 +137,8 @@ struct Model {
     float *opt_m, *opt_v; /* [nparams] each, or NULL: AdamW's moments / SGD's momentum */
     int ntensors;
     ParamTensor *tensors;
+    int *tensor_index;       /* tensors' indices by name hash, -1 empty ([Note: tensor index]) */
+    size_t tensor_index_cap; /* a power of two, at least twice the table's capacity */
     int weights_held;     /* model_hold_weights: the backend holds all of params */
     /* NULL when this rank holds none; head is wte when tied, else lm_head */
     float *wte, *head, *dwte, *dhead;
