@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""fuzz.py — hostile inputs for pptrain under ASan/UBSan (issue 17's fuzz areas, same
-counts): 2,134 config mutations, 74 token files, 2,640 checkpoint corruptions (2,518
-single-byte flips). Opt-in, not part of `make test` (it takes many minutes): run it
-through test/fuzz/fuzz.sh, which builds the sanitizer binary first.
+"""fuzz.py — hostile inputs for pptrain under ASan/UBSan. Issue 17's areas, same counts:
+config (2,134 config mutations), tokens (74 token files), ckpt (2,640 checkpoint
+corruptions, 2,518 of them single-byte flips); and the areas of the surfaces added since,
+each in a module of its own (fuzz_<area>.py, entry fuzz_<area>(runner, n, rng)): tok
+(tokenizer.json files, prepare-data's inputs and options), hub (Hugging Face directories:
+config.json, safetensors, sharded indexes; import, sample, export), cli (shard lists and
+globs, pptrain sample / plot / flight, the subcommands' options). Opt-in, not part of
+`make test` (it takes many minutes): run it through test/fuzz/fuzz.sh, which builds the
+sanitizer binary first.
 
 Every case runs the binary under a wall-clock limit and is classified:
   crash   a signal, or any AddressSanitizer / UndefinedBehaviorSanitizer report
   hang    still running at the limit (killed) and mostly idle: stuck
   slow    still running at the limit but busy computing all along (a config that asks
-          for a long run, e.g. 2^31 validation batches): reported, not a hang
+          for a long run, e.g. 2^31 validation batches): reported, not a hang (busy: half
+          the wall time on the CPU, or a tenth and running when killed: a loaded machine)
   check   died on an internal check ("fatal: check failed") instead of a message
   wrong   a silent wrong success: a bad config or token file accepted, a config value
           read differently from what the YAML says (checked against PyYAML), or a
@@ -19,10 +25,12 @@ Every case runs the binary under a wall-clock limit and is classified:
 Cases are deterministic (seeded); anything not ok is written to OUT/anomalies.txt with
 its input, and the summary to OUT/summary.json.
 
-usage: fuzz.py --pptrain BIN --out DIR [--area config,tokens,ckpt] [--seed N] [--limit S]
+usage: fuzz.py --pptrain BIN --out DIR [--area config,tokens,ckpt,tok,hub,cli] [--seed N]
+               [--limit S] [--cases N]
 """
 import argparse
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -124,10 +132,10 @@ class Runner:
         try:
             out, _ = p.communicate(timeout=limit or self.limit)
         except subprocess.TimeoutExpired:
-            cpu = cpu_seconds(p.pid)
+            cpu, wall = cpu_seconds(p.pid), time.time() - t0
+            busy = cpu > 0.5 * wall or (cpu > 0.1 * wall and running(p.pid))
             os.killpg(p.pid, signal.SIGKILL)
             out, _ = p.communicate()
-            busy = cpu > 0.5 * (time.time() - t0)
             self.last = "killed at the limit after %.0f s of CPU" % cpu
             return "slow" if busy else "hang", None, out.decode("utf-8", "replace")
         text = out.decode("utf-8", "replace")
@@ -160,6 +168,19 @@ def cpu_seconds(pid):
         return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def running(pid, samples=5):
+    """Whether the process is running or runnable (state R) in most of a few samples 10 ms
+    apart: computing, though it may get little CPU on a loaded machine; a stuck one sleeps."""
+    seen = 0
+    for _ in range(samples):
+        try:
+            seen += open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] == "R"
+        except (OSError, IndexError):
+            pass
+        time.sleep(0.01)
+    return seen > samples // 2
 
 
 def error_line(text):
@@ -682,13 +703,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pptrain", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--area", default="config,tokens,ckpt")
+    ap.add_argument("--area", default="config,tokens,ckpt,tok,hub,cli")
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--limit", type=float, default=60)
     ap.add_argument("--configs", type=int, default=2134)
     ap.add_argument("--tokens", type=int, default=74)
     ap.add_argument("--flips", type=int, default=2518)
     ap.add_argument("--other", type=int, default=122)
+    ap.add_argument("--cases", type=int, default=100000,
+                    help="at most this many cases in each area of its own module (tok, hub, cli)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     r = Runner(os.path.abspath(a.pptrain), os.path.abspath(a.out), a.limit)
@@ -703,6 +726,9 @@ def main():
             extra[area] = fuzz_tokens(r, a.tokens, rng)
         elif area == "ckpt":
             extra[area] = fuzz_ckpt(r, a.flips, a.other, rng)
+        elif os.path.exists(os.path.join(HERE, "fuzz_%s.py" % area)):  # an area of its own module
+            mod = importlib.import_module("fuzz_" + area)
+            extra[area] = getattr(mod, "fuzz_" + area)(r, a.cases, rng)
         else:
             sys.exit("unknown area " + area)
         extra[area]["seconds"] = round(time.time() - t)
