@@ -31,6 +31,16 @@ from fuzz import REPO, token_file
 TOK32 = dict(magic=20240801, version=7)
 
 
+def run_cases(cases, n, rng, d):
+    """Run a part's (what, go) cases, a seeded sample of n of them where there are more,
+    then remove the part's directory d."""
+    picked = cases if len(cases) <= n else rng.sample(cases, n)
+    for what, go in picked:
+        go()
+    shutil.rmtree(d, ignore_errors=True)
+    return {"cases": len(picked)}
+
+
 def errors(out):
     """Every "error:" line of out, joined."""
     return "\n".join(re.findall(r"error: .*", out))
@@ -425,11 +435,7 @@ def fuzz_shards(r, n, rng, tmp):
     resumed("resume, manifest's data_train removed", lst(*s3),
             lambda step: fuzz.manifest_set(step, [("extra.data_train", None)]), True)
 
-    picked = cases if len(cases) <= n else rng.sample(cases, n)
-    for what, go in picked:
-        go()
-    shutil.rmtree(d, ignore_errors=True)
-    return {"cases": len(picked)}
+    return run_cases(cases, n, rng, d)
 
 
 # ---- sample ----------------------------------------------------------------------------
@@ -601,11 +607,7 @@ def fuzz_sample(r, n, rng, tmp):
                  ("extra.model", "V=0 Vp=256 maxT=32 L=2 NH=2 C=16 tied=1"), ("step", "-1"), ("world_size", "0")]:
         damaged("manifest %s = %s (crc fixed)" % (k, v), lambda S, k=k, v=v: fuzz.manifest_set(S, [(k, v)]))
 
-    picked = cases if len(cases) <= n else rng.sample(cases, n)
-    for what, go in picked:
-        go()
-    shutil.rmtree(d, ignore_errors=True)
-    return {"cases": len(picked)}
+    return run_cases(cases, n, rng, d)
 
 
 # ---- plot ------------------------------------------------------------------------------
@@ -758,11 +760,7 @@ def fuzz_plot(r, n, rng, tmp):
     opt("two runs without --out", [good, good], False, ["--out"])
     opt("-", [good, "-", "--out", o("y.svg")], False, ["-"])
 
-    picked = cases if len(cases) <= n else rng.sample(cases, n)
-    for what, go in picked:
-        go()
-    shutil.rmtree(d, ignore_errors=True)
-    return {"cases": len(picked)}
+    return run_cases(cases, n, rng, d)
 
 
 # ---- flight ----------------------------------------------------------------------------
@@ -886,11 +884,7 @@ def fuzz_flight(r, n, rng, tmp):
     bare("flight of a file", [os.path.join(REPO, "README.md")], False, [os.path.join(REPO, "README.md")])
     bare("flight --help", ["--help"], True, [])
 
-    picked = cases if len(cases) <= n else rng.sample(cases, n)
-    for what, go in picked:
-        go()
-    shutil.rmtree(d, ignore_errors=True)
-    return {"cases": len(picked)}
+    return run_cases(cases, n, rng, d)
 
 
 # ---- the subcommands' options ---------------------------------------------------------
@@ -952,11 +946,7 @@ def fuzz_args(r, n, rng, tmp):
                         (["--text", txt, "--out", os.path.join(d, "o.bin"), "--shard-tokens", "99999999999999999999999"],
                          ["--shard-tokens"])]:
         case("prepare-data %s" % " ".join(args)[-60:], ["prepare-data"] + args, False, names)
-    picked = cases if len(cases) <= n else rng.sample(cases, n)
-    for what, go in picked:
-        go()
-    shutil.rmtree(d, ignore_errors=True)
-    return {"cases": len(picked)}
+    return run_cases(cases, n, rng, d)
 
 
 PARTS = [("shards", fuzz_shards, 0.2), ("sample", fuzz_sample, 0.35), ("plot", fuzz_plot, 0.25),

@@ -20,7 +20,6 @@ support) as long as it says so with an "error:" line naming the file. Memory: th
 peak RSS of prepare-data on the large inputs (its VmHWM, watched), against a bound proportional to
 the input. Entry point: fuzz_tok(r, n, rng) with fuzz.py's Runner."""
 import copy
-import hashlib
 import json
 import os
 import shutil
@@ -28,6 +27,8 @@ import struct
 import tempfile
 import threading
 import time
+
+from fuzz import tree_sum
 
 os.environ["RUST_BACKTRACE"] = "0"  # the library's panics (the oracle's) print one line
 
@@ -497,19 +498,6 @@ class PeakRss:
     def __exit__(self, *exc):
         self.stop.set()
         self.thread.join()
-
-
-def tree_sum(d):
-    h = hashlib.sha256()
-    for root, dirs, files in sorted(os.walk(d)):
-        dirs.sort()
-        for f in sorted(files):
-            p = os.path.join(root, f)
-            h.update(p[len(d):].encode())
-            if os.path.isfile(p):
-                with open(p, "rb") as fh:
-                    h.update(fh.read())
-    return h.hexdigest()
 
 
 def prep_cases(rng, tmp):
