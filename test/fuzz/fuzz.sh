@@ -4,7 +4,7 @@
 # 2,640 checkpoint corruptions of which 2,518 single-byte flips), and the areas of the
 # surfaces added since: tok (tokenizer.json files and prepare-data's inputs), hub (Hugging
 # Face directories), cli (shards, sample, plot, flight, options). Opt-in, not part of
-# `make test`: about 40 minutes on two cores. Arguments go to fuzz.py, e.g.
+# `make test`: about 11 minutes on two cores. Arguments go to fuzz.py, e.g.
 #   test/fuzz/fuzz.sh                          # everything, results in build/fuzz
 #   test/fuzz/fuzz.sh --area config --configs 200
 #   test/fuzz/fuzz.sh --area tok,hub,cli --cases 300
