@@ -344,15 +344,32 @@ START_TEST(test_chain_head) {
                             {.waiting_on = -1},
                             {.waiting_on = 0}};
     const FlightFileInfo *by[4] = {&in[0], &in[1], &in[2], &in[3]};
-    int at = -1;
-    ck_assert_int_eq(flight_chain_head(by, 4, 3, &at), 2);
-    ck_assert_int_eq(flight_chain_head(by, 4, 2, &at), 2);
-    by[1] = NULL;
-    ck_assert_int_eq(flight_chain_head(by, 4, 3, &at), 1);
+    int head[4], at[4];
+    flight_chain_heads(by, 4, head, at); /* 3 -> 0 -> 1 -> 2 */
+    for (int r = 0; r < 4; r++) {
+        ck_assert_int_eq(head[r], 2);
+        ck_assert_int_eq(at[r], -1);
+    }
+    by[1] = NULL; /* 3 -> 0 -> 1 (no file); 2 waits on no one */
+    flight_chain_heads(by, 4, head, at);
+    ck_assert_int_eq(head[3], 1);
+    ck_assert_int_eq(head[0], 1);
+    ck_assert_int_eq(head[2], 2);
     by[1] = &in[1];
-    in[2].waiting_on = 3; /* 0 -> 1 -> 2 -> 3 -> 0 */
-    ck_assert_int_eq(flight_chain_head(by, 4, 0, &at), -1);
-    ck_assert_int_ge(at, 0);
+    in[2].waiting_on = 3; /* 0 -> 1 -> 2 -> 3 -> 0: every rank on the cycle */
+    flight_chain_heads(by, 4, head, at);
+    for (int r = 0; r < 4; r++) {
+        ck_assert_int_eq(head[r], -1);
+        ck_assert_int_ge(at[r], 0);
+    }
+    in[2].waiting_on = 1; /* 3 -> 0 -> 1 -> 2 -> 1: a cycle the first ranks lead into */
+    flight_chain_heads(by, 4, head, at);
+    for (int r = 0; r < 4; r++) ck_assert_int_eq(head[r], -1);
+    ck_assert(at[3] == 1 || at[3] == 2);
+    ck_assert_int_eq(at[0], at[3]);
+    in[2].waiting_on = 7; /* a peer past the world: 2 is the head */
+    flight_chain_heads(by, 4, head, at);
+    for (int r = 0; r < 4; r++) ck_assert_int_eq(head[r], 2);
 }
 END_TEST
 

@@ -93,10 +93,12 @@ typedef struct {
  * record of a run it can merge. */
 #define FLIGHT_MAX_WORLD (1 << 20)
 
-/* The head of the wait chain from rank r: follow waiting_on from r (by_rank[world], NULL
- * where rank q wrote no file) until a rank that waits on no one, or that has no file
- * (stopped, killed or still running): that rank. -1 when the chain runs in a cycle (then
- * *cycle_at is a rank on it). At most world + 1 steps. */
-int flight_chain_head(const FlightFileInfo *const *by_rank, int world, int r, int *cycle_at);
+/* The head of the wait chain of every rank r with a file (by_rank[world], NULL where a
+ * rank wrote none) into head[r]: follow waiting_on from r until a rank that waits on no
+ * one, or that has no file (stopped, killed or still running): that rank; -1 when the
+ * chain runs into a cycle (then cycle_at[r] is a rank on it, else -1). Each rank is
+ * walked once, so a chain through thousands of files costs its length, not its square. */
+void flight_chain_heads(const FlightFileInfo *const *by_rank, int world, int *head,
+                        int *cycle_at);
 
 #endif

@@ -31,16 +31,41 @@ typedef struct {
     int stale;                    /* older than the other files' run */
 } RankFile;
 
-int flight_chain_head(const FlightFileInfo *const *by_rank, int world, int r, int *cycle_at) {
-    int cur = r;
-    for (int k = 0; k <= world; k++) {
-        if (cur < 0 || cur >= world || !by_rank[cur]) return cur;
-        int p = by_rank[cur]->waiting_on;
-        if (p < 0 || p >= world) return cur;
-        cur = p;
+void flight_chain_heads(const FlightFileInfo *const *by_rank, int world, int *head,
+                        int *cycle_at) {
+    enum { UNKNOWN = -2, ON_PATH = -3 };
+    int *path = pp_malloc((size_t)world * sizeof *path);
+    for (int r = 0; r < world; r++) head[r] = UNKNOWN, cycle_at[r] = -1;
+    for (int r = 0; r < world; r++) {
+        if (!by_rank[r] || head[r] != UNKNOWN) continue;
+        int n = 0, cur = r, h, at = -1;
+        for (;;) {
+            if (cur < 0 || cur >= world || !by_rank[cur]) { /* no file: the head */
+                h = cur;
+                break;
+            }
+            if (head[cur] == ON_PATH) { /* around again: a cycle */
+                h = -1;
+                at = cur;
+                break;
+            }
+            if (head[cur] != UNKNOWN) { /* a chain walked before */
+                h = head[cur];
+                at = cycle_at[cur];
+                break;
+            }
+            head[cur] = ON_PATH;
+            path[n++] = cur;
+            int p = by_rank[cur]->waiting_on;
+            if (p < 0 || p >= world) { /* waits on no one */
+                h = cur;
+                break;
+            }
+            cur = p;
+        }
+        for (int i = 0; i < n; i++) head[path[i]] = h, cycle_at[path[i]] = at;
     }
-    if (cycle_at) *cycle_at = cur;
-    return -1;
+    free(path);
 }
 
 /* A decimal int in [lo, hi] at *s (leading blanks allowed, as scanf's %d): advances *s
@@ -187,48 +212,9 @@ static void print_table(const Row *rows, size_t n, size_t last) {
 typedef struct {
     int world;
     const RankFile **rf;         /* [world] */
-    const FlightFileInfo **info; /* [world]: &rf[r]->info, for flight_chain_head */
-    int *head, *cycle_at;        /* [world], for ranks with a file: chain_heads */
+    const FlightFileInfo **info; /* [world]: &rf[r]->info, for flight_chain_heads */
+    int *head, *cycle_at;        /* [world], for ranks with a file: flight_chain_heads */
 } Merge;
-
-/* m->head[r] (and m->cycle_at[r], a rank on the cycle when head is -1) for every rank r
- * with a file, as flight_chain_head gives them, each rank walked once (a chain through
- * thousands of files must not be walked from each of them). */
-static void chain_heads(Merge *m) {
-    enum { UNKNOWN = -2, ON_PATH = -3 };
-    int *path = pp_malloc((size_t)m->world * sizeof *path);
-    for (int r = 0; r < m->world; r++) m->head[r] = UNKNOWN, m->cycle_at[r] = -1;
-    for (int r = 0; r < m->world; r++) {
-        if (!m->rf[r] || m->head[r] != UNKNOWN) continue;
-        int n = 0, cur = r, h, at = -1;
-        for (;;) {
-            if (cur < 0 || cur >= m->world || !m->rf[cur]) { /* no file: the head */
-                h = cur;
-                break;
-            }
-            if (m->head[cur] == ON_PATH) { /* around again: a cycle */
-                h = -1;
-                at = cur;
-                break;
-            }
-            if (m->head[cur] != UNKNOWN) { /* a chain walked before */
-                h = m->head[cur];
-                at = m->cycle_at[cur];
-                break;
-            }
-            m->head[cur] = ON_PATH;
-            path[n++] = cur;
-            int p = m->info[cur]->waiting_on;
-            if (p < 0 || p >= m->world) { /* waits on no one */
-                h = cur;
-                break;
-            }
-            cur = p;
-        }
-        for (int i = 0; i < n; i++) m->head[path[i]] = h, m->cycle_at[path[i]] = at;
-    }
-    free(path);
-}
 
 /* The chain from every rank with a file (its first hops), and its head(s). */
 static void print_chain(const Merge *m) {
@@ -439,7 +425,7 @@ int flight_main(int argc, char **argv) {
         if (!files[rows[i].file].stale) rows[keep++] = rows[i];
     for (int r = 0; r < world; r++) kept += m.rf[r] != NULL;
     if (keep > 1) qsort(rows, keep, sizeof *rows, row_cmp);
-    chain_heads(&m);
+    flight_chain_heads(m.info, world, m.head, m.cycle_at);
     printf("flight records in %s: %d of %d ranks\n", dir, kept, world);
     print_ranks(&m);
     for (int i = 0; i < nfiles; i++)
