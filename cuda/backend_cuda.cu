@@ -160,10 +160,11 @@ static void cu_snapshot_wait(const Backend *be) {
 
 /* Every workspace of the context, into g: what cu_memory counts and cu_close frees (one
  * list, so that a workspace added to CudaCtx is in both). */
-enum { N_GROW = 12 };
+enum { N_GROW = 13 };
 static void workspaces(CudaCtx *c, Grow *g[N_GROW]) {
-    Grow *all[N_GROW] = {&c->lt_ws, &c->castA, &c->castB,  &c->castW, &c->partials, &c->sums,
-                         &c->enc,   &c->att,   &c->flashD, &c->stage, &c->wide,     &c->bgrad};
+    Grow *all[N_GROW] = {&c->lt_ws, &c->castA,  &c->castB, &c->castW, &c->partials,
+                         &c->sums,  &c->enc,    &c->att,   &c->flashD, &c->stage,
+                         &c->wide,  &c->bgrad, &c->cudnn_ws};
     memcpy(g, all, sizeof all);
 }
 
@@ -680,7 +681,10 @@ static void cu_matmul_gelu_backward(const Backend *be, void *dpre, float *dw, fl
  * over 128 (possible only when open was given no sizes: the op tests) stops with a
  * message naming the variable. The path is in the backend's description line.
  * PPTRAIN_FLASH_BWD (read once at open) picks flash's backward kernels: v2 (unset), v1,
- * or v2's parts joined by '+' (prep, dq, dkv): [Note: flash backward v2] in flash_attn.cu. */
+ * or v2's parts joined by '+' (prep, dq, dkv): [Note: flash backward v2] in flash_attn.cu.
+ * PPTRAIN_ATTENTION=cudnn runs cuDNN's fused flash attention instead of the flash kernels
+ * (bf16 operands, head sizes multiples of 8 up to 128; never the default until a GPU has
+ * measured it): [Note: cuDNN attention] in cudnn_attn.cc. */
 
 static void flash_shape(const CudaCtx *c, int HS) {
     if (flash_head_pad(HS)) return;
@@ -764,10 +768,27 @@ static void materialized_backward(const Backend *be, void *dqkvp, const float *d
     if (dqkv != dqkvp) k_to_operand(c, dqkvp, dqkv, (size_t)B * T * ld);
 }
 
+/* [Note: cuDNN attention]'s head sizes, at the call (the run's are checked at open). */
+static int cudnn_head_ok(int HS) { return HS > 0 && HS <= 128 && HS % 8 == 0; }
+
+static void cudnn_shape(const CudaCtx *c, int HS) {
+    if (cudnn_head_ok(HS)) return;
+    char what[256];
+    snprintf(what, sizeof what,
+             "PPTRAIN_ATTENTION=cudnn: cuDNN's attention here takes head sizes that are "
+             "multiples of 8 up to 128, not HS = %d; unset PPTRAIN_ATTENTION",
+             HS);
+    die_msg(c, __FILE__, __LINE__, what);
+}
+
 static void cu_attention_forward(const Backend *be, void *out, float *att, const float *qkv, int B,
                                  int T, int NH, int NKV, int HS) {
     CudaCtx *c = ctx_of(be);
     if (!c->att_flash) return materialized_forward(be, out, att, qkv, B, T, NH, NKV, HS);
+    if (c->att_cudnn && T > 1) { /* T = 1: the flash kernels ([Note: cuDNN attention]) */
+        cudnn_shape(c, HS);
+        return k_cudnn_attention_forward(c, out, att, qkv, B, T, NH, NKV, HS);
+    }
     flash_shape(c, HS);
     k_flash_forward(c, out, att, qkv, B, T, NH, NKV, HS);
 }
@@ -778,6 +799,10 @@ static void cu_attention_backward(const Backend *be, void *dqkv, const float *do
     CudaCtx *c = ctx_of(be);
     if (!c->att_flash)
         return materialized_backward(be, dqkv, dout, qkv, att, B, T, NH, NKV, HS, scratch);
+    if (c->att_cudnn && T > 1) { /* T = 1: the flash kernels ([Note: cuDNN attention]) */
+        cudnn_shape(c, HS);
+        return k_cudnn_attention_backward(c, dqkv, dout, qkv, out, att, B, T, NH, NKV, HS);
+    }
     flash_shape(c, HS);
     float *D = (float *)grow(c, &c->flashD, (size_t)B * NH * T * sizeof(float));
     k_flash_backward(c, dqkv, D, dout, qkv, out, att, B, T, NH, NKV, HS);
@@ -918,6 +943,7 @@ static void cu_close(const Backend *be) {
     for (int i = 0; i < N_GROW; i++) CK(c, cudaFree(g[i]->p));
     /* leaks of the caller's */
     for (int i = 0; i < c->nallocs; i++) CK(c, cudaFree(c->allocs[i].p));
+    cudnn_attn_close(c);
     LTCK(c, cublasLtDestroy(c->lt));
     CK(c, cudaEventDestroy(c->issued));
     CK(c, cudaEventDestroy(c->landed));
@@ -1017,12 +1043,32 @@ static void fill_table(Backend *be, CudaCtx *c) {
         }                                                                                          \
     } while (0)
 
-/* [Note: attention path]: flash or materialised, from PPTRAIN_ATTENTION and the run's
- * head size (0: unknown), for the whole run. 0, or -1 with the reason in err. */
-static int attention_choice(PPPrecision precision, int run_hs, int *att_flash, char *err,
-                            size_t errlen) {
+/* [Note: attention path]: flash, cuDNN's (*att_cudnn, with *att_flash: it saves what flash
+ * saves) or materialised, from PPTRAIN_ATTENTION and the run's head size (0: unknown), for
+ * the whole run. bf16_operands: the operand activations are bf16 (cuDNN's path needs
+ * them). 0, or -1 with the reason in err. */
+static int attention_choice(PPPrecision precision, int bf16_operands, int run_hs, int *att_flash,
+                            int *att_cudnn, char *err, size_t errlen) {
     const char *att_env = getenv("PPTRAIN_ATTENTION");
-    if (!att_env || !*att_env) {
+    *att_cudnn = 0;
+    if (att_env && !strcmp(att_env, "cudnn")) {
+        if (!bf16_operands) {
+            snprintf(err, errlen,
+                     "PPTRAIN_ATTENTION=cudnn runs on bf16 operands: precision bf16 with "
+                     "PPTRAIN_BF16_OPERANDS unset, not precision %s%s; unset PPTRAIN_ATTENTION",
+                     precision == PP_PREC_BF16 ? "bf16" : precision == PP_PREC_TF32 ? "tf32" : "fp32",
+                     precision == PP_PREC_BF16 ? " with PPTRAIN_BF16_OPERANDS=fp32" : "");
+            return -1;
+        }
+        if (run_hs && !cudnn_head_ok(run_hs)) {
+            snprintf(err, errlen,
+                     "PPTRAIN_ATTENTION=cudnn: cuDNN's attention here takes head sizes that are "
+                     "multiples of 8 up to 128, and this run's is C/NH = %d; unset it",
+                     run_hs);
+            return -1;
+        }
+        *att_flash = *att_cudnn = 1;
+    } else if (!att_env || !*att_env) {
         *att_flash = precision == PP_PREC_BF16 && (!run_hs || flash_head_pad(run_hs));
     } else if (!strcmp(att_env, "flash")) {
         if (run_hs && !flash_head_pad(run_hs)) {
@@ -1037,8 +1083,8 @@ static int attention_choice(PPPrecision precision, int run_hs, int *att_flash, c
         *att_flash = 0;
     } else {
         snprintf(err, errlen,
-                 "PPTRAIN_ATTENTION='%.40s': expected 'flash' or 'materialized' (or unset: flash "
-                 "at bf16 when the head size allows)",
+                 "PPTRAIN_ATTENTION='%.40s': expected 'flash', 'materialized' or 'cudnn' (or "
+                 "unset: flash at bf16 when the head size allows)",
                  att_env);
         return -1;
     }
@@ -1115,7 +1161,10 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
         if (NH && T && !c->att_flash && c->op == PP_BF16)
             grow(c, &c->stage, N * 3 * NH * HS * sizeof(float)); /* attention's qkv */
         /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
-        if (NH && T && c->att_flash) {
+        if (NH && T && c->att_cudnn) { /* [Note: cuDNN attention]: bf16 qkv and dout */
+            grow(c, &c->castA, N * 3 * NH * HS * sizeof(__nv_bfloat16));
+            grow(c, &c->castB, N * NH * HS * sizeof(__nv_bfloat16));
+        } else if (NH && T && c->att_flash) {
             grow(c, &c->flashD, N / T * NH * T * sizeof(float));
             /* q, k and v: NH + 2 NKV heads, at most 3 NH (the sizes carry no NKV) */
             grow(c, &c->castA, flash_pack_bytes((int)(N / T), (int)T, 3 * (int)NH, (int)HS));
@@ -1155,9 +1204,11 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                                  int rank, char *err, size_t errlen) {
     cudaDeviceProp prop;
     CudaCtx *c = NULL;
-    int att_flash, flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
+    int att_flash, att_cudnn, flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
     int ce_two_pass;
     const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
+    const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
+    int bf16_operands = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32"));
     OPEN_CK(cudaSetDevice(device));
     OPEN_CK(cudaGetDeviceProperties(&prop, device));
     /* sm_8x runs sm_80 code; nothing here runs on 10.x and later */
@@ -1168,7 +1219,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                  prop.name, prop.major, prop.minor);
         return NULL;
     }
-    if (attention_choice(precision, sizes->HS, &att_flash, err, errlen))
+    if (attention_choice(precision, bf16_operands, sizes->HS, &att_flash, &att_cudnn, err, errlen))
         return NULL;
     if ((flash_bwd = flash_bwd_mode(fb_env)) < 0) {
         snprintf(err, errlen,
@@ -1196,11 +1247,12 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     c->prec = precision;
     c->sizes = *sizes;
     c->att_flash = att_flash;
+    c->att_cudnn = att_cudnn;
+    c->sm = prop.major * 10 + prop.minor;
     c->flash_bwd = flash_bwd;
     c->ln_rows = ln_rows;
     {
-        const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
-        c->op = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32")) ? PP_BF16 : PP_F32;
+        c->op = bf16_operands ? PP_BF16 : PP_F32;
         /* [Note: GEMM epilogues]: "0" runs each fused op's unfused path */
         c->fuse_gelu = !fuse_gelu_off;
         c->fuse_residual = !fuse_residual_off;
@@ -1220,6 +1272,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
             goto fail;
         }
     }
+    if (att_cudnn && cudnn_attn_open(c, err, errlen)) goto fail;
     {
         size_t rows = reserve_workspace(c, sizes);
         Backend *be = &c->be;
@@ -1232,12 +1285,20 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                      ln_rows < 0 ? ", norm backward two-pass"
                                  : ", norm backward one-pass, %d rows a chunk",
                      ln_rows);
+        char att[96]; /* [Note: attention path] */
+        size_t cv = cudnn_attn_version(c);
+        if (att_cudnn)
+            snprintf(att, sizeof att, "cudnn (cuDNN %zu.%zu.%zu fused flash, deterministic backward)",
+                     cv / 10000, cv / 100 % 100, cv % 100);
+        else if (att_flash)
+            snprintf(att, sizeof att, "flash (bf16 mma.sync, backward %.40s)",
+                     fb_env && *fb_env ? fb_env : "v2");
+        else
+            snprintf(att, sizeof att, "materialized (cuBLASLt)");
         snprintf(c->desc, sizeof c->desc,
-                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%.40s%s%s%s%s%s%s",
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s%s%s%s",
                  device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
-                 prop.totalGlobalMem / 1e9, prec_name(precision, c->op),
-                 att_flash ? "flash (bf16 mma.sync, backward " : "materialized (cuBLASLt)",
-                 !att_flash ? "" : fb_env && *fb_env ? fb_env : "v2", att_flash ? ")" : "",
+                 prop.totalGlobalMem / 1e9, prec_name(precision, c->op), att,
                  c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
                  c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0",
                  c->fuse_bgrad ? "" : ", PPTRAIN_FUSE_BGRAD=0",

@@ -66,7 +66,13 @@ struct CudaCtx {
                                  the same token, flags */
     Grow att;                 /* attention backward: dP of one sequence, [NH,T,T] */
     Grow flashD;              /* flash attention backward: D = rowsum(dO o O), [B,NH,T] */
-    int att_flash;            /* 1: flash attention ([Note: attention path] in backend_cuda.cu) */
+    int att_flash;            /* 1: flash attention ([Note: attention path] in backend_cuda.cu),
+                                 or cuDNN's (att_cudnn): both save the log-sum-exp */
+    int att_cudnn;            /* 1: cuDNN's fused attention ([Note: cuDNN attention] in
+                                 cudnn_attn.cc), PPTRAIN_ATTENTION=cudnn */
+    void *cudnn;              /* its handle and graphs (cudnn_attn.cc's own) */
+    Grow cudnn_ws;            /* cuDNN's workspace for the graphs */
+    int sm;                   /* the device's compute capability, 10 major + minor */
     int flash_bwd;            /* its backward's v2 parts (flash_bwd_mode, flash_attn.cu) */
     int ln_rows;              /* the norms' backward ([Note: one-pass norm backward] in
                                  norm_kernels.cuh): -1 the two-pass kernels, else the one-pass
@@ -217,5 +223,18 @@ void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B,
  * kernel pair's own scratch. */
 void k_flash_backward(CudaCtx *c, void *dqkv, float *D, const float *dout, const float *qkv,
                       const void *out, const float *lse, int B, int T, int NH, int NKV, int HS);
+
+/* ---- cuDNN's fused attention (cudnn_attn.cc, [Note: cuDNN attention]) ---- */
+/* Loads libcudnn.so.9 and makes the handle on c->stream: 0, or 1 with why in err. */
+int cudnn_attn_open(CudaCtx *c, char *err, size_t n);
+void cudnn_attn_close(CudaCtx *c);
+/* The cuDNN opened (cudnnGetVersion: 91900 for 9.19.0), 0 when none. */
+size_t cudnn_attn_version(const CudaCtx *c);
+/* As k_flash_forward / k_flash_backward: out and dqkv bf16 operands, lse [B,NH,T]. */
+void k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T,
+                               int NH, int NKV, int HS);
+void k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const float *dout, const float *qkv,
+                                const void *out, const float *lse, int B, int T, int NH, int NKV,
+                                int HS);
 
 #endif

@@ -173,4 +173,41 @@ else
   [ -z "${PP_TEST_SKIPS:-}" ] || echo "gpu_ops --cpu: GPU_OPS not set (make test sets it)" >>"$PP_TEST_SKIPS"
 fi
 
+# 9. cuDNN's attention graphs ([Note: cuDNN attention] in cuda/cudnn_attn.cc) without a
+#    GPU: the forward and backward graphs a run describes, built for an H100's properties,
+#    must validate and be taken by engines of cuDNN's heuristics (which stop short only of
+#    compiling them: no driver here); an unsupported head size must be refused, so the
+#    check can fail. Skipped where libcudnn.so.9 cannot be loaded or the backend was
+#    built without the cuDNN frontend's headers.
+if [ $built -eq 1 ] && [ $have_driver -eq 0 ]; then
+  out=$(timeout -k 5 60 python3 - "$so" <<'PY' 2>&1
+import ctypes, sys
+check = ctypes.CDLL(sys.argv[1]).pp_cudnn_graph_check
+check.argtypes = [ctypes.c_int] * 6 + [ctypes.c_char_p, ctypes.c_size_t]
+# bwd, B, T, NH, NKV, HS: GPT-2 124M's step, grouped-query, the largest head, gpt-tiny's;
+# then a head size of 20 (not a multiple of 8), which cuDNN refuses
+# and gpu_ops' cuDNN shapes (head sizes 48 and 80, 32 heads in groups of 4, multi-query)
+cases = [(0, 16, 1024, 12, 12, 64), (1, 16, 1024, 12, 12, 64), (0, 2, 129, 12, 4, 64),
+         (1, 2, 129, 12, 4, 64), (1, 1, 1024, 1, 1, 128), (0, 2, 64, 4, 4, 16),
+         (1, 2, 64, 4, 4, 16)]
+cases += [(d,) + s for s in [(1, 1024, 12, 12, 80), (1, 129, 16, 16, 48), (1, 1024, 32, 8, 128),
+                             (2, 1024, 12, 1, 64)] for d in (0, 1)]
+cases += [(0, 3, 70, 1, 1, 20), (1, 3, 70, 1, 1, 20)]
+for c in cases:
+    msg = ctypes.create_string_buffer(2048)
+    r = check(*c, msg, 2048)
+    print(r, ",".join(map(str, c)), msg.value.decode(errors="replace").replace("\n", " ")[:200])
+PY
+)
+  if echo "$out" | grep -q "^-1 "; then
+    skip "cuDNN attention graphs: not checkable here ($(echo "$out" | grep -m1 '^-1 ' | cut -c1-160))"
+  else
+    n_ok=$(echo "$out" | grep -c "^1 .*engine configurations")
+    [ "$n_ok" = 15 ] && ok "cuDNN attention graphs (15, forward and backward; GPT-2, grouped-query, head sizes 16 to 128) taken by cuDNN's engines for an H100" ||
+      bad "cuDNN attention graphs: $n_ok of 15 taken: $(echo "$out" | grep -v '^1 ' | head -n 3 | tr '\n' ';')"
+    [ "$(echo "$out" | grep -c '^0 .*,20 .*multiple of 8')" = 2 ] && ok "cuDNN attention graphs: head size 20 refused (multiple of 8)" ||
+      bad "cuDNN attention graphs: head size 20 not refused: $(echo "$out" | tail -n 2 | tr '\n' ';')"
+  fi
+fi
+
 finish

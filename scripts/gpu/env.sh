@@ -14,6 +14,15 @@ if ldd "$pack/bin/libpptrain_cuda.so" | grep -q "libcublasLt.* => not found"; th
   [ -n "$lt" ] && export LD_LIBRARY_PATH="$(dirname "$lt"):$LD_LIBRARY_PATH"
   echo "env.sh: libcublasLt.so.13 is not in /usr/local/cuda/lib64; using ${lt:-none found}"
 fi
+# cuDNN (PPTRAIN_ATTENTION=cudnn, [Note: cuDNN attention] in cuda/cudnn_attn.cc) is opened
+# at run time; on the lent machine it lives only in PyTorch's pip wheel (nvidia/cudnn/lib,
+# ../shared/GPU.md): that folder is added when the loader cannot find libcudnn.so.9
+if ! ldconfig -p | grep -q "libcudnn.so.9 " && ! [ -e /usr/local/cuda/lib64/libcudnn.so.9 ]; then
+  dnn=$(timeout 20 python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)
+  [ -e "$dnn/libcudnn.so.9" ] || dnn=$(dirname "$(timeout 15 find /usr/local /usr/lib /opt -name libcudnn.so.9 2>/dev/null | head -n1)" 2>/dev/null)
+  [ -e "$dnn/libcudnn.so.9" ] && export LD_LIBRARY_PATH="$dnn:$LD_LIBRARY_PATH"
+  echo "env.sh: libcudnn.so.9 is not on the loader's path; using ${dnn:-none found}"
+fi
 export PPTRAIN="$pack/bin/pptrain" GPU_OPS="$pack/bin/gpu_ops" NCCL_SELF="$pack/bin/nccl_self" \
   BENCH_GPU="$pack/bin/bench_gpu" BENCH_OPS="$pack/bin/bench_ops"
 mkdir -p data/tiny && cp "$pack"/data/*.bin data/tiny/
@@ -25,6 +34,8 @@ gpu_env() {
     nvcc --version 2>&1 | tail -2
     "$PPTRAIN" --version
     echo "== NCCL (opened by libpptrain_cuda.so on demand): $(ldconfig -p | grep -m1 'libnccl.so.2 ' || ls /usr/local/cuda/lib64/libnccl.so.2* 2>&1 | head -n1)"
+    echo "== cuDNN (PPTRAIN_ATTENTION=cudnn, opened on demand): LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    python3 -c 'import ctypes; l = ctypes.CDLL("libcudnn.so.9"); l.cudnnGetVersion.restype = ctypes.c_size_t; print("cudnnGetVersion", l.cudnnGetVersion())' 2>&1 | tail -n1
     for b in pptrain libpptrain_cuda.so gpu_ops nccl_self bench_gpu bench_ops; do
       echo "== ldd $b"
       ldd "$pack/bin/$b" | grep -v "^\s*linux-vdso"

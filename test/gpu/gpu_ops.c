@@ -1365,7 +1365,9 @@ static float *check_flash_shape(int B, int T, int NH, int NKV, int hs, const cha
     compare("flash attention_forward", "out", sh, h, out, NC, tol_op(1.5e-2));
     same_bits("flash attention_forward", sh, h, h2, NC);
     same_bits("flash attention_forward lse", sh, ha, ha2, gsave);
-    int flash = gpu->description && strstr(gpu->description, "attention flash") && gsave == nl;
+    int flash = gpu->description && gsave == nl &&
+                (strstr(gpu->description, "attention flash") ||
+                 strstr(gpu->description, "attention cudnn"));
     if (flash) { /* the log-sum-exp of each row's scaled scores, against double */
         double worst = 0, scale = 1.0 / sqrt((double)hs);
         size_t bad = 0;
@@ -1429,6 +1431,8 @@ static float *check_flash_shape(int B, int T, int NH, int NKV, int hs, const cha
 }
 
 typedef int (*OpenFn)(const char *precision, char *why, size_t n);
+static int open_env(OpenFn open, const char *var, const char *val, const char *precision,
+                    char *why, size_t n);
 
 /* Open the backend at bf16 with PPTRAIN_ATTENTION=att and PPTRAIN_FLASH_BWD=bwd (NULL:
  * unset; both variables restored after). */
@@ -1465,8 +1469,9 @@ static void refused(int rc, const char *var, const char *val, const char *why) {
 
 /* The flash checks on a backend of their own (PPTRAIN_ATTENTION=flash, bf16); then the
  * materialised path at bf16 (no longer the default there, still the fallback) with the
- * attention check above; then a bad value of the variable, which the open must refuse
- * naming it (a real CUDA backend only: the CPU ignores the variable). Returns 0, or 1
+ * attention check above; then cuDNN's (PPTRAIN_ATTENTION=cudnn) on the flash shapes; then
+ * bad values of the variables, which the open must refuse naming them (a real CUDA
+ * backend only: the CPU ignores the variables). Returns 0, or 1
  * when a backend cannot be opened. small: only the shapes with T <= 129 (every template
  * size and tile edge, cheap enough for compute-sanitizer's `gpu_ops --prec fp32` in
  * scripts/gpu/device-check). */
@@ -1528,11 +1533,41 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
     check_attention_gqa(2, 67, 12, 4, 64, "materialized B=2 T=67 NH=12 NKV=4 HS=64");
     backend_release(gpu);
 
+    /* [Note: cuDNN attention] in cuda/cudnn_attn.cc: PPTRAIN_ATTENTION=cudnn on ten of the
+     * flash shapes (each a graph cuDNN compiles at its first call: T = 1, which runs the
+     * flash kernels, short and long sequences, head sizes 48 to 128, groups of 3, 4 and
+     * 12), the same tolerances and bits twice; not in the small set (compute-sanitizer);
+     * skipped, saying why, where cuDNN cannot be loaded or the backend was built without
+     * it */
+    static const int cudnn_shapes[] = {0, 1, 3, 5, 7, 9, 11, 14, 19, 20};
+    if (small) {
+        printf("note cuDNN attention: not in the small set\n");
+    } else if (open_attention(open, "cudnn", NULL, why, sizeof why) != PP_OK) {
+        if (!strstr(why, "cannot load") && !strstr(why, "built without")) {
+            printf("FAIL open the CUDA backend with PPTRAIN_ATTENTION=cudnn: %s\n", why);
+            return 1;
+        }
+        printf("skip cuDNN attention: %s\n", why);
+    } else {
+        printf("gpu_ops: cuDNN attention checks on %s\n",
+               gpu->description ? gpu->description : "the CPU (--cpu)");
+        for (size_t k = 0; k < sizeof cudnn_shapes / sizeof cudnn_shapes[0]; k++) {
+            int i = cudnn_shapes[k];
+            rng = seed + (uint64_t)i * 0x51ED27ull;
+            free(check_flash_shape(fs[i].B, fs[i].T, fs[i].NH, fs[i].NKV, fs[i].hs, "cudnn",
+                                   NULL));
+        }
+        backend_release(gpu);
+    }
+
     if (!cpu_mode) {
         refused(open_attention(open, "bogus", NULL, why, sizeof why), "PPTRAIN_ATTENTION", "bogus",
                 why);
         refused(open_attention(open, "flash", "dq+bogus", why, sizeof why), "PPTRAIN_FLASH_BWD",
                 "dq+bogus", why);
+        /* cuDNN's path runs on bf16 operands only */
+        refused(open_env(open, "PPTRAIN_ATTENTION", "cudnn", "fp32", why, sizeof why),
+                "PPTRAIN_ATTENTION", "cudnn (at fp32)", why);
     }
     return 0;
 }
