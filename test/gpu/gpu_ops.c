@@ -1,7 +1,7 @@
 /* gpu_ops.c — every CUDA backend op against the CPU op (the reference), on fresh random
  * inputs at odd shapes, forward and backward, at each precision (make test-gpu).
  *
- *   gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S] [--cpu] [--small]
+ *   gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S] [--cpu] [--small] [--cudnn skip|only]
  *
  * Exit 0: every check passed; 77: no GPU (the reason on stdout: "skipped: no GPU ...");
  * 1: a check failed (each failure is printed). --probe only opens the backend. --cpu
@@ -27,7 +27,8 @@
  * The head of src/model/model.c runs on the GPU with its logits in row chunks (all, 1, 7 rows:
  * [Note: chunked head]) against the CPU's unchunked head. The norms' backward runs its
  * one-pass kernel's edges, then again under PPTRAIN_LN_BWD=one-pass:32 and =two-pass (the
- * kernels of before): [Note: one-pass norm backward] in cuda/norm_kernels.cuh. */
+ * kernels of before): [Note: one-pass norm backward] in cuda/norm_kernels.cuh.
+ * --cudnn skip|only: without cuDNN's attention checks, or only them (check_cudnn). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1467,6 +1468,58 @@ static void refused(int rc, const char *var, const char *val, const char *why) {
     if (rc == PP_OK) backend_release(gpu);
 }
 
+/* The flash attention shapes (check_flash, check_cudnn). */
+static const struct {
+int B, T, NH, NKV, hs;
+} flash_shapes[] = {
+    {1, 1, 1, 1, 64},      {3, 7, 12, 12, 64},    {1, 64, 12, 12, 32},  {3, 127, 12, 12, 64},
+    {1, 129, 1, 1, 80},    {3, 129, 12, 12, 128}, {1, 127, 12, 12, 96}, {1, 129, 16, 16, 48},
+    {3, 70, 1, 1, 20},     {3, 1024, 12, 12, 64}, {1, 1024, 1, 1, 128}, {1, 1024, 12, 12, 80},
+    {3, 1024, 1, 1, 32},
+    /* grouped-query attention: groups of 2, 3, 4 and 12 (multi-query) */
+    {2, 1, 4, 2, 64},      {3, 129, 12, 4, 64},   {1, 127, 6, 2, 96},   {3, 70, 9, 3, 80},
+    {2, 129, 8, 1, 32},    {1, 128, 4, 2, 128},   {2, 1024, 12, 1, 64}, {1, 1024, 32, 8, 128},
+    {3, 1024, 8, 4, 64},
+};
+
+/* --cudnn: run cuDNN's attention checks with the rest (default), skip them, or run only
+ * them (a GPU session gives them a step of their own: each graph is compiled by NVRTC at
+ * its first call, seconds that must not cost the other checks' results). */
+enum { CUDNN_WITH, CUDNN_SKIP, CUDNN_ONLY };
+static int cudnn_mode = CUDNN_WITH;
+
+/* [Note: cuDNN attention] in cuda/cudnn_attn.cc: PPTRAIN_ATTENTION=cudnn on ten of the
+ * flash shapes (each a graph cuDNN compiles at its first call: T = 1, which runs the flash
+ * kernels, short and long sequences, head sizes 48 to 128, groups of 3, 4 and 12), the
+ * same tolerances and bits twice; not in the small set (compute-sanitizer); skipped,
+ * saying why, where cuDNN cannot be loaded or the backend was built without it. Returns
+ * 0, or 1 when the backend cannot be opened for another reason. */
+static int check_cudnn(OpenFn open, int small) {
+    static const int cudnn_shapes[] = {0, 1, 3, 5, 7, 9, 11, 14, 19, 20};
+    char why[PP_ERR_MAX];
+    uint64_t seed = rng;
+    if (small) {
+        printf("note cuDNN attention: not in the small set\n");
+    } else if (open_attention(open, "cudnn", NULL, why, sizeof why) != PP_OK) {
+        if (!strstr(why, "cannot load") && !strstr(why, "built without")) {
+            printf("FAIL open the CUDA backend with PPTRAIN_ATTENTION=cudnn: %s\n", why);
+            return 1;
+        }
+        printf("skip cuDNN attention: %s\n", why);
+    } else {
+        printf("gpu_ops: cuDNN attention checks on %s\n",
+               gpu->description ? gpu->description : "the CPU (--cpu)");
+        for (size_t k = 0; k < sizeof cudnn_shapes / sizeof cudnn_shapes[0]; k++) {
+            int i = cudnn_shapes[k];
+            rng = seed + (uint64_t)i * 0x51ED27ull;
+            free(check_flash_shape(flash_shapes[i].B, flash_shapes[i].T, flash_shapes[i].NH,
+                                   flash_shapes[i].NKV, flash_shapes[i].hs, "cudnn", NULL));
+        }
+        backend_release(gpu);
+    }
+    return 0;
+}
+
 /* The flash checks on a backend of their own (PPTRAIN_ATTENTION=flash, bf16); then the
  * materialised path at bf16 (no longer the default there, still the fallback) with the
  * attention check above; then cuDNN's (PPTRAIN_ATTENTION=cudnn) on the flash shapes; then
@@ -1476,22 +1529,10 @@ static void refused(int rc, const char *var, const char *val, const char *why) {
  * size and tile edge, cheap enough for compute-sanitizer's `gpu_ops --prec fp32` in
  * scripts/gpu/device-check). */
 static int check_flash(OpenFn open, int small, int cpu_mode) {
-    static const struct {
-        int B, T, NH, NKV, hs;
-    } fs[] = {
-        {1, 1, 1, 1, 64},      {3, 7, 12, 12, 64},    {1, 64, 12, 12, 32},  {3, 127, 12, 12, 64},
-        {1, 129, 1, 1, 80},    {3, 129, 12, 12, 128}, {1, 127, 12, 12, 96}, {1, 129, 16, 16, 48},
-        {3, 70, 1, 1, 20},     {3, 1024, 12, 12, 64}, {1, 1024, 1, 1, 128}, {1, 1024, 12, 12, 80},
-        {3, 1024, 1, 1, 32},
-        /* grouped-query attention: groups of 2, 3, 4 and 12 (multi-query) */
-        {2, 1, 4, 2, 64},      {3, 129, 12, 4, 64},   {1, 127, 6, 2, 96},   {3, 70, 9, 3, 80},
-        {2, 129, 8, 1, 32},    {1, 128, 4, 2, 128},   {2, 1024, 12, 1, 64}, {1, 1024, 32, 8, 128},
-        {3, 1024, 8, 4, 64},
-    };
     char why[PP_ERR_MAX];
     /* the backward v2 (PPTRAIN_FLASH_BWD unset), then v1 ([Note: flash backward v2]) on
      * the same inputs (each shape's own seed), v1's dqkv the bits of v2's */
-    enum { NS = sizeof fs / sizeof fs[0] };
+    enum { NS = sizeof flash_shapes / sizeof flash_shapes[0] };
     float *v2[NS] = {NULL};
     uint64_t seed = rng;
     for (int v1 = 0; v1 < 2; v1++) {
@@ -1503,9 +1544,9 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
         printf("gpu_ops: flash attention checks on %s\n",
                gpu->description ? gpu->description : "the CPU (--cpu)");
         for (int i = 0; i < NS; i++) {
-            if (small && fs[i].T > 129) continue;
+            if (small && flash_shapes[i].T > 129) continue;
             rng = seed + (uint64_t)i * 0x51ED27ull;
-            float *dqkv = check_flash_shape(fs[i].B, fs[i].T, fs[i].NH, fs[i].NKV, fs[i].hs,
+            float *dqkv = check_flash_shape(flash_shapes[i].B, flash_shapes[i].T, flash_shapes[i].NH, flash_shapes[i].NKV, flash_shapes[i].hs,
                                             v1 ? "v1" : "", v1 ? v2[i] : NULL);
             if (v1) {
                 free(v2[i]);
@@ -1533,32 +1574,7 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
     check_attention_gqa(2, 67, 12, 4, 64, "materialized B=2 T=67 NH=12 NKV=4 HS=64");
     backend_release(gpu);
 
-    /* [Note: cuDNN attention] in cuda/cudnn_attn.cc: PPTRAIN_ATTENTION=cudnn on ten of the
-     * flash shapes (each a graph cuDNN compiles at its first call: T = 1, which runs the
-     * flash kernels, short and long sequences, head sizes 48 to 128, groups of 3, 4 and
-     * 12), the same tolerances and bits twice; not in the small set (compute-sanitizer);
-     * skipped, saying why, where cuDNN cannot be loaded or the backend was built without
-     * it */
-    static const int cudnn_shapes[] = {0, 1, 3, 5, 7, 9, 11, 14, 19, 20};
-    if (small) {
-        printf("note cuDNN attention: not in the small set\n");
-    } else if (open_attention(open, "cudnn", NULL, why, sizeof why) != PP_OK) {
-        if (!strstr(why, "cannot load") && !strstr(why, "built without")) {
-            printf("FAIL open the CUDA backend with PPTRAIN_ATTENTION=cudnn: %s\n", why);
-            return 1;
-        }
-        printf("skip cuDNN attention: %s\n", why);
-    } else {
-        printf("gpu_ops: cuDNN attention checks on %s\n",
-               gpu->description ? gpu->description : "the CPU (--cpu)");
-        for (size_t k = 0; k < sizeof cudnn_shapes / sizeof cudnn_shapes[0]; k++) {
-            int i = cudnn_shapes[k];
-            rng = seed + (uint64_t)i * 0x51ED27ull;
-            free(check_flash_shape(fs[i].B, fs[i].T, fs[i].NH, fs[i].NKV, fs[i].hs, "cudnn",
-                                   NULL));
-        }
-        backend_release(gpu);
-    }
+    if (cudnn_mode != CUDNN_SKIP && check_cudnn(open, small)) return 1;
 
     if (!cpu_mode) {
         refused(open_attention(open, "bogus", NULL, why, sizeof why), "PPTRAIN_ATTENTION", "bogus",
@@ -1772,9 +1788,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--cpu")) cpu_as_gpu = 1;
         else if (!strcmp(argv[i], "--small")) small = 1;
+        else if (!strcmp(argv[i], "--cudnn") && i + 1 < argc && !strcmp(argv[i + 1], "skip"))
+            cudnn_mode = CUDNN_SKIP, i++;
+        else if (!strcmp(argv[i], "--cudnn") && i + 1 < argc && !strcmp(argv[i + 1], "only"))
+            cudnn_mode = CUDNN_ONLY, i++;
         else
             return fprintf(stderr, "usage: gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S] "
-                                   "[--cpu] [--small]\n"), 2;
+                                   "[--cpu] [--small] [--cudnn skip|only]\n"), 2;
     }
     char why[PP_ERR_MAX];
     if (open_gpu("fp32", why, sizeof why) != PP_OK) {
@@ -1806,6 +1826,12 @@ int main(int argc, char **argv) {
     backend_release(gpu);
     cpu = backend_cpu();
     rng = seed;
+    if (cudnn_mode == CUDNN_ONLY) { /* cuDNN's attention alone, at bf16 */
+        if (check_cudnn(open_gpu, small)) return 1;
+        printf("gpu_ops: %d checks, %d failed (seed %llu)\n", checks, failures,
+               (unsigned long long)seed);
+        return failures ? 1 : 0;
+    }
     /* odd shapes: T not a multiple of any tile, C = 64 / 768 / 1024, NH = 1, V not a
      * multiple of 8, N = 1 */
     static const Shape shapes[] = {
