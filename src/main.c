@@ -179,16 +179,60 @@ static void report_build(const Runtime *rt) {
 /* [Note: stopping on a signal] SIGTERM and SIGUSR1 (SLURM's --signal=USR1@120
  * preemption notice) and a first SIGINT only set a flag; the flag rides on every
  * step's all-reduce, so all ranks see it after the same step, save a checkpoint
- * together and exit (0; 130 for SIGINT). A second SIGINT exits at once. */
+ * together and exit (0; 130 for SIGINT). A second SIGINT exits at once. Before the
+ * first step, SIGTERM and SIGINT end the rank at once instead: [Note: a signal during
+ * setup]. */
 static volatile sig_atomic_t g_stop_signal;
 
+/* [Note: a signal during setup] Until setup_done(), just before the run's first change
+ * to output.dir, SIGTERM or SIGINT ends the rank from the handler itself: one line on
+ * stderr ("pptrain: rank 1: SIGTERM during setup (before the first step): stopping;
+ * nothing trained, nothing to save") and _exit(128 + the signal): 143, 130. Nothing has
+ * trained, so there is nothing to save, and the run is not done: not 0, which tells a
+ * launcher and the batch script "finished" or "saved". Non-zero also makes pprun,
+ * torchrun and srun --kill-on-bad-exit stop the other ranks at once, which then stop
+ * the same way (a rank still in the rendezvous cannot tell a dead rank 0 from a slow
+ * one and would wait runtime.timeout_s); a rank already past its setup finds the
+ * connection gone and exits 1 naming this rank. SIGUSR1 stays a notice with time to
+ * spare: the run goes on to its first step and saves then.
+ * Why the handler and not a flag that setup polls: setup is long in modules that know
+ * nothing of ranks or signals (the rendezvous, blocked in poll(2) under SA_RESTART; the
+ * token files' check, an OpenMP loop; the Hugging Face import; the load of the
+ * checkpoint to resume from), and a poll would have to reach into each loop and would
+ * still miss a blocking call. Exiting there is safe because setup writes nothing that
+ * could be left partial: it reads (config, weights, tokens, checkpoint), takes
+ * output.dir's lock (whose file stays in any case, [Note: output.dir lock]) and removes
+ * a stale trace part; the previous run's interrupted marker is removed only after
+ * setup_done, so that it stays when this run stops in setup. The kernel drops the lock
+ * and closes the sockets; write(2) and _exit(2) are async-signal-safe, and so is
+ * flight_before_exit, which keeps a flight record being dumped on another thread
+ * (SIGUSR2) from being left half-written. The stop of a run that has started (the flag
+ * above) is unchanged. */
+static volatile sig_atomic_t g_in_setup;
+static char g_setup_msg[2][160]; /* for SIGINT, SIGTERM: written whole by the handler */
+static size_t g_setup_len[2];
+
 static void on_signal(int sig) {
+    if (g_in_setup && (sig == SIGINT || sig == SIGTERM)) {
+        int k = sig == SIGTERM;
+        ssize_t w = write(2, g_setup_msg[k], g_setup_len[k]);
+        (void)w;
+        flight_before_exit();
+        _exit(128 + sig);
+    }
     if (sig == SIGINT && g_stop_signal == SIGINT) _exit(130);
     g_stop_signal = sig;
 }
 
-static void install_signals(void) {
+/* Handle the stop signals for `rank`, in setup until setup_done(). */
+static void install_signals(int rank) {
     struct sigaction sa;
+    for (int k = 0; k < 2; k++)
+        g_setup_len[k] = (size_t)snprintf(g_setup_msg[k], sizeof g_setup_msg[k],
+                                          "pptrain: rank %d: %s during setup (before the first "
+                                          "step): stopping; nothing trained, nothing to save\n",
+                                          rank, k ? "SIGTERM" : "SIGINT");
+    g_in_setup = 1;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESTART; /* any thread may take it: its system calls just go on */
@@ -200,6 +244,9 @@ static void install_signals(void) {
      * SIGTERM that pprun's pdeathsig sends) instead of dying in a printf */
     signal(SIGPIPE, SIG_IGN);
 }
+
+/* The end of setup: from here a stop signal sets the flag ([Note: stopping on a signal]). */
+static void setup_done(void) { g_in_setup = 0; }
 
 enum { CTL_STOP, CTL_SAVED, CTL_N };
 
@@ -436,11 +483,12 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
         return pp_error("cannot create output.dir '%s': %m", cfg->out_dir), PP_ERUNTIME;
     char *text = config_text(cfg);
     Comm *comm = NULL;
-    install_signals(); /* before the rendezvous: a stop then ends the first step */
+    install_signals(rank); /* before the rendezvous: [Note: a signal during setup] */
     FlightRec *flight = flight_create(cfg->out_dir, rank, env->world, cfg->flight_records);
     flight_signals(flight); /* SIGUSR2 and fatal signals write its file */
     rc = comm_create(env, text, cfg->timeout_s, &comm, err, sizeof err);
     if (rc) {
+        setup_done();
         free(text);
         flight_signals(NULL);
         flight_destroy(flight);
@@ -463,7 +511,6 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
     report_build(&rt);
     ckpt_state_init(&ck, &rt, text);
     if (resume_if_present && (rc = resume_choice(&ck, comm, &resume, err, sizeof err))) goto out;
-    if ((rc = mark_interrupted(cfg, rank, -1, 0, err, sizeof err))) goto out;
     if (!resume && (rc = ckpt_state_refuse_existing(&ck, &rt, err, sizeof err))) goto out;
     if (resume) {
         char root[PP_PATH_MAX + 16];
@@ -472,6 +519,8 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
             goto out;
         if (rank == 0) printf("resumed from %s at step %ld\n", resume[0] ? resume : root, start);
     }
+    setup_done(); /* before the run's first change to output.dir: [Note: a signal during setup] */
+    if ((rc = mark_interrupted(cfg, rank, -1, 0, err, sizeof err))) goto out;
     if (rt.chunk_of[rt.S - 1] >= 0 && rt.lay.dp == 0 &&
         (rc = log_open(&log, cfg->out_dir, cfg->steps, (int)start, resume != NULL, err,
                        sizeof err)))
@@ -500,6 +549,7 @@ static int train(const Config *cfg, const DistEnv *env, const char *resume, int 
             printf("wrote %s/trace.json\n", cfg->out_dir);
     }
 out:
+    setup_done(); /* an error in setup: a signal now only sets the flag, the run ends anyway */
     if (rc == PP_ERUNTIME) flight_fail(flight, err, sizeof err); /* names the file in err */
     if (rc && rc != 130) pp_error("%s", err);
     log_close(&log);

@@ -670,6 +670,13 @@ static int holds_checkpoints(const CkptState *c, const Runtime *rt, char *err, s
 
 int ckpt_state_refuse_existing(CkptState *c, Runtime *rt, char *err, size_t errlen) {
     int found = holds_checkpoints(c, rt, err, errlen);
-    int rc = agree(rt, !found, "checking output.dir for earlier checkpoints", err, errlen);
-    return rc ? PP_EUSAGE : PP_OK;
+    double none = found ? 0.0 : 1.0;
+    /* a rank lost meanwhile is a runtime failure (1), not the directory's fault (2) */
+    if (comm_allreduce_sum_f64(rt->comm, &none, 1) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "checking output.dir for earlier checkpoints: %s",
+                       comm_error(rt->comm));
+    if (!found && none != rt->lay.world)
+        return pp_errf(err, errlen, PP_EUSAGE, "checking output.dir for earlier checkpoints "
+                       "failed on another rank (see its message)");
+    return found ? PP_EUSAGE : PP_OK;
 }

@@ -48,7 +48,8 @@ int ckpt_state_load(Runtime *rt, const char *path, long *step, char *err, size_t
  * run in the same output.dir (its commits would replace step directories of the same
  * step, move `latest` and prune the rest). Returns PP_OK, or PP_EUSAGE on every rank
  * when any rank sees ROOT/latest or a committed ROOT/step_NNNNNNN (with or without
- * `latest`: a copy may have dropped the symlink), or cannot read ROOT. */
+ * `latest`: a copy may have dropped the symlink), or cannot read ROOT; PP_ERUNTIME when
+ * a rank is lost meanwhile. */
 int ckpt_state_refuse_existing(CkptState *c, Runtime *rt, char *err, size_t errlen);
 
 /* The parameters of the checkpoint at `path` (a checkpoint root, its `latest`, or a step

@@ -76,6 +76,13 @@ void flight_fail(FlightRec *f, char *err, size_t errlen);
  * most 5 s for one still dumping it), so that it may be destroyed. */
 void flight_signals(FlightRec *f);
 
+/* For a signal handler about to _exit (main.c's stop during setup, [Note: a signal during
+ * setup]): waits for a dump of the handled recorder under way on another thread (at most
+ * 0.2 s) and keeps any other from starting, so that none leaves its temporary file behind;
+ * one still under way after that (the handler interrupted it on its own thread) has its
+ * temporary file removed. The process must exit next. Async-signal-safe. */
+void flight_before_exit(void);
+
 /* `pptrain flight DIR [--last N]`: argv[0] is "flight". Returns the exit code. */
 int flight_main(int argc, char **argv);
 
