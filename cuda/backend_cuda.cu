@@ -686,12 +686,19 @@ static void cu_matmul_gelu_backward(const Backend *be, void *dpre, float *dw, fl
  * (bf16 operands, head sizes multiples of 8 up to 128; never the default until a GPU has
  * measured it): [Note: cuDNN attention] in cudnn_attn.cc. */
 
-static void flash_shape(const CudaCtx *c, int HS) {
-    if (flash_head_pad(HS)) return;
+/* [Note: cuDNN attention]'s head sizes (the run's are checked at open, attention_choice). */
+static int cudnn_head_ok(int HS) { return HS > 0 && HS <= 128 && HS % 8 == 0; }
+
+/* The head size at the call, for the flash kernels or cuDNN's (possible only when open was
+ * given no sizes: the op tests): stops with the rule and the way out. */
+static void head_size_check(const CudaCtx *c, int HS, int cudnn) {
+    if (cudnn ? cudnn_head_ok(HS) : flash_head_pad(HS) != 0) return;
     char what[256];
     snprintf(what, sizeof what,
-             "flash attention supports head sizes up to 128, not HS = %d; set "
-             "PPTRAIN_ATTENTION=materialized",
+             cudnn ? "PPTRAIN_ATTENTION=cudnn: cuDNN's attention here takes head sizes that are "
+                     "multiples of 8 up to 128, not HS = %d; unset PPTRAIN_ATTENTION"
+                   : "flash attention supports head sizes up to 128, not HS = %d; set "
+                     "PPTRAIN_ATTENTION=materialized",
              HS);
     die_msg(c, __FILE__, __LINE__, what);
 }
@@ -768,28 +775,16 @@ static void materialized_backward(const Backend *be, void *dqkvp, const float *d
     if (dqkv != dqkvp) k_to_operand(c, dqkvp, dqkv, (size_t)B * T * ld);
 }
 
-/* [Note: cuDNN attention]'s head sizes, at the call (the run's are checked at open). */
-static int cudnn_head_ok(int HS) { return HS > 0 && HS <= 128 && HS % 8 == 0; }
-
-static void cudnn_shape(const CudaCtx *c, int HS) {
-    if (cudnn_head_ok(HS)) return;
-    char what[256];
-    snprintf(what, sizeof what,
-             "PPTRAIN_ATTENTION=cudnn: cuDNN's attention here takes head sizes that are "
-             "multiples of 8 up to 128, not HS = %d; unset PPTRAIN_ATTENTION",
-             HS);
-    die_msg(c, __FILE__, __LINE__, what);
-}
 
 static void cu_attention_forward(const Backend *be, void *out, float *att, const float *qkv, int B,
                                  int T, int NH, int NKV, int HS) {
     CudaCtx *c = ctx_of(be);
     if (!c->att_flash) return materialized_forward(be, out, att, qkv, B, T, NH, NKV, HS);
     if (c->att_cudnn && T > 1) { /* T = 1: the flash kernels ([Note: cuDNN attention]) */
-        cudnn_shape(c, HS);
+        head_size_check(c, HS, 1);
         return k_cudnn_attention_forward(c, out, att, qkv, B, T, NH, NKV, HS);
     }
-    flash_shape(c, HS);
+    head_size_check(c, HS, 0);
     k_flash_forward(c, out, att, qkv, B, T, NH, NKV, HS);
 }
 
@@ -800,10 +795,10 @@ static void cu_attention_backward(const Backend *be, void *dqkv, const float *do
     if (!c->att_flash)
         return materialized_backward(be, dqkv, dout, qkv, att, B, T, NH, NKV, HS, scratch);
     if (c->att_cudnn && T > 1) { /* T = 1: the flash kernels ([Note: cuDNN attention]) */
-        cudnn_shape(c, HS);
+        head_size_check(c, HS, 1);
         return k_cudnn_attention_backward(c, dqkv, dout, qkv, out, att, B, T, NH, NKV, HS);
     }
-    flash_shape(c, HS);
+    head_size_check(c, HS, 0);
     float *D = (float *)grow(c, &c->flashD, (size_t)B * NH * T * sizeof(float));
     k_flash_backward(c, dqkv, D, dout, qkv, out, att, B, T, NH, NKV, HS);
 }
