@@ -18,6 +18,7 @@
 #   9. test/pipeline-nccl.sh: the NCCL pipeline between GPUs (skips below 2 GPUs).
 #  10. pptrain sample on the GPU (the decoding ops' CUDA twins): greedy at fp32 gives
 #      transformers' ids of test/sample/greedy.txt (test/sample.sh's goldens); bf16 decodes.
+#  11. cuDNN's attention (PPTRAIN_ATTENTION=cudnn) against the CPU op, where it loads.
 # PPTRAIN, GPU_OPS and NCCL_SELF name the binaries (the Makefile sets them). Results: stdout, and
 # gpu_ops' whole output in $GPU_OPS_LOG when that is set.
 # Time: the whole suite has GPU_TEST_BUDGET_S seconds (default 280; on an H100 it takes
@@ -52,8 +53,8 @@ bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 # budget NAME: true while at least 5 s of the suite's budget are left; else a failure
 budget() { [ $((deadline - SECONDS)) -ge 5 ] || { bad "$1: not run, the suite's ${GPU_TEST_BUDGET_S:-280} s are spent"; return 1; }; }
 
-# 1. the ops
-timeout -k 3 "$(cap 90)" "$GPU_OPS" >"$tmp/ops.out" 2>&1
+# 1. the ops (cuDNN's attention in a process of its own: 11, at the end)
+timeout -k 3 "$(cap 90)" "$GPU_OPS" --cudnn skip >"$tmp/ops.out" 2>&1
 rc=$?
 [ -n "${GPU_OPS_LOG:-}" ] && cp "$tmp/ops.out" "$GPU_OPS_LOG" # every check's error (scripts/gpu/device-check)
 grep -E "^FAIL|^gpu_ops" "$tmp/ops.out"
@@ -228,6 +229,24 @@ if budget "sample on the GPU"; then
     2>"$tmp/sample.err")
   [ "$(tr ',' '\n' <<<"$got" | grep -c .)" -eq 24 ] && ok "sample --device cuda, bf16: 24 ids" ||
     bad "sample --device cuda, bf16: '$got' ($(tail -n1 "$tmp/sample.err"))"
+fi
+
+# 11. cuDNN's attention (PPTRAIN_ATTENTION=cudnn, [Note: cuDNN attention] in
+#     cuda/cudnn_attn.cc) against the CPU, last: NVRTC compiles its graphs, seconds that
+#     must not cost the checks above; "skip" where libcudnn.so.9 cannot be loaded
+if budget "gpu_ops --cudnn only"; then
+  timeout -k 3 "$(cap 90)" "$GPU_OPS" --prec bf16 --cudnn only >"$tmp/cudnn.out" 2>&1
+  rc=$?
+  [ -n "${GPU_OPS_LOG:-}" ] && cat "$tmp/cudnn.out" >>"$GPU_OPS_LOG"
+  grep -E "^FAIL|^gpu_ops|^skip" "$tmp/cudnn.out"
+  if [ $rc -ne 0 ]; then
+    bad "gpu_ops --cudnn only exited $rc; its last lines:"
+    tail -n 8 "$tmp/cudnn.out" | sed 's/^/   /'
+  elif grep -q "^skip cuDNN" "$tmp/cudnn.out"; then
+    echo "skip cuDNN attention: $(grep -m1 '^skip cuDNN' "$tmp/cudnn.out" | cut -c22-200)"
+  else
+    ok "cuDNN's attention matches the CPU op ($(tail -n1 "$tmp/cudnn.out"))"
+  fi
 fi
 
 echo "make test-gpu: $pass passed, $fail failed"
