@@ -84,8 +84,8 @@ CUDA_SRC   := $(wildcard cuda/*.cu)
 CUDA_OBJ   := $(patsubst cuda/%.cu,$(CUDA_BUILD)/%.o,$(CUDA_SRC)) $(CUDA_BUILD)/cudnn_attn.o
 # cuda/cudnn_attn.cc ([Note: cuDNN attention]): host code, by the host C++ compiler, with
 # the cuDNN frontend's headers (scripts/cudnn-frontend fetches them once into
-# build/third_party; without them it builds a backend that says so at open). cuDNN itself
-# is opened at run time, never linked.
+# build/third_party; without them, or without cuDNN's own headers in the CUDA toolkit, it
+# builds a backend that says so at open). cuDNN itself is opened at run time, never linked.
 CUDNN_FE_DIR := build/third_party
 NVFLAGS    := -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-Wall,-Wno-unused-parameter -MMD -MP \
               $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
@@ -149,7 +149,7 @@ $(CUDA_BUILD)/%.o: cuda/%.cu Makefile
 $(CUDA_BUILD)/cudnn_attn.o: cuda/cudnn_attn.cc cuda/cuda_internal.cuh scripts/cudnn-frontend Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CXX   $< (cuDNN attention)"
-	$(Q)fe=$$(scripts/cudnn-frontend $(CUDNN_FE_DIR)); \
+	$(Q)fe=$$([ -e $(CUDA_HOME)/include/cudnn.h ] && scripts/cudnn-frontend $(CUDNN_FE_DIR)); \
 	$(CXX) -O2 -std=c++17 -fPIC -Wall -Wno-unused-parameter -MMD -MP -isystem $(CUDA_HOME)/include \
 	  -iquote src -iquote cuda $${fe:+-DPP_CUDNN_FRONTEND -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING -isystem $$fe} \
 	  -c -o $@ $<

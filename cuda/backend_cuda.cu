@@ -1156,9 +1156,12 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
         if (NH && T && !c->att_flash && c->op == PP_BF16)
             grow(c, &c->stage, N * 3 * NH * HS * sizeof(float)); /* attention's qkv */
         /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
-        if (NH && T && c->att_cudnn) { /* [Note: cuDNN attention]: bf16 qkv and dout */
+        if (NH && T && c->att_cudnn) { /* [Note: cuDNN attention]: bf16 qkv and dout, and
+                                          the deterministic backward's dP (B·NH·T·T bf16, by
+                                          the frontend's count: grown if cuDNN asks more) */
             grow(c, &c->castA, N * 3 * NH * HS * sizeof(__nv_bfloat16));
             grow(c, &c->castB, N * NH * HS * sizeof(__nv_bfloat16));
+            grow(c, &c->cudnn_ws, N * NH * T * sizeof(__nv_bfloat16));
         } else if (NH && T && c->att_flash) {
             grow(c, &c->flashD, N / T * NH * T * sizeof(float));
             /* q, k and v: NH + 2 NKV heads, at most 3 NH (the sizes carry no NKV) */

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_internal.cuh"
 
@@ -31,8 +32,13 @@
  * s_q = s_kv = 1: sequences of one position (out = v) run the flash kernels, whose
  * log-sum-exp is the same quantity.
  * Graphs: one per shape and direction, built at its first call (cuDNN's heuristics, then
- * the engine's runtime compilation through NVRTC: a second or so) and kept (CUDNN_GRAPHS;
- * a run has one or two shapes). The frontend is built with dynamic loading: this file
+ * the engine's runtime compilation through NVRTC: a second or so; one line on stderr
+ * gives its time and workspace) and kept (the oldest dropped past CUDNN_GRAPHS; a run has
+ * one or two shapes). The forward is pinned to the frontend's composite SDPA node, the
+ * one test/cuda.sh checks (with cuDNN >= 9.21 headers the frontend could otherwise pick
+ * its newer unified node). Workspace: the deterministic backward on sm_90 keeps dP,
+ * B·NH·T·T bf16 (403 MB at GPT-2's B 16, T 1024), reserved at open from the run's sizes
+ * (reserve_workspace: in the build report's memory) and grown if cuDNN asks more. The frontend is built with dynamic loading: this file
  * opens libcudnn.so.9 (from the loader's path, or the file PPTRAIN_CUDNN_LIB names) at
  * the backend's open, which fails naming the variable and the library when it cannot.
  * A graph cuDNN refuses at the first call ends the run with cuDNN's reason and the way
@@ -69,7 +75,7 @@ struct Graph {
     int64_t workspace;
 };
 
-enum { CUDNN_GRAPHS = 16 };
+enum { CUDNN_GRAPHS = 32 };
 
 struct Cudnn {
     cudnnHandle_t handle = nullptr;
@@ -108,6 +114,7 @@ std::shared_ptr<fe::graph::Graph> describe(const Shape &s, int sm) {
     if (!s.bwd) {
         auto o = fe::graph::SDPA_attributes()
                      .set_name("attention")
+                     .set_implementation(fe::AttentionImplementation_t::COMPOSITE)
                      .set_generate_stats(true)
                      .set_causal_mask(true)
                      .set_attn_scale(scale);
@@ -174,20 +181,36 @@ int load_library(char *err, size_t n) {
     return 0;
 }
 
-/* The graph of shape s, built at its first call; dies with cuDNN's reason. */
+/* The graph of shape s, built at its first call (one line on stderr says so: its build
+ * time and workspace), the oldest dropped beyond CUDNN_GRAPHS; dies with cuDNN's reason. */
 Graph &graph_for(CudaCtx *c, const Shape &s) {
     Cudnn *d = cudnn_of(c);
     for (auto &gr : d->graphs)
         if (gr.s == s) return gr;
-    char why[1024], what[1400];
-    auto g = describe(s, c->sm);
-    int64_t ws = 0;
-    if (d->graphs.size() >= CUDNN_GRAPHS)
-        snprintf(why, sizeof why, "more than %d shapes in one run", (int)CUDNN_GRAPHS);
-    else if (!build(*g, d->handle, why, sizeof why) &&
-             !failed(g->get_workspace_size(ws), "get_workspace_size", why, sizeof why)) {
-        d->graphs.push_back({s, g, ws});
-        return d->graphs.back();
+    char why[1024] = "", what[1400];
+    try {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        auto g = describe(s, c->sm);
+        int64_t ws = 0;
+        if (!build(*g, d->handle, why, sizeof why) &&
+            !failed(g->get_workspace_size(ws), "get_workspace_size", why, sizeof why)) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if (d->graphs.size() >= CUDNN_GRAPHS) { /* none of them is running: the stream */
+                CK(c, cudaStreamSynchronize(c->stream));
+                d->graphs.erase(d->graphs.begin());
+            }
+            fprintf(stderr,
+                    "[rank %d] cuDNN %zu attention %s graph for B=%d T=%d NH=%d NKV=%d HS=%d: "
+                    "built in %.0f ms, workspace %.1f MB\n",
+                    c->rank, d->version, s.bwd ? "backward" : "forward", s.B, s.T, s.NH, s.NKV,
+                    s.HS, (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
+                    ws / 1e6);
+            d->graphs.push_back({s, g, ws});
+            return d->graphs.back();
+        }
+    } catch (const std::exception &x) { /* the frontend throws where it cannot go on */
+        snprintf(why, sizeof why, "%s", x.what());
     }
     snprintf(what, sizeof what,
              "cuDNN %zu attention %s for B=%d T=%d NH=%d NKV=%d HS=%d: %s; unset "
@@ -198,36 +221,50 @@ Graph &graph_for(CudaCtx *c, const Shape &s) {
 
 void run(CudaCtx *c, Graph &gr, std::unordered_map<int64_t, void *> &pack) {
     void *ws = gr.workspace ? grow(c, &c->cudnn_ws, (size_t)gr.workspace) : nullptr;
-    auto e = gr.g->execute(cudnn_of(c)->handle, pack, ws);
-    if (!e.is_good()) {
-        char what[1200];
-        snprintf(what, sizeof what, "cuDNN attention %s: execute: %s",
-                 gr.s.bwd ? "backward" : "forward", e.get_message().c_str());
-        pp_cuda_die(c, __FILE__, __LINE__, what, "error", "see above");
+    std::string why;
+    try {
+        auto e = gr.g->execute(cudnn_of(c)->handle, pack, ws);
+        if (e.is_good()) return;
+        why = e.get_message();
+    } catch (const std::exception &x) {
+        why = x.what();
     }
+    char what[1200];
+    snprintf(what, sizeof what, "cuDNN attention %s: execute: %s; unset PPTRAIN_ATTENTION",
+             gr.s.bwd ? "backward" : "forward", why.c_str());
+    pp_cuda_die(c, __FILE__, __LINE__, what, "error", "see above");
 }
 
 } // namespace
 
 int cudnn_attn_open(CudaCtx *c, char *err, size_t n) {
+    /* the frontend opens a CUDA runtime of its own (this library links cudart statically):
+     * CUDA 13's, not a libcudart.so.12 that happens to be on the path */
+    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", "libcudart.so.13", 0);
     if (load_library(err, n)) return 1;
     auto version = reinterpret_cast<size_t (*)(void)>(dlsym(fe::cudnn_dlhandle, "cudnnGetVersion"));
     size_t v = version ? version() : 0;
-    if (v < 90000) {
+    if (v < 90000 || (v >= 91000 && v < 91100)) { /* the frontend refuses SDPA on 9.10 */
         snprintf(err, n,
                  "PPTRAIN_ATTENTION=cudnn: the cuDNN loaded is version %zu; its fused attention "
-                 "needs cuDNN 9 (9.0.0 or later); unset PPTRAIN_ATTENTION",
+                 "needs cuDNN 9 (9.0.0 or later, not 9.10); unset PPTRAIN_ATTENTION",
                  v);
         return 1;
     }
     Cudnn *d = new Cudnn;
     d->version = v;
-    cudnnStatus_t s = fe::detail::create_handle(&d->handle);
-    if (s == CUDNN_STATUS_SUCCESS) s = fe::detail::set_stream(d->handle, c->stream);
-    if (s != CUDNN_STATUS_SUCCESS) {
-        snprintf(err, n, "PPTRAIN_ATTENTION=cudnn: cudnnCreate: %s",
-                 fe::detail::get_error_string(s));
-        if (d->handle) fe::detail::destroy_handle(d->handle);
+    try {
+        cudnnStatus_t s = fe::detail::create_handle(&d->handle);
+        if (s == CUDNN_STATUS_SUCCESS) s = fe::detail::set_stream(d->handle, c->stream);
+        if (s != CUDNN_STATUS_SUCCESS) {
+            snprintf(err, n, "PPTRAIN_ATTENTION=cudnn: cudnnCreate: %s",
+                     fe::detail::get_error_string(s));
+            if (d->handle) fe::detail::destroy_handle(d->handle);
+            delete d;
+            return 1;
+        }
+    } catch (const std::exception &x) {
+        snprintf(err, n, "PPTRAIN_ATTENTION=cudnn: %s", x.what());
         delete d;
         return 1;
     }

@@ -19,7 +19,10 @@ fi
 # ../shared/GPU.md): that folder is added when the loader cannot find libcudnn.so.9
 if ! ldconfig -p | grep -q "libcudnn.so.9 " && ! [ -e /usr/local/cuda/lib64/libcudnn.so.9 ]; then
   dnn=$(timeout 20 python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)
-  [ -e "$dnn/libcudnn.so.9" ] || dnn=$(dirname "$(timeout 15 find /usr/local /usr/lib /opt -name libcudnn.so.9 2>/dev/null | head -n1)" 2>/dev/null)
+  if ! [ -e "$dnn/libcudnn.so.9" ]; then
+    found=$(timeout 15 find /usr/local /usr/lib /opt -name libcudnn.so.9 2>/dev/null | head -n1)
+    dnn=${found:+$(dirname "$found")}
+  fi
   [ -e "$dnn/libcudnn.so.9" ] && export LD_LIBRARY_PATH="$dnn:$LD_LIBRARY_PATH"
   echo "env.sh: libcudnn.so.9 is not on the loader's path; using ${dnn:-none found}"
 fi

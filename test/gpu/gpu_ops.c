@@ -1488,14 +1488,14 @@ int B, T, NH, NKV, hs;
 enum { CUDNN_WITH, CUDNN_SKIP, CUDNN_ONLY };
 static int cudnn_mode = CUDNN_WITH;
 
-/* [Note: cuDNN attention] in cuda/cudnn_attn.cc: PPTRAIN_ATTENTION=cudnn on ten of the
+/* [Note: cuDNN attention] in cuda/cudnn_attn.cc: PPTRAIN_ATTENTION=cudnn on eight of the
  * flash shapes (each a graph cuDNN compiles at its first call: T = 1, which runs the flash
- * kernels, short and long sequences, head sizes 48 to 128, groups of 3, 4 and 12), the
+ * kernels, short and long sequences, head sizes 48, 64 and 128, groups of 3, 4 and 12), the
  * same tolerances and bits twice; not in the small set (compute-sanitizer); skipped,
  * saying why, where cuDNN cannot be loaded or the backend was built without it. Returns
  * 0, or 1 when the backend cannot be opened for another reason. */
 static int check_cudnn(OpenFn open, int small) {
-    static const int cudnn_shapes[] = {0, 1, 3, 5, 7, 9, 11, 14, 19, 20};
+    static const int cudnn_shapes[] = {0, 1, 5, 7, 9, 14, 19, 20};
     char why[PP_ERR_MAX];
     uint64_t seed = rng;
     if (small) {

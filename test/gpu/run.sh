@@ -235,7 +235,7 @@ fi
 #     cuda/cudnn_attn.cc) against the CPU, last: NVRTC compiles its graphs, seconds that
 #     must not cost the checks above; "skip" where libcudnn.so.9 cannot be loaded
 if budget "gpu_ops --cudnn only"; then
-  timeout -k 3 "$(cap 90)" "$GPU_OPS" --prec bf16 --cudnn only >"$tmp/cudnn.out" 2>&1
+  timeout -k 3 "$(cap 150)" "$GPU_OPS" --prec bf16 --cudnn only >"$tmp/cudnn.out" 2>&1
   rc=$?
   [ -n "${GPU_OPS_LOG:-}" ] && cat "$tmp/cudnn.out" >>"$GPU_OPS_LOG"
   grep -E "^FAIL|^gpu_ops|^skip" "$tmp/cudnn.out"
