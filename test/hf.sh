@@ -161,6 +161,14 @@ damage deep "$HF" && sed -i 's/"n_layer": 4,/"n_layer": 100000,/' "$tmp/deep/con
 refuse "n_layer 100000 over the tensors of 4 layers" \
   "$tmp/deep/model.safetensors has no tensor \"transformer.h.4.ln_1.weight\" (pptrain's h.4.ln1w)" \
   --set model.init_from="$tmp/deep"
+# 2 layers in config.json over the weights of 4: refused, not imported as its first 2
+# layers (pptrain would train and save a truncated model; transformers warns of unused
+# weights); the unused tensors named and counted
+damage few "$HF" && sed -i 's/"n_layer": 4,/"n_layer": 2,/' "$tmp/few/config.json"
+refuse "n_layer 2 over the tensors of 4 layers" \
+  "$tmp/few/model.safetensors holds 24 tensors that the model $tmp/few/config.json describes (model.arch gpt2) does not use: \"transformer.h.2.attn.c_attn.bias\"" \
+  --set model.init_from="$tmp/few"
+check "  ... saying which layers, and what to do" 'grep -qF "and 19 more, the tensors of layers 2-3, past its n_layer 2: pptrain would train and save a truncated model. If the weights are one model of 4 layers, set n_layer 4 in config.json" "$tmp/refused.out"'
 damage act "$HF" && sed -i 's/"activation_function": "gelu_new"/"activation_function": "relu"/' "$tmp/act/config.json"
 refuse "an unsupported activation" "$tmp/act/config.json: activation_function \"relu\" is not supported" --set model.init_from="$tmp/act"
 damage noc "$HF" && sed -i '/"n_embd"/d' "$tmp/noc/config.json"
