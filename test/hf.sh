@@ -146,8 +146,10 @@ damage trunc "$HF" && truncate -s -100 "$tmp/trunc/model.safetensors"
 refuse "a truncated model.safetensors" "$tmp/trunc/model.safetensors" --set model.init_from="$tmp/trunc"
 damage strunc "$tmp/xs" && truncate -s -4 "$tmp/strunc/model-00002-of-0000$nsh.safetensors"
 refuse "a truncated shard" "$tmp/strunc/model-00002-of-0000$nsh.safetensors" --set model.init_from="$tmp/strunc"
-damage miss "$tmp/xs" && grep -v "\"$C_FC\"" "$tmp/xs/model.safetensors.index.json" >"$tmp/miss/model.safetensors.index.json"
-refuse "a missing tensor" "$tmp/miss/model.safetensors.index.json has no tensor \"$C_FC\" (pptrain's h.1.fcw)" --set model.init_from="$tmp/miss"
+damage miss "$HF" && patch "$tmp/miss/model.safetensors" "\"$C_FC\":" "\"${C_FC%?}X\":"
+refuse "a missing tensor (renamed)" "$tmp/miss/model.safetensors has no tensor \"$C_FC\" (pptrain's h.1.fcw)" --set model.init_from="$tmp/miss"
+damage unidx "$tmp/xs" && grep -v "\"$C_FC\"" "$tmp/xs/model.safetensors.index.json" >"$tmp/unidx/model.safetensors.index.json"
+refuse "a tensor the index leaves out of its weight_map" "holds tensor \"$C_FC\", but $tmp/unidx/model.safetensors.index.json's weight_map does not name it" --set model.init_from="$tmp/unidx"
 damage nofile "$tmp/xs" && sed "s/\"\\($C_FC\\)\": \"model-0000.-of/\"\\1\": \"model-00009-of/" "$tmp/xs/model.safetensors.index.json" >"$tmp/nofile/model.safetensors.index.json"
 refuse "an index naming a missing file" "$tmp/nofile/model.safetensors.index.json: weight_map puts tensor \"$C_FC\" in model-00009-of-0000$nsh.safetensors" --set model.init_from="$tmp/nofile"
 refuse "model.dim set in the config, disagreeing" "model.dim is 64 in the config, but $HF/config.json has n_embd 32" --set model.dim=64
@@ -161,6 +163,14 @@ damage deep "$HF" && sed -i 's/"n_layer": 4,/"n_layer": 100000,/' "$tmp/deep/con
 refuse "n_layer 100000 over the tensors of 4 layers" \
   "$tmp/deep/model.safetensors has no tensor \"transformer.h.4.ln_1.weight\" (pptrain's h.4.ln1w)" \
   --set model.init_from="$tmp/deep"
+# 2 layers in config.json over the weights of 4: refused, not imported as its first 2
+# layers (pptrain would train and save a truncated model; transformers warns of unused
+# weights); the unused tensors named and counted
+damage few "$HF" && sed -i 's/"n_layer": 4,/"n_layer": 2,/' "$tmp/few/config.json"
+refuse "n_layer 2 over the tensors of 4 layers" \
+  "$tmp/few/model.safetensors holds 24 tensors that the model $tmp/few/config.json describes (model.arch gpt2) does not use: \"transformer.h.2.attn.c_attn.bias\"" \
+  --set model.init_from="$tmp/few"
+check "  ... saying which layers, and what to do" 'grep -qF "and 19 more, the tensors of layers 2-3, past its n_layer 2: pptrain would train and save a truncated model. If the weights are one model of 4 layers, set n_layer 4 in config.json" "$tmp/refused.out"'
 damage act "$HF" && sed -i 's/"activation_function": "gelu_new"/"activation_function": "relu"/' "$tmp/act/config.json"
 refuse "an unsupported activation" "$tmp/act/config.json: activation_function \"relu\" is not supported" --set model.init_from="$tmp/act"
 damage noc "$HF" && sed -i '/"n_embd"/d' "$tmp/noc/config.json"

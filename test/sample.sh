@@ -190,6 +190,24 @@ refuse "17 --eos ids (16 were kept, silently)" "--eos: 17 ids, over the 16" \
   $G --prompt-ids 1 --max-new-tokens 2 --eos 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17
 refuse "a missing --tokenizer, named" "sample: cannot open tokenizer file '$tmp/none.json'" \
   $G --prompt-ids 1 --max-new-tokens 2 --tokenizer "$tmp/none.json"
+# generation_config.json: only the keys generation reads (eos_token_id) are checked; a
+# model key there of any type is ignored, as transformers' GenerationConfig ignores it
+mkdir -p "$tmp/gc" && cp test/hf/gpt2/config.json test/hf/gpt2/model.safetensors "$tmp/gc/"
+printf '{"eos_token_id": 7, "vocab_size": "x", "num_hidden_layers": null, "n_embd": [1],
+  "rope_scaling": 5, "rope_parameters": {"a": {}}, "model_type": 3, "architectures": "x",
+  "bos_token_id": "y", "torch_dtype": 1.5, "pad_token_id": {}}\n' >"$tmp/gc/generation_config.json"
+S --init-from "$tmp/gc" --prompt-ids 1,2 --max-new-tokens 2 --ids >"$tmp/out" 2>"$tmp/err" &&
+  grep -qF "end of text: 7 from $tmp/gc/generation_config.json's eos_token_id" "$tmp/err" &&
+  ok "generation_config.json with model keys of other types (vocab_size \"x\", ...): ignored, its eos_token_id 7 taken" ||
+  bad "generation_config.json with model keys of other types: $(tail -n 2 "$tmp/err" | tr '\n' ' ')"
+printf '{"eos_token_id": "7", "vocab_size": "x"}\n' >"$tmp/gc/generation_config.json"
+refuse "generation_config.json's eos_token_id \"7\"" \
+  "$tmp/gc/generation_config.json: eos_token_id is a string, expected an integer or a list of integers" \
+  --init-from "$tmp/gc" --prompt-ids 1 --max-new-tokens 2
+printf '{"eos_token_id": [1, null]}\n' >"$tmp/gc/generation_config.json"
+refuse "generation_config.json's eos_token_id [1, null]" \
+  "$tmp/gc/generation_config.json: eos_token_id\[1\] is null, expected an integer" \
+  --init-from "$tmp/gc" --prompt-ids 1 --max-new-tokens 2
 # a temperature that underflows (strtod's ERANGE) is a tiny one: greedy, as 0 is
 t0=$("$PPTRAIN" sample $G --prompt-ids 1,2 --max-new-tokens 4 --ids --temperature 0 2>/dev/null)
 tiny=$("$PPTRAIN" sample $G --prompt-ids 1,2 --max-new-tokens 4 --ids --temperature 4.9e-324 2>/dev/null)

@@ -34,11 +34,28 @@ finish() {
   [ $pass -gt 0 ] || exit 77
   exit 0
 }
-bg=() # background processes of this script (pprun runs), killed at exit if still there
+bg=() # background processes of this script (pprun runs), stopped at exit if still there
 # shellcheck source=slurm/cluster.sh
 . test/slurm/cluster.sh
+# stop_bg: end the background runs still running (jobs -p: not yet reaped, so the PIDs
+# are still theirs). `timeout CMD &` leads a process group of its own, which a signal to
+# the test's group does not reach: SIGTERM to that group (pprun passes it to its ranks,
+# which stop), SIGKILL to what is left after 10 s.
+stop_bg() {
+  local p i live=() alive
+  for p in $(jobs -p); do [[ " ${bg[*]} " == *" $p "* ]] && live+=("$p"); done
+  [ ${#live[@]} -gt 0 ] || return 0
+  for p in "${live[@]}"; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; done
+  for i in $(seq 100); do
+    alive=0
+    for p in "${live[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && break
+    sleep 0.1
+  done
+  for p in "${live[@]}"; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; done
+}
 cleanup() {
-  for p in "${bg[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  stop_bg
   slurm_stop
   if [ -n "${PP_SLURM_KEEP:-}" ]; then echo "slurm.sh: kept $SL"; else rm -rf "$SL"; fi
 }

@@ -864,6 +864,25 @@ START_TEST(test_dir_damaged) {
     copy_sharded("{\"weight_map\": {\"model.norm.weight\": \"model-00001-of-00004.safetensors\"}}");
     dir_fails("tensor \"model.norm.weight\" in model-00001-of-00004.safetensors, but",
               "has no such tensor");
+    /* a shard's tensor the index leaves out, or puts in another shard: transformers
+     * would load it (every key of every shard), a reader of the index would not */
+    copy_sharded("{\"weight_map\": {\"model.embed_tokens.weight\": "
+                 "\"model-00001-of-00004.safetensors\"}}");
+    dir_fails("model-00001-of-00004.safetensors holds tensor "
+              "\"model.layers.0.input_layernorm.weight\", but ",
+              "model.safetensors.index.json's weight_map does not name it");
+    copy_sharded("{\"weight_map\": {\"model.embed_tokens.weight\": "
+                 "\"model-00001-of-00004.safetensors\", "
+                 "\"model.layers.0.input_layernorm.weight\": \"x.safetensors\"}}");
+    static const float two[2] = {1, 2};
+    const SafetensorsWriteTensor x[] = {
+        {"model.layers.0.input_layernorm.weight", SAFETENSORS_F32, 1, {2}, two}};
+    ck_assert_int_eq(safetensors_write(tmp("d/x.safetensors"), x, 1, NULL, 0, NULL, NULL, g_err,
+                                       sizeof g_err),
+                     PP_OK);
+    dir_fails("model-00001-of-00004.safetensors holds tensor "
+              "\"model.layers.0.input_layernorm.weight\", but ",
+              "weight_map puts it in x.safetensors");
     copy_sharded("{\"weight_map\": {\"x\": \"../sharded/model-00001-of-00004.safetensors\"}}");
     dir_fails("not a file name in the directory", NULL);
     copy_sharded("{\"weight_map\": {\"x\": 3}}");

@@ -292,6 +292,111 @@ static void config_with(Config *c, const char *const *sets) {
         ck_assert_msg(config_set(c, *sets, g_err, sizeof g_err) == PP_OK, "%s", g_err);
 }
 
+/* Rewrite DIR/model.safetensors (one file) with its own tensors, read back as fp32, and
+ * the extra ones named in `extra` (each [2] fp32, any values). */
+static void rewrite_with(const char *dir, const char *const *extra) {
+    HfDir *h;
+    ck_assert_msg(hf_dir_open(dir, &h, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    size_t n = hf_dir_count(h), ne = 0;
+    while (extra[ne]) ne++;
+    SafetensorsWriteTensor *w = calloc(n + ne, sizeof *w);
+    float **data = calloc(n, sizeof *data);
+    static const float two[2] = {1, 2};
+    for (size_t i = 0; i < n; i++) {
+        const SafetensorsTensor *t = hf_dir_find(h, hf_dir_name(h, i), NULL);
+        data[i] = malloc(t->numel * sizeof(float));
+        ck_assert_int_eq(hf_dir_read(h, hf_dir_name(h, i), 0, t->numel, data[i], g_err,
+                                     sizeof g_err),
+                         PP_OK);
+        w[i] = (SafetensorsWriteTensor){.name = hf_dir_name(h, i),
+                                        .dtype = SAFETENSORS_F32,
+                                        .ndim = t->ndim,
+                                        .data = data[i]};
+        memcpy(w[i].shape, t->shape, sizeof t->shape);
+    }
+    for (size_t i = 0; i < ne; i++)
+        w[n + i] = (SafetensorsWriteTensor){.name = extra[i],
+                                            .dtype = SAFETENSORS_F32,
+                                            .ndim = 1,
+                                            .shape = {2},
+                                            .data = two};
+    char path[PP_PATH_MAX];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    ck_assert_msg(safetensors_write(path, w, n + ne, NULL, 0, NULL, NULL, g_err, sizeof g_err) ==
+                      PP_OK,
+                  "%s", g_err);
+    hf_dir_close(h); /* after the write: w's names are its */
+    for (size_t i = 0; i < n; i++) free(data[i]);
+    free(data);
+    free(w);
+}
+
+/* Weights the model config.json describes does not use are refused, by every reader
+ * (model_load_hf on a rank holding a part, model_hf_check), naming the file, the first
+ * tensors and their count: a config.json with fewer layers than the weights (pptrain
+ * would train and save a truncated model), a stray tensor, another architecture's. The
+ * buffers transformers skips (GPT-2's attn.bias / attn.masked_bias, with and without the
+ * prefix) and a tied model's lm_head.weight are no weights to use. */
+START_TEST(test_unused_refused) {
+    ModelDims d2 = tiny;
+    d2.L = 2;
+    Model w4, w2, b;
+    make_whole(&w4, &tiny);
+    const ChunkSpec whole2 = {0, 0, 2, 1, 1, 1, 0};
+    model_init(&w2, &d2, &whole2, 1, 1, 4, backend_cpu());
+    ck_assert_int_eq(model_save_hf(&w4, tmp("l4"), SAFETENSORS_F32, 0, NULL, NULL, g_err,
+                                   sizeof g_err),
+                     PP_OK);
+    ck_assert_int_eq(model_save_hf(&w2, tmp("l2"), SAFETENSORS_F32, 0, NULL, NULL, g_err,
+                                   sizeof g_err),
+                     PP_OK);
+    /* config.json of 2 layers over the weights of 4 */
+    ck_assert_int_eq(rename(tmp("l4/model.safetensors"), tmp("l2/model.safetensors")), 0);
+    const ChunkSpec mid = {1, 1, 2, 0, 0, 1, 0}; /* layer 1 alone */
+    model_init(&b, &d2, &mid, 1, 1, 4, backend_cpu());
+    ck_assert_int_eq(model_load_hf(&b, tmp("l2"), NULL, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, tmp("l2/model.safetensors")) &&
+                      strstr(g_err, "holds 24 tensors that the model") &&
+                      strstr(g_err, "\"transformer.h.2.attn.c_attn.bias\"") &&
+                      strstr(g_err, "and 19 more") && strstr(g_err, "layers 2-3") &&
+                      strstr(g_err, "n_layer 2") && strstr(g_err, "truncated"),
+                  "%s", g_err);
+    model_free(&b);
+    Config c;
+    char set[PP_PATH_MAX + 32];
+    snprintf(set, sizeof set, "model.init_from=%s", tmp("l2"));
+    config_with(&c, (const char *const[]){set, "train.seq_len=8", NULL});
+    ck_assert_msg(model_hf_config(&c, g_err, sizeof g_err) == PP_OK &&
+                      config_finalize(&c, g_err, sizeof g_err) == PP_OK,
+                  "%s", g_err);
+    ck_assert_int_eq(c.n_layers, 2);
+    ck_assert_int_eq(model_hf_check(&c, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, "holds 24 tensors"), "%s", g_err);
+    model_free(&w2);
+    /* buffers and a tied lm_head.weight: read as before */
+    ck_assert_int_eq(model_save_hf(&w4, tmp("b"), SAFETENSORS_F32, 0, NULL, NULL, g_err,
+                                   sizeof g_err),
+                     PP_OK);
+    rewrite_with(tmp("b"), (const char *const[]){"transformer.h.0.attn.bias",
+                                                 "transformer.h.3.attn.masked_bias",
+                                                 "h.1.attn.bias", "lm_head.weight", NULL});
+    model_init(&b, &tiny, &whole, 1, 1, 4, backend_cpu());
+    ck_assert_msg(model_load_hf(&b, tmp("b"), NULL, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    assert_same(&w4, &b);
+    /* a stray tensor and a Llama one */
+    rewrite_with(tmp("b"), (const char *const[]){"foo.weight",
+                                                 "model.layers.0.self_attn.q_proj.weight", NULL});
+    ck_assert_int_eq(model_load_hf(&b, tmp("b"), NULL, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, tmp("b/model.safetensors")) && strstr(g_err, "holds 2 tensors") &&
+                      strstr(g_err, "\"foo.weight\", \"model.layers.0.self_attn.q_proj.weight\"") &&
+                      !strstr(g_err, "more") && !strstr(g_err, "attn.bias") &&
+                      !strstr(g_err, "truncated"),
+                  "%s", g_err);
+    model_free(&b);
+    model_free(&w4);
+}
+END_TEST
+
 START_TEST(test_config_merge) {
     Config c;
     /* nothing given: every model key from test/hf/gpt2/config.json */
@@ -495,6 +600,33 @@ START_TEST(test_llama_roundtrip) {
 }
 END_TEST
 
+/* Llama's inv_freq buffers (older files hold one per layer) are no weights to use: read
+ * as before; one of a layer past the model's is an unused tensor, named. */
+START_TEST(test_llama_buffers) {
+    ModelDims d = llama_dims(&arch_llama);
+    Model w, b;
+    make_whole(&w, &d);
+    ck_assert_int_eq(model_save_hf(&w, tmp("out"), SAFETENSORS_F32, 0, NULL, NULL, g_err,
+                                   sizeof g_err),
+                     PP_OK);
+    rewrite_with(tmp("out"),
+                 (const char *const[]){"model.layers.0.self_attn.rotary_emb.inv_freq",
+                                       "model.layers.3.self_attn.rotary_emb.inv_freq", NULL});
+    model_init(&b, &d, &whole, 1, 1, 4, backend_cpu());
+    ck_assert_msg(model_load_hf(&b, tmp("out"), NULL, g_err, sizeof g_err) == PP_OK, "%s", g_err);
+    assert_same(&w, &b);
+    rewrite_with(tmp("out"),
+                 (const char *const[]){"model.layers.4.self_attn.rotary_emb.inv_freq", NULL});
+    ck_assert_int_eq(model_load_hf(&b, tmp("out"), NULL, g_err, sizeof g_err), PP_EUSAGE);
+    ck_assert_msg(strstr(g_err, "holds 1 tensor that") &&
+                      strstr(g_err, "\"model.layers.4.self_attn.rotary_emb.inv_freq\", the "
+                                    "tensors of layer 4, past its num_hidden_layers 4"),
+                  "%s", g_err);
+    model_free(&b);
+    model_free(&w);
+}
+END_TEST
+
 static void write_config(const char *body) {
     FILE *f = fopen(tmp("config.json"), "w");
     ck_assert_ptr_nonnull(f);
@@ -692,11 +824,13 @@ static Suite *model_hf_suite(void) {
     tcase_add_test(tc, test_bf16);
     tcase_add_test(tc, test_stacked);
     tcase_add_test(tc, test_load_refusals);
+    tcase_add_test(tc, test_unused_refused);
     tcase_add_test(tc, test_config_merge);
     tcase_add_test(tc, test_config_absent_keys);
     tcase_add_loop_test(tc, test_gpt2_config_refusals, 0,
                         sizeof k_gpt2_refused / sizeof k_gpt2_refused[0]);
     tcase_add_loop_test(tc, test_llama_roundtrip, 0, 3);
+    tcase_add_test(tc, test_llama_buffers);
     tcase_add_test(tc, test_llama_config_merge);
     tcase_add_test(tc, test_llama_config_complete);
     tcase_add_loop_test(tc, test_llama_config_refusals, 0,

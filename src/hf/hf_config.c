@@ -72,6 +72,11 @@ static const Field g_fields[] = {
     F("torch_dtype", F_STR, dtype),
     F("dtype", F_STR, dtype),
 };
+/* generation_config.json's keys that generation takes from it (pptrain sample's
+ * end-of-text ids): the rest of a GenerationConfig is no model key (hf_config.h) */
+static const Field g_generation_fields[] = {
+    F("eos_token_id", F_IDS, eos_token_id),
+};
 #undef F
 
 static const char *kind_words(FieldKind k) {
@@ -262,17 +267,28 @@ static int read_rope(HfConfig *c, const json_t *root, char *err, size_t errlen) 
     return PP_OK;
 }
 
-int hf_config_read(const char *path, HfConfig *c, char *err, size_t errlen) {
+/* The JSON object at `path` into *c (zeroed first): the keys of fields[0..n), and RoPE's
+ * objects where `rope`. */
+static int read_file(const char *path, HfConfig *c, const Field *fields, size_t n, int rope,
+                     char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     snprintf(c->path, sizeof c->path, "%s", path);
     json_t *root;
     int rc = hf_json_load_file(path, CONFIG_MAX, &root, err, errlen);
     if (rc != PP_OK) return rc;
-    rc = read_rope(c, root, err, errlen);
-    for (size_t i = 0; i < sizeof g_fields / sizeof g_fields[0] && rc == PP_OK; i++)
-        rc = read_field(c, root, &g_fields[i], err, errlen);
+    if (rope) rc = read_rope(c, root, err, errlen);
+    for (size_t i = 0; i < n && rc == PP_OK; i++) rc = read_field(c, root, &fields[i], err, errlen);
     json_decref(root);
     return rc;
+}
+
+int hf_config_read(const char *path, HfConfig *c, char *err, size_t errlen) {
+    return read_file(path, c, g_fields, sizeof g_fields / sizeof g_fields[0], 1, err, errlen);
+}
+
+int hf_generation_config_read(const char *path, HfConfig *c, char *err, size_t errlen) {
+    return read_file(path, c, g_generation_fields,
+                     sizeof g_generation_fields / sizeof g_generation_fields[0], 0, err, errlen);
 }
 
 /* ---- writing ------------------------------------------------------------------------ */

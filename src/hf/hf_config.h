@@ -1,8 +1,9 @@
 /* hf_config.h — a Hugging Face config.json: the fields a Llama, Qwen2, Mistral or GPT-2
  * import needs, each with whether the file gave it and under which key (GPT-2's n_embd
  * and Llama's hidden_size fill one field), the RoPE settings in both the Hub's form
- * (rope_theta, rope_scaling) and current transformers' (rope_parameters); and the
- * writer of config.json for an export, as transformers writes it. Only reads and writes:
+ * (rope_theta, rope_scaling) and current transformers' (rope_parameters); the keys
+ * generation takes from a generation_config.json; and the writer of config.json for an
+ * export, as transformers writes it. Only reads and writes:
  * which values pptrain supports is the model's to say, naming the key this gives. */
 #ifndef PP_HF_CONFIG_H
 #define PP_HF_CONFIG_H
@@ -90,6 +91,15 @@ typedef struct {
  * hidden_size 2048 and n_embd 768 disagree", an unreadable or non-JSON file
  * (line and column), or rope_parameters given per layer type (not supported). */
 int hf_config_read(const char *path, HfConfig *c, char *err, size_t errlen);
+
+/* Read the generation_config.json at `path` into *c (zeroed first) as hf_config_read
+ * does, but only the keys generation takes from it: eos_token_id (an integer or a list of
+ * them; null: absent). Every other key is ignored whatever its value, model keys
+ * included (vocab_size "x" is nothing generation reads; transformers' GenerationConfig
+ * keeps what it does not know as it is). Returns PP_OK, or PP_EUSAGE naming the file and
+ * the key ("PATH: eos_token_id is a string, expected an integer or a list of integers"),
+ * or an unreadable or non-JSON file. */
+int hf_generation_config_read(const char *path, HfConfig *c, char *err, size_t errlen);
 
 /* How an export writes RoPE and the dtype: the Hub's form (rope_theta, rope_scaling or
  * null, torch_dtype), read by transformers 4 and 5, or transformers 5's (rope_parameters

@@ -134,6 +134,27 @@ static int open_single(HfDir *d, const char *path, char *err, size_t errlen) {
     return PP_OK;
 }
 
+static const HfDirEntry *find_entry(const HfDir *d, const char *name);
+
+/* Every tensor of every shard is one the index names, in that shard: a tensor the
+ * weight_map leaves out would be in the model for transformers (which loads every key of
+ * each shard the index names) and nowhere for a reader of the index. After the sort. */
+static int check_shards(const HfDir *d, const char *index_path, char *err, size_t errlen) {
+    for (size_t s = 0; s < d->nshards; s++)
+        for (size_t i = 0; i < safetensors_count(d->shards[s]); i++) {
+            const char *name = safetensors_tensor(d->shards[s], i)->name;
+            const HfDirEntry *e = find_entry(d, name);
+            if (e && e->shard == s) continue;
+            return pp_errf(err, errlen, PP_EUSAGE,
+                           "%s holds tensor \"%s\", but %s's weight_map %s%s: the index must "
+                           "name every tensor of its shards, in the shard that holds it (a shard "
+                           "of another checkpoint, or an index edited by hand?)",
+                           safetensors_path(d->shards[s]), name, index_path,
+                           e ? "puts it in " : "does not name it", e ? d->files[e->shard] : "");
+        }
+    return PP_OK;
+}
+
 int hf_dir_open(const char *dir, HfDir **out, char *err, size_t errlen) {
     *out = NULL;
     struct stat st;
@@ -162,11 +183,12 @@ int hf_dir_open(const char *dir, HfDir **out, char *err, size_t errlen) {
                      "safetensors weights?)",
                      dir, HF_DIR_WEIGHTS, HF_DIR_INDEX);
     }
+    if (rc == PP_OK) qsort(d->e, d->n, sizeof *d->e, cmp_entry);
+    if (rc == PP_OK && d->sharded) rc = check_shards(d, index, err, errlen);
     if (rc != PP_OK) {
         hf_dir_close(d);
         return rc;
     }
-    qsort(d->e, d->n, sizeof *d->e, cmp_entry);
     *out = d;
     return PP_OK;
 }

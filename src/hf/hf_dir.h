@@ -21,7 +21,8 @@ typedef struct HfDir HfDir;
 /* Open the directory `dir`'s weights: model.safetensors if it exists (what transformers
  * looks for first), else model.safetensors.index.json, whose weight_map (tensor name ->
  * shard file) must name plain files in `dir` that exist, open as safetensors files and
- * hold the tensors said to be in them. Only headers are read. Returns PP_OK with *out;
+ * hold the tensors said to be in them, and no tensor it does not name there. Only headers
+ * are read. Returns PP_OK with *out;
  * or PP_EUSAGE (no weights, a damaged index or shard: the message names the file and
  * the tensor or key) or PP_ERUNTIME (I/O) with *out = NULL. */
 int hf_dir_open(const char *dir, HfDir **out, char *err, size_t errlen);

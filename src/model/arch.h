@@ -95,7 +95,13 @@ typedef struct {
  * the order an export writes them in, as save_pretrained does, which decides the shard
  * cuts. A tensor the Hub checkpoint of the base model lacks the prefix of (GPT-2's
  * files on the Hub were saved from GPT2Model: "h.0.attn.c_attn.weight") is found
- * without it too. */
+ * without it too. Every tensor of the directory must be one the model uses: a row's, at a
+ * layer below n_layers, or a buffer the table lists (the causal mask or RoPE's inv_freq
+ * older files hold, transformers' _keys_to_ignore_on_load_unexpected), or the untied
+ * lm_head of a tied model (transformers ties it over). Any other is refused, not skipped
+ * with a warning as from_pretrained does: a trainer that skipped it would train and save
+ * another model than the directory's (a config.json with fewer layers than the weights: a
+ * truncated one), and nothing in what it writes would say so. */
 enum { ARCH_HF_AS_IS, ARCH_HF_TRANSPOSED, ARCH_HF_STACKED };
 #define ARCH_HF_PARTS 3
 
@@ -120,6 +126,9 @@ typedef struct {
                                        "model.n_kv_heads", ...), NULL-terminated; NULL: none */
     int ntensors;
     const ArchHfTensor *tensors; /* [ntensors], in the state dict's order */
+    const char *const *buffers;  /* Hub names (a layer's with one %d) of tensors a file may
+                                    hold that are no parameters, never read; NULL-terminated;
+                                    NULL: none */
     /* Rows of part p of a stacked row (NULL when no row is stacked). */
     int (*part_rows)(const ModelDims *d, const ArchHfTensor *t, int p);
     /* Fill in what config.json leaves out as the model class does (its defaults and

@@ -516,6 +516,7 @@ static const ArchHfTensor hf_tensors[] = {
     {"lnfb", 0, ARCH_HF_AS_IS, {"transformer.ln_f.bias"}},
     {"lm_head", 0, ARCH_HF_AS_IS, {"lm_head.weight"}},
 };
+static const char *const hf_buffers[] = {H "attn.bias", H "attn.masked_bias", NULL};
 #undef H
 
 /* What pptrain's GPT-2 block fixes: GELU's tanh form (transformers' gelu_new, and
@@ -570,6 +571,7 @@ static const ArchHf hf = {
     .tie_default = 1, /* GPT2Config has no tie_word_embeddings: PretrainedConfig's true */
     .ntensors = sizeof hf_tensors / sizeof hf_tensors[0],
     .tensors = hf_tensors,
+    .buffers = hf_buffers,
     .config_check = hf_config_check,
     .config_fill = hf_config_fill,
 };

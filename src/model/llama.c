@@ -484,6 +484,9 @@ static const ArchHfTensor hf_tensors_qwen2[] = {
     {"lnfw", 0, ARCH_HF_AS_IS, {"model.norm.weight"}},
     {"lm_head", 0, ARCH_HF_AS_IS, {"lm_head.weight"}},
 };
+/* RoPE's inverse frequencies, a persistent buffer of each layer in files older
+ * transformers saved (Llama 2's conversions): pptrain computes them from the config */
+static const char *const hf_buffers[] = {L "self_attn.rotary_emb.inv_freq", NULL};
 #undef L
 
 /* qkvw's (and qkvb's) parts: q's NH heads, then k's and v's NKV. */
@@ -594,8 +597,9 @@ static const char *const hf_types_mistral[] = {"mistral", NULL};
         .model_types = TYPES, .architecture = CLASS, .prefix = "model.",                           \
         .tie_default = 0, /* tie_word_embeddings false in all three classes */                     \
         .no_position_table = 1, .keys = KEYS, .ntensors = sizeof TENSORS / sizeof TENSORS[0],      \
-        .tensors = TENSORS, .part_rows = hf_part_rows, .config_complete = hf_config_complete,      \
-        .config_check = hf_config_check, .config_fill = hf_config_fill,                            \
+        .tensors = TENSORS, .buffers = hf_buffers, .part_rows = hf_part_rows,                      \
+        .config_complete = hf_config_complete, .config_check = hf_config_check,                    \
+        .config_fill = hf_config_fill,                                                             \
     }
 static const ArchHf hf_llama = LLAMA_HF(hf_types_llama, "LlamaForCausalLM", hf_tensors, hf_keys);
 static const ArchHf hf_qwen2 = LLAMA_HF(hf_types_qwen2, "Qwen2ForCausalLM", hf_tensors_qwen2,

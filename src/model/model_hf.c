@@ -546,8 +546,108 @@ static int check_tensor(const HfDir *h, const char *dir, const ModelDims *d, con
     return PP_OK;
 }
 
+/* Whether Hub name `name` is `pat` (a global's name, or a layer's with one %d, the layer
+ * as %d writes it): 1 with *layer (-1 for a global), else 0. */
+static int hub_match(const char *pat, const char *name, int *layer) {
+    const char *pd = strstr(pat, "%d"), *s, *e;
+    if (!pd) {
+        *layer = -1;
+        return !strcmp(pat, name);
+    }
+    if (strncmp(name, pat, (size_t)(pd - pat))) return 0;
+    for (s = e = name + (pd - pat); *e >= '0' && *e <= '9'; e++) continue;
+    if (e == s || e - s > 9 || (*s == '0' && e - s > 1) || strcmp(e, pd + 2)) return 0;
+    *layer = atoi(s);
+    return 1;
+}
+
+/* Whether Hub tensor `name` is one of hf's (a row's part, lm_head included, or a
+ * buffer): 1 with its layer (-1: a global), else 0. A name without the base model's
+ * prefix is the prefixed one's, unless h holds that too (then it is a stray copy). */
+static int hub_known(const HfDir *h, const ArchHf *hf, const char *name, int *layer) {
+    char full[HUB_NAME_MAX];
+    size_t np = hf->prefix ? strlen(hf->prefix) : 0, nn = strlen(name);
+    if (np && strncmp(name, hf->prefix, np) && np + nn < sizeof full) {
+        memcpy(full, hf->prefix, np);
+        memcpy(full + np, name, nn + 1);
+        if (!hf_dir_find(h, full, NULL) && hub_known(h, hf, full, layer)) return 1;
+    }
+    for (int i = 0; i < hf->ntensors; i++)
+        for (int p = 0; p < ARCH_HF_PARTS && hf->tensors[i].hub[p]; p++)
+            if (hub_match(hf->tensors[i].hub[p], name, layer)) return 1;
+    for (const char *const *b = hf->buffers; b && *b; b++)
+        if (hub_match(*b, name, layer)) return 1;
+    return 0;
+}
+
+#define UNUSED_SHOWN 5 /* names an unused-tensors message lists */
+
+/* Append `name` quoted to buf[n]: at most HUB_NAME_MAX bytes of it, control bytes as \xNN
+ * (a name is any UTF-8 the file holds; the message stays one line). */
+static void append_name(char *buf, size_t n, const char *name) {
+    char q[4 * HUB_NAME_MAX + 8];
+    size_t k = 0, i = 0;
+    q[k++] = '"';
+    for (; name[i] && i < HUB_NAME_MAX; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch < 0x20 || ch == 0x7f) k += (size_t)snprintf(q + k, sizeof q - k, "\\x%02x", ch);
+        else q[k++] = (char)ch;
+    }
+    snprintf(q + k, sizeof q - k, "%s\"", name[i] ? "..." : "");
+    pp_strappendf(buf, n, "%s", q);
+}
+
+/* Every tensor of h is one the model of dims d uses ([Note: Hugging Face names]): else
+ * PP_EUSAGE naming the weights file, the first UNUSED_SHOWN unused tensors in name order
+ * and their count, and, where some are layers past config.json's layer count c, those. */
+static int check_unused(const HfDir *h, const char *dir, const ModelDims *d, const HfConfig *c,
+                        char *err, size_t errlen) {
+    const ArchHf *hf = d->arch->hf;
+    char shown[UNUSED_SHOWN * (4 * HUB_NAME_MAX + 8)] = "", layers[512] = "";
+    size_t n = 0, deep = 0;
+    int lo = INT_MAX, hi = -1;
+    for (size_t i = 0; i < hf_dir_count(h); i++) {
+        const char *name = hf_dir_name(h, i);
+        int layer = -1, known = hub_known(h, hf, name, &layer);
+        if (known && layer < d->L) continue;
+        if (known) { /* a layer the model has not */
+            deep++;
+            lo = layer < lo ? layer : lo;
+            hi = layer > hi ? layer : hi;
+        }
+        if (n++ < UNUSED_SHOWN) {
+            if (n > 1) pp_strappendf(shown, sizeof shown, ", ");
+            append_name(shown, sizeof shown, name);
+        }
+    }
+    if (!n) return PP_OK;
+    if (n > UNUSED_SHOWN) pp_strappendf(shown, sizeof shown, " and %zu more", n - UNUSED_SHOWN);
+    const char *lkey = c->num_hidden_layers.key ? c->num_hidden_layers.key : "num_hidden_layers";
+    char which[64] = ",", range[32];
+    if (deep < n) snprintf(which, sizeof which, "; %zu of them are", deep);
+    if (lo == hi) snprintf(range, sizeof range, "layer %d", lo);
+    else snprintf(range, sizeof range, "layers %d-%d", lo, hi);
+    if (deep)
+        snprintf(layers, sizeof layers,
+                 "%s the tensors of %s, past its %s %d: pptrain would train and save a "
+                 "truncated model. If the weights are one model of %d layers, set %s %d in "
+                 "config.json; to start from the first %d on purpose, keep only their tensors "
+                 "(and the others the model uses) in the weights",
+                 which, range, lkey, d->L, hi + 1, lkey, hi + 1, d->L);
+    return pp_errf(err, errlen, PP_EUSAGE,
+                   "%s/%s holds %zu %s that the model %s/config.json describes (model.arch "
+                   "%s) does not use: %s%s%s",
+                   dir, hf_dir_sharded(h) ? HF_DIR_INDEX : HF_DIR_WEIGHTS, n,
+                   n == 1 ? "tensor" : "tensors", dir, d->arch->name, shown, layers,
+                   deep == n ? ""
+                             : ". pptrain takes every weight of the directory or refuses it "
+                               "(transformers would leave them out, unused): check that "
+                               "config.json is these weights' model, or remove the tensors that "
+                               "are no part of it");
+}
+
 /* Open `dir` for dims d: config.json read and matched against d, the weights opened and
- * tensors t[0..n) checked. */
+ * tensors t[0..n) checked, and every tensor of the weights one d's model uses. */
 static int open_checked(const char *dir, const ModelDims *d, const ParamTensor *t, int n,
                         HfDir **out, char *err, size_t errlen) {
     HfConfig c;
@@ -561,6 +661,7 @@ static int open_checked(const char *dir, const ModelDims *d, const ParamTensor *
     if (rc == PP_OK) rc = config_matches(&c, a, d, err, errlen);
     if (rc == PP_OK) rc = hf_dir_open(dir, out, err, errlen);
     for (int i = 0; i < n && rc == PP_OK; i++) rc = check_tensor(*out, dir, d, &t[i], err, errlen);
+    if (rc == PP_OK) rc = check_unused(*out, dir, d, &c, err, errlen);
     if (rc != PP_OK) {
         hf_dir_close(*out);
         *out = NULL;

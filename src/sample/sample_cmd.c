@@ -307,7 +307,8 @@ static int end_ids(const SampleArgs *a, const char *dir, const char *cfg_eos,
         HfConfig c;
         snprintf(path, sizeof path, "%s/%s", dir, files[f]);
         if (stat(path, &st) != 0) continue;
-        if (hf_config_read(path, &c, err, errlen)) return PP_EUSAGE;
+        if ((f == 0 ? hf_generation_config_read : hf_config_read)(path, &c, err, errlen))
+            return PP_EUSAGE;
         if (!c.eos_token_id.present && f == 0) continue;
         for (int i = 0; i < c.eos_token_id.n && s->neos < SAMPLE_MAX_EOS; i++)
             if (c.eos_token_id.ids[i] >= 0 && c.eos_token_id.ids[i] < V)

@@ -21,11 +21,12 @@ case in four on 2 pipeline ranks), and knows what it expects:
   run       only a crash or hang counts (a valid file holding garbage values)
 config.json mutations are judged by what transformers makes of them: a changed shape key
 (hidden_size, heads, key/value heads, intermediate_size, vocab_size, n_positions, more
-layers) must be refused, as the weights disagree; fewer layers, GPT-2's head count and a
-model_type within the Llama family load as another valid model (transformers too, warning
-of unused weights): any; RoPE, norm epsilon, activation, tying: any; every other key is
-inert: same. Layout variants that must read the same values (tensors in another order, an
-extra tensor, one shard per tensor) are imported at 0 steps on 1 and 2 ranks and exported
+layers) must be refused, as the weights disagree; fewer layers leave weights unused, which
+pptrain refuses (transformers warns) and an extra tensor likewise: invalid; GPT-2's head
+count and a model_type within the Llama family load as another valid model: any; RoPE, norm
+epsilon, activation, tying: any; every other key is inert: same. Layout variants that must
+read the same values (tensors in another order, buffers the model class skips between them,
+one shard per tensor) are imported at 0 steps on 1 and 2 ranks and exported
 again, and compared tensor by tensor with the input (a tensor read from the wrong offset
 shows there). `pptrain sample --init-from` on damaged directories and generation_config.json
 files. Exports: into an existing directory or onto a file (refused, left as it was), under a
@@ -301,9 +302,9 @@ def classify(orig, new):
         a, b = en.get(k), eo.get(k)
         if a == b or a is None or b is None or a[0] != ("str" if k == "model_type" else "int"):
             continue
-        if (k == "num_hidden_layers" and 1 <= a[1] < b[1]) or (k == "num_attention_heads" and new.get("model_type") == "gpt2" and a[1] >= 1) or \
+        if (k == "num_attention_heads" and new.get("model_type") == "gpt2" and a[1] >= 1) or \
                 (k == "model_type" and a[1] in ("llama", "qwen2", "mistral") and b[1] in ("llama", "qwen2", "mistral")):
-            en[k], loose = b, True  # fewer layers: the rest unused; gpt2's heads: no shape; the llama family
+            en[k], loose = b, True  # gpt2's heads: no shape; the llama family (fewer layers: unused weights, refused)
     if en != eo:
         return "invalid"
     if loose:
@@ -493,14 +494,14 @@ def st_cases(rng, fx, fname="model.safetensors"):
     for a, b in same[:2]:
         add("%s and %s's offsets swapped" % (a, b), lambda p, a=a, b=b: st_write(p, [(k, Obj((f, inf[b if k == a else a][f]) if f == "data_offsets" else (f, x) for f, x in v) if k in (a, b) else v) for k, v in pairs], data), "any")
         add("%s's bytes also under %s" % (a, b), lambda p, a=a, b=b: st_write(p, [(k, Obj((f, inf[a][f]) if f == "data_offsets" else (f, x) for f, x in v) if k == b else v) for k, v in pairs], data), "invalid")
-    # extra tensors: ignored
+    # extra tensors: weights the model does not use, refused naming the file
     for lab, ex in [("an extra tensor", [("extra.weight", "F32", [2, 2], b"\0" * 16)]),
                     ("an extra I64 tensor", [("extra.ids", "I64", [3], b"\1" * 24)]),
                     ("an extra empty tensor", [("extra.empty", "F32", [0, 5], b"")]),
                     ("an extra scalar", [("extra.scalar", "F32", [], b"\0\0\x80\x3f")]),
                     ("an extra tensor with a 4 KB name", [("x" * 4096, "F32", [1], b"\0" * 4)]),
                     ("an extra tensor named with U+202E", [("\u202eweight", "F32", [1], b"\0" * 4)])]:
-        add(lab, lambda p, ex=ex: st_write(p, *repack(pairs, data, extra=ex)), "same")
+        add(lab, lambda p, ex=ex: st_write(p, *repack(pairs, data, extra=ex)), "invalid")
     add("the tensors in reverse order of their bytes", lambda p: st_write(p, *repack(pairs, data, order=names[::-1])), "same")
     add("the tensors in random order", lambda p: st_write(p, *repack(pairs, data, order=rng.sample(names, len(names)))), "same")
     add("every tensor as F16", lambda p: st_write(p, *repack(pairs, data, convert=lambda k, dt, b: ("F16", f32_to_f16(b)) if dt == "F32" else (dt, b))), "f16")
@@ -603,9 +604,10 @@ def index_cases(rng, fxdir, label):
         put(d, dict(idx, weight_map={k: "w%d.safetensors" % shards.index(v) for k, v in wm.items()})), "same")
     # a model.safetensors beside the index wins (transformers looks for it first)
     add("an empty model.safetensors beside the index", lambda d: open(os.path.join(d, "model.safetensors"), "wb").close(), "invalid", ("model.safetensors",))
-    # a tensor present in two shards, the index naming one: that one is read
+    # a tensor present in two shards, the index naming one: the other copy is a tensor the
+    # index does not describe (transformers loads every key of a shard): refused
     add("%s also in another shard (zeros), the index naming the right one" % t0,
-        lambda d: dup_into(d, wm, t0, other), "same", (other,))
+        lambda d: dup_into(d, wm, t0, other), "invalid", (other,))
     return c
 
 
@@ -698,9 +700,11 @@ def layout_roundtrip(h, rng):
         pairs, data, _ = st_read(os.path.join(src, "model.safetensors"))
         names = [k for k, _ in pairs if k != "__metadata__"]
         want = st_tensors(os.path.join(src, "model.safetensors"))
+        # a buffer the model class skips (transformers' _keys_to_ignore_on_load_unexpected)
+        buf = "transformer.h.%d.attn.bias" if fx == "gpt2" else "model.layers.%d.self_attn.rotary_emb.inv_freq"
         variants = [("reversed", lambda p: st_write(p, *repack(pairs, data, order=names[::-1]))),
                     ("shuffled", lambda p: st_write(p, *repack(pairs, data, order=rng.sample(names, len(names))))),
-                    ("extra tensors between", lambda p: st_write(p, *repack(pairs, data, extra=[("zz.%d" % i, "F32", [3], b"\x01" * 12) for i in range(3)]))),
+                    ("buffers between", lambda p: st_write(p, *repack(pairs, data, extra=[(buf % i, "F32", [3], b"\x01" * 12) for i in range(3)]))),
                     ("header padded with a newline", lambda p: st_write(p, st_text(pairs).rstrip() + "\n" + " " * 7, data)),
                     ("one shard per tensor", lambda p: one_per_shard(p, pairs, data))]
         for lab, mk in variants:

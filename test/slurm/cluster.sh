@@ -3,7 +3,8 @@
 # i.e. a two-node cluster on one host, with partition `one` (node 0) and `two` (both).
 # Everything lives under $SL (a temporary directory); the only change outside it is two
 # lines in /etc/hosts naming the nodes, removed again by slurm_stop. slurm_stop stops
-# only the daemons slurm_start started, by their PIDs.
+# only the daemons slurm_start started, by their PIDs, and what is left of their job
+# steps, by PID (sl_step_pids).
 #
 # The configuration is the smallest that runs jobs as a cluster does: munge
 # authentication, no accounting, ProctrackType=proctrack/linuxproc and TaskPlugin=task/none
@@ -120,11 +121,55 @@ EOF
   return 1
 }
 
-# slurm_stop: cancel what is left of our jobs, stop our daemons (SIGTERM, SIGKILL after
-# 10 s) and remove our /etc/hosts lines.
+# sl_step_pids: the PIDs of what runs of our job steps. A step daemon (slurmstepd)
+# daemonizes: it is no child of our slurmd, and lives on when slurmd dies (SIGTERM to
+# the test's process group, `make test` stopped, ends the daemons, which share it, and
+# the test, but not the steps, which have sessions of their own; scancel cannot reach
+# them through a dead slurmctld). Ours are the step daemons whose environment holds our SLURM_CONF (a
+# path under $SL: they inherit slurmd's environment; no other SLURM's has it); with them
+# every process of their sessions (the batch script, srun, the tasks) and below them.
+sl_step_pids() {
+  [ -n "${SLURM_CONF:-}" ] || return 0
+  local p stepd=""
+  for p in /proc/[0-9]*; do
+    [ "$(cut -c1-10 "$p/comm" 2>/dev/null)" = slurmstepd ] || continue
+    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$SLURM_CONF" && stepd="$stepd ${p#/proc/}"
+  done
+  [ -n "$stepd" ] || return 0
+  ps -e -o pid=,ppid=,sid= | awk -v stepd="$stepd" '
+    BEGIN { n = split(stepd, s, " "); for (i = 1; i <= n; i++) mine[s[i]] = 1 }
+    { pid[NR] = $1; ppid[NR] = $2; sid[NR] = $3 }
+    END {
+      for (i = 1; i <= NR; i++) if (pid[i] in mine) sess[sid[i]] = 1
+      do { grew = 0
+        for (i = 1; i <= NR; i++)
+          if (!(pid[i] in mine) && (ppid[i] in mine || sid[i] in sess)) { mine[pid[i]] = 1; grew = 1 }
+      } while (grew)
+      for (p in mine) print p
+    }'
+}
+
+# sl_end_steps: SIGKILL what sl_step_pids finds, again until nothing is left (a batch
+# script may fork meanwhile); says what it ended.
+sl_end_steps() {
+  local i pids ended=0
+  for i in $(seq 50); do
+    pids=$(sl_step_pids)
+    [ -n "$pids" ] || break
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null
+    ended=$((ended + $(wc -w <<<"$pids")))
+    sleep 0.1
+  done
+  [ $ended -eq 0 ] || echo "slurm.sh: ended $ended process(es) of job steps left running (step daemons of $SLURM_CONF and theirs)" >&2
+}
+
+# slurm_stop: cancel what is left of our jobs (while slurmctld runs), stop our daemons
+# (SIGTERM, SIGKILL after 10 s), end what is left of their job steps by PID
+# (sl_end_steps) and remove our /etc/hosts lines.
 slurm_stop() {
   local i p alive
-  if [ -n "${SLURM_CONF:-}" ] && [ ${#SL_PIDS[@]} -gt 1 ]; then
+  if [ -n "${SLURM_CONF:-}" ] && [ ${#SL_PIDS[@]} -gt 1 ] && kill -0 "${SL_PIDS[1]}" 2>/dev/null; then
     scancel --full $(squeue -h -o %i 2>/dev/null) 2>/dev/null
     for i in $(seq 50); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.2; done
   fi
@@ -137,6 +182,7 @@ slurm_stop() {
   done
   for p in "${SL_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
   wait "${SL_PIDS[@]}" 2>/dev/null
+  [ ${#SL_PIDS[@]} -eq 0 ] || sl_end_steps
   SL_PIDS=()
   if [ -n "$SL_HOSTS_TAG" ]; then # rewrite in place: /etc/hosts may be a bind mount
     grep -vF -- "$SL_HOSTS_TAG" /etc/hosts >"$SL/hosts.new" && cat "$SL/hosts.new" >/etc/hosts
