@@ -52,7 +52,10 @@ stop_bg() {
     [ $alive -eq 0 ] && break
     sleep 0.1
   done
-  for p in "${live[@]}"; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; done
+  # only groups whose leader is still there (an unreaped child: its PID is still its own)
+  for p in "${live[@]}"; do
+    kill -0 "$p" 2>/dev/null && { kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; }
+  done
 }
 cleanup() {
   stop_bg
