@@ -280,6 +280,34 @@ job_ok "the same command again on the finished run" "$R/again.log"
 check "...nothing to do, not requeued (restarts $RESTARTS)" \
   test "$RESTARTS" = 0 -a -n "$(grep -F 'nothing to do' "$R/again.log")"
 
+# 5b. Preemption during the ranks' setup: SIGTERM to the ranks (scancel -s TERM) while they
+#     check a slow token file (2^31-1 tokens in a sparse file: ~20 s of reading zeros).
+#     They stop at once, exit 143, nothing trained ([Note: a signal during setup] in
+#     src/main.c), and the job requeues itself, as for a notice before srun started them.
+#     The requeued run is cancelled here. (Not through the batch shell: srun takes a
+#     SIGTERM as an order to kill its step, SIGKILL to the tasks: see the closing note.)
+python3 - "$R/slow.bin" <<'PY'
+import struct, sys
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240801, 7, 2**31 - 1, *[0] * 253))  # uint32 tokens
+    f.truncate(1024 + 4 * (2**31 - 1))  # a hole: no blocks on disk
+PY
+j=$(CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/setup.log" --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \
+  --gpus-per-node=0 scripts/slurm/pptrain.sbatch --set pipeline.stages=2 --set data.train="$R/slow.bin" \
+  --set data.val=null --set output.dir="$R/setup")
+for i in $(seq 600); do [ -e "$R/setup/lock" ] && break; sleep 0.1; done # the ranks' handlers are in
+sleep 0.5
+scancel -s TERM "$j"
+for i in $(seq 300); do grep -q "requeueing job\|requeue refused" "$R/setup.log" 2>/dev/null && break; sleep 0.1; done
+RESTARTS=$(scontrol -o show job "$j" 2>/dev/null | sed -n 's/.* Restarts=\([0-9]*\) .*/\1/p')
+check "SIGTERM during the ranks' setup: both stopped at once, nothing trained ($(grep -c 'during setup (before the first step): stopping' "$R/setup.log") of 2 said so)" \
+  test "$(grep -c 'during setup (before the first step): stopping' "$R/setup.log")" = 2 -a ! -e "$R/setup/losses.csv"
+check "...the job requeued itself (restarts ${RESTARTS:-?}): $(grep -o 'the ranks were stopped during.*' "$R/setup.log" | head -n 1)" \
+  test "${RESTARTS:-0}" = 1 -a -n "$(grep -F "the ranks were stopped during their setup" "$R/setup.log")"
+scancel "$j" 2>/dev/null
+job_wait "$j" 30 || bad "the requeued job $j did not end after scancel"
+rm -f "$R/slow.bin"
+
 # 6. Preemption by the time limit: --signal=USR1@30 (to every rank) and --signal=B:USR1@30
 #    (to the batch shell) with --time=2. SLURM may send the notice up to 60 s early
 #    (sbatch(1), --signal), at a time-limit check (every 30 s): so 30-60 s into the job,
