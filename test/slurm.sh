@@ -42,16 +42,11 @@ bg=() # background processes of this script (pprun runs), stopped at exit if sti
 # the test's group does not reach: SIGTERM to that group (pprun passes it to its ranks,
 # which stop), SIGKILL to what is left after 10 s.
 stop_bg() {
-  local p i live=() alive
+  local p live=()
   for p in $(jobs -p); do [[ " ${bg[*]} " == *" $p "* ]] && live+=("$p"); done
   [ ${#live[@]} -gt 0 ] || return 0
   for p in "${live[@]}"; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; done
-  for i in $(seq 100); do
-    alive=0
-    for p in "${live[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ $alive -eq 0 ] && break
-    sleep 0.1
-  done
+  sl_wait_gone "${live[@]}"
   # only groups whose leader is still there (an unreaped child: its PID is still its own)
   for p in "${live[@]}"; do
     kill -0 "$p" 2>/dev/null && { kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; }

@@ -167,19 +167,26 @@ sl_end_steps() {
 # slurm_stop: cancel what is left of our jobs (while slurmctld runs), stop our daemons
 # (SIGTERM, SIGKILL after 10 s), end what is left of their job steps by PID
 # (sl_end_steps) and remove our /etc/hosts lines.
-slurm_stop() {
+# sl_wait_gone PID...: wait until none of the PIDs is alive, at most 10 s (1: some are).
+sl_wait_gone() {
   local i p alive
+  for i in $(seq 100); do
+    alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+slurm_stop() {
+  local i p
   if [ -n "${SLURM_CONF:-}" ] && [ ${#SL_PIDS[@]} -gt 1 ] && kill -0 "${SL_PIDS[1]}" 2>/dev/null; then
     scancel --full $(squeue -h -o %i 2>/dev/null) 2>/dev/null
     for i in $(seq 50); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.2; done
   fi
   for ((i = ${#SL_PIDS[@]} - 1; i >= 0; i--)); do kill -TERM "${SL_PIDS[i]}" 2>/dev/null; done
-  for i in $(seq 100); do
-    alive=0
-    for p in "${SL_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ $alive -eq 0 ] && break
-    sleep 0.1
-  done
+  sl_wait_gone "${SL_PIDS[@]}"
   for p in "${SL_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
   wait "${SL_PIDS[@]}" 2>/dev/null
   [ ${#SL_PIDS[@]} -eq 0 ] || sl_end_steps
