@@ -689,18 +689,25 @@ static void cu_matmul_gelu_backward(const Backend *be, void *dpre, float *dw, fl
 /* [Note: cuDNN attention]'s head sizes (the run's are checked at open, attention_choice). */
 static int cudnn_head_ok(int HS) { return HS > 0 && HS <= 128 && HS % 8 == 0; }
 
-/* The head size at the call, for the flash kernels or cuDNN's (possible only when open was
- * given no sizes: the op tests): stops with the rule and the way out. */
-static void head_size_check(const CudaCtx *c, int HS, int cudnn) {
-    if (cudnn ? cudnn_head_ok(HS) : flash_head_pad(HS) != 0) return;
-    char what[256];
-    snprintf(what, sizeof what,
+/* The head-size rule of the flash kernels (cudnn 0) or cuDNN's attention (1), at open
+ * (attention_choice, the run's C/NH) and at the call: 0 when HS is taken, else 1 with the
+ * rule and the way out in buf. */
+static int head_size_refused(int HS, int cudnn, char *buf, size_t n) {
+    if (cudnn ? cudnn_head_ok(HS) : flash_head_pad(HS) != 0) return 0;
+    snprintf(buf, n,
              cudnn ? "PPTRAIN_ATTENTION=cudnn: cuDNN's attention here takes head sizes that are "
-                     "multiples of 8 up to 128, not HS = %d; unset PPTRAIN_ATTENTION"
-                   : "flash attention supports head sizes up to 128, not HS = %d; set "
-                     "PPTRAIN_ATTENTION=materialized",
+                     "multiples of 8 up to 128, not HS = C/NH = %d; unset PPTRAIN_ATTENTION"
+                   : "flash attention supports head sizes up to 128, not HS = C/NH = %d; unset "
+                     "PPTRAIN_ATTENTION or set it to materialized",
              HS);
-    die_msg(c, __FILE__, __LINE__, what);
+    return 1;
+}
+
+/* The head size at the call (refused there only when open was given no sizes: the op
+ * tests): stops with the rule. */
+static void head_size_check(const CudaCtx *c, int HS, int cudnn) {
+    char what[256];
+    if (head_size_refused(HS, cudnn, what, sizeof what)) die_msg(c, __FILE__, __LINE__, what);
 }
 
 /* The materialised path computes in fp32: its bf16 outputs go through c->stage. */
@@ -774,7 +781,6 @@ static void materialized_backward(const Backend *be, void *dqkvp, const float *d
     }
     if (dqkv != dqkvp) k_to_operand(c, dqkvp, dqkv, (size_t)B * T * ld);
 }
-
 
 static void cu_attention_forward(const Backend *be, void *out, float *att, const float *qkv, int B,
                                  int T, int NH, int NKV, int HS) {
@@ -1051,28 +1057,18 @@ static int attention_choice(PPPrecision precision, int bf16_operands, int run_hs
             snprintf(err, errlen,
                      "PPTRAIN_ATTENTION=cudnn runs on bf16 operands: precision bf16 with "
                      "PPTRAIN_BF16_OPERANDS unset, not precision %s%s; unset PPTRAIN_ATTENTION",
-                     precision == PP_PREC_BF16 ? "bf16" : precision == PP_PREC_TF32 ? "tf32" : "fp32",
+                     precision == PP_PREC_BF16   ? "bf16"
+                     : precision == PP_PREC_TF32 ? "tf32"
+                                                 : "fp32",
                      precision == PP_PREC_BF16 ? " with PPTRAIN_BF16_OPERANDS=fp32" : "");
             return -1;
         }
-        if (run_hs && !cudnn_head_ok(run_hs)) {
-            snprintf(err, errlen,
-                     "PPTRAIN_ATTENTION=cudnn: cuDNN's attention here takes head sizes that are "
-                     "multiples of 8 up to 128, and this run's is C/NH = %d; unset it",
-                     run_hs);
-            return -1;
-        }
+        if (run_hs && head_size_refused(run_hs, 1, err, errlen)) return -1;
         *att_flash = *att_cudnn = 1;
     } else if (!att_env || !*att_env) {
         *att_flash = precision == PP_PREC_BF16 && (!run_hs || flash_head_pad(run_hs));
     } else if (!strcmp(att_env, "flash")) {
-        if (run_hs && !flash_head_pad(run_hs)) {
-            snprintf(err, errlen,
-                     "PPTRAIN_ATTENTION=flash: flash attention supports head sizes up to 128, and "
-                     "this run's is C/NH = %d; unset it (or set materialized)",
-                     run_hs);
-            return -1;
-        }
+        if (run_hs && head_size_refused(run_hs, 0, err, errlen)) return -1;
         *att_flash = 1;
     } else if (!strcmp(att_env, "materialized")) {
         *att_flash = 0;
@@ -1286,8 +1282,9 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         char att[96]; /* [Note: attention path] */
         size_t cv = cudnn_attn_version(c);
         if (att_cudnn)
-            snprintf(att, sizeof att, "cudnn (cuDNN %zu.%zu.%zu fused flash, deterministic backward)",
-                     cv / 10000, cv / 100 % 100, cv % 100);
+            snprintf(att, sizeof att,
+                     "cudnn (cuDNN %zu.%zu.%zu fused flash, deterministic backward)", cv / 10000,
+                     cv / 100 % 100, cv % 100);
         else if (att_flash)
             snprintf(att, sizeof att, "flash (bf16 mma.sync, backward %.40s)",
                      fb_env && *fb_env ? fb_env : "v2");

@@ -38,14 +38,14 @@
  * one test/cuda.sh checks (with cuDNN >= 9.21 headers the frontend could otherwise pick
  * its newer unified node). Workspace: the deterministic backward on sm_90 keeps dP,
  * B·NH·T·T bf16 (403 MB at GPT-2's B 16, T 1024), reserved at open from the run's sizes
- * (reserve_workspace: in the build report's memory) and grown if cuDNN asks more. The frontend is built with dynamic loading: this file
- * opens libcudnn.so.9 (from the loader's path, or the file PPTRAIN_CUDNN_LIB names) at
- * the backend's open, which fails naming the variable and the library when it cannot.
- * A graph cuDNN refuses at the first call ends the run with cuDNN's reason and the way
- * back (unset PPTRAIN_ATTENTION: the flash kernels). Checked on the build machine
- * without a GPU by pp_cudnn_graph_check (test/test_cudnn_graph.c): the same graphs,
- * built for an H100's properties, must validate and get engine configurations from
- * cuDNN's heuristics; the numbers are gpu_ops' (against the CPU op) on a GPU. */
+ * (reserve_workspace: in the build report's memory) and grown if cuDNN asks more. The frontend is
+ * built with dynamic loading: this file opens libcudnn.so.9 (from the loader's path, or the file
+ * PPTRAIN_CUDNN_LIB names) at the backend's open, which fails naming the variable and the library
+ * when it cannot. A graph cuDNN refuses at the first call ends the run with cuDNN's reason and the
+ * way back (unset PPTRAIN_ATTENTION: the flash kernels). Checked on the build machine without a GPU
+ * by pp_cudnn_graph_check (test/cuda.sh, part 9): the same graphs, built for an H100's
+ * properties, must validate and get engine configurations from cuDNN's heuristics; the numbers are
+ * gpu_ops' (against the CPU op) on a GPU. */
 
 #ifdef PP_CUDNN_FRONTEND
 #include <cudnn_frontend.h>
@@ -92,24 +92,27 @@ std::shared_ptr<fe::graph::Graph> describe(const Shape &s, int sm) {
         .set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
-    int64_t B = s.B, T = s.T, HS = s.HS, ld = (int64_t)(s.NH + 2 * s.NKV) * HS,
-            C = (int64_t)s.NH * HS;
-    auto heads = [&](const char *name, int uid, int64_t h, int64_t row) {
-        return fe::graph::Tensor_attributes()
-            .set_name(name)
+    int64_t B = s.B, T = s.T, HS = s.HS, NH = s.NH, ld = (NH + 2 * s.NKV) * HS, C = NH * HS;
+    using TA = fe::graph::Tensor_attributes;
+    /* t as h heads of rows of `row` elements: [B,h,T,HS] */
+    auto heads = [&](TA &t, const char *name, int uid, int64_t h, int64_t row) -> TA & {
+        return t.set_name(name)
             .set_uid(uid)
             .set_dim({B, h, T, HS})
             .set_stride({T * row, HS, row, 1});
     };
-    auto q = g->tensor(heads("q", UQ, s.NH, ld));
-    auto k = g->tensor(heads("k", UK, s.NKV, ld));
-    auto v = g->tensor(heads("v", UV, s.NKV, ld));
-    auto stats = fe::graph::Tensor_attributes()
-                     .set_name("stats")
-                     .set_uid(USTATS)
-                     .set_dim({B, s.NH, T, 1})
-                     .set_stride({s.NH * T, T, 1, 1})
-                     .set_data_type(fe::DataType_t::FLOAT);
+    /* t as the log-sum-exp of each query row, fp32 [B,NH,T] */
+    auto stats = [&](TA &t) -> TA & {
+        return t.set_name("stats")
+            .set_uid(USTATS)
+            .set_data_type(fe::DataType_t::FLOAT)
+            .set_dim({B, NH, T, 1})
+            .set_stride({NH * T, T, 1, 1});
+    };
+    TA tq, tk, tv;
+    auto q = g->tensor(heads(tq, "q", UQ, NH, ld));
+    auto k = g->tensor(heads(tk, "k", UK, s.NKV, ld));
+    auto v = g->tensor(heads(tv, "v", UV, s.NKV, ld));
     float scale = 1.0f / sqrtf((float)s.HS);
     if (!s.bwd) {
         auto o = fe::graph::SDPA_attributes()
@@ -119,25 +122,22 @@ std::shared_ptr<fe::graph::Graph> describe(const Shape &s, int sm) {
                      .set_causal_mask(true)
                      .set_attn_scale(scale);
         auto [O, S] = g->sdpa(q, k, v, o);
-        O->set_output(true).set_uid(UO).set_dim({B, s.NH, T, HS}).set_stride({T * C, HS, C, 1});
-        S->set_output(true)
-            .set_uid(USTATS)
-            .set_data_type(fe::DataType_t::FLOAT)
-            .set_dim({B, s.NH, T, 1})
-            .set_stride({s.NH * T, T, 1, 1});
+        heads(O->set_output(true), "out", UO, NH, C);
+        stats(S->set_output(true));
     } else {
-        auto O = g->tensor(heads("out", UO, s.NH, C));
-        auto dO = g->tensor(heads("dout", UDO, s.NH, C));
-        auto S = g->tensor(stats);
+        TA to, tdo, ts;
+        auto O = g->tensor(heads(to, "out", UO, NH, C));
+        auto dO = g->tensor(heads(tdo, "dout", UDO, NH, C));
+        auto S = g->tensor(stats(ts));
         auto o = fe::graph::SDPA_backward_attributes()
                      .set_name("attention_backward")
                      .set_causal_mask(true)
                      .set_attn_scale(scale)
                      .set_deterministic_algorithm(true);
         auto [dQ, dK, dV] = g->sdpa_backward(q, k, v, O, dO, S, o);
-        dQ->set_output(true).set_uid(UDQ).set_dim({B, s.NH, T, HS}).set_stride({T * ld, HS, ld, 1});
-        dK->set_output(true).set_uid(UDK).set_dim({B, s.NKV, T, HS}).set_stride({T * ld, HS, ld, 1});
-        dV->set_output(true).set_uid(UDV).set_dim({B, s.NKV, T, HS}).set_stride({T * ld, HS, ld, 1});
+        heads(dQ->set_output(true), "dq", UDQ, NH, ld);
+        heads(dK->set_output(true), "dk", UDK, s.NKV, ld);
+        heads(dV->set_output(true), "dv", UDV, s.NKV, ld);
     }
     return g;
 }
@@ -226,9 +226,7 @@ void run(CudaCtx *c, Graph &gr, std::unordered_map<int64_t, void *> &pack) {
         auto e = gr.g->execute(cudnn_of(c)->handle, pack, ws);
         if (e.is_good()) return;
         why = e.get_message();
-    } catch (const std::exception &x) {
-        why = x.what();
-    }
+    } catch (const std::exception &x) { why = x.what(); }
     char what[1200];
     snprintf(what, sizeof what, "cuDNN attention %s: execute: %s; unset PPTRAIN_ATTENTION",
              gr.s.bwd ? "backward" : "forward", why.c_str());
@@ -289,9 +287,11 @@ void k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const float *q
     auto *q = (__nv_bfloat16 *)grow(c, &c->castA, rows * ld * sizeof(__nv_bfloat16));
     k_to_bf16(c, q, qkv, rows * ld);
     Graph &gr = graph_for(c, {0, B, T, NH, NKV, HS});
-    std::unordered_map<int64_t, void *> pack = {
-        {UQ, q}, {UK, q + (size_t)NH * HS}, {UV, q + (size_t)(NH + NKV) * HS}, {UO, out},
-        {USTATS, lse}};
+    std::unordered_map<int64_t, void *> pack = {{UQ, q},
+                                                {UK, q + (size_t)NH * HS},
+                                                {UV, q + (size_t)(NH + NKV) * HS},
+                                                {UO, out},
+                                                {USTATS, lse}};
     run(c, gr, pack);
 }
 
@@ -305,16 +305,15 @@ void k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const float *dout, const
     k_to_bf16(c, dO, dout, rows * C);
     auto *dq = (__nv_bfloat16 *)dqkv;
     Graph &gr = graph_for(c, {1, B, T, NH, NKV, HS});
-    std::unordered_map<int64_t, void *> pack = {
-        {UQ, q},
-        {UK, q + (size_t)NH * HS},
-        {UV, q + (size_t)(NH + NKV) * HS},
-        {UO, const_cast<void *>(out)},
-        {UDO, dO},
-        {USTATS, const_cast<float *>(lse)},
-        {UDQ, dq},
-        {UDK, dq + (size_t)NH * HS},
-        {UDV, dq + (size_t)(NH + NKV) * HS}};
+    std::unordered_map<int64_t, void *> pack = {{UQ, q},
+                                                {UK, q + (size_t)NH * HS},
+                                                {UV, q + (size_t)(NH + NKV) * HS},
+                                                {UO, const_cast<void *>(out)},
+                                                {UDO, dO},
+                                                {USTATS, const_cast<float *>(lse)},
+                                                {UDQ, dq},
+                                                {UDK, dq + (size_t)NH * HS},
+                                                {UDV, dq + (size_t)(NH + NKV) * HS}};
     run(c, gr, pack);
 }
 
@@ -360,7 +359,8 @@ extern "C" int pp_cudnn_graph_check(int bwd, int B, int T, int NH, int NKV, int 
          * engine that takes this graph */
         std::string m = e.get_message();
         const std::string cfg = "{\"engineId\"", warn = "Warning: ",
-                          nodrv = "Warning: CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING";
+                          nodrv =
+                              "Warning: CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING";
         size_t offered = 0, takes = 0;
         for (size_t at = m.find(cfg); at != std::string::npos;) {
             size_t next = m.find(cfg, at + 1), end = next == std::string::npos ? m.size() : next;
@@ -374,8 +374,9 @@ extern "C" int pp_cudnn_graph_check(int bwd, int B, int T, int NH, int NKV, int 
             at = next;
         }
         if (takes) {
-            snprintf(msg, n, "%zu of %zu engine configurations offered take it (unbuilt: no driver)",
-                     takes, offered);
+            snprintf(msg, n,
+                     "%zu of %zu engine configurations offered take it (unbuilt: no driver)", takes,
+                     offered);
             return 1;
         }
         snprintf(msg, n, "create_execution_plans: %.900s", m.c_str());
@@ -386,7 +387,8 @@ extern "C" int pp_cudnn_graph_check(int bwd, int B, int T, int NH, int NKV, int 
     }
 }
 
-#else /* built without the cuDNN frontend's headers (scripts/cudnn-frontend could not fetch them) */
+#else /* built without the cuDNN frontend's headers (scripts/cudnn-frontend could not fetch them)  \
+       */
 
 int cudnn_attn_open(CudaCtx *c, char *err, size_t n) {
     snprintf(err, n,

@@ -189,9 +189,9 @@ static volatile sig_atomic_t g_stop_signal;
  * stderr ("pptrain: rank 1: SIGTERM during setup (before the first step): stopping;
  * nothing trained, nothing to save") and _exit(128 + the signal): 143, 130. Nothing has
  * trained, so there is nothing to save, and the run is not done: not 0, which tells a
- * launcher and the batch script "finished" or "saved". Non-zero also makes pprun,
- * torchrun and srun --kill-on-bad-exit stop the other ranks at once, which then stop
- * the same way (a rank still in the rendezvous cannot tell a dead rank 0 from a slow
+ * launcher and the batch script "finished" or "saved". Non-zero also makes pprun (SIGTERM:
+ * they stop the same way), torchrun and srun --kill-on-bad-exit end the other ranks at
+ * once (a rank still in the rendezvous cannot tell a dead rank 0 from a slow
  * one and would wait runtime.timeout_s); a rank already past its setup finds the
  * connection gone and exits 1 naming this rank. SIGUSR1 stays a notice with time to
  * spare: the run goes on to its first step and saves then.

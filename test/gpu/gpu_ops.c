@@ -1469,9 +1469,10 @@ static void refused(int rc, const char *var, const char *val, const char *why) {
 }
 
 /* The flash attention shapes (check_flash, check_cudnn). */
-static const struct {
-int B, T, NH, NKV, hs;
-} flash_shapes[] = {
+typedef struct {
+    int B, T, NH, NKV, hs;
+} FlashShape;
+static const FlashShape flash_shapes[] = {
     {1, 1, 1, 1, 64},      {3, 7, 12, 12, 64},    {1, 64, 12, 12, 32},  {3, 127, 12, 12, 64},
     {1, 129, 1, 1, 80},    {3, 129, 12, 12, 128}, {1, 127, 12, 12, 96}, {1, 129, 16, 16, 48},
     {3, 70, 1, 1, 20},     {3, 1024, 12, 12, 64}, {1, 1024, 1, 1, 128}, {1, 1024, 12, 12, 80},
@@ -1510,10 +1511,9 @@ static int check_cudnn(OpenFn open, int small) {
         printf("gpu_ops: cuDNN attention checks on %s\n",
                gpu->description ? gpu->description : "the CPU (--cpu)");
         for (size_t k = 0; k < sizeof cudnn_shapes / sizeof cudnn_shapes[0]; k++) {
-            int i = cudnn_shapes[k];
-            rng = seed + (uint64_t)i * 0x51ED27ull;
-            free(check_flash_shape(flash_shapes[i].B, flash_shapes[i].T, flash_shapes[i].NH,
-                                   flash_shapes[i].NKV, flash_shapes[i].hs, "cudnn", NULL));
+            const FlashShape *f = &flash_shapes[cudnn_shapes[k]];
+            rng = seed + (uint64_t)cudnn_shapes[k] * 0x51ED27ull;
+            free(check_flash_shape(f->B, f->T, f->NH, f->NKV, f->hs, "cudnn", NULL));
         }
         backend_release(gpu);
     }
@@ -1544,10 +1544,11 @@ static int check_flash(OpenFn open, int small, int cpu_mode) {
         printf("gpu_ops: flash attention checks on %s\n",
                gpu->description ? gpu->description : "the CPU (--cpu)");
         for (int i = 0; i < NS; i++) {
-            if (small && flash_shapes[i].T > 129) continue;
+            const FlashShape *f = &flash_shapes[i];
+            if (small && f->T > 129) continue;
             rng = seed + (uint64_t)i * 0x51ED27ull;
-            float *dqkv = check_flash_shape(flash_shapes[i].B, flash_shapes[i].T, flash_shapes[i].NH, flash_shapes[i].NKV, flash_shapes[i].hs,
-                                            v1 ? "v1" : "", v1 ? v2[i] : NULL);
+            float *dqkv = check_flash_shape(f->B, f->T, f->NH, f->NKV, f->hs, v1 ? "v1" : "",
+                                            v1 ? v2[i] : NULL);
             if (v1) {
                 free(v2[i]);
                 free(dqkv);
