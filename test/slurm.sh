@@ -2,10 +2,11 @@
 # slurm.sh — pptrain under a real SLURM (Debian's slurmctld, slurmd, munge), started on
 # this machine by test/slurm/cluster.sh as a one-node and a two-node cluster: the batch
 # script on 1 and 2 nodes and `srun -n 2` give pprun's losses bit for bit; preemption by
-# `scancel -s USR1`, by the batch shell's `scancel --signal=USR1 --batch`, by
-# `--signal=USR1@N` and `--signal=B:USR1@N` under a short time limit each saves, ends
-# COMPLETED (or requeued) and the resumed losses equal an uninterrupted run's bit for
-# bit; a requeued run ends once it finishes; a plain ./pptrain in a 2-task batch script
+# `scancel -s USR1`, by the batch shell's `scancel --signal=USR1|TERM --batch`, by a job
+# of a higher-priority partition (GraceTime), by `--signal=USR1@N` and
+# `--signal=B:USR1@N` under a short time limit each saves, ends COMPLETED (or requeued)
+# and the resumed losses equal an uninterrupted run's bit for bit; SIGTERM during the
+# ranks' setup requeues the job; a requeued run ends once it finishes; a plain ./pptrain in a 2-task batch script
 # exits 2 at once naming srun; a killed rank fails the job within runtime.timeout_s; two
 # jobs at once on one node do not collide; a job array's output.dir arr-%A_%a is one
 # directory per task, and a second job on a running job's directory fails at once naming
@@ -242,14 +243,16 @@ else
   scancel "$j"
 fi
 
-# 5. Preemption, the notice sent now: by scancel -s USR1 (to every rank) and by
-#    scancel --signal=USR1 --batch (to the batch shell, which passes it on). Each run
-#    saves, is requeued, resumes and finishes; the losses equal the uninterrupted run's.
+# 5. Preemption, the notice sent now: by scancel -s USR1 (to every rank), by
+#    scancel --signal=USR1 --batch (to the batch shell, which passes it on) and by
+#    scancel --signal=TERM --batch (passed on as SIGUSR1: srun kills its step on a
+#    SIGTERM of its own). Each run saves, is requeued, resumes and finishes; the losses
+#    equal the uninterrupted run's.
 S=1500
 pre=(--set pipeline.stages=2 --set train.steps=$S --set train.lr_schedule.decay=constant)
 pprun_ref ref-pre --config test/configs/pipe8.yaml "${pre[@]}" || bad "pprun reference failed: $(tail -n 3 "$R/ref-pre.out")"
-for form in "-s USR1" "--signal=USR1 --batch"; do
-  name=pre-$([ "$form" = "-s USR1" ] && echo tasks || echo batch)
+for form in "-s USR1" "--signal=USR1 --batch" "--signal=TERM --batch"; do
+  case $form in -s*) name=pre-tasks ;; *USR1*) name=pre-batch ;; *) name=pre-batch-term ;; esac
   # the batch form's output.dir needs YAML quoting (a space, a quote, a backslash): the
   # batch script must still find its interrupted marker to requeue
   dir=$R/$name; [ "$name" = pre-tasks ] || dir="$R/$name \"q\" \\b"
@@ -266,6 +269,10 @@ for form in "-s USR1" "--signal=USR1 --batch"; do
   check "...losses equal the uninterrupted run's bitwise ($(nrows "$dir") rows)" \
     test "$(nrows "$dir")" -eq $S -a -n "$(same_rows "$dir" "$R/ref-pre" $S && echo y)"
   check "...the finished run left no interrupted marker" test ! -e "$dir/interrupted"
+  [ "$name" != pre-batch-term ] ||
+    check "...the batch shell passed the SIGTERM on as SIGUSR1, not killed by srun" \
+      test -n "$(grep -F 'got SIGTERM: passing it to the ranks as SIGUSR1' "$R/$name.log")" \
+      -a -z "$(grep -F 'forcing job termination' "$R/$name.log")"
 done
 # the same command on the finished run: nothing to do, not requeued
 j=$(CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/again.log" --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \
@@ -275,12 +282,33 @@ job_ok "the same command again on the finished run" "$R/again.log"
 check "...nothing to do, not requeued (restarts $RESTARTS)" \
   test "$RESTARTS" = 0 -a -n "$(grep -F 'nothing to do' "$R/again.log")"
 
+# 5a. Preemption by a job of higher priority (PreemptType=preempt/partition_prio: the
+#     job in partition low, GraceTime=60, PreemptMode=REQUEUE; the preemptor in high
+#     needs the whole node): SLURM sends SIGTERM to the ranks, not to srun or the batch
+#     shell, at the start of the grace time. The ranks save and stop, the job requeues
+#     itself, runs again once the preemptor has ended, and finishes with the losses of the
+#     uninterrupted run.
+dir=$R/preempted
+j=$(CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/preempted.log" --partition=low --nodes=1 --ntasks-per-node=2 \
+  --cpus-per-task=1 --gpus-per-node=0 scripts/slurm/pptrain.sbatch "${pre[@]}" --set output.dir="$dir")
+wait_rows "$dir" 3 60 || bad "the job to preempt: no losses after 60 s: $(tail -n 3 "$R/preempted.log")"
+h=$(sbatch --parsable -o "$R/preemptor.log" --partition=high --exclusive --nodes=1 --ntasks=4 --wrap 'echo ran; sleep 1')
+job_wait "$j" 120
+stopped=$(grep -o 'stopped on SIGTERM after step [0-9]*' "$R/preempted.log" | head -n 1)
+job_ok "preempted by job $h (partition high): ${stopped:-not stopped}, requeued, finished" "$R/preempted.log"
+saved_at=${stopped##* }
+check "...the ranks saved on SIGTERM before step $S and the job was requeued once (restarts $RESTARTS)" \
+  test "${saved_at:-$S}" -lt $S -a "$RESTARTS" = 1 -a -z "$(grep -F 'forcing job termination' "$R/preempted.log")"
+job_wait "$h" 30
+check "...the preemptor ran ($ST $EXIT)" test "$ST" = COMPLETED -a -n "$(grep -Fx ran "$R/preemptor.log")"
+check "...losses equal the uninterrupted run's bitwise ($(nrows "$dir") rows), no interrupted marker left" \
+  test "$(nrows "$dir")" -eq $S -a -n "$(same_rows "$dir" "$R/ref-pre" $S && echo y)" -a ! -e "$dir/interrupted"
+
 # 5b. Preemption during the ranks' setup: SIGTERM to the ranks (scancel -s TERM) while they
 #     check a slow token file (2^31-1 tokens in a sparse file: ~20 s of reading zeros).
 #     They stop at once, exit 143, nothing trained ([Note: a signal during setup] in
 #     src/main.c), and the job requeues itself, as for a notice before srun started them.
-#     The requeued run is cancelled here. (Not through the batch shell: srun takes a
-#     SIGTERM as an order to kill its step, SIGKILL to the tasks: see the closing note.)
+#     The requeued run is cancelled here.
 python3 - "$R/slow.bin" <<'PY'
 import struct, sys
 with open(sys.argv[1], "wb") as f:

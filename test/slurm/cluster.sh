@@ -1,6 +1,9 @@
 # cluster.sh — sourced by test/slurm.sh: install (where missing), start and stop a real
 # SLURM on this machine: munged, slurmctld and two slurmd (`slurmd -N`, one port each),
-# i.e. a two-node cluster on one host, with partition `one` (node 0) and `two` (both).
+# i.e. a two-node cluster on one host, with partition `one` (node 0) and `two` (both),
+# and for preemption `low` and `high` (node 0; PreemptType=preempt/partition_prio: a job
+# in high preempts one in low, which gets SIGTERM and GraceTime=60 s, then is requeued;
+# jobs in one and two are never preempted).
 # Everything lives under $SL (a temporary directory); the only change outside it is two
 # lines in /etc/hosts naming the nodes, removed again by slurm_stop. slurm_stop stops
 # only the daemons slurm_start started, by their PIDs, and what is left of their job
@@ -104,8 +107,12 @@ MinJobAge=600
 InactiveLimit=0
 NodeName=$SL_NODE0 NodeHostname=$host NodeAddr=127.0.1.10 Port=$(free_port) CPUs=4 RealMemory=1000 State=UNKNOWN
 NodeName=$SL_NODE1 NodeHostname=$host NodeAddr=127.0.1.11 Port=$(free_port) CPUs=4 RealMemory=1000 State=UNKNOWN
-PartitionName=one Nodes=$SL_NODE0 Default=YES MaxTime=INFINITE State=UP
-PartitionName=two Nodes=$SL_NODE0,$SL_NODE1 MaxTime=INFINITE State=UP
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=one Nodes=$SL_NODE0 Default=YES MaxTime=INFINITE State=UP PreemptMode=OFF
+PartitionName=two Nodes=$SL_NODE0,$SL_NODE1 MaxTime=INFINITE State=UP PreemptMode=OFF
+PartitionName=low Nodes=$SL_NODE0 MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=60
+PartitionName=high Nodes=$SL_NODE0 MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 EOF
   export SLURM_CONF=$SL/slurm.conf
   sl_daemon slurmctld slurmctld -D -i -f "$SLURM_CONF"
