@@ -6,8 +6,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -84,6 +86,27 @@ double pp_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* [Note: peak RSS] The kernel's VmHWM (/proc/self/status): the high-water mark of this
+ * program's memory since its exec. getrusage's ru_maxrss is not that: Linux carries the
+ * peak of the process image an exec replaced into it, so a rank that torchrun's agent
+ * forks from its Python process (hundreds of MB with torch imported) and execs reported
+ * the agent's peak (555 MB for a 15 MB rank: test/train.sh part 5). ru_maxrss only where
+ * /proc cannot be read. */
+double pp_peak_rss_mb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+    if (f) fclose(f);
+    if (kib < 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kib = ru.ru_maxrss;
+    }
+    return kib * 1024.0 / 1e6;
 }
 
 int pp_errf(char *err, size_t n, int status, const char *fmt, ...) {

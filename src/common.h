@@ -47,6 +47,9 @@ void *pp_calloc_at(size_t count, size_t size, const char *file, int line);
 /* Monotonic wall clock in seconds. */
 double pp_now(void);
 
+/* [Note: peak RSS] This process's peak resident set in MB (10^6 bytes). */
+double pp_peak_rss_mb(void);
+
 /* The directory part of path ("." if none, "/" for a file in the root) into dir[n]. */
 void pp_dirname(const char *path, char *dir, size_t n);
 

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sys/resource.h>
 
 #include "backend/backend_load.h"
 #include "comm/comm_nccl_load.h"
@@ -1048,12 +1047,9 @@ void runtime_efficiency_text(double simulated_s, double measured_s, char *buf, s
 
 int runtime_report(Runtime *rt, char *err, size_t errlen) {
     int n = rt->measured, S = rt->S, M = rt->M;
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
     if (n == 0) return PP_OK;
     double step = rt->sum_step_s / n, busy = rt->sum_busy_s / n;
-    /* KiB -> MB (10^6 bytes, as every size pptrain prints) */
-    double rss_mb = ru.ru_maxrss * 1024.0 / 1e6;
+    double rss_mb = pp_peak_rss_mb();
     /* [Note: traced device time]: untraced, a device's action times are the host's enqueue
      * times, so neither the busy share nor the simulated pipeline would mean anything */
     int timed = !rt->model.be->device_memory || rt->trace;

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sys/resource.h>
 
 /* Peak memory of this rank in MB: the GPU's (allocated + workspace: pptrain allocates at
  * build time only, so that is its peak) or the peak RSS. */
@@ -16,9 +15,7 @@ static double peak_mb(const Runtime *rt, int *gpu) {
         be->memory(be, &alloc, &ws);
         return (alloc + ws) / 1e6;
     }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_maxrss * 1024.0 / 1e6; /* KiB */
+    return pp_peak_rss_mb();
 }
 
 /* [Note: traced device time] in runtime.c: a device's untraced action times are enqueue
