@@ -1,23 +1,106 @@
 #!/usr/bin/env bash
 # torchrun.sh — the real torchrun launches pptrain (--no-python): 2 ranks train and the
-# losses equal those of pprun's launch. Skipped (says why, exits 77: make test counts it
-# as skipped) where torchrun is absent; point TORCHRUN at one to run it (e.g. a venv with
-# torch installed).
+# losses equal those of pprun's launch; with --max-restarts 1, a rank killed mid-run is
+# restarted with its peer and --resume-if-present resumes from the last checkpoint, the
+# losses equal an uninterrupted run's bit for bit; SIGTERM to torchrun makes every rank
+# save, and the same command resumes and finishes. The ranks report their own peak RSS,
+# not that of torchrun's Python agent they were forked from. Skipped (says why, exits
+# 77: make test counts it as skipped) where torchrun is absent; point TORCHRUN at one to
+# run it (e.g. a venv with torch installed).
 set -u
-# skip WHY: the skip protocol of make test (Makefile): say why, note it, exit 77
-skip() { echo "torchrun.sh: skipped: $1"; [ -z "${PP_TEST_SKIPS:-}" ] || echo "$1" >>"$PP_TEST_SKIPS"; exit 77; }
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/lib/check.sh"
 PPTRAIN=${PPTRAIN:-./pptrain}
 TORCHRUN=${TORCHRUN:-$(command -v torchrun || true)}
-[ -n "$TORCHRUN" ] || skip "torchrun not found (set TORCHRUN=...)"
+[ -n "$TORCHRUN" ] || skip_all "torchrun not found (set TORCHRUN=...)"
 tmp=$(mktemp -d /tmp/pptrain-torchrun.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-# the README's command (Running on a cluster), with an output directory
+bg=() # torchrun runs in the background, ended at exit if still there (each leads a group)
+trap 'for p in "${bg[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done; [ -n "${PP_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"' EXIT
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID
+rows() { tail -n +2 "$1/losses.csv" 2>/dev/null | cut -d, -f1,2; } # DIR
+nrows() { rows "$1" | wc -l; }
+same_rows() { [ "$(nrows "$1")" -gt 0 ] && cmp -s <(rows "$1") <(rows "$2"); } # A B
+wait_rows() { # DIR N SECONDS: until DIR/losses.csv has N rows
+  local t0=$SECONDS
+  while [ "$(nrows "$1")" -lt "$2" ]; do [ $((SECONDS - t0)) -lt "$3" ] || return 1; sleep 0.1; done
+}
+# the PID of the pptrain whose environment says RANK=$2 and whose output.dir is $1
+rank_pid() {
+  local p
+  for p in /proc/[0-9]*; do
+    [ "$(cat "$p/comm" 2>/dev/null)" = pptrain ] || continue
+    tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -qxF "output.dir=$1" || continue
+    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "RANK=$2" && echo "${p#/proc/}"
+  done
+}
+# tr2: torchrun for 2 ranks under timeout, which leads a process group of its own (so
+# that the EXIT trap can end it whole) and passes a SIGTERM on to torchrun
+tr2=(timeout 150 "$TORCHRUN" --nproc-per-node 2)
+# wait_last SECONDS: wait for the last background torchrun, at most SECONDS (then end its
+# group: status 124); its exit status
+wait_last() {
+  local p=${bg[-1]} i
+  for i in $(seq $(($1 * 10))); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$p" 2>/dev/null && { kill -KILL -- "-$p"; wait "$p"; return 124; }
+  wait "$p"
+}
+
+# 1. The README's command (Running on a cluster), with an output directory.
 args=(--config configs/gpt-tiny.yaml --set train.steps=20 --set output.log_every=1)
 timeout 120 "$TORCHRUN" --nproc-per-node 2 --no-python "$PPTRAIN" "${args[@]}" --set output.dir="$tmp/t" >"$tmp/t.out" 2>&1
 rc=$?
-timeout 120 scripts/pprun --nproc-per-node 2 "$PPTRAIN" "${args[@]}" --set output.dir="$tmp/p" >"$tmp/p.out" 2>&1
-if [ $rc -eq 0 ] && cmp -s <(cut -d, -f1,2 "$tmp/t/losses.csv") <(cut -d, -f1,2 "$tmp/p/losses.csv"); then
-  echo "ok   torchrun --no-python: 2 ranks, losses equal to pprun's"; echo "torchrun.sh: 1 passed, 0 failed"
+timeout 120 "$here/../scripts/pprun" --nproc-per-node 2 "$PPTRAIN" "${args[@]}" --set output.dir="$tmp/p" >"$tmp/p.out" 2>&1
+check "torchrun --no-python: 2 ranks (rc $rc), losses equal to pprun's" "[ $rc -eq 0 ] && same_rows $tmp/t $tmp/p"
+rss=$(sed -n 's/^rank [0-9]*: per step.*peak RSS \([0-9.]*\) MB.*/\1/p' "$tmp/t.out" | sort -n | tail -n 1)
+check "...each rank reports its own peak RSS (${rss:-none} MB at most), not the agent's" \
+  "[ -n '$rss' ] && awk 'BEGIN { exit !($rss < 100) }'"
+
+# The uninterrupted reference of parts 2 and 3 (pprun), checkpoints every 100 steps.
+S=1200
+long=(--config test/configs/pipe8.yaml --set pipeline.stages=2 --set train.steps=$S
+  --set train.lr_schedule.decay=constant --set output.checkpoint_every=100 --set runtime.timeout_s=10)
+timeout 120 "$here/../scripts/pprun" --nproc-per-node 2 "$PPTRAIN" "${long[@]}" --set output.dir="$tmp/ref" \
+  >"$tmp/ref.out" 2>&1 || bad "the pprun reference failed: $(tail -n 3 "$tmp/ref.out")"
+
+# 2. Elastic restart: rank 1 killed (SIGKILL) after 350 steps or more; rank 0 fails on
+#    the lost peer, torchrun restarts both (--max-restarts 1), and --resume-if-present
+#    resumes from the last checkpoint (every 100 steps).
+"${tr2[@]}" --max-restarts 1 --no-python "$PPTRAIN" --resume-if-present "${long[@]}" \
+  --set output.dir="$tmp/el" >"$tmp/el.out" 2>&1 &
+bg+=($!)
+victim=
+wait_rows "$tmp/el" 350 60 && victim=$(rank_pid "$tmp/el" 1)
+if [ -n "$victim" ]; then
+  kill -KILL "$victim"
+  wait_last 120
+  rc=$?
+  at=$(sed -n 's/^resumed from .* at step \([0-9]*\)$/\1/p' "$tmp/el.out" | head -n 1)
+  check "torchrun --max-restarts 1, rank 1 killed: restarted, resumed at step ${at:-none}, finished (rc $rc)" \
+    "[ $rc -eq 0 ] && [ '${at:-0}' -ge 300 ] && [ '${at:-0}' -lt $S ]"
+  check "...losses ($(nrows "$tmp/el") rows) equal the uninterrupted run's bitwise" \
+    "[ $(nrows "$tmp/el") -eq $S ] && same_rows $tmp/el $tmp/ref"
 else
-  echo "FAIL torchrun: rc=$rc $(tail -n 5 "$tmp/t.out")"; echo "torchrun.sh: 0 passed, 1 failed"; exit 1
+  bad "torchrun --max-restarts 1: rank 1 not found after 350 steps: $(tail -n 3 "$tmp/el.out")"
 fi
+
+# 3. SIGTERM to torchrun: it passes SIGTERM to the ranks (twice, at once), which save and
+#    exit 0 leaving output.dir/interrupted; torchrun itself exits non-zero (it was
+#    signalled). The same command then resumes and finishes.
+"${tr2[@]}" --no-python "$PPTRAIN" --resume-if-present "${long[@]}" --set output.dir="$tmp/term" \
+  >"$tmp/term.out" 2>&1 &
+bg+=($!)
+if wait_rows "$tmp/term" 250 60; then
+  kill -TERM "${bg[-1]}"
+  wait_last 60
+  stopped=$(cat "$tmp/term/interrupted" 2>/dev/null)
+  check "SIGTERM to torchrun: the ranks saved (${stopped:-no interrupted marker})" \
+    "grep -q '^stopped on SIGTERM after step [0-9]*;' $tmp/term/interrupted"
+  timeout 120 "$TORCHRUN" --nproc-per-node 2 --no-python "$PPTRAIN" --resume-if-present "${long[@]}" \
+    --set output.dir="$tmp/term" >"$tmp/term2.out" 2>&1
+  rc=$?
+  check "...the same command resumes and finishes (rc $rc): losses ($(nrows "$tmp/term") rows) equal the uninterrupted run's" \
+    "[ $rc -eq 0 ] && [ $(nrows "$tmp/term") -eq $S ] && same_rows $tmp/term $tmp/ref && [ ! -e $tmp/term/interrupted ]"
+else
+  bad "SIGTERM to torchrun: no 250 steps in 60 s: $(tail -n 3 "$tmp/term.out")"
+fi
+finish
