@@ -3,7 +3,8 @@
 # losses equal those of pprun's launch; with --max-restarts 1, a rank killed mid-run is
 # restarted with its peer and --resume-if-present resumes from the last checkpoint, the
 # losses equal an uninterrupted run's bit for bit; SIGTERM to torchrun makes every rank
-# save, and the same command resumes and finishes. The ranks report their own peak RSS,
+# save, and the same command resumes and finishes; two agents (--nnodes 2, c10d
+# rendezvous) train as one job. The ranks report their own peak RSS,
 # not that of torchrun's Python agent they were forked from. Skipped (says why, exits
 # 77: make test counts it as skipped) where torchrun is absent; point TORCHRUN at one to
 # run it (e.g. a venv with torch installed).
@@ -103,4 +104,18 @@ if wait_rows "$tmp/term" 250 60; then
 else
   bad "SIGTERM to torchrun: no 250 steps in 60 s: $(tail -n 3 "$tmp/term.out")"
 fi
+
+# 4. Two "nodes": two torchrun agents of one rank each, meeting by torchrun's own c10d
+#    rendezvous (--rdzv-backend c10d), as on two hosts; the losses equal pprun's.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for n in 0 1; do
+  timeout 120 "$TORCHRUN" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:"$port" \
+    --rdzv-id "pptrain-test-$$" --no-python "$PPTRAIN" "${args[@]}" --set output.dir="$tmp/nodes" \
+    >"$tmp/nodes$n.out" 2>&1 &
+  bg+=($!)
+done
+wait "${bg[-2]}"; rc0=$?
+wait "${bg[-1]}"; rc1=$?
+check "torchrun --nnodes 2 --rdzv-backend c10d, one rank a node (rc $rc0, $rc1): losses equal pprun's" \
+  "[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && same_rows $tmp/nodes $tmp/p"
 finish
