@@ -268,16 +268,17 @@ run: deps
 # scripts skipped some checks; any failure fails make and is named.
 SKIPS := $(BUILD)/test/skips.txt
 REPORT := $(BUILD)/test/skips-report.txt
+TIMES := $(BUILD)/test/times.txt
 # The CPU suite: CUDA_VISIBLE_DEVICES is emptied, so runtime.device auto means the CPU
 # here on a GPU machine too (make test-gpu is the GPU suite).
 unit-tests: all data $(TESTS) $(BUILD)/test/gpu_ops $(BUILD)/test/nccl_self $(FLOOD) $(PNGTOOL) \
             $(TBREAD)
-	@export CUDA_VISIBLE_DEVICES=; pass=0; skip=0; part=0; failed=; : >$(REPORT); \
+	@export CUDA_VISIBLE_DEVICES=; pass=0; skip=0; part=0; failed=; : >$(REPORT); : >$(TIMES); \
 	for t in $(TESTS) test/*.sh; do [ -e "$$t" ] || continue; \
-	  echo "== $$t"; : >$(SKIPS); \
+	  echo "== $$t"; : >$(SKIPS); t0=$$(date +%s); \
 	  case $$t in *.sh) PPTRAIN=$(EXE) GPU_OPS=$(BUILD)/test/gpu_ops NCCL_SELF=$(BUILD)/test/nccl_self \
 	    FLOOD=$(FLOOD) PNGTOOL=$(PNGTOOL) TBREAD=$(TBREAD) PP_TEST_SKIPS=$(SKIPS) \
-	    bash $$t;; *) $$t;; esac; rc=$$?; \
+	    bash $$t;; *) $$t;; esac; rc=$$?; echo "$$(($$(date +%s) - t0)) s $$t" >>$(TIMES); \
 	  if [ $$rc -eq 77 ]; then skip=$$((skip + 1)); \
 	    [ -s $(SKIPS) ] || echo "no reason given" >$(SKIPS); \
 	    sed "s|^|make test: skipped $$t: |" $(SKIPS) >>$(REPORT); \
@@ -287,7 +288,8 @@ unit-tests: all data $(TESTS) $(BUILD)/test/gpu_ops $(BUILD)/test/nccl_self $(FL
 	      sed "s|^|make test: $$t passed, but skipped: |" $(SKIPS) >>$(REPORT); fi; \
 	  fi; \
 	done; \
-	cat $(REPORT); sum="$$pass passed"; \
+	cat $(REPORT); echo "make test: the slowest: $$(sort -rn $(TIMES) | head -n 6 | paste -sd ',' | sed 's/,/, /g')"; \
+	sum="$$pass passed"; \
 	[ $$part -eq 0 ] || sum="$$sum ($$part of them in part)"; sum="$$sum, $$skip skipped"; \
 	if [ -n "$$failed" ]; then set -- $$failed; echo "make test: FAILED: $$# failed ($$*), $$sum"; exit 1; fi; \
 	echo "make test: $$sum"
