@@ -6,7 +6,9 @@
 # of a higher-priority partition (GraceTime), by `--signal=USR1@N` and
 # `--signal=B:USR1@N` under a short time limit each saves, ends COMPLETED (or requeued)
 # and the resumed losses equal an uninterrupted run's bit for bit; SIGTERM during the
-# ranks' setup requeues the job; a requeued run ends once it finishes; a plain ./pptrain in a 2-task batch script
+# ranks' setup requeues the job; with PPTRAIN_RETRY_FAILED=1 a rank killed after a
+# checkpoint requeues the job, which resumes, and one killed before any does not; a
+# requeued run ends once it finishes; a plain ./pptrain in a 2-task batch script
 # exits 2 at once naming srun; a killed rank fails the job within runtime.timeout_s; two
 # jobs at once on one node do not collide; a job array's output.dir arr-%A_%a is one
 # directory per task, and a second job on a running job's directory fails at once naming
@@ -330,6 +332,35 @@ check "...the job requeued itself (restarts ${RESTARTS:-?}): $(grep -o 'the rank
 scancel "$j" 2>/dev/null
 job_wait "$j" 30 || bad "the requeued job $j did not end after scancel"
 rm -f "$R/slow.bin"
+
+# 5c. PPTRAIN_RETRY_FAILED=1: rank 1 killed after the checkpoint of step 200 (every 100
+#     steps): the job is requeued, resumes from its latest checkpoint and finishes with
+#     the uninterrupted losses. Killed before the run's first checkpoint (every 1000
+#     steps): no progress, not requeued, FAILED as without the setting.
+for when in late early; do
+  dir=$R/retry-$when
+  retry=(--set output.checkpoint_every=$([ $when = late ] && echo 100 || echo 1000) --set runtime.timeout_s=10)
+  j=$(PPTRAIN_RETRY_FAILED=1 CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/retry-$when.log" --nodes=1 \
+    --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 scripts/slurm/pptrain.sbatch "${pre[@]}" "${retry[@]}" \
+    --set output.dir="$dir")
+  victim=
+  if [ $when = late ]; then
+    for i in $(seq 600); do [ -L "$dir/checkpoints/latest" ] && [ "$(readlink "$dir/checkpoints/latest")" != step_0000100 ] && break; sleep 0.1; done
+  fi
+  wait_rows "$dir" 20 60 && victim=$(scontrol listpids "$j" 2>/dev/null | awk '$5 == 1 {print $1}' |
+    while read -r p; do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = pptrain ] && echo "$p"; done | head -n 1)
+  if [ -z "$victim" ]; then bad "PPTRAIN_RETRY_FAILED ($when): rank 1 not found: $(tail -n 3 "$R/retry-$when.log")"; scancel "$j"; continue; fi
+  kill -KILL "$victim"
+  job_wait "$j" 120
+  if [ $when = late ]; then
+    job_ok "PPTRAIN_RETRY_FAILED=1, rank 1 killed after step $(grep -o 'after saving step [0-9]*' "$R/retry-$when.log" | head -n 1 | cut -d' ' -f4): requeued, finished" "$R/retry-$when.log"
+    check "...requeued once (restarts $RESTARTS); losses ($(nrows "$dir") rows) equal the uninterrupted run's bitwise" \
+      test "$RESTARTS" = 1 -a "$(nrows "$dir")" -eq $S -a -n "$(same_rows "$dir" "$R/ref-pre" $S && echo y)"
+  else
+    check "PPTRAIN_RETRY_FAILED=1, rank 1 killed before the first checkpoint: $ST $EXIT, restarts $RESTARTS, saying why" \
+      test "$ST" = FAILED -a "$RESTARTS" = 0 -a -n "$(grep -F 'no checkpoint was saved since step 0' "$R/retry-$when.log")"
+  fi
+done
 
 # 6. Preemption by the time limit: --signal=USR1@30 (to every rank) and --signal=B:USR1@30
 #    (to the batch shell) with --time=2. SLURM may send the notice up to 60 s early
