@@ -92,8 +92,9 @@ double pp_now(void) {
  * program's memory since its exec. getrusage's ru_maxrss is not that: Linux carries the
  * peak of the process image an exec replaced into it, so a rank that torchrun's agent
  * forks from its Python process (hundreds of MB with torch imported) and execs reported
- * the agent's peak (555 MB for a 15 MB rank: test/train.sh part 5). ru_maxrss only where
- * /proc cannot be read. */
+ * the agent's peak (555 MB for a 15 MB rank; test/torchrun.sh checks the report, and
+ * test/train.sh part 5 a 400 MB parent of its own). ru_maxrss only where /proc cannot be
+ * read. */
 double pp_peak_rss_mb(void) {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];

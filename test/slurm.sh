@@ -64,7 +64,7 @@ trap cleanup EXIT
 # A clean launch environment, also when this runs inside someone's SLURM job.
 for v in $(compgen -e | grep -E '^SLURM_|^SBATCH_|^SRUN_|^SALLOC_'); do unset "$v"; done
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID \
-  PPTRAIN_RDZV_PORT PPTRAIN_JOB_TOKEN PPTRAIN_REQUEUE CONFIG
+  PPTRAIN_RDZV_PORT PPTRAIN_JOB_TOKEN PPTRAIN_REQUEUE PPTRAIN_RETRY_FAILED PPTRAIN_FAIL_GRACE CONFIG
 
 rows() { tail -n +2 "$1/losses.csv" 2>/dev/null | cut -d, -f1,2; }            # DIR
 nrows() { rows "$1" | wc -l; }                                                   # DIR
@@ -300,7 +300,9 @@ stopped=$(grep -o 'stopped on SIGTERM after step [0-9]*' "$R/preempted.log" | he
 job_ok "preempted by job $h (partition high): ${stopped:-not stopped}, requeued, finished" "$R/preempted.log"
 saved_at=${stopped##* }
 check "...the ranks saved on SIGTERM before step $S and the job was requeued once (restarts $RESTARTS)" \
-  test "${saved_at:-$S}" -lt $S -a "$RESTARTS" = 1 -a -z "$(grep -F 'forcing job termination' "$R/preempted.log")"
+  test "${saved_at:-$S}" -lt $S -a "$RESTARTS" = 1
+check "...the SIGTERM reached the ranks only: neither srun (forcing job termination) nor the batch shell got it" \
+  test -z "$(grep -e 'forcing job termination' -e 'pptrain.sbatch: got SIG' "$R/preempted.log")"
 job_wait "$h" 30
 check "...the preemptor ran ($ST $EXIT)" test "$ST" = COMPLETED -a -n "$(grep -Fx ran "$R/preemptor.log")"
 check "...losses equal the uninterrupted run's bitwise ($(nrows "$dir") rows), no interrupted marker left" \
@@ -344,8 +346,11 @@ for when in late early; do
     --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 scripts/slurm/pptrain.sbatch "${pre[@]}" "${retry[@]}" \
     --set output.dir="$dir")
   victim=
-  if [ $when = late ]; then
-    for i in $(seq 600); do [ -L "$dir/checkpoints/latest" ] && [ "$(readlink "$dir/checkpoints/latest")" != step_0000100 ] && break; sleep 0.1; done
+  if [ $when = late ]; then # until a checkpoint past step 100
+    for i in $(seq 600); do
+      [ "$(readlink "$dir/checkpoints/latest" 2>/dev/null | sed 's/^step_0*//')" -gt 100 ] 2>/dev/null && break
+      sleep 0.1
+    done
   fi
   wait_rows "$dir" 20 60 && victim=$(scontrol listpids "$j" 2>/dev/null | awk '$5 == 1 {print $1}' |
     while read -r p; do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = pptrain ] && echo "$p"; done | head -n 1)
@@ -353,9 +358,11 @@ for when in late early; do
   kill -KILL "$victim"
   job_wait "$j" 120
   if [ $when = late ]; then
-    job_ok "PPTRAIN_RETRY_FAILED=1, rank 1 killed after step $(grep -o 'after saving step [0-9]*' "$R/retry-$when.log" | head -n 1 | cut -d' ' -f4): requeued, finished" "$R/retry-$when.log"
-    check "...requeued once (restarts $RESTARTS); losses ($(nrows "$dir") rows) equal the uninterrupted run's bitwise" \
-      test "$RESTARTS" = 1 -a "$(nrows "$dir")" -eq $S -a -n "$(same_rows "$dir" "$R/ref-pre" $S && echo y)"
+    saved=$(grep -o 'after saving step [0-9]*' "$R/retry-$when.log" | head -n 1 | cut -d' ' -f4)
+    job_ok "PPTRAIN_RETRY_FAILED=1, rank 1 killed after the checkpoint of step ${saved:-?}: requeued, finished" \
+      "$R/retry-$when.log"
+    check "...requeued once (restarts $RESTARTS) from a step past 100; losses ($(nrows "$dir") rows) equal the uninterrupted run's bitwise" \
+      test "$RESTARTS" = 1 -a "${saved:-0}" -gt 100 -a "$(nrows "$dir")" -eq $S -a -n "$(same_rows "$dir" "$R/ref-pre" $S && echo y)"
   else
     check "PPTRAIN_RETRY_FAILED=1, rank 1 killed before the first checkpoint: $ST $EXIT, restarts $RESTARTS, saying why" \
       test "$ST" = FAILED -a "$RESTARTS" = 0 -a -n "$(grep -F 'no checkpoint was saved since step 0' "$R/retry-$when.log")"

@@ -16,7 +16,17 @@ TORCHRUN=${TORCHRUN:-$(command -v torchrun || true)}
 [ -n "$TORCHRUN" ] || skip_all "torchrun not found (set TORCHRUN=...)"
 tmp=$(mktemp -d /tmp/pptrain-torchrun.XXXXXX)
 bg=() # torchrun runs in the background, ended at exit if still there (each leads a group)
-trap 'for p in "${bg[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done; [ -n "${PP_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"' EXIT
+# end_ranks: SIGKILL the pptrain ranks of this test (an output.dir under $tmp) left running:
+# torchrun starts each in a session of its own, which a signal to its group misses
+end_ranks() {
+  local p
+  for p in /proc/[0-9]*; do
+    [ "$(cat "$p/comm" 2>/dev/null)" = pptrain ] || continue
+    tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -q "^output.dir=$tmp/" && kill -KILL "${p#/proc/}" 2>/dev/null
+  done
+}
+trap 'for p in "${bg[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done; end_ranks
+  [ -n "${PP_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID
 rows() { tail -n +2 "$1/losses.csv" 2>/dev/null | cut -d, -f1,2; } # DIR
 nrows() { rows "$1" | wc -l; }
@@ -42,7 +52,7 @@ tr2=(timeout 150 "$TORCHRUN" --nproc-per-node 2)
 wait_last() {
   local p=${bg[-1]} i
   for i in $(seq $(($1 * 10))); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$p" 2>/dev/null && { kill -KILL -- "-$p"; wait "$p"; return 124; }
+  kill -0 "$p" 2>/dev/null && { kill -KILL -- "-$p"; end_ranks; wait "$p"; return 124; }
   wait "$p"
 }
 
@@ -93,9 +103,10 @@ bg+=($!)
 if wait_rows "$tmp/term" 250 60; then
   kill -TERM "${bg[-1]}"
   wait_last 60
+  rc=$?
   stopped=$(cat "$tmp/term/interrupted" 2>/dev/null)
-  check "SIGTERM to torchrun: the ranks saved (${stopped:-no interrupted marker})" \
-    "grep -q '^stopped on SIGTERM after step [0-9]*;' $tmp/term/interrupted"
+  check "SIGTERM to torchrun: the ranks saved (${stopped:-no interrupted marker}); torchrun exits non-zero (rc $rc)" \
+    "grep -q '^stopped on SIGTERM after step [0-9]*;' $tmp/term/interrupted && [ $rc -ne 0 ] && [ $rc -ne 124 ]"
   timeout 120 "$TORCHRUN" --nproc-per-node 2 --no-python "$PPTRAIN" --resume-if-present "${long[@]}" \
     --set output.dir="$tmp/term" >"$tmp/term2.out" 2>&1
   rc=$?

@@ -124,6 +124,7 @@ kernel = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / 1e6
 print("printed %s MB; the child's ru_maxrss %.1f MB" % (printed, kernel))
 sys.exit(0 if printed and max(printed) < 100 and kernel > 400 else 1)
 PY
-check "peak RSS under a 400 MB parent that forks and execs the rank: $(head -c 200 "$tmp/rss-fork.txt")" "[ $? -eq 0 ]"
+rc=$?
+check "peak RSS under a 400 MB parent that forks and execs the rank: $(head -c 200 "$tmp/rss-fork.txt")" "[ $rc -eq 0 ]"
 
 finish

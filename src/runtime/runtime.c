@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #include "backend/backend_load.h"
 #include "comm/comm_nccl_load.h"
 #include "comm/comm_select.h"

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* Peak memory of this rank in MB: the GPU's (allocated + workspace: pptrain allocates at
  * build time only, so that is its peak) or the peak RSS. */
 static double peak_mb(const Runtime *rt, int *gpu) {
