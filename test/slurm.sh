@@ -245,6 +245,24 @@ else
   scancel "$j"
 fi
 
+# 6, started here: its two jobs wait 60-90 s for the time limit's notice, on node 1, while
+#    parts 5 to 5c run on node 0. They and their reference run at nice 19 (a wrapper as
+#    PPTRAIN), so that they take the cores only when parts 5 to 5c leave them idle.
+printf '#!/bin/sh\nexec nice -n 19 "%s" "$@"\n' "$PPTRAIN" >"$SL/pptrain-nice"
+chmod 755 "$SL/pptrain-nice"
+big=(--set pipeline.stages=2 --set train.steps=100000000 --set train.lr_schedule.decay=constant)
+timeout 300 scripts/pprun --nproc-per-node 2 "$SL/pptrain-nice" --config test/configs/pipe8.yaml "${big[@]}" \
+  --set output.dir="$R/ref-big" >"$R/ref-big.out" 2>&1 &
+refpid=$!
+bg+=($refpid)
+jobs_at=()
+for sig in USR1@30 B:USR1@30; do
+  jobs_at+=($(PPTRAIN="$SL/pptrain-nice" PPTRAIN_REQUEUE=0 CONFIG=test/configs/pipe8.yaml sbatch --parsable \
+    -o "$R/at-${sig%%@*}.log" --time=2 --signal=$sig --partition=two --nodelist="$SL_NODE1" --nodes=1 \
+    --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 scripts/slurm/pptrain.sbatch "${big[@]}" \
+    --set output.dir="$R/at-${sig%%@*}"))
+done
+
 # 5. Preemption, the notice sent now: by scancel -s USR1 (to every rank), by
 #    scancel --signal=USR1 --batch (to the batch shell, which passes it on) and by
 #    scancel --signal=TERM --batch (passed on as SIGUSR1: srun kills its step on a
@@ -376,18 +394,9 @@ done
 #    the ranks: the notice to the ranks was lost, the one to the batch shell stopped the
 #    job before it trained). The uninterrupted reference
 #    trains beside them and stops once it is past them. Without requeue
-#    (PPTRAIN_REQUEUE=0), the same command submitted again continues the run.
-big=(--set pipeline.stages=2 --set train.steps=100000000 --set train.lr_schedule.decay=constant)
-timeout 300 scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config test/configs/pipe8.yaml "${big[@]}" \
-  --set output.dir="$R/ref-big" >"$R/ref-big.out" 2>&1 &
-refpid=$!
-bg+=($refpid)
-jobs_at=()
-for sig in USR1@30 B:USR1@30; do
-  jobs_at+=($(PPTRAIN_REQUEUE=0 CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/at-${sig%%@*}.log" --time=2 \
-    --signal=$sig --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 scripts/slurm/pptrain.sbatch \
-    "${big[@]}" --set output.dir="$R/at-${sig%%@*}"))
-done
+#    (PPTRAIN_REQUEUE=0), the same command submitted again continues the run. The jobs
+#    and the reference were started before part 5 (below part 4), so that their wait
+#    for the notice runs beside parts 5 to 5c.
 most=0
 for i in 0 1; do
   sig=$([ $i = 0 ] && echo USR1@30 || echo B:USR1@30)
