@@ -179,6 +179,15 @@ job_ok() { # WHAT [LOG]: the last job_wait ended COMPLETED 0:0 (else show the lo
   check "$1: $ST $EXIT, restarts ${RESTARTS:-?}" test "$ST" = COMPLETED -a "$EXIT" = 0:0 ||
     { [ -z "${2:-}" ] || tail -n 8 "$2" | sed 's/^/     | /'; }
 }
+saved_requeued() { # WHAT LOG SIG: the last job_wait's job saved on SIG before step $S, was
+  # requeued once and finished (COMPLETED 0:0)
+  local stopped saved_at
+  stopped=$(grep -o "stopped on $3 after step [0-9]*" "$2" | head -n 1)
+  job_ok "$1: ${stopped:-not stopped}, requeued, finished" "$2"
+  saved_at=${stopped##* }
+  check "...it saved on $3 before step $S and was requeued once (restarts $RESTARTS)" \
+    test "${saved_at:-$S}" -lt $S -a "$RESTARTS" = 1
+}
 
 # 1. The batch script on one node and on two, and srun -n 2, give pprun's losses.
 tiny=(--config configs/gpt-tiny.yaml --set train.steps=20)
@@ -281,11 +290,7 @@ for form in "-s USR1" "--signal=USR1 --batch" "--signal=TERM --batch"; do
   wait_rows "$dir" 3 60 || bad "scancel $form: no losses after 60 s: $(tail -n 3 "$R/$name.log")"
   scancel $form "$j"
   job_wait "$j" 120
-  stopped=$(grep -o 'stopped on SIGUSR1 after step [0-9]*' "$R/$name.log" | head -n 1)
-  job_ok "scancel $form: ${stopped:-not stopped}, requeued, finished" "$R/$name.log"
-  saved_at=${stopped##* }
-  check "...it saved on the signal before step $S and was requeued once" \
-    test "${saved_at:-$S}" -lt $S -a "$RESTARTS" = 1
+  saved_requeued "scancel $form" "$R/$name.log" SIGUSR1
   check "...losses equal the uninterrupted run's bitwise ($(nrows "$dir") rows)" \
     test "$(nrows "$dir")" -eq $S -a -n "$(same_rows "$dir" "$R/ref-pre" $S && echo y)"
   check "...the finished run left no interrupted marker" test ! -e "$dir/interrupted"
@@ -314,11 +319,7 @@ j=$(CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/preempted.log" --par
 wait_rows "$dir" 3 60 || bad "the job to preempt: no losses after 60 s: $(tail -n 3 "$R/preempted.log")"
 h=$(sbatch --parsable -o "$R/preemptor.log" --partition=high --exclusive --nodes=1 --ntasks=4 --wrap 'echo ran; sleep 1')
 job_wait "$j" 120
-stopped=$(grep -o 'stopped on SIGTERM after step [0-9]*' "$R/preempted.log" | head -n 1)
-job_ok "preempted by job $h (partition high): ${stopped:-not stopped}, requeued, finished" "$R/preempted.log"
-saved_at=${stopped##* }
-check "...the ranks saved on SIGTERM before step $S and the job was requeued once (restarts $RESTARTS)" \
-  test "${saved_at:-$S}" -lt $S -a "$RESTARTS" = 1
+saved_requeued "preempted by job $h (partition high)" "$R/preempted.log" SIGTERM
 check "...the SIGTERM reached the ranks only: neither srun (forcing job termination) nor the batch shell got it" \
   test -z "$(grep -e 'forcing job termination' -e 'pptrain.sbatch: got SIG' "$R/preempted.log")"
 job_wait "$h" 30
