@@ -2,7 +2,8 @@
 # torchrun.sh — the real torchrun launches pptrain (--no-python): 2 ranks train and the
 # losses equal those of pprun's launch; with --max-restarts 1, a rank killed mid-run is
 # restarted with its peer and --resume-if-present resumes from the last checkpoint, the
-# losses equal an uninterrupted run's bit for bit; SIGTERM to torchrun makes every rank
+# losses equal an uninterrupted run's bit for bit (without the flag the restart exits 2
+# saying to add it); SIGTERM to torchrun makes every rank
 # save, and the same command resumes and finishes; two agents (--nnodes 2, c10d
 # rendezvous) train as one job. The ranks report their own peak RSS,
 # not that of torchrun's Python agent they were forked from. Skipped (says why, exits
@@ -92,6 +93,22 @@ if [ -n "$victim" ]; then
     "[ $(nrows "$tmp/el") -eq $S ] && same_rows $tmp/el $tmp/ref"
 else
   bad "torchrun --max-restarts 1: rank 1 not found after 350 steps: $(tail -n 3 "$tmp/el.out")"
+fi
+
+# 2b. The same without --resume-if-present: the restarted ranks find the run's checkpoints
+#     and exit 2 at once, saying that torchrun restarted them and what to add.
+"${tr2[@]}" --max-restarts 1 --no-python "$PPTRAIN" "${long[@]}" --set output.dir="$tmp/nores" >"$tmp/nores.out" 2>&1 &
+bg+=($!)
+victim=
+wait_rows "$tmp/nores" 150 60 && victim=$(rank_pid "$tmp/nores" 1)
+if [ -n "$victim" ]; then
+  kill -KILL "$victim"
+  wait_last 60
+  rc=$?
+  check "...without --resume-if-present the restart exits 2 saying what to add (torchrun rc $rc)" \
+    "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF 'torchrun restarted this worker group (TORCHELASTIC_RESTART_COUNT=1): put --resume-if-present on the command line' $tmp/nores.out"
+else
+  bad "torchrun --max-restarts 1 without --resume-if-present: rank 1 not found: $(tail -n 3 "$tmp/nores.out")"
 fi
 
 # 3. SIGTERM to torchrun: it passes SIGTERM to the ranks (twice, at once), which save and

@@ -642,6 +642,24 @@ int ckpt_state_load(Runtime *rt, const char *path, long *step, char *err, size_t
     return agree(rt, rc == PP_OK, "loading the checkpoint", err, errlen);
 }
 
+/* A run that a launcher restarted (torchrun's --max-restarts, a requeued SLURM job) and
+ * that was not told to resume stops on its own checkpoints at every restart: the message
+ * says which launcher did it and what to add. */
+static void restart_hint(char *err, size_t errlen) {
+    static const char *const by[][2] = {
+        {"TORCHELASTIC_RESTART_COUNT", "torchrun restarted this worker group"},
+        {"SLURM_RESTART_COUNT", "SLURM requeued this job"},
+    };
+    for (size_t i = 0; i < sizeof by / sizeof by[0]; i++) {
+        const char *v = getenv(by[i][0]);
+        if (v && atoi(v) > 0) {
+            pp_strappendf(err, errlen, "; %s (%s=%s): put --resume-if-present on the command "
+                          "line so that each restart resumes", by[i][1], by[i][0], v);
+            return;
+        }
+    }
+}
+
 /* Whether ROOT holds a run's checkpoints (`latest`, or any committed step directory:
  * a copy that dropped the symlink still holds them); the message says what to do. */
 static int holds_checkpoints(const CkptState *c, const Runtime *rt, char *err, size_t errlen) {
@@ -664,6 +682,7 @@ static int holds_checkpoints(const CkptState *c, const Runtime *rt, char *err, s
                 "delete it) to start afresh", rt->cfg->out_dir, n, dir, dir);
     else
         found = 0;
+    if (found && n >= 0) restart_hint(err, errlen);
     free(steps);
     return found;
 }
