@@ -66,11 +66,16 @@ run full-1f1b 2 --set pipeline.microbatches=4
 rc=$?
 if [ $rc -eq 2 ] && grep -q 'already holds the checkpoints of a run' "$tmp/full-1f1b.out" && [ "$before" = "$(ls -l "$tmp/full-1f1b/checkpoints")" ]; then
   ok "a fresh run does not take over an output.dir with checkpoints (exit 2)"; else bad "fresh run into a used output.dir: rc=$rc"; fi
-# ...and a requeued SLURM job (SLURM_RESTART_COUNT > 0) is told what to add
-SLURM_RESTART_COUNT=2 run full-1f1b 2 --set pipeline.microbatches=4
-rc=$?
-check "...a requeued job without --resume-if-present: exit 2 (rc $rc), naming SLURM's requeue and the flag" \
-  "[ $rc -eq 2 ] && grep -qF 'SLURM requeued this job (SLURM_RESTART_COUNT=2): put --resume-if-present on the command line' $tmp/full-1f1b.out"
+# ...and a run its launcher restarted (a requeued SLURM job, pprun --max-restarts) is told
+# what to add (torchrun's restart: test/torchrun.sh 2b)
+for by in "SLURM_RESTART_COUNT=2:SLURM requeued this job" "PPRUN_RESTART_COUNT=1:pprun restarted these ranks"; do
+  export "${by%%:*}"
+  run full-1f1b 2 --set pipeline.microbatches=4
+  rc=$?
+  unset "${by%%=*}"
+  check "...restarted (${by%%:*}) without --resume-if-present: exit 2 (rc $rc), naming the launcher and the flag" \
+    "[ $rc -eq 2 ] && grep -qF '${by#*:} (${by%%:*}): put --resume-if-present on the command line' $tmp/full-1f1b.out"
+done
 
 # 3. export -> init_from: exporting, loading the export (train.steps=0 saves it again) and
 #    exporting that gives the same bytes.

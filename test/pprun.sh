@@ -2,7 +2,9 @@
 # pprun.sh — scripts/pprun with tiny bash children: the environment each rank gets,
 # "[rank R] " prefixes on whole lines, stdout and stderr kept apart, --log-dir, a failing
 # rank's exit code and the quick stop of the others (SIGTERM, then SIGKILL after
-# --grace), and SIGTERM/SIGUSR1 forwarding. Exits non-zero on any failure.
+# --grace), SIGTERM/SIGUSR1 forwarding, and --max-restarts (bash children, then pptrain
+# resuming after a killed rank with the uninterrupted losses). Exits non-zero on any
+# failure.
 set -u
 PPRUN_BIN="$(cd "$(dirname "$0")/.." && pwd)/scripts/pprun"
 TMP=$(mktemp -d)
@@ -33,11 +35,28 @@ between() { [ "$1" -ge "$2" ] && [ "$1" -lt "$3" ]; }              # between X L
 PPRUN --help >"$TMP/help" 2>&1
 check "--help exits 0" [ $? -eq 0 ]
 for opt in --nproc-per-node --nnodes --node-rank --master-addr --master-port --log-dir \
-           --grace; do
+           --grace --max-restarts; do
   check "--help documents $opt" grep -q -- "$opt" "$TMP/help"
 done
 PPRUN --nnodes 2 --node-rank 2 --master-addr h --master-port 1 true 2>/dev/null
 check "bad --node-rank exits 2" [ $? -eq 2 ]
+PPRUN --nnodes 2 --node-rank 0 --master-addr h --master-port 1 --max-restarts 1 true 2>"$TMP/mr.err"
+check "--max-restarts with --nnodes 2 exits 2 naming torchrun and SLURM" \
+  [ $? -eq 2 -a -n "$(grep -F 'needs --nnodes 1' "$TMP/mr.err" | grep -F PPTRAIN_RETRY_FAILED)" ]
+
+# --max-restarts: a failing job starts again, M times, PPRUN_RESTART_COUNT numbering the
+# restarts; exit 2 (a usage error) is not restarted; --log-dir keeps every attempt.
+PPRUN --nproc-per-node 2 --max-restarts 2 --log-dir "$TMP/mrlogs" \
+  bash -c 'echo "attempt ${PPRUN_RESTART_COUNT:-0}"; exit 3' >"$TMP/mr.out" 2>"$TMP/mr.err"
+rc=$?
+check "--max-restarts 2, ranks exit 3: 3 attempts (counts 0 1 2 on each rank), exit 3 (rc $rc)" \
+  [ $rc -eq 3 -a "$(grep -c '^\[rank [01]\] attempt [012]$' "$TMP/mr.out")" -eq 6 \
+    -a "$(grep -c 'pprun: restarting the 2 ranks' "$TMP/mr.err")" -eq 2 \
+    -a "$(grep -c '^attempt [012]$' "$TMP/mrlogs/rank_1.log")" -eq 3 ]
+PPRUN --nproc-per-node 2 --max-restarts 2 bash -c 'exit 2' >/dev/null 2>"$TMP/mr2.err"
+rc=$?
+check "--max-restarts 2, ranks exit 2: not restarted, saying why (rc $rc)" \
+  [ $rc -eq 2 -a -z "$(grep -F 'restarting the' "$TMP/mr2.err")" -a -n "$(grep -F 'not restarting' "$TMP/mr2.err")" ]
 PPRUN --nnodes 2 true 2>/dev/null
 check "--nnodes 2 without --master-addr/--master-port exits 2" [ $? -eq 2 ]
 
@@ -152,6 +171,25 @@ if [ -x "$PPTRAIN" ] && [ -e data/tiny/train.bin ]; then
   check "pprun --nnodes 2 (node ranks 0 and 1, one rank each): exit $rc0, $rc1" [ $rc0 -eq 0 -a $rc1 -eq 0 ]
   check "...losses equal the one-node run's bitwise" cmp -s <(cut -d, -f1,2 "$TMP/one/losses.csv") \
     <(cut -d, -f1,2 "$TMP/nodes/losses.csv" 2>/dev/null)
+  # --max-restarts 1 with pptrain: rank 1 SIGKILLed after 300 steps or more; pprun
+  # restarts both and --resume-if-present resumes from the last checkpoint (every 100)
+  long=(--config test/configs/pipe8.yaml --set pipeline.stages=2 --set train.steps=1200
+    --set train.lr_schedule.decay=constant --set output.checkpoint_every=100 --set runtime.timeout_s=10)
+  timeout 120 "$PPRUN_BIN" --nproc-per-node 2 "$PPTRAIN" "${long[@]}" --set output.dir="$TMP/mref" >/dev/null 2>&1
+  timeout 120 "$PPRUN_BIN" --nproc-per-node 2 --max-restarts 1 "$PPTRAIN" --resume-if-present "${long[@]}" \
+    --set output.dir="$TMP/mr" >"$TMP/mrp.out" 2>&1 &
+  mr_pid=$!
+  for i in $(seq 600); do [ "$(tail -n +2 "$TMP/mr/losses.csv" 2>/dev/null | wc -l)" -ge 300 ] && break; sleep 0.1; done
+  for p in /proc/[0-9]*; do # rank 1 of that run
+    [ "$(cat "$p/comm" 2>/dev/null)" = pptrain ] && tr '\0' '\n' <"$p/cmdline" | grep -qxF "output.dir=$TMP/mr" &&
+      tr '\0' '\n' <"$p/environ" | grep -qx RANK=1 && kill -KILL "${p#/proc/}"
+  done
+  wait "$mr_pid"; rc=$?
+  check "pprun --max-restarts 1, rank 1 killed: restarted, $(grep -o 'resumed from .* at step [0-9]*' "$TMP/mrp.out" |
+    sed 's/.* at //'), finished (rc $rc)" [ $rc -eq 0 -a -n "$(grep -F 'restarting the 2 ranks' "$TMP/mrp.out")" \
+    -a -n "$(grep 'resumed from .* at step [1-9]' "$TMP/mrp.out")" ]
+  check "...losses equal the uninterrupted run's bitwise" cmp -s <(cut -d, -f1,2 "$TMP/mref/losses.csv") \
+    <(cut -d, -f1,2 "$TMP/mr/losses.csv" 2>/dev/null)
 else
   echo "FAIL: $PPTRAIN or data/tiny/train.bin missing (make all data)" >&2
   failures=$((failures + 1))

@@ -649,6 +649,7 @@ static void restart_hint(char *err, size_t errlen) {
     static const char *const by[][2] = {
         {"TORCHELASTIC_RESTART_COUNT", "torchrun restarted this worker group"},
         {"SLURM_RESTART_COUNT", "SLURM requeued this job"},
+        {"PPRUN_RESTART_COUNT", "pprun restarted these ranks"},
     };
     for (size_t i = 0; i < sizeof by / sizeof by[0]; i++) {
         const char *v = getenv(by[i][0]);
