@@ -50,9 +50,24 @@ PPRUN --nproc-per-node 2 --max-restarts 2 --log-dir "$TMP/mrlogs" \
   bash -c 'echo "attempt ${PPRUN_RESTART_COUNT:-0}"; exit 3' >"$TMP/mr.out" 2>"$TMP/mr.err"
 rc=$?
 check "--max-restarts 2, ranks exit 3: 3 attempts (counts 0 1 2 on each rank), exit 3 (rc $rc)" \
-  [ $rc -eq 3 -a "$(grep -c '^\[rank [01]\] attempt [012]$' "$TMP/mr.out")" -eq 6 \
+  [ $rc -eq 3 -a "$(grep '^\[rank 1\]' "$TMP/mr.out" | tr '\n' ' ')" = "[rank 1] attempt 0 [rank 1] attempt 1 [rank 1] attempt 2 " \
     -a "$(grep -c 'pprun: restarting the 2 ranks' "$TMP/mr.err")" -eq 2 \
-    -a "$(grep -c '^attempt [012]$' "$TMP/mrlogs/rank_1.log")" -eq 3 ]
+    -a "$(tr '\n' ' ' <"$TMP/mrlogs/rank_1.log")" = "attempt 0 attempt 1 attempt 2 " ]
+PPRUN_RESTART_COUNT=7 PPRUN --max-restarts 1 bash -c 'echo "count $PPRUN_RESTART_COUNT"' >"$TMP/mr0.out" 2>&1
+check "...the first attempt gets PPRUN_RESTART_COUNT=0, not the caller's" has_line "[rank 0] count 0" "$TMP/mr0.out"
+# a signal to pprun stops the job for good: no restart
+# (pprun itself, not under timeout, which would pass the TERM on twice: a kill)
+"$PPRUN_BIN" --nproc-per-node 2 --max-restarts 2 bash -c 'trap "exit 1" TERM; sleep 10 & wait' \
+  >/dev/null 2>"$TMP/mr3.err" &
+mr3=$!
+sleep 1
+kill -TERM "$mr3"
+for i in $(seq 100); do kill -0 "$mr3" 2>/dev/null || break; sleep 0.1; done
+kill -KILL "$mr3" 2>/dev/null
+wait "$mr3"
+rc=$?
+check "--max-restarts 2, SIGTERM to pprun (ranks exit 1): not restarted (rc $rc)" \
+  [ $rc -eq 1 -a -z "$(grep -F 'restarting the' "$TMP/mr3.err")" ]
 PPRUN --nproc-per-node 2 --max-restarts 2 bash -c 'exit 2' >/dev/null 2>"$TMP/mr2.err"
 rc=$?
 check "--max-restarts 2, ranks exit 2: not restarted, saying why (rc $rc)" \
@@ -179,6 +194,7 @@ if [ -x "$PPTRAIN" ] && [ -e data/tiny/train.bin ]; then
   timeout 120 "$PPRUN_BIN" --nproc-per-node 2 --max-restarts 1 "$PPTRAIN" --resume-if-present "${long[@]}" \
     --set output.dir="$TMP/mr" >"$TMP/mrp.out" 2>&1 &
   mr_pid=$!
+  echo "$mr_pid" >"$TMP/pid.mr" # its own group (timeout's): cleanup ends it
   for i in $(seq 600); do [ "$(tail -n +2 "$TMP/mr/losses.csv" 2>/dev/null | wc -l)" -ge 300 ] && break; sleep 0.1; done
   for p in /proc/[0-9]*; do # rank 1 of that run
     [ "$(cat "$p/comm" 2>/dev/null)" = pptrain ] && tr '\0' '\n' <"$p/cmdline" | grep -qxF "output.dir=$TMP/mr" &&
@@ -190,6 +206,19 @@ if [ -x "$PPTRAIN" ] && [ -e data/tiny/train.bin ]; then
     -a -n "$(grep 'resumed from .* at step [1-9]' "$TMP/mrp.out")" ]
   check "...losses equal the uninterrupted run's bitwise" cmp -s <(cut -d, -f1,2 "$TMP/mref/losses.csv") \
     <(cut -d, -f1,2 "$TMP/mr/losses.csv" 2>/dev/null)
+  # the same without --resume-if-present: the restart exits 2 saying what to add
+  timeout 120 "$PPRUN_BIN" --nproc-per-node 2 --max-restarts 1 "$PPTRAIN" "${long[@]}" \
+    --set output.dir="$TMP/mrn" >"$TMP/mrn.out" 2>&1 &
+  mr_pid=$!
+  echo "$mr_pid" >"$TMP/pid.mrn"
+  for i in $(seq 600); do [ "$(tail -n +2 "$TMP/mrn/losses.csv" 2>/dev/null | wc -l)" -ge 150 ] && break; sleep 0.1; done
+  for p in /proc/[0-9]*; do
+    [ "$(cat "$p/comm" 2>/dev/null)" = pptrain ] && tr '\0' '\n' <"$p/cmdline" | grep -qxF "output.dir=$TMP/mrn" &&
+      tr '\0' '\n' <"$p/environ" | grep -qx RANK=1 && kill -KILL "${p#/proc/}"
+  done
+  wait "$mr_pid"; rc=$?
+  check "...without --resume-if-present the restart exits 2 saying what to add (rc $rc)" [ $rc -eq 2 -a -n \
+    "$(grep -F 'pprun restarted these ranks (PPRUN_RESTART_COUNT=1) without --resume-if-present: put it on' "$TMP/mrn.out")" ]
 else
   echo "FAIL: $PPTRAIN or data/tiny/train.bin missing (make all data)" >&2
   failures=$((failures + 1))

@@ -106,7 +106,7 @@ if [ -n "$victim" ]; then
   wait_last 60
   rc=$?
   check "...without --resume-if-present the restart exits 2 saying what to add (torchrun rc $rc)" \
-    "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF 'torchrun restarted this worker group (TORCHELASTIC_RESTART_COUNT=1): put --resume-if-present on the command line' $tmp/nores.out"
+    "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF 'torchrun restarted this worker group (TORCHELASTIC_RESTART_COUNT=1) without --resume-if-present: put it on the command line' $tmp/nores.out"
 else
   bad "torchrun --max-restarts 1 without --resume-if-present: rank 1 not found: $(tail -n 3 "$tmp/nores.out")"
 fi

@@ -642,20 +642,24 @@ int ckpt_state_load(Runtime *rt, const char *path, long *step, char *err, size_t
     return agree(rt, rc == PP_OK, "loading the checkpoint", err, errlen);
 }
 
-/* A run that a launcher restarted (torchrun's --max-restarts, a requeued SLURM job) and
- * that was not told to resume stops on its own checkpoints at every restart: the message
- * says which launcher did it and what to add. */
+/* A run that a launcher restarted (pprun's or torchrun's --max-restarts, a requeued SLURM
+ * job) and that was not told to resume stops on its own checkpoints at every restart: the
+ * message starts by saying which launcher did it and what to add (before the paths, which
+ * may fill the rest). The innermost launcher is named: pprun or torchrun inside a job. */
 static void restart_hint(char *err, size_t errlen) {
     static const char *const by[][2] = {
+        {"PPRUN_RESTART_COUNT", "pprun restarted these ranks"},
         {"TORCHELASTIC_RESTART_COUNT", "torchrun restarted this worker group"},
         {"SLURM_RESTART_COUNT", "SLURM requeued this job"},
-        {"PPRUN_RESTART_COUNT", "pprun restarted these ranks"},
     };
     for (size_t i = 0; i < sizeof by / sizeof by[0]; i++) {
         const char *v = getenv(by[i][0]);
         if (v && atoi(v) > 0) {
-            pp_strappendf(err, errlen, "; %s (%s=%s): put --resume-if-present on the command "
-                          "line so that each restart resumes", by[i][1], by[i][0], v);
+            char rest[PP_ERR_MAX];
+            snprintf(rest, sizeof rest, "%s", err);
+            snprintf(err, errlen, "%s (%s=%s) without --resume-if-present: put it on the "
+                     "command line so that each restart resumes; %s", by[i][1], by[i][0], v,
+                     rest);
             return;
         }
     }
