@@ -8,6 +8,7 @@
 set -u
 PPRUN_BIN="$(cd "$(dirname "$0")/.." && pwd)/scripts/pprun"
 TMP=$(mktemp -d)
+source "$(dirname "$0")/lib/runs.sh" # wait_rows, rank_pid
 failures=0
 
 # Ranks of the signal test record their PIDs here; each leads its own process group,
@@ -191,32 +192,29 @@ if [ -x "$PPTRAIN" ] && [ -e data/tiny/train.bin ]; then
   long=(--config test/configs/pipe8.yaml --set pipeline.stages=2 --set train.steps=1200
     --set train.lr_schedule.decay=constant --set output.checkpoint_every=100 --set runtime.timeout_s=10)
   timeout 120 "$PPRUN_BIN" --nproc-per-node 2 "$PPTRAIN" "${long[@]}" --set output.dir="$TMP/mref" >/dev/null 2>&1
-  timeout 120 "$PPRUN_BIN" --nproc-per-node 2 --max-restarts 1 "$PPTRAIN" --resume-if-present "${long[@]}" \
-    --set output.dir="$TMP/mr" >"$TMP/mrp.out" 2>&1 &
-  mr_pid=$!
-  echo "$mr_pid" >"$TMP/pid.mr" # its own group (timeout's): cleanup ends it
-  for i in $(seq 600); do [ "$(tail -n +2 "$TMP/mr/losses.csv" 2>/dev/null | wc -l)" -ge 300 ] && break; sleep 0.1; done
-  for p in /proc/[0-9]*; do # rank 1 of that run
-    [ "$(cat "$p/comm" 2>/dev/null)" = pptrain ] && tr '\0' '\n' <"$p/cmdline" | grep -qxF "output.dir=$TMP/mr" &&
-      tr '\0' '\n' <"$p/environ" | grep -qx RANK=1 && kill -KILL "${p#/proc/}"
-  done
-  wait "$mr_pid"; rc=$?
-  check "pprun --max-restarts 1, rank 1 killed: restarted, $(grep -o 'resumed from .* at step [0-9]*' "$TMP/mrp.out" |
-    sed 's/.* at //'), finished (rc $rc)" [ $rc -eq 0 -a -n "$(grep -F 'restarting the 2 ranks' "$TMP/mrp.out")" \
-    -a -n "$(grep 'resumed from .* at step [1-9]' "$TMP/mrp.out")" ]
+  # kill_restarted NAME ROWS PPTRAIN-ARGS...: pprun --max-restarts 1 into $TMP/NAME, rank 1
+  # SIGKILLed once it has ROWS losses; pprun's exit status
+  kill_restarted() {
+    local name=$1 rows=$2 pid victim=
+    shift 2
+    timeout 120 "$PPRUN_BIN" --nproc-per-node 2 --max-restarts 1 "$PPTRAIN" "$@" \
+      --set output.dir="$TMP/$name" >"$TMP/$name.out" 2>&1 &
+    pid=$!
+    echo "$pid" >"$TMP/pid.$name" # its own group (timeout's): cleanup ends it
+    wait_rows "$TMP/$name" "$rows" 60 && victim=$(rank_pid "$TMP/$name" 1)
+    [ -n "$victim" ] && kill -KILL "$victim"
+    wait "$pid"
+  }
+  kill_restarted mr 300 --resume-if-present "${long[@]}"
+  rc=$?
+  check "pprun --max-restarts 1, rank 1 killed: restarted, $(grep -o 'resumed from .* at step [0-9]*' "$TMP/mr.out" |
+    sed 's/.* at //'), finished (rc $rc)" [ $rc -eq 0 -a -n "$(grep -F 'restarting the 2 ranks' "$TMP/mr.out")" \
+    -a -n "$(grep 'resumed from .* at step [1-9]' "$TMP/mr.out")" ]
   check "...losses equal the uninterrupted run's bitwise" cmp -s <(cut -d, -f1,2 "$TMP/mref/losses.csv") \
     <(cut -d, -f1,2 "$TMP/mr/losses.csv" 2>/dev/null)
   # the same without --resume-if-present: the restart exits 2 saying what to add
-  timeout 120 "$PPRUN_BIN" --nproc-per-node 2 --max-restarts 1 "$PPTRAIN" "${long[@]}" \
-    --set output.dir="$TMP/mrn" >"$TMP/mrn.out" 2>&1 &
-  mr_pid=$!
-  echo "$mr_pid" >"$TMP/pid.mrn"
-  for i in $(seq 600); do [ "$(tail -n +2 "$TMP/mrn/losses.csv" 2>/dev/null | wc -l)" -ge 150 ] && break; sleep 0.1; done
-  for p in /proc/[0-9]*; do
-    [ "$(cat "$p/comm" 2>/dev/null)" = pptrain ] && tr '\0' '\n' <"$p/cmdline" | grep -qxF "output.dir=$TMP/mrn" &&
-      tr '\0' '\n' <"$p/environ" | grep -qx RANK=1 && kill -KILL "${p#/proc/}"
-  done
-  wait "$mr_pid"; rc=$?
+  kill_restarted mrn 150 "${long[@]}"
+  rc=$?
   check "...without --resume-if-present the restart exits 2 saying what to add (rc $rc)" [ $rc -eq 2 -a -n \
     "$(grep -F 'pprun restarted these ranks (PPRUN_RESTART_COUNT=1) without --resume-if-present: put it on' "$TMP/mrn.out")" ]
 else

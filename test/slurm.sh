@@ -179,6 +179,12 @@ job_ok() { # WHAT [LOG]: the last job_wait ended COMPLETED 0:0 (else show the lo
   check "$1: $ST $EXIT, restarts ${RESTARTS:-?}" test "$ST" = COMPLETED -a "$EXIT" = 0:0 ||
     { [ -z "${2:-}" ] || tail -n 8 "$2" | sed 's/^/     | /'; }
 }
+rank1_pid() { # JOB: the PID of the job's rank 1 (scontrol listpids: PID JOBID STEPID LOCALID GLOBALID)
+  local p
+  for p in $(scontrol listpids "$1" 2>/dev/null | awk '$5 == 1 {print $1}'); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = pptrain ] && echo "$p"
+  done | head -n 1
+}
 saved_requeued() { # WHAT LOG SIG: the last job_wait's job saved on SIG before step $S, was
   # requeued once and finished (COMPLETED 0:0)
   local stopped saved_at
@@ -236,12 +242,7 @@ long=(--set pipeline.stages=2 --set train.steps=1000000 --set train.lr_schedule.
 j=$(CONFIG=test/configs/pipe8.yaml sbatch --parsable -o "$R/kill.log" --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \
   --gpus-per-node=0 scripts/slurm/pptrain.sbatch "${long[@]}" --set runtime.timeout_s=10 --set output.dir="$R/kill")
 victim=
-if wait_rows "$R/kill" 2 60; then
-  # scontrol listpids: PID JOBID STEPID LOCALID GLOBALID; rank 1 is the pptrain of GLOBALID 1
-  for p in $(scontrol listpids "$j" 2>/dev/null | awk '$5 == 1 {print $1}'); do
-    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = pptrain ] && victim=$p
-  done
-fi
+wait_rows "$R/kill" 2 60 && victim=$(rank1_pid "$j")
 if [ -n "$victim" ]; then
   t0=$SECONDS
   kill -KILL "$victim"
@@ -371,8 +372,7 @@ for when in late early; do
       sleep 0.1
     done
   fi
-  wait_rows "$dir" 20 60 && victim=$(scontrol listpids "$j" 2>/dev/null | awk '$5 == 1 {print $1}' |
-    while read -r p; do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = pptrain ] && echo "$p"; done | head -n 1)
+  wait_rows "$dir" 20 60 && victim=$(rank1_pid "$j")
   if [ -z "$victim" ]; then bad "PPTRAIN_RETRY_FAILED ($when): rank 1 not found: $(tail -n 3 "$R/retry-$when.log")"; scancel "$j"; continue; fi
   kill -KILL "$victim"
   job_wait "$j" 120

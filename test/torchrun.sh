@@ -12,6 +12,7 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib/check.sh"
+source "$here/lib/runs.sh" # rows, nrows, wait_rows, rank_pid
 PPTRAIN=${PPTRAIN:-./pptrain}
 TORCHRUN=${TORCHRUN:-$(command -v torchrun || true)}
 [ -n "$TORCHRUN" ] || skip_all "torchrun not found (set TORCHRUN=...)"
@@ -29,22 +30,7 @@ end_ranks() {
 trap 'for p in "${bg[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done; end_ranks
   [ -n "${PP_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID
-rows() { tail -n +2 "$1/losses.csv" 2>/dev/null | cut -d, -f1,2; } # DIR
-nrows() { rows "$1" | wc -l; }
 same_rows() { [ "$(nrows "$1")" -gt 0 ] && cmp -s <(rows "$1") <(rows "$2"); } # A B
-wait_rows() { # DIR N SECONDS: until DIR/losses.csv has N rows
-  local t0=$SECONDS
-  while [ "$(nrows "$1")" -lt "$2" ]; do [ $((SECONDS - t0)) -lt "$3" ] || return 1; sleep 0.1; done
-}
-# the PID of the pptrain whose environment says RANK=$2 and whose output.dir is $1
-rank_pid() {
-  local p
-  for p in /proc/[0-9]*; do
-    [ "$(cat "$p/comm" 2>/dev/null)" = pptrain ] || continue
-    tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -qxF "output.dir=$1" || continue
-    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "RANK=$2" && echo "${p#/proc/}"
-  done
-}
 # tr2: torchrun for 2 ranks under timeout, which leads a process group of its own (so
 # that the EXIT trap can end it whole) and passes a SIGTERM on to torchrun
 tr2=(timeout 150 "$TORCHRUN" --nproc-per-node 2)

@@ -171,9 +171,6 @@ sl_end_steps() {
   [ $ended -eq 0 ] || echo "slurm.sh: ended $ended process(es) of job steps left running (step daemons of $SLURM_CONF and theirs)" >&2
 }
 
-# slurm_stop: cancel what is left of our jobs (while slurmctld runs), stop our daemons
-# (SIGTERM, SIGKILL after 10 s), end what is left of their job steps by PID
-# (sl_end_steps) and remove our /etc/hosts lines.
 # sl_wait_gone PID...: wait until none of the PIDs is alive, at most 10 s (1: some are).
 sl_wait_gone() {
   local i p alive
@@ -186,6 +183,9 @@ sl_wait_gone() {
   return 1
 }
 
+# slurm_stop: cancel what is left of our jobs (while slurmctld runs), stop our daemons
+# (SIGTERM, SIGKILL after 10 s), end what is left of their job steps by PID
+# (sl_end_steps) and remove our /etc/hosts lines.
 slurm_stop() {
   local i p
   if [ -n "${SLURM_CONF:-}" ] && [ ${#SL_PIDS[@]} -gt 1 ] && kill -0 "${SL_PIDS[1]}" 2>/dev/null; then
