@@ -1255,9 +1255,11 @@ static void check_swiglu(size_t n, const char *sh) {
 
 static void check_elementwise(const Shape *s, const char *sh) {
     size_t n = (size_t)s->B * s->T * 4 * s->C;
-    float *x = rnd(n, 4), *out = nanbuf(n), *dx = dev(x, n * 4);
-    void *dout = dev_op_nan(n);
-    gpu->gelu_forward(gpu, dout, dx, n);
+    float *x = rnd(n, 4), *out = nanbuf(n);
+    op_round(x, n); /* GELU's input is an operand (the pre-activation as stored) */
+    float *dx = dev(x, n * 4); /* add_inplace's fp32 source */
+    void *dxo = dev_op(x, n), *dout = dev_op_nan(n);
+    gpu->gelu_forward(gpu, dout, dxo, n);
     cpu->gelu_forward(cpu, out, x, n);
     float *h = host_op(dout, n);
     compare("gelu_forward", "out", sh, h, out, n, tol_op(TOL_ELEM));
@@ -1265,7 +1267,7 @@ static void check_elementwise(const Shape *s, const char *sh) {
      * back unchanged */
     float *g = rnd(n, 1), *dg = dev(g, n * 4), *gi = nanbuf(n);
     void *dgi = dev_op_nan(n);
-    gpu->gelu_backward(gpu, dgi, dx, dg, n);
+    gpu->gelu_backward(gpu, dgi, dxo, dg, n);
     cpu->gelu_backward(cpu, gi, x, g, n);
     float *hg = host_op(dgi, n);
     compare("gelu_backward", "dinp", sh, hg, gi, n, tol_op(TOL_ELEM));
@@ -1276,8 +1278,8 @@ static void check_elementwise(const Shape *s, const char *sh) {
     cpu->add_inplace(cpu, a, x, n);
     float *ha = host(da, n);
     compare("add_inplace", "dst", sh, ha, a, n, TOL_ELEM);
-    void *all[] = {dx, dout, dg, dgi, da};
-    for (size_t i = 0; i < 5; i++) gpu->dealloc(gpu, all[i]);
+    void *all[] = {dx, dxo, dout, dg, dgi, da};
+    for (size_t i = 0; i < 6; i++) gpu->dealloc(gpu, all[i]);
     free(x);
     free(out);
     free(h);
