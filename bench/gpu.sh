@@ -10,12 +10,10 @@
 # predicted pipeline efficiency of 1f1b and interleaved at P = 2..8, M = 8..32 over NVLink
 # and InfiniBand. Every program runs under a timeout (60 s; the plan's 45 s a model), so
 # a hang costs its row, not the device call.
-# Then the switches (GPU_BENCH_AB, a space-separated list of VAR=VALUE): the bf16 B = 16 step
-# with each of the CUDA backend's environment switches that restore an older code path,
-# between two runs of the default, so one call measures every change side by side on the
-# same card (scripts/gpu/switches.sh lists them; [Note: speed switches] in cuda/NOTES.md
-# says what each changes), cuDNN's fused attention (PPTRAIN_ATTENTION=cudnn, opt-in), and
-# two head chunk sizes beside the default 1280 rows.
+# Then the switches (GPU_BENCH_AB, a space-separated list of VAR=VALUE; unset: PP_AB in
+# scripts/gpu/switches.sh, the last changes' old paths): the bf16 B = 16 step with each
+# switch set, between two runs of the default, so one call measures each change side by
+# side on the same card ([Note: speed switches] in cuda/NOTES.md says what each changes).
 set -euo pipefail
 build=${1:-build/cpu}
 bench=${BENCH_GPU:-build/cuda/bench_gpu}
@@ -34,11 +32,11 @@ copy=$(sed -n 's/^d2d_gbps=\([0-9.]*\).*/\1/p' "$out/ceil.txt")
 echo "== per op, GPT-2 124M, B=16, T=1024, bf16 (fp32 storage): time, rate, % of the GEMM or copy ceiling"
 timeout -k 3 60 "${BENCH_OPS:-$build/bench_ops}" --device cuda --precision bf16 --gemm-tflops "$gemm" \
   --copy-gbps "$copy" || echo "bench_ops failed"
-# the attention rows again on cuDNN's fused attention ([Note: cuDNN attention] in
-# cuda/cudnn_attn.cc: PPTRAIN_ATTENTION=cudnn, opt-in until a GPU has measured it)
-echo "== per op, the attention rows with PPTRAIN_ATTENTION=cudnn"
-PPTRAIN_ATTENTION=cudnn timeout -k 3 60 "${BENCH_OPS:-$build/bench_ops}" --device cuda --precision bf16 \
-  --gemm-tflops "$gemm" --copy-gbps "$copy" --only attention || echo "bench_ops (cudnn) failed"
+# the attention rows again on pptrain's own flash kernels (PPTRAIN_ATTENTION=flash; the
+# default is cuDNN's where it loads: [Note: attention path] in cuda/backend_cuda.cu)
+echo "== per op, the attention rows with PPTRAIN_ATTENTION=flash"
+PPTRAIN_ATTENTION=flash timeout -k 3 60 "${BENCH_OPS:-$build/bench_ops}" --device cuda --precision bf16 \
+  --gemm-tflops "$gemm" --copy-gbps "$copy" --only attention || echo "bench_ops (flash) failed"
 
 # run124 PREC B LOG DIR: one GPT-2 124M training run; prints the fastest step's ms and the
 # build report's GPU MB, or fails
@@ -73,7 +71,7 @@ done
 echo "   (peers on an H100, GPU.md: llm.c with its own attention 320K tok/s at B=16; with cuDNN flash 501K)"
 
 source "$(dirname "$0")/../scripts/gpu/switches.sh" # PP_OLD_PATHS
-ab=${GPU_BENCH_AB-$PP_OLD_PATHS PPTRAIN_ATTENTION=cudnn PPTRAIN_LOGITS_CHUNK_ROWS=640 PPTRAIN_LOGITS_CHUNK_ROWS=2560}
+ab=${GPU_BENCH_AB-$PP_AB}
 if [ -n "$ab" ]; then
   echo "== switches: bf16 B=16 step ms with one switch set, between two runs of the default"
   printf "%-36s %9s %9s %10s\n" switch ms/step vs_default GPU_MB

@@ -160,11 +160,11 @@ static void cu_snapshot_wait(const Backend *be) {
 
 /* Every workspace of the context, into g: what cu_memory counts and cu_close frees (one
  * list, so that a workspace added to CudaCtx is in both). */
-enum { N_GROW = 13 };
+enum { N_GROW = 14 };
 static void workspaces(CudaCtx *c, Grow *g[N_GROW]) {
-    Grow *all[N_GROW] = {&c->lt_ws, &c->castA,  &c->castB, &c->castW, &c->partials,
-                         &c->sums,  &c->enc,    &c->att,   &c->flashD, &c->stage,
-                         &c->wide,  &c->bgrad, &c->cudnn_ws};
+    Grow *all[N_GROW] = {&c->lt_ws, &c->castA, &c->castB,  &c->castW,    &c->castBias,
+                         &c->partials, &c->sums, &c->enc,  &c->att,      &c->flashD,
+                         &c->stage,  &c->wide,  &c->bgrad, &c->cudnn_ws};
     memcpy(g, all, sizeof all);
 }
 
@@ -278,7 +278,9 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
 /* [Note: GEMM epilogues] What a GEMM writes besides alpha op(A) op(B) + beta C, through
  * cuBLASLt's epilogues, so that an elementwise pass over the output is not a kernel of
  * its own: D bf16 (the operand type) instead of fp32; C (beta's input) another buffer
- * than D (the residual added into a projection: out = res + x W^T); the bias; GELU's
+ * than D (the residual added into a projection: out = res + x W^T); the bias (in D's
+ * type under a bf16 D: cuBLASLt 13.0 on an H100 had no algorithm for GELU's fc GEMM with
+ * an fp32 bias, so the fc adds the bias's bf16 copy, as llm.c does); GELU's
  * derivative (CUBLASLT_EPILOGUE_DGELU, its aux input the pre-activation in D's type and
  * layout; cuBLASLt wants its leading dimension a multiple of 8 and at least D's rows,
  * cublasLt.h's CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD); the bias gradient, op(A)'s row sums
@@ -290,11 +292,14 @@ struct GemmOut {
     void *D;              /* row-major [M,N], leading dimension ldc */
     int d_bf16;           /* D and C are bf16 (else fp32) */
     const void *C;        /* beta's input, D's type and layout (NULL: D itself) */
-    const float *bias;    /* + bias[N] (fp32) on every row (CUBLASLT_EPILOGUE_BIAS) */
+    const void *bias;     /* + bias[N] on every row (CUBLASLT_EPILOGUE_BIAS): fp32, or bf16
+                             when bias_bf16 */
     const void *gelu_pre; /* D = gelu'(gelu_pre) * (...) (CUBLASLT_EPILOGUE_DGELU) */
     float *bgrad;         /* bgrad[M] = sum over k of op(A)[m,k], written, not added (fp32 D,
                              batch 1; CUBLASLT_EPILOGUE_BGRADB: [Note: bias gradient
                              epilogue]) */
+    int bias_bf16;        /* the bias is bf16: cuBLASLt takes a bf16 D's bias only in D's
+                             type (its heuristic finds no algorithm with an fp32 one) */
 };
 
 static void set_attr(CudaCtx *c, cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
@@ -345,7 +350,7 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
     key.ab = ab;
     key.compute = (int)comp;
     /* the bias and aux pointers' alignment too: the heuristic reads them from the descriptor */
-    key.bias = fuse_bias ? align_of(o->bias, 0) : 0;
+    key.bias = fuse_bias ? align_of(o->bias, 0) * (o->bias_bf16 ? -1 : 1) : 0;
     key.alA = align_of(B, sB * (long long)es);
     key.alB = align_of(A, sA * (long long)es);
     key.alC = align_of(Cp, sC * (long long)ds);
@@ -369,7 +374,8 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
         set_attr(c, withe, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
         set_attr(c, withe, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
         if (fuse_bias) {
-            cudaDataType bt = CUDA_R_32F; /* the fp32 master bias, also under a bf16 D */
+            /* the fp32 master bias, or its bf16 copy (bias_bf16) */
+            cudaDataType bt = o->bias_bf16 ? CUDA_R_16BF : CUDA_R_32F;
             set_attr(c, withe, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &o->bias, sizeof o->bias);
             set_attr(c, withe, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
         }
@@ -391,7 +397,7 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
     if (found) {
         LTCK(c, cublasLtMatmul(c->lt, fused ? withe : plain, &alpha, B, la, A, lb, &beta, Cp, lc,
                                o->D, lc, &e->algo, c->lt_ws.p, c->lt_ws.bytes, c->stream));
-        if (o->bias && !fused) k_add_bias(c, (float *)o->D, o->bias, M, N);
+        if (o->bias && !fused) k_add_bias(c, (float *)o->D, (const float *)o->bias, M, N);
     }
     LTCK(c, cublasLtMatmulDescDestroy(plain));
     if (withe) LTCK(c, cublasLtMatmulDescDestroy(withe));
@@ -626,17 +632,29 @@ static float *wide_fp32(CudaCtx *c, void *op_out, size_t n) {
     return c->op == PP_F32 ? (float *)op_out : (float *)grow(c, &c->wide, n * sizeof(float));
 }
 
+/* The bf16 copy of a bias b[n] for the epilogue of a GEMM with a bf16 D: the held weights'
+ * when b lies inside them at a 16-byte address (the epilogue loads it in vectors), else
+ * cast into c->castBias. */
+static const void *bias_bf16(CudaCtx *c, const float *b, size_t n) {
+    const void *p = operand(c, &c->castBias, b, n);
+    if ((uintptr_t)p % 16 == 0) return p;
+    __nv_bfloat16 *d = (__nv_bfloat16 *)grow(c, &c->castBias, n * sizeof(__nv_bfloat16));
+    k_to_bf16(c, d, b, n);
+    return d;
+}
+
 static void cu_matmul_gelu_forward(const Backend *be, void *out, void *pre, const void *inp,
                                    const float *w, const float *b, int N, int C, int OC) {
     CudaCtx *c = ctx_of(be);
     size_t n = (size_t)N * OC;
     const void *A = act_operand(c, &c->castA, inp, (size_t)N * C);
     const void *W = operand(c, &c->castB, w, (size_t)OC * C);
-    GemmOut o = {pre, 1, NULL, b, NULL};
-    if (!(c->op == PP_BF16 && c->fuse_gelu &&
-          try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 0.0f, OC, 0, 1, AB_BF16,
-                       CUBLAS_COMPUTE_32F, &o) == 0)) {
-        if (c->op == PP_BF16 && c->fuse_gelu)
+    int fuse = c->op == PP_BF16 && c->fuse_gelu;
+    /* the bias in bf16, as cuBLASLt takes it with a bf16 D ([Note: GEMM epilogues]) */
+    GemmOut o = {pre, 1, NULL, b && fuse ? bias_bf16(c, b, OC) : NULL, NULL, NULL, b && fuse};
+    if (!(fuse && try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 0.0f, OC, 0, 1, AB_BF16,
+                               CUBLAS_COMPUTE_32F, &o) == 0)) {
+        if (fuse)
             epi_unfused(c, 1, "GELU's GEMM with a bf16 output and the bias epilogue", N, OC, C);
         float *F = wide_fp32(c, pre, n); /* pre = inp @ w^T + b, rounded once */
         mm_gemm(c, 0, 1, N, OC, C, act_f32(c, inp), A, C, w, W, C, 0.0f, F, OC, b);
@@ -682,9 +700,12 @@ static void cu_matmul_gelu_backward(const Backend *be, void *dpre, float *dw, fl
  * message naming the variable. The path is in the backend's description line.
  * PPTRAIN_FLASH_BWD (read once at open) picks flash's backward kernels: v2 (unset), v1,
  * or v2's parts joined by '+' (prep, dq, dkv): [Note: flash backward v2] in flash_attn.cu.
- * PPTRAIN_ATTENTION=cudnn runs cuDNN's fused flash attention instead of the flash kernels
- * (bf16 operands, head sizes multiples of 8 up to 128; never the default until a GPU has
- * measured it): [Note: cuDNN attention] in cudnn_attn.cc. */
+ * cuDNN's fused flash attention ([Note: cuDNN attention] in cudnn_attn.cc) runs instead of
+ * the flash kernels by default where it can: bf16 operands, the run's head size a multiple
+ * of 8 up to 128, and libcudnn.so.9 loads (else flash, and the description says cuDNN's
+ * did not load). On an H100 it took 7.4 ms of a GPT-2 124M step at B = 16 where the flash
+ * kernels took 11.6 (cuda/NOTES.md). PPTRAIN_ATTENTION=cudnn asks for it (an open that
+ * cannot load it fails, saying why); =flash keeps pptrain's own kernels. */
 
 /* [Note: cuDNN attention]'s head sizes (the run's are checked at open, attention_choice). */
 static int cudnn_head_ok(int HS) { return HS > 0 && HS <= 128 && HS % 8 == 0; }
@@ -1045,8 +1066,9 @@ static void fill_table(Backend *be, CudaCtx *c) {
     } while (0)
 
 /* [Note: attention path]: flash, cuDNN's (*att_cudnn, with *att_flash: it saves what flash
- * saves) or materialised, from PPTRAIN_ATTENTION and the run's head size (0: unknown), for
- * the whole run. bf16_operands: the operand activations are bf16 (cuDNN's path needs
+ * saves; 1 when PPTRAIN_ATTENTION=cudnn asks for it, 2 when it is the default and the open
+ * runs flash if cuDNN does not load) or materialised, from PPTRAIN_ATTENTION and the run's
+ * head size (0: unknown, the op tests: flash), for the whole run. bf16_operands: the operand activations are bf16 (cuDNN's path needs
  * them). 0, or -1 with the reason in err. */
 static int attention_choice(PPPrecision precision, int bf16_operands, int run_hs, int *att_flash,
                             int *att_cudnn, char *err, size_t errlen) {
@@ -1067,6 +1089,8 @@ static int attention_choice(PPPrecision precision, int bf16_operands, int run_hs
         *att_flash = *att_cudnn = 1;
     } else if (!att_env || !*att_env) {
         *att_flash = precision == PP_PREC_BF16 && (!run_hs || flash_head_pad(run_hs));
+        /* cuDNN's where it takes the run's head size and loads (2: flash if it does not) */
+        *att_cudnn = *att_flash && bf16_operands && run_hs && cudnn_head_ok(run_hs) ? 2 : 0;
     } else if (!strcmp(att_env, "flash")) {
         if (run_hs && head_size_refused(run_hs, 0, err, errlen)) return -1;
         *att_flash = 1;
@@ -1133,13 +1157,23 @@ static int ln_bwd_choice(int *rows, char *err, size_t errlen) {
  * model's shapes: N rows, T positions, NH heads of HS, Vp padded vocabulary (the head's
  * rows), width columns, weight and params elements. Returns the head's logits rows per
  * chunk. */
-static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
+static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t device_bytes) {
     size_t N = sizes->N, Vp = sizes->Vp, T = sizes->T, NH = sizes->NH, HS = sizes->HS;
     size_t width = sizes->width;
-    /* [Note: chunked head] in src/model/model.c: the head's logits in chunks of at most 256 MiB of
-     * fp32, in whole 128-row tiles (1280 rows at GPT-2's Vp); its bf16 copy is one chunk's */
-    size_t rows = Vp ? ((size_t)256 << 20) / (Vp * sizeof(float)) / 128 * 128 : 0;
+    /* [Note: chunked head] in src/model/model.c: the head's logits in chunks of at most 2 GiB of
+     * fp32 and 1/32 of the device's memory, in whole 128-row tiles, the N rows split evenly
+     * (GPT-2's Vp on an 80 GB H100: 8192 rows, 2 chunks at B = 16, T = 1024, 4 at B = 32).
+     * Measured there (cuda/NOTES.md, GPT-2 124M, bf16): 1280-row chunks cost 1.1 ms a step
+     * at B = 16 and 2048-row ones 1.0 ms more than 4096, 8192 or all 16384 rows (equal);
+     * at B = 32, 7 chunks of 4736 rows 1.7 ms more than 4 of 8192. Its bf16 copy is one
+     * chunk's */
+    size_t cap = device_bytes / 32 < ((size_t)2 << 30) ? device_bytes / 32 : ((size_t)2 << 30);
+    size_t rows = Vp ? cap / (Vp * sizeof(float)) / 128 * 128 : 0;
     rows = Vp && rows < 128 ? 128 : rows;
+    if (rows && N > rows) { /* ceil(N / chunks) rows, rounded up to 128: still <= rows */
+        size_t chunks = (N + rows - 1) / rows;
+        rows = ((N + chunks - 1) / chunks + 127) / 128 * 128;
+    }
     size_t head = (rows < N ? rows : N) * Vp;
     grow(c, &c->lt_ws, LT_WORKSPACE);
     grow(c, &c->sums, 256 * sizeof(double));
@@ -1179,6 +1213,9 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes) {
             /* a bias gradient from the dw GEMM ([Note: bias gradient epilogue]): at most
              * width columns */
             if (c->op == PP_BF16 && c->fuse_bgrad) grow(c, &c->bgrad, width * sizeof(float));
+            /* the fc GEMM's bias in bf16 when the held copy is not 16-byte aligned */
+            if (c->op == PP_BF16 && c->fuse_gelu)
+                grow(c, &c->castBias, width * sizeof(__nv_bfloat16));
         }
     }
     return rows;
@@ -1241,7 +1278,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     c->prec = precision;
     c->sizes = *sizes;
     c->att_flash = att_flash;
-    c->att_cudnn = att_cudnn;
+    c->att_cudnn = att_cudnn != 0;
     c->sm = prop.major * 10 + prop.minor;
     c->flash_bwd = flash_bwd;
     c->ln_rows = ln_rows;
@@ -1266,9 +1303,13 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
             goto fail;
         }
     }
-    if (att_cudnn && cudnn_attn_open(c, err, errlen)) goto fail;
+    if (att_cudnn && cudnn_attn_open(c, err, errlen)) {
+        if (att_cudnn == 1) goto fail; /* asked for by PPTRAIN_ATTENTION=cudnn */
+        c->att_cudnn = 0;              /* the default: flash, and the description says so */
+        err[0] = 0;
+    }
     {
-        size_t rows = reserve_workspace(c, sizes);
+        size_t rows = reserve_workspace(c, sizes, prop.totalGlobalMem);
         Backend *be = &c->be;
         fill_table(be, c);
         be->logits_chunk_rows = (int)rows;
@@ -1279,15 +1320,16 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                      ln_rows < 0 ? ", norm backward two-pass"
                                  : ", norm backward one-pass, %d rows a chunk",
                      ln_rows);
-        char att[96]; /* [Note: attention path] */
+        char att[160]; /* [Note: attention path] */
         size_t cv = cudnn_attn_version(c);
-        if (att_cudnn)
+        if (c->att_cudnn)
             snprintf(att, sizeof att,
                      "cudnn (cuDNN %zu.%zu.%zu fused flash, deterministic backward)", cv / 10000,
                      cv / 100 % 100, cv % 100);
         else if (att_flash)
-            snprintf(att, sizeof att, "flash (bf16 mma.sync, backward %.40s)",
-                     fb_env && *fb_env ? fb_env : "v2");
+            snprintf(att, sizeof att, "flash (bf16 mma.sync, backward %.40s%s)",
+                     fb_env && *fb_env ? fb_env : "v2",
+                     att_cudnn == 2 ? "; cuDNN's not loaded: PPTRAIN_ATTENTION=cudnn says why" : "");
         else
             snprintf(att, sizeof att, "materialized (cuBLASLt)");
         snprintf(c->desc, sizeof c->desc,

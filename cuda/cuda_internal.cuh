@@ -18,7 +18,7 @@ struct GemmKey { /* compared with memcmp: no padding (10 ints, 3 long longs, 10 
     int opA, opB, m, n, k, lda, ldb, ldc, batch, oop; /* oop: C != D (out of place) */
     long long sA, sB, sC;
     int ab, compute, bias, alA, alB, alC; /* bias: the fused bias pointer's alignment,
-                                             0 when none */
+                                             negated when it is bf16, 0 when none */
     int epi;      /* the cublasLtEpilogue_t asked for ([Note: GEMM epilogues]) */
     int d_bf16;   /* D (and C) bf16, else fp32 */
     int alD, alX; /* D's alignment (C's is alC), the aux or bias-gradient pointer's */
@@ -58,6 +58,7 @@ struct CudaCtx {
     Grow lt_ws;               /* cuBLASLt workspace */
     Grow castA, castB;        /* bf16 copies of a matmul's or flash attention's operands */
     Grow castW;               /* the held weight's bf16 copy (weight_hold) */
+    Grow castBias;            /* a bias in bf16 for a bf16 GEMM output's epilogue */
     const float *held;        /* the held weight, held_n floats (NULL: none) */
     size_t held_n;
     Grow partials;            /* column partial sums (bias and LayerNorm weight grads) */
