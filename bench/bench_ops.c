@@ -176,9 +176,12 @@ int main(int argc, char **argv) {
     float *dwte = dev_random(be, (size_t)Vp * C, 22, 0);
     float *wpe = dev_random(be, (size_t)T * C, 23, 0.02f);
     float *dwpe = dev_random(be, (size_t)T * C, 24, 0);
-    float *logits = dev_random(be, N * Vp, 25, 1), *losses = dev_random(be, N, 26, 0);
-    /* dlogits: the logits themselves where the operand is fp32 (in place, as the model) */
-    void *dlogits = be->operand == PP_F32 ? (void *)logits : dev_operand(be, N * Vp, 34, 0.001f);
+    /* the logits of the backend's type ([Note: logits type]: fp32 or the operand's);
+     * dlogits the logits themselves where that is the operand type (in place, as the model) */
+    void *logits = be->logits == be->operand ? dev_operand(be, N * Vp, 25, 1)
+                                             : (void *)dev_random(be, N * Vp, 25, 1);
+    float *losses = dev_random(be, N, 26, 0);
+    void *dlogits = be->logits == be->operand ? logits : dev_operand(be, N * Vp, 34, 0.001f);
     int *tok = dev_tokens(be, N, V);
     float *p = dev_random(be, P, 27, 0.02f), *g = dev_random(be, P, 28, 0.01f);
     float *m = dev_random(be, P, 29, 0.001f), *v = dev_random(be, P, 30, 0.001f);
@@ -186,7 +189,8 @@ int main(int argc, char **argv) {
     be->wait(be);
 
     /* bytes per element: fp32, operand */
-    const double f = 4, o = (double)pp_dtype_bytes(be->operand);
+    const double f = 4, o = (double)pp_dtype_bytes(be->operand),
+                 lb = (double)pp_dtype_bytes(be->logits);
     double Nd = (double)N, Cd = C, Vd = Vp, Pd = (double)P;
     double BT2C = (double)B * T * (double)T * C;
     /* forward of a layer */
@@ -257,9 +261,9 @@ int main(int argc, char **argv) {
     TIME(&b, "encoder fwd", 'M', Nd * Cd, f * 3 * Nd * Cd, 1,
          be->encoder_forward(be, x, tok, wte, wpe, B, T, C));
     TIME(&b, "head matmul fwd (logits)", 'G', 2 * Nd * Cd * Vd,
-         o * Nd * Cd + f * (Vd * Cd + Nd * Vd), 1,
-         be->matmul_forward(be, logits, ln, wte, NULL, (int)N, C, Vp));
-    TIME(&b, "cross-entropy fwd+bwd", 'M', 5 * Nd * Vd, (f + o) * Nd * Vd, 1,
+         o * Nd * Cd + f * Vd * Cd + lb * Nd * Vd, 1,
+         be->head_logits(be, logits, ln, wte, (int)N, C, Vp));
+    TIME(&b, "cross-entropy fwd+bwd", 'M', 5 * Nd * Vd, (lb + o) * Nd * Vd, 1,
          be->crossentropy_forward_backward(be, dlogits, losses, logits, tok, 1.0f / (float)N,
                                            (int)N, V, Vp));
     TIME(&b, "head matmul bwd", 'G', 4 * Nd * Cd * Vd,

@@ -533,6 +533,31 @@ static void cu_matmul_forward(const Backend *be, float *out, const void *inp, co
     mm_gemm(c, 0, 1, N, OC, C, act_f32(c, inp), A, C, w, W, C, 0.0f, out, OC, b);
 }
 
+/* [Note: logits type] (src/backend/backend.h): the head's GEMM writes the logits in bf16
+ * (c->logits_bf16: D bf16, no epilogue) or fp32 (matmul_forward's). A bf16 D with no
+ * algorithm stops the run naming the switch back: its fp32 result would need room the
+ * chunk does not have. */
+static void cu_head_logits(const Backend *be, void *logits, const void *inp, const float *w,
+                           int N, int C, int OC) {
+    CudaCtx *c = ctx_of(be);
+    if (!c->logits_bf16) {
+        cu_matmul_forward(be, (float *)logits, inp, w, NULL, N, C, OC);
+        return;
+    }
+    const void *A = act_operand(c, &c->castA, inp, (size_t)N * C);
+    const void *W = operand(c, &c->castB, w, (size_t)OC * C);
+    GemmOut o = {logits, 1, NULL, NULL, NULL, NULL, 0};
+    if (try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 0.0f, OC, 0, 1, AB_BF16,
+                     CUBLAS_COMPUTE_32F, &o) == 0)
+        return;
+    char what[200];
+    snprintf(what, sizeof what,
+             "cuBLASLt has no algorithm for the head's GEMM with bf16 logits (M=%d N=%d K=%d): "
+             "set PPTRAIN_LOGITS=fp32",
+             N, OC, C);
+    die_msg(c, __FILE__, __LINE__, what);
+}
+
 /* Said once per kind (bit `kind` of c->warned_epi): cuBLASLt had no algorithm for a fused
  * GEMM, so its op runs unfused: the result is the same contract, only slower, and the
  * speed switches' A/B (bench/gpu.sh) would otherwise not show why a fusion gained nothing.
@@ -910,12 +935,12 @@ static void cu_gelu_backward(const Backend *be, void *dinp, const void *inp, con
 }
 
 static void cu_crossentropy_forward_backward(const Backend *be, void *dlogits, float *losses,
-                                             float *logits, const int *targets, float dloss, int N,
+                                             void *logits, const int *targets, float dloss, int N,
                                              int V, int Vp) {
     k_crossentropy(ctx_of(be), dlogits, losses, logits, targets, dloss, N, V, Vp, 1);
 }
 
-static void cu_crossentropy_forward(const Backend *be, float *logits, float *losses,
+static void cu_crossentropy_forward(const Backend *be, void *logits, float *losses,
                                     const int *targets, int N, int V, int Vp) {
     k_crossentropy(ctx_of(be), logits, losses, logits, targets, 0.0f, N, V, Vp, 0);
 }
@@ -1039,12 +1064,14 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->matmul_gelu_backward = cu_matmul_gelu_backward;
     be->swiglu_forward = cu_swiglu_forward;
     be->swiglu_backward = cu_swiglu_backward;
+    be->head_logits = cu_head_logits;
     be->crossentropy_forward_backward = cu_crossentropy_forward_backward;
     be->crossentropy_forward = cu_crossentropy_forward;
     be->scratch_floats = cu_scratch_floats;
     be->add_inplace = cu_add_inplace;
     be->to_operand = cu_to_operand;
     be->operand = c->op;
+    be->logits = c->logits_bf16 ? PP_BF16 : PP_F32;
     be->device_memory = 1;
     be->weight_hold = cu_weight_hold;
     be->host_alloc = cu_host_alloc;
@@ -1236,7 +1263,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     cudaDeviceProp prop;
     CudaCtx *c = NULL;
     int att_flash, att_cudnn, flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
-    int ce_two_pass;
+    int ce_two_pass, logits_fp32;
     const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
     const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
     int bf16_operands = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32"));
@@ -1261,12 +1288,15 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     }
     if (ln_bwd_choice(&ln_rows, err, errlen)) return NULL;
     { /* [Note: speed switches]: the other paths' switches, each value checked here */
-        static const char *const fuse[] = {"1", "0"}, *const ce[] = {"shared", "two-pass"};
+        static const char *const fuse[] = {"1", "0"}, *const ce[] = {"shared", "two-pass"},
+                                 *const lg[] = {"bf16", "fp32"};
         if (env_switch("PPTRAIN_FUSE_GELU", fuse, 2, &fuse_gelu_off, err, errlen) ||
             env_switch("PPTRAIN_FUSE_RESIDUAL", fuse, 2, &fuse_residual_off, err, errlen) ||
             env_switch("PPTRAIN_FUSE_BGRAD", fuse, 2, &fuse_bgrad_off, err, errlen) ||
             /* [Note: cross-entropy row in shared memory] in ce_kernels.cuh */
-            env_switch("PPTRAIN_CE", ce, 2, &ce_two_pass, err, errlen))
+            env_switch("PPTRAIN_CE", ce, 2, &ce_two_pass, err, errlen) ||
+            /* [Note: logits type] in backend.h: bf16 (the operand type) unless fp32 */
+            env_switch("PPTRAIN_LOGITS", lg, 2, &logits_fp32, err, errlen))
             return NULL;
     }
     if (!(c = (CudaCtx *)calloc(1, sizeof(CudaCtx)))) {
@@ -1291,6 +1321,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     }
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->ce_two_pass = ce_two_pass;
+    c->logits_bf16 = bf16_operands && !logits_fp32;
     OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     OPEN_CK(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
     OPEN_CK(cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming));
@@ -1333,13 +1364,14 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         else
             snprintf(att, sizeof att, "materialized (cuBLASLt)");
         snprintf(c->desc, sizeof c->desc,
-                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s%s%s%s",
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s%s%s%s%s",
                  device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                  prop.totalGlobalMem / 1e9, prec_name(precision, c->op), att,
                  c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
                  c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0",
                  c->fuse_bgrad ? "" : ", PPTRAIN_FUSE_BGRAD=0",
-                 c->ce_two_pass ? ", PPTRAIN_CE=two-pass" : "", lnd);
+                 c->ce_two_pass ? ", PPTRAIN_CE=two-pass" : "",
+                 bf16_operands && logits_fp32 ? ", PPTRAIN_LOGITS=fp32" : "", lnd);
         be->description = c->desc;
         return be;
     }

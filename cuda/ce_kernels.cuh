@@ -15,7 +15,7 @@
 #ifndef PP_CE_KERNELS_CUH
 #define PP_CE_KERNELS_CUH
 
-#include "operand_io.cuh" /* put, put4 */
+#include "operand_io.cuh" /* put, put4, get, get4 */
 
 /* The reductions' (max, sum) pairs of the warps: [Note: static shared arrays]. */
 static __shared__ float ce_sh[64];
@@ -83,33 +83,35 @@ static __device__ __forceinline__ float4 ce_grad4(float4 v, int j, int V, int tg
 }
 
 /* One pass over the row for its max and sum (online), one for the loss's gradient,
- * written over the logits: 2 reads and 1 write of the row, in 16-byte accesses when Vp
- * is a multiple of 4 (then every row is 16-byte aligned; the default Vp is a multiple of
- * 128), else one float at a time. */
-template <typename OutT>
-__global__ void crossentropy(OutT *dlogits, float *losses, const float *logits, const int *targets,
+ * written over the logits: 2 reads and 1 write of the row, four elements an access (16
+ * bytes of fp32, 8 of bf16) when Vp is a multiple of 4 (then every row is so aligned;
+ * the default Vp is a multiple of 128), else one at a time. The logits are InT, fp32 or
+ * bf16 ([Note: logits type] in src/backend/backend.h); dlogits OutT, and they may be the
+ * logits themselves when the types are the same (each thread writes only the elements it
+ * has read). */
+template <typename InT, typename OutT>
+__global__ void crossentropy(OutT *dlogits, float *losses, const InT *logits, const int *targets,
                              float dloss, int V, int Vp, int want_grad) {
-    const float *x = logits + (size_t)blockIdx.x * Vp; /* dlogits may be logits itself (fp32) */
+    const InT *x = logits + (size_t)blockIdx.x * Vp;
     OutT *y = dlogits + (size_t)blockIdx.x * Vp;
-    const float4 *x4 = reinterpret_cast<const float4 *>(x);
     int tgt = targets[blockIdx.x], V4 = Vp % 4 ? 0 : V / 4; /* whole vectors below V */
-    float xt = x[tgt], mx = -INFINITY, s = 0.0f; /* read before any thread writes the row */
-    for (int j = threadIdx.x; j < V4; j += blockDim.x) ms_push4(mx, s, x4[j]);
-    for (int j = 4 * V4 + threadIdx.x; j < V; j += blockDim.x) ms_push(mx, s, x[j]);
+    float xt = get(x + tgt), mx = -INFINITY, s = 0.0f; /* read before any thread writes the row */
+    for (int j = threadIdx.x; j < V4; j += blockDim.x) ms_push4(mx, s, get4(x + 4 * j));
+    for (int j = 4 * V4 + threadIdx.x; j < V; j += blockDim.x) ms_push(mx, s, get(x + j));
     block_reduce_ms(mx, s, ce_sh);
     if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) - (xt - mx);
     if (!want_grad) return;
     float k = dloss / s;
     if (Vp % 4) {
         for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
-            float v = j < V ? expf(x[j] - mx) * k : 0.0f;
+            float v = j < V ? expf(get(x + j) - mx) * k : 0.0f;
             put(y + j, j == tgt ? v - dloss : v);
         }
         return;
     }
     /* each thread reads its 4 before writing them */
     for (int j = threadIdx.x; j < Vp / 4; j += blockDim.x)
-        put4(y + 4 * j, ce_grad4(x4[j], j, V, tgt, mx, k, dloss));
+        put4(y + 4 * j, ce_grad4(get4(x + 4 * j), j, V, tgt, mx, k, dloss));
 }
 
 /* [Note: cross-entropy row in shared memory] With a gradient, the kernel above reads each
@@ -120,28 +122,28 @@ __global__ void crossentropy(OutT *dlogits, float *losses, const float *logits, 
  * pass reads it there: one HBM read of the logits and one write of dlogits, 3.3 + 1.65
  * GB a GPT-2 124M step at B 16 and bf16 against 6.6 + 1.65 (cuda/NOTES.md: 2.7 ms
  * measured, 1.65 ms predicted for this one). Each thread reads back only the vectors it
- * stored, so no barrier is needed between the passes beyond the reduction's. Taken when
+ * stored, so no barrier is needed between the passes beyond the reduction's. bf16 logits
+ * are widened into the fp32 row (the same bytes of shared memory). Taken when
  * Vp is a multiple of 4 and Vp floats fit the device's shared memory per block
  * (c->smem_optin: 227 KB on an H100, less the 256 static bytes: Vp <= 58048), unless
  * PPTRAIN_CE=two-pass. */
 #define CE_SMEM_THREADS 1024
-template <typename OutT>
+template <typename InT, typename OutT>
 __global__ void __launch_bounds__(CE_SMEM_THREADS, 1)
-    crossentropy_smem(OutT *dlogits, float *losses, const float *logits, const int *targets,
+    crossentropy_smem(OutT *dlogits, float *losses, const InT *logits, const int *targets,
                       float dloss, int V, int Vp) {
     extern __shared__ float4 row[]; /* Vp / 4 vectors */
-    const float *x = logits + (size_t)blockIdx.x * Vp; /* dlogits may be logits itself (fp32) */
+    const InT *x = logits + (size_t)blockIdx.x * Vp; /* dlogits may be logits (one type) */
     OutT *y = dlogits + (size_t)blockIdx.x * Vp;
-    const float4 *x4 = reinterpret_cast<const float4 *>(x);
     int tgt = targets[blockIdx.x], V4 = V / 4, P4 = Vp / 4;
-    float xt = x[tgt], mx = -INFINITY, s = 0.0f; /* read before any thread writes the row */
+    float xt = get(x + tgt), mx = -INFINITY, s = 0.0f; /* read before any thread writes the row */
     /* four loads in flight a thread before their values are used */
     for (int j0 = threadIdx.x; j0 < P4; j0 += 4 * CE_SMEM_THREADS) {
         float4 v[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             int j = j0 + u * CE_SMEM_THREADS;
-            if (j < P4) v[u] = x4[j];
+            if (j < P4) v[u] = get4(x + 4 * j);
         }
 #pragma unroll
         for (int u = 0; u < 4; u++) {
@@ -151,7 +153,7 @@ __global__ void __launch_bounds__(CE_SMEM_THREADS, 1)
             if (j < V4) ms_push4(mx, s, v[u]); /* else padded columns: the loop below */
         }
     }
-    for (int j = 4 * V4 + threadIdx.x; j < V; j += CE_SMEM_THREADS) ms_push(mx, s, x[j]);
+    for (int j = 4 * V4 + threadIdx.x; j < V; j += CE_SMEM_THREADS) ms_push(mx, s, get(x + j));
     block_reduce_ms(mx, s, ce_sh);
     if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) - (xt - mx);
     float k = dloss / s;

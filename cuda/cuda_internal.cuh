@@ -96,6 +96,8 @@ struct CudaCtx {
     int warned_fallback;      /* a fast GEMM mode fell back to fp32 (said once) */
     int warned_epi;           /* fused GEMMs that ran unfused (epi_unfused: said once each) */
     size_t smem_optin;        /* shared memory a block may opt in to (bytes) */
+    int logits_bf16;          /* the head's logits in bf16 (be.logits; bf16 operands unless
+                                 PPTRAIN_LOGITS=fp32: [Note: logits type] in backend.h) */
     int ce_two_pass;          /* PPTRAIN_CE=two-pass: the cross-entropy reads each row twice
                                  ([Note: cross-entropy row in shared memory] in ce_kernels.cuh) */
     char desc[512];
@@ -187,8 +189,9 @@ void k_add_bias(CudaCtx *c, float *out, const float *b, int N, int OC);
 void k_softmax_causal(CudaCtx *c, float *att, int rows, int T);
 /* In place: dP (rows of length T) becomes dS = P * (dP - sum_j P dP) * scale, causal. */
 void k_softmax_causal_backward(CudaCtx *c, float *dp, const float *p, int rows, int T, float scale);
-/* losses[N]; with want_grad dlogits[N,Vp] (operand; logits itself allowed at fp32). */
-void k_crossentropy(CudaCtx *c, void *dlogits, float *losses, const float *logits,
+/* losses[N]; with want_grad dlogits[N,Vp] (operand; logits itself allowed when the logits
+ * are of that type: c->logits_bf16 at bf16 operands, else fp32). */
+void k_crossentropy(CudaCtx *c, void *dlogits, float *losses, const void *logits,
                     const int *targets, float dloss, int N, int V, int Vp, int want_grad);
 /* out (one double) = sum over x[0..n) of x or x^2, fixed order. */
 void k_sum(CudaCtx *c, double *out, const float *x, size_t n, int squares);

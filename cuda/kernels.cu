@@ -871,34 +871,43 @@ void k_softmax_causal_backward(CudaCtx *c, float *dp, const float *p, int rows, 
 
 /* The kernels (crossentropy, crossentropy_smem) are in ce_kernels.cuh. */
 
-template <typename OutT>
-static void ce_smem(CudaCtx *c, OutT *dlogits, float *losses, const float *logits,
-                    const int *targets, float dloss, int N, int V, int Vp) {
-    size_t bytes = (size_t)Vp * sizeof(float);
-    CK(c, cudaFuncSetAttribute(crossentropy_smem<OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)bytes));
-    crossentropy_smem<OutT><<<N, CE_SMEM_THREADS, bytes, c->stream>>>(dlogits, losses, logits,
-                                                                      targets, dloss, V, Vp);
-    KCHECK(c, "crossentropy_smem");
+template <typename InT, typename OutT>
+static void ce_launch(CudaCtx *c, OutT *dlogits, float *losses, const InT *logits,
+                      const int *targets, float dloss, int N, int V, int Vp, int want_grad,
+                      int smem) {
+    if (smem) {
+        size_t bytes = (size_t)Vp * sizeof(float);
+        CK(c, cudaFuncSetAttribute(crossentropy_smem<InT, OutT>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+        crossentropy_smem<InT, OutT><<<N, CE_SMEM_THREADS, bytes, c->stream>>>(
+            dlogits, losses, logits, targets, dloss, V, Vp);
+        KCHECK(c, "crossentropy_smem");
+    } else {
+        crossentropy<InT, OutT><<<N, 512, 0, c->stream>>>(dlogits, losses, logits, targets, dloss,
+                                                          V, Vp, want_grad);
+        KCHECK(c, "crossentropy");
+    }
 }
 
-void k_crossentropy(CudaCtx *c, void *dlogits, float *losses, const float *logits,
+void k_crossentropy(CudaCtx *c, void *dlogits, float *losses, const void *logits,
                     const int *targets, float dloss, int N, int V, int Vp, int want_grad) {
     /* [Note: cross-entropy row in shared memory] (ce_kernels.cuh): the gradient's second
      * pass from the row kept on chip; without a gradient one pass reads the row once anyway */
     int smem = want_grad && !c->ce_two_pass && Vp % 4 == 0 &&
                (size_t)Vp * sizeof(float) + 64 * sizeof(float) <= c->smem_optin;
-    if (smem && c->op == PP_BF16)
-        ce_smem(c, (__nv_bfloat16 *)dlogits, losses, logits, targets, dloss, N, V, Vp);
-    else if (smem)
-        ce_smem(c, (float *)dlogits, losses, logits, targets, dloss, N, V, Vp);
-    else if (want_grad && c->op == PP_BF16)
-        crossentropy<<<N, 512, 0, c->stream>>>((__nv_bfloat16 *)dlogits, losses, logits, targets,
-                                               dloss, V, Vp, 1);
+    /* dlogits are written only with a gradient: of the operand type, the logits of theirs */
+    int out_bf16 = want_grad && c->op == PP_BF16;
+    typedef __nv_bfloat16 bf;
+    if (c->logits_bf16 && out_bf16)
+        ce_launch(c, (bf *)dlogits, losses, (const bf *)logits, targets, dloss, N, V, Vp, 1, smem);
+    else if (c->logits_bf16) /* no gradient (the logits are bf16 only with bf16 operands) */
+        ce_launch(c, (float *)dlogits, losses, (const bf *)logits, targets, dloss, N, V, Vp, 0, 0);
+    else if (out_bf16)
+        ce_launch(c, (bf *)dlogits, losses, (const float *)logits, targets, dloss, N, V, Vp, 1,
+                  smem);
     else
-        crossentropy<<<N, 512, 0, c->stream>>>((float *)dlogits, losses, logits, targets, dloss, V,
-                                               Vp, want_grad);
-    if (!smem) KCHECK(c, "crossentropy");
+        ce_launch(c, (float *)dlogits, losses, (const float *)logits, targets, dloss, N, V, Vp,
+                  want_grad, smem);
 }
 
 /* ---- reductions into a double, and the optimizer ------------------------------------ */

@@ -14,7 +14,8 @@
  * the shared-memory kernel's losses and fp32 dlogits within 1e-6 of the two-pass kernel's
  * (bf16: one rounding step apart at most); fp32 in place (dlogits = logits) bit for bit
  * the out-of-place result; without a gradient the two-pass kernel leaves dlogits and the
- * logits untouched. Outputs start as NaN and guard bytes follow every buffer; the padded
+ * logits untouched. The same with bf16 logits (check_bf16_logits): bf16 in place bit for
+ * bit out of place. Outputs start as NaN and guard bytes follow every buffer; the padded
  * input columns are NaN, so a kernel that adds one shows. It cannot check timing or the
  * device's own expf and logf (libm's here). */
 #include <stdio.h>
@@ -65,10 +66,11 @@ static bool zero(__nv_bfloat16 x) { return x.bits == 0; }
 
 /* ---- the launches k_crossentropy makes (cuda/kernels.cu) ------------------------------- */
 
-template <typename OutT>
-static void two_pass(OutT *dl, float *loss, const float *x, const int *tg, float dloss, int N,
+template <typename InT, typename OutT>
+static void two_pass(OutT *dl, float *loss, const InT *x, const int *tg, float dloss, int N,
                      int V, int Vp, int want_grad) {
-    bsim_run(N, 512, 0, [&] { crossentropy<OutT>(dl, loss, x, tg, dloss, V, Vp, want_grad); });
+    bsim_run(N, 512, 0,
+             [&] { crossentropy<InT, OutT>(dl, loss, x, tg, dloss, V, Vp, want_grad); });
 }
 
 /* k_crossentropy's condition for the shared-memory kernel, at an H100's opt-in */
@@ -76,12 +78,12 @@ static bool smem_fits(int Vp) {
     return Vp % 4 == 0 && (size_t)Vp * sizeof(float) + 64 * sizeof(float) <= BSIM_SMEM;
 }
 
-template <typename OutT>
-static void in_smem(OutT *dl, float *loss, const float *x, const int *tg, float dloss, int N, int V,
+template <typename InT, typename OutT>
+static void in_smem(OutT *dl, float *loss, const InT *x, const int *tg, float dloss, int N, int V,
                     int Vp) {
     if (!smem_fits(Vp)) fail("a shape the shared-memory kernel does not take");
     bsim_run(N, CE_SMEM_THREADS, (size_t)Vp * sizeof(float),
-             [&] { crossentropy_smem<OutT>(dl, loss, x, tg, dloss, V, Vp); });
+             [&] { crossentropy_smem<InT, OutT>(dl, loss, x, tg, dloss, V, Vp); });
 }
 
 /* ---- the check -------------------------------------------------------------------------- */
@@ -139,6 +141,62 @@ template <typename OutT> struct Got {
 };
 
 static uint64_t rng = 11;
+
+/* bf16 logits ([Note: logits type] in src/backend/backend.h), as the CUDA backend's head
+ * writes them at bf16: both kernels against the CPU on the same rounded logits, bf16
+ * dlogits out of place and in place over the logits (the same bits), and the losses
+ * without a gradient (the logits kept). 0 when all hold. */
+static int check_bf16_logits(const Shape &s, const std::vector<float> &x, const int *tg,
+                             float dloss) {
+    const Backend *cpu = backend_cpu();
+    int N = (int)s.targets.size(), V = s.V, Vp = s.Vp, bad = 0;
+    size_t n = (size_t)N * Vp;
+    std::vector<__nv_bfloat16> xb(n);
+    std::vector<float> xr(n);
+    for (size_t i = 0; i < n; i++) { /* the padded columns stay NaN */
+        xb[i] = __float2bfloat16_rn(x[i]);
+        xr[i] = value(xb[i]);
+    }
+    Want w{std::vector<float>(n), std::vector<float>(N)};
+    cpu->crossentropy_forward_backward(cpu, w.dl.data(), w.loss.data(), xr.data(),
+                                       s.targets.data(), dloss, N, V, Vp);
+    __nv_bfloat16 *in = (__nv_bfloat16 *)buffer(n * 2, xb.data());
+    bool smem = smem_fits(Vp);
+    for (int k = 0; k < (smem ? 2 : 1); k++) {
+        Got<__nv_bfloat16> o(n, N), p(n, N);
+        memcpy(p.dl, xb.data(), n * 2);
+        if (k) {
+            in_smem(o.dl, o.loss, in, tg, dloss, N, V, Vp);
+            in_smem(p.dl, p.loss, (const __nv_bfloat16 *)p.dl, tg, dloss, N, V, Vp);
+        } else {
+            two_pass(o.dl, o.loss, in, tg, dloss, N, V, Vp, 1);
+            two_pass(p.dl, p.loss, (const __nv_bfloat16 *)p.dl, tg, dloss, N, V, Vp, 1);
+        }
+        o.compare(w, V, Vp);
+        bool inplace = !memcmp(p.dl, o.dl, n * 2) && !memcmp(p.loss, o.loss, N * sizeof(float)) &&
+                       guards_intact(p.dl, n * 2);
+        bool ok = o.ok(4e-3) && inplace;
+        printf("%-4s %s V=%d Vp=%d N=%d, bf16 logits: losses %.1e, dlogits %.1e (bounds 1e-5, "
+               "4e-3); in place %s%s%s\n",
+               ok ? "ok" : "FAIL", k ? "shared-memory row" : "two passes       ", V, Vp, N,
+               o.eloss, o.edl, inplace ? "= out of place" : "DIFFERS",
+               o.pads ? "" : "; a padded column not 0",
+               o.guards ? "" : "; a guard byte was overwritten");
+        bad += !ok;
+    }
+    Got<float> l(n, N); /* no gradient */
+    two_pass(l.dl, l.loss, in, tg, dloss, N, V, Vp, 0);
+    bool untouched = true;
+    for (size_t i = 0; i < n; i++) untouched = untouched && !memcmp(&l.dl[i], "\xff\xff\xff\xff", 4);
+    bool kept = !memcmp(in, xb.data(), n * 2) && guards_intact(in, n * 2);
+    double el = loss_err(l.loss, w.loss.data(), N);
+    bool ok = el <= 1e-5 && untouched && kept;
+    printf("%-4s two passes, bf16 logits, no gradient: losses %.1e%s%s\n", ok ? "ok" : "FAIL", el,
+           untouched ? ", dlogits untouched" : ", dlogits WRITTEN",
+           kept ? "" : "; the logits changed");
+    free(in);
+    return bad + !ok;
+}
 
 /* One shape: both kernels (the shared-memory one where k_crossentropy takes it), fp32 and
  * bf16 dlogits, in place, and the two-pass kernel without a gradient. 0 when all hold. */
@@ -218,6 +276,7 @@ static int check(const Shape &s, float scale) {
            untouched ? ", dlogits untouched" : ", dlogits WRITTEN",
            in_kept ? "" : "; the logits or the targets changed");
     bad += !ok;
+    bad += check_bf16_logits(s, x, tg, dloss);
     free((void *)tg);
     free(in);
     return bad;

@@ -346,7 +346,8 @@ END_TEST
  * A GPU at precision bf16 stores the operand activations in bf16, so the model engine
  * must size, offset and copy them by pp_dtype_bytes(be->operand). This backend is the
  * CPU's with operand PP_BF16: each op widens its operand inputs from bf16 and rounds its
- * operand outputs to bf16 (nearest even), so the engine runs a bf16 GPU run's byte
+ * operand outputs to bf16 (nearest even), and keeps the head's logits in bf16 too, the
+ * dlogits over them ([Note: logits type]), so the engine runs a bf16 GPU run's byte
  * layout here, where its bits can be compared. */
 static uint16_t bf16_bits(float f) {
     uint32_t u;
@@ -441,10 +442,27 @@ static void emu_mm_gelu_bwd(const Backend *be, void *dpre, float *dw, float *db,
     if (t) emu_gelu_bwd(be, dpre, pre, t, (size_t)N * C);
     free(t);
 }
-static void emu_ce(const Backend *be, void *dlogits, float *losses, float *logits,
+/* bf16 logits ([Note: logits type]), as the CUDA backend's at bf16: the GEMM's result
+ * rounded; the cross-entropy on them widened, its dlogits rounded (in place allowed) */
+static void emu_head_logits(const Backend *be, void *logits, const void *inp, const float *w,
+                            int N, int C, int OC) {
+    float *t = pp_malloc((size_t)N * OC * sizeof(float));
+    emu_mm_fwd(be, t, inp, w, NULL, N, C, OC);
+    narrow(logits, t, (size_t)N * OC);
+    free(t);
+}
+static void emu_ce(const Backend *be, void *dlogits, float *losses, void *logits,
                    const int *targets, float dloss, int N, int V, int Vp) {
-    CPU->crossentropy_forward_backward(CPU, logits, losses, logits, targets, dloss, N, V, Vp);
-    narrow(dlogits, logits, (size_t)N * Vp);
+    float *t = widen(logits, (size_t)N * Vp);
+    CPU->crossentropy_forward_backward(CPU, t, losses, t, targets, dloss, N, V, Vp);
+    narrow(dlogits, t, (size_t)N * Vp);
+    free(t);
+}
+static void emu_ce_fwd(const Backend *be, void *logits, float *losses, const int *targets, int N,
+                       int V, int Vp) {
+    float *t = widen(logits, (size_t)N * Vp);
+    CPU->crossentropy_forward(CPU, t, losses, targets, N, V, Vp);
+    free(t);
 }
 static void emu_to_operand(const Backend *be, void *dst, const float *src, size_t n) {
     narrow(dst, src, n);
@@ -502,7 +520,10 @@ static const Backend *backend_bf16_operands(void) {
     be.rope_backward = emu_rope_bwd;
     be.swiglu_forward = emu_swiglu_fwd;
     be.swiglu_backward = emu_swiglu_bwd;
+    be.logits = PP_BF16;
+    be.head_logits = emu_head_logits;
     be.crossentropy_forward_backward = emu_ce;
+    be.crossentropy_forward = emu_ce_fwd;
     be.to_operand = emu_to_operand;
     return &be;
 }

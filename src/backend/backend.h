@@ -258,18 +258,26 @@ struct Backend {
     void (*swiglu_backward)(const Backend *be, void *dgate, void *dup, const float *gate,
                             const float *up, const float *dout, size_t count);
 
+    /* [Note: logits type] The head's logits[N,Vp] are of type `logits` below: fp32, or
+     * the operand type where a device writes them so (the CUDA backend at bf16, as llm.c:
+     * the head's GEMM writes half the bytes and the cross-entropy reads half;
+     * PPTRAIN_LOGITS=fp32 keeps them fp32). head_logits writes them: logits[N,OC] =
+     * inp[N,C] (operand) @ w[OC,C]^T, no bias, rounded to that type; the CPU runs
+     * matmul_forward. */
+    void (*head_logits)(const Backend *be, void *logits, const void *inp, const float *w, int N,
+                        int C, int OC);
     /* Fused softmax cross-entropy over the first V of Vp columns (padded columns get
      * no probability): dlogits[N,Vp] (operand) = (softmax(logits) - onehot(target)) *
-     * dloss (padded columns 0); logits[N,Vp] are left clobbered, and when the operand
-     * type is fp32 dlogits may be logits itself (in place). losses[N] receives each
-     * row's -log p(target). targets[N], each in [0, V) (unchecked, as encoder_forward's
-     * ids). Rows are independent: the model calls it on chunks of rows
-     * (logits_chunk_rows below). */
+     * dloss (padded columns 0); logits[N,Vp] (the logits type) are left clobbered, and
+     * when the logits type is the operand type dlogits may be logits itself (in place).
+     * losses[N] receives each row's -log p(target). targets[N], each in [0, V)
+     * (unchecked, as encoder_forward's ids). Rows are independent: the model calls it on
+     * chunks of rows (logits_chunk_rows below). */
     void (*crossentropy_forward_backward)(const Backend *be, void *dlogits, float *losses,
-                                          float *logits, const int *targets, float dloss, int N,
+                                          void *logits, const int *targets, float dloss, int N,
                                           int V, int Vp);
     /* As above but without the gradient (validation): logits are left clobbered. */
-    void (*crossentropy_forward)(const Backend *be, float *logits, float *losses,
+    void (*crossentropy_forward)(const Backend *be, void *logits, float *losses,
                                  const int *targets, int N, int V, int Vp);
 
     /* Floats of scratch memory the backward ops need for up to N rows of length T and
@@ -283,9 +291,11 @@ struct Backend {
     void (*to_operand)(const Backend *be, void *dst, const float *src, size_t count);
     /* The element type of the operand activations ([Note: operand activations]). */
     PPDType operand;
+    /* The element type of the head's logits ([Note: logits type]): fp32 or `operand`. */
+    PPDType logits;
 
     /* Rows of the head's logits the model computes at once ([Note: chunked head] in
-     * model.c): its one logits buffer is [min(this, N), Vp] fp32. 0: all N rows of a
+     * model.c): its one logits buffer holds [min(this, N), Vp] fp32. 0: all N rows of a
      * microbatch (the CPU backend, so that its bits stay those of one GEMM over N). */
     int logits_chunk_rows;
 

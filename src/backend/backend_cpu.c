@@ -579,23 +579,29 @@ static float crossentropy_row(float *x, int target, float dloss, int V, int Vp, 
     return logf(s) - (xt - mx);
 }
 
+/* [Note: logits type]: fp32 here, so the head's logits are matmul_forward's. */
+static void head_logits(const Backend *be, void *logits, const void *inp, const float *w, int N,
+                        int C, int OC) {
+    matmul_forward(be, (float *)logits, inp, w, NULL, N, C, OC);
+}
+
 static void crossentropy_forward_backward(const Backend *be, void *dlogits, float *losses,
-                                          float *logits, const int *targets, float dloss, int N,
+                                          void *logits, const int *targets, float dloss, int N,
                                           int V, int Vp) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        float *x = logits + (size_t)n * Vp;
+        float *x = (float *)logits + (size_t)n * Vp;
         losses[n] = crossentropy_row(x, targets[n], dloss, V, Vp, 1);
         if (dlogits != logits)
             memcpy((float *)dlogits + (size_t)n * Vp, x, (size_t)Vp * sizeof(float));
     }
 }
 
-static void crossentropy_forward(const Backend *be, float *logits, float *losses,
+static void crossentropy_forward(const Backend *be, void *logits, float *losses,
                                  const int *targets, int N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
-        losses[n] = crossentropy_row(logits + (size_t)n * Vp, targets[n], 0.0f, V, Vp, 0);
+        losses[n] = crossentropy_row((float *)logits + (size_t)n * Vp, targets[n], 0.0f, V, Vp, 0);
 }
 
 /* ---- memory, reductions, optimizer: host memory, so every entry is synchronous ---- */
@@ -668,12 +674,14 @@ static const Backend cpu_backend = {
     .matmul_gelu_backward = matmul_gelu_backward,
     .swiglu_forward = swiglu_forward,
     .swiglu_backward = swiglu_backward,
+    .head_logits = head_logits,
     .crossentropy_forward_backward = crossentropy_forward_backward,
     .crossentropy_forward = crossentropy_forward,
     .scratch_floats = scratch_floats,
     .add_inplace = add_inplace,
     .to_operand = to_operand,
     .operand = PP_F32,
+    .logits = PP_F32,
 };
 
 const Backend *backend_cpu(void) { return &cpu_backend; }

@@ -661,9 +661,9 @@ static void init_model(Model *m, const ModelDims *d, const ChunkSpec *specs,
     consts_init(m);
     m->losses = dev_alloc(m, N * sizeof(float));
     m->logits_rows = head_rows(be->logits_chunk_rows, B, T);
-    if (any_last) /* [Note: chunked head] */
+    if (any_last) /* [Note: chunked head]; room for fp32 logits whatever their type */
         m->logits = act_alloc(m, (size_t)m->logits_rows * d->Vp * sizeof(float));
-    if (any_last && be->operand != PP_F32)
+    if (any_last && be->operand != be->logits) /* else dlogits overwrite the logits */
         m->dlogits = dev_alloc(m, (size_t)m->logits_rows * d->Vp * pp_dtype_bytes(be->operand));
 }
 
@@ -815,7 +815,7 @@ float *model_head_grad(const Model *m, int c, int s) {
  * chunks of R rows (m->logits_rows: be->logits_chunk_rows, all N when 0) through one
  * [R,Vp] buffer, the only one there is. Per chunk of rows r0..r0+R, x the final norm's
  * output and dx its gradient (GPT-2's lnf and dlnf):
- *   logits[R,Vp] = x[r0..] @ head^T                          (matmul_forward)
+ *   logits[R,Vp] = x[r0..] @ head^T                          (head_logits)
  *   losses[r0..] = -log p(target); logits become dlogits     (crossentropy_forward_backward)
  *   dx[r0..]     = dlogits @ head, overwriting that chunk's rows (matmul_backward's dinp)
  *   dhead       += dlogits^T @ x[r0..]                        (matmul_backward's dw)
@@ -839,13 +839,14 @@ void model_head_loss(Model *m, const void *x, float *dx, const int *targets, flo
     const Backend *be = m->be;
     int N = m->B * m->T, C = m->d.C, V = m->d.V, Vp = m->d.Vp;
     size_t ob = pp_dtype_bytes(be->operand);
-    void *dl = m->dlogits ? m->dlogits : m->logits; /* in place when the operand type is fp32 */
+    /* in place when the logits are of the operand type ([Note: logits type]) */
+    void *dl = m->dlogits ? m->dlogits : m->logits;
     int hold = be->weight_hold && !m->weights_held; /* converted once, not per chunk */
     if (hold) be->weight_hold(be, m->head, (size_t)Vp * C);
     for (int r0 = 0; r0 < N; r0 += m->logits_rows) {
         int R = N - r0 < m->logits_rows ? N - r0 : m->logits_rows;
         const void *xr = (const char *)x + (size_t)r0 * C * ob;
-        be->matmul_forward(be, m->logits, xr, m->head, NULL, R, C, Vp);
+        be->head_logits(be, m->logits, xr, m->head, R, C, Vp);
         if (!want_grad) {
             be->crossentropy_forward(be, m->logits, m->losses + r0, targets + r0, R, V, Vp);
             continue;

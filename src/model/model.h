@@ -149,10 +149,12 @@ struct Model {
     float *dhead_tied;    /* [Vp,C] the head's share of d(wte) when this rank holds both the
                              first and the last stage ([Note: tied gradient order]) */
     /* Scratch shared by all chunks (one op runs at a time). */
-    float *logits;        /* [logits_rows,Vp] last stage: one chunk of the head's rows
-                             ([Note: chunked head] in model.c), counted in act_bytes */
+    void *logits;         /* [logits_rows,Vp] last stage: one chunk of the head's rows
+                             ([Note: chunked head] in model.c), counted in act_bytes; of
+                             be->logits's type ([Note: logits type]) in fp32's room */
     int logits_rows;      /* be->logits_chunk_rows, or N = B*T when that is 0 or more */
-    void *dlogits;        /* [logits_rows,Vp] (operand) when the operand type is not fp32;
+    void *dlogits;        /* [logits_rows,Vp] (operand) when the operand type is not the
+                             logits' type;
                              NULL: the head's dlogits overwrite its logits */
     float *losses;        /* [N] */
     void *bufs[ARCH_MAX_BUFS]; /* the Arch's backward scratch (Arch.scratch); NULL where its

@@ -1291,27 +1291,77 @@ static void check_elementwise(const Shape *s, const char *sh) {
     free(ha);
 }
 
+/* [Note: logits type] in src/backend/backend.h: the head's logits are bf16 where the
+ * backend says so (the CUDA backend at bf16 unless PPTRAIN_LOGITS=fp32), else fp32. */
+static int logits_bf16(void) { return gpu->logits == PP_BF16; }
+
+/* Device logits of n elements holding x, rounded in place to what they hold (NULL: NaN). */
+static void *dev_logits(float *x, size_t n) {
+    if (!logits_bf16() && x) return dev(x, n * sizeof(float));
+    if (!logits_bf16()) {
+        float *h = nanbuf(n);
+        void *d = dev(h, n * sizeof(float));
+        gpu->wait(gpu);
+        free(h);
+        return d;
+    }
+    if (!x) return dev_op_nan(n);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_widen(bf16_round(x[i]));
+    return dev_op(x, n);
+}
+
+/* head_logits: logits[N,Vp] = x (operand) @ w^T at the logits type, against the CPU's
+ * matmul_forward (its bf16 rounding within TOL_BF16_STORE), twice for the bits. */
+static void check_head_logits(const Shape *s, const char *sh) {
+    int N = s->B * s->T, C = s->C, Vp = s->Vp;
+    size_t NV = (size_t)N * Vp;
+    float *x = rnd((size_t)N * C, 1), *w = rnd((size_t)Vp * C, 0.5f), *want = nanbuf(NV);
+    op_round(x, (size_t)N * C);
+    void *dx = dev_op(x, (size_t)N * C), *dw = dev(w, (size_t)Vp * C * 4);
+    void *d1 = dev_logits(NULL, NV), *d2 = dev_logits(NULL, NV);
+    gpu->head_logits(gpu, d1, dx, dw, N, C, Vp);
+    gpu->head_logits(gpu, d2, dx, dw, N, C, Vp);
+    cpu->matmul_forward(cpu, want, x, w, NULL, N, C, Vp);
+    float *h1 = logits_bf16() ? host_op(d1, NV) : host(d1, NV);
+    float *h2 = logits_bf16() ? host_op(d2, NV) : host(d2, NV);
+    double tol = tol_gemm();
+    compare("head_logits", logits_bf16() ? "logits (bf16)" : "logits", sh, h1, want, NV,
+            logits_bf16() && tol < TOL_BF16_STORE ? TOL_BF16_STORE : tol);
+    same_bits("head_logits twice", sh, h2, h1, NV);
+    void *all[] = {dx, dw, d1, d2};
+    free_all(all, 4);
+    free(x);
+    free(w);
+    free(want);
+    free(h1);
+    free(h2);
+}
+
 static void check_crossentropy(const Shape *s, const char *sh) {
     int N = s->B * s->T, V = s->V, Vp = s->Vp;
     size_t NV = (size_t)N * Vp;
     int *tgt = malloc(N * sizeof(int));
     for (int i = 0; i < N; i++) tgt[i] = (int)(urand() * V);
-    float *lg = rnd(NV, 5), *lg2 = dup(lg, NV), *loss = nanbuf(N), *loss2 = nanbuf(N);
+    float *lg = rnd(NV, 5), *loss = nanbuf(N), *loss2 = nanbuf(N);
     int *dt = dev(tgt, N * sizeof(int));
-    float *dl = dev(lg, NV * 4), *dl2 = dev(lg, NV * 4), *dl3 = dev(lg, NV * 4);
+    /* the logits as the GPU holds them (rounded to bf16 in lg when it holds bf16) */
+    void *dl = dev_logits(lg, NV), *dl2 = dev_logits(lg, NV), *dl3 = dev_logits(lg, NV);
+    float *lg2 = dup(lg, NV);
     float *dloss = dev(loss, N * 4), *dloss2 = dev(loss, N * 4), *dloss3 = dev(loss, N * 4);
-    void *dd = dev_op_nan(NV); /* dlogits in a buffer of its own (the only way in bf16) */
-    /* in place (dlogits = logits), which only an fp32 operand allows */
-    if (!op_bf16())
-        gpu->crossentropy_forward_backward(gpu, dl, dloss, dl, dt, 1.0f / 777, N, V, Vp);
+    void *dd = dev_op_nan(NV); /* dlogits in a buffer of their own */
+    /* in place (dlogits = logits), where the logits are of the operand type */
+    int inplace = gpu->logits == gpu->operand;
+    if (inplace) gpu->crossentropy_forward_backward(gpu, dl, dloss, dl, dt, 1.0f / 777, N, V, Vp);
     gpu->crossentropy_forward_backward(gpu, dd, dloss3, dl3, dt, 1.0f / 777, N, V, Vp);
     cpu->crossentropy_forward_backward(cpu, lg, loss, lg, tgt, 1.0f / 777, N, V, Vp);
-    if (!op_bf16()) {
-        float *hl = host(dl, NV), *hloss = host(dloss, N);
-        compare("crossentropy_fwd_bwd", "dlogits", sh, hl, lg, NV, TOL_RED);
+    if (inplace) {
+        float *hl = host_op(dl, NV), *hloss = host(dloss, N), *hd = host_op(dd, NV);
+        compare("crossentropy_fwd_bwd", "dlogits", sh, hl, lg, NV, tol_op(TOL_RED));
         compare("crossentropy_fwd_bwd", "losses", sh, hloss, loss, N, TOL_RED);
+        same_bits("crossentropy_fwd_bwd in place=own buffer", sh, hl, hd, NV);
         free(hl);
         free(hloss);
+        free(hd);
     }
     float *hd = host_op(dd, NV), *hloss3 = host(dloss3, N);
     compare("crossentropy_fwd_bwd (own)", "dlogits", sh, hd, lg, NV, tol_op(TOL_RED));
@@ -1617,6 +1667,7 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
         const char *var, *old, *bogus;
     } sw[] = {
         {"PPTRAIN_CE", "two-pass", "one-and-a-half"},
+        {"PPTRAIN_LOGITS", "fp32", "half"}, /* [Note: logits type] */
         /* their paths are checked above, under both switches at once; here the refusal */
         {"PPTRAIN_FUSE_GELU", "0", "off"},
         {"PPTRAIN_FUSE_RESIDUAL", "0", "no"},
@@ -1634,6 +1685,12 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
             static const Shape s1 = {2, 37, 64, 1, 251, 256}, s2 = {1, 3, 64, 1, 50257, 50304};
             check_crossentropy(&s1, "PPTRAIN_CE=two-pass B=2 T=37 V=251/256");
             if (!small) check_crossentropy(&s2, "PPTRAIN_CE=two-pass B=1 T=3 V=50257/50304");
+        }
+        if (!strcmp(sw[i].var, "PPTRAIN_LOGITS")) {
+            static const Shape s1 = {2, 37, 64, 1, 251, 256}, s2 = {1, 3, 64, 1, 50257, 50304};
+            check_crossentropy(&s1, "PPTRAIN_LOGITS=fp32 B=2 T=37 V=251/256");
+            check_head_logits(&s1, "PPTRAIN_LOGITS=fp32 B=2 T=37 V=251/256");
+            if (!small) check_crossentropy(&s2, "PPTRAIN_LOGITS=fp32 B=1 T=3 V=50257/50304");
         }
         backend_release(gpu);
         if (!cpu_mode) {
@@ -1888,6 +1945,7 @@ int main(int argc, char **argv) {
                 check_elementwise(s, sh);
                 check_swiglu((size_t)N * 4 * s->C - 1, sh);
                 check_crossentropy(s, sh);
+                check_head_logits(s, sh);
             }
             char shm[16];
             snprintf(shm, sizeof shm, "#%zu", k);
