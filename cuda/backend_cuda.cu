@@ -228,9 +228,10 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
                                                  &al[3], 4));
     /* Split-K only through the workspace (partial sums reduced in a separate, ordered
      * step), never "in place" into the output, whose order of additions is the one
-     * thing here not fixed by the shape ([Note: deterministic kernels]). */
+     * thing here not fixed by the shape ([Note: deterministic kernels]); under a bf16 D
+     * with partials in fp32 only (bf16 partials would round the sum twice). */
     uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
-                   CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+                   (key->d_bf16 ? 0 : CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE);
     LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                  &red, sizeof red));
     /* the heuristic's best first; C != D takes the best that says it can write out of
@@ -449,9 +450,10 @@ static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, c
  * operand activations are bf16 (be.operand, [Note: operand activations] in
  * src/backend/backend.h): the ops that write them round to bf16, and every matmul runs a bf16
  * GEMM with fp32 accumulation and fp32 output on them as they are (the fc GEMM writes
- * its bf16 pre-activation itself: [Note: GEMM epilogues]). The fp32 master weights are
+ * its bf16 pre-activation itself: [Note: GEMM epilogues]; the head's GEMM its bf16
+ * logits: [Note: logits type] in backend.h). The fp32 master weights are
  * converted once per action list while the model holds them ([Note: held weights] in
- * model.h; per call otherwise). The residual stream, qkv, the logits, LayerNorm's
+ * model.h; per call otherwise). The residual stream, qkv, LayerNorm's
  * statistics, the gradients and the optimizer stay fp32; the materialised attention's GEMMs run CUBLAS_COMPUTE_32F_FAST_16BF on the fp32
  * qkv (cuBLASLt converts). PPTRAIN_BF16_OPERANDS=fp32 keeps fp32 operand activations at
  * bf16 and casts them in every matmul instead (the path before bf16 activations, kept
@@ -728,9 +730,11 @@ static void cu_matmul_gelu_backward(const Backend *be, void *dpre, float *dw, fl
  * cuDNN's fused flash attention ([Note: cuDNN attention] in cudnn_attn.cc) runs instead of
  * the flash kernels by default where it can: bf16 operands, the run's head size a multiple
  * of 8 up to 128, and libcudnn.so.9 loads (else flash, and the description says cuDNN's
- * did not load). On an H100 it took 7.4 ms of a GPT-2 124M step at B = 16 where the flash
- * kernels took 11.6 (cuda/NOTES.md). PPTRAIN_ATTENTION=cudnn asks for it (an open that
- * cannot load it fails, saying why); =flash keeps pptrain's own kernels. */
+ * did not load); a graph cuDNN refuses at its first call hands the run to the flash
+ * kernels, saying so once. On an H100 it took 7.4 ms of a GPT-2 124M step at B = 16 where
+ * the flash kernels took 11.6-11.7 (cuda/NOTES.md). PPTRAIN_ATTENTION=cudnn asks for it
+ * (an open that cannot load it, or a graph it refuses, ends the run saying why); =flash
+ * keeps pptrain's own kernels. */
 
 /* [Note: cuDNN attention]'s head sizes (the run's are checked at open, attention_choice). */
 static int cudnn_head_ok(int HS) { return HS > 0 && HS <= 128 && HS % 8 == 0; }
@@ -834,8 +838,8 @@ static void cu_attention_forward(const Backend *be, void *out, float *att, const
     if (!c->att_flash) return materialized_forward(be, out, att, qkv, B, T, NH, NKV, HS);
     if (c->att_cudnn && T > 1) { /* T = 1: the flash kernels ([Note: cuDNN attention]) */
         head_size_check(c, HS, 1);
-        return k_cudnn_attention_forward(c, out, att, qkv, B, T, NH, NKV, HS);
-    }
+        if (!k_cudnn_attention_forward(c, out, att, qkv, B, T, NH, NKV, HS)) return;
+    } /* else, or where cuDNN refused the shape under the default: the flash kernels */
     head_size_check(c, HS, 0);
     k_flash_forward(c, out, att, qkv, B, T, NH, NKV, HS);
 }
@@ -848,7 +852,7 @@ static void cu_attention_backward(const Backend *be, void *dqkv, const float *do
         return materialized_backward(be, dqkv, dout, qkv, att, B, T, NH, NKV, HS, scratch);
     if (c->att_cudnn && T > 1) { /* T = 1: the flash kernels ([Note: cuDNN attention]) */
         head_size_check(c, HS, 1);
-        return k_cudnn_attention_backward(c, dqkv, dout, qkv, out, att, B, T, NH, NKV, HS);
+        if (!k_cudnn_attention_backward(c, dqkv, dout, qkv, out, att, B, T, NH, NKV, HS)) return;
     }
     head_size_check(c, HS, 0);
     float *D = (float *)grow(c, &c->flashD, (size_t)B * NH * T * sizeof(float));
@@ -1309,6 +1313,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     c->sizes = *sizes;
     c->att_flash = att_flash;
     c->att_cudnn = att_cudnn != 0;
+    c->att_cudnn_default = att_cudnn == 2;
     c->sm = prop.major * 10 + prop.minor;
     c->flash_bwd = flash_bwd;
     c->ln_rows = ln_rows;
@@ -1321,7 +1326,8 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     }
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->ce_two_pass = ce_two_pass;
-    c->logits_bf16 = bf16_operands && !logits_fp32;
+    /* a bf16 D's rows must stay 16-byte aligned for cuBLASLt: Vp a multiple of 8 */
+    c->logits_bf16 = bf16_operands && !logits_fp32 && sizes->Vp % 8 == 0;
     OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     OPEN_CK(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
     OPEN_CK(cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming));
@@ -1371,7 +1377,10 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                  c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0",
                  c->fuse_bgrad ? "" : ", PPTRAIN_FUSE_BGRAD=0",
                  c->ce_two_pass ? ", PPTRAIN_CE=two-pass" : "",
-                 bf16_operands && logits_fp32 ? ", PPTRAIN_LOGITS=fp32" : "", lnd);
+                 !bf16_operands || c->logits_bf16 ? ""
+                 : logits_fp32                    ? ", PPTRAIN_LOGITS=fp32"
+                                                  : ", fp32 logits (Vp not a multiple of 8)",
+                 lnd);
         be->description = c->desc;
         return be;
     }

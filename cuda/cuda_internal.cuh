@@ -70,7 +70,9 @@ struct CudaCtx {
     int att_flash;            /* 1: flash attention ([Note: attention path] in backend_cuda.cu),
                                  or cuDNN's (att_cudnn): both save the log-sum-exp */
     int att_cudnn;            /* 1: cuDNN's fused attention ([Note: cuDNN attention] in
-                                 cudnn_attn.cc), PPTRAIN_ATTENTION=cudnn */
+                                 cudnn_attn.cc) */
+    int att_cudnn_default;    /* it is the default choice, not PPTRAIN_ATTENTION=cudnn: a graph
+                                 cuDNN refuses hands the run to the flash kernels */
     void *cudnn;              /* its handle and graphs (cudnn_attn.cc's own) */
     Grow cudnn_ws;            /* cuDNN's workspace for the graphs */
     int sm;                   /* the device's compute capability, 10 major + minor */
@@ -100,7 +102,7 @@ struct CudaCtx {
                                  PPTRAIN_LOGITS=fp32: [Note: logits type] in backend.h) */
     int ce_two_pass;          /* PPTRAIN_CE=two-pass: the cross-entropy reads each row twice
                                  ([Note: cross-entropy row in shared memory] in ce_kernels.cuh) */
-    char desc[512];
+    char desc[768];
 };
 
 static inline CudaCtx *ctx_of(const Backend *be) { return (CudaCtx *)be->ctx; }
@@ -234,11 +236,13 @@ int cudnn_attn_open(CudaCtx *c, char *err, size_t n);
 void cudnn_attn_close(CudaCtx *c);
 /* The cuDNN opened (cudnnGetVersion: 91900 for 9.19.0), 0 when none. */
 size_t cudnn_attn_version(const CudaCtx *c);
-/* As k_flash_forward / k_flash_backward: out and dqkv bf16 operands, lse [B,NH,T]. */
-void k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T,
-                               int NH, int NKV, int HS);
-void k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const float *dout, const float *qkv,
-                                const void *out, const float *lse, int B, int T, int NH, int NKV,
-                                int HS);
+/* As k_flash_forward / k_flash_backward: out and dqkv bf16 operands, lse [B,NH,T]. 0, or
+ * 1 when cuDNN refused the shape's graph under the default choice (c->att_cudnn_default:
+ * said once, c->att_cudnn cleared): the caller runs the flash kernels instead. */
+int k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T,
+                              int NH, int NKV, int HS);
+int k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const float *dout, const float *qkv,
+                               const void *out, const float *lse, int B, int T, int NH, int NKV,
+                               int HS);
 
 #endif

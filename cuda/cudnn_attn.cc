@@ -41,8 +41,10 @@
  * (reserve_workspace: in the build report's memory) and grown if cuDNN asks more. The frontend is
  * built with dynamic loading: this file opens libcudnn.so.9 (from the loader's path, or the file
  * PPTRAIN_CUDNN_LIB names) at the backend's open, which fails naming the variable and the library
- * when it cannot. A graph cuDNN refuses at the first call ends the run with cuDNN's reason and the
- * way back (unset PPTRAIN_ATTENTION: the flash kernels). Checked on the build machine without a GPU
+ * when it cannot. It is the default where it loads ([Note: attention path] in backend_cuda.cu):
+ * there a graph cuDNN refuses at its first call says cuDNN's reason once and hands the run to the
+ * flash kernels; under PPTRAIN_ATTENTION=cudnn it ends the run with the reason and the way back
+ * (PPTRAIN_ATTENTION=flash). Checked on the build machine without a GPU
  * by pp_cudnn_graph_check (test/cuda.sh, part 9): the same graphs, built for an H100's
  * properties, must validate and get engine configurations from cuDNN's heuristics; the numbers are
  * gpu_ops' (against the CPU op) on a GPU. */
@@ -183,10 +185,13 @@ int load_library(char *err, size_t n) {
 
 /* The graph of shape s, built at its first call (one line on stderr says so: its build
  * time and workspace), the oldest dropped beyond CUDNN_GRAPHS; dies with cuDNN's reason. */
-Graph &graph_for(CudaCtx *c, const Shape &s) {
+/* The shape's graph, built at its first call; a refusal ends the run, or under the default
+ * choice (c->att_cudnn_default) says so once and returns NULL: the flash kernels take
+ * over for the rest of the run (they read the log-sum-exp cuDNN's forward saved). */
+Graph *graph_for(CudaCtx *c, const Shape &s) {
     Cudnn *d = cudnn_of(c);
     for (auto &gr : d->graphs)
-        if (gr.s == s) return gr;
+        if (gr.s == s) return &gr;
     char why[1024] = "", what[1400];
     try {
         struct timespec t0, t1;
@@ -207,15 +212,23 @@ Graph &graph_for(CudaCtx *c, const Shape &s) {
                     s.HS, (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
                     ws / 1e6);
             d->graphs.push_back({s, g, ws});
-            return d->graphs.back();
+            return &d->graphs.back();
         }
     } catch (const std::exception &x) { /* the frontend throws where it cannot go on */
         snprintf(why, sizeof why, "%s", x.what());
     }
-    snprintf(what, sizeof what,
-             "cuDNN %zu attention %s for B=%d T=%d NH=%d NKV=%d HS=%d: %s; unset "
-             "PPTRAIN_ATTENTION to run the flash kernels",
+    snprintf(what, sizeof what, "cuDNN %zu attention %s for B=%d T=%d NH=%d NKV=%d HS=%d: %s",
              d->version, s.bwd ? "backward" : "forward", s.B, s.T, s.NH, s.NKV, s.HS, why);
+    if (c->att_cudnn_default) {
+        fprintf(stderr,
+                "[rank %d] %s: running pptrain's flash kernels instead for the rest of the run "
+                "(PPTRAIN_ATTENTION=flash chooses them from the start)\n",
+                c->rank, what);
+        c->att_cudnn = 0;
+        return nullptr;
+    }
+    snprintf(what + strlen(what), sizeof what - strlen(what),
+             "; set PPTRAIN_ATTENTION=flash to run pptrain's flash kernels");
     pp_cuda_die(c, __FILE__, __LINE__, what, "error", "see above");
 }
 
@@ -228,7 +241,9 @@ void run(CudaCtx *c, Graph &gr, std::unordered_map<int64_t, void *> &pack) {
         why = e.get_message();
     } catch (const std::exception &x) { why = x.what(); }
     char what[1200];
-    snprintf(what, sizeof what, "cuDNN attention %s: execute: %s; unset PPTRAIN_ATTENTION",
+    snprintf(what, sizeof what,
+             "cuDNN attention %s: execute: %s; set PPTRAIN_ATTENTION=flash to run pptrain's flash "
+             "kernels",
              gr.s.bwd ? "backward" : "forward", why.c_str());
     pp_cuda_die(c, __FILE__, __LINE__, what, "error", "see above");
 }
@@ -281,30 +296,33 @@ void cudnn_attn_close(CudaCtx *c) {
 
 size_t cudnn_attn_version(const CudaCtx *c) { return c->cudnn ? cudnn_of(c)->version : 0; }
 
-void k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T,
-                               int NH, int NKV, int HS) {
+int k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T,
+                              int NH, int NKV, int HS) {
     size_t ld = (size_t)(NH + 2 * NKV) * HS, rows = (size_t)B * T;
+    Graph *gr = graph_for(c, {0, B, T, NH, NKV, HS});
+    if (!gr) return 1;
     auto *q = (__nv_bfloat16 *)grow(c, &c->castA, rows * ld * sizeof(__nv_bfloat16));
     k_to_bf16(c, q, qkv, rows * ld);
-    Graph &gr = graph_for(c, {0, B, T, NH, NKV, HS});
     std::unordered_map<int64_t, void *> pack = {{UQ, q},
                                                 {UK, q + (size_t)NH * HS},
                                                 {UV, q + (size_t)(NH + NKV) * HS},
                                                 {UO, out},
                                                 {USTATS, lse}};
-    run(c, gr, pack);
+    run(c, *gr, pack);
+    return 0;
 }
 
-void k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const float *dout, const float *qkv,
-                                const void *out, const float *lse, int B, int T, int NH, int NKV,
-                                int HS) {
+int k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const float *dout, const float *qkv,
+                               const void *out, const float *lse, int B, int T, int NH, int NKV,
+                               int HS) {
     size_t ld = (size_t)(NH + 2 * NKV) * HS, rows = (size_t)B * T, C = (size_t)NH * HS;
+    Graph *gr = graph_for(c, {1, B, T, NH, NKV, HS});
+    if (!gr) return 1;
     auto *q = (__nv_bfloat16 *)grow(c, &c->castA, rows * ld * sizeof(__nv_bfloat16));
     auto *dO = (__nv_bfloat16 *)grow(c, &c->castB, rows * C * sizeof(__nv_bfloat16));
     k_to_bf16(c, q, qkv, rows * ld);
     k_to_bf16(c, dO, dout, rows * C);
     auto *dq = (__nv_bfloat16 *)dqkv;
-    Graph &gr = graph_for(c, {1, B, T, NH, NKV, HS});
     std::unordered_map<int64_t, void *> pack = {{UQ, q},
                                                 {UK, q + (size_t)NH * HS},
                                                 {UV, q + (size_t)(NH + NKV) * HS},
@@ -314,7 +332,8 @@ void k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const float *dout, const
                                                 {UDQ, dq},
                                                 {UDK, dq + (size_t)NH * HS},
                                                 {UDV, dq + (size_t)(NH + NKV) * HS}};
-    run(c, gr, pack);
+    run(c, *gr, pack);
+    return 0;
 }
 
 /* An H100 SXM's properties as cuDNN reads them (CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION)
@@ -399,13 +418,13 @@ int cudnn_attn_open(CudaCtx *c, char *err, size_t n) {
 }
 void cudnn_attn_close(CudaCtx *c) {}
 size_t cudnn_attn_version(const CudaCtx *c) { return 0; }
-void k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T,
-                               int NH, int NKV, int HS) {
+int k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T,
+                              int NH, int NKV, int HS) {
     pp_cuda_die(c, __FILE__, __LINE__, "cuDNN attention", "error", "not built");
 }
-void k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const float *dout, const float *qkv,
-                                const void *out, const float *lse, int B, int T, int NH, int NKV,
-                                int HS) {
+int k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const float *dout, const float *qkv,
+                               const void *out, const float *lse, int B, int T, int NH, int NKV,
+                               int HS) {
     pp_cuda_die(c, __FILE__, __LINE__, "cuDNN attention", "error", "not built");
 }
 extern "C" int pp_cudnn_graph_check(int bwd, int B, int T, int NH, int NKV, int HS, char *msg,

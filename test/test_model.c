@@ -789,10 +789,10 @@ START_TEST(test_chunked_head) {
                               (size_t)(N - Reff) * Vp * sizeof(float));
             ModelPlan plan;
             model_plan(&plan, d, &spec, NULL, NULL, 1, B, T,
-                       be.attention_saved_floats(&be, B, T, d->NH), pp_dtype_bytes(be.operand), R,
-                       0, 0, 0);
+                       be.attention_saved_floats(&be, B, T, d->NH), pp_dtype_bytes(be.operand),
+                       pp_dtype_bytes(be.logits), R, 0, 0, 0);
             ck_assert_uint_eq(plan.slots, ch.act_bytes);
-            ck_assert_uint_eq(plan.logits, (size_t)Reff * Vp * sizeof(float));
+            ck_assert_uint_eq(plan.logits, (size_t)Reff * Vp * pp_dtype_bytes(be.logits));
             Model *ms[2] = {&ref, &ch};
             double loss[2], vloss[2];
             float *losses[2], *vlosses[2], *dlnf[2];
@@ -1184,7 +1184,8 @@ START_TEST(test_memory_plan_sweep) {
                             be.logits_chunk_rows = M % 3;
                             model_plan(&plan, &d, specs, rc, nws, v, B, T,
                                        be.attention_saved_floats(&be, B, T, d.NH),
-                                       pp_dtype_bytes(be.operand), be.logits_chunk_rows, 2,
+                                       pp_dtype_bytes(be.operand), pp_dtype_bytes(be.logits),
+                                       be.logits_chunk_rows, 2,
                                        nb[1], nb[0]);
                             model_init_recompute(&m, &d, specs, rc, v, B, T, &be, nb[1], nb[0]);
                             model_init_optimizer(&m, 2);
@@ -1207,7 +1208,8 @@ START_TEST(test_memory_plan_sweep) {
                             int last = 0;
                             for (int c = 0; c < v; c++) last |= specs[c].last;
                             ck_assert_uint_eq(plan.logits,
-                                              last ? (size_t)(M % 3 ? M % 3 : B * T) * d.Vp * 4
+                                              last ? (size_t)(M % 3 ? M % 3 : B * T) * d.Vp *
+                                                         pp_dtype_bytes(be.logits)
                                                    : 0);
                             model_free(&m);
                             checked++;
@@ -1334,7 +1336,7 @@ START_TEST(test_backend_sizes) {
     Model m;
     ModelPlan p;
     setup_model(&m, split, 2, 1, 4, 5);
-    model_plan(&p, &tiny, split, NULL, NULL, 2, 4, 5, 0, sizeof(float), 0, 0, 0, 0);
+    model_plan(&p, &tiny, split, NULL, NULL, 2, 4, 5, 0, sizeof(float), sizeof(float), 0, 0, 0, 0);
     ck_assert_uint_eq(p.params / sizeof(float), m.nparams);
     model_free(&m);
     tfree_all();

@@ -227,8 +227,8 @@ struct Backend {
     /* [Note: fused GELU] An MLP's fc matmul and its GELU as one op, so that a device can
      * run the GELU (or its derivative) in the GEMM's epilogue and store the pre-activation
      * at the operand type. pre[N,OC] (operand) = inp[N,C] (operand) @ w[OC,C]^T + b[OC]
-     * (b may be NULL; the CUDA backend at bf16 adds b rounded to bf16, as its GEMM
-     * epilogue takes it), rounded to the operand type; out[N,OC] (operand) = gelu_tanh(pre
+     * (b may be NULL; where the CUDA backend at bf16 runs it in the GEMM's epilogue, b
+     * rounded to bf16, as the epilogue takes it), rounded to the operand type; out[N,OC] (operand) = gelu_tanh(pre
      * AS STORED): exactly gelu_forward(out, pre), so that recomputing GELU from the saved
      * pre (selective recompute) gives the bits of the forward. The CPU runs
      * matmul_forward, then gelu_forward. */

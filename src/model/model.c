@@ -661,8 +661,8 @@ static void init_model(Model *m, const ModelDims *d, const ChunkSpec *specs,
     consts_init(m);
     m->losses = dev_alloc(m, N * sizeof(float));
     m->logits_rows = head_rows(be->logits_chunk_rows, B, T);
-    if (any_last) /* [Note: chunked head]; room for fp32 logits whatever their type */
-        m->logits = act_alloc(m, (size_t)m->logits_rows * d->Vp * sizeof(float));
+    if (any_last) /* [Note: chunked head], [Note: logits type] */
+        m->logits = act_alloc(m, (size_t)m->logits_rows * d->Vp * pp_dtype_bytes(be->logits));
     if (any_last && be->operand != be->logits) /* else dlogits overwrite the logits */
         m->dlogits = dev_alloc(m, (size_t)m->logits_rows * d->Vp * pp_dtype_bytes(be->operand));
 }
@@ -810,8 +810,8 @@ float *model_head_grad(const Model *m, int c, int s) {
     return m->chunks[c].slots[s].head[m->arch->head_dout];
 }
 
-/* [Note: chunked head] The head's logits are [N,Vp] fp32, 3.3 GB for GPT-2 124M at B =
- * 16, T = 1024: more than any layer's activations. So the last stage computes them in
+/* [Note: chunked head] The head's logits are [N,Vp] fp32 (bf16 on a GPU: [Note: logits
+ * type] in backend.h), 3.3 GB for GPT-2 124M at B = 16, T = 1024 in fp32: more than any layer's activations. So the last stage computes them in
  * chunks of R rows (m->logits_rows: be->logits_chunk_rows, all N when 0) through one
  * [R,Vp] buffer, the only one there is. Per chunk of rows r0..r0+R, x the final norm's
  * output and dx its gradient (GPT-2's lnf and dlnf):
@@ -943,7 +943,8 @@ void model_backward_weight(Model *m, int c, int s, int w) {
 
 void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs,
                 const ChunkRecompute *rc, const int *nwstate, int nchunks, int B, int T,
-                size_t att_floats, size_t operand_bytes, int logits_rows, int nopt,
+                size_t att_floats, size_t operand_bytes, size_t logits_bytes, int logits_rows,
+                int nopt,
                 int nblocks_keep, int nblocks_drop) {
     const Arch *A = model_arch(d);
     size_t N = (size_t)B * T, C = d->C, f = sizeof(float), ob = operand_bytes, params = 0;
@@ -992,7 +993,7 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs,
 #undef PAD
     if (rc) p->slots += (size_t)nblocks_keep * blk[1] + (size_t)nblocks_drop * blk[0];
     if (last) /* [Note: chunked head] */
-        p->logits = f * (size_t)head_rows(logits_rows, B, T) * d->Vp;
+        p->logits = logits_bytes * (size_t)head_rows(logits_rows, B, T) * d->Vp;
     p->slots += p->logits;
     p->wstate += stage;
     if (d->tied && first && last) head_tied = VC; /* [Note: tied gradient order] */

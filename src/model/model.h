@@ -151,7 +151,7 @@ struct Model {
     /* Scratch shared by all chunks (one op runs at a time). */
     void *logits;         /* [logits_rows,Vp] last stage: one chunk of the head's rows
                              ([Note: chunked head] in model.c), counted in act_bytes; of
-                             be->logits's type ([Note: logits type]) in fp32's room */
+                             be->logits's type ([Note: logits type]) */
     int logits_rows;      /* be->logits_chunk_rows, or N = B*T when that is 0 or more */
     void *dlogits;        /* [logits_rows,Vp] (operand) when the operand type is not the
                              logits' type;
@@ -197,7 +197,8 @@ typedef struct {
     size_t params, grads, optimizer; /* grads include the tied head's part */
     size_t slots;                    /* activation slots and blocks, and the last stage's
                                         logits buffer (Model.act_bytes) */
-    size_t logits;                   /* of slots: that logits buffer, [R,Vp] fp32 */
+    size_t logits;                   /* of slots: that logits buffer, [R,Vp] of the logits
+                                        type ([Note: logits type]) */
     size_t work;                     /* the recompute workspace (Model.work_bytes) */
     size_t recv;                     /* receive buffers (Model.recv_bytes) */
     size_t wstate;                   /* W state sets (Model.wstate_bytes) */
@@ -206,13 +207,14 @@ typedef struct {
 /* Fill *p for model_init_recompute(d, specs, rc, nchunks, B, T, be, nblocks_keep,
  * nblocks_drop) (rc NULL: model_init) with a backend whose attention keeps att_floats
  * floats per layer (be->attention_saved_floats(B, T, NH)), whose operand activations
- * take operand_bytes an element (pp_dtype_bytes(be->operand)) and whose head computes
- * logits_rows rows at once (be->logits_chunk_rows, 0: all), nopt optimizer arrays, and
+ * take operand_bytes an element (pp_dtype_bytes(be->operand)), whose logits take
+ * logits_bytes (pp_dtype_bytes(be->logits)) and whose head computes logits_rows rows at
+ * once (be->logits_chunk_rows, 0: all), nopt optimizer arrays, and
  * nwstate[c] W state sets for chunk c. */
 void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs,
                 const ChunkRecompute *rc, const int *nwstate, int nchunks, int B, int T,
-                size_t att_floats, size_t operand_bytes, int logits_rows, int nopt,
-                int nblocks_keep, int nblocks_drop);
+                size_t att_floats, size_t operand_bytes, size_t logits_bytes, int logits_rows,
+                int nopt, int nblocks_keep, int nblocks_drop);
 /* The activation total of a plan: slots, workspace, receive buffers and W state. */
 size_t model_plan_activations(const ModelPlan *p);
 

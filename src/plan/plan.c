@@ -195,8 +195,8 @@ int plan_measure(const Config *cfg, int B, LayerCosts *c, char *note, size_t not
     const Backend *be;
     ModelDims d = timing_dims(cfg);
     ModelPlan p;
-    model_plan(&p, &d, timing_specs, NULL, NULL, 3, B, cfg->seq_len, 0, sizeof(float), 0, 0, 0,
-               0);
+    model_plan(&p, &d, timing_specs, NULL, NULL, 3, B, cfg->seq_len, 0, sizeof(float),
+               sizeof(float), 0, 0, 0, 0);
     BackendSizes sizes = model_backend_sizes(&d, B, cfg->seq_len, p.params / sizeof(float));
     int rc = backend_select(cfg, 0, &sizes, &be, note, notelen, err, errlen);
     if (rc != PP_OK) return rc;
@@ -468,7 +468,8 @@ void plan_rank_memory(const Config *cfg, const Schedule *s, const Schedule *fwd,
     const Backend *be = backend_cpu();
     runtime_chunk_plan(s, fwd, part, pp, mode, cfg->recompute_layers, specs, rc, nws, nblocks);
     model_plan(plan, &d, specs, rc, nws, s->v, B, T, be->attention_saved_floats(be, B, T, d.NH),
-               pp_dtype_bytes(be->operand), be->logits_chunk_rows, optim_state_arrays(cfg),
+               pp_dtype_bytes(be->operand), pp_dtype_bytes(be->logits), be->logits_chunk_rows,
+               optim_state_arrays(cfg),
                nblocks[1], nblocks[0]);
 }
 

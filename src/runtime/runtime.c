@@ -946,7 +946,8 @@ static size_t rank_params(const Runtime *rt, const ModelDims *d) {
     ModelPlan p;
     runtime_chunk_plan(&rt->sched, &rt->fwd, &rt->part, rt->lay.pp, PP_RECOMPUTE_NONE, 0, specs, rc,
                        nws, nblocks);
-    model_plan(&p, d, specs, NULL, NULL, rt->v, rt->Bmb, rt->T, 0, sizeof(float), 0, 0, 0, 0);
+    model_plan(&p, d, specs, NULL, NULL, rt->v, rt->Bmb, rt->T, 0, sizeof(float), sizeof(float), 0,
+               0, 0, 0);
     return p.params / sizeof(float);
 }
 

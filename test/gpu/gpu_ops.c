@@ -1874,7 +1874,7 @@ int main(int argc, char **argv) {
                              gpu->attention_saved_floats, gpu->kv_append, gpu->attention_decode,
                              gpu->gelu_forward, gpu->gelu_backward, gpu->matmul_gelu_forward,
                              gpu->matmul_gelu_backward, gpu->matmul_residual_forward,
-                             gpu->crossentropy_forward_backward, gpu->crossentropy_forward,
+                             gpu->head_logits, gpu->crossentropy_forward_backward, gpu->crossentropy_forward,
                              gpu->scratch_floats, gpu->add_inplace, gpu->to_operand,
                              gpu->host_alloc, gpu->host_free, gpu->memory, gpu->close};
     /* the CPU has no device extras */
