@@ -187,15 +187,18 @@ static void *dev_op(const float *x, size_t n) {
     return d;
 }
 
+/* A device fp32 tensor of n NaNs (all-ones bits, as nanbuf). */
+static void *dev_nan_f32(size_t n) {
+    float *x = nanbuf(n);
+    void *d = dev(x, n * sizeof(float));
+    gpu->wait(gpu);
+    free(x);
+    return d;
+}
+
 /* A device operand tensor of n NaNs: all-ones bits in fp32 (as nanbuf), 0x7FC0 in bf16. */
 static void *dev_op_nan(size_t n) {
-    if (!op_bf16()) {
-        float *x = nanbuf(n);
-        void *d = dev(x, n * sizeof(float));
-        gpu->wait(gpu);
-        free(x);
-        return d;
-    }
+    if (!op_bf16()) return dev_nan_f32(n);
     uint16_t *h = malloc((n ? n : 1) * 2);
     for (size_t i = 0; i < n; i++) h[i] = 0x7FC0;
     void *d = gpu->alloc(gpu, n ? n * 2 : 4);
@@ -1297,14 +1300,7 @@ static int logits_bf16(void) { return gpu->logits == PP_BF16; }
 
 /* Device logits of n elements holding x, rounded in place to what they hold (NULL: NaN). */
 static void *dev_logits(float *x, size_t n) {
-    if (!logits_bf16() && x) return dev(x, n * sizeof(float));
-    if (!logits_bf16()) {
-        float *h = nanbuf(n);
-        void *d = dev(h, n * sizeof(float));
-        gpu->wait(gpu);
-        free(h);
-        return d;
-    }
+    if (!logits_bf16()) return x ? dev(x, n * sizeof(float)) : dev_nan_f32(n);
     if (!x) return dev_op_nan(n);
     for (size_t i = 0; i < n; i++) x[i] = bf16_widen(bf16_round(x[i]));
     return dev_op(x, n);
