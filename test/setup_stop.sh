@@ -3,7 +3,8 @@
 # signal during setup] in src/main.c): the rank exits 128 + the signal (143, 130) within
 # seconds, saying so on one line, and leaves nothing in output.dir but the lock file; a
 # rank waiting in the rendezvous stops as promptly; under pprun the other rank stops too;
-# started by hand, a rank blocked on the one that left exits 1 naming it. (A signal after
+# started by hand, a rank blocked on the one that left exits 1 naming it, and one whose rank
+# 0 never came says so while it waits, then exits 1 at the timeout. (A signal after
 # the first step still saves a checkpoint and exits 0: test/checkpoint.sh part 6, and
 # test/slurm.sh for the interrupted marker.)
 #
@@ -147,6 +148,18 @@ check "by hand, rank 1 (blocked on rank 0) exits 1 (got $rc) in $ms ms naming ra
 BOUND=30 bounded "${pids[2]}"
 check "by hand, rank 2 exits 1 (got $rc) once its own check is done ($ms ms more): $(grep -m1 'error: ' "$tmp/r2.out")" \
   "[ $rc -eq 1 ] && grep -m1 'error: ' '$tmp/r2.out' | grep -q 'rank [01]'"
+pids=()
+
+# 5. Rank 1 of 2 started by hand without its rank 0 (dead, or never launched): while it
+#    tries to reach rank 0 it says so every quarter of runtime.timeout_s (at most 30 s),
+#    then exits 1 at the timeout naming rank 0's address.
+port=$(free_port)
+rm -f "$tmp/r1.out"
+start_rank 1 2 "$port" --config configs/gpt-tiny.yaml --set runtime.timeout_s=4 --set output.dir="$tmp/alone"
+BOUND=15 bounded "${pids[0]}"
+notes=$(grep -c "rank 0 at 127.0.0.1:$port not reached yet (Connection refused); trying until runtime.timeout_s = 4 s runs out" "$tmp/r1.out")
+check "rank 1 without rank 0: $notes line(s) while it waits, then exit 1 (got $rc) in $ms ms: $(grep -m1 'error: ' "$tmp/r1.out" | cut -c1-90)" \
+  "[ $rc -eq 1 ] && [ $notes -ge 2 ] && [ $ms -lt 8000 ] && grep -q 'error: could not reach rank 0 at 127.0.0.1:$port' '$tmp/r1.out'"
 pids=()
 check "no sanitizer report" "! grep -lE 'AddressSanitizer|LeakSanitizer|runtime error:' $tmp/*.log $tmp/r*.out"
 finish

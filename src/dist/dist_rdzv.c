@@ -364,9 +364,12 @@ fail:
 
 /* Connect to host:port by `deadline`, retrying with backoff, and pass the handshake.
  * A connection that closes during the handshake (rank 0 dropped it, or is not up yet
- * behind a proxy) is retried; a refusal or a failed proof is final. */
-static int member_join(const DistEnv *e, double deadline, int *out, char *err, size_t n) {
-    double delay = 0.02;
+ * behind a proxy) is retried; a refusal or a failed proof is final. While rank 0 cannot
+ * be reached, a line every quarter of the timeout (at most 30 s) says so, so that a rank
+ * started without its rank 0 (dead, or not launched) shows what it waits for. */
+static int member_join(const DistEnv *e, double deadline, double timeout, int *out, char *err,
+                       size_t n) {
+    double delay = 0.02, every = timeout / 4 < 30 ? timeout / 4 : 30, note = pp_now() + every;
     char last[PP_ERR_MAX / 2] = "no attempt";
     for (;;) {
         struct addrinfo *res, *ai;
@@ -398,6 +401,12 @@ static int member_join(const DistEnv *e, double deadline, int *out, char *err, s
             snprintf(last, sizeof last, "%s", err ? err : "cannot resolve");
         }
         if (pp_now() + delay > deadline) break;
+        if (pp_now() >= note) {
+            dist_warn("rank 0 at %s:%d not reached yet (%s); trying until "
+                      "runtime.timeout_s = %g s runs out (%.0f s left)",
+                      e->master_addr, e->rdzv_port, last, timeout, deadline - pp_now());
+            note += every;
+        }
         dist_backoff(&delay);
     }
     return pp_errf(err, n, PP_ERUNTIME, "could not reach rank 0 at %s:%d in time (%s) — is "
@@ -470,7 +479,7 @@ static int rdzv_member(const DistEnv *e, const char *cfg, double timeout, int *l
     int port = 0, rc;
     for (int again = 0;; again++) {
         int fd = -1, lost = 0;
-        if ((rc = member_join(e, end, &fd, err, n))) return rc;
+        if ((rc = member_join(e, end, timeout, &fd, err, n))) return rc;
         if (*lfd < 0) /* the first time only: every hello announces the same port */
             rc = member_listen(fd, e->local_world < e->world, lfd, &port, err, n);
         h.listen_port = (uint32_t)port;
