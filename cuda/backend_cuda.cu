@@ -301,6 +301,9 @@ struct GemmOut {
                              epilogue]) */
     int bias_bf16;        /* the bias is bf16: cuBLASLt takes a bf16 D's bias only in D's
                              type (its heuristic finds no algorithm with an fp32 one) */
+    void *gelu_aux;       /* D = gelu(... + bias) (cuBLASLt's tanh GELU), gelu_aux = ... +
+                             bias, both bf16 in D's layout (CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+                             GELU_AUX without a bias; [Note: fused GELU] in backend.h) */
 };
 
 static void set_attr(CudaCtx *c, cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
@@ -323,17 +326,21 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
     /* the epilogue reads the bias with vector loads: only a 16-byte aligned one is fused */
     int fuse_bias = o->bias && (uintptr_t)o->bias % 16 == 0;
     if (o->bias && !fuse_bias && o->d_bf16) return -1; /* no kernel adds a bias to bf16 */
-    if (o->gelu_pre && ldc % 8) return -1;              /* the aux leading dimension */
+    if ((o->gelu_pre || o->gelu_aux) && ldc % 8) return -1; /* the aux leading dimension */
     size_t es = ab == AB_BF16 ? 2 : 4, ds = o->d_bf16 ? 2 : 4;
     cudaDataType t = ab == AB_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cudaDataType dt = o->d_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const void *Cp = o->C ? o->C : o->D;
     cublasLtEpilogue_t epi = o->gelu_pre ? CUBLASLT_EPILOGUE_DGELU
-                             : o->bgrad  ? CUBLASLT_EPILOGUE_BGRADB
-                             : fuse_bias ? CUBLASLT_EPILOGUE_BIAS
-                                         : CUBLASLT_EPILOGUE_DEFAULT;
-    if (o->gelu_pre && o->bias) return -1; /* not asked for by any op */
-    if (o->bgrad && (o->bias || o->gelu_pre || o->d_bf16 || batch != 1)) return -1; /* nor these */
+                             : o->gelu_aux ? (fuse_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                        : CUBLASLT_EPILOGUE_GELU_AUX)
+                             : o->bgrad    ? CUBLASLT_EPILOGUE_BGRADB
+                             : fuse_bias   ? CUBLASLT_EPILOGUE_BIAS
+                                           : CUBLASLT_EPILOGUE_DEFAULT;
+    if (o->gelu_pre && (o->bias || o->gelu_aux)) return -1; /* not asked for by any op */
+    if (o->gelu_aux && (!o->d_bf16 || (o->bias && !fuse_bias))) return -1; /* nor these */
+    if (o->bgrad && (o->bias || o->gelu_pre || o->gelu_aux || o->d_bf16 || batch != 1))
+        return -1;
     GemmKey key;
     memset(&key, 0, sizeof key);
     key.opA = tB;
@@ -356,7 +363,10 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
     key.alB = align_of(A, sA * (long long)es);
     key.alC = align_of(Cp, sC * (long long)ds);
     key.alD = align_of(o->D, sC * (long long)ds);
-    key.alX = o->gelu_pre ? align_of(o->gelu_pre, 0) : o->bgrad ? align_of(o->bgrad, 0) : 0;
+    key.alX = o->gelu_pre   ? align_of(o->gelu_pre, 0)
+              : o->gelu_aux ? align_of(o->gelu_aux, 0)
+              : o->bgrad    ? align_of(o->bgrad, 0)
+                            : 0;
     key.epi = (int)epi;
     key.oop = Cp != o->D; /* an in-place algorithm must not serve an out-of-place call */
     key.d_bf16 = o->d_bf16;
@@ -380,10 +390,10 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
             set_attr(c, withe, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &o->bias, sizeof o->bias);
             set_attr(c, withe, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
         }
-        if (o->gelu_pre) { /* aux: D's type (the default), D's layout */
+        if (o->gelu_pre || o->gelu_aux) { /* aux: D's type (the default), D's layout */
             int64_t ld = ldc;
-            set_attr(c, withe, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &o->gelu_pre,
-                     sizeof o->gelu_pre);
+            const void *aux = o->gelu_pre ? o->gelu_pre : o->gelu_aux;
+            set_attr(c, withe, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
             set_attr(c, withe, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
         }
         if (o->bgrad) { /* the bias-gradient vector: D's type, fp32 (cublasLt.h) */
@@ -563,7 +573,7 @@ static void cu_head_logits(const Backend *be, void *logits, const void *inp, con
 /* Said once per kind (bit `kind` of c->warned_epi): cuBLASLt had no algorithm for a fused
  * GEMM, so its op runs unfused: the result is the same contract, only slower, and the
  * speed switches' A/B (bench/gpu.sh) would otherwise not show why a fusion gained nothing.
- * Kinds: 0 residual, 1 GELU forward, 2 DGELU, 3 bias gradient. */
+ * Kinds: 0 residual, 1 GELU forward, 2 DGELU, 3 bias gradient, 4 GELU in the epilogue. */
 static void epi_unfused(CudaCtx *c, int kind, const char *what, int M, int N, int K) {
     if (c->warned_epi & (1 << kind)) return;
     c->warned_epi |= 1 << kind;
@@ -679,6 +689,15 @@ static void cu_matmul_gelu_forward(const Backend *be, void *out, void *pre, cons
     int fuse = c->op == PP_BF16 && c->fuse_gelu;
     /* the bias in bf16, as cuBLASLt takes it with a bf16 D ([Note: GEMM epilogues]) */
     GemmOut o = {pre, 1, NULL, b && fuse ? bias_bf16(c, b, OC) : NULL, NULL, NULL, b && fuse};
+    if (fuse && c->gelu_epi) { /* GELU too, in the epilogue: D = out, aux = pre */
+        GemmOut g = o;
+        g.D = out;
+        g.gelu_aux = pre;
+        if (try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 0.0f, OC, 0, 1, AB_BF16,
+                         CUBLAS_COMPUTE_32F, &g) == 0)
+            return;
+        epi_unfused(c, 4, "GELU's GEMM with GELU in the epilogue (GELU_AUX_BIAS)", N, OC, C);
+    }
     if (!(fuse && try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 0.0f, OC, 0, 1, AB_BF16,
                                CUBLAS_COMPUTE_32F, &o) == 0)) {
         if (fuse)
@@ -1076,6 +1095,8 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->to_operand = cu_to_operand;
     be->operand = c->op;
     be->logits = c->logits_bf16 ? PP_BF16 : PP_F32;
+    /* selective recompute reruns matmul_gelu_forward ([Note: fused GELU] in backend.h) */
+    be->gelu_in_gemm = c->op == PP_BF16 && c->fuse_gelu && c->gelu_epi;
     be->device_memory = 1;
     be->weight_hold = cu_weight_hold;
     be->host_alloc = cu_host_alloc;
@@ -1267,7 +1288,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     cudaDeviceProp prop;
     CudaCtx *c = NULL;
     int att_flash, att_cudnn, flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
-    int ce_two_pass, logits_fp32;
+    int ce_two_pass, logits_fp32, gelu_epi_off;
     const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
     const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
     int bf16_operands = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32"));
@@ -1296,6 +1317,8 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                                  *const lg[] = {"bf16", "fp32"};
         if (env_switch("PPTRAIN_FUSE_GELU", fuse, 2, &fuse_gelu_off, err, errlen) ||
             env_switch("PPTRAIN_FUSE_RESIDUAL", fuse, 2, &fuse_residual_off, err, errlen) ||
+            /* [Note: fused GELU] in backend.h: GELU in the fc GEMM's epilogue */
+            env_switch("PPTRAIN_GELU_EPILOGUE", fuse, 2, &gelu_epi_off, err, errlen) ||
             env_switch("PPTRAIN_FUSE_BGRAD", fuse, 2, &fuse_bgrad_off, err, errlen) ||
             /* [Note: cross-entropy row in shared memory] in ce_kernels.cuh */
             env_switch("PPTRAIN_CE", ce, 2, &ce_two_pass, err, errlen) ||
@@ -1321,6 +1344,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         c->op = bf16_operands ? PP_BF16 : PP_F32;
         /* [Note: GEMM epilogues]: "0" runs each fused op's unfused path */
         c->fuse_gelu = !fuse_gelu_off;
+        c->gelu_epi = !gelu_epi_off;
         c->fuse_residual = !fuse_residual_off;
         c->fuse_bgrad = !fuse_bgrad_off; /* [Note: bias gradient epilogue] */
     }
@@ -1370,10 +1394,11 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         else
             snprintf(att, sizeof att, "materialized (cuBLASLt)");
         snprintf(c->desc, sizeof c->desc,
-                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s%s%s%s%s",
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s%s%s%s%s%s",
                  device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                  prop.totalGlobalMem / 1e9, prec_name(precision, c->op), att,
                  c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
+                 c->gelu_epi ? "" : ", PPTRAIN_GELU_EPILOGUE=0",
                  c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0",
                  c->fuse_bgrad ? "" : ", PPTRAIN_FUSE_BGRAD=0",
                  c->ce_two_pass ? ", PPTRAIN_CE=two-pass" : "",

@@ -86,6 +86,8 @@ struct CudaCtx {
     Grow wide;                /* fp32 [N, width]: a fused GEMM's result where its epilogue is
                                  off or has no algorithm ([Note: GEMM epilogues]) */
     int fuse_gelu;            /* PPTRAIN_FUSE_GELU (default 1): the GELU epilogues at bf16 */
+    int gelu_epi;             /* PPTRAIN_GELU_EPILOGUE (default 1): with fuse_gelu, GELU itself
+                                 in the fc GEMM's epilogue (else its kernel after the GEMM) */
     int fuse_residual;        /* PPTRAIN_FUSE_RESIDUAL (default 1): the residual as C */
     int fuse_bgrad;           /* PPTRAIN_FUSE_BGRAD (default 1): the bias gradient in the dw
                                  GEMM at bf16 ([Note: bias gradient epilogue]) */

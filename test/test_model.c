@@ -426,13 +426,19 @@ static void emu_gelu_bwd(const Backend *be, void *dinp, const void *inp, const f
     free(x);
 }
 /* [Note: fused GELU]: pre rounded to bf16, GELU on the rounded pre */
+/* GELU on the unrounded pre-activation, as a GPU applies it in the fc GEMM's epilogue
+ * (gelu_in_gemm, [Note: fused GELU]): out is not gelu_forward of the stored pre, so a
+ * selective recompute that ran gelu_forward would not give the forward's bits */
 static void emu_mm_gelu_fwd(const Backend *be, void *out, void *pre, const void *inp,
                             const float *w, const float *b, int N, int C, int OC) {
-    float *t = pp_malloc((size_t)N * OC * sizeof(float));
+    size_t n = (size_t)N * OC;
+    float *t = pp_malloc(n * sizeof(float)), *g = pp_malloc(n * sizeof(float));
     emu_mm_fwd(be, t, inp, w, b, N, C, OC);
-    narrow(pre, t, (size_t)N * OC);
-    emu_gelu_fwd(be, out, pre, (size_t)N * OC);
+    narrow(pre, t, n);
+    CPU->gelu_forward(CPU, g, t, n);
+    narrow(out, g, n);
     free(t);
+    free(g);
 }
 static void emu_mm_gelu_bwd(const Backend *be, void *dpre, float *dw, float *db, const void *dout,
                             const void *inp, const float *w, const void *pre, int N, int C,
@@ -515,6 +521,7 @@ static const Backend *backend_bf16_operands(void) {
     be.gelu_forward = emu_gelu_fwd;
     be.gelu_backward = emu_gelu_bwd;
     be.matmul_gelu_forward = emu_mm_gelu_fwd;
+    be.gelu_in_gemm = 1;
     be.matmul_gelu_backward = emu_mm_gelu_bwd;
     be.rmsnorm_forward = emu_rms_fwd;
     be.rope_backward = emu_rope_bwd;

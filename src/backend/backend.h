@@ -228,10 +228,13 @@ struct Backend {
      * run the GELU (or its derivative) in the GEMM's epilogue and store the pre-activation
      * at the operand type. pre[N,OC] (operand) = inp[N,C] (operand) @ w[OC,C]^T + b[OC]
      * (b may be NULL; where the CUDA backend at bf16 runs it in the GEMM's epilogue, b
-     * rounded to bf16, as the epilogue takes it), rounded to the operand type; out[N,OC] (operand) = gelu_tanh(pre
-     * AS STORED): exactly gelu_forward(out, pre), so that recomputing GELU from the saved
-     * pre (selective recompute) gives the bits of the forward. The CPU runs
-     * matmul_forward, then gelu_forward. */
+     * rounded to bf16, as the epilogue takes it), rounded to the operand type; out[N,OC]
+     * (operand) = gelu_tanh(pre). Where gelu_in_gemm (below) is 0 that is exactly
+     * gelu_forward(out, pre AS STORED), so that selective recompute recomputes GELU alone
+     * from the saved pre with the bits of the forward (the CPU runs matmul_forward, then
+     * gelu_forward); where it is 1 the device applies its own GELU to the unrounded
+     * pre-activation in the GEMM's epilogue, and selective recompute calls this op again
+     * (the same bits: every op is deterministic). */
     void (*matmul_gelu_forward)(const Backend *be, void *out, void *pre, const void *inp,
                                 const float *w, const float *b, int N, int C, int OC);
     /* The backward of the matmul that reads GELU's output, with GELU's backward:
@@ -305,6 +308,10 @@ struct Backend {
      * the runtime sends and receives it through host staging buffers ([Note: host
      * staging] in runtime.c). */
     int device_memory;
+    /* 1: matmul_gelu_forward's out is not gelu_forward of its stored pre ([Note: fused
+     * GELU]): recomputing it takes the whole op (the CUDA backend at bf16 with GELU in the
+     * fc GEMM's epilogue). */
+    int gelu_in_gemm;
     /* Until weight_hold(be, NULL, 0), the matmuls may use one converted copy of w[0..n)
      * (the bf16 operand at precision bf16), for w or any weight inside it, instead of
      * converting the weight on every call: the caller promises that w[0..n) does not

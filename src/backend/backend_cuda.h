@@ -14,7 +14,8 @@ extern "C" {
 
 /* Bumped whenever the Backend struct or a function below changes: the loader refuses a
  * shared object built from another version of the sources. */
-/* 9: head_logits and the logits type ([Note: logits type]). 8: the fused GEMM ops (matmul_gelu_forward/backward, matmul_residual_forward); GELU's
+/* 9: head_logits and the logits type ([Note: logits type]); gelu_in_gemm. 8: the fused
+ * GEMM ops (matmul_gelu_forward/backward, matmul_residual_forward); GELU's
  * input an operand. 7: the decoding ops (kv_append, attention_decode). 6: the Llama block's ops (rmsnorm,
  * rope, swiglu), attention by (NH, NKV, HS). 5:
  * PPCudaSizes from the model (width, weight, params; HS for C). 4: attention_backward

@@ -99,7 +99,10 @@ _Static_assert(offsetof(LayerActs, res3) == A_RES3 * sizeof(void *), "LayerActs:
  * recomputes the whole layer into the workspace. Selective drops the attention
  * probabilities (the [B,NH,T,T] term, which dominates at long T) and the GELU output
  * fch_gelu, and recomputes attention's forward on the kept qkv (its output into the
- * workspace's atty: the slot's atty stays as it was) and GELU on the kept pre-GELU fch.
+ * workspace's atty: the slot's atty stays as it was) and GELU on the kept pre-GELU fch
+ * (or, where the backend's GELU runs in the fc GEMM, be->gelu_in_gemm, the fc matmul and
+ * its GELU again: fch is rewritten with the bits it holds; a recomputing layer keeps its W
+ * state apart, so fch is intact in the W half too).
  * (Dropping fch instead would save the same bytes but recompute the fc matmul, about a
  * third of the layer's forward; GELU's output is one elementwise pass.) */
 #define K_ALL (ARCH_SEL | ARCH_FULL)
@@ -322,7 +325,12 @@ static void *const *layer_recompute(const Model *m, int mode, int weight_half, v
     }
     if (!weight_half) /* W does not read the probabilities */
         be->attention_forward(be, w->atty, la->att, la->qkv, B, T, NH, NH, C / NH);
-    be->gelu_forward(be, la->fch_gelu, la->fch, (size_t)N * 4 * C);
+    if (be->gelu_in_gemm) { /* [Note: fused GELU]: the op again (fch rewritten, same bits) */
+        const LayerParams *lp = (const LayerParams *)p;
+        be->matmul_gelu_forward(be, la->fch_gelu, la->fch, la->ln2, lp->fcw, lp->fcb, N, C, 4 * C);
+    } else {
+        be->gelu_forward(be, la->fch_gelu, la->fch, (size_t)N * 4 * C);
+    }
     return acts_;
 }
 

@@ -5,7 +5,8 @@
 #   2. 20 steps of gpt-tiny on the GPU at fp32 against the CPU from the same init:
 #      losses within 1e-4 relative;
 #   3. bf16: the loss falls on data/tiny and stays within 5e-2 relative of fp32;
-#   4. two GPU runs of one config: losses and final weights bitwise equal;
+#   4. two GPU runs of one config: losses and final weights bitwise equal; at bf16 with
+#      recompute selective and full: the bits of none;
 #   5. a GPU checkpoint resumes on the CPU and a CPU one on the GPU (losses after the
 #      resume within 1e-4 of the run that never stopped);
 #   6. 2 ranks on one GPU (host staging over the socket transport): gpipe and 1f1b
@@ -148,6 +149,21 @@ train again --set train.steps=60 --set runtime.device=cuda --set runtime.precisi
 train bf16b --set train.steps=60 --set runtime.device=cuda --set runtime.precision=bf16 &&
   { cmp -s "$tmp/bf16.loss" "$tmp/bf16b.loss" && cmp -s "$tmp/bf16.bin" "$tmp/bf16b.bin" &&
       ok "two GPU bf16 runs: losses and weights bitwise equal" || bad "two GPU bf16 runs differ"; }
+# 4b. recompute at bf16 ([Note: recompute]): GPipe over 2 microbatches on one stage (the
+#     first microbatch's backward is not next after its forward, so its layers recompute),
+#     selective and full against none: the same bits (selective reruns the fc GEMM where
+#     GELU runs in its epilogue, [Note: fused GELU] in src/backend/backend.h)
+gp=(--set train.steps=30 --set runtime.device=cuda --set runtime.precision=bf16 --set pipeline.schedule=gpipe
+  --set pipeline.microbatches=2)
+if train rc-none "${gp[@]}"; then
+  for mode in selective full; do
+    train "rc-$mode" "${gp[@]}" --set pipeline.recompute=$mode || continue
+    n=$(sed -n 's/.*recompute: per step \([0-9]*\) layer recomputes.*/\1/p' "$tmp/rc-$mode.out" | head -n1)
+    cmp -s "$tmp/rc-none.loss" "$tmp/rc-$mode.loss" && cmp -s "$tmp/rc-none.bin" "$tmp/rc-$mode.bin" &&
+      [ "${n:-0}" -gt 0 ] && ok "bf16, gpipe M=2, recompute $mode ($n layer recomputes a step): losses and weights bitwise those of none" ||
+      bad "bf16, gpipe M=2, recompute $mode (${n:-no} layer recomputes a step) differs from none"
+  done
+fi
 
 # 5. checkpoints cross devices: a 20-step run saves at step 10 (the same lr schedule as
 #    the 20-step references); steps 11-20 resumed from it on the other device
