@@ -211,9 +211,10 @@ int main(int argc, char **argv) {
     TIME(&b, "residual add *", 'M', Nd * Cd, f * 3 * Nd * Cd, 2 * L,
          be->add_inplace(be, x, dy, NC));
     row_in_step = 1;
-    /* [Note: fused GELU]: the fc GEMM writes the operand pre, GELU reads it back */
+    /* [Note: fused GELU]: the fc GEMM writes the operand pre and GELU's output (GELU in
+     * its epilogue, be->gelu_in_gemm), or pre alone and GELU's kernel reads it back */
     TIME(&b, "matmul+gelu fwd fc", 'G', 2 * Nd * Cd * 4 * Cd + 20 * 4 * Nd * Cd,
-         o * Nd * Cd + f * 4 * Cd * Cd + 3 * o * 4 * Nd * Cd, L,
+         o * Nd * Cd + f * 4 * Cd * Cd + (be->gelu_in_gemm ? 2 : 3) * o * 4 * Nd * Cd, L,
          be->matmul_gelu_forward(be, hg, ho, ln, wfc, bfc, (int)N, C, 4 * C));
     row_in_step = 0; /* the unfused path it replaces: fp32 pre */
     TIME(&b, "matmul fwd fc *", 'G', 2 * Nd * Cd * 4 * Cd,

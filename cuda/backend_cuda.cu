@@ -281,8 +281,9 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
  * its own: D bf16 (the operand type) instead of fp32; C (beta's input) another buffer
  * than D (the residual added into a projection: out = res + x W^T); the bias (in D's
  * type under a bf16 D: cuBLASLt 13.0 on an H100 had no algorithm for GELU's fc GEMM with
- * an fp32 bias, so the fc adds the bias's bf16 copy, as llm.c does); GELU's
- * derivative (CUBLASLT_EPILOGUE_DGELU, its aux input the pre-activation in D's type and
+ * an fp32 bias, so the fc adds the bias's bf16 copy, as llm.c does); GELU itself with
+ * its input kept (CUBLASLT_EPILOGUE_GELU_AUX_BIAS: D is GELU's output, the aux buffer the
+ * pre-activation, in D's type and layout); GELU's derivative (CUBLASLT_EPILOGUE_DGELU, its aux input the pre-activation in D's type and
  * layout; cuBLASLt wants its leading dimension a multiple of 8 and at least D's rows,
  * cublasLt.h's CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD); the bias gradient, op(A)'s row sums
  * (CUBLASLT_EPILOGUE_BGRADB, [Note: bias gradient epilogue]). An epilogue the heuristic refuses
@@ -578,7 +579,8 @@ static void epi_unfused(CudaCtx *c, int kind, const char *what, int M, int N, in
     if (c->warned_epi & (1 << kind)) return;
     c->warned_epi |= 1 << kind;
     fprintf(stderr,
-            "[rank %d] cuda: cuBLASLt has no algorithm for %s (M=%d N=%d K=%d): running it "
+            "[rank %d] cuda: no fused algorithm for %s (M=%d N=%d K=%d: cuBLASLt's heuristic "
+            "found none, or an aux leading dimension is not a multiple of 8): running it "
             "unfused (said once)\n",
             c->rank, what, M, N, K);
 }
@@ -659,12 +661,15 @@ static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float 
 }
 
 /* [Note: fused GELU] (src/backend/backend.h), [Note: GEMM epilogues]. At bf16 operands the
- * fc GEMM writes pre in bf16 with the bias in its epilogue, and GELU reads it back (the
- * kernel selective recompute runs); fcproj's dinp GEMM applies GELU's derivative in its
- * epilogue (CUBLASLT_EPILOGUE_DGELU on the bf16 pre) and writes dpre in bf16. Elsewhere,
- * under PPTRAIN_FUSE_GELU=0, or where cuBLASLt has no algorithm with the epilogue: the
- * GEMM in fp32 (into the op's own output at fp32 operands, else into the workspace
- * c->wide), then the elementwise kernel, rounding once. */
+ * fc GEMM writes GELU's output and pre in bf16, the bias and GELU in its epilogue
+ * (CUBLASLT_EPILOGUE_GELU_AUX_BIAS: be->gelu_in_gemm, so selective recompute reruns this
+ * op); under PPTRAIN_GELU_EPILOGUE=0, or where cuBLASLt has no algorithm for that, it writes
+ * pre with the bias epilogue and GELU's kernel reads it back (the kernel a recompute without
+ * gelu_in_gemm runs). fcproj's dinp GEMM applies GELU's derivative in its epilogue
+ * (CUBLASLT_EPILOGUE_DGELU on the bf16 pre) and writes dpre in bf16. Elsewhere, under
+ * PPTRAIN_FUSE_GELU=0, or where cuBLASLt has no algorithm with the epilogue: the GEMM in
+ * fp32 (into the op's own output at fp32 operands, else into the workspace c->wide), then
+ * the elementwise kernel, rounding once. */
 static float *wide_fp32(CudaCtx *c, void *op_out, size_t n) {
     return c->op == PP_F32 ? (float *)op_out : (float *)grow(c, &c->wide, n * sizeof(float));
 }

@@ -425,7 +425,15 @@ static void emu_gelu_bwd(const Backend *be, void *dinp, const void *inp, const f
     free(t);
     free(x);
 }
-/* [Note: fused GELU]: pre rounded to bf16, GELU on the rounded pre */
+/* [Note: fused GELU], as a GPU without GELU in the fc GEMM: GELU's kernel on the pre-activation as stored */
+static void emu_mm_gelu_fwd_stored(const Backend *be, void *out, void *pre, const void *inp,
+                                   const float *w, const float *b, int N, int C, int OC) {
+    float *t = pp_malloc((size_t)N * OC * sizeof(float));
+    emu_mm_fwd(be, t, inp, w, b, N, C, OC);
+    narrow(pre, t, (size_t)N * OC);
+    emu_gelu_fwd(be, out, pre, (size_t)N * OC);
+    free(t);
+}
 /* GELU on the unrounded pre-activation, as a GPU applies it in the fc GEMM's epilogue
  * (gelu_in_gemm, [Note: fused GELU]): out is not gelu_forward of the stored pre, so a
  * selective recompute that ran gelu_forward would not give the forward's bits */
@@ -507,7 +515,9 @@ static void emu_swiglu_bwd(const Backend *be, void *dgate, void *dup, const floa
 }
 #undef CPU
 
-static const Backend *backend_bf16_operands(void) {
+/* gelu_in_gemm: GELU on the unrounded pre-activation (1, the CUDA backend's default at
+ * bf16) or on the stored one (0, PPTRAIN_GELU_EPILOGUE=0) */
+static const Backend *backend_bf16_operands_gelu(int gelu_in_gemm) {
     static Backend be;
     be = *backend_cpu();
     be.name = "cpu, bf16 operand activations (test)";
@@ -520,8 +530,8 @@ static const Backend *backend_bf16_operands(void) {
     be.attention_backward = emu_att_bwd;
     be.gelu_forward = emu_gelu_fwd;
     be.gelu_backward = emu_gelu_bwd;
-    be.matmul_gelu_forward = emu_mm_gelu_fwd;
-    be.gelu_in_gemm = 1;
+    be.matmul_gelu_forward = gelu_in_gemm ? emu_mm_gelu_fwd : emu_mm_gelu_fwd_stored;
+    be.gelu_in_gemm = gelu_in_gemm;
     be.matmul_gelu_backward = emu_mm_gelu_bwd;
     be.rmsnorm_forward = emu_rms_fwd;
     be.rope_backward = emu_rope_bwd;
@@ -534,11 +544,15 @@ static const Backend *backend_bf16_operands(void) {
     be.to_operand = emu_to_operand;
     return &be;
 }
+/* The CUDA backend's default at bf16: GELU in the fc GEMM */
+static const Backend *backend_bf16_operands(void) { return backend_bf16_operands_gelu(1); }
 
 /* The backend the whole-model tests below run on: loop tests set it from _i (0: the CPU,
  * 1: bf16 operand activations). */
 static const Backend *model_be;
-static void pick_backend(int i) { model_be = i ? backend_bf16_operands() : backend_cpu(); }
+static void pick_backend(int i) {
+    model_be = i ? backend_bf16_operands_gelu(i == 1) : backend_cpu();
+}
 
 /* ---- whole model ---- */
 static const ModelDims tiny = {.V = 13, .Vp = 16, .maxT = 8, .L = 4, .NH = 2, .C = 8, .tied = 1,
@@ -1425,7 +1439,7 @@ int main(void) {
     tcase_add_test(model, test_llmc_roundtrip);
     /* the CPU, bf16 operand activations */
     tcase_add_loop_test(model, test_split_backward_chunk, 0, 2);
-    tcase_add_loop_test(model, test_recompute_chunk, 0, 2);
+    tcase_add_loop_test(model, test_recompute_chunk, 0, 3);
     tcase_add_test(model, test_operand_bf16);
     /* the CPU, bf16 operand activations */
     tcase_add_loop_test(model, test_memory_plan_sweep, 0, 2);

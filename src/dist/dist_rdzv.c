@@ -405,7 +405,7 @@ static int member_join(const DistEnv *e, double deadline, double timeout, int *o
             dist_warn("rank 0 at %s:%d not reached yet (%s); trying until "
                       "runtime.timeout_s = %g s runs out (%.0f s left)",
                       e->master_addr, e->rdzv_port, last, timeout, deadline - pp_now());
-            note += every;
+            note = pp_now() + every;
         }
         dist_backoff(&delay);
     }
