@@ -45,7 +45,11 @@ run124() {
     --set train.batch_size="$2" --set train.steps="$steps" --set data.train=data/tiny/train.bin --set data.val=null \
     --set output.checkpoint_final=false --set output.log_every="$steps" --set runtime.device=cuda \
     --set runtime.precision="$1" --set output.dir="$4" >"$3" 2>&1 || return 1
-  echo "$(sed -n 's/.*(fastest \([0-9.]*\),.*/\1/p' "$3" | head -n1) $(sed -n 's/.*GPU memory: .* = \([0-9.]*\) MB$/\1/p' "$3" | head -n1)"
+  local ms mb
+  ms=$(sed -n 's/.*(fastest \([0-9.]*\),.*/\1/p' "$3" | head -n1)
+  mb=$(sed -n 's/.*GPU memory: .* = \([0-9.]*\) MB$/\1/p' "$3" | head -n1)
+  [ -n "$ms" ] || { echo "no step time in the log" >>"$3"; return 1; }
+  echo "$ms ${mb:-?}"
 }
 echo "== GPT-2 124M, 1 GPU, T=1024, $steps steps each (the first is not measured)"
 printf "%-5s %4s %9s %10s %10s %8s %10s\n" prec B ms/step tok/s TFLOP/s gemm% GPU_MB

@@ -1156,7 +1156,8 @@ static int attention_choice(PPPrecision precision, int bf16_operands, int run_hs
     } else {
         snprintf(err, errlen,
                  "PPTRAIN_ATTENTION='%.40s': expected 'flash', 'materialized' or 'cudnn' (or "
-                 "unset: flash at bf16 when the head size allows)",
+                 "unset: cuDNN's where it loads, else flash, at bf16 when the head size "
+                 "allows)",
                  att_env);
         return -1;
     }
@@ -1220,10 +1221,10 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t dev
     /* [Note: chunked head] in src/model/model.c: the head's logits in chunks of at most 2 GiB of
      * fp32 and 1/32 of the device's memory, in whole 128-row tiles, the N rows split evenly
      * (GPT-2's Vp on an 80 GB H100: 8192 rows, 2 chunks at B = 16, T = 1024, 4 at B = 32).
-     * Measured there (cuda/NOTES.md, GPT-2 124M, bf16): 1280-row chunks cost 1.1 ms a step
-     * at B = 16 and 2048-row ones 1.0 ms more than 4096, 8192 or all 16384 rows (equal);
-     * at B = 32, 7 chunks of 4736 rows 1.7 ms more than 4 of 8192. Its bf16 copy is one
-     * chunk's */
+     * Measured there (cuda/NOTES.md, the third GPU session, GPT-2 124M, bf16): 1280-row
+     * chunks cost 1.1-1.3 ms a step at B = 16 and 2048-row ones 1.0 ms more than 4096,
+     * 8192 or all 16384 rows (equal); at B = 32, 7 chunks of 4736 rows 1.3-1.7 ms more
+     * than 4 of 8192. Its bf16 copy is one chunk's */
     size_t cap = device_bytes / 32 < ((size_t)2 << 30) ? device_bytes / 32 : ((size_t)2 << 30);
     size_t rows = Vp ? cap / (Vp * sizeof(float)) / 128 * 128 : 0;
     rows = Vp && rows < 128 ? 128 : rows;

@@ -155,11 +155,11 @@ pids=()
 #    then exits 1 at the timeout naming rank 0's address.
 port=$(free_port)
 rm -f "$tmp/r1.out"
-start_rank 1 2 "$port" --config configs/gpt-tiny.yaml --set runtime.timeout_s=6 --set output.dir="$tmp/alone"
-BOUND=15 bounded "${pids[0]}"
-notes=$(grep -c "rank 0 at 127.0.0.1:$port not reached yet (Connection refused); trying until runtime.timeout_s = 6 s runs out" "$tmp/r1.out")
+start_rank 1 2 "$port" --config configs/gpt-tiny.yaml --set runtime.timeout_s=10 --set output.dir="$tmp/alone"
+BOUND=18 bounded "${pids[0]}"
+notes=$(grep -c "rank 0 at 127.0.0.1:$port not reached yet (Connection refused); trying until runtime.timeout_s = 10 s runs out" "$tmp/r1.out")
 check "rank 1 without rank 0: $notes line(s) while it waits, then exit 1 (got $rc) in $ms ms: $(grep -m1 'error: ' "$tmp/r1.out" | cut -c1-90)" \
-  "[ $rc -eq 1 ] && [ $notes -ge 2 ] && [ $ms -lt 10000 ] && grep -q 'error: could not reach rank 0 at 127.0.0.1:$port' '$tmp/r1.out'"
+  "[ $rc -eq 1 ] && [ $notes -ge 2 ] && [ $ms -lt 14000 ] && grep -q 'error: could not reach rank 0 at 127.0.0.1:$port' '$tmp/r1.out'"
 pids=()
 check "no sanitizer report" "! grep -lE 'AddressSanitizer|LeakSanitizer|runtime error:' $tmp/*.log $tmp/r*.out"
 finish

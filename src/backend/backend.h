@@ -298,8 +298,9 @@ struct Backend {
     PPDType logits;
 
     /* Rows of the head's logits the model computes at once ([Note: chunked head] in
-     * model.c): its one logits buffer holds [min(this, N), Vp] fp32. 0: all N rows of a
-     * microbatch (the CPU backend, so that its bits stay those of one GEMM over N). */
+     * model.c): its one logits buffer holds [min(this, N), Vp] of the logits type. 0: all
+     * N rows of a microbatch (the CPU backend, so that its bits stay those of one GEMM
+     * over N). */
     int logits_chunk_rows;
 
     /* ---- a device backend only (0 / NULL on the CPU: designated initializers leave them
