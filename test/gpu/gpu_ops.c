@@ -1048,6 +1048,25 @@ static double dgelu_erf(double x) {
     return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
 }
 
+/* Record which GELU form got[i] follows: its RMS distance to tanh_form(pre[i % period])
+ * must be under half its distance to erf_form's. */
+static void gelu_form(const char *op, const float *got, const float *pre, size_t n,
+                      size_t period, double (*tanh_form)(double), double (*erf_form)(double)) {
+    double et = 0, ee = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = pre[i % period], a = got[i] - tanh_form(v), b = got[i] - erf_form(v);
+        et += a * a;
+        ee += b * b;
+    }
+    et = sqrt(et / n);
+    ee = sqrt(ee / n);
+    int ok = !isnan(et) && et < 0.5 * ee;
+    checks++;
+    failures += !ok;
+    printf("%-4s %-28s %-10s %-34s %-5s RMS to tanh form %.2e, to erf form %.2e\n",
+           ok ? "ok" : "FAIL", op, "gelu form", "pre in [-3,-1.8), exact GEMM", prec, et, ee);
+}
+
 static void check_gelu_form(void) {
     int N = 256, C = 64, H = 1024; /* K = 64: a GEMM cuBLASLt runs with its epilogue */
     size_t NC = (size_t)N * C, NH = (size_t)N * H, HC = (size_t)H * C;
@@ -1061,20 +1080,7 @@ static void check_gelu_form(void) {
     float *dw = dev(w, HC * 4);
     gpu->matmul_gelu_backward(gpu, dd, NULL, NULL, dg, dx, dw, dp, N, H, C);
     float *hd = host_op(dd, NH);
-    double et = 0, ee = 0;
-    for (size_t i = 0; i < NH; i++) {
-        double a = hd[i] - dgelu_tanh(p[i]), b = hd[i] - dgelu_erf(p[i]);
-        et += a * a;
-        ee += b * b;
-    }
-    et = sqrt(et / NH);
-    ee = sqrt(ee / NH);
-    int ok = !isnan(et) && et < 0.5 * ee;
-    checks++;
-    failures += !ok;
-    printf("%-4s %-28s %-10s %-34s %-5s RMS to tanh form %.2e, to erf form %.2e\n",
-           ok ? "ok" : "FAIL", "matmul_gelu_backward", "gelu form", "pre in [-3,-1.8), exact GEMM",
-           prec, et, ee);
+    gelu_form("matmul_gelu_backward", hd, p, NH, NH, dgelu_tanh, dgelu_erf);
     void *all[] = {dg, dx, dp, dd, dw};
     free_all(all, 5);
     float *fr[] = {g, x, w, p, hd};
@@ -1101,20 +1107,7 @@ static void check_gelu_form_forward(void) {
     float *dw = dev(w, HC * 4);
     gpu->matmul_gelu_forward(gpu, dout, dpre, dx, dw, NULL, N, C, H);
     float *ho = host_op(dout, NH);
-    double et = 0, ee = 0;
-    for (size_t i = 0; i < NH; i++) {
-        double v = p[i % H], a = ho[i] - gelu_tanh_of(v), b = ho[i] - gelu_erf_of(v);
-        et += a * a;
-        ee += b * b;
-    }
-    et = sqrt(et / NH);
-    ee = sqrt(ee / NH);
-    int ok = !isnan(et) && et < 0.5 * ee;
-    checks++;
-    failures += !ok;
-    printf("%-4s %-28s %-10s %-34s %-5s RMS to tanh form %.2e, to erf form %.2e\n",
-           ok ? "ok" : "FAIL", "matmul_gelu_forward", "gelu form", "pre in [-3,-1.8), exact GEMM",
-           prec, et, ee);
+    gelu_form("matmul_gelu_forward", ho, p, NH, H, gelu_tanh_of, gelu_erf_of);
     void *all[] = {dx, dpre, dout, dw};
     free_all(all, 4);
     float *fr[] = {x, w, p, ho};
