@@ -162,9 +162,9 @@ static void cu_snapshot_wait(const Backend *be) {
  * list, so that a workspace added to CudaCtx is in both). */
 enum { N_GROW = 14 };
 static void workspaces(CudaCtx *c, Grow *g[N_GROW]) {
-    Grow *all[N_GROW] = {&c->lt_ws, &c->castA, &c->castB,  &c->castW,    &c->castBias,
-                         &c->partials, &c->sums, &c->enc,  &c->att,      &c->flashD,
-                         &c->stage,  &c->wide,  &c->bgrad, &c->cudnn_ws};
+    Grow *all[N_GROW] = {&c->lt_ws,    &c->castA, &c->castB, &c->castW,   &c->castBias,
+                         &c->partials, &c->sums,  &c->enc,   &c->att,     &c->flashD,
+                         &c->stage,    &c->wide,  &c->bgrad, &c->cudnn_ws};
     memcpy(g, all, sizeof all);
 }
 
@@ -283,13 +283,13 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
  * type under a bf16 D: cuBLASLt 13.0 on an H100 had no algorithm for GELU's fc GEMM with
  * an fp32 bias, so the fc adds the bias's bf16 copy, as llm.c does); GELU itself with
  * its input kept (CUBLASLT_EPILOGUE_GELU_AUX_BIAS: D is GELU's output, the aux buffer the
- * pre-activation, in D's type and layout); GELU's derivative (CUBLASLT_EPILOGUE_DGELU, its aux input the pre-activation in D's type and
- * layout; cuBLASLt wants its leading dimension a multiple of 8 and at least D's rows,
- * cublasLt.h's CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD); the bias gradient, op(A)'s row sums
- * (CUBLASLT_EPILOGUE_BGRADB, [Note: bias gradient epilogue]). An epilogue the heuristic refuses
- * for a shape makes try_gemm_out return -1 (cached: asked once), and the op runs its
- * unfused path, with the same contract; only a bias on an fp32 D is still added by a
- * kernel of its own. */
+ * pre-activation, in D's type and layout); GELU's derivative (CUBLASLT_EPILOGUE_DGELU, its aux
+ * input the pre-activation in D's type and layout; cuBLASLt wants its leading dimension a multiple
+ * of 8 and at least D's rows, cublasLt.h's CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD); the bias
+ * gradient, op(A)'s row sums (CUBLASLT_EPILOGUE_BGRADB, [Note: bias gradient epilogue]). An
+ * epilogue the heuristic refuses for a shape makes try_gemm_out return -1 (cached: asked once), and
+ * the op runs its unfused path, with the same contract; only a bias on an fp32 D is still added by
+ * a kernel of its own. */
 struct GemmOut {
     void *D;              /* row-major [M,N], leading dimension ldc */
     int d_bf16;           /* D and C are bf16 (else fp32) */
@@ -332,7 +332,7 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
     cudaDataType t = ab == AB_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cudaDataType dt = o->d_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const void *Cp = o->C ? o->C : o->D;
-    cublasLtEpilogue_t epi = o->gelu_pre ? CUBLASLT_EPILOGUE_DGELU
+    cublasLtEpilogue_t epi = o->gelu_pre   ? CUBLASLT_EPILOGUE_DGELU
                              : o->gelu_aux ? (fuse_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                                         : CUBLASLT_EPILOGUE_GELU_AUX)
                              : o->bgrad    ? CUBLASLT_EPILOGUE_BGRADB
@@ -340,8 +340,7 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
                                            : CUBLASLT_EPILOGUE_DEFAULT;
     if (o->gelu_pre && (o->bias || o->gelu_aux)) return -1; /* not asked for by any op */
     if (o->gelu_aux && (!o->d_bf16 || (o->bias && !fuse_bias))) return -1; /* nor these */
-    if (o->bgrad && (o->bias || o->gelu_pre || o->gelu_aux || o->d_bf16 || batch != 1))
-        return -1;
+    if (o->bgrad && (o->bias || o->gelu_pre || o->gelu_aux || o->d_bf16 || batch != 1)) return -1;
     GemmKey key;
     memset(&key, 0, sizeof key);
     key.opA = tB;
@@ -465,10 +464,10 @@ static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, c
  * logits: [Note: logits type] in backend.h). The fp32 master weights are
  * converted once per action list while the model holds them ([Note: held weights] in
  * model.h; per call otherwise). The residual stream, qkv, LayerNorm's
- * statistics, the gradients and the optimizer stay fp32; the materialised attention's GEMMs run CUBLAS_COMPUTE_32F_FAST_16BF on the fp32
- * qkv (cuBLASLt converts). PPTRAIN_BF16_OPERANDS=fp32 keeps fp32 operand activations at
- * bf16 and casts them in every matmul instead (the path before bf16 activations, kept
- * for side-by-side measurement: cuda/NOTES.md). */
+ * statistics, the gradients and the optimizer stay fp32; the materialised attention's GEMMs run
+ * CUBLAS_COMPUTE_32F_FAST_16BF on the fp32 qkv (cuBLASLt converts). PPTRAIN_BF16_OPERANDS=fp32
+ * keeps fp32 operand activations at bf16 and casts them in every matmul instead (the path before
+ * bf16 activations, kept for side-by-side measurement: cuda/NOTES.md). */
 static cublasComputeType_t mm_compute(const CudaCtx *c) {
     return c->prec == PP_PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
@@ -550,8 +549,8 @@ static void cu_matmul_forward(const Backend *be, float *out, const void *inp, co
  * (c->logits_bf16: D bf16, no epilogue) or fp32 (matmul_forward's). A bf16 D with no
  * algorithm stops the run naming the switch back: its fp32 result would need room the
  * chunk does not have. */
-static void cu_head_logits(const Backend *be, void *logits, const void *inp, const float *w,
-                           int N, int C, int OC) {
+static void cu_head_logits(const Backend *be, void *logits, const void *inp, const float *w, int N,
+                           int C, int OC) {
     CudaCtx *c = ctx_of(be);
     if (!c->logits_bf16) {
         cu_matmul_forward(be, (float *)logits, inp, w, NULL, N, C, OC);
@@ -1125,8 +1124,8 @@ static void fill_table(Backend *be, CudaCtx *c) {
 /* [Note: attention path]: flash, cuDNN's (*att_cudnn, with *att_flash: it saves what flash
  * saves; 1 when PPTRAIN_ATTENTION=cudnn asks for it, 2 when it is the default and the open
  * runs flash if cuDNN does not load) or materialised, from PPTRAIN_ATTENTION and the run's
- * head size (0: unknown, the op tests: flash), for the whole run. bf16_operands: the operand activations are bf16 (cuDNN's path needs
- * them). 0, or -1 with the reason in err. */
+ * head size (0: unknown, the op tests: flash), for the whole run. bf16_operands: the operand
+ * activations are bf16 (cuDNN's path needs them). 0, or -1 with the reason in err. */
 static int attention_choice(PPPrecision precision, int bf16_operands, int run_hs, int *att_flash,
                             int *att_cudnn, char *err, size_t errlen) {
     const char *att_env = getenv("PPTRAIN_ATTENTION");
@@ -1396,7 +1395,8 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         else if (att_flash)
             snprintf(att, sizeof att, "flash (bf16 mma.sync, backward %.40s%s)",
                      fb_env && *fb_env ? fb_env : "v2",
-                     att_cudnn == 2 ? "; cuDNN's not loaded: PPTRAIN_ATTENTION=cudnn says why" : "");
+                     att_cudnn == 2 ? "; cuDNN's not loaded: PPTRAIN_ATTENTION=cudnn says why"
+                                    : "");
         else
             snprintf(att, sizeof att, "materialized (cuBLASLt)");
         snprintf(c->desc, sizeof c->desc,

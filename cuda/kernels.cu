@@ -879,12 +879,13 @@ static void ce_launch(CudaCtx *c, OutT *dlogits, float *losses, const InT *logit
         size_t bytes = (size_t)Vp * sizeof(float);
         CK(c, cudaFuncSetAttribute(crossentropy_smem<InT, OutT>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-        crossentropy_smem<InT, OutT><<<N, CE_SMEM_THREADS, bytes, c->stream>>>(
-            dlogits, losses, logits, targets, dloss, V, Vp);
+        crossentropy_smem<InT, OutT><<<N, CE_SMEM_THREADS, bytes, c->stream>>>(dlogits, losses,
+                                                                               logits, targets,
+                                                                               dloss, V, Vp);
         KCHECK(c, "crossentropy_smem");
     } else {
-        crossentropy<InT, OutT><<<N, 512, 0, c->stream>>>(dlogits, losses, logits, targets, dloss,
-                                                          V, Vp, want_grad);
+        crossentropy<InT, OutT>
+            <<<N, 512, 0, c->stream>>>(dlogits, losses, logits, targets, dloss, V, Vp, want_grad);
         KCHECK(c, "crossentropy");
     }
 }

@@ -67,10 +67,9 @@ static bool zero(__nv_bfloat16 x) { return x.bits == 0; }
 /* ---- the launches k_crossentropy makes (cuda/kernels.cu) ------------------------------- */
 
 template <typename InT, typename OutT>
-static void two_pass(OutT *dl, float *loss, const InT *x, const int *tg, float dloss, int N,
-                     int V, int Vp, int want_grad) {
-    bsim_run(N, 512, 0,
-             [&] { crossentropy<InT, OutT>(dl, loss, x, tg, dloss, V, Vp, want_grad); });
+static void two_pass(OutT *dl, float *loss, const InT *x, const int *tg, float dloss, int N, int V,
+                     int Vp, int want_grad) {
+    bsim_run(N, 512, 0, [&] { crossentropy<InT, OutT>(dl, loss, x, tg, dloss, V, Vp, want_grad); });
 }
 
 /* k_crossentropy's condition for the shared-memory kernel, at an H100's opt-in */
@@ -158,8 +157,8 @@ static int check_bf16_logits(const Shape &s, const std::vector<float> &x, const 
         xr[i] = value(xb[i]);
     }
     Want w{std::vector<float>(n), std::vector<float>(N)};
-    cpu->crossentropy_forward_backward(cpu, w.dl.data(), w.loss.data(), xr.data(),
-                                       s.targets.data(), dloss, N, V, Vp);
+    cpu->crossentropy_forward_backward(cpu, w.dl.data(), w.loss.data(), xr.data(), s.targets.data(),
+                                       dloss, N, V, Vp);
     __nv_bfloat16 *in = (__nv_bfloat16 *)buffer(n * 2, xb.data());
     bool smem = smem_fits(Vp);
     for (int k = 0; k < (smem ? 2 : 1); k++) {
@@ -178,8 +177,8 @@ static int check_bf16_logits(const Shape &s, const std::vector<float> &x, const 
         bool ok = o.ok(4e-3) && inplace;
         printf("%-4s %s V=%d Vp=%d N=%d, bf16 logits: losses %.1e, dlogits %.1e (bounds 1e-5, "
                "4e-3); in place %s%s%s\n",
-               ok ? "ok" : "FAIL", k ? "shared-memory row" : "two passes       ", V, Vp, N,
-               o.eloss, o.edl, inplace ? "= out of place" : "DIFFERS",
+               ok ? "ok" : "FAIL", k ? "shared-memory row" : "two passes       ", V, Vp, N, o.eloss,
+               o.edl, inplace ? "= out of place" : "DIFFERS",
                o.pads ? "" : "; a padded column not 0",
                o.guards ? "" : "; a guard byte was overwritten");
         bad += !ok;
@@ -187,7 +186,8 @@ static int check_bf16_logits(const Shape &s, const std::vector<float> &x, const 
     Got<float> l(n, N); /* no gradient */
     two_pass(l.dl, l.loss, in, tg, dloss, N, V, Vp, 0);
     bool untouched = true;
-    for (size_t i = 0; i < n; i++) untouched = untouched && !memcmp(&l.dl[i], "\xff\xff\xff\xff", 4);
+    for (size_t i = 0; i < n; i++)
+        untouched = untouched && !memcmp(&l.dl[i], "\xff\xff\xff\xff", 4);
     bool kept = !memcmp(in, xb.data(), n * 2) && guards_intact(in, n * 2);
     double el = loss_err(l.loss, w.loss.data(), N);
     bool ok = el <= 1e-5 && untouched && kept;

@@ -425,7 +425,8 @@ static void emu_gelu_bwd(const Backend *be, void *dinp, const void *inp, const f
     free(t);
     free(x);
 }
-/* [Note: fused GELU], as a GPU without GELU in the fc GEMM: GELU's kernel on the pre-activation as stored */
+/* [Note: fused GELU], as a GPU without GELU in the fc GEMM: GELU's kernel on the pre-activation as
+ * stored */
 static void emu_mm_gelu_fwd_stored(const Backend *be, void *out, void *pre, const void *inp,
                                    const float *w, const float *b, int N, int C, int OC) {
     float *t = pp_malloc((size_t)N * OC * sizeof(float));
@@ -458,8 +459,8 @@ static void emu_mm_gelu_bwd(const Backend *be, void *dpre, float *dw, float *db,
 }
 /* bf16 logits ([Note: logits type]), as the CUDA backend's at bf16: the GEMM's result
  * rounded; the cross-entropy on them widened, its dlogits rounded (in place allowed) */
-static void emu_head_logits(const Backend *be, void *logits, const void *inp, const float *w,
-                            int N, int C, int OC) {
+static void emu_head_logits(const Backend *be, void *logits, const void *inp, const float *w, int N,
+                            int C, int OC) {
     float *t = pp_malloc((size_t)N * OC * sizeof(float));
     emu_mm_fwd(be, t, inp, w, NULL, N, C, OC);
     narrow(logits, t, (size_t)N * OC);
@@ -1206,8 +1207,7 @@ START_TEST(test_memory_plan_sweep) {
                             model_plan(&plan, &d, specs, rc, nws, v, B, T,
                                        be.attention_saved_floats(&be, B, T, d.NH),
                                        pp_dtype_bytes(be.operand), pp_dtype_bytes(be.logits),
-                                       be.logits_chunk_rows, 2,
-                                       nb[1], nb[0]);
+                                       be.logits_chunk_rows, 2, nb[1], nb[0]);
                             model_init_recompute(&m, &d, specs, rc, v, B, T, &be, nb[1], nb[0]);
                             model_init_optimizer(&m, 2);
                             for (int c = 0; c < v; c++) model_init_wstate(&m, c, nws[c]);
@@ -1228,10 +1228,10 @@ START_TEST(test_memory_plan_sweep) {
                                           m.wstate_bytes);
                             int last = 0;
                             for (int c = 0; c < v; c++) last |= specs[c].last;
-                            ck_assert_uint_eq(plan.logits,
-                                              last ? (size_t)(M % 3 ? M % 3 : B * T) * d.Vp *
-                                                         pp_dtype_bytes(be.logits)
-                                                   : 0);
+                            ck_assert_uint_eq(plan.logits, last ? (size_t)(M % 3 ? M % 3 : B * T) *
+                                                                      d.Vp *
+                                                                      pp_dtype_bytes(be.logits)
+                                                                : 0);
                             model_free(&m);
                             checked++;
                         }

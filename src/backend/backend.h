@@ -280,8 +280,8 @@ struct Backend {
                                           void *logits, const int *targets, float dloss, int N,
                                           int V, int Vp);
     /* As above but without the gradient (validation): logits are left clobbered. */
-    void (*crossentropy_forward)(const Backend *be, void *logits, float *losses,
-                                 const int *targets, int N, int V, int Vp);
+    void (*crossentropy_forward)(const Backend *be, void *logits, float *losses, const int *targets,
+                                 int N, int V, int Vp);
 
     /* Floats of scratch memory the backward ops need for up to N rows of length T and
      * C channels with the current thread count (allocated once, at build time). */

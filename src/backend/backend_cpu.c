@@ -597,8 +597,8 @@ static void crossentropy_forward_backward(const Backend *be, void *dlogits, floa
     }
 }
 
-static void crossentropy_forward(const Backend *be, void *logits, float *losses,
-                                 const int *targets, int N, int V, int Vp) {
+static void crossentropy_forward(const Backend *be, void *logits, float *losses, const int *targets,
+                                 int N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
         losses[n] = crossentropy_row((float *)logits + (size_t)n * Vp, targets[n], 0.0f, V, Vp, 0);

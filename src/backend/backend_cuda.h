@@ -16,11 +16,10 @@ extern "C" {
  * shared object built from another version of the sources. */
 /* 9: head_logits and the logits type ([Note: logits type]); gelu_in_gemm. 8: the fused
  * GEMM ops (matmul_gelu_forward/backward, matmul_residual_forward); GELU's
- * input an operand. 7: the decoding ops (kv_append, attention_decode). 6: the Llama block's ops (rmsnorm,
- * rope, swiglu), attention by (NH, NKV, HS). 5:
- * PPCudaSizes from the model (width, weight, params; HS for C). 4: attention_backward
- * takes the forward's output; weight_hold. 3: Backend grew (logits_chunk_rows,
- * snapshot), struct Comm and CommOps too (comm_nccl.h) */
+ * input an operand. 7: the decoding ops (kv_append, attention_decode). 6: the Llama block's ops
+ * (rmsnorm, rope, swiglu), attention by (NH, NKV, HS). 5: PPCudaSizes from the model (width,
+ * weight, params; HS for C). 4: attention_backward takes the forward's output; weight_hold. 3:
+ * Backend grew (logits_chunk_rows, snapshot), struct Comm and CommOps too (comm_nccl.h) */
 #define PP_CUDA_ABI 9
 
 /* runtime.precision of a CUDA backend. */

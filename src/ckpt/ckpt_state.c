@@ -657,9 +657,10 @@ static void restart_hint(char *err, size_t errlen) {
         if (v && atoi(v) > 0) {
             char rest[PP_ERR_MAX];
             snprintf(rest, sizeof rest, "%s", err);
-            snprintf(err, errlen, "%s (%s=%s) without --resume-if-present: put it on the "
-                     "command line so that each restart resumes; %s", by[i][1], by[i][0], v,
-                     rest);
+            snprintf(err, errlen,
+                     "%s (%s=%s) without --resume-if-present: put it on the "
+                     "command line so that each restart resumes; %s",
+                     by[i][1], by[i][0], v, rest);
             return;
         }
     }

@@ -811,10 +811,10 @@ float *model_head_grad(const Model *m, int c, int s) {
 }
 
 /* [Note: chunked head] The head's logits are [N,Vp] fp32 (bf16 on a GPU: [Note: logits
- * type] in backend.h), 3.3 GB for GPT-2 124M at B = 16, T = 1024 in fp32: more than any layer's activations. So the last stage computes them in
- * chunks of R rows (m->logits_rows: be->logits_chunk_rows, all N when 0) through one
- * [R,Vp] buffer, the only one there is. Per chunk of rows r0..r0+R, x the final norm's
- * output and dx its gradient (GPT-2's lnf and dlnf):
+ * type] in backend.h), 3.3 GB for GPT-2 124M at B = 16, T = 1024 in fp32: more than any layer's
+ * activations. So the last stage computes them in chunks of R rows (m->logits_rows:
+ * be->logits_chunk_rows, all N when 0) through one [R,Vp] buffer, the only one there is. Per chunk
+ * of rows r0..r0+R, x the final norm's output and dx its gradient (GPT-2's lnf and dlnf):
  *   logits[R,Vp] = x[r0..] @ head^T                          (head_logits)
  *   losses[r0..] = -log p(target); logits become dlogits     (crossentropy_forward_backward)
  *   dx[r0..]     = dlogits @ head, overwriting that chunk's rows (matmul_backward's dinp)
@@ -941,10 +941,9 @@ void model_backward_weight(Model *m, int c, int s, int w) {
 
 /* ---- memory plan ([Note: memory plan] in model.h) ---- */
 
-void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs,
-                const ChunkRecompute *rc, const int *nwstate, int nchunks, int B, int T,
-                size_t att_floats, size_t operand_bytes, size_t logits_bytes, int logits_rows,
-                int nopt,
+void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
+                const int *nwstate, int nchunks, int B, int T, size_t att_floats,
+                size_t operand_bytes, size_t logits_bytes, int logits_rows, int nopt,
                 int nblocks_keep, int nblocks_drop) {
     const Arch *A = model_arch(d);
     size_t N = (size_t)B * T, C = d->C, f = sizeof(float), ob = operand_bytes, params = 0;

@@ -211,10 +211,10 @@ typedef struct {
  * logits_bytes (pp_dtype_bytes(be->logits)) and whose head computes logits_rows rows at
  * once (be->logits_chunk_rows, 0: all), nopt optimizer arrays, and
  * nwstate[c] W state sets for chunk c. */
-void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs,
-                const ChunkRecompute *rc, const int *nwstate, int nchunks, int B, int T,
-                size_t att_floats, size_t operand_bytes, size_t logits_bytes, int logits_rows,
-                int nopt, int nblocks_keep, int nblocks_drop);
+void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
+                const int *nwstate, int nchunks, int B, int T, size_t att_floats,
+                size_t operand_bytes, size_t logits_bytes, int logits_rows, int nopt,
+                int nblocks_keep, int nblocks_drop);
 /* The activation total of a plan: slots, workspace, receive buffers and W state. */
 size_t model_plan_activations(const ModelPlan *p);
 

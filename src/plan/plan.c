@@ -469,8 +469,7 @@ void plan_rank_memory(const Config *cfg, const Schedule *s, const Schedule *fwd,
     runtime_chunk_plan(s, fwd, part, pp, mode, cfg->recompute_layers, specs, rc, nws, nblocks);
     model_plan(plan, &d, specs, rc, nws, s->v, B, T, be->attention_saved_floats(be, B, T, d.NH),
                pp_dtype_bytes(be->operand), pp_dtype_bytes(be->logits), be->logits_chunk_rows,
-               optim_state_arrays(cfg),
-               nblocks[1], nblocks[0]);
+               optim_state_arrays(cfg), nblocks[1], nblocks[0]);
 }
 
 /* ==================================================================== sweep === */

@@ -1050,8 +1050,8 @@ static double dgelu_erf(double x) {
 
 /* Record which GELU form got[i] follows: its RMS distance to tanh_form(pre[i % period])
  * must be under half its distance to erf_form's. */
-static void gelu_form(const char *op, const float *got, const float *pre, size_t n,
-                      size_t period, double (*tanh_form)(double), double (*erf_form)(double)) {
+static void gelu_form(const char *op, const float *got, const float *pre, size_t n, size_t period,
+                      double (*tanh_form)(double), double (*erf_form)(double)) {
     double et = 0, ee = 0;
     for (size_t i = 0; i < n; i++) {
         double v = pre[i % period], a = got[i] - tanh_form(v), b = got[i] - erf_form(v);
@@ -1301,7 +1301,7 @@ static void check_swiglu(size_t n, const char *sh) {
 static void check_elementwise(const Shape *s, const char *sh) {
     size_t n = (size_t)s->B * s->T * 4 * s->C;
     float *x = rnd(n, 4), *out = nanbuf(n);
-    op_round(x, n); /* GELU's input is an operand (the pre-activation as stored) */
+    op_round(x, n);            /* GELU's input is an operand (the pre-activation as stored) */
     float *dx = dev(x, n * 4); /* add_inplace's fp32 source */
     void *dxo = dev_op(x, n), *dout = dev_op_nan(n);
     gpu->gelu_forward(gpu, dout, dxo, n);
@@ -1705,7 +1705,7 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
         const char *var, *old, *bogus;
     } sw[] = {
         {"PPTRAIN_CE", "two-pass", "one-and-a-half"},
-        {"PPTRAIN_LOGITS", "fp32", "half"}, /* [Note: logits type] */
+        {"PPTRAIN_LOGITS", "fp32", "half"},   /* [Note: logits type] */
         {"PPTRAIN_GELU_EPILOGUE", "0", "on"}, /* [Note: fused GELU] */
         /* their paths are checked above, under both switches at once; here the refusal */
         {"PPTRAIN_FUSE_GELU", "0", "off"},
@@ -1728,7 +1728,8 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
         if (!strcmp(sw[i].var, "PPTRAIN_GELU_EPILOGUE")) { /* gelu_forward's bits again */
             none_wrong("PPTRAIN_GELU_EPILOGUE=0: gelu_in_gemm", "the backend's flag",
                        (size_t)gpu->gelu_in_gemm, 1);
-            check_matmul_gelu_forward(2 * 37, 64, 256, 1, "PPTRAIN_GELU_EPILOGUE=0 N=74 C=64 H=256");
+            check_matmul_gelu_forward(2 * 37, 64, 256, 1,
+                                      "PPTRAIN_GELU_EPILOGUE=0 N=74 C=64 H=256");
         }
         if (!strcmp(sw[i].var, "PPTRAIN_LOGITS")) {
             static const Shape s1 = {2, 37, 64, 1, 251, 256}, s2 = {1, 3, 64, 1, 50257, 50304};
@@ -1918,9 +1919,10 @@ int main(int argc, char **argv) {
                              gpu->attention_saved_floats, gpu->kv_append, gpu->attention_decode,
                              gpu->gelu_forward, gpu->gelu_backward, gpu->matmul_gelu_forward,
                              gpu->matmul_gelu_backward, gpu->matmul_residual_forward,
-                             gpu->head_logits, gpu->crossentropy_forward_backward, gpu->crossentropy_forward,
-                             gpu->scratch_floats, gpu->add_inplace, gpu->to_operand,
-                             gpu->host_alloc, gpu->host_free, gpu->memory, gpu->close};
+                             gpu->head_logits, gpu->crossentropy_forward_backward,
+                             gpu->crossentropy_forward, gpu->scratch_floats, gpu->add_inplace,
+                             gpu->to_operand, gpu->host_alloc, gpu->host_free, gpu->memory,
+                             gpu->close};
     /* the CPU has no device extras */
     for (size_t i = 0; i < sizeof entries / sizeof entries[0] && !cpu_as_gpu; i++)
         if (!entries[i]) return printf("FAIL the CUDA backend's table has no entry %zu\n", i), 1;
