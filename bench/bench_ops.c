@@ -149,8 +149,8 @@ int main(int argc, char **argv) {
     if (!gpu) backend_cpu_set_threads(0);
 
     /* one layer's tensors, as model.c lays them out; the operand activations ([Note:
-     * operand activations]: ln, y, hg and the gradients dxo, dho, dqkv, dlogits that feed
-     * a matmul) in the backend's operand type, the rest fp32 */
+     * operand activations]: ln, qkv, y, hg and the gradients dxo, dho, dqkv, dyo (attention's
+     * dout), dlogits) in the backend's operand type, the rest fp32 */
     size_t NC = N * C, nlayer = 12 * (size_t)C * C + 13 * (size_t)C;
     /* GPT-2 parameters */
     size_t P = (size_t)L * nlayer + (size_t)Vp * C + 1024 * (size_t)C + 2 * (size_t)C;
@@ -158,7 +158,8 @@ int main(int argc, char **argv) {
     float *rstd = dev_random(be, N, 4, 1), *lnw = dev_random(be, C, 5, 1);
     float *lnb = dev_random(be, C, 6, 0.1f);
     void *ln = dev_operand(be, NC, 2, 1);
-    float *qkv = dev_random(be, 3 * NC, 7, 1), *wqkv = dev_random(be, 3 * (size_t)C * C, 8, 0.02f),
+    void *qkv = dev_operand(be, 3 * NC, 7, 1);
+    float *wqkv = dev_random(be, 3 * (size_t)C * C, 8, 0.02f),
           *bqkv = dev_random(be, 3 * (size_t)C, 9, 0.02f);
     size_t natt = be->attention_saved_floats(be, B, T, NH);
     float *att = dev_random(be, natt, 10, 0.01f);
@@ -170,7 +171,7 @@ int main(int argc, char **argv) {
     float *db = dev_random(be, 4 * (size_t)C, 18, 0);
     float *dh = dev_random(be, 4 * NC, 20, 1), *dy = dev_random(be, NC, 31, 1);
     void *dqkv = dev_operand(be, 3 * NC, 19, 1), *dxo = dev_operand(be, NC, 32, 1),
-         *dho = dev_operand(be, 4 * NC, 33, 1);
+         *dho = dev_operand(be, 4 * NC, 33, 1), *dyo = dev_operand(be, NC, 36, 1);
     float *scratch = be->alloc(be, be->scratch_floats(be, (int)N, T, C) * sizeof(float) + 64);
     float *wte = dev_random(be, (size_t)Vp * C, 21, 0.02f);
     float *dwte = dev_random(be, (size_t)Vp * C, 22, 0);
@@ -197,9 +198,9 @@ int main(int argc, char **argv) {
     TIME(&b, "layernorm fwd", 'M', 8 * Nd * Cd, f * (Nd * Cd + 2 * Nd + 2 * Cd) + o * Nd * Cd,
          2 * L, be->layernorm_forward(be, ln, mean, rstd, x, lnw, lnb, (int)N, C));
     TIME(&b, "matmul fwd qkv", 'G', 2 * Nd * Cd * 3 * Cd,
-         o * Nd * Cd + f * (3 * Cd * Cd + 3 * Nd * Cd), L,
-         be->matmul_forward(be, qkv, ln, wqkv, bqkv, (int)N, C, 3 * C));
-    TIME(&b, "attention fwd (causal)", 'G', 2 * BT2C, f * 3 * Nd * Cd + o * Nd * Cd, L,
+         o * (Nd * Cd + 3 * Nd * Cd) + f * 3 * Cd * Cd, L,
+         be->matmul_operand_forward(be, qkv, ln, wqkv, bqkv, (int)N, C, 3 * C));
+    TIME(&b, "attention fwd (causal)", 'G', 2 * BT2C, o * (3 * Nd * Cd + Nd * Cd), L,
          be->attention_forward(be, y, att, qkv, B, T, NH, NH, C / NH));
     /* the residual as the GEMM's C: out = res + y W^T + b */
     TIME(&b, "matmul+residual fwd attproj", 'G', 2 * Nd * Cd * Cd,
@@ -249,12 +250,10 @@ int main(int argc, char **argv) {
          be->matmul_backward(be, dx, dw, db, dho, ln, wfc, (int)N, C, 4 * C));
     TIME(&b, "layernorm bwd", 'M', 12 * Nd * Cd, f * (4 * Nd * Cd + 2 * Nd), 2 * L,
          be->layernorm_backward(be, dx, dw, db, dy, x, mean, rstd, lnw, (int)N, C, scratch));
-    TIME(&b, "matmul bwd attproj", 'G', 4 * Nd * Cd * Cd,
-         o * 2 * Nd * Cd + f * (Nd * Cd + 3 * Cd * Cd), L,
-         be->matmul_backward(be, dy, dw, db, dxo, y, wqkv, (int)N, C, C));
-    TIME(&b, "attention bwd (causal)", 'G', 5 * BT2C,
-         f * (3 * Nd * Cd + Nd * Cd) + o * (Nd * Cd + 3 * Nd * Cd), L,
-         be->attention_backward(be, dqkv, dy, qkv, y, att, B, T, NH, NH, C / NH, scratch));
+    TIME(&b, "matmul bwd attproj", 'G', 4 * Nd * Cd * Cd, o * 3 * Nd * Cd + f * 3 * Cd * Cd, L,
+         be->matmul_operand_backward(be, dyo, dw, db, dxo, y, wqkv, (int)N, C, C));
+    TIME(&b, "attention bwd (causal)", 'G', 5 * BT2C, o * (3 * Nd * Cd + 2 * Nd * Cd + 3 * Nd * Cd),
+         L, be->attention_backward(be, dqkv, dyo, qkv, y, att, B, T, NH, NH, C / NH, scratch));
     TIME(&b, "matmul bwd qkv", 'G', 4 * Nd * Cd * 3 * Cd,
          o * (3 * Nd * Cd + Nd * Cd) + f * (Nd * Cd + 3 * 3 * Cd * Cd), L,
          be->matmul_backward(be, dx, dw, db, dqkv, ln, wqkv, (int)N, C, 3 * C));
@@ -311,8 +310,8 @@ int main(int argc, char **argv) {
     (void)flops;
     be->dealloc(be, sum);
     void *all[] = {x, ln, mean, rstd, lnw, lnb, qkv, wqkv, bqkv, att, y, h, hg, ho, wfc, bfc, dx, dw,
-                   db, dqkv, dh, dy, dxo, dho, scratch, wte, dwte, wpe, dwpe, logits, losses, p, g,
-                   m, v};
+                   db, dqkv, dh, dy, dxo, dho, dyo, scratch, wte, dwte, wpe, dwpe, logits, losses,
+                   p, g, m, v};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->dealloc(be, all[i]);
     if (dlogits != logits) be->dealloc(be, dlogits);
     be->dealloc(be, tok);

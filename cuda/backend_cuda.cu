@@ -160,11 +160,11 @@ static void cu_snapshot_wait(const Backend *be) {
 
 /* Every workspace of the context, into g: what cu_memory counts and cu_close frees (one
  * list, so that a workspace added to CudaCtx is in both). */
-enum { N_GROW = 14 };
+enum { N_GROW = 15 };
 static void workspaces(CudaCtx *c, Grow *g[N_GROW]) {
-    Grow *all[N_GROW] = {&c->lt_ws,    &c->castA, &c->castB, &c->castW,   &c->castBias,
-                         &c->partials, &c->sums,  &c->enc,   &c->att,     &c->flashD,
-                         &c->stage,    &c->wide,  &c->bgrad, &c->cudnn_ws};
+    Grow *all[N_GROW] = {&c->lt_ws,    &c->castA, &c->castB, &c->castW,    &c->castBias,
+                         &c->partials, &c->sums,  &c->enc,   &c->att,      &c->flashD,
+                         &c->stage,    &c->wide,  &c->bgrad, &c->cudnn_ws, &c->widen};
     memcpy(g, all, sizeof all);
 }
 
@@ -463,9 +463,11 @@ static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, c
  * its bf16 pre-activation itself: [Note: GEMM epilogues]; the head's GEMM its bf16
  * logits: [Note: logits type] in backend.h). The fp32 master weights are
  * converted once per action list while the model holds them ([Note: held weights] in
- * model.h; per call otherwise). The residual stream, qkv, LayerNorm's
- * statistics, the gradients and the optimizer stay fp32; the materialised attention's GEMMs run
- * CUBLAS_COMPUTE_32F_FAST_16BF on the fp32 qkv (cuBLASLt converts). PPTRAIN_BF16_OPERANDS=fp32
+ * model.h; per call otherwise). qkv is an operand too (matmul_operand_forward writes it in
+ * bf16), and so is attention's output gradient (matmul_operand_backward). The residual stream,
+ * LayerNorm's statistics, the gradients and the optimizer stay fp32; the materialised
+ * attention's GEMMs run CUBLAS_COMPUTE_32F_FAST_16BF on fp32 copies of qkv and dout (its
+ * slow path: head sizes over 128, or PPTRAIN_ATTENTION=materialized). PPTRAIN_BF16_OPERANDS=fp32
  * keeps fp32 operand activations at bf16 and casts them in every matmul instead (the path before
  * bf16 activations, kept for side-by-side measurement: cuda/NOTES.md). */
 static cublasComputeType_t mm_compute(const CudaCtx *c) {
@@ -735,6 +737,56 @@ static void cu_matmul_gelu_backward(const Backend *be, void *dpre, float *dw, fl
     else if (db) k_bias_backward(c, db, dout, N, OC);
 }
 
+/* [Note: operand activations] (src/backend/backend.h): qkv and attention's output gradient
+ * (d atty) are only ever read by attention, RoPE and decoding, which read the operand type:
+ * at bf16 operands the GEMM writes them in bf16 itself (qkv's bias in the epilogue, in bf16
+ * as cuBLASLt takes it with a bf16 D), where there were an fp32 D and then a cast in every
+ * attention call (cuDNN's and the flash kernels' alike: a qkv cast in the forward, qkv and
+ * dout casts in the backward, ~0.2 ms a layer at GPT-2 124M, B 16: cuda/NOTES.md). Where
+ * cuBLASLt has no algorithm for the bf16 D (said once), or under PPTRAIN_FUSE_CAST=0, the
+ * fp32 GEMM into c->wide and a cast. At fp32 operands: matmul_forward's and matmul_backward's
+ * GEMMs. */
+static void cu_matmul_operand_forward(const Backend *be, void *out, const void *inp, const float *w,
+                                      const float *b, int N, int C, int OC) {
+    CudaCtx *c = ctx_of(be);
+    if (c->op != PP_BF16) return cu_matmul_forward(be, (float *)out, inp, w, b, N, C, OC);
+    const void *A = act_operand(c, &c->castA, inp, (size_t)N * C);
+    const void *W = operand(c, &c->castB, w, (size_t)OC * C);
+    GemmOut o = {out, 1, NULL, b ? bias_bf16(c, b, OC) : NULL, NULL, NULL, b != NULL};
+    if (c->fuse_cast && try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 0.0f, OC, 0, 1,
+                                     AB_BF16, CUBLAS_COMPUTE_32F, &o) == 0)
+        return;
+    if (c->fuse_cast)
+        epi_unfused(c, 5, "an operand output's GEMM (qkv: a bf16 output and the bias epilogue)", N,
+                    OC, C);
+    float *F = wide_fp32(c, out, (size_t)N * OC);
+    mm_gemm(c, 0, 1, N, OC, C, NULL, A, C, w, W, C, 0.0f, F, OC, b);
+    k_to_operand(c, out, F, (size_t)N * OC);
+}
+
+static void cu_matmul_operand_backward(const Backend *be, void *dinp, float *dw, float *db,
+                                       const void *dout, const void *inp, const float *w, int N,
+                                       int C, int OC) {
+    CudaCtx *c = ctx_of(be);
+    if (c->op != PP_BF16 || !dinp)
+        return cu_matmul_backward(be, (float *)dinp, dw, db, dout, inp, w, N, C, OC);
+    /* dinp[N,C] = dout[N,OC] @ w[OC,C] in bf16 (overwrites); dout is a bf16 operand */
+    const void *W = operand(c, &c->castB, w, (size_t)OC * C);
+    GemmOut o = {dinp, 1, NULL, NULL, NULL};
+    if (!c->fuse_cast || try_gemm_out(c, 0, 0, N, C, OC, 1.0f, dout, OC, 0, W, C, 0, 0.0f, C, 0, 1,
+                                      AB_BF16, CUBLAS_COMPUTE_32F, &o) != 0) {
+        if (c->fuse_cast)
+            epi_unfused(c, 6, "an operand input gradient's GEMM (d atty: a bf16 output)", N, C, OC);
+        float *F = wide_fp32(c, dinp, (size_t)N * C);
+        mm_gemm(c, 0, 0, N, C, OC, NULL, dout, OC, w, W, C, 0.0f, F, C, NULL);
+        k_to_operand(c, dinp, F, (size_t)N * C);
+    }
+    if (dw)
+        mm_weight_grads(c, dw, db, dout, dout, inp, N, C, OC);
+    else if (db)
+        k_bias_backward(c, db, dout, N, OC);
+}
+
 /* ---- attention ----------------------------------------------------------------------------
  * [Note: attention path] Two implementations of the contract's causal attention:
  *  - flash (flash_attn.cu, [Note: flash tiling]): bf16 tensor cores with fp32
@@ -783,20 +835,29 @@ static void head_size_check(const CudaCtx *c, int HS, int cudnn) {
     if (head_size_refused(HS, cudnn, what, sizeof what)) die_msg(c, __FILE__, __LINE__, what);
 }
 
-/* The materialised path computes in fp32: its bf16 outputs go through c->stage. */
+/* The materialised path computes in fp32: its bf16 outputs go through c->stage, */
 static float *staged(CudaCtx *c, void *x, size_t n) {
     return c->op == PP_BF16 ? (float *)grow(c, &c->stage, n * sizeof(float)) : (float *)x;
+}
+
+/* and its bf16 inputs (qkv, dout) are widened into c->widen, at float offset `at`. */
+static const float *widened(CudaCtx *c, const void *x, size_t n, size_t at) {
+    if (c->op != PP_BF16) return (const float *)x;
+    float *w = (float *)grow(c, &c->widen, (at + n) * sizeof(float)) + at;
+    k_from_operand(c, w, x, n);
+    return w;
 }
 
 /* [Note: grouped-query attention] in src/backend/backend.h, materialised: query head
  * h = j*G + g reads kv head j. Each GEMM below is one batch over the NKV kv heads for one
  * member g of every group (query heads g, G + g, ...: stride G heads), G of them a
  * sequence; with G = 1 that is one batch of all NH heads, the multi-head calls. */
-static void materialized_forward(const Backend *be, void *outp, float *att, const float *qkv, int B,
+static void materialized_forward(const Backend *be, void *outp, float *att, const void *qkvp, int B,
                                  int T, int NH, int NKV, int HS) {
     CudaCtx *c = ctx_of(be);
     int G = NH / NKV, C = NH * HS, ld = (NH + 2 * NKV) * HS;
     float *out = staged(c, outp, (size_t)B * T * C);
+    const float *qkv = widened(c, qkvp, (size_t)B * T * ld, 0);
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)HS);
     cublasComputeType_t comp = att_compute(c);
@@ -822,12 +883,16 @@ static void materialized_forward(const Backend *be, void *outp, float *att, cons
 
 /* dK_j and dV_j are the sums over the group's heads g = 0..G-1 in order: the GEMM of g = 0
  * overwrites (beta 0), the later ones add (beta 1), one after the other on the stream. */
-static void materialized_backward(const Backend *be, void *dqkvp, const float *dout,
-                                  const float *qkv, const float *att, int B, int T, int NH, int NKV,
+static void materialized_backward(const Backend *be, void *dqkvp, const void *doutp,
+                                  const void *qkvp, const float *att, int B, int T, int NH, int NKV,
                                   int HS, float *scratch) {
     CudaCtx *c = ctx_of(be);
     int G = NH / NKV, C = NH * HS, ld = (NH + 2 * NKV) * HS;
     float *dqkv = staged(c, dqkvp, (size_t)B * T * ld);
+    size_t nq = (size_t)B * T * ld;
+    /* room for both first: a grow between the two would move what the first wrote */
+    grow(c, &c->widen, (nq + (size_t)B * T * C) * sizeof(float));
+    const float *qkv = widened(c, qkvp, nq, 0), *dout = widened(c, doutp, (size_t)B * T * C, nq);
     long long TT = (long long)T * T, sG = (long long)G * HS;
     float scale = 1.0f / sqrtf((float)HS);
     cublasComputeType_t comp = att_compute(c);
@@ -855,7 +920,7 @@ static void materialized_backward(const Backend *be, void *dqkvp, const float *d
     if (dqkv != dqkvp) k_to_operand(c, dqkvp, dqkv, (size_t)B * T * ld);
 }
 
-static void cu_attention_forward(const Backend *be, void *out, float *att, const float *qkv, int B,
+static void cu_attention_forward(const Backend *be, void *out, float *att, const void *qkv, int B,
                                  int T, int NH, int NKV, int HS) {
     CudaCtx *c = ctx_of(be);
     if (!c->att_flash) return materialized_forward(be, out, att, qkv, B, T, NH, NKV, HS);
@@ -867,9 +932,9 @@ static void cu_attention_forward(const Backend *be, void *out, float *att, const
     k_flash_forward(c, out, att, qkv, B, T, NH, NKV, HS);
 }
 
-static void cu_attention_backward(const Backend *be, void *dqkv, const float *dout,
-                                  const float *qkv, const void *out, const float *att, int B, int T,
-                                  int NH, int NKV, int HS, float *scratch) {
+static void cu_attention_backward(const Backend *be, void *dqkv, const void *dout, const void *qkv,
+                                  const void *out, const float *att, int B, int T, int NH, int NKV,
+                                  int HS, float *scratch) {
     CudaCtx *c = ctx_of(be);
     if (!c->att_flash)
         return materialized_backward(be, dqkv, dout, qkv, att, B, T, NH, NKV, HS, scratch);
@@ -887,7 +952,7 @@ static size_t cu_attention_saved_floats(const Backend *be, int B, int T, int NH)
                                  : (size_t)B * NH * T * T; /* the probabilities, as on the CPU */
 }
 
-static void cu_rope_forward(const Backend *be, float *qkv, const float *inv_freq, int B, int T,
+static void cu_rope_forward(const Backend *be, void *qkv, const float *inv_freq, int B, int T,
                             int NH, int NKV, int HS) {
     k_rope(ctx_of(be), qkv, inv_freq, B, T, NH, NKV, HS, 1);
 }
@@ -897,12 +962,12 @@ static void cu_rope_backward(const Backend *be, void *dqkv, const float *inv_fre
     k_rope(ctx_of(be), dqkv, inv_freq, B, T, NH, NKV, HS, -1);
 }
 
-static void cu_kv_append(const Backend *be, float *kcache, float *vcache, float *qkv,
+static void cu_kv_append(const Backend *be, float *kcache, float *vcache, void *qkv,
                          const float *inv_freq, int pos, int n, int NH, int NKV, int HS, int cap) {
     k_kv_append(ctx_of(be), kcache, vcache, qkv, inv_freq, pos, n, NH, NKV, HS, cap);
 }
 
-static void cu_attention_decode(const Backend *be, void *out, const float *qkv, const float *kcache,
+static void cu_attention_decode(const Backend *be, void *out, const void *qkv, const float *kcache,
                                 const float *vcache, int pos, int n, int NH, int NKV, int HS,
                                 int cap) {
     k_attention_decode(ctx_of(be), out, qkv, kcache, vcache, pos, n, NH, NKV, HS, cap);
@@ -1078,6 +1143,8 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->matmul_forward = cu_matmul_forward;
     be->matmul_backward = cu_matmul_backward;
     be->matmul_residual_forward = cu_matmul_residual_forward;
+    be->matmul_operand_forward = cu_matmul_operand_forward;
+    be->matmul_operand_backward = cu_matmul_operand_backward;
     be->rope_forward = cu_rope_forward;
     be->rope_backward = cu_rope_backward;
     be->attention_forward = cu_attention_forward;
@@ -1240,14 +1307,14 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t dev
         if (c->ln_rows == 0) grow(c, &c->partials, k_norm_backward_workspace(width));
         grow(c, &c->enc, k_encoder_workspace((int)N));
         if (NH && T && !c->att_flash) grow(c, &c->att, NH * T * T * sizeof(float));
-        if (NH && T && !c->att_flash && c->op == PP_BF16)
-            grow(c, &c->stage, N * 3 * NH * HS * sizeof(float)); /* attention's qkv */
+        if (NH && T && !c->att_flash && c->op == PP_BF16) { /* fp32 dqkv; qkv and dout */
+            grow(c, &c->stage, N * 3 * NH * HS * sizeof(float));
+            grow(c, &c->widen, N * 4 * NH * HS * sizeof(float));
+        }
         /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
-        if (NH && T && c->att_cudnn) { /* [Note: cuDNN attention]: bf16 qkv and dout, and
-                                          the deterministic backward's dP (B·NH·T·T bf16, by
-                                          the frontend's count: grown if cuDNN asks more) */
-            grow(c, &c->castA, N * 3 * NH * HS * sizeof(__nv_bfloat16));
-            grow(c, &c->castB, N * NH * HS * sizeof(__nv_bfloat16));
+        if (NH && T && c->att_cudnn) { /* [Note: cuDNN attention]: the deterministic
+                                          backward's dP (B·NH·T·T bf16, by the frontend's
+                                          count: grown if cuDNN asks more) */
             grow(c, &c->cudnn_ws, N * NH * T * sizeof(__nv_bfloat16));
         } else if (NH && T && c->att_flash) {
             grow(c, &c->flashD, N / T * NH * T * sizeof(float));
@@ -1270,9 +1337,8 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t dev
             /* a bias gradient from the dw GEMM ([Note: bias gradient epilogue]): at most
              * width columns */
             if (c->op == PP_BF16 && c->fuse_bgrad) grow(c, &c->bgrad, width * sizeof(float));
-            /* the fc GEMM's bias in bf16 when the held copy is not 16-byte aligned */
-            if (c->op == PP_BF16 && c->fuse_gelu)
-                grow(c, &c->castBias, width * sizeof(__nv_bfloat16));
+            /* the fc and qkv GEMMs' bias in bf16 when the held copy is not 16-byte aligned */
+            if (c->op == PP_BF16) grow(c, &c->castBias, width * sizeof(__nv_bfloat16));
         }
     }
     return rows;
@@ -1293,7 +1359,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     cudaDeviceProp prop;
     CudaCtx *c = NULL;
     int att_flash, att_cudnn, flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
-    int ce_two_pass, logits_fp32, gelu_epi_off;
+    int ce_two_pass, logits_fp32, gelu_epi_off, fuse_cast_off;
     const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
     const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
     int bf16_operands = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32"));
@@ -1325,6 +1391,8 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
             /* [Note: fused GELU] in backend.h: GELU in the fc GEMM's epilogue */
             env_switch("PPTRAIN_GELU_EPILOGUE", fuse, 2, &gelu_epi_off, err, errlen) ||
             env_switch("PPTRAIN_FUSE_BGRAD", fuse, 2, &fuse_bgrad_off, err, errlen) ||
+            /* [Note: operand activations]: the qkv and d atty GEMMs write bf16 */
+            env_switch("PPTRAIN_FUSE_CAST", fuse, 2, &fuse_cast_off, err, errlen) ||
             /* [Note: cross-entropy row in shared memory] in ce_kernels.cuh */
             env_switch("PPTRAIN_CE", ce, 2, &ce_two_pass, err, errlen) ||
             /* [Note: logits type] in backend.h: bf16 (the operand type) unless fp32 */
@@ -1352,6 +1420,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         c->gelu_epi = !gelu_epi_off;
         c->fuse_residual = !fuse_residual_off;
         c->fuse_bgrad = !fuse_bgrad_off; /* [Note: bias gradient epilogue] */
+        c->fuse_cast = !fuse_cast_off;
     }
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->ce_two_pass = ce_two_pass;
@@ -1400,13 +1469,14 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         else
             snprintf(att, sizeof att, "materialized (cuBLASLt)");
         snprintf(c->desc, sizeof c->desc,
-                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s%s%s%s%s%s",
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s%s%s%s%s%s%s",
                  device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                  prop.totalGlobalMem / 1e9, prec_name(precision, c->op), att,
                  c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
                  c->gelu_epi ? "" : ", PPTRAIN_GELU_EPILOGUE=0",
                  c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0",
                  c->fuse_bgrad ? "" : ", PPTRAIN_FUSE_BGRAD=0",
+                 c->fuse_cast ? "" : ", PPTRAIN_FUSE_CAST=0",
                  c->ce_two_pass ? ", PPTRAIN_CE=two-pass" : "",
                  !bf16_operands || c->logits_bf16 ? ""
                  : logits_fp32                    ? ", PPTRAIN_LOGITS=fp32"

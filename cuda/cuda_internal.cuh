@@ -83,6 +83,7 @@ struct CudaCtx {
     PPDType op;               /* the operand activations' type (be.operand,
                                  [Note: CUDA precision]) */
     Grow stage;               /* fp32 staging of the materialised attention's bf16 outputs */
+    Grow widen;               /* fp32 copies of its bf16 inputs (qkv; dout) */
     Grow wide;                /* fp32 [N, width]: a fused GEMM's result where its epilogue is
                                  off or has no algorithm ([Note: GEMM epilogues]) */
     int fuse_gelu;            /* PPTRAIN_FUSE_GELU (default 1): the GELU epilogues at bf16 */
@@ -92,6 +93,8 @@ struct CudaCtx {
     int fuse_bgrad;           /* PPTRAIN_FUSE_BGRAD (default 1): the bias gradient in the dw
                                  GEMM at bf16 ([Note: bias gradient epilogue]) */
     Grow bgrad;               /* fp32 [OC]: that GEMM's bias gradient, then added to db */
+    int fuse_cast;            /* PPTRAIN_FUSE_CAST (default 1): the qkv and d atty GEMMs write
+                                 the bf16 operand themselves ([Note: operand activations]) */
     Alloc *allocs;
     int nallocs, cap_allocs;
     size_t allocated;
@@ -166,15 +169,15 @@ void k_rmsnorm_forward(CudaCtx *c, void *out, float *rstd, const float *inp, con
                        float eps, int N, int C);
 void k_rmsnorm_backward(CudaCtx *c, float *dinp, float *dw, const float *dout, const float *inp,
                         const float *rstd, const float *w, int N, int C);
-/* The rotation of the q and k heads in place: x (fp32 at dir 1, the forward; the operand
- * type at dir -1, the backward's transpose). */
+/* The rotation of the q and k heads in place: x of the operand type (qkv at dir 1, the
+ * forward; dqkv at dir -1, the backward's transpose). */
 void k_rope(CudaCtx *c, void *x, const float *inv_freq, int B, int T, int NH, int NKV, int HS,
             int dir);
 /* [Note: KV cache] in src/backend/backend.h: the rotation at positions pos.. and the cache
- * rows; attention of n query rows on the cache, out (operand). */
-void k_kv_append(CudaCtx *c, float *kc, float *vc, float *qkv, const float *inv_freq, int pos,
-                 int n, int NH, int NKV, int HS, int cap);
-void k_attention_decode(CudaCtx *c, void *out, const float *qkv, const float *kc, const float *vc,
+ * rows; attention of n query rows on the cache; qkv and out (operand). */
+void k_kv_append(CudaCtx *c, float *kc, float *vc, void *qkv, const float *inv_freq, int pos, int n,
+                 int NH, int NKV, int HS, int cap);
+void k_attention_decode(CudaCtx *c, void *out, const void *qkv, const float *kc, const float *vc,
                         int pos, int n, int NH, int NKV, int HS, int cap);
 void k_swiglu_forward(CudaCtx *c, void *out, const float *gate, const float *up, size_t n);
 void k_swiglu_backward(CudaCtx *c, void *dgate, void *dup, const float *gate, const float *up,
@@ -207,6 +210,8 @@ void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr,
 void k_to_bf16(CudaCtx *c, __nv_bfloat16 *dst, const float *src, size_t n);
 /* dst[n] (operand) = src[n]: a copy, or k_to_bf16. */
 void k_to_operand(CudaCtx *c, void *dst, const float *src, size_t n);
+/* dst[n] = src[n] (operand) widened to fp32: a copy at fp32 operands. */
+void k_from_operand(CudaCtx *c, float *dst, const void *src, size_t n);
 /* Device bytes the encoder backward needs for N rows (the sort of rows by token). */
 size_t k_encoder_workspace(int N);
 /* Device bytes of the one-pass norm backward's column sums at rows of C (any N). */
@@ -224,12 +229,12 @@ int flash_bwd_mode(const char *env);
  * NH + 2 NKV for q, k and v, NH for dO. */
 size_t flash_pack_bytes(int B, int T, int heads, int hs);
 /* out[B,T,NH HS] (operand) and lse[B,NH,T] (natural log-sum-exp of each row's scaled
- * scores) from qkv[B,T,(NH + 2 NKV) HS] ([Note: grouped-query attention]). */
-void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T, int NH,
+ * scores) from qkv[B,T,(NH + 2 NKV) HS] (operand, [Note: grouped-query attention]). */
+void k_flash_forward(CudaCtx *c, void *out, float *lse, const void *qkv, int B, int T, int NH,
                      int NKV, int HS);
-/* dqkv[B,T,(NH + 2 NKV) HS] (operand) overwritten, from out (operand); D[B,NH,T] is the
- * kernel pair's own scratch. */
-void k_flash_backward(CudaCtx *c, void *dqkv, float *D, const float *dout, const float *qkv,
+/* dqkv[B,T,(NH + 2 NKV) HS] (operand) overwritten, from dout, qkv and out (operands);
+ * D[B,NH,T] is the kernel pair's own scratch. */
+void k_flash_backward(CudaCtx *c, void *dqkv, float *D, const void *dout, const void *qkv,
                       const void *out, const float *lse, int B, int T, int NH, int NKV, int HS);
 
 /* ---- cuDNN's fused attention (cudnn_attn.cc, [Note: cuDNN attention]) ---- */
@@ -238,12 +243,13 @@ int cudnn_attn_open(CudaCtx *c, char *err, size_t n);
 void cudnn_attn_close(CudaCtx *c);
 /* The cuDNN opened (cudnnGetVersion: 91900 for 9.19.0), 0 when none. */
 size_t cudnn_attn_version(const CudaCtx *c);
-/* As k_flash_forward / k_flash_backward: out and dqkv bf16 operands, lse [B,NH,T]. 0, or
+/* As k_flash_forward / k_flash_backward: qkv, out, dout and dqkv bf16 operands (cuDNN's
+ * path runs at bf16 operands only), lse [B,NH,T]. 0, or
  * 1 when cuDNN refused the shape's graph under the default choice (c->att_cudnn_default:
  * said once, c->att_cudnn cleared): the caller runs the flash kernels instead. */
-int k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T,
+int k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const void *qkv, int B, int T,
                               int NH, int NKV, int HS);
-int k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const float *dout, const float *qkv,
+int k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const void *dout, const void *qkv,
                                const void *out, const float *lse, int B, int T, int NH, int NKV,
                                int HS);
 

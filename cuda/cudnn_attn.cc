@@ -22,15 +22,16 @@
  *    views of the packed rows, as q, k and v are read), with cuDNN's deterministic
  *    algorithm: the same bits every run, the product's promise. dk and dv of a kv
  *    head are its group's sums, as the contract asks ([Note: grouped-query attention]).
- * Operands: qkv arrives fp32 (the qkv GEMM's output, which RoPE rotates in fp32): one
- * cast to a bf16 copy of the same layout (castA) for each call, as the flash kernels'
- * pack does; the backward's dout is fp32 too (castB). out is a bf16 operand already.
- * So the path runs only where operands are bf16 (precision bf16, PPTRAIN_BF16_OPERANDS
- * unset) and at head sizes that are multiples of 8 up to 128 (cuDNN's rule for the
- * backward on sm_80; sm_90 allows 256, one rule is simpler): both checked at open where
- * the run's head size is known, at the call otherwise (the op tests). cuDNN refuses
- * s_q = s_kv = 1: sequences of one position (out = v) run the flash kernels, whose
- * log-sum-exp is the same quantity.
+ * Operands: qkv, out and the backward's dout are bf16 operands as they are (the qkv GEMM
+ * writes qkv in bf16, RoPE rotates it in place, attproj's backward GEMM writes dout in
+ * bf16: [Note: operand activations] in src/backend/backend.h), read in place through
+ * strided views: no cast (there were two a layer, 2.1 ms a step at GPT-2 124M, B 16,
+ * before). So the path runs only where operands are bf16 (precision bf16,
+ * PPTRAIN_BF16_OPERANDS unset) and at head sizes that are multiples of 8 up to 128 (cuDNN's rule
+ * for the backward on sm_80; sm_90 allows 256, one rule is simpler): both checked at open where the
+ * run's head size is known, at the call otherwise (the op tests). cuDNN refuses s_q = s_kv = 1:
+ * sequences of one position (out = v) run the flash kernels, whose log-sum-exp is the same
+ * quantity.
  * Graphs: one per shape and direction, built at its first call (cuDNN's heuristics, then
  * the engine's runtime compilation through NVRTC: a second or so; one line on stderr
  * gives its time and workspace) and kept (the oldest dropped past CUDNN_GRAPHS; a run has
@@ -296,13 +297,11 @@ void cudnn_attn_close(CudaCtx *c) {
 
 size_t cudnn_attn_version(const CudaCtx *c) { return c->cudnn ? cudnn_of(c)->version : 0; }
 
-int k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T,
+int k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const void *qkv, int B, int T,
                               int NH, int NKV, int HS) {
-    size_t ld = (size_t)(NH + 2 * NKV) * HS, rows = (size_t)B * T;
     Graph *gr = graph_for(c, {0, B, T, NH, NKV, HS});
     if (!gr) return 1;
-    auto *q = (__nv_bfloat16 *)grow(c, &c->castA, rows * ld * sizeof(__nv_bfloat16));
-    k_to_bf16(c, q, qkv, rows * ld);
+    auto *q = (__nv_bfloat16 *)const_cast<void *>(qkv);
     std::unordered_map<int64_t, void *> pack = {{UQ, q},
                                                 {UK, q + (size_t)NH * HS},
                                                 {UV, q + (size_t)(NH + NKV) * HS},
@@ -312,16 +311,13 @@ int k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const float *qk
     return 0;
 }
 
-int k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const float *dout, const float *qkv,
+int k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const void *dout, const void *qkv,
                                const void *out, const float *lse, int B, int T, int NH, int NKV,
                                int HS) {
-    size_t ld = (size_t)(NH + 2 * NKV) * HS, rows = (size_t)B * T, C = (size_t)NH * HS;
     Graph *gr = graph_for(c, {1, B, T, NH, NKV, HS});
     if (!gr) return 1;
-    auto *q = (__nv_bfloat16 *)grow(c, &c->castA, rows * ld * sizeof(__nv_bfloat16));
-    auto *dO = (__nv_bfloat16 *)grow(c, &c->castB, rows * C * sizeof(__nv_bfloat16));
-    k_to_bf16(c, q, qkv, rows * ld);
-    k_to_bf16(c, dO, dout, rows * C);
+    auto *q = (__nv_bfloat16 *)const_cast<void *>(qkv);
+    auto *dO = const_cast<void *>(dout);
     auto *dq = (__nv_bfloat16 *)dqkv;
     std::unordered_map<int64_t, void *> pack = {{UQ, q},
                                                 {UK, q + (size_t)NH * HS},
@@ -418,11 +414,11 @@ int cudnn_attn_open(CudaCtx *c, char *err, size_t n) {
 }
 void cudnn_attn_close(CudaCtx *c) {}
 size_t cudnn_attn_version(const CudaCtx *c) { return 0; }
-int k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T,
+int k_cudnn_attention_forward(CudaCtx *c, void *out, float *lse, const void *qkv, int B, int T,
                               int NH, int NKV, int HS) {
     pp_cuda_die(c, __FILE__, __LINE__, "cuDNN attention", "error", "not built");
 }
-int k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const float *dout, const float *qkv,
+int k_cudnn_attention_backward(CudaCtx *c, void *dqkv, const void *dout, const void *qkv,
                                const void *out, const float *lse, int B, int T, int NH, int NKV,
                                int HS) {
     pp_cuda_die(c, __FILE__, __LINE__, "cuDNN attention", "error", "not built");

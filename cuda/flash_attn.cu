@@ -254,15 +254,14 @@ static __device__ __forceinline__ void store_row(OutT *y, const float acc[NO][4]
 
 /* ---- packing ----------------------------------------------------------------------------- */
 
-/* src fp32 rows [B,T][ld] of hs-channel heads -> dst bf16 [B][NKV][parts][T][HSP] ([Note:
- * flash tiling]), channels hs..HSP-1 zero: block p < G of kv head j is query head j*G + p
- * (channels (j*G + p)*hs..), blocks G and G + 1 its k and v head (channels (NH + j)*hs..
- * and (NH + NKV + j)*hs.., NH = NKV*G). q, k, v: parts = G + 2; dO: NKV = NH, G = 1,
+/* src rows [B,T][ld] of hs-channel heads (InT: the operand type) -> dst bf16
+ * [B][NKV][parts][T][HSP] ([Note: flash tiling]), channels hs..HSP-1 zero: block p < G of kv head j
+ * is query head j*G + p (channels (j*G + p)*hs..), blocks G and G + 1 its k and v head (channels
+ * (NH + j)*hs.. and (NH + NKV + j)*hs.., NH = NKV*G). q, k, v: parts = G + 2; dO: NKV = NH, G = 1,
  * parts = 1. A thread per 8 channels (one 16-byte store). */
-template <int HSP>
+template <int HSP, typename InT>
 __global__ void __launch_bounds__(FA_THREADS)
-flash_pack(bf16 *dst, const float *src, int B, int T, int NKV, int G, int parts, int hs,
-           size_t ld) {
+flash_pack(bf16 *dst, const InT *src, int B, int T, int NKV, int G, int parts, int hs, size_t ld) {
     constexpr int CH = HSP / 8;
     size_t total = (size_t)B * NKV * parts * T * CH;
     for (size_t i = (size_t)blockIdx.x * FA_THREADS + threadIdx.x; i < total;
@@ -272,12 +271,12 @@ flash_pack(bf16 *dst, const float *src, int B, int T, int NKV, int G, int parts,
         int tt = (int)(row % T), p = (int)(row / T % parts), j = (int)(row / T / parts % NKV);
         int b = (int)(row / T / parts / NKV);
         int head = p < G ? j * G + p : NKV * G + (p - G) * NKV + j; /* q; k, v */
-        const float *x = src + ((size_t)b * T + tt) * ld + (size_t)head * hs;
+        const InT *x = src + ((size_t)b * T + tt) * ld + (size_t)head * hs;
         uint32_t w[4];
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             int d = c * 8 + 2 * k;
-            w[k] = pack_bf16(d < hs ? x[d] : 0.0f, d + 1 < hs ? x[d + 1] : 0.0f);
+            w[k] = pack_bf16(d < hs ? get(x + d) : 0.0f, d + 1 < hs ? get(x + d + 1) : 0.0f);
         }
         uint4 v = {w[0], w[1], w[2], w[3]};
         *reinterpret_cast<uint4 *>(dst + row * HSP + c * 8) = v;
@@ -302,22 +301,23 @@ static __device__ __forceinline__ void head_ptrs(const bf16 *qh, int b, int h, i
     }
 }
 
-/* D[b,h,t] = sum over head h's channels of dout o out, fp32 ([B,T,C] both): the
+/* D[b,h,t] = sum over head h's channels of dout o out in fp32 ([B,T,C] both, InT and OutT
+ * the operand type): the
  * backward's D = rowsum(dO o O), a warp per (row, head), lanes over the channels, then a
  * fixed shuffle tree. The loop is the block's (every warp the same trips). */
-template <typename OutT>
+template <typename OutT, typename InT>
 __global__ void __launch_bounds__(FA_THREADS)
-flash_rowdot(float *D, const float *dout, const OutT *out, int B, int T, int NH, int hs) {
+flash_rowdot(float *D, const InT *dout, const OutT *out, int B, int T, int NH, int hs) {
     size_t n = (size_t)B * T * NH, C = (size_t)NH * hs;
     int lane = threadIdx.x % 32;
     for (size_t w0 = (size_t)blockIdx.x * FA_WARPS; w0 < n; w0 += (size_t)gridDim.x * FA_WARPS) {
         size_t w = w0 + threadIdx.x / 32, row = w / NH; /* row = b * T + t */
         int h = (int)(w % NH);
-        const float *x = dout + row * C + (size_t)h * hs;
+        const InT *x = dout + row * C + (size_t)h * hs;
         const OutT *o = out + row * C + (size_t)h * hs;
         float acc = 0.0f;
         if (w < n)
-            for (int d = lane; d < hs; d += 32) acc += x[d] * get(o + d);
+            for (int d = lane; d < hs; d += 32) acc += get(x + d) * get(o + d);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (w < n && lane == 0) D[(row / T * NH + h) * T + row % T] = acc;
@@ -328,21 +328,21 @@ flash_rowdot(float *D, const float *dout, const OutT *out, int B, int T, int NH,
  * and flash_rowdot in one pass over dout, a warp per (row, head) as flash_rowdot, lane l
  * on channels l, l + 32, .. : D gets flash_rowdot's sums in its order (the same bits),
  * doh[B][NH][T][HSP] flash_pack's bf16 values, channels hs..HSP-1 zero. */
-template <int HSP, typename OutT>
+template <int HSP, typename OutT, typename InT>
 __global__ void __launch_bounds__(FA_THREADS)
-flash_prep(bf16 *doh, float *D, const float *dout, const OutT *out, int B, int T, int NH, int hs) {
+flash_prep(bf16 *doh, float *D, const InT *dout, const OutT *out, int B, int T, int NH, int hs) {
     size_t n = (size_t)B * T * NH, C = (size_t)NH * hs;
     int lane = threadIdx.x % 32;
     for (size_t w0 = (size_t)blockIdx.x * FA_WARPS; w0 < n; w0 += (size_t)gridDim.x * FA_WARPS) {
         size_t w = w0 + threadIdx.x / 32, row = w / NH; /* row = b * T + t */
         int h = (int)(w % NH);
         size_t bht = (row / T * NH + h) * T + row % T; /* D's and doh's row: (b, h, t) */
-        const float *x = dout + row * C + (size_t)h * hs;
+        const InT *x = dout + row * C + (size_t)h * hs;
         const OutT *o = out + row * C + (size_t)h * hs;
         float acc = 0.0f;
         if (w < n)
             for (int d = lane; d < HSP; d += 32) {
-                float xd = d < hs ? x[d] : 0.0f;
+                float xd = d < hs ? get(x + d) : 0.0f;
                 if (d < hs) acc += xd * get(o + d);
                 doh[bht * HSP + d] = __float2bfloat16_rn(xd);
             }
@@ -754,9 +754,10 @@ static unsigned qtiles(int T, int tile) { return (unsigned)((T + tile - 1) / til
 
 /* The packed bf16 copies ([Note: flash tiling]) live in the backend's bf16 operand
  * buffers (castA: q, k, v; castB: dO), which every op uses only while it runs. src rows
- * of ld floats, NKV groups of G heads of hs, parts blocks a group (flash_pack). */
-template <int HSP>
-static bf16 *pack(CudaCtx *c, Grow *buf, const float *src, int B, int T, int NKV, int G, int parts,
+ * of ld values of the operand type InT, NKV groups of G heads of hs, parts blocks a group
+ * (flash_pack). */
+template <int HSP, typename InT>
+static bf16 *pack(CudaCtx *c, Grow *buf, const InT *src, int B, int T, int NKV, int G, int parts,
                   int hs, size_t ld) {
     size_t rows = (size_t)B * NKV * parts * T, chunks = rows * (HSP / 8);
     bf16 *dst = (bf16 *)grow(c, buf, rows * HSP * sizeof(bf16));
@@ -768,8 +769,8 @@ static bf16 *pack(CudaCtx *c, Grow *buf, const float *src, int B, int T, int NKV
 }
 
 /* q, k and v of qkv [B,T,(NH + 2 NKV) hs], packed by kv head (castA). */
-template <int HSP>
-static const bf16 *pack_qkv(CudaCtx *c, const float *qkv, int B, int T, int NH, int NKV, int hs) {
+template <int HSP, typename InT>
+static const bf16 *pack_qkv(CudaCtx *c, const InT *qkv, int B, int T, int NH, int NKV, int hs) {
     int G = NH / NKV;
     return pack<HSP>(c, &c->castA, qkv, B, T, NKV, G, G + 2, hs, (size_t)(NH + 2 * NKV) * hs);
 }
@@ -777,7 +778,7 @@ static const bf16 *pack_qkv(CudaCtx *c, const float *qkv, int B, int T, int NH, 
 /* [Note: flash tiling]: the multi-head kernels where every group is one head (NKV = NH),
  * the GQA instantiations otherwise. */
 template <int HSP, typename OutT>
-static void fwd(CudaCtx *c, OutT *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+static void fwd(CudaCtx *c, OutT *out, float *lse, const OutT *qkv, int B, int T, int NH, int NKV,
                 int hs) {
     size_t sm = FwdSmem<HSP>::bytes;
     int C = NH * hs, G = NH / NKV;
@@ -847,7 +848,7 @@ static void launch_dkv(CudaCtx *c, OutT *dqkv, const float *D, const bf16 *doh, 
 }
 
 template <int HSP, typename OutT>
-static void bwd(CudaCtx *c, OutT *dqkv, float *D, const float *dout, const float *qkv,
+static void bwd(CudaCtx *c, OutT *dqkv, float *D, const OutT *dout, const OutT *qkv,
                 const OutT *out, const float *lse, int B, int T, int NH, int NKV, int hs) {
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
     int mode = c->flash_bwd; /* [Note: flash backward v2] */
@@ -901,22 +902,24 @@ size_t flash_pack_bytes(int B, int T, int heads, int hs) {
                     "head size over 128");                                                         \
     }
 
-void k_flash_forward(CudaCtx *c, void *out, float *lse, const float *qkv, int B, int T, int NH,
+void k_flash_forward(CudaCtx *c, void *out, float *lse, const void *qkv, int B, int T, int NH,
                      int NKV, int HS) {
-#define FWD_F32(H) fwd<H>(c, (float *)out, lse, qkv, B, T, NH, NKV, HS)
-#define FWD_BF16(H) fwd<H>(c, (bf16 *)out, lse, qkv, B, T, NH, NKV, HS)
+#define FWD_F32(H) fwd<H>(c, (float *)out, lse, (const float *)qkv, B, T, NH, NKV, HS)
+#define FWD_BF16(H) fwd<H>(c, (bf16 *)out, lse, (const bf16 *)qkv, B, T, NH, NKV, HS)
     if (c->op == PP_BF16) FLASH_HS_SWITCH(c, HS, FWD_BF16)
     else FLASH_HS_SWITCH(c, HS, FWD_F32)
 #undef FWD_F32
 #undef FWD_BF16
 }
 
-void k_flash_backward(CudaCtx *c, void *dqkv, float *D, const float *dout, const float *qkv,
+void k_flash_backward(CudaCtx *c, void *dqkv, float *D, const void *dout, const void *qkv,
                       const void *out, const float *lse, int B, int T, int NH, int NKV, int HS) {
 #define BWD_F32(H)                                                                                 \
-    bwd<H>(c, (float *)dqkv, D, dout, qkv, (const float *)out, lse, B, T, NH, NKV, HS)
+    bwd<H>(c, (float *)dqkv, D, (const float *)dout, (const float *)qkv, (const float *)out, lse,  \
+           B, T, NH, NKV, HS)
 #define BWD_BF16(H)                                                                                \
-    bwd<H>(c, (bf16 *)dqkv, D, dout, qkv, (const bf16 *)out, lse, B, T, NH, NKV, HS)
+    bwd<H>(c, (bf16 *)dqkv, D, (const bf16 *)dout, (const bf16 *)qkv, (const bf16 *)out, lse, B,   \
+           T, NH, NKV, HS)
     if (c->op == PP_BF16) FLASH_HS_SWITCH(c, HS, BWD_BF16)
     else FLASH_HS_SWITCH(c, HS, BWD_F32)
 #undef BWD_F32

@@ -691,12 +691,25 @@ void k_to_operand(CudaCtx *c, void *dst, const float *src, size_t n) {
     else CK(c, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
 }
 
+__global__ void from_bf16(float *dst, const __nv_bfloat16 *src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] = __bfloat162float(src[i]);
+}
+
+void k_from_operand(CudaCtx *c, float *dst, const void *src, size_t n) {
+    if (c->op != PP_BF16) {
+        CK(c, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
+        return;
+    }
+    from_bf16<<<grid_for(n, 256), 256, 0, c->stream>>>(dst, (const __nv_bfloat16 *)src, n);
+    KCHECK(c, "from_bf16");
+}
+
 /* ---- RoPE ([Note: RoPE] in src/backend/backend.h) ---------------------------------------
  * A thread per (row, pair i): a = t * inv_freq[i] (one fp32 product), cos and sin once,
  * then pair i of each of the row's NH + NKV q and k heads rotated in place (dir 1) or
  * by the transpose (dir -1, the backward); consecutive threads take consecutive pairs,
- * so each head's loads and stores are coalesced. X: fp32 (qkv) or the operand type
- * (dqkv); the v heads are not touched. */
+ * so each head's loads and stores are coalesced. X: the operand type (qkv, dqkv: each
+ * value rotated in fp32 and rounded back); the v heads are not touched. */
 template <typename X>
 __global__ void rope_k(X *x, const float *inv_freq, size_t rows, int T, int pos0, int heads,
                        int half, int HS, size_t ld, int dir) {
@@ -724,7 +737,7 @@ void k_rope(CudaCtx *c, void *x, const float *inv_freq, int B, int T, int NH, in
     size_t rows = (size_t)B * T, ld = (size_t)(NH + 2 * NKV) * HS;
     int half = HS / 2;
     unsigned g = grid_for(rows * half, 256);
-    if (dir < 0 && c->op == PP_BF16)
+    if (c->op == PP_BF16)
         rope_k<<<g, 256, 0, c->stream>>>((__nv_bfloat16 *)x, inv_freq, rows, T, 0, NH + NKV, half,
                                          HS, ld, dir);
     else
@@ -736,19 +749,22 @@ void k_rope(CudaCtx *c, void *x, const float *inv_freq, int B, int T, int NH, in
 /* ---- decoding on a KV cache ([Note: KV cache] in src/backend/backend.h) ------------------
  * kv_append: rope_k at positions pos.. on the n rows (the CPU's formula), then a thread per
  * (row, kv channel) copies k and v into the cache. */
-__global__ void kv_copy_k(float *kc, float *vc, const float *qkv, int n, int pos, int NH, int NKV,
+template <typename X>
+__global__ void kv_copy_k(float *kc, float *vc, const X *qkv, int n, int pos, int NH, int NKV,
                           int HS, int cap) {
     size_t W = (size_t)NKV * HS, ld = (size_t)(NH + 2 * NKV) * HS;
     GRID_STRIDE(i, (size_t)n * W) {
         size_t r = i / W, j = i % W, g = j / HS, ch = j % HS;
         size_t to = (g * cap + pos + r) * HS + ch;
-        kc[to] = qkv[r * ld + (size_t)NH * HS + j];
-        vc[to] = qkv[r * ld + (size_t)(NH + NKV) * HS + j];
+        kc[to] = get(qkv + r * ld + (size_t)NH * HS + j);
+        vc[to] = get(qkv + r * ld + (size_t)(NH + NKV) * HS + j);
     }
 }
 
-void k_kv_append(CudaCtx *c, float *kc, float *vc, float *qkv, const float *inv_freq, int pos,
-                 int n, int NH, int NKV, int HS, int cap) {
+/* qkv of X, the operand type: rotated in place (rounded back), the cache widened from it */
+template <typename X>
+static void kv_append(CudaCtx *c, float *kc, float *vc, X *qkv, const float *inv_freq, int pos,
+                      int n, int NH, int NKV, int HS, int cap) {
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     int half = HS / 2;
     if (inv_freq) {
@@ -762,6 +778,14 @@ void k_kv_append(CudaCtx *c, float *kc, float *vc, float *qkv, const float *inv_
     KCHECK(c, "kv_copy_k");
 }
 
+void k_kv_append(CudaCtx *c, float *kc, float *vc, void *qkv, const float *inv_freq, int pos, int n,
+                 int NH, int NKV, int HS, int cap) {
+    if (c->op == PP_BF16)
+        kv_append(c, kc, vc, (__nv_bfloat16 *)qkv, inv_freq, pos, n, NH, NKV, HS, cap);
+    else
+        kv_append(c, kc, vc, (float *)qkv, inv_freq, pos, n, NH, NKV, HS, cap);
+}
+
 /* attention_decode: a block per (query row i, head h) of at least HS threads, thread t
  * owning output channel t. Pass 1: the row's largest scaled score (a key per thread, the
  * block's max). Pass 2, a tile of blockDim keys at a time: each thread a key's exp(s - max)
@@ -769,15 +793,15 @@ void k_kv_append(CudaCtx *c, float *kc, float *vc, float *qkv, const float *inv_
  * row's sum of p is the block's tree sum; out = acc / sum. Fixed order: deterministic.
  * Shared memory: q [HS], the tile's p [blockDim], the reduction's 32. */
 template <typename O>
-__global__ void attention_decode_k(O *out, const float *qkv, const float *kc, const float *vc,
-                                   int pos, int NH, int NKV, int HS, int cap, float scale) {
+__global__ void attention_decode_k(O *out, const O *qkv, const float *kc, const float *vc, int pos,
+                                   int NH, int NKV, int HS, int cap, float scale) {
     extern __shared__ float sh[];
     float *q = sh, *p = sh + HS, *red = p + blockDim.x;
     int i = blockIdx.x / NH, h = blockIdx.x % NH, g = h / (NH / NKV), t = threadIdx.x;
     int keys = pos + i + 1;
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     const float *K = kc + (size_t)g * cap * HS, *V = vc + (size_t)g * cap * HS;
-    for (int j = t; j < HS; j += blockDim.x) q[j] = qkv[(size_t)i * ld + (size_t)h * HS + j];
+    for (int j = t; j < HS; j += blockDim.x) q[j] = get(qkv + (size_t)i * ld + (size_t)h * HS + j);
     __syncthreads();
     float mx = -INFINITY;
     for (int j = t; j < keys; j += blockDim.x) {
@@ -807,7 +831,7 @@ __global__ void attention_decode_k(O *out, const float *qkv, const float *kc, co
     if (t < HS) put(out + (size_t)i * NH * HS + (size_t)h * HS + t, acc / sum);
 }
 
-void k_attention_decode(CudaCtx *c, void *out, const float *qkv, const float *kc, const float *vc,
+void k_attention_decode(CudaCtx *c, void *out, const void *qkv, const float *kc, const float *vc,
                         int pos, int n, int NH, int NKV, int HS, int cap) {
     int threads = (HS + 31) / 32 * 32;
     threads = threads < 128 ? 128 : threads > 1024 ? 1024 : threads;
@@ -815,11 +839,13 @@ void k_attention_decode(CudaCtx *c, void *out, const float *qkv, const float *kc
     float scale = 1.0f / sqrtf((float)HS);
     unsigned blocks = (unsigned)((size_t)n * NH);
     if (c->op == PP_BF16)
-        attention_decode_k<<<blocks, threads, shm, c->stream>>>((__nv_bfloat16 *)out, qkv, kc, vc,
+        attention_decode_k<<<blocks, threads, shm, c->stream>>>((__nv_bfloat16 *)out,
+                                                                (const __nv_bfloat16 *)qkv, kc, vc,
                                                                 pos, NH, NKV, HS, cap, scale);
     else
-        attention_decode_k<<<blocks, threads, shm, c->stream>>>((float *)out, qkv, kc, vc, pos, NH,
-                                                                NKV, HS, cap, scale);
+        attention_decode_k<<<blocks, threads, shm, c->stream>>>((float *)out, (const float *)qkv,
+                                                                kc, vc, pos, NH, NKV, HS, cap,
+                                                                scale);
     KCHECK(c, "attention_decode_k");
 }
 

@@ -255,6 +255,11 @@ static int check(int B, int T, int NH, int NKV, int hs, bool both = false) {
     std::vector<float> qkv(Q), dout(NC), ref(NC), dref(Q);
     for (auto &x : qkv) x = 1.5f * urand();
     for (auto &x : dout) x = urand();
+    /* qkv and dout as the backend holds them, of the operand type OutT ([Note: operand
+     * activations]), and the reference on their values */
+    std::vector<OutT> qkv_op(Q), dout_op(NC);
+    for (size_t i = 0; i < Q; i++) put(&qkv_op[i], qkv[i]), qkv[i] = get(&qkv_op[i]);
+    for (size_t i = 0; i < NC; i++) put(&dout_op[i], dout[i]), dout[i] = get(&dout_op[i]);
     std::vector<float> att(cpu->attention_saved_floats(cpu, B, T, NH)),
         scratch(cpu->scratch_floats(cpu, N, T, C));
     cpu->attention_forward(cpu, ref.data(), att.data(), qkv.data(), B, T, NH, NKV, hs);
@@ -266,7 +271,7 @@ static int check(int B, int T, int NH, int NKV, int hs, bool both = false) {
     OutT *o = (OutT *)out, *dq = (OutT *)dqkv;
     float scale = 1.0f / sqrtf((float)hs), sl2 = FA_LOG2E * scale;
     unsigned nq = (unsigned)((T + FA_BR - 1) / FA_BR), nk = (unsigned)((T + FA_BC - 1) / FA_BC);
-    const float *pq = qkv.data(), *pd = dout.data();
+    const OutT *pq = qkv_op.data(), *pd = dout_op.data();
     /* the packed bf16 copies ([Note: flash tiling]: [B][NKV][G + 2][T][HSP] and
      * [B][NH][T][HSP]), bf16 NaN first (an element the pack kernel skips shows); 3 blocks:
      * the grid-stride loop goes round */

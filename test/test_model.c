@@ -393,22 +393,42 @@ static void emu_mm_bwd(const Backend *be, float *dinp, float *dw, float *db, con
     free(d);
     free(x);
 }
-static void emu_att_fwd(const Backend *be, void *out, float *att, const float *qkv, int B, int T,
-                        int NH, int NKV, int HS) {
-    float *t = pp_malloc((size_t)B * T * NH * HS * sizeof(float));
-    CPU->attention_forward(CPU, t, att, qkv, B, T, NH, NKV, HS);
-    narrow(out, t, (size_t)B * T * NH * HS);
+/* matmul_operand_forward / _backward: the matmul's fp32 result rounded (qkv, d atty) */
+static void emu_mm_op_fwd(const Backend *be, void *out, const void *inp, const float *w,
+                          const float *b, int N, int C, int OC) {
+    float *t = pp_malloc((size_t)N * OC * sizeof(float));
+    emu_mm_fwd(be, t, inp, w, b, N, C, OC);
+    narrow(out, t, (size_t)N * OC);
     free(t);
 }
-static void emu_att_bwd(const Backend *be, void *dqkv, const float *dout, const float *qkv,
+static void emu_mm_op_bwd(const Backend *be, void *dinp, float *dw, float *db, const void *dout,
+                          const void *inp, const float *w, int N, int C, int OC) {
+    float *t = dinp ? pp_malloc((size_t)N * C * sizeof(float)) : NULL;
+    emu_mm_bwd(be, t, dw, db, dout, inp, w, N, C, OC);
+    if (t) narrow(dinp, t, (size_t)N * C);
+    free(t);
+}
+static void emu_att_fwd(const Backend *be, void *out, float *att, const void *qkv, int B, int T,
+                        int NH, int NKV, int HS) {
+    float *t = pp_malloc((size_t)B * T * NH * HS * sizeof(float));
+    float *q = widen(qkv, (size_t)B * T * (NH + 2 * NKV) * HS);
+    CPU->attention_forward(CPU, t, att, q, B, T, NH, NKV, HS);
+    narrow(out, t, (size_t)B * T * NH * HS);
+    free(t);
+    free(q);
+}
+static void emu_att_bwd(const Backend *be, void *dqkv, const void *dout, const void *qkv,
                         const void *out, const float *att, int B, int T, int NH, int NKV, int HS,
                         float *scratch) {
-    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS;
-    float *o = widen(out, (size_t)B * T * NH * HS), *t = pp_malloc(nq * sizeof(float));
-    CPU->attention_backward(CPU, t, dout, qkv, o, att, B, T, NH, NKV, HS, scratch);
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, nc = (size_t)B * T * NH * HS;
+    float *o = widen(out, nc), *t = pp_malloc(nq * sizeof(float));
+    float *q = widen(qkv, nq), *d = widen(dout, nc);
+    CPU->attention_backward(CPU, t, d, q, o, att, B, T, NH, NKV, HS, scratch);
     narrow(dqkv, t, nq);
     free(o);
     free(t);
+    free(q);
+    free(d);
 }
 static void emu_gelu_fwd(const Backend *be, void *out, const void *inp, size_t n) {
     float *t = pp_malloc(n * sizeof(float) + 1), *x = widen(inp, n);
@@ -482,12 +502,41 @@ static void emu_ce_fwd(const Backend *be, void *logits, float *losses, const int
 static void emu_to_operand(const Backend *be, void *dst, const float *src, size_t n) {
     narrow(dst, src, n);
 }
-/* the Llama block's ops with an operand output (no architecture of this file calls them yet) */
+/* the Llama block's ops with an operand output or input */
 static void emu_rms_fwd(const Backend *be, void *out, float *rstd, const float *inp, const float *w,
                         float eps, int N, int C) {
     float *t = pp_malloc((size_t)N * C * sizeof(float));
     CPU->rmsnorm_forward(CPU, t, rstd, inp, w, eps, N, C);
     narrow(out, t, (size_t)N * C);
+    free(t);
+}
+static void emu_rope_fwd(const Backend *be, void *qkv, const float *inv_freq, int B, int T, int NH,
+                         int NKV, int HS) {
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    float *t = widen(qkv, n);
+    CPU->rope_forward(CPU, t, inv_freq, B, T, NH, NKV, HS);
+    narrow(qkv, t, n);
+    free(t);
+}
+/* [Note: KV cache]: qkv rotated in place at the operand type, the cache fp32 */
+static void emu_kv_append(const Backend *be, float *kc, float *vc, void *qkv, const float *inv_freq,
+                          int pos, int n, int NH, int NKV, int HS, int cap) {
+    size_t nq = (size_t)n * (NH + 2 * NKV) * HS;
+    float *t = widen(qkv, nq);
+    CPU->kv_append(CPU, kc, vc, t, inv_freq, pos, n, NH, NKV, HS, cap);
+    narrow(qkv, t, nq); /* the rotation rounded, as the qkv it rotates in place */
+    free(t);
+    t = widen(qkv, nq); /* and the cache holds the rounded values (no rotation again) */
+    CPU->kv_append(CPU, kc, vc, t, NULL, pos, n, NH, NKV, HS, cap);
+    free(t);
+}
+static void emu_att_decode(const Backend *be, void *out, const void *qkv, const float *kc,
+                           const float *vc, int pos, int n, int NH, int NKV, int HS, int cap) {
+    float *q = widen(qkv, (size_t)n * (NH + 2 * NKV) * HS);
+    float *t = pp_malloc((size_t)n * NH * HS * sizeof(float));
+    CPU->attention_decode(CPU, t, q, kc, vc, pos, n, NH, NKV, HS, cap);
+    narrow(out, t, (size_t)n * NH * HS);
+    free(q);
     free(t);
 }
 static void emu_rope_bwd(const Backend *be, void *dqkv, const float *inv_freq, int B, int T, int NH,
@@ -527,6 +576,8 @@ static const Backend *backend_bf16_operands_gelu(int gelu_in_gemm) {
     be.matmul_forward = emu_mm_fwd;
     be.matmul_backward = emu_mm_bwd;
     be.matmul_residual_forward = emu_mm_res_fwd;
+    be.matmul_operand_forward = emu_mm_op_fwd;
+    be.matmul_operand_backward = emu_mm_op_bwd;
     be.attention_forward = emu_att_fwd;
     be.attention_backward = emu_att_bwd;
     be.gelu_forward = emu_gelu_fwd;
@@ -535,6 +586,9 @@ static const Backend *backend_bf16_operands_gelu(int gelu_in_gemm) {
     be.gelu_in_gemm = gelu_in_gemm;
     be.matmul_gelu_backward = emu_mm_gelu_bwd;
     be.rmsnorm_forward = emu_rms_fwd;
+    be.rope_forward = emu_rope_fwd;
+    be.kv_append = emu_kv_append;
+    be.attention_decode = emu_att_decode;
     be.rope_backward = emu_rope_bwd;
     be.swiglu_forward = emu_swiglu_fwd;
     be.swiglu_backward = emu_swiglu_bwd;
@@ -1119,47 +1173,60 @@ END_TEST
 /* [Note: operand activations] The model on bf16 operand activations (the CPU emulating
  * a bf16 GPU's storage) against fp32, per chunk (whole, first, middle, last) and head
  * chunk rows (all, 3): the loss and d(input) within bf16's rounding, the gradients within
- * a few of its ulps (relative L2), and not equal (the emulation really rounds). */
+ * a few of its ulps (relative L2), and not equal (the emulation really rounds). GPT-2 and
+ * a Llama (RoPE rotating the bf16 qkv in place, grouped-query attention). */
 START_TEST(test_operand_bf16) {
     int B = 2, T = 5, N = B * T, C = tiny.C;
     int checked = 0;
     ChunkSpec specs[] = {{0, 0, 4, 1, 1, 1, 0}, {0, 0, 2, 1, 0, 1, 0},
                          {1, 1, 3, 0, 0, 1, 0}, {2, 2, 4, 0, 1, 1, 0}};
     float *in = rand_buf((size_t)N * C, 1), *dout = rand_buf((size_t)N * C, 1);
-    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++)
-        for (int rows = 0; rows <= 3; rows += 3) {
-            Backend fb = *backend_cpu(), hb = *backend_bf16_operands();
-            fb.logits_chunk_rows = hb.logits_chunk_rows = rows;
-            Model f, h;
-            model_init(&f, &tiny, &specs[k], 1, B, T, &fb);
-            model_init(&h, &tiny, &specs[k], 1, B, T, &hb);
-            Model *ms[2] = {&f, &h};
-            double loss[2];
-            for (int i = 0; i < 2; i++) {
-                model_init_weights(ms[i], 9, 0.3f);
-                model_zero_grads(ms[i]);
-                fill_tokens(ms[i], 0, 0, B, T);
-                memcpy(ms[i]->chunks[0].slots[0].input, in, (size_t)N * C * 4);
-                loss[i] = fwd(ms[i], 0, 0, 1.0f / N, 1);
-                if (!specs[k].last) memcpy(ms[i]->chunks[0].slots[0].grad, dout, (size_t)N * C * 4);
-                model_backward(ms[i], 0, 0);
-                model_fold_tied_grad(ms[i]);
+    ModelDims llama = tiny;
+    llama.arch = &arch_llama;
+    llama.NKV = 1;
+    llama.F = 12;
+    llama.eps = 1e-5f;
+    llama.rope.theta = 10000.0f;
+    const ModelDims *dims[] = {&tiny, &llama};
+    for (int a = 0; a < 2; a++)
+        for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++)
+            for (int rows = 0; rows <= 3; rows += 3) {
+                Backend fb = *backend_cpu(), hb = *backend_bf16_operands();
+                fb.logits_chunk_rows = hb.logits_chunk_rows = rows;
+                Model f, h;
+                model_init(&f, dims[a], &specs[k], 1, B, T, &fb);
+                model_init(&h, dims[a], &specs[k], 1, B, T, &hb);
+                Model *ms[2] = {&f, &h};
+                double loss[2];
+                for (int i = 0; i < 2; i++) {
+                    model_init_weights(ms[i], 9, 0.3f);
+                    model_zero_grads(ms[i]);
+                    fill_tokens(ms[i], 0, 0, B, T);
+                    memcpy(ms[i]->chunks[0].slots[0].input, in, (size_t)N * C * 4);
+                    loss[i] = fwd(ms[i], 0, 0, 1.0f / N, 1);
+                    if (!specs[k].last)
+                        memcpy(ms[i]->chunks[0].slots[0].grad, dout, (size_t)N * C * 4);
+                    model_backward(ms[i], 0, 0);
+                    model_fold_tied_grad(ms[i]);
+                }
+                if (specs[k].last)
+                    ck_assert_msg(fabs(loss[1] - loss[0]) <= 1e-2 * fabs(loss[0]),
+                                  "%s chunk %zu rows %d: loss %g against fp32 %g",
+                                  dims[a]->arch->name, k, rows, loss[1], loss[0]);
+                double eg = rel_l2(h.grads, f.grads, f.nparams);
+                double ei = rel_l2(h.chunks[0].slots[0].grad, f.chunks[0].slots[0].grad,
+                                   (size_t)N * C);
+                ck_assert_msg(eg <= 3e-2 && eg > 0,
+                              "%s chunk %zu rows %d: gradients %.2e from fp32's",
+                              dims[a]->arch->name, k, rows, eg);
+                ck_assert_msg(ei <= 3e-2 && ei > 0,
+                              "%s chunk %zu rows %d: d(input) %.2e from fp32's",
+                              dims[a]->arch->name, k, rows, ei);
+                model_free(&f);
+                model_free(&h);
+                checked++;
             }
-            if (specs[k].last)
-                ck_assert_msg(fabs(loss[1] - loss[0]) <= 1e-2 * fabs(loss[0]),
-                              "chunk %zu rows %d: loss %g against fp32 %g",
-                              k, rows, loss[1], loss[0]);
-            double eg = rel_l2(h.grads, f.grads, f.nparams);
-            double ei = rel_l2(h.chunks[0].slots[0].grad, f.chunks[0].slots[0].grad, (size_t)N * C);
-            ck_assert_msg(eg <= 3e-2 && eg > 0, "chunk %zu rows %d: gradients %.2e from fp32's",
-                          k, rows, eg);
-            ck_assert_msg(ei <= 3e-2 && ei > 0, "chunk %zu rows %d: d(input) %.2e from fp32's",
-                          k, rows, ei);
-            model_free(&f);
-            model_free(&h);
-            checked++;
-        }
-    ck_assert_int_eq(checked, 8);
+    ck_assert_int_eq(checked, 16);
     tfree_all();
 }
 END_TEST

@@ -36,13 +36,15 @@ typedef struct Backend Backend;
  * tf32, bf16 on a GPU at precision bf16, so that a bf16 GEMM takes them as they are,
  * with no cast and half the bytes. They are the outputs of LayerNorm, RMSNorm, attention,
  * GELU and SwiGLU, GELU's input (the pre-activation fch, which matmul_gelu_forward writes
- * and only GELU and its backward read: [Note: fused GELU]), and in the backward the
- * gradients that feed a matmul: GELU's and SwiGLU's input gradients (d fch; d gate, d up),
- * attention's (d qkv, which rope_backward rotates in place), the head's dlogits, and the
- * residual gradient once to_operand has converted it. Their arguments are `void *` below,
- * marked (operand); everything else (the residual stream and its gradient, qkv, the
- * pre-activations gate and up, the logits, the norms' statistics, parameters, gradients)
- * is fp32. */
+ * and only GELU and its backward read: [Note: fused GELU]), attention's input qkv (which
+ * matmul_operand_forward writes and only RoPE, attention and decoding read), and in the
+ * backward the gradients that feed a matmul: GELU's and SwiGLU's input gradients (d fch;
+ * d gate, d up), attention's (d qkv, which rope_backward rotates in place), the head's
+ * dlogits, and the residual gradient once to_operand has converted it; and attention's
+ * output gradient (d atty, which matmul_operand_backward writes and only attention's
+ * backward reads). Their arguments are `void *` below, marked (operand); everything else
+ * (the residual stream and its gradient, the pre-activations gate and up, the logits, the
+ * norms' statistics, parameters, gradients) is fp32. */
 /* [Note: device memory] Every buffer the model and the runtime compute on (parameters,
  * gradients, optimizer state, activation slots, receive buffers, scratch, token ids,
  * the loss and norm sums) is device memory from be->alloc; the host touches it only
@@ -140,6 +142,13 @@ struct Backend {
     void (*matmul_residual_forward)(const Backend *be, float *out, const float *res,
                                     const void *inp, const float *w, const float *b, int N, int C,
                                     int OC);
+    /* out[N,OC] (operand) = inp[N,C] (operand) @ w[OC,C]^T + b[OC] (b may be NULL),
+     * rounded to the operand type: matmul_forward for an output that only ops reading
+     * operands read (qkv), so that a device writes it at the operand type in the GEMM, with
+     * no fp32 copy and no cast. Where the CUDA backend runs it at bf16, b is rounded to bf16
+     * first (the GEMM's epilogue takes it so). The CPU runs matmul_forward. */
+    void (*matmul_operand_forward)(const Backend *be, void *out, const void *inp, const float *w,
+                                   const float *b, int N, int C, int OC);
     /* dinp[N,C] = dout @ w (OVERWRITES; skipped when dinp is NULL);
      * dw[OC,C] += dout^T @ inp; db[OC] += column sums of dout (skipped when NULL).
      * dout[N,OC] and inp[N,C] are operands.
@@ -147,6 +156,13 @@ struct Backend {
      * half); dinp == NULL: only dw/db (the W half); the halves give the fused bits. */
     void (*matmul_backward)(const Backend *be, float *dinp, float *dw, float *db, const void *dout,
                             const void *inp, const float *w, int N, int C, int OC);
+    /* matmul_backward with dinp[N,C] (operand): dout @ w rounded to the operand type, for an
+     * input gradient only an op reading operands reads (attention's d atty); dw and db and
+     * the split halves as matmul_backward's (its W half gives these bits). The CPU runs
+     * matmul_backward. */
+    void (*matmul_operand_backward)(const Backend *be, void *dinp, float *dw, float *db,
+                                    const void *dout, const void *inp, const float *w, int N, int C,
+                                    int OC);
 
     /* [Note: RoPE] Rotary position embeddings in Hugging Face's rotate-half convention, so
      * that Hub weights load with no permutation of q and k. Each q head and each k head of
@@ -163,8 +179,9 @@ struct Backend {
      * the ops hold no state. Positions start at 0 in every sequence. cos and sin are
      * libm's cosf, sinf on the CPU and sincosf on the GPU, and a compiler may fuse one
      * product of the rotation into its sum, so a value can differ from torch's by an ulp.
-     * The v heads are left as they are. In place. */
-    void (*rope_forward)(const Backend *be, float *qkv, const float *inv_freq, int B, int T, int NH,
+     * The v heads are left as they are. In place on qkv (operand): each value is read,
+     * rotated in fp32 and rounded back to the operand type. */
+    void (*rope_forward)(const Backend *be, void *qkv, const float *inv_freq, int B, int T, int NH,
                          int NKV, int HS);
     /* The backward: dqkv[B,T,(NH + 2 NKV) HS] (operand) in place, the inverse (transposed)
      * rotation on the dq and dk heads (x[i] = x'[i] c + x'[i + HS/2] s, x[i + HS/2] =
@@ -175,20 +192,20 @@ struct Backend {
     /* [Note: grouped-query attention] Causal self-attention with NH query heads and NKV
      * key/value heads, NKV dividing NH (NKV = NH: multi-head, GPT-2; NKV = 1: multi-query).
      * qkv[B,T,(NH + 2 NKV) HS] holds the NH q heads, then the NKV k heads, then the NKV v
-     * heads (head j of a part at channels j*HS..); query head h attends with kv head
-     * h / (NH/NKV), as transformers' repeat_kv. out[B,T,NH HS] (operand);
+     * heads (head j of a part at channels j*HS..), of the operand type; query head h
+     * attends with kv head h / (NH/NKV), as transformers' repeat_kv. out[B,T,NH HS] (operand);
      * att[attention_saved_floats(B,T,NH)] is what the backward needs besides qkv, per
      * query head: on the CPU the softmax probabilities [B,NH,T,T] (row t valid in columns
      * 0..t); a flash attention saves the log-sum-exp [B,NH,T] instead. Scores are scaled
      * by 1/sqrt(HS). */
-    void (*attention_forward)(const Backend *be, void *out, float *att, const float *qkv, int B,
+    void (*attention_forward)(const Backend *be, void *out, float *att, const void *qkv, int B,
                               int T, int NH, int NKV, int HS);
-    /* dqkv[B,T,(NH + 2 NKV) HS] (operand) OVERWRITTEN from dout[B,T,NH HS], qkv, the
+    /* dqkv[B,T,(NH + 2 NKV) HS] (operand) OVERWRITTEN from dout[B,T,NH HS] (operand), qkv, the
      * forward's out[B,T,NH HS] (operand) and att, laid out as qkv: the d(k) and d(v) of a
      * kv head are the sums over its group's query heads, in a fixed order (the group's
      * heads in order: the same bits every run). scratch as above. (A flash attention
      * takes D = rowsum(dout o out) per head from out; the CPU's needs only att.) */
-    void (*attention_backward)(const Backend *be, void *dqkv, const float *dout, const float *qkv,
+    void (*attention_backward)(const Backend *be, void *dqkv, const void *dout, const void *qkv,
                                const void *out, const float *att, int B, int T, int NH, int NKV,
                                int HS, float *scratch);
     /* Floats attention_forward saves per microbatch of B sequences of length T (per
@@ -199,21 +216,22 @@ struct Backend {
      * pos..pos+n-1 of one sequence at a time (the prompt, then one token a step), keeping
      * each layer's keys and values of the positions before in a cache: kcache and vcache
      * [NKV, cap, HS] fp32, the row of position t of kv head g at (g cap + t) HS, cap the
-     * positions the cache holds. qkv[n,(NH + 2 NKV) HS] is attention's layout, above.
+     * positions the cache holds. qkv[n,(NH + 2 NKV) HS] (operand) is attention's layout,
+     * above; the cache holds its values widened to fp32.
      *
      * kv_append: with inv_freq, first the q and k heads of qkv rotated in place as
      * rope_forward rotates them ([Note: RoPE], the same formula and functions), row i at
      * position pos + i; inv_freq NULL (GPT-2): no rotation. Then the (rotated) k heads and
      * the v heads of row i are copied into the cache rows of position pos + i. pos + n <=
      * cap. */
-    void (*kv_append)(const Backend *be, float *kcache, float *vcache, float *qkv,
+    void (*kv_append)(const Backend *be, float *kcache, float *vcache, void *qkv,
                       const float *inv_freq, int pos, int n, int NH, int NKV, int HS, int cap);
     /* out[n, NH HS] (operand, OVERWRITTEN) = causal attention of the q heads of qkv's n rows
      * on the cache: row i (position pos + i) attends to the cached positions 0..pos+i of
      * its kv head (query head h reads kv head h / (NH/NKV)), scores scaled by 1/sqrt(HS),
      * as attention_forward computes one sequence's rows pos..pos+n-1 (at pos 0 and n = T,
      * the CPU's op gives attention_forward's bits). Nothing is saved (no backward). */
-    void (*attention_decode)(const Backend *be, void *out, const float *qkv, const float *kcache,
+    void (*attention_decode)(const Backend *be, void *out, const void *qkv, const float *kcache,
                              const float *vcache, int pos, int n, int NH, int NKV, int HS, int cap);
 
     /* out[n] (operand) = gelu_tanh(inp[n]) for n < count; inp (operand) is the

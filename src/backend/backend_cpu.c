@@ -272,6 +272,18 @@ static void matmul_backward(const Backend *be, float *dinp, float *dw, float *db
     }
 }
 
+/* The operand-output matmuls: the operand type is fp32 here, so they are the fp32 ops. */
+static void matmul_operand_forward(const Backend *be, void *out, const void *inp, const float *w,
+                                   const float *b, int N, int C, int OC) {
+    matmul_forward(be, out, inp, w, b, N, C, OC);
+}
+
+static void matmul_operand_backward(const Backend *be, void *dinp, float *dw, float *db,
+                                    const void *dout, const void *inp, const float *w, int N, int C,
+                                    int OC) {
+    matmul_backward(be, dinp, dw, db, dout, inp, w, N, C, OC);
+}
+
 /* Softmax of row t (columns 0..t) of the scaled scores, in place; columns t+1..end-1
  * are zeroed so a block's P @ V may use whole rows. */
 static void causal_softmax_row(float *row, int t, int end) {
@@ -291,9 +303,10 @@ static void causal_softmax_row(float *row, int t, int end) {
 /* [Note: grouped-query attention] in backend.h. Query head h of sequence b reads kv head
  * h / G (G = NH / NKV query heads a group); with NKV = NH (GPT-2) the calls, and so the
  * bits, are those of multi-head attention with k and v at C and 2C. */
-static void attention_forward(const Backend *be, void *outp, float *att, const float *qkv, int B,
+static void attention_forward(const Backend *be, void *outp, float *att, const void *qkvp, int B,
                               int T, int NH, int NKV, int HS) {
     float *out = outp;
+    const float *qkv = qkvp;
     int G = NH / NKV, C = NH * HS, ld = (NH + 2 * NKV) * HS;
     float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -350,10 +363,11 @@ static void attention_head_backward(float *dq, float *dk, float *dv, const float
 
 /* A task per (sequence, kv head): its group's query heads in order, each over its causal
  * blocks in order, add into the kv head's dk and dv (the fixed order of the contract). */
-static void attention_backward(const Backend *be, void *dqkvp, const float *dout, const float *qkv,
+static void attention_backward(const Backend *be, void *dqkvp, const void *doutp, const void *qkvp,
                                const void *out, const float *att, int B, int T, int NH, int NKV,
                                int HS, float *scratch) {
     float *dqkv = dqkvp;
+    const float *dout = doutp, *qkv = qkvp;
     int G = NH / NKV, C = NH * HS, ld = (NH + 2 * NKV) * HS;
     float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel
@@ -427,7 +441,7 @@ static void rope_apply(float *qkv, const float *inv_freq, int B, int T, int pos0
     }
 }
 
-static void rope_forward(const Backend *be, float *qkv, const float *inv_freq, int B, int T, int NH,
+static void rope_forward(const Backend *be, void *qkv, const float *inv_freq, int B, int T, int NH,
                          int NKV, int HS) {
     rope_apply(qkv, inv_freq, B, T, 0, NH, NKV, HS, 1);
 }
@@ -438,8 +452,9 @@ static void rope_backward(const Backend *be, void *dqkv, const float *inv_freq, 
 }
 
 /* [Note: KV cache] in backend.h. */
-static void kv_append(const Backend *be, float *kcache, float *vcache, float *qkv,
+static void kv_append(const Backend *be, float *kcache, float *vcache, void *qkvp,
                       const float *inv_freq, int pos, int n, int NH, int NKV, int HS, int cap) {
+    float *qkv = qkvp;
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     if (inv_freq) rope_apply(qkv, inv_freq, 1, n, pos, NH, NKV, HS, 1);
     for (int i = 0; i < n; i++)
@@ -456,10 +471,11 @@ static void kv_append(const Backend *be, float *kcache, float *vcache, float *qk
  * (row i: columns 0..pos+i), Y = P V. Rows of S are as long as the block's keys, and the
  * scratch of a thread is one block's S, so at pos 0 the calls, and the bits, are
  * attention_forward's. */
-static void attention_decode(const Backend *be, void *outp, const float *qkv, const float *kcache,
+static void attention_decode(const Backend *be, void *outp, const void *qkvp, const float *kcache,
                              const float *vcache, int pos, int n, int NH, int NKV, int HS,
                              int cap) {
     float *out = outp;
+    const float *qkv = qkvp;
     int G = NH / NKV, C = NH * HS, ld = (NH + 2 * NKV) * HS, nb = (n + ATT_BLOCK - 1) / ATT_BLOCK;
     float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel
@@ -662,6 +678,8 @@ static const Backend cpu_backend = {
     .matmul_forward = matmul_forward,
     .matmul_residual_forward = matmul_residual_forward,
     .matmul_backward = matmul_backward,
+    .matmul_operand_forward = matmul_operand_forward,
+    .matmul_operand_backward = matmul_operand_backward,
     .rope_forward = rope_forward,
     .rope_backward = rope_backward,
     .attention_forward = attention_forward,

@@ -78,7 +78,7 @@ static int dims_check(const ModelDims *d, char *err, size_t errlen) {
 typedef struct {
     void *ln1;                  /* [N,C] (operand) */
     float *ln1_mean, *ln1_rstd; /* [N], [N] */
-    float *qkv;                 /* [N,3C] */
+    void *qkv;                  /* [N,3C] (operand) */
     void *atty;                 /* [N,C] (operand) */
     float *att;                 /* [be->attention_saved_floats(B,T,NH)]: on the CPU the
                                    probabilities [B,NH,T,T] */
@@ -110,7 +110,7 @@ _Static_assert(offsetof(LayerActs, res3) == A_RES3 * sizeof(void *), "LayerActs:
 #define K_ALL (ARCH_SEL | ARCH_FULL)
 static const ArchBuf acts[A_N] = {
     {"ln1", 1, ARCH_SEL, ARCH_FULL, 0},       {"ln1_mean", 0, ARCH_SEL, ARCH_FULL, 0},
-    {"ln1_rstd", 0, ARCH_SEL, ARCH_FULL, 0},  {"qkv", 0, ARCH_SEL, ARCH_FULL, 0},
+    {"ln1_rstd", 0, ARCH_SEL, ARCH_FULL, 0},  {"qkv", 1, ARCH_SEL, ARCH_FULL, 0},
     {"atty", 1, ARCH_SEL, K_ALL, 0},          {"att", 0, 0, K_ALL, 0},
     {"res2", 0, ARCH_SEL, ARCH_FULL, 0},      {"ln2", 1, ARCH_SEL, ARCH_FULL, 0},
     {"ln2_mean", 0, ARCH_SEL, ARCH_FULL, 0},  {"ln2_rstd", 0, ARCH_SEL, ARCH_FULL, 0},
@@ -160,7 +160,7 @@ static const ArchBuf wstate[W_N] = {
  * fp32 gradient between them.) */
 enum { S_DMID, S_DQKV, S_DFCH, S_DRES, S_DKEEP, S_N };
 static const ArchBuf scratch[S_N] = {
-    {"dmid", 0, 0, 0, ARCH_ALWAYS},   /* [N,C] */
+    {"dmid", 0, 0, 0, ARCH_ALWAYS},   /* [N,C]: d(ln2), d(ln1); d(atty) at the operand type */
     {"dqkv", 1, 0, 0, ARCH_ALWAYS},   /* [N,3C] */
     {"dfch", 1, 0, 0, ARCH_ALWAYS},   /* [N,4C] */
     {"dres", 1, 0, 0, ARCH_CAST},     /* [N,C] */
@@ -222,7 +222,7 @@ static void block_forward(const Model *m, void *const *acts_, float *const *p_, 
     const LayerParams *p = (const LayerParams *)p_;
     int N = B * T, C = m->d.C, NH = m->d.NH;
     be->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
-    be->matmul_forward(be, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
+    be->matmul_operand_forward(be, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
     /* multi-head: as many kv heads as heads ([Note: grouped-query attention] in backend.h) */
     if (kv) { /* [Note: KV cache] in backend.h: no rotation (learned positions) */
         be->kv_append(be, kv->k, kv->v, a->qkv, NULL, kv->pos, T, NH, NH, C / NH, kv->cap);
@@ -286,7 +286,9 @@ static void layer_backward(const Model *m, float *const *g_, float *dres, void *
                            p->ln2w, N, C, m->scratch);
     dr = ws->dres2 ? ws->dres2 : cast ? cast : dres;
     if (dr != dres) be->to_operand(be, dr, dres, NC);
-    be->matmul_backward(be, dmid, g->attprojw, g->attprojb, dr, a->atty, p->attprojw, N, C, C);
+    /* d(atty), which only attention's backward reads, at the operand type */
+    be->matmul_operand_backward(be, dmid, g->attprojw, g->attprojb, dr, a->atty, p->attprojw, N, C,
+                                C);
     be->attention_backward(be, ws->dqkv, dmid, a->qkv, a->atty, a->att, B, T, NH, NH, C / NH,
                            m->scratch);
     be->matmul_backward(be, ws->dln1, g->qkvw, g->qkvb, ws->dqkv, a->ln1, p->qkvw, N, C, 3 * C);

@@ -108,7 +108,7 @@ static int dims_check(const ModelDims *d, char *err, size_t errlen) {
 typedef struct {
     void *ln1;        /* [N,C] (operand) */
     float *rstd1;     /* [N] */
-    float *qkv;       /* [N,QKV], q and k rotated (RoPE): what attention read */
+    void *qkv;        /* [N,QKV] (operand), q and k rotated (RoPE): what attention read */
     void *atty;       /* [N,NH HS] (operand) */
     float *att;       /* [be->attention_saved_floats(B,T,NH)]: on the CPU the
                          probabilities [B,NH,T,T] */
@@ -133,7 +133,7 @@ _Static_assert(offsetof(LayerActs, res3) == A_RES3 * sizeof(void *), "LayerActs:
 #define K_ALL (ARCH_SEL | ARCH_FULL)
 static const ArchBuf acts[A_N] = {
     {"ln1", 1, ARCH_SEL, ARCH_FULL, 0},   {"rstd1", 0, ARCH_SEL, ARCH_FULL, 0},
-    {"qkv", 0, ARCH_SEL, ARCH_FULL, 0},   {"atty", 1, ARCH_SEL, K_ALL, 0},
+    {"qkv", 1, ARCH_SEL, ARCH_FULL, 0},   {"atty", 1, ARCH_SEL, K_ALL, 0},
     {"att", 0, 0, K_ALL, 0},              {"res2", 0, ARCH_SEL, ARCH_FULL, 0},
     {"ln2", 1, ARCH_SEL, ARCH_FULL, 0},   {"rstd2", 0, ARCH_SEL, ARCH_FULL, 0},
     {"gate", 0, ARCH_SEL, ARCH_FULL, 0},  {"up", 0, ARCH_SEL, ARCH_FULL, 0},
@@ -177,7 +177,7 @@ static const ArchBuf wstate[W_N] = {
 enum { S_DSWI, S_DMID, S_DTMP, S_DQKV, S_DGATE, S_DUP, S_DRES, S_DKEEP, S_N };
 static const ArchBuf scratch[S_N] = {
     {"dswi", 0, 0, 0, ARCH_ALWAYS},    /* [N,F] */
-    {"dmid", 0, 0, 0, ARCH_ALWAYS},    /* [N,C] */
+    {"dmid", 0, 0, 0, ARCH_ALWAYS},    /* [N,C]: d(ln2), d(ln1); d(atty) at the operand type */
     {"dtmp", 0, 0, 0, ARCH_ALWAYS},    /* [N,C] */
     {"dqkv", 1, 0, 0, ARCH_ALWAYS},    /* [N,QKV] */
     {"dgate", 1, 0, 0, ARCH_ALWAYS},   /* [N,F] */
@@ -284,7 +284,7 @@ static void block_forward(const Model *m, void *const *acts_, float *const *p_, 
     int F = d->F;
     const float *inv_freq = m->consts[K_INV_FREQ];
     be->rmsnorm_forward(be, a->ln1, a->rstd1, x, p->ln1w, d->eps, N, C);
-    be->matmul_forward(be, a->qkv, a->ln1, p->qkvw, qkv_bias(m, p_), N, C, qkv_width(d));
+    be->matmul_operand_forward(be, a->qkv, a->ln1, p->qkvw, qkv_bias(m, p_), N, C, qkv_width(d));
     if (kv) { /* [Note: KV cache] in backend.h: q and k rotated at positions kv->pos.. */
         be->kv_append(be, kv->k, kv->v, a->qkv, inv_freq, kv->pos, T, NH, NKV, HS, kv->cap);
         be->attention_decode(be, a->atty, a->qkv, kv->k, kv->v, kv->pos, T, NH, NKV, HS, kv->cap);
@@ -348,7 +348,9 @@ static void layer_backward(const Model *m, float *const *g_, float *dres, void *
     be->rmsnorm_backward(be, dres, g->ln2w, ws->dln2, a->res2, a->rstd2, p->ln2w, N, C, m->scratch);
     dr = ws->dres2 ? ws->dres2 : cast ? cast : dres;
     if (dr != dres) be->to_operand(be, dr, dres, NC);
-    be->matmul_backward(be, dmid, g->attprojw, NULL, dr, a->atty, p->attprojw, N, NH * HS, C);
+    /* d(atty), which only attention's backward reads, at the operand type */
+    be->matmul_operand_backward(be, dmid, g->attprojw, NULL, dr, a->atty, p->attprojw, N, NH * HS,
+                                C);
     be->attention_backward(be, ws->dqkv, dmid, a->qkv, a->atty, a->att, B, T, NH, NKV, HS,
                            m->scratch);
     be->rope_backward(be, ws->dqkv, m->consts[K_INV_FREQ], B, T, NH, NKV, HS);

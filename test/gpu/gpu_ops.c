@@ -23,7 +23,8 @@
  * --small: the two smallest shapes and the flash shapes with T <= 129 only (every kernel,
  * template and tile edge still runs), for compute-sanitizer (scripts/gpu/second-call).
  * The fused GEMM ops ([Note: GEMM epilogues] in cuda/backend_cuda.cu) run again with their
- * switches off (PPTRAIN_FUSE_GELU=0, PPTRAIN_FUSE_RESIDUAL=0: the unfused paths).
+ * switches off (PPTRAIN_FUSE_GELU=0, PPTRAIN_FUSE_RESIDUAL=0, PPTRAIN_FUSE_BGRAD=0,
+ * PPTRAIN_FUSE_CAST=0: the unfused paths).
  * The head of src/model/model.c runs on the GPU with its logits in row chunks (all, 1, 7 rows:
  * [Note: chunked head]) against the CPU's unchunked head. The norms' backward runs its
  * one-pass kernel's edges, then again under PPTRAIN_LN_BWD=one-pass:32 and =two-pass (the
@@ -219,6 +220,9 @@ static float *host_op(const void *d, size_t n) {
     free(h);
     return x;
 }
+
+/* Element i of device operand tensor d. */
+static void *op_at(void *d, size_t i) { return (char *)d + i * pp_dtype_bytes(gpu->operand); }
 
 /* ---- memory, reductions, optimizer ---------------------------------------------------- */
 
@@ -822,8 +826,9 @@ static void check_attention_gqa(int B, int T, int NH, int NKV, int HS, const cha
     size_t nsave = cpu->attention_saved_floats(cpu, B, T, NH);
     size_t gsave = gpu->attention_saved_floats(gpu, B, T, NH);
     float *qkv = rnd(Q, 1), *out = nanbuf(NC), *att = nanbuf(nsave);
-    float *dq = dev(qkv, Q * 4), *datt = dev(NULL, gsave * 4);
-    void *dout = dev_op_nan(NC);
+    op_round(qkv, Q); /* qkv is an operand */
+    float *datt = dev(NULL, gsave * 4);
+    void *dq = dev_op(qkv, Q), *dout = dev_op_nan(NC);
     gpu->attention_forward(gpu, dout, datt, dq, B, T, NH, NKV, HS);
     cpu->attention_forward(cpu, out, att, qkv, B, T, NH, NKV, HS);
     float *h = host_op(dout, NC);
@@ -847,8 +852,9 @@ static void check_attention_gqa(int B, int T, int NH, int NKV, int HS, const cha
         free(pc);
     }
     /* out: each its own forward's (the CPU's op reads only att) */
-    float *g = rnd(NC, 1), *gq = nanbuf(Q), *dg = dev(g, NC * 4);
-    void *dgq = dev_op_nan(Q);
+    float *g = rnd(NC, 1), *gq = nanbuf(Q);
+    op_round(g, NC); /* dout is an operand */
+    void *dg = dev_op(g, NC), *dgq = dev_op_nan(Q);
     float *scratch = malloc(cpu->scratch_floats(cpu, N, T, C) * sizeof(float));
     float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, T, C) * sizeof(float));
     gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, NH, NKV, HS, gscratch);
@@ -1146,6 +1152,71 @@ static void check_matmul_gelu(int N, int C, int H, int bias, const char *sh0) {
     check_matmul_gelu_backward(N, C, H, bias, sh);
 }
 
+/* [Note: operand activations]: matmul_operand_forward (qkv) and matmul_operand_backward (d
+ * atty) against the CPU's matmul_forward and matmul_backward on the same operand-rounded
+ * inputs, their operand outputs NaN-poisoned first and written within the operand type's
+ * rounding; twice for the bits; the split halves give the fused call's bits, and the W half
+ * is matmul_backward's. */
+static void check_matmul_operand(int N, int C, int OC, int bias, const char *sh0) {
+    char sh[96];
+    snprintf(sh, sizeof sh, "%s N=%d C=%d OC=%d%s", sh0, N, C, OC, bias ? "" : " nobias");
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *x = rnd(NC, 1), *w = rnd(OCC, 0.1f), *b = bias ? rnd(OC, 1) : NULL, *out = nanbuf(NO);
+    float *g = rnd(NO, 1), *gx = nanbuf(NC), *gw = rnd(OCC, 1), *gb = rnd(OC, 1);
+    float *gw0 = dup(gw, OCC), *gb0 = dup(gb, OC);
+    op_round(x, NC);
+    op_round(g, NO);
+    void *dx = dev_op(x, NC), *dg = dev_op(g, NO), *o1 = dev_op_nan(NO), *o2 = dev_op_nan(NO);
+    float *dw = dev(w, OCC * 4), *db = bias ? dev(b, OC * 4) : NULL;
+    gpu->matmul_operand_forward(gpu, o1, dx, dw, db, N, C, OC);
+    gpu->matmul_operand_forward(gpu, o2, dx, dw, db, N, C, OC);
+    cpu->matmul_forward(cpu, out, x, w, b, N, C, OC);
+    float *h1 = host_op(o1, NO), *h2 = host_op(o2, NO);
+    compare("matmul_operand_forward", "out", sh, h1, out, NO, tol_op(tol_gemm()));
+    same_bits("matmul_operand_forward", sh, h1, h2, NO);
+    cpu->matmul_backward(cpu, gx, gw, bias ? gb : NULL, g, x, w, N, C, OC);
+    /* all; only dinp (the I half); only dw, db (the W half); matmul_backward's W half */
+    float *keep[4][3] = {{0}};
+    for (int v = 0; v < 4; v++) {
+        int want_x = v < 2, want_w = v != 1;
+        void *dd = dev_op_nan(NC);
+        float *ddw = dev(gw0, OCC * 4), *ddb = dev(gb0, OC * 4);
+        if (v < 3)
+            gpu->matmul_operand_backward(gpu, want_x ? dd : NULL, want_w ? ddw : NULL,
+                                         want_w && bias ? ddb : NULL, dg, dx, dw, N, C, OC);
+        else
+            gpu->matmul_backward(gpu, NULL, ddw, bias ? ddb : NULL, dg, dx, dw, N, C, OC);
+        float *hd = host_op(dd, NC), *hw = host(ddw, OCC), *hb = host(ddb, OC);
+        if (want_x) compare("matmul_operand_backward", "dinp", sh, hd, gx, NC, tol_op(tol_gemm()));
+        if (want_w)
+            compare("matmul_operand_backward", "dw", sh, hw, gw, OCC, tol_gemm());
+        else
+            same_bits("matmul_operand_backward dw=NULL", sh, hw, gw0, OCC);
+        if (want_w && bias)
+            compare("matmul_operand_backward", "db", sh, hb, gb, OC, TOL_RED);
+        else
+            same_bits("matmul_operand_backward db=NULL", sh, hb, gb0, OC);
+        keep[v][0] = hd;
+        keep[v][1] = hw;
+        keep[v][2] = hb;
+        void *all[] = {dd, ddw, ddb};
+        free_all(all, 3);
+    }
+    same_bits("matmul_operand_backward I half=fused", sh, keep[1][0], keep[0][0], NC);
+    same_bits("matmul_operand_backward W half=fused", sh, keep[2][1], keep[0][1], OCC);
+    same_bits("matmul_operand_backward W=matmul_backward W", sh, keep[3][1], keep[0][1], OCC);
+    if (bias) {
+        same_bits("matmul_operand_backward W half=fused db", sh, keep[2][2], keep[0][2], OC);
+        same_bits("matmul_operand_backward db=matmul_backward db", sh, keep[3][2], keep[0][2], OC);
+    }
+    for (int v = 0; v < 4; v++)
+        for (int k = 0; k < 3; k++) free(keep[v][k]);
+    void *all[] = {dx, dg, o1, o2, dw, db};
+    free_all(all, bias ? 6 : 5);
+    float *fr[] = {x, w, out, g, gx, gw, gb, gw0, gb0, h1, h2, b};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+}
+
 static void check_attention(const Shape *s, const char *sh) {
     check_attention_gqa(s->B, s->T, s->NH, s->NH, s->C / s->NH, sh);
 }
@@ -1165,9 +1236,9 @@ static void rope_inv_freq(float *inv, int HS, double theta, int llama3) {
     }
 }
 
-/* RoPE ([Note: RoPE] in src/backend/backend.h): the forward on fp32 qkv in place, the
- * backward on the operand dqkv in place (its input rounded to the operand type for both
- * devices); v, and dv, must come back bit for bit. */
+/* RoPE ([Note: RoPE] in src/backend/backend.h): the forward on the operand qkv in place,
+ * the backward on the operand dqkv in place (the inputs rounded to the operand type for
+ * both devices; the CPU's results are fp32); v, and dv, must come back bit for bit. */
 static void check_rope(int B, int T, int NH, int NKV, int HS, int llama3) {
     char sh[96];
     snprintf(sh, sizeof sh, "B=%d T=%d NH=%d NKV=%d HS=%d%s", B, T, NH, NKV, HS,
@@ -1177,11 +1248,14 @@ static void check_rope(int B, int T, int NH, int NKV, int HS, int llama3) {
     float *inv = malloc((HS / 2 + 1) * sizeof(float));
     rope_inv_freq(inv, HS, llama3 ? 500000.0 : 10000.0, llama3);
     float *dinv = dev(inv, (HS / 2) * sizeof(float));
-    float *x = rnd(n, 2), *y = dup(x, n), *dx = dev(x, n * 4);
+    float *x = rnd(n, 2);
+    op_round(x, n); /* qkv is an operand */
+    float *y = dup(x, n);
+    void *dx = dev_op(x, n);
     gpu->rope_forward(gpu, dx, dinv, B, T, NH, NKV, HS);
     cpu->rope_forward(cpu, y, inv, B, T, NH, NKV, HS);
-    float *h = host(dx, n);
-    compare("rope_forward", "qkv", sh, h, y, n, TOL_ELEM);
+    float *h = host_op(dx, n);
+    compare("rope_forward", "qkv", sh, h, y, n, tol_op(TOL_ELEM));
     size_t vbad = 0, rows = (size_t)B * T; /* the v heads are not touched */
     for (size_t r = 0; r < rows; r++)
         vbad += memcmp(h + r * W + V0, x + r * W + V0, (size_t)NKV * HS * 4) != 0;
@@ -1226,7 +1300,10 @@ static void check_kv_decode(int pos, int n, int NH, int NKV, int HS, int rope) {
     float *inv = malloc((HS / 2 + 1) * sizeof(float));
     rope_inv_freq(inv, HS, 500000.0, 1);
     float *dinv = rope ? dev(inv, (HS / 2) * sizeof(float)) : NULL;
-    float *x = rnd(Q, 1), *y = dup(x, Q), *dx = dev(x, Q * 4);
+    float *x = rnd(Q, 1);
+    op_round(x, Q); /* qkv is an operand */
+    float *y = dup(x, Q);
+    void *dx = dev_op(x, Q);
     float *kc = nanbuf(K), *vc = nanbuf(K), *dk = dev(kc, K * 4), *dv = dev(vc, K * 4);
     float *out = nanbuf(Y);
     void *dout = dev_op_nan(Y);
@@ -1234,9 +1311,9 @@ static void check_kv_decode(int pos, int n, int NH, int NKV, int HS, int rope) {
     cpu->kv_append(cpu, kc, vc, y, ci, 0, pos, NH, NKV, HS, cap);
     cpu->kv_append(cpu, kc, vc, y + (size_t)pos * W, ci, pos, n, NH, NKV, HS, cap);
     gpu->kv_append(gpu, dk, dv, dx, dinv, 0, pos, NH, NKV, HS, cap);
-    gpu->kv_append(gpu, dk, dv, dx + (size_t)pos * W, dinv, pos, n, NH, NKV, HS, cap);
-    float *hx = host(dx, Q), *hk = host(dk, K), *hv = host(dv, K);
-    compare("kv_append", "qkv", sh, hx, y, Q, TOL_ELEM);
+    gpu->kv_append(gpu, dk, dv, op_at(dx, (size_t)pos * W), dinv, pos, n, NH, NKV, HS, cap);
+    float *hx = host_op(dx, Q), *hk = host(dk, K), *hv = host(dv, K);
+    compare("kv_append", "qkv", sh, hx, y, Q, tol_op(TOL_ELEM));
     size_t vbad = 0, rows = (size_t)NKV * T, kw = 0; /* the rows written: g cap + t, t < T */
     float *gk = malloc(rows * HS * 4), *ck = malloc(rows * HS * 4);
     for (int g = 0; g < NKV; g++)
@@ -1246,17 +1323,18 @@ static void check_kv_decode(int pos, int n, int NH, int NKV, int HS, int rope) {
             memcpy(ck + kw * HS, kc + at, HS * 4);
             vbad += memcmp(hv + at, vc + at, HS * 4) != 0;
         }
-    compare("kv_append", "kcache", sh, gk, ck, rows * HS, TOL_ELEM);
+    /* the GPU's cache holds its rotated qkv as rounded to the operand type */
+    compare("kv_append", "kcache", sh, gk, ck, rows * HS, tol_op(TOL_ELEM));
     none_wrong("kv_append vcache rows", sh, vbad, rows);
     if (!rope) same_bits("kv_append kcache", sh, gk, ck, rows * HS);
     cpu->attention_decode(cpu, out, y + (size_t)pos * W, kc, vc, pos, n, NH, NKV, HS, cap);
-    gpu->attention_decode(gpu, dout, dx + (size_t)pos * W, dk, dv, pos, n, NH, NKV, HS, cap);
+    gpu->attention_decode(gpu, dout, op_at(dx, (size_t)pos * W), dk, dv, pos, n, NH, NKV, HS, cap);
     float *h = host_op(dout, Y);
     compare("attention_decode", "out", sh, h, out, Y, tol_op(tol_gemm()));
     free(h);
     /* one step: the first new row alone, keys 0..pos */
     cpu->attention_decode(cpu, out, y + (size_t)pos * W, kc, vc, pos, 1, NH, NKV, HS, cap);
-    gpu->attention_decode(gpu, dout, dx + (size_t)pos * W, dk, dv, pos, 1, NH, NKV, HS, cap);
+    gpu->attention_decode(gpu, dout, op_at(dx, (size_t)pos * W), dk, dv, pos, 1, NH, NKV, HS, cap);
     h = host_op(dout, (size_t)NH * HS);
     compare("attention_decode", "out n=1", sh, h, out, (size_t)NH * HS, tol_op(tol_gemm()));
     void *all[] = {dinv, dx, dk, dv, dout};
@@ -1446,8 +1524,9 @@ static float *check_flash_shape(int B, int T, int NH, int NKV, int hs, const cha
     size_t nsave = cpu->attention_saved_floats(cpu, B, T, NH);
     size_t gsave = gpu->attention_saved_floats(gpu, B, T, NH);
     float *qkv = rnd(Q, 1), *out = nanbuf(NC), *att = nanbuf(nsave), *poison = nanbuf(gsave);
-    float *dq = dev(qkv, Q * 4), *datt = dev(poison, gsave * 4), *datt2 = dev(poison, gsave * 4);
-    void *dout = dev_op_nan(NC), *dout2 = dev_op_nan(NC);
+    op_round(qkv, Q); /* qkv is an operand */
+    float *datt = dev(poison, gsave * 4), *datt2 = dev(poison, gsave * 4);
+    void *dq = dev_op(qkv, Q), *dout = dev_op_nan(NC), *dout2 = dev_op_nan(NC);
     gpu->attention_forward(gpu, dout, datt, dq, B, T, NH, NKV, hs);
     gpu->attention_forward(gpu, dout2, datt2, dq, B, T, NH, NKV, hs);
     cpu->attention_forward(cpu, out, att, qkv, B, T, NH, NKV, hs);
@@ -1493,8 +1572,9 @@ static float *check_flash_shape(int B, int T, int NH, int NKV, int hs, const cha
                "log-sum-exp is %zu): no lse check\n",
                gsave, nl);
     }
-    float *g = rnd(NC, 1), *gq = nanbuf(Q), *dg = dev(g, NC * 4);
-    void *dgq = dev_op_nan(Q), *dgq2 = dev_op_nan(Q);
+    float *g = rnd(NC, 1), *gq = nanbuf(Q);
+    op_round(g, NC); /* dout is an operand */
+    void *dg = dev_op(g, NC), *dgq = dev_op_nan(Q), *dgq2 = dev_op_nan(Q);
     float *scratch = malloc(cpu->scratch_floats(cpu, N, T, C) * sizeof(float));
     float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, T, C) * sizeof(float));
     gpu->attention_backward(gpu, dgq, dg, dq, dout, datt, B, T, NH, NKV, hs, gscratch);
@@ -1711,6 +1791,7 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
         {"PPTRAIN_FUSE_GELU", "0", "off"},
         {"PPTRAIN_FUSE_RESIDUAL", "0", "no"},
         {"PPTRAIN_FUSE_BGRAD", "0", "yes"},
+        {"PPTRAIN_FUSE_CAST", "0", "maybe"},
     };
     char why[PP_ERR_MAX];
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
@@ -1996,6 +2077,9 @@ int main(int argc, char **argv) {
             char shm[16];
             snprintf(shm, sizeof shm, "#%zu", k);
             check_matmul(N, s->C, 3 * s->C, 1, shm);
+            check_matmul_operand(N, s->C, 3 * s->C, 1, shm); /* qkv */
+            check_matmul_operand(N, s->C, s->C, 0, shm);     /* attention's dout (Llama's) */
+            if (k < 2) check_matmul_operand(N, s->C, s->C + 3, 1, shm); /* odd OC */
             check_matmul(N, s->C, s->Vp, 0, shm); /* the head: no bias, odd OC at V's */
             check_matmul(N, 4 * s->C, s->C, 1, shm);
             if (k < 2) check_matmul(N, s->C, s->C + 3, 1, shm); /* odd OC with a bias */
@@ -2060,6 +2144,7 @@ int main(int argc, char **argv) {
     setenv("PPTRAIN_FUSE_GELU", "0", 1);
     setenv("PPTRAIN_FUSE_RESIDUAL", "0", 1);
     setenv("PPTRAIN_FUSE_BGRAD", "0", 1);
+    setenv("PPTRAIN_FUSE_CAST", "0", 1);
     for (int p = 0; p < 3; p++) {
         if (only && strcmp(only, precs[p])) continue;
         prec = precs[p];
@@ -2068,7 +2153,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         printf("(switches off: PPTRAIN_FUSE_GELU=0 PPTRAIN_FUSE_RESIDUAL=0 "
-               "PPTRAIN_FUSE_BGRAD=0)\n");
+               "PPTRAIN_FUSE_BGRAD=0 PPTRAIN_FUSE_CAST=0)\n");
         check_gelu_form();
         check_gelu_form_forward();
         check_matmul_gelu(67, 64, 257, 1, "off");
@@ -2076,12 +2161,14 @@ int main(int argc, char **argv) {
         check_matmul_residual(67, 64, 67, 1, "off");
         check_matmul_residual(201, 3072, 768, 0, "off");
         check_matmul(74, 64, 67, 1, "off");
+        check_matmul_operand(74, 64, 192, 1, "off");
         check_bias_grad_shapes(small, "off");
         backend_release(gpu);
     }
     unsetenv("PPTRAIN_FUSE_GELU");
     unsetenv("PPTRAIN_FUSE_RESIDUAL");
     unsetenv("PPTRAIN_FUSE_BGRAD");
+    unsetenv("PPTRAIN_FUSE_CAST");
     /* the norms' backward: the one-pass kernel's edges, its chunk override, the two-pass
      * fallback (the kernels are fp32 at every precision: one precision suffices) */
     if (check_norm_paths(open_gpu, only ? only : "fp32", cpu_as_gpu)) return 1;
