@@ -271,9 +271,44 @@ int main(int argc, char **argv) {
          be->matmul_backward(be, dx, dwte, NULL, dlogits, ln, wte, (int)N, C, Vp));
     TIME(&b, "encoder bwd", 'M', Nd * Cd, f * 3 * Nd * Cd, 1,
          be->encoder_backward(be, dwte, dwpe, dx, tok, B, T, C));
-    TIME(&b, "grad norm (sumsq)", 'M', 2 * Pd, f * Pd, 1, be->sumsq(be, sum, g, P));
-    TIME(&b, "AdamW", 'M', 15 * Pd, f * 7 * Pd, 1,
-         be->adamw_update(be, p, g, m, v, P, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 2));
+    /* the step's norm and update as the runtime calls them: over GPT-2's tensors, one call
+     * for all ([Note: many tensors] in backend.h), and (*) one call a tensor, as before */
+    int nt = 0;
+    size_t tn[12 * 64 + 4];
+    const float *tx[12 * 64 + 4];
+    PPOptTensor tu[12 * 64 + 4];
+    double *sums = be->alloc(be, sizeof tn / sizeof tn[0] * sizeof(double));
+    {
+        size_t Cz = (size_t)C; /* per layer, in llm.c's order (gpt2.c) */
+        size_t per[12] = {Cz, Cz, 3 * Cz * Cz, 3 * Cz, Cz * Cz,     Cz,
+                          Cz, Cz, 4 * Cz * Cz, 4 * Cz, 4 * Cz * Cz, Cz};
+        size_t glob[4] = {(size_t)Vp * Cz, 1024 * Cz, Cz, Cz}, at = 0;
+        for (int l = 0; l < L + 1 && l < 64; l++)
+            for (int k = 0; k < (l < L ? 12 : 4); k++) {
+                size_t n = l < L ? per[k] : glob[k];
+                tn[nt] = n;
+                tx[nt] = g + at;
+                int matrix = l < L && (k == 2 || k == 4 || k == 8 || k == 10); /* decays */
+                tu[nt] = (PPOptTensor){p + at, g + at, m + at, v + at, n, matrix ? 0.1f : 0.0f};
+                at += n;
+                nt++;
+            }
+    }
+    TIME(&b, "grad norm (sumsq_many)", 'M', 2 * Pd, f * Pd, 1,
+         be->sumsq_many(be, sums, tx, tn, nt));
+    row_in_step = 0;
+    TIME(&b, "grad norm, a call a tensor *", 'M', 2 * Pd, f * Pd, 1,
+         for (int i = 0; i < nt; i++) be->sumsq(be, sums + i, tx[i], tn[i]));
+    row_in_step = 1;
+    TIME(&b, "AdamW (adamw_many)", 'M', 15 * Pd, f * 7 * Pd, 1,
+         be->adamw_many(be, tu, nt, 1e-4f, 0.9f, 0.95f, 1e-8f, 1.0f, 2));
+    row_in_step = 0;
+    TIME(&b, "AdamW, a call a tensor *", 'M', 15 * Pd, f * 7 * Pd, 1,
+         for (int i = 0; i < nt; i++)
+             be->adamw_update(be, tu[i].p, tu[i].g, tu[i].m, tu[i].v, tu[i].n, 1e-4f, 0.9f, 0.95f,
+                              1e-8f, tu[i].weight_decay, 1.0f, 2));
+    row_in_step = 1;
+    be->dealloc(be, sums);
 
     printf("bench_ops: %s; one layer of GPT-2 (C %d, NH %d) at B %d x T %d, the head (Vp %d), "
            "AdamW over %zu parameters (L %d); %d calls each\n",
@@ -297,7 +332,8 @@ int main(int argc, char **argv) {
     }
     printf("*: the unfused path of the fused row above it, not in the sum (PPTRAIN_FUSE_GELU=0, "
            "PPTRAIN_FUSE_RESIDUAL=0 run the fused op's own unfused path: [Note: GEMM "
-           "epilogues])\n");
+           "epilogues]); the norm and AdamW a call a tensor are the runtime's calls before "
+           "[Note: many tensors]\n");
     printf("the matmul bwd rows include db: summed by the dw GEMM at bf16, by the column-sum "
            "kernels under PPTRAIN_FUSE_BGRAD=0 ([Note: bias gradient epilogue])\n");
     /* model FLOPs per token, as bench/gpu.sh */

@@ -575,7 +575,8 @@ static void cu_head_logits(const Backend *be, void *logits, const void *inp, con
 /* Said once per kind (bit `kind` of c->warned_epi): cuBLASLt had no algorithm for a fused
  * GEMM, so its op runs unfused: the result is the same contract, only slower, and the
  * speed switches' A/B (bench/gpu.sh) would otherwise not show why a fusion gained nothing.
- * Kinds: 0 residual, 1 GELU forward, 2 DGELU, 3 bias gradient, 4 GELU in the epilogue. */
+ * Kinds: 0 residual, 1 GELU forward, 2 DGELU, 3 bias gradient, 4 GELU in the epilogue, 5 and 6
+ * an operand output's GEMM (qkv; d atty: [Note: operand activations]). */
 static void epi_unfused(CudaCtx *c, int kind, const char *what, int M, int N, int K) {
     if (c->warned_epi & (1 << kind)) return;
     c->warned_epi |= 1 << kind;
@@ -752,13 +753,14 @@ static void cu_matmul_operand_forward(const Backend *be, void *out, const void *
     if (c->op != PP_BF16) return cu_matmul_forward(be, (float *)out, inp, w, b, N, C, OC);
     const void *A = act_operand(c, &c->castA, inp, (size_t)N * C);
     const void *W = operand(c, &c->castB, w, (size_t)OC * C);
-    GemmOut o = {out, 1, NULL, b ? bias_bf16(c, b, OC) : NULL, NULL, NULL, b != NULL};
-    if (c->fuse_cast && try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 0.0f, OC, 0, 1,
-                                     AB_BF16, CUBLAS_COMPUTE_32F, &o) == 0)
-        return;
-    if (c->fuse_cast)
+    if (c->fuse_cast) {
+        GemmOut o = {out, 1, NULL, b ? bias_bf16(c, b, OC) : NULL, NULL, NULL, b != NULL};
+        if (try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 0.0f, OC, 0, 1, AB_BF16,
+                         CUBLAS_COMPUTE_32F, &o) == 0)
+            return;
         epi_unfused(c, 5, "an operand output's GEMM (qkv: a bf16 output and the bias epilogue)", N,
                     OC, C);
+    }
     float *F = wide_fp32(c, out, (size_t)N * OC);
     mm_gemm(c, 0, 1, N, OC, C, NULL, A, C, w, W, C, 0.0f, F, OC, b);
     k_to_operand(c, out, F, (size_t)N * OC);
@@ -1064,6 +1066,19 @@ static void cu_adamw(const Backend *be, float *p, const float *g, float *m, floa
     k_adamw(ctx_of(be), p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
 }
 
+/* [Note: many tensors] in src/backend/backend.h */
+static void cu_sumsq_many(const Backend *be, double *out, const float *const *x, const size_t *n,
+                          int count) {
+    k_sumsq_many(ctx_of(be), out, x, n, count);
+}
+
+static void cu_adamw_many(const Backend *be, const PPOptTensor *t, int count, float lr, float beta1,
+                          float beta2, float eps, float grad_scale, int step) {
+    /* the bias corrections as cu_adamw's */
+    float bc1 = (float)(1.0 - pow(beta1, step)), bc2 = (float)(1.0 - pow(beta2, step));
+    k_adamw_many(ctx_of(be), t, count, lr, beta1, beta2, eps, grad_scale, bc1, bc2);
+}
+
 static void cu_sgd(const Backend *be, float *p, const float *g, float *buf, size_t n, float lr,
                    float momentum, float weight_decay, float grad_scale, int t) {
     if (momentum != 0.0f && !buf)
@@ -1134,6 +1149,8 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->sumsq = cu_sumsq;
     be->adamw_update = cu_adamw;
     be->sgd_update = cu_sgd;
+    be->sumsq_many = cu_sumsq_many;
+    be->adamw_many = cu_adamw_many;
     be->encoder_forward = cu_encoder_forward;
     be->encoder_backward = cu_encoder_backward;
     be->layernorm_forward = cu_layernorm_forward;
@@ -1312,11 +1329,13 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t dev
             grow(c, &c->widen, N * 4 * NH * HS * sizeof(float));
         }
         /* D, [B,NH,T]; the packed bf16 q, k, v and dO ([Note: flash tiling]) */
-        if (NH && T && c->att_cudnn) { /* [Note: cuDNN attention]: the deterministic
-                                          backward's dP (B·NH·T·T bf16, by the frontend's
-                                          count: grown if cuDNN asks more) */
+        if (NH && T && c->att_cudnn) /* [Note: cuDNN attention]: the deterministic backward's
+                                        dP (B·NH·T·T bf16, by the frontend's count: grown if
+                                        cuDNN asks more) */
             grow(c, &c->cudnn_ws, N * NH * T * sizeof(__nv_bfloat16));
-        } else if (NH && T && c->att_flash) {
+        /* the flash kernels' too where they run, or may take over from cuDNN's (a graph it
+         * refuses under the default) */
+        if (NH && T && c->att_flash && (!c->att_cudnn || c->att_cudnn_default)) {
             grow(c, &c->flashD, N / T * NH * T * sizeof(float));
             /* q, k and v: NH + 2 NKV heads, at most 3 NH (the sizes carry no NKV) */
             grow(c, &c->castA, flash_pack_bytes((int)(N / T), (int)T, 3 * (int)NH, (int)HS));
@@ -1333,7 +1352,8 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t dev
             /* the unfused GELU's fp32 GEMM result ([Note: GEMM epilogues]); with the
              * epilogues on, only grown if cuBLASLt has no algorithm for them (at the
              * first step: the answer is cached) */
-            if (c->op == PP_BF16 && !c->fuse_gelu) grow(c, &c->wide, N * width * sizeof(float));
+            if (c->op == PP_BF16 && (!c->fuse_gelu || !c->fuse_cast))
+                grow(c, &c->wide, N * width * sizeof(float));
             /* a bias gradient from the dw GEMM ([Note: bias gradient epilogue]): at most
              * width columns */
             if (c->op == PP_BF16 && c->fuse_bgrad) grow(c, &c->bgrad, width * sizeof(float));

@@ -204,6 +204,11 @@ void k_crossentropy(CudaCtx *c, void *dlogits, float *losses, const void *logits
 void k_sum(CudaCtx *c, double *out, const float *x, size_t n, int squares);
 void k_adamw(CudaCtx *c, float *p, const float *g, float *m, float *v, size_t n, float lr,
              float beta1, float beta2, float eps, float wd, float grad_scale, float bc1, float bc2);
+/* [Note: many tensors] in src/backend/backend.h: out[i] = k_sum(x[i], n[i], squares 1);
+ * k_adamw on each t[i] (the same bits), in a few launches. */
+void k_sumsq_many(CudaCtx *c, double *out, const float *const *x, const size_t *n, int count);
+void k_adamw_many(CudaCtx *c, const PPOptTensor *t, int count, float lr, float beta1, float beta2,
+                  float eps, float grad_scale, float bc1, float bc2);
 void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
            float wd, float grad_scale, int first);
 /* bf16 copy of n floats (round to nearest even). */

@@ -25,26 +25,25 @@
  * Operands: qkv, out and the backward's dout are bf16 operands as they are (the qkv GEMM
  * writes qkv in bf16, RoPE rotates it in place, attproj's backward GEMM writes dout in
  * bf16: [Note: operand activations] in src/backend/backend.h), read in place through
- * strided views: no cast (there were two a layer, 2.1 ms a step at GPT-2 124M, B 16,
- * before). So the path runs only where operands are bf16 (precision bf16,
- * PPTRAIN_BF16_OPERANDS unset) and at head sizes that are multiples of 8 up to 128 (cuDNN's rule
- * for the backward on sm_80; sm_90 allows 256, one rule is simpler): both checked at open where the
- * run's head size is known, at the call otherwise (the op tests). cuDNN refuses s_q = s_kv = 1:
- * sequences of one position (out = v) run the flash kernels, whose log-sum-exp is the same
- * quantity.
- * Graphs: one per shape and direction, built at its first call (cuDNN's heuristics, then
- * the engine's runtime compilation through NVRTC: a second or so; one line on stderr
- * gives its time and workspace) and kept (the oldest dropped past CUDNN_GRAPHS; a run has
- * one or two shapes). The forward is pinned to the frontend's composite SDPA node, the
- * one test/cuda.sh checks (with cuDNN >= 9.21 headers the frontend could otherwise pick
- * its newer unified node). Workspace: the deterministic backward on sm_90 keeps dP,
- * B·NH·T·T bf16 (403 MB at GPT-2's B 16, T 1024), reserved at open from the run's sizes
- * (reserve_workspace: in the build report's memory) and grown if cuDNN asks more. The frontend is
- * built with dynamic loading: this file opens libcudnn.so.9 (from the loader's path, or the file
- * PPTRAIN_CUDNN_LIB names) at the backend's open, which fails naming the variable and the library
- * when it cannot. It is the default where it loads ([Note: attention path] in backend_cuda.cu):
- * there a graph cuDNN refuses at its first call says cuDNN's reason once and hands the run to the
- * flash kernels; under PPTRAIN_ATTENTION=cudnn it ends the run with the reason and the way back
+ * strided views: no cast (there were three a layer, qkv in the forward, qkv and dout in the
+ * backward: 2.1 ms a step at GPT-2 124M, B 16, before). So the path runs only where operands are
+ * bf16 (precision bf16, PPTRAIN_BF16_OPERANDS unset) and at head sizes that are multiples of 8 up
+ * to 128 (cuDNN's rule for the backward on sm_80; sm_90 allows 256, one rule is simpler): both
+ * checked at open where the run's head size is known, at the call otherwise (the op tests). cuDNN
+ * refuses s_q = s_kv = 1: sequences of one position (out = v) run the flash kernels, whose
+ * log-sum-exp is the same quantity. Graphs: one per shape and direction, built at its first call
+ * (cuDNN's heuristics, then the engine's runtime compilation through NVRTC: a second or so; one
+ * line on stderr gives its time and workspace) and kept (the oldest dropped past CUDNN_GRAPHS; a
+ * run has one or two shapes). The forward is pinned to the frontend's composite SDPA node, the one
+ * test/cuda.sh checks (with cuDNN >= 9.21 headers the frontend could otherwise pick its newer
+ * unified node). Workspace: the deterministic backward on sm_90 keeps dP, B·NH·T·T bf16 (403 MB at
+ * GPT-2's B 16, T 1024), reserved at open from the run's sizes (reserve_workspace: in the build
+ * report's memory) and grown if cuDNN asks more. The frontend is built with dynamic loading: this
+ * file opens libcudnn.so.9 (from the loader's path, or the file PPTRAIN_CUDNN_LIB names) at the
+ * backend's open, which fails naming the variable and the library when it cannot. It is the default
+ * where it loads ([Note: attention path] in backend_cuda.cu): there a graph cuDNN refuses at its
+ * first call says cuDNN's reason once and hands the run to the flash kernels; under
+ * PPTRAIN_ATTENTION=cudnn it ends the run with the reason and the way back
  * (PPTRAIN_ATTENTION=flash). Checked on the build machine without a GPU
  * by pp_cudnn_graph_check (test/cuda.sh, part 9): the same graphs, built for an H100's
  * properties, must validate and get engine configurations from cuDNN's heuristics; the numbers are

@@ -939,9 +939,13 @@ void k_crossentropy(CudaCtx *c, void *dlogits, float *losses, const void *logits
 
 /* ---- reductions into a double, and the optimizer ------------------------------------ */
 
-__global__ void sum_partial(double *part, const float *x, size_t n, size_t chunk, int squares) {
+/* Block b of SUM_BLOCKS (256 threads) of x[n]'s sum: part[b] = the sum of [b chunk, (b + 1)
+ * chunk) in a fixed order. One function for k_sum's and k_sumsq_many's kernels: the same
+ * bits. */
+static __device__ __forceinline__ void sum_block(double *part, const float *x, size_t n,
+                                                 size_t chunk, int squares, unsigned b) {
     __shared__ double sh[256];
-    size_t lo = blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    size_t lo = b * chunk, hi = lo + chunk < n ? lo + chunk : n;
     double s = 0.0;
     for (size_t i = lo + threadIdx.x; i < hi; i += 256) {
         double v = x[i];
@@ -953,10 +957,11 @@ __global__ void sum_partial(double *part, const float *x, size_t n, size_t chunk
         if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
         __syncthreads();
     }
-    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+    if (threadIdx.x == 0) part[b] = sh[0];
 }
 
-__global__ void sum_final(double *out, const double *part, int nb) {
+/* *out = the sum of part[0..nb), nb <= 256, in a fixed order (256 threads). */
+static __device__ __forceinline__ void final_block(double *out, const double *part, int nb) {
     __shared__ double sh[256];
     sh[threadIdx.x] = threadIdx.x < nb ? part[threadIdx.x] : 0.0;
     __syncthreads();
@@ -967,26 +972,136 @@ __global__ void sum_final(double *out, const double *part, int nb) {
     if (threadIdx.x == 0) *out = sh[0];
 }
 
+__global__ void sum_partial(double *part, const float *x, size_t n, size_t chunk, int squares) {
+    sum_block(part, x, n, chunk, squares, blockIdx.x);
+}
+
+__global__ void sum_final(double *out, const double *part, int nb) { final_block(out, part, nb); }
+
+static size_t sum_chunk(size_t n) {
+    size_t chunk = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
+    return chunk ? chunk : 1;
+}
+
 void k_sum(CudaCtx *c, double *out, const float *x, size_t n, int squares) {
     double *part = (double *)grow(c, &c->sums, SUM_BLOCKS * sizeof(double));
-    size_t chunk = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
-    sum_partial<<<SUM_BLOCKS, 256, 0, c->stream>>>(part, x, n, chunk ? chunk : 1, squares);
+    sum_partial<<<SUM_BLOCKS, 256, 0, c->stream>>>(part, x, n, sum_chunk(n), squares);
     KCHECK(c, "sum_partial");
     sum_final<<<1, 256, 0, c->stream>>>(out, part, SUM_BLOCKS);
     KCHECK(c, "sum_final");
 }
 
+/* [Note: many tensors] (src/backend/backend.h): up to MT_MAX tensors a launch, their
+ * pointers and sizes passed in the kernel's parameters (under the classic 4 KB), so a step
+ * of GPT-2 124M's 148 tensors takes 3 launches of each kernel instead of 148 (AdamW) and 296
+ * (the norm's sums). The sums of tensor y are sum_block's and final_block's blocks as k_sum
+ * runs them (the same bits); AdamW's element is adamw_elem, adamw_k's. */
+#define MT_MAX 64
+struct MtSums {
+    const float *x[MT_MAX];
+    size_t n[MT_MAX], chunk[MT_MAX];
+};
+
+/* grid (SUM_BLOCKS, tensors): block (b, y) is k_sum's block b of tensor y; part [y][b] */
+__global__ void sum_partial_many(double *part, MtSums a) {
+    unsigned y = blockIdx.y;
+    sum_block(part + (size_t)y * SUM_BLOCKS, a.x[y], a.n[y], a.chunk[y], 1, blockIdx.x);
+}
+
+/* grid (tensors): block y is k_sum's final block of tensor y */
+__global__ void sum_final_many(double *out, const double *part) {
+    final_block(out + blockIdx.x, part + (size_t)blockIdx.x * SUM_BLOCKS, SUM_BLOCKS);
+}
+
+void k_sumsq_many(CudaCtx *c, double *out, const float *const *x, const size_t *n, int count) {
+    double *part = (double *)grow(c, &c->sums, (size_t)MT_MAX * SUM_BLOCKS * sizeof(double));
+    for (int i0 = 0; i0 < count; i0 += MT_MAX) { /* part is reused in stream order */
+        int k = count - i0 < MT_MAX ? count - i0 : MT_MAX;
+        MtSums a;
+        memset(&a, 0, sizeof a);
+        for (int j = 0; j < k; j++) {
+            a.x[j] = x[i0 + j];
+            a.n[j] = n[i0 + j];
+            a.chunk[j] = sum_chunk(n[i0 + j]);
+        }
+        sum_partial_many<<<dim3(SUM_BLOCKS, (unsigned)k), 256, 0, c->stream>>>(part, a);
+        KCHECK(c, "sum_partial_many");
+        sum_final_many<<<(unsigned)k, 256, 0, c->stream>>>(out + i0, part);
+        KCHECK(c, "sum_final_many");
+    }
+}
+
+/* Element i of an AdamW step: optim.h optim_adamw_update, term for term. One function for
+ * adamw_k and adamw_many_k: the same bits. */
+static __device__ __forceinline__ void adamw_elem(float *p, const float *g, float *m, float *v,
+                                                  size_t i, float lr, float beta1, float beta2,
+                                                  float eps, float wd, float grad_scale, float bc1,
+                                                  float bc2) {
+    float gi = grad_scale * g[i];
+    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi / bc1, vhat = vi / bc2;
+    p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+}
+
 __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float lr,
                         float beta1, float beta2, float eps, float wd, float grad_scale, float bc1,
                         float bc2) {
-    GRID_STRIDE(i, n) { /* optim.h optim_adamw_update, term for term */
-        float gi = grad_scale * g[i];
-        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1, vhat = vi / bc2;
-        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    GRID_STRIDE(i, n) adamw_elem(p, g, m, v, i, lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2);
+}
+
+/* [Note: many tensors]: a block per MT_ELEMS elements of one tensor; tensor y's blocks are
+ * first[y] .. first[y + 1] - 1 (none for an empty tensor). 3.1 KB of parameters. */
+#define MT_ELEMS 2048 /* 256 threads x 8 */
+struct MtAdamw {
+    float *p[MT_MAX];
+    const float *g[MT_MAX];
+    float *m[MT_MAX], *v[MT_MAX];
+    size_t n[MT_MAX];
+    float wd[MT_MAX];
+    unsigned first[MT_MAX + 1];
+};
+
+__global__ void adamw_many_k(MtAdamw a, int k, float lr, float beta1, float beta2, float eps,
+                             float grad_scale, float bc1, float bc2) {
+    unsigned b = blockIdx.x;
+    int y = 0;
+    while (y + 1 < k && a.first[y + 1] <= b) y++; /* at most MT_MAX steps, the same in a block */
+    size_t lo = (size_t)(b - a.first[y]) * MT_ELEMS, n = a.n[y];
+    size_t hi = lo + MT_ELEMS < n ? lo + MT_ELEMS : n;
+    for (size_t i = lo + threadIdx.x; i < hi; i += 256)
+        adamw_elem(a.p[y], a.g[y], a.m[y], a.v[y], i, lr, beta1, beta2, eps, a.wd[y], grad_scale,
+                   bc1, bc2);
+}
+
+void k_adamw_many(CudaCtx *c, const PPOptTensor *t, int count, float lr, float beta1, float beta2,
+                  float eps, float grad_scale, float bc1, float bc2) {
+    for (int i0 = 0; i0 < count; i0 += MT_MAX) {
+        int k = count - i0 < MT_MAX ? count - i0 : MT_MAX;
+        MtAdamw a;
+        memset(&a, 0, sizeof a);
+        size_t blocks = 0;
+        for (int j = 0; j < k; j++) {
+            const PPOptTensor *s = &t[i0 + j];
+            a.p[j] = s->p;
+            a.g[j] = s->g;
+            a.m[j] = s->m;
+            a.v[j] = s->v;
+            a.n[j] = s->n;
+            a.wd[j] = s->weight_decay;
+            a.first[j] = (unsigned)blocks;
+            blocks += (s->n + MT_ELEMS - 1) / MT_ELEMS;
+        }
+        a.first[k] = (unsigned)blocks;
+        if (blocks > 0x7fffffffu) /* 2^31 blocks of 2048: 4.4e12 parameters a launch */
+            pp_cuda_die(c, __FILE__, __LINE__, "adamw_many", "too many blocks",
+                        "split the tensors");
+        if (!blocks) continue;
+        adamw_many_k<<<(unsigned)blocks, 256, 0, c->stream>>>(a, k, lr, beta1, beta2, eps,
+                                                              grad_scale, bc1, bc2);
+        KCHECK(c, "adamw_many_k");
     }
 }
 

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "backend/backend_load.h"
 #include "backend/fastmath.h"
+#include "model/decode.h"
 #include "model/model.h"
 #include "backend/optim.h"
 #include "runtime/runtime.h"
@@ -628,6 +629,16 @@ static void setup_model_dims(Model *m, const ModelDims *d, const ChunkSpec *spec
 static void setup_model(Model *m, const ChunkSpec *specs, int n, int B, int T, uint64_t seed) {
     setup_model_dims(m, &tiny, specs, n, B, T, seed);
 }
+/* tiny as a Llama: RoPE, grouped-query attention (one kv head), SwiGLU, RMSNorm */
+static ModelDims tiny_llama(void) {
+    ModelDims d = tiny;
+    d.arch = &arch_llama;
+    d.NKV = 1;
+    d.F = 12;
+    d.eps = 1e-5f;
+    d.rope.theta = 10000.0f;
+    return d;
+}
 static void fill_tokens(Model *m, int c, int slot, int B, int T) {
     ActSlot *a = &m->chunks[c].slots[slot];
     for (int i = 0; i < B * T; i++) {
@@ -1023,63 +1034,70 @@ END_TEST
  * probabilities, and the sets hold nothing. */
 START_TEST(test_split_backward_chunk) {
     pick_backend(_i);
-    ModelDims wide = tiny;
+    ModelDims wide = tiny, llama = tiny_llama();
     wide.NH = 4; /* T = 8: NH*T = 32 = 4C */
-    const ModelDims *dims[2] = {&tiny, &wide};
-    int Ts[2] = {5, 8};
-    for (int v = 0; v < 2; v++) {
-    int B = 2, T = Ts[v], N = B * T, C = tiny.C;
-    ChunkSpec specs[] = {{0, 0, 4, 1, 1, 2, 0}, {0, 0, 2, 1, 0, 2, 0},
-                         {1, 1, 3, 0, 0, 2, 0}, {2, 2, 4, 0, 1, 2, 0}};
-    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
-        Model f, sp;
-        setup_model_dims(&f, dims[v], &specs[k], 1, B, T, 21);
-        setup_model_dims(&sp, dims[v], &specs[k], 1, B, T, 21);
-        model_init_wstate(&sp, 0, 2);
-        size_t nl = (size_t)(specs[k].l1 - specs[k].l0), nc = (size_t)N * C * sizeof(float);
-        size_t four = (size_t)N * C * (2 * pp_dtype_bytes(model_be->operand) + 2 * sizeof(float));
-        /* the input half's scratch, and the [N,C] four per set and layer when they do not fit */
-        ck_assert_uint_eq(sp.wstate_bytes, 4 * nc + (v == 0 ? 2 * nl * four : 0));
-        ck_assert_uint_eq(f.wstate_bytes, 0);
-        Model *ms[2] = {&f, &sp};
-        float *in[2], *dout[2];
-        for (int s = 0; s < 2; s++) {
-            in[s] = rand_buf((size_t)N * C, 1);
-            dout[s] = rand_buf((size_t)N * C, 1);
-        }
-        for (int i = 0; i < 2; i++) {
-            model_zero_grads(ms[i]);
-            for (int s = 0; s < 2; s++) { /* both microbatches forward, as slots 0 and 1 */
-                fill_tokens(ms[i], 0, s, B, T);
-                memcpy(ms[i]->chunks[0].slots[s].input, in[s], (size_t)N * C * 4);
-                fwd(ms[i], 0, s, 1.0f / N, 1);
-                memcpy(ms[i]->chunks[0].slots[s].grad, dout[s], (size_t)N * C * 4);
+    const ModelDims *dims[3] = {&tiny, &wide, &llama}; /* and a Llama: dqkv in its qkv */
+    int Ts[3] = {5, 8, 5};
+    for (int v = 0; v < 3; v++) {
+        int B = 2, T = Ts[v], N = B * T, C = tiny.C;
+        ChunkSpec specs[] = {{0, 0, 4, 1, 1, 2, 0},
+                             {0, 0, 2, 1, 0, 2, 0},
+                             {1, 1, 3, 0, 0, 2, 0},
+                             {2, 2, 4, 0, 1, 2, 0}};
+        for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+            Model f, sp;
+            setup_model_dims(&f, dims[v], &specs[k], 1, B, T, 21);
+            setup_model_dims(&sp, dims[v], &specs[k], 1, B, T, 21);
+            model_init_wstate(&sp, 0, 2);
+            size_t nl = (size_t)(specs[k].l1 - specs[k].l0), nc = (size_t)N * C * sizeof(float);
+            size_t four = (size_t)N * C *
+                          (2 * pp_dtype_bytes(model_be->operand) + 2 * sizeof(float));
+            /* the input half's scratch, and the [N,C] four per set and layer when they do not fit
+             * (GPT-2's) */
+            if (v < 2)
+                ck_assert_uint_eq(sp.wstate_bytes, 4 * nc + (v == 0 ? 2 * nl * four : 0));
+            else
+                ck_assert_uint_gt(sp.wstate_bytes, 0);
+            ck_assert_uint_eq(f.wstate_bytes, 0);
+            Model *ms[2] = {&f, &sp};
+            float *in[2], *dout[2];
+            for (int s = 0; s < 2; s++) {
+                in[s] = rand_buf((size_t)N * C, 1);
+                dout[s] = rand_buf((size_t)N * C, 1);
             }
+            for (int i = 0; i < 2; i++) {
+                model_zero_grads(ms[i]);
+                for (int s = 0; s < 2; s++) { /* both microbatches forward, as slots 0 and 1 */
+                    fill_tokens(ms[i], 0, s, B, T);
+                    memcpy(ms[i]->chunks[0].slots[s].input, in[s], (size_t)N * C * 4);
+                    fwd(ms[i], 0, s, 1.0f / N, 1);
+                    memcpy(ms[i]->chunks[0].slots[s].grad, dout[s], (size_t)N * C * 4);
+                }
+            }
+            model_backward(&f, 0, 0);
+            model_backward(&f, 0, 1);
+            model_backward_input(&sp, 0, 0, 1); /* W state sets in either order */
+            model_backward_input(&sp, 0, 1, 0);
+            for (int s = 0; s < 2; s++)
+                ck_assert_msg(bits_differ(f.chunks[0].slots[s].grad, sp.chunks[0].slots[s].grad,
+                                          (size_t)N * C) == 0,
+                              "chunk %zu microbatch %d: d(input) of the input half differs", k, s);
+            /* no W yet */
+            for (size_t j = 0; j < sp.nparams; j++) ck_assert(sp.grads[j] == 0.0f || specs[k].last);
+            model_backward_weight(&sp, 0, 0, 1);
+            model_backward_weight(&sp, 0, 1, 0);
+            model_fold_tied_grad(&f);
+            model_fold_tied_grad(&sp);
+            ck_assert_uint_eq(f.nparams, sp.nparams);
+            ck_assert_msg(bits_differ(f.grads, sp.grads, f.nparams) == 0,
+                          "chunk %zu: %zu of %zu gradients differ", k,
+                          bits_differ(f.grads, sp.grads, f.nparams), f.nparams);
+            size_t nonzero = 0;
+            for (size_t j = 0; j < f.nparams; j++) nonzero += f.grads[j] != 0.0f;
+            ck_assert_uint_gt(nonzero, f.nparams / 2); /* the comparison saw real gradients */
+            model_free(&f);
+            model_free(&sp);
         }
-        model_backward(&f, 0, 0);
-        model_backward(&f, 0, 1);
-        model_backward_input(&sp, 0, 0, 1); /* W state sets in either order */
-        model_backward_input(&sp, 0, 1, 0);
-        for (int s = 0; s < 2; s++)
-            ck_assert_msg(bits_differ(f.chunks[0].slots[s].grad, sp.chunks[0].slots[s].grad,
-                                      (size_t)N * C) == 0,
-                          "chunk %zu microbatch %d: d(input) of the input half differs", k, s);
-        /* no W yet */
-        for (size_t j = 0; j < sp.nparams; j++) ck_assert(sp.grads[j] == 0.0f || specs[k].last);
-        model_backward_weight(&sp, 0, 0, 1);
-        model_backward_weight(&sp, 0, 1, 0);
-        model_fold_tied_grad(&f);
-        model_fold_tied_grad(&sp);
-        ck_assert_uint_eq(f.nparams, sp.nparams);
-        ck_assert_msg(bits_differ(f.grads, sp.grads, f.nparams) == 0,
-                      "chunk %zu: %zu of %zu gradients differ", k,
-                      bits_differ(f.grads, sp.grads, f.nparams), f.nparams);
-        size_t nonzero = 0;
-        for (size_t j = 0; j < f.nparams; j++) nonzero += f.grads[j] != 0.0f;
-        ck_assert_uint_gt(nonzero, f.nparams / 2); /* the comparison saw real gradients */
-        model_free(&f);
-        model_free(&sp);
-    }
     }
     model_be = NULL;
     tfree_all();
@@ -1097,74 +1115,83 @@ START_TEST(test_recompute_chunk) {
     int B = 2, T = 5, N = B * T, C = tiny.C;
     ChunkSpec specs[] = {{0, 0, 4, 1, 1, 2, 0}, {0, 0, 2, 1, 0, 2, 0},
                          {1, 1, 3, 0, 0, 2, 0}, {2, 2, 4, 0, 1, 2, 0}};
+    ModelDims llama = tiny_llama();
+    const ModelDims *dims[2] = {&tiny, &llama}; /* GPT-2 and a Llama (RoPE'd qkv kept) */
     int checked = 0;
-    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++)
-        for (int mode = PP_RECOMPUTE_SELECTIVE; mode <= PP_RECOMPUTE_FULL; mode++)
-            for (int layers = 0; layers <= 1; layers++)
-                for (int split = 0; split <= 1; split++) {
-                    Model f, r;
-                    ChunkRecompute rc = {mode, layers};
-                    int nl = specs[k].l1 - specs[k].l0, nrc = layers ? 1 : nl;
-                    setup_model(&f, &specs[k], 1, B, T, 21);
-                    model_init_recompute(&r, &tiny, &specs[k], &rc, 1, B, T, model_be, 0, 2);
-                    model_init_weights(&r, 21, 0.3f);
-                    /* blocks crosswise */
-                    model_slot_attach(&r, 0, 0, 1);
-                    model_slot_attach(&r, 0, 1, 0);
-                    /* layer 0 recomputes: what the mode drops is the workspace's, the output
-                     * the slot's own */
-                    void **a0 = r.chunks[0].slots[0].acts, **a1 = r.chunks[0].slots[1].acts;
-                    int out = r.arch->act_out, dropped = 0;
-                    for (int j = 0; j < r.arch->nacts; j++)
-                        if (!(r.arch->acts[j].keep & 1 << mode)) {
-                            ck_assert(a0[j] == r.work[j]);
-                            dropped++;
-                        }
-                    ck_assert_int_gt(dropped, 0);
-                    ck_assert(a1[out] && a1[out] != r.work[out]);
-                    if (split) model_init_wstate(&r, 0, 2);
-                    ck_assert_uint_gt(r.work_bytes, 0);
-                    Model *ms[2] = {&f, &r};
-                    float *in[2], *dout[2];
-                    for (int s = 0; s < 2; s++) {
-                        in[s] = rand_buf((size_t)N * C, 1);
-                        dout[s] = rand_buf((size_t)N * C, 1);
-                    }
-                    for (int i = 0; i < 2; i++) {
-                        model_zero_grads(ms[i]);
+    for (int a = 0; a < 2; a++)
+        for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++)
+            for (int mode = PP_RECOMPUTE_SELECTIVE; mode <= PP_RECOMPUTE_FULL; mode++)
+                for (int layers = 0; layers <= 1; layers++)
+                    for (int split = 0; split <= 1; split++) {
+                        Model f, r;
+                        ChunkRecompute rc = {mode, layers};
+                        int nl = specs[k].l1 - specs[k].l0, nrc = layers ? 1 : nl;
+                        setup_model_dims(&f, dims[a], &specs[k], 1, B, T, 21);
+                        model_init_recompute(&r, dims[a], &specs[k], &rc, 1, B, T, model_be, 0, 2);
+                        model_init_weights(&r, 21, 0.3f);
+                        /* blocks crosswise */
+                        model_slot_attach(&r, 0, 0, 1);
+                        model_slot_attach(&r, 0, 1, 0);
+                        /* layer 0 recomputes: what the mode drops is the workspace's, the output
+                         * the slot's own */
+                        void **a0 = r.chunks[0].slots[0].acts, **a1 = r.chunks[0].slots[1].acts;
+                        int out = r.arch->act_out, dropped = 0;
+                        for (int j = 0; j < r.arch->nacts; j++)
+                            if (!(r.arch->acts[j].keep & 1 << mode)) {
+                                ck_assert(a0[j] == r.work[j]);
+                                dropped++;
+                            }
+                        ck_assert_int_gt(dropped, 0);
+                        ck_assert(a1[out] && a1[out] != r.work[out]);
+                        if (split) model_init_wstate(&r, 0, 2);
+                        ck_assert_uint_gt(r.work_bytes, 0);
+                        Model *ms[2] = {&f, &r};
+                        float *in[2], *dout[2];
                         for (int s = 0; s < 2; s++) {
-                            fill_tokens(ms[i], 0, s, B, T);
-                            memcpy(ms[i]->chunks[0].slots[s].input, in[s], (size_t)N * C * 4);
-                            fwd(ms[i], 0, s, 1.0f / N, 1);
-                            memcpy(ms[i]->chunks[0].slots[s].grad, dout[s], (size_t)N * C * 4);
+                            in[s] = rand_buf((size_t)N * C, 1);
+                            dout[s] = rand_buf((size_t)N * C, 1);
                         }
+                        for (int i = 0; i < 2; i++) {
+                            model_zero_grads(ms[i]);
+                            for (int s = 0; s < 2; s++) {
+                                fill_tokens(ms[i], 0, s, B, T);
+                                memcpy(ms[i]->chunks[0].slots[s].input, in[s], (size_t)N * C * 4);
+                                fwd(ms[i], 0, s, 1.0f / N, 1);
+                                memcpy(ms[i]->chunks[0].slots[s].grad, dout[s], (size_t)N * C * 4);
+                            }
+                        }
+                        for (int s = 0; s < 2; s++) {
+                            model_backward(&f, 0, s);
+                            if (split)
+                                model_backward_input(&r, 0, s, s);
+                            else
+                                model_backward(&r, 0, s);
+                        }
+                        for (int s = 0; split && s < 2; s++) model_backward_weight(&r, 0, s, s);
+                        ck_assert_int_eq(r.recomputes, (long)2 * nrc * (split ? 2 : 1));
+                        ck_assert_int_eq(f.recomputes, 0);
+                        for (int s = 0; s < 2; s++)
+                            ck_assert_msg(bits_differ(f.chunks[0].slots[s].grad,
+                                                      r.chunks[0].slots[s].grad,
+                                                      (size_t)N * C) == 0,
+                                          "%s chunk %zu mode %d layers %d split %d mb %d: "
+                                          "d(input) differs",
+                                          dims[a]->arch->name, k, mode, layers, split, s);
+                        model_fold_tied_grad(&f);
+                        model_fold_tied_grad(&r);
+                        ck_assert_msg(bits_differ(f.grads, r.grads, f.nparams) == 0,
+                                      "%s chunk %zu mode %d layers %d split %d: %zu gradients "
+                                      "differ",
+                                      dims[a]->arch->name, k, mode, layers, split,
+                                      bits_differ(f.grads, r.grads, f.nparams));
+                        size_t nonzero = 0;
+                        for (size_t j = 0; j < f.nparams; j++) nonzero += f.grads[j] != 0.0f;
+                        ck_assert_uint_gt(nonzero, f.nparams / 2);
+                        model_free(&f);
+                        model_free(&r);
+                        checked++;
                     }
-                    for (int s = 0; s < 2; s++) {
-                        model_backward(&f, 0, s);
-                        if (split) model_backward_input(&r, 0, s, s);
-                        else model_backward(&r, 0, s);
-                    }
-                    for (int s = 0; split && s < 2; s++) model_backward_weight(&r, 0, s, s);
-                    ck_assert_int_eq(r.recomputes, (long)2 * nrc * (split ? 2 : 1));
-                    ck_assert_int_eq(f.recomputes, 0);
-                    for (int s = 0; s < 2; s++)
-                        ck_assert_msg(bits_differ(f.chunks[0].slots[s].grad,
-                                                  r.chunks[0].slots[s].grad, (size_t)N * C) == 0,
-                                      "chunk %zu mode %d layers %d split %d mb %d: "
-                                      "d(input) differs", k, mode, layers, split, s);
-                    model_fold_tied_grad(&f);
-                    model_fold_tied_grad(&r);
-                    ck_assert_msg(bits_differ(f.grads, r.grads, f.nparams) == 0,
-                                  "chunk %zu mode %d layers %d split %d: %zu gradients differ", k,
-                                  mode, layers, split, bits_differ(f.grads, r.grads, f.nparams));
-                    size_t nonzero = 0;
-                    for (size_t j = 0; j < f.nparams; j++) nonzero += f.grads[j] != 0.0f;
-                    ck_assert_uint_gt(nonzero, f.nparams / 2);
-                    model_free(&f);
-                    model_free(&r);
-                    checked++;
-                }
-    ck_assert_int_eq(checked, 32);
+    ck_assert_int_eq(checked, 64);
     model_be = NULL;
     tfree_all();
 }
@@ -1181,12 +1208,7 @@ START_TEST(test_operand_bf16) {
     ChunkSpec specs[] = {{0, 0, 4, 1, 1, 1, 0}, {0, 0, 2, 1, 0, 1, 0},
                          {1, 1, 3, 0, 0, 1, 0}, {2, 2, 4, 0, 1, 1, 0}};
     float *in = rand_buf((size_t)N * C, 1), *dout = rand_buf((size_t)N * C, 1);
-    ModelDims llama = tiny;
-    llama.arch = &arch_llama;
-    llama.NKV = 1;
-    llama.F = 12;
-    llama.eps = 1e-5f;
-    llama.rope.theta = 10000.0f;
+    ModelDims llama = tiny_llama();
     const ModelDims *dims[] = {&tiny, &llama};
     for (int a = 0; a < 2; a++)
         for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++)
@@ -1228,6 +1250,60 @@ START_TEST(test_operand_bf16) {
             }
     ck_assert_int_eq(checked, 16);
     tfree_all();
+}
+END_TEST
+
+/* [Note: KV cache] on bf16 operand activations (the CPU emulating a bf16 GPU): GPT-2 and a
+ * Llama (RoPE rotating the bf16 qkv in place as it appends, the cache holding the rounded
+ * values) decode a sequence all at once and one position at a time: the per-token losses of
+ * the logits within bf16's rounding of the training forward's (whose logits are bf16 too),
+ * and one at a time within it of all at once. A decoding op reading the bf16 qkv as fp32
+ * gives NaN or values ~1e38 off. */
+START_TEST(test_decode_operand_bf16) {
+    ModelDims llama = tiny_llama();
+    const ModelDims *dims[2] = {&tiny, &llama};
+    int T = tiny.maxT;
+    for (int a = 0; a < 2; a++) {
+        Backend hb = *backend_bf16_operands();
+        ChunkSpec all = {0, 0, dims[a]->L, 1, 1, 1, 0};
+        Model m;
+        model_init(&m, dims[a], &all, 1, 1, T, &hb);
+        model_init_weights(&m, 3, 0.3f);
+        ActSlot *sl = &m.chunks[0].slots[0];
+        int tok[8], V = tiny.V, Vp = tiny.Vp;
+        for (int i = 0; i < T; i++) tok[i] = (i * 7 + 3) % V;
+        for (int i = 0; i < T; i++) sl->tokens[i] = tok[i], sl->targets[i] = tok[(i + 1) % T];
+        double loss;
+        model_forward(&m, 0, 0, 1.0f, 0, &loss);
+        Decoder whole, one;
+        char err[256];
+        ck_assert_int_eq(decode_init(&whole, &m, T, T, T, err, sizeof err), PP_OK);
+        ck_assert_int_eq(decode_init(&one, &m, T, 1, 1, err, sizeof err), PP_OK);
+        decode_run(&whole, tok, T, T);
+        for (int i = 0; i < T; i++) {
+            const float *z = whole.logits + (size_t)i * Vp;
+            double mx = z[0], sum = 0;
+            for (int j = 1; j < V; j++) mx = z[j] > mx ? z[j] : mx;
+            for (int j = 0; j < V; j++) sum += exp(z[j] - mx);
+            double nll = log(sum) + mx - z[sl->targets[i]];
+            ck_assert_msg(fabs(nll - m.losses[i]) <= 2e-2 * fabs(m.losses[i]),
+                          "%s position %d: decoded loss %g, the forward's %g", dims[a]->arch->name,
+                          i, nll, m.losses[i]);
+        }
+        for (int i = 0; i < T; i++) {
+            decode_run(&one, tok + i, 1, 1);
+            double e = 0, sc = 0;
+            for (int j = 0; j < Vp; j++) {
+                e = fmax(e, fabs((double)one.logits[j] - whole.logits[(size_t)i * Vp + j]));
+                sc = fmax(sc, fabs((double)whole.logits[(size_t)i * Vp + j]));
+            }
+            ck_assert_msg(e <= 2e-2 * sc, "%s position %d alone: logits off by %g (of %g)",
+                          dims[a]->arch->name, i, e, sc);
+        }
+        decode_free(&whole);
+        decode_free(&one);
+        model_free(&m);
+    }
 }
 END_TEST
 
@@ -1508,6 +1584,7 @@ int main(void) {
     tcase_add_loop_test(model, test_split_backward_chunk, 0, 2);
     tcase_add_loop_test(model, test_recompute_chunk, 0, 3);
     tcase_add_test(model, test_operand_bf16);
+    tcase_add_test(model, test_decode_operand_bf16);
     /* the CPU, bf16 operand activations */
     tcase_add_loop_test(model, test_memory_plan_sweep, 0, 2);
     suite_add_tcase(s, model);

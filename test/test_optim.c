@@ -177,9 +177,12 @@ START_TEST(test_update_dispatch) {
     ck_assert_int_eq(optim_state_arrays(&c), 2);
     float p[2] = {1, 1}, g[2] = {0.5f, 0.5f}, m[2] = {0}, v[2] = {0};
     float q[2] = {1, 1}, mq[2] = {0}, vq[2] = {0};
-    optim_update(&c, backend_cpu(), p, g, m, v, 1, 0.1f, 0, 1.0f, 1);         /* no decay */
-    /* decay 0.1 */
-    optim_update(&c, backend_cpu(), p + 1, g + 1, m + 1, v + 1, 1, 0.1f, 1, 1.0f, 1);
+    /* two tensors of one in one call ([Note: many tensors]): no decay, then decay 0.1 */
+    ck_assert_float_eq(optim_weight_decay(&c, 0), 0.0f);
+    ck_assert_float_eq(optim_weight_decay(&c, 1), 0.1f);
+    PPOptTensor t[2] = {{p, g, m, v, 1, optim_weight_decay(&c, 0)},
+                        {p + 1, g + 1, m + 1, v + 1, 1, optim_weight_decay(&c, 1)}};
+    optim_update_many(&c, backend_cpu(), t, 2, 0.1f, 1.0f, 1);
     optim_adamw_update(q, g, mq, vq, 1, 0.1f, 0.9f, 0.99f, 1e-8f, 0.0f, 1.0f, 1);
     optim_adamw_update(q + 1, g + 1, mq + 1, vq + 1, 1, 0.1f, 0.9f, 0.99f, 1e-8f, 0.1f, 1.0f, 1);
     ck_assert(p[0] == q[0] && p[1] == q[1] && p[0] != p[1]);
@@ -187,7 +190,8 @@ START_TEST(test_update_dispatch) {
     Config s = make_config("sgd", "cosine", 1e-3f, 10, 0, 0.1f);
     ck_assert_int_eq(optim_state_arrays(&s), 1);
     float ps = 1, gs = 0.5f, buf = 0;
-    optim_update(&s, backend_cpu(), &ps, &gs, &buf, NULL, 1, 0.1f, 1, 1.0f, 1);
+    PPOptTensor ts = {&ps, &gs, &buf, NULL, 1, optim_weight_decay(&s, 1)};
+    optim_update_many(&s, backend_cpu(), &ts, 1, 0.1f, 1.0f, 1);
     /* d = 0.5 + 0.1 * 1 = 0.6; p = 1 - 0.1 * 0.6 = 0.94 */
     ck_assert_float_eq_tol(buf, 0.6f, 1e-7f);
     ck_assert_float_eq_tol(ps, 0.94f, 1e-7f);

@@ -15,6 +15,17 @@ static inline size_t pp_dtype_bytes(PPDType t) { return t == PP_BF16 ? 2 : 4; }
 
 typedef struct Backend Backend;
 
+/* One tensor of an optimizer step over many ([Note: many tensors]): n parameters p, their
+ * gradients g, the state m and v (AdamW's moments; SGD's momentum buffer m, v unused; NULL
+ * where the optimizer keeps no such state), and the tensor's weight decay. */
+typedef struct {
+    float *p;
+    const float *g;
+    float *m, *v;
+    size_t n;
+    float weight_decay;
+} PPOptTensor;
+
 /* [Note: split backward] Zero-bubble schedules split a chunk's backward into I (the
  * gradient of the chunk input) and W (the weight gradients, later). No op is added
  * for it: matmul_backward, layernorm_backward and rmsnorm_backward take NULL for the
@@ -89,6 +100,17 @@ struct Backend {
     /* SGD step with momentum over n parameters (optim.h optim_sgd_update). */
     void (*sgd_update)(const Backend *be, float *p, const float *g, float *buf, size_t n,
                        float lr, float momentum, float weight_decay, float grad_scale, int t);
+    /* [Note: many tensors] The step's reductions and updates over a rank's tensors (GPT-2
+     * 124M: 148) in one call each, so that a device launches a few kernels for them all
+     * instead of two or three a tensor (most tensors are a bias or a norm's C floats: the
+     * launches, not the bytes, were their cost). Each gives the bits of the one-tensor entry
+     * on every tensor: out[i] = sumsq(x[i], n[i]); adamw_update over each tensor t[i] with
+     * its own weight decay (t[i].m, t[i].v its moments). count may be 0; the tensors do not
+     * overlap; the arrays are host memory, read before the call returns. */
+    void (*sumsq_many)(const Backend *be, double *out, const float *const *x, const size_t *n,
+                       int count);
+    void (*adamw_many)(const Backend *be, const PPOptTensor *t, int count, float lr, float beta1,
+                       float beta2, float eps, float grad_scale, int step);
 
     /* ---- layer ops ---- */
 

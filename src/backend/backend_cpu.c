@@ -646,6 +646,19 @@ static void cpu_adamw(const Backend *be, float *p, const float *g, float *m, flo
     optim_adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 }
 
+/* [Note: many tensors] in backend.h: the one-tensor entries in turn (their bits). */
+static void cpu_sumsq_many(const Backend *be, double *out, const float *const *x, const size_t *n,
+                           int count) {
+    for (int i = 0; i < count; i++) out[i] = optim_sumsq(x[i], n[i]);
+}
+
+static void cpu_adamw_many(const Backend *be, const PPOptTensor *t, int count, float lr,
+                           float beta1, float beta2, float eps, float grad_scale, int step) {
+    for (int i = 0; i < count; i++)
+        optim_adamw_update(t[i].p, t[i].g, t[i].m, t[i].v, t[i].n, lr, beta1, beta2, eps,
+                           t[i].weight_decay, grad_scale, step);
+}
+
 static void cpu_sgd(const Backend *be, float *p, const float *g, float *buf, size_t n, float lr,
                     float momentum, float weight_decay, float grad_scale, int t) {
     optim_sgd_update(p, g, buf, n, lr, momentum, weight_decay, grad_scale, t);
@@ -668,6 +681,8 @@ static const Backend cpu_backend = {
     .sumsq = cpu_sumsq,
     .adamw_update = cpu_adamw,
     .sgd_update = cpu_sgd,
+    .sumsq_many = cpu_sumsq_many,
+    .adamw_many = cpu_adamw_many,
     .attention_saved_floats = attention_saved_floats,
     .encoder_forward = encoder_forward,
     .encoder_backward = encoder_backward,

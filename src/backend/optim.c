@@ -106,13 +106,16 @@ int optim_state_arrays(const Config *c) {
     PP_DIE("unknown train.optimizer.name '%s' (adamw | sgd)", c->optimizer);
 }
 
-void optim_update(const Config *c, const Backend *be, float *p, const float *g, float *m, float *v,
-                  size_t n, float lr, int decay, float grad_scale, int t) {
-    float wd = decay ? c->weight_decay : 0.0f;
+float optim_weight_decay(const Config *c, int decay) { return decay ? c->weight_decay : 0.0f; }
+
+void optim_update_many(const Config *c, const Backend *be, const PPOptTensor *t, int count,
+                       float lr, float grad_scale, int step) {
     if (strcmp(c->optimizer, "adamw") == 0) {
-        be->adamw_update(be, p, g, m, v, n, lr, c->beta1, c->beta2, c->eps, wd, grad_scale, t);
+        be->adamw_many(be, t, count, lr, c->beta1, c->beta2, c->eps, grad_scale, step);
     } else if (strcmp(c->optimizer, "sgd") == 0) {
-        be->sgd_update(be, p, g, m, n, lr, c->momentum, wd, grad_scale, t);
+        for (int i = 0; i < count; i++)
+            be->sgd_update(be, t[i].p, t[i].g, t[i].m, t[i].n, lr, c->momentum, t[i].weight_decay,
+                           grad_scale, step);
     } else {
         PP_DIE("unknown train.optimizer.name '%s' (adamw | sgd)", c->optimizer);
     }

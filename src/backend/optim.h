@@ -65,14 +65,17 @@ double optim_sumsq(const float *g, size_t n);
  * Dies on an unknown name (config validation rejects it). */
 int optim_state_arrays(const Config *c);
 
-/* Dispatch one update on c->optimizer with c's hyper-parameters, through the backend's
- * adamw_update / sgd_update (p, g, m, v are device memory of be): adamw updates m and
- * v as its two moments; sgd uses m as its momentum buffer and ignores v. m and v are
- * [n] state arrays at the same offset as p in the caller's flat state buffers, and
- * may be NULL where optim_state_arrays(c) says that state is not kept. decay: apply
- * c->weight_decay (1) or not (0, for biases and LayerNorm parameters). lr from
- * optim_lr, grad_scale from optim_clip_scale, t the 1-based step count. */
-void optim_update(const Config *c, const Backend *be, float *p, const float *g, float *m, float *v,
-                  size_t n, float lr, int decay, float grad_scale, int t);
+/* The weight decay of a tensor: c->weight_decay where decay is 1, 0 where it is 0 (biases
+ * and the norms' parameters). */
+float optim_weight_decay(const Config *c, int decay);
+
+/* One update of count tensors on c->optimizer with c's hyper-parameters ([Note: many
+ * tensors] in backend.h; the tensors' pointers are device memory of be): adamw through the
+ * backend's adamw_many, t[i].m and t[i].v its two moments; sgd through sgd_update tensor by
+ * tensor, t[i].m its momentum buffer (v ignored). m and v may be NULL where
+ * optim_state_arrays(c) says that state is not kept. lr from optim_lr, grad_scale from
+ * optim_clip_scale, step the 1-based step count. */
+void optim_update_many(const Config *c, const Backend *be, const PPOptTensor *t, int count,
+                       float lr, float grad_scale, int step);
 
 #endif

@@ -527,11 +527,10 @@ static void local_sums(Runtime *rt, int want_sumsq, double *loss, double *sumsq)
     const Model *m = &rt->model;
     const Backend *be = m->be;
     int last = rt->chunk_of[rt->S - 1] >= 0;
-    if (want_sumsq)
-        for (int i = 0; i < m->ntensors; i++)
-            be->sumsq(be, &rt->sumsq_dev[i], m->grads + m->tensors[i].offset, m->tensors[i].numel);
-    if (want_sumsq)
+    if (want_sumsq) { /* one call for every tensor ([Note: many tensors] in backend.h) */
+        be->sumsq_many(be, rt->sumsq_dev, rt->sum_x, rt->sum_n, m->ntensors);
         be->to_host(be, rt->sumsq_host, rt->sumsq_dev, (size_t)m->ntensors * sizeof(double));
+    }
     if (last) be->to_host(be, rt->loss_host, rt->loss_dev, (size_t)rt->M * sizeof(double));
     be->wait(be);
     *loss = 0.0;
@@ -546,13 +545,18 @@ static void local_sums(Runtime *rt, int want_sumsq, double *loss, double *sumsq)
  * this replica holds, [Note: ZeRO-1] in runtime_dp.c). */
 static void update(Runtime *rt, float lr, float scale, int t) {
     Model *m = &rt->model;
+    int n = 0;
     for (int i = 0; i < m->ntensors; i++) {
         const ParamTensor *p = &m->tensors[i];
         if (rt->dp.zero && rt->dp.zoff[i] == DP_NOT_HELD) continue;
-        optim_update(rt->cfg, m->be, m->params + p->offset, m->grads + p->offset,
-                     dp_opt_state(rt, i, 0), dp_opt_state(rt, i, 1), p->numel, lr, p->decay,
-                     scale, t);
+        rt->upd[n++] = (PPOptTensor){m->params + p->offset,
+                                     m->grads + p->offset,
+                                     dp_opt_state(rt, i, 0),
+                                     dp_opt_state(rt, i, 1),
+                                     p->numel,
+                                     optim_weight_decay(rt->cfg, p->decay)};
     }
+    optim_update_many(rt->cfg, m->be, rt->upd, n, lr, scale, t); /* [Note: many tensors] */
 }
 
 int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, char *err,
@@ -836,6 +840,13 @@ static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
     rt->sumsq_dev = be->alloc(be, (size_t)nt * sizeof(double));
     rt->loss_host = pp_calloc(rt->M, sizeof(double));
     rt->sumsq_host = pp_calloc(nt, sizeof(double));
+    rt->sum_x = pp_calloc(nt ? nt : 1, sizeof *rt->sum_x);
+    rt->sum_n = pp_calloc(nt ? nt : 1, sizeof *rt->sum_n);
+    rt->upd = pp_calloc(nt ? nt : 1, sizeof *rt->upd);
+    for (int i = 0; i < nt; i++) {
+        rt->sum_x[i] = rt->model.grads + rt->model.tensors[i].offset;
+        rt->sum_n[i] = rt->model.tensors[i].numel;
+    }
 }
 
 /* runtime.transport ([Note: transport selection] in comm_select.h): the ranks exchange
@@ -1018,6 +1029,9 @@ void runtime_free(Runtime *rt) {
     data_stream_close(&rt->val);
     free(rt->loss_host);
     free(rt->sumsq_host);
+    free(rt->sum_x);
+    free(rt->sum_n);
+    free(rt->upd);
     memset(rt, 0, sizeof *rt);
 }
 

@@ -76,6 +76,9 @@ typedef struct Runtime {
     double *loss_dev;          /* [M] device: each microbatch's loss sum (last stage) */
     double *sumsq_dev;         /* [model.ntensors] device: each tensor's squared grad sum */
     double *loss_host, *sumsq_host; /* host copies of the two */
+    const float **sum_x;            /* [model.ntensors] host: each tensor's gradient, and */
+    size_t *sum_n;                  /* its size, for be->sumsq_many ([Note: many tensors]) */
+    PPOptTensor *upd;               /* [model.ntensors] host: the step's update list */
     int tied_peer;             /* world rank holding the other copy of wte, -1 if none */
     Comm *tied;                /* the tied pair {stage 0's rank, the last stage's rank} as a
                                   group of this replica, NULL on other ranks */

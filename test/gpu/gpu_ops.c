@@ -357,6 +357,84 @@ static void check_optimizer(size_t n) {
     }
 }
 
+/* [Note: many tensors] (src/backend/backend.h): sumsq_many and adamw_many over 70 tensors
+ * (two launches on the GPU, 64 a launch) of 0 to 70001 elements with gaps between them and
+ * two weight decays: the bits of sumsq and adamw_update on each tensor alone, the gaps
+ * untouched, and the CPU's values within the ops' tolerances. */
+static void check_many(void) {
+    enum { K = 70 };
+    static const size_t sizes[] = {768, 1, 0, 3, 2304, 70001, 767, 4099};
+    size_t n[K], off[K + 1];
+    off[0] = 0;
+    for (int i = 0; i < K; i++) {
+        n[i] = sizes[i % 8];
+        off[i + 1] = off[i] + n[i] + (size_t)(i % 3); /* a gap of 0-2 floats */
+    }
+    size_t tot = off[K];
+    const char *sh = "70 tensors";
+    float *p = rnd(tot, 1), *g = rnd(tot, 1), *m = rnd(tot, 0.1f), *v = rnd(tot, 0.01f);
+    for (size_t i = 0; i < tot; i++) v[i] = fabsf(v[i]);
+    float *d[2][4]; /* [the many-tensor entry, the one-tensor one][p, g, m, v] */
+    const float *init[4] = {p, g, m, v};
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 4; k++) d[r][k] = dev(init[k], tot * 4);
+    PPOptTensor t[K], tc[K];
+    const float *x[K], *xc[K];
+    float *cp = dup(p, tot), *cm = dup(m, tot), *cv = dup(v, tot);
+    for (int i = 0; i < K; i++) {
+        size_t o = off[i];
+        float wd = i % 2 ? 0.1f : 0.0f;
+        t[i] = (PPOptTensor){d[0][0] + o, d[0][1] + o, d[0][2] + o, d[0][3] + o, n[i], wd};
+        tc[i] = (PPOptTensor){cp + o, g + o, cm + o, cv + o, n[i], wd};
+        x[i] = d[0][1] + o;
+        xc[i] = g + o;
+    }
+    double *s1 = gpu->alloc(gpu, K * sizeof(double)), *s2 = gpu->alloc(gpu, K * sizeof(double));
+    double h1[K], h2[K], ref[K];
+    gpu->sumsq_many(gpu, s1, x, n, K);
+    for (int i = 0; i < K; i++) gpu->sumsq(gpu, s2 + i, d[1][1] + off[i], n[i]);
+    gpu->to_host(gpu, h1, s1, sizeof h1);
+    gpu->to_host(gpu, h2, s2, sizeof h2);
+    gpu->wait(gpu);
+    cpu->sumsq_many(cpu, ref, xc, n, K);
+    same_bits("sumsq_many=sumsq", sh, (const float *)h1, (const float *)h2, 2 * K);
+    size_t off_ref = 0;
+    for (int i = 0; i < K; i++) off_ref += !(fabs(h1[i] - ref[i]) <= 1e-12 * fabs(ref[i]));
+    none_wrong("sumsq_many against the CPU (rel 1e-12)", sh, off_ref, K);
+    gpu->adamw_many(gpu, t, K, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.7f, 3);
+    for (int i = 0; i < K; i++)
+        gpu->adamw_update(gpu, d[1][0] + off[i], d[1][1] + off[i], d[1][2] + off[i],
+                          d[1][3] + off[i], n[i], 1e-3f, 0.9f, 0.95f, 1e-8f, t[i].weight_decay,
+                          0.7f, 3);
+    cpu->adamw_many(cpu, tc, K, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.7f, 3);
+    const char *what[4] = {"adamw_many=adamw_update p", "", "adamw_many=adamw_update m",
+                           "adamw_many=adamw_update v"};
+    float *want[4] = {cp, g, cm, cv};
+    for (int k = 0; k < 4; k++) {
+        if (k == 1) continue;
+        float *a = host(d[0][k], tot), *b = host(d[1][k], tot);
+        same_bits(what[k], sh, a, b, tot);
+        compare("adamw_many",
+                k == 0   ? "params"
+                : k == 2 ? "state m"
+                         : "state v",
+                sh, a, want[k], tot, TOL_ELEM);
+        size_t moved = 0; /* the gaps between the tensors keep their values */
+        for (int i = 0; i < K; i++)
+            for (size_t j = off[i] + n[i]; j < off[i + 1]; j++)
+                moved += memcmp(&a[j], &init[k][j], 4) != 0;
+        none_wrong("adamw_many leaves the gaps", sh, moved, tot);
+        free(a);
+        free(b);
+    }
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 4; k++) gpu->dealloc(gpu, d[r][k]);
+    gpu->dealloc(gpu, s1);
+    gpu->dealloc(gpu, s2);
+    float *fr[] = {p, g, m, v, cp, cm, cv};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+}
+
 /* ---- layer ops at one shape ------------------------------------------------------------ */
 
 typedef struct {
@@ -2054,6 +2132,7 @@ int main(int argc, char **argv) {
             check_memory(1000003);
             check_optimizer(1);
             check_optimizer(300007);
+            check_many();
         }
         if (operand_ops) {
             check_to_operand(1);
