@@ -18,9 +18,9 @@
  * the rows whose name holds WORD (e.g. "attention": the flash forward and backward, run
  * once per PPTRAIN_FLASH_BWD value to compare the backward's kernels, cuda/NOTES.md).
  * On the CUDA backend the environment's switches hold (the first line names the ones
- * set): the "layernorm bwd" row with PPTRAIN_LN_BWD=two-pass against unset (or one-pass:R) is the one-pass norm
- * backward's A/B ([Note: one-pass norm backward] in cuda/norm_kernels.cuh); its MB column
- * counts the one pass: dout, inp, dinp read and dinp written. */
+ * set): the "layernorm bwd" row with PPTRAIN_LN_BWD=two-pass against unset (or one-pass:R) is the
+ * one-pass norm backward's A/B ([Note: one-pass norm backward] in cuda/norm_kernels.cuh); its MB
+ * column counts the one pass: dout (an operand), inp, dinp read and dinp written. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,7 +233,7 @@ int main(int argc, char **argv) {
          be->matmul_forward(be, x, hg, wfc, bfc, (int)N, 4 * C, C));
     row_in_step = 1;
     /* backward of a layer */
-    TIME(&b, "to operand (cast)", 'M', 0, (f + o) * Nd * Cd, 2 * L,
+    TIME(&b, "to operand (cast)", 'M', 0, (f + o) * Nd * Cd, L, /* the layer's first (dres3) */
          be->to_operand(be, dxo, dx, NC));
     TIME(&b, "matmul+dgelu bwd fcproj", 'G', 4 * Nd * 4 * Cd * Cd + 24 * 4 * Nd * Cd,
          o * (Nd * Cd + 3 * 4 * Nd * Cd) + f * 3 * 4 * Cd * Cd, L,
@@ -246,17 +246,21 @@ int main(int argc, char **argv) {
          be->gelu_backward(be, dho, ho, dh, 4 * NC));
     row_in_step = 1;
     TIME(&b, "matmul bwd fc", 'G', 4 * Nd * Cd * 4 * Cd,
-         o * (4 * Nd * Cd + Nd * Cd) + f * (Nd * Cd + 3 * 4 * Cd * Cd), L,
-         be->matmul_backward(be, dx, dw, db, dho, ln, wfc, (int)N, C, 4 * C));
-    TIME(&b, "layernorm bwd", 'M', 12 * Nd * Cd, f * (4 * Nd * Cd + 2 * Nd), 2 * L,
-         be->layernorm_backward(be, dx, dw, db, dy, x, mean, rstd, lnw, (int)N, C, scratch));
+         o * (4 * Nd * Cd + 2 * Nd * Cd) + f * 3 * 4 * Cd * Cd, L,
+         be->matmul_operand_backward(be, dyo, dw, db, dho, ln, wfc, (int)N, C, 4 * C));
+    /* ln1's; ln2's also writes the residual gradient's operand for attproj's backward */
+    TIME(&b, "layernorm bwd", 'M', 12 * Nd * Cd, f * (3 * Nd * Cd + 2 * Nd) + o * Nd * Cd, L,
+         be->layernorm_backward(be, dx, NULL, dw, db, dyo, x, mean, rstd, lnw, (int)N, C, scratch));
+    TIME(&b, "layernorm bwd + operand", 'M', 12 * Nd * Cd,
+         f * (3 * Nd * Cd + 2 * Nd) + 2 * o * Nd * Cd, L,
+         be->layernorm_backward(be, dx, dxo, dw, db, dyo, x, mean, rstd, lnw, (int)N, C, scratch));
     TIME(&b, "matmul bwd attproj", 'G', 4 * Nd * Cd * Cd, o * 3 * Nd * Cd + f * 3 * Cd * Cd, L,
          be->matmul_operand_backward(be, dyo, dw, db, dxo, y, wqkv, (int)N, C, C));
     TIME(&b, "attention bwd (causal)", 'G', 5 * BT2C, o * (3 * Nd * Cd + 2 * Nd * Cd + 3 * Nd * Cd),
          L, be->attention_backward(be, dqkv, dyo, qkv, y, att, B, T, NH, NH, C / NH, scratch));
     TIME(&b, "matmul bwd qkv", 'G', 4 * Nd * Cd * 3 * Cd,
-         o * (3 * Nd * Cd + Nd * Cd) + f * (Nd * Cd + 3 * 3 * Cd * Cd), L,
-         be->matmul_backward(be, dx, dw, db, dqkv, ln, wqkv, (int)N, C, 3 * C));
+         o * (3 * Nd * Cd + 2 * Nd * Cd) + f * 3 * 3 * Cd * Cd, L,
+         be->matmul_operand_backward(be, dyo, dw, db, dqkv, ln, wqkv, (int)N, C, 3 * C));
     /* once per step */
     TIME(&b, "encoder fwd", 'M', Nd * Cd, f * 3 * Nd * Cd, 1,
          be->encoder_forward(be, x, tok, wte, wpe, B, T, C));
@@ -267,8 +271,8 @@ int main(int argc, char **argv) {
          be->crossentropy_forward_backward(be, dlogits, losses, logits, tok, 1.0f / (float)N,
                                            (int)N, V, Vp));
     TIME(&b, "head matmul bwd", 'G', 4 * Nd * Cd * Vd,
-         o * (Nd * Vd + Nd * Cd) + f * (Nd * Cd + 3 * Vd * Cd), 1,
-         be->matmul_backward(be, dx, dwte, NULL, dlogits, ln, wte, (int)N, C, Vp));
+         o * (Nd * Vd + 2 * Nd * Cd) + f * 3 * Vd * Cd, 1,
+         be->matmul_operand_backward(be, dyo, dwte, NULL, dlogits, ln, wte, (int)N, C, Vp));
     TIME(&b, "encoder bwd", 'M', Nd * Cd, f * 3 * Nd * Cd, 1,
          be->encoder_backward(be, dwte, dwpe, dx, tok, B, T, C));
     /* the step's norm and update as the runtime calls them: over GPT-2's tensors, one call

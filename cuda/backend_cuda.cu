@@ -992,10 +992,11 @@ static void cu_layernorm_forward(const Backend *be, void *out, float *mean, floa
     k_layernorm_forward(ctx_of(be), out, mean, rstd, inp, w, b, N, C);
 }
 
-static void cu_layernorm_backward(const Backend *be, float *dinp, float *dw, float *db,
-                                  const float *dout, const float *inp, const float *mean,
+static void cu_layernorm_backward(const Backend *be, float *dinp, void *dinp_op, float *dw,
+                                  float *db, const void *dout, const float *inp, const float *mean,
                                   const float *rstd, const float *w, int N, int C, float *scratch) {
-    k_layernorm_backward(ctx_of(be), dinp, dw, db, dout, inp, mean, rstd, w, N, C);
+    k_layernorm_backward(ctx_of(be), dinp, dinp ? dinp_op : NULL, dw, db, dout, inp, mean, rstd, w,
+                         N, C);
 }
 
 static void cu_rmsnorm_forward(const Backend *be, void *out, float *rstd, const float *inp,
@@ -1003,10 +1004,10 @@ static void cu_rmsnorm_forward(const Backend *be, void *out, float *rstd, const 
     k_rmsnorm_forward(ctx_of(be), out, rstd, inp, w, eps, N, C);
 }
 
-static void cu_rmsnorm_backward(const Backend *be, float *dinp, float *dw, const float *dout,
-                                const float *inp, const float *rstd, const float *w, int N, int C,
-                                float *scratch) {
-    k_rmsnorm_backward(ctx_of(be), dinp, dw, dout, inp, rstd, w, N, C);
+static void cu_rmsnorm_backward(const Backend *be, float *dinp, void *dinp_op, float *dw,
+                                const void *dout, const float *inp, const float *rstd,
+                                const float *w, int N, int C, float *scratch) {
+    k_rmsnorm_backward(ctx_of(be), dinp, dinp ? dinp_op : NULL, dw, dout, inp, rstd, w, N, C);
 }
 
 static void cu_swiglu_forward(const Backend *be, void *out, const float *gate, const float *up,

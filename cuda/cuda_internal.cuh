@@ -162,13 +162,15 @@ void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout,
  * in src/backend/backend.h). */
 void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const float *inp,
                          const float *w, const float *b, int N, int C);
-void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const float *dout,
-                          const float *inp, const float *mean, const float *rstd, const float *w,
-                          int N, int C);
+/* The norms' backward: dout (operand) of the operand type, the rest fp32; dop (NULL, or an
+ * operand [N,C]) gets dinp's new value at the operand type. */
+void k_layernorm_backward(CudaCtx *c, float *dinp, void *dop, float *dw, float *db,
+                          const void *dout, const float *inp, const float *mean, const float *rstd,
+                          const float *w, int N, int C);
 void k_rmsnorm_forward(CudaCtx *c, void *out, float *rstd, const float *inp, const float *w,
                        float eps, int N, int C);
-void k_rmsnorm_backward(CudaCtx *c, float *dinp, float *dw, const float *dout, const float *inp,
-                        const float *rstd, const float *w, int N, int C);
+void k_rmsnorm_backward(CudaCtx *c, float *dinp, void *dop, float *dw, const void *dout,
+                        const float *inp, const float *rstd, const float *w, int N, int C);
 /* The rotation of the q and k heads in place: x of the operand type (qkv at dir 1, the
  * forward; dqkv at dir -1, the backward's transpose). */
 void k_rope(CudaCtx *c, void *x, const float *inv_freq, int B, int T, int NH, int NKV, int HS,

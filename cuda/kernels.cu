@@ -178,15 +178,17 @@ __global__ void ln_fwd(OutT *out, float *mean, float *rstd, const float *inp, co
     }
 }
 
-/* dinp[row] += r * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)). */
-template <bool V4>
-__global__ void ln_bwd_dx(float *dinp, const float *dout, const float *inp, const float *mean,
+/* dinp[row] += r * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)); dout of the operand
+ * type DT. */
+template <bool V4, typename DT>
+__global__ void ln_bwd_dx(float *dinp, const DT *dout, const float *inp, const float *mean,
                           const float *rstd, const float *w, int N, int C) {
     typedef Row4<V4> R;
     int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x & 31, G = R::groups(C);
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+    const float *x = inp + (size_t)row * C;
+    const DT *d = dout + (size_t)row * C;
     float *dx = dinp + (size_t)row * C, m = mean[row], r = rstd[row];
     float sd = 0.0f, sdx = 0.0f;
     for (int j = lane; j < G; j += 32) {
@@ -310,42 +312,42 @@ void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const 
     else ln_forward(c, (float *)out, mean, rstd, inp, w, b, N, C);
 }
 
-template <bool V4>
-__global__ void rms_bwd_dx(float *dinp, const float *dout, const float *inp, const float *rstd,
+template <bool V4, typename DT>
+__global__ void rms_bwd_dx(float *dinp, const DT *dout, const float *inp, const float *rstd,
                            const float *w, int N, int C);
 
 /* [Note: one-pass norm backward] (norm_kernels.cuh): norm_bwd over chunks of rows, then
  * col_final<32> over the chunks' sums. RMS: RMSNorm (mean unused, dw only). The halves run
- * the same template with DX or DW compiled out. */
-template <bool V4, bool RMS, int K>
-static void nb_launch(CudaCtx *c, float *dinp, float *part, const float *dout, const float *inp,
-                      const float *mean, const float *rstd, const float *w, int N, int C, int rows,
-                      int T) {
+ * the same template with DX or DW compiled out. DT: dout's type (the operand type). */
+template <bool V4, bool RMS, int K, typename DT>
+static void nb_launch(CudaCtx *c, float *dinp, DT *dop, float *part, const DT *dout,
+                      const float *inp, const float *mean, const float *rstd, const float *w, int N,
+                      int C, int rows, int T) {
     unsigned P = (unsigned)((N + rows - 1) / rows);
     size_t shm = nb_smem(T, RMS, K);
     if (dinp && part)
-        norm_bwd<V4, RMS, true, true, K>
-            <<<P, T, shm, c->stream>>>(dinp, part, dout, inp, mean, rstd, w, N, C, rows);
+        norm_bwd<V4, RMS, true, true, K, DT>
+            <<<P, T, shm, c->stream>>>(dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows);
     else if (dinp)
-        norm_bwd<V4, RMS, true, false, K>
-            <<<P, T, shm, c->stream>>>(dinp, part, dout, inp, mean, rstd, w, N, C, rows);
+        norm_bwd<V4, RMS, true, false, K, DT>
+            <<<P, T, shm, c->stream>>>(dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows);
     else
-        norm_bwd<V4, RMS, false, true, K>
-            <<<P, T, shm, c->stream>>>(dinp, part, dout, inp, mean, rstd, w, N, C, rows);
+        norm_bwd<V4, RMS, false, true, K, DT>
+            <<<P, T, shm, c->stream>>>(dinp, NULL, part, dout, inp, mean, rstd, w, N, C, rows);
     KCHECK(c, "norm_bwd");
 }
 
 /* The one-pass kernel at K groups a thread (nb_shape), T threads. */
-template <bool V4, bool RMS>
-static void nb_run(CudaCtx *c, NbShape sh, float *dinp, float *part, const float *dout,
+template <bool V4, bool RMS, typename DT>
+static void nb_run(CudaCtx *c, NbShape sh, float *dinp, DT *dop, float *part, const DT *dout,
                    const float *inp, const float *mean, const float *rstd, const float *w, int N,
                    int C, int rows) {
     if (sh.K == 1)
-        nb_launch<V4, RMS, 1>(c, dinp, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
+        nb_launch<V4, RMS, 1, DT>(c, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
     else if (sh.K == 2)
-        nb_launch<V4, RMS, 2>(c, dinp, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
+        nb_launch<V4, RMS, 2, DT>(c, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
     else
-        nb_launch<V4, RMS, 4>(c, dinp, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
+        nb_launch<V4, RMS, 4, DT>(c, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
 }
 
 /* The one-pass backward; 0 when PPTRAIN_LN_BWD=two-pass (c->ln_rows < 0) or the kernel does
@@ -356,11 +358,12 @@ static void nb_run(CudaCtx *c, NbShape sh, float *dinp, float *part, const float
  * (each column adds its rows in row order either way), so where dinp alone forbids float4
  * the fused call may run the single-float kernel, or, for rows too wide for it, the
  * float4 kernel's W half and ln_bwd_dx's single-float path for dinp, as the I half does. */
-template <bool RMS>
-static int norm_backward(CudaCtx *c, float *dinp, float *dst0, float *dst1, const float *dout,
+template <bool RMS, typename DT>
+static int norm_backward(CudaCtx *c, float *dinp, DT *dop, float *dst0, float *dst1, const DT *dout,
                          const float *inp, const float *mean, const float *rstd, const float *w,
                          int N, int C) {
     bool v4w = ln_vec4(C, dout, inp, w, NULL, NULL), v4 = v4w && aligned(dinp, 16);
+    v4 = v4 && aligned(dop, 16); /* (NULL is) */
     NbShape shw = nb_shape(C, v4w), sh = nb_shape(C, v4);
     if (c->ln_rows < 0 || !shw.K || N < 1) return 0;
     int rows = nb_rows(N, c->ln_rows), P = (N + rows - 1) / rows, ns = RMS ? 1 : 2;
@@ -368,21 +371,23 @@ static int norm_backward(CudaCtx *c, float *dinp, float *dst0, float *dst1, cons
     if (dst0 || dst1) part = (float *)grow(c, &c->partials, (size_t)P * ns * C * sizeof(float));
     if (!dinp && !part) return 1; /* nothing asked */
     if (sh.K && v4)
-        nb_run<true, RMS>(c, sh, dinp, part, dout, inp, mean, rstd, w, N, C, rows);
+        nb_run<true, RMS, DT>(c, sh, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows);
     else if (sh.K)
-        nb_run<false, RMS>(c, sh, dinp, part, dout, inp, mean, rstd, w, N, C, rows);
-    else { /* dinp alone is not 16-byte aligned, and the rows are too wide without float4 */
-        if (part) nb_run<true, RMS>(c, shw, NULL, part, dout, inp, mean, rstd, w, N, C, rows);
+        nb_run<false, RMS, DT>(c, sh, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows);
+    else { /* dinp or dop alone is not 16-byte aligned, and the rows too wide without float4 */
+        if (part)
+            nb_run<true, RMS, DT>(c, shw, NULL, NULL, part, dout, inp, mean, rstd, w, N, C, rows);
         if (dinp) {
             unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
             unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
             if (RMS)
-                rms_bwd_dx<false>
+                rms_bwd_dx<false, DT>
                     <<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, rstd, w, N, C);
             else
-                ln_bwd_dx<false>
+                ln_bwd_dx<false, DT>
                     <<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w, N, C);
             KCHECK(c, "ln_bwd_dx / rms_bwd_dx");
+            if (dop) k_to_operand(c, dop, dinp, (size_t)N * C);
         }
     }
     if (part) {
@@ -395,22 +400,35 @@ static int norm_backward(CudaCtx *c, float *dinp, float *dst0, float *dst1, cons
 
 size_t k_norm_backward_workspace(size_t C) { return (size_t)NB_CHUNKS * 2 * C * sizeof(float); }
 
-void k_layernorm_backward(CudaCtx *c, float *dinp, float *dw, float *db, const float *dout,
-                          const float *inp, const float *mean, const float *rstd, const float *w,
-                          int N, int C) {
-    if (norm_backward<false>(c, dinp, dw, db, dout, inp, mean, rstd, w, N, C)) return;
+template <typename DT>
+static void layernorm_backward(CudaCtx *c, float *dinp, DT *dop, float *dw, float *db,
+                               const DT *dout, const float *inp, const float *mean,
+                               const float *rstd, const float *w, int N, int C) {
+    if (norm_backward<false>(c, dinp, dop, dw, db, dout, inp, mean, rstd, w, N, C)) return;
     if (dinp) {
         unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
         unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
         if (ln_vec4(C, dinp, dout, inp, w, NULL))
-            ln_bwd_dx<true><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w,
-                                                               N, C);
+            ln_bwd_dx<true, DT>
+                <<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w, N, C);
         else
-            ln_bwd_dx<false><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w,
-                                                                N, C);
+            ln_bwd_dx<false, DT>
+                <<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w, N, C);
         KCHECK(c, "ln_bwd_dx");
+        if (dop) k_to_operand(c, dop, dinp, (size_t)N * C);
     }
     if (dw || db) col_sums(c, dw, db ? db : NULL, dout, inp, mean, rstd, N, C);
+}
+
+void k_layernorm_backward(CudaCtx *c, float *dinp, void *dop, float *dw, float *db,
+                          const void *dout, const float *inp, const float *mean, const float *rstd,
+                          const float *w, int N, int C) {
+    typedef __nv_bfloat16 bf;
+    if (c->op == PP_BF16)
+        layernorm_backward(c, dinp, (bf *)dop, dw, db, (const bf *)dout, inp, mean, rstd, w, N, C);
+    else
+        layernorm_backward(c, dinp, (float *)dop, dw, db, (const float *)dout, inp, mean, rstd, w,
+                           N, C);
 }
 
 /* ---- RMSNorm ([Note: RMSNorm] in src/backend/backend.h): one warp per row ------------ */
@@ -440,15 +458,17 @@ __global__ void rms_fwd(OutT *out, float *rstd, const float *inp, const float *w
     if (lane == 0) rstd[row] = r;
 }
 
-/* dinp[row] += r * (w*dout - xhat * mean(w*dout*xhat)), xhat = x * r (backend_cpu.c's). */
-template <bool V4>
-__global__ void rms_bwd_dx(float *dinp, const float *dout, const float *inp, const float *rstd,
+/* dinp[row] += r * (w*dout - xhat * mean(w*dout*xhat)), xhat = x * r (backend_cpu.c's);
+ * dout of the operand type DT. */
+template <bool V4, typename DT>
+__global__ void rms_bwd_dx(float *dinp, const DT *dout, const float *inp, const float *rstd,
                            const float *w, int N, int C) {
     typedef Row4<V4> R;
     int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x & 31, G = R::groups(C);
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+    const float *x = inp + (size_t)row * C;
+    const DT *d = dout + (size_t)row * C;
     float *dx = dinp + (size_t)row * C, r = rstd[row], sdx = 0.0f;
     for (int j = lane; j < G; j += 32) {
         float4 xv = R::load(x, j), wv = R::load(w, j), dv = R::load(d, j);
@@ -488,19 +508,31 @@ void k_rmsnorm_forward(CudaCtx *c, void *out, float *rstd, const float *inp, con
 /* [Note: split backward]: the one-pass kernel's halves are its own template with a part
  * compiled out ([Note: one-pass norm backward]); in the two-pass path dinp and dw come from
  * separate kernels. Either way each half is the fused call's bits. */
-void k_rmsnorm_backward(CudaCtx *c, float *dinp, float *dw, const float *dout, const float *inp,
-                        const float *rstd, const float *w, int N, int C) {
-    if (norm_backward<true>(c, dinp, dw, NULL, dout, inp, NULL, rstd, w, N, C)) return;
+template <typename DT>
+static void rmsnorm_backward(CudaCtx *c, float *dinp, DT *dop, float *dw, const DT *dout,
+                             const float *inp, const float *rstd, const float *w, int N, int C) {
+    if (norm_backward<true>(c, dinp, dop, dw, NULL, dout, inp, NULL, rstd, w, N, C)) return;
     if (dinp) {
         unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
         unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
         if (ln_vec4(C, dinp, dout, inp, w, NULL))
-            rms_bwd_dx<true><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, rstd, w, N, C);
+            rms_bwd_dx<true, DT><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, rstd, w, N, C);
         else
-            rms_bwd_dx<false><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, rstd, w, N, C);
+            rms_bwd_dx<false, DT>
+                <<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, rstd, w, N, C);
         KCHECK(c, "rms_bwd_dx");
+        if (dop) k_to_operand(c, dop, dinp, (size_t)N * C);
     }
-    if (dw) col_sums<float, true>(c, dw, NULL, dout, inp, NULL, rstd, N, C);
+    if (dw) col_sums<DT, true>(c, dw, NULL, dout, inp, NULL, rstd, N, C);
+}
+
+void k_rmsnorm_backward(CudaCtx *c, float *dinp, void *dop, float *dw, const void *dout,
+                        const float *inp, const float *rstd, const float *w, int N, int C) {
+    typedef __nv_bfloat16 bf;
+    if (c->op == PP_BF16)
+        rmsnorm_backward(c, dinp, (bf *)dop, dw, (const bf *)dout, inp, rstd, w, N, C);
+    else
+        rmsnorm_backward(c, dinp, (float *)dop, dw, (const float *)dout, inp, rstd, w, N, C);
 }
 
 void k_bias_backward(CudaCtx *c, float *db, const void *dout, int N, int OC) {

@@ -32,6 +32,8 @@
 #ifndef PP_NORM_KERNELS_CUH
 #define PP_NORM_KERNELS_CUH
 
+#include "operand_io.cuh" /* get, get4: dout is an operand (fp32 or bf16) */
+
 /* Element group j (of 4 floats when V4, else 1) of row x: the lane's share of a row is
  * groups lane, lane + 32, ... ([Note: vector loads]; V4 needs C % 4 == 0 and 16-byte
  * aligned rows). The sums run in each lane's group order, then the warp's butterfly:
@@ -42,9 +44,18 @@ template <bool V4> struct Row4 {
         if (V4) return ((const float4 *)x)[j];
         return make_float4(x[j], 0.0f, 0.0f, 0.0f);
     }
+    /* a bf16 operand row (dout): 8 bytes a group, widened */
+    static __device__ __forceinline__ float4 load(const __nv_bfloat16 *x, int j) {
+        if (V4) return get4(x + 4 * j);
+        return make_float4(get(x + j), 0.0f, 0.0f, 0.0f);
+    }
     static __device__ __forceinline__ void store(float *x, int j, float4 v) {
         if (V4) ((float4 *)x)[j] = v;
         else x[j] = v.x;
+    }
+    static __device__ __forceinline__ void store(__nv_bfloat16 *x, int j, float4 v) {
+        if (V4) put4(x + 4 * j, v);
+        else put(x + j, v.x);
     }
 };
 
@@ -113,14 +124,16 @@ static __device__ __forceinline__ float nb_dx(float o, float dn, float xh, float
     return __fadd_rn(o, __fmul_rn(r, __fmaf_rn(-xh, sdx, a)));
 }
 
-/* The one-pass backward of chunk blockIdx.x ([Note: one-pass norm backward]): with DX,
- * dinp[N,C] += LayerNorm's (RMSNorm's) input gradient; with DW, part[chunk][0][c] = sum
- * over the chunk's rows of dout xhat and (LayerNorm) part[chunk][1][c] = sum of dout.
- * mean is not read for RMS. T = blockDim.x (a multiple of 32) threads, nb_smem bytes of
- * dynamic shared memory. */
-template <bool V4, bool RMS, bool DX, bool DW, int K>
+/* The one-pass backward of chunk blockIdx.x ([Note: one-pass norm backward]), dout of the
+ * operand type DT (fp32 or bf16, widened on load: the arithmetic is fp32 either way): with DX,
+ * dinp[N,C] += LayerNorm's (RMSNorm's) input gradient, and where dop is not NULL dop[N,C] (DT)
+ * = the sum rounded, to_operand's bits (the residual gradient a matmul reads next); with DW,
+ * part[chunk][0][c] = sum over the chunk's rows of dout xhat and (LayerNorm) part[chunk][1][c] =
+ * sum of dout. mean is not read for RMS. T = blockDim.x (a multiple of 32) threads, nb_smem bytes
+ * of dynamic shared memory. */
+template <bool V4, bool RMS, bool DX, bool DW, int K, typename DT = float>
 __global__ void __launch_bounds__(NB_THREADS)
-    norm_bwd(float *dinp, float *part, const float *dout, const float *inp, const float *mean,
+    norm_bwd(float *dinp, DT *dop, float *part, const DT *dout, const float *inp, const float *mean,
              const float *rstd, const float *w, int N, int C, int rows) {
     typedef Row4<V4> R;
     constexpr int S = NB_STEP / K, NV = RMS ? S : 2 * S; /* rows a step; row sums a step */
@@ -199,11 +212,12 @@ __global__ void __launch_bounds__(NB_THREADS)
                     if (j >= G) continue;
                     float4 dn = nb_mul4(wv[k], d[s][k]), xh = nb_xh4<RMS>(x[s][k], m[s], rr);
                     float4 ov = o[s][k];
-                    R::store(dx, j,
-                             make_float4(nb_dx<RMS>(ov.x, dn.x, xh.x, rr, sd, sdx),
-                                         nb_dx<RMS>(ov.y, dn.y, xh.y, rr, sd, sdx),
-                                         nb_dx<RMS>(ov.z, dn.z, xh.z, rr, sd, sdx),
-                                         nb_dx<RMS>(ov.w, dn.w, xh.w, rr, sd, sdx)));
+                    float4 nv = make_float4(nb_dx<RMS>(ov.x, dn.x, xh.x, rr, sd, sdx),
+                                            nb_dx<RMS>(ov.y, dn.y, xh.y, rr, sd, sdx),
+                                            nb_dx<RMS>(ov.z, dn.z, xh.z, rr, sd, sdx),
+                                            nb_dx<RMS>(ov.w, dn.w, xh.w, rr, sd, sdx));
+                    R::store(dx, j, nv);
+                    if (dop) R::store(dop + (size_t)(r + s) * C, j, nv); /* to_operand's bits */
                 }
             }
         }

@@ -16,7 +16,9 @@
  * untouched past the launch's size; the chunk sums are NaN-poisoned and guard words
  * follow dinp and the sums; every fiber must pass the same barriers. It cannot check
  * timing, races between CTAs (run one after another; they share no output) or the
- * device's own rounding (the _rn stand-ins are IEEE single operations). */
+ * device's own rounding (the _rn stand-ins are IEEE single operations). Every shape runs
+ * with dout in fp32 and in bf16 (the operand type it has at bf16: [Note: operand
+ * activations]), the CPU reading the same bf16-rounded values. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>
@@ -63,41 +65,49 @@ static std::vector<float> rnd(size_t n, float scale) {
     return v;
 }
 
-/* norm_bwd<V4, RMS, DX, DW, K> over the chunks of `rows` rows, as nb_launch does. */
-template <bool V4, bool RMS, bool DX, bool DW, int K>
-static void launch(float *dinp, float *part, const float *dout, const float *inp, const float *mean,
-                   const float *rstd, const float *w, int N, int C, int rows, int T) {
+/* norm_bwd<V4, RMS, DX, DW, K, DT> over the chunks of `rows` rows, as nb_launch does; dout
+ * of type DT (fp32 or bf16). */
+template <bool V4, bool RMS, bool DX, bool DW, int K, typename DT>
+static void launch(float *dinp, void *dop, float *part, const void *dout, const float *inp,
+                   const float *mean, const float *rstd, const float *w, int N, int C, int rows,
+                   int T) {
     unsigned P = (unsigned)((N + rows - 1) / rows);
     bsim_run(P, T, nb_smem(T, RMS, K), [&] {
-        norm_bwd<V4, RMS, DX, DW, K>(dinp, part, dout, inp, mean, rstd, w, N, C, rows);
+        norm_bwd<V4, RMS, DX, DW, K, DT>(dinp, (DT *)dop, part, (const DT *)dout, inp, mean, rstd,
+                                         w, N, C, rows);
     });
 }
 
-template <bool V4, bool RMS, int K> struct Kern {
-    static void fused(float *a, float *p, const float *d, const float *x, const float *m,
+/* dop (the operand copy of dinp) with the fused call and the I half; none with the W half */
+template <bool V4, bool RMS, int K, typename DT> struct Kern {
+    static void fused(float *a, void *o, float *p, const void *d, const float *x, const float *m,
                       const float *r, const float *w, int N, int C, int rows, int T) {
-        launch<V4, RMS, true, true, K>(a, p, d, x, m, r, w, N, C, rows, T);
+        launch<V4, RMS, true, true, K, DT>(a, o, p, d, x, m, r, w, N, C, rows, T);
     }
-    static void ihalf(float *a, float *p, const float *d, const float *x, const float *m,
+    static void ihalf(float *a, void *o, float *p, const void *d, const float *x, const float *m,
                       const float *r, const float *w, int N, int C, int rows, int T) {
-        launch<V4, RMS, true, false, K>(a, p, d, x, m, r, w, N, C, rows, T);
+        launch<V4, RMS, true, false, K, DT>(a, o, p, d, x, m, r, w, N, C, rows, T);
     }
-    static void whalf(float *a, float *p, const float *d, const float *x, const float *m,
+    static void whalf(float *a, void *o, float *p, const void *d, const float *x, const float *m,
                       const float *r, const float *w, int N, int C, int rows, int T) {
-        launch<V4, RMS, false, true, K>(a, p, d, x, m, r, w, N, C, rows, T);
+        launch<V4, RMS, false, true, K, DT>(a, NULL, p, d, x, m, r, w, N, C, rows, T);
     }
 };
-typedef void (*KernFn)(float *, float *, const float *, const float *, const float *, const float *,
-                       const float *, int, int, int, int);
+typedef void (*KernFn)(float *, void *, float *, const void *, const float *, const float *,
+                       const float *, const float *, int, int, int, int);
 struct Trio {
     KernFn fused, ihalf, whalf;
 };
-template <bool V4, bool RMS> static Trio trio(int K) {
-    if (K == 1)
-        return Trio{Kern<V4, RMS, 1>::fused, Kern<V4, RMS, 1>::ihalf, Kern<V4, RMS, 1>::whalf};
-    if (K == 2)
-        return Trio{Kern<V4, RMS, 2>::fused, Kern<V4, RMS, 2>::ihalf, Kern<V4, RMS, 2>::whalf};
-    return Trio{Kern<V4, RMS, 4>::fused, Kern<V4, RMS, 4>::ihalf, Kern<V4, RMS, 4>::whalf};
+template <bool V4, bool RMS, typename DT> static Trio trio_t(int K) {
+    typedef Kern<V4, RMS, 1, DT> K1;
+    typedef Kern<V4, RMS, 2, DT> K2;
+    typedef Kern<V4, RMS, 4, DT> K4;
+    if (K == 1) return Trio{K1::fused, K1::ihalf, K1::whalf};
+    if (K == 2) return Trio{K2::fused, K2::ihalf, K2::whalf};
+    return Trio{K4::fused, K4::ihalf, K4::whalf};
+}
+template <bool V4, bool RMS> static Trio trio(int K, bool bf) {
+    return bf ? trio_t<V4, RMS, __nv_bfloat16>(K) : trio_t<V4, RMS, float>(K);
 }
 
 /* dst[c] += the P chunks' sums part[k * stride + c], in col_final<32>'s order (kernels.cu):
@@ -115,8 +125,8 @@ static void col_final32(float *dst, const float *part, int P, size_t stride, int
 }
 
 /* One shape: LayerNorm (or RMSNorm) backward of N rows of C, chunks of `rows` (0: nb_rows),
- * float4 groups when v4. Returns 0 when every check holds. */
-template <bool RMS> static int check(int N, int C, bool v4, int rows = 0) {
+ * float4 groups when v4, dout in bf16 when bf. Returns 0 when every check holds. */
+template <bool RMS> static int check1(int N, int C, bool v4, int rows, bool bf) {
     const Backend *cpu = backend_cpu();
     size_t NC = (size_t)N * C;
     NbShape sh = nb_shape(C, v4);
@@ -126,6 +136,12 @@ template <bool RMS> static int check(int N, int C, bool v4, int rows = 0) {
     size_t np = (size_t)P * ns * C;
     std::vector<float> x = rnd(NC, 2.0f), w = rnd(C, 1.5f), b = rnd(C, 1.0f), g = rnd(NC, 1.0f);
     for (auto &v : x) v += 0.5f; /* a non-zero mean */
+    std::vector<__nv_bfloat16> gh(NC + 8); /* dout in bf16, and the CPU on its values */
+    if (bf)
+        for (size_t i = 0; i < NC; i++) {
+            gh[i] = __float2bfloat16_rn(g[i]);
+            g[i] = __bfloat162float(gh[i]);
+        }
     std::vector<float> gx0 = rnd(NC, 1.0f), gw0 = rnd(C, 1.0f), gb0 = rnd(C, 1.0f);
     std::vector<float> out(NC), mean(N), rstd(N);
     std::vector<float> scratch(cpu->scratch_floats(cpu, N, 1, C));
@@ -136,28 +152,42 @@ template <bool RMS> static int check(int N, int C, bool v4, int rows = 0) {
                                b.data(), N, C);
     std::vector<float> gx = gx0, gw = gw0, gb = gb0; /* the CPU's, accumulated */
     if (RMS)
-        cpu->rmsnorm_backward(cpu, gx.data(), gw.data(), g.data(), x.data(), rstd.data(), w.data(),
-                              N, C, scratch.data());
+        cpu->rmsnorm_backward(cpu, gx.data(), NULL, gw.data(), g.data(), x.data(), rstd.data(),
+                              w.data(), N, C, scratch.data());
     else
-        cpu->layernorm_backward(cpu, gx.data(), gw.data(), gb.data(), g.data(), x.data(),
+        cpu->layernorm_backward(cpu, gx.data(), NULL, gw.data(), gb.data(), g.data(), x.data(),
                                 mean.data(), rstd.data(), w.data(), N, C, scratch.data());
 
     /* the kernel's inputs in aligned buffers with guards (inputs too: no stray writes) */
     float *dd = buffer(NC, g.data()), *dx = buffer(NC, x.data()), *dw = buffer(C, w.data());
+    if (bf) memcpy(dd, gh.data(), NC * sizeof(__nv_bfloat16)); /* (within dd's room) */
     float *dm = buffer(N, mean.data()), *dr = buffer(N, rstd.data());
     float *fx = buffer(NC, gx0.data()), *fp = buffer(np, NULL); /* fused */
     float *ix = buffer(NC, gx0.data()), *wp = buffer(np, NULL); /* I half, W half */
     float *sp = buffer(np, NULL);                               /* W half, single floats */
-    Trio k = v4 ? trio<true, RMS>(sh.K) : trio<false, RMS>(sh.K);
+    Trio k = v4 ? trio<true, RMS>(sh.K, bf) : trio<false, RMS>(sh.K, bf);
     const float *m = RMS ? NULL : dm;
-    k.fused(fx, fp, dd, dx, m, dr, dw, N, C, rows, sh.T);
-    k.ihalf(ix, NULL, dd, dx, m, dr, dw, N, C, rows, sh.T);
-    k.whalf(NULL, wp, dd, dx, m, dr, dw, N, C, rows, sh.T);
+    /* the operand copy of dinp (dout's type): with the fused call only, then against the
+     * host's rounding of the fused dinp, bit for bit */
+    float *fo = buffer(NC, NULL);
+    k.fused(fx, fo, fp, dd, dx, m, dr, dw, N, C, rows, sh.T);
+    k.ihalf(ix, NULL, NULL, dd, dx, m, dr, dw, N, C, rows, sh.T);
+    k.whalf(NULL, NULL, wp, dd, dx, m, dr, dw, N, C, rows, sh.T);
+    size_t op_wrong = 0;
+    for (size_t i = 0; i < NC; i++) {
+        if (!bf) {
+            op_wrong += memcmp(&fo[i], &fx[i], 4) != 0;
+            continue;
+        }
+        __nv_bfloat16 want = __float2bfloat16_rn(fx[i]), got;
+        memcpy(&got, (const char *)fo + 2 * i, 2);
+        op_wrong += memcmp(&got, &want, 2) != 0;
+    }
     bool same_scalar = true;
     if (v4) { /* the single-float kernel's chunk sums: the float4 kernel's bits */
         NbShape s1 = nb_shape(C, false);
         if (s1.K) {
-            trio<false, RMS>(s1.K).whalf(NULL, sp, dd, dx, m, dr, dw, N, C, rows, s1.T);
+            trio<false, RMS>(s1.K, bf).whalf(NULL, NULL, sp, dd, dx, m, dr, dw, N, C, rows, s1.T);
             same_scalar = !memcmp(sp, fp, np * sizeof(float));
         }
     }
@@ -166,22 +196,28 @@ template <bool RMS> static int check(int N, int C, bool v4, int rows = 0) {
     if (!RMS) col_final32(kb.data(), fp + C, P, (size_t)ns * C, C);
     double ex = rel_l2(fx, gx.data(), NC), ew = rel_l2(kw.data(), gw.data(), C);
     double eb = RMS ? 0 : rel_l2(kb.data(), gb.data(), C);
-    bool guards = guards_intact(fx, NC) && guards_intact(fp, np) && guards_intact(ix, NC) &&
-                  guards_intact(wp, np) && guards_intact(sp, np) && guards_intact(dd, NC) &&
-                  guards_intact(dx, NC) && guards_intact(dw, C) && guards_intact(dm, N) &&
-                  guards_intact(dr, N);
+    bool guards = guards_intact(fx, NC) && guards_intact(fo, NC) && guards_intact(fp, np) &&
+                  guards_intact(ix, NC) && guards_intact(wp, np) && guards_intact(sp, np) &&
+                  guards_intact(dd, NC) && guards_intact(dx, NC) && guards_intact(dw, C) &&
+                  guards_intact(dm, N) && guards_intact(dr, N);
     bool ihalf = !memcmp(ix, fx, NC * sizeof(float)), whalf = !memcmp(wp, fp, np * sizeof(float));
-    bool ok = ex <= 1e-5 && ew <= 1e-5 && eb <= 1e-5 && guards && ihalf && whalf && same_scalar;
-    printf("%-4s %s backward, one pass, N=%d C=%d %s (K %d, %d threads, %d rows a chunk, %d "
-           "chunks): dinp %.1e, dw %.1e, db %.1e (bound 1e-5); I half %s, W half %s%s%s\n",
-           ok ? "ok" : "FAIL", RMS ? "RMSNorm" : "LayerNorm", N, C, v4 ? "float4" : "single", sh.K,
-           sh.T, rows, P, ex, ew, eb, ihalf ? "= fused" : "DIFFERS", whalf ? "= fused" : "DIFFERS",
+    bool ok = ex <= 1e-5 && ew <= 1e-5 && eb <= 1e-5 && guards && ihalf && whalf && same_scalar &&
+              !op_wrong;
+    printf("%-4s %s backward, one pass, N=%d C=%d %s, dout %s (K %d, %d threads, %d rows a "
+           "chunk, %d chunks): dinp %.1e, dw %.1e, db %.1e (bound 1e-5); I half %s, W half "
+           "%s; dinp's operand copy %zu of %zu wrong%s%s\n",
+           ok ? "ok" : "FAIL", RMS ? "RMSNorm" : "LayerNorm", N, C, v4 ? "float4" : "single",
+           bf ? "bf16" : "fp32", sh.K, sh.T, rows, P, ex, ew, eb, ihalf ? "= fused" : "DIFFERS",
+           whalf ? "= fused" : "DIFFERS", op_wrong, NC,
            !v4           ? ""
            : same_scalar ? "; single-float sums = float4 sums"
                          : "; single-float sums DIFFER",
            guards ? "" : "; a guard word was overwritten");
-    for (float *p : {dd, dx, dw, dm, dr, fx, fp, ix, wp, sp}) free(p);
+    for (float *p : {dd, dx, dw, dm, dr, fx, fo, fp, ix, wp, sp}) free(p);
     return !ok;
+}
+template <bool RMS> static int check(int N, int C, bool v4, int rows = 0) {
+    return check1<RMS>(N, C, v4, rows, false) + check1<RMS>(N, C, v4, rows, true);
 }
 
 int main(void) {

@@ -186,7 +186,7 @@ START_TEST(test_layernorm_grad) {
     ln_loss(&c);
     float *dx = tcalloc(N * C, 4), *dw = tcalloc(C, 4), *db = tcalloc(C, 4);
     for (int i = 0; i < N * C; i++) dx[i] = 0.25f; /* accumulates: starts from 0.25 */
-    be->layernorm_backward(be, dx, dw, db, c.R, c.x, c.mean, c.rstd, c.w, N, C,
+    be->layernorm_backward(be, dx, NULL, dw, db, c.R, c.x, c.mean, c.rstd, c.w, N, C,
                            talloc(be->scratch_floats(be, N, 1, C) * 4));
     double *gx = numgrad(ln_loss, &c, c.x, N * C, 1e-2f), *gw = numgrad(ln_loss, &c, c.w, C, 1e-2f);
     double *gb = numgrad(ln_loss, &c, c.b, C, 1e-2f);
@@ -374,6 +374,24 @@ static void emu_ln_fwd(const Backend *be, void *out, float *mean, float *rstd, c
     CPU->layernorm_forward(CPU, t, mean, rstd, inp, w, b, N, C);
     narrow(out, t, (size_t)N * C);
     free(t);
+}
+/* the norms' backward on their operand dout ([Note: operand activations]) */
+/* (and dinp's operand copy rounded from its new value) */
+static void emu_ln_bwd(const Backend *be, float *dinp, void *dinp_op, float *dw, float *db,
+                       const void *dout, const float *inp, const float *mean, const float *rstd,
+                       const float *w, int N, int C, float *scratch) {
+    float *d = widen(dout, (size_t)N * C);
+    CPU->layernorm_backward(CPU, dinp, NULL, dw, db, d, inp, mean, rstd, w, N, C, scratch);
+    if (dinp && dinp_op) narrow(dinp_op, dinp, (size_t)N * C);
+    free(d);
+}
+static void emu_rms_bwd(const Backend *be, float *dinp, void *dinp_op, float *dw, const void *dout,
+                        const float *inp, const float *rstd, const float *w, int N, int C,
+                        float *scratch) {
+    float *d = widen(dout, (size_t)N * C);
+    CPU->rmsnorm_backward(CPU, dinp, NULL, dw, d, inp, rstd, w, N, C, scratch);
+    if (dinp && dinp_op) narrow(dinp_op, dinp, (size_t)N * C);
+    free(d);
 }
 static void emu_mm_fwd(const Backend *be, float *out, const void *inp, const float *w,
                        const float *b, int N, int C, int OC) {
@@ -574,6 +592,7 @@ static const Backend *backend_bf16_operands_gelu(int gelu_in_gemm) {
     be.name = "cpu, bf16 operand activations (test)";
     be.operand = PP_BF16;
     be.layernorm_forward = emu_ln_fwd;
+    be.layernorm_backward = emu_ln_bwd;
     be.matmul_forward = emu_mm_fwd;
     be.matmul_backward = emu_mm_bwd;
     be.matmul_residual_forward = emu_mm_res_fwd;
@@ -587,6 +606,7 @@ static const Backend *backend_bf16_operands_gelu(int gelu_in_gemm) {
     be.gelu_in_gemm = gelu_in_gemm;
     be.matmul_gelu_backward = emu_mm_gelu_bwd;
     be.rmsnorm_forward = emu_rms_fwd;
+    be.rmsnorm_backward = emu_rms_bwd;
     be.rope_forward = emu_rope_fwd;
     be.kv_append = emu_kv_append;
     be.attention_decode = emu_att_decode;
@@ -1014,10 +1034,10 @@ START_TEST(test_split_backward_ops) {
     float *dx0 = rand_buf((size_t)N * C, 1), *gw0 = rand_buf(C, 1), *gb0 = rand_buf(C, 1);
     float *ldx_f = copy_of(dx0, (size_t)N * C), *lgw_f = copy_of(gw0, C), *lgb_f = copy_of(gb0, C);
     float *ldx_s = copy_of(dx0, (size_t)N * C), *lgw_s = copy_of(gw0, C), *lgb_s = copy_of(gb0, C);
-    be->layernorm_backward(be, ldx_f, lgw_f, lgb_f, ld, lx, mean, rstd, lw, N, C, scratch);
-    be->layernorm_backward(be, ldx_s, NULL, NULL, ld, lx, mean, rstd, lw, N, C, scratch);
+    be->layernorm_backward(be, ldx_f, NULL, lgw_f, lgb_f, ld, lx, mean, rstd, lw, N, C, scratch);
+    be->layernorm_backward(be, ldx_s, NULL, NULL, NULL, ld, lx, mean, rstd, lw, N, C, scratch);
     ck_assert(bits_differ(lgw_s, gw0, C) == 0 && bits_differ(lgb_s, gb0, C) == 0);
-    be->layernorm_backward(be, NULL, lgw_s, lgb_s, ld, lx, mean, rstd, lw, N, C, scratch);
+    be->layernorm_backward(be, NULL, NULL, lgw_s, lgb_s, ld, lx, mean, rstd, lw, N, C, scratch);
     ck_assert_uint_eq(bits_differ(ldx_f, ldx_s, (size_t)N * C), 0);
     ck_assert_uint_eq(bits_differ(lgw_f, lgw_s, C), 0);
     ck_assert_uint_eq(bits_differ(lgb_f, lgb_s, C), 0);
@@ -1050,8 +1070,7 @@ START_TEST(test_split_backward_chunk) {
             setup_model_dims(&sp, dims[v], &specs[k], 1, B, T, 21);
             model_init_wstate(&sp, 0, 2);
             size_t nl = (size_t)(specs[k].l1 - specs[k].l0), nc = (size_t)N * C * sizeof(float);
-            size_t four = (size_t)N * C *
-                          (2 * pp_dtype_bytes(model_be->operand) + 2 * sizeof(float));
+            size_t four = (size_t)N * C * 4 * pp_dtype_bytes(model_be->operand);
             /* the input half's scratch, and the [N,C] four per set and layer when they do not fit
              * (GPT-2's) */
             if (v < 2)
@@ -1407,7 +1426,7 @@ END_TEST
 
 /* [Note: Arch table] What the engine relies on of every architecture: model.arch finds
  * it by its name; it fits the engine's fixed arrays; the layer's output is fp32 [N,C]
- * and kept under every recompute mode, the head's d(x) fp32 [N,C]; what a mode drops,
+ * and kept under every recompute mode, the head's d(x) an operand [N,C]; what a mode drops,
  * the workspace of that mode holds (a dropped activation points there), full drops all
  * but the output and selective something. */
 START_TEST(test_arch_table) {
@@ -1432,7 +1451,7 @@ START_TEST(test_arch_table) {
         const ArchBuf *out = &A->acts[A->act_out], *dx = &A->head[A->head_dout];
         ck_assert(!out->operand && out->keep == (ARCH_SEL | ARCH_FULL));
         ck_assert_uint_eq(A->elems(&d, ARCH_ACTS, A->act_out, N, 0), N * d.C);
-        ck_assert(!dx->operand);
+        ck_assert(dx->operand);
         ck_assert_uint_eq(A->elems(&d, ARCH_HEAD, A->head_dout, N, 0), N * d.C);
         int dropped[2] = {0, 0}; /* selective, full */
         for (int k = 0; k < A->nacts; k++)

@@ -146,7 +146,7 @@ START_TEST(test_rmsnorm_grad) {
     rms_loss(&c);
     float *dx = fill((size_t)N * C, 0.25f), *dw = fill(C, 1.0f); /* both accumulate */
     float *scratch = talloc(CPU->scratch_floats(CPU, N, 1, C) * sizeof(float));
-    CPU->rmsnorm_backward(CPU, dx, dw, c.R, c.x, c.rstd, c.w, N, C, scratch);
+    CPU->rmsnorm_backward(CPU, dx, NULL, dw, c.R, c.x, c.rstd, c.w, N, C, scratch);
     double *gx = numgrad(rms_loss, &c, c.x, (size_t)N * C, 1e-2f);
     double *gw = numgrad(rms_loss, &c, c.w, C, 1e-2f);
     for (int i = 0; i < N * C; i++) gx[i] += 0.25;
@@ -168,11 +168,11 @@ START_TEST(test_rmsnorm_split) {
     float *dx0 = rand_buf((size_t)N * C, 1), *dw0 = rand_buf(C, 1);
     float *dx_f = copy_of(dx0, (size_t)N * C), *dw_f = copy_of(dw0, C);
     float *dx_s = copy_of(dx0, (size_t)N * C), *dw_s = copy_of(dw0, C);
-    CPU->rmsnorm_backward(CPU, dx_f, dw_f, d, x, rstd, w, N, C, scratch);
-    CPU->rmsnorm_backward(CPU, dx_s, NULL, d, x, rstd, w, N, C, scratch);
+    CPU->rmsnorm_backward(CPU, dx_f, NULL, dw_f, d, x, rstd, w, N, C, scratch);
+    CPU->rmsnorm_backward(CPU, dx_s, NULL, NULL, d, x, rstd, w, N, C, scratch);
     ck_assert_uint_eq(bits_differ(dw_s, dw0, C), 0); /* untouched by the I half */
     float *dx_w = copy_of(dx0, (size_t)N * C);
-    CPU->rmsnorm_backward(CPU, NULL, dw_s, d, x, rstd, w, N, C, scratch);
+    CPU->rmsnorm_backward(CPU, NULL, NULL, dw_s, d, x, rstd, w, N, C, scratch);
     ck_assert_uint_eq(bits_differ(dx_f, dx_s, (size_t)N * C), 0);
     ck_assert_uint_eq(bits_differ(dw_f, dw_s, C), 0);
     ck_assert_uint_gt(bits_differ(dw_f, dw0, C), 0); /* it did add something */

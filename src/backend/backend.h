@@ -51,10 +51,11 @@ typedef struct {
  * matmul_operand_forward writes and only RoPE, attention and decoding read), and in the
  * backward the gradients that feed a matmul: GELU's and SwiGLU's input gradients (d fch;
  * d gate, d up), attention's (d qkv, which rope_backward rotates in place), the head's
- * dlogits, and the residual gradient once to_operand has converted it; and attention's
- * output gradient (d atty, which matmul_operand_backward writes and only attention's
- * backward reads). Their arguments are `void *` below, marked (operand); everything else
- * (the residual stream and its gradient, the pre-activations gate and up, the logits, the
+ * dlogits, and the residual gradient once to_operand has converted it; and, written by
+ * matmul_operand_backward, attention's output gradient (d atty, which only attention's
+ * backward reads) and the norms' output gradients (d ln1, d ln2, the final norm's, which
+ * only the norms' backward reads). Their arguments are `void *` below, marked (operand); everything
+ * else (the residual stream and its gradient, the pre-activations gate and up, the logits, the
  * norms' statistics, parameters, gradients) is fp32. */
 /* [Note: device memory] Every buffer the model and the runtime compute on (parameters,
  * gradients, optimizer state, activation slots, receive buffers, scratch, token ids,
@@ -130,12 +131,16 @@ struct Backend {
      * 1e-5; saves mean[N] and rstd[N]. */
     void (*layernorm_forward)(const Backend *be, void *out, float *mean, float *rstd,
                               const float *inp, const float *w, const float *b, int N, int C);
-    /* dinp[N,C] += (accumulates), dw[C] +=, db[C] +=. scratch: scratch_floats(...).
+    /* dinp[N,C] += (accumulates), dw[C] +=, db[C] +=, from dout[N,C] (operand: the
+     * output gradient a matmul_operand_backward wrote). dinp_op: NULL, or [N,C] (operand,
+     * not overlapping dinp) receiving dinp's new value at the operand type, the bits of
+     * to_operand(dinp_op, dinp) after the call (the residual gradient the next matmul
+     * reads, in the same pass); only with dinp. scratch: scratch_floats(...).
      * [Note: split backward] dinp == NULL: only dw and db (the W half); dw == NULL and
      * db == NULL: only dinp (the I half). Either half gives the same bits as the fused
      * call with all three. */
-    void (*layernorm_backward)(const Backend *be, float *dinp, float *dw, float *db,
-                               const float *dout, const float *inp, const float *mean,
+    void (*layernorm_backward)(const Backend *be, float *dinp, void *dinp_op, float *dw, float *db,
+                               const void *dout, const float *inp, const float *mean,
                                const float *rstd, const float *w, int N, int C, float *scratch);
 
     /* [Note: RMSNorm] out[N,C] (operand) = inp * rstd * w over the last dimension, no bias,
@@ -146,12 +151,13 @@ struct Backend {
      * torch's; eps is the model's, unlike LayerNorm's fixed 1e-5.) */
     void (*rmsnorm_forward)(const Backend *be, void *out, float *rstd, const float *inp,
                             const float *w, float eps, int N, int C);
-    /* dinp[N,C] += (accumulates), dw[C] +=, from dout[N,C] and the forward's inp and rstd.
-     * scratch: scratch_floats(...). [Note: split backward] dinp == NULL: only dw (the W
-     * half); dw == NULL: only dinp (the I half); either gives the fused call's bits. */
-    void (*rmsnorm_backward)(const Backend *be, float *dinp, float *dw, const float *dout,
-                             const float *inp, const float *rstd, const float *w, int N, int C,
-                             float *scratch);
+    /* dinp[N,C] += (accumulates), dw[C] +=, from dout[N,C] (operand) and the forward's inp
+     * and rstd; dinp_op as layernorm_backward's. scratch: scratch_floats(...). [Note: split
+     * backward] dinp == NULL: only dw (the W half); dw == NULL: only dinp (the I half);
+     * either gives the fused call's bits. */
+    void (*rmsnorm_backward)(const Backend *be, float *dinp, void *dinp_op, float *dw,
+                             const void *dout, const float *inp, const float *rstd, const float *w,
+                             int N, int C, float *scratch);
 
     /* out[N,OC] = inp[N,C] (operand) @ w[OC,C]^T + b[OC] (b may be NULL). */
     void (*matmul_forward)(const Backend *be, float *out, const void *inp, const float *w,

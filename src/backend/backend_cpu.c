@@ -118,9 +118,12 @@ static size_t scratch_floats(const Backend *be, int N, int T, int C) {
  * (the I and W halves of a zero-bubble backward). Each output is computed by the same
  * expressions, in the same order, whichever others are asked for: the halves give the
  * bits of the fused call. */
-static void layernorm_backward(const Backend *be, float *dinp, float *dw, float *db,
-                               const float *dout, const float *inp, const float *mean,
+static void to_operand(const Backend *be, void *dst, const float *src, size_t count);
+
+static void layernorm_backward(const Backend *be, float *dinp, void *dinp_op, float *dw, float *db,
+                               const void *doutp, const float *inp, const float *mean,
                                const float *rstd, const float *w, int N, int C, float *scratch) {
+    const float *dout = doutp;
     int nt = omp_get_max_threads(), weights = dw != NULL;
     float *part = scratch; /* [nt][2][C]: per-thread dw, db */
     if (weights) memset(part, 0, (size_t)nt * 2 * C * sizeof(float));
@@ -157,6 +160,7 @@ static void layernorm_backward(const Backend *be, float *dinp, float *dw, float 
             }
         }
     }
+    if (dinp && dinp_op) to_operand(be, dinp_op, dinp, (size_t)N * C);
     if (!weights) return;
     for (int t = 0; t < nt; t++) { /* fixed order: deterministic for a thread count */
         const float *pdw = part + (size_t)t * 2 * C, *pdb = pdw + C;
@@ -189,9 +193,10 @@ static void rmsnorm_forward(const Backend *be, void *outp, float *rstd, const fl
  * dx += rstd * (dn - xhat * mean(dn * xhat)) (the second term through rstd). Split as
  * layernorm_backward ([Note: split backward]): each output by the same expressions
  * whichever others are asked for. */
-static void rmsnorm_backward(const Backend *be, float *dinp, float *dw, const float *dout,
-                             const float *inp, const float *rstd, const float *w, int N, int C,
-                             float *scratch) {
+static void rmsnorm_backward(const Backend *be, float *dinp, void *dinp_op, float *dw,
+                             const void *doutp, const float *inp, const float *rstd, const float *w,
+                             int N, int C, float *scratch) {
+    const float *dout = doutp;
     int nt = omp_get_max_threads();
     float *part = scratch; /* [nt][C]: per-thread dw */
     if (dw) memset(part, 0, (size_t)nt * C * sizeof(float));
@@ -215,6 +220,7 @@ static void rmsnorm_backward(const Backend *be, float *dinp, float *dw, const fl
             for (int c = 0; c < C; c++) dx[c] += r * (w[c] * d[c] - x[c] * r * sdx);
         }
     }
+    if (dinp && dinp_op) to_operand(be, dinp_op, dinp, (size_t)N * C);
     if (!dw) return;
     for (int t = 0; t < nt; t++) { /* fixed order: deterministic for a thread count */
         const float *pdw = part + (size_t)t * C;

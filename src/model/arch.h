@@ -228,7 +228,7 @@ struct Arch {
                              input and the chunk's; kept under every mode */
     int nhead;            /* the head's saved activations */
     const ArchBuf *head;  /* [nhead] */
-    int head_dout;        /* of which d(loss)/d(the head matmul's input), [N,C] fp32 */
+    int head_dout;        /* of which d(loss)/d(the head matmul's input), [N,C] (operand) */
     int nws;              /* a layer's W state */
     const ArchBuf *ws;    /* [nws] */
     int nscratch;         /* the backward's scratch (Model.bufs) */

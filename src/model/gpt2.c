@@ -122,7 +122,7 @@ static const ArchBuf acts[A_N] = {
  * d(loss)/d(lnf output), computed in the forward ([Note: fused head] in model.c). */
 enum { H_LNF, H_MEAN, H_RSTD, H_DLNF, H_N };
 static const ArchBuf head[H_N] = {
-    {"lnf", 1, 0, 0, 0}, {"lnf_mean", 0, 0, 0, 0}, {"lnf_rstd", 0, 0, 0, 0}, {"dlnf", 0, 0, 0, 0},
+    {"lnf", 1, 0, 0, 0}, {"lnf_mean", 0, 0, 0, 0}, {"lnf_rstd", 0, 0, 0, 0}, {"dlnf", 1, 0, 0, 0},
 };
 
 /* [Note: GPT-2 W state] ([Note: W state] in model.h) What the weight half reads besides
@@ -140,17 +140,17 @@ static const ArchBuf head[H_N] = {
 typedef struct {
     void *dres3; /* [N,C] d(layer output): fcproj's dout (operand) */
     void *dfch;  /* [N,4C] d(fch): fc's dout (operand) */
-    float *dln2; /* [N,C] d(ln2 output) */
+    void *dln2;  /* [N,C] d(ln2 output) (operand) */
     void *dres2; /* [N,C] d(res2): attproj's dout (operand) */
     void *dqkv;  /* [N,3C] qkv's dout (operand) */
-    float *dln1; /* [N,C] d(ln1 output) */
+    void *dln1;  /* [N,C] d(ln1 output) (operand) */
 } LayerWState;
 
 enum { W_DRES3, W_DFCH, W_DLN2, W_DRES2, W_DQKV, W_DLN1, W_N };
 _Static_assert(sizeof(LayerWState) == W_N * sizeof(void *), "LayerWState: one pointer per W_ kind");
 static const ArchBuf wstate[W_N] = {
-    {"dres3", 1, 0, 0, 0}, {"dfch", 1, 0, 0, 0}, {"dln2", 0, 0, 0, 0},
-    {"dres2", 1, 0, 0, 0}, {"dqkv", 1, 0, 0, 0}, {"dln1", 0, 0, 0, 0},
+    {"dres3", 1, 0, 0, 0}, {"dfch", 1, 0, 0, 0}, {"dln2", 1, 0, 0, 0},
+    {"dres2", 1, 0, 0, 0}, {"dqkv", 1, 0, 0, 0}, {"dln1", 1, 0, 0, 0},
 };
 
 /* The backward's scratch (Model.bufs): the fused backward's douts, the residual
@@ -160,7 +160,7 @@ static const ArchBuf wstate[W_N] = {
  * fp32 gradient between them.) */
 enum { S_DMID, S_DQKV, S_DFCH, S_DRES, S_DKEEP, S_N };
 static const ArchBuf scratch[S_N] = {
-    {"dmid", 0, 0, 0, ARCH_ALWAYS},   /* [N,C]: d(ln2), d(ln1); d(atty) at the operand type */
+    {"dmid", 0, 0, 0, ARCH_ALWAYS},   /* [N,C]: d(ln2), d(atty), d(ln1) (operand) */
     {"dqkv", 1, 0, 0, ARCH_ALWAYS},   /* [N,3C] */
     {"dfch", 1, 0, 0, ARCH_ALWAYS},   /* [N,4C] */
     {"dres", 1, 0, 0, ARCH_CAST},     /* [N,C] */
@@ -280,20 +280,24 @@ static void layer_backward(const Model *m, float *const *g_, float *dres, void *
     /* dfch = gelu'(fch) * (dres3 @ fcprojw); fcproj's weight gradients */
     be->matmul_gelu_backward(be, ws->dfch, g->fcprojw, g->fcprojb, dr, a->fch_gelu, p->fcprojw,
                              a->fch, N, 4 * C, C);
-    be->matmul_backward(be, ws->dln2, g->fcw, g->fcb, ws->dfch, a->ln2, p->fcw, N, C, 4 * C);
-    /* the MLP branch's gradient joins the residual path: dres = d(res2) */
-    be->layernorm_backward(be, dres, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean, a->ln2_rstd,
-                           p->ln2w, N, C, m->scratch);
-    dr = ws->dres2 ? ws->dres2 : cast ? cast : dres;
-    if (dr != dres) be->to_operand(be, dr, dres, NC);
+    /* d(ln2), which only LayerNorm's backward reads, at the operand type */
+    be->matmul_operand_backward(be, ws->dln2, g->fcw, g->fcb, ws->dfch, a->ln2, p->fcw, N, C,
+                                4 * C);
+    /* the MLP branch's gradient joins the residual path: dres = d(res2), and its operand for
+     * attproj's backward in the same pass (where that is not dres itself) */
+    void *op = ws->dres2 ? ws->dres2 : cast;
+    be->layernorm_backward(be, dres, op, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean,
+                           a->ln2_rstd, p->ln2w, N, C, m->scratch);
+    dr = op ? op : dres;
     /* d(atty), which only attention's backward reads, at the operand type */
     be->matmul_operand_backward(be, dmid, g->attprojw, g->attprojb, dr, a->atty, p->attprojw, N, C,
                                 C);
     be->attention_backward(be, ws->dqkv, dmid, a->qkv, a->atty, a->att, B, T, NH, NH, C / NH,
                            m->scratch);
-    be->matmul_backward(be, ws->dln1, g->qkvw, g->qkvb, ws->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
+    be->matmul_operand_backward(be, ws->dln1, g->qkvw, g->qkvb, ws->dqkv, a->ln1, p->qkvw, N, C,
+                                3 * C);
     /* the attention branch's gradient joins too: dres = d(x) */
-    be->layernorm_backward(be, dres, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd,
+    be->layernorm_backward(be, dres, NULL, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd,
                            p->ln1w, N, C, m->scratch);
 }
 
@@ -309,12 +313,12 @@ static void layer_backward_weight(const Model *m, float *const *g_, void *const 
     be->matmul_backward(be, NULL, g->fcprojw, g->fcprojb, ws->dres3, a->fch_gelu, p->fcprojw, N,
                         4 * C, C);
     be->matmul_backward(be, NULL, g->fcw, g->fcb, ws->dfch, a->ln2, p->fcw, N, C, 4 * C);
-    be->layernorm_backward(be, NULL, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean, a->ln2_rstd,
-                           p->ln2w, N, C, m->scratch);
+    be->layernorm_backward(be, NULL, NULL, g->ln2w, g->ln2b, ws->dln2, a->res2, a->ln2_mean,
+                           a->ln2_rstd, p->ln2w, N, C, m->scratch);
     be->matmul_backward(be, NULL, g->attprojw, g->attprojb, ws->dres2, a->atty, p->attprojw, N,
                         C, C);
     be->matmul_backward(be, NULL, g->qkvw, g->qkvb, ws->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
-    be->layernorm_backward(be, NULL, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd,
+    be->layernorm_backward(be, NULL, NULL, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd,
                            p->ln1w, N, C, m->scratch);
 }
 
@@ -354,8 +358,9 @@ static void head_backward(const Model *m, float *dx, int weights, void *const *h
     const Backend *be = m->be;
     int N = m->B * m->T, C = m->d.C;
     if (dx) be->zero(be, dx, (size_t)N * C * sizeof(float)); /* layernorm_backward adds */
-    be->layernorm_backward(be, dx, weights ? m->gg[G_LNFW] : NULL, weights ? m->gg[G_LNFB] : NULL,
-                           h[H_DLNF], x, h[H_MEAN], h[H_RSTD], m->gp[G_LNFW], N, C, m->scratch);
+    be->layernorm_backward(be, dx, NULL, weights ? m->gg[G_LNFW] : NULL,
+                           weights ? m->gg[G_LNFB] : NULL, h[H_DLNF], x, h[H_MEAN], h[H_RSTD],
+                           m->gp[G_LNFW], N, C, m->scratch);
 }
 
 /* ---- costs ([Note: architecture costs] in arch.h) ---- */

@@ -144,7 +144,7 @@ static const ArchBuf acts[A_N] = {
  * output), computed in the forward ([Note: fused head] in model.c). */
 enum { H_LNF, H_RSTD, H_DLNF, H_N };
 static const ArchBuf head[H_N] = {
-    {"lnf", 1, 0, 0, 0}, {"lnf_rstd", 0, 0, 0, 0}, {"dlnf", 0, 0, 0, 0}};
+    {"lnf", 1, 0, 0, 0}, {"lnf_rstd", 0, 0, 0, 0}, {"dlnf", 1, 0, 0, 0}};
 
 /* [Note: Llama W state] ([Note: W state] in model.h; GPT-2's in gpt2.c) What the weight
  * half reads besides the slot: the output gradient of each matmul and RMSNorm of a layer,
@@ -157,28 +157,29 @@ typedef struct {
     void *dres3; /* [N,C] d(layer output): downw's dout (operand) */
     void *dgate; /* [N,F] gatew's dout (operand) */
     void *dup;   /* [N,F] upw's dout (operand) */
-    float *dln2; /* [N,C] d(ln2 output) */
+    void *dln2;  /* [N,C] d(ln2 output) (operand) */
     void *dres2; /* [N,C] d(res2): attprojw's dout (operand) */
     void *dqkv;  /* [N,QKV] qkvw's dout, RoPE's backward applied (operand) */
-    float *dln1; /* [N,C] d(ln1 output) */
+    void *dln1;  /* [N,C] d(ln1 output) (operand) */
 } LayerWState;
 
 enum { W_DRES3, W_DGATE, W_DUP, W_DLN2, W_DRES2, W_DQKV, W_DLN1, W_N };
 _Static_assert(sizeof(LayerWState) == W_N * sizeof(void *), "LayerWState: one pointer per W_ kind");
 static const ArchBuf wstate[W_N] = {
-    {"dres3", 1, 0, 0, 0}, {"dgate", 1, 0, 0, 0}, {"dup", 1, 0, 0, 0},  {"dln2", 0, 0, 0, 0},
-    {"dres2", 1, 0, 0, 0}, {"dqkv", 1, 0, 0, 0},  {"dln1", 0, 0, 0, 0},
+    {"dres3", 1, 0, 0, 0}, {"dgate", 1, 0, 0, 0}, {"dup", 1, 0, 0, 0},  {"dln2", 1, 0, 0, 0},
+    {"dres2", 1, 0, 0, 0}, {"dqkv", 1, 0, 0, 0},  {"dln1", 1, 0, 0, 0},
 };
 
-/* The backward's scratch (Model.bufs): the fused backward's douts, the up projection's
- * part of d(ln2 output) (matmul_backward overwrites its dinp), the residual gradient cast
+/* The backward's scratch (Model.bufs): the fused backward's douts, the two projections'
+ * parts of d(ln2 output) in fp32 (matmul_backward overwrites its dinp; their sum in dmid,
+ * then at the operand type in dtmp, the fused backward's dln2), the residual gradient cast
  * for a matmul (non-fp32 operands only), and dkeep, the input half's four [N,C] douts
  * until they move into the layer. */
 enum { S_DSWI, S_DMID, S_DTMP, S_DQKV, S_DGATE, S_DUP, S_DRES, S_DKEEP, S_N };
 static const ArchBuf scratch[S_N] = {
     {"dswi", 0, 0, 0, ARCH_ALWAYS},    /* [N,F] */
-    {"dmid", 0, 0, 0, ARCH_ALWAYS},    /* [N,C]: d(ln2), d(ln1); d(atty) at the operand type */
-    {"dtmp", 0, 0, 0, ARCH_ALWAYS},    /* [N,C] */
+    {"dmid", 0, 0, 0, ARCH_ALWAYS},    /* [N,C]: d(ln2)'s sum; d(atty), d(ln1) (operand) */
+    {"dtmp", 0, 0, 0, ARCH_ALWAYS},    /* [N,C]: d(ln2)'s up part; d(ln2) (operand) */
     {"dqkv", 1, 0, 0, ARCH_ALWAYS},    /* [N,QKV] */
     {"dgate", 1, 0, 0, ARCH_ALWAYS},   /* [N,F] */
     {"dup", 1, 0, 0, ARCH_ALWAYS},     /* [N,F] */
@@ -326,7 +327,7 @@ static void layer_backward(const Model *m, float *const *g_, float *dres, void *
     const LayerActs *a = (const LayerActs *)acts_;
     const LayerParams *p = (const LayerParams *)p_, none = {0};
     const LayerParams *g = g_ ? (const LayerParams *)g_ : &none; /* NULL: the ops skip them */
-    const LayerWState fused = {NULL, m->bufs[S_DGATE], m->bufs[S_DUP], m->bufs[S_DMID],
+    const LayerWState fused = {NULL, m->bufs[S_DGATE], m->bufs[S_DUP], m->bufs[S_DTMP],
                                NULL, m->bufs[S_DQKV],  m->bufs[S_DMID]};
     const LayerWState *ws = ws_ ? (const LayerWState *)ws_ : &fused;
     const ModelDims *d = &m->d;
@@ -340,24 +341,28 @@ static void layer_backward(const Model *m, float *const *g_, float *dres, void *
     if (dr != dres) be->to_operand(be, dr, dres, NC);
     be->matmul_backward(be, dswi, g->downw, NULL, dr, a->swi, p->downw, N, F, C);
     be->swiglu_backward(be, ws->dgate, ws->dup, a->gate, a->up, dswi, (size_t)N * F);
-    /* d(ln2 output) = dgate @ gatew + dup @ upw */
-    be->matmul_backward(be, ws->dln2, g->gatew, NULL, ws->dgate, a->ln2, p->gatew, N, C, F);
+    /* d(ln2 output) = dgate @ gatew + dup @ upw, summed in fp32, then at the operand type
+     * (RMSNorm's backward reads it so) */
+    be->matmul_backward(be, dmid, g->gatew, NULL, ws->dgate, a->ln2, p->gatew, N, C, F);
     be->matmul_backward(be, dtmp, g->upw, NULL, ws->dup, a->ln2, p->upw, N, C, F);
-    be->add_inplace(be, ws->dln2, dtmp, NC);
-    /* the MLP branch's gradient joins the residual path: dres = d(res2) */
-    be->rmsnorm_backward(be, dres, g->ln2w, ws->dln2, a->res2, a->rstd2, p->ln2w, N, C, m->scratch);
-    dr = ws->dres2 ? ws->dres2 : cast ? cast : dres;
-    if (dr != dres) be->to_operand(be, dr, dres, NC);
+    be->add_inplace(be, dmid, dtmp, NC);
+    be->to_operand(be, ws->dln2, dmid, NC);
+    /* the MLP branch's gradient joins the residual path: dres = d(res2), and its operand for
+     * attproj's backward in the same pass (where that is not dres itself) */
+    void *op = ws->dres2 ? ws->dres2 : cast;
+    be->rmsnorm_backward(be, dres, op, g->ln2w, ws->dln2, a->res2, a->rstd2, p->ln2w, N, C,
+                         m->scratch);
+    dr = op ? op : dres;
     /* d(atty), which only attention's backward reads, at the operand type */
     be->matmul_operand_backward(be, dmid, g->attprojw, NULL, dr, a->atty, p->attprojw, N, NH * HS,
                                 C);
     be->attention_backward(be, ws->dqkv, dmid, a->qkv, a->atty, a->att, B, T, NH, NKV, HS,
                            m->scratch);
     be->rope_backward(be, ws->dqkv, m->consts[K_INV_FREQ], B, T, NH, NKV, HS);
-    be->matmul_backward(be, ws->dln1, g->qkvw, qkv_bias(m, g_), ws->dqkv, a->ln1, p->qkvw, N, C,
-                        qkv_width(d));
+    be->matmul_operand_backward(be, ws->dln1, g->qkvw, qkv_bias(m, g_), ws->dqkv, a->ln1, p->qkvw,
+                                N, C, qkv_width(d));
     /* the attention branch's gradient joins too: dres = d(x) */
-    be->rmsnorm_backward(be, dres, g->ln1w, ws->dln1, x, a->rstd1, p->ln1w, N, C, m->scratch);
+    be->rmsnorm_backward(be, dres, NULL, g->ln1w, ws->dln1, x, a->rstd1, p->ln1w, N, C, m->scratch);
 }
 
 /* The weight half: the same weight-gradient calls as the fused layer_backward, each on
@@ -373,11 +378,12 @@ static void layer_backward_weight(const Model *m, float *const *g_, void *const 
     be->matmul_backward(be, NULL, g->downw, NULL, ws->dres3, a->swi, p->downw, N, F, C);
     be->matmul_backward(be, NULL, g->gatew, NULL, ws->dgate, a->ln2, p->gatew, N, C, F);
     be->matmul_backward(be, NULL, g->upw, NULL, ws->dup, a->ln2, p->upw, N, C, F);
-    be->rmsnorm_backward(be, NULL, g->ln2w, ws->dln2, a->res2, a->rstd2, p->ln2w, N, C, m->scratch);
+    be->rmsnorm_backward(be, NULL, NULL, g->ln2w, ws->dln2, a->res2, a->rstd2, p->ln2w, N, C,
+                         m->scratch);
     be->matmul_backward(be, NULL, g->attprojw, NULL, ws->dres2, a->atty, p->attprojw, N, AC, C);
     be->matmul_backward(be, NULL, g->qkvw, qkv_bias(m, g_), ws->dqkv, a->ln1, p->qkvw, N, C,
                         qkv_width(d));
-    be->rmsnorm_backward(be, NULL, g->ln1w, ws->dln1, x, a->rstd1, p->ln1w, N, C, m->scratch);
+    be->rmsnorm_backward(be, NULL, NULL, g->ln1w, ws->dln1, x, a->rstd1, p->ln1w, N, C, m->scratch);
 }
 
 static void *const *layer_recompute(const Model *m, int mode, int weight_half, void *const *acts_,
@@ -411,7 +417,7 @@ static void head_backward(const Model *m, float *dx, int weights, void *const *h
     const Backend *be = m->be;
     int N = m->B * m->T, C = m->d.C;
     if (dx) be->zero(be, dx, (size_t)N * C * sizeof(float)); /* rmsnorm_backward adds */
-    be->rmsnorm_backward(be, dx, weights ? m->gg[G_LNFW] : NULL, h[H_DLNF], x, h[H_RSTD],
+    be->rmsnorm_backward(be, dx, NULL, weights ? m->gg[G_LNFW] : NULL, h[H_DLNF], x, h[H_RSTD],
                          m->gp[G_LNFW], N, C, m->scratch);
 }
 

@@ -142,17 +142,17 @@ BackendSizes model_backend_sizes(const ModelDims *d, int B, int T, size_t params
 size_t model_boundary_floats(const ModelDims *d, int B, int T) { return (size_t)B * T * d->C; }
 
 int model_ws_four_fit(size_t att_floats, size_t N, size_t C, size_t operand_bytes) {
-    return att_floats * sizeof(float) >= N * C * (2 * operand_bytes + 2 * sizeof(float));
+    return att_floats * sizeof(float) >= N * C * 4 * operand_bytes;
 }
 
-void model_ws_four(const Model *m, float *att, float **dln2, float **dln1, void **dres3,
+void model_ws_four(const Model *m, float *att, void **dln2, void **dln1, void **dres3,
                    void **dres2) {
     size_t NC = (size_t)m->B * m->T * m->d.C, ob = pp_dtype_bytes(m->be->operand);
     char *p = (char *)att;
-    *dln2 = (float *)p;
-    *dln1 = (float *)(p + NC * sizeof(float));
-    *dres3 = p + 2 * NC * sizeof(float);
-    *dres2 = p + 2 * NC * sizeof(float) + NC * ob;
+    *dln2 = p;
+    *dln1 = p + NC * ob;
+    *dres3 = p + 2 * NC * ob;
+    *dres2 = p + 3 * NC * ob;
 }
 
 double model_layer_act_floats(const ModelDims *d, double N, double att, int mode) {
@@ -805,7 +805,7 @@ float *model_chunk_output(Model *m, int c, int s) {
     return (float *)layer_input(m, &ck->slots[s], ck->l1 - ck->l0);
 }
 
-float *model_head_grad(const Model *m, int c, int s) {
+void *model_head_grad(const Model *m, int c, int s) {
     PP_CHECK(m->chunks[c].last);
     return m->chunks[c].slots[s].head[m->arch->head_dout];
 }
@@ -817,7 +817,8 @@ float *model_head_grad(const Model *m, int c, int s) {
  * of rows r0..r0+R, x the final norm's output and dx its gradient (GPT-2's lnf and dlnf):
  *   logits[R,Vp] = x[r0..] @ head^T                          (head_logits)
  *   losses[r0..] = -log p(target); logits become dlogits     (crossentropy_forward_backward)
- *   dx[r0..]     = dlogits @ head, overwriting that chunk's rows (matmul_backward's dinp)
+ *   dx[r0..]     = dlogits @ head, overwriting that chunk's rows (matmul_operand_backward's
+ *                  dinp: the operand the final norm's backward reads)
  *   dhead       += dlogits^T @ x[r0..]                        (matmul_backward's dw)
  * and validation only the first two (crossentropy_forward). Rows are independent, so a
  * row's loss, dlogits and dx are the unchunked ones but for the GEMM's own blocking (a
@@ -834,7 +835,7 @@ float *model_head_grad(const Model *m, int c, int s) {
  *
  * R is the backend's: a chunk's GEMMs must stay large enough to fill the device, and
  * dhead [Vp,C] is read and written once per chunk (cuda/NOTES.md: the CUDA figures). */
-void model_head_loss(Model *m, const void *x, float *dx, const int *targets, float dloss,
+void model_head_loss(Model *m, const void *x, void *dx, const int *targets, float dloss,
                      int want_grad, double *loss) {
     const Backend *be = m->be;
     int N = m->B * m->T, C = m->d.C, V = m->d.V, Vp = m->d.Vp;
@@ -856,7 +857,8 @@ void model_head_loss(Model *m, const void *x, float *dx, const int *targets, flo
          * until backward, not [N,Vp] logits per in-flight microbatch. */
         be->crossentropy_forward_backward(be, dl, m->losses + r0, m->logits, targets + r0, dloss, R,
                                           V, Vp);
-        be->matmul_backward(be, dx + (size_t)r0 * C, m->dhead, NULL, dl, xr, m->head, R, C, Vp);
+        be->matmul_operand_backward(be, (char *)dx + (size_t)r0 * C * ob, m->dhead, NULL, dl, xr,
+                                    m->head, R, C, Vp);
     }
     if (hold) be->weight_hold(be, NULL, 0);
     if (loss) be->sum(be, loss, m->losses, (size_t)N);

@@ -286,15 +286,15 @@ void model_backward_input(Model *m, int c, int s, int w);
 void model_backward_weight(Model *m, int c, int s, int w);
 /* The [N,C] output activation of chunk c, slot s (not for the last stage). */
 float *model_chunk_output(Model *m, int c, int s);
-/* The last stage's d(loss)/d(final norm output) [N,C] of chunk c, slot s: what the
- * forward with want_grad left for the backward. */
-float *model_head_grad(const Model *m, int c, int s);
+/* The last stage's d(loss)/d(final norm output) [N,C] (operand) of chunk c, slot s: what
+ * the forward with want_grad left for the backward. */
+void *model_head_grad(const Model *m, int c, int s);
 
 /* For an Arch's head_forward ([Note: chunked head] in model.c): the loss of the head's
  * input x [N,C] (operand; the final norm's output) against targets [N], its sum into
- * *loss (may be NULL) and, with want_grad, dx [N,C] = d(loss)/d(x) (OVERWRITTEN) and
- * d(head) added, every token's loss scaled by dloss. */
-void model_head_loss(Model *m, const void *x, float *dx, const int *targets, float dloss,
+ * *loss (may be NULL) and, with want_grad, dx [N,C] (operand) = d(loss)/d(x) (OVERWRITTEN)
+ * and d(head) added, every token's loss scaled by dloss. */
+void model_head_loss(Model *m, const void *x, void *dx, const int *targets, float dloss,
                      int want_grad, double *loss);
 
 /* Receive buffer r of chunk c ([N,C], device). */
@@ -356,12 +356,12 @@ BackendSizes model_backend_sizes(const ModelDims *d, int B, int T, size_t params
  * agrees (the element type is float). */
 size_t model_boundary_floats(const ModelDims *d, int B, int T);
 /* [Note: W state] in a pre-norm residual block (gpt2.c's and llama.c's): the four [N,C]
- * output gradients of a layer that keeps its activations — two matmul douts (operands:
- * dres3, dres2) and two norm douts (fp32: dln2, dln1) — live in its attention state when
- * that holds them. model_ws_four_fit says whether it does for m's sizes; model_ws_four
- * points the four into att, the fp32 two first (aligned). */
+ * output gradients of a layer that keeps its activations — two matmul douts (dres3, dres2)
+ * and two norm douts (dln2, dln1), all operands — live in its attention state when that
+ * holds them. model_ws_four_fit says whether it does for m's sizes; model_ws_four points
+ * the four into att, one after the other. */
 int model_ws_four_fit(size_t att_floats, size_t N, size_t C, size_t operand_bytes);
-void model_ws_four(const Model *m, float *att, float **dln2, float **dln1, void **dres3,
+void model_ws_four(const Model *m, float *att, void **dln2, void **dln1, void **dres3,
                    void **dres2);
 /* Floats one layer keeps for its backward for N tokens under recompute mode `mode`
  * (model_recompute_mode: 0 none, 1 selective, 2 full), att of them attention's saved

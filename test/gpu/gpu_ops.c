@@ -528,12 +528,14 @@ static void check_layernorm(const Shape *s, const char *sh) {
         /* all accumulate */
         float *g = rnd(NC, 1), *gx = rnd(NC, 1), *gw = rnd(C, 1), *gb = rnd(C, 1);
         float *gx0 = dup(gx, NC), *gw0 = dup(gw, C), *gb0 = dup(gb, C);
-        float *dg = dev(g, NC * 4), *dgx = dev(gx, NC * 4), *dgw = dev(gw, C * 4);
+        op_round(g, NC); /* dout is an operand */
+        void *dg = dev_op(g, NC);
+        float *dgx = dev(gx, NC * 4), *dgw = dev(gw, C * 4);
         float *dgb = dev(gb, C * 4);
         int want_x = variant != 2, want_w = variant != 1;
-        gpu->layernorm_backward(gpu, want_x ? dgx : NULL, want_w ? dgw : NULL, want_w ? dgb : NULL,
-                                dg, dx, dm, dr, dw, N, C, gscratch);
-        cpu->layernorm_backward(cpu, gx, gw, gb, g, x, mean, rstd, w, N, C, scratch);
+        gpu->layernorm_backward(gpu, want_x ? dgx : NULL, NULL, want_w ? dgw : NULL,
+                                want_w ? dgb : NULL, dg, dx, dm, dr, dw, N, C, gscratch);
+        cpu->layernorm_backward(cpu, gx, NULL, gw, gb, g, x, mean, rstd, w, N, C, scratch);
         float *hx = host(dgx, NC), *hw = host(dgw, C), *hb = host(dgb, C);
         if (want_x) compare(vn[variant], "dinp", sh, hx, gx, NC, TOL_RED);
         else same_bits("layernorm_backward dinp=NULL", sh, hx, gx0, NC);
@@ -562,10 +564,12 @@ static void check_layernorm(const Shape *s, const char *sh) {
     /* determinism of the column sums: two runs from the same seed */
     {
         float *g = rnd(NC, 1), *gw = rnd(C, 1), *gb = rnd(C, 1);
-        float *dg = dev(g, NC * 4), *w1 = dev(gw, C * 4), *b1 = dev(gb, C * 4);
+        op_round(g, NC); /* dout is an operand */
+        void *dg = dev_op(g, NC);
+        float *w1 = dev(gw, C * 4), *b1 = dev(gb, C * 4);
         float *w2 = dev(gw, C * 4), *b2 = dev(gb, C * 4);
-        gpu->layernorm_backward(gpu, NULL, w1, b1, dg, dx, dm, dr, dw, N, C, gscratch);
-        gpu->layernorm_backward(gpu, NULL, w2, b2, dg, dx, dm, dr, dw, N, C, gscratch);
+        gpu->layernorm_backward(gpu, NULL, NULL, w1, b1, dg, dx, dm, dr, dw, N, C, gscratch);
+        gpu->layernorm_backward(gpu, NULL, NULL, w2, b2, dg, dx, dm, dr, dw, N, C, gscratch);
         float *h1 = host(w1, C), *h2 = host(w2, C);
         same_bits("layernorm_backward dw", sh, h1, h2, C);
         gpu->dealloc(gpu, dg);
@@ -582,14 +586,25 @@ static void check_layernorm(const Shape *s, const char *sh) {
     /* [Note: split backward]: each half gives the fused call's bits */
     {
         float *g = rnd(NC, 1), *gx = rnd(NC, 1), *gw = rnd(C, 1), *gb = rnd(C, 1);
-        float *dg = dev(g, NC * 4), *fx = dev(gx, NC * 4), *fw = dev(gw, C * 4);
+        op_round(g, NC); /* dout is an operand */
+        void *dg = dev_op(g, NC);
+        float *fx = dev(gx, NC * 4), *fw = dev(gw, C * 4);
         float *fb = dev(gb, C * 4);
         float *ix = dev(gx, NC * 4), *ww = dev(gw, C * 4), *wb = dev(gb, C * 4);
-        gpu->layernorm_backward(gpu, fx, fw, fb, dg, dx, dm, dr, dw, N, C, gscratch);
-        gpu->layernorm_backward(gpu, ix, NULL, NULL, dg, dx, dm, dr, dw, N, C, gscratch);
-        gpu->layernorm_backward(gpu, NULL, ww, wb, dg, dx, dm, dr, dw, N, C, gscratch);
+        /* the fused call with dinp's operand copy, the I half without */
+        void *fo = dev_op_nan(NC), *fo2 = dev_op_nan(NC);
+        gpu->layernorm_backward(gpu, fx, fo, fw, fb, dg, dx, dm, dr, dw, N, C, gscratch);
+        gpu->layernorm_backward(gpu, ix, NULL, NULL, NULL, dg, dx, dm, dr, dw, N, C, gscratch);
+        gpu->layernorm_backward(gpu, NULL, NULL, ww, wb, dg, dx, dm, dr, dw, N, C, gscratch);
+        gpu->to_operand(gpu, fo2, fx, NC);
         float *hfx = host(fx, NC), *hix = host(ix, NC), *hfw = host(fw, C), *hww = host(ww, C);
-        float *hfb = host(fb, C), *hwb = host(wb, C);
+        float *hfb = host(fb, C), *hwb = host(wb, C), *hfo = host_op(fo, NC),
+              *hfo2 = host_op(fo2, NC);
+        same_bits("layernorm_backward dinp_op=to_operand(dinp)", sh, hfo, hfo2, NC);
+        gpu->dealloc(gpu, fo);
+        gpu->dealloc(gpu, fo2);
+        free(hfo);
+        free(hfo2);
         same_bits("layernorm_backward I half=fused", sh, hix, hfx, NC);
         same_bits("layernorm_backward W half=fused", sh, hww, hfw, C);
         same_bits("layernorm_backward W half=fused db", sh, hwb, hfb, C);
@@ -650,11 +665,13 @@ static void check_rmsnorm(const Shape *s, const char *sh) {
         const char *vn[] = {"rmsnorm_backward", "rmsnorm_backward dinp", "rmsnorm_backward dw"};
         float *g = rnd(NC, 1), *gx = rnd(NC, 1), *gw = rnd(C, 1); /* both accumulate */
         float *gx0 = dup(gx, NC), *gw0 = dup(gw, C);
-        float *dg = dev(g, NC * 4), *dgx = dev(gx, NC * 4), *dgw = dev(gw, C * 4);
+        op_round(g, NC); /* dout is an operand */
+        void *dg = dev_op(g, NC);
+        float *dgx = dev(gx, NC * 4), *dgw = dev(gw, C * 4);
         int want_x = variant != 2, want_w = variant != 1;
-        gpu->rmsnorm_backward(gpu, want_x ? dgx : NULL, want_w ? dgw : NULL, dg, dx, dr, dw, N, C,
-                              gscratch);
-        cpu->rmsnorm_backward(cpu, gx, gw, g, x, rstd, w, N, C, scratch);
+        gpu->rmsnorm_backward(gpu, want_x ? dgx : NULL, NULL, want_w ? dgw : NULL, dg, dx, dr, dw,
+                              N, C, gscratch);
+        cpu->rmsnorm_backward(cpu, gx, NULL, gw, g, x, rstd, w, N, C, scratch);
         float *hx = host(dgx, NC), *hw = host(dgw, C);
         if (want_x) compare(vn[variant], "dinp", sh, hx, gx, NC, TOL_RED);
         else same_bits("rmsnorm_backward dinp=NULL", sh, hx, gx0, NC);
@@ -672,14 +689,23 @@ static void check_rmsnorm(const Shape *s, const char *sh) {
     }
     { /* [Note: split backward] and determinism: fused, I half, W half, W half again */
         float *g = rnd(NC, 1), *gx = rnd(NC, 1), *gw = rnd(C, 1);
-        float *dg = dev(g, NC * 4), *fx = dev(gx, NC * 4), *fw = dev(gw, C * 4);
+        op_round(g, NC); /* dout is an operand */
+        void *dg = dev_op(g, NC);
+        float *fx = dev(gx, NC * 4), *fw = dev(gw, C * 4);
         float *ix = dev(gx, NC * 4), *ww = dev(gw, C * 4), *ww2 = dev(gw, C * 4);
-        gpu->rmsnorm_backward(gpu, fx, fw, dg, dx, dr, dw, N, C, gscratch);
-        gpu->rmsnorm_backward(gpu, ix, NULL, dg, dx, dr, dw, N, C, gscratch);
-        gpu->rmsnorm_backward(gpu, NULL, ww, dg, dx, dr, dw, N, C, gscratch);
-        gpu->rmsnorm_backward(gpu, NULL, ww2, dg, dx, dr, dw, N, C, gscratch);
+        void *fo = dev_op_nan(NC), *fo2 = dev_op_nan(NC); /* dinp's operand copy */
+        gpu->rmsnorm_backward(gpu, fx, fo, fw, dg, dx, dr, dw, N, C, gscratch);
+        gpu->rmsnorm_backward(gpu, ix, NULL, NULL, dg, dx, dr, dw, N, C, gscratch);
+        gpu->rmsnorm_backward(gpu, NULL, NULL, ww, dg, dx, dr, dw, N, C, gscratch);
+        gpu->rmsnorm_backward(gpu, NULL, NULL, ww2, dg, dx, dr, dw, N, C, gscratch);
+        gpu->to_operand(gpu, fo2, fx, NC);
         float *hfx = host(fx, NC), *hix = host(ix, NC), *hfw = host(fw, C), *hww = host(ww, C);
-        float *hww2 = host(ww2, C);
+        float *hww2 = host(ww2, C), *hfo = host_op(fo, NC), *hfo2 = host_op(fo2, NC);
+        same_bits("rmsnorm_backward dinp_op=to_operand(dinp)", sh, hfo, hfo2, NC);
+        gpu->dealloc(gpu, fo);
+        gpu->dealloc(gpu, fo2);
+        free(hfo);
+        free(hfo2);
         same_bits("rmsnorm_backward I half=fused", sh, hix, hfx, NC);
         same_bits("rmsnorm_backward W half=fused", sh, hww, hfw, C);
         same_bits("rmsnorm_backward dw", sh, hww, hww2, C);
@@ -720,22 +746,25 @@ static void check_norm_misaligned(int N, int C, const char *sh) {
             cpu->rmsnorm_forward(cpu, out, rstd, x, w, 1e-5f, N, C);
         else
             cpu->layernorm_forward(cpu, out, mean, rstd, x, w, b, N, C);
-        float *dx = dev(x, NC * 4), *dw = dev(w, C * 4), *dg = dev(g, NC * 4);
+        float *dx = dev(x, NC * 4), *dw = dev(w, C * 4);
+        op_round(g, NC); /* dout is an operand */
+        void *dg = dev_op(g, NC);
         float *dm = dev(mean, N * 4), *dr = dev(rstd, N * 4);
         float *fx = dev(gx, (NC + 1) * 4), *ix = dev(gx, (NC + 1) * 4); /* dinp at +1 */
         float *fw = dev(gw, C * 4), *fb = dev(gb, C * 4), *ww = dev(gw, C * 4),
               *wb = dev(gb, C * 4);
         float *cx = dup(gx + 1, NC), *cw = dup(gw, C), *cb = dup(gb, C);
         if (rms) {
-            gpu->rmsnorm_backward(gpu, fx + 1, fw, dg, dx, dr, dw, N, C, gscratch);
-            gpu->rmsnorm_backward(gpu, ix + 1, NULL, dg, dx, dr, dw, N, C, gscratch);
-            gpu->rmsnorm_backward(gpu, NULL, ww, dg, dx, dr, dw, N, C, gscratch);
-            cpu->rmsnorm_backward(cpu, cx, cw, g, x, rstd, w, N, C, scratch);
+            gpu->rmsnorm_backward(gpu, fx + 1, NULL, fw, dg, dx, dr, dw, N, C, gscratch);
+            gpu->rmsnorm_backward(gpu, ix + 1, NULL, NULL, dg, dx, dr, dw, N, C, gscratch);
+            gpu->rmsnorm_backward(gpu, NULL, NULL, ww, dg, dx, dr, dw, N, C, gscratch);
+            cpu->rmsnorm_backward(cpu, cx, NULL, cw, g, x, rstd, w, N, C, scratch);
         } else {
-            gpu->layernorm_backward(gpu, fx + 1, fw, fb, dg, dx, dm, dr, dw, N, C, gscratch);
-            gpu->layernorm_backward(gpu, ix + 1, NULL, NULL, dg, dx, dm, dr, dw, N, C, gscratch);
-            gpu->layernorm_backward(gpu, NULL, ww, wb, dg, dx, dm, dr, dw, N, C, gscratch);
-            cpu->layernorm_backward(cpu, cx, cw, cb, g, x, mean, rstd, w, N, C, scratch);
+            gpu->layernorm_backward(gpu, fx + 1, NULL, fw, fb, dg, dx, dm, dr, dw, N, C, gscratch);
+            gpu->layernorm_backward(gpu, ix + 1, NULL, NULL, NULL, dg, dx, dm, dr, dw, N, C,
+                                    gscratch);
+            gpu->layernorm_backward(gpu, NULL, NULL, ww, wb, dg, dx, dm, dr, dw, N, C, gscratch);
+            cpu->layernorm_backward(cpu, cx, NULL, cw, cb, g, x, mean, rstd, w, N, C, scratch);
         }
         float *hfx = host(fx, NC + 1), *hix = host(ix, NC + 1), *hfw = host(fw, C);
         float *hww = host(ww, C), *hfb = host(fb, C), *hwb = host(wb, C);
