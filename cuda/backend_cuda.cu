@@ -576,7 +576,7 @@ static void cu_head_logits(const Backend *be, void *logits, const void *inp, con
  * GEMM, so its op runs unfused: the result is the same contract, only slower, and the
  * speed switches' A/B (bench/gpu.sh) would otherwise not show why a fusion gained nothing.
  * Kinds: 0 residual, 1 GELU forward, 2 DGELU, 3 bias gradient, 4 GELU in the epilogue, 5 and 6
- * an operand output's GEMM (qkv; d atty: [Note: operand activations]). */
+ * an operand output's GEMM (qkv; d atty and the norms' douts: [Note: operand activations]). */
 static void epi_unfused(CudaCtx *c, int kind, const char *what, int M, int N, int K) {
     if (c->warned_epi & (1 << kind)) return;
     c->warned_epi |= 1 << kind;
@@ -778,7 +778,10 @@ static void cu_matmul_operand_backward(const Backend *be, void *dinp, float *dw,
     if (!c->fuse_cast || try_gemm_out(c, 0, 0, N, C, OC, 1.0f, dout, OC, 0, W, C, 0, 0.0f, C, 0, 1,
                                       AB_BF16, CUBLAS_COMPUTE_32F, &o) != 0) {
         if (c->fuse_cast)
-            epi_unfused(c, 6, "an operand input gradient's GEMM (d atty: a bf16 output)", N, C, OC);
+            epi_unfused(c, 6,
+                        "an operand input gradient's GEMM (d atty, d ln1, d ln2, d lnf: a bf16 "
+                        "output)",
+                        N, C, OC);
         float *F = wide_fp32(c, dinp, (size_t)N * C);
         mm_gemm(c, 0, 0, N, C, OC, NULL, dout, OC, w, W, C, 0.0f, F, C, NULL);
         k_to_operand(c, dinp, F, (size_t)N * C);
@@ -1318,7 +1321,7 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t dev
     }
     size_t head = (rows < N ? rows : N) * Vp;
     grow(c, &c->lt_ws, LT_WORKSPACE);
-    grow(c, &c->sums, 256 * sizeof(double));
+    grow(c, &c->sums, k_sums_workspace()); /* k_sum's, and k_sumsq_many's 64 tensors */
     if (N && width) {
         /* the column sums of a bias gradient, at most width columns */
         grow(c, &c->partials, ((N + 255) / 256) * width * sizeof(float));

@@ -209,6 +209,8 @@ void k_adamw(CudaCtx *c, float *p, const float *g, float *m, float *v, size_t n,
 /* [Note: many tensors] in src/backend/backend.h: out[i] = k_sum(x[i], n[i], squares 1);
  * k_adamw on each t[i] (the same bits), in a few launches. */
 void k_sumsq_many(CudaCtx *c, double *out, const float *const *x, const size_t *n, int count);
+/* Bytes of the sums' partials k_sum and k_sumsq_many need (reserved at open). */
+size_t k_sums_workspace(void);
 void k_adamw_many(CudaCtx *c, const PPOptTensor *t, int count, float lr, float beta1, float beta2,
                   float eps, float grad_scale, float bc1, float bc2);
 void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr, float momentum,

@@ -363,7 +363,10 @@ static int norm_backward(CudaCtx *c, float *dinp, DT *dop, float *dst0, float *d
                          const float *inp, const float *mean, const float *rstd, const float *w,
                          int N, int C) {
     bool v4w = ln_vec4(C, dout, inp, w, NULL, NULL), v4 = v4w && aligned(dinp, 16);
-    v4 = v4 && aligned(dop, 16); /* (NULL is) */
+    /* dop must not choose the kernel (dinp's sums would change with it): one it cannot store
+     * to in the kernel's groups gets to_operand's pass after */
+    DT *late = dop && !(aligned(dop, 16) || (!v4 && aligned(dop, sizeof(DT)))) ? dop : NULL;
+    if (late) dop = NULL;
     NbShape shw = nb_shape(C, v4w), sh = nb_shape(C, v4);
     if (c->ln_rows < 0 || !shw.K || N < 1) return 0;
     int rows = nb_rows(N, c->ln_rows), P = (N + rows - 1) / rows, ns = RMS ? 1 : 2;
@@ -390,6 +393,7 @@ static int norm_backward(CudaCtx *c, float *dinp, DT *dop, float *dst0, float *d
             if (dop) k_to_operand(c, dop, dinp, (size_t)N * C);
         }
     }
+    if (late) k_to_operand(c, late, dinp, (size_t)N * C);
     if (part) {
         col_final<32>
             <<<(C + 31) / 32, dim3(32, 32), 0, c->stream>>>(dst0, dst1, part, P, (size_t)ns * C, C);
@@ -1045,8 +1049,10 @@ __global__ void sum_final_many(double *out, const double *part) {
     final_block(out + blockIdx.x, part + (size_t)blockIdx.x * SUM_BLOCKS, SUM_BLOCKS);
 }
 
+size_t k_sums_workspace(void) { return (size_t)MT_MAX * SUM_BLOCKS * sizeof(double); }
+
 void k_sumsq_many(CudaCtx *c, double *out, const float *const *x, const size_t *n, int count) {
-    double *part = (double *)grow(c, &c->sums, (size_t)MT_MAX * SUM_BLOCKS * sizeof(double));
+    double *part = (double *)grow(c, &c->sums, k_sums_workspace());
     for (int i0 = 0; i0 < count; i0 += MT_MAX) { /* part is reused in stream order */
         int k = count - i0 < MT_MAX ? count - i0 : MT_MAX;
         MtSums a;

@@ -167,13 +167,17 @@ template <bool RMS> static int check1(int N, int C, bool v4, int rows, bool bf) 
     float *sp = buffer(np, NULL);                               /* W half, single floats */
     Trio k = v4 ? trio<true, RMS>(sh.K, bf) : trio<false, RMS>(sh.K, bf);
     const float *m = RMS ? NULL : dm;
-    /* the operand copy of dinp (dout's type): with the fused call only, then against the
-     * host's rounding of the fused dinp, bit for bit */
-    float *fo = buffer(NC, NULL);
+    /* the operand copy of dinp (dout's type) with the fused call and the I half: the host's
+     * rounding of the fused dinp, bit for bit, both; a bf16 copy leaves the rest of its fp32
+     * room (bytes 2 NC..4 NC) as it was */
+    float *fo = buffer(NC, NULL), *io = buffer(NC, NULL);
     k.fused(fx, fo, fp, dd, dx, m, dr, dw, N, C, rows, sh.T);
-    k.ihalf(ix, NULL, NULL, dd, dx, m, dr, dw, N, C, rows, sh.T);
+    k.ihalf(ix, io, NULL, dd, dx, m, dr, dw, N, C, rows, sh.T);
     k.whalf(NULL, NULL, wp, dd, dx, m, dr, dw, N, C, rows, sh.T);
-    size_t op_wrong = 0;
+    size_t ob = bf ? 2 : 4, op_wrong = memcmp(io, fo, NC * ob) != 0;
+    for (size_t i = NC * ob; i < NC * 4; i++)
+        op_wrong += ((const unsigned char *)fo)[i] != 0xff ||
+                    ((const unsigned char *)io)[i] != 0xff;
     for (size_t i = 0; i < NC; i++) {
         if (!bf) {
             op_wrong += memcmp(&fo[i], &fx[i], 4) != 0;
@@ -196,10 +200,10 @@ template <bool RMS> static int check1(int N, int C, bool v4, int rows, bool bf) 
     if (!RMS) col_final32(kb.data(), fp + C, P, (size_t)ns * C, C);
     double ex = rel_l2(fx, gx.data(), NC), ew = rel_l2(kw.data(), gw.data(), C);
     double eb = RMS ? 0 : rel_l2(kb.data(), gb.data(), C);
-    bool guards = guards_intact(fx, NC) && guards_intact(fo, NC) && guards_intact(fp, np) &&
-                  guards_intact(ix, NC) && guards_intact(wp, np) && guards_intact(sp, np) &&
-                  guards_intact(dd, NC) && guards_intact(dx, NC) && guards_intact(dw, C) &&
-                  guards_intact(dm, N) && guards_intact(dr, N);
+    bool guards = guards_intact(fx, NC) && guards_intact(fo, NC) && guards_intact(io, NC) &&
+                  guards_intact(fp, np) && guards_intact(ix, NC) && guards_intact(wp, np) &&
+                  guards_intact(sp, np) && guards_intact(dd, NC) && guards_intact(dx, NC) &&
+                  guards_intact(dw, C) && guards_intact(dm, N) && guards_intact(dr, N);
     bool ihalf = !memcmp(ix, fx, NC * sizeof(float)), whalf = !memcmp(wp, fp, np * sizeof(float));
     bool ok = ex <= 1e-5 && ew <= 1e-5 && eb <= 1e-5 && guards && ihalf && whalf && same_scalar &&
               !op_wrong;
@@ -213,7 +217,7 @@ template <bool RMS> static int check1(int N, int C, bool v4, int rows, bool bf) 
            : same_scalar ? "; single-float sums = float4 sums"
                          : "; single-float sums DIFFER",
            guards ? "" : "; a guard word was overwritten");
-    for (float *p : {dd, dx, dw, dm, dr, fx, fo, fp, ix, wp, sp}) free(p);
+    for (float *p : {dd, dx, dw, dm, dr, fx, fo, io, fp, ix, wp, sp}) free(p);
     return !ok;
 }
 template <bool RMS> static int check(int N, int C, bool v4, int rows = 0) {

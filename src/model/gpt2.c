@@ -135,8 +135,9 @@ static const ArchBuf head[H_N] = {
  * [N,C] douts in the probabilities: the input half computes them in scratch (dkeep and
  * the fused backward's buffers, ws_stage) and the engine moves them there at the end of
  * the layer. Only the four [N,C] douts need memory of their own, and only where the
- * probabilities are smaller than 4*N*C floats (attention_saved_floats: NH*T < 4C, or a
- * flash attention). A layer that recomputes keeps all 11*N*C in its W state set. */
+ * probabilities are smaller than the four (4*N*C operands, model_ws_four_fit: at fp32
+ * attention_saved_floats' NH*T < 4C, at bf16 NH*T < 2C; or a flash attention). A layer that
+ * recomputes keeps all 11*N*C in its W state set. */
 typedef struct {
     void *dres3; /* [N,C] d(layer output): fcproj's dout (operand) */
     void *dfch;  /* [N,4C] d(fch): fc's dout (operand) */

@@ -151,7 +151,7 @@ static const ArchBuf head[H_N] = {
  * (5C + 2F + QKV) N floats. After the input half, qkv (W reads ln1, not it), gate and up
  * (W reads ln2 and swi) and the attention probabilities are dead, so a layer that keeps
  * its activations stores dqkv in qkv, dgate in gate, dup in up, and the four [N,C]
- * douts in the probabilities where those are at least 4 N C floats; a layer that
+ * douts in the probabilities where those hold 4 N C operands (model_ws_four_fit); a layer that
  * recomputes keeps it all in its W state set. */
 typedef struct {
     void *dres3; /* [N,C] d(layer output): downw's dout (operand) */

@@ -141,18 +141,25 @@ BackendSizes model_backend_sizes(const ModelDims *d, int B, int T, size_t params
 
 size_t model_boundary_floats(const ModelDims *d, int B, int T) { return (size_t)B * T * d->C; }
 
+/* One of the four's room: N C operands, rounded up to 16 bytes so that each starts at a
+ * 16-byte address as the fused backward's buffers do (the norm kernels' vector paths, and so
+ * the bits of a split backward's W half, depend on it). */
+static size_t ws_four_room(size_t N, size_t C, size_t operand_bytes) {
+    return (N * C * operand_bytes + 15) / 16 * 16;
+}
+
 int model_ws_four_fit(size_t att_floats, size_t N, size_t C, size_t operand_bytes) {
-    return att_floats * sizeof(float) >= N * C * 4 * operand_bytes;
+    return att_floats * sizeof(float) >= 4 * ws_four_room(N, C, operand_bytes);
 }
 
 void model_ws_four(const Model *m, float *att, void **dln2, void **dln1, void **dres3,
                    void **dres2) {
-    size_t NC = (size_t)m->B * m->T * m->d.C, ob = pp_dtype_bytes(m->be->operand);
+    size_t room = ws_four_room((size_t)m->B * m->T, m->d.C, pp_dtype_bytes(m->be->operand));
     char *p = (char *)att;
     *dln2 = p;
-    *dln1 = p + NC * ob;
-    *dres3 = p + 2 * NC * ob;
-    *dres2 = p + 3 * NC * ob;
+    *dln1 = p + room;
+    *dres3 = p + 2 * room;
+    *dres2 = p + 3 * room;
 }
 
 double model_layer_act_floats(const ModelDims *d, double N, double att, int mode) {

@@ -359,7 +359,7 @@ size_t model_boundary_floats(const ModelDims *d, int B, int T);
  * output gradients of a layer that keeps its activations — two matmul douts (dres3, dres2)
  * and two norm douts (dln2, dln1), all operands — live in its attention state when that
  * holds them. model_ws_four_fit says whether it does for m's sizes; model_ws_four points
- * the four into att, one after the other. */
+ * the four into att, one after the other, each at a multiple of 16 bytes. */
 int model_ws_four_fit(size_t att_floats, size_t N, size_t C, size_t operand_bytes);
 void model_ws_four(const Model *m, float *att, void **dln2, void **dln1, void **dres3,
                    void **dres2);

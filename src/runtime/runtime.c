@@ -843,7 +843,7 @@ static void build_model(Runtime *rt, const ModelDims *d, const Backend *be) {
     rt->sum_x = pp_calloc(nt ? nt : 1, sizeof *rt->sum_x);
     rt->sum_n = pp_calloc(nt ? nt : 1, sizeof *rt->sum_n);
     rt->upd = pp_calloc(nt ? nt : 1, sizeof *rt->upd);
-    for (int i = 0; i < nt; i++) {
+    for (int i = 0; rt->model.grads && i < nt; i++) {
         rt->sum_x[i] = rt->model.grads + rt->model.tensors[i].offset;
         rt->sum_n[i] = rt->model.tensors[i].numel;
     }

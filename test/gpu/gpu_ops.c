@@ -754,18 +754,29 @@ static void check_norm_misaligned(int N, int C, const char *sh) {
         float *fw = dev(gw, C * 4), *fb = dev(gb, C * 4), *ww = dev(gw, C * 4),
               *wb = dev(gb, C * 4);
         float *cx = dup(gx + 1, NC), *cw = dup(gw, C), *cb = dup(gb, C);
+        /* the I half with dinp's operand copy one element past an allocation (misaligned
+         * too): it must not change dinp's bits, and must be to_operand's */
+        void *io = dev_op_nan(NC + 1), *io2 = dev_op_nan(NC);
         if (rms) {
             gpu->rmsnorm_backward(gpu, fx + 1, NULL, fw, dg, dx, dr, dw, N, C, gscratch);
-            gpu->rmsnorm_backward(gpu, ix + 1, NULL, NULL, dg, dx, dr, dw, N, C, gscratch);
+            gpu->rmsnorm_backward(gpu, ix + 1, op_at(io, 1), NULL, dg, dx, dr, dw, N, C, gscratch);
             gpu->rmsnorm_backward(gpu, NULL, NULL, ww, dg, dx, dr, dw, N, C, gscratch);
             cpu->rmsnorm_backward(cpu, cx, NULL, cw, g, x, rstd, w, N, C, scratch);
         } else {
             gpu->layernorm_backward(gpu, fx + 1, NULL, fw, fb, dg, dx, dm, dr, dw, N, C, gscratch);
-            gpu->layernorm_backward(gpu, ix + 1, NULL, NULL, NULL, dg, dx, dm, dr, dw, N, C,
+            gpu->layernorm_backward(gpu, ix + 1, op_at(io, 1), NULL, NULL, dg, dx, dm, dr, dw, N, C,
                                     gscratch);
             gpu->layernorm_backward(gpu, NULL, NULL, ww, wb, dg, dx, dm, dr, dw, N, C, gscratch);
             cpu->layernorm_backward(cpu, cx, NULL, cw, cb, g, x, mean, rstd, w, N, C, scratch);
         }
+        gpu->to_operand(gpu, io2, ix + 1, NC);
+        float *hio = host_op(io, NC + 1), *hio2 = host_op(io2, NC);
+        same_bits(rms ? "rmsnorm_bwd dinp_op+1=to_operand" : "layernorm_bwd dinp_op+1=to_operand",
+                  sh, hio + 1, hio2, NC);
+        gpu->dealloc(gpu, io);
+        gpu->dealloc(gpu, io2);
+        free(hio);
+        free(hio2);
         float *hfx = host(fx, NC + 1), *hix = host(ix, NC + 1), *hfw = host(fw, C);
         float *hww = host(ww, C), *hfb = host(fb, C), *hwb = host(wb, C);
         compare(name, "dinp", sh, hfx + 1, cx, NC, TOL_RED);
@@ -1987,6 +1998,18 @@ static float *fetch(const Backend *be, const void *p, size_t n) {
     return h;
 }
 
+/* n elements of be's operand type at p, widened to fp32 (malloc'd). */
+static float *fetch_op(const Backend *be, const void *p, size_t n) {
+    if (be->operand != PP_BF16) return fetch(be, p, n);
+    uint16_t *b = malloc((n ? n : 1) * 2);
+    be->to_host(be, b, p, n * 2);
+    be->wait(be);
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = bf16_widen(b[i]);
+    free(b);
+    return h;
+}
+
 /* The last stage's head alone (final LayerNorm, tied head, loss; no layers) through
  * src/model/model.c on `base` with its logits in chunks of `rows` (0: all N): a validation
  * forward, then a training one. x[N,C] the stage input, tgt[N] the targets. */
@@ -2012,7 +2035,7 @@ static void head_run(const Backend *base, const Shape *s, int rows, const float 
     model_forward(&m, 0, 0, 1.0f / N, 1, dsum);
     be.to_host(&be, &o->loss, dsum, sizeof(double));
     o->losses = fetch(&be, m.losses, N);
-    o->dlnf = fetch(&be, model_head_grad(&m, 0, 0), (size_t)N * C);
+    o->dlnf = fetch_op(&be, model_head_grad(&m, 0, 0), (size_t)N * C); /* an operand */
     o->dwte = fetch(&be, m.dhead, (size_t)s->Vp * C);
     be.dealloc(&be, dsum);
     model_free(&m);
@@ -2110,7 +2133,8 @@ int main(int argc, char **argv) {
                              gpu->head_logits, gpu->crossentropy_forward_backward,
                              gpu->crossentropy_forward, gpu->scratch_floats, gpu->add_inplace,
                              gpu->to_operand, gpu->host_alloc, gpu->host_free, gpu->memory,
-                             gpu->close};
+                             gpu->close, gpu->sumsq_many, gpu->adamw_many,
+                             gpu->matmul_operand_forward, gpu->matmul_operand_backward};
     /* the CPU has no device extras */
     for (size_t i = 0; i < sizeof entries / sizeof entries[0] && !cpu_as_gpu; i++)
         if (!entries[i]) return printf("FAIL the CUDA backend's table has no entry %zu\n", i), 1;
