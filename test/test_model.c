@@ -529,13 +529,18 @@ static void emu_rms_fwd(const Backend *be, void *out, float *rstd, const float *
     narrow(out, t, (size_t)N * C);
     free(t);
 }
+/* RoPE in place on a bf16 qkv (dir 1) or dqkv (-1): widened, the CPU's rotation, rounded */
+static void emu_rope(void *x, const float *inv_freq, int B, int T, int NH, int NKV, int HS,
+                     int dir) {
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    float *t = widen(x, n);
+    (dir > 0 ? CPU->rope_forward : CPU->rope_backward)(CPU, t, inv_freq, B, T, NH, NKV, HS);
+    narrow(x, t, n);
+    free(t);
+}
 static void emu_rope_fwd(const Backend *be, void *qkv, const float *inv_freq, int B, int T, int NH,
                          int NKV, int HS) {
-    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
-    float *t = widen(qkv, n);
-    CPU->rope_forward(CPU, t, inv_freq, B, T, NH, NKV, HS);
-    narrow(qkv, t, n);
-    free(t);
+    emu_rope(qkv, inv_freq, B, T, NH, NKV, HS, 1);
 }
 /* [Note: KV cache]: qkv rotated in place at the operand type, the cache fp32 */
 static void emu_kv_append(const Backend *be, float *kc, float *vc, void *qkv, const float *inv_freq,
@@ -560,11 +565,7 @@ static void emu_att_decode(const Backend *be, void *out, const void *qkv, const 
 }
 static void emu_rope_bwd(const Backend *be, void *dqkv, const float *inv_freq, int B, int T, int NH,
                          int NKV, int HS) {
-    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
-    float *t = widen(dqkv, n);
-    CPU->rope_backward(CPU, t, inv_freq, B, T, NH, NKV, HS);
-    narrow(dqkv, t, n);
-    free(t);
+    emu_rope(dqkv, inv_freq, B, T, NH, NKV, HS, -1);
 }
 static void emu_swiglu_fwd(const Backend *be, void *out, const float *gate, const float *up,
                            size_t n) {
@@ -639,6 +640,30 @@ static double fwd(Model *m, int c, int s, float dloss, int want_grad) {
     double loss = 0.0;
     model_forward(m, c, s, dloss, want_grad, &loss);
     return loss;
+}
+
+static void fill_tokens(Model *m, int c, int slot, int B, int T);
+
+/* Models a and b of one chunk, gradients zeroed, each run forward on the same two
+ * microbatches (slots 0 and 1: the same random inputs, the same tokens), the same random
+ * output gradient then put in each slot for the backward. */
+static void forward_pair(Model *a, Model *b, int B, int T) {
+    size_t NC = (size_t)B * T * a->d.C;
+    Model *ms[2] = {a, b};
+    float *in[2], *dout[2];
+    for (int s = 0; s < 2; s++) {
+        in[s] = rand_buf(NC, 1);
+        dout[s] = rand_buf(NC, 1);
+    }
+    for (int i = 0; i < 2; i++) {
+        model_zero_grads(ms[i]);
+        for (int s = 0; s < 2; s++) { /* both microbatches forward, as slots 0 and 1 */
+            fill_tokens(ms[i], 0, s, B, T);
+            memcpy(ms[i]->chunks[0].slots[s].input, in[s], NC * sizeof(float));
+            fwd(ms[i], 0, s, 1.0f / (B * T), 1);
+            memcpy(ms[i]->chunks[0].slots[s].grad, dout[s], NC * sizeof(float));
+        }
+    }
 }
 
 static void setup_model_dims(Model *m, const ModelDims *d, const ChunkSpec *specs, int n, int B,
@@ -1078,21 +1103,7 @@ START_TEST(test_split_backward_chunk) {
             else
                 ck_assert_uint_gt(sp.wstate_bytes, 0);
             ck_assert_uint_eq(f.wstate_bytes, 0);
-            Model *ms[2] = {&f, &sp};
-            float *in[2], *dout[2];
-            for (int s = 0; s < 2; s++) {
-                in[s] = rand_buf((size_t)N * C, 1);
-                dout[s] = rand_buf((size_t)N * C, 1);
-            }
-            for (int i = 0; i < 2; i++) {
-                model_zero_grads(ms[i]);
-                for (int s = 0; s < 2; s++) { /* both microbatches forward, as slots 0 and 1 */
-                    fill_tokens(ms[i], 0, s, B, T);
-                    memcpy(ms[i]->chunks[0].slots[s].input, in[s], (size_t)N * C * 4);
-                    fwd(ms[i], 0, s, 1.0f / N, 1);
-                    memcpy(ms[i]->chunks[0].slots[s].grad, dout[s], (size_t)N * C * 4);
-                }
-            }
+            forward_pair(&f, &sp, B, T);
             model_backward(&f, 0, 0);
             model_backward(&f, 0, 1);
             model_backward_input(&sp, 0, 0, 1); /* W state sets in either order */
@@ -1164,21 +1175,7 @@ START_TEST(test_recompute_chunk) {
                         ck_assert(a1[out] && a1[out] != r.work[out]);
                         if (split) model_init_wstate(&r, 0, 2);
                         ck_assert_uint_gt(r.work_bytes, 0);
-                        Model *ms[2] = {&f, &r};
-                        float *in[2], *dout[2];
-                        for (int s = 0; s < 2; s++) {
-                            in[s] = rand_buf((size_t)N * C, 1);
-                            dout[s] = rand_buf((size_t)N * C, 1);
-                        }
-                        for (int i = 0; i < 2; i++) {
-                            model_zero_grads(ms[i]);
-                            for (int s = 0; s < 2; s++) {
-                                fill_tokens(ms[i], 0, s, B, T);
-                                memcpy(ms[i]->chunks[0].slots[s].input, in[s], (size_t)N * C * 4);
-                                fwd(ms[i], 0, s, 1.0f / N, 1);
-                                memcpy(ms[i]->chunks[0].slots[s].grad, dout[s], (size_t)N * C * 4);
-                            }
-                        }
+                        forward_pair(&f, &r, B, T);
                         for (int s = 0; s < 2; s++) {
                             model_backward(&f, 0, s);
                             if (split)

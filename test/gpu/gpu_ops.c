@@ -209,17 +209,25 @@ static void *dev_op_nan(size_t n) {
     return d;
 }
 
-/* The device operand tensor's n elements, widened to fp32 (malloc'd). */
-static float *host_op(const void *d, size_t n) {
-    if (!op_bf16()) return host(d, n);
+/* n elements of be's operand type at device p, widened to fp32 (malloc'd). */
+static float *fetch_op(const Backend *be, const void *p, size_t n) {
+    if (be->operand != PP_BF16) {
+        float *h = malloc((n ? n : 1) * sizeof(float));
+        be->to_host(be, h, p, n * sizeof(float));
+        be->wait(be);
+        return h;
+    }
     uint16_t *h = malloc((n ? n : 1) * 2);
-    gpu->to_host(gpu, h, d, n * 2);
-    gpu->wait(gpu);
+    be->to_host(be, h, p, n * 2);
+    be->wait(be);
     float *x = malloc((n ? n : 1) * sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = bf16_widen(h[i]);
     free(h);
     return x;
 }
+
+/* The device operand tensor's n elements, widened to fp32 (malloc'd). */
+static float *host_op(const void *d, size_t n) { return fetch_op(gpu, d, n); }
 
 /* Element i of device operand tensor d. */
 static void *op_at(void *d, size_t i) { return (char *)d + i * pp_dtype_bytes(gpu->operand); }
@@ -1036,6 +1044,34 @@ static void check_matmul_gelu_forward(int N, int C, int H, int bias, const char 
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
 }
 
+/* One call of a matmul backward's split-backward check ([Note: split backward]): its operand
+ * input gradient dd (xname, nx elements) against rx, dw (nw) against rw and db (nb) against rb
+ * where asked for, else their seeds w0, b0 bit for bit; the host copies into keep[3] for the
+ * halves' comparisons after; dd, ddw and ddb released. */
+static void split_outputs(const char *op, const char *xname, const char *sh, int want_x, int want_w,
+                          int want_b, void *dd, float *ddw, float *ddb, const float *rx, size_t nx,
+                          const float *rw, const float *w0, size_t nw, const float *rb,
+                          const float *b0, size_t nb, float *keep[3]) {
+    char nm[128];
+    float *hd = host_op(dd, nx), *hw = host(ddw, nw), *hb = host(ddb, nb);
+    if (want_x) compare(op, xname, sh, hd, rx, nx, tol_op(tol_gemm()));
+    snprintf(nm, sizeof nm, "%s dw=NULL", op);
+    if (want_w)
+        compare(op, "dw", sh, hw, rw, nw, tol_gemm());
+    else
+        same_bits(nm, sh, hw, w0, nw);
+    snprintf(nm, sizeof nm, "%s db=NULL", op);
+    if (want_b)
+        compare(op, "db", sh, hb, rb, nb, TOL_RED);
+    else
+        same_bits(nm, sh, hb, b0, nb);
+    keep[0] = hd;
+    keep[1] = hw;
+    keep[2] = hb;
+    void *all[] = {dd, ddw, ddb};
+    free_all(all, 3);
+}
+
 /* matmul_gelu_backward: dpre[N,H] = gelu'(pre) * (dout[N,C] @ w[C,H]); dw[C,H], db[C]. */
 static void check_matmul_gelu_backward(int N, int C, int H, int bias, const char *sh) {
     size_t NC = (size_t)N * C, NH = (size_t)N * H, HC = (size_t)H * C;
@@ -1060,17 +1096,8 @@ static void check_matmul_gelu_backward(int N, int C, int H, int bias, const char
         float *ddw = dev(gw0, HC * 4), *ddb = dev(gb0, C * 4);
         gpu->matmul_gelu_backward(gpu, want_x ? dd : NULL, want_w ? ddw : NULL,
                                   want_w && bias ? ddb : NULL, dg, dx, dw, dp, N, H, C);
-        float *hd = host_op(dd, NH), *hw = host(ddw, HC), *hb = host(ddb, C);
-        if (want_x) compare(vn[v], "dpre", sh, hd, ref, NH, tol_op(tol_gemm()));
-        if (want_w) compare(vn[v], "dw", sh, hw, gw, HC, tol_gemm());
-        else same_bits("matmul_gelu_backward dw=NULL", sh, hw, gw0, HC);
-        if (want_w && bias) compare(vn[v], "db", sh, hb, gb, C, TOL_RED);
-        else same_bits("matmul_gelu_backward db=NULL", sh, hb, gb0, C);
-        keep[v][0] = hd;
-        keep[v][1] = hw;
-        keep[v][2] = hb;
-        void *all[] = {dd, ddw, ddb};
-        free_all(all, 3);
+        split_outputs(vn[v], "dpre", sh, want_x, want_w, want_w && bias, dd, ddw, ddb, ref, NH, gw,
+                      gw0, HC, gb, gb0, C, keep[v]);
     }
     /* [Note: split backward]: the halves give the fused call's bits; the W half is
      * matmul_backward's; dpre twice is the same bits */
@@ -1304,21 +1331,8 @@ static void check_matmul_operand(int N, int C, int OC, int bias, const char *sh0
                                          want_w && bias ? ddb : NULL, dg, dx, dw, N, C, OC);
         else
             gpu->matmul_backward(gpu, NULL, ddw, bias ? ddb : NULL, dg, dx, dw, N, C, OC);
-        float *hd = host_op(dd, NC), *hw = host(ddw, OCC), *hb = host(ddb, OC);
-        if (want_x) compare("matmul_operand_backward", "dinp", sh, hd, gx, NC, tol_op(tol_gemm()));
-        if (want_w)
-            compare("matmul_operand_backward", "dw", sh, hw, gw, OCC, tol_gemm());
-        else
-            same_bits("matmul_operand_backward dw=NULL", sh, hw, gw0, OCC);
-        if (want_w && bias)
-            compare("matmul_operand_backward", "db", sh, hb, gb, OC, TOL_RED);
-        else
-            same_bits("matmul_operand_backward db=NULL", sh, hb, gb0, OC);
-        keep[v][0] = hd;
-        keep[v][1] = hw;
-        keep[v][2] = hb;
-        void *all[] = {dd, ddw, ddb};
-        free_all(all, 3);
+        split_outputs("matmul_operand_backward", "dinp", sh, want_x, want_w, want_w && bias, dd,
+                      ddw, ddb, gx, NC, gw, gw0, OCC, gb, gb0, OC, keep[v]);
     }
     same_bits("matmul_operand_backward I half=fused", sh, keep[1][0], keep[0][0], NC);
     same_bits("matmul_operand_backward W half=fused", sh, keep[2][1], keep[0][1], OCC);
@@ -1995,18 +2009,6 @@ static float *fetch(const Backend *be, const void *p, size_t n) {
     float *h = malloc((n ? n : 1) * sizeof(float));
     be->to_host(be, h, p, n * sizeof(float));
     be->wait(be);
-    return h;
-}
-
-/* n elements of be's operand type at p, widened to fp32 (malloc'd). */
-static float *fetch_op(const Backend *be, const void *p, size_t n) {
-    if (be->operand != PP_BF16) return fetch(be, p, n);
-    uint16_t *b = malloc((n ? n : 1) * 2);
-    be->to_host(be, b, p, n * 2);
-    be->wait(be);
-    float *h = malloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) h[i] = bf16_widen(b[i]);
-    free(b);
     return h;
 }
 
