@@ -738,9 +738,10 @@ static void cu_matmul_gelu_backward(const Backend *be, void *dpre, float *dw, fl
     else if (db) k_bias_backward(c, db, dout, N, OC);
 }
 
-/* [Note: operand activations] (src/backend/backend.h): qkv and attention's output gradient
- * (d atty) are only ever read by attention, RoPE and decoding, which read the operand type:
- * at bf16 operands the GEMM writes them in bf16 itself (qkv's bias in the epilogue, in bf16
+/* [Note: operand activations] (src/backend/backend.h): qkv, attention's output gradient
+ * (d atty) and the norms' (d ln1, d ln2, d lnf) are only ever read by ops that read the
+ * operand type (attention, RoPE, decoding, the norms' backward): at bf16 operands the GEMM
+ * writes them in bf16 itself (qkv's bias in the epilogue, in bf16
  * as cuBLASLt takes it with a bf16 D), where there were an fp32 D and then a cast in every
  * attention call (cuDNN's and the flash kernels' alike: a qkv cast in the forward, qkv and
  * dout casts in the backward, ~0.2 ms a layer at GPT-2 124M, B 16: cuda/NOTES.md). Where
@@ -786,10 +787,8 @@ static void cu_matmul_operand_backward(const Backend *be, void *dinp, float *dw,
         mm_gemm(c, 0, 0, N, C, OC, NULL, dout, OC, w, W, C, 0.0f, F, C, NULL);
         k_to_operand(c, dinp, F, (size_t)N * C);
     }
-    if (dw)
-        mm_weight_grads(c, dw, db, dout, dout, inp, N, C, OC);
-    else if (db)
-        k_bias_backward(c, db, dout, N, OC);
+    /* dw, db: matmul_backward's W half (its bits, as the split backward needs) */
+    if (dw || db) cu_matmul_backward(be, NULL, dw, db, dout, inp, w, N, C, OC);
 }
 
 /* ---- attention ----------------------------------------------------------------------------
