@@ -58,6 +58,21 @@ enum {
                      activations (Arch.ws_stage carves it; counted in the W state bytes) */
 };
 
+/* [Note: residual gradient's operand] With bf16 operands a layer's backward reads the
+ * residual gradient (fp32) as a matmul operand first (the last matmul's backward), so it
+ * casts it into its ARCH_CAST scratch buffer of the residual gradient's operand. In the
+ * fused backward of a chunk the op above (the head's final norm, or the layer above's
+ * first norm) writes that copy instead, in the pass that finishes the gradient
+ * (layernorm_backward's dinp_op): no cast a layer. The chain argument says who does what:
+ *  - ARCH_DRES_OP_IN (layer_backward): the buffer already holds dres's operand copy;
+ *  - ARCH_DRES_OP_OUT (layer_backward, head_backward): leave there the operand copy of
+ *    the gradient this call leaves in dres (dx), for the layer below.
+ * The engine (model.c chunk_backward) sets OUT on every call that has a fused layer below
+ * it in the chunk, and IN on the call after one that had OUT. Same bits either way: the
+ * copy has to_operand's bits (layernorm_backward's contract in backend.h). The input
+ * half keeps its own copies in ws (the layer below's ws is not the buffer). */
+enum { ARCH_DRES_OP_IN = 1, ARCH_DRES_OP_OUT = 2 };
+
 /* The recompute modes as bits (1 << PP_RECOMPUTE_SELECTIVE, 1 << PP_RECOMPUTE_FULL). */
 #define ARCH_SEL 2
 #define ARCH_FULL 4
@@ -260,9 +275,11 @@ struct Arch {
     void (*layer_forward)(const Model *m, void *const *acts, float *const *p, const float *x);
     /* dres [N,C]: in d(layer output), out d(layer input). g NULL: the input half, keeping
      * each op's output gradient in ws for layer_backward_weight; else the fused backward
-     * (ws NULL), weight gradients added into g. Both give dres by the same calls. */
+     * (ws NULL), weight gradients added into g. Both give dres by the same calls (up to
+     * where dres's operand copy is made). chain: ARCH_DRES_OP_* (the fused backward only;
+     * 0 otherwise), [Note: residual gradient's operand]. */
     void (*layer_backward)(const Model *m, float *const *g, float *dres, void *const *acts,
-                           float *const *p, const float *x, void *const *ws);
+                           float *const *p, const float *x, void *const *ws, int chain);
     /* The weight half: the fused backward's weight-gradient calls on ws's gradients. */
     void (*layer_backward_weight)(const Model *m, float *const *g, void *const *acts,
                                   float *const *p, const float *x, void *const *ws);
@@ -276,8 +293,10 @@ struct Arch {
     void (*head_forward)(Model *m, void *const *h, const int *targets, const float *x,
                          float dloss, int want_grad, double *loss);
     /* From h[head_dout]: dx [N,C] OVERWRITTEN with d(x) (NULL: skipped) and, with
-     * weights, the final norm's gradients added. */
-    void (*head_backward)(const Model *m, float *dx, int weights, void *const *h, const float *x);
+     * weights, the final norm's gradients added. chain: 0 or ARCH_DRES_OP_OUT (with dx and
+     * weights), [Note: residual gradient's operand]. */
+    void (*head_backward)(const Model *m, float *dx, int weights, void *const *h, const float *x,
+                          int chain);
 
     /* ---- decoding ([Note: decoding] in decode.h): one sequence, n new positions ---- */
     /* out [n,C] = the embedding of tokens [n] at positions pos..pos+n-1. */

@@ -263,7 +263,7 @@ static void embed_decode(const Model *m, float *out, const int *tokens, int pos,
  * keeps each op's output gradient for layer_backward_weight. One body for both, so the
  * two compute dres by the same calls. */
 static void layer_backward(const Model *m, float *const *g_, float *dres, void *const *acts_,
-                           float *const *p_, const float *x, void *const *ws_) {
+                           float *const *p_, const float *x, void *const *ws_, int chain) {
     const Backend *be = m->be;
     const LayerActs *a = (const LayerActs *)acts_;
     const LayerParams *p = (const LayerParams *)p_, none = {0};
@@ -277,7 +277,8 @@ static void layer_backward(const Model *m, float *const *g_, float *dres, void *
     void *cast = m->bufs[S_DRES];
     /* [Note: operand activations] in backend.h: an fp32 operand is dres itself */
     void *dr = ws->dres3 ? ws->dres3 : cast ? cast : dres;
-    if (dr != dres) be->to_operand(be, dr, dres, NC);
+    PP_CHECK(!chain || !ws_); /* [Note: residual gradient's operand] in arch.h */
+    if (dr != dres && !(chain & ARCH_DRES_OP_IN)) be->to_operand(be, dr, dres, NC);
     /* dfch = gelu'(fch) * (dres3 @ fcprojw); fcproj's weight gradients */
     be->matmul_gelu_backward(be, ws->dfch, g->fcprojw, g->fcprojb, dr, a->fch_gelu, p->fcprojw,
                              a->fch, N, 4 * C, C);
@@ -297,9 +298,10 @@ static void layer_backward(const Model *m, float *const *g_, float *dres, void *
                            m->scratch);
     be->matmul_operand_backward(be, ws->dln1, g->qkvw, g->qkvb, ws->dqkv, a->ln1, p->qkvw, N, C,
                                 3 * C);
-    /* the attention branch's gradient joins too: dres = d(x) */
-    be->layernorm_backward(be, dres, NULL, g->ln1w, g->ln1b, ws->dln1, x, a->ln1_mean, a->ln1_rstd,
-                           p->ln1w, N, C, m->scratch);
+    /* the attention branch's gradient joins too: dres = d(x), and its operand for the layer
+     * below when the chain asks */
+    be->layernorm_backward(be, dres, chain & ARCH_DRES_OP_OUT ? cast : NULL, g->ln1w, g->ln1b,
+                           ws->dln1, x, a->ln1_mean, a->ln1_rstd, p->ln1w, N, C, m->scratch);
 }
 
 /* The weight half: the same weight-gradient calls as the fused layer_backward, each on
@@ -355,11 +357,13 @@ static void head_forward(Model *m, void *const *h, const int *targets, const flo
     model_head_loss(m, h[H_LNF], h[H_DLNF], targets, dloss, want_grad, loss);
 }
 
-static void head_backward(const Model *m, float *dx, int weights, void *const *h, const float *x) {
+static void head_backward(const Model *m, float *dx, int weights, void *const *h, const float *x,
+                          int chain) {
     const Backend *be = m->be;
     int N = m->B * m->T, C = m->d.C;
+    void *op = chain & ARCH_DRES_OP_OUT ? m->bufs[S_DRES] : NULL; /* the first layer's cast */
     if (dx) be->zero(be, dx, (size_t)N * C * sizeof(float)); /* layernorm_backward adds */
-    be->layernorm_backward(be, dx, NULL, weights ? m->gg[G_LNFW] : NULL,
+    be->layernorm_backward(be, dx, op, weights ? m->gg[G_LNFW] : NULL,
                            weights ? m->gg[G_LNFB] : NULL, h[H_DLNF], x, h[H_MEAN], h[H_RSTD],
                            m->gp[G_LNFW], N, C, m->scratch);
 }

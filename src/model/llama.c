@@ -322,7 +322,7 @@ static void embed_decode(const Model *m, float *out, const int *tokens, int pos,
  * keeps each op's output gradient for layer_backward_weight. One body for both, so the
  * two compute dres by the same calls. */
 static void layer_backward(const Model *m, float *const *g_, float *dres, void *const *acts_,
-                           float *const *p_, const float *x, void *const *ws_) {
+                           float *const *p_, const float *x, void *const *ws_, int chain) {
     const Backend *be = m->be;
     const LayerActs *a = (const LayerActs *)acts_;
     const LayerParams *p = (const LayerParams *)p_, none = {0};
@@ -338,7 +338,8 @@ static void layer_backward(const Model *m, float *const *g_, float *dres, void *
     void *cast = m->bufs[S_DRES];
     /* [Note: operand activations] in backend.h: an fp32 operand is dres itself */
     void *dr = ws->dres3 ? ws->dres3 : cast ? cast : dres;
-    if (dr != dres) be->to_operand(be, dr, dres, NC);
+    PP_CHECK(!chain || !ws_); /* [Note: residual gradient's operand] in arch.h */
+    if (dr != dres && !(chain & ARCH_DRES_OP_IN)) be->to_operand(be, dr, dres, NC);
     be->matmul_backward(be, dswi, g->downw, NULL, dr, a->swi, p->downw, N, F, C);
     be->swiglu_backward(be, ws->dgate, ws->dup, a->gate, a->up, dswi, (size_t)N * F);
     /* d(ln2 output) = dgate @ gatew + dup @ upw, summed in fp32, then at the operand type
@@ -361,8 +362,10 @@ static void layer_backward(const Model *m, float *const *g_, float *dres, void *
     be->rope_backward(be, ws->dqkv, m->consts[K_INV_FREQ], B, T, NH, NKV, HS);
     be->matmul_operand_backward(be, ws->dln1, g->qkvw, qkv_bias(m, g_), ws->dqkv, a->ln1, p->qkvw,
                                 N, C, qkv_width(d));
-    /* the attention branch's gradient joins too: dres = d(x) */
-    be->rmsnorm_backward(be, dres, NULL, g->ln1w, ws->dln1, x, a->rstd1, p->ln1w, N, C, m->scratch);
+    /* the attention branch's gradient joins too: dres = d(x), and its operand for the layer
+     * below when the chain asks */
+    be->rmsnorm_backward(be, dres, chain & ARCH_DRES_OP_OUT ? cast : NULL, g->ln1w, ws->dln1, x,
+                         a->rstd1, p->ln1w, N, C, m->scratch);
 }
 
 /* The weight half: the same weight-gradient calls as the fused layer_backward, each on
@@ -413,11 +416,13 @@ static void head_forward(Model *m, void *const *h, const int *targets, const flo
     model_head_loss(m, h[H_LNF], h[H_DLNF], targets, dloss, want_grad, loss);
 }
 
-static void head_backward(const Model *m, float *dx, int weights, void *const *h, const float *x) {
+static void head_backward(const Model *m, float *dx, int weights, void *const *h, const float *x,
+                          int chain) {
     const Backend *be = m->be;
     int N = m->B * m->T, C = m->d.C;
+    void *op = chain & ARCH_DRES_OP_OUT ? m->bufs[S_DRES] : NULL; /* the first layer's cast */
     if (dx) be->zero(be, dx, (size_t)N * C * sizeof(float)); /* rmsnorm_backward adds */
-    be->rmsnorm_backward(be, dx, NULL, weights ? m->gg[G_LNFW] : NULL, h[H_DLNF], x, h[H_RSTD],
+    be->rmsnorm_backward(be, dx, op, weights ? m->gg[G_LNFW] : NULL, h[H_DLNF], x, h[H_RSTD],
                          m->gp[G_LNFW], N, C, m->scratch);
 }
 

@@ -896,20 +896,32 @@ void model_forward(Model *m, int c, int s, float dloss, int want_grad, double *l
 }
 
 /* The backward of chunk c on slot s into s->grad: fused (weights, W state NULL) or the
- * input half (weights 0, W state set ws). */
+ * input half (weights 0, W state set ws). The fused one passes the residual gradient's
+ * operand copy from each call to the layer below ([Note: residual gradient's operand] in
+ * arch.h). */
 static void chunk_backward(Model *m, int c, int s, int weights, void **ws) {
     const Arch *A = m->arch;
     const Chunk *ck = &m->chunks[c];
     ActSlot *a = &ck->slots[s];
-    if (ck->last)
-        A->head_backward(m, a->grad, weights, a->head, layer_input(m, a, ck->l1 - ck->l0));
+    int in = 0; /* the call above left a->grad's operand copy */
+    if (ck->last) {
+        int out = weights && ck->l1 > ck->l0 ? ARCH_DRES_OP_OUT : 0;
+        A->head_backward(m, a->grad, weights, a->head, layer_input(m, a, ck->l1 - ck->l0), out);
+        in = out ? ARCH_DRES_OP_IN : 0;
+    }
     for (int l = ck->l1 - 1; l >= ck->l0; l--) {
         int li = l - ck->l0;
         void *const *la = backward_acts(m, ck, a, li, 0);
         float *const *p = layer_params(m, m->lp, l);
-        if (weights || li < ck->nrc) { /* fused, or W state in a set of its own */
-            A->layer_backward(m, weights ? layer_params(m, m->lg, l) : NULL, a->grad, la, p,
-                              layer_input(m, a, li), weights ? NULL : set_ws(m, ws, li));
+        if (weights) {
+            int out = l > ck->l0 ? ARCH_DRES_OP_OUT : 0;
+            A->layer_backward(m, layer_params(m, m->lg, l), a->grad, la, p, layer_input(m, a, li),
+                              NULL, in | out);
+            in = out ? ARCH_DRES_OP_IN : 0;
+            continue;
+        }
+        if (li < ck->nrc) { /* W state in a set of its own */
+            A->layer_backward(m, NULL, a->grad, la, p, layer_input(m, a, li), set_ws(m, ws, li), 0);
             continue;
         }
         /* the W state in scratch, then into the layer's dead activations ([Note: W state]) */
@@ -917,7 +929,7 @@ static void chunk_backward(Model *m, int c, int s, int weights, void **ws) {
         size_t bytes[ARCH_MAX_BUFS];
         A->ws_stage(m, tmp);
         wstate_at(m, ck, a, li, ws, to);
-        A->layer_backward(m, NULL, a->grad, la, p, layer_input(m, a, li), tmp);
+        A->layer_backward(m, NULL, a->grad, la, p, layer_input(m, a, li), tmp, 0);
         int n = set_bytes_of(m, ARCH_WS, bytes);
         for (int k = 0; k < n; k++) m->be->copy(m->be, to[k], tmp[k], bytes[k]);
     }
@@ -936,7 +948,7 @@ void model_backward_weight(Model *m, int c, int s, int w) {
     const Chunk *ck = &m->chunks[c];
     ActSlot *a = &ck->slots[s];
     PP_CHECK(w >= 0 && w < ck->nwstate);
-    if (ck->last) A->head_backward(m, NULL, 1, a->head, layer_input(m, a, ck->l1 - ck->l0));
+    if (ck->last) A->head_backward(m, NULL, 1, a->head, layer_input(m, a, ck->l1 - ck->l0), 0);
     for (int l = ck->l1 - 1; l >= ck->l0; l--) {
         int li = l - ck->l0;
         void *ws[ARCH_MAX_BUFS];
