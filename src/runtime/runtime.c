@@ -277,9 +277,10 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
         model_take_input(&rt->model, c, i, r);
         rt->rbufs[c][r].mb = -1;
     }
-    /* the host batch stays put until the step's wait (runtime_step's end) */
+    /* the host batch stays put until the next wait (local_sums'; load_batch waits if none) */
     if (s == 0) be->to_device(be, as->tokens, rt->inputs + rows, ntok * sizeof(int));
     if (s == rt->S - 1) be->to_device(be, as->targets, rt->targets + rows, ntok * sizeof(int));
+    rt->uploads_pending |= s == 0 || s == rt->S - 1;
     if (s > 0 && rt->chunk_of[s - 1] >= 0) { /* local handover from stage s-1 */
         int pc = rt->chunk_of[s - 1], pi = held_slot(rt, pc, m);
         be->copy(be, as->input, model_chunk_output(&rt->model, pc, pi), NC * sizeof(float));
@@ -486,8 +487,11 @@ static int load_batch(Runtime *rt, DataStream *d, long n, char *err, size_t errl
     if (rt->chunk_of[0] < 0 && rt->chunk_of[rt->S - 1] < 0) return PP_OK;
     const Backend *be = rt->model.be;
     char news[PP_ERR_MAX];
-    /* the last uploads read these (pinned) buffers until done */
-    if (be->device_memory) be->wait(be);
+    /* The last uploads read these (pinned) buffers until done. A step's own wait
+     * (local_sums) has normally seen them done: then the batch is read while the device
+     * still runs the optimizer's update, instead of after it. */
+    if (be->device_memory && rt->uploads_pending) be->wait(be);
+    rt->uploads_pending = 0;
     int rc = data_stream_batch(d, n, rt->inputs, rt->targets, err, errlen);
     /* a shard reached and validated ([Note: shard streams] in data_stream.c) */
     if (data_stream_news(d, news, sizeof news) && rt->lay.rank == 0) printf("%s\n", news);
@@ -533,6 +537,7 @@ static void local_sums(Runtime *rt, int want_sumsq, double *loss, double *sumsq)
     }
     if (last) be->to_host(be, rt->loss_host, rt->loss_dev, (size_t)rt->M * sizeof(double));
     be->wait(be);
+    rt->uploads_pending = 0; /* the batch's uploads are done too */
     *loss = 0.0;
     for (int k = 0; last && k < rt->M; k++) *loss += rt->loss_host[k];
     *sumsq = 0.0;

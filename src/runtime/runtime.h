@@ -73,6 +73,7 @@ typedef struct Runtime {
                                   (every rank: [Note: a batch that cannot be read]) */
     int *inputs, *targets;     /* [global_batch*T] host: the step's batch (first / last
                                   stage's rank only) */
+    int uploads_pending;       /* to_device has read inputs / targets since the last wait */
     double *loss_dev;          /* [M] device: each microbatch's loss sum (last stage) */
     double *sumsq_dev;         /* [model.ntensors] device: each tensor's squared grad sum */
     double *loss_host, *sumsq_host; /* host copies of the two */
