@@ -97,9 +97,12 @@ static void cu_dealloc(const Backend *be, void *p) {
 /* The memory entries may be called from other threads than the one that opened the
  * backend (the checkpoint writer's copy threads): each makes the rank's GPU current on
  * its thread first (cudaSetDevice is per thread and cheap). */
+static void drop_kept(CudaCtx *c, const void *dst, size_t bytes);
+
 static void cu_to_device(const Backend *be, void *dst, const void *src, size_t bytes) {
     CudaCtx *c = ctx_of(be);
     CK(c, cudaSetDevice(c->device));
+    drop_kept(c, dst, bytes);
     if (bytes) CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
 }
 
@@ -111,11 +114,13 @@ static void cu_to_host(const Backend *be, void *dst, const void *src, size_t byt
 
 static void cu_zero(const Backend *be, void *dst, size_t bytes) {
     CudaCtx *c = ctx_of(be);
+    drop_kept(c, dst, bytes);
     if (bytes) CK(c, cudaMemsetAsync(dst, 0, bytes, c->stream));
 }
 
 static void cu_copy(const Backend *be, void *dst, const void *src, size_t bytes) {
     CudaCtx *c = ctx_of(be);
+    drop_kept(c, dst, bytes);
     if (bytes) CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
 }
 
@@ -522,13 +527,31 @@ static void mm_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, const float
     gemm(c, tA, tB, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, AB_F32, comp, bias);
 }
 
-static void cu_weight_hold(const Backend *be, const float *w, size_t n) {
+/* [Note: kept weight copy] The held weights' bf16 copy (castW) outlives the hold: it stays
+ * the copy of c->kept[0..kept_n) for as long as every write to those floats comes through
+ * adamw_many, which writes the bf16 of each new value it stores into the copy in the same
+ * pass (k_to_bf16's rounding: the bits a new conversion would give). A hold with kept of the
+ * same weights then has its copy already: GPT-2 124M's step saves the conversion's pass
+ * (read 4 and write 2 bytes a parameter, 0.75 GB) for 2 more bytes written by AdamW, and a
+ * launch. The caller promises that nothing outside this backend wrote them (the runtime: no
+ * ZeRO-1 gather); the backend's own other writes drop the copy (drop_kept: to_device, copy,
+ * zero, adamw_update, sgd_update), and so does any hold that converts other weights into
+ * castW (the head's own). PPTRAIN_ADAMW_COPY=0 converts at every hold, as before. */
+static void drop_kept(CudaCtx *c, const void *dst, size_t bytes) {
+    const char *d = (const char *)dst, *k = (const char *)c->kept;
+    if (c->kept && d < k + c->kept_n * sizeof(float) && k < d + bytes) c->kept = NULL;
+}
+
+static void cu_weight_hold(const Backend *be, const float *w, size_t n, int kept) {
     CudaCtx *c = ctx_of(be);
     c->held = NULL;
     c->held_n = 0;
     if (!w || c->prec != PP_PREC_BF16) return;
-    /* in stream order */
-    k_to_bf16(c, (__nv_bfloat16 *)grow(c, &c->castW, n * sizeof(__nv_bfloat16)), w, n);
+    if (!(kept && c->adamw_copy && c->kept == w && c->kept_n == n)) { /* in stream order */
+        k_to_bf16(c, (__nv_bfloat16 *)grow(c, &c->castW, n * sizeof(__nv_bfloat16)), w, n);
+        c->kept = w;
+        c->kept_n = n;
+    }
     c->held = w;
     c->held_n = n;
 }
@@ -1066,6 +1089,7 @@ static void cu_adamw(const Backend *be, float *p, const float *g, float *m, floa
                      float grad_scale, int t) {
     /* the bias corrections as optim_adamw_update computes them: in double, then float */
     float bc1 = (float)(1.0 - pow(beta1, t)), bc2 = (float)(1.0 - pow(beta2, t));
+    drop_kept(ctx_of(be), p, n * sizeof(float));
     k_adamw(ctx_of(be), p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
 }
 
@@ -1077,15 +1101,38 @@ static void cu_sumsq_many(const Backend *be, double *out, const float *const *x,
 
 static void cu_adamw_many(const Backend *be, const PPOptTensor *t, int count, float lr, float beta1,
                           float beta2, float eps, float grad_scale, int step) {
+    CudaCtx *c = ctx_of(be);
     /* the bias corrections as cu_adamw's */
     float bc1 = (float)(1.0 - pow(beta1, step)), bc2 = (float)(1.0 - pow(beta2, step));
-    k_adamw_many(ctx_of(be), t, count, lr, beta1, beta2, eps, grad_scale, bc1, bc2);
+    /* [Note: kept weight copy]: each tensor inside the kept weights updates its copy too; one
+     * partly inside drops it */
+    __nv_bfloat16 **copy = NULL;
+    if (c->kept && c->adamw_copy && count > 0) {
+        copy = (__nv_bfloat16 **)calloc((size_t)count, sizeof *copy);
+        if (!copy) die_msg(c, __FILE__, __LINE__, "out of host memory");
+        for (int i = 0; i < count && c->kept; i++) {
+            const float *p = t[i].p, *k = c->kept;
+            if (p >= k && p + t[i].n <= k + c->kept_n)
+                copy[i] = (__nv_bfloat16 *)c->castW.p + (p - k);
+            else
+                drop_kept(c, p, t[i].n * sizeof(float));
+        }
+        if (!c->kept) { /* dropped: no copy to keep */
+            free(copy);
+            copy = NULL;
+        }
+    } else {
+        for (int i = 0; i < count; i++) drop_kept(c, t[i].p, t[i].n * sizeof(float));
+    }
+    k_adamw_many(c, t, copy, count, lr, beta1, beta2, eps, grad_scale, bc1, bc2);
+    free(copy);
 }
 
 static void cu_sgd(const Backend *be, float *p, const float *g, float *buf, size_t n, float lr,
                    float momentum, float weight_decay, float grad_scale, int t) {
     if (momentum != 0.0f && !buf)
         die_msg(ctx_of(be), __FILE__, __LINE__, "sgd_update with momentum and no buffer");
+    drop_kept(ctx_of(be), p, n * sizeof(float));
     k_sgd(ctx_of(be), p, g, buf, n, lr, momentum, weight_decay, grad_scale, t == 1);
 }
 
@@ -1382,7 +1429,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     cudaDeviceProp prop;
     CudaCtx *c = NULL;
     int att_flash, att_cudnn, flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
-    int ce_two_pass, logits_fp32, gelu_epi_off, fuse_cast_off;
+    int ce_two_pass, logits_fp32, gelu_epi_off, fuse_cast_off, adamw_copy_off;
     const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
     const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
     int bf16_operands = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32"));
@@ -1416,6 +1463,8 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
             env_switch("PPTRAIN_FUSE_BGRAD", fuse, 2, &fuse_bgrad_off, err, errlen) ||
             /* [Note: operand activations]: the qkv and d atty GEMMs write bf16 */
             env_switch("PPTRAIN_FUSE_CAST", fuse, 2, &fuse_cast_off, err, errlen) ||
+            /* [Note: kept weight copy]: AdamW keeps the held weights' bf16 copy */
+            env_switch("PPTRAIN_ADAMW_COPY", fuse, 2, &adamw_copy_off, err, errlen) ||
             /* [Note: cross-entropy row in shared memory] in ce_kernels.cuh */
             env_switch("PPTRAIN_CE", ce, 2, &ce_two_pass, err, errlen) ||
             /* [Note: logits type] in backend.h: bf16 (the operand type) unless fp32 */
@@ -1444,6 +1493,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         c->fuse_residual = !fuse_residual_off;
         c->fuse_bgrad = !fuse_bgrad_off; /* [Note: bias gradient epilogue] */
         c->fuse_cast = !fuse_cast_off;
+        c->adamw_copy = !adamw_copy_off;
     }
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->ce_two_pass = ce_two_pass;
@@ -1492,7 +1542,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         else
             snprintf(att, sizeof att, "materialized (cuBLASLt)");
         snprintf(c->desc, sizeof c->desc,
-                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s%s%s%s%s%s%s",
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s%s%s%s%s%s%s%s",
                  device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                  prop.totalGlobalMem / 1e9, prec_name(precision, c->op), att,
                  c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
@@ -1500,6 +1550,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                  c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0",
                  c->fuse_bgrad ? "" : ", PPTRAIN_FUSE_BGRAD=0",
                  c->fuse_cast ? "" : ", PPTRAIN_FUSE_CAST=0",
+                 c->adamw_copy ? "" : ", PPTRAIN_ADAMW_COPY=0",
                  c->ce_two_pass ? ", PPTRAIN_CE=two-pass" : "",
                  !bf16_operands || c->logits_bf16 ? ""
                  : logits_fp32                    ? ", PPTRAIN_LOGITS=fp32"

@@ -61,6 +61,9 @@ struct CudaCtx {
     Grow castBias;            /* a bias in bf16 for a bf16 GEMM output's epilogue */
     const float *held;        /* the held weight, held_n floats (NULL: none) */
     size_t held_n;
+    const float *kept; /* castW's weights, kept_n floats ([Note: kept weight copy]) */
+    size_t kept_n;
+    int adamw_copy;           /* PPTRAIN_ADAMW_COPY (default 1): weight_hold's kept reuses it */
     Grow partials;            /* column partial sums (bias and LayerNorm weight grads) */
     Grow sums;                /* double partials of sum / sumsq */
     Grow enc;                 /* encoder backward: the sort of rows by token, next row with
@@ -211,8 +214,10 @@ void k_adamw(CudaCtx *c, float *p, const float *g, float *m, float *v, size_t n,
 void k_sumsq_many(CudaCtx *c, double *out, const float *const *x, const size_t *n, int count);
 /* Bytes of the sums' partials k_sum and k_sumsq_many need (reserved at open). */
 size_t k_sums_workspace(void);
-void k_adamw_many(CudaCtx *c, const PPOptTensor *t, int count, float lr, float beta1, float beta2,
-                  float eps, float grad_scale, float bc1, float bc2);
+/* copy: NULL, or for each t[i] NULL or its bf16 copy [t[i].n], written with the new values
+ * (k_to_bf16's bits) in the same pass. */
+void k_adamw_many(CudaCtx *c, const PPOptTensor *t, __nv_bfloat16 *const *copy, int count, float lr,
+                  float beta1, float beta2, float eps, float grad_scale, float bc1, float bc2);
 void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
            float wd, float grad_scale, int first);
 /* bf16 copy of n floats (round to nearest even). */

@@ -1069,19 +1069,21 @@ void k_sumsq_many(CudaCtx *c, double *out, const float *const *x, const size_t *
     }
 }
 
-/* Element i of an AdamW step: optim.h optim_adamw_update, term for term. One function for
- * adamw_k and adamw_many_k: the same bits. */
-static __device__ __forceinline__ void adamw_elem(float *p, const float *g, float *m, float *v,
-                                                  size_t i, float lr, float beta1, float beta2,
-                                                  float eps, float wd, float grad_scale, float bc1,
-                                                  float bc2) {
+/* Element i of an AdamW step: optim.h optim_adamw_update, term for term; returns the new
+ * p[i]. One function for adamw_k and adamw_many_k: the same bits. */
+static __device__ __forceinline__ float adamw_elem(float *p, const float *g, float *m, float *v,
+                                                   size_t i, float lr, float beta1, float beta2,
+                                                   float eps, float wd, float grad_scale, float bc1,
+                                                   float bc2) {
     float gi = grad_scale * g[i];
     float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    float mhat = mi / bc1, vhat = vi / bc2;
-    p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    float mhat = mi / bc1, vhat = vi / bc2, pi = p[i];
+    pi -= lr * (mhat / (sqrtf(vhat) + eps) + wd * pi);
+    p[i] = pi;
+    return pi;
 }
 
 __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float lr,
@@ -1091,16 +1093,21 @@ __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, 
 }
 
 /* [Note: many tensors]: a block per MT_ELEMS elements of one tensor; tensor y's blocks are
- * first[y] .. first[y + 1] - 1 (none for an empty tensor). 3.1 KB of parameters. */
+ * first[y] .. first[y + 1] - 1 (none for an empty tensor); copy[y]: NULL, or where the new
+ * values go in bf16 too ([Note: kept weight copy] in backend_cuda.cu). 3.6 KB of parameters
+ * (under the classic 4 KB). */
 #define MT_ELEMS 2048 /* 256 threads x 8 */
 struct MtAdamw {
     float *p[MT_MAX];
     const float *g[MT_MAX];
     float *m[MT_MAX], *v[MT_MAX];
+    __nv_bfloat16 *copy[MT_MAX];
     size_t n[MT_MAX];
     float wd[MT_MAX];
     unsigned first[MT_MAX + 1];
 };
+static_assert(sizeof(MtAdamw) + 8 * sizeof(float) + sizeof(int) <= 4096,
+              "adamw_many_k's parameters within 4 KB");
 
 __global__ void adamw_many_k(MtAdamw a, int k, float lr, float beta1, float beta2, float eps,
                              float grad_scale, float bc1, float bc2) {
@@ -1109,13 +1116,16 @@ __global__ void adamw_many_k(MtAdamw a, int k, float lr, float beta1, float beta
     while (y + 1 < k && a.first[y + 1] <= b) y++; /* at most MT_MAX steps, the same in a block */
     size_t lo = (size_t)(b - a.first[y]) * MT_ELEMS, n = a.n[y];
     size_t hi = lo + MT_ELEMS < n ? lo + MT_ELEMS : n;
-    for (size_t i = lo + threadIdx.x; i < hi; i += 256)
-        adamw_elem(a.p[y], a.g[y], a.m[y], a.v[y], i, lr, beta1, beta2, eps, a.wd[y], grad_scale,
-                   bc1, bc2);
+    __nv_bfloat16 *copy = a.copy[y];
+    for (size_t i = lo + threadIdx.x; i < hi; i += 256) {
+        float p = adamw_elem(a.p[y], a.g[y], a.m[y], a.v[y], i, lr, beta1, beta2, eps, a.wd[y],
+                             grad_scale, bc1, bc2);
+        if (copy) copy[i] = __float2bfloat16_rn(p); /* to_bf16's rounding */
+    }
 }
 
-void k_adamw_many(CudaCtx *c, const PPOptTensor *t, int count, float lr, float beta1, float beta2,
-                  float eps, float grad_scale, float bc1, float bc2) {
+void k_adamw_many(CudaCtx *c, const PPOptTensor *t, __nv_bfloat16 *const *copy, int count, float lr,
+                  float beta1, float beta2, float eps, float grad_scale, float bc1, float bc2) {
     for (int i0 = 0; i0 < count; i0 += MT_MAX) {
         int k = count - i0 < MT_MAX ? count - i0 : MT_MAX;
         MtAdamw a;
@@ -1127,6 +1137,7 @@ void k_adamw_many(CudaCtx *c, const PPOptTensor *t, int count, float lr, float b
             a.g[j] = s->g;
             a.m[j] = s->m;
             a.v[j] = s->v;
+            a.copy[j] = copy ? copy[i0 + j] : NULL;
             a.n[j] = s->n;
             a.wd[j] = s->weight_decay;
             a.first[j] = (unsigned)blocks;

@@ -359,14 +359,19 @@ struct Backend {
      * GELU]): recomputing it takes the whole op (the CUDA backend at bf16 with GELU in the
      * fc GEMM's epilogue). */
     int gelu_in_gemm;
-    /* Until weight_hold(be, NULL, 0), the matmuls may use one converted copy of w[0..n)
+    /* Until weight_hold(be, NULL, 0, 0), the matmuls may use one converted copy of w[0..n)
      * (the bf16 operand at precision bf16), for w or any weight inside it, instead of
      * converting the weight on every call: the caller promises that w[0..n) does not
      * change meanwhile, and the results are the bits of the unheld calls. A new hold
      * replaces the last. The runtime holds all of a rank's parameters over an action
      * list ([Note: held weights] in model.h); the head holds its own weight over its
-     * row chunks when nothing is held. NULL: nothing to hold (the CPU). */
-    void (*weight_hold)(const Backend *be, const float *w, size_t n);
+     * row chunks when nothing is held. NULL: nothing to hold (the CPU).
+     * kept 1: the caller also promises that w and n are the last hold's and that since
+     * then only this backend's entries wrote inside w[0..n): the backend may reuse the
+     * copy it kept, where adamw_many kept it current (it writes the copy of each tensor
+     * inside w as it updates it) and no other write dropped it (to_device, copy, zero,
+     * adamw_update and sgd_update drop a copy they write inside). kept 0: a new copy. */
+    void (*weight_hold)(const Backend *be, const float *w, size_t n, int kept);
     /* Pinned host memory for staging (NULL: the caller uses malloc / free). */
     void *(*host_alloc)(const Backend *be, size_t bytes);
     void (*host_free)(const Backend *be, void *p);

@@ -727,7 +727,9 @@ void model_zero_grads(Model *m) {
 void model_hold_weights(Model *m, int hold) {
     const Backend *be = m->be;
     m->weights_held = hold && be->weight_hold;
-    if (be->weight_hold) be->weight_hold(be, hold ? m->params : NULL, hold ? m->nparams : 0);
+    if (be->weight_hold)
+        be->weight_hold(be, hold ? m->params : NULL, hold ? m->nparams : 0,
+                        hold == MODEL_HOLD_KEPT);
 }
 
 void model_fold_tied_grad(Model *m) {
@@ -850,7 +852,7 @@ void model_head_loss(Model *m, const void *x, void *dx, const int *targets, floa
     /* in place when the logits are of the operand type ([Note: logits type]) */
     void *dl = m->dlogits ? m->dlogits : m->logits;
     int hold = be->weight_hold && !m->weights_held; /* converted once, not per chunk */
-    if (hold) be->weight_hold(be, m->head, (size_t)Vp * C);
+    if (hold) be->weight_hold(be, m->head, (size_t)Vp * C, 0);
     for (int r0 = 0; r0 < N; r0 += m->logits_rows) {
         int R = N - r0 < m->logits_rows ? N - r0 : m->logits_rows;
         const void *xr = (const char *)x + (size_t)r0 * C * ob;
@@ -867,7 +869,7 @@ void model_head_loss(Model *m, const void *x, void *dx, const int *targets, floa
         be->matmul_operand_backward(be, (char *)dx + (size_t)r0 * C * ob, m->dhead, NULL, dl, xr,
                                     m->head, R, C, Vp);
     }
-    if (hold) be->weight_hold(be, NULL, 0);
+    if (hold) be->weight_hold(be, NULL, 0, 0);
     if (loss) be->sum(be, loss, m->losses, (size_t)N);
 }
 

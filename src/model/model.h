@@ -317,7 +317,11 @@ void model_fold_tied_grad(Model *m);
  * 0), so the backend may convert them once (Backend.weight_hold: the bf16 copy of a
  * bf16 GPU run) instead of in every matmul of every microbatch. The runtime holds them
  * over each action list (a step's forwards and backwards, a validation batch): the
- * optimizer, the data-parallel gather and a checkpoint load all write them outside it. */
+ * optimizer, the data-parallel gather and a checkpoint load all write them outside it.
+ * hold MODEL_HOLD_KEPT: as 1, and since the last hold only the backend's optimizer
+ * entries wrote the parameters (no ZeRO-1 gather, no load), so the backend may reuse the
+ * copy its AdamW kept current (weight_hold's kept) instead of converting them again. */
+enum { MODEL_HOLD_KEPT = 2 };
 void model_hold_weights(Model *m, int hold);
 
 /* Load llm.c's fp32 GPT-2 checkpoint (DESIGN.md §6) into the tensors this rank holds,

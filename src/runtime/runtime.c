@@ -432,7 +432,9 @@ static void release_after(Runtime *rt, const Schedule *sc, const Action *a) {
 static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, size_t errlen) {
     int rc = PP_OK;
     int pp = rt->lay.pp;
-    model_hold_weights(&rt->model, 1); /* [Note: held weights] */
+    /* [Note: held weights]: between two action lists only update() writes the parameters,
+     * through the backend's optimizer entries, but for ZeRO-1's gather */
+    model_hold_weights(&rt->model, rt->dp.zero ? 1 : MODEL_HOLD_KEPT);
     for (int k = 0; k < sc->len[pp] && rc == PP_OK; k++) {
         const Action *a = &sc->acts[pp][k];
         if (rt->action_hook) rt->action_hook(rt->hook_ctx, sc, pp, k, 0);

@@ -443,6 +443,114 @@ static void check_many(void) {
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
 }
 
+/* The bits of matmul_forward(x [N,C]) on each of K weights [OC_i, C] at w + off[i], held as
+ * weight_hold(w, n, kept) holds them (outs[i], [N, OC_i] each, malloc'd). */
+static void held_matmuls(float **outs, const void *x, const float *w, size_t n, int kept, int K,
+                         const size_t *off, const int *oc, int N, int C) {
+    gpu->weight_hold(gpu, w, n, kept);
+    for (int i = 0; i < K; i++) {
+        float *d = dev_nan_f32((size_t)N * oc[i]);
+        gpu->matmul_forward(gpu, d, x, w + off[i], NULL, N, C, oc[i]);
+        outs[i] = host(d, (size_t)N * oc[i]);
+        gpu->dealloc(gpu, d);
+    }
+    gpu->weight_hold(gpu, NULL, 0, 0);
+}
+
+/* The matmuls of held_matmuls under a hold with kept against a new hold (a new conversion):
+ * the same bits, and (moved) not the bits of before, which must differ. Frees the outputs. */
+static void kept_same(const char *what, float **kept, float **fresh, float **before, int K,
+                      const int *oc, int N) {
+    size_t differ = 0, moved = 0, tot = 0;
+    for (int i = 0; i < K; i++) {
+        size_t n = (size_t)N * oc[i];
+        differ += memcmp(kept[i], fresh[i], n * sizeof(float)) != 0;
+        if (before) moved += memcmp(fresh[i], before[i], n * sizeof(float)) != 0;
+        tot++;
+        free(kept[i]);
+    }
+    none_wrong(what, "5 weights", differ, tot);
+    if (before) { /* the weights' copy changed, so a stale one would show */
+        checks++;
+        failures += moved != tot;
+        printf("%-4s %-28s %-10s %-34s %-5s %zu of %zu weights moved\n",
+               moved == tot ? "ok" : "FAIL", "kept copy: the update shows", "bits", "5 weights",
+               prec, moved, tot);
+    }
+}
+
+/* [Note: kept weight copy] (cuda/backend_cuda.cu): weights held with kept after adamw_many
+ * updated them give the matmuls of a new hold bit for bit; so do they after to_device wrote
+ * inside them, after the one-tensor adamw_update, and after an adamw_many whose tensor lies
+ * partly outside the held floats (each drops the copy). 5 weights with gaps between them,
+ * a learning rate that moves the bf16 values. The CPU holds nothing: skipped. */
+static void check_kept_copy(void) {
+    if (!gpu->weight_hold) {
+        printf("skip kept weight copy: this backend holds no weights (%s)\n", gpu->name);
+        return;
+    }
+    enum { K = 5 };
+    const int N = 7, C = 64, oc[K] = {96, 64, 1, 128, 33};
+    size_t off[K + 1];
+    off[0] = 0;
+    /* gaps of 0, 8 and 16 floats: each weight's bf16 copy 16-byte aligned, as a GEMM's */
+    for (int i = 0; i < K; i++) off[i + 1] = off[i] + (size_t)oc[i] * C + (size_t)(i % 3) * 8;
+    size_t tot = off[K];
+    float *p = rnd(tot, 1), *g = rnd(tot, 1), *m = rnd(tot, 0.1f), *v = rnd(tot, 0.01f);
+    for (size_t i = 0; i < tot; i++) v[i] = fabsf(v[i]);
+    float *x = rnd((size_t)N * C, 1);
+    float *dp = dev(p, tot * 4), *dg = dev(g, tot * 4), *dm = dev(m, tot * 4);
+    float *dv = dev(v, tot * 4);
+    void *dx = dev_op(x, (size_t)N * C);
+    PPOptTensor t[K];
+    for (int i = 0; i < K; i++)
+        t[i] = (PPOptTensor){.p = dp + off[i],
+                             .g = dg + off[i],
+                             .m = dm + off[i],
+                             .v = dv + off[i],
+                             .n = (size_t)oc[i] * C,
+                             .weight_decay = i % 2 ? 0.1f : 0.0f};
+    float *r0[K], *r1[K], *r2[K];
+    held_matmuls(r0, dx, dp, tot, 0, K, off, oc, N, C);
+    gpu->adamw_many(gpu, t, K, 5e-2f, 0.9f, 0.95f, 1e-8f, 1.0f, 3);
+    held_matmuls(r1, dx, dp, tot, 1, K, off, oc, N, C);
+    held_matmuls(r2, dx, dp, tot, 0, K, off, oc, N, C);
+    kept_same("kept copy after adamw_many", r1, r2, r0, K, oc, N);
+    for (int i = 0; i < K; i++) free(r0[i]);
+    /* to_device inside the weights: part of weight 3 */
+    float *nv = rnd(100, 1);
+    gpu->to_device(gpu, dp + off[3] + 50, nv, 100 * sizeof(float));
+    gpu->wait(gpu);
+    held_matmuls(r0, dx, dp, tot, 1, K, off, oc, N, C);
+    held_matmuls(r1, dx, dp, tot, 0, K, off, oc, N, C);
+    kept_same("kept copy after to_device", r0, r1, NULL, K, oc, N);
+    for (int i = 0; i < K; i++) free(r1[i]);
+    /* the one-tensor entry on weight 0 */
+    gpu->adamw_update(gpu, dp, dg, dm, dv, (size_t)oc[0] * C, 5e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
+                      4);
+    held_matmuls(r0, dx, dp, tot, 1, K, off, oc, N, C);
+    for (int i = 0; i < K; i++) free(r2[i]);
+    held_matmuls(r2, dx, dp, tot, 0, K, off, oc, N, C);
+    kept_same("kept copy after adamw_update", r0, r2, NULL, K, oc, N);
+    /* held without the last weight's last row: adamw_many's last tensor lies partly outside */
+    size_t part = off[K - 1] + (size_t)(oc[K - 1] - 1) * C;
+    held_matmuls(r0, dx, dp, part, 0, K - 1, off, oc, N, C);
+    gpu->adamw_many(gpu, t, K, 5e-2f, 0.9f, 0.95f, 1e-8f, 1.0f, 5);
+    held_matmuls(r1, dx, dp, part, 1, K - 1, off, oc, N, C);
+    for (int i = 0; i < K - 1; i++) free(r2[i]);
+    free(r2[K - 1]);
+    held_matmuls(r2, dx, dp, part, 0, K - 1, off, oc, N, C);
+    kept_same("kept copy, a tensor half in", r1, r2, r0, K - 1, oc, N);
+    for (int i = 0; i < K - 1; i++) free(r0[i]), free(r2[i]);
+    gpu->dealloc(gpu, dp);
+    gpu->dealloc(gpu, dg);
+    gpu->dealloc(gpu, dm);
+    gpu->dealloc(gpu, dv);
+    gpu->dealloc(gpu, dx);
+    float *fr[] = {p, g, m, v, x, nv};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+}
+
 /* ---- layer ops at one shape ------------------------------------------------------------ */
 
 typedef struct {
@@ -1924,6 +2032,7 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
         {"PPTRAIN_FUSE_RESIDUAL", "0", "no"},
         {"PPTRAIN_FUSE_BGRAD", "0", "yes"},
         {"PPTRAIN_FUSE_CAST", "0", "maybe"},
+        {"PPTRAIN_ADAMW_COPY", "0", "sometimes"}, /* [Note: kept weight copy] */
     };
     char why[PP_ERR_MAX];
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
@@ -1944,6 +2053,7 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
             check_matmul_gelu_forward(2 * 37, 64, 256, 1,
                                       "PPTRAIN_GELU_EPILOGUE=0 N=74 C=64 H=256");
         }
+        if (!strcmp(sw[i].var, "PPTRAIN_ADAMW_COPY")) check_kept_copy(); /* a new copy each */
         if (!strcmp(sw[i].var, "PPTRAIN_LOGITS")) {
             static const Shape s1 = {2, 37, 64, 1, 251, 256}, s2 = {1, 3, 64, 1, 50257, 50304};
             check_crossentropy(&s1, "PPTRAIN_LOGITS=fp32 B=2 T=37 V=251/256");
@@ -2192,6 +2302,7 @@ int main(int argc, char **argv) {
         if (operand_ops) {
             check_to_operand(1);
             check_to_operand(1000003);
+            check_kept_copy();
         }
         for (size_t k = 0; k < (small ? 2 : sizeof shapes / sizeof shapes[0]); k++) {
             const Shape *s = &shapes[k];
