@@ -84,6 +84,12 @@ static int row_in_step = 1; /* what TIME records */
 static Row rows[MAX_ROWS];
 static int nrows;
 
+/* Hold w[0..n) (its bf16 copy made) and let go, as the runtime does around an action list. */
+static void hold_once(const Backend *be, const float *w, size_t n) {
+    be->weight_hold(be, w, n, 0);
+    be->weight_hold(be, NULL, 0, 0);
+}
+
 #define TIME(b, name_, kind_, flops_, bytes_, per_step_, call)                                     \
     do {                                                                                           \
         if ((b)->only && !strstr(name_, (b)->only)) break;                                         \
@@ -232,9 +238,11 @@ int main(int argc, char **argv) {
          o * 4 * Nd * Cd + f * (4 * Cd * Cd + Nd * Cd), L,
          be->matmul_forward(be, x, hg, wfc, bfc, (int)N, 4 * C, C));
     row_in_step = 1;
-    /* backward of a layer */
-    TIME(&b, "to operand (cast)", 'M', 0, (f + o) * Nd * Cd, L, /* the layer's first (dres3) */
-         be->to_operand(be, dxo, dx, NC));
+    /* backward of a layer; its residual gradient's operand comes from the norm above ([Note:
+     * residual gradient's operand] in src/model/arch.h): (*) the cast each layer made before */
+    row_in_step = 0;
+    TIME(&b, "to operand (cast) *", 'M', 0, (f + o) * Nd * Cd, L, be->to_operand(be, dxo, dx, NC));
+    row_in_step = 1;
     TIME(&b, "matmul+dgelu bwd fcproj", 'G', 4 * Nd * 4 * Cd * Cd + 24 * 4 * Nd * Cd,
          o * (Nd * Cd + 3 * 4 * Nd * Cd) + f * 3 * 4 * Cd * Cd, L,
          be->matmul_gelu_backward(be, dho, dw, db, dxo, hg, wfc, ho, (int)N, 4 * C, C));
@@ -248,11 +256,12 @@ int main(int argc, char **argv) {
     TIME(&b, "matmul bwd fc", 'G', 4 * Nd * Cd * 4 * Cd,
          o * (4 * Nd * Cd + 2 * Nd * Cd) + f * 3 * 4 * Cd * Cd, L,
          be->matmul_operand_backward(be, dyo, dw, db, dho, ln, wfc, (int)N, C, 4 * C));
-    /* ln1's; ln2's also writes the residual gradient's operand for attproj's backward */
-    TIME(&b, "layernorm bwd", 'M', 12 * Nd * Cd, f * (3 * Nd * Cd + 2 * Nd) + o * Nd * Cd, L,
+    /* the lowest layer's ln1; every other norm backward also writes the residual gradient's
+     * operand for the next matmul (ln2's for attproj's backward, ln1's for the layer below) */
+    TIME(&b, "layernorm bwd", 'M', 12 * Nd * Cd, f * (3 * Nd * Cd + 2 * Nd) + o * Nd * Cd, 1,
          be->layernorm_backward(be, dx, NULL, dw, db, dyo, x, mean, rstd, lnw, (int)N, C, scratch));
     TIME(&b, "layernorm bwd + operand", 'M', 12 * Nd * Cd,
-         f * (3 * Nd * Cd + 2 * Nd) + 2 * o * Nd * Cd, L,
+         f * (3 * Nd * Cd + 2 * Nd) + 2 * o * Nd * Cd, 2 * L - 1,
          be->layernorm_backward(be, dx, dxo, dw, db, dyo, x, mean, rstd, lnw, (int)N, C, scratch));
     TIME(&b, "matmul bwd attproj", 'G', 4 * Nd * Cd * Cd, o * 3 * Nd * Cd + f * 3 * Cd * Cd, L,
          be->matmul_operand_backward(be, dyo, dw, db, dxo, y, wqkv, (int)N, C, C));
@@ -303,8 +312,15 @@ int main(int argc, char **argv) {
     row_in_step = 0;
     TIME(&b, "grad norm, a call a tensor *", 'M', 2 * Pd, f * Pd, 1,
          for (int i = 0; i < nt; i++) be->sumsq(be, sums + i, tx[i], tn[i]));
+    /* the weights' bf16 copy ([Note: kept weight copy] in cuda/backend_cuda.cu): (*) the
+     * conversion at every hold before; now AdamW writes it (the hold leaves p's copy kept) */
+    row_in_step = 0;
+    if (be->weight_hold)
+        TIME(&b, "weights' bf16 copy (hold) *", 'M', 0, (f + 2) * Pd, 1, hold_once(be, p, P));
     row_in_step = 1;
-    TIME(&b, "AdamW (adamw_many)", 'M', 15 * Pd, f * 7 * Pd, 1,
+    if (be->weight_hold) hold_once(be, p, P); /* the copy AdamW keeps (if that row was not run) */
+    double kb = be->weight_hold && be->operand == PP_BF16 ? 2 : 0; /* the copy AdamW writes */
+    TIME(&b, "AdamW (adamw_many)", 'M', 15 * Pd, f * 7 * Pd + kb * Pd, 1,
          be->adamw_many(be, tu, nt, 1e-4f, 0.9f, 0.95f, 1e-8f, 1.0f, 2));
     row_in_step = 0;
     TIME(&b, "AdamW, a call a tensor *", 'M', 15 * Pd, f * 7 * Pd, 1,
@@ -337,7 +353,8 @@ int main(int argc, char **argv) {
     printf("*: the unfused path of the fused row above it, not in the sum (PPTRAIN_FUSE_GELU=0, "
            "PPTRAIN_FUSE_RESIDUAL=0 run the fused op's own unfused path: [Note: GEMM "
            "epilogues]); the norm and AdamW a call a tensor are the runtime's calls before "
-           "[Note: many tensors]\n");
+           "[Note: many tensors]; the cast is the one a layer made before the norm above wrote "
+           "its operand, and the weights' copy the conversion before AdamW kept it\n");
     printf("the matmul bwd rows include db: summed by the dw GEMM at bf16, by the column-sum "
            "kernels under PPTRAIN_FUSE_BGRAD=0 ([Note: bias gradient epilogue])\n");
     /* model FLOPs per token, as bench/gpu.sh */

@@ -81,12 +81,15 @@ static void *cu_alloc(const Backend *be, size_t bytes) {
     return p;
 }
 
+static void drop_kept(CudaCtx *c, const void *dst, size_t bytes);
+
 static void cu_dealloc(const Backend *be, void *p) {
     CudaCtx *c = ctx_of(be);
     if (!p) return;
     CK(c, cudaStreamSynchronize(c->stream)); /* work still using p finishes first */
     for (int i = 0; i < c->nallocs; i++)
         if (c->allocs[i].p == p) {
+            drop_kept(c, p, c->allocs[i].bytes); /* no copy of freed weights */
             c->allocated -= c->allocs[i].bytes;
             c->allocs[i] = c->allocs[--c->nallocs];
             break;
@@ -96,9 +99,9 @@ static void cu_dealloc(const Backend *be, void *p) {
 
 /* The memory entries may be called from other threads than the one that opened the
  * backend (the checkpoint writer's copy threads): each makes the rank's GPU current on
- * its thread first (cudaSetDevice is per thread and cheap). */
-static void drop_kept(CudaCtx *c, const void *dst, size_t bytes);
-
+ * its thread first (cudaSetDevice is per thread and cheap). Those threads only read device
+ * memory (to_host, snapshots): the entries that write it (to_device, zero, copy) and so
+ * drop_kept's c->kept stay on the runtime's thread. */
 static void cu_to_device(const Backend *be, void *dst, const void *src, size_t bytes) {
     CudaCtx *c = ctx_of(be);
     CK(c, cudaSetDevice(c->device));
@@ -204,6 +207,47 @@ static void layout(CudaCtx *c, cublasLtMatrixLayout_t *l, cudaDataType t, int ro
     }
 }
 
+/* PPTRAIN_GEMM_LOG=1: one line on stderr for each new GEMM of the cache, its shape and what
+ * cuBLASLt's heuristic chose for it (r; NULL: nothing) among n candidates: the algorithm's id,
+ * tile (cublasLtMatmulTile_t), stages (cublasLtMatmulStages_t), split-K count and reduction
+ * scheme (cublasLtReductionScheme_t), cluster shape, waves and workspace. A diagnostic for
+ * the GEMMs below the GEMM rate (cuda/NOTES.md, "PPTRAIN_GEMM_LOG"). */
+static void gemm_log(const CudaCtx *c, const GemmKey *k, const GemmEntry *e, int n,
+                     const cublasLtMatmulHeuristicResult_t *r) {
+    int32_t id = -1, splitk = 0;
+    uint32_t tile = 0, stages = 0, red = 0;
+    uint16_t cluster = 0;
+    size_t got;
+    if (r) { /* a failed query leaves its default */
+        cublasLtMatmulAlgoConfigGetAttribute(&r->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id,
+                                             &got);
+        cublasLtMatmulAlgoConfigGetAttribute(&r->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                             sizeof tile, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(&r->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                             sizeof stages, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(&r->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                             sizeof splitk, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(&r->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red,
+                                             sizeof red, &got);
+        cublasLtMatmulAlgoConfigGetAttribute(&r->algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                             &cluster, sizeof cluster, &got);
+    }
+    fprintf(stderr,
+            "[rank %d] cuda: gemm M=%d N=%d K=%d op %d%d batch %d, %s in, %s out%s, epilogue %d%s, "
+            "bias %d: ",
+            c->rank, k->m, k->n, k->k, k->opA, k->opB, k->batch, k->ab ? "bf16" : "fp32",
+            k->d_bf16 ? "bf16" : "fp32", k->oop ? " (C apart)" : "", k->epi,
+            r && !e->with_epi && k->epi ? " (not fused)" : "", k->bias);
+    if (r)
+        fprintf(stderr,
+                "algo %d, tile %u, stages %u, split-K %d, reduction %u, cluster %u, waves %.2f, "
+                "workspace %zu B (of %d candidates)\n",
+                id, tile, stages, splitk, red, (unsigned)cluster, r->wavesCount, r->workspaceSize,
+                n);
+    else
+        fprintf(stderr, "no algorithm (%d candidates)\n", n);
+}
+
 /* [Note: GEMM cache] cuBLASLt's heuristic query costs far more than the GEMM descriptors,
  * so its answer is kept per shape, operand and output types, epilogue and alignment: the
  * same key always runs the same algorithm, which also keeps results the same run to run.
@@ -275,6 +319,7 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
     }
     e.found = pick >= 0; /* if not, the caller falls back, or dies naming the shape */
     if (e.found) e.algo = res[pick].algo;
+    if (c->gemm_log) gemm_log(c, key, &e, n, e.found ? &res[pick] : NULL);
     int slot = c->ngemm < GEMM_CACHE ? c->ngemm++
                                      : (int)(((unsigned)key->m * 31u + key->n) % GEMM_CACHE);
     c->gemm[slot] = e;
@@ -535,8 +580,8 @@ static void mm_gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, const float
  * (read 4 and write 2 bytes a parameter, 0.75 GB) for 2 more bytes written by AdamW, and a
  * launch. The caller promises that nothing outside this backend wrote them (the runtime: no
  * ZeRO-1 gather); the backend's own other writes drop the copy (drop_kept: to_device, copy,
- * zero, adamw_update, sgd_update), and so does any hold that converts other weights into
- * castW (the head's own). PPTRAIN_ADAMW_COPY=0 converts at every hold, as before. */
+ * zero, adamw_update, sgd_update, dealloc), and so does any hold that converts other weights
+ * into castW (the head's own). PPTRAIN_ADAMW_COPY=0 converts at every hold, as before. */
 static void drop_kept(CudaCtx *c, const void *dst, size_t bytes) {
     const char *d = (const char *)dst, *k = (const char *)c->kept;
     if (c->kept && d < k + c->kept_n * sizeof(float) && k < d + bytes) c->kept = NULL;
@@ -1104,28 +1149,16 @@ static void cu_adamw_many(const Backend *be, const PPOptTensor *t, int count, fl
     CudaCtx *c = ctx_of(be);
     /* the bias corrections as cu_adamw's */
     float bc1 = (float)(1.0 - pow(beta1, step)), bc2 = (float)(1.0 - pow(beta2, step));
-    /* [Note: kept weight copy]: each tensor inside the kept weights updates its copy too; one
-     * partly inside drops it */
-    __nv_bfloat16 **copy = NULL;
-    if (c->kept && c->adamw_copy && count > 0) {
-        copy = (__nv_bfloat16 **)calloc((size_t)count, sizeof *copy);
-        if (!copy) die_msg(c, __FILE__, __LINE__, "out of host memory");
-        for (int i = 0; i < count && c->kept; i++) {
-            const float *p = t[i].p, *k = c->kept;
-            if (p >= k && p + t[i].n <= k + c->kept_n)
-                copy[i] = (__nv_bfloat16 *)c->castW.p + (p - k);
-            else
-                drop_kept(c, p, t[i].n * sizeof(float));
-        }
-        if (!c->kept) { /* dropped: no copy to keep */
-            free(copy);
-            copy = NULL;
-        }
-    } else {
-        for (int i = 0; i < count; i++) drop_kept(c, t[i].p, t[i].n * sizeof(float));
+    /* [Note: kept weight copy]: a tensor only partly inside the kept weights drops the copy
+     * (so does any tensor inside them under PPTRAIN_ADAMW_COPY=0); else each tensor inside
+     * them updates its copy too */
+    for (int i = 0; i < count && c->kept; i++) {
+        const float *p = t[i].p, *k = c->kept;
+        if (!c->adamw_copy || !(p >= k && p + t[i].n <= k + c->kept_n))
+            drop_kept(c, p, t[i].n * sizeof(float));
     }
-    k_adamw_many(c, t, copy, count, lr, beta1, beta2, eps, grad_scale, bc1, bc2);
-    free(copy);
+    KeptCopy kc = {c->kept, c->kept_n, (__nv_bfloat16 *)c->castW.p};
+    k_adamw_many(c, t, c->kept ? &kc : NULL, count, lr, beta1, beta2, eps, grad_scale, bc1, bc2);
 }
 
 static void cu_sgd(const Backend *be, float *p, const float *g, float *buf, size_t n, float lr,
@@ -1429,7 +1462,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     cudaDeviceProp prop;
     CudaCtx *c = NULL;
     int att_flash, att_cudnn, flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
-    int ce_two_pass, logits_fp32, gelu_epi_off, fuse_cast_off, adamw_copy_off;
+    int ce_two_pass, logits_fp32, gelu_epi_off, fuse_cast_off, adamw_copy_off, gemm_log_on;
     const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
     const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
     int bf16_operands = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32"));
@@ -1454,7 +1487,8 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     }
     if (ln_bwd_choice(&ln_rows, err, errlen)) return NULL;
     { /* [Note: speed switches]: the other paths' switches, each value checked here */
-        static const char *const fuse[] = {"1", "0"}, *const ce[] = {"shared", "two-pass"},
+        static const char *const fuse[] = {"1", "0"}, *const off_on[] = {"0", "1"},
+                                 *const ce[] = {"shared", "two-pass"},
                                  *const lg[] = {"bf16", "fp32"};
         if (env_switch("PPTRAIN_FUSE_GELU", fuse, 2, &fuse_gelu_off, err, errlen) ||
             env_switch("PPTRAIN_FUSE_RESIDUAL", fuse, 2, &fuse_residual_off, err, errlen) ||
@@ -1465,6 +1499,8 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
             env_switch("PPTRAIN_FUSE_CAST", fuse, 2, &fuse_cast_off, err, errlen) ||
             /* [Note: kept weight copy]: AdamW keeps the held weights' bf16 copy */
             env_switch("PPTRAIN_ADAMW_COPY", fuse, 2, &adamw_copy_off, err, errlen) ||
+            /* a diagnostic: what cuBLASLt chose for each GEMM (gemm_log) */
+            env_switch("PPTRAIN_GEMM_LOG", off_on, 2, &gemm_log_on, err, errlen) ||
             /* [Note: cross-entropy row in shared memory] in ce_kernels.cuh */
             env_switch("PPTRAIN_CE", ce, 2, &ce_two_pass, err, errlen) ||
             /* [Note: logits type] in backend.h: bf16 (the operand type) unless fp32 */
@@ -1494,6 +1530,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         c->fuse_bgrad = !fuse_bgrad_off; /* [Note: bias gradient epilogue] */
         c->fuse_cast = !fuse_cast_off;
         c->adamw_copy = !adamw_copy_off;
+        c->gemm_log = gemm_log_on;
     }
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->ce_two_pass = ce_two_pass;
@@ -1542,7 +1579,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         else
             snprintf(att, sizeof att, "materialized (cuBLASLt)");
         snprintf(c->desc, sizeof c->desc,
-                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s%s%s%s%s%s%s%s",
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s%s%s%s%s%s%s%s%s",
                  device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                  prop.totalGlobalMem / 1e9, prec_name(precision, c->op), att,
                  c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
@@ -1551,6 +1588,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                  c->fuse_bgrad ? "" : ", PPTRAIN_FUSE_BGRAD=0",
                  c->fuse_cast ? "" : ", PPTRAIN_FUSE_CAST=0",
                  c->adamw_copy ? "" : ", PPTRAIN_ADAMW_COPY=0",
+                 c->gemm_log ? ", PPTRAIN_GEMM_LOG=1" : "",
                  c->ce_two_pass ? ", PPTRAIN_CE=two-pass" : "",
                  !bf16_operands || c->logits_bf16 ? ""
                  : logits_fp32                    ? ", PPTRAIN_LOGITS=fp32"

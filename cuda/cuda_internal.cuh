@@ -64,6 +64,7 @@ struct CudaCtx {
     const float *kept; /* castW's weights, kept_n floats ([Note: kept weight copy]) */
     size_t kept_n;
     int adamw_copy;           /* PPTRAIN_ADAMW_COPY (default 1): weight_hold's kept reuses it */
+    int gemm_log;             /* PPTRAIN_GEMM_LOG=1: each new GEMM's algorithm on stderr */
     Grow partials;            /* column partial sums (bias and LayerNorm weight grads) */
     Grow sums;                /* double partials of sum / sumsq */
     Grow enc;                 /* encoder backward: the sort of rows by token, next row with
@@ -214,9 +215,15 @@ void k_adamw(CudaCtx *c, float *p, const float *g, float *m, float *v, size_t n,
 void k_sumsq_many(CudaCtx *c, double *out, const float *const *x, const size_t *n, int count);
 /* Bytes of the sums' partials k_sum and k_sumsq_many need (reserved at open). */
 size_t k_sums_workspace(void);
-/* copy: NULL, or for each t[i] NULL or its bf16 copy [t[i].n], written with the new values
+/* The bf16 copy of w[0..n) at copy ([Note: kept weight copy] in backend_cuda.cu). */
+struct KeptCopy {
+    const float *w;
+    size_t n;
+    __nv_bfloat16 *copy;
+};
+/* kept: NULL, or a copy that each t[i] lying inside kept->w gets its new values written into
  * (k_to_bf16's bits) in the same pass. */
-void k_adamw_many(CudaCtx *c, const PPOptTensor *t, __nv_bfloat16 *const *copy, int count, float lr,
+void k_adamw_many(CudaCtx *c, const PPOptTensor *t, const KeptCopy *kept, int count, float lr,
                   float beta1, float beta2, float eps, float grad_scale, float bc1, float bc2);
 void k_sgd(CudaCtx *c, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
            float wd, float grad_scale, int first);

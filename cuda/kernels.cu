@@ -1124,7 +1124,7 @@ __global__ void adamw_many_k(MtAdamw a, int k, float lr, float beta1, float beta
     }
 }
 
-void k_adamw_many(CudaCtx *c, const PPOptTensor *t, __nv_bfloat16 *const *copy, int count, float lr,
+void k_adamw_many(CudaCtx *c, const PPOptTensor *t, const KeptCopy *kept, int count, float lr,
                   float beta1, float beta2, float eps, float grad_scale, float bc1, float bc2) {
     for (int i0 = 0; i0 < count; i0 += MT_MAX) {
         int k = count - i0 < MT_MAX ? count - i0 : MT_MAX;
@@ -1137,7 +1137,8 @@ void k_adamw_many(CudaCtx *c, const PPOptTensor *t, __nv_bfloat16 *const *copy, 
             a.g[j] = s->g;
             a.m[j] = s->m;
             a.v[j] = s->v;
-            a.copy[j] = copy ? copy[i0 + j] : NULL;
+            int in = kept && s->p >= kept->w && s->p + s->n <= kept->w + kept->n;
+            a.copy[j] = in ? kept->copy + (s->p - kept->w) : NULL;
             a.n[j] = s->n;
             a.wd[j] = s->weight_decay;
             a.first[j] = (unsigned)blocks;

@@ -518,7 +518,9 @@ static void emu_ce_fwd(const Backend *be, void *logits, float *losses, const int
     CPU->crossentropy_forward(CPU, t, losses, targets, N, V, Vp);
     free(t);
 }
+static long emu_casts; /* to_operand calls ([Note: residual gradient's operand]) */
 static void emu_to_operand(const Backend *be, void *dst, const float *src, size_t n) {
+    emu_casts++;
     narrow(dst, src, n);
 }
 /* the Llama block's ops with an operand output or input */
@@ -1104,10 +1106,18 @@ START_TEST(test_split_backward_chunk) {
                 ck_assert_uint_gt(sp.wstate_bytes, 0);
             ck_assert_uint_eq(f.wstate_bytes, 0);
             forward_pair(&f, &sp, B, T);
+            long casts = emu_casts;
             model_backward(&f, 0, 0);
             model_backward(&f, 0, 1);
+            long fused = emu_casts - casts;
             model_backward_input(&sp, 0, 0, 1); /* W state sets in either order */
             model_backward_input(&sp, 0, 1, 0);
+            long input = emu_casts - casts - fused;
+            if (_i && v < 2) { /* [Note: residual gradient's operand]: GPT-2's fused backward
+                                  casts only a top layer whose gradient came from outside */
+                ck_assert_int_eq(fused, 2 * (specs[k].last ? 0 : 1));
+                ck_assert_int_eq(input, 2 * (long)nl); /* the input half: each layer its own */
+            }
             for (int s = 0; s < 2; s++)
                 ck_assert_msg(bits_differ(f.chunks[0].slots[s].grad, sp.chunks[0].slots[s].grad,
                                           (size_t)N * C) == 0,

@@ -367,10 +367,10 @@ struct Backend {
      * list ([Note: held weights] in model.h); the head holds its own weight over its
      * row chunks when nothing is held. NULL: nothing to hold (the CPU).
      * kept 1: the caller also promises that w and n are the last hold's and that since
-     * then only this backend's entries wrote inside w[0..n): the backend may reuse the
-     * copy it kept, where adamw_many kept it current (it writes the copy of each tensor
-     * inside w as it updates it) and no other write dropped it (to_device, copy, zero,
-     * adamw_update and sgd_update drop a copy they write inside). kept 0: a new copy. */
+     * then only adamw_many, or an entry that drops the copy (to_device, copy, zero,
+     * adamw_update, sgd_update, dealloc), wrote inside w[0..n): the backend may reuse the
+     * copy it kept, which adamw_many keeps current (it writes the copy of each tensor inside
+     * w as it updates it). kept 0: a new copy. */
     void (*weight_hold)(const Backend *be, const float *w, size_t n, int kept);
     /* Pinned host memory for staging (NULL: the caller uses malloc / free). */
     void *(*host_alloc)(const Backend *be, size_t bytes);

@@ -361,7 +361,7 @@ static void head_backward(const Model *m, float *dx, int weights, void *const *h
                           int chain) {
     const Backend *be = m->be;
     int N = m->B * m->T, C = m->d.C;
-    void *op = chain & ARCH_DRES_OP_OUT ? m->bufs[S_DRES] : NULL; /* the first layer's cast */
+    void *op = chain & ARCH_DRES_OP_OUT ? m->bufs[S_DRES] : NULL; /* the top layer's cast */
     if (dx) be->zero(be, dx, (size_t)N * C * sizeof(float)); /* layernorm_backward adds */
     be->layernorm_backward(be, dx, op, weights ? m->gg[G_LNFW] : NULL,
                            weights ? m->gg[G_LNFB] : NULL, h[H_DLNF], x, h[H_MEAN], h[H_RSTD],

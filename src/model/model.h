@@ -321,7 +321,7 @@ void model_fold_tied_grad(Model *m);
  * hold MODEL_HOLD_KEPT: as 1, and since the last hold only the backend's optimizer
  * entries wrote the parameters (no ZeRO-1 gather, no load), so the backend may reuse the
  * copy its AdamW kept current (weight_hold's kept) instead of converting them again. */
-enum { MODEL_HOLD_KEPT = 2 };
+enum { MODEL_HOLD = 1, MODEL_HOLD_KEPT = 2 };
 void model_hold_weights(Model *m, int hold);
 
 /* Load llm.c's fp32 GPT-2 checkpoint (DESIGN.md §6) into the tensors this rank holds,

@@ -434,7 +434,7 @@ static int run_actions(Runtime *rt, const Schedule *sc, StepCtx *x, char *err, s
     int pp = rt->lay.pp;
     /* [Note: held weights]: between two action lists only update() writes the parameters,
      * through the backend's optimizer entries, but for ZeRO-1's gather */
-    model_hold_weights(&rt->model, rt->dp.zero ? 1 : MODEL_HOLD_KEPT);
+    model_hold_weights(&rt->model, rt->dp.zero ? MODEL_HOLD : MODEL_HOLD_KEPT);
     for (int k = 0; k < sc->len[pp] && rc == PP_OK; k++) {
         const Action *a = &sc->acts[pp][k];
         if (rt->action_hook) rt->action_hook(rt->hook_ctx, sc, pp, k, 0);

@@ -413,7 +413,7 @@ static int run(const SampleArgs *a, SampleRun *r, char *err, size_t errlen) {
     sample_rng_seed(&r->s.rng, a->seed);
     int most = a->max_new < d->maxT - r->np ? a->max_new : d->maxT - r->np; /* new ids at most */
     r->out = pp_malloc((size_t)(most ? most : 1) * sizeof(int));
-    model_hold_weights(&r->m, 1); /* [Note: held weights]: a GPU's bf16 copy made once */
+    model_hold_weights(&r->m, MODEL_HOLD); /* [Note: held weights]: a GPU's bf16 copy made once */
     int count = sampler_generate(&r->s, r->prompt, r->np, a->max_new, r->out);
     model_hold_weights(&r->m, 0);
     char from[48] = "";

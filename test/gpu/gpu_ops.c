@@ -443,111 +443,118 @@ static void check_many(void) {
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
 }
 
-/* The bits of matmul_forward(x [N,C]) on each of K weights [OC_i, C] at w + off[i], held as
- * weight_hold(w, n, kept) holds them (outs[i], [N, OC_i] each, malloc'd). */
-static void held_matmuls(float **outs, const void *x, const float *w, size_t n, int kept, int K,
-                         const size_t *off, const int *oc, int N, int C) {
-    gpu->weight_hold(gpu, w, n, kept);
-    for (int i = 0; i < K; i++) {
-        float *d = dev_nan_f32((size_t)N * oc[i]);
-        gpu->matmul_forward(gpu, d, x, w + off[i], NULL, N, C, oc[i]);
-        outs[i] = host(d, (size_t)N * oc[i]);
+/* [Note: kept weight copy] (cuda/backend_cuda.cu): K weights [oc[i], C] at w + off[i] in one
+ * held buffer, an input x [N,C] (operand) and the weights' optimizer state, for
+ * check_kept_copy. */
+enum { KW = 5 };
+typedef struct {
+    int N, C, oc[KW];
+    size_t off[KW + 1];
+    float *w, *g, *m, *v; /* device */
+    void *x;
+    PPOptTensor t[KW];
+} Kept;
+
+/* The bits of matmul_forward(x) on the first k weights (the last one's first rows rows only
+ * when rows > 0), held as weight_hold(w, n, kept) holds them: out[i], [N, OC] each (malloc'd). */
+static void held_matmuls(const Kept *q, float **out, size_t n, int kept, int k, int rows) {
+    gpu->weight_hold(gpu, q->w, n, kept);
+    for (int i = 0; i < k; i++) {
+        int oc = i == k - 1 && rows > 0 ? rows : q->oc[i];
+        float *d = dev_nan_f32((size_t)q->N * oc);
+        gpu->matmul_forward(gpu, d, q->x, q->w + q->off[i], NULL, q->N, q->C, oc);
+        out[i] = host(d, (size_t)q->N * oc);
         gpu->dealloc(gpu, d);
     }
     gpu->weight_hold(gpu, NULL, 0, 0);
 }
 
-/* The matmuls of held_matmuls under a hold with kept against a new hold (a new conversion):
- * the same bits, and (moved) not the bits of before, which must differ. Frees the outputs. */
-static void kept_same(const char *what, float **kept, float **fresh, float **before, int K,
-                      const int *oc, int N) {
-    size_t differ = 0, moved = 0, tot = 0;
-    for (int i = 0; i < K; i++) {
-        size_t n = (size_t)N * oc[i];
-        differ += memcmp(kept[i], fresh[i], n * sizeof(float)) != 0;
-        if (before) moved += memcmp(fresh[i], before[i], n * sizeof(float)) != 0;
-        tot++;
-        free(kept[i]);
+/* Hold n floats of the weights, run `write` (0: adamw_many over all K tensors, 1: to_device
+ * inside weight 3, 2: zero inside weight 1, 3: copy weight 2's start over weight 4's, 4: the
+ * one-tensor adamw_update on weight 0, 5: sgd_update on weight 3), then the matmuls under a
+ * hold with kept must give the bits of a new hold (the copy kept current, or dropped), and
+ * differ from those before the write (so that a stale copy would show). k weights are
+ * multiplied (the last, rows rows of it when rows > 0). */
+static void kept_after(Kept *q, int write, size_t n, int k, int rows, const char *what) {
+    float *before[KW], *kept[KW], *fresh[KW], *nv = rnd(100, 1);
+    held_matmuls(q, before, n, 0, k, rows);
+    switch (write) {
+    case 0: gpu->adamw_many(gpu, q->t, KW, 5e-2f, 0.9f, 0.95f, 1e-8f, 1.0f, 3); break;
+    case 1: gpu->to_device(gpu, q->w + q->off[3] + 50, nv, 100 * sizeof(float)); break;
+    case 2: gpu->zero(gpu, q->w + q->off[1] + 7, 200 * sizeof(float)); break;
+    case 3: gpu->copy(gpu, q->w + q->off[4], q->w + q->off[2], 300 * sizeof(float)); break;
+    case 4:
+        gpu->adamw_update(gpu, q->t[0].p, q->t[0].g, q->t[0].m, q->t[0].v, q->t[0].n, 5e-2f, 0.9f,
+                          0.95f, 1e-8f, 0.1f, 1.0f, 4);
+        break;
+    default: gpu->sgd_update(gpu, q->t[3].p, q->t[3].g, NULL, q->t[3].n, 5e-2f, 0, 0, 1, 1);
     }
-    none_wrong(what, "5 weights", differ, tot);
-    if (before) { /* the weights' copy changed, so a stale one would show */
-        checks++;
-        failures += moved != tot;
-        printf("%-4s %-28s %-10s %-34s %-5s %zu of %zu weights moved\n",
-               moved == tot ? "ok" : "FAIL", "kept copy: the update shows", "bits", "5 weights",
-               prec, moved, tot);
+    gpu->wait(gpu); /* nv */
+    held_matmuls(q, kept, n, 1, k, rows);
+    held_matmuls(q, fresh, n, 0, k, rows);
+    size_t differ = 0, moved = 0;
+    for (int i = 0; i < k; i++) {
+        size_t b = (size_t)q->N * (i == k - 1 && rows > 0 ? rows : q->oc[i]) * sizeof(float);
+        differ += memcmp(kept[i], fresh[i], b) != 0;
+        moved += memcmp(fresh[i], before[i], b) != 0;
+        free(before[i]), free(kept[i]), free(fresh[i]);
     }
+    char sh[48];
+    snprintf(sh, sizeof sh, "%d weights", k);
+    none_wrong(what, sh, differ, (size_t)k);
+    int want = write == 0 ? k : 1; /* adamw_many moves all; the others one weight */
+    checks++;
+    failures += (int)moved != want;
+    printf("%-4s %-28s %-10s %-34s %-5s %zu of %d weights moved (want %d)\n",
+           (int)moved == want ? "ok" : "FAIL", what, "moved", sh, prec, moved, k, want);
+    free(nv);
 }
 
 /* [Note: kept weight copy] (cuda/backend_cuda.cu): weights held with kept after adamw_many
- * updated them give the matmuls of a new hold bit for bit; so do they after to_device wrote
- * inside them, after the one-tensor adamw_update, and after an adamw_many whose tensor lies
- * partly outside the held floats (each drops the copy). 5 weights with gaps between them,
- * a learning rate that moves the bf16 values. The CPU holds nothing: skipped. */
+ * updated them give the matmuls of a new hold bit for bit; so do they after each other
+ * writer inside them (to_device, zero, copy, adamw_update, sgd_update: each drops the copy),
+ * and after an adamw_many whose last tensor lies partly outside the held floats (it drops
+ * the copy: that weight's held rows are multiplied too). 5 weights with gaps between them,
+ * a learning rate that moves their bf16 values; each write must change the matmuls of the
+ * weights it writes, so that a stale copy would fail. The CPU holds nothing: skipped. */
 static void check_kept_copy(void) {
     if (!gpu->weight_hold) {
         printf("skip kept weight copy: this backend holds no weights (%s)\n", gpu->name);
         return;
     }
-    enum { K = 5 };
-    const int N = 7, C = 64, oc[K] = {96, 64, 1, 128, 33};
-    size_t off[K + 1];
-    off[0] = 0;
+    static const int oc[KW] = {96, 64, 8, 128, 40};
+    Kept q = {.N = 7, .C = 64};
+    memcpy(q.oc, oc, sizeof oc);
+    q.off[0] = 0;
     /* gaps of 0, 8 and 16 floats: each weight's bf16 copy 16-byte aligned, as a GEMM's */
-    for (int i = 0; i < K; i++) off[i + 1] = off[i] + (size_t)oc[i] * C + (size_t)(i % 3) * 8;
-    size_t tot = off[K];
+    for (int i = 0; i < KW; i++)
+        q.off[i + 1] = q.off[i] + (size_t)oc[i] * q.C + (size_t)(i % 3) * 8;
+    size_t tot = q.off[KW];
     float *p = rnd(tot, 1), *g = rnd(tot, 1), *m = rnd(tot, 0.1f), *v = rnd(tot, 0.01f);
     for (size_t i = 0; i < tot; i++) v[i] = fabsf(v[i]);
-    float *x = rnd((size_t)N * C, 1);
-    float *dp = dev(p, tot * 4), *dg = dev(g, tot * 4), *dm = dev(m, tot * 4);
-    float *dv = dev(v, tot * 4);
-    void *dx = dev_op(x, (size_t)N * C);
-    PPOptTensor t[K];
-    for (int i = 0; i < K; i++)
-        t[i] = (PPOptTensor){.p = dp + off[i],
-                             .g = dg + off[i],
-                             .m = dm + off[i],
-                             .v = dv + off[i],
-                             .n = (size_t)oc[i] * C,
-                             .weight_decay = i % 2 ? 0.1f : 0.0f};
-    float *r0[K], *r1[K], *r2[K];
-    held_matmuls(r0, dx, dp, tot, 0, K, off, oc, N, C);
-    gpu->adamw_many(gpu, t, K, 5e-2f, 0.9f, 0.95f, 1e-8f, 1.0f, 3);
-    held_matmuls(r1, dx, dp, tot, 1, K, off, oc, N, C);
-    held_matmuls(r2, dx, dp, tot, 0, K, off, oc, N, C);
-    kept_same("kept copy after adamw_many", r1, r2, r0, K, oc, N);
-    for (int i = 0; i < K; i++) free(r0[i]);
-    /* to_device inside the weights: part of weight 3 */
-    float *nv = rnd(100, 1);
-    gpu->to_device(gpu, dp + off[3] + 50, nv, 100 * sizeof(float));
-    gpu->wait(gpu);
-    held_matmuls(r0, dx, dp, tot, 1, K, off, oc, N, C);
-    held_matmuls(r1, dx, dp, tot, 0, K, off, oc, N, C);
-    kept_same("kept copy after to_device", r0, r1, NULL, K, oc, N);
-    for (int i = 0; i < K; i++) free(r1[i]);
-    /* the one-tensor entry on weight 0 */
-    gpu->adamw_update(gpu, dp, dg, dm, dv, (size_t)oc[0] * C, 5e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
-                      4);
-    held_matmuls(r0, dx, dp, tot, 1, K, off, oc, N, C);
-    for (int i = 0; i < K; i++) free(r2[i]);
-    held_matmuls(r2, dx, dp, tot, 0, K, off, oc, N, C);
-    kept_same("kept copy after adamw_update", r0, r2, NULL, K, oc, N);
-    /* held without the last weight's last row: adamw_many's last tensor lies partly outside */
-    size_t part = off[K - 1] + (size_t)(oc[K - 1] - 1) * C;
-    held_matmuls(r0, dx, dp, part, 0, K - 1, off, oc, N, C);
-    gpu->adamw_many(gpu, t, K, 5e-2f, 0.9f, 0.95f, 1e-8f, 1.0f, 5);
-    held_matmuls(r1, dx, dp, part, 1, K - 1, off, oc, N, C);
-    for (int i = 0; i < K - 1; i++) free(r2[i]);
-    free(r2[K - 1]);
-    held_matmuls(r2, dx, dp, part, 0, K - 1, off, oc, N, C);
-    kept_same("kept copy, a tensor half in", r1, r2, r0, K - 1, oc, N);
-    for (int i = 0; i < K - 1; i++) free(r0[i]), free(r2[i]);
-    gpu->dealloc(gpu, dp);
-    gpu->dealloc(gpu, dg);
-    gpu->dealloc(gpu, dm);
-    gpu->dealloc(gpu, dv);
-    gpu->dealloc(gpu, dx);
-    float *fr[] = {p, g, m, v, x, nv};
+    float *x = rnd((size_t)q.N * q.C, 1);
+    q.w = dev(p, tot * 4), q.g = dev(g, tot * 4), q.m = dev(m, tot * 4), q.v = dev(v, tot * 4);
+    q.x = dev_op(x, (size_t)q.N * q.C);
+    for (int i = 0; i < KW; i++)
+        q.t[i] = (PPOptTensor){.p = q.w + q.off[i],
+                               .g = q.g + q.off[i],
+                               .m = q.m + q.off[i],
+                               .v = q.v + q.off[i],
+                               .n = (size_t)oc[i] * q.C,
+                               .weight_decay = i % 2 ? 0.1f : 0.0f};
+    static const char *what[6] = {"kept copy: adamw_many",   "kept copy: to_device",
+                                  "kept copy: zero",         "kept copy: copy",
+                                  "kept copy: adamw_update", "kept copy: sgd_update"};
+    for (int w = 0; w < 6; w++) kept_after(&q, w, tot, KW, 0, what[w]);
+    /* held without the last weight's last row */
+    kept_after(&q, 0, q.off[KW - 1] + (size_t)(oc[KW - 1] - 1) * q.C, KW, oc[KW - 1] - 1,
+               "kept copy: a tensor half in");
+    gpu->dealloc(gpu, q.w);
+    gpu->dealloc(gpu, q.g);
+    gpu->dealloc(gpu, q.m);
+    gpu->dealloc(gpu, q.v);
+    gpu->dealloc(gpu, q.x);
+    float *fr[] = {p, g, m, v, x};
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
 }
 
