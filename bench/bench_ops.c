@@ -319,7 +319,8 @@ int main(int argc, char **argv) {
         TIME(&b, "weights' bf16 copy (hold) *", 'M', 0, (f + 2) * Pd, 1, hold_once(be, p, P));
     row_in_step = 1;
     if (be->weight_hold) hold_once(be, p, P); /* the copy AdamW keeps (if that row was not run) */
-    double kb = be->weight_hold && be->operand == PP_BF16 ? 2 : 0; /* the copy AdamW writes */
+    const char *ac = getenv("PPTRAIN_ADAMW_COPY"); /* the copy AdamW writes (bf16, kept) */
+    double kb = be->weight_hold && !strcmp(prec, "bf16") && !(ac && !strcmp(ac, "0")) ? 2 : 0;
     TIME(&b, "AdamW (adamw_many)", 'M', 15 * Pd, f * 7 * Pd + kb * Pd, 1,
          be->adamw_many(be, tu, nt, 1e-4f, 0.9f, 0.95f, 1e-8f, 1.0f, 2));
     row_in_step = 0;

@@ -207,8 +207,9 @@ static void layout(CudaCtx *c, cublasLtMatrixLayout_t *l, cudaDataType t, int ro
     }
 }
 
-/* PPTRAIN_GEMM_LOG=1: one line on stderr for each new GEMM of the cache, its shape and what
- * cuBLASLt's heuristic chose for it (r; NULL: nothing) among n candidates: the algorithm's id,
+/* PPTRAIN_GEMM_LOG=1: one line on stderr for each new GEMM of the cache, its row-major shape
+ * (the key holds cuBLASLt's column-major view: m and n, A and B swapped) and what cuBLASLt's
+ * heuristic chose for it (r; NULL: nothing) of the n answers it returned: the algorithm's id,
  * tile (cublasLtMatmulTile_t), stages (cublasLtMatmulStages_t), split-K count and reduction
  * scheme (cublasLtReductionScheme_t), cluster shape, waves and workspace. A diagnostic for
  * the GEMMs below the GEMM rate (cuda/NOTES.md, "PPTRAIN_GEMM_LOG"). */
@@ -235,17 +236,18 @@ static void gemm_log(const CudaCtx *c, const GemmKey *k, const GemmEntry *e, int
     fprintf(stderr,
             "[rank %d] cuda: gemm M=%d N=%d K=%d op %d%d batch %d, %s in, %s out%s, epilogue %d%s, "
             "bias %d: ",
-            c->rank, k->m, k->n, k->k, k->opA, k->opB, k->batch, k->ab ? "bf16" : "fp32",
+            c->rank, k->n, k->m, k->k, k->opB, k->opA, k->batch, k->ab ? "bf16" : "fp32",
             k->d_bf16 ? "bf16" : "fp32", k->oop ? " (C apart)" : "", k->epi,
-            r && !e->with_epi && k->epi ? " (not fused)" : "", k->bias);
+            r && !e->with_epi && k->epi != CUBLASLT_EPILOGUE_DEFAULT ? " (not fused)" : "",
+            k->bias);
     if (r)
         fprintf(stderr,
                 "algo %d, tile %u, stages %u, split-K %d, reduction %u, cluster %u, waves %.2f, "
-                "workspace %zu B (of %d candidates)\n",
+                "workspace %zu B (the first of %d returned)\n",
                 id, tile, stages, splitk, red, (unsigned)cluster, r->wavesCount, r->workspaceSize,
                 n);
     else
-        fprintf(stderr, "no algorithm (%d candidates)\n", n);
+        fprintf(stderr, "no algorithm (%d returned)\n", n);
 }
 
 /* [Note: GEMM cache] cuBLASLt's heuristic query costs far more than the GEMM descriptors,
