@@ -387,8 +387,10 @@ START_TEST(test_llama_split_backward) {
                 setup(&sp, &d, &k_chunks[k], B, T);
                 model_init_wstate(&sp, 0, 2);
                 size_t nl = (size_t)(k_chunks[k].l1 - k_chunks[k].l0), nc = (size_t)N * d.C * 4;
-                /* dkeep, and per set and layer the four [N,C] when they do not fit */
-                ck_assert_uint_eq(sp.wstate_bytes, 4 * nc + (v == 0 ? 2 * nl * 4 * nc : 0));
+                /* dkeep (the four operands, fp32 here), and per set and layer the four [N,C]
+                 * when they do not fit */
+                size_t keep = model_ws_four_elems((size_t)N, (size_t)d.C) * sizeof(float);
+                ck_assert_uint_eq(sp.wstate_bytes, keep + (v == 0 ? 2 * nl * 4 * nc : 0));
                 Model *ms[2] = {&f, &sp};
                 forward_two(ms, 2, B, T);
                 model_backward(&f, 0, 0);

@@ -156,16 +156,17 @@ static const ArchBuf wstate[W_N] = {
 
 /* The backward's scratch (Model.bufs): the fused backward's douts, the residual
  * gradient cast for a matmul (bf16 operands only: an fp32 operand is the gradient
- * itself), and dkeep, the input half's four [N,C] douts until they move into the layer.
+ * itself), and dkeep, the input half's four [N,C] douts (operands, carved as
+ * model_ws_four does) until they move into the layer.
  * (GELU's backward runs inside fcproj's: [Note: fused GELU] in backend.h; no [N,4C]
  * fp32 gradient between them.) */
 enum { S_DMID, S_DQKV, S_DFCH, S_DRES, S_DKEEP, S_N };
 static const ArchBuf scratch[S_N] = {
-    {"dmid", 0, 0, 0, ARCH_ALWAYS},   /* [N,C]: d(ln2), d(atty), d(ln1) (operand) */
-    {"dqkv", 1, 0, 0, ARCH_ALWAYS},   /* [N,3C] */
-    {"dfch", 1, 0, 0, ARCH_ALWAYS},   /* [N,4C] */
-    {"dres", 1, 0, 0, ARCH_CAST},     /* [N,C] */
-    {"dkeep", 0, 0, 0, ARCH_WS_STAGE}, /* [N,4C] */
+    {"dmid", 0, 0, 0, ARCH_ALWAYS},    /* [N,C]: d(ln2), d(atty), d(ln1) (operand) */
+    {"dqkv", 1, 0, 0, ARCH_ALWAYS},    /* [N,3C] */
+    {"dfch", 1, 0, 0, ARCH_ALWAYS},    /* [N,4C] */
+    {"dres", 1, 0, 0, ARCH_CAST},      /* [N,C] */
+    {"dkeep", 1, 0, 0, ARCH_WS_STAGE}, /* 4 x [N,C] */
 };
 
 static size_t elems(const ModelDims *d, int set, int k, size_t N, size_t att) {
@@ -179,7 +180,7 @@ static size_t elems(const ModelDims *d, int set, int k, size_t N, size_t att) {
     case ARCH_ACTS: return k == A_ATT ? att : act_w[k] ? N * act_w[k] * C : N;
     case ARCH_HEAD: return head_w[k] ? N * head_w[k] * C : N;
     case ARCH_WS: return N * ws_w[k] * C;
-    default: return N * scratch_w[k] * C;
+    default: return k == S_DKEEP ? model_ws_four_elems(N, C) : N * scratch_w[k] * C;
     }
 }
 
@@ -199,10 +200,10 @@ static void ws_place(const Model *m, void *const *acts_, void **ws_) {
 }
 
 static void ws_stage(const Model *m, void **ws_) {
-    size_t NC = (size_t)m->B * m->T * m->d.C;
-    float *keep = m->bufs[S_DKEEP];
-    *(LayerWState *)ws_ = (LayerWState){keep, m->bufs[S_DFCH], keep + NC, keep + 2 * NC,
-                                        m->bufs[S_DQKV], keep + 3 * NC};
+    LayerWState *ws = (LayerWState *)ws_;
+    ws->dfch = m->bufs[S_DFCH];
+    ws->dqkv = m->bufs[S_DQKV];
+    model_ws_four(m, m->bufs[S_DKEEP], &ws->dln2, &ws->dln1, &ws->dres3, &ws->dres2);
 }
 
 /* ---- compute ---- */

@@ -174,7 +174,7 @@ static const ArchBuf wstate[W_N] = {
  * parts of d(ln2 output) in fp32 (matmul_backward overwrites its dinp; their sum in dmid,
  * then at the operand type in dtmp, the fused backward's dln2), the residual gradient cast
  * for a matmul (non-fp32 operands only), and dkeep, the input half's four [N,C] douts
- * until they move into the layer. */
+ * (operands, carved as model_ws_four does) until they move into the layer. */
 enum { S_DSWI, S_DMID, S_DTMP, S_DQKV, S_DGATE, S_DUP, S_DRES, S_DKEEP, S_N };
 static const ArchBuf scratch[S_N] = {
     {"dswi", 0, 0, 0, ARCH_ALWAYS},    /* [N,F] */
@@ -184,7 +184,7 @@ static const ArchBuf scratch[S_N] = {
     {"dgate", 1, 0, 0, ARCH_ALWAYS},   /* [N,F] */
     {"dup", 1, 0, 0, ARCH_ALWAYS},     /* [N,F] */
     {"dres", 1, 0, 0, ARCH_CAST},      /* [N,C] */
-    {"dkeep", 0, 0, 0, ARCH_WS_STAGE}, /* [N,4C] */
+    {"dkeep", 1, 0, 0, ARCH_WS_STAGE}, /* 4 x [N,C] */
 };
 
 /* The constants: RoPE's inverse frequencies ([Note: RoPE frequencies]). */
@@ -206,7 +206,7 @@ static size_t elems(const ModelDims *d, int set, int k, size_t N, size_t att) {
     case ARCH_ACTS: return act_u[k] == U_ATT ? att : N * w[act_u[k]];
     case ARCH_HEAD: return N * w[head_u[k]];
     case ARCH_WS: return N * w[ws_u[k]];
-    case ARCH_SCRATCH: return N * w[scratch_u[k]] * (k == S_DKEEP ? 4 : 1);
+    case ARCH_SCRATCH: return k == S_DKEEP ? model_ws_four_elems(N, d->C) : N * w[scratch_u[k]];
     default: return head_size(d) / 2; /* ARCH_CONST: inv_freq */
     }
 }
@@ -228,10 +228,11 @@ static void ws_place(const Model *m, void *const *acts_, void **ws_) {
 }
 
 static void ws_stage(const Model *m, void **ws_) {
-    size_t NC = (size_t)m->B * m->T * m->d.C;
-    float *keep = m->bufs[S_DKEEP];
-    *(LayerWState *)ws_ = (LayerWState){keep,          m->bufs[S_DGATE], m->bufs[S_DUP], keep + NC,
-                                        keep + 2 * NC, m->bufs[S_DQKV],  keep + 3 * NC};
+    LayerWState *ws = (LayerWState *)ws_;
+    ws->dgate = m->bufs[S_DGATE];
+    ws->dup = m->bufs[S_DUP];
+    ws->dqkv = m->bufs[S_DQKV];
+    model_ws_four(m, m->bufs[S_DKEEP], &ws->dln2, &ws->dln1, &ws->dres3, &ws->dres2);
 }
 
 /* ---- RoPE's frequencies ---- */

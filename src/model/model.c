@@ -152,6 +152,10 @@ int model_ws_four_fit(size_t att_floats, size_t N, size_t C, size_t operand_byte
     return att_floats * sizeof(float) >= 4 * ws_four_room(N, C, operand_bytes);
 }
 
+/* Operands that hold the four at any operand size: each N C rounded up to 8 elements (16
+ * bytes at bf16, 32 at fp32: at least ws_four_room). */
+size_t model_ws_four_elems(size_t N, size_t C) { return 4 * ((N * C + 7) / 8 * 8); }
+
 void model_ws_four(const Model *m, float *att, void **dln2, void **dln1, void **dres3,
                    void **dres2) {
     size_t room = ws_four_room((size_t)m->B * m->T, m->d.C, pp_dtype_bytes(m->be->operand));

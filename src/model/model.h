@@ -363,10 +363,13 @@ size_t model_boundary_floats(const ModelDims *d, int B, int T);
  * output gradients of a layer that keeps its activations — two matmul douts (dres3, dres2)
  * and two norm douts (dln2, dln1), all operands — live in its attention state when that
  * holds them. model_ws_four_fit says whether it does for m's sizes; model_ws_four points
- * the four into att, one after the other, each at a multiple of 16 bytes. */
+ * the four into att, one after the other, each at a multiple of 16 bytes. The input half's
+ * staging buffer (the Arch's dkeep scratch) is carved the same way: model_ws_four_elems
+ * operands hold the four. */
 int model_ws_four_fit(size_t att_floats, size_t N, size_t C, size_t operand_bytes);
 void model_ws_four(const Model *m, float *att, void **dln2, void **dln1, void **dres3,
                    void **dres2);
+size_t model_ws_four_elems(size_t N, size_t C);
 /* Floats one layer keeps for its backward for N tokens under recompute mode `mode`
  * (model_recompute_mode: 0 none, 1 selective, 2 full), att of them attention's saved
  * state, operands counted as fp32: the memory balance's per-layer cost, from the Arch's
