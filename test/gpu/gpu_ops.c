@@ -1146,10 +1146,18 @@ static void check_matmul_gelu_forward(int N, int C, int H, int bias, const char 
     if (gpu->gelu_in_gemm) { /* GELU on the unrounded pre ([Note: fused GELU]) */
         compare("matmul_gelu_forward out ~ gelu_forward(pre)", "out", sh, ho3, ho, NH,
                 tol_op(tol_gemm()));
-        /* the epilogue ran where the shape lets it (H a multiple of 8): bits of its own */
-        if (H % 8 == 0)
+        /* the epilogue ran where the shape lets it (H a multiple of 8): bits of its own. At
+         * under 64 rows cuBLASLt may refuse the epilogue for the shape, which the backend
+         * takes as its documented fallback (GELU's kernel after the GEMM, said once on
+         * stderr): a note there, not a failure */
+        int same = !memcmp(ho3, ho, NH * sizeof(float));
+        if (H % 8 == 0 && N >= 64)
             none_wrong("matmul_gelu_forward out != gelu_forward(pre) (GELU in the GEMM)", sh,
-                       (size_t)!memcmp(ho3, ho, NH * sizeof(float)), 1);
+                       (size_t)same, 1);
+        else if (H % 8 == 0 && same)
+            printf("note matmul_gelu_forward %s: GELU ran after the GEMM (cuBLASLt refused the "
+                   "epilogue at %d rows: the fallback)\n",
+                   sh, N);
     } else {
         same_bits("gelu_forward(pre)=fused out", sh, ho3, ho, NH);
     }
