@@ -536,7 +536,7 @@ static cublasComputeType_t att_compute(const CudaCtx *c) {
  * the held weights), else x itself. */
 static const void *operand(CudaCtx *c, Grow *g, const float *x, size_t n) {
     if (c->prec != PP_PREC_BF16) return x;
-    if (c->held && x >= c->held && x + n <= c->held + c->held_n) /* inside the held weights */
+    if (inside(x, n, c->held, c->held_n)) /* inside the held weights */
         return (const __nv_bfloat16 *)c->castW.p + (x - c->held);
     __nv_bfloat16 *d = (__nv_bfloat16 *)grow(c, g, n * sizeof(__nv_bfloat16));
     k_to_bf16(c, d, x, n);
@@ -1154,11 +1154,9 @@ static void cu_adamw_many(const Backend *be, const PPOptTensor *t, int count, fl
     /* [Note: kept weight copy]: a tensor only partly inside the kept weights drops the copy
      * (so does any tensor inside them under PPTRAIN_ADAMW_COPY=0); else each tensor inside
      * them updates its copy too */
-    for (int i = 0; i < count && c->kept; i++) {
-        const float *p = t[i].p, *k = c->kept;
-        if (!c->adamw_copy || !(p >= k && p + t[i].n <= k + c->kept_n))
-            drop_kept(c, p, t[i].n * sizeof(float));
-    }
+    for (int i = 0; i < count && c->kept; i++)
+        if (!c->adamw_copy || !inside(t[i].p, t[i].n, c->kept, c->kept_n))
+            drop_kept(c, t[i].p, t[i].n * sizeof(float));
     KeptCopy kc = {c->kept, c->kept_n, (__nv_bfloat16 *)c->castW.p};
     k_adamw_many(c, t, c->kept ? &kc : NULL, count, lr, beta1, beta2, eps, grad_scale, bc1, bc2);
 }

@@ -215,6 +215,11 @@ void k_adamw(CudaCtx *c, float *p, const float *g, float *m, float *v, size_t n,
 void k_sumsq_many(CudaCtx *c, double *out, const float *const *x, const size_t *n, int count);
 /* Bytes of the sums' partials k_sum and k_sumsq_many need (reserved at open). */
 size_t k_sums_workspace(void);
+/* Whether x[0..n) lies inside w[0..wn) (w NULL: nothing does): a held or kept weight copy
+ * serves x ([Note: kept weight copy] in backend_cuda.cu). */
+static inline bool inside(const float *x, size_t n, const float *w, size_t wn) {
+    return w && x >= w && x + n <= w + wn;
+}
 /* The bf16 copy of w[0..n) at copy ([Note: kept weight copy] in backend_cuda.cu). */
 struct KeptCopy {
     const float *w;

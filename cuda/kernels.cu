@@ -1137,8 +1137,8 @@ void k_adamw_many(CudaCtx *c, const PPOptTensor *t, const KeptCopy *kept, int co
             a.g[j] = s->g;
             a.m[j] = s->m;
             a.v[j] = s->v;
-            int in = kept && s->p >= kept->w && s->p + s->n <= kept->w + kept->n;
-            a.copy[j] = in ? kept->copy + (s->p - kept->w) : NULL;
+            a.copy[j] = kept && inside(s->p, s->n, kept->w, kept->n) ? kept->copy + (s->p - kept->w)
+                                                                     : NULL;
             a.n[j] = s->n;
             a.wd[j] = s->weight_decay;
             a.first[j] = (unsigned)blocks;

@@ -548,22 +548,27 @@ static void local_sums(Runtime *rt, int want_sumsq, double *loss, double *sumsq)
             *sumsq += rt->sumsq_host[i];
 }
 
-/* One optimizer update of every tensor of this rank (with ZeRO-1: of those whose state
- * this replica holds, [Note: ZeRO-1] in runtime_dp.c). */
-static void update(Runtime *rt, float lr, float scale, int t) {
+/* The tensors this rank updates (with ZeRO-1: those whose state this replica holds,
+ * [Note: ZeRO-1] in runtime_dp.c), each with its state and weight decay: the list every
+ * step's update passes ([Note: many tensors] in backend.h), made once after dp_init. */
+static void update_list(Runtime *rt) {
     Model *m = &rt->model;
-    int n = 0;
+    rt->nupd = 0;
     for (int i = 0; i < m->ntensors; i++) {
         const ParamTensor *p = &m->tensors[i];
         if (rt->dp.zero && rt->dp.zoff[i] == DP_NOT_HELD) continue;
-        rt->upd[n++] = (PPOptTensor){m->params + p->offset,
-                                     m->grads + p->offset,
-                                     dp_opt_state(rt, i, 0),
-                                     dp_opt_state(rt, i, 1),
-                                     p->numel,
-                                     optim_weight_decay(rt->cfg, p->decay)};
+        rt->upd[rt->nupd++] = (PPOptTensor){m->params + p->offset,
+                                            m->grads + p->offset,
+                                            dp_opt_state(rt, i, 0),
+                                            dp_opt_state(rt, i, 1),
+                                            p->numel,
+                                            optim_weight_decay(rt->cfg, p->decay)};
     }
-    optim_update_many(rt->cfg, m->be, rt->upd, n, lr, scale, t); /* [Note: many tensors] */
+}
+
+/* One optimizer update of every tensor of this rank's list (update_list). */
+static void update(Runtime *rt, float lr, float scale, int t) {
+    optim_update_many(rt->cfg, rt->model.be, rt->upd, rt->nupd, lr, scale, t);
 }
 
 int runtime_step(Runtime *rt, int step, double *ctl, int nctl, StepResult *res, char *err,
@@ -996,6 +1001,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
     if (rc) return rc;
     message_limit(rt, comm, &d);
     if ((rc = tied_pair(rt, comm, &d, err, errlen)) || (rc = dp_init(rt, err, errlen))) return rc;
+    update_list(rt);
     staging_init(rt);
     /* pinned on a GPU (host_alloc): the tokens and targets upload asynchronously */
     size_t tb = (size_t)rt->global_batch * rt->T * sizeof(int);

@@ -79,7 +79,8 @@ typedef struct Runtime {
     double *loss_host, *sumsq_host; /* host copies of the two */
     const float **sum_x;            /* [model.ntensors] host: each tensor's gradient, and */
     size_t *sum_n;                  /* its size, for be->sumsq_many ([Note: many tensors]) */
-    PPOptTensor *upd;               /* [model.ntensors] host: the step's update list */
+    PPOptTensor *upd;               /* [model.ntensors] host: the tensors each step updates, */
+    int nupd;                       /* nupd of them (update_list) */
     int tied_peer;             /* world rank holding the other copy of wte, -1 if none */
     Comm *tied;                /* the tied pair {stage 0's rank, the last stage's rank} as a
                                   group of this replica, NULL on other ranks */
