@@ -61,6 +61,13 @@ static void *dev_operand(const Backend *be, size_t n, uint64_t seed, float scale
     return d;
 }
 
+/* n random values of the residual stream's type ([Note: residual stream type]: fp32 or the
+ * operand type). */
+static void *dev_residual(const Backend *be, size_t n, uint64_t seed, float scale) {
+    return be->residual == PP_F32 ? (void *)dev_random(be, n, seed, scale)
+                                  : dev_operand(be, n, seed, scale);
+}
+
 static int *dev_tokens(const Backend *be, size_t n, int V) {
     int *h = pp_malloc(n * sizeof(int));
     for (size_t i = 0; i < n; i++) h[i] = (int)((i * 2654435761u) % (unsigned)V);
@@ -156,11 +163,13 @@ int main(int argc, char **argv) {
 
     /* one layer's tensors, as model.c lays them out; the operand activations ([Note:
      * operand activations]: ln, qkv, y, hg and the gradients dxo, dho, dqkv, dyo (attention's
-     * dout), dlogits) in the backend's operand type, the rest fp32 */
+     * dout), dlogits) in the backend's operand type, the residual stream (xr, rr) in its
+     * residual type, the rest fp32 */
     size_t NC = N * C, nlayer = 12 * (size_t)C * C + 13 * (size_t)C;
     /* GPT-2 parameters */
     size_t P = (size_t)L * nlayer + (size_t)Vp * C + 1024 * (size_t)C + 2 * (size_t)C;
     float *x = dev_random(be, NC, 1, 1), *mean = dev_random(be, N, 3, 1);
+    void *xr = dev_residual(be, NC, 37, 1), *rr = dev_residual(be, NC, 38, 1);
     float *rstd = dev_random(be, N, 4, 1), *lnw = dev_random(be, C, 5, 1);
     float *lnb = dev_random(be, C, 6, 0.1f);
     void *ln = dev_operand(be, NC, 2, 1);
@@ -195,14 +204,14 @@ int main(int argc, char **argv) {
     double *sum = be->alloc(be, sizeof(double));
     be->wait(be);
 
-    /* bytes per element: fp32, operand */
+    /* bytes per element: fp32, operand, logits, residual */
     const double f = 4, o = (double)pp_dtype_bytes(be->operand),
-                 lb = (double)pp_dtype_bytes(be->logits);
+                 lb = (double)pp_dtype_bytes(be->logits), rs = (double)pp_dtype_bytes(be->residual);
     double Nd = (double)N, Cd = C, Vd = Vp, Pd = (double)P;
     double BT2C = (double)B * T * (double)T * C;
     /* forward of a layer */
-    TIME(&b, "layernorm fwd", 'M', 8 * Nd * Cd, f * (Nd * Cd + 2 * Nd + 2 * Cd) + o * Nd * Cd,
-         2 * L, be->layernorm_forward(be, ln, mean, rstd, x, lnw, lnb, (int)N, C));
+    TIME(&b, "layernorm fwd", 'M', 8 * Nd * Cd, rs * Nd * Cd + f * (2 * Nd + 2 * Cd) + o * Nd * Cd,
+         2 * L, be->layernorm_forward(be, ln, mean, rstd, xr, lnw, lnb, (int)N, C));
     TIME(&b, "matmul fwd qkv", 'G', 2 * Nd * Cd * 3 * Cd,
          o * (Nd * Cd + 3 * Nd * Cd) + f * 3 * Cd * Cd, L,
          be->matmul_operand_forward(be, qkv, ln, wqkv, bqkv, (int)N, C, 3 * C));
@@ -210,8 +219,8 @@ int main(int argc, char **argv) {
          be->attention_forward(be, y, att, qkv, B, T, NH, NH, C / NH));
     /* the residual as the GEMM's C: out = res + y W^T + b */
     TIME(&b, "matmul+residual fwd attproj", 'G', 2 * Nd * Cd * Cd,
-         o * Nd * Cd + f * (2 * Nd * Cd + Cd * Cd), L,
-         be->matmul_residual_forward(be, x, dy, y, wqkv, bqkv, (int)N, C, C));
+         o * Nd * Cd + rs * 2 * Nd * Cd + f * Cd * Cd, L,
+         be->matmul_residual_forward(be, xr, rr, y, wqkv, bqkv, (int)N, C, C));
     row_in_step = 0;
     TIME(&b, "matmul fwd attproj *", 'G', 2 * Nd * Cd * Cd, o * Nd * Cd + f * (Nd * Cd + Cd * Cd),
          L, be->matmul_forward(be, x, y, wqkv, bqkv, (int)N, C, C));
@@ -231,8 +240,8 @@ int main(int argc, char **argv) {
          be->gelu_forward(be, hg, ho, 4 * NC));
     row_in_step = 1;
     TIME(&b, "matmul+residual fwd fcproj", 'G', 2 * Nd * 4 * Cd * Cd,
-         o * 4 * Nd * Cd + f * (4 * Cd * Cd + 2 * Nd * Cd), L,
-         be->matmul_residual_forward(be, x, dy, hg, wfc, bfc, (int)N, 4 * C, C));
+         o * 4 * Nd * Cd + rs * 2 * Nd * Cd + f * 4 * Cd * Cd, L,
+         be->matmul_residual_forward(be, xr, rr, hg, wfc, bfc, (int)N, 4 * C, C));
     row_in_step = 0; /* and the residual add above */
     TIME(&b, "matmul fwd fcproj *", 'G', 2 * Nd * 4 * Cd * Cd,
          o * 4 * Nd * Cd + f * (4 * Cd * Cd + Nd * Cd), L,
@@ -258,11 +267,12 @@ int main(int argc, char **argv) {
          be->matmul_operand_backward(be, dyo, dw, db, dho, ln, wfc, (int)N, C, 4 * C));
     /* the lowest layer's ln1; every other norm backward also writes the residual gradient's
      * operand for the next matmul (ln2's for attproj's backward, ln1's for the layer below) */
-    TIME(&b, "layernorm bwd", 'M', 12 * Nd * Cd, f * (3 * Nd * Cd + 2 * Nd) + o * Nd * Cd, 1,
-         be->layernorm_backward(be, dx, NULL, dw, db, dyo, x, mean, rstd, lnw, (int)N, C, scratch));
+    TIME(&b, "layernorm bwd", 'M', 12 * Nd * Cd, f * (2 * Nd * Cd + 2 * Nd) + (rs + o) * Nd * Cd, 1,
+         be->layernorm_backward(be, dx, NULL, dw, db, dyo, xr, mean, rstd, lnw, (int)N, C,
+                                scratch));
     TIME(&b, "layernorm bwd + operand", 'M', 12 * Nd * Cd,
-         f * (3 * Nd * Cd + 2 * Nd) + 2 * o * Nd * Cd, 2 * L - 1,
-         be->layernorm_backward(be, dx, dxo, dw, db, dyo, x, mean, rstd, lnw, (int)N, C, scratch));
+         f * (2 * Nd * Cd + 2 * Nd) + (rs + 2 * o) * Nd * Cd, 2 * L - 1,
+         be->layernorm_backward(be, dx, dxo, dw, db, dyo, xr, mean, rstd, lnw, (int)N, C, scratch));
     TIME(&b, "matmul bwd attproj", 'G', 4 * Nd * Cd * Cd, o * 3 * Nd * Cd + f * 3 * Cd * Cd, L,
          be->matmul_operand_backward(be, dyo, dw, db, dxo, y, wqkv, (int)N, C, C));
     TIME(&b, "attention bwd (causal)", 'G', 5 * BT2C, o * (3 * Nd * Cd + 2 * Nd * Cd + 3 * Nd * Cd),
@@ -271,8 +281,8 @@ int main(int argc, char **argv) {
          o * (3 * Nd * Cd + 2 * Nd * Cd) + f * 3 * 3 * Cd * Cd, L,
          be->matmul_operand_backward(be, dyo, dw, db, dqkv, ln, wqkv, (int)N, C, 3 * C));
     /* once per step */
-    TIME(&b, "encoder fwd", 'M', Nd * Cd, f * 3 * Nd * Cd, 1,
-         be->encoder_forward(be, x, tok, wte, wpe, B, T, C));
+    TIME(&b, "encoder fwd", 'M', Nd * Cd, f * 2 * Nd * Cd + rs * Nd * Cd, 1,
+         be->encoder_forward(be, xr, tok, wte, wpe, B, T, C));
     TIME(&b, "head matmul fwd (logits)", 'G', 2 * Nd * Cd * Vd,
          o * Nd * Cd + f * Vd * Cd + lb * Nd * Vd, 1,
          be->head_logits(be, logits, ln, wte, (int)N, C, Vp));
@@ -367,9 +377,9 @@ int main(int argc, char **argv) {
            gemm > 0 ? "" : " (no ceilings given)");
     (void)flops;
     be->dealloc(be, sum);
-    void *all[] = {x, ln, mean, rstd, lnw, lnb, qkv, wqkv, bqkv, att, y, h, hg, ho, wfc, bfc, dx, dw,
-                   db, dqkv, dh, dy, dxo, dho, dyo, scratch, wte, dwte, wpe, dwpe, logits, losses,
-                   p, g, m, v};
+    void *all[] = {x,   xr,      rr,  ln,   mean, rstd, lnw,    lnb,    qkv,  wqkv, bqkv, att, y,
+                   h,   hg,      ho,  wfc,  bfc,  dx,   dw,     db,     dqkv, dh,   dy,   dxo, dho,
+                   dyo, scratch, wte, dwte, wpe,  dwpe, logits, losses, p,    g,    m,    v};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->dealloc(be, all[i]);
     if (dlogits != logits) be->dealloc(be, dlogits);
     be->dealloc(be, tok);

@@ -698,25 +698,36 @@ static void mm_weight_grads(CudaCtx *c, float *dw, float *db, const void *dout, 
     if (db) k_bias_backward(c, db, dout, N, OC);
 }
 
+static const void *bias_bf16(CudaCtx *c, const float *b, size_t n);
+
 /* [Note: GEMM epilogues]: out = res + inp @ w^T + b in one GEMM, res as C (beta 1, C != D)
- * and the bias in the epilogue, at every precision; under PPTRAIN_FUSE_RESIDUAL=0, or
- * where cuBLASLt has no algorithm for it, matmul_forward's GEMM and then add_inplace's
- * kernel. */
-static void cu_matmul_residual_forward(const Backend *be, float *out, const float *res,
+ * and the bias in the epilogue, at every precision; C and D of the residual type ([Note:
+ * residual stream type] in backend.h): fp32, or bf16 with the bias's bf16 copy (bias_bf16, as
+ * cuBLASLt takes a bf16 D's bias), so that the GEMM reads and writes 2 bytes an element of
+ * the stream instead of 4. Under PPTRAIN_FUSE_RESIDUAL=0, or where cuBLASLt has no algorithm
+ * for it, matmul_forward's GEMM (into c->wide at a bf16 residual) and then add_inplace's or
+ * add_residual's kernel. */
+static void cu_matmul_residual_forward(const Backend *be, void *out, const void *res,
                                        const void *inp, const float *w, const float *b, int N,
                                        int C, int OC) {
     CudaCtx *c = ctx_of(be);
     const void *A = act_operand(c, &c->castA, inp, (size_t)N * C);
     const void *W = operand(c, &c->castB, w, (size_t)OC * C);
-    GemmOut o = {out, 0, res, b, NULL};
-    int bf = c->prec == PP_PREC_BF16;
-    if (c->fuse_residual &&
-        try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 1.0f, OC, 0, 1,
-                     bf ? AB_BF16 : AB_F32, bf ? CUBLAS_COMPUTE_32F : mm_compute(c), &o) == 0)
-        return;
-    if (c->fuse_residual) epi_unfused(c, 0, "the residual GEMM (C != D, beta 1)", N, OC, C);
-    mm_gemm(c, 0, 1, N, OC, C, act_f32(c, inp), A, C, w, W, C, 0.0f, out, OC, b);
-    k_add_inplace(c, out, res, (size_t)N * OC);
+    int bf = c->prec == PP_PREC_BF16, rbf = c->res == PP_BF16;
+    if (c->fuse_residual) {
+        GemmOut o = {out, rbf, res, b && rbf ? bias_bf16(c, b, OC) : b, NULL, NULL, b && rbf};
+        if (try_gemm_out(c, 0, 1, N, OC, C, 1.0f, A, C, 0, W, C, 0, 1.0f, OC, 0, 1,
+                         bf ? AB_BF16 : AB_F32, bf ? CUBLAS_COMPUTE_32F : mm_compute(c), &o) == 0)
+            return;
+        epi_unfused(c, 0, "the residual GEMM (C != D, beta 1)", N, OC, C);
+    }
+    size_t n = (size_t)N * OC;
+    float *F = rbf ? (float *)grow(c, &c->wide, n * sizeof(float)) : (float *)out;
+    mm_gemm(c, 0, 1, N, OC, C, act_f32(c, inp), A, C, w, W, C, 0.0f, F, OC, b);
+    if (rbf)
+        k_add_residual(c, out, F, res, n);
+    else
+        k_add_inplace(c, (float *)out, (const float *)res, n);
 }
 
 static void cu_matmul_backward(const Backend *be, float *dinp, float *dw, float *db,
@@ -1049,7 +1060,7 @@ static void cu_attention_decode(const Backend *be, void *out, const void *qkv, c
 
 /* ---- the other ops: kernels.cu -------------------------------------------------------- */
 
-static void cu_encoder_forward(const Backend *be, float *out, const int *inp, const float *wte,
+static void cu_encoder_forward(const Backend *be, void *out, const int *inp, const float *wte,
                                const float *wpe, int B, int T, int C) {
     k_encoder_forward(ctx_of(be), out, inp, wte, wpe, B, T, C);
 }
@@ -1060,24 +1071,24 @@ static void cu_encoder_backward(const Backend *be, float *dwte, float *dwpe, con
 }
 
 static void cu_layernorm_forward(const Backend *be, void *out, float *mean, float *rstd,
-                                 const float *inp, const float *w, const float *b, int N, int C) {
+                                 const void *inp, const float *w, const float *b, int N, int C) {
     k_layernorm_forward(ctx_of(be), out, mean, rstd, inp, w, b, N, C);
 }
 
 static void cu_layernorm_backward(const Backend *be, float *dinp, void *dinp_op, float *dw,
-                                  float *db, const void *dout, const float *inp, const float *mean,
+                                  float *db, const void *dout, const void *inp, const float *mean,
                                   const float *rstd, const float *w, int N, int C, float *scratch) {
     k_layernorm_backward(ctx_of(be), dinp, dinp ? dinp_op : NULL, dw, db, dout, inp, mean, rstd, w,
                          N, C);
 }
 
-static void cu_rmsnorm_forward(const Backend *be, void *out, float *rstd, const float *inp,
+static void cu_rmsnorm_forward(const Backend *be, void *out, float *rstd, const void *inp,
                                const float *w, float eps, int N, int C) {
     k_rmsnorm_forward(ctx_of(be), out, rstd, inp, w, eps, N, C);
 }
 
 static void cu_rmsnorm_backward(const Backend *be, float *dinp, void *dinp_op, float *dw,
-                                const void *dout, const float *inp, const float *rstd,
+                                const void *dout, const void *inp, const float *rstd,
                                 const float *w, int N, int C, float *scratch) {
     k_rmsnorm_backward(ctx_of(be), dinp, dinp ? dinp_op : NULL, dw, dout, inp, rstd, w, N, C);
 }
@@ -1208,12 +1219,14 @@ static double peak_flops(const cudaDeviceProp *p, PPPrecision prec) {
     return 0.0;
 }
 
-static const char *prec_name(PPPrecision p, PPDType op) {
+static const char *prec_name(PPPrecision p, PPDType op, PPDType res) {
     if (p == PP_PREC_BF16)
-        return op == PP_BF16 ? "bf16 (bf16 GEMMs on bf16 operand activations; fp32 residual "
-                               "stream, weights and gradients)"
-                             : "bf16 (bf16 GEMM operands cast per call, fp32 activations, weights "
-                               "and gradients)";
+        return op != PP_BF16 ? "bf16 (bf16 GEMM operands cast per call, fp32 activations, weights "
+                               "and gradients)"
+               : res == PP_BF16 ? "bf16 (bf16 GEMMs on bf16 operand activations, bf16 residual "
+                                  "stream; fp32 weights and gradients)"
+                                : "bf16 (bf16 GEMMs on bf16 operand activations; fp32 residual "
+                                  "stream, weights and gradients)";
     return p == PP_PREC_TF32 ? "tf32 (tf32 GEMMs, fp32 storage)" : "fp32";
 }
 
@@ -1266,6 +1279,7 @@ static void fill_table(Backend *be, CudaCtx *c) {
     be->to_operand = cu_to_operand;
     be->operand = c->op;
     be->logits = c->logits_bf16 ? PP_BF16 : PP_F32;
+    be->residual = c->res;
     /* selective recompute reruns matmul_gelu_forward ([Note: fused GELU] in backend.h) */
     be->gelu_in_gemm = c->op == PP_BF16 && c->fuse_gelu && c->gelu_epi;
     be->device_memory = 1;
@@ -1432,10 +1446,11 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t dev
             grow(c, &c->castB, (acts > wb ? acts : wb) * sizeof(__nv_bfloat16));
             /* the rank's parameters, held over each action list ([Note: held weights]) */
             grow(c, &c->castW, sizes->params * sizeof(__nv_bfloat16));
-            /* the unfused GELU's fp32 GEMM result ([Note: GEMM epilogues]); with the
-             * epilogues on, only grown if cuBLASLt has no algorithm for them (at the
-             * first step: the answer is cached) */
-            if (c->op == PP_BF16 && (!c->fuse_gelu || !c->fuse_cast))
+            /* the unfused GELU's, qkv's or bf16 residual's fp32 GEMM result ([Note: GEMM
+             * epilogues]); with the epilogues on, only grown if cuBLASLt has no algorithm
+             * for them (at the first step: the answer is cached) */
+            if (c->op == PP_BF16 &&
+                (!c->fuse_gelu || !c->fuse_cast || (c->res == PP_BF16 && !c->fuse_residual)))
                 grow(c, &c->wide, N * width * sizeof(float));
             /* a bias gradient from the dw GEMM ([Note: bias gradient epilogue]): at most
              * width columns */
@@ -1463,6 +1478,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     CudaCtx *c = NULL;
     int att_flash, att_cudnn, flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
     int ce_two_pass, logits_fp32, gelu_epi_off, fuse_cast_off, adamw_copy_off, gemm_log_on;
+    int residual_fp32;
     const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
     const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
     int bf16_operands = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32"));
@@ -1504,7 +1520,9 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
             /* [Note: cross-entropy row in shared memory] in ce_kernels.cuh */
             env_switch("PPTRAIN_CE", ce, 2, &ce_two_pass, err, errlen) ||
             /* [Note: logits type] in backend.h: bf16 (the operand type) unless fp32 */
-            env_switch("PPTRAIN_LOGITS", lg, 2, &logits_fp32, err, errlen))
+            env_switch("PPTRAIN_LOGITS", lg, 2, &logits_fp32, err, errlen) ||
+            /* [Note: residual stream type] in backend.h: the operand type unless fp32 */
+            env_switch("PPTRAIN_RESIDUAL", lg, 2, &residual_fp32, err, errlen))
             return NULL;
     }
     if (!(c = (CudaCtx *)calloc(1, sizeof(CudaCtx)))) {
@@ -1523,6 +1541,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     c->ln_rows = ln_rows;
     {
         c->op = bf16_operands ? PP_BF16 : PP_F32;
+        c->res = bf16_operands && !residual_fp32 ? PP_BF16 : PP_F32;
         /* [Note: GEMM epilogues]: "0" runs each fused op's unfused path */
         c->fuse_gelu = !fuse_gelu_off;
         c->gelu_epi = !gelu_epi_off;
@@ -1579,9 +1598,10 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         else
             snprintf(att, sizeof att, "materialized (cuBLASLt)");
         snprintf(c->desc, sizeof c->desc,
-                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention %s%s%s%s%s%s%s%s%s%s%s",
+                 "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention "
+                 "%s%s%s%s%s%s%s%s%s%s%s%s",
                  device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
-                 prop.totalGlobalMem / 1e9, prec_name(precision, c->op), att,
+                 prop.totalGlobalMem / 1e9, prec_name(precision, c->op, c->res), att,
                  c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
                  c->gelu_epi ? "" : ", PPTRAIN_GELU_EPILOGUE=0",
                  c->fuse_residual ? "" : ", PPTRAIN_FUSE_RESIDUAL=0",
@@ -1593,7 +1613,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                  !bf16_operands || c->logits_bf16 ? ""
                  : logits_fp32                    ? ", PPTRAIN_LOGITS=fp32"
                                                   : ", fp32 logits (Vp not a multiple of 8)",
-                 lnd);
+                 bf16_operands && residual_fp32 ? ", PPTRAIN_RESIDUAL=fp32" : "", lnd);
         be->description = c->desc;
         return be;
     }

@@ -86,6 +86,9 @@ struct CudaCtx {
                                  kernel's rows a chunk (0: from N); PPTRAIN_LN_BWD */
     PPDType op;               /* the operand activations' type (be.operand,
                                  [Note: CUDA precision]) */
+    PPDType res;              /* the residual stream's type (be.residual: op, or fp32 under
+                                 PPTRAIN_RESIDUAL=fp32; [Note: residual stream type] in
+                                 src/backend/backend.h) */
     Grow stage;               /* fp32 staging of the materialised attention's bf16 outputs */
     Grow widen;               /* fp32 copies of its bf16 inputs (qkv; dout) */
     Grow wide;                /* fp32 [N, width]: a fused GEMM's result where its epilogue is
@@ -158,23 +161,26 @@ static inline unsigned grid_for(size_t n, int threads) {
 
 /* ---- kernel launchers (kernels.cu): same arguments as the backend ops ---- */
 /* wpe, dwpe NULL: no position table */
-void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte, const float *wpe,
+/* (residual) void * arguments are of c->res's type ([Note: residual stream type] in
+ * src/backend/backend.h): fp32, or bf16 only with bf16 operands. */
+void k_encoder_forward(CudaCtx *c, void *out, const int *inp, const float *wte, const float *wpe,
                        int B, int T, int C);
 void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout, const int *inp,
                         int B, int T, int C);
 /* The (operand) void * arguments below are of c->op's type ([Note: operand activations]
  * in src/backend/backend.h). */
-void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const float *inp,
+void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const void *inp,
                          const float *w, const float *b, int N, int C);
-/* The norms' backward: dout (operand) of the operand type, the rest fp32; dop (NULL, or an
- * operand [N,C]) gets dinp's new value at the operand type. */
+/* The norms' backward: dout (operand) of the operand type, inp (residual) of the residual
+ * type, the rest fp32; dop (NULL, or an operand [N,C]) gets dinp's new value at the operand
+ * type. */
 void k_layernorm_backward(CudaCtx *c, float *dinp, void *dop, float *dw, float *db,
-                          const void *dout, const float *inp, const float *mean, const float *rstd,
+                          const void *dout, const void *inp, const float *mean, const float *rstd,
                           const float *w, int N, int C);
-void k_rmsnorm_forward(CudaCtx *c, void *out, float *rstd, const float *inp, const float *w,
+void k_rmsnorm_forward(CudaCtx *c, void *out, float *rstd, const void *inp, const float *w,
                        float eps, int N, int C);
 void k_rmsnorm_backward(CudaCtx *c, float *dinp, void *dop, float *dw, const void *dout,
-                        const float *inp, const float *rstd, const float *w, int N, int C);
+                        const void *inp, const float *rstd, const float *w, int N, int C);
 /* The rotation of the q and k heads in place: x of the operand type (qkv at dir 1, the
  * forward; dqkv at dir -1, the backward's transpose). */
 void k_rope(CudaCtx *c, void *x, const float *inv_freq, int B, int T, int NH, int NKV, int HS,
@@ -193,6 +199,9 @@ void k_swiglu_backward(CudaCtx *c, void *dgate, void *dup, const float *gate, co
 void k_gelu_forward(CudaCtx *c, void *out, const void *inp, size_t n);
 void k_gelu_backward(CudaCtx *c, void *dinp, const void *inp, const float *dout, size_t n);
 void k_add_inplace(CudaCtx *c, float *dst, const float *src, size_t n);
+/* out[n] (residual) = y[n] + res[n] (residual), rounded once: the residual GEMM's unfused
+ * path at a bf16 residual (y its fp32 result; out, y and res do not overlap). */
+void k_add_residual(CudaCtx *c, void *out, const float *y, const void *res, size_t n);
 /* db[OC] += column sums of dout[N,OC] (operand), fixed order. */
 void k_bias_backward(CudaCtx *c, float *db, const void *dout, int N, int OC);
 /* out[N,OC] += b[OC] (where the bias epilogue is not available). */

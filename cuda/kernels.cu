@@ -45,15 +45,17 @@ static inline int aligned(const void *p, size_t to) { return (uintptr_t)p % to =
 /* ---- encoder ------------------------------------------------------------------- */
 
 /* POS: add the position table wpe (GPT-2); without, the token's row alone (Llama). */
-template <bool POS>
-__global__ void enc_fwd(float *out, const int *inp, const float *wte, const float *wpe, size_t NC,
+template <bool POS, typename OutT>
+__global__ void enc_fwd(OutT *out, const int *inp, const float *wte, const float *wpe, size_t NC,
                         int T, int C) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < NC;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t n = i / C;
         int c = (int)(i % C);
-        if (POS) out[i] = wte[(size_t)inp[n] * C + c] + wpe[(size_t)(n % T) * C + c];
-        else out[i] = wte[(size_t)inp[n] * C + c];
+        if (POS)
+            put(out + i, wte[(size_t)inp[n] * C + c] + wpe[(size_t)(n % T) * C + c]);
+        else
+            put(out + i, wte[(size_t)inp[n] * C + c]);
     }
 }
 
@@ -98,12 +100,21 @@ __global__ void enc_bwd_wpe(float *dwpe, const float *dout, int B, int T, int C)
     dwpe[i] = acc;
 }
 
-void k_encoder_forward(CudaCtx *c, float *out, const int *inp, const float *wte, const float *wpe,
-                       int B, int T, int C) {
+template <typename OutT>
+static void encoder_forward(CudaCtx *c, OutT *out, const int *inp, const float *wte,
+                            const float *wpe, int B, int T, int C) {
     size_t NC = (size_t)B * T * C;
     if (wpe) enc_fwd<true><<<grid_for(NC, 256), 256, 0, c->stream>>>(out, inp, wte, wpe, NC, T, C);
     else enc_fwd<false><<<grid_for(NC, 256), 256, 0, c->stream>>>(out, inp, wte, wpe, NC, T, C);
     KCHECK(c, "enc_fwd");
+}
+
+void k_encoder_forward(CudaCtx *c, void *out, const int *inp, const float *wte, const float *wpe,
+                       int B, int T, int C) {
+    if (c->res == PP_BF16)
+        encoder_forward(c, (__nv_bfloat16 *)out, inp, wte, wpe, B, T, C);
+    else
+        encoder_forward(c, (float *)out, inp, wte, wpe, B, T, C);
 }
 
 /* The radix sort's temporary storage for N rows, rounded up to 256 bytes. */
@@ -147,14 +158,14 @@ void k_encoder_backward(CudaCtx *c, float *dwte, float *dwpe, const float *dout,
 
 /* Row4 and sum4 (the lanes' share of a row): norm_kernels.cuh. */
 
-template <bool V4, typename OutT>
-__global__ void ln_fwd(OutT *out, float *mean, float *rstd, const float *inp, const float *w,
+template <bool V4, typename OutT, typename XT>
+__global__ void ln_fwd(OutT *out, float *mean, float *rstd, const XT *inp, const float *w,
                        const float *b, int N, int C) {
     typedef Row4<V4> R;
     int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x & 31, G = R::groups(C);
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
+    const XT *x = inp + (size_t)row * C;
     OutT *o = out + (size_t)row * C;
     float s = 0.0f;
     for (int j = lane; j < G; j += 32) s += sum4(R::load(x, j), V4);
@@ -179,15 +190,15 @@ __global__ void ln_fwd(OutT *out, float *mean, float *rstd, const float *inp, co
 }
 
 /* dinp[row] += r * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)); dout of the operand
- * type DT. */
-template <bool V4, typename DT>
-__global__ void ln_bwd_dx(float *dinp, const DT *dout, const float *inp, const float *mean,
+ * type DT, inp of the residual type XT. */
+template <bool V4, typename DT, typename XT>
+__global__ void ln_bwd_dx(float *dinp, const DT *dout, const XT *inp, const float *mean,
                           const float *rstd, const float *w, int N, int C) {
     typedef Row4<V4> R;
     int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x & 31, G = R::groups(C);
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
+    const XT *x = inp + (size_t)row * C;
     const DT *d = dout + (size_t)row * C;
     float *dx = dinp + (size_t)row * C, m = mean[row], r = rstd[row];
     float sd = 0.0f, sdx = 0.0f;
@@ -216,8 +227,8 @@ __global__ void ln_bwd_dx(float *dinp, const DT *dout, const float *inp, const f
  * = sum of dout * xhat (LayerNorm's dw; plain dout when mean is NULL: a bias grad; RMS:
  * RMSNorm's dw, xhat = inp * rstd) and, with two sums, part[chunk][1][c] = sum of dout
  * (db). */
-template <typename DT, bool RMS = false>
-__global__ void col_partial(float *part, const DT *dout, const float *inp, const float *mean,
+template <typename DT, bool RMS = false, typename XT = float>
+__global__ void col_partial(float *part, const DT *dout, const XT *inp, const float *mean,
                             const float *rstd, int N, int C, int two) {
     __shared__ float sa[8][33], sb[8][33];
     int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx, chunk = blockIdx.y;
@@ -226,8 +237,10 @@ __global__ void col_partial(float *part, const DT *dout, const float *inp, const
     if (c < C)
         for (int r = r0 + ty; r < r1; r += 8) {
             float d = get(dout + (size_t)r * C + c);
-            if (RMS) a += d * (inp[(size_t)r * C + c] * rstd[r]);
-            else a += mean ? d * ((inp[(size_t)r * C + c] - mean[r]) * rstd[r]) : d;
+            if (RMS)
+                a += d * (get(inp + (size_t)r * C + c) * rstd[r]);
+            else
+                a += mean ? d * ((get(inp + (size_t)r * C + c) - mean[r]) * rstd[r]) : d;
             b += d;
         }
     sa[ty][tx] = a;
@@ -273,14 +286,14 @@ __global__ void col_final(float *dst0, float *dst1, const float *part, int nchun
     if (dst1) dst1[c] += tb;
 }
 
-template <typename DT, bool RMS = false>
-static void col_sums(CudaCtx *c, float *dst0, float *dst1, const DT *dout, const float *inp,
+template <typename DT, bool RMS = false, typename XT = float>
+static void col_sums(CudaCtx *c, float *dst0, float *dst1, const DT *dout, const XT *inp,
                      const float *mean, const float *rstd, int N, int C) {
     int nchunks = (N + COL_ROWS - 1) / COL_ROWS, two = dst1 != NULL;
     float *part = (float *)grow(c, &c->partials,
                                 (size_t)nchunks * (two ? 2 : 1) * C * sizeof(float));
     dim3 g((C + 31) / 32, nchunks), b(32, 8);
-    col_partial<DT, RMS><<<g, b, 0, c->stream>>>(part, dout, inp, mean, rstd, N, C, two);
+    col_partial<DT, RMS, XT><<<g, b, 0, c->stream>>>(part, dout, inp, mean, rstd, N, C, two);
     KCHECK(c, "col_partial");
     size_t stride = (size_t)(two ? 2 : 1) * C;
     col_final<8><<<(C + 31) / 32, b, 0, c->stream>>>(dst0, dst1, part, nchunks, stride, C);
@@ -294,8 +307,8 @@ static int ln_vec4(int C, const void *a, const void *b, const void *d, const voi
            aligned(f, 16);
 }
 
-template <typename OutT>
-static void ln_forward(CudaCtx *c, OutT *out, float *mean, float *rstd, const float *inp,
+template <typename OutT, typename XT>
+static void ln_forward(CudaCtx *c, OutT *out, float *mean, float *rstd, const XT *inp,
                        const float *w, const float *b, int N, int C) {
     unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
     unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
@@ -306,48 +319,53 @@ static void ln_forward(CudaCtx *c, OutT *out, float *mean, float *rstd, const fl
     KCHECK(c, "ln_fwd");
 }
 
-void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const float *inp,
+void k_layernorm_forward(CudaCtx *c, void *out, float *mean, float *rstd, const void *inp,
                          const float *w, const float *b, int N, int C) {
-    if (c->op == PP_BF16) ln_forward(c, (__nv_bfloat16 *)out, mean, rstd, inp, w, b, N, C);
-    else ln_forward(c, (float *)out, mean, rstd, inp, w, b, N, C);
+    typedef __nv_bfloat16 bf;
+    if (c->res == PP_BF16)
+        ln_forward(c, (bf *)out, mean, rstd, (const bf *)inp, w, b, N, C);
+    else if (c->op == PP_BF16)
+        ln_forward(c, (bf *)out, mean, rstd, (const float *)inp, w, b, N, C);
+    else
+        ln_forward(c, (float *)out, mean, rstd, (const float *)inp, w, b, N, C);
 }
 
-template <bool V4, typename DT>
-__global__ void rms_bwd_dx(float *dinp, const DT *dout, const float *inp, const float *rstd,
+template <bool V4, typename DT, typename XT>
+__global__ void rms_bwd_dx(float *dinp, const DT *dout, const XT *inp, const float *rstd,
                            const float *w, int N, int C);
 
 /* [Note: one-pass norm backward] (norm_kernels.cuh): norm_bwd over chunks of rows, then
  * col_final<32> over the chunks' sums. RMS: RMSNorm (mean unused, dw only). The halves run
  * the same template with DX or DW compiled out. DT: dout's type (the operand type). */
-template <bool V4, bool RMS, int K, typename DT>
-static void nb_launch(CudaCtx *c, float *dinp, DT *dop, float *part, const DT *dout,
-                      const float *inp, const float *mean, const float *rstd, const float *w, int N,
-                      int C, int rows, int T) {
+template <bool V4, bool RMS, int K, typename DT, typename XT>
+static void nb_launch(CudaCtx *c, float *dinp, DT *dop, float *part, const DT *dout, const XT *inp,
+                      const float *mean, const float *rstd, const float *w, int N, int C, int rows,
+                      int T) {
     unsigned P = (unsigned)((N + rows - 1) / rows);
     size_t shm = nb_smem(T, RMS, K);
     if (dinp && part)
-        norm_bwd<V4, RMS, true, true, K, DT>
+        norm_bwd<V4, RMS, true, true, K, DT, XT>
             <<<P, T, shm, c->stream>>>(dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows);
     else if (dinp)
-        norm_bwd<V4, RMS, true, false, K, DT>
+        norm_bwd<V4, RMS, true, false, K, DT, XT>
             <<<P, T, shm, c->stream>>>(dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows);
     else
-        norm_bwd<V4, RMS, false, true, K, DT>
+        norm_bwd<V4, RMS, false, true, K, DT, XT>
             <<<P, T, shm, c->stream>>>(dinp, NULL, part, dout, inp, mean, rstd, w, N, C, rows);
     KCHECK(c, "norm_bwd");
 }
 
 /* The one-pass kernel at K groups a thread (nb_shape), T threads. */
-template <bool V4, bool RMS, typename DT>
+template <bool V4, bool RMS, typename DT, typename XT>
 static void nb_run(CudaCtx *c, NbShape sh, float *dinp, DT *dop, float *part, const DT *dout,
-                   const float *inp, const float *mean, const float *rstd, const float *w, int N,
+                   const XT *inp, const float *mean, const float *rstd, const float *w, int N,
                    int C, int rows) {
     if (sh.K == 1)
-        nb_launch<V4, RMS, 1, DT>(c, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
+        nb_launch<V4, RMS, 1>(c, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
     else if (sh.K == 2)
-        nb_launch<V4, RMS, 2, DT>(c, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
+        nb_launch<V4, RMS, 2>(c, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
     else
-        nb_launch<V4, RMS, 4, DT>(c, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
+        nb_launch<V4, RMS, 4>(c, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows, sh.T);
 }
 
 /* The one-pass backward; 0 when PPTRAIN_LN_BWD=two-pass (c->ln_rows < 0) or the kernel does
@@ -358,10 +376,10 @@ static void nb_run(CudaCtx *c, NbShape sh, float *dinp, DT *dop, float *part, co
  * (each column adds its rows in row order either way), so where dinp alone forbids float4
  * the fused call may run the single-float kernel, or, for rows too wide for it, the
  * float4 kernel's W half and ln_bwd_dx's single-float path for dinp, as the I half does. */
-template <bool RMS, typename DT>
+template <bool RMS, typename DT, typename XT>
 static int norm_backward(CudaCtx *c, float *dinp, DT *dop, float *dst0, float *dst1, const DT *dout,
-                         const float *inp, const float *mean, const float *rstd, const float *w,
-                         int N, int C) {
+                         const XT *inp, const float *mean, const float *rstd, const float *w, int N,
+                         int C) {
     bool v4w = ln_vec4(C, dout, inp, w, NULL, NULL), v4 = v4w && aligned(dinp, 16);
     /* dop must not choose the kernel (dinp's sums would change with it): one it cannot store
      * to in the kernel's groups gets to_operand's pass after */
@@ -374,20 +392,20 @@ static int norm_backward(CudaCtx *c, float *dinp, DT *dop, float *dst0, float *d
     if (dst0 || dst1) part = (float *)grow(c, &c->partials, (size_t)P * ns * C * sizeof(float));
     if (!dinp && !part) return 1; /* nothing asked */
     if (sh.K && v4)
-        nb_run<true, RMS, DT>(c, sh, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows);
+        nb_run<true, RMS>(c, sh, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows);
     else if (sh.K)
-        nb_run<false, RMS, DT>(c, sh, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows);
+        nb_run<false, RMS>(c, sh, dinp, dop, part, dout, inp, mean, rstd, w, N, C, rows);
     else { /* dinp or dop alone is not 16-byte aligned, and the rows too wide without float4 */
         if (part)
-            nb_run<true, RMS, DT>(c, shw, NULL, NULL, part, dout, inp, mean, rstd, w, N, C, rows);
+            nb_run<true, RMS>(c, shw, NULL, (DT *)NULL, part, dout, inp, mean, rstd, w, N, C, rows);
         if (dinp) {
             unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
             unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
             if (RMS)
-                rms_bwd_dx<false, DT>
+                rms_bwd_dx<false, DT, XT>
                     <<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, rstd, w, N, C);
             else
-                ln_bwd_dx<false, DT>
+                ln_bwd_dx<false, DT, XT>
                     <<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w, N, C);
             KCHECK(c, "ln_bwd_dx / rms_bwd_dx");
             if (dop) k_to_operand(c, dop, dinp, (size_t)N * C);
@@ -404,19 +422,19 @@ static int norm_backward(CudaCtx *c, float *dinp, DT *dop, float *dst0, float *d
 
 size_t k_norm_backward_workspace(size_t C) { return (size_t)NB_CHUNKS * 2 * C * sizeof(float); }
 
-template <typename DT>
+template <typename DT, typename XT>
 static void layernorm_backward(CudaCtx *c, float *dinp, DT *dop, float *dw, float *db,
-                               const DT *dout, const float *inp, const float *mean,
-                               const float *rstd, const float *w, int N, int C) {
+                               const DT *dout, const XT *inp, const float *mean, const float *rstd,
+                               const float *w, int N, int C) {
     if (norm_backward<false>(c, dinp, dop, dw, db, dout, inp, mean, rstd, w, N, C)) return;
     if (dinp) {
         unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
         unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
         if (ln_vec4(C, dinp, dout, inp, w, NULL))
-            ln_bwd_dx<true, DT>
+            ln_bwd_dx<true, DT, XT>
                 <<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w, N, C);
         else
-            ln_bwd_dx<false, DT>
+            ln_bwd_dx<false, DT, XT>
                 <<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, mean, rstd, w, N, C);
         KCHECK(c, "ln_bwd_dx");
         if (dop) k_to_operand(c, dop, dinp, (size_t)N * C);
@@ -424,28 +442,34 @@ static void layernorm_backward(CudaCtx *c, float *dinp, DT *dop, float *dw, floa
     if (dw || db) col_sums(c, dw, db ? db : NULL, dout, inp, mean, rstd, N, C);
 }
 
+/* The (operand, residual) type pairs: (fp32, fp32), (bf16, fp32) under PPTRAIN_RESIDUAL=fp32,
+ * (bf16, bf16) ([Note: residual stream type] in src/backend/backend.h). */
 void k_layernorm_backward(CudaCtx *c, float *dinp, void *dop, float *dw, float *db,
-                          const void *dout, const float *inp, const float *mean, const float *rstd,
+                          const void *dout, const void *inp, const float *mean, const float *rstd,
                           const float *w, int N, int C) {
     typedef __nv_bfloat16 bf;
-    if (c->op == PP_BF16)
-        layernorm_backward(c, dinp, (bf *)dop, dw, db, (const bf *)dout, inp, mean, rstd, w, N, C);
+    if (c->res == PP_BF16)
+        layernorm_backward(c, dinp, (bf *)dop, dw, db, (const bf *)dout, (const bf *)inp, mean,
+                           rstd, w, N, C);
+    else if (c->op == PP_BF16)
+        layernorm_backward(c, dinp, (bf *)dop, dw, db, (const bf *)dout, (const float *)inp, mean,
+                           rstd, w, N, C);
     else
-        layernorm_backward(c, dinp, (float *)dop, dw, db, (const float *)dout, inp, mean, rstd, w,
-                           N, C);
+        layernorm_backward(c, dinp, (float *)dop, dw, db, (const float *)dout, (const float *)inp,
+                           mean, rstd, w, N, C);
 }
 
 /* ---- RMSNorm ([Note: RMSNorm] in src/backend/backend.h): one warp per row ------------ */
 
 /* rstd = 1 / sqrt(sum(x^2) / C + eps); out = x * rstd, then * w (Hugging Face's order). */
-template <bool V4, typename OutT>
-__global__ void rms_fwd(OutT *out, float *rstd, const float *inp, const float *w, float eps, int N,
+template <bool V4, typename OutT, typename XT>
+__global__ void rms_fwd(OutT *out, float *rstd, const XT *inp, const float *w, float eps, int N,
                         int C) {
     typedef Row4<V4> R;
     int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x & 31, G = R::groups(C);
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
+    const XT *x = inp + (size_t)row * C;
     OutT *o = out + (size_t)row * C;
     float ss = 0.0f;
     for (int j = lane; j < G; j += 32) {
@@ -463,15 +487,15 @@ __global__ void rms_fwd(OutT *out, float *rstd, const float *inp, const float *w
 }
 
 /* dinp[row] += r * (w*dout - xhat * mean(w*dout*xhat)), xhat = x * r (backend_cpu.c's);
- * dout of the operand type DT. */
-template <bool V4, typename DT>
-__global__ void rms_bwd_dx(float *dinp, const DT *dout, const float *inp, const float *rstd,
+ * dout of the operand type DT, inp of the residual type XT. */
+template <bool V4, typename DT, typename XT>
+__global__ void rms_bwd_dx(float *dinp, const DT *dout, const XT *inp, const float *rstd,
                            const float *w, int N, int C) {
     typedef Row4<V4> R;
     int row = blockIdx.x * ROWS_PER_WARP_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x & 31, G = R::groups(C);
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
+    const XT *x = inp + (size_t)row * C;
     const DT *d = dout + (size_t)row * C;
     float *dx = dinp + (size_t)row * C, r = rstd[row], sdx = 0.0f;
     for (int j = lane; j < G; j += 32) {
@@ -491,8 +515,8 @@ __global__ void rms_bwd_dx(float *dinp, const DT *dout, const float *inp, const 
     }
 }
 
-template <typename OutT>
-static void rms_forward(CudaCtx *c, OutT *out, float *rstd, const float *inp, const float *w,
+template <typename OutT, typename XT>
+static void rms_forward(CudaCtx *c, OutT *out, float *rstd, const XT *inp, const float *w,
                         float eps, int N, int C) {
     unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
     unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
@@ -503,46 +527,57 @@ static void rms_forward(CudaCtx *c, OutT *out, float *rstd, const float *inp, co
     KCHECK(c, "rms_fwd");
 }
 
-void k_rmsnorm_forward(CudaCtx *c, void *out, float *rstd, const float *inp, const float *w,
+void k_rmsnorm_forward(CudaCtx *c, void *out, float *rstd, const void *inp, const float *w,
                        float eps, int N, int C) {
-    if (c->op == PP_BF16) rms_forward(c, (__nv_bfloat16 *)out, rstd, inp, w, eps, N, C);
-    else rms_forward(c, (float *)out, rstd, inp, w, eps, N, C);
+    typedef __nv_bfloat16 bf;
+    if (c->res == PP_BF16)
+        rms_forward(c, (bf *)out, rstd, (const bf *)inp, w, eps, N, C);
+    else if (c->op == PP_BF16)
+        rms_forward(c, (bf *)out, rstd, (const float *)inp, w, eps, N, C);
+    else
+        rms_forward(c, (float *)out, rstd, (const float *)inp, w, eps, N, C);
 }
 
 /* [Note: split backward]: the one-pass kernel's halves are its own template with a part
  * compiled out ([Note: one-pass norm backward]); in the two-pass path dinp and dw come from
  * separate kernels. Either way each half is the fused call's bits. */
-template <typename DT>
+template <typename DT, typename XT>
 static void rmsnorm_backward(CudaCtx *c, float *dinp, DT *dop, float *dw, const DT *dout,
-                             const float *inp, const float *rstd, const float *w, int N, int C) {
+                             const XT *inp, const float *rstd, const float *w, int N, int C) {
     if (norm_backward<true>(c, dinp, dop, dw, NULL, dout, inp, NULL, rstd, w, N, C)) return;
     if (dinp) {
         unsigned blocks = (N + ROWS_PER_WARP_BLOCK - 1) / ROWS_PER_WARP_BLOCK;
         unsigned threads = 32 * ROWS_PER_WARP_BLOCK;
         if (ln_vec4(C, dinp, dout, inp, w, NULL))
-            rms_bwd_dx<true, DT><<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, rstd, w, N, C);
+            rms_bwd_dx<true, DT, XT>
+                <<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, rstd, w, N, C);
         else
-            rms_bwd_dx<false, DT>
+            rms_bwd_dx<false, DT, XT>
                 <<<blocks, threads, 0, c->stream>>>(dinp, dout, inp, rstd, w, N, C);
         KCHECK(c, "rms_bwd_dx");
         if (dop) k_to_operand(c, dop, dinp, (size_t)N * C);
     }
-    if (dw) col_sums<DT, true>(c, dw, NULL, dout, inp, NULL, rstd, N, C);
+    if (dw) col_sums<DT, true, XT>(c, dw, NULL, dout, inp, NULL, rstd, N, C);
 }
 
 void k_rmsnorm_backward(CudaCtx *c, float *dinp, void *dop, float *dw, const void *dout,
-                        const float *inp, const float *rstd, const float *w, int N, int C) {
+                        const void *inp, const float *rstd, const float *w, int N, int C) {
     typedef __nv_bfloat16 bf;
-    if (c->op == PP_BF16)
-        rmsnorm_backward(c, dinp, (bf *)dop, dw, (const bf *)dout, inp, rstd, w, N, C);
+    if (c->res == PP_BF16)
+        rmsnorm_backward(c, dinp, (bf *)dop, dw, (const bf *)dout, (const bf *)inp, rstd, w, N, C);
+    else if (c->op == PP_BF16)
+        rmsnorm_backward(c, dinp, (bf *)dop, dw, (const bf *)dout, (const float *)inp, rstd, w, N,
+                         C);
     else
-        rmsnorm_backward(c, dinp, (float *)dop, dw, (const float *)dout, inp, rstd, w, N, C);
+        rmsnorm_backward(c, dinp, (float *)dop, dw, (const float *)dout, (const float *)inp, rstd,
+                         w, N, C);
 }
 
 void k_bias_backward(CudaCtx *c, float *db, const void *dout, int N, int OC) {
     if (c->op == PP_BF16)
-        col_sums(c, db, NULL, (const __nv_bfloat16 *)dout, NULL, NULL, NULL, N, OC);
-    else col_sums(c, db, NULL, (const float *)dout, NULL, NULL, NULL, N, OC);
+        col_sums(c, db, NULL, (const __nv_bfloat16 *)dout, (const float *)NULL, NULL, NULL, N, OC);
+    else
+        col_sums(c, db, NULL, (const float *)dout, (const float *)NULL, NULL, NULL, N, OC);
 }
 
 __global__ void add_bias(float *out, const float *b, size_t NOC, int OC) {
@@ -714,6 +749,22 @@ void k_add_inplace(CudaCtx *c, float *dst, const float *src, size_t n) {
     size_t n4 = vec4_count(n, dst, src, NULL);
     add_k<<<grid_for(n4 ? n4 : n, 256), 256, 0, c->stream>>>(dst, src, n4, n);
     KCHECK(c, "add_k");
+}
+
+/* out = y + res, rounded once to out's type (the residual's: [Note: residual stream type]). */
+template <typename RT>
+__global__ void add_residual(RT *out, const float *y, const RT *res, size_t n) {
+    GRID_STRIDE(i, n) put(out + i, y[i] + get(res + i));
+}
+
+void k_add_residual(CudaCtx *c, void *out, const float *y, const void *res, size_t n) {
+    typedef __nv_bfloat16 bf;
+    if (c->res == PP_BF16)
+        add_residual<<<grid_for(n, 256), 256, 0, c->stream>>>((bf *)out, y, (const bf *)res, n);
+    else
+        add_residual<<<grid_for(n, 256), 256, 0, c->stream>>>((float *)out, y, (const float *)res,
+                                                              n);
+    KCHECK(c, "add_residual");
 }
 
 void k_to_bf16(CudaCtx *c, __nv_bfloat16 *dst, const float *src, size_t n) {

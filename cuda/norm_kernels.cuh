@@ -129,11 +129,12 @@ static __device__ __forceinline__ float nb_dx(float o, float dn, float xh, float
  * dinp[N,C] += LayerNorm's (RMSNorm's) input gradient, and where dop is not NULL dop[N,C] (DT)
  * = the sum rounded, to_operand's bits (the residual gradient a matmul reads next); with DW,
  * part[chunk][0][c] = sum over the chunk's rows of dout xhat and (LayerNorm) part[chunk][1][c] =
- * sum of dout. mean is not read for RMS. T = blockDim.x (a multiple of 32) threads, nb_smem bytes
+ * sum of dout. mean is not read for RMS. inp, the forward's input, is of the residual type XT
+ * (fp32 or bf16, widened on load). T = blockDim.x (a multiple of 32) threads, nb_smem bytes
  * of dynamic shared memory. */
-template <bool V4, bool RMS, bool DX, bool DW, int K, typename DT = float>
+template <bool V4, bool RMS, bool DX, bool DW, int K, typename DT = float, typename XT = float>
 __global__ void __launch_bounds__(NB_THREADS)
-    norm_bwd(float *dinp, DT *dop, float *part, const DT *dout, const float *inp, const float *mean,
+    norm_bwd(float *dinp, DT *dop, float *part, const DT *dout, const XT *inp, const float *mean,
              const float *rstd, const float *w, int N, int C, int rows) {
     typedef Row4<V4> R;
     constexpr int S = NB_STEP / K, NV = RMS ? S : 2 * S; /* rows a step; row sums a step */

@@ -486,8 +486,8 @@ START_TEST(test_llama_memory_plan_sweep) {
                                 runtime_chunk_plan(&s, &fw, &part, r, mode, M % 2, specs, rc, nws,
                                                    nb);
                                 model_plan(&plan, &d, specs, rc, nws, v, B, T,
-                                           be->attention_saved_floats(be, B, T, d.NH), 4, 4, 0, 2,
-                                           nb[1], nb[0]);
+                                           be->attention_saved_floats(be, B, T, d.NH), 4, 4, 4, 0,
+                                           2, nb[1], nb[0]);
                                 model_init_recompute(&m, &d, specs, rc, v, B, T, be, nb[1], nb[0]);
                                 model_init_optimizer(&m, 2);
                                 for (int c = 0; c < v; c++) model_init_wstate(&m, c, nws[c]);

@@ -368,30 +368,56 @@ static void narrow(void *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = bf16_bits(src[i]);
 }
 #define CPU backend_cpu()
-static void emu_ln_fwd(const Backend *be, void *out, float *mean, float *rstd, const float *inp,
+/* [Note: residual stream type]: the residual's fp32 view (freed by the caller: a widened
+ * copy at a bf16 residual, else a copy) */
+static float *res_in(const Backend *be, const void *x, size_t n) {
+    if (be->residual == PP_BF16) return widen(x, n);
+    float *t = pp_malloc(n * sizeof(float) + 1);
+    memcpy(t, x, n * sizeof(float));
+    return t;
+}
+/* out (residual) = t, rounded at a bf16 residual */
+static void res_out(const Backend *be, void *out, const float *t, size_t n) {
+    if (be->residual == PP_BF16)
+        narrow(out, t, n);
+    else
+        memcpy(out, t, n * sizeof(float));
+}
+static void emu_enc_fwd(const Backend *be, void *out, const int *inp, const float *wte,
+                        const float *wpe, int B, int T, int C) {
+    size_t n = (size_t)B * T * C;
+    float *t = pp_malloc(n * sizeof(float));
+    CPU->encoder_forward(CPU, t, inp, wte, wpe, B, T, C);
+    res_out(be, out, t, n);
+    free(t);
+}
+static void emu_ln_fwd(const Backend *be, void *out, float *mean, float *rstd, const void *inp,
                        const float *w, const float *b, int N, int C) {
-    float *t = pp_malloc((size_t)N * C * sizeof(float));
-    CPU->layernorm_forward(CPU, t, mean, rstd, inp, w, b, N, C);
+    float *t = pp_malloc((size_t)N * C * sizeof(float)), *x = res_in(be, inp, (size_t)N * C);
+    CPU->layernorm_forward(CPU, t, mean, rstd, x, w, b, N, C);
     narrow(out, t, (size_t)N * C);
     free(t);
+    free(x);
 }
 /* the norms' backward on their operand dout ([Note: operand activations]) */
 /* (and dinp's operand copy rounded from its new value) */
 static void emu_ln_bwd(const Backend *be, float *dinp, void *dinp_op, float *dw, float *db,
-                       const void *dout, const float *inp, const float *mean, const float *rstd,
+                       const void *dout, const void *inp, const float *mean, const float *rstd,
                        const float *w, int N, int C, float *scratch) {
-    float *d = widen(dout, (size_t)N * C);
-    CPU->layernorm_backward(CPU, dinp, NULL, dw, db, d, inp, mean, rstd, w, N, C, scratch);
+    float *d = widen(dout, (size_t)N * C), *x = res_in(be, inp, (size_t)N * C);
+    CPU->layernorm_backward(CPU, dinp, NULL, dw, db, d, x, mean, rstd, w, N, C, scratch);
     if (dinp && dinp_op) narrow(dinp_op, dinp, (size_t)N * C);
     free(d);
+    free(x);
 }
 static void emu_rms_bwd(const Backend *be, float *dinp, void *dinp_op, float *dw, const void *dout,
-                        const float *inp, const float *rstd, const float *w, int N, int C,
+                        const void *inp, const float *rstd, const float *w, int N, int C,
                         float *scratch) {
-    float *d = widen(dout, (size_t)N * C);
-    CPU->rmsnorm_backward(CPU, dinp, NULL, dw, d, inp, rstd, w, N, C, scratch);
+    float *d = widen(dout, (size_t)N * C), *x = res_in(be, inp, (size_t)N * C);
+    CPU->rmsnorm_backward(CPU, dinp, NULL, dw, d, x, rstd, w, N, C, scratch);
     if (dinp && dinp_op) narrow(dinp_op, dinp, (size_t)N * C);
     free(d);
+    free(x);
 }
 static void emu_mm_fwd(const Backend *be, float *out, const void *inp, const float *w,
                        const float *b, int N, int C, int OC) {
@@ -399,11 +425,17 @@ static void emu_mm_fwd(const Backend *be, float *out, const void *inp, const flo
     CPU->matmul_forward(CPU, out, x, w, b, N, C, OC);
     free(x);
 }
-static void emu_mm_res_fwd(const Backend *be, float *out, const float *res, const void *inp,
+/* the sum in fp32, rounded once to the residual type */
+static void emu_mm_res_fwd(const Backend *be, void *out, const void *res, const void *inp,
                            const float *w, const float *b, int N, int C, int OC) {
-    float *x = widen(inp, (size_t)N * C);
-    CPU->matmul_residual_forward(CPU, out, res, x, w, b, N, C, OC);
+    size_t n = (size_t)N * OC;
+    float *x = widen(inp, (size_t)N * C), *r = res_in(be, res, n),
+          *t = pp_malloc(n * sizeof(float));
+    CPU->matmul_residual_forward(CPU, t, r, x, w, b, N, C, OC);
+    res_out(be, out, t, n);
     free(x);
+    free(r);
+    free(t);
 }
 static void emu_mm_bwd(const Backend *be, float *dinp, float *dw, float *db, const void *dout,
                        const void *inp, const float *w, int N, int C, int OC) {
@@ -524,12 +556,13 @@ static void emu_to_operand(const Backend *be, void *dst, const float *src, size_
     narrow(dst, src, n);
 }
 /* the Llama block's ops with an operand output or input */
-static void emu_rms_fwd(const Backend *be, void *out, float *rstd, const float *inp, const float *w,
+static void emu_rms_fwd(const Backend *be, void *out, float *rstd, const void *inp, const float *w,
                         float eps, int N, int C) {
-    float *t = pp_malloc((size_t)N * C * sizeof(float));
-    CPU->rmsnorm_forward(CPU, t, rstd, inp, w, eps, N, C);
+    float *t = pp_malloc((size_t)N * C * sizeof(float)), *x = res_in(be, inp, (size_t)N * C);
+    CPU->rmsnorm_forward(CPU, t, rstd, x, w, eps, N, C);
     narrow(out, t, (size_t)N * C);
     free(t);
+    free(x);
 }
 /* RoPE in place on a bf16 qkv (dir 1) or dqkv (-1): widened, the CPU's rotation, rounded */
 static void emu_rope(void *x, const float *inv_freq, int B, int T, int NH, int NKV, int HS,
@@ -588,12 +621,15 @@ static void emu_swiglu_bwd(const Backend *be, void *dgate, void *dup, const floa
 #undef CPU
 
 /* gelu_in_gemm: GELU on the unrounded pre-activation (1, the CUDA backend's default at
- * bf16) or on the stored one (0, PPTRAIN_GELU_EPILOGUE=0) */
-static const Backend *backend_bf16_operands_gelu(int gelu_in_gemm) {
+ * bf16) or on the stored one (0, PPTRAIN_GELU_EPILOGUE=0); residual: the residual stream's
+ * type (PP_BF16, the CUDA backend's default at bf16, or PP_F32, PPTRAIN_RESIDUAL=fp32) */
+static const Backend *backend_bf16_operands_gelu(int gelu_in_gemm, PPDType residual) {
     static Backend be;
     be = *backend_cpu();
     be.name = "cpu, bf16 operand activations (test)";
     be.operand = PP_BF16;
+    be.residual = residual;
+    be.encoder_forward = emu_enc_fwd;
     be.layernorm_forward = emu_ln_fwd;
     be.layernorm_backward = emu_ln_bwd;
     be.matmul_forward = emu_mm_fwd;
@@ -623,14 +659,16 @@ static const Backend *backend_bf16_operands_gelu(int gelu_in_gemm) {
     be.to_operand = emu_to_operand;
     return &be;
 }
-/* The CUDA backend's default at bf16: GELU in the fc GEMM */
-static const Backend *backend_bf16_operands(void) { return backend_bf16_operands_gelu(1); }
+/* The CUDA backend's default at bf16: GELU in the fc GEMM, a bf16 residual stream */
+static const Backend *backend_bf16_operands(void) { return backend_bf16_operands_gelu(1, PP_BF16); }
 
-/* The backend the whole-model tests below run on: loop tests set it from _i (0: the CPU,
- * 1: bf16 operand activations). */
+/* The backend the whole-model tests below run on: loop tests set it from _i (0: the CPU;
+ * 1: bf16 operand activations, the CUDA default; 2: bf16 operands with GELU after the GEMM
+ * and an fp32 residual stream, the switches PPTRAIN_GELU_EPILOGUE=0 and PPTRAIN_RESIDUAL=fp32
+ * together). */
 static const Backend *model_be;
 static void pick_backend(int i) {
-    model_be = i ? backend_bf16_operands_gelu(i == 1) : backend_cpu();
+    model_be = i ? backend_bf16_operands_gelu(i == 1, i == 1 ? PP_BF16 : PP_F32) : backend_cpu();
 }
 
 /* ---- whole model ---- */
@@ -645,6 +683,16 @@ static double fwd(Model *m, int c, int s, float dloss, int want_grad) {
 }
 
 static void fill_tokens(Model *m, int c, int slot, int B, int T);
+
+/* Slot s of chunk c's input = x[n], at the backend's residual type ([Note: residual stream
+ * type]: the emulated bf16 backend rounds it, as a bf16 stage boundary does). */
+static void put_input(Model *m, int c, int s, const float *x, size_t n) {
+    void *in = m->chunks[c].slots[s].input;
+    if (m->be->residual == PP_BF16)
+        narrow(in, x, n);
+    else
+        memcpy(in, x, n * sizeof(float));
+}
 
 /* Models a and b of one chunk, gradients zeroed, each run forward on the same two
  * microbatches (slots 0 and 1: the same random inputs, the same tokens), the same random
@@ -661,7 +709,7 @@ static void forward_pair(Model *a, Model *b, int B, int T) {
         model_zero_grads(ms[i]);
         for (int s = 0; s < 2; s++) { /* both microbatches forward, as slots 0 and 1 */
             fill_tokens(ms[i], 0, s, B, T);
-            memcpy(ms[i]->chunks[0].slots[s].input, in[s], NC * sizeof(float));
+            put_input(ms[i], 0, s, in[s], NC);
             fwd(ms[i], 0, s, 1.0f / (B * T), 1);
             memcpy(ms[i]->chunks[0].slots[s].grad, dout[s], NC * sizeof(float));
         }
@@ -924,7 +972,7 @@ START_TEST(test_chunked_head) {
             ModelPlan plan;
             model_plan(&plan, d, &spec, NULL, NULL, 1, B, T,
                        be.attention_saved_floats(&be, B, T, d->NH), pp_dtype_bytes(be.operand),
-                       pp_dtype_bytes(be.logits), R, 0, 0, 0);
+                       pp_dtype_bytes(be.residual), pp_dtype_bytes(be.logits), R, 0, 0, 0);
             ck_assert_uint_eq(plan.slots, ch.act_bytes);
             ck_assert_uint_eq(plan.logits, (size_t)Reff * Vp * pp_dtype_bytes(be.logits));
             Model *ms[2] = {&ref, &ch};
@@ -1253,7 +1301,7 @@ START_TEST(test_operand_bf16) {
                     model_init_weights(ms[i], 9, 0.3f);
                     model_zero_grads(ms[i]);
                     fill_tokens(ms[i], 0, 0, B, T);
-                    memcpy(ms[i]->chunks[0].slots[0].input, in, (size_t)N * C * 4);
+                    put_input(ms[i], 0, 0, in, (size_t)N * C);
                     loss[i] = fwd(ms[i], 0, 0, 1.0f / N, 1);
                     if (!specs[k].last)
                         memcpy(ms[i]->chunks[0].slots[0].grad, dout, (size_t)N * C * 4);
@@ -1378,8 +1426,9 @@ START_TEST(test_memory_plan_sweep) {
                             be.logits_chunk_rows = M % 3;
                             model_plan(&plan, &d, specs, rc, nws, v, B, T,
                                        be.attention_saved_floats(&be, B, T, d.NH),
-                                       pp_dtype_bytes(be.operand), pp_dtype_bytes(be.logits),
-                                       be.logits_chunk_rows, 2, nb[1], nb[0]);
+                                       pp_dtype_bytes(be.operand), pp_dtype_bytes(be.residual),
+                                       pp_dtype_bytes(be.logits), be.logits_chunk_rows, 2, nb[1],
+                                       nb[0]);
                             model_init_recompute(&m, &d, specs, rc, v, B, T, &be, nb[1], nb[0]);
                             model_init_optimizer(&m, 2);
                             for (int c = 0; c < v; c++) model_init_wstate(&m, c, nws[c]);
@@ -1456,12 +1505,13 @@ START_TEST(test_arch_table) {
                   A->nws <= ARCH_MAX_BUFS && A->nscratch <= ARCH_MAX_BUFS &&
                   A->nconst <= ARCH_MAX_BUFS && A->nglobals <= ARCH_MAX_GLOBALS);
         ck_assert(!A->nconst || A->const_fill); /* constants: fp32, filled at init */
-        for (int k = 0; k < A->nconst; k++) ck_assert(!A->consts[k].operand);
+        for (int k = 0; k < A->nconst; k++) ck_assert(A->consts[k].type == ARCH_F32);
         ck_assert_int_eq(model_dims_check(&d, NULL, 0), PP_OK);
         const ArchBuf *out = &A->acts[A->act_out], *dx = &A->head[A->head_dout];
-        ck_assert(!out->operand && out->keep == (ARCH_SEL | ARCH_FULL));
+        /* the layer's output is the residual stream ([Note: residual stream type]) */
+        ck_assert(out->type == ARCH_RESIDUAL && out->keep == (ARCH_SEL | ARCH_FULL));
         ck_assert_uint_eq(A->elems(&d, ARCH_ACTS, A->act_out, N, 0), N * d.C);
-        ck_assert(dx->operand);
+        ck_assert(dx->type == ARCH_OPERAND);
         ck_assert_uint_eq(A->elems(&d, ARCH_HEAD, A->head_dout, N, 0), N * d.C);
         int dropped[2] = {0, 0}; /* selective, full */
         for (int k = 0; k < A->nacts; k++)
@@ -1488,7 +1538,7 @@ START_TEST(test_arch_costs) {
         model_arch_costs(&d, 7, &a);
         double table = (double)model_total_params(&d) + (tied ? (double)d.Vp * d.C : 0);
         ck_assert_double_eq(d.L * a.layer_params + a.embed_params + a.head_params, table);
-        ck_assert_uint_eq(model_boundary_floats(&d, 5, 7), 5 * 7 * 8);
+        ck_assert_uint_eq(model_boundary_elems(&d, 5, 7), 5 * 7 * 8);
     }
     ModelDims g = {.V = 50257, .Vp = 50304, .maxT = 1024, .L = 12, .NH = 12, .C = 768, .tied = 1,
                    .arch = &arch_gpt2};
@@ -1529,7 +1579,8 @@ START_TEST(test_backend_sizes) {
     Model m;
     ModelPlan p;
     setup_model(&m, split, 2, 1, 4, 5);
-    model_plan(&p, &tiny, split, NULL, NULL, 2, 4, 5, 0, sizeof(float), sizeof(float), 0, 0, 0, 0);
+    model_plan(&p, &tiny, split, NULL, NULL, 2, 4, 5, 0, sizeof(float), sizeof(float),
+               sizeof(float), 0, 0, 0, 0);
     ck_assert_uint_eq(p.params / sizeof(float), m.nparams);
     model_free(&m);
     tfree_all();

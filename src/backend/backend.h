@@ -55,8 +55,18 @@ typedef struct {
  * matmul_operand_backward, attention's output gradient (d atty, which only attention's
  * backward reads) and the norms' output gradients (d ln1, d ln2, the final norm's, which
  * only the norms' backward reads). Their arguments are `void *` below, marked (operand); everything
- * else (the residual stream and its gradient, the pre-activations gate and up, the logits, the
- * norms' statistics, parameters, gradients) is fp32. */
+ * else (the residual stream's gradient, the pre-activations gate and up, the logits, the
+ * norms' statistics, parameters, gradients) is fp32, but for the residual stream itself.
+ *
+ * [Note: residual stream type] The residual stream (the embedding's output, each layer's
+ * sums res2 and res3, so each layer's and each pipeline stage's input) is stored in the
+ * backend's residual type (Backend.residual): fp32, or the operand type where a device
+ * stores it so (the CUDA backend at bf16, as llm.c and Megatron-LM's default: the residual
+ * GEMMs read and write half the bytes, so do the norms that read it, the saved res2 and
+ * res3 take half the memory and a pipeline stage sends half the bytes;
+ * PPTRAIN_RESIDUAL=fp32 keeps it fp32). Arguments marked (residual) below are of that type;
+ * each op computes in fp32 and rounds its (residual) output once, to nearest even. Its
+ * gradient stays fp32, as do the norms' statistics. */
 /* [Note: device memory] Every buffer the model and the runtime compute on (parameters,
  * gradients, optimizer state, activation slots, receive buffers, scratch, token ids,
  * the loss and norm sums) is device memory from be->alloc; the host touches it only
@@ -115,11 +125,11 @@ struct Backend {
 
     /* ---- layer ops ---- */
 
-    /* out[N,C] = wte[inp[n],:] + wpe[n mod T,:]; inp[N] token ids, each below the
+    /* out[N,C] (residual) = wte[inp[n],:] + wpe[n mod T,:]; inp[N] token ids, each below the
      * vocabulary (unchecked here: data_batch checks every id it reads, [Note: checked
      * batch reads] in data.c). wpe NULL: no position table (Llama, whose positions are
      * RoPE's): out = wte[inp[n],:]. */
-    void (*encoder_forward)(const Backend *be, float *out, const int *inp, const float *wte,
+    void (*encoder_forward)(const Backend *be, void *out, const int *inp, const float *wte,
                             const float *wpe, int B, int T, int C);
     /* dwte[inp[n],:] += dout[n,:]; dwpe[t,:] += sum over b of dout[b,t,:] (dwpe NULL:
      * skipped, no position table). All weight gradient: a split backward runs it in W.
@@ -128,11 +138,12 @@ struct Backend {
                              const int *inp, int B, int T, int C);
 
     /* out[N,C] (operand) = (inp - mean) * rstd * w + b over the last dimension, eps
-     * 1e-5; saves mean[N] and rstd[N]. */
+     * 1e-5, inp[N,C] (residual); saves mean[N] and rstd[N]. */
     void (*layernorm_forward)(const Backend *be, void *out, float *mean, float *rstd,
-                              const float *inp, const float *w, const float *b, int N, int C);
+                              const void *inp, const float *w, const float *b, int N, int C);
     /* dinp[N,C] += (accumulates), dw[C] +=, db[C] +=, from dout[N,C] (operand: the
-     * output gradient a matmul_operand_backward wrote). dinp_op: NULL, or [N,C] (operand,
+     * output gradient a matmul_operand_backward wrote) and the forward's inp[N,C]
+     * (residual), mean and rstd. dinp_op: NULL, or [N,C] (operand,
      * not overlapping dinp) receiving dinp's new value at the operand type, the bits of
      * to_operand(dinp_op, dinp) after the call (the residual gradient the next matmul
      * reads, in the same pass); only with dinp. scratch: scratch_floats(...).
@@ -140,36 +151,38 @@ struct Backend {
      * db == NULL: only dinp (the I half). Either half gives the same bits as the fused
      * call with all three. */
     void (*layernorm_backward)(const Backend *be, float *dinp, void *dinp_op, float *dw, float *db,
-                               const void *dout, const float *inp, const float *mean,
+                               const void *dout, const void *inp, const float *mean,
                                const float *rstd, const float *w, int N, int C, float *scratch);
 
-    /* [Note: RMSNorm] out[N,C] (operand) = inp * rstd * w over the last dimension, no bias,
+    /* [Note: RMSNorm] out[N,C] (operand) = inp[N,C] (residual) * rstd * w over the last
+     * dimension, no bias,
      * and rstd[N] = 1 / sqrt(mean(inp^2) + eps) saved: Hugging Face's LlamaRMSNorm in fp32
      * (transformers, models/llama/modeling_llama.py) in its order of operations: the mean
      * of the squares (a sum in fp32, then / C), rsqrt(variance + eps) as 1 / sqrtf, x * rstd,
      * then * w. (The sum's order is the backend's own, so the last bit may differ from
      * torch's; eps is the model's, unlike LayerNorm's fixed 1e-5.) */
-    void (*rmsnorm_forward)(const Backend *be, void *out, float *rstd, const float *inp,
+    void (*rmsnorm_forward)(const Backend *be, void *out, float *rstd, const void *inp,
                             const float *w, float eps, int N, int C);
     /* dinp[N,C] += (accumulates), dw[C] +=, from dout[N,C] (operand) and the forward's inp
-     * and rstd; dinp_op as layernorm_backward's. scratch: scratch_floats(...). [Note: split
-     * backward] dinp == NULL: only dw (the W half); dw == NULL: only dinp (the I half);
+     * (residual) and rstd; dinp_op as layernorm_backward's. scratch: scratch_floats(...). [Note:
+     * split backward] dinp == NULL: only dw (the W half); dw == NULL: only dinp (the I half);
      * either gives the fused call's bits. */
     void (*rmsnorm_backward)(const Backend *be, float *dinp, void *dinp_op, float *dw,
-                             const void *dout, const float *inp, const float *rstd, const float *w,
+                             const void *dout, const void *inp, const float *rstd, const float *w,
                              int N, int C, float *scratch);
 
     /* out[N,OC] = inp[N,C] (operand) @ w[OC,C]^T + b[OC] (b may be NULL). */
     void (*matmul_forward)(const Backend *be, float *out, const void *inp, const float *w,
                            const float *b, int N, int C, int OC);
-    /* out[N,OC] = res[N,OC] + (inp[N,C] (operand) @ w[OC,C]^T + b[OC]) (b may be NULL):
-     * a projection added into the residual stream, so that a device can add res in the
-     * GEMM (as its C matrix, beta 1) instead of a pass of its own. out and res are
-     * distinct buffers; res is read only. The CPU runs matmul_forward into out, then
+    /* out[N,OC] (residual) = res[N,OC] (residual) + (inp[N,C] (operand) @ w[OC,C]^T +
+     * b[OC]) (b may be NULL), rounded once to the residual type: a projection added into
+     * the residual stream, so that a device can add res in the GEMM (as its C matrix, beta
+     * 1) instead of a pass of its own. out and res are distinct buffers; res is read only.
+     * Where the CUDA backend adds b in the GEMM's epilogue with a bf16 residual, b is rounded
+     * to bf16 first (the epilogue takes it so). The CPU runs matmul_forward into out, then
      * add_inplace(out, res): the bits of the two ops. */
-    void (*matmul_residual_forward)(const Backend *be, float *out, const float *res,
-                                    const void *inp, const float *w, const float *b, int N, int C,
-                                    int OC);
+    void (*matmul_residual_forward)(const Backend *be, void *out, const void *res, const void *inp,
+                                    const float *w, const float *b, int N, int C, int OC);
     /* out[N,OC] (operand) = inp[N,C] (operand) @ w[OC,C]^T + b[OC] (b may be NULL),
      * rounded to the operand type: matmul_forward for an output that only ops reading
      * operands read (qkv), so that a device writes it at the operand type in the GEMM, with
@@ -342,6 +355,9 @@ struct Backend {
     PPDType operand;
     /* The element type of the head's logits ([Note: logits type]): fp32 or `operand`. */
     PPDType logits;
+    /* The element type of the residual stream ([Note: residual stream type]): fp32 or
+     * `operand`. */
+    PPDType residual;
 
     /* Rows of the head's logits the model computes at once ([Note: chunked head] in
      * model.c): its one logits buffer holds [min(this, N), Vp] of the logits type. 0: all

@@ -42,8 +42,9 @@ int backend_cpu_set_threads(int n) {
     return n;
 }
 
-static void encoder_forward(const Backend *be, float *out, const int *inp, const float *wte,
+static void encoder_forward(const Backend *be, void *outp, const int *inp, const float *wte,
                             const float *wpe, int B, int T, int C) {
+    float *out = outp; /* the CPU's residual type is fp32 ([Note: residual stream type]) */
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < B * T; n++) {
         const float *we = wte + (size_t)inp[n] * C;
@@ -82,12 +83,14 @@ static void encoder_backward(const Backend *be, float *dwte, float *dwpe, const 
     }
 }
 
-/* The CPU's operand type is fp32 ([Note: operand activations]): the (operand) void *
- * arguments below are float arrays. */
+/* The CPU's operand and residual types are fp32 ([Note: operand activations], [Note:
+ * residual stream type]): the (operand) and (residual) void * arguments below are float
+ * arrays. */
 
 static void layernorm_forward(const Backend *be, void *outp, float *mean, float *rstd,
-                              const float *inp, const float *w, const float *b, int N, int C) {
+                              const void *inpp, const float *w, const float *b, int N, int C) {
     float *out = outp;
+    const float *inp = inpp;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -121,9 +124,9 @@ static size_t scratch_floats(const Backend *be, int N, int T, int C) {
 static void to_operand(const Backend *be, void *dst, const float *src, size_t count);
 
 static void layernorm_backward(const Backend *be, float *dinp, void *dinp_op, float *dw, float *db,
-                               const void *doutp, const float *inp, const float *mean,
+                               const void *doutp, const void *inpp, const float *mean,
                                const float *rstd, const float *w, int N, int C, float *scratch) {
-    const float *dout = doutp;
+    const float *dout = doutp, *inp = inpp;
     int nt = omp_get_max_threads(), weights = dw != NULL;
     float *part = scratch; /* [nt][2][C]: per-thread dw, db */
     if (weights) memset(part, 0, (size_t)nt * 2 * C * sizeof(float));
@@ -172,9 +175,10 @@ static void layernorm_backward(const Backend *be, float *dinp, void *dinp_op, fl
 }
 
 /* [Note: RMSNorm] in backend.h: Hugging Face's order of operations, x * rstd, then * w. */
-static void rmsnorm_forward(const Backend *be, void *outp, float *rstd, const float *inp,
+static void rmsnorm_forward(const Backend *be, void *outp, float *rstd, const void *inpp,
                             const float *w, float eps, int N, int C) {
     float *out = outp;
+    const float *inp = inpp;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -194,9 +198,9 @@ static void rmsnorm_forward(const Backend *be, void *outp, float *rstd, const fl
  * layernorm_backward ([Note: split backward]): each output by the same expressions
  * whichever others are asked for. */
 static void rmsnorm_backward(const Backend *be, float *dinp, void *dinp_op, float *dw,
-                             const void *doutp, const float *inp, const float *rstd, const float *w,
+                             const void *doutp, const void *inpp, const float *rstd, const float *w,
                              int N, int C, float *scratch) {
-    const float *dout = doutp;
+    const float *dout = doutp, *inp = inpp;
     int nt = omp_get_max_threads();
     float *part = scratch; /* [nt][C]: per-thread dw */
     if (dw) memset(part, 0, (size_t)nt * C * sizeof(float));
@@ -248,9 +252,8 @@ static void matmul_forward(const Backend *be, float *out, const void *inpp, cons
 static void add_inplace(const Backend *be, float *dst, const float *src, size_t count);
 
 /* matmul_forward, then add_inplace: the two ops' bits. */
-static void matmul_residual_forward(const Backend *be, float *out, const float *res,
-                                    const void *inp, const float *w, const float *b, int N, int C,
-                                    int OC) {
+static void matmul_residual_forward(const Backend *be, void *out, const void *res, const void *inp,
+                                    const float *w, const float *b, int N, int C, int OC) {
     matmul_forward(be, out, inp, w, b, N, C, OC);
     add_inplace(be, out, res, (size_t)N * OC);
 }
@@ -721,6 +724,7 @@ static const Backend cpu_backend = {
     .to_operand = to_operand,
     .operand = PP_F32,
     .logits = PP_F32,
+    .residual = PP_F32,
 };
 
 const Backend *backend_cpu(void) { return &cpu_backend; }

@@ -14,16 +14,18 @@ extern "C" {
 
 /* Bumped whenever the Backend struct or a function below changes: the loader refuses a
  * shared object built from another version of the sources. */
-/* 13: weight_hold's kept (AdamW keeps the held copy). 12: the norms' backward takes an operand dout
- * and writes dinp's operand copy (dinp_op). 11: sumsq_many, adamw_many ([Note: many tensors]). 10:
- * qkv and attention's dout operands (matmul_operand_forward, matmul_operand_backward). 9:
- * head_logits and the logits type ([Note: logits type]); gelu_in_gemm. 8: the fused GEMM ops
- * (matmul_gelu_forward/backward, matmul_residual_forward); GELU's input an operand. 7: the decoding
- * ops (kv_append, attention_decode). 6: the Llama block's ops (rmsnorm, rope, swiglu), attention by
- * (NH, NKV, HS). 5: PPCudaSizes from the model (width, weight, params; HS for C). 4:
- * attention_backward takes the forward's output; weight_hold. 3: Backend grew (logits_chunk_rows,
- * snapshot), struct Comm and CommOps too (comm_nccl.h) */
-#define PP_CUDA_ABI 13
+/* 14: the residual stream's type (Backend.residual; encoder_forward, the norms and
+ * matmul_residual_forward take it as void *). 13: weight_hold's kept (AdamW keeps the held copy).
+ * 12: the norms' backward takes an operand dout and writes dinp's operand copy (dinp_op). 11:
+ * sumsq_many, adamw_many ([Note: many tensors]). 10: qkv and attention's dout operands
+ * (matmul_operand_forward, matmul_operand_backward). 9: head_logits and the logits type ([Note:
+ * logits type]); gelu_in_gemm. 8: the fused GEMM ops (matmul_gelu_forward/backward,
+ * matmul_residual_forward); GELU's input an operand. 7: the decoding ops (kv_append,
+ * attention_decode). 6: the Llama block's ops (rmsnorm, rope, swiglu), attention by (NH, NKV, HS).
+ * 5: PPCudaSizes from the model (width, weight, params; HS for C). 4: attention_backward takes the
+ * forward's output; weight_hold. 3: Backend grew (logits_chunk_rows, snapshot), struct Comm and
+ * CommOps too (comm_nccl.h) */
+#define PP_CUDA_ABI 14
 
 /* runtime.precision of a CUDA backend. */
 typedef enum { PP_PREC_FP32 = 0, PP_PREC_TF32 = 1, PP_PREC_BF16 = 2 } PPPrecision;

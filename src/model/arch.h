@@ -77,11 +77,14 @@ enum { ARCH_DRES_OP_IN = 1, ARCH_DRES_OP_OUT = 2 };
 #define ARCH_SEL 2
 #define ARCH_FULL 4
 
+/* A buffer's element type (ArchBuf.type): fp32, the backend's operand type ([Note: operand
+ * activations] in backend.h) or its residual type ([Note: residual stream type]). */
+enum { ARCH_F32 = 0, ARCH_OPERAND = 1, ARCH_RESIDUAL = 2 };
+
 /* One buffer of a set: its elements come from Arch.elems, its element type from here. */
 typedef struct {
     const char *name;
-    int operand; /* 1: the backend's operand type ([Note: operand activations] in backend.h);
-                    0: fp32 */
+    int type;    /* ARCH_F32, ARCH_OPERAND or ARCH_RESIDUAL */
     int keep;    /* ARCH_ACTS: the recompute modes (ARCH_SEL, ARCH_FULL) under which a layer
                     that recomputes still keeps it in its slot ([Note: recompute] in
                     model.h); the layer's output is kept under every mode */
@@ -179,10 +182,10 @@ typedef struct {
  * every decoder LM's: "wte" [Vp,C] on the first stage and the head, "wte" again when
  * tied (ModelDims.tied) or "lm_head" [Vp,C] on the last stage, with the tied gradient's
  * fold and all-reduce, the logits buffer, the chunked loss (model_head_loss) and the
- * stage boundary [N,C] fp32 (model_boundary_floats). Functions take the model for its
- * backend, sizes (B, T, d), parameters (Model.wte, .head, .gp[k], .lp) and buffers
- * (.bufs[k], .scratch); p / g are a layer's parameter / gradient pointers, acts its
- * activations, ws its W state, in the table's order.
+ * stage boundary [N,C] (model_boundary_elems: the residual type forward, fp32 back).
+ * Functions take the model for its backend, sizes (B, T, d), parameters (Model.wte, .head,
+ * .gp[k], .lp) and buffers (.bufs[k], .scratch); p / g are a layer's parameter / gradient
+ * pointers, acts its activations, ws its W state, in the table's order.
  *
  * How a Llama block fits (llama.c), with no change to the runtime or the schedules and
  * one to the engine, the constants set (ModelDims has its NKV, F, eps and RoPE; the
@@ -239,8 +242,8 @@ struct Arch {
     /* ---- buffers ---- */
     int nacts;            /* a layer's saved activations ... */
     const ArchBuf *acts;  /* [nacts] */
-    int act_out;          /* ... of which the layer's output, [N,C] fp32: the next layer's
-                             input and the chunk's; kept under every mode */
+    int act_out;          /* ... of which the layer's output, [N,C] (residual): the next
+                             layer's input and the chunk's; kept under every mode */
     int nhead;            /* the head's saved activations */
     const ArchBuf *head;  /* [nhead] */
     int head_dout;        /* of which d(loss)/d(the head matmul's input), [N,C] (operand) */
@@ -267,49 +270,51 @@ struct Arch {
     void (*ws_stage)(const Model *m, void **ws);
 
     /* ---- compute (op pairs: STYLE.md habit 3) ---- */
+    /* The residual stream (x, out below) is of the backend's residual type ([Note: residual
+     * stream type] in backend.h); its gradients (dout, dres, dx) are fp32. */
     /* out [N,C] = the embedding of tokens [N]; its backward adds d(wte) (and the arch's
      * own first-stage gradients) from dout [N,C]: weight gradient only. */
-    void (*embed_forward)(const Model *m, float *out, const int *tokens);
+    void (*embed_forward)(const Model *m, void *out, const int *tokens);
     void (*embed_backward)(const Model *m, const float *dout, const int *tokens);
     /* One layer, x [N,C] in, acts[act_out] out. */
-    void (*layer_forward)(const Model *m, void *const *acts, float *const *p, const float *x);
+    void (*layer_forward)(const Model *m, void *const *acts, float *const *p, const void *x);
     /* dres [N,C]: in d(layer output), out d(layer input). g NULL: the input half, keeping
      * each op's output gradient in ws for layer_backward_weight; else the fused backward
      * (ws NULL), weight gradients added into g. Both give dres by the same calls (up to
      * where dres's operand copy is made). chain: ARCH_DRES_OP_* (the fused backward only;
      * 0 otherwise), [Note: residual gradient's operand]. */
     void (*layer_backward)(const Model *m, float *const *g, float *dres, void *const *acts,
-                           float *const *p, const float *x, void *const *ws, int chain);
+                           float *const *p, const void *x, void *const *ws, int chain);
     /* The weight half: the fused backward's weight-gradient calls on ws's gradients. */
     void (*layer_backward_weight)(const Model *m, float *const *g, void *const *acts,
-                                  float *const *p, const float *x, void *const *ws);
+                                  float *const *p, const void *x, void *const *ws);
     /* Recompute what mode (PP_RECOMPUTE_*) dropped, by the forward's own calls: acts are
      * the slot's (dropped members point into the workspace work); returns the
      * activations the backward reads. weight_half: for layer_backward_weight only. */
     void *const *(*layer_recompute)(const Model *m, int mode, int weight_half, void *const *acts,
-                                    void *const *work, float *const *p, const float *x);
+                                    void *const *work, float *const *p, const void *x);
     /* The head on x [N,C], the last layer's output: the final norm into h, then
      * model_head_loss (the loss and, with want_grad, h[head_dout] and d(head)). */
-    void (*head_forward)(Model *m, void *const *h, const int *targets, const float *x,
-                         float dloss, int want_grad, double *loss);
+    void (*head_forward)(Model *m, void *const *h, const int *targets, const void *x, float dloss,
+                         int want_grad, double *loss);
     /* From h[head_dout]: dx [N,C] OVERWRITTEN with d(x) (NULL: skipped) and, with
      * weights, the final norm's gradients added. chain: 0 or ARCH_DRES_OP_OUT (with dx and
      * weights), [Note: residual gradient's operand]. */
-    void (*head_backward)(const Model *m, float *dx, int weights, void *const *h, const float *x,
+    void (*head_backward)(const Model *m, float *dx, int weights, void *const *h, const void *x,
                           int chain);
 
     /* ---- decoding ([Note: decoding] in decode.h): one sequence, n new positions ---- */
     /* out [n,C] = the embedding of tokens [n] at positions pos..pos+n-1. */
-    void (*embed_decode)(const Model *m, float *out, const int *tokens, int pos, int n);
+    void (*embed_decode)(const Model *m, void *out, const int *tokens, int pos, int n);
     /* One layer on x [n,C], the positions kv->pos.. of the sequence, into acts[act_out]
      * (acts: the set for at least n rows): layer_forward's calls at B 1, T n, but for
      * attention, which reads the earlier positions' keys and values from the layer's
      * cache and appends the new ones (kv_append, attention_decode). */
-    void (*layer_decode)(const Model *m, void *const *acts, float *const *p, const float *x,
+    void (*layer_decode)(const Model *m, void *const *acts, float *const *p, const void *x,
                          const ArchKv *kv, int n);
     /* The final norm of x [n,C] into the head's set h (for at least n rows), as
      * head_forward computes it; returns its output [n,C] (operand), the logits' input. */
-    const void *(*head_norm)(const Model *m, void *const *h, const float *x, int n);
+    const void *(*head_norm)(const Model *m, void *const *h, const void *x, int n);
 
     /* ---- costs and files ---- */
     void (*costs)(const ModelDims *d, int T, ArchCosts *a); /* [Note: architecture costs] */

@@ -39,9 +39,10 @@ static void set_alloc(Decoder *dc, int set, size_t N, void **bufs) {
     const Arch *A = dc->m->arch;
     const ArchBuf *b = set == ARCH_ACTS ? A->acts : A->head;
     int n = set == ARCH_ACTS ? A->nacts : A->nhead;
-    size_t ob = pp_dtype_bytes(dc->m->be->operand);
+    size_t ob = pp_dtype_bytes(dc->m->be->operand), rb = pp_dtype_bytes(dc->m->be->residual);
     for (int k = 0; k < n; k++)
-        bufs[k] = dalloc(dc, A->elems(&dc->m->d, set, k, N, 0) * (b[k].operand ? ob : 4));
+        bufs[k] = dalloc(dc,
+                         A->elems(&dc->m->d, set, k, N, 0) * model_type_bytes(b[k].type, ob, rb));
 }
 
 int decode_init(Decoder *dc, const Model *m, int cap, int rows, int lrows, char *err,
@@ -72,7 +73,7 @@ int decode_init(Decoder *dc, const Model *m, int cap, int rows, int lrows, char 
     }
     set_alloc(dc, ARCH_ACTS, rows, dc->acts);
     set_alloc(dc, ARCH_HEAD, lrows, dc->head);
-    dc->x = dalloc(dc, (size_t)rows * d->C * sizeof(float));
+    dc->x = dalloc(dc, (size_t)rows * d->C * pp_dtype_bytes(be->residual));
     dc->tokens = dalloc(dc, (size_t)rows * sizeof(int));
     dc->logits = dalloc(dc, (size_t)lrows * d->Vp * sizeof(float));
     return PP_OK;
@@ -102,6 +103,7 @@ void decode_run(Decoder *dc, const int *tokens, int n, int nlogits) {
     const Backend *be = m->be;
     const Arch *A = m->arch;
     int C = m->d.C;
+    size_t rb = pp_dtype_bytes(be->residual); /* [Note: residual stream type] */
     PP_CHECK(n >= 1 && n <= dc->rows && dc->pos + n <= dc->cap && nlogits >= 1 && nlogits <= n &&
              nlogits <= dc->lrows);
     be->to_device(be, dc->tokens, tokens, (size_t)n * sizeof(int));
@@ -110,9 +112,10 @@ void decode_run(Decoder *dc, const int *tokens, int n, int nlogits) {
         ArchKv *kv = &dc->kv[l];
         kv->pos = dc->pos;
         A->layer_decode(m, dc->acts, m->lp + (size_t)l * A->nlayer_params, dc->x, kv, n);
-        be->copy(be, dc->x, dc->acts[A->act_out], (size_t)n * C * sizeof(float));
+        be->copy(be, dc->x, dc->acts[A->act_out], (size_t)n * C * rb);
     }
-    const void *h = A->head_norm(m, dc->head, dc->x + (size_t)(n - nlogits) * C, nlogits);
+    const void *h = A->head_norm(m, dc->head, (char *)dc->x + (size_t)(n - nlogits) * C * rb,
+                                 nlogits);
     be->matmul_forward(be, dc->logits, h, m->head, NULL, nlogits, C, m->d.Vp);
     dc->pos += n;
 }

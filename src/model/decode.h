@@ -37,7 +37,7 @@ typedef struct {
     ArchKv *kv;                /* [L] each layer's cache */
     void *acts[ARCH_MAX_BUFS]; /* one layer's activations for rows positions */
     void *head[ARCH_MAX_BUFS]; /* the head's set for lrows positions */
-    float *x;                  /* [rows,C] the residual stream */
+    void *x;                   /* [rows,C] the residual stream (residual) */
     int *tokens;               /* [rows] the ids of a decode_run (device) */
     float *logits;             /* [lrows,Vp] (device) */
     size_t cache_bytes, bytes; /* the KV cache's device bytes, and all decode_init took */

@@ -74,7 +74,8 @@ static int dims_check(const ModelDims *d, char *err, size_t errlen) {
 /* ---- buffers ---- */
 
 /* One layer's saved activations for one microbatch (N = B*T rows), the engine's nacts
- * pointers read as this struct. The void * members hold the backend's operand type. */
+ * pointers read as this struct. The void * members hold the backend's operand type, or its
+ * residual type (res2, res3: [Note: residual stream type] in backend.h). */
 typedef struct {
     void *ln1;                  /* [N,C] (operand) */
     float *ln1_mean, *ln1_rstd; /* [N], [N] */
@@ -82,12 +83,12 @@ typedef struct {
     void *atty;                 /* [N,C] (operand) */
     float *att;                 /* [be->attention_saved_floats(B,T,NH)]: on the CPU the
                                    probabilities [B,NH,T,T] */
-    float *res2;                /* [N,C] residual after attention */
+    void *res2;                 /* [N,C] (residual) after attention */
     void *ln2;                  /* [N,C] (operand) */
     float *ln2_mean, *ln2_rstd; /* [N], [N] */
     void *fch;                  /* [N,4C] (operand) before GELU ([Note: fused GELU]) */
     void *fch_gelu;             /* [N,4C] (operand) */
-    float *res3;                /* [N,C] layer output */
+    void *res3;                 /* [N,C] (residual) layer output */
 } LayerActs;
 
 enum { A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_LN2_MEAN, A_LN2_RSTD,
@@ -109,13 +110,19 @@ _Static_assert(offsetof(LayerActs, res3) == A_RES3 * sizeof(void *), "LayerActs:
  * dropping it there too is left for later, cuda/NOTES.md.) */
 #define K_ALL (ARCH_SEL | ARCH_FULL)
 static const ArchBuf acts[A_N] = {
-    {"ln1", 1, ARCH_SEL, ARCH_FULL, 0},       {"ln1_mean", 0, ARCH_SEL, ARCH_FULL, 0},
-    {"ln1_rstd", 0, ARCH_SEL, ARCH_FULL, 0},  {"qkv", 1, ARCH_SEL, ARCH_FULL, 0},
-    {"atty", 1, ARCH_SEL, K_ALL, 0},          {"att", 0, 0, K_ALL, 0},
-    {"res2", 0, ARCH_SEL, ARCH_FULL, 0},      {"ln2", 1, ARCH_SEL, ARCH_FULL, 0},
-    {"ln2_mean", 0, ARCH_SEL, ARCH_FULL, 0},  {"ln2_rstd", 0, ARCH_SEL, ARCH_FULL, 0},
-    {"fch", 1, ARCH_SEL, ARCH_FULL, 0},       {"fch_gelu", 1, 0, K_ALL, 0},
-    {"res3", 0, K_ALL, ARCH_FULL, 0},
+    {"ln1", 1, ARCH_SEL, ARCH_FULL, 0},
+    {"ln1_mean", 0, ARCH_SEL, ARCH_FULL, 0},
+    {"ln1_rstd", 0, ARCH_SEL, ARCH_FULL, 0},
+    {"qkv", 1, ARCH_SEL, ARCH_FULL, 0},
+    {"atty", 1, ARCH_SEL, K_ALL, 0},
+    {"att", 0, 0, K_ALL, 0},
+    {"res2", ARCH_RESIDUAL, ARCH_SEL, ARCH_FULL, 0},
+    {"ln2", 1, ARCH_SEL, ARCH_FULL, 0},
+    {"ln2_mean", 0, ARCH_SEL, ARCH_FULL, 0},
+    {"ln2_rstd", 0, ARCH_SEL, ARCH_FULL, 0},
+    {"fch", 1, ARCH_SEL, ARCH_FULL, 0},
+    {"fch_gelu", 1, 0, K_ALL, 0},
+    {"res3", ARCH_RESIDUAL, K_ALL, ARCH_FULL, 0},
 };
 
 /* The head's saved activations: the final LayerNorm's output and statistics, and
@@ -208,7 +215,7 @@ static void ws_stage(const Model *m, void **ws_) {
 
 /* ---- compute ---- */
 
-static void embed_forward(const Model *m, float *out, const int *tokens) {
+static void embed_forward(const Model *m, void *out, const int *tokens) {
     m->be->encoder_forward(m->be, out, tokens, m->wte, m->gp[G_WPE], m->B, m->T, m->d.C);
 }
 
@@ -217,7 +224,7 @@ static void embed_backward(const Model *m, const float *dout, const int *tokens)
 }
 
 /* The block on x [B*T,C]; with kv (decoding: B 1), attention on the layer's cache. */
-static void block_forward(const Model *m, void *const *acts_, float *const *p_, const float *x,
+static void block_forward(const Model *m, void *const *acts_, float *const *p_, const void *x,
                           int B, int T, const ArchKv *kv) {
     const Backend *be = m->be;
     const LayerActs *a = (const LayerActs *)acts_;
@@ -243,18 +250,18 @@ static void block_forward(const Model *m, void *const *acts_, float *const *p_, 
                                 4 * C, C);
 }
 
-static void layer_forward(const Model *m, void *const *a, float *const *p, const float *x) {
+static void layer_forward(const Model *m, void *const *a, float *const *p, const void *x) {
     block_forward(m, a, p, x, m->B, m->T, NULL);
 }
 
-static void layer_decode(const Model *m, void *const *a, float *const *p, const float *x,
+static void layer_decode(const Model *m, void *const *a, float *const *p, const void *x,
                          const ArchKv *kv, int n) {
     block_forward(m, a, p, x, 1, n, kv);
 }
 
 /* The positions' rows of wpe: row i of the n is position pos + i (encoder_forward's
  * n mod T with T = n). */
-static void embed_decode(const Model *m, float *out, const int *tokens, int pos, int n) {
+static void embed_decode(const Model *m, void *out, const int *tokens, int pos, int n) {
     m->be->encoder_forward(m->be, out, tokens, m->wte, m->gp[G_WPE] + (size_t)pos * m->d.C, 1, n,
                            m->d.C);
 }
@@ -264,7 +271,7 @@ static void embed_decode(const Model *m, float *out, const int *tokens, int pos,
  * keeps each op's output gradient for layer_backward_weight. One body for both, so the
  * two compute dres by the same calls. */
 static void layer_backward(const Model *m, float *const *g_, float *dres, void *const *acts_,
-                           float *const *p_, const float *x, void *const *ws_, int chain) {
+                           float *const *p_, const void *x, void *const *ws_, int chain) {
     const Backend *be = m->be;
     const LayerActs *a = (const LayerActs *)acts_;
     const LayerParams *p = (const LayerParams *)p_, none = {0};
@@ -308,7 +315,7 @@ static void layer_backward(const Model *m, float *const *g_, float *dres, void *
 /* The weight half: the same weight-gradient calls as the fused layer_backward, each on
  * the output gradient the input half kept in ws. */
 static void layer_backward_weight(const Model *m, float *const *g_, void *const *acts_,
-                                  float *const *p_, const float *x, void *const *ws_) {
+                                  float *const *p_, const void *x, void *const *ws_) {
     const Backend *be = m->be;
     const LayerActs *a = (const LayerActs *)acts_;
     const LayerParams *p = (const LayerParams *)p_, *g = (const LayerParams *)g_;
@@ -327,7 +334,7 @@ static void layer_backward_weight(const Model *m, float *const *g_, void *const 
 }
 
 static void *const *layer_recompute(const Model *m, int mode, int weight_half, void *const *acts_,
-                                    void *const *work, float *const *p, const float *x) {
+                                    void *const *work, float *const *p, const void *x) {
     const Backend *be = m->be;
     const LayerActs *la = (const LayerActs *)acts_, *w = (const LayerActs *)work;
     int B = m->B, T = m->T, N = B * T, C = m->d.C, NH = m->d.NH;
@@ -346,19 +353,19 @@ static void *const *layer_recompute(const Model *m, int mode, int weight_half, v
     return acts_;
 }
 
-static const void *head_norm(const Model *m, void *const *h, const float *x, int N) {
+static const void *head_norm(const Model *m, void *const *h, const void *x, int N) {
     m->be->layernorm_forward(m->be, h[H_LNF], h[H_MEAN], h[H_RSTD], x, m->gp[G_LNFW], m->gp[G_LNFB],
                              N, m->d.C);
     return h[H_LNF];
 }
 
-static void head_forward(Model *m, void *const *h, const int *targets, const float *x, float dloss,
+static void head_forward(Model *m, void *const *h, const int *targets, const void *x, float dloss,
                          int want_grad, double *loss) {
     head_norm(m, h, x, m->B * m->T);
     model_head_loss(m, h[H_LNF], h[H_DLNF], targets, dloss, want_grad, loss);
 }
 
-static void head_backward(const Model *m, float *dx, int weights, void *const *h, const float *x,
+static void head_backward(const Model *m, float *dx, int weights, void *const *h, const void *x,
                           int chain) {
     const Backend *be = m->be;
     int N = m->B * m->T, C = m->d.C;

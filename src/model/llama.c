@@ -104,7 +104,8 @@ static int dims_check(const ModelDims *d, char *err, size_t errlen) {
 /* ---- buffers ---- */
 
 /* One layer's saved activations for one microbatch (N = B*T rows), the engine's nacts
- * pointers read as this struct. The void * members hold the backend's operand type. */
+ * pointers read as this struct. The void * members hold the backend's operand type, or its
+ * residual type (res2, res3: [Note: residual stream type] in backend.h). */
 typedef struct {
     void *ln1;        /* [N,C] (operand) */
     float *rstd1;     /* [N] */
@@ -112,12 +113,12 @@ typedef struct {
     void *atty;       /* [N,NH HS] (operand) */
     float *att;       /* [be->attention_saved_floats(B,T,NH)]: on the CPU the
                          probabilities [B,NH,T,T] */
-    float *res2;      /* [N,C] residual after attention */
+    void *res2;       /* [N,C] (residual) after attention */
     void *ln2;        /* [N,C] (operand) */
     float *rstd2;     /* [N] */
     float *gate, *up; /* [N,F] the MLP's two projections */
     void *swi;        /* [N,F] silu(gate) * up (operand) */
-    float *res3;      /* [N,C] layer output */
+    void *res3;       /* [N,C] (residual) layer output */
 } LayerActs;
 
 enum { A_LN1, A_RSTD1, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_RSTD2, A_GATE, A_UP, A_SWI, A_RES3,
@@ -132,12 +133,18 @@ _Static_assert(offsetof(LayerActs, res3) == A_RES3 * sizeof(void *), "LayerActs:
  * matmuls that dropping gate and up would cost. */
 #define K_ALL (ARCH_SEL | ARCH_FULL)
 static const ArchBuf acts[A_N] = {
-    {"ln1", 1, ARCH_SEL, ARCH_FULL, 0},   {"rstd1", 0, ARCH_SEL, ARCH_FULL, 0},
-    {"qkv", 1, ARCH_SEL, ARCH_FULL, 0},   {"atty", 1, ARCH_SEL, K_ALL, 0},
-    {"att", 0, 0, K_ALL, 0},              {"res2", 0, ARCH_SEL, ARCH_FULL, 0},
-    {"ln2", 1, ARCH_SEL, ARCH_FULL, 0},   {"rstd2", 0, ARCH_SEL, ARCH_FULL, 0},
-    {"gate", 0, ARCH_SEL, ARCH_FULL, 0},  {"up", 0, ARCH_SEL, ARCH_FULL, 0},
-    {"swi", 1, 0, K_ALL, 0},              {"res3", 0, K_ALL, ARCH_FULL, 0},
+    {"ln1", 1, ARCH_SEL, ARCH_FULL, 0},
+    {"rstd1", 0, ARCH_SEL, ARCH_FULL, 0},
+    {"qkv", 1, ARCH_SEL, ARCH_FULL, 0},
+    {"atty", 1, ARCH_SEL, K_ALL, 0},
+    {"att", 0, 0, K_ALL, 0},
+    {"res2", ARCH_RESIDUAL, ARCH_SEL, ARCH_FULL, 0},
+    {"ln2", 1, ARCH_SEL, ARCH_FULL, 0},
+    {"rstd2", 0, ARCH_SEL, ARCH_FULL, 0},
+    {"gate", 0, ARCH_SEL, ARCH_FULL, 0},
+    {"up", 0, ARCH_SEL, ARCH_FULL, 0},
+    {"swi", 1, 0, K_ALL, 0},
+    {"res3", ARCH_RESIDUAL, K_ALL, ARCH_FULL, 0},
 };
 
 /* The head's saved activations: the final RMSNorm's output and rstd, and d(loss)/d(its
@@ -266,7 +273,7 @@ static void const_fill(const ModelDims *d, int k, float *host) {
 
 /* ---- compute ---- */
 
-static void embed_forward(const Model *m, float *out, const int *tokens) {
+static void embed_forward(const Model *m, void *out, const int *tokens) {
     m->be->encoder_forward(m->be, out, tokens, m->wte, NULL, m->B, m->T, m->d.C);
 }
 
@@ -276,7 +283,7 @@ static void embed_backward(const Model *m, const float *dout, const int *tokens)
 
 /* The block on x [B*T,C]; with kv (decoding: B 1), RoPE at the new positions and
  * attention on the layer's cache. */
-static void block_forward(const Model *m, void *const *acts_, float *const *p_, const float *x,
+static void block_forward(const Model *m, void *const *acts_, float *const *p_, const void *x,
                           int B, int T, const ArchKv *kv) {
     const Backend *be = m->be;
     const LayerActs *a = (const LayerActs *)acts_;
@@ -304,17 +311,17 @@ static void block_forward(const Model *m, void *const *acts_, float *const *p_, 
     be->matmul_residual_forward(be, a->res3, a->res2, a->swi, p->downw, NULL, N, F, C);
 }
 
-static void layer_forward(const Model *m, void *const *a, float *const *p, const float *x) {
+static void layer_forward(const Model *m, void *const *a, float *const *p, const void *x) {
     block_forward(m, a, p, x, m->B, m->T, NULL);
 }
 
-static void layer_decode(const Model *m, void *const *a, float *const *p, const float *x,
+static void layer_decode(const Model *m, void *const *a, float *const *p, const void *x,
                          const ArchKv *kv, int n) {
     block_forward(m, a, p, x, 1, n, kv);
 }
 
 /* No position table: the positions are RoPE's, in layer_decode. */
-static void embed_decode(const Model *m, float *out, const int *tokens, int pos, int n) {
+static void embed_decode(const Model *m, void *out, const int *tokens, int pos, int n) {
     m->be->encoder_forward(m->be, out, tokens, m->wte, NULL, 1, n, m->d.C);
 }
 
@@ -323,7 +330,7 @@ static void embed_decode(const Model *m, float *out, const int *tokens, int pos,
  * keeps each op's output gradient for layer_backward_weight. One body for both, so the
  * two compute dres by the same calls. */
 static void layer_backward(const Model *m, float *const *g_, float *dres, void *const *acts_,
-                           float *const *p_, const float *x, void *const *ws_, int chain) {
+                           float *const *p_, const void *x, void *const *ws_, int chain) {
     const Backend *be = m->be;
     const LayerActs *a = (const LayerActs *)acts_;
     const LayerParams *p = (const LayerParams *)p_, none = {0};
@@ -372,7 +379,7 @@ static void layer_backward(const Model *m, float *const *g_, float *dres, void *
 /* The weight half: the same weight-gradient calls as the fused layer_backward, each on
  * the output gradient the input half kept in ws. */
 static void layer_backward_weight(const Model *m, float *const *g_, void *const *acts_,
-                                  float *const *p_, const float *x, void *const *ws_) {
+                                  float *const *p_, const void *x, void *const *ws_) {
     const Backend *be = m->be;
     const LayerActs *a = (const LayerActs *)acts_;
     const LayerParams *p = (const LayerParams *)p_, *g = (const LayerParams *)g_;
@@ -391,7 +398,7 @@ static void layer_backward_weight(const Model *m, float *const *g_, void *const 
 }
 
 static void *const *layer_recompute(const Model *m, int mode, int weight_half, void *const *acts_,
-                                    void *const *work, float *const *p, const float *x) {
+                                    void *const *work, float *const *p, const void *x) {
     const Backend *be = m->be;
     const LayerActs *la = (const LayerActs *)acts_, *w = (const LayerActs *)work;
     const ModelDims *d = &m->d;
@@ -406,18 +413,18 @@ static void *const *layer_recompute(const Model *m, int mode, int weight_half, v
     return acts_;
 }
 
-static const void *head_norm(const Model *m, void *const *h, const float *x, int N) {
+static const void *head_norm(const Model *m, void *const *h, const void *x, int N) {
     m->be->rmsnorm_forward(m->be, h[H_LNF], h[H_RSTD], x, m->gp[G_LNFW], m->d.eps, N, m->d.C);
     return h[H_LNF];
 }
 
-static void head_forward(Model *m, void *const *h, const int *targets, const float *x, float dloss,
+static void head_forward(Model *m, void *const *h, const int *targets, const void *x, float dloss,
                          int want_grad, double *loss) {
     head_norm(m, h, x, m->B * m->T);
     model_head_loss(m, h[H_LNF], h[H_DLNF], targets, dloss, want_grad, loss);
 }
 
-static void head_backward(const Model *m, float *dx, int weights, void *const *h, const float *x,
+static void head_backward(const Model *m, float *dx, int weights, void *const *h, const void *x,
                           int chain) {
     const Backend *be = m->be;
     int N = m->B * m->T, C = m->d.C;

@@ -103,16 +103,20 @@ static const ArchBuf *set_bufs(const Arch *A, int set, int *n) {
     return b[set];
 }
 
-/* Bytes of each buffer of a set for N tokens, att floats of saved attention state and
- * operand elements of ob bytes ([Note: operand activations] in backend.h). Returns the
- * count. */
-static int set_bytes(const ModelDims *d, int set, size_t N, size_t att, size_t ob,
+size_t model_type_bytes(int type, size_t ob, size_t rb) {
+    return type == ARCH_OPERAND ? ob : type == ARCH_RESIDUAL ? rb : sizeof(float);
+}
+
+/* Bytes of each buffer of a set for N tokens, att floats of saved attention state,
+ * operand elements of ob bytes ([Note: operand activations] in backend.h) and residual
+ * ones of rb ([Note: residual stream type]). Returns the count. */
+static int set_bytes(const ModelDims *d, int set, size_t N, size_t att, size_t ob, size_t rb,
                      size_t bytes[ARCH_MAX_BUFS]) {
     const Arch *A = model_arch(d);
     int n;
     const ArchBuf *b = set_bufs(A, set, &n);
     for (int k = 0; k < n; k++)
-        bytes[k] = A->elems(d, set, k, N, att) * (b[k].operand ? ob : sizeof(float));
+        bytes[k] = A->elems(d, set, k, N, att) * model_type_bytes(b[k].type, ob, rb);
     return n;
 }
 
@@ -139,7 +143,11 @@ BackendSizes model_backend_sizes(const ModelDims *d, int B, int T, size_t params
     return (BackendSizes){B * T, T, d->NH, d->C / d->NH, d->Vp, width, weight, params};
 }
 
-size_t model_boundary_floats(const ModelDims *d, int B, int T) { return (size_t)B * T * d->C; }
+size_t model_boundary_elems(const ModelDims *d, int B, int T) { return (size_t)B * T * d->C; }
+
+size_t model_act_bytes(const Model *m) {
+    return model_boundary_elems(&m->d, m->B, m->T) * pp_dtype_bytes(m->be->residual);
+}
 
 /* One of the four's room: N C operands, rounded up to 16 bytes so that each starts at a
  * 16-byte address as the fused backward's buffers do (the norm kernels' vector paths, and so
@@ -169,7 +177,7 @@ void model_ws_four(const Model *m, float *att, void **dln2, void **dln1, void **
 double model_layer_act_floats(const ModelDims *d, double N, double att, int mode) {
     const Arch *A = model_arch(d);
     size_t floats[ARCH_MAX_BUFS], sum = 0;
-    int n = set_bytes(d, ARCH_ACTS, (size_t)N, (size_t)att, sizeof(float), floats);
+    int n = set_bytes(d, ARCH_ACTS, (size_t)N, (size_t)att, sizeof(float), sizeof(float), floats);
     for (int k = 0; k < n; k++) /* [Note: recompute] in model.h */
         if (mode == PP_RECOMPUTE_NONE || A->acts[k].keep & 1 << mode)
             sum += floats[k] / sizeof(float);
@@ -357,7 +365,7 @@ int model_recompute_mode(const char *name) {
 
 static int set_bytes_of(const Model *m, int set, size_t bytes[ARCH_MAX_BUFS]) {
     return set_bytes(&m->d, set, (size_t)m->B * m->T, m->att_floats, pp_dtype_bytes(m->be->operand),
-                     bytes);
+                     pp_dtype_bytes(m->be->residual), bytes);
 }
 
 /* Layer li's activations in slot a. */
@@ -424,7 +432,7 @@ static void slot_init(Model *m, const Chunk *ck, ActSlot *a) {
     memset(a, 0, sizeof *a);
     a->keep = 1;
     a->block = -1;
-    a->input = act_alloc(m, N * C * f);
+    a->input = act_alloc(m, model_act_bytes(m));
     a->grad = act_alloc(m, N * C * f);
     a->tokens = dev_alloc(m, N * sizeof(int));
     a->targets = dev_alloc(m, N * sizeof(int));
@@ -506,9 +514,10 @@ static int ws_own(const ModelDims *d, int li, int nrc, size_t N, size_t att, siz
 }
 
 /* Bytes of W state set memory layer li of a chunk needs. */
-static size_t ws_layer_bytes(const ModelDims *d, int li, int nrc, size_t N, size_t att, size_t ob) {
+static size_t ws_layer_bytes(const ModelDims *d, int li, int nrc, size_t N, size_t att, size_t ob,
+                             size_t rb) {
     size_t bytes[ARCH_MAX_BUFS], sum = 0;
-    int n = set_bytes(d, ARCH_WS, N, att, ob, bytes);
+    int n = set_bytes(d, ARCH_WS, N, att, ob, rb, bytes);
     for (int k = 0; k < n; k++)
         if (ws_own(d, li, nrc, N, att, ob, k)) sum += bytes[k];
     return sum;
@@ -544,9 +553,9 @@ static void wstate_free(const Model *m, const Chunk *ck, void **ws) {
 }
 
 /* Bytes of the Arch's scratch buffers allocated when (ArchBuf.when). */
-static size_t scratch_bytes(const ModelDims *d, size_t N, size_t ob, int when) {
+static size_t scratch_bytes(const ModelDims *d, size_t N, size_t ob, size_t rb, int when) {
     size_t bytes[ARCH_MAX_BUFS], sum = 0;
-    int n = set_bytes(d, ARCH_SCRATCH, N, 0, ob, bytes);
+    int n = set_bytes(d, ARCH_SCRATCH, N, 0, ob, rb, bytes);
     for (int k = 0; k < n; k++)
         if (model_arch(d)->scratch[k].when == when) sum += bytes[k];
     return sum;
@@ -660,10 +669,9 @@ static void init_model(Model *m, const ModelDims *d, const ChunkSpec *specs,
         Chunk *ck = &m->chunks[c];
         ck->slots = pp_calloc(ck->nslots, sizeof(ActSlot));
         for (int s = 0; s < ck->nslots; s++) slot_init(m, ck, &ck->slots[s]);
-        ck->recv = pp_calloc(ck->nrecv ? ck->nrecv : 1, sizeof(float *));
-        size_t NC = model_boundary_floats(d, B, T);
-        for (int r = 0; r < ck->nrecv; r++) ck->recv[r] = dev_alloc(m, NC * sizeof(float));
-        m->recv_bytes += (size_t)ck->nrecv * NC * sizeof(float);
+        ck->recv = pp_calloc(ck->nrecv ? ck->nrecv : 1, sizeof(void *));
+        for (int r = 0; r < ck->nrecv; r++) ck->recv[r] = dev_alloc(m, model_act_bytes(m));
+        m->recv_bytes += (size_t)ck->nrecv * model_act_bytes(m);
     }
     size_t N = (size_t)B * T;
     scratch_init(m, ARCH_ALWAYS);
@@ -796,26 +804,26 @@ void model_init_weights(Model *m, uint64_t seed, float std) {
 
 /* ---- forward and backward ---- */
 
-float *model_recv_buffer(Model *m, int c, int r) {
+void *model_recv_buffer(Model *m, int c, int r) {
     PP_CHECK(r >= 0 && r < m->chunks[c].nrecv);
     return m->chunks[c].recv[r];
 }
 
 void model_take_input(Model *m, int c, int s, int r) {
     ActSlot *a = &m->chunks[c].slots[s];
-    float *t = a->input;
+    void *t = a->input;
     a->input = model_recv_buffer(m, c, r);
     m->chunks[c].recv[r] = t;
 }
 
 /* The input of layer li of slot a: the slot's input, or the layer before's output. */
-static const float *layer_input(const Model *m, const ActSlot *a, int li) {
+static const void *layer_input(const Model *m, const ActSlot *a, int li) {
     return li == 0 ? a->input : slot_acts(m, a, li - 1)[m->arch->act_out];
 }
 
-float *model_chunk_output(Model *m, int c, int s) {
+void *model_chunk_output(Model *m, int c, int s) {
     const Chunk *ck = &m->chunks[c];
-    return (float *)layer_input(m, &ck->slots[s], ck->l1 - ck->l0);
+    return (void *)layer_input(m, &ck->slots[s], ck->l1 - ck->l0);
 }
 
 void *model_head_grad(const Model *m, int c, int s) {
@@ -970,15 +978,16 @@ void model_backward_weight(Model *m, int c, int s, int w) {
 
 void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
                 const int *nwstate, int nchunks, int B, int T, size_t att_floats,
-                size_t operand_bytes, size_t logits_bytes, int logits_rows, int nopt,
-                int nblocks_keep, int nblocks_drop) {
+                size_t operand_bytes, size_t residual_bytes, size_t logits_bytes, int logits_rows,
+                int nopt, int nblocks_keep, int nblocks_drop) {
     const Arch *A = model_arch(d);
     size_t N = (size_t)B * T, C = d->C, f = sizeof(float), ob = operand_bytes, params = 0;
+    size_t rb = residual_bytes;
     size_t blk[2] = {0, 0}, ab[ARCH_MAX_BUFS], hb[ARCH_MAX_BUFS], layer_all = 0, layer_raw = 0;
     size_t head = 0, head_tied = 0, VC = (size_t)d->Vp * C;
 #define PAD(n) (rc ? block_pad(n) : (n)) /* blocks align each tensor ([Note: activation blocks]) */
-    int na = set_bytes(d, ARCH_ACTS, N, att_floats, ob, ab),
-        nh = set_bytes(d, ARCH_HEAD, N, 0, ob, hb);
+    int na = set_bytes(d, ARCH_ACTS, N, att_floats, ob, rb, ab),
+        nh = set_bytes(d, ARCH_HEAD, N, 0, ob, rb, hb);
     for (int k = 0; k < na; k++) layer_all += PAD(ab[k]), layer_raw += ab[k];
     for (int k = 0; k < nh; k++) head += hb[k];
     int first = 0, last = 0, full = 0, sel = 0;
@@ -989,8 +998,9 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
         const ChunkSpec *k = &specs[c];
         int mode = rc ? rc[c].mode : PP_RECOMPUTE_NONE, nl = k->l1 - k->l0,
             nrc = chunk_nrc(mode, rc ? rc[c].layers : 0, nl);
-        /* input and grad; the last stage's head activations */
-        size_t own = 2 * N * C * f + (k->last ? head : 0), kept = (size_t)nl * layer_all, drops = 0;
+        /* input (residual) and grad; the last stage's head activations */
+        size_t own = N * C * (rb + f) + (k->last ? head : 0), kept = (size_t)nl * layer_all;
+        size_t drops = 0;
         /* what a layer that recomputes drops */
         for (int a = 0; a < na && mode != PP_RECOMPUTE_NONE; a++)
             if (!(A->acts[a].keep & 1 << mode)) drops += PAD(ab[a]);
@@ -1002,11 +1012,12 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
         } else {
             p->slots += (size_t)k->nslots * (own + kept);
         }
-        p->recv += f * (size_t)k->nrecv * model_boundary_floats(d, B, T);
+        p->recv += rb * (size_t)k->nrecv * model_boundary_elems(d, B, T);
         size_t sets = nwstate ? nwstate[c] : 0;
         for (int li = 0; li < nl; li++) /* [Note: W state] */
-            p->wstate += sets * ws_layer_bytes(d, li, nrc, N, att_floats, ob);
-        if (nwstate && nwstate[c] > 0 && nl > nrc) stage = scratch_bytes(d, N, ob, ARCH_WS_STAGE);
+            p->wstate += sets * ws_layer_bytes(d, li, nrc, N, att_floats, ob, rb);
+        if (nwstate && nwstate[c] > 0 && nl > nrc)
+            stage = scratch_bytes(d, N, ob, rb, ARCH_WS_STAGE);
         if (rc && chunk_uses_work(mode, nrc, nblocks_drop)) {
             full |= mode == PP_RECOMPUTE_FULL;
             sel |= mode == PP_RECOMPUTE_SELECTIVE;

@@ -92,7 +92,7 @@ typedef struct {
                       ([Note: recompute]) */
     int block;     /* the activation block its layers are laid out in ([Note: activation
                       blocks] in model.c), -1: none or its own */
-    float *input;  /* [N,C] stage input: received, or the embedding output */
+    void *input;   /* [N,C] (residual) stage input: received, or the embedding output */
     float *grad;   /* [N,C] in: d(stage output) (zero on the last stage); out, after
                       backward: d(stage input). The residual stream's gradient is
                       accumulated in place here. */
@@ -110,7 +110,8 @@ typedef struct {
     int nslots;      /* activation slots (peak in-flight microbatches) */
     ActSlot *slots;
     int nrecv;       /* receive buffers: inputs received ahead of their forward */
-    float **recv;    /* [nrecv] each [N,C]; model_take_input swaps one into a slot */
+    void **recv;     /* [nrecv] each [N,C] (residual); model_take_input swaps one into a
+                        slot */
     int nwstate;     /* W state sets ([Note: W state]); 0 without split backwards */
     void ***wstate;  /* [nwstate][nlayers of the chunk * arch->nws] */
     int recompute;   /* PP_RECOMPUTE_* ([Note: recompute]) */
@@ -207,14 +208,15 @@ typedef struct {
 /* Fill *p for model_init_recompute(d, specs, rc, nchunks, B, T, be, nblocks_keep,
  * nblocks_drop) (rc NULL: model_init) with a backend whose attention keeps att_floats
  * floats per layer (be->attention_saved_floats(B, T, NH)), whose operand activations
- * take operand_bytes an element (pp_dtype_bytes(be->operand)), whose logits take
+ * take operand_bytes an element (pp_dtype_bytes(be->operand)), whose residual stream
+ * residual_bytes (pp_dtype_bytes(be->residual)), whose logits take
  * logits_bytes (pp_dtype_bytes(be->logits)) and whose head computes logits_rows rows at
  * once (be->logits_chunk_rows, 0: all), nopt optimizer arrays, and
  * nwstate[c] W state sets for chunk c. */
 void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const ChunkRecompute *rc,
                 const int *nwstate, int nchunks, int B, int T, size_t att_floats,
-                size_t operand_bytes, size_t logits_bytes, int logits_rows, int nopt,
-                int nblocks_keep, int nblocks_drop);
+                size_t operand_bytes, size_t residual_bytes, size_t logits_bytes, int logits_rows,
+                int nopt, int nblocks_keep, int nblocks_drop);
 /* The activation total of a plan: slots, workspace, receive buffers and W state. */
 size_t model_plan_activations(const ModelPlan *p);
 
@@ -284,8 +286,8 @@ void model_backward(Model *m, int c, int s);
  * then weight gives model_backward's bits in every gradient. */
 void model_backward_input(Model *m, int c, int s, int w);
 void model_backward_weight(Model *m, int c, int s, int w);
-/* The [N,C] output activation of chunk c, slot s (not for the last stage). */
-float *model_chunk_output(Model *m, int c, int s);
+/* The [N,C] output activation (residual) of chunk c, slot s (not for the last stage). */
+void *model_chunk_output(Model *m, int c, int s);
 /* The last stage's d(loss)/d(final norm output) [N,C] (operand) of chunk c, slot s: what
  * the forward with want_grad left for the backward. */
 void *model_head_grad(const Model *m, int c, int s);
@@ -297,8 +299,8 @@ void *model_head_grad(const Model *m, int c, int s);
 void model_head_loss(Model *m, const void *x, void *dx, const int *targets, float dloss,
                      int want_grad, double *loss);
 
-/* Receive buffer r of chunk c ([N,C], device). */
-float *model_recv_buffer(Model *m, int c, int r);
+/* Receive buffer r of chunk c ([N,C] (residual), device). */
+void *model_recv_buffer(Model *m, int c, int r);
 /* Make receive buffer r of chunk c the input of slot s: the two buffers trade places
  * (no copy), so the slot's old input buffer becomes receive buffer r. */
 void model_take_input(Model *m, int c, int s, int r);
@@ -355,10 +357,17 @@ ModelDims model_dims(const Config *cfg);
  * held copy then grows at the first hold): the widest row and the largest matrix of the
  * architecture's layer tensors and of the head, attention's heads and head size. */
 BackendSizes model_backend_sizes(const ModelDims *d, int B, int T, size_t params);
-/* Floats of the activation (and of its gradient) crossing a stage boundary for a
+/* Elements of the activation (and of its gradient) crossing a stage boundary for a
  * microbatch of B sequences of T tokens: one function, so every buffer and message
- * agrees (the element type is float). */
-size_t model_boundary_floats(const ModelDims *d, int B, int T);
+ * agrees. The activation is of the backend's residual type ([Note: residual stream
+ * type] in backend.h: model_act_bytes), its gradient fp32. */
+size_t model_boundary_elems(const ModelDims *d, int B, int T);
+/* Bytes of the activation that crosses m's stage boundaries (its slots' inputs, receive
+ * buffers and messages): model_boundary_elems at the residual type. */
+size_t model_act_bytes(const Model *m);
+/* Bytes of an element of ArchBuf type `type` (ARCH_F32, ARCH_OPERAND, ARCH_RESIDUAL in
+ * arch.h) with operand elements of ob bytes and residual ones of rb. */
+size_t model_type_bytes(int type, size_t ob, size_t rb);
 /* [Note: W state] in a pre-norm residual block (gpt2.c's and llama.c's): the four [N,C]
  * output gradients of a layer that keeps its activations — two matmul douts (dres3, dres2)
  * and two norm douts (dln2, dln1), all operands — live in its attention state when that

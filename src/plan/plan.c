@@ -169,7 +169,11 @@ static void time_chunks(const Config *cfg, const Backend *be, int B, double f[3]
         ActSlot *a = &m.chunks[c].slots[0];
         f[c] = b[c] = 1e300;
         for (int rep = 0; rep < 4; rep++) {
-            be->to_device(be, a->input, x, N * C * sizeof(float));
+            /* the input at the residual type: fp32, or the operand type ([Note: residual
+             * stream type]), converted on the device through the fp32 gradient buffer */
+            be->to_device(be, be->residual == PP_F32 ? a->input : a->grad, x,
+                          N * C * sizeof(float));
+            if (be->residual != PP_F32) be->to_operand(be, a->input, a->grad, N * C);
             if (a->tokens) be->to_device(be, a->tokens, tok, N * sizeof(int));
             if (a->targets) be->to_device(be, a->targets, tok, N * sizeof(int));
             be->to_device(be, a->grad, x, N * C * sizeof(float));
@@ -196,7 +200,7 @@ int plan_measure(const Config *cfg, int B, LayerCosts *c, char *note, size_t not
     ModelDims d = timing_dims(cfg);
     ModelPlan p;
     model_plan(&p, &d, timing_specs, NULL, NULL, 3, B, cfg->seq_len, 0, sizeof(float),
-               sizeof(float), 0, 0, 0, 0);
+               sizeof(float), sizeof(float), 0, 0, 0, 0);
     BackendSizes sizes = model_backend_sizes(&d, B, cfg->seq_len, p.params / sizeof(float));
     int rc = backend_select(cfg, 0, &sizes, &be, note, notelen, err, errlen);
     if (rc != PP_OK) return rc;
@@ -468,8 +472,9 @@ void plan_rank_memory(const Config *cfg, const Schedule *s, const Schedule *fwd,
     const Backend *be = backend_cpu();
     runtime_chunk_plan(s, fwd, part, pp, mode, cfg->recompute_layers, specs, rc, nws, nblocks);
     model_plan(plan, &d, specs, rc, nws, s->v, B, T, be->attention_saved_floats(be, B, T, d.NH),
-               pp_dtype_bytes(be->operand), pp_dtype_bytes(be->logits), be->logits_chunk_rows,
-               optim_state_arrays(cfg), nblocks[1], nblocks[0]);
+               pp_dtype_bytes(be->operand), pp_dtype_bytes(be->residual),
+               pp_dtype_bytes(be->logits), be->logits_chunk_rows, optim_state_arrays(cfg),
+               nblocks[1], nblocks[0]);
 }
 
 /* ==================================================================== sweep === */

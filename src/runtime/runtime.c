@@ -178,7 +178,9 @@ static void stage_received(Runtime *rt, const void *host, void *dev, size_t byte
 static void staging_init(Runtime *rt) {
     const Backend *be = rt->model.be;
     if (!be->device_memory || rt->comm->device_memory) return;
-    size_t act = model_boundary_floats(&rt->model.d, rt->Bmb, rt->T) * sizeof(float);
+    /* an activation at the residual type, its gradient fp32 ([Note: residual stream type]) */
+    size_t act = model_act_bytes(&rt->model),
+           grad = model_boundary_elems(&rt->model.d, rt->Bmb, rt->T) * sizeof(float);
     for (int c = 0; c < rt->model.nchunks; c++) {
         const Chunk *ck = &rt->model.chunks[c];
         int s = ck->stage, prev = s > 0 && rt->chunk_of[s - 1] < 0;
@@ -187,9 +189,9 @@ static void staging_init(Runtime *rt) {
             void **h = rt->slots[c][i].host;
             if (next) {
                 h[HOST_SEND_OUT] = host_alloc(rt, act);
-                h[HOST_RECV_DOUT] = host_alloc(rt, act);
+                h[HOST_RECV_DOUT] = host_alloc(rt, grad);
             }
-            if (prev) h[HOST_SEND_DIN] = host_alloc(rt, act);
+            if (prev) h[HOST_SEND_DIN] = host_alloc(rt, grad);
         }
         for (int r = 0; r < ck->nrecv && prev; r++) rt->rbufs[c][r].host = host_alloc(rt, act);
     }
@@ -259,7 +261,7 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = slot_find(rt, c, m), rc;
     const Backend *be = rt->model.be;
     size_t ntok = (size_t)rt->Bmb * rt->T, rows = (size_t)m * ntok;
-    size_t NC = model_boundary_floats(&rt->model.d, rt->Bmb, rt->T);
+    size_t act = model_act_bytes(&rt->model);
     /* the schedule's mark says whether it keeps everything ([Note: schedule-aware recompute]) */
     int keep = x->fwd_only || rt->model.nblocks_keep == rt->model.nblocks
                    ? -1
@@ -272,8 +274,7 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
         if ((rc = wait_req(rt, &rt->rbufs[c][r].req, "recv activation", s, m, x->step, err,
                            errlen)))
             return rc;
-        stage_received(rt, rt->rbufs[c][r].host, model_recv_buffer(&rt->model, c, r),
-                       NC * sizeof(float));
+        stage_received(rt, rt->rbufs[c][r].host, model_recv_buffer(&rt->model, c, r), act);
         model_take_input(&rt->model, c, i, r);
         rt->rbufs[c][r].mb = -1;
     }
@@ -283,7 +284,7 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     rt->uploads_pending |= s == 0 || s == rt->S - 1;
     if (s > 0 && rt->chunk_of[s - 1] >= 0) { /* local handover from stage s-1 */
         int pc = rt->chunk_of[s - 1], pi = held_slot(rt, pc, m);
-        be->copy(be, as->input, model_chunk_output(&rt->model, pc, pi), NC * sizeof(float));
+        be->copy(be, as->input, model_chunk_output(&rt->model, pc, pi), act);
     }
     double t0 = trace_now_us();
     model_forward(&rt->model, c, i, x->dloss, !x->fwd_only, &rt->loss_dev[m]);
@@ -307,7 +308,7 @@ static int wset_find(Runtime *rt, int c, int mb) {
  * set until W(s,m) (exec_weight). */
 static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, size_t errlen) {
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = held_slot(rt, c, m), rc;
-    size_t NC = model_boundary_floats(&rt->model.d, rt->Bmb, rt->T);
+    size_t NC = model_boundary_elems(&rt->model.d, rt->Bmb, rt->T); /* fp32 gradients */
     SlotState *st = &rt->slots[c][i];
     ActSlot *as = &rt->model.chunks[c].slots[i];
     if ((rc = wait_req(rt, &st->recv, "recv gradient", s, m, x->step, err, errlen))) return rc;
@@ -348,7 +349,10 @@ static void exec_weight(Runtime *rt, const Action *a, StepCtx *x) {
 
 static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, size_t errlen) {
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i, rc;
-    size_t bytes = model_boundary_floats(&rt->model.d, rt->Bmb, rt->T) * sizeof(float);
+    /* an activation at the residual type, a gradient fp32 ([Note: residual stream type]) */
+    size_t bytes = a->type == ACT_SEND_F || a->type == ACT_RECV_F
+                       ? model_act_bytes(&rt->model)
+                       : model_boundary_elems(&rt->model.d, rt->Bmb, rt->T) * sizeof(float);
     Comm *cm = rt->comm;
     double t0 = trace_now_us();
     CommTag tag;
@@ -928,12 +932,13 @@ static int shape_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, 
     return PP_OK;
 }
 
-/* The longest message this job sends: an activation or its gradient, or the whole wte
+/* The longest message this job sends: an activation's gradient (fp32: at least the
+ * activation's bytes, [Note: residual stream type]), or the whole wte
  * in the tied pair's all-reduce, or a block of the replicas' ring; the small
  * collectives (loss, norm, report, agreement) fit in the 1 MiB floor. A peer claiming
  * more is refused unread. Set before any split: groups copy it. */
 static void message_limit(Runtime *rt, Comm *comm, const ModelDims *d) {
-    size_t act = model_boundary_floats(d, rt->Bmb, rt->T) * sizeof(float);
+    size_t act = model_boundary_elems(d, rt->Bmb, rt->T) * sizeof(float);
     size_t wte = d->tied ? (size_t)d->Vp * d->C * sizeof(float) : 0;
     size_t most = act > wte ? act : wte, big = model_largest_tensor(&rt->model);
     /* a whole bucket at most */
@@ -969,8 +974,8 @@ static size_t rank_params(const Runtime *rt, const ModelDims *d) {
     ModelPlan p;
     runtime_chunk_plan(&rt->sched, &rt->fwd, &rt->part, rt->lay.pp, PP_RECOMPUTE_NONE, 0, specs, rc,
                        nws, nblocks);
-    model_plan(&p, d, specs, NULL, NULL, rt->v, rt->Bmb, rt->T, 0, sizeof(float), sizeof(float), 0,
-               0, 0, 0);
+    model_plan(&p, d, specs, NULL, NULL, rt->v, rt->Bmb, rt->T, 0, sizeof(float), sizeof(float),
+               sizeof(float), 0, 0, 0, 0);
     return p.params / sizeof(float);
 }
 

@@ -20,6 +20,10 @@
  * measures the op and not the rounding of its inputs; an operand output is poisoned with
  * a bf16 NaN, read back in bf16, widened, and compared within at least TOL_BF16_STORE.
  * to_operand must give the host's own rounding bit for bit (a bitwise copy in fp32).
+ * [Note: residual stream type]: where gpu->residual is bf16 (the default at bf16), the
+ * residual stream's tensors (the encoder's output, the norms' input, the residual GEMM's res
+ * and out, the head's input) are handled as operands are; PPTRAIN_RESIDUAL=fp32 runs those
+ * ops again with an fp32 residual.
  * --small: the two smallest shapes and the flash shapes with T <= 129 only (every kernel,
  * template and tile edge still runs), for compute-sanitizer (scripts/gpu/second-call).
  * The fused GEMM ops ([Note: GEMM epilogues] in cuda/backend_cuda.cu) run again with their
@@ -228,6 +232,21 @@ static float *fetch_op(const Backend *be, const void *p, size_t n) {
 
 /* The device operand tensor's n elements, widened to fp32 (malloc'd). */
 static float *host_op(const void *d, size_t n) { return fetch_op(gpu, d, n); }
+
+/* The residual stream's type ([Note: residual stream type] in src/backend/backend.h): fp32, or
+ * the operand type (bf16) by default at bf16; the helpers of its tensors, as the operand's. */
+static int res_bf16(void) { return gpu->residual == PP_BF16; }
+static double tol_res(double tol) {
+    return res_bf16() && tol < TOL_BF16_STORE ? TOL_BF16_STORE : tol;
+}
+static void res_round(float *x, size_t n) {
+    if (res_bf16()) op_round(x, n); /* a bf16 residual comes with bf16 operands */
+}
+static void *dev_res(const float *x, size_t n) {
+    return res_bf16() ? dev_op(x, n) : dev(x, n * sizeof(float));
+}
+static void *dev_res_nan(size_t n) { return res_bf16() ? dev_op_nan(n) : dev_nan_f32(n); }
+static float *host_res(const void *d, size_t n) { return res_bf16() ? host_op(d, n) : host(d, n); }
 
 /* Element i of device operand tensor d. */
 static void *op_at(void *d, size_t i) { return (char *)d + i * pp_dtype_bytes(gpu->operand); }
@@ -573,11 +592,11 @@ static void check_encoder(const Shape *s, const char *sh) {
     float *out = nanbuf((size_t)N * C);
     int *dtok = dev(tok, N * sizeof(int));
     float *dwte = dev(wte, (size_t)s->Vp * C * 4), *dwpe = dev(wpe, (size_t)s->T * C * 4);
-    float *dout = dev(out, (size_t)N * C * 4);
+    void *dout = dev_res_nan((size_t)N * C); /* the residual stream */
     gpu->encoder_forward(gpu, dout, dtok, dwte, dwpe, s->B, s->T, C);
     cpu->encoder_forward(cpu, out, tok, wte, wpe, s->B, s->T, C);
-    float *h = host(dout, (size_t)N * C);
-    compare("encoder_forward", "out", sh, h, out, (size_t)N * C, TOL_ELEM);
+    float *h = host_res(dout, (size_t)N * C);
+    compare("encoder_forward", "out", sh, h, out, (size_t)N * C, tol_res(TOL_ELEM));
     /* backward: grads seeded (they accumulate) */
     float *d = rnd((size_t)N * C, 1), *gte = rnd((size_t)s->Vp * C, 1);
     float *gpe = rnd((size_t)s->T * C, 1);
@@ -593,11 +612,12 @@ static void check_encoder(const Shape *s, const char *sh) {
     compare("encoder_backward", "dwpe", sh, hpe, gpe, (size_t)s->T * C, TOL_RED);
     same_bits("encoder_backward dwte", sh, hte, hte2, (size_t)s->Vp * C);
     /* no position table (wpe, dwpe NULL: Llama): out = wte rows, dwte alone */
-    float *out0 = nanbuf((size_t)N * C), *dout0 = dev(out0, (size_t)N * C * 4);
+    float *out0 = nanbuf((size_t)N * C);
+    void *dout0 = dev_res_nan((size_t)N * C);
     gpu->encoder_forward(gpu, dout0, dtok, dwte, NULL, s->B, s->T, C);
     cpu->encoder_forward(cpu, out0, tok, wte, NULL, s->B, s->T, C);
-    float *h0 = host(dout0, (size_t)N * C);
-    compare("encoder_forward wpe=NULL", "out", sh, h0, out0, (size_t)N * C, TOL_ELEM);
+    float *h0 = host_res(dout0, (size_t)N * C);
+    compare("encoder_forward wpe=NULL", "out", sh, h0, out0, (size_t)N * C, tol_res(TOL_ELEM));
     float *gte0 = rnd((size_t)s->Vp * C, 1), *dgte0 = dev(gte0, (size_t)s->Vp * C * 4);
     gpu->encoder_backward(gpu, dgte0, NULL, dd, dtok, s->B, s->T, C);
     cpu->encoder_backward(cpu, gte0, NULL, d, tok, s->B, s->T, C);
@@ -630,7 +650,9 @@ static void check_layernorm(const Shape *s, const char *sh) {
     float *x = rnd(NC, 2), *w = rnd(C, 1), *b = rnd(C, 1);
     float *out = nanbuf(NC), *mean = nanbuf(N), *rstd = nanbuf(N);
     for (size_t i = 0; i < NC; i++) x[i] += 0.5f; /* a non-zero mean */
-    float *dx = dev(x, NC * 4), *dw = dev(w, C * 4), *db = dev(b, C * 4);
+    res_round(x, NC);                             /* the input is the residual stream */
+    void *dx = dev_res(x, NC);
+    float *dw = dev(w, C * 4), *db = dev(b, C * 4);
     float *dm = dev(mean, N * 4), *dr = dev(rstd, N * 4);
     void *dout = dev_op_nan(NC);
     gpu->layernorm_forward(gpu, dout, dm, dr, dx, dw, db, N, C);
@@ -768,7 +790,9 @@ static void check_rmsnorm(const Shape *s, const char *sh) {
     float *x = rnd(NC, 2), *w = rnd(C, 1.5f), *out = nanbuf(NC), *rstd = nanbuf(N);
     for (int n = 0; n < N; n += 3)
         for (int c = 0; c < C; c++) x[(size_t)n * C + c] *= 1e-3f; /* eps matters there */
-    float *dx = dev(x, NC * 4), *dw = dev(w, C * 4), *dr = dev(rstd, N * 4);
+    res_round(x, NC); /* the input is the residual stream */
+    void *dx = dev_res(x, NC);
+    float *dw = dev(w, C * 4), *dr = dev(rstd, N * 4);
     void *dout = dev_op_nan(NC);
     float eps[2] = {1e-5f, 1e-6f};
     for (int k = 0; k < 2; k++) {
@@ -863,13 +887,15 @@ static void check_norm_misaligned(int N, int C, const char *sh) {
     float *gx = rnd(NC + 1, 1), *gw = rnd(C, 1), *gb = rnd(C, 1);
     float *scratch = malloc(cpu->scratch_floats(cpu, N, 1, C) * sizeof(float));
     float *gscratch = gpu->alloc(gpu, gpu->scratch_floats(gpu, N, 1, C) * sizeof(float));
+    res_round(x, NC); /* the norms' input is the residual stream */
     for (int rms = 0; rms < 2; rms++) {
         const char *name = rms ? "rmsnorm_bwd dinp+1" : "layernorm_bwd dinp+1";
         if (rms)
             cpu->rmsnorm_forward(cpu, out, rstd, x, w, 1e-5f, N, C);
         else
             cpu->layernorm_forward(cpu, out, mean, rstd, x, w, b, N, C);
-        float *dx = dev(x, NC * 4), *dw = dev(w, C * 4);
+        void *dx = dev_res(x, NC);
+        float *dw = dev(w, C * 4);
         op_round(g, NC); /* dout is an operand */
         void *dg = dev_op(g, NC);
         float *dm = dev(mean, N * 4), *dr = dev(rstd, N * 4);
@@ -1388,8 +1414,9 @@ static void check_gelu_form_forward(void) {
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
 }
 
-/* matmul_residual_forward: out = res + inp @ w^T + b against the CPU's two ops; res left
- * as it was; the same bits twice. */
+/* matmul_residual_forward: out = res + inp @ w^T + b against the CPU's two ops, res and out
+ * of the residual type (the CPU's on res as the GPU holds it); res left as it was; the same
+ * bits twice. */
 static void check_matmul_residual(int N, int C, int OC, int bias, const char *sh0) {
     char sh[96];
     snprintf(sh, sizeof sh, "%s N=%d C=%d OC=%d%s", sh0, N, C, OC, bias ? "" : " nobias");
@@ -1397,14 +1424,16 @@ static void check_matmul_residual(int N, int C, int OC, int bias, const char *sh
     float *x = rnd(NC, 1), *w = rnd(OCC, 0.1f), *b = bias ? rnd(OC, 1) : NULL, *r = rnd(NO, 2);
     float *out = nanbuf(NO);
     op_round(x, NC);
-    void *dx = dev_op(x, NC);
-    float *dw = dev(w, OCC * 4), *db = bias ? dev(b, OC * 4) : NULL, *dr = dev(r, NO * 4);
-    float *d1 = dev(out, NO * 4), *d2 = dev(out, NO * 4);
+    res_round(r, NO);
+    void *dx = dev_op(x, NC), *dr = dev_res(r, NO), *d1 = dev_res_nan(NO), *d2 = dev_res_nan(NO);
+    float *dw = dev(w, OCC * 4), *db = bias ? dev(b, OC * 4) : NULL;
     gpu->matmul_residual_forward(gpu, d1, dr, dx, dw, db, N, C, OC);
     gpu->matmul_residual_forward(gpu, d2, dr, dx, dw, db, N, C, OC);
     cpu->matmul_residual_forward(cpu, out, r, x, w, b, N, C, OC);
-    float *h1 = host(d1, NO), *h2 = host(d2, NO), *hr = host(dr, NO);
-    compare("matmul_residual_forward", "out", sh, h1, out, NO, tol_gemm());
+    float *h1 = host_res(d1, NO), *h2 = host_res(d2, NO), *hr = host_res(dr, NO);
+    /* a bf16 out: the GEMM's tolerance and one rounding (the bias rounded to bf16 too) */
+    compare("matmul_residual_forward", "out", sh, h1, out, NO,
+            res_bf16() ? tol_gemm() + TOL_BF16_STORE : tol_gemm());
     same_bits("matmul_residual_forward", sh, h1, h2, NO);
     same_bits("matmul_residual_forward leaves res", sh, hr, r, NO);
     void *all[] = {dx, dw, dr, d1, d2, db};
@@ -2048,6 +2077,7 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
         {"PPTRAIN_FUSE_BGRAD", "0", "yes"},
         {"PPTRAIN_FUSE_CAST", "0", "maybe"},
         {"PPTRAIN_ADAMW_COPY", "0", "sometimes"}, /* [Note: kept weight copy] */
+        {"PPTRAIN_RESIDUAL", "fp32", "bf8"},      /* [Note: residual stream type] */
     };
     char why[PP_ERR_MAX];
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
@@ -2069,6 +2099,15 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
                                       "PPTRAIN_GELU_EPILOGUE=0 N=74 C=64 H=256");
         }
         if (!strcmp(sw[i].var, "PPTRAIN_ADAMW_COPY")) check_kept_copy(); /* a new copy each */
+        if (!strcmp(sw[i].var, "PPTRAIN_RESIDUAL")) { /* the fp32 residual's paths again */
+            static const Shape s1 = {2, 37, 64, 1, 251, 256};
+            none_wrong("PPTRAIN_RESIDUAL=fp32: the residual type", "be.residual",
+                       (size_t)(gpu->residual != PP_F32), 1);
+            check_encoder(&s1, "PPTRAIN_RESIDUAL=fp32 B=2 T=37 C=64");
+            check_layernorm(&s1, "PPTRAIN_RESIDUAL=fp32 B=2 T=37 C=64");
+            check_rmsnorm(&s1, "PPTRAIN_RESIDUAL=fp32 B=2 T=37 C=64");
+            check_matmul_residual(2 * 37, 64, 192, 1, "PPTRAIN_RESIDUAL=fp32");
+        }
         if (!strcmp(sw[i].var, "PPTRAIN_LOGITS")) {
             static const Shape s1 = {2, 37, 64, 1, 251, 256}, s2 = {1, 3, 64, 1, 50257, 50304};
             check_crossentropy(&s1, "PPTRAIN_LOGITS=fp32 B=2 T=37 V=251/256");
@@ -2152,7 +2191,16 @@ static void head_run(const Backend *base, const Shape *s, int rows, const float 
     model_init(&m, &d, &spec, 1, s->B, s->T, &be);
     model_init_weights(&m, 11, 0.05f);
     ActSlot *a = &m.chunks[0].slots[0];
-    be.to_device(&be, a->input, x, (size_t)N * C * sizeof(float));
+    if (be.residual ==
+        PP_BF16) { /* the input at the residual type ([Note: residual stream type]) */
+        uint16_t *h = malloc((size_t)N * C * 2);
+        for (size_t i = 0; i < (size_t)N * C; i++) h[i] = bf16_round(x[i]);
+        be.to_device(&be, a->input, h, (size_t)N * C * 2);
+        be.wait(&be); /* h must outlive the copy */
+        free(h);
+    } else {
+        be.to_device(&be, a->input, x, (size_t)N * C * sizeof(float));
+    }
     be.to_device(&be, a->targets, tgt, (size_t)N * sizeof(int));
     double *dsum = be.alloc(&be, sizeof(double));
     model_zero_grads(&m);
@@ -2183,6 +2231,7 @@ static void check_head(const Shape *s, const char *sh0, int rows) {
     char sh[128];
     snprintf(sh, sizeof sh, "%s rows=%d%s", sh0, rows, rows == 0 || rows >= N ? " (all)" : "");
     float *x = rnd((size_t)N * C, 2);
+    res_round(x, (size_t)N * C); /* the head's input is the residual stream: the CPU reads it too */
     int *tgt = malloc(N * sizeof(int));
     for (int i = 0; i < N; i++) tgt[i] = (int)(urand() * s->V);
     HeadOut g, g2, c;
