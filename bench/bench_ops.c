@@ -224,6 +224,8 @@ int main(int argc, char **argv) {
     row_in_step = 0;
     TIME(&b, "matmul fwd attproj *", 'G', 2 * Nd * Cd * Cd, o * Nd * Cd + f * (Nd * Cd + Cd * Cd),
          L, be->matmul_forward(be, x, y, wqkv, bqkv, (int)N, C, C));
+    /* (the fp32 stream's add; at a bf16 residual the unfused path's add_residual moves
+     * (f + 2 rs) N C bytes instead) */
     TIME(&b, "residual add *", 'M', Nd * Cd, f * 3 * Nd * Cd, 2 * L,
          be->add_inplace(be, x, dy, NC));
     row_in_step = 1;

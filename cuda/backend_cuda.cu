@@ -516,12 +516,13 @@ static void gemm(CudaCtx *c, int tA, int tB, int M, int N, int K, float alpha, c
  * logits: [Note: logits type] in backend.h). The fp32 master weights are
  * converted once per action list while the model holds them ([Note: held weights] in
  * model.h; per call otherwise). qkv is an operand too (matmul_operand_forward writes it in
- * bf16), and so is attention's output gradient (matmul_operand_backward). The residual stream,
- * LayerNorm's statistics, the gradients and the optimizer stay fp32; the materialised
- * attention's GEMMs run CUBLAS_COMPUTE_32F_FAST_16BF on fp32 copies of qkv and dout (its
- * slow path: head sizes over 128, or PPTRAIN_ATTENTION=materialized). PPTRAIN_BF16_OPERANDS=fp32
- * keeps fp32 operand activations at bf16 and casts them in every matmul instead (the path before
- * bf16 activations, kept for side-by-side measurement: cuda/NOTES.md). */
+ * bf16), and so is attention's output gradient (matmul_operand_backward). The residual stream
+ * is of the operand type too unless PPTRAIN_RESIDUAL=fp32 ([Note: residual stream type] in
+ * backend.h: c->res). LayerNorm's statistics, the gradients and the optimizer stay fp32; the
+ * materialised attention's GEMMs run CUBLAS_COMPUTE_32F_FAST_16BF on fp32 copies of qkv and
+ * dout (its slow path: head sizes over 128, or PPTRAIN_ATTENTION=materialized).
+ * PPTRAIN_BF16_OPERANDS=fp32 keeps fp32 operand activations at bf16 and casts them in every matmul
+ * instead (the path before bf16 activations, kept for side-by-side measurement: cuda/NOTES.md). */
 static cublasComputeType_t mm_compute(const CudaCtx *c) {
     return c->prec == PP_PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }

@@ -145,7 +145,7 @@ BackendSizes model_backend_sizes(const ModelDims *d, int B, int T, size_t params
 
 size_t model_boundary_elems(const ModelDims *d, int B, int T) { return (size_t)B * T * d->C; }
 
-size_t model_act_bytes(const Model *m) {
+size_t model_boundary_bytes(const Model *m) {
     return model_boundary_elems(&m->d, m->B, m->T) * pp_dtype_bytes(m->be->residual);
 }
 
@@ -432,7 +432,7 @@ static void slot_init(Model *m, const Chunk *ck, ActSlot *a) {
     memset(a, 0, sizeof *a);
     a->keep = 1;
     a->block = -1;
-    a->input = act_alloc(m, model_act_bytes(m));
+    a->input = act_alloc(m, model_boundary_bytes(m));
     a->grad = act_alloc(m, N * C * f);
     a->tokens = dev_alloc(m, N * sizeof(int));
     a->targets = dev_alloc(m, N * sizeof(int));
@@ -670,8 +670,8 @@ static void init_model(Model *m, const ModelDims *d, const ChunkSpec *specs,
         ck->slots = pp_calloc(ck->nslots, sizeof(ActSlot));
         for (int s = 0; s < ck->nslots; s++) slot_init(m, ck, &ck->slots[s]);
         ck->recv = pp_calloc(ck->nrecv ? ck->nrecv : 1, sizeof(void *));
-        for (int r = 0; r < ck->nrecv; r++) ck->recv[r] = dev_alloc(m, model_act_bytes(m));
-        m->recv_bytes += (size_t)ck->nrecv * model_act_bytes(m);
+        for (int r = 0; r < ck->nrecv; r++) ck->recv[r] = dev_alloc(m, model_boundary_bytes(m));
+        m->recv_bytes += (size_t)ck->nrecv * model_boundary_bytes(m);
     }
     size_t N = (size_t)B * T;
     scratch_init(m, ARCH_ALWAYS);

@@ -360,11 +360,11 @@ BackendSizes model_backend_sizes(const ModelDims *d, int B, int T, size_t params
 /* Elements of the activation (and of its gradient) crossing a stage boundary for a
  * microbatch of B sequences of T tokens: one function, so every buffer and message
  * agrees. The activation is of the backend's residual type ([Note: residual stream
- * type] in backend.h: model_act_bytes), its gradient fp32. */
+ * type] in backend.h: model_boundary_bytes), its gradient fp32. */
 size_t model_boundary_elems(const ModelDims *d, int B, int T);
 /* Bytes of the activation that crosses m's stage boundaries (its slots' inputs, receive
  * buffers and messages): model_boundary_elems at the residual type. */
-size_t model_act_bytes(const Model *m);
+size_t model_boundary_bytes(const Model *m);
 /* Bytes of an element of ArchBuf type `type` (ARCH_F32, ARCH_OPERAND, ARCH_RESIDUAL in
  * arch.h) with operand elements of ob bytes and residual ones of rb. */
 size_t model_type_bytes(int type, size_t ob, size_t rb);

@@ -22,8 +22,10 @@
  *  - Compute: stage s's F and B are its layers' plus the embedding / head; a rank runs
  *    one compute action at a time, in its lowered list's order (sched_sim.h).
  *  - Transfers: each SEND of an activation (or its gradient) carries B*T*C elements of
- *    act_bytes each (4: the runtime sends fp32 in every precision: exec_transfer in runtime.c
- *    and model.h's buffers) and takes latency + bytes / bandwidth on the link from its
+ *    act_bytes each (4: the runtime sends fp32 gradients in every precision and fp32
+ *    activations but at bf16, where they are the residual stream's bf16 ([Note: residual
+ *    stream type] in backend.h; exec_transfer in runtime.c): exact at fp32, an upper bound at
+ *    bf16) and takes latency + bytes / bandwidth on the link from its
  *    rank to the peer's; a link carries one message at a time per direction, in send
  *    order ([Note: link model] in sched_sim.h). Transfers overlap compute completely (posted
  *    sends, a communication stream): they delay only the compute that consumes them.

@@ -109,8 +109,9 @@ typedef struct {
     const char *costs_from; /* where the costs came from, for the header */
 } PlanGrid;
 
-/* Fill the defaults above; act_bytes 4 (pptrain sends fp32 activations in every
- * precision). */
+/* Fill the defaults above; act_bytes 4 (pptrain sends fp32 gradients in every precision,
+ * and fp32 activations but at bf16, where the residual stream's 2 bytes go forward: 4 is
+ * exact at fp32 and tf32, an upper bound at bf16). */
 void plan_grid_default(PlanGrid *g);
 
 /* Simulate every row of grid g for the config's model and microbatch (batch_size /

@@ -57,7 +57,9 @@ void plan_cmd_usage(FILE *f) {
             "                  450GB/s, ib 10us 50GB/s, ib-hdr 10us 25GB/s, none, "
             "or LAT_us,GBps);\n"
             "                  repeat it for one --plan table per link (default nvlink and ib)\n"
-            "  --act-bytes N   bytes per transferred element: 4 (fp32, what pptrain sends) or 2\n"
+            "  --act-bytes N   bytes per transferred element: 4 (fp32: pptrain's gradients, and "
+            "its\n"
+            "                  activations but at bf16, which send 2) or 2\n"
             "  --plan          predict step time, bubble, efficiency, tokens/s and memory per\n"
             "                  rank for every P, schedule and M instead (docs/schedules.md)\n");
 }

@@ -179,7 +179,7 @@ static void staging_init(Runtime *rt) {
     const Backend *be = rt->model.be;
     if (!be->device_memory || rt->comm->device_memory) return;
     /* an activation at the residual type, its gradient fp32 ([Note: residual stream type]) */
-    size_t act = model_act_bytes(&rt->model),
+    size_t act = model_boundary_bytes(&rt->model),
            grad = model_boundary_elems(&rt->model.d, rt->Bmb, rt->T) * sizeof(float);
     for (int c = 0; c < rt->model.nchunks; c++) {
         const Chunk *ck = &rt->model.chunks[c];
@@ -261,7 +261,7 @@ static int exec_forward(Runtime *rt, const Action *a, StepCtx *x, char *err, siz
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = slot_find(rt, c, m), rc;
     const Backend *be = rt->model.be;
     size_t ntok = (size_t)rt->Bmb * rt->T, rows = (size_t)m * ntok;
-    size_t act = model_act_bytes(&rt->model);
+    size_t act = model_boundary_bytes(&rt->model);
     /* the schedule's mark says whether it keeps everything ([Note: schedule-aware recompute]) */
     int keep = x->fwd_only || rt->model.nblocks_keep == rt->model.nblocks
                    ? -1
@@ -351,7 +351,7 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i, rc;
     /* an activation at the residual type, a gradient fp32 ([Note: residual stream type]) */
     size_t bytes = a->type == ACT_SEND_F || a->type == ACT_RECV_F
-                       ? model_act_bytes(&rt->model)
+                       ? model_boundary_bytes(&rt->model)
                        : model_boundary_elems(&rt->model.d, rt->Bmb, rt->T) * sizeof(float);
     Comm *cm = rt->comm;
     double t0 = trace_now_us();
@@ -898,6 +898,25 @@ static int transport_init(Runtime *rt, Comm *comm, const Backend *be, char *err,
     return PP_OK;
 }
 
+/* [Note: residual stream type] in backend.h: the activations a stage sends are of its
+ * backend's residual type, so every rank must store the stream alike (a CPU rank and a GPU
+ * rank at bf16 would not: the messages' sizes would differ). One all-reduce of each type's
+ * count; a mix is refused on every rank, naming the counts and the way out. */
+static int residual_agree(Comm *comm, const Backend *be, char *err, size_t errlen) {
+    double n[2] = {be->residual == PP_F32, be->residual != PP_F32};
+    if (comm->world > 1 && comm_allreduce_sum_f64(comm, n, 2) != PP_OK)
+        return pp_errf(err, errlen, PP_ERUNTIME, "agreeing on the residual stream's type: %s",
+                       comm_error(comm));
+    if (n[0] > 0 && n[1] > 0)
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "the ranks store the residual stream in different types (%.0f in fp32, "
+                       "%.0f in bf16; this rank %s: %s), so the activations they send differ "
+                       "in size: run every rank on the same runtime.device and "
+                       "runtime.precision, or set PPTRAIN_RESIDUAL=fp32 on every GPU rank",
+                       n[0], n[1], be->residual == PP_F32 ? "fp32" : "bf16", be->name);
+    return PP_OK;
+}
+
 /* runtime_init's first step: the config's shape, the rank layout and the batch split. */
 static int shape_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err,
                       size_t errlen) {
@@ -996,6 +1015,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
         (rc = transport_init(rt, comm, be, err, errlen)))
         return rc;
     comm = rt->comm; /* the job's NCCL Comm when chosen: every message and collective from here */
+    if ((rc = residual_agree(comm, be, err, errlen))) return rc;
     build_model(rt, &d, be);
     model_init_weights(&rt->model, cfg->seed, cfg->init_std);
     rt->init_hf = cfg->init_from[0] && model_hf_is_dir(cfg->init_from);

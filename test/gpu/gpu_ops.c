@@ -2355,6 +2355,16 @@ int main(int argc, char **argv) {
             printf("%-4s operand type at %s: %s (want %s)\n", gpu->operand == want ? "ok" : "FAIL",
                    prec, gpu->operand == PP_BF16 ? "bf16" : "fp32",
                    want == PP_BF16 ? "bf16" : "fp32");
+            /* [Note: residual stream type]: the operand type unless PPTRAIN_RESIDUAL=fp32 (so
+             * that the residual rows below cannot pass on an fp32 stream by mistake) */
+            const char *rv = getenv("PPTRAIN_RESIDUAL");
+            PPDType want_res = rv && !strcmp(rv, "fp32") ? PP_F32 : want;
+            checks++;
+            failures += gpu->residual != want_res;
+            printf("%-4s residual type at %s: %s (want %s)\n",
+                   gpu->residual == want_res ? "ok" : "FAIL", prec,
+                   gpu->residual == PP_BF16 ? "bf16" : "fp32",
+                   want_res == PP_BF16 ? "bf16" : "fp32");
         }
         if (fp32_ops) {
             check_memory(1);
@@ -2374,7 +2384,7 @@ int main(int argc, char **argv) {
             snprintf(sh, sizeof sh, "B=%d T=%d C=%d NH=%d V=%d/%d", s->B, s->T, s->C, s->NH,
                      s->V, s->Vp);
             int N = s->B * s->T;
-            if (fp32_ops) check_encoder(s, sh);
+            if (fp32_ops || gpu->residual != PP_F32) check_encoder(s, sh); /* its output's type */
             if (operand_ops) {
                 check_layernorm(s, sh);
                 check_rmsnorm(s, sh);

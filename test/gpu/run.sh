@@ -15,7 +15,8 @@
 #   7. the NCCL transport on one GPU (test/gpu/nccl_self.c): a 1-rank communicator's
 #      messages, groups, collectives, split, mismatches and abort;
 #   8. runtime.transport on 2 ranks sharing the GPU: auto chooses socket and says why,
-#      nccl is exit 2 naming the ranks and the bus id;
+#      nccl is exit 2 naming the ranks and the bus id; at bf16 with PPTRAIN_RESIDUAL=fp32 on
+#      rank 1 only, exit 2 naming the residual stream's two types;
 #   9. test/pipeline-nccl.sh: the NCCL pipeline between GPUs (skips below 2 GPUs).
 #  10. pptrain sample on the GPU (the decoding ops' CUDA twins): greedy at fp32 gives
 #      transformers' ids of test/sample/greedy.txt (test/sample.sh's goldens); bf16 decodes.
@@ -97,6 +98,18 @@ sel sel-nccl nccl 2 && {
   [ "$(grep -c 'runtime.transport=nccl: ranks 0 and 1 share GPU .*, and NCCL refuses two ranks on one GPU: give each rank a GPU of its own' "$tmp/sel-nccl.out")" = 2 ] &&
     ok "nccl forced on 2 ranks sharing a GPU: exit 2 on both ($(grep -m1 -o 'ranks 0 and 1 share GPU [^,]*' "$tmp/sel-nccl.out"))" ||
     bad "nccl forced on a shared GPU: $(grep -m2 error "$tmp/sel-nccl.out")"; }
+# the residual stream's type differs between the ranks ([Note: residual stream type]): the
+# activations' sizes would: the ranks refuse before the first message
+budget "mixed residual types" && {
+  CUDA_VISIBLE_DEVICES=${one:-0} timeout -k 3 "$(cap $run_s)" scripts/pprun --nproc-per-node 2 bash -c \
+    '[ "$RANK" = 1 ] && export PPTRAIN_RESIDUAL=fp32; exec "$@"' rank-env "$PPTRAIN" --config configs/gpt-tiny.yaml \
+    --set pipeline.stages=2 --set train.steps=3 --set data.val=null --set runtime.device=cuda --set runtime.precision=bf16 \
+    --set output.dir="$tmp/res-mix" >"$tmp/res-mix.out" 2>&1
+  rc=$?
+  # (pprun stops the other rank once one exits: at least one says why)
+  [ $rc -eq 2 ] && grep -q 'store the residual stream in different types (1 in fp32, 1 in bf16' "$tmp/res-mix.out" &&
+    ok "PPTRAIN_RESIDUAL=fp32 on one of 2 bf16 ranks: exit 2, naming the two types" ||
+    bad "mixed residual types exited $rc: $(grep -m2 'error\|residual' "$tmp/res-mix.out")"; }
 
 tiny=(--config configs/gpt-tiny.yaml --set pipeline.stages=1 --set data.val=null --set output.log_every=1)
 train() { # name, args...: run, keep the loss column and the exported final weights
