@@ -164,7 +164,7 @@ $(CUDA_SO): $(CUDA_OBJ)
 test-gpu: all data $(BUILD)/test/gpu_ops $(BUILD)/test/nccl_self
 	$(Q)PPTRAIN=$(EXE) GPU_OPS=$(BUILD)/test/gpu_ops NCCL_SELF=$(BUILD)/test/nccl_self bash test/gpu/run.sh
 
-$(BUILD)/test/gpu_ops: test/gpu/gpu_ops.c $(LIB_OBJ)
+$(BUILD)/test/gpu_ops: test/gpu/gpu_ops.c $(BUILD)/test/emu_bf16.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)

@@ -3,7 +3,8 @@
 # visible): --version lists the backends, CPU configs run with the CUDA backend built,
 # runtime.device: cuda is refused with exit 2 naming the cause, auto falls back to the
 # CPU and says why, the precision rules, pptrain itself links no CUDA library, and the
-# runtime's host staging (how ranks on one GPU talk) gives the direct path's bits.
+# runtime's host staging (how ranks on one GPU talk) gives the direct path's bits, and
+# gpu_ops' own checking runs with the CPU in the GPU's place (--cpu; --emu at bf16).
 # ([Note: CUDA backend loading] in src/backend/backend_load.c.) On a GPU machine the checks
 # that need "no GPU" run with CUDA_VISIBLE_DEVICES empty, and the no-driver ones skip.
 set -u
@@ -160,13 +161,21 @@ for sched in 1f1b interleaved-1f1b; do
 done
 
 # 8. the op test's own checking (test/gpu/gpu_ops.c: poisoned outputs, tolerances, the
-#    split-backward bits) with the CPU backend in the GPU's place (--cpu), so a broken
-#    harness is found here, not in a GPU session's few minutes.
+#    split-backward bits) with the CPU backend in the GPU's place (--cpu), and its bf16
+#    checks on the CPU posing as a bf16 GPU (--emu), so a broken harness is found here, not
+#    in a GPU session's few minutes.
 if [ -x "${GPU_OPS:-}" ]; then
   if out=$(timeout -k 5 120 "$GPU_OPS" --cpu --prec fp32 2>&1); then
     ok "gpu_ops --cpu --prec fp32: $(echo "$out" | tail -n 1)"
   else
     bad "gpu_ops --cpu --prec fp32 failed: $(echo "$out" | tail -n 5 | tr '\n' ';')"
+  fi
+  # and its bf16 checks on the CPU posing as the bf16 CUDA backend (--emu: test/emu_bf16.h):
+  # the uploads at the operand and residual types, the bf16 tolerances and poisoning
+  if out=$(timeout -k 5 180 "$GPU_OPS" --emu --prec bf16 --small 2>&1); then
+    ok "gpu_ops --emu --prec bf16 --small: $(echo "$out" | tail -n 1)"
+  else
+    bad "gpu_ops --emu --prec bf16 --small failed: $(echo "$out" | grep -m5 '^FAIL' | tr '\n' ';') $(echo "$out" | tail -n 1)"
   fi
 else
   echo "cuda.sh: gpu_ops --cpu not run: GPU_OPS (make builds build/cpu/test/gpu_ops) is not set"

@@ -1,13 +1,18 @@
 /* gpu_ops.c — every CUDA backend op against the CPU op (the reference), on fresh random
  * inputs at odd shapes, forward and backward, at each precision (make test-gpu).
  *
- *   gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S] [--cpu] [--small] [--cudnn skip|only]
+ *   gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S] [--cpu|--emu] [--small]
+ *           [--cudnn skip|only]
  *
  * Exit 0: every check passed; 77: no GPU (the reason on stdout: "skipped: no GPU ...");
  * 1: a check failed (each failure is printed). --probe only opens the backend. --cpu
  * puts the CPU backend (flagged as device memory, backend_cpu_staged) in the GPU's
  * place: this program's own checking then runs on a machine without a GPU, and every
- * check must pass (the ops are the reference's, bit for bit).
+ * check must pass (the ops are the reference's, bit for bit). --emu: as --cpu, but at bf16
+ * the CPU posing as the bf16 CUDA backend (test/emu_bf16.h: bf16 operands, logits and
+ * residual stream, widened and rounded as the CUDA backend stores them; PPTRAIN_GELU_EPILOGUE
+ * and PPTRAIN_RESIDUAL as its switches), so that the bf16 checks' own code (uploads at the
+ * operand and residual types, tolerances, poisoning) runs where a GPU is not.
  *
  * Each check draws new inputs, poisons the outputs an op overwrites with NaN (an element
  * the op forgets stays NaN and fails), seeds the outputs it accumulates into (+=) with
@@ -45,6 +50,7 @@
 #include "backend/backend_load.h"
 #include "config.h"
 #include "model/model.h"
+#include "../emu_bf16.h" /* --emu */
 
 static const Backend *cpu, *gpu;
 static int failures, checks;
@@ -2253,9 +2259,18 @@ static void check_head(const Shape *s, const char *sh0, int rows) {
     free(tgt);
 }
 
-static int cpu_as_gpu; /* --cpu */
+static int cpu_as_gpu; /* --cpu: 1, --emu: 2 */
 
 static int open_gpu(const char *precision, char *why, size_t n) {
+    if (cpu_as_gpu == 2 && !strcmp(precision, "bf16")) { /* --emu: test/emu_bf16.h */
+        static Backend emu; /* the table the backend returns, flagged as device memory */
+        const char *ge = getenv("PPTRAIN_GELU_EPILOGUE"), *rv = getenv("PPTRAIN_RESIDUAL");
+        emu = *emu_bf16_backend(!(ge && !strcmp(ge, "0")),
+                                rv && !strcmp(rv, "fp32") ? PP_F32 : PP_BF16);
+        emu.device_memory = 1;
+        gpu = &emu;
+        return PP_OK;
+    }
     if (cpu_as_gpu) {
         gpu = backend_cpu_staged();
         return PP_OK;
@@ -2270,6 +2285,8 @@ static int open_gpu(const char *precision, char *why, size_t n) {
 }
 
 int main(int argc, char **argv) {
+    static const char usage[] = "usage: gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S] "
+                                "[--cpu|--emu] [--small] [--cudnn skip|only]\n";
     setvbuf(stdout, NULL, _IOLBF, 0);
     int probe = 0, small = 0;
     const char *only = NULL;
@@ -2279,14 +2296,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--prec") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--cpu")) cpu_as_gpu = 1;
+        else if (!strcmp(argv[i], "--emu"))
+            cpu_as_gpu = 2;
         else if (!strcmp(argv[i], "--small")) small = 1;
         else if (!strcmp(argv[i], "--cudnn") && i + 1 < argc && !strcmp(argv[i + 1], "skip"))
             cudnn_mode = CUDNN_SKIP, i++;
         else if (!strcmp(argv[i], "--cudnn") && i + 1 < argc && !strcmp(argv[i + 1], "only"))
             cudnn_mode = CUDNN_ONLY, i++;
         else
-            return fprintf(stderr, "usage: gpu_ops [--probe] [--prec fp32|tf32|bf16] [--seed S] "
-                                   "[--cpu] [--small] [--cudnn skip|only]\n"), 2;
+            return fputs(usage, stderr), 2;
     }
     char why[PP_ERR_MAX];
     if (open_gpu("fp32", why, sizeof why) != PP_OK) {
@@ -2294,7 +2312,10 @@ int main(int argc, char **argv) {
         return 77;
     }
     printf("gpu_ops: %s, seed %llu\n",
-           cpu_as_gpu ? "the CPU backend in the GPU's place (--cpu)" : gpu->description,
+           cpu_as_gpu == 2 ? "the CPU backend in the GPU's place, at bf16 posing as the bf16 CUDA "
+                             "backend (--emu)"
+           : cpu_as_gpu    ? "the CPU backend in the GPU's place (--cpu)"
+                           : gpu->description,
            (unsigned long long)seed);
     const void *entries[] = {gpu->alloc, gpu->dealloc, gpu->to_device, gpu->to_host, gpu->zero,
                              gpu->copy, gpu->wait, gpu->sum, gpu->sumsq, gpu->adamw_update,
@@ -2345,8 +2366,8 @@ int main(int argc, char **argv) {
         /* The fp32 ops run once (at fp32, or at the one precision asked for); the ops with
          * an operand output again wherever the operand is not fp32. */
         int fp32_ops = p == 0 || only, operand_ops = fp32_ops || gpu->operand != PP_F32;
-        if (!cpu_as_gpu) { /* [Note: operand activations]: bf16 exactly at precision bf16, unless
-                              * PPTRAIN_BF16_OPERANDS=fp32 ([Note: CUDA precision]) */
+        if (cpu_as_gpu != 1) { /* [Note: operand activations]: bf16 exactly at precision bf16,
+                                * unless PPTRAIN_BF16_OPERANDS=fp32 ([Note: CUDA precision]) */
             const char *ov = getenv("PPTRAIN_BF16_OPERANDS");
             int keep_fp32 = ov && !strcmp(ov, "fp32");
             PPDType want = !strcmp(prec, "bf16") && !keep_fp32 ? PP_BF16 : PP_F32;
