@@ -194,23 +194,35 @@ static void emu_mm_gelu_bwd(const Backend *be, void *dpre, float *dw, float *db,
 }
 /* bf16 logits ([Note: logits type]), as the CUDA backend's at bf16: the GEMM's result
  * rounded; the cross-entropy on them widened, its dlogits rounded (in place allowed) */
+/* (be->logits PP_F32, PPTRAIN_LOGITS=fp32: fp32 logits, the bf16 dlogits in a buffer of
+ * their own) */
 static void emu_head_logits(const Backend *be, void *logits, const void *inp, const float *w, int N,
                             int C, int OC) {
+    if (be->logits == PP_F32) {
+        emu_mm_fwd(be, logits, inp, w, NULL, N, C, OC);
+        return;
+    }
     float *t = pp_malloc((size_t)N * OC * sizeof(float));
     emu_mm_fwd(be, t, inp, w, NULL, N, C, OC);
     emu_bf16_narrow(logits, t, (size_t)N * OC);
     free(t);
 }
+static float *logits_in(const Backend *be, const void *logits, size_t n) { /* freed by the caller */
+    if (be->logits != PP_F32) return emu_bf16_widen(logits, n);
+    float *t = pp_malloc(n * sizeof(float));
+    memcpy(t, logits, n * sizeof(float));
+    return t;
+}
 static void emu_ce(const Backend *be, void *dlogits, float *losses, void *logits,
                    const int *targets, float dloss, int N, int V, int Vp) {
-    float *t = emu_bf16_widen(logits, (size_t)N * Vp);
+    float *t = logits_in(be, logits, (size_t)N * Vp);
     CPU->crossentropy_forward_backward(CPU, t, losses, t, targets, dloss, N, V, Vp);
     emu_bf16_narrow(dlogits, t, (size_t)N * Vp);
     free(t);
 }
 static void emu_ce_fwd(const Backend *be, void *logits, float *losses, const int *targets, int N,
                        int V, int Vp) {
-    float *t = emu_bf16_widen(logits, (size_t)N * Vp);
+    float *t = logits_in(be, logits, (size_t)N * Vp);
     CPU->crossentropy_forward(CPU, t, losses, targets, N, V, Vp);
     free(t);
 }

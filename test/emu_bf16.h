@@ -17,7 +17,8 @@
 /* The emulated backend (one static instance, rewritten by each call): gelu_in_gemm 1 applies
  * GELU to the unrounded pre-activation, as the CUDA backend's fc epilogue does, 0 to the
  * stored one (PPTRAIN_GELU_EPILOGUE=0); residual PP_BF16 (the CUDA default) or PP_F32
- * (PPTRAIN_RESIDUAL=fp32). */
+ * (PPTRAIN_RESIDUAL=fp32). Its logits are bf16; a copy of the table with .logits = PP_F32
+ * keeps them fp32 (PPTRAIN_LOGITS=fp32). */
 const Backend *emu_bf16_backend(int gelu_in_gemm, PPDType residual);
 
 /* x[0..n) bf16 widened to fp32 (malloc'd: freed by the caller); dst[0..n) bf16 = src rounded

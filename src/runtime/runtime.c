@@ -899,22 +899,31 @@ static int transport_init(Runtime *rt, Comm *comm, const Backend *be, char *err,
 }
 
 /* [Note: residual stream type] in backend.h: the activations a stage sends are of its
- * backend's residual type, so every rank must store the stream alike (a CPU rank and a GPU
- * rank at bf16 would not: the messages' sizes would differ). One all-reduce of each type's
- * count; a mix is refused on every rank, naming the counts and the way out. */
-static int residual_agree(Comm *comm, const Backend *be, char *err, size_t errlen) {
-    double n[2] = {be->residual == PP_F32, be->residual != PP_F32};
-    if (comm->world > 1 && comm_allreduce_sum_f64(comm, n, 2) != PP_OK)
-        return pp_errf(err, errlen, PP_ERUNTIME, "agreeing on the residual stream's type: %s",
-                       comm_error(comm));
-    if (n[0] > 0 && n[1] > 0)
-        return pp_errf(err, errlen, PP_EUSAGE,
-                       "the ranks store the residual stream in different types (%.0f in fp32, "
-                       "%.0f in bf16; this rank %s: %s), so the activations they send differ "
-                       "in size: run every rank on the same runtime.device and "
-                       "runtime.precision, or set PPTRAIN_RESIDUAL=fp32 on every GPU rank",
-                       n[0], n[1], be->residual == PP_F32 ? "fp32" : "bf16", be->name);
-    return PP_OK;
+ * backend's residual type, so the ranks of one pipeline must store the stream alike (a CPU
+ * rank and a GPU rank at bf16 would not: the messages' sizes would differ; replicas exchange
+ * only fp32 gradients). One all-reduce of each replica's count of each type, on every rank;
+ * a pipeline that mixes them is refused on every rank, naming the counts and the way out. */
+static int residual_agree(const Runtime *rt, Comm *comm, const Backend *be, char *err,
+                          size_t errlen) {
+    int D = rt->lay.D, rc = PP_OK, mixed = -1;
+    double *n = pp_calloc(2 * (size_t)D, sizeof *n); /* [replica][fp32, bf16] */
+    n[2 * rt->lay.dp + (be->residual != PP_F32)] = 1;
+    if (comm->world > 1 && comm_allreduce_sum_f64(comm, n, 2 * D) != PP_OK)
+        rc = pp_errf(err, errlen, PP_ERUNTIME, "agreeing on the residual stream's type: %s",
+                     comm_error(comm));
+    for (int r = 0; r < D && rc == PP_OK && mixed < 0; r++)
+        if (n[2 * r] > 0 && n[2 * r + 1] > 0) mixed = r;
+    if (mixed >= 0)
+        rc = pp_errf(err, errlen, PP_EUSAGE,
+                     "the ranks of pipeline replica %d store the residual stream in different "
+                     "types (%.0f in fp32, %.0f in bf16; this rank %s: %s), so the activations "
+                     "they send differ in size: set runtime.device (not auto) or "
+                     "runtime.precision: fp32, or give PPTRAIN_RESIDUAL the same value on every "
+                     "GPU rank (fp32 to match a CPU rank)",
+                     mixed, n[2 * mixed], n[2 * mixed + 1],
+                     be->residual == PP_F32 ? "fp32" : "bf16", be->name);
+    free(n);
+    return rc;
 }
 
 /* runtime_init's first step: the config's shape, the rank layout and the batch split. */
@@ -1015,7 +1024,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
         (rc = transport_init(rt, comm, be, err, errlen)))
         return rc;
     comm = rt->comm; /* the job's NCCL Comm when chosen: every message and collective from here */
-    if ((rc = residual_agree(comm, be, err, errlen))) return rc;
+    if ((rc = residual_agree(rt, comm, be, err, errlen))) return rc;
     build_model(rt, &d, be);
     model_init_weights(&rt->model, cfg->seed, cfg->init_std);
     rt->init_hf = cfg->init_from[0] && model_hf_is_dir(cfg->init_from);

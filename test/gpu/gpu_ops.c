@@ -2262,12 +2262,22 @@ static void check_head(const Shape *s, const char *sh0, int rows) {
 static int cpu_as_gpu; /* --cpu: 1, --emu: 2 */
 
 static int open_gpu(const char *precision, char *why, size_t n) {
-    if (cpu_as_gpu == 2 && !strcmp(precision, "bf16")) { /* --emu: test/emu_bf16.h */
+    const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* fp32: the CPU's types at bf16 too */
+    if (cpu_as_gpu == 2 && !strcmp(precision, "bf16") && !(ov && !strcmp(ov, "fp32"))) {
+        /* --emu: test/emu_bf16.h, with the switches that change what it stores */
         static Backend emu; /* the table the backend returns, flagged as device memory */
-        const char *ge = getenv("PPTRAIN_GELU_EPILOGUE"), *rv = getenv("PPTRAIN_RESIDUAL");
-        emu = *emu_bf16_backend(!(ge && !strcmp(ge, "0")),
-                                rv && !strcmp(rv, "fp32") ? PP_F32 : PP_BF16);
+        static char desc[160];
+        const char *ge = getenv("PPTRAIN_GELU_EPILOGUE"), *rv = getenv("PPTRAIN_RESIDUAL"),
+                   *lg = getenv("PPTRAIN_LOGITS");
+        int gelu_off = ge && !strcmp(ge, "0"), res32 = rv && !strcmp(rv, "fp32"),
+            lg32 = lg && !strcmp(lg, "fp32");
+        emu = *emu_bf16_backend(!gelu_off, res32 ? PP_F32 : PP_BF16);
+        if (lg32) emu.logits = PP_F32;
         emu.device_memory = 1;
+        snprintf(desc, sizeof desc, "the CPU posing as the bf16 CUDA backend (--emu)%s%s%s",
+                 gelu_off ? ", PPTRAIN_GELU_EPILOGUE=0" : "",
+                 res32 ? ", PPTRAIN_RESIDUAL=fp32" : "", lg32 ? ", PPTRAIN_LOGITS=fp32" : "");
+        emu.description = desc;
         gpu = &emu;
         return PP_OK;
     }

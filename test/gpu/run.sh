@@ -102,7 +102,8 @@ sel sel-nccl nccl 2 && {
 # activations' sizes would: the ranks refuse before the first message
 budget "mixed residual types" && {
   CUDA_VISIBLE_DEVICES=${one:-0} timeout -k 3 "$(cap $run_s)" scripts/pprun --nproc-per-node 2 bash -c \
-    '[ "$RANK" = 1 ] && export PPTRAIN_RESIDUAL=fp32; exec "$@"' rank-env "$PPTRAIN" --config configs/gpt-tiny.yaml \
+    'unset PPTRAIN_BF16_OPERANDS PPTRAIN_RESIDUAL; [ "$RANK" = 1 ] && export PPTRAIN_RESIDUAL=fp32; exec "$@"' \
+    rank-env "$PPTRAIN" --config configs/gpt-tiny.yaml \
     --set pipeline.stages=2 --set train.steps=3 --set data.val=null --set runtime.device=cuda --set runtime.precision=bf16 \
     --set output.dir="$tmp/res-mix" >"$tmp/res-mix.out" 2>&1
   rc=$?
