@@ -44,7 +44,8 @@ fi
 for model in 124m 350m 1.5b; do
   cfg=configs/gpt2-$model.yaml
   if [ "$gpu" = 1 ]; then
-    timeout -k 3 45 "$pptrain" schedule --config "$cfg" "${mb[@]}" --set runtime.device=cuda --measure --plan "${links[@]}" \
+    # bf16 (the GPU's default precision): bf16 activations forward, fp32 gradients back
+    timeout -k 3 45 "$pptrain" schedule --config "$cfg" "${mb[@]}" --set runtime.device=cuda --measure --plan "${links[@]}" --act-bytes 2 \
       >"$out/$model.txt" 2>&1 || { echo "gpt2-$model: the plan failed:"; tail -n 5 "$out/$model.txt"; continue; }
     grep "^measured on this machine" "$out/$model.txt" | sed 's/^/  /'
   else

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # plan.sh — `pptrain schedule --plan` end to end ([Note: planning model] in src/plan/plan.c):
-# the sweep's numbers against hand-computed ones, the link model's exact transfer terms,
+# the sweep's numbers against hand-computed ones, the link model's exact transfer terms (also
+# with activations and gradients of other sizes),
 # efficiency against P and M, costs read from the trace of a real 2-process run, and the
 # errors. Run by `make test` with PPTRAIN=./pptrain from the repository root.
 set -euo pipefail
@@ -61,6 +62,29 @@ for a, b, t in zip(free["rows"], link["rows"], tied["links"][0]["rows"]):
     checked += 1
 assert checked == 4, checked
 PY
+
+# An activation and its gradient of other sizes (pptrain at bf16 sends bf16 activations and
+# fp32 gradients: --act-bytes 2): X_F = 0.5 + 16384 B / 0.032768 GB/s = 1 ms forward, X_B =
+# 1.5 ms back, and the closed form's 2 X becomes X_F + X_B.
+"$PPTRAIN" schedule "${tiny[@]}" --set model.tie_embeddings=false --link 500,0.032768 --act-bytes 2 \
+  >"$tmp/mixed.json"
+python3 - "$tmp/mixed.json" <<'PY' || fail "the plan with --act-bytes 2 (fp32 gradients) differs from the hand-computed one"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["act_bytes"] == 2 and d["grad_bytes"] == 4, d
+assert d["transfer_bytes"] == 2 * 64 * 64 * 2 and d["grad_transfer_bytes"] == 2 * 64 * 64 * 4, d
+link = d["links"][0]
+assert abs(link["transfer_ms"] - 1.0) < 1e-12 and abs(link["grad_transfer_ms"] - 1.5) < 1e-12, link
+for r in link["rows"]:
+    P, M = r["ranks"], r["microbatches"]
+    step = (M + P - 1) * (12 / P) + (P - 1 + (M - 1) * (P - 1) // P) * (1.0 + 1.5)
+    assert abs(r["step_ms"] - step) < 1e-9, (r, step)
+assert len(link["rows"]) == 4, link
+PY
+"$PPTRAIN" schedule "${tiny[@]/--json/--text}" --set model.tie_embeddings=false --link 500,0.032768 --act-bytes 2 \
+  >"$tmp/mixed.txt"
+has "$tmp/mixed.txt" "transfers: an activation = 2 x 64 x 64 x 2 B = 0.02 MB, its gradient 4 B an element = 0.03 MB"
+has "$tmp/mixed.txt" "an activation takes 1.0000 ms, a gradient 1.5000 ms"
 
 # The text form says the same: the table row and the efficiency matrix.
 "$PPTRAIN" schedule "${tiny[@]/--json/--text}" --set model.tie_embeddings=false --link none >"$tmp/untied.txt"
@@ -141,6 +165,7 @@ expect_exit 2 "--plan needs per-layer costs" "$PPTRAIN" schedule --config "$CONF
 expect_exit 2 "--layer-costs wants" "$PPTRAIN" schedule --config "$CONFIG" --layer-costs 1 --plan
 expect_exit 2 "pick one source of costs" "$PPTRAIN" schedule --config "$CONFIG" --layer-costs 1,2 --measure --plan
 expect_exit 2 "--act-bytes wants" "$PPTRAIN" schedule --config "$CONFIG" --layer-costs 1,2 --plan --act-bytes 3
+expect_exit 2 "--grad-bytes wants" "$PPTRAIN" schedule --config "$CONFIG" --layer-costs 1,2 --plan --grad-bytes 8
 expect_exit 2 "--plan-ranks wants" "$PPTRAIN" schedule --config "$CONFIG" --layer-costs 1,2 --plan --plan-ranks 0-3
 # --measure times on the device runtime.device names: cuda goes through backend_select,
 # which measures on the GPU where there is one and refuses (exit 2, naming the key) where

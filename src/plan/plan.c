@@ -21,14 +21,14 @@
  *    costs (F + B per layer, the embedding on stage 0, the head on the last).
  *  - Compute: stage s's F and B are its layers' plus the embedding / head; a rank runs
  *    one compute action at a time, in its lowered list's order (sched_sim.h).
- *  - Transfers: each SEND of an activation (or its gradient) carries B*T*C elements of
- *    act_bytes each (4: the runtime sends fp32 gradients in every precision and fp32
- *    activations but at bf16, where they are the residual stream's bf16 ([Note: residual
- *    stream type] in backend.h; exec_transfer in runtime.c): exact at fp32, an upper bound at
- *    bf16) and takes latency + bytes / bandwidth on the link from its
- *    rank to the peer's; a link carries one message at a time per direction, in send
- *    order ([Note: link model] in sched_sim.h). Transfers overlap compute completely (posted
- *    sends, a communication stream): they delay only the compute that consumes them.
+ *  - Transfers: each SEND of an activation carries B*T*C elements of act_bytes each, of a
+ *    gradient of grad_bytes (defaults 4 and 4: the runtime sends fp32 gradients in every
+ *    precision, and fp32 activations but at bf16, where they are the residual stream's bf16,
+ *    act_bytes 2: [Note: residual stream type] in backend.h; exec_transfer in runtime.c),
+ *    and takes latency + bytes / bandwidth on the link from its rank to the peer's; a link
+ *    carries one message at a time per direction, in send order ([Note: link model] in
+ *    sched_sim.h). Transfers overlap compute completely (posted sends, a communication
+ *    stream): they delay only the compute that consumes them.
  *  - The tied embedding: where stage 0 and the last stage are on different ranks, the
  *    two sum their d(wte) (Vp*C fp32 each way at once) once both have finished the
  *    step's compute: step = max(makespan, max(end of those two ranks) + the exchange).
@@ -495,6 +495,7 @@ void plan_grid_default(PlanGrid *g) {
     plan_parse_link("ib", &g->links[1]);
     g->nlinks = 2;
     g->act_bytes = 4;
+    g->grad_bytes = 4;
 }
 
 /* Chunks per rank of a schedule entry "kind" or "kind:v": 2 for the kinds that need
@@ -521,7 +522,8 @@ typedef struct {
     const Config *cfg;
     const LayerCosts *c;
     int B, T;           /* the microbatch */
-    double act_bytes;   /* of one transfer */
+    double act_bytes;   /* of one activation's transfer */
+    double grad_bytes;  /* of one gradient's */
     double tied_bytes;  /* of the tied exchange, 0 when untied */
     double T1;          /* one microbatch through the whole model, F + B, ms */
 } Sweep;
@@ -566,6 +568,7 @@ static int row_run(const Sweep *w, const Link *link, PlanRow *row, char *err, si
         sc.F_stage = F;
         sc.B_stage = B;
         sc.X = plan_link_ms(link, w->act_bytes);
+        if (w->grad_bytes != w->act_bytes) sc.X_B = plan_link_ms(link, w->grad_bytes);
         sc.serial_links = 1;
         rc = sched_sim_run(&s, &sc, &res, err, errlen, NULL);
     }
@@ -603,8 +606,15 @@ static void print_header(const Sweep *w, const PlanGrid *g, FILE *f) {
             c->head_f, c->head_b);
     fprintf(f, "  (as --layer-costs %.6g,%.6g,%.6g,%.6g,%.6g,%.6g)\n", c->layer_f, c->layer_b,
             c->embed_f, c->embed_b, c->head_f, c->head_b);
-    fprintf(f, "transfers: an activation or its gradient = %d x %d x %d x %d B = %.2f MB", w->B,
-            w->T, cfg->dim, g->act_bytes, w->act_bytes / 1e6);
+    if (g->grad_bytes == g->act_bytes)
+        fprintf(f, "transfers: an activation or its gradient = %d x %d x %d x %d B = %.2f MB", w->B,
+                w->T, cfg->dim, g->act_bytes, w->act_bytes / 1e6);
+    else
+        fprintf(f,
+                "transfers: an activation = %d x %d x %d x %d B = %.2f MB, its gradient %d B an "
+                "element = %.2f MB",
+                w->B, w->T, cfg->dim, g->act_bytes, w->act_bytes / 1e6, g->grad_bytes,
+                w->grad_bytes / 1e6);
     if (w->tied_bytes > 0)
         fprintf(f, "; the tied-embedding gradient exchange %d x %d x 4 B = %.1f MB",
                 cfg->padded_vocab_size, cfg->dim, w->tied_bytes / 1e6);
@@ -618,10 +628,17 @@ static void print_header(const Sweep *w, const PlanGrid *g, FILE *f) {
             w->T1);
 }
 
-static void print_table(const PlanGrid *g, const Link *link, double X, double tied, PlanRow *rows,
-                        int n, FILE *f) {
-    fprintf(f, "\nlink %s: %g us + %g GB/s per direction: an activation or gradient takes %.4f ms",
-            link->name, link->latency_us, link->gbps, X);
+static void print_table(const PlanGrid *g, const Link *link, double X, double XB, double tied,
+                        PlanRow *rows, int n, FILE *f) {
+    if (XB == X)
+        fprintf(f,
+                "\nlink %s: %g us + %g GB/s per direction: an activation or gradient takes %.4f ms",
+                link->name, link->latency_us, link->gbps, X);
+    else
+        fprintf(f,
+                "\nlink %s: %g us + %g GB/s per direction: an activation takes %.4f ms, a "
+                "gradient %.4f ms",
+                link->name, link->latency_us, link->gbps, X, XB);
     if (tied > 0) fprintf(f, ", the tied-embedding exchange %.4f ms", tied);
     fprintf(f, "\n%-18s %2s %2s %4s %10s %7s %10s %11s %11s %4s  %s\n", "schedule", "P", "v", "M",
             "step ms", "bubble", "efficiency", "tokens/s", "memory MB", "rank", "layers per stage");
@@ -665,12 +682,13 @@ static void print_table(const PlanGrid *g, const Link *link, double X, double ti
     }
 }
 
-static void print_json_link(const Link *link, double X, double tied, PlanRow *rows, int n, int last,
-                            FILE *f) {
+static void print_json_link(const Link *link, double X, double XB, double tied, PlanRow *rows,
+                            int n, int last, FILE *f) {
     fprintf(f,
             "    {\"link\": \"%s\", \"latency_us\": %.17g, \"gbps\": %.17g, "
-            "\"transfer_ms\": %.17g, \"tied_exchange_ms\": %.17g, \"rows\": [\n",
-            link->name, link->latency_us, link->gbps, X, tied);
+            "\"transfer_ms\": %.17g, \"grad_transfer_ms\": %.17g, \"tied_exchange_ms\": %.17g, "
+            "\"rows\": [\n",
+            link->name, link->latency_us, link->gbps, X, XB, tied);
     int first = 1;
     for (int i = 0; i < n; i++) {
         PlanRow *r = &rows[i];
@@ -713,8 +731,9 @@ static int sweep_link(const Sweep *w, const PlanGrid *g, const Link *link, PlanR
 int plan_sweep(const Config *cfg, const LayerCosts *c, const PlanGrid *g, int json, FILE *f,
                char *err, size_t errlen) {
     int replicas = cfg->data_parallel > 0 ? cfg->data_parallel : 1;
-    Sweep w = {cfg, c, cfg->batch_size / (replicas * cfg->microbatches), cfg->seq_len, 0, 0, 0};
+    Sweep w = {cfg, c, cfg->batch_size / (replicas * cfg->microbatches), cfg->seq_len, 0, 0, 0, 0};
     w.act_bytes = (double)w.B * w.T * cfg->dim * g->act_bytes;
+    w.grad_bytes = (double)w.B * w.T * cfg->dim * g->grad_bytes;
     w.tied_bytes = cfg->tie_embeddings ? (double)cfg->padded_vocab_size * cfg->dim * 4 : 0;
     w.T1 = cfg->n_layers * (c->layer_f + c->layer_b) + c->embed_f + c->embed_b + c->head_f +
            c->head_b;
@@ -723,22 +742,26 @@ int plan_sweep(const Config *cfg, const LayerCosts *c, const PlanGrid *g, int js
     if (json)
         fprintf(f,
                 "{\n  \"layers\": %d, \"dim\": %d, \"heads\": %d, \"padded_vocab\": %d, "
-                "\"microbatch_sequences\": %d, \"seq_len\": %d, \"act_bytes\": %d,\n"
+                "\"microbatch_sequences\": %d, \"seq_len\": %d, \"act_bytes\": %d, "
+                "\"grad_bytes\": %d,\n"
                 "  \"costs_ms\": {\"layer_f\": %.17g, \"layer_b\": %.17g, \"embed_f\": %.17g, "
                 "\"embed_b\": %.17g, \"head_f\": %.17g, \"head_b\": %.17g},\n"
-                "  \"transfer_bytes\": %.0f, \"tied_bytes\": %.0f, "
+                "  \"transfer_bytes\": %.0f, \"grad_transfer_bytes\": %.0f, \"tied_bytes\": %.0f, "
                 "\"model_ms_per_microbatch\": %.17g,\n  \"links\": [\n",
                 cfg->n_layers, cfg->dim, cfg->n_heads, cfg->padded_vocab_size, w.B, w.T,
-                g->act_bytes, c->layer_f, c->layer_b, c->embed_f, c->embed_b, c->head_f, c->head_b,
-                w.act_bytes, w.tied_bytes, w.T1);
+                g->act_bytes, g->grad_bytes, c->layer_f, c->layer_b, c->embed_f, c->embed_b,
+                c->head_f, c->head_b, w.act_bytes, w.grad_bytes, w.tied_bytes, w.T1);
     else
         print_header(&w, g, f);
     for (int l = 0; l < g->nlinks && rc == PP_OK; l++) {
         const Link *link = &g->links[l];
-        double X = plan_link_ms(link, w.act_bytes), tied = plan_link_ms(link, w.tied_bytes);
+        double X = plan_link_ms(link, w.act_bytes), XB = plan_link_ms(link, w.grad_bytes),
+               tied = plan_link_ms(link, w.tied_bytes);
         rc = sweep_link(&w, g, link, rows, err, errlen);
-        if (rc == PP_OK && json) print_json_link(link, X, tied, rows, n, l + 1 == g->nlinks, f);
-        else if (rc == PP_OK) print_table(g, link, X, tied, rows, n, f);
+        if (rc == PP_OK && json)
+            print_json_link(link, X, XB, tied, rows, n, l + 1 == g->nlinks, f);
+        else if (rc == PP_OK)
+            print_table(g, link, X, XB, tied, rows, n, f);
         for (int i = 0; i < n; i++) {
             free(rows[i].mem);
             rows[i].mem = NULL;

@@ -105,13 +105,14 @@ typedef struct {
     int nschedules;
     Link links[PLAN_MAX_LINKS];                        /* default nvlink, ib */
     int nlinks;
-    int act_bytes;     /* bytes per element of a transferred activation or gradient */
+    int act_bytes;          /* bytes per element of a transferred activation */
+    int grad_bytes;         /* ... of a transferred gradient */
     const char *costs_from; /* where the costs came from, for the header */
 } PlanGrid;
 
-/* Fill the defaults above; act_bytes 4 (pptrain sends fp32 gradients in every precision,
- * and fp32 activations but at bf16, where the residual stream's 2 bytes go forward: 4 is
- * exact at fp32 and tf32, an upper bound at bf16). */
+/* Fill the defaults above; act_bytes and grad_bytes 4 (pptrain sends fp32 gradients in
+ * every precision, and fp32 activations but at bf16, where the residual stream's 2 bytes go
+ * forward: act_bytes 2 models a bf16 run). */
 void plan_grid_default(PlanGrid *g);
 
 /* Simulate every row of grid g for the config's model and microbatch (batch_size /

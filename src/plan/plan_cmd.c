@@ -32,7 +32,7 @@ void plan_cmd_usage(FILE *f) {
             "                        [--measure | --costs-from TRACE | "
             "--layer-costs F,B[,EF,EB,HF,HB]]\n"
             "                        [--link nvlink|ib|ib-hdr|none|LAT_us,GBps ...] "
-            "[--act-bytes 4|2]\n"
+            "[--act-bytes 4|2] [--grad-bytes 4|2]\n"
             "                        [--plan [--plan-ranks 2-8] [--plan-microbatches 8,16,32]\n"
             "                                [--plan-schedules 1f1b,interleaved-1f1b]]\n"
             "  --text          per-rank action lists, text timeline and summary (default)\n"
@@ -57,9 +57,10 @@ void plan_cmd_usage(FILE *f) {
             "                  450GB/s, ib 10us 50GB/s, ib-hdr 10us 25GB/s, none, "
             "or LAT_us,GBps);\n"
             "                  repeat it for one --plan table per link (default nvlink and ib)\n"
-            "  --act-bytes N   bytes per transferred element: 4 (fp32: pptrain's gradients, and "
-            "its\n"
-            "                  activations but at bf16, which send 2) or 2\n"
+            "  --act-bytes N   bytes per element of a transferred activation: 4 (fp32, the "
+            "default)\n"
+            "                  or 2 (bf16: what pptrain sends at runtime.precision bf16)\n"
+            "  --grad-bytes N  ... of a transferred gradient: 4 (fp32, what pptrain sends) or 2\n"
             "  --plan          predict step time, bubble, efficiency, tokens/s and memory per\n"
             "                  rank for every P, schedule and M instead (docs/schedules.md)\n");
 }
@@ -181,6 +182,10 @@ static int parse_value_opt(const char *a, const char *val, SchedCmdOpts *o) {
         if (strcmp(val, "4") && strcmp(val, "2"))
             return usage("--act-bytes wants 4 (fp32) or 2 (bf16)");
         o->grid.act_bytes = atoi(val);
+    } else if (!strcmp(a, "--grad-bytes")) {
+        if (strcmp(val, "4") && strcmp(val, "2"))
+            return usage("--grad-bytes wants 4 (fp32) or 2 (bf16)");
+        o->grid.grad_bytes = atoi(val);
     } else if (!strcmp(a, "--plan-ranks")) {
         if (parse_int_list(val, o->grid.ranks, &o->grid.nranks, PP_MAX_STAGES) != PP_OK)
             return usage("--plan-ranks wants ranks such as 2-8 or 2,4,8 (at most 32 values)");
@@ -460,13 +465,19 @@ static void schedule_costs(const Config *cfg, const SchedCmdOpts *o, const Sched
         c->B_stage = B;
     }
     if (o->nlinks) {
-        double bytes = (double)plan_microbatch(cfg) * cfg->seq_len * cfg->dim * o->grid.act_bytes;
+        double elems = (double)plan_microbatch(cfg) * cfg->seq_len * cfg->dim;
+        double bytes = elems * o->grid.act_bytes, gbytes = elems * o->grid.grad_bytes;
         c->X = plan_link_ms(&o->grid.links[0], bytes);
+        if (gbytes != bytes) c->X_B = plan_link_ms(&o->grid.links[0], gbytes);
         c->serial_links = 1;
-        if (!o->json)
+        if (!o->json && gbytes == bytes)
             printf("link %s: an activation or gradient of %.2f MB takes %.4f ms (one message at a "
                    "time per link and direction)\n\n",
                    o->grid.links[0].name, bytes / 1e6, c->X);
+        else if (!o->json)
+            printf("link %s: an activation of %.2f MB takes %.4f ms, a gradient of %.2f MB %.4f ms "
+                   "(one message at a time per link and direction)\n\n",
+                   o->grid.links[0].name, bytes / 1e6, c->X, gbytes / 1e6, c->X_B);
     }
 }
 

@@ -24,6 +24,7 @@ void sched_sim_costs_default(SchedSimCosts *c) {
     c->F = 1;
     c->B = 2;
     c->X = 0;
+    c->X_B = -1;
     c->W = -1;
 }
 
@@ -40,8 +41,8 @@ static double action_cost(const SchedSimCosts *c, int rank, Action a) {
     case ACT_B: return split ? b + w : b;
     case ACT_I: return split ? b : b / 2;
     case ACT_W: return split ? w : b / 2;
-    case ACT_SEND_F:
-    case ACT_SEND_B: return c->X;
+    case ACT_SEND_F: return c->X;
+    case ACT_SEND_B: return c->X_B >= 0 ? c->X_B : c->X;
     default: return 0;
     }
 }

@@ -26,7 +26,9 @@
  * cost B/2 each. With W costs (--costs F=1,B=1,W=1) B is the input-gradient half:
  * I costs B, W costs W, and a full backward B + W. */
 typedef struct {
-    double F, B, X;         /* defaults 1, 2, 0 */
+    double F, B, X;         /* defaults 1, 2, 0; X: a SEND's transfer */
+    double X_B;             /* a SEND_B's (a gradient's), or < 0 (default -1): X. The
+                               planner's at bf16: gradients fp32, activations bf16 */
     double W;               /* weight-gradient half, or < 0 (default -1): see above */
     const double *F_stage;  /* [S] forward cost of each stage, or NULL */
     const double *B_stage;  /* [S] backward cost of each stage, or NULL */
