@@ -568,7 +568,7 @@ static int row_run(const Sweep *w, const Link *link, PlanRow *row, char *err, si
         sc.F_stage = F;
         sc.B_stage = B;
         sc.X = plan_link_ms(link, w->act_bytes);
-        if (w->grad_bytes != w->act_bytes) sc.X_B = plan_link_ms(link, w->grad_bytes);
+        sc.X_B = plan_link_ms(link, w->grad_bytes); /* X itself when the sizes agree */
         sc.serial_links = 1;
         rc = sched_sim_run(&s, &sc, &res, err, errlen, NULL);
     }

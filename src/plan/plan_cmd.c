@@ -468,7 +468,7 @@ static void schedule_costs(const Config *cfg, const SchedCmdOpts *o, const Sched
         double elems = (double)plan_microbatch(cfg) * cfg->seq_len * cfg->dim;
         double bytes = elems * o->grid.act_bytes, gbytes = elems * o->grid.grad_bytes;
         c->X = plan_link_ms(&o->grid.links[0], bytes);
-        if (gbytes != bytes) c->X_B = plan_link_ms(&o->grid.links[0], gbytes);
+        c->X_B = plan_link_ms(&o->grid.links[0], gbytes); /* X itself when the sizes agree */
         c->serial_links = 1;
         if (!o->json && gbytes == bytes)
             printf("link %s: an activation or gradient of %.2f MB takes %.4f ms (one message at a "
