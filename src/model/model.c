@@ -149,6 +149,10 @@ size_t model_boundary_bytes(const Model *m) {
     return model_boundary_elems(&m->d, m->B, m->T) * pp_dtype_bytes(m->be->residual);
 }
 
+size_t model_boundary_grad_bytes(const Model *m) {
+    return model_boundary_elems(&m->d, m->B, m->T) * sizeof(float);
+}
+
 /* One of the four's room: N C operands, rounded up to 16 bytes so that each starts at a
  * 16-byte address as the fused backward's buffers do (the norm kernels' vector paths, and so
  * the bits of a split backward's W half, depend on it). */
@@ -428,12 +432,12 @@ static void layers_own(Model *m, const Chunk *ck, void **acts) {
 }
 
 static void slot_init(Model *m, const Chunk *ck, ActSlot *a) {
-    size_t N = (size_t)m->B * m->T, C = m->d.C, f = sizeof(float);
+    size_t N = (size_t)m->B * m->T;
     memset(a, 0, sizeof *a);
     a->keep = 1;
     a->block = -1;
     a->input = act_alloc(m, model_boundary_bytes(m));
-    a->grad = act_alloc(m, N * C * f);
+    a->grad = act_alloc(m, model_boundary_grad_bytes(m));
     a->tokens = dev_alloc(m, N * sizeof(int));
     a->targets = dev_alloc(m, N * sizeof(int));
     a->acts = pp_calloc((size_t)(ck->l1 - ck->l0) * m->arch->nacts, sizeof(void *));

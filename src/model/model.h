@@ -365,6 +365,8 @@ size_t model_boundary_elems(const ModelDims *d, int B, int T);
 /* Bytes of the activation that crosses m's stage boundaries (its slots' inputs, receive
  * buffers and messages): model_boundary_elems at the residual type. */
 size_t model_boundary_bytes(const Model *m);
+/* Bytes of that activation's gradient (its slots' grad, backward messages): fp32. */
+size_t model_boundary_grad_bytes(const Model *m);
 /* Bytes of an element of ArchBuf type `type` (ARCH_F32, ARCH_OPERAND, ARCH_RESIDUAL in
  * arch.h) with operand elements of ob bytes and residual ones of rb. */
 size_t model_type_bytes(int type, size_t ob, size_t rb);

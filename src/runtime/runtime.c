@@ -179,8 +179,7 @@ static void staging_init(Runtime *rt) {
     const Backend *be = rt->model.be;
     if (!be->device_memory || rt->comm->device_memory) return;
     /* an activation at the residual type, its gradient fp32 ([Note: residual stream type]) */
-    size_t act = model_boundary_bytes(&rt->model),
-           grad = model_boundary_elems(&rt->model.d, rt->Bmb, rt->T) * sizeof(float);
+    size_t act = model_boundary_bytes(&rt->model), grad = model_boundary_grad_bytes(&rt->model);
     for (int c = 0; c < rt->model.nchunks; c++) {
         const Chunk *ck = &rt->model.chunks[c];
         int s = ck->stage, prev = s > 0 && rt->chunk_of[s - 1] < 0;
@@ -308,12 +307,12 @@ static int wset_find(Runtime *rt, int c, int mb) {
  * set until W(s,m) (exec_weight). */
 static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, size_t errlen) {
     int s = a->stage, m = a->mb, c = rt->chunk_of[s], i = held_slot(rt, c, m), rc;
-    size_t NC = model_boundary_elems(&rt->model.d, rt->Bmb, rt->T); /* fp32 gradients */
+    size_t grad = model_boundary_grad_bytes(&rt->model);
     SlotState *st = &rt->slots[c][i];
     ActSlot *as = &rt->model.chunks[c].slots[i];
     if ((rc = wait_req(rt, &st->recv, "recv gradient", s, m, x->step, err, errlen))) return rc;
     if (s < rt->S - 1 && rt->chunk_of[s + 1] < 0)
-        stage_received(rt, st->host[HOST_RECV_DOUT], as->grad, NC * sizeof(float));
+        stage_received(rt, st->host[HOST_RECV_DOUT], as->grad, grad);
     double t0 = trace_now_us();
     if (a->type == ACT_I) {
         int w = wset_find(rt, c, -1);
@@ -329,8 +328,7 @@ static int exec_backward(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     if (s > 0 && rt->chunk_of[s - 1] >= 0) { /* local handover: push d(input) to stage s-1 */
         int pc = rt->chunk_of[s - 1];
         const Backend *be = rt->model.be;
-        be->copy(be, rt->model.chunks[pc].slots[held_slot(rt, pc, m)].grad, as->grad,
-                 NC * sizeof(float));
+        be->copy(be, rt->model.chunks[pc].slots[held_slot(rt, pc, m)].grad, as->grad, grad);
     }
     return PP_OK;
 }
@@ -352,7 +350,7 @@ static int exec_transfer(Runtime *rt, const Action *a, StepCtx *x, char *err, si
     /* an activation at the residual type, a gradient fp32 ([Note: residual stream type]) */
     size_t bytes = a->type == ACT_SEND_F || a->type == ACT_RECV_F
                        ? model_boundary_bytes(&rt->model)
-                       : model_boundary_elems(&rt->model.d, rt->Bmb, rt->T) * sizeof(float);
+                       : model_boundary_grad_bytes(&rt->model);
     Comm *cm = rt->comm;
     double t0 = trace_now_us();
     CommTag tag;
