@@ -1390,22 +1390,15 @@ static int ln_bwd_choice(int *rows, char *err, size_t errlen) {
     return 0;
 }
 
-/* [Note: CUDA workspace]: reserve for the run's sizes now, so that training allocates
- * nothing. The sizes are the model's (model_backend_sizes: the architecture's widest
- * matmul row and largest weight, this rank's parameters), so nothing here knows a
- * model's shapes: N rows, T positions, NH heads of HS, Vp padded vocabulary (the head's
- * rows), width columns, weight and params elements. Returns the head's logits rows per
- * chunk. */
-static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t device_bytes) {
-    size_t N = sizes->N, Vp = sizes->Vp, T = sizes->T, NH = sizes->NH, HS = sizes->HS;
-    size_t width = sizes->width;
-    /* [Note: chunked head] in src/model/model.c: the head's logits in chunks of at most 2 GiB of
-     * fp32 and 1/32 of the device's memory, in whole 128-row tiles, the N rows split evenly
-     * (GPT-2's Vp on an 80 GB H100: 8192 rows, 2 chunks at B = 16, T = 1024, 4 at B = 32).
-     * Measured there (cuda/NOTES.md, the third GPU session, GPT-2 124M, bf16): 1280-row
-     * chunks cost 1.1-1.3 ms a step at B = 16 and 2048-row ones 1.0 ms more than 4096,
-     * 8192 or all 16384 rows (equal); at B = 32, 7 chunks of 4736 rows 1.3-1.7 ms more
-     * than 4 of 8192. Its bf16 copy is one chunk's */
+/* [Note: chunked head] in src/model/model.c: the head's logits in chunks of at most 2 GiB of
+ * fp32 and 1/32 of the device's memory, in whole 128-row tiles, the N rows split evenly
+ * (GPT-2's Vp on an 80 GB H100: 8192 rows, 2 chunks at B = 16, T = 1024, 4 at B = 32).
+ * Measured there (cuda/NOTES.md, the third GPU session, GPT-2 124M, bf16): 1280-row
+ * chunks cost 1.1-1.3 ms a step at B = 16 and 2048-row ones 1.0 ms more than 4096,
+ * 8192 or all 16384 rows (equal); at B = 32, 7 chunks of 4736 rows 1.3-1.7 ms more
+ * than 4 of 8192. The head's rows per chunk (0: no head). */
+static size_t head_chunk_rows(const PPCudaSizes *sizes, size_t device_bytes) {
+    size_t N = sizes->N, Vp = sizes->Vp;
     size_t cap = device_bytes / 32 < ((size_t)2 << 30) ? device_bytes / 32 : ((size_t)2 << 30);
     size_t rows = Vp ? cap / (Vp * sizeof(float)) / 128 * 128 : 0;
     rows = Vp && rows < 128 ? 128 : rows;
@@ -1413,7 +1406,19 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t dev
         size_t chunks = (N + rows - 1) / rows;
         rows = ((N + chunks - 1) / chunks + 127) / 128 * 128;
     }
-    size_t head = (rows < N ? rows : N) * Vp;
+    return rows;
+}
+
+/* [Note: CUDA workspace]: reserve for the run's sizes now, so that training allocates
+ * nothing. The sizes are the model's (model_backend_sizes: the architecture's widest
+ * matmul row and largest weight, this rank's parameters), so nothing here knows a
+ * model's shapes: N rows, T positions, NH heads of HS, Vp padded vocabulary (the head's
+ * rows), width columns, weight and params elements. */
+static void reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t device_bytes) {
+    size_t N = sizes->N, Vp = sizes->Vp, T = sizes->T, NH = sizes->NH, HS = sizes->HS;
+    size_t width = sizes->width;
+    size_t rows = head_chunk_rows(sizes, device_bytes);
+    size_t head = (rows < N ? rows : N) * Vp; /* a chunk's logits: their bf16 copy */
     grow(c, &c->lt_ws, LT_WORKSPACE);
     grow(c, &c->sums, k_sums_workspace()); /* k_sum's, and k_sumsq_many's 64 tensors */
     if (N && width) {
@@ -1460,7 +1465,39 @@ static size_t reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t dev
             if (c->op == PP_BF16) grow(c, &c->castBias, width * sizeof(__nv_bfloat16));
         }
     }
-    return rows;
+}
+
+/* The choices that decide what the backend stores ([Note: backend layout] in
+ * src/backend/backend_load.h): pp_cuda_open's and pp_cuda_layout's, one function so that
+ * the plan and the run cannot differ. */
+typedef struct {
+    int bf16_operands, att_flash, att_cudnn, logits_fp32, residual_fp32;
+} StoreChoice;
+
+static int store_choice(PPPrecision precision, const PPCudaSizes *sizes, StoreChoice *k, char *err,
+                        size_t errlen) {
+    static const char *const lg[] = {"bf16", "fp32"};
+    const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
+    k->bf16_operands = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32"));
+    if (attention_choice(precision, k->bf16_operands, sizes->HS, &k->att_flash, &k->att_cudnn, err,
+                         errlen) ||
+        /* [Note: logits type] in backend.h: bf16 (the operand type) unless fp32 */
+        env_switch("PPTRAIN_LOGITS", lg, 2, &k->logits_fp32, err, errlen) ||
+        /* [Note: residual stream type] in backend.h: the operand type unless fp32 */
+        env_switch("PPTRAIN_RESIDUAL", lg, 2, &k->residual_fp32, err, errlen))
+        return -1;
+    return 0;
+}
+
+static PPCudaLayout layout_of(const StoreChoice *k, const PPCudaSizes *sizes, size_t device_bytes) {
+    PPCudaLayout l;
+    l.operand = k->bf16_operands ? PP_BF16 : PP_F32;
+    l.residual = k->bf16_operands && !k->residual_fp32 ? PP_BF16 : PP_F32;
+    /* a bf16 D's rows must stay 16-byte aligned for cuBLASLt: Vp a multiple of 8 */
+    l.logits = k->bf16_operands && !k->logits_fp32 && sizes->Vp % 8 == 0 ? PP_BF16 : PP_F32;
+    l.att_lse = k->att_flash; /* flash's and cuDNN's log-sum-exp, [Note: attention path] */
+    l.logits_chunk_rows = (int)head_chunk_rows(sizes, device_bytes);
+    return l;
 }
 
 /* What an open that failed after calloc had made (nothing allocated from its buffers). */
@@ -1477,12 +1514,11 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                                  int rank, char *err, size_t errlen) {
     cudaDeviceProp prop;
     CudaCtx *c = NULL;
-    int att_flash, att_cudnn, flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
-    int ce_two_pass, logits_fp32, gelu_epi_off, fuse_cast_off, adamw_copy_off, gemm_log_on;
-    int residual_fp32;
+    StoreChoice k;
+    PPCudaLayout lay;
+    int flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
+    int ce_two_pass, gelu_epi_off, fuse_cast_off, adamw_copy_off, gemm_log_on;
     const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
-    const char *ov = getenv("PPTRAIN_BF16_OPERANDS"); /* [Note: CUDA precision] */
-    int bf16_operands = precision == PP_PREC_BF16 && !(ov && !strcmp(ov, "fp32"));
     OPEN_CK(cudaSetDevice(device));
     OPEN_CK(cudaGetDeviceProperties(&prop, device));
     /* sm_8x runs sm_80 code; nothing here runs on 10.x and later */
@@ -1493,8 +1529,8 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                  prop.name, prop.major, prop.minor);
         return NULL;
     }
-    if (attention_choice(precision, bf16_operands, sizes->HS, &att_flash, &att_cudnn, err, errlen))
-        return NULL;
+    if (store_choice(precision, sizes, &k, err, errlen)) return NULL;
+    lay = layout_of(&k, sizes, prop.totalGlobalMem);
     if ((flash_bwd = flash_bwd_mode(fb_env)) < 0) {
         snprintf(err, errlen,
                  "PPTRAIN_FLASH_BWD='%.40s': expected v2, v1 or v2's parts joined by '+' (prep, "
@@ -1505,8 +1541,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     if (ln_bwd_choice(&ln_rows, err, errlen)) return NULL;
     { /* [Note: speed switches]: the other paths' switches, each value checked here */
         static const char *const fuse[] = {"1", "0"}, *const off_on[] = {"0", "1"},
-                                 *const ce[] = {"shared", "two-pass"},
-                                 *const lg[] = {"bf16", "fp32"};
+                                 *const ce[] = {"shared", "two-pass"};
         if (env_switch("PPTRAIN_FUSE_GELU", fuse, 2, &fuse_gelu_off, err, errlen) ||
             env_switch("PPTRAIN_FUSE_RESIDUAL", fuse, 2, &fuse_residual_off, err, errlen) ||
             /* [Note: fused GELU] in backend.h: GELU in the fc GEMM's epilogue */
@@ -1519,11 +1554,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
             /* a diagnostic: what cuBLASLt chose for each GEMM (gemm_log) */
             env_switch("PPTRAIN_GEMM_LOG", off_on, 2, &gemm_log_on, err, errlen) ||
             /* [Note: cross-entropy row in shared memory] in ce_kernels.cuh */
-            env_switch("PPTRAIN_CE", ce, 2, &ce_two_pass, err, errlen) ||
-            /* [Note: logits type] in backend.h: bf16 (the operand type) unless fp32 */
-            env_switch("PPTRAIN_LOGITS", lg, 2, &logits_fp32, err, errlen) ||
-            /* [Note: residual stream type] in backend.h: the operand type unless fp32 */
-            env_switch("PPTRAIN_RESIDUAL", lg, 2, &residual_fp32, err, errlen))
+            env_switch("PPTRAIN_CE", ce, 2, &ce_two_pass, err, errlen))
             return NULL;
     }
     if (!(c = (CudaCtx *)calloc(1, sizeof(CudaCtx)))) {
@@ -1534,15 +1565,15 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     c->rank = rank;
     c->prec = precision;
     c->sizes = *sizes;
-    c->att_flash = att_flash;
-    c->att_cudnn = att_cudnn != 0;
-    c->att_cudnn_default = att_cudnn == 2;
+    c->att_flash = k.att_flash;
+    c->att_cudnn = k.att_cudnn != 0;
+    c->att_cudnn_default = k.att_cudnn == 2;
     c->sm = prop.major * 10 + prop.minor;
     c->flash_bwd = flash_bwd;
     c->ln_rows = ln_rows;
     {
-        c->op = bf16_operands ? PP_BF16 : PP_F32;
-        c->res = bf16_operands && !residual_fp32 ? PP_BF16 : PP_F32;
+        c->op = lay.operand; /* layout_of: what pp_cuda_layout tells the planner */
+        c->res = lay.residual;
         /* [Note: GEMM epilogues]: "0" runs each fused op's unfused path */
         c->fuse_gelu = !fuse_gelu_off;
         c->gelu_epi = !gelu_epi_off;
@@ -1554,8 +1585,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     }
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->ce_two_pass = ce_two_pass;
-    /* a bf16 D's rows must stay 16-byte aligned for cuBLASLt: Vp a multiple of 8 */
-    c->logits_bf16 = bf16_operands && !logits_fp32 && sizes->Vp % 8 == 0;
+    c->logits_bf16 = lay.logits == PP_BF16;
     OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     OPEN_CK(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
     OPEN_CK(cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming));
@@ -1568,16 +1598,16 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
             goto fail;
         }
     }
-    if (att_cudnn && cudnn_attn_open(c, err, errlen)) {
-        if (att_cudnn == 1) goto fail; /* asked for by PPTRAIN_ATTENTION=cudnn */
+    if (k.att_cudnn && cudnn_attn_open(c, err, errlen)) {
+        if (k.att_cudnn == 1) goto fail; /* asked for by PPTRAIN_ATTENTION=cudnn */
         c->att_cudnn = 0;              /* the default: flash, and the description says so */
         err[0] = 0;
     }
     {
-        size_t rows = reserve_workspace(c, sizes, prop.totalGlobalMem);
+        reserve_workspace(c, sizes, prop.totalGlobalMem);
         Backend *be = &c->be;
         fill_table(be, c);
-        be->logits_chunk_rows = (int)rows;
+        be->logits_chunk_rows = lay.logits_chunk_rows;
         be->peak_flops = peak_flops(&prop, precision);
         char lnd[64] = ""; /* the norms' backward, when not the default */
         if (ln_rows)
@@ -1591,11 +1621,11 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
             snprintf(att, sizeof att,
                      "cudnn (cuDNN %zu.%zu.%zu fused flash, deterministic backward)", cv / 10000,
                      cv / 100 % 100, cv % 100);
-        else if (att_flash)
+        else if (k.att_flash)
             snprintf(att, sizeof att, "flash (bf16 mma.sync, backward %.40s%s)",
                      fb_env && *fb_env ? fb_env : "v2",
-                     att_cudnn == 2 ? "; cuDNN's not loaded: PPTRAIN_ATTENTION=cudnn says why"
-                                    : "");
+                     k.att_cudnn == 2 ? "; cuDNN's not loaded: PPTRAIN_ATTENTION=cudnn says why"
+                                      : "");
         else
             snprintf(att, sizeof att, "materialized (cuBLASLt)");
         snprintf(c->desc, sizeof c->desc,
@@ -1611,16 +1641,34 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                  c->adamw_copy ? "" : ", PPTRAIN_ADAMW_COPY=0",
                  c->gemm_log ? ", PPTRAIN_GEMM_LOG=1" : "",
                  c->ce_two_pass ? ", PPTRAIN_CE=two-pass" : "",
-                 !bf16_operands || c->logits_bf16 ? ""
-                 : logits_fp32                    ? ", PPTRAIN_LOGITS=fp32"
-                                                  : ", fp32 logits (Vp not a multiple of 8)",
-                 bf16_operands && residual_fp32 ? ", PPTRAIN_RESIDUAL=fp32" : "", lnd);
+                 !k.bf16_operands || c->logits_bf16 ? ""
+                 : k.logits_fp32                    ? ", PPTRAIN_LOGITS=fp32"
+                                                    : ", fp32 logits (Vp not a multiple of 8)",
+                 k.bf16_operands && k.residual_fp32 ? ", PPTRAIN_RESIDUAL=fp32" : "", lnd);
         be->description = c->desc;
         return be;
     }
 fail:
     if (c) ctx_abandon(c);
     return NULL;
+}
+
+extern "C" int pp_cuda_layout(int device, PPPrecision precision, const PPCudaSizes *sizes,
+                              PPCudaLayout *out, char *err, size_t errlen) {
+    StoreChoice k;
+    size_t bytes = (size_t)80 << 30; /* device -1: an 80 GB card's head chunks */
+    if (device >= 0) {
+        cudaDeviceProp prop;
+        cudaError_t e = cudaGetDeviceProperties(&prop, device);
+        if (e != cudaSuccess) {
+            snprintf(err, errlen, "GPU %d: %s", device, cudaGetErrorString(e));
+            return -1;
+        }
+        bytes = prop.totalGlobalMem;
+    }
+    if (store_choice(precision, sizes, &k, err, errlen)) return -1;
+    *out = layout_of(&k, sizes, bytes);
+    return 0;
 }
 
 extern "C" int pp_cuda_device_count(char *err, size_t errlen) {

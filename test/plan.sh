@@ -32,7 +32,7 @@ expect_exit() {
 # simulator's closed form adds 2(P - 1 + floor((M-1)(P-1)/P)) X (test_plan.c). The tied
 # embedding's exchange (256 x 64 x 4 B: 0.5 + 2 = 2.5 ms) starts when rank 0, which
 # ends last in 1F1B, is done.
-tiny=(--config "$CONFIG" --set model.n_layers=4 --layer-costs 1,2 --plan --plan-ranks 2,4 --plan-microbatches 8,16
+tiny=(--config "$CONFIG" --set runtime.device=cpu --set model.n_layers=4 --layer-costs 1,2 --plan --plan-ranks 2,4 --plan-microbatches 8,16
       --plan-schedules 1f1b --json)
 "$PPTRAIN" schedule "${tiny[@]}" --set model.tie_embeddings=false --link none --link 500,0.032768 >"$tmp/untied.json"
 "$PPTRAIN" schedule "${tiny[@]}" --set model.tie_embeddings=true --link 500,0.032768 >"$tmp/tied.json"
@@ -181,4 +181,50 @@ esac
   --plan-microbatches 8 >"$tmp/measure.txt"
 has "$tmp/measure.txt" "measured on this machine, device cpu"
 has "$tmp/measure.txt" "costs per microbatch, ms (measured here)"
+
+# 5. The memory plan and the wire format are the config's device's ([Note: backend layout] in
+# src/backend/backend_load.h), planned without opening it: the CUDA backend answers here from
+# its shared object even with no driver. At fp32 (materialised attention, fp32 everything,
+# all the head's rows at once) its plan is the CPU's to the byte; at bf16 the residual stream
+# halves each receive buffer and the activations on the wire, and attention's saved state
+# shrinks from [B,NH,T,T] to [B,NH,T] by exactly L B NH T (T-1) floats.
+plan_lines() { grep -E '^rank [0-9]+: plan: ' "$1" | sed 's/^rank [0-9]*: plan: //'; }
+field() { plan_lines "$1" | sed -n "$(($2 + 1))p" | grep -o "$3 [0-9]*" | grep -o '[0-9]*$'; }
+"$PPTRAIN" schedule --config "$CONFIG" --set runtime.device=cpu >"$tmp/m-cpu.txt"
+has "$tmp/m-cpu.txt" "memory plan per rank (bytes on the CPU backend;"
+if "$PPTRAIN" --version 2>&1 | grep -q '^backend cuda: built.*libpptrain_cuda.so: [^ ]*$'; then
+  PPTRAIN_LOGITS_CHUNK_ROWS=0 "$PPTRAIN" schedule --config "$CONFIG" --set runtime.device=cuda \
+    --set runtime.precision=fp32 >"$tmp/m-fp32.txt"
+  has "$tmp/m-fp32.txt" "bytes on the CUDA backend at fp32"
+  [ "$(plan_lines "$tmp/m-cpu.txt")" = "$(plan_lines "$tmp/m-fp32.txt")" ] && [ -n "$(plan_lines "$tmp/m-cpu.txt")" ] ||
+    fail "the CUDA backend's fp32 plan differs from the CPU's: $(diff <(plan_lines "$tmp/m-cpu.txt") <(plan_lines "$tmp/m-fp32.txt") | head -c 400)"
+  "$PPTRAIN" schedule --config "$CONFIG" --set runtime.device=cuda >"$tmp/m-bf16.txt"
+  has "$tmp/m-bf16.txt" "bytes on the CUDA backend at bf16"
+  for r in 0 1; do
+    for f in params grads optimizer; do
+      [ "$(field "$tmp/m-bf16.txt" $r $f)" = "$(field "$tmp/m-cpu.txt" $r $f)" ] || fail "rank $r's $f differ at bf16"
+    done
+    [ "$(field "$tmp/m-bf16.txt" $r activations)" -lt "$(field "$tmp/m-cpu.txt" $r activations)" ] ||
+      fail "rank $r keeps no fewer activation bytes at bf16"
+  done
+  [ $(($(field "$tmp/m-bf16.txt" 1 receive) * 2)) = "$(field "$tmp/m-cpu.txt" 1 receive)" ] ||
+    fail "rank 1's receive buffers at bf16 are not half the CPU's"
+  # one stage, one microbatch of 8 x 64 tokens, 4 layers of 4 heads: fp32 operands and stream
+  # (PPTRAIN_BF16_OPERANDS=fp32) isolate attention's saved state
+  one=(--config "$CONFIG" --set pipeline.stages=1 --set pipeline.microbatches=1)
+  "$PPTRAIN" schedule "${one[@]}" --set runtime.device=cpu >"$tmp/one-cpu.txt"
+  PPTRAIN_BF16_OPERANDS=fp32 PPTRAIN_LOGITS_CHUNK_ROWS=0 "$PPTRAIN" schedule "${one[@]}" \
+    --set runtime.device=cuda >"$tmp/one-lse.txt"
+  d=$(($(field "$tmp/one-cpu.txt" 0 slots) - $(field "$tmp/one-lse.txt" 0 slots)))
+  [ "$d" = $((4 * 8 * 4 * 64 * 63 * 4)) ] || fail "flash attention saves $d bytes less than the CPU's, want 4 x 8 x 4 x 64 x 63 x 4"
+  # --act-bytes defaults to the residual stream's: 2 on a bf16 GPU
+  "$PPTRAIN" schedule --config "$CONFIG" --set runtime.device=cuda --layer-costs 1,2 --plan --plan-ranks 2 \
+    --plan-microbatches 8 >"$tmp/m-plan.txt"
+  has "$tmp/m-plan.txt" "transfers: an activation = 2 x 64 x 64 x 2 B"
+  has "$tmp/m-plan.txt" "activations of the fullest rank on the CUDA backend at bf16"
+  expect_exit 2 "PPTRAIN_RESIDUAL" env PPTRAIN_RESIDUAL=fp16 "$PPTRAIN" schedule --config "$CONFIG" --set runtime.device=cuda
+  echo "plan.sh: the CUDA backend's memory plan checked (no device needed)"
+else
+  echo "plan.sh: the CUDA backend's memory plan not checked: pptrain was built without it"
+fi
 echo "plan.sh: all passed"

@@ -79,7 +79,7 @@ has "$tmp/out.txt" "--costs wants"
 # (the planner's figures, which test/recompute.sh holds equal to the allocation);
 # balancing time gives the head's stage the fewest layers, parameters the two stages
 # holding wte, memory the first stages (which keep the most microbatches in flight).
-big=(--config configs/bench-124m-t256.yaml --set pipeline.stages=4 --set train.seq_len=1024 --set train.batch_size=8
+big=(--config configs/bench-124m-t256.yaml --set runtime.device=cpu --set pipeline.stages=4 --set train.seq_len=1024 --set train.batch_size=8
      --set pipeline.microbatches=8)
 "$PPTRAIN" schedule "${big[@]}" --set pipeline.recompute=full >"$tmp/out.txt"
 has "$tmp/out.txt" "rank 0: plan: params 242734080 B"
@@ -100,6 +100,14 @@ has "$tmp/params.txt" "3      3     0      1              layers 11-11 +head"
 has "$tmp/mem.txt" "0      0     0      4              layers 0-0 +emb"
 has "$tmp/mem.txt" "1      1     0      3              layers 1-3"
 has "$tmp/mem.txt" "3      3     0      1              layers 9-11 +head"
+# balanced as the config's device stores the activations ([Note: backend layout]): a bf16
+# GPU keeps so few (flash attention saves no [T,T] scores) that the parameters decide, and
+# the split is the parameters' one
+if "$PPTRAIN" --version 2>&1 | grep -q '^backend cuda: built.*libpptrain_cuda.so: [^ ]*$'; then
+  "$PPTRAIN" schedule "${big[@]}" --set pipeline.balance=memory --set runtime.device=cuda >"$tmp/mem-gpu.txt"
+  has "$tmp/mem-gpu.txt" "1      1     0      3              layers 1-5"
+  has "$tmp/mem-gpu.txt" "3      3     0      1              layers 11-11 +head"
+fi
 # --measure times the layer kinds here and prints what it measured
 "$PPTRAIN" schedule --config "$CONFIG" --measure >"$tmp/out.txt"
 has "$tmp/out.txt" "measured on this machine"

@@ -550,11 +550,16 @@ START_TEST(test_llama_costs) {
                         3.0 * (16 * 138412032.0 + 525336576.0));
     /* the memory balance's per-layer activations: every buffer under none, less under
      * selective (att and swi dropped), the output alone under full */
-    double none = model_layer_act_floats(&g, 10, 100, 0);
-    double sel = model_layer_act_floats(&g, 10, 100, 1);
-    ck_assert_double_eq(none, 10.0 * (5 * 2048 + 3072 + 2 + 3 * 8192) + 100);
-    ck_assert_double_eq(sel, none - 100 - 10.0 * 8192);
-    ck_assert_double_eq(model_layer_act_floats(&g, 10, 100, 2), 10.0 * 2048);
+    double none = model_layer_act_bytes(&g, 10, 100, 4, 4, 0);
+    double sel = model_layer_act_bytes(&g, 10, 100, 4, 4, 1);
+    ck_assert_double_eq(none, 4 * (10.0 * (5 * 2048 + 3072 + 2 + 3 * 8192) + 100));
+    ck_assert_double_eq(sel, none - 4 * (100 + 10.0 * 8192));
+    ck_assert_double_eq(model_layer_act_bytes(&g, 10, 100, 4, 4, 2), 4 * 10.0 * 2048);
+    /* at a bf16 GPU's sizes: full keeps the residual stream's output alone, 2 bytes an
+     * element; none keeps less than at fp32, more than half (the statistics stay fp32) */
+    ck_assert_double_eq(model_layer_act_bytes(&g, 10, 100, 2, 2, 2), 2 * 10.0 * 2048);
+    double half = model_layer_act_bytes(&g, 10, 100, 2, 2, 0);
+    ck_assert(half < none && half > none / 2);
 }
 END_TEST
 

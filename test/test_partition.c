@@ -174,8 +174,10 @@ START_TEST(test_balance_modes) {
     partition_costs_time(&t, S, arch(C, Vp, T), NULL);
     partition_costs_parameters(&pr, S, arch(C, Vp, T));
     /* activations dominate: a layer's slot bytes at T=1024, B=8 */
-    partition_costs_memory(&mem, S, arch(C, Vp, T), 8 * T, 2, inflight,
-                           4.0 * 8 * T * (16.0 * C + 4 + 12 * T));
+    double N = 8 * T;
+    PartitionActBytes ab = {4.0 * N * (16.0 * C + 4 + 12 * T), 2.0 * 4 * N * C,
+                            4.0 * N * (2.0 * C + 2), 4.0 * N * Vp};
+    partition_costs_memory(&mem, S, arch(C, Vp, T), 2, inflight, &ab);
     ck_assert_int_eq(partition_build_costs(&pt, "auto", L, S, &t, err, sizeof err), PP_OK);
     ck_assert_int_eq(partition_build_costs(&pp, "auto", L, S, &pr, err, sizeof err), PP_OK);
     ck_assert_int_eq(partition_build_costs(&pm, "auto", L, S, &mem, err, sizeof err), PP_OK);

@@ -64,6 +64,7 @@ void backend_print_builtin(FILE *f) {
 typedef struct {
     PPCudaDeviceCountFn count;
     PPCudaOpenFn open;
+    PPCudaLayoutFn layout;
 } CudaLib;
 
 /* The loaded CUDA backend's object (NULL: not loaded); never closed. */
@@ -71,8 +72,9 @@ static void *cuda_handle;
 
 void *backend_cuda_library(void) { return cuda_handle; }
 
-/* dlopen the CUDA backend and look up its entry points. PP_OK, or PP_EUSAGE with why. */
-static int cuda_lib_open(CudaLib *lib, char *err, size_t errlen) {
+/* dlopen the CUDA backend (once) and look up its entry points; no driver needed. PP_OK,
+ * or PP_EUSAGE with why. */
+static int cuda_lib_load(CudaLib *lib, char *err, size_t errlen) {
     char path[PP_PATH_MAX];
     if (!backend_cuda_path(path, sizeof path))
         return pp_errf(err, errlen, PP_EUSAGE, "%s",
@@ -81,15 +83,7 @@ static int cuda_lib_open(CudaLib *lib, char *err, size_t errlen) {
                              "build/cuda (set PPTRAIN_CUDA_LIB to its path)"
                            : "this pptrain was built without the CUDA backend (nvcc was not found "
                              "at build time; install the CUDA toolkit and rebuild)");
-    /* the cheap checks first: runtime.device auto on a machine without a driver (CI)
-     * must not pay for loading cuBLASLt */
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    if (vis && !*vis)
-        return pp_errf(err, errlen, PP_EUSAGE, "no GPU visible: CUDA_VISIBLE_DEVICES is empty");
-    if (!dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) /* kept open: the backend loads it too */
-        return pp_errf(err, errlen, PP_EUSAGE,
-                       "no NVIDIA driver: libcuda.so.1 cannot be loaded (%s)", dlerror());
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *h = cuda_handle ? cuda_handle : dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "cannot load the CUDA backend: %s (the CUDA libraries it needs, e.g. "
@@ -98,12 +92,27 @@ static int cuda_lib_open(CudaLib *lib, char *err, size_t errlen) {
     PPCudaAbiFn abi = (PPCudaAbiFn)dlsym(h, "pp_cuda_abi");
     lib->count = (PPCudaDeviceCountFn)dlsym(h, "pp_cuda_device_count");
     lib->open = (PPCudaOpenFn)dlsym(h, "pp_cuda_open");
-    if (!abi || !lib->count || !lib->open || abi(sizeof(Backend)) != PP_CUDA_ABI)
+    lib->layout = (PPCudaLayoutFn)dlsym(h, "pp_cuda_layout");
+    if (!abi || !lib->count || !lib->open || !lib->layout || abi(sizeof(Backend)) != PP_CUDA_ABI)
         return pp_errf(err, errlen, PP_EUSAGE,
                        "%s is not the CUDA backend of this pptrain (another version: rebuild "
                        "both with make)", path);
     cuda_handle = h; /* the NCCL transport's entry points are looked up in it (comm_nccl_load.c) */
     return PP_OK;
+}
+
+/* The driver, then the CUDA backend: what opening a GPU needs. PP_OK, or PP_EUSAGE with
+ * why. */
+static int cuda_lib_open(CudaLib *lib, char *err, size_t errlen) {
+    /* the cheap checks first: runtime.device auto on a machine without a driver (CI)
+     * must not pay for loading cuBLASLt */
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (vis && !*vis)
+        return pp_errf(err, errlen, PP_EUSAGE, "no GPU visible: CUDA_VISIBLE_DEVICES is empty");
+    if (!dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) /* kept open: the backend loads it too */
+        return pp_errf(err, errlen, PP_EUSAGE,
+                       "no NVIDIA driver: libcuda.so.1 cannot be loaded (%s)", dlerror());
+    return cuda_lib_load(lib, err, errlen);
 }
 
 static int local_rank(void) {
@@ -143,6 +152,17 @@ static const Backend *cpu_with_rows(const Backend *base, int rows) {
     return b;
 }
 
+/* runtime.precision on the CUDA backend (auto: bf16). */
+static PPPrecision cuda_precision(const Config *cfg) {
+    return !strcmp(cfg->precision, "fp32")   ? PP_PREC_FP32
+           : !strcmp(cfg->precision, "tf32") ? PP_PREC_TF32
+                                             : PP_PREC_BF16;
+}
+
+static PPCudaSizes cuda_sizes(const BackendSizes *sz) {
+    return (PPCudaSizes){sz->N, sz->T, sz->NH, sz->HS, sz->Vp, sz->width, sz->weight, sz->params};
+}
+
 /* The CUDA backend on GPU LOCAL_RANK mod count. *be stays NULL with the cause in why
  * when no GPU can be used. */
 static int open_cuda(const Config *cfg, int rank, const BackendSizes *sz, const Backend **be,
@@ -153,12 +173,9 @@ static int open_cuda(const Config *cfg, int rank, const BackendSizes *sz, const 
     if (cuda_lib_open(&lib, why, whylen)) return PP_EUSAGE;
     int n = lib.count(msg, sizeof msg);
     if (n <= 0) return pp_errf(why, whylen, PP_EUSAGE, "no usable GPU (%s)", msg);
-    PPPrecision prec = !strcmp(cfg->precision, "fp32")   ? PP_PREC_FP32
-                       : !strcmp(cfg->precision, "tf32") ? PP_PREC_TF32
-                                                         : PP_PREC_BF16; /* auto: bf16 */
-    PPCudaSizes s = {sz->N, sz->T, sz->NH, sz->HS, sz->Vp, sz->width, sz->weight, sz->params};
+    PPCudaSizes s = cuda_sizes(sz);
     int dev = local_rank() % n; /* ranks beyond the GPU count share them round-robin */
-    Backend *b = lib.open(dev, prec, &s, rank, msg, sizeof msg);
+    Backend *b = lib.open(dev, cuda_precision(cfg), &s, rank, msg, sizeof msg);
     if (!b) return pp_errf(why, whylen, PP_EUSAGE, "cannot open GPU %d: %s", dev, msg);
     int rows;
     /* checked before */
@@ -213,6 +230,63 @@ int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const
     if (rows >= 0) *be = cpu_with_rows(*be, rows);
     note_chunks(*be, rows, note, notelen);
     return PP_OK;
+}
+
+int backend_layout(const Config *cfg, const BackendSizes *sizes, BackendLayout *lay, char *err,
+                   size_t errlen) {
+    const Backend *cpu = backend_cpu();
+    char why[PP_ERR_MAX] = "", msg[PP_ERR_MAX];
+    int rows;
+    if (logits_knob(&rows, err, errlen) != PP_OK) return PP_EUSAGE;
+    *lay = (BackendLayout){.operand = cpu->operand,
+                           .residual = cpu->residual,
+                           .logits = cpu->logits,
+                           .att_lse = 0,
+                           .logits_chunk_rows = cpu->logits_chunk_rows};
+    CudaLib lib = {0};
+    int device = -2; /* -2: the CPU's; -1: the CUDA backend's, no device; else that GPU's */
+    if (!strcmp(cfg->device, "cuda")) { /* planned for a GPU even on a machine without one */
+        if (cuda_lib_load(&lib, why, sizeof why) == PP_OK) {
+            int n = cuda_lib_open(&lib, msg, sizeof msg) == PP_OK ? lib.count(msg, sizeof msg) : 0;
+            device = n > 0 ? local_rank() % n : -1;
+        }
+    } else if (!strcmp(cfg->device, "auto")) { /* a GPU's when this machine has one */
+        if (cuda_lib_open(&lib, why, sizeof why) == PP_OK) {
+            int n = lib.count(msg, sizeof msg);
+            if (n > 0)
+                device = local_rank() % n;
+            else
+                snprintf(why, sizeof why, "no usable GPU (%.900s)", msg);
+        }
+    }
+    if (device >= -1) {
+        PPCudaSizes s = cuda_sizes(sizes);
+        PPCudaLayout cl;
+        if (lib.layout(device, cuda_precision(cfg), &s, &cl, msg, sizeof msg) != 0)
+            return pp_errf(err, errlen, PP_EUSAGE, "runtime.device=%s: %s", cfg->device, msg);
+        *lay = (BackendLayout){.operand = cl.operand,
+                               .residual = cl.residual,
+                               .logits = cl.logits,
+                               .att_lse = cl.att_lse,
+                               .logits_chunk_rows = cl.logits_chunk_rows};
+        snprintf(lay->what, sizeof lay->what, "the CUDA backend at %s%s",
+                 cuda_precision(cfg) == PP_PREC_FP32   ? "fp32"
+                 : cuda_precision(cfg) == PP_PREC_TF32 ? "tf32"
+                                                       : "bf16",
+                 device < 0 ? " (no GPU here: an 80 GB card's head chunks)" : "");
+    } else {
+        if (why[0])
+            snprintf(lay->what, sizeof lay->what, "the CPU backend (runtime.device %s: %.900s)",
+                     cfg->device, why);
+        else
+            snprintf(lay->what, sizeof lay->what, "the CPU backend");
+    }
+    if (rows >= 0) lay->logits_chunk_rows = rows;
+    return PP_OK;
+}
+
+size_t backend_layout_att_floats(const BackendLayout *lay, int B, int T, int NH) {
+    return (size_t)B * NH * T * (lay->att_lse ? 1 : (size_t)T);
 }
 
 /* The staged CPU's checkpoint snapshot ([Note: checkpoint snapshot]): a copy done when

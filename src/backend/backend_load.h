@@ -34,6 +34,31 @@ typedef struct {
 int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const Backend **be,
                    char *note, size_t notelen, char *err, size_t errlen);
 
+/* [Note: backend layout] What a rank's backend will store, known before it is opened
+ * and on a machine without its GPU: the element types of the operands, the residual
+ * stream and the logits, what attention saves for the backward, and the head's chunk
+ * rows. The memory plan takes its sizes from it, so that `pptrain schedule`'s memory
+ * plan, `--plan`'s memory column and `pipeline.balance: memory` weigh what the run's
+ * device keeps (a bf16 GPU rank keeps a fraction of the CPU's activations: flash
+ * attention saves [B,NH,T] where the CPU keeps [B,NH,T,T]). runtime.device cpu: the CPU
+ * backend's; cuda: the CUDA backend's choices for runtime.precision and the PPTRAIN_*
+ * switches (pp_cuda_layout: the same decisions as its open), on this process's GPU when
+ * one is visible, else an 80 GB card's head chunks; the CPU's if the CUDA backend cannot
+ * be loaded; auto: cuda's when a GPU is visible here, else the CPU's. `what` says which,
+ * for a report's header. PPTRAIN_LOGITS_CHUNK_ROWS applies as in backend_select. */
+typedef struct {
+    PPDType operand, residual, logits;
+    int att_lse;           /* attention saves [B,NH,T] (1) or the probabilities [B,NH,T,T] */
+    int logits_chunk_rows; /* as Backend.logits_chunk_rows */
+    char what[PP_ERR_MAX];
+} BackendLayout;
+
+/* PP_OK, or PP_EUSAGE with a message (a switch's or the knob's bad value). */
+int backend_layout(const Config *cfg, const BackendSizes *sizes, BackendLayout *lay, char *err,
+                   size_t errlen);
+/* Floats attention saves for a microbatch of B sequences of T tokens over NH heads. */
+size_t backend_layout_att_floats(const BackendLayout *lay, int B, int T, int NH);
+
 /* The CPU backend flagged device_memory: the runtime then moves every activation,
  * gradient and tied all-reduce through host staging buffers ([Note: host staging] in
  * runtime.c), as on a GPU, so that path is tested without one. backend_select returns it

@@ -178,13 +178,13 @@ void model_ws_four(const Model *m, float *att, void **dln2, void **dln1, void **
     *dres2 = p + 3 * room;
 }
 
-double model_layer_act_floats(const ModelDims *d, double N, double att, int mode) {
+double model_layer_act_bytes(const ModelDims *d, double N, double att, size_t ob, size_t rb,
+                             int mode) {
     const Arch *A = model_arch(d);
-    size_t floats[ARCH_MAX_BUFS], sum = 0;
-    int n = set_bytes(d, ARCH_ACTS, (size_t)N, (size_t)att, sizeof(float), sizeof(float), floats);
+    size_t bytes[ARCH_MAX_BUFS], sum = 0;
+    int n = set_bytes(d, ARCH_ACTS, (size_t)N, (size_t)att, ob, rb, bytes);
     for (int k = 0; k < n; k++) /* [Note: recompute] in model.h */
-        if (mode == PP_RECOMPUTE_NONE || A->acts[k].keep & 1 << mode)
-            sum += floats[k] / sizeof(float);
+        if (mode == PP_RECOMPUTE_NONE || A->acts[k].keep & 1 << mode) sum += bytes[k];
     return (double)sum;
 }
 

@@ -381,11 +381,13 @@ int model_ws_four_fit(size_t att_floats, size_t N, size_t C, size_t operand_byte
 void model_ws_four(const Model *m, float *att, void **dln2, void **dln1, void **dres3,
                    void **dres2);
 size_t model_ws_four_elems(size_t N, size_t C);
-/* Floats one layer keeps for its backward for N tokens under recompute mode `mode`
- * (model_recompute_mode: 0 none, 1 selective, 2 full), att of them attention's saved
- * state, operands counted as fp32: the memory balance's per-layer cost, from the Arch's
- * activations and what each mode keeps. */
-double model_layer_act_floats(const ModelDims *d, double N, double att, int mode);
+/* Bytes one layer keeps for its backward for N tokens under recompute mode `mode`
+ * (model_recompute_mode: 0 none, 1 selective, 2 full), att floats of attention's saved
+ * state, operands of ob bytes and the residual stream of rb (the backend's types,
+ * [Note: backend layout] in backend_load.h): the memory balance's per-layer cost, from
+ * the Arch's activations and what each mode keeps. */
+double model_layer_act_bytes(const ModelDims *d, double N, double att, size_t ob, size_t rb,
+                             int mode);
 /* Model FLOPs per token of a training step (forward and backward: 3x the forward, the
  * embedding not counted), as ../shared/GPU.md counts them for the MFU. */
 double model_train_flops_per_token(const ModelDims *d, int T);

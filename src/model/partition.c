@@ -94,18 +94,15 @@ void partition_costs_parameters(PartitionCosts *pc, int S, const ArchCosts *a) {
     pc->unit = "parameters";
 }
 
-void partition_costs_memory(PartitionCosts *pc, int S, const ArchCosts *a, int N, int nopt,
-                            const int *inflight, double layer_act) {
+void partition_costs_memory(PartitionCosts *pc, int S, const ArchCosts *a, int nopt,
+                            const int *inflight, const PartitionActBytes *b) {
     PartitionCosts params;
     partition_costs_parameters(&params, S, a);
     memset(pc, 0, sizeof *pc);
     double per_param = 4.0 * (2 + nopt);
-    double io = 2.0 * 4 * N * a->boundary_floats; /* a slot's input and gradient */
-    for (int s = 0; s < S; s++)
-        pc->layer[s] = per_param * params.layer[s] + inflight[s] * layer_act;
-    pc->embed = per_param * params.embed + inflight[0] * io;
-    pc->head = per_param * params.head + 4.0 * N * a->logits_floats +
-               inflight[S - 1] * (io + 4.0 * N * a->head_act_floats);
+    for (int s = 0; s < S; s++) pc->layer[s] = per_param * params.layer[s] + inflight[s] * b->layer;
+    pc->embed = per_param * params.embed + inflight[0] * b->boundary;
+    pc->head = per_param * params.head + b->logits + inflight[S - 1] * (b->boundary + b->head);
     pc->unit = "memory";
 }
 

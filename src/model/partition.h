@@ -43,12 +43,19 @@ void partition_costs_time(PartitionCosts *pc, int S, const ArchCosts *a, const d
 /* pipeline.balance: parameters. Parameter counts; the tied head's copy of wte counts on
  * the last stage (it holds, updates and keeps optimizer state for it). */
 void partition_costs_parameters(PartitionCosts *pc, int S, const ArchCosts *a);
+/* A microbatch's activation bytes as the run's backend stores them ([Note: backend
+ * layout] in backend/backend_load.h), for pipeline.balance: memory. */
+typedef struct {
+    double layer;    /* what a layer keeps for its backward */
+    double boundary; /* a slot's input and its gradient */
+    double head;     /* what the head keeps */
+    double logits;   /* the head's logits buffer (one microbatch, or chunk, at a time) */
+} PartitionActBytes;
 /* pipeline.balance: memory. Bytes: parameters with their gradient and nopt optimizer
- * arrays, plus inflight[s] microbatch slots (the schedule's peak) of layer_act bytes per
- * layer and a 4-byte boundary activation and gradient per token per slot; the head adds
- * its logits and what it keeps. N tokens a microbatch. */
-void partition_costs_memory(PartitionCosts *pc, int S, const ArchCosts *a, int N, int nopt,
-                            const int *inflight, double layer_act);
+ * arrays (fp32), plus inflight[s] microbatch slots (the schedule's peak) of b->layer per
+ * layer and b->boundary; the head adds b->logits and b->head per slot. */
+void partition_costs_memory(PartitionCosts *pc, int S, const ArchCosts *a, int nopt,
+                            const int *inflight, const PartitionActBytes *b);
 
 /* partition_build with the costs split auto balances given. */
 int partition_build_costs(Partition *p, const char *split, int L, int S, const PartitionCosts *pc,

@@ -43,8 +43,10 @@
  *    makespan (sched_sim.h), which counts the first three.
  *  - Memory per rank: the memory plan ([Note: memory plan] in model.h): parameters,
  *    gradients and optimizer state (fp32 in every precision, as pptrain keeps them)
- *    and the activations the schedule keeps in flight on that rank; not the backend's
- *    workspace (cuBLASLt's, bf16 operand copies) or the CUDA context. */
+ *    and the activations the schedule keeps in flight on that rank, at the sizes the
+ *    run's backend stores them ([Note: backend layout] in backend_load.h: bf16 operands
+ *    and flash attention's [B,NH,T] on a bf16 GPU); not the backend's workspace
+ *    (cuBLASLt's, the weights' bf16 copy) or the CUDA context. */
 
 /* ===================================================================== costs === */
 
@@ -465,17 +467,23 @@ double plan_fit_layers(const Partition *p, const double *F, const double *B, con
 
 /* =================================================================== memory === */
 
-void plan_rank_memory(const Config *cfg, const Schedule *s, const Schedule *fwd,
-                      const Partition *part, int pp, int mode, int B, ModelPlan *plan) {
+int plan_layout(const Config *cfg, int B, BackendLayout *lay, char *err, size_t errlen) {
+    ModelDims d = model_dims(cfg);
+    BackendSizes sizes = model_backend_sizes(&d, B, cfg->seq_len, 0);
+    return backend_layout(cfg, &sizes, lay, err, errlen);
+}
+
+void plan_rank_memory(const Config *cfg, const BackendLayout *lay, const Schedule *s,
+                      const Schedule *fwd, const Partition *part, int pp, int mode, int B,
+                      ModelPlan *plan) {
     ChunkSpec specs[PP_MAX_CHUNKS];
     ChunkRecompute rc[PP_MAX_CHUNKS];
     int nws[PP_MAX_CHUNKS], nblocks[2], T = cfg->seq_len;
     ModelDims d = model_dims(cfg);
-    const Backend *be = backend_cpu();
     runtime_chunk_plan(s, fwd, part, pp, mode, cfg->recompute_layers, specs, rc, nws, nblocks);
-    model_plan(plan, &d, specs, rc, nws, s->v, B, T, be->attention_saved_floats(be, B, T, d.NH),
-               pp_dtype_bytes(be->operand), pp_dtype_bytes(be->residual),
-               pp_dtype_bytes(be->logits), be->logits_chunk_rows, optim_state_arrays(cfg),
+    model_plan(plan, &d, specs, rc, nws, s->v, B, T, backend_layout_att_floats(lay, B, T, d.NH),
+               pp_dtype_bytes(lay->operand), pp_dtype_bytes(lay->residual),
+               pp_dtype_bytes(lay->logits), lay->logits_chunk_rows, optim_state_arrays(cfg),
                nblocks[1], nblocks[0]);
 }
 
@@ -522,6 +530,7 @@ typedef struct {
     const Config *cfg;
     const LayerCosts *c;
     int B, T;           /* the microbatch */
+    BackendLayout lay;  /* what the run's device stores ([Note: backend layout]) */
     double act_bytes;   /* of one activation's transfer */
     double grad_bytes;  /* of one gradient's */
     double tied_bytes;  /* of the tied exchange, 0 when untied */
@@ -537,7 +546,7 @@ static int row_memory(const Sweep *w, const Schedule *s, const Partition *part, 
     row->mem = pp_calloc((size_t)s->P, sizeof(double));
     for (int r = 0; r < s->P; r++) {
         ModelPlan p;
-        plan_rank_memory(w->cfg, s, &fwd, part, r, mode < 0 ? 0 : mode, w->B, &p);
+        plan_rank_memory(w->cfg, &w->lay, s, &fwd, part, r, mode < 0 ? 0 : mode, w->B, &p);
         row->mem[r] = (double)p.params + p.grads + p.optimizer + model_plan_activations(&p);
         if (row->mem[r] > row->mem_max) {
             row->mem_max = row->mem[r];
@@ -624,8 +633,8 @@ static void print_header(const Sweep *w, const PlanGrid *g, FILE *f) {
     fprintf(f,
             "efficiency = (M x %.4f ms, the whole model's F+B per microbatch) / P / step; "
             "bubble = idle fraction of the pipeline; memory = params + grads + optimizer + "
-            "activations of the fullest rank, MB = 1e6 bytes (docs/schedules.md)\n",
-            w->T1);
+            "activations of the fullest rank on %s, MB = 1e6 bytes (docs/schedules.md)\n",
+            w->T1, w->lay.what);
 }
 
 static void print_table(const PlanGrid *g, const Link *link, double X, double XB, double tied,
@@ -731,7 +740,11 @@ static int sweep_link(const Sweep *w, const PlanGrid *g, const Link *link, PlanR
 int plan_sweep(const Config *cfg, const LayerCosts *c, const PlanGrid *g, int json, FILE *f,
                char *err, size_t errlen) {
     int replicas = cfg->data_parallel > 0 ? cfg->data_parallel : 1;
-    Sweep w = {cfg, c, cfg->batch_size / (replicas * cfg->microbatches), cfg->seq_len, 0, 0, 0, 0};
+    Sweep w = {.cfg = cfg,
+               .c = c,
+               .B = cfg->batch_size / (replicas * cfg->microbatches),
+               .T = cfg->seq_len};
+    if (plan_layout(cfg, w.B, &w.lay, err, errlen) != PP_OK) return PP_EUSAGE;
     w.act_bytes = (double)w.B * w.T * cfg->dim * g->act_bytes;
     w.grad_bytes = (double)w.B * w.T * cfg->dim * g->grad_bytes;
     w.tied_bytes = cfg->tie_embeddings ? (double)cfg->padded_vocab_size * cfg->dim * 4 : 0;

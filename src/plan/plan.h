@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 
+#include "backend/backend_load.h"
 #include "config.h"
 #include "model/model.h"
 #include "model/partition.h"
@@ -87,12 +88,16 @@ int plan_trace_costs(const char *path, int S, TraceCosts *tc, char *err, size_t 
 double plan_fit_layers(const Partition *p, const double *F, const double *B, const ArchCosts *a,
                        LayerCosts *c);
 
+/* What the config's device stores (backend_layout, [Note: backend layout] in
+ * backend/backend_load.h) for a microbatch of B sequences. PP_OK, or PP_EUSAGE. */
+int plan_layout(const Config *cfg, int B, BackendLayout *lay, char *err, size_t errlen);
+
 /* Rank pp's memory plan ([Note: memory plan] in model.h) for schedule s (fwd: its
  * forward-only twin), partition part, microbatch B x seq_len and recompute mode `mode`:
- * what runtime_init allocates, with the CPU backend's attention (the CUDA backend keeps
- * the same probabilities). */
-void plan_rank_memory(const Config *cfg, const Schedule *s, const Schedule *fwd,
-                      const Partition *part, int pp, int mode, int B, ModelPlan *plan);
+ * what runtime_init allocates on a backend of layout `lay` (plan_layout). */
+void plan_rank_memory(const Config *cfg, const BackendLayout *lay, const Schedule *s,
+                      const Schedule *fwd, const Partition *part, int pp, int mode, int B,
+                      ModelPlan *plan);
 
 #define PLAN_MAX_LINKS 8
 #define PLAN_MAX_LIST 32

@@ -22,6 +22,7 @@ typedef struct {
     LayerCosts layer;       /* --layer-costs (have_layer), or measured */
     int have_layer;
     PlanGrid grid;          /* --plan's sweep; links from --link */
+    int act_bytes_given;    /* --act-bytes; else the residual stream's ([Note: backend layout]) */
     int nlinks;             /* --link flags given */
 } SchedCmdOpts;
 
@@ -57,9 +58,9 @@ void plan_cmd_usage(FILE *f) {
             "                  450GB/s, ib 10us 50GB/s, ib-hdr 10us 25GB/s, none, "
             "or LAT_us,GBps);\n"
             "                  repeat it for one --plan table per link (default nvlink and ib)\n"
-            "  --act-bytes N   bytes per element of a transferred activation: 4 (fp32, the "
-            "default)\n"
-            "                  or 2 (bf16: what pptrain sends at runtime.precision bf16)\n"
+            "  --act-bytes N   bytes per element of a transferred activation: 4 (fp32) or 2\n"
+            "                  (bf16); default: what the config's device sends (2 on a bf16\n"
+            "                  GPU, 4 on the CPU)\n"
             "  --grad-bytes N  ... of a transferred gradient: 4 (fp32, what pptrain sends) or 2\n"
             "  --plan          predict step time, bubble, efficiency, tokens/s and memory per\n"
             "                  rank for every P, schedule and M instead (docs/schedules.md)\n");
@@ -182,6 +183,7 @@ static int parse_value_opt(const char *a, const char *val, SchedCmdOpts *o) {
         if (strcmp(val, "4") && strcmp(val, "2"))
             return usage("--act-bytes wants 4 (fp32) or 2 (bf16)");
         o->grid.act_bytes = atoi(val);
+        o->act_bytes_given = 1;
     } else if (!strcmp(a, "--grad-bytes")) {
         if (strcmp(val, "4") && strcmp(val, "2"))
             return usage("--grad-bytes wants 4 (fp32) or 2 (bf16)");
@@ -330,26 +332,29 @@ static int print_memory_plan(const Config *cfg, const Schedule *s, const double 
                              FILE *f) {
     Schedule fwd;
     Partition part;
+    BackendLayout lay;
     char err[PP_ERR_MAX];
-    if (runtime_partition(cfg, s, measured, plan_replicas(cfg), &part, err, sizeof err) != PP_OK ||
+    if (plan_layout(cfg, plan_microbatch(cfg), &lay, err, sizeof err) != PP_OK ||
+        runtime_partition(cfg, s, measured, plan_replicas(cfg), &part, err, sizeof err) != PP_OK ||
         sched_build_forward_only(&fwd, s, err, sizeof err) != PP_OK) {
         pp_error("%s", err);
         return PP_EUSAGE;
     }
     int mode = model_recompute_mode(cfg->recompute);
     fprintf(f,
-            "memory plan per rank (bytes on the CPU backend, microbatch %d x %d tokens%s, "
+            "memory plan per rank (bytes on %s; microbatch %d x %d tokens%s, "
             "recompute %s%s):\n",
-            plan_microbatch(cfg), cfg->seq_len,
-            cfg->data_parallel > 1 ? " of one replica"
-            : cfg->data_parallel == 0 ? " (data_parallel auto: one replica)" : "",
+            lay.what, plan_microbatch(cfg), cfg->seq_len,
+            cfg->data_parallel > 1    ? " of one replica"
+            : cfg->data_parallel == 0 ? " (data_parallel auto: one replica)"
+                                      : "",
             cfg->recompute,
             cfg->recompute_layers ? " on the first recompute_layers of each chunk" : "");
     for (int r = 0; r < s->P; r++) {
         ModelPlan p, by[3];
-        plan_rank_memory(cfg, s, &fwd, &part, r, mode, plan_microbatch(cfg), &p);
+        plan_rank_memory(cfg, &lay, s, &fwd, &part, r, mode, plan_microbatch(cfg), &p);
         for (int k = 0; k < 3; k++)
-            plan_rank_memory(cfg, s, &fwd, &part, r, k, plan_microbatch(cfg), &by[k]);
+            plan_rank_memory(cfg, &lay, s, &fwd, &part, r, k, plan_microbatch(cfg), &by[k]);
         size_t none = model_plan_activations(&by[0]);
         fprintf(f,
                 "rank %d: plan: params %zu B, grads %zu B, optimizer %zu B, activations %zu B "
@@ -490,6 +495,14 @@ int plan_cmd_main(const Config *cfg, int argc, char **argv) {
     char err[PP_ERR_MAX];
     int rc = parse_opts(argc, argv, &o);
     if (rc != PP_OK) return rc;
+    if (!o.act_bytes_given) { /* what the run's device sends forward: its residual stream */
+        BackendLayout lay;
+        if (plan_layout(cfg, plan_microbatch(cfg), &lay, err, sizeof err) != PP_OK) {
+            pp_error("%s", err);
+            return PP_EUSAGE;
+        }
+        o.grid.act_bytes = (int)pp_dtype_bytes(lay.residual);
+    }
     if ((rc = load_schedule(cfg, &s)) != PP_OK) return rc;
     rc = time_costs(cfg, &o, &s, &trace, o.json ? stderr : stdout); /* JSON stays one object */
     if (rc == PP_OK && o.plan) rc = run_plan(cfg, &o, &s, &trace);

@@ -20,7 +20,8 @@
  *                     a run's trace, or given; measured and given ones balance the
  *                     partition, and all of them time the simulation without --costs
  *   --link L          each transfer's time: latency + bytes / bandwidth (plan_parse_link)
- *   --act-bytes 4|2   bytes per transferred element (4: what the runtime sends)
+ *   --act-bytes 4|2   bytes per transferred activation (default: the residual stream's on the
+ *                     config's device, backend_layout); --grad-bytes 4|2 its gradient's (4)
  *   --plan [--plan-ranks LIST] [--plan-microbatches LIST] [--plan-schedules LIST]
  *                     the sweep instead of the one schedule (plan_sweep)
  * --config/--set (and their values) are skipped: main has applied them.

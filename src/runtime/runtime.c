@@ -740,14 +740,26 @@ int runtime_partition(const Config *cfg, const Schedule *sched, const double *me
     if (!strcmp(cfg->balance, "parameters")) {
         partition_costs_parameters(&pc, S, &a);
     } else if (!strcmp(cfg->balance, "memory")) {
-        /* a layer's activation bytes per in-flight microbatch under the recompute mode
-         * ([Note: recompute] in model.h), on the CPU backend */
-        const Backend *be = backend_cpu();
-        double N = (double)B * T, att = (double)be->attention_saved_floats(be, B, T, cfg->n_heads);
-        int inflight[PP_MAX_STAGES], mode = model_recompute_mode(cfg->recompute);
+        /* a microbatch's activation bytes under the recompute mode ([Note: recompute] in
+         * model.h), as the run's backend stores them ([Note: backend layout]) */
+        BackendLayout lay;
+        BackendSizes bs = model_backend_sizes(&d, B, T, 0);
+        int mode = model_recompute_mode(cfg->recompute);
+        int rc = backend_layout(cfg, &bs, &lay, err, errlen);
+        if (rc != PP_OK) return rc;
+        double N = (double)B * T, att = (double)backend_layout_att_floats(&lay, B, T, d.NH);
+        double rows = lay.logits_chunk_rows > 0 && lay.logits_chunk_rows < N ? lay.logits_chunk_rows
+                                                                             : N;
+        size_t ob = pp_dtype_bytes(lay.operand), rb = pp_dtype_bytes(lay.residual);
+        PartitionActBytes ab = {.layer = model_layer_act_bytes(&d, N, att, ob, rb,
+                                                               mode < 0 ? 0 : mode),
+                                .boundary = N * a.boundary_floats *
+                                            (rb + sizeof(float)), /* gradients fp32 */
+                                .head = sizeof(float) * N * a.head_act_floats,
+                                .logits = rows * a.logits_floats * pp_dtype_bytes(lay.logits)};
+        int inflight[PP_MAX_STAGES];
         for (int s = 0; s < S; s++) inflight[s] = sched_peak_inflight(sched, s);
-        partition_costs_memory(&pc, S, &a, (int)N, optim_state_arrays(cfg), inflight,
-                               4.0 * model_layer_act_floats(&d, N, att, mode < 0 ? 0 : mode));
+        partition_costs_memory(&pc, S, &a, optim_state_arrays(cfg), inflight, &ab);
     } else {
         partition_costs_time(&pc, S, &a, measured);
     }

@@ -209,7 +209,22 @@ two() { # name, schedule, more args...
   tail -n +2 "$tmp/$name/losses.csv" | cut -d, -f1,2 >"$tmp/$name.loss"
   "$PPTRAIN" export --checkpoint "$tmp/$name/checkpoints" --out "$tmp/$name.bin" >/dev/null 2>&1
 }
+# the allocation each rank reports on the GPU = `pptrain schedule`'s memory plan for the same
+# run, which it makes with the CUDA backend's layout ([Note: backend layout] in backend_load.h)
+planned() { # name, schedule, more args (two()'s)
+  local name=$1 want got
+  timeout -k 3 60 "$PPTRAIN" schedule --config configs/gpt-tiny.yaml --set pipeline.stages=2 \
+    --set pipeline.schedule="$2" --set train.steps=20 --set data.val=null --set runtime.device=cuda \
+    --set runtime.precision=fp32 "${@:3}" >"$tmp/$name.plan" 2>&1 ||
+    { bad "$name: pptrain schedule exited $?: $(tail -n 2 "$tmp/$name.plan")"; return 1; }
+  want=$(grep -o 'rank [0-9]*: plan: .*' "$tmp/$name.plan" | sed 's/: plan: /: /' | sort)
+  got=$(grep -o 'rank [0-9]*: allocated: .*' "$tmp/$name.out" | sed 's/: allocated: /: /' | sort)
+  [ -n "$want" ] && [ "$want" = "$got" ] &&
+    ok "$name: each rank's GPU allocation = pptrain schedule's plan ($(grep -m1 -o 'bytes on [^;]*' "$tmp/$name.plan"))" ||
+    bad "$name: plan and GPU allocation differ: $(diff <(echo "$want") <(echo "$got") | head -n 4 | tr '\n' ';')"
+}
 two p2-gpipe gpipe && two p2-1f1b 1f1b && {
+  planned p2-1f1b 1f1b
   grep "device\|GPU memory" "$tmp/p2-1f1b.out" | head -4
   cmp -s "$tmp/p2-gpipe.loss" "$tmp/p2-1f1b.loss" && cmp -s "$tmp/p2-gpipe.bin" "$tmp/p2-1f1b.bin" &&
     ok "2 ranks on one GPU: gpipe == 1f1b (losses and weights bitwise)" || bad "2 ranks: gpipe != 1f1b"
@@ -223,6 +238,7 @@ two p2-gpipe gpipe && two p2-1f1b 1f1b && {
   PPTRAIN_LOGITS_CHUNK_ROWS=7 two p2-1f1b-c 1f1b --set runtime.precision=bf16 &&
     PPTRAIN_LOGITS_CHUNK_ROWS=7 two p2-zb-c zb-h1 --set runtime.precision=bf16 &&
     { grep -m1 "device" "$tmp/p2-zb-c.out"
+      PPTRAIN_LOGITS_CHUNK_ROWS=7 planned p2-zb-c zb-h1 --set runtime.precision=bf16
       cmp -s "$tmp/p2-1f1b-c.loss" "$tmp/p2-zb-c.loss" && cmp -s "$tmp/p2-1f1b-c.bin" "$tmp/p2-zb-c.bin" &&
         ok "2 ranks on one GPU, bf16, head in chunks of 7 rows: zb-h1 == 1f1b (bitwise)" ||
         bad "2 ranks, bf16, chunked head: zb-h1 != 1f1b"; }
