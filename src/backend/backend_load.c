@@ -72,17 +72,23 @@ static void *cuda_handle;
 
 void *backend_cuda_library(void) { return cuda_handle; }
 
-/* dlopen the CUDA backend (once) and look up its entry points; no driver needed. PP_OK,
- * or PP_EUSAGE with why. */
-static int cuda_lib_load(CudaLib *lib, char *err, size_t errlen) {
-    char path[PP_PATH_MAX];
-    if (!backend_cuda_path(path, sizeof path))
+/* Where the CUDA backend is, into path[PP_PATH_MAX]: PP_OK, or PP_EUSAGE with why. */
+static int cuda_lib_path(char *path, char *err, size_t errlen) {
+    if (!backend_cuda_path(path, PP_PATH_MAX))
         return pp_errf(err, errlen, PP_EUSAGE, "%s",
                        PP_CUDA_INFO[0]
                            ? "the CUDA backend " CUDA_LIB " is not next to the binary nor in "
                              "build/cuda (set PPTRAIN_CUDA_LIB to its path)"
                            : "this pptrain was built without the CUDA backend (nvcc was not found "
                              "at build time; install the CUDA toolkit and rebuild)");
+    return PP_OK;
+}
+
+/* dlopen the CUDA backend (once) and look up its entry points; no driver needed. PP_OK,
+ * or PP_EUSAGE with why. */
+static int cuda_lib_load(CudaLib *lib, char *err, size_t errlen) {
+    char path[PP_PATH_MAX];
+    if (cuda_lib_path(path, err, errlen) != PP_OK) return PP_EUSAGE;
     void *h = cuda_handle ? cuda_handle : dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h)
         return pp_errf(err, errlen, PP_EUSAGE,
@@ -101,9 +107,11 @@ static int cuda_lib_load(CudaLib *lib, char *err, size_t errlen) {
     return PP_OK;
 }
 
-/* The driver, then the CUDA backend: what opening a GPU needs. PP_OK, or PP_EUSAGE with
- * why. */
+/* The CUDA backend's file, the driver, then the backend loaded: what opening a GPU
+ * needs. PP_OK, or PP_EUSAGE with why. */
 static int cuda_lib_open(CudaLib *lib, char *err, size_t errlen) {
+    char path[PP_PATH_MAX];
+    if (cuda_lib_path(path, err, errlen) != PP_OK) return PP_EUSAGE;
     /* the cheap checks first: runtime.device auto on a machine without a driver (CI)
      * must not pay for loading cuBLASLt */
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
