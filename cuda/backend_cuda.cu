@@ -250,6 +250,22 @@ static void gemm_log(const CudaCtx *c, const GemmKey *k, const GemmEntry *e, int
         fprintf(stderr, "no algorithm (%d returned)\n", n);
 }
 
+/* The first of n heuristic results that can run: with C != D (out_of_place), the first
+ * whose algorithm says it can write out of place. -1: none. */
+static int pick_algo(cublasLtMatmulHeuristicResult_t *res, int n, int out_of_place) {
+    for (int i = 0; i < n; i++) {
+        int32_t oop = 0;
+        size_t got = 0;
+        if (!out_of_place ||
+            (cublasLtMatmulAlgoCapGetAttribute(&res[i].algo,
+                                               CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT, &oop,
+                                               sizeof oop, &got) == CUBLAS_STATUS_SUCCESS &&
+             oop))
+            return i;
+    }
+    return -1;
+}
+
 /* [Note: GEMM cache] cuBLASLt's heuristic query costs far more than the GEMM descriptors,
  * so its answer is kept per shape, operand and output types, epilogue and alignment: the
  * same key always runs the same algorithm, which also keeps results the same run to run.
@@ -299,26 +315,18 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
         e.with_epi = s == CUBLAS_STATUS_SUCCESS && n > 0;
         if (!e.with_epi) n = 0;
     }
-    if (!e.with_epi && (!desc_epi || epi_optional)) {
+    int pick = e.with_epi ? pick_algo(res, n, out_of_place) : -1;
+    /* an optional epilogue (the fp32 D's bias) that no algorithm writes out of place either:
+     * the plain GEMM, and the bias in a kernel */
+    if (pick < 0 && (!desc_epi || epi_optional)) {
+        e.with_epi = 0;
         cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc_plain, la, lb, lc, lc, pref,
                                                           want, res, &n);
         if (s == CUBLAS_STATUS_NOT_SUPPORTED) n = 0;
         else LTCK(c, s);
+        pick = pick_algo(res, n, out_of_place);
     }
     LTCK(c, cublasLtMatmulPreferenceDestroy(pref));
-    int pick = n > 0 ? 0 : -1;
-    if (pick == 0 && out_of_place) { /* C != D: the algorithm must say it can */
-        pick = -1;
-        for (int i = 0; i < n && pick < 0; i++) {
-            int32_t oop = 0;
-            size_t got = 0;
-            if (cublasLtMatmulAlgoCapGetAttribute(&res[i].algo,
-                                                  CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT,
-                                                  &oop, sizeof oop, &got) == CUBLAS_STATUS_SUCCESS &&
-                oop)
-                pick = i;
-        }
-    }
     e.found = pick >= 0; /* if not, the caller falls back, or dies naming the shape */
     if (e.found) e.algo = res[pick].algo;
     if (c->gemm_log) gemm_log(c, key, &e, n, e.found ? &res[pick] : NULL);
@@ -1026,6 +1034,10 @@ static void cu_attention_backward(const Backend *be, void *dqkv, const void *dou
         return materialized_backward(be, dqkv, dout, qkv, att, B, T, NH, NKV, HS, scratch);
     if (c->att_cudnn && T > 1) { /* T = 1: the flash kernels ([Note: cuDNN attention]) */
         head_size_check(c, HS, 1);
+        /* cuDNN reads q, k, v in place while it writes dq, dk, dv (flash packs them first) */
+        if (dqkv == qkv)
+            pp_cuda_die(c, __FILE__, __LINE__, "attention_backward", "dqkv == qkv",
+                        "the contract's dqkv must not overlap qkv (a caller's bug)");
         if (!k_cudnn_attention_backward(c, dqkv, dout, qkv, out, att, B, T, NH, NKV, HS)) return;
     }
     head_size_check(c, HS, 0);

@@ -245,7 +245,8 @@ struct Backend {
      * forward's out[B,T,NH HS] (operand) and att, laid out as qkv: the d(k) and d(v) of a
      * kv head are the sums over its group's query heads, in a fixed order (the group's
      * heads in order: the same bits every run). scratch as above. (A flash attention
-     * takes D = rowsum(dout o out) per head from out; the CPU's needs only att.) */
+     * takes D = rowsum(dout o out) per head from out; the CPU's needs only att.) dqkv must
+     * not overlap qkv, dout or out. */
     void (*attention_backward)(const Backend *be, void *dqkv, const void *dout, const void *qkv,
                                const void *out, const float *att, int B, int T, int NH, int NKV,
                                int HS, float *scratch);
