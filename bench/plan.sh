@@ -13,9 +13,11 @@
 #          the head's gradient too) / the rate, split between F and B as this CPU measured
 #          it; the embedding (no matmul) = its CPU time x the token ratio x (this CPU's
 #          layer rate / the rate). 274 TFLOP/s is llm.c's whole training step on the H100
-#          of ../shared/GPU.md with its own attention (which, like pptrain's CUDA backend,
-#          materialises the [B,NH,T,T] scores): so a 1-GPU step of this model predicts
-#          llm.c's, not a measured pptrain figure.
+#          of ../shared/GPU.md with its own attention (which materialises the [B,NH,T,T]
+#          scores; pptrain's CUDA backend runs cuDNN's or its own flash attention): so a
+#          1-GPU step of this model predicts llm.c's, not a measured pptrain figure. Both
+#          paths plan for runtime.device cuda at bf16 (the memory column and the wire
+#          format are a bf16 GPU's: bf16 activations forward, fp32 gradients back).
 set -euo pipefail
 pptrain=${PPTRAIN:-./pptrain}
 gpu=0
@@ -73,7 +75,8 @@ PY
 )
     read -r costs cpu_gflops <<<"$scaled"
     echo "  gpt2-$model: CPU (1 x 64 tokens, ms) layer F,B / embedding F,B / head F,B = $cpu; layer rate $cpu_gflops GFLOP/s"
-    "$pptrain" schedule --config "$cfg" "${mb[@]}" --layer-costs "$costs" --plan "${links[@]}" >"$out/$model.txt" 2>&1 ||
+    "$pptrain" schedule --config "$cfg" "${mb[@]}" --set runtime.device=cuda --layer-costs "$costs" --plan "${links[@]}" \
+      >"$out/$model.txt" 2>&1 ||
       { echo "gpt2-$model: the plan failed:"; tail -n 5 "$out/$model.txt"; continue; }
   fi
   show "$out/$model.txt"

@@ -1512,6 +1512,53 @@ static PPCudaLayout layout_of(const StoreChoice *k, const PPCudaSizes *sizes, si
     return l;
 }
 
+/* The switches of the other code paths ([Note: speed switches]), each value checked:
+ * what pp_cuda_open reads and pp_cuda_layout checks (a value open refuses fails both). */
+typedef struct {
+    int flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
+    int ce_two_pass, gelu_epi_off, fuse_cast_off, adamw_copy_off, gemm_log_on;
+} SpeedSwitches;
+
+static int speed_switches(SpeedSwitches *w, char *err, size_t errlen) {
+    const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
+    if ((w->flash_bwd = flash_bwd_mode(fb_env)) < 0) {
+        snprintf(err, errlen,
+                 "PPTRAIN_FLASH_BWD='%.40s': expected v2, v1 or v2's parts joined by '+' (prep, "
+                 "dq, dkv); unset: v2",
+                 fb_env);
+        return -1;
+    }
+    if (ln_bwd_choice(&w->ln_rows, err, errlen)) return -1;
+    { /* [Note: speed switches]: the other paths' switches, each value checked here */
+        static const char *const fuse[] = {"1", "0"}, *const off_on[] = {"0", "1"},
+                                 *const ce[] = {"shared", "two-pass"};
+        if (env_switch("PPTRAIN_FUSE_GELU", fuse, 2, &w->fuse_gelu_off, err, errlen) ||
+            env_switch("PPTRAIN_FUSE_RESIDUAL", fuse, 2, &w->fuse_residual_off, err, errlen) ||
+            /* [Note: fused GELU] in backend.h: GELU in the fc GEMM's epilogue */
+            env_switch("PPTRAIN_GELU_EPILOGUE", fuse, 2, &w->gelu_epi_off, err, errlen) ||
+            env_switch("PPTRAIN_FUSE_BGRAD", fuse, 2, &w->fuse_bgrad_off, err, errlen) ||
+            /* [Note: operand activations]: the qkv and d atty GEMMs write bf16 */
+            env_switch("PPTRAIN_FUSE_CAST", fuse, 2, &w->fuse_cast_off, err, errlen) ||
+            /* [Note: kept weight copy]: AdamW keeps the held weights' bf16 copy */
+            env_switch("PPTRAIN_ADAMW_COPY", fuse, 2, &w->adamw_copy_off, err, errlen) ||
+            /* a diagnostic: what cuBLASLt chose for each GEMM (gemm_log) */
+            env_switch("PPTRAIN_GEMM_LOG", off_on, 2, &w->gemm_log_on, err, errlen) ||
+            /* [Note: cross-entropy row in shared memory] in ce_kernels.cuh */
+            env_switch("PPTRAIN_CE", ce, 2, &w->ce_two_pass, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+/* sm_8x runs sm_80 code; nothing here runs on 10.x and later. 1, or 0 with why. */
+static int capability_ok(const cudaDeviceProp *prop, char *err, size_t errlen) {
+    if (prop->major >= 8 && prop->major <= 9) return 1;
+    snprintf(err, errlen,
+             "%s has compute capability %d.%d; this build has machine code for 8.0 and 9.0 only",
+             prop->name, prop->major, prop->minor);
+    return 0;
+}
+
 /* What an open that failed after calloc had made (nothing allocated from its buffers). */
 static void ctx_abandon(CudaCtx *c) {
     if (c->lt) cublasLtDestroy(c->lt);
@@ -1528,47 +1575,14 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     CudaCtx *c = NULL;
     StoreChoice k;
     PPCudaLayout lay;
-    int flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
-    int ce_two_pass, gelu_epi_off, fuse_cast_off, adamw_copy_off, gemm_log_on;
+    SpeedSwitches w;
     const char *fb_env = getenv("PPTRAIN_FLASH_BWD"); /* [Note: attention path] */
     OPEN_CK(cudaSetDevice(device));
     OPEN_CK(cudaGetDeviceProperties(&prop, device));
-    /* sm_8x runs sm_80 code; nothing here runs on 10.x and later */
-    if (prop.major < 8 || prop.major > 9) {
-        snprintf(err, errlen,
-                 "%s has compute capability %d.%d; this build has machine code for 8.0 and "
-                 "9.0 only",
-                 prop.name, prop.major, prop.minor);
+    if (!capability_ok(&prop, err, errlen) || store_choice(precision, sizes, &k, err, errlen) ||
+        speed_switches(&w, err, errlen))
         return NULL;
-    }
-    if (store_choice(precision, sizes, &k, err, errlen)) return NULL;
     lay = layout_of(&k, sizes, prop.totalGlobalMem);
-    if ((flash_bwd = flash_bwd_mode(fb_env)) < 0) {
-        snprintf(err, errlen,
-                 "PPTRAIN_FLASH_BWD='%.40s': expected v2, v1 or v2's parts joined by '+' (prep, "
-                 "dq, dkv); unset: v2",
-                 fb_env);
-        return NULL;
-    }
-    if (ln_bwd_choice(&ln_rows, err, errlen)) return NULL;
-    { /* [Note: speed switches]: the other paths' switches, each value checked here */
-        static const char *const fuse[] = {"1", "0"}, *const off_on[] = {"0", "1"},
-                                 *const ce[] = {"shared", "two-pass"};
-        if (env_switch("PPTRAIN_FUSE_GELU", fuse, 2, &fuse_gelu_off, err, errlen) ||
-            env_switch("PPTRAIN_FUSE_RESIDUAL", fuse, 2, &fuse_residual_off, err, errlen) ||
-            /* [Note: fused GELU] in backend.h: GELU in the fc GEMM's epilogue */
-            env_switch("PPTRAIN_GELU_EPILOGUE", fuse, 2, &gelu_epi_off, err, errlen) ||
-            env_switch("PPTRAIN_FUSE_BGRAD", fuse, 2, &fuse_bgrad_off, err, errlen) ||
-            /* [Note: operand activations]: the qkv and d atty GEMMs write bf16 */
-            env_switch("PPTRAIN_FUSE_CAST", fuse, 2, &fuse_cast_off, err, errlen) ||
-            /* [Note: kept weight copy]: AdamW keeps the held weights' bf16 copy */
-            env_switch("PPTRAIN_ADAMW_COPY", fuse, 2, &adamw_copy_off, err, errlen) ||
-            /* a diagnostic: what cuBLASLt chose for each GEMM (gemm_log) */
-            env_switch("PPTRAIN_GEMM_LOG", off_on, 2, &gemm_log_on, err, errlen) ||
-            /* [Note: cross-entropy row in shared memory] in ce_kernels.cuh */
-            env_switch("PPTRAIN_CE", ce, 2, &ce_two_pass, err, errlen))
-            return NULL;
-    }
     if (!(c = (CudaCtx *)calloc(1, sizeof(CudaCtx)))) {
         snprintf(err, errlen, "out of host memory");
         return NULL;
@@ -1581,22 +1595,22 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
     c->att_cudnn = k.att_cudnn != 0;
     c->att_cudnn_default = k.att_cudnn == 2;
     c->sm = prop.major * 10 + prop.minor;
-    c->flash_bwd = flash_bwd;
-    c->ln_rows = ln_rows;
+    c->flash_bwd = w.flash_bwd;
+    c->ln_rows = w.ln_rows;
     {
         c->op = lay.operand; /* layout_of: what pp_cuda_layout tells the planner */
         c->res = lay.residual;
         /* [Note: GEMM epilogues]: "0" runs each fused op's unfused path */
-        c->fuse_gelu = !fuse_gelu_off;
-        c->gelu_epi = !gelu_epi_off;
-        c->fuse_residual = !fuse_residual_off;
-        c->fuse_bgrad = !fuse_bgrad_off; /* [Note: bias gradient epilogue] */
-        c->fuse_cast = !fuse_cast_off;
-        c->adamw_copy = !adamw_copy_off;
-        c->gemm_log = gemm_log_on;
+        c->fuse_gelu = !w.fuse_gelu_off;
+        c->gelu_epi = !w.gelu_epi_off;
+        c->fuse_residual = !w.fuse_residual_off;
+        c->fuse_bgrad = !w.fuse_bgrad_off; /* [Note: bias gradient epilogue] */
+        c->fuse_cast = !w.fuse_cast_off;
+        c->adamw_copy = !w.adamw_copy_off;
+        c->gemm_log = w.gemm_log_on;
     }
     c->smem_optin = prop.sharedMemPerBlockOptin;
-    c->ce_two_pass = ce_two_pass;
+    c->ce_two_pass = w.ce_two_pass;
     c->logits_bf16 = lay.logits == PP_BF16;
     OPEN_CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     OPEN_CK(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
@@ -1622,11 +1636,11 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         be->logits_chunk_rows = lay.logits_chunk_rows;
         be->peak_flops = peak_flops(&prop, precision);
         char lnd[64] = ""; /* the norms' backward, when not the default */
-        if (ln_rows)
+        if (w.ln_rows)
             snprintf(lnd, sizeof lnd,
-                     ln_rows < 0 ? ", norm backward two-pass"
-                                 : ", norm backward one-pass, %d rows a chunk",
-                     ln_rows);
+                     w.ln_rows < 0 ? ", norm backward two-pass"
+                                   : ", norm backward one-pass, %d rows a chunk",
+                     w.ln_rows);
         char att[160]; /* [Note: attention path] */
         size_t cv = cudnn_attn_version(c);
         if (c->att_cudnn)
@@ -1668,17 +1682,20 @@ fail:
 extern "C" int pp_cuda_layout(int device, PPPrecision precision, const PPCudaSizes *sizes,
                               PPCudaLayout *out, char *err, size_t errlen) {
     StoreChoice k;
+    SpeedSwitches w;
     size_t bytes = (size_t)80 << 30; /* device -1: an 80 GB card's head chunks */
-    if (device >= 0) {
+    if (device >= 0) { /* what open refuses before it stores anything, refused here too */
         cudaDeviceProp prop;
         cudaError_t e = cudaGetDeviceProperties(&prop, device);
         if (e != cudaSuccess) {
             snprintf(err, errlen, "GPU %d: %s", device, cudaGetErrorString(e));
             return -1;
         }
+        if (!capability_ok(&prop, err, errlen)) return -1;
         bytes = prop.totalGlobalMem;
     }
-    if (store_choice(precision, sizes, &k, err, errlen)) return -1;
+    if (store_choice(precision, sizes, &k, err, errlen) || speed_switches(&w, err, errlen))
+        return -1;
     *out = layout_of(&k, sizes, bytes);
     return 0;
 }

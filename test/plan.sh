@@ -124,7 +124,7 @@ PY
 # 3. Costs from the trace of a real run: 2 processes, interleaved 1F1B over 4 stages, 3
 # steps. Non-plan: the per-stage medians (the first step left out) are the trace's, as
 # recomputed here; --plan fits per-layer costs to them and sweeps.
-ilv=(--set pipeline.schedule=interleaved-1f1b --set pipeline.virtual_stages=2)
+ilv=(--set runtime.device=cpu --set pipeline.schedule=interleaved-1f1b --set pipeline.virtual_stages=2)
 timeout 120 scripts/pprun --nproc-per-node 2 "$PPTRAIN" --config "$CONFIG" "${ilv[@]}" --set train.steps=3 \
   --set data.val=null --set output.dir="$tmp/run" --set output.trace=true --set output.checkpoint_final=false \
   >"$tmp/run.log" 2>&1 || fail "the traced run failed: $(tail -n 5 "$tmp/run.log")"

@@ -93,5 +93,26 @@ if "$PPTRAIN" schedule --config "$cfg" --set pipeline.recompute=some >"$tmp/bad.
 elif grep -q "none, selective, full" "$tmp/bad.out"; then ok "pipeline.recompute=some refused with the choices"
 else bad "pipeline.recompute=some: $(head -c 300 "$tmp/bad.out")"; fi
 
-[ $pass -ge 45 ] || bad "only $pass checks ran (at least 45 expected)"
+# pipeline.balance: memory weighs what each rank's device stores ([Note: backend layout]):
+# ranks that store differently split the layers differently, which the ranks compare and
+# refuse ([Note: partition agreement] in runtime.c). Here rank 1 alone computes the head
+# in 1-row chunks (PPTRAIN_LOGITS_CHUNK_ROWS, as a card of other memory would), which moves
+# the memory balance from layers 0-4 | 5-7 to 0-2 | 3-7 at this shape.
+printf '#!/bin/sh\n[ "$RANK" = 1 ] && export PPTRAIN_LOGITS_CHUNK_ROWS=1\nexec "%s" "$@"\n' "$(realpath "$PPTRAIN")" \
+  >"$tmp/rank1.sh"
+chmod +x "$tmp/rank1.sh"
+mixed=(--config configs/gpt-tiny.yaml --set runtime.device=cpu --set pipeline.balance=memory --set model.n_layers=8
+       --set model.vocab_size=8192 --set train.batch_size=32 --set train.steps=2 --set data.val=null)
+rc=0
+timeout 120 scripts/pprun --nproc-per-node 2 "$tmp/rank1.sh" "${mixed[@]}" --set output.dir="$tmp/mixed" \
+  >"$tmp/mixed.out" 2>&1 || rc=$?
+if [ $rc -eq 2 ] && grep -q "the ranks split the layers differently (this rank ends stage 0 at layer [35]" "$tmp/mixed.out" &&
+   grep -q "give pipeline.split" "$tmp/mixed.out"; then
+  ok "balance: memory on ranks that store differently: exit 2, the ranks split the layers differently"
+else bad "ranks with different partitions (rc=$rc): $(grep -m2 'error' "$tmp/mixed.out")"; fi
+timeout 120 scripts/pprun --nproc-per-node 2 "$tmp/rank1.sh" "${mixed[@]}" --set 'pipeline.split=[5, 3]' \
+  --set output.dir="$tmp/mixed2" >"$tmp/mixed2.out" 2>&1 &&
+  ok "... and with pipeline.split given they train" || bad "pipeline.split given: $(tail -n 3 "$tmp/mixed2.out")"
+
+[ $pass -ge 47 ] || bad "only $pass checks ran (at least 47 expected)"
 finish

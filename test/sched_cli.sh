@@ -107,6 +107,9 @@ if "$PPTRAIN" --version 2>&1 | grep -q '^backend cuda: built.*libpptrain_cuda.so
   "$PPTRAIN" schedule "${big[@]}" --set pipeline.balance=memory --set runtime.device=cuda >"$tmp/mem-gpu.txt"
   has "$tmp/mem-gpu.txt" "1      1     0      3              layers 1-5"
   has "$tmp/mem-gpu.txt" "3      3     0      1              layers 11-11 +head"
+  act() { grep -o "^rank 0: plan: .*activations [0-9]*" "$1" | grep -o '[0-9]*$'; }
+  [ "$(act "$tmp/mem-gpu.txt")" -lt "$(act "$tmp/mem.txt")" ] ||
+    fail "the bf16 GPU's plan keeps no fewer activation bytes than the CPU's: $(act "$tmp/mem-gpu.txt") vs $(act "$tmp/mem.txt")"
 fi
 # --measure times the layer kinds here and prints what it measured
 "$PPTRAIN" schedule --config "$CONFIG" --measure >"$tmp/out.txt"

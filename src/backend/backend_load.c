@@ -240,6 +240,8 @@ int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const
     return PP_OK;
 }
 
+static const char *dtype_name(PPDType t) { return t == PP_BF16 ? "bf16" : "fp32"; }
+
 int backend_layout(const Config *cfg, const BackendSizes *sizes, BackendLayout *lay, char *err,
                    size_t errlen) {
     const Backend *cpu = backend_cpu();
@@ -267,27 +269,36 @@ int backend_layout(const Config *cfg, const BackendSizes *sizes, BackendLayout *
                 snprintf(why, sizeof why, "no usable GPU (%.900s)", msg);
         }
     }
+    PPCudaLayout cl;
+    PPCudaSizes cs = cuda_sizes(sizes);
+    if (device >= -1 && lib.layout(device, cuda_precision(cfg), &cs, &cl, msg, sizeof msg) != 0) {
+        /* what open would refuse: cuda exits with it; auto falls back to the CPU, as
+         * backend_select does */
+        if (!strcmp(cfg->device, "cuda"))
+            return pp_errf(err, errlen, PP_EUSAGE, "runtime.device=cuda: %s", msg);
+        snprintf(why, sizeof why, "%.900s", msg);
+        device = -2;
+    }
     if (device >= -1) {
-        PPCudaSizes s = cuda_sizes(sizes);
-        PPCudaLayout cl;
-        if (lib.layout(device, cuda_precision(cfg), &s, &cl, msg, sizeof msg) != 0)
-            return pp_errf(err, errlen, PP_EUSAGE, "runtime.device=%s: %s", cfg->device, msg);
         *lay = (BackendLayout){.operand = cl.operand,
                                .residual = cl.residual,
                                .logits = cl.logits,
                                .att_lse = cl.att_lse,
                                .logits_chunk_rows = cl.logits_chunk_rows};
-        snprintf(lay->what, sizeof lay->what, "the CUDA backend at %s%s",
+        snprintf(lay->what, sizeof lay->what,
+                 "the CUDA backend at %s (operands %s, residual stream %s, logits %s; attention "
+                 "keeps %s)%s",
                  cuda_precision(cfg) == PP_PREC_FP32   ? "fp32"
                  : cuda_precision(cfg) == PP_PREC_TF32 ? "tf32"
                                                        : "bf16",
-                 device < 0 ? " (no GPU here: an 80 GB card's head chunks)" : "");
+                 dtype_name(cl.operand), dtype_name(cl.residual), dtype_name(cl.logits),
+                 cl.att_lse ? "[B,NH,T]" : "[B,NH,T,T]",
+                 device < 0 ? ", no GPU here: an 80 GB card's head chunks" : "");
+    } else if (why[0]) {
+        snprintf(lay->what, sizeof lay->what, "the CPU backend (runtime.device %s: %.900s)",
+                 cfg->device, why);
     } else {
-        if (why[0])
-            snprintf(lay->what, sizeof lay->what, "the CPU backend (runtime.device %s: %.900s)",
-                     cfg->device, why);
-        else
-            snprintf(lay->what, sizeof lay->what, "the CPU backend");
+        snprintf(lay->what, sizeof lay->what, "the CPU backend");
     }
     if (rows >= 0) lay->logits_chunk_rows = rows;
     return PP_OK;

@@ -188,6 +188,13 @@ double model_layer_act_bytes(const ModelDims *d, double N, double att, size_t ob
     return (double)sum;
 }
 
+double model_head_act_bytes(const ModelDims *d, double N, size_t ob, size_t rb) {
+    size_t bytes[ARCH_MAX_BUFS], sum = 0;
+    int n = set_bytes(d, ARCH_HEAD, (size_t)N, 0, ob, rb, bytes);
+    for (int k = 0; k < n; k++) sum += bytes[k];
+    return (double)sum;
+}
+
 double model_train_flops_per_token(const ModelDims *d, int T) {
     ArchCosts a;
     model_arch_costs(d, T, &a);

@@ -388,6 +388,9 @@ size_t model_ws_four_elems(size_t N, size_t C);
  * the Arch's activations and what each mode keeps. */
 double model_layer_act_bytes(const ModelDims *d, double N, double att, size_t ob, size_t rb,
                              int mode);
+/* Bytes the head keeps per last-stage slot for N tokens (the Arch's ARCH_HEAD buffers),
+ * operands of ob bytes and the residual stream of rb. */
+double model_head_act_bytes(const ModelDims *d, double N, size_t ob, size_t rb);
 /* Model FLOPs per token of a training step (forward and backward: 3x the forward, the
  * embedding not counted), as ../shared/GPU.md counts them for the MFU. */
 double model_train_flops_per_token(const ModelDims *d, int T);

@@ -22,9 +22,10 @@
  *  - Compute: stage s's F and B are its layers' plus the embedding / head; a rank runs
  *    one compute action at a time, in its lowered list's order (sched_sim.h).
  *  - Transfers: each SEND of an activation carries B*T*C elements of act_bytes each, of a
- *    gradient of grad_bytes (defaults 4 and 4: the runtime sends fp32 gradients in every
- *    precision, and fp32 activations but at bf16, where they are the residual stream's bf16,
- *    act_bytes 2: [Note: residual stream type] in backend.h; exec_transfer in runtime.c),
+ *    gradient of grad_bytes (the runtime sends fp32 gradients in every precision, and
+ *    activations in the residual stream's type: `pptrain schedule` defaults act_bytes to
+ *    the config's device's, 2 on a bf16 GPU: [Note: residual stream type] in backend.h,
+ *    [Note: backend layout] in backend_load.h; exec_transfer in runtime.c),
  *    and takes latency + bytes / bandwidth on the link from its rank to the peer's; a link
  *    carries one message at a time per direction, in send order ([Note: link model] in
  *    sched_sim.h). Transfers overlap compute completely (posted sends, a communication

@@ -116,8 +116,8 @@ typedef struct {
 } PlanGrid;
 
 /* Fill the defaults above; act_bytes and grad_bytes 4 (pptrain sends fp32 gradients in
- * every precision, and fp32 activations but at bf16, where the residual stream's 2 bytes go
- * forward: act_bytes 2 models a bf16 run). */
+ * every precision; its activations are the residual stream's type, 2 bytes on a bf16 GPU:
+ * `pptrain schedule` sets act_bytes from the config's device, plan_layout). */
 void plan_grid_default(PlanGrid *g);
 
 /* Simulate every row of grid g for the config's model and microbatch (batch_size /

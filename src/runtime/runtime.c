@@ -755,7 +755,7 @@ int runtime_partition(const Config *cfg, const Schedule *sched, const double *me
                                                                mode < 0 ? 0 : mode),
                                 .boundary = N * a.boundary_floats *
                                             (rb + sizeof(float)), /* gradients fp32 */
-                                .head = sizeof(float) * N * a.head_act_floats,
+                                .head = model_head_act_bytes(&d, N, ob, rb),
                                 .logits = rows * a.logits_floats * pp_dtype_bytes(lay.logits)};
         int inflight[PP_MAX_STAGES];
         for (int s = 0; s < S; s++) inflight[s] = sched_peak_inflight(sched, s);
@@ -936,6 +936,40 @@ static int residual_agree(const Runtime *rt, Comm *comm, const Backend *be, char
     return rc;
 }
 
+/* [Note: partition agreement] Every rank computes the partition itself, and under
+ * pipeline.balance: memory from what its own device stores ([Note: backend layout] in
+ * backend_load.h): ranks on different devices (a CPU and a GPU under runtime.device auto,
+ * cards of different memory, different PPTRAIN_* switches) could split the layers
+ * differently, and the messages, whose sizes do not depend on the split, would not show
+ * it. So the ranks compare: the sums over all ranks of each stage's end and of its
+ * square equal world x this rank's (and its square) only when every rank has the same
+ * ends (sum (x - m)^2 = 0). Exact in doubles: layer counts and ranks are small. */
+static int partition_agree(const Runtime *rt, Comm *comm, char *err, size_t errlen) {
+    int S = rt->part.S, rc = PP_OK;
+    if (comm->world < 2) return PP_OK;
+    double *x = pp_calloc(2 * (size_t)S, sizeof *x);
+    for (int s = 0; s < S; s++) {
+        x[2 * s] = rt->part.l1[s];
+        x[2 * s + 1] = (double)rt->part.l1[s] * rt->part.l1[s];
+    }
+    if (comm_allreduce_sum_f64(comm, x, 2 * S) != PP_OK)
+        rc = pp_errf(err, errlen, PP_ERUNTIME, "agreeing on the partition: %s", comm_error(comm));
+    for (int s = 0; s < S && rc == PP_OK; s++) {
+        double m = rt->part.l1[s], w = comm->world;
+        if (x[2 * s] != w * m || x[2 * s + 1] != w * m * m)
+            rc = pp_errf(err, errlen, PP_EUSAGE,
+                         "the ranks split the layers differently (this rank ends stage %d at "
+                         "layer %d; the ranks' mean is %.2f): pipeline.balance: %s weighs the "
+                         "activations as each rank's device stores them, and the ranks' devices "
+                         "differ (runtime.device auto on a mix of CPU and GPU ranks, cards of "
+                         "different memory, or different PPTRAIN_* switches); give pipeline.split "
+                         "explicitly, or the same device and switches to every rank",
+                         s, rt->part.l1[s], x[2 * s] / w, rt->cfg->balance);
+    }
+    free(x);
+    return rc;
+}
+
 /* runtime_init's first step: the config's shape, the rank layout and the batch split. */
 static int shape_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char *err,
                       size_t errlen) {
@@ -1034,7 +1068,9 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
         (rc = transport_init(rt, comm, be, err, errlen)))
         return rc;
     comm = rt->comm; /* the job's NCCL Comm when chosen: every message and collective from here */
-    if ((rc = residual_agree(rt, comm, be, err, errlen))) return rc;
+    if ((rc = residual_agree(rt, comm, be, err, errlen)) ||
+        (rc = partition_agree(rt, comm, err, errlen)))
+        return rc;
     build_model(rt, &d, be);
     model_init_weights(&rt->model, cfg->seed, cfg->init_std);
     rt->init_hf = cfg->init_from[0] && model_hf_is_dir(cfg->init_from);

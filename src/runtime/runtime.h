@@ -127,7 +127,9 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
 void runtime_free(Runtime *rt);
 
 /* The partition split auto makes for cfg's pipeline.balance (time, parameters,
- * memory) on schedule sched (memory balances each stage's peak in-flight slots); an
+ * memory) on schedule sched (memory balances each stage's peak in-flight slots, at the
+ * sizes this rank's device stores them: backend_layout, so ranks on different devices
+ * may differ, which runtime_init refuses, [Note: partition agreement] in runtime.c); an
  * explicit pipeline.split as it is. measured: `pptrain schedule --measure`'s seconds
  * (PartitionCosts), or NULL for the cost model; replicas: the data-parallel replicas
  * (a microbatch is batch_size / (replicas x microbatches) sequences). PP_OK or PP_EUSAGE

@@ -213,7 +213,8 @@ two() { # name, schedule, more args...
 # run, which it makes with the CUDA backend's layout ([Note: backend layout] in backend_load.h)
 planned() { # name, schedule, more args (two()'s)
   local name=$1 want got
-  timeout -k 3 60 "$PPTRAIN" schedule --config configs/gpt-tiny.yaml --set pipeline.stages=2 \
+  budget "$name: the plan" || return 1
+  timeout -k 3 "$(cap 30)" "$PPTRAIN" schedule --config configs/gpt-tiny.yaml --set pipeline.stages=2 \
     --set pipeline.schedule="$2" --set train.steps=20 --set data.val=null --set runtime.device=cuda \
     --set runtime.precision=fp32 "${@:3}" >"$tmp/$name.plan" 2>&1 ||
     { bad "$name: pptrain schedule exited $?: $(tail -n 2 "$tmp/$name.plan")"; return 1; }
