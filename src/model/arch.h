@@ -21,7 +21,6 @@ typedef struct {
     double layer_params, embed_params, head_params; /* parameters (the tied head: its wte copy) */
     double layer_flops, embed_flops, head_flops;    /* forward FLOPs per token, attention at T */
     double boundary_floats;                         /* an activation crossing a stage boundary */
-    double head_act_floats; /* what the head keeps per in-flight microbatch */
     double logits_floats;   /* the head's logits (one microbatch at a time) */
 } ArchCosts;
 

@@ -387,7 +387,6 @@ static void costs(const ModelDims *d, int T, ArchCosts *a) {
     a->embed_flops = C;                          /* a gather and an add */
     a->head_flops = 2.0 * Vp * C;                /* the logits */
     a->boundary_floats = C;
-    a->head_act_floats = 2.0 * C + 2; /* lnf and its gradient, mean and rstd */
     a->logits_floats = Vp;
 }
 

@@ -453,7 +453,6 @@ static void costs(const ModelDims *d, int T, ArchCosts *a) {
     a->embed_flops = 0;
     a->head_flops = 2.0 * Vp * C;
     a->boundary_floats = C;
-    a->head_act_floats = 2.0 * C + 1; /* lnf and its gradient, rstd */
     a->logits_floats = Vp;
 }
 
