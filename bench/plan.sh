@@ -75,9 +75,12 @@ PY
 )
     read -r costs cpu_gflops <<<"$scaled"
     echo "  gpt2-$model: CPU (1 x 64 tokens, ms) layer F,B / embedding F,B / head F,B = $cpu; layer rate $cpu_gflops GFLOP/s"
-    "$pptrain" schedule --config "$cfg" "${mb[@]}" --set runtime.device=cuda --layer-costs "$costs" --plan "${links[@]}" \
+    "$pptrain" schedule --config "$cfg" "${mb[@]}" --set runtime.device=cuda --act-bytes 2 --layer-costs "$costs" --plan "${links[@]}" \
       >"$out/$model.txt" 2>&1 ||
       { echo "gpt2-$model: the plan failed:"; tail -n 5 "$out/$model.txt"; continue; }
   fi
+  # planned as a bf16 GPU stores it, or say that it was not (pptrain built without nvcc)
+  grep -q 'on the CUDA backend' "$out/$model.txt" ||
+    echo "  (memory planned for the CPU's layout: this pptrain cannot load the CUDA backend)"
   show "$out/$model.txt"
 done

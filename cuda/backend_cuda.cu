@@ -247,7 +247,10 @@ static void gemm_log(const CudaCtx *c, const GemmKey *k, const GemmEntry *e, int
                 id, tile, stages, splitk, red, (unsigned)cluster, r->wavesCount, r->workspaceSize,
                 n);
     else
-        fprintf(stderr, "no algorithm (%d returned)\n", n);
+        fprintf(stderr,
+                n ? "no algorithm (%d returned, none writes out of place)\n"
+                  : "no algorithm (%d returned)\n",
+                n);
 }
 
 /* The first of n heuristic results that can run: with C != D (out_of_place), the first

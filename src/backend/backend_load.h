@@ -44,8 +44,10 @@ int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const
  * backend's; cuda: the CUDA backend's choices for runtime.precision and the PPTRAIN_*
  * switches (pp_cuda_layout: the same decisions as its open), on this process's GPU when
  * one is visible, else an 80 GB card's head chunks; the CPU's if the CUDA backend cannot
- * be loaded; auto: cuda's when a GPU is visible here, else the CPU's. `what` says which,
- * for a report's header. PPTRAIN_LOGITS_CHUNK_ROWS applies as in backend_select. */
+ * be loaded; auto: cuda's when a GPU is visible here and pp_cuda_layout accepts the
+ * switches and the card (as pp_cuda_open would), else the CPU's, as the run falls back.
+ * `what` says which, for a report's header. PPTRAIN_LOGITS_CHUNK_ROWS applies as in
+ * backend_select. */
 typedef struct {
     PPDType operand, residual, logits;
     int att_lse;           /* attention saves [B,NH,T] (1) or the probabilities [B,NH,T,T] */
@@ -53,7 +55,8 @@ typedef struct {
     char what[PP_ERR_MAX];
 } BackendLayout;
 
-/* PP_OK, or PP_EUSAGE with a message (a switch's or the knob's bad value). */
+/* PP_OK, or PP_EUSAGE with a message: PPTRAIN_LOGITS_CHUNK_ROWS's bad value, or under
+ * runtime.device cuda what pp_cuda_layout refuses (a switch's value, the card). */
 int backend_layout(const Config *cfg, const BackendSizes *sizes, BackendLayout *lay, char *err,
                    size_t errlen);
 /* Floats attention saves for a microbatch of B sequences of T tokens over NH heads. */

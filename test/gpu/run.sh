@@ -221,7 +221,7 @@ planned() { # name, schedule, more args (two()'s)
   want=$(grep -o 'rank [0-9]*: plan: .*' "$tmp/$name.plan" | sed 's/: plan: /: /' | sort)
   got=$(grep -o 'rank [0-9]*: allocated: .*' "$tmp/$name.out" | sed 's/: allocated: /: /' | sort)
   [ -n "$want" ] && [ "$want" = "$got" ] &&
-    ok "$name: each rank's GPU allocation = pptrain schedule's plan ($(grep -m1 -o 'bytes on [^;]*' "$tmp/$name.plan"))" ||
+    ok "$name: each rank's GPU allocation = pptrain schedule's plan ($(sed -n 's/.*(bytes on \(.*\); microbatch.*/\1/p' "$tmp/$name.plan" | head -n 1))" ||
     bad "$name: plan and GPU allocation differ: $(diff <(echo "$want") <(echo "$got") | head -n 4 | tr '\n' ';')"
 }
 two p2-gpipe gpipe && two p2-1f1b 1f1b && {
