@@ -346,7 +346,13 @@ for i in $(seq 600); do [ -e "$R/setup/lock" ] && break; sleep 0.1; done # the r
 sleep 0.5
 scancel -s TERM "$j"
 for i in $(seq 300); do grep -q "requeueing job\|requeue refused" "$R/setup.log" 2>/dev/null && break; sleep 0.1; done
-RESTARTS=$(scontrol -o show job "$j" 2>/dev/null | sed -n 's/.* Restarts=\([0-9]*\) .*/\1/p')
+# the batch script logs "requeueing job" before `scontrol requeue` returns: slurmctld counts
+# the restart a moment later (a CI run once read Restarts=0 right after the line)
+for i in $(seq 50); do
+  RESTARTS=$(scontrol -o show job "$j" 2>/dev/null | sed -n 's/.* Restarts=\([0-9]*\) .*/\1/p')
+  [ "${RESTARTS:-0}" -ge 1 ] && break
+  sleep 0.1
+done
 check "SIGTERM during the ranks' setup: both stopped at once, nothing trained ($(grep -c 'during setup (before the first step): stopping' "$R/setup.log") of 2 said so)" \
   test "$(grep -c 'during setup (before the first step): stopping' "$R/setup.log")" = 2 -a ! -e "$R/setup/losses.csv"
 check "...the job requeued itself (restarts ${RESTARTS:-?}): $(grep -o 'the ranks were stopped during.*' "$R/setup.log" | head -n 1)" \
