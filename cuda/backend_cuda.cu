@@ -1428,11 +1428,11 @@ static size_t head_chunk_rows(const PPCudaSizes *sizes, size_t device_bytes) {
  * nothing. The sizes are the model's (model_backend_sizes: the architecture's widest
  * matmul row and largest weight, this rank's parameters), so nothing here knows a
  * model's shapes: N rows, T positions, NH heads of HS, Vp padded vocabulary (the head's
- * rows), width columns, weight and params elements. */
-static void reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t device_bytes) {
+ * rows), width columns, weight and params elements; rows: the head's logits rows per
+ * chunk (head_chunk_rows, the layout's). */
+static void reserve_workspace(CudaCtx *c, const PPCudaSizes *sizes, size_t rows) {
     size_t N = sizes->N, Vp = sizes->Vp, T = sizes->T, NH = sizes->NH, HS = sizes->HS;
     size_t width = sizes->width;
-    size_t rows = head_chunk_rows(sizes, device_bytes);
     size_t head = (rows < N ? rows : N) * Vp; /* a chunk's logits: their bf16 copy */
     grow(c, &c->lt_ws, LT_WORKSPACE);
     grow(c, &c->sums, k_sums_workspace()); /* k_sum's, and k_sumsq_many's 64 tensors */
@@ -1633,7 +1633,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         err[0] = 0;
     }
     {
-        reserve_workspace(c, sizes, prop.totalGlobalMem);
+        reserve_workspace(c, sizes, (size_t)lay.logits_chunk_rows);
         Backend *be = &c->be;
         fill_table(be, c);
         be->logits_chunk_rows = lay.logits_chunk_rows;

@@ -20,8 +20,6 @@ typedef struct Model Model;         /* model.h */
 typedef struct {
     double layer_params, embed_params, head_params; /* parameters (the tied head: its wte copy) */
     double layer_flops, embed_flops, head_flops;    /* forward FLOPs per token, attention at T */
-    double boundary_floats;                         /* an activation crossing a stage boundary */
-    double logits_floats;   /* the head's logits (one microbatch at a time) */
 } ArchCosts;
 
 /* How model_init_weights fills a tensor (seeded by its global name): N(0, std), N(0,

@@ -386,8 +386,6 @@ static void costs(const ModelDims *d, int T, ArchCosts *a) {
     a->layer_flops = 24.0 * C * C + 4.0 * T * C; /* the four matmuls, attention's QK^T and PV */
     a->embed_flops = C;                          /* a gather and an add */
     a->head_flops = 2.0 * Vp * C;                /* the logits */
-    a->boundary_floats = C;
-    a->logits_floats = Vp;
 }
 
 /* ---- llm.c fp32 checkpoint (DESIGN.md §6) ---- */

@@ -452,8 +452,6 @@ static void costs(const ModelDims *d, int T, ArchCosts *a) {
     a->layer_flops = 2.0 * (C * QKV + AC * C + 3.0 * C * F) + 4.0 * T * AC;
     a->embed_flops = 0;
     a->head_flops = 2.0 * Vp * C;
-    a->boundary_floats = C;
-    a->logits_floats = Vp;
 }
 
 /* ---- Hugging Face's Llama, Qwen2 and Mistral ([Note: Hugging Face names] in arch.h) ---- */

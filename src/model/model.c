@@ -606,6 +606,10 @@ static int head_rows(int chunk_rows, int B, int T) {
     return chunk_rows > 0 && chunk_rows < B * T ? chunk_rows : B * T;
 }
 
+size_t model_logits_bytes(const ModelDims *d, int B, int T, size_t logits_bytes, int logits_rows) {
+    return logits_bytes * (size_t)head_rows(logits_rows, B, T) * d->Vp;
+}
+
 /* Zeroed device memory for n floats. */
 static float *dev_zeros(const Model *m, size_t n) {
     float *p = dev_alloc(m, n * sizeof(float));
@@ -1041,7 +1045,7 @@ void model_plan(ModelPlan *p, const ModelDims *d, const ChunkSpec *specs, const 
 #undef PAD
     if (rc) p->slots += (size_t)nblocks_keep * blk[1] + (size_t)nblocks_drop * blk[0];
     if (last) /* [Note: chunked head] */
-        p->logits = logits_bytes * (size_t)head_rows(logits_rows, B, T) * d->Vp;
+        p->logits = model_logits_bytes(d, B, T, logits_bytes, logits_rows);
     p->slots += p->logits;
     p->wstate += stage;
     if (d->tied && first && last) head_tied = VC; /* [Note: tied gradient order] */

@@ -391,6 +391,10 @@ double model_layer_act_bytes(const ModelDims *d, double N, double att, size_t ob
 /* Bytes the head keeps per last-stage slot for N tokens (the Arch's ARCH_HEAD buffers),
  * operands of ob bytes and the residual stream of rb. */
 double model_head_act_bytes(const ModelDims *d, double N, size_t ob, size_t rb);
+/* Bytes of the head's logits buffer for a microbatch of B x T: one chunk of logits_rows
+ * rows (all B T when 0 or more: [Note: chunked head] in model.c) of Vp elements of
+ * logits_bytes. */
+size_t model_logits_bytes(const ModelDims *d, int B, int T, size_t logits_bytes, int logits_rows);
 /* Model FLOPs per token of a training step (forward and backward: 3x the forward, the
  * embedding not counted), as ../shared/GPU.md counts them for the MFU. */
 double model_train_flops_per_token(const ModelDims *d, int T);

@@ -531,7 +531,7 @@ typedef struct {
     const Config *cfg;
     const LayerCosts *c;
     int B, T;           /* the microbatch */
-    BackendLayout lay;  /* what the run's device stores ([Note: backend layout]) */
+    const BackendLayout *lay; /* what the run's device stores ([Note: backend layout]) */
     double act_bytes;   /* of one activation's transfer */
     double grad_bytes;  /* of one gradient's */
     double tied_bytes;  /* of the tied exchange, 0 when untied */
@@ -547,7 +547,7 @@ static int row_memory(const Sweep *w, const Schedule *s, const Partition *part, 
     row->mem = pp_calloc((size_t)s->P, sizeof(double));
     for (int r = 0; r < s->P; r++) {
         ModelPlan p;
-        plan_rank_memory(w->cfg, &w->lay, s, &fwd, part, r, mode < 0 ? 0 : mode, w->B, &p);
+        plan_rank_memory(w->cfg, w->lay, s, &fwd, part, r, mode < 0 ? 0 : mode, w->B, &p);
         row->mem[r] = (double)p.params + p.grads + p.optimizer + model_plan_activations(&p);
         if (row->mem[r] > row->mem_max) {
             row->mem_max = row->mem[r];
@@ -635,7 +635,7 @@ static void print_header(const Sweep *w, const PlanGrid *g, FILE *f) {
             "efficiency = (M x %.4f ms, the whole model's F+B per microbatch) / P / step; "
             "bubble = idle fraction of the pipeline; memory = params + grads + optimizer + "
             "activations of the fullest rank on %s, MB = 1e6 bytes (docs/schedules.md)\n",
-            w->T1, w->lay.what);
+            w->T1, w->lay->what);
 }
 
 static void print_table(const PlanGrid *g, const Link *link, double X, double XB, double tied,
@@ -738,14 +738,14 @@ static int sweep_link(const Sweep *w, const PlanGrid *g, const Link *link, PlanR
     return PP_OK;
 }
 
-int plan_sweep(const Config *cfg, const LayerCosts *c, const PlanGrid *g, int json, FILE *f,
-               char *err, size_t errlen) {
+int plan_sweep(const Config *cfg, const BackendLayout *lay, const LayerCosts *c, const PlanGrid *g,
+               int json, FILE *f, char *err, size_t errlen) {
     int replicas = cfg->data_parallel > 0 ? cfg->data_parallel : 1;
     Sweep w = {.cfg = cfg,
                .c = c,
                .B = cfg->batch_size / (replicas * cfg->microbatches),
-               .T = cfg->seq_len};
-    if (plan_layout(cfg, w.B, &w.lay, err, errlen) != PP_OK) return PP_EUSAGE;
+               .T = cfg->seq_len,
+               .lay = lay};
     w.act_bytes = (double)w.B * w.T * cfg->dim * g->act_bytes;
     w.grad_bytes = (double)w.B * w.T * cfg->dim * g->grad_bytes;
     w.tied_bytes = cfg->tie_embeddings ? (double)cfg->padded_vocab_size * cfg->dim * 4 : 0;

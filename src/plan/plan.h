@@ -122,10 +122,11 @@ void plan_grid_default(PlanGrid *g);
 
 /* Simulate every row of grid g for the config's model and microbatch (batch_size /
  * (replicas x microbatches) sequences of seq_len) with costs c, partitioned by c
- * (pipeline.balance: time), and print one table per link (json: one JSON object
+ * (pipeline.balance: time), the memory column as a device of layout lay stores it
+ * (plan_layout), and print one table per link (json: one JSON object
  * instead). Deterministic for given costs. Returns PP_OK, or PP_ERUNTIME with a
  * message if a schedule fails to build or simulate. */
-int plan_sweep(const Config *cfg, const LayerCosts *c, const PlanGrid *g, int json, FILE *f,
-               char *err, size_t errlen);
+int plan_sweep(const Config *cfg, const BackendLayout *lay, const LayerCosts *c, const PlanGrid *g,
+               int json, FILE *f, char *err, size_t errlen);
 
 #endif

@@ -23,6 +23,7 @@ typedef struct {
     int have_layer;
     PlanGrid grid;          /* --plan's sweep; links from --link */
     int act_bytes_given;    /* --act-bytes; else the residual stream's ([Note: backend layout]) */
+    BackendLayout lay;      /* what the config's device stores (plan_layout), for the memory */
     int nlinks;             /* --link flags given */
 } SchedCmdOpts;
 
@@ -328,14 +329,12 @@ static int write_svg(const char *path, const Schedule *s, const SchedSimResult *
 /* Per rank: parameters, gradients, optimizer state and activations for the config,
  * and the activation peak under each recompute mode side by side. The numbers the
  * build report's "allocated:" line prints for the same config (test/recompute.sh). */
-static int print_memory_plan(const Config *cfg, const Schedule *s, const double *measured,
-                             FILE *f) {
+static int print_memory_plan(const Config *cfg, const BackendLayout *lay, const Schedule *s,
+                             const double *measured, FILE *f) {
     Schedule fwd;
     Partition part;
-    BackendLayout lay;
     char err[PP_ERR_MAX];
-    if (plan_layout(cfg, plan_microbatch(cfg), &lay, err, sizeof err) != PP_OK ||
-        runtime_partition(cfg, s, measured, plan_replicas(cfg), &part, err, sizeof err) != PP_OK ||
+    if (runtime_partition(cfg, s, measured, plan_replicas(cfg), &part, err, sizeof err) != PP_OK ||
         sched_build_forward_only(&fwd, s, err, sizeof err) != PP_OK) {
         pp_error("%s", err);
         return PP_EUSAGE;
@@ -344,7 +343,7 @@ static int print_memory_plan(const Config *cfg, const Schedule *s, const double 
     fprintf(f,
             "memory plan per rank (bytes on %s; microbatch %d x %d tokens%s, "
             "recompute %s%s):\n",
-            lay.what, plan_microbatch(cfg), cfg->seq_len,
+            lay->what, plan_microbatch(cfg), cfg->seq_len,
             cfg->data_parallel > 1    ? " of one replica"
             : cfg->data_parallel == 0 ? " (data_parallel auto: one replica)"
                                       : "",
@@ -352,9 +351,9 @@ static int print_memory_plan(const Config *cfg, const Schedule *s, const double 
             cfg->recompute_layers ? " on the first recompute_layers of each chunk" : "");
     for (int r = 0; r < s->P; r++) {
         ModelPlan p, by[3];
-        plan_rank_memory(cfg, &lay, s, &fwd, &part, r, mode, plan_microbatch(cfg), &p);
+        plan_rank_memory(cfg, lay, s, &fwd, &part, r, mode, plan_microbatch(cfg), &p);
         for (int k = 0; k < 3; k++)
-            plan_rank_memory(cfg, &lay, s, &fwd, &part, r, k, plan_microbatch(cfg), &by[k]);
+            plan_rank_memory(cfg, lay, s, &fwd, &part, r, k, plan_microbatch(cfg), &by[k]);
         size_t none = model_plan_activations(&by[0]);
         fprintf(f,
                 "rank %d: plan: params %zu B, grads %zu B, optimizer %zu B, activations %zu B "
@@ -439,7 +438,7 @@ static int run_plan(const Config *cfg, SchedCmdOpts *o, const Schedule *s,
                     s->S);
     }
     o->grid.costs_from = from;
-    if (plan_sweep(cfg, &o->layer, &o->grid, o->json, stdout, err, sizeof err) != PP_OK) {
+    if (plan_sweep(cfg, &o->lay, &o->layer, &o->grid, o->json, stdout, err, sizeof err) != PP_OK) {
         pp_error("%s", err);
         return PP_ERUNTIME;
     }
@@ -495,14 +494,12 @@ int plan_cmd_main(const Config *cfg, int argc, char **argv) {
     char err[PP_ERR_MAX];
     int rc = parse_opts(argc, argv, &o);
     if (rc != PP_OK) return rc;
-    if (!o.act_bytes_given) { /* what the run's device sends forward: its residual stream */
-        BackendLayout lay;
-        if (plan_layout(cfg, plan_microbatch(cfg), &lay, err, sizeof err) != PP_OK) {
-            pp_error("%s", err);
-            return PP_EUSAGE;
-        }
-        o.grid.act_bytes = (int)pp_dtype_bytes(lay.residual);
+    if (plan_layout(cfg, plan_microbatch(cfg), &o.lay, err, sizeof err) != PP_OK) {
+        pp_error("%s", err);
+        return PP_EUSAGE;
     }
+    /* what the run's device sends forward: its residual stream */
+    if (!o.act_bytes_given) o.grid.act_bytes = (int)pp_dtype_bytes(o.lay.residual);
     if ((rc = load_schedule(cfg, &s)) != PP_OK) return rc;
     rc = time_costs(cfg, &o, &s, &trace, o.json ? stderr : stdout); /* JSON stays one object */
     if (rc == PP_OK && o.plan) rc = run_plan(cfg, &o, &s, &trace);
@@ -536,7 +533,7 @@ int plan_cmd_main(const Config *cfg, int argc, char **argv) {
         printf("\n");
         sched_show_summary(&s, &res, &costs, (const char *const *)layers, stdout);
         printf("\n");
-        rc = print_memory_plan(cfg, &s, balance, stdout);
+        rc = print_memory_plan(cfg, &o.lay, &s, balance, stdout);
     }
     if (rc == PP_OK && o.svg) {
         rc = write_svg(o.svg, &s, &res, &costs);

@@ -748,15 +748,15 @@ int runtime_partition(const Config *cfg, const Schedule *sched, const double *me
         int rc = backend_layout(cfg, &bs, &lay, err, errlen);
         if (rc != PP_OK) return rc;
         double N = (double)B * T, att = (double)backend_layout_att_floats(&lay, B, T, d.NH);
-        double rows = lay.logits_chunk_rows > 0 && lay.logits_chunk_rows < N ? lay.logits_chunk_rows
-                                                                             : N;
         size_t ob = pp_dtype_bytes(lay.operand), rb = pp_dtype_bytes(lay.residual);
         PartitionActBytes ab = {.layer = model_layer_act_bytes(&d, N, att, ob, rb,
                                                                mode < 0 ? 0 : mode),
-                                .boundary = N * a.boundary_floats *
-                                            (rb + sizeof(float)), /* gradients fp32 */
+                                .boundary = (double)model_boundary_elems(&d, B, T) *
+                                            (rb + sizeof(float)), /* grad fp32 */
                                 .head = model_head_act_bytes(&d, N, ob, rb),
-                                .logits = rows * a.logits_floats * pp_dtype_bytes(lay.logits)};
+                                .logits = (double)model_logits_bytes(&d, B, T,
+                                                                     pp_dtype_bytes(lay.logits),
+                                                                     lay.logits_chunk_rows)};
         int inflight[PP_MAX_STAGES];
         for (int s = 0; s < S; s++) inflight[s] = sched_peak_inflight(sched, s);
         partition_costs_memory(&pc, S, &a, optim_state_arrays(cfg), inflight, &ab);
@@ -908,18 +908,34 @@ static int transport_init(Runtime *rt, Comm *comm, const Backend *be, char *err,
     return PP_OK;
 }
 
-/* [Note: residual stream type] in backend.h: the activations a stage sends are of its
- * backend's residual type, so the ranks of one pipeline must store the stream alike (a CPU
- * rank and a GPU rank at bf16 would not: the messages' sizes would differ; replicas exchange
- * only fp32 gradients). One all-reduce of each replica's count of each type, on every rank;
- * a pipeline that mixes them is refused on every rank, naming the counts and the way out. */
-static int residual_agree(const Runtime *rt, Comm *comm, const Backend *be, char *err,
-                          size_t errlen) {
-    int D = rt->lay.D, rc = PP_OK, mixed = -1;
-    double *n = pp_calloc(2 * (size_t)D, sizeof *n); /* [replica][fp32, bf16] */
+/* What every rank must agree on before the model is built, in one all-reduce on every rank:
+ *  - [Note: residual stream type] in backend.h: the activations a stage sends are of its
+ *    backend's residual type, so the ranks of one pipeline must store the stream alike (a
+ *    CPU rank and a GPU rank at bf16 would not: the messages' sizes would differ; replicas
+ *    exchange only fp32 gradients). Each replica's count of each type; a pipeline that
+ *    mixes them is refused, naming the counts and the way out.
+ *  - [Note: partition agreement] Every rank computes the partition itself, and under
+ *    pipeline.balance: memory from what its own device stores ([Note: backend layout] in
+ *    backend_load.h): ranks on different devices (a CPU and a GPU under runtime.device
+ *    auto, cards of different memory, different PPTRAIN_* switches) could split the layers
+ *    differently, and the messages, whose sizes do not depend on the split, would not show
+ *    it. The sums over all ranks of each stage's end and of its square equal world x this
+ *    rank's (and its square) only when every rank has the same ends (sum (x - m)^2 = 0).
+ *    Exact in doubles: layer counts and ranks are small.
+ * Every rank reaches the same verdict from the same sums. */
+static int ranks_agree(const Runtime *rt, Comm *comm, const Backend *be, char *err, size_t errlen) {
+    int D = rt->lay.D, S = rt->part.S, rc = PP_OK, mixed = -1;
+    double w = comm->world;
+    double *n = pp_calloc(2 * (size_t)D + 2 * (size_t)S, sizeof *n); /* [replica][fp32, bf16] */
+    double *x = n + 2 * D;                                           /* [stage][end, end^2] */
     n[2 * rt->lay.dp + (be->residual != PP_F32)] = 1;
-    if (comm->world > 1 && comm_allreduce_sum_f64(comm, n, 2 * D) != PP_OK)
-        rc = pp_errf(err, errlen, PP_ERUNTIME, "agreeing on the residual stream's type: %s",
+    for (int s = 0; s < S; s++) {
+        x[2 * s] = rt->part.l1[s];
+        x[2 * s + 1] = (double)rt->part.l1[s] * rt->part.l1[s];
+    }
+    if (comm->world > 1 && comm_allreduce_sum_f64(comm, n, 2 * D + 2 * S) != PP_OK)
+        rc = pp_errf(err, errlen, PP_ERUNTIME,
+                     "agreeing on the residual stream's type and the partition: %s",
                      comm_error(comm));
     for (int r = 0; r < D && rc == PP_OK && mixed < 0; r++)
         if (n[2 * r] > 0 && n[2 * r + 1] > 0) mixed = r;
@@ -932,30 +948,8 @@ static int residual_agree(const Runtime *rt, Comm *comm, const Backend *be, char
                      "GPU rank (fp32 to match a CPU rank)",
                      mixed, n[2 * mixed], n[2 * mixed + 1],
                      be->residual == PP_F32 ? "fp32" : "bf16", be->name);
-    free(n);
-    return rc;
-}
-
-/* [Note: partition agreement] Every rank computes the partition itself, and under
- * pipeline.balance: memory from what its own device stores ([Note: backend layout] in
- * backend_load.h): ranks on different devices (a CPU and a GPU under runtime.device auto,
- * cards of different memory, different PPTRAIN_* switches) could split the layers
- * differently, and the messages, whose sizes do not depend on the split, would not show
- * it. So the ranks compare: the sums over all ranks of each stage's end and of its
- * square equal world x this rank's (and its square) only when every rank has the same
- * ends (sum (x - m)^2 = 0). Exact in doubles: layer counts and ranks are small. */
-static int partition_agree(const Runtime *rt, Comm *comm, char *err, size_t errlen) {
-    int S = rt->part.S, rc = PP_OK;
-    if (comm->world < 2) return PP_OK;
-    double *x = pp_calloc(2 * (size_t)S, sizeof *x);
-    for (int s = 0; s < S; s++) {
-        x[2 * s] = rt->part.l1[s];
-        x[2 * s + 1] = (double)rt->part.l1[s] * rt->part.l1[s];
-    }
-    if (comm_allreduce_sum_f64(comm, x, 2 * S) != PP_OK)
-        rc = pp_errf(err, errlen, PP_ERUNTIME, "agreeing on the partition: %s", comm_error(comm));
     for (int s = 0; s < S && rc == PP_OK; s++) {
-        double m = rt->part.l1[s], w = comm->world;
+        double m = rt->part.l1[s];
         if (x[2 * s] != w * m || x[2 * s + 1] != w * m * m)
             rc = pp_errf(err, errlen, PP_EUSAGE,
                          "the ranks split the layers differently (this rank ends stage %d at "
@@ -966,7 +960,7 @@ static int partition_agree(const Runtime *rt, Comm *comm, char *err, size_t errl
                          "explicitly, or the same device and switches to every rank",
                          s, rt->part.l1[s], x[2 * s] / w, rt->cfg->balance);
     }
-    free(x);
+    free(n);
     return rc;
 }
 
@@ -1068,9 +1062,7 @@ int runtime_init(Runtime *rt, const Config *cfg, Comm *comm, Trace *trace, char 
         (rc = transport_init(rt, comm, be, err, errlen)))
         return rc;
     comm = rt->comm; /* the job's NCCL Comm when chosen: every message and collective from here */
-    if ((rc = residual_agree(rt, comm, be, err, errlen)) ||
-        (rc = partition_agree(rt, comm, err, errlen)))
-        return rc;
+    if ((rc = ranks_agree(rt, comm, be, err, errlen))) return rc;
     build_model(rt, &d, be);
     model_init_weights(&rt->model, cfg->seed, cfg->init_std);
     rt->init_hf = cfg->init_from[0] && model_hf_is_dir(cfg->init_from);
