@@ -209,11 +209,12 @@ static void layout(CudaCtx *c, cublasLtMatrixLayout_t *l, cudaDataType t, int ro
 
 /* PPTRAIN_GEMM_LOG=1: one line on stderr for each new GEMM of the cache, its row-major shape
  * (the key holds cuBLASLt's column-major view: m and n, A and B swapped) and what cuBLASLt's
- * heuristic chose for it (r; NULL: nothing) of the n answers it returned: the algorithm's id,
+ * heuristic chose for it (r, its answer #pick, or the tuned one: [Note: GEMM tuning]; NULL:
+ * nothing) of the n answers it returned: the algorithm's id,
  * tile (cublasLtMatmulTile_t), stages (cublasLtMatmulStages_t), split-K count and reduction
  * scheme (cublasLtReductionScheme_t), cluster shape, waves and workspace. A diagnostic for
  * the GEMMs below the GEMM rate (cuda/NOTES.md, "PPTRAIN_GEMM_LOG"). */
-static void gemm_log(const CudaCtx *c, const GemmKey *k, const GemmEntry *e, int n,
+static void gemm_log(const CudaCtx *c, const GemmKey *k, const GemmEntry *e, int n, int pick,
                      const cublasLtMatmulHeuristicResult_t *r) {
     int32_t id = -1, splitk = 0;
     uint32_t tile = 0, stages = 0, red = 0;
@@ -243,9 +244,9 @@ static void gemm_log(const CudaCtx *c, const GemmKey *k, const GemmEntry *e, int
     if (r)
         fprintf(stderr,
                 "algo %d, tile %u, stages %u, split-K %d, reduction %u, cluster %u, waves %.2f, "
-                "workspace %zu B (the first of %d returned)\n",
+                "workspace %zu B (answer #%d of the %d returned)\n",
                 id, tile, stages, splitk, red, (unsigned)cluster, r->wavesCount, r->workspaceSize,
-                n);
+                pick, n);
     else
         fprintf(stderr,
                 n ? "no algorithm (%d returned, none writes out of place)\n"
@@ -253,20 +254,147 @@ static void gemm_log(const CudaCtx *c, const GemmKey *k, const GemmEntry *e, int
                 n);
 }
 
-/* The first of n heuristic results that can run: with C != D (out_of_place), the first
- * whose algorithm says it can write out of place. -1: none. */
+static void set_attr(CudaCtx *c, cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                     const void *v, size_t n) {
+    LTCK(c, cublasLtMatmulDescSetAttribute(d, a, v, n));
+}
+
+/* Whether heuristic result r can run the call: with C != D (out_of_place), only an
+ * algorithm that says it can write out of place. */
+static int can_run(const cublasLtMatmulHeuristicResult_t *r, int out_of_place) {
+    int32_t oop = 0;
+    size_t got = 0;
+    return !out_of_place ||
+           (cublasLtMatmulAlgoCapGetAttribute(&r->algo,
+                                              CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT, &oop,
+                                              sizeof oop, &got) == CUBLAS_STATUS_SUCCESS &&
+            oop);
+}
+
+/* The first of n heuristic results that can run (can_run). -1: none. */
 static int pick_algo(cublasLtMatmulHeuristicResult_t *res, int n, int out_of_place) {
-    for (int i = 0; i < n; i++) {
-        int32_t oop = 0;
-        size_t got = 0;
-        if (!out_of_place ||
-            (cublasLtMatmulAlgoCapGetAttribute(&res[i].algo,
-                                               CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT, &oop,
-                                               sizeof oop, &got) == CUBLAS_STATUS_SUCCESS &&
-             oop))
-            return i;
-    }
+    for (int i = 0; i < n; i++)
+        if (can_run(&res[i], out_of_place)) return i;
     return -1;
+}
+
+/* [Note: GEMM tuning] PPTRAIN_GEMM_TUNE=1 (off by default): a GEMM new to the cache takes,
+ * of the heuristic's first 16 answers that can run it, the fastest on this device, timed
+ * on the call's own operands (cuBLASLt's documented way past its heuristic, which ranks
+ * without running anything), instead of the heuristic's first. Each answer runs once to
+ * warm up, once to size the count, then enough times for about a millisecond between two
+ * events on the stream; the heuristic's first is kept unless another is 3% faster, so
+ * that timing noise alone does not move it. What the timed runs write goes to a scratch
+ * allocation of the same extent (D, the GELU epilogue's aux output, the bias gradient;
+ * C with D when the GEMM adds into D in place), never to the caller's buffers, so the
+ * call's result is the chosen algorithm's one run, as without tuning; no room for the
+ * scratch keeps the heuristic's first. It costs a sync and a few milliseconds a GEMM, at
+ * its first call only (the cache holds the choice for the run). The same shape can take
+ * another algorithm in another process, so tuned runs need not give the bits of an
+ * untuned run or of each other (the other switches never change what runs from run to
+ * run): a speed measurement (bench/gpu.sh's switch row), not yet a default. Each tuned
+ * GEMM is one stderr line: the heuristic's first's time, the choice's and how many were
+ * timed. */
+typedef struct {
+    float alpha, beta;
+    const void *A, *B, *C; /* as cublasLtMatmul takes them (A and B are the row-major call's B
+                              and A; C is D itself when in place) */
+    size_t d_bytes;        /* D's extent, every batch */
+    int in_place;          /* C is D */
+    void *aux_out;         /* the GELU epilogue's aux output (D's extent), or NULL */
+    float *bgrad_out;      /* the bias-gradient epilogue's output, or NULL */
+    size_t bgrad_bytes;
+} GemmTune;
+
+/* ms of one run of candidate r on t's operands, its D (and C when in place) the scratch d,
+ * the epilogue's outputs already pointed at the scratch by desc; -1 when cuBLASLt refuses
+ * to run it. */
+static float time_candidate(CudaCtx *c, const GemmTune *t, cublasLtMatmulDesc_t desc,
+                            const cublasLtMatmulHeuristicResult_t *r, cublasLtMatrixLayout_t la,
+                            cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, void *d,
+                            cudaEvent_t e0, cudaEvent_t e1) {
+    const void *cp = t->in_place ? d : t->C;
+    float ms = 0;
+    int reps = 1;
+    for (int round = 0; round < 3; round++) { /* warm-up, sizing, the timed runs */
+        CK(c, cudaEventRecord(e0, c->stream));
+        for (int i = 0; i < reps; i++)
+            if (cublasLtMatmul(c->lt, desc, &t->alpha, t->A, la, t->B, lb, &t->beta, cp, lc, d, lc,
+                               &r->algo, c->lt_ws.p, c->lt_ws.bytes,
+                               c->stream) != CUBLAS_STATUS_SUCCESS)
+                return -1;
+        CK(c, cudaEventRecord(e1, c->stream));
+        CK(c, cudaEventSynchronize(e1));
+        CK(c, cudaEventElapsedTime(&ms, e0, e1));
+        ms /= (float)reps;
+        if (round == 1) reps = ms > 0.5f ? 2 : ms < 0.05f ? 20 : (int)(1.0f / ms) + 1;
+    }
+    return ms;
+}
+
+/* The index of the candidate t's GEMM takes ([Note: GEMM tuning]): the fastest of res[0..n)
+ * that can run it, first (the heuristic's) unless another is 3% faster. */
+static int gemm_tune(CudaCtx *c, const GemmKey *key, const GemmTune *t, cublasLtMatmulDesc_t desc,
+                     const cublasLtMatmulHeuristicResult_t *res, int n, int first, int out_of_place,
+                     cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                     cublasLtMatrixLayout_t lc) {
+    size_t dpad = (t->d_bytes + 255) & ~(size_t)255;
+    size_t bytes = dpad * (t->aux_out ? 2 : 1) + t->bgrad_bytes;
+    char *s = NULL;
+    if (cudaMalloc((void **)&s, bytes) != cudaSuccess) {
+        cudaGetLastError(); /* an allocation's failure is not sticky: clear it */
+        fprintf(stderr,
+                "[rank %d] cuda: gemm tune M=%d N=%d K=%d: no room for %.1f MB of scratch, the "
+                "heuristic's first kept\n",
+                c->rank, key->n, key->m, key->k, bytes / 1e6);
+        return first;
+    }
+    /* the epilogue's outputs into the scratch too, the caller's restored after */
+    if (t->aux_out) {
+        void *aux = s + dpad;
+        set_attr(c, desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    }
+    if (t->bgrad_out) {
+        void *bg = s + dpad * (t->aux_out ? 2 : 1);
+        set_attr(c, desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bg, sizeof bg);
+    }
+    cudaEvent_t e0, e1;
+    CK(c, cudaEventCreate(&e0));
+    CK(c, cudaEventCreate(&e1));
+    int best = first, timed = 0, refused = 0;
+    float first_ms = -1, best_ms = -1;
+    for (int i = 0; i < n; i++) {
+        if (!can_run(&res[i], out_of_place) || res[i].workspaceSize > c->lt_ws.bytes) continue;
+        float ms = time_candidate(c, t, desc, &res[i], la, lb, lc, s, e0, e1);
+        if (ms < 0) {
+            refused++;
+            continue;
+        }
+        timed++;
+        if (i == first) first_ms = ms;
+        if (best_ms < 0 || ms < best_ms) best_ms = ms, best = i;
+    }
+    /* the heuristic's first unless another is clearly faster (or it would not run) */
+    if (first_ms >= 0 && best != first && best_ms > 0.97f * first_ms)
+        best = first, best_ms = first_ms;
+    if (best_ms < 0) best = first;
+    CK(c, cudaEventDestroy(e0));
+    CK(c, cudaEventDestroy(e1));
+    CK(c, cudaFree(s)); /* after the stream's timed runs: cudaFree waits for the device */
+    if (t->aux_out)
+        set_attr(c, desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &t->aux_out,
+                 sizeof t->aux_out);
+    if (t->bgrad_out)
+        set_attr(c, desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &t->bgrad_out, sizeof t->bgrad_out);
+    fprintf(stderr,
+            "[rank %d] cuda: gemm tune M=%d N=%d K=%d op %d%d batch %d, %s out%s, epilogue %d: "
+            "the heuristic's first (answer #%d) %.4f ms, chose answer #%d %.4f ms (%+.1f%%); %d "
+            "timed, %d refused, of %d\n",
+            c->rank, key->n, key->m, key->k, key->opB, key->opA, key->batch,
+            key->d_bf16 ? "bf16" : "fp32", key->oop ? " (C apart)" : "", key->epi, first, first_ms,
+            best, best_ms, first_ms > 0 ? 100.0 * (best_ms / first_ms - 1) : 0.0, timed, refused,
+            n);
+    return best;
 }
 
 /* [Note: GEMM cache] cuBLASLt's heuristic query costs far more than the GEMM descriptors,
@@ -278,7 +406,8 @@ static int pick_algo(cublasLtMatmulHeuristicResult_t *res, int n, int out_of_pla
 static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmulDesc_t desc_epi,
                                   int epi_optional, cublasLtMatmulDesc_t desc_plain,
                                   cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                                  cublasLtMatrixLayout_t lc, int out_of_place) {
+                                  cublasLtMatrixLayout_t lc, int out_of_place,
+                                  const GemmTune *tune) {
     for (int i = 0; i < c->ngemm; i++)
         if (!memcmp(&c->gemm[i].key, key, sizeof *key)) return &c->gemm[i];
     cublasLtMatmulPreference_t pref;
@@ -305,10 +434,11 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
     LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                  &red, sizeof red));
     /* the heuristic's best first; C != D takes the best that says it can write out of
-     * place, so one algorithm without that capability does not cost the fusion */
-    enum { CAND = 8 };
+     * place, so one algorithm without that capability does not cost the fusion; tuning
+     * times up to CAND ([Note: GEMM tuning]) */
+    enum { CAND = 16 };
     cublasLtMatmulHeuristicResult_t res[CAND];
-    int n = 0, want = out_of_place ? CAND : 1;
+    int n = 0, want = c->gemm_tune ? CAND : out_of_place ? 8 : 1;
     GemmEntry e;
     memset(&e, 0, sizeof e);
     e.key = *key;
@@ -331,8 +461,11 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
     }
     LTCK(c, cublasLtMatmulPreferenceDestroy(pref));
     e.found = pick >= 0; /* if not, the caller falls back, or dies naming the shape */
+    if (e.found && c->gemm_tune && tune)
+        pick = gemm_tune(c, key, tune, e.with_epi ? desc_epi : desc_plain, res, n, pick,
+                         out_of_place, la, lb, lc);
     if (e.found) e.algo = res[pick].algo;
-    if (c->gemm_log) gemm_log(c, key, &e, n, e.found ? &res[pick] : NULL);
+    if (c->gemm_log) gemm_log(c, key, &e, n, pick, e.found ? &res[pick] : NULL);
     int slot = c->ngemm < GEMM_CACHE ? c->ngemm++
                                      : (int)(((unsigned)key->m * 31u + key->n) % GEMM_CACHE);
     c->gemm[slot] = e;
@@ -369,11 +502,6 @@ struct GemmOut {
                              bias, both bf16 in D's layout (CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
                              GELU_AUX without a bias; [Note: fused GELU] in backend.h) */
 };
-
-static void set_attr(CudaCtx *c, cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
-                     const void *v, size_t n) {
-    LTCK(c, cublasLtMatmulDescSetAttribute(d, a, v, n));
-}
 
 /* Row-major D[M,N] (leading dimension ldc) = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C,
  * with o's epilogue (bias only with batch 1 and ldc N); op transposes when tA / tB.
@@ -466,7 +594,18 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
         }
     }
     int optional = epi == CUBLASLT_EPILOGUE_BIAS && !o->d_bf16;
-    const GemmEntry *e = gemm_algo(c, &key, withe, optional, plain, la, lb, lc, Cp != o->D);
+    GemmTune tune; /* [Note: GEMM tuning]: what the candidates are timed on */
+    tune.alpha = alpha;
+    tune.beta = beta;
+    tune.A = B;
+    tune.B = A;
+    tune.C = Cp;
+    tune.d_bytes = ((size_t)(batch - 1) * (size_t)sC + (size_t)(M - 1) * ldc + N) * ds;
+    tune.in_place = Cp == o->D;
+    tune.aux_out = o->gelu_aux;
+    tune.bgrad_out = o->bgrad;
+    tune.bgrad_bytes = o->bgrad ? (size_t)(M > N ? M : N) * sizeof(float) : 0;
+    const GemmEntry *e = gemm_algo(c, &key, withe, optional, plain, la, lb, lc, Cp != o->D, &tune);
     int found = e->found, fused = found && withe && e->with_epi;
     if (found) {
         LTCK(c, cublasLtMatmul(c->lt, fused ? withe : plain, &alpha, B, la, A, lb, &beta, Cp, lc,
@@ -1519,7 +1658,7 @@ static PPCudaLayout layout_of(const StoreChoice *k, const PPCudaSizes *sizes, si
  * what pp_cuda_open reads and pp_cuda_layout checks (a value open refuses fails both). */
 typedef struct {
     int flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
-    int ce_two_pass, gelu_epi_off, fuse_cast_off, adamw_copy_off, gemm_log_on;
+    int ce_two_pass, gelu_epi_off, fuse_cast_off, adamw_copy_off, gemm_log_on, gemm_tune_on;
 } SpeedSwitches;
 
 static int speed_switches(SpeedSwitches *w, char *err, size_t errlen) {
@@ -1546,6 +1685,8 @@ static int speed_switches(SpeedSwitches *w, char *err, size_t errlen) {
             env_switch("PPTRAIN_ADAMW_COPY", fuse, 2, &w->adamw_copy_off, err, errlen) ||
             /* a diagnostic: what cuBLASLt chose for each GEMM (gemm_log) */
             env_switch("PPTRAIN_GEMM_LOG", off_on, 2, &w->gemm_log_on, err, errlen) ||
+            /* [Note: GEMM tuning]: each GEMM's algorithm by timing (off by default) */
+            env_switch("PPTRAIN_GEMM_TUNE", off_on, 2, &w->gemm_tune_on, err, errlen) ||
             /* [Note: cross-entropy row in shared memory] in ce_kernels.cuh */
             env_switch("PPTRAIN_CE", ce, 2, &w->ce_two_pass, err, errlen))
             return -1;
@@ -1611,6 +1752,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         c->fuse_cast = !w.fuse_cast_off;
         c->adamw_copy = !w.adamw_copy_off;
         c->gemm_log = w.gemm_log_on;
+        c->gemm_tune = w.gemm_tune_on;
     }
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->ce_two_pass = w.ce_two_pass;
@@ -1659,7 +1801,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
             snprintf(att, sizeof att, "materialized (cuBLASLt)");
         snprintf(c->desc, sizeof c->desc,
                  "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention "
-                 "%s%s%s%s%s%s%s%s%s%s%s%s",
+                 "%s%s%s%s%s%s%s%s%s%s%s%s%s",
                  device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                  prop.totalGlobalMem / 1e9, prec_name(precision, c->op, c->res), att,
                  c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
@@ -1669,6 +1811,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                  c->fuse_cast ? "" : ", PPTRAIN_FUSE_CAST=0",
                  c->adamw_copy ? "" : ", PPTRAIN_ADAMW_COPY=0",
                  c->gemm_log ? ", PPTRAIN_GEMM_LOG=1" : "",
+                 c->gemm_tune ? ", PPTRAIN_GEMM_TUNE=1 (GEMM algorithms by timing)" : "",
                  c->ce_two_pass ? ", PPTRAIN_CE=two-pass" : "",
                  !k.bf16_operands || c->logits_bf16 ? ""
                  : k.logits_fp32                    ? ", PPTRAIN_LOGITS=fp32"

@@ -65,6 +65,8 @@ struct CudaCtx {
     size_t kept_n;
     int adamw_copy;           /* PPTRAIN_ADAMW_COPY (default 1): weight_hold's kept reuses it */
     int gemm_log;             /* PPTRAIN_GEMM_LOG=1: each new GEMM's algorithm on stderr */
+    int gemm_tune;            /* PPTRAIN_GEMM_TUNE=1: each new GEMM's algorithm by timing the
+                                 heuristic's candidates ([Note: GEMM tuning]) */
     Grow partials;            /* column partial sums (bias and LayerNorm weight grads) */
     Grow sums;                /* double partials of sum / sumsq */
     Grow enc;                 /* encoder backward: the sort of rows by token, next row with

@@ -11,4 +11,7 @@ PP_OLD_PATHS="PPTRAIN_FUSE_GELU=0 PPTRAIN_FUSE_RESIDUAL=0 PPTRAIN_FUSE_BGRAD=0 P
 # kept by AdamW, the fp32 residual stream). PPTRAIN_ATTENTION=flash (pptrain's own flash
 # kernels instead of cuDNN's: 44.3 against 39.7 ms in the third GPU session) left the list
 # when the residual's switch came, to keep bench/gpu.sh within second-call's 250 s.
-PP_AB="PPTRAIN_LOGITS=fp32 PPTRAIN_GELU_EPILOGUE=0 PPTRAIN_FUSE_CAST=0 PPTRAIN_ADAMW_COPY=0 PPTRAIN_RESIDUAL=fp32"
+# PPTRAIN_GEMM_TUNE=1 is the other way round: a new path, off by default (each GEMM's
+# algorithm by timing the heuristic's candidates, [Note: GEMM tuning] in
+# cuda/backend_cuda.cu); its row is its gain, and it is in no old-path list.
+PP_AB="PPTRAIN_LOGITS=fp32 PPTRAIN_GELU_EPILOGUE=0 PPTRAIN_FUSE_CAST=0 PPTRAIN_ADAMW_COPY=0 PPTRAIN_RESIDUAL=fp32 PPTRAIN_GEMM_TUNE=1"

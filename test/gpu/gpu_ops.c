@@ -2067,8 +2067,9 @@ static int open_env(OpenFn open, const char *var, const char *val, const char *p
 
 /* The older code paths that environment switches restore without a rebuild, each on a
  * bf16 backend of its own, so that the GPU session can fall back on one and A/B it
- * (bench/gpu.sh); then a bad value of each, which the open must refuse naming the
- * variable (a real CUDA backend only: the CPU ignores them). Returns 0, or 1 when a
+ * (bench/gpu.sh), and the GEMM tuning (a new path, off by default); then a bad value of
+ * each, which the open must refuse naming the variable (a real CUDA backend only: the
+ * CPU ignores them). Returns 0, or 1 when a
  * backend cannot be opened. */
 static int check_switches(OpenFn open, int small, int cpu_mode) {
     static const struct {
@@ -2084,6 +2085,8 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
         {"PPTRAIN_FUSE_CAST", "0", "maybe"},
         {"PPTRAIN_ADAMW_COPY", "0", "sometimes"}, /* [Note: kept weight copy] */
         {"PPTRAIN_RESIDUAL", "fp32", "bf8"},      /* [Note: residual stream type] */
+        {"PPTRAIN_GEMM_TUNE", "1", "fast"},       /* a new path, off by default: [Note: GEMM
+                                                     tuning] in cuda/backend_cuda.cu */
     };
     char why[PP_ERR_MAX];
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
@@ -2113,6 +2116,25 @@ static int check_switches(OpenFn open, int small, int cpu_mode) {
             check_layernorm(&s1, "PPTRAIN_RESIDUAL=fp32 B=2 T=37 C=64");
             check_rmsnorm(&s1, "PPTRAIN_RESIDUAL=fp32 B=2 T=37 C=64");
             check_matmul_residual(2 * 37, 64, 192, 1, "PPTRAIN_RESIDUAL=fp32");
+        }
+        if (!strcmp(sw[i].var, "PPTRAIN_GEMM_TUNE")) { /* every kind of GEMM, each tuned at
+                                                          its first call, then its bits again */
+            static const Shape s1 = {2, 37, 64, 1, 251, 256};
+            const char *t = "PPTRAIN_GEMM_TUNE=1";
+            check_matmul(2 * 37, 64, 192, 1, t);
+            check_matmul(2 * 37, 64, 67, 0, t);
+            check_matmul_operand(2 * 37, 64, 192, 1, t);
+            check_matmul_gelu(2 * 37, 64, 256, 1, t);
+            check_matmul_residual(2 * 37, 64, 64, 1, t);
+            check_matmul_residual(2 * 37, 256, 64, 0, t);
+            check_head_logits(&s1, t);
+            check_bias_grad_shapes(small, t);
+            if (!small) { /* GPT-2's MLP and projections at B 1, T 1024 */
+                check_matmul_gelu(1024, 768, 3072, 1, t);
+                check_matmul_residual(1024, 768, 768, 1, t);
+                check_matmul_residual(1024, 3072, 768, 1, t);
+                check_matmul_operand(1024, 768, 2304, 1, t);
+            }
         }
         if (!strcmp(sw[i].var, "PPTRAIN_LOGITS")) {
             static const Shape s1 = {2, 37, 64, 1, 251, 256}, s2 = {1, 3, 64, 1, 50257, 50304};
