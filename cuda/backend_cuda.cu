@@ -264,6 +264,7 @@ static void set_attr(CudaCtx *c, cublasLtMatmulDesc_t d, cublasLtMatmulDescAttri
 static int can_run(const cublasLtMatmulHeuristicResult_t *r, int out_of_place) {
     int32_t oop = 0;
     size_t got = 0;
+    if (r->state != CUBLAS_STATUS_SUCCESS) return 0; /* its other fields are not valid */
     return !out_of_place ||
            (cublasLtMatmulAlgoCapGetAttribute(&r->algo,
                                               CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT, &oop,
@@ -281,15 +282,20 @@ static int pick_algo(cublasLtMatmulHeuristicResult_t *res, int n, int out_of_pla
 /* [Note: GEMM tuning] PPTRAIN_GEMM_TUNE=1 (off by default): a GEMM new to the cache takes,
  * of the heuristic's first 16 answers that can run it, the fastest on this device, timed
  * on the call's own operands (cuBLASLt's documented way past its heuristic, which ranks
- * without running anything), instead of the heuristic's first. Each answer runs once to
- * warm up, once to size the count, then enough times for about a millisecond between two
- * events on the stream; the heuristic's first is kept unless another is 3% faster, so
- * that timing noise alone does not move it. What the timed runs write goes to a scratch
- * allocation of the same extent (D, the GELU epilogue's aux output, the bias gradient;
- * C with D when the GEMM adds into D in place), never to the caller's buffers, so the
- * call's result is the chosen algorithm's one run, as without tuning; no room for the
- * scratch keeps the heuristic's first. It costs a sync and a few milliseconds a GEMM, at
- * its first call only (the cache holds the choice for the run). The same shape can take
+ * without running anything), instead of the heuristic's first. Each answer runs twice to
+ * size the count (the second timed), then once more and enough times for about a
+ * millisecond between two events on the stream (the untimed run first, so that the first
+ * event is not recorded on an idle stream, which would time the host's launch); the
+ * heuristic's first is kept unless another is 3% faster, so that timing noise alone does
+ * not move it. What the timed runs write goes to a zeroed scratch allocation of the same
+ * extent (D, the GELU epilogue's aux output, the bias gradient; C with D when the GEMM
+ * adds into D in place), never to the caller's buffers, so the call's result is the
+ * chosen algorithm's one run, as without tuning. The scratch is allocated and freed in
+ * stream order (cudaMallocAsync: no wait on the whole device, where an NCCL receive may
+ * be waiting for a peer); no room for it keeps the heuristic's first. It costs a wait on
+ * the stream and a few milliseconds a GEMM (up to ~0.1 s for the head's), at its first
+ * call only (the cache holds the choice for the run; a full cache's evicted key would be
+ * tuned again). The same shape can take
  * another algorithm in another process, so tuned runs need not give the bits of an
  * untuned run or of each other (the other switches never change what runs from run to
  * run): a speed measurement (bench/gpu.sh's switch row), not yet a default. Each tuned
@@ -316,18 +322,23 @@ static float time_candidate(CudaCtx *c, const GemmTune *t, cublasLtMatmulDesc_t 
     const void *cp = t->in_place ? d : t->C;
     float ms = 0;
     int reps = 1;
-    for (int round = 0; round < 3; round++) { /* warm-up, sizing, the timed runs */
-        CK(c, cudaEventRecord(e0, c->stream));
-        for (int i = 0; i < reps; i++)
+    for (int round = 0; round < 2; round++) { /* sizing, then the timed runs */
+        /* a run not timed first, so that e0 is not recorded on an idle stream, which
+         * would count the host's launch of the first timed run */
+        for (int i = 0; i <= reps; i++) {
+            if (i == 1) CK(c, cudaEventRecord(e0, c->stream));
             if (cublasLtMatmul(c->lt, desc, &t->alpha, t->A, la, t->B, lb, &t->beta, cp, lc, d, lc,
                                &r->algo, c->lt_ws.p, c->lt_ws.bytes,
-                               c->stream) != CUBLAS_STATUS_SUCCESS)
+                               c->stream) != CUBLAS_STATUS_SUCCESS) {
+                cudaGetLastError(); /* a refused launch's error, not the next kernel's */
                 return -1;
+            }
+        }
         CK(c, cudaEventRecord(e1, c->stream));
         CK(c, cudaEventSynchronize(e1));
         CK(c, cudaEventElapsedTime(&ms, e0, e1));
         ms /= (float)reps;
-        if (round == 1) reps = ms > 0.5f ? 2 : ms < 0.05f ? 20 : (int)(1.0f / ms) + 1;
+        if (round == 0) reps = ms > 0.5f ? 2 : ms < 0.05f ? 20 : (int)(1.0f / ms) + 1;
     }
     return ms;
 }
@@ -341,12 +352,17 @@ static int gemm_tune(CudaCtx *c, const GemmKey *key, const GemmTune *t, cublasLt
     size_t dpad = (t->d_bytes + 255) & ~(size_t)255;
     size_t bytes = dpad * (t->aux_out ? 2 : 1) + t->bgrad_bytes;
     char *s = NULL;
-    if (cudaMalloc((void **)&s, bytes) != cudaSuccess) {
+    /* stream-ordered: no device-wide wait (an NCCL receive posted on another stream may be
+     * waiting for a peer), and zeroed, so that an in-place GEMM's beta reads set memory */
+    cudaError_t ae = cudaMallocAsync((void **)&s, bytes, c->stream);
+    if (ae == cudaSuccess) ae = cudaMemsetAsync(s, 0, bytes, c->stream);
+    if (ae != cudaSuccess) {
         cudaGetLastError(); /* an allocation's failure is not sticky: clear it */
+        if (s) CK(c, cudaFreeAsync(s, c->stream));
         fprintf(stderr,
-                "[rank %d] cuda: gemm tune M=%d N=%d K=%d: no room for %.1f MB of scratch, the "
+                "[rank %d] cuda: gemm tune M=%d N=%d K=%d: no scratch of %.1f MB (%s), the "
                 "heuristic's first kept\n",
-                c->rank, key->n, key->m, key->k, bytes / 1e6);
+                c->rank, key->n, key->m, key->k, bytes / 1e6, cudaGetErrorString(ae));
         return first;
     }
     /* the epilogue's outputs into the scratch too, the caller's restored after */
@@ -380,7 +396,7 @@ static int gemm_tune(CudaCtx *c, const GemmKey *key, const GemmTune *t, cublasLt
     if (best_ms < 0) best = first;
     CK(c, cudaEventDestroy(e0));
     CK(c, cudaEventDestroy(e1));
-    CK(c, cudaFree(s)); /* after the stream's timed runs: cudaFree waits for the device */
+    CK(c, cudaFreeAsync(s, c->stream)); /* after the timed runs, in stream order */
     if (t->aux_out)
         set_attr(c, desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &t->aux_out,
                  sizeof t->aux_out);

@@ -1335,8 +1335,10 @@ static void check_bias_grad_shapes(int small, const char *sh0) {
         {201, 64, 67}, {74, 768, 771}, {37, 64, 12}, {130, 1024, 1028}, {1, 64, 5}, {17, 40, 1},
         {1024, 768, 2304}, {1024, 768, 3072}, {1024, 3072, 768}, {1024, 768, 768},
     };
+    char gpt2[64]; /* the row's own label and GPT-2's */
+    snprintf(gpt2, sizeof gpt2, "%s gpt2", sh0);
     for (size_t i = 0; i < (small ? 6 : sizeof bs / sizeof bs[0]); i++)
-        check_bias_grads(bs[i][0], bs[i][1], bs[i][2], i < 6 ? sh0 : "gpt2");
+        check_bias_grads(bs[i][0], bs[i][1], bs[i][2], i < 6 ? sh0 : gpt2);
 }
 
 /* Which GELU the backward's derivative is: the tanh form (the CPU's, GPT-2's) and not
