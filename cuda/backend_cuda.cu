@@ -241,7 +241,12 @@ static void gemm_log(const CudaCtx *c, const GemmKey *k, const GemmEntry *e, int
             k->d_bf16 ? "bf16" : "fp32", k->oop ? " (C apart)" : "", k->epi,
             r && !e->with_epi && k->epi != CUBLASLT_EPILOGUE_DEFAULT ? " (not fused)" : "",
             k->bias);
-    if (r)
+    if (r && n < 0) /* [Note: GEMM algorithm file] */
+        fprintf(stderr,
+                "algo %d, tile %u, stages %u, split-K %d, reduction %u, cluster %u, workspace %zu "
+                "B (from PPTRAIN_GEMM_ALGOS)\n",
+                id, tile, stages, splitk, red, (unsigned)cluster, r->workspaceSize);
+    else if (r)
         fprintf(stderr,
                 "algo %d, tile %u, stages %u, split-K %d, reduction %u, cluster %u, waves %.2f, "
                 "workspace %zu B (answer #%d of the %d returned)\n",
@@ -298,9 +303,11 @@ static int pick_algo(cublasLtMatmulHeuristicResult_t *res, int n, int out_of_pla
  * tuned again). The same shape can take
  * another algorithm in another process, so tuned runs need not give the bits of an
  * untuned run or of each other (the other switches never change what runs from run to
- * run): a speed measurement (bench/gpu.sh's switch row), not yet a default. Each tuned
- * GEMM is one stderr line: the heuristic's first's time, the choice's and how many were
- * timed. */
+ * run), unless PPTRAIN_GEMM_ALGOS names a file that keeps the choices ([Note: GEMM
+ * algorithm file] in gemm_file.h): the tuning appends each to it, and every later run
+ * that reads it runs the same algorithms. Not yet a default: bench/gpu.sh's switch row
+ * measures it first. Each tuned GEMM is one stderr line: the heuristic's first's time, the
+ * choice's and how many were timed. */
 typedef struct {
     float alpha, beta;
     const void *A, *B, *C; /* as cublasLtMatmul takes them (A and B are the row-major call's B
@@ -413,6 +420,57 @@ static int gemm_tune(CudaCtx *c, const GemmKey *key, const GemmTune *t, cublasLt
     return best;
 }
 
+/* e into the cache (a full cache overwrites a slot chosen by the shape); its place. */
+static const GemmEntry *cache_put(CudaCtx *c, const GemmEntry *e) {
+    int slot = c->ngemm < GEMM_CACHE ? c->ngemm++
+                                     : (int)(((unsigned)e->key.m * 31u + e->key.n) % GEMM_CACHE);
+    c->gemm[slot] = *e;
+    return &c->gemm[slot];
+}
+
+/* The algorithm PPTRAIN_GEMM_ALGOS's file holds for key ([Note: GEMM algorithm file]), cached,
+ * when it still runs the call here (cublasLtMatmulAlgoCheck with the descriptor it was
+ * chosen with, the workspace, C apart from D); NULL: none, and the heuristic chooses. */
+static const GemmEntry *gemm_pinned(CudaCtx *c, const GemmKey *key, cublasLtMatmulDesc_t desc_epi,
+                                    int epi_optional, cublasLtMatmulDesc_t desc_plain,
+                                    cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                    cublasLtMatrixLayout_t lc, int out_of_place) {
+    const GemmPin *pin = NULL;
+    for (int i = 0; i < c->npins && !pin; i++)
+        if (!memcmp(&c->pins[i].key, key, sizeof *key)) pin = &c->pins[i];
+    if (!pin) return NULL;
+    /* the epilogue fused as the line says: a fused line needs the epilogue's descriptor, an
+     * unfused one a GEMM whose epilogue may go (none, or an fp32 D's bias) */
+    cublasLtMatmulDesc_t desc = pin->with_epi ? desc_epi : desc_plain;
+    int fits = pin->with_epi ? desc_epi != NULL : !desc_epi || epi_optional;
+    cublasLtMatmulHeuristicResult_t chk;
+    memset(&chk, 0, sizeof chk);
+    memcpy(&chk.algo, pin->algo, sizeof chk.algo);
+    cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (fits) s = cublasLtMatmulAlgoCheck(c->lt, desc, la, lb, lc, lc, &chk.algo, &chk);
+    if (s == CUBLAS_STATUS_SUCCESS && chk.state == CUBLAS_STATUS_SUCCESS &&
+        chk.workspaceSize <= c->lt_ws.bytes && can_run(&chk, out_of_place)) {
+        GemmEntry e;
+        memset(&e, 0, sizeof e);
+        e.key = *key;
+        e.algo = chk.algo;
+        e.with_epi = pin->with_epi;
+        e.found = 1;
+        if (c->gemm_log) gemm_log(c, key, &e, -1, -1, &chk);
+        return cache_put(c, &e);
+    }
+    if (!c->warned_file++)
+        fprintf(stderr,
+                "[rank %d] cuda: PPTRAIN_GEMM_ALGOS %s: its line for the GEMM M=%d N=%d K=%d "
+                "epilogue %d does not run here (%s): the heuristic chooses (said once)\n",
+                c->rank, c->gemm_file, key->n, key->m, key->k, key->epi,
+                !fits                                ? "fused otherwise"
+                : s != CUBLAS_STATUS_SUCCESS         ? cublasLtGetStatusString(s)
+                : chk.workspaceSize > c->lt_ws.bytes ? "more workspace"
+                                                     : "not out of place");
+    return NULL;
+}
+
 /* [Note: GEMM cache] cuBLASLt's heuristic query costs far more than the GEMM descriptors,
  * so its answer is kept per shape, operand and output types, epilogue and alignment: the
  * same key always runs the same algorithm, which also keeps results the same run to run.
@@ -426,6 +484,9 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
                                   const GemmTune *tune) {
     for (int i = 0; i < c->ngemm; i++)
         if (!memcmp(&c->gemm[i].key, key, sizeof *key)) return &c->gemm[i];
+    const GemmEntry *pinned = gemm_pinned(c, key, desc_epi, epi_optional, desc_plain, la, lb, lc,
+                                          out_of_place);
+    if (pinned) return pinned;
     cublasLtMatmulPreference_t pref;
     LTCK(c, cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws = c->lt_ws.bytes;
@@ -482,10 +543,16 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
                          out_of_place, la, lb, lc);
     if (e.found) e.algo = res[pick].algo;
     if (c->gemm_log) gemm_log(c, key, &e, n, pick, e.found ? &res[pick] : NULL);
-    int slot = c->ngemm < GEMM_CACHE ? c->ngemm++
-                                     : (int)(((unsigned)key->m * 31u + key->n) % GEMM_CACHE);
-    c->gemm[slot] = e;
-    return &c->gemm[slot];
+    if (e.found && c->gemm_tune && tune && c->gemm_file[0]) { /* [Note: GEMM algorithm file] */
+        GemmPin pin;
+        char why[512];
+        pin.key = *key;
+        pin.with_epi = e.with_epi;
+        memcpy(pin.algo, &e.algo, sizeof pin.algo);
+        if (gemm_file_append(c->gemm_file, c->gemm_tag, &pin, why, sizeof why) && !c->warned_file++)
+            fprintf(stderr, "[rank %d] cuda: %s (the run goes on; said once)\n", c->rank, why);
+    }
+    return cache_put(c, &e);
 }
 
 /* [Note: GEMM epilogues] What a GEMM writes besides alpha op(A) op(B) + beta C, through
@@ -1369,6 +1436,7 @@ static void cu_close(const Backend *be) {
     CK(c, cudaStreamDestroy(c->side));
     CK(c, cudaStreamDestroy(c->stream));
     free(c->allocs);
+    free(c->pins);
     free(c);
 }
 
@@ -1675,6 +1743,7 @@ static PPCudaLayout layout_of(const StoreChoice *k, const PPCudaSizes *sizes, si
 typedef struct {
     int flash_bwd, ln_rows, fuse_gelu_off, fuse_residual_off, fuse_bgrad_off;
     int ce_two_pass, gelu_epi_off, fuse_cast_off, adamw_copy_off, gemm_log_on, gemm_tune_on;
+    const char *gemm_file; /* PPTRAIN_GEMM_ALGOS, or NULL ([Note: GEMM algorithm file]) */
 } SpeedSwitches;
 
 static int speed_switches(SpeedSwitches *w, char *err, size_t errlen) {
@@ -1707,6 +1776,25 @@ static int speed_switches(SpeedSwitches *w, char *err, size_t errlen) {
             env_switch("PPTRAIN_CE", ce, 2, &w->ce_two_pass, err, errlen))
             return -1;
     }
+    /* [Note: GEMM algorithm file]: its every line checked here, so that the plan and the
+     * open refuse the same files; a file that is not there yet only with the tuning on */
+    const char *gf = getenv("PPTRAIN_GEMM_ALGOS");
+    w->gemm_file = gf && *gf ? gf : NULL;
+    if (w->gemm_file) {
+        if (strlen(w->gemm_file) >= sizeof(((CudaCtx *)0)->gemm_file)) {
+            snprintf(err, errlen, "PPTRAIN_GEMM_ALGOS: a path of over %zu characters",
+                     sizeof(((CudaCtx *)0)->gemm_file) - 1);
+            return -1;
+        }
+        int r = gemm_file_read(w->gemm_file, NULL, NULL, NULL, err, errlen);
+        if (r < 0) return -1;
+        if (r == 1 && !w->gemm_tune_on) {
+            snprintf(err, errlen,
+                     "PPTRAIN_GEMM_ALGOS='%.300s': no such file (PPTRAIN_GEMM_TUNE=1 writes it)",
+                     w->gemm_file);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -1721,6 +1809,7 @@ static int capability_ok(const cudaDeviceProp *prop, char *err, size_t errlen) {
 
 /* What an open that failed after calloc had made (nothing allocated from its buffers). */
 static void ctx_abandon(CudaCtx *c) {
+    free(c->pins);
     if (c->lt) cublasLtDestroy(c->lt);
     if (c->issued) cudaEventDestroy(c->issued);
     if (c->landed) cudaEventDestroy(c->landed);
@@ -1769,6 +1858,10 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         c->adamw_copy = !w.adamw_copy_off;
         c->gemm_log = w.gemm_log_on;
         c->gemm_tune = w.gemm_tune_on;
+        if (w.gemm_file) { /* [Note: GEMM algorithm file]: this device's lines */
+            snprintf(c->gemm_file, sizeof c->gemm_file, "%s", w.gemm_file);
+            gemm_file_tag(c->gemm_tag, sizeof c->gemm_tag, c->sm, prop.name, cublasLtGetVersion());
+        }
     }
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->ce_two_pass = w.ce_two_pass;
@@ -1790,6 +1883,9 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         c->att_cudnn = 0;              /* the default: flash, and the description says so */
         err[0] = 0;
     }
+    if (c->gemm_file[0] && /* [Note: GEMM algorithm file] */
+        gemm_file_read(c->gemm_file, c->gemm_tag, &c->pins, &c->npins, err, errlen) < 0)
+        goto fail;
     {
         reserve_workspace(c, sizes, (size_t)lay.logits_chunk_rows);
         Backend *be = &c->be;
@@ -1802,6 +1898,10 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                      w.ln_rows < 0 ? ", norm backward two-pass"
                                    : ", norm backward one-pass, %d rows a chunk",
                      w.ln_rows);
+        char gf[200] = ""; /* [Note: GEMM algorithm file] */
+        if (c->gemm_file[0])
+            snprintf(gf, sizeof gf, ", PPTRAIN_GEMM_ALGOS=%.120s (%d GEMMs for this device)",
+                     c->gemm_file, c->npins);
         char att[160]; /* [Note: attention path] */
         size_t cv = cudnn_attn_version(c);
         if (c->att_cudnn)
@@ -1817,7 +1917,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
             snprintf(att, sizeof att, "materialized (cuBLASLt)");
         snprintf(c->desc, sizeof c->desc,
                  "cuda:%d %.100s (sm_%d%d, %d SMs, %.1f GB), %s, attention "
-                 "%s%s%s%s%s%s%s%s%s%s%s%s%s",
+                 "%s%s%s%s%s%s%s%s%s%s%s%s%s%s",
                  device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                  prop.totalGlobalMem / 1e9, prec_name(precision, c->op, c->res), att,
                  c->fuse_gelu ? "" : ", PPTRAIN_FUSE_GELU=0",
@@ -1827,7 +1927,7 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                  c->fuse_cast ? "" : ", PPTRAIN_FUSE_CAST=0",
                  c->adamw_copy ? "" : ", PPTRAIN_ADAMW_COPY=0",
                  c->gemm_log ? ", PPTRAIN_GEMM_LOG=1" : "",
-                 c->gemm_tune ? ", PPTRAIN_GEMM_TUNE=1 (GEMM algorithms by timing)" : "",
+                 c->gemm_tune ? ", PPTRAIN_GEMM_TUNE=1 (GEMM algorithms by timing)" : "", gf,
                  c->ce_two_pass ? ", PPTRAIN_CE=two-pass" : "",
                  !k.bf16_operands || c->logits_bf16 ? ""
                  : k.logits_fp32                    ? ", PPTRAIN_LOGITS=fp32"

@@ -12,17 +12,9 @@
 #include <stdlib.h>
 
 #include "backend/backend_cuda.h"
+#include "gemm_file.h" /* GemmKey, the file of GEMM algorithms */
 
 /* A cached cuBLASLt algorithm for one GEMM shape ([Note: GEMM cache] in backend_cuda.cu). */
-struct GemmKey { /* compared with memcmp: no padding (10 ints, 3 long longs, 10 ints) */
-    int opA, opB, m, n, k, lda, ldb, ldc, batch, oop; /* oop: C != D (out of place) */
-    long long sA, sB, sC;
-    int ab, compute, bias, alA, alB, alC; /* bias: the fused bias pointer's alignment,
-                                             negated when it is bf16, 0 when none */
-    int epi;      /* the cublasLtEpilogue_t asked for ([Note: GEMM epilogues]) */
-    int d_bf16;   /* D (and C) bf16, else fp32 */
-    int alD, alX; /* D's alignment (C's is alC), the aux or bias-gradient pointer's */
-};
 struct GemmEntry {
     GemmKey key;
     cublasLtMatmulAlgo_t algo;
@@ -67,6 +59,12 @@ struct CudaCtx {
     int gemm_log;             /* PPTRAIN_GEMM_LOG=1: each new GEMM's algorithm on stderr */
     int gemm_tune;            /* PPTRAIN_GEMM_TUNE=1: each new GEMM's algorithm by timing the
                                  heuristic's candidates ([Note: GEMM tuning]) */
+    char gemm_file[1024];     /* PPTRAIN_GEMM_ALGOS ("": none), [Note: GEMM algorithm file] */
+    char gemm_tag[256];       /* this device's and cuBLASLt's tag in it (gemm_file_tag) */
+    GemmPin *pins;            /* its lines for the tag, npins of them */
+    int npins;
+    int warned_file;          /* a line that no longer runs, or an append that failed: said
+                                 once */
     Grow partials;            /* column partial sums (bias and LayerNorm weight grads) */
     Grow sums;                /* double partials of sum / sumsq */
     Grow enc;                 /* encoder backward: the sort of rows by token, next row with
@@ -116,7 +114,7 @@ struct CudaCtx {
                                  PPTRAIN_LOGITS=fp32: [Note: logits type] in backend.h) */
     int ce_two_pass;          /* PPTRAIN_CE=two-pass: the cross-entropy reads each row twice
                                  ([Note: cross-entropy row in shared memory] in ce_kernels.cuh) */
-    char desc[768];
+    char desc[1024];
 };
 
 static inline CudaCtx *ctx_of(const Backend *be) { return (CudaCtx *)be->ctx; }

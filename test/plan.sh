@@ -223,6 +223,20 @@ if "$PPTRAIN" --version 2>&1 | grep -q '^backend cuda: built.*libpptrain_cuda.so
   has "$tmp/m-plan.txt" "transfers: an activation = 2 x 64 x 64 x 2 B"
   has "$tmp/m-plan.txt" "activations of the fullest rank on the CUDA backend at bf16"
   expect_exit 2 "PPTRAIN_RESIDUAL" env PPTRAIN_RESIDUAL=fp16 "$PPTRAIN" schedule --config "$CONFIG" --set runtime.device=cuda
+  # the file of GEMM algorithms ([Note: GEMM algorithm file] in cuda/gemm_file.h): the plan
+  # checks it as the open does. Missing: only the tuning may create it; a bad line: its line
+  cu=("$PPTRAIN" schedule --config "$CONFIG" --set runtime.device=cuda)
+  expect_exit 2 "PPTRAIN_GEMM_ALGOS='$tmp/algos.txt': no such file (PPTRAIN_GEMM_TUNE=1 writes it)" \
+    env PPTRAIN_GEMM_ALGOS="$tmp/algos.txt" "${cu[@]}"
+  env PPTRAIN_GEMM_ALGOS="$tmp/algos.txt" PPTRAIN_GEMM_TUNE=1 "${cu[@]}" >/dev/null ||
+    fail "a file the tuning is to write refused"
+  expect_exit 2 "PPTRAIN_GEMM_TUNE='fast'" env PPTRAIN_GEMM_TUNE=fast "${cu[@]}"
+  good="gemm sm90_x_cublasLt1 1 0 0 1 1 1 1 1 1 1 0 0 0 0 1 68 0 16 16 16 1 1 16 0 1 2 3 4 5 6 7 8"
+  printf '# GEMM algorithms\n%s\n' "$good" >"$tmp/algos.txt"
+  env PPTRAIN_GEMM_ALGOS="$tmp/algos.txt" "${cu[@]}" >/dev/null || fail "a well-formed file refused"
+  printf '%s\n%s 9\n' "$good" "$good" >"$tmp/algos.txt"
+  expect_exit 2 "PPTRAIN_GEMM_ALGOS: $tmp/algos.txt:2: not a line of GEMM algorithms" \
+    env PPTRAIN_GEMM_ALGOS="$tmp/algos.txt" "${cu[@]}"
   echo "plan.sh: the CUDA backend's memory plan checked (no device needed)"
 else
   echo "plan.sh: the CUDA backend's memory plan not checked: pptrain was built without it"

@@ -6,7 +6,8 @@
 #      losses within 1e-4 relative;
 #   3. bf16: the loss falls on data/tiny and stays within 5e-2 relative of fp32;
 #   4. two GPU runs of one config: losses and final weights bitwise equal; at bf16 with
-#      recompute selective and full: the bits of none;
+#      recompute selective and full: the bits of none; a run reading the file of GEMM
+#      algorithms a tuned run wrote (PPTRAIN_GEMM_ALGOS): the tuned run's bits;
 #   5. a GPU checkpoint resumes on the CPU and a CPU one on the GPU (losses after the
 #      resume within 1e-4 of the run that never stopped);
 #   6. 2 ranks on one GPU (host staging over the socket transport): gpipe and 1f1b
@@ -163,6 +164,19 @@ train again --set train.steps=60 --set runtime.device=cuda --set runtime.precisi
 train bf16b --set train.steps=60 --set runtime.device=cuda --set runtime.precision=bf16 &&
   { cmp -s "$tmp/bf16.loss" "$tmp/bf16b.loss" && cmp -s "$tmp/bf16.bin" "$tmp/bf16b.bin" &&
       ok "two GPU bf16 runs: losses and weights bitwise equal" || bad "two GPU bf16 runs differ"; }
+# 4c. the GEMM tuning's file ([Note: GEMM algorithm file] in cuda/gemm_file.h): a tuned run
+#     (PPTRAIN_GEMM_TUNE=1) appends each GEMM's choice; a run that reads the file runs those
+#     algorithms, tunes nothing, and gives the tuned run's bits
+gt=(--set train.steps=20 --set runtime.device=cuda --set runtime.precision=bf16)
+PPTRAIN_GEMM_TUNE=1 PPTRAIN_GEMM_ALGOS="$tmp/algos.txt" train tuned "${gt[@]}" &&
+  PPTRAIN_GEMM_ALGOS="$tmp/algos.txt" train pinned "${gt[@]}" &&
+  { n=$(grep -c '^gemm ' "$tmp/algos.txt"); t=$(grep -c 'cuda: gemm tune' "$tmp/tuned.out")
+    echo "   $n GEMMs in the file, $t tuned; $(grep -c 'chose answer' "$tmp/tuned.out") timed"
+    [ "$n" -gt 0 ] && [ "$n" = "$t" ] && grep -q "($n GEMMs for this device)" "$tmp/pinned.out" &&
+      ! grep -q 'cuda: gemm tune' "$tmp/pinned.out" && cmp -s "$tmp/tuned.loss" "$tmp/pinned.loss" &&
+      cmp -s "$tmp/tuned.bin" "$tmp/pinned.bin" && close tuned bf16 5e-2 &&
+      ok "PPTRAIN_GEMM_TUNE=1 writes PPTRAIN_GEMM_ALGOS; a run reading it: the tuned run's bits" ||
+      bad "tuned and pinned runs: $(grep -m2 'GEMM_ALGOS\|gemm tune' "$tmp/pinned.out" "$tmp/tuned.out" | cut -c1-200)"; }
 # 4b. recompute at bf16 ([Note: recompute]): GPipe over 2 microbatches on one stage (the
 #     first microbatch's backward is not next after its forward, so its layers recompute),
 #     selective and full against none: the same bits (selective reruns the fc GEMM where
