@@ -420,6 +420,16 @@ static int gemm_tune(CudaCtx *c, const GemmKey *key, const GemmTune *t, cublasLt
     return best;
 }
 
+/* The reduction schemes a key's GEMM may use ([Note: deterministic kernels]): split-K only
+ * through the workspace (partial sums reduced in a separate, ordered step), never "in
+ * place" into the output, whose order of additions is the one thing here not fixed by
+ * the shape; under a bf16 D with partials in fp32 only (bf16 partials would round the sum
+ * twice). */
+static uint32_t reduction_mask(const GemmKey *key) {
+    return CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+           (key->d_bf16 ? 0 : CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE);
+}
+
 /* e into the cache (a full cache overwrites a slot chosen by the shape); its place. */
 static const GemmEntry *cache_put(CudaCtx *c, const GemmEntry *e) {
     int slot = c->ngemm < GEMM_CACHE ? c->ngemm++
@@ -430,12 +440,15 @@ static const GemmEntry *cache_put(CudaCtx *c, const GemmEntry *e) {
 
 /* The algorithm PPTRAIN_GEMM_ALGOS's file holds for key ([Note: GEMM algorithm file]), cached,
  * when it still runs the call here (cublasLtMatmulAlgoCheck with the descriptor it was
- * chosen with, the workspace, C apart from D); NULL: none, and the heuristic chooses. */
+ * chosen with, the workspace, C apart from D, a deterministic reduction); NULL: none, and
+ * the heuristic chooses, with *rejected set when the file's line would not run (then the
+ * heuristic's first, untuned: what a later run reading the file runs too). */
 static const GemmEntry *gemm_pinned(CudaCtx *c, const GemmKey *key, cublasLtMatmulDesc_t desc_epi,
                                     int epi_optional, cublasLtMatmulDesc_t desc_plain,
                                     cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                                    cublasLtMatrixLayout_t lc, int out_of_place) {
+                                    cublasLtMatrixLayout_t lc, int out_of_place, int *rejected) {
     const GemmPin *pin = NULL;
+    *rejected = 0;
     for (int i = 0; i < c->npins && !pin; i++)
         if (!memcmp(&c->pins[i].key, key, sizeof *key)) pin = &c->pins[i];
     if (!pin) return NULL;
@@ -448,7 +461,13 @@ static const GemmEntry *gemm_pinned(CudaCtx *c, const GemmKey *key, cublasLtMatm
     memcpy(&chk.algo, pin->algo, sizeof chk.algo);
     cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
     if (fits) s = cublasLtMatmulAlgoCheck(c->lt, desc, la, lb, lc, lc, &chk.algo, &chk);
-    if (s == CUBLAS_STATUS_SUCCESS && chk.state == CUBLAS_STATUS_SUCCESS &&
+    uint32_t red = 0;
+    size_t got = 0;
+    int det = cublasLtMatmulAlgoConfigGetAttribute(&chk.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                   &red, sizeof red,
+                                                   &got) == CUBLAS_STATUS_SUCCESS &&
+              (red == CUBLASLT_REDUCTION_SCHEME_NONE || (red & ~reduction_mask(key)) == 0);
+    if (s == CUBLAS_STATUS_SUCCESS && chk.state == CUBLAS_STATUS_SUCCESS && det &&
         chk.workspaceSize <= c->lt_ws.bytes && can_run(&chk, out_of_place)) {
         GemmEntry e;
         memset(&e, 0, sizeof e);
@@ -459,16 +478,36 @@ static const GemmEntry *gemm_pinned(CudaCtx *c, const GemmKey *key, cublasLtMatm
         if (c->gemm_log) gemm_log(c, key, &e, -1, -1, &chk);
         return cache_put(c, &e);
     }
-    if (!c->warned_file++)
+    *rejected = 1;
+    if (!c->warned_pin++)
         fprintf(stderr,
                 "[rank %d] cuda: PPTRAIN_GEMM_ALGOS %s: its line for the GEMM M=%d N=%d K=%d "
-                "epilogue %d does not run here (%s): the heuristic chooses (said once)\n",
+                "epilogue %d does not run here (%s): the heuristic's first instead (said once)\n",
                 c->rank, c->gemm_file, key->n, key->m, key->k, key->epi,
                 !fits                                ? "fused otherwise"
                 : s != CUBLAS_STATUS_SUCCESS         ? cublasLtGetStatusString(s)
+                : !det                               ? "a reduction that is not deterministic"
                 : chk.workspaceSize > c->lt_ws.bytes ? "more workspace"
                                                      : "not out of place");
     return NULL;
+}
+
+/* pin appended to the file ([Note: GEMM algorithm file]) and kept in c->pins, so that a key
+ * the cache evicts gets it back instead of being tuned again. */
+static void pin_keep(CudaCtx *c, const GemmEntry *e) {
+    GemmPin pin;
+    char why[512];
+    memset(&pin, 0, sizeof pin);
+    pin.key = e->key;
+    pin.with_epi = e->with_epi;
+    memcpy(pin.algo, &e->algo, sizeof pin.algo);
+    if (gemm_file_append(c->gemm_file, c->gemm_tag, &pin, why, sizeof why) && !c->warned_append++)
+        fprintf(stderr, "[rank %d] cuda: %s (the run goes on; said once)\n", c->rank, why);
+    GemmPin *more = (GemmPin *)realloc(c->pins, (size_t)(c->npins + 1) * sizeof *more);
+    if (more) {
+        c->pins = more;
+        c->pins[c->npins++] = pin;
+    }
 }
 
 /* [Note: GEMM cache] cuBLASLt's heuristic query costs far more than the GEMM descriptors,
@@ -484,9 +523,11 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
                                   const GemmTune *tune) {
     for (int i = 0; i < c->ngemm; i++)
         if (!memcmp(&c->gemm[i].key, key, sizeof *key)) return &c->gemm[i];
+    int rejected = 0;
     const GemmEntry *pinned = gemm_pinned(c, key, desc_epi, epi_optional, desc_plain, la, lb, lc,
-                                          out_of_place);
+                                          out_of_place, &rejected);
     if (pinned) return pinned;
+    int tuning = c->gemm_tune && tune && !rejected; /* [Note: GEMM tuning] */
     cublasLtMatmulPreference_t pref;
     LTCK(c, cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws = c->lt_ws.bytes;
@@ -502,12 +543,8 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
                                                  &al[2], 4));
     LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                  &al[3], 4));
-    /* Split-K only through the workspace (partial sums reduced in a separate, ordered
-     * step), never "in place" into the output, whose order of additions is the one
-     * thing here not fixed by the shape ([Note: deterministic kernels]); under a bf16 D
-     * with partials in fp32 only (bf16 partials would round the sum twice). */
-    uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
-                   (key->d_bf16 ? 0 : CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE);
+    /* split-K's reduction: reduction_mask */
+    uint32_t red = reduction_mask(key);
     LTCK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                  &red, sizeof red));
     /* the heuristic's best first; C != D takes the best that says it can write out of
@@ -515,7 +552,7 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
      * times up to CAND ([Note: GEMM tuning]) */
     enum { CAND = 16 };
     cublasLtMatmulHeuristicResult_t res[CAND];
-    int n = 0, want = c->gemm_tune ? CAND : out_of_place ? 8 : 1;
+    int n = 0, want = tuning ? CAND : out_of_place ? 8 : 1;
     GemmEntry e;
     memset(&e, 0, sizeof e);
     e.key = *key;
@@ -538,20 +575,12 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
     }
     LTCK(c, cublasLtMatmulPreferenceDestroy(pref));
     e.found = pick >= 0; /* if not, the caller falls back, or dies naming the shape */
-    if (e.found && c->gemm_tune && tune)
+    if (e.found && tuning)
         pick = gemm_tune(c, key, tune, e.with_epi ? desc_epi : desc_plain, res, n, pick,
                          out_of_place, la, lb, lc);
     if (e.found) e.algo = res[pick].algo;
     if (c->gemm_log) gemm_log(c, key, &e, n, pick, e.found ? &res[pick] : NULL);
-    if (e.found && c->gemm_tune && tune && c->gemm_file[0]) { /* [Note: GEMM algorithm file] */
-        GemmPin pin;
-        char why[512];
-        pin.key = *key;
-        pin.with_epi = e.with_epi;
-        memcpy(pin.algo, &e.algo, sizeof pin.algo);
-        if (gemm_file_append(c->gemm_file, c->gemm_tag, &pin, why, sizeof why) && !c->warned_file++)
-            fprintf(stderr, "[rank %d] cuda: %s (the run goes on; said once)\n", c->rank, why);
-    }
+    if (e.found && tuning && c->gemm_file[0]) pin_keep(c, &e); /* [Note: GEMM algorithm file] */
     return cache_put(c, &e);
 }
 
@@ -1883,9 +1912,14 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         c->att_cudnn = 0;              /* the default: flash, and the description says so */
         err[0] = 0;
     }
-    if (c->gemm_file[0] && /* [Note: GEMM algorithm file] */
-        gemm_file_read(c->gemm_file, c->gemm_tag, &c->pins, &c->npins, err, errlen) < 0)
-        goto fail;
+    if (c->gemm_file[0]) { /* [Note: GEMM algorithm file] */
+        if (gemm_file_read(c->gemm_file, c->gemm_tag, &c->pins, &c->npins, err, errlen) < 0)
+            goto fail;
+        fprintf(stderr, "[rank %d] cuda: PPTRAIN_GEMM_ALGOS %s: %d GEMM algorithms for %s%s\n",
+                rank, c->gemm_file, c->npins, c->gemm_tag,
+                c->gemm_tune ? "; the tuning appends the others"
+                             : "; the heuristic chooses the others");
+    }
     {
         reserve_workspace(c, sizes, (size_t)lay.logits_chunk_rows);
         Backend *be = &c->be;

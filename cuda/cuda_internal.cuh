@@ -63,8 +63,8 @@ struct CudaCtx {
     char gemm_tag[256];       /* this device's and cuBLASLt's tag in it (gemm_file_tag) */
     GemmPin *pins;            /* its lines for the tag, npins of them */
     int npins;
-    int warned_file;          /* a line that no longer runs, or an append that failed: said
-                                 once */
+    int warned_pin;           /* a line that does not run here: said once */
+    int warned_append;        /* an append that failed: said once */
     Grow partials;            /* column partial sums (bias and LayerNorm weight grads) */
     Grow sums;                /* double partials of sum / sumsq */
     Grow enc;                 /* encoder backward: the sort of rows by token, next row with

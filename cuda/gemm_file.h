@@ -29,7 +29,7 @@ typedef struct GemmKey {
  * PPTRAIN_GEMM_TUNE=1 chose ([Note: GEMM tuning]) is appended to it, and a run that finds
  * its GEMM's line there takes that algorithm instead of asking the heuristic, so every
  * later run (a resume, another schedule, every rank) runs the same algorithms and gives
- * the same bits. A line:
+ * the same bits (the multi-rank case below). A line:
  *
  *   gemm TAG FUSED opA opB m n k lda ldb ldc batch oop sA sB sC ab compute bias alA alB
  *        alC epi d_bf16 alD alX W0 ... W7
@@ -39,7 +39,11 @@ typedef struct GemmKey {
  * whether the algorithm runs the key's epilogue (GemmEntry.with_epi), then the key's
  * fields in decimal and the algorithm's 8 words in hex. '#' starts a comment line. Each
  * line is one write(2) to a file opened O_APPEND, so ranks appending at once do not
- * interleave; where two lines hold the same key and tag, the first counts. */
+ * interleave, and a reader skips a last line without its newline (one being written);
+ * where two lines hold the same key and tag, the first counts. Several ranks tuning the
+ * same shapes at once each run their own choice in that run, and every later run the
+ * file's first line: later runs agree with each other, and with the tuning run where one
+ * rank tuned (or the ranks chose alike). */
 enum { GEMM_FILE_KEY_FIELDS = 23, GEMM_FILE_LINE = 1024 };
 
 typedef struct {
@@ -105,7 +109,8 @@ static inline int gemm_file_read(const char *path, const char *tag, GemmPin **pi
     while (fgets(line, sizeof line, f)) {
         lineno++;
         size_t len = strlen(line);
-        if (len == sizeof line - 1 && line[len - 1] != '\n') {
+        if (!len || line[len - 1] != '\n') {
+            if (feof(f)) break; /* a last line without its newline: being appended, skipped */
             snprintf(err, errlen, "PPTRAIN_GEMM_ALGOS: %.300s:%d: a line over %d characters", path,
                      lineno, GEMM_FILE_LINE - 2);
             rc = -1;
@@ -162,7 +167,8 @@ static inline int gemm_file_read(const char *path, const char *tag, GemmPin **pi
         got[n++] = pin;
     }
     if (rc == 0 && ferror(f)) {
-        snprintf(err, errlen, "PPTRAIN_GEMM_ALGOS: reading '%.300s' failed", path);
+        snprintf(err, errlen, "PPTRAIN_GEMM_ALGOS: reading '%.300s' failed: %s", path,
+                 strerror(errno));
         rc = -1;
     }
     fclose(f);

@@ -3,7 +3,7 @@
  * field; only the lines of the run's tag, the first of a key; every malformed line refused
  * naming the file and line; a missing file told apart; ranks appending at once (forked
  * processes) leave whole lines. What only a GPU can show (an algorithm read back runs and
- * gives the tuning run's bits) is scripts/gpu/second-call's. */
+ * gives the tuning run's bits) is test/gpu/run.sh's (make test-gpu). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +89,14 @@ START_TEST(test_round_trip) {
     free(got);
     /* a syntax check alone (tag NULL), as the plan does */
     ck_assert_int_eq(gemm_file_read(path, NULL, NULL, NULL, err, sizeof err), 0);
+    /* a last line still being written (no newline yet, cut in its last word): skipped */
+    FILE *f = fopen(path, "a");
+    ck_assert_ptr_nonnull(f);
+    fputs("gemm tagA 1 0 0 1 1 1 1 1 1 1 0 0 0 0 1 68 0 16 16 16 1 1 16 0 1 2 3 4 5 6 7 8", f);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_eq(gemm_file_read(path, tagA, &got, &n, err, sizeof err), 0);
+    ck_assert_int_eq(n, 3);
+    free(got);
     rm_tmp(path);
 }
 END_TEST

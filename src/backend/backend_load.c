@@ -171,20 +171,40 @@ static PPCudaSizes cuda_sizes(const BackendSizes *sz) {
     return (PPCudaSizes){sz->N, sz->T, sz->NH, sz->HS, sz->Vp, sz->width, sz->weight, sz->params};
 }
 
+/* Whether the CUDA backend refuses cfg's settings on any GPU (an environment switch's value,
+ * a file one names: what pp_cuda_layout checks without a device), not this machine's GPU:
+ * [Note: a refused setting]. */
+static int setting_refused(CudaLib *lib, const Config *cfg, const PPCudaSizes *s) {
+    PPCudaLayout cl;
+    char msg[PP_ERR_MAX];
+    return lib->layout(-1, cuda_precision(cfg), s, &cl, msg, sizeof msg) != 0;
+}
+
+/* [Note: a refused setting] runtime.device auto falls back to the CPU where this machine
+ * cannot run the config on its GPU (no driver, no GPU, a compute capability the build has
+ * no code for), saying why in the build report; but a value the CUDA backend refuses on any
+ * GPU (a PPTRAIN_* switch's, PPTRAIN_GEMM_ALGOS's file) is the user's to fix, so it exits
+ * 2 under auto as under cuda, instead of a run on the CPU that was meant for the GPU. */
+
 /* The CUDA backend on GPU LOCAL_RANK mod count. *be stays NULL with the cause in why
- * when no GPU can be used. */
+ * when no GPU can be used; *setting then says whether a setting was refused ([Note: a
+ * refused setting]). */
 static int open_cuda(const Config *cfg, int rank, const BackendSizes *sz, const Backend **be,
-                     char *why, size_t whylen) {
+                     int *setting, char *why, size_t whylen) {
     CudaLib lib = {0};
     char msg[PP_ERR_MAX];
     *be = NULL;
+    *setting = 0;
     if (cuda_lib_open(&lib, why, whylen)) return PP_EUSAGE;
     int n = lib.count(msg, sizeof msg);
     if (n <= 0) return pp_errf(why, whylen, PP_EUSAGE, "no usable GPU (%s)", msg);
     PPCudaSizes s = cuda_sizes(sz);
     int dev = local_rank() % n; /* ranks beyond the GPU count share them round-robin */
     Backend *b = lib.open(dev, cuda_precision(cfg), &s, rank, msg, sizeof msg);
-    if (!b) return pp_errf(why, whylen, PP_EUSAGE, "cannot open GPU %d: %s", dev, msg);
+    if (!b) {
+        *setting = setting_refused(&lib, cfg, &s);
+        return pp_errf(why, whylen, PP_EUSAGE, "cannot open GPU %d: %s", dev, msg);
+    }
     int rows;
     /* checked before */
     if (logits_knob(&rows, why, whylen) == PP_OK && rows >= 0) b->logits_chunk_rows = rows;
@@ -207,10 +227,16 @@ int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const
     *be = NULL;
     if (logits_knob(&rows, err, errlen) != PP_OK) return PP_EUSAGE;
     if (strcmp(cfg->device, "cpu") != 0) {
-        int rc = open_cuda(cfg, rank, sizes, be, why, sizeof why);
+        int setting = 0;
+        int rc = open_cuda(cfg, rank, sizes, be, &setting, why, sizeof why);
         if (rc && !strcmp(cfg->device, "cuda"))
             return pp_errf(err, errlen, PP_EUSAGE,
                            "runtime.device=cuda: %s; or use runtime.device: cpu (or auto)", why);
+        if (rc && setting) /* [Note: a refused setting] */
+            return pp_errf(err, errlen, PP_EUSAGE,
+                           "runtime.device=auto: %s (a setting the CUDA backend refuses on any "
+                           "GPU: fix it, or use runtime.device: cpu)",
+                           why);
         if (*be) {
             snprintf(note, notelen, "%s", (*be)->description);
             note_chunks(*be, rows, note, notelen);
@@ -273,9 +299,14 @@ int backend_layout(const Config *cfg, const BackendSizes *sizes, BackendLayout *
     PPCudaSizes cs = cuda_sizes(sizes);
     if (device >= -1 && lib.layout(device, cuda_precision(cfg), &cs, &cl, msg, sizeof msg) != 0) {
         /* what open would refuse: cuda exits with it; auto falls back to the CPU, as
-         * backend_select does */
+         * backend_select does, unless a setting was refused ([Note: a refused setting]) */
         if (!strcmp(cfg->device, "cuda"))
             return pp_errf(err, errlen, PP_EUSAGE, "runtime.device=cuda: %s", msg);
+        if (setting_refused(&lib, cfg, &cs))
+            return pp_errf(err, errlen, PP_EUSAGE,
+                           "runtime.device=auto: %s (a setting the CUDA backend refuses on any "
+                           "GPU: fix it, or use runtime.device: cpu)",
+                           msg);
         snprintf(why, sizeof why, "%.900s", msg);
         device = -2;
     }

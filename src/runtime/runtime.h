@@ -91,7 +91,7 @@ typedef struct Runtime {
     Trace *trace;
     FlightRec *flight;         /* the flight recorder (flight.h), or NULL; set by the caller
                                   after runtime_init, which records nothing */
-    char device_note[256];     /* the backend in one line, for the build report */
+    char device_note[1024];    /* the backend in one line, for the build report */
     int init_hf;               /* model.init_from was a Hugging Face directory ... */
     ModelHfRead init_read;     /* ... of which this rank read this, for the build report */
     /* Test hook, NULL in the product: called before (done = 0) and after (done = 1)

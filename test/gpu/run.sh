@@ -168,15 +168,29 @@ train bf16b --set train.steps=60 --set runtime.device=cuda --set runtime.precisi
 #     (PPTRAIN_GEMM_TUNE=1) appends each GEMM's choice; a run that reads the file runs those
 #     algorithms, tunes nothing, and gives the tuned run's bits
 gt=(--set train.steps=20 --set runtime.device=cuda --set runtime.precision=bf16)
+#     (the second run with the tuning on too, which the file's lines take precedence over,
+#     and the GEMM log, which says where each algorithm came from)
 PPTRAIN_GEMM_TUNE=1 PPTRAIN_GEMM_ALGOS="$tmp/algos.txt" train tuned "${gt[@]}" &&
-  PPTRAIN_GEMM_ALGOS="$tmp/algos.txt" train pinned "${gt[@]}" &&
+  PPTRAIN_GEMM_TUNE=1 PPTRAIN_GEMM_LOG=1 PPTRAIN_GEMM_ALGOS="$tmp/algos.txt" train pinned "${gt[@]}" &&
   { n=$(grep -c '^gemm ' "$tmp/algos.txt"); t=$(grep -c 'cuda: gemm tune' "$tmp/tuned.out")
-    echo "   $n GEMMs in the file, $t tuned; $(grep -c 'chose answer' "$tmp/tuned.out") timed"
-    [ "$n" -gt 0 ] && [ "$n" = "$t" ] && grep -q "($n GEMMs for this device)" "$tmp/pinned.out" &&
-      ! grep -q 'cuda: gemm tune' "$tmp/pinned.out" && cmp -s "$tmp/tuned.loss" "$tmp/pinned.loss" &&
-      cmp -s "$tmp/tuned.bin" "$tmp/pinned.bin" && close tuned bf16 5e-2 &&
+    p=$(grep -c '(from PPTRAIN_GEMM_ALGOS)' "$tmp/pinned.out")
+    echo "   $n GEMMs in the file, $t tuned, $p taken from the file"
+    [ "$n" -gt 0 ] && [ "$n" = "$t" ] && [ "$n" = "$p" ] &&
+      grep -q "PPTRAIN_GEMM_ALGOS $tmp/algos.txt: $n GEMM algorithms for" "$tmp/pinned.out" &&
+      ! grep -q 'cuda: gemm tune\|does not run here' "$tmp/pinned.out" &&
+      cmp -s "$tmp/tuned.loss" "$tmp/pinned.loss" && cmp -s "$tmp/tuned.bin" "$tmp/pinned.bin" &&
+      close tuned bf16 5e-2 &&
       ok "PPTRAIN_GEMM_TUNE=1 writes PPTRAIN_GEMM_ALGOS; a run reading it: the tuned run's bits" ||
       bad "tuned and pinned runs: $(grep -m2 'GEMM_ALGOS\|gemm tune' "$tmp/pinned.out" "$tmp/tuned.out" | cut -c1-200)"; }
+# a file that is not there (without the tuning) under runtime.device auto: exit 2, not the
+# CPU ([Note: a refused setting] in src/backend/backend_load.c)
+budget "missing GEMM file" && {
+  rc=0
+  PPTRAIN_GEMM_ALGOS="$tmp/none.txt" timeout -k 3 "$(cap $run_s)" "$PPTRAIN" "${tiny[@]}" --set train.steps=1 \
+    --set runtime.device=auto --set output.dir="$tmp/none" >"$tmp/none.out" 2>&1 || rc=$?
+  [ $rc -eq 2 ] && grep -q "no such file (PPTRAIN_GEMM_TUNE=1 writes it)" "$tmp/none.out" &&
+    ok "PPTRAIN_GEMM_ALGOS missing under runtime.device auto: exit 2, naming it" ||
+    bad "a missing PPTRAIN_GEMM_ALGOS under auto exited $rc: $(tail -n 2 "$tmp/none.out")"; }
 # 4b. recompute at bf16 ([Note: recompute]): GPipe over 2 microbatches on one stage (the
 #     first microbatch's backward is not next after its forward, so its layers recompute),
 #     selective and full against none: the same bits (selective reruns the fc GEMM where
