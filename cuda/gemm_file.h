@@ -39,7 +39,8 @@ typedef struct GemmKey {
  * whether the algorithm runs the key's epilogue (GemmEntry.with_epi), then the key's
  * fields in decimal and the algorithm's 8 words in hex. '#' starts a comment line. Each
  * line is one write(2) to a file opened O_APPEND, so ranks appending at once do not
- * interleave, and a reader skips a last line without its newline (one being written);
+ * interleave, and a reader skips a last line without its newline (one being written: a
+ * file edited by hand must end in a newline);
  * where two lines hold the same key and tag, the first counts. Several ranks tuning the
  * same shapes at once each run their own choice in that run, and every later run the
  * file's first line: later runs agree with each other, and with the tuning run where one
@@ -111,8 +112,9 @@ static inline int gemm_file_read(const char *path, const char *tag, GemmPin **pi
         size_t len = strlen(line);
         if (!len || line[len - 1] != '\n') {
             if (feof(f)) break; /* a last line without its newline: being appended, skipped */
-            snprintf(err, errlen, "PPTRAIN_GEMM_ALGOS: %.300s:%d: a line over %d characters", path,
-                     lineno, GEMM_FILE_LINE - 2);
+            snprintf(err, errlen,
+                     "PPTRAIN_GEMM_ALGOS: %.300s:%d: a line over %d characters (or a NUL byte)",
+                     path, lineno, GEMM_FILE_LINE - 2);
             rc = -1;
             break;
         }

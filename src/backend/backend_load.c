@@ -174,21 +174,24 @@ static PPCudaSizes cuda_sizes(const BackendSizes *sz) {
 /* Whether the CUDA backend refuses cfg's settings on any GPU (an environment switch's value,
  * a file one names: what pp_cuda_layout checks without a device), not this machine's GPU:
  * [Note: a refused setting]. */
-static int setting_refused(CudaLib *lib, const Config *cfg, const PPCudaSizes *s) {
+static int setting_refused(CudaLib *lib, const Config *cfg, const PPCudaSizes *s, char *why,
+                           size_t whylen) {
     PPCudaLayout cl;
-    char msg[PP_ERR_MAX];
-    return lib->layout(-1, cuda_precision(cfg), s, &cl, msg, sizeof msg) != 0;
+    return lib->layout(-1, cuda_precision(cfg), s, &cl, why, whylen) != 0;
 }
 
 /* [Note: a refused setting] runtime.device auto falls back to the CPU where this machine
  * cannot run the config on its GPU (no driver, no GPU, a compute capability the build has
- * no code for), saying why in the build report; but a value the CUDA backend refuses on any
- * GPU (a PPTRAIN_* switch's, PPTRAIN_GEMM_ALGOS's file) is the user's to fix, so it exits
- * 2 under auto as under cuda, instead of a run on the CPU that was meant for the GPU. */
+ * no code for), saying why in the build report; but where the CUDA backend loads and sees
+ * a GPU, a value it refuses on any GPU (what pp_cuda_layout checks without a device: the
+ * attention path and head size, the PPTRAIN_* switches' values, PPTRAIN_GEMM_ALGOS's file)
+ * is the user's to fix, so it exits 2 under auto as under cuda, naming the setting,
+ * instead of a run on the CPU that was meant for the GPU. (So auto with
+ * PPTRAIN_ATTENTION=cudnn at runtime.precision fp32 exits 2 where it ran on the CPU.) */
 
 /* The CUDA backend on GPU LOCAL_RANK mod count. *be stays NULL with the cause in why
- * when no GPU can be used; *setting then says whether a setting was refused ([Note: a
- * refused setting]). */
+ * when no GPU can be used; *setting then says whether a setting was refused, and why names
+ * the setting ([Note: a refused setting]). */
 static int open_cuda(const Config *cfg, int rank, const BackendSizes *sz, const Backend **be,
                      int *setting, char *why, size_t whylen) {
     CudaLib lib = {0};
@@ -202,7 +205,8 @@ static int open_cuda(const Config *cfg, int rank, const BackendSizes *sz, const 
     int dev = local_rank() % n; /* ranks beyond the GPU count share them round-robin */
     Backend *b = lib.open(dev, cuda_precision(cfg), &s, rank, msg, sizeof msg);
     if (!b) {
-        *setting = setting_refused(&lib, cfg, &s);
+        if ((*setting = setting_refused(&lib, cfg, &s, msg, sizeof msg)))
+            return pp_errf(why, whylen, PP_EUSAGE, "%s", msg); /* the setting, not the GPU */
         return pp_errf(why, whylen, PP_EUSAGE, "cannot open GPU %d: %s", dev, msg);
     }
     int rows;
@@ -302,7 +306,7 @@ int backend_layout(const Config *cfg, const BackendSizes *sizes, BackendLayout *
          * backend_select does, unless a setting was refused ([Note: a refused setting]) */
         if (!strcmp(cfg->device, "cuda"))
             return pp_errf(err, errlen, PP_EUSAGE, "runtime.device=cuda: %s", msg);
-        if (setting_refused(&lib, cfg, &cs))
+        if (setting_refused(&lib, cfg, &cs, msg, sizeof msg))
             return pp_errf(err, errlen, PP_EUSAGE,
                            "runtime.device=auto: %s (a setting the CUDA backend refuses on any "
                            "GPU: fix it, or use runtime.device: cpu)",
