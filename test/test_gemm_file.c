@@ -16,9 +16,11 @@
 
 static char dir[64];
 
-static void mkdir_tmp(void) {
+/* A fresh directory (dir) and the path of a file in it, not yet there. */
+static void new_path(char path[128]) {
     snprintf(dir, sizeof dir, "/tmp/pp_gemm_file.XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, 128, "%s/algos.txt", dir);
 }
 
 static void rm_tmp(const char *path) {
@@ -50,9 +52,8 @@ static void write_text(const char *path, const char *text) {
 }
 
 START_TEST(test_round_trip) {
-    mkdir_tmp();
     char path[128], err[512];
-    snprintf(path, sizeof path, "%s/algos.txt", dir);
+    new_path(path);
     GemmPin *got = NULL;
     int n = -1;
     ck_assert_int_eq(gemm_file_read(path, "tagA", &got, &n, err, sizeof err), 1); /* no file */
@@ -117,9 +118,8 @@ static const char *const BAD[] = {
 };
 
 START_TEST(test_bad_line) {
-    mkdir_tmp();
     char path[128], err[512], text[2048];
-    snprintf(path, sizeof path, "%s/algos.txt", dir);
+    new_path(path);
     /* a comment, a blank line and a good line first: the bad one is line 4 */
     snprintf(text, sizeof text,
              "# pptrain's GEMM algorithms\n\n"
@@ -141,9 +141,8 @@ START_TEST(test_bad_line) {
 END_TEST
 
 START_TEST(test_long_line_and_unreadable) {
-    mkdir_tmp();
     char path[128], err[512];
-    snprintf(path, sizeof path, "%s/algos.txt", dir);
+    new_path(path);
     char *text = malloc(3000);
     memset(text, '1', 2998);
     memcpy(text, "gemm ", 5);
@@ -167,9 +166,8 @@ END_TEST
 
 /* 4 processes appending 50 lines each at once: 200 whole lines, every key once. */
 START_TEST(test_concurrent_append) {
-    mkdir_tmp();
     char path[128], err[512];
-    snprintf(path, sizeof path, "%s/algos.txt", dir);
+    new_path(path);
     pid_t kids[4];
     for (int w = 0; w < 4; w++) {
         kids[w] = fork();
