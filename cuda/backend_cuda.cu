@@ -299,8 +299,8 @@ static int pick_algo(cublasLtMatmulHeuristicResult_t *res, int n, int out_of_pla
  * stream order (cudaMallocAsync: no wait on the whole device, where an NCCL receive may
  * be waiting for a peer); no room for it keeps the heuristic's first. It costs a wait on
  * the stream and a few milliseconds a GEMM (up to ~0.1 s for the head's), at its first
- * call only (the cache holds the choice for the run; a full cache's evicted key would be
- * tuned again). The same shape can take
+ * call only (the cache holds the choice for the run; a full cache's evicted key is tuned
+ * again, unless PPTRAIN_GEMM_ALGOS below kept its line). The same shape can take
  * another algorithm in another process, so tuned runs need not give the bits of an
  * untuned run or of each other (the other switches never change what runs from run to
  * run), unless PPTRAIN_GEMM_ALGOS names a file that keeps the choices ([Note: GEMM
