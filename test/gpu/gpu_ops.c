@@ -583,6 +583,62 @@ static void check_kept_copy(void) {
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
 }
 
+/* [Note: kept weight copy]: a dealloc drops the copy of the weights it frees, so new weights
+ * at the same address (cudaMalloc hands a freed block of the same size back) are converted
+ * anew by a hold with kept. The new weights are written by matmul_forward, as its output:
+ * the one kind of write that does not drop the copy itself, so that only the dealloc's
+ * drop stands between that hold and a stale copy. Where the allocator gives another
+ * address the check cannot tell, and says so instead of passing. */
+static void check_kept_dealloc(void) {
+    if (!gpu->weight_hold) {
+        printf("skip kept copy after dealloc: this backend holds no weights (%s)\n", gpu->name);
+        return;
+    }
+    enum { N = 7, C = 64, OC = 96, K = 32 };
+    size_t n = (size_t)OC * C;
+    float *w0 = rnd(n, 1), *x = rnd((size_t)N * C, 1), *xa = rnd((size_t)OC * K, 1);
+    float *wb = rnd((size_t)C * K, 1);
+    op_round(x, (size_t)N * C);
+    op_round(xa, (size_t)OC * K);
+    void *dx = dev_op(x, (size_t)N * C), *dxa = dev_op(xa, (size_t)OC * K);
+    float *dwb = dev(wb, (size_t)C * K * 4), *dw = dev(w0, n * 4), *out[3];
+    for (int r = 0; r < 3; r++) {
+        if (r == 1) { /* free the held weights, take new ones, write them as an op's output */
+            float *old = dw;
+            gpu->dealloc(gpu, dw);
+            dw = gpu->alloc(gpu, n * 4);
+            if (dw != old) {
+                printf("skip kept copy after dealloc: the allocator gave another address (%p, "
+                       "was %p): nothing to tell\n",
+                       (void *)dw, (void *)old);
+                free(out[0]);
+                goto done;
+            }
+            gpu->matmul_forward(gpu, dw, dxa, dwb, NULL, OC, K, C); /* [OC, C] */
+        }
+        gpu->weight_hold(gpu, dw, n, r == 1); /* r 1: with kept, r 0 and 2: a new copy */
+        float *d = dev_nan_f32((size_t)N * OC);
+        gpu->matmul_forward(gpu, d, dx, dw, NULL, N, C, OC);
+        out[r] = host(d, (size_t)N * OC);
+        gpu->dealloc(gpu, d);
+        gpu->weight_hold(gpu, NULL, 0, 0);
+    }
+    {
+        size_t b = (size_t)N * OC * sizeof(float);
+        none_wrong("kept copy: dealloc", "new weights at the old address",
+                   (size_t)(memcmp(out[1], out[2], b) != 0), 1);
+        none_wrong("kept copy: dealloc", "the new weights differ",
+                   (size_t)(memcmp(out[0], out[2], b) == 0), 1);
+        for (int r = 0; r < 3; r++) free(out[r]);
+    }
+done:
+    gpu->dealloc(gpu, dw);
+    gpu->dealloc(gpu, dx);
+    gpu->dealloc(gpu, dxa);
+    gpu->dealloc(gpu, dwb);
+    free(w0), free(x), free(xa), free(wb);
+}
+
 /* ---- layer ops at one shape ------------------------------------------------------------ */
 
 typedef struct {
@@ -2432,6 +2488,7 @@ int main(int argc, char **argv) {
             check_to_operand(1);
             check_to_operand(1000003);
             check_kept_copy();
+            check_kept_dealloc();
         }
         for (size_t k = 0; k < (small ? 2 : sizeof shapes / sizeof shapes[0]); k++) {
             const Shape *s = &shapes[k];
