@@ -466,7 +466,7 @@ static const GemmEntry *gemm_pinned(CudaCtx *c, const GemmKey *key, cublasLtMatm
     int det = cublasLtMatmulAlgoConfigGetAttribute(&chk.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
                                                    &red, sizeof red,
                                                    &got) == CUBLAS_STATUS_SUCCESS &&
-              (red == CUBLASLT_REDUCTION_SCHEME_NONE || (red & ~reduction_mask(key)) == 0);
+              (red & ~reduction_mask(key)) == 0; /* NONE is 0 */
     if (s == CUBLAS_STATUS_SUCCESS && chk.state == CUBLAS_STATUS_SUCCESS && det &&
         chk.workspaceSize <= c->lt_ws.bytes && can_run(&chk, out_of_place)) {
         GemmEntry e;
@@ -527,7 +527,7 @@ static const GemmEntry *gemm_algo(CudaCtx *c, const GemmKey *key, cublasLtMatmul
     const GemmEntry *pinned = gemm_pinned(c, key, desc_epi, epi_optional, desc_plain, la, lb, lc,
                                           out_of_place, &rejected);
     if (pinned) return pinned;
-    int tuning = c->gemm_tune && tune && !rejected; /* [Note: GEMM tuning] */
+    int tuning = tune && !rejected; /* [Note: GEMM tuning]: tune is NULL when it is off */
     cublasLtMatmulPreference_t pref;
     LTCK(c, cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws = c->lt_ws.bytes;
@@ -706,18 +706,21 @@ static int try_gemm_out(CudaCtx *c, int tA, int tB, int M, int N, int K, float a
         }
     }
     int optional = epi == CUBLASLT_EPILOGUE_BIAS && !o->d_bf16;
-    GemmTune tune; /* [Note: GEMM tuning]: what the candidates are timed on */
-    tune.alpha = alpha;
-    tune.beta = beta;
-    tune.A = B;
-    tune.B = A;
-    tune.C = Cp;
-    tune.d_bytes = ((size_t)(batch - 1) * (size_t)sC + (size_t)(M - 1) * ldc + N) * ds;
-    tune.in_place = Cp == o->D;
-    tune.aux_out = o->gelu_aux;
-    tune.bgrad_out = o->bgrad;
-    tune.bgrad_bytes = o->bgrad ? (size_t)(M > N ? M : N) * sizeof(float) : 0;
-    const GemmEntry *e = gemm_algo(c, &key, withe, optional, plain, la, lb, lc, Cp != o->D, &tune);
+    GemmTune tune; /* [Note: GEMM tuning]: what the candidates are timed on, when tuning */
+    if (c->gemm_tune) {
+        tune.alpha = alpha;
+        tune.beta = beta;
+        tune.A = B;
+        tune.B = A;
+        tune.C = Cp;
+        tune.d_bytes = ((size_t)(batch - 1) * (size_t)sC + (size_t)(M - 1) * ldc + N) * ds;
+        tune.in_place = Cp == o->D;
+        tune.aux_out = o->gelu_aux;
+        tune.bgrad_out = o->bgrad;
+        tune.bgrad_bytes = o->bgrad ? (size_t)(M > N ? M : N) * sizeof(float) : 0;
+    }
+    const GemmEntry *e = gemm_algo(c, &key, withe, optional, plain, la, lb, lc, Cp != o->D,
+                                   c->gemm_tune ? &tune : NULL);
     int found = e->found, fused = found && withe && e->with_epi;
     if (found) {
         LTCK(c, cublasLtMatmul(c->lt, fused ? withe : plain, &alpha, B, la, A, lb, &beta, Cp, lc,
@@ -1912,14 +1915,9 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
         c->att_cudnn = 0;              /* the default: flash, and the description says so */
         err[0] = 0;
     }
-    if (c->gemm_file[0]) { /* [Note: GEMM algorithm file] */
-        if (gemm_file_read(c->gemm_file, c->gemm_tag, &c->pins, &c->npins, err, errlen) < 0)
-            goto fail;
-        fprintf(stderr, "[rank %d] cuda: PPTRAIN_GEMM_ALGOS %s: %d GEMM algorithms for %s%s\n",
-                rank, c->gemm_file, c->npins, c->gemm_tag,
-                c->gemm_tune ? "; the tuning appends the others"
-                             : "; the heuristic chooses the others");
-    }
+    if (c->gemm_file[0] && /* [Note: GEMM algorithm file]: this device's lines */
+        gemm_file_read(c->gemm_file, c->gemm_tag, &c->pins, &c->npins, err, errlen) < 0)
+        goto fail;
     {
         reserve_workspace(c, sizes, (size_t)lay.logits_chunk_rows);
         Backend *be = &c->be;
@@ -1932,10 +1930,10 @@ extern "C" Backend *pp_cuda_open(int device, PPPrecision precision, const PPCuda
                      w.ln_rows < 0 ? ", norm backward two-pass"
                                    : ", norm backward one-pass, %d rows a chunk",
                      w.ln_rows);
-        char gf[200] = ""; /* [Note: GEMM algorithm file] */
+        char gf[256] = ""; /* [Note: GEMM algorithm file] */
         if (c->gemm_file[0])
-            snprintf(gf, sizeof gf, ", PPTRAIN_GEMM_ALGOS=%.120s (%d GEMMs for this device)",
-                     c->gemm_file, c->npins);
+            snprintf(gf, sizeof gf, ", PPTRAIN_GEMM_ALGOS=%.120s (%d GEMMs for %.60s)",
+                     c->gemm_file, c->npins, c->gemm_tag);
         char att[160]; /* [Note: attention path] */
         size_t cv = cudnn_attn_version(c);
         if (c->att_cudnn)

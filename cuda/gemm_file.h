@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,29 +54,49 @@ typedef struct {
     uint64_t algo[8]; /* cublasLtMatmulAlgo_t's data */
 } GemmPin;
 
-/* The key's fields in file order (cast to long long). */
+/* The key's fields in file order: where each lies and whether it is a long long (else an
+ * int), the one list both directions read. */
+static const struct {
+    size_t off;
+    int ll;
+} GEMM_KEY_FIELD[GEMM_FILE_KEY_FIELDS] = {
+    {offsetof(GemmKey, opA), 0},  {offsetof(GemmKey, opB), 0}, {offsetof(GemmKey, m), 0},
+    {offsetof(GemmKey, n), 0},    {offsetof(GemmKey, k), 0},   {offsetof(GemmKey, lda), 0},
+    {offsetof(GemmKey, ldb), 0},  {offsetof(GemmKey, ldc), 0}, {offsetof(GemmKey, batch), 0},
+    {offsetof(GemmKey, oop), 0},  {offsetof(GemmKey, sA), 1},  {offsetof(GemmKey, sB), 1},
+    {offsetof(GemmKey, sC), 1},   {offsetof(GemmKey, ab), 0},  {offsetof(GemmKey, compute), 0},
+    {offsetof(GemmKey, bias), 0}, {offsetof(GemmKey, alA), 0}, {offsetof(GemmKey, alB), 0},
+    {offsetof(GemmKey, alC), 0},  {offsetof(GemmKey, epi), 0}, {offsetof(GemmKey, d_bf16), 0},
+    {offsetof(GemmKey, alD), 0},  {offsetof(GemmKey, alX), 0},
+};
+
+/* The key's fields in file order (as long long). */
 static inline void gemm_key_fields(const GemmKey *k, long long f[GEMM_FILE_KEY_FIELDS]) {
-    long long v[GEMM_FILE_KEY_FIELDS] = {k->opA, k->opB, k->m,       k->n,    k->k,   k->lda,
-                                         k->ldb, k->ldc, k->batch,   k->oop,  k->sA,  k->sB,
-                                         k->sC,  k->ab,  k->compute, k->bias, k->alA, k->alB,
-                                         k->alC, k->epi, k->d_bf16,  k->alD,  k->alX};
-    memcpy(f, v, sizeof v);
+    for (int i = 0; i < GEMM_FILE_KEY_FIELDS; i++) {
+        const char *p = (const char *)k + GEMM_KEY_FIELD[i].off;
+        int v;
+        if (GEMM_KEY_FIELD[i].ll) {
+            memcpy(&f[i], p, sizeof f[i]);
+        } else {
+            memcpy(&v, p, sizeof v);
+            f[i] = v;
+        }
+    }
 }
 
-/* The key from fields in file order; 0, or -1 when one is out of an int's range. */
+/* The key from fields in file order; 0, or -1 when an int field is out of an int's range. */
 static inline int gemm_key_from(GemmKey *k, const long long f[GEMM_FILE_KEY_FIELDS]) {
-    int *ints[] = {&k->opA,   &k->opB, &k->m,   &k->n,   &k->k,      &k->lda, &k->ldb,     &k->ldc,
-                   &k->batch, &k->oop, NULL,    NULL,    NULL,       &k->ab,  &k->compute, &k->bias,
-                   &k->alA,   &k->alB, &k->alC, &k->epi, &k->d_bf16, &k->alD, &k->alX};
     memset(k, 0, sizeof *k);
     for (int i = 0; i < GEMM_FILE_KEY_FIELDS; i++) {
-        if (!ints[i]) continue;
+        char *p = (char *)k + GEMM_KEY_FIELD[i].off;
+        if (GEMM_KEY_FIELD[i].ll) {
+            memcpy(p, &f[i], sizeof f[i]);
+            continue;
+        }
         if (f[i] < -2147483647LL - 1 || f[i] > 2147483647LL) return -1;
-        *ints[i] = (int)f[i];
+        int v = (int)f[i];
+        memcpy(p, &v, sizeof v);
     }
-    k->sA = f[10];
-    k->sB = f[11];
-    k->sC = f[12];
     return 0;
 }
 

@@ -180,6 +180,14 @@ static int setting_refused(CudaLib *lib, const Config *cfg, const PPCudaSizes *s
     return lib->layout(-1, cuda_precision(cfg), s, &cl, why, whylen) != 0;
 }
 
+/* Under runtime.device auto, the refused setting `what` (setting_refused's why): exit 2. */
+static int auto_refused(const char *what, char *err, size_t errlen) {
+    return pp_errf(err, errlen, PP_EUSAGE,
+                   "runtime.device=auto: %s (a setting the CUDA backend refuses on any GPU: fix "
+                   "it, or use runtime.device: cpu)",
+                   what);
+}
+
 /* [Note: a refused setting] runtime.device auto falls back to the CPU where this machine
  * cannot run the config on its GPU (no driver, no GPU, a compute capability the build has
  * no code for), saying why in the build report; but where the CUDA backend loads and sees
@@ -236,11 +244,7 @@ int backend_select(const Config *cfg, int rank, const BackendSizes *sizes, const
         if (rc && !strcmp(cfg->device, "cuda"))
             return pp_errf(err, errlen, PP_EUSAGE,
                            "runtime.device=cuda: %s; or use runtime.device: cpu (or auto)", why);
-        if (rc && setting) /* [Note: a refused setting] */
-            return pp_errf(err, errlen, PP_EUSAGE,
-                           "runtime.device=auto: %s (a setting the CUDA backend refuses on any "
-                           "GPU: fix it, or use runtime.device: cpu)",
-                           why);
+        if (rc && setting) return auto_refused(why, err, errlen); /* [Note: a refused setting] */
         if (*be) {
             snprintf(note, notelen, "%s", (*be)->description);
             note_chunks(*be, rows, note, notelen);
@@ -306,11 +310,7 @@ int backend_layout(const Config *cfg, const BackendSizes *sizes, BackendLayout *
          * backend_select does, unless a setting was refused ([Note: a refused setting]) */
         if (!strcmp(cfg->device, "cuda"))
             return pp_errf(err, errlen, PP_EUSAGE, "runtime.device=cuda: %s", msg);
-        if (setting_refused(&lib, cfg, &cs, msg, sizeof msg))
-            return pp_errf(err, errlen, PP_EUSAGE,
-                           "runtime.device=auto: %s (a setting the CUDA backend refuses on any "
-                           "GPU: fix it, or use runtime.device: cpu)",
-                           msg);
+        if (setting_refused(&lib, cfg, &cs, msg, sizeof msg)) return auto_refused(msg, err, errlen);
         snprintf(why, sizeof why, "%.900s", msg);
         device = -2;
     }

@@ -179,7 +179,7 @@ PPTRAIN_GEMM_TUNE=1 PPTRAIN_GEMM_ALGOS="$tmp/algos.txt" train tuned "${gt[@]}" &
       awk '$1 != $2' | wc -l)
     echo "   $n GEMMs in the file, $t tuned ($m off the heuristic's first), $p taken from the file"
     [ "$n" -gt 0 ] && [ "$n" = "$t" ] && [ "$n" = "$p" ] &&
-      grep -q "PPTRAIN_GEMM_ALGOS $tmp/algos.txt: $n GEMM algorithms for" "$tmp/pinned.out" &&
+      grep -q "PPTRAIN_GEMM_ALGOS=$tmp/algos.txt ($n GEMMs for sm" "$tmp/pinned.out" &&
       ! grep -q 'cuda: gemm tune\|does not run here' "$tmp/pinned.out" &&
       cmp -s "$tmp/tuned.loss" "$tmp/pinned.loss" && cmp -s "$tmp/tuned.bin" "$tmp/pinned.bin" &&
       close tuned bf16 5e-2 &&
